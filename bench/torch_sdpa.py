@@ -1,0 +1,76 @@
+"""PyTorch scaled_dot_product_attention with one backend forced at a time, timed like
+`flash_attention bench`: CUDA events, warm-up, median of timed runs, inputs rotated
+among copies so L2 cannot hold them. Prints one line per (dtype, d_head, backend).
+
+    python3 bench/torch_sdpa.py --batch 4 --heads 16 --seq 4096 --d-head 128 64
+"""
+
+import argparse
+import statistics
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "flash(FA2)": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+
+
+def time_sdpa(q, k, v, backend, warmup, runs):
+    """Median and spread in ms of SDPA over rotated (q, k, v) copies."""
+    slots = len(q)
+    with sdpa_kernel(backend):
+        for i in range(warmup):
+            torch.nn.functional.scaled_dot_product_attention(q[i % slots], k[i % slots], v[i % slots])
+        torch.cuda.synchronize()
+        times = []
+        for i in range(runs):
+            start = torch.cuda.Event(enable_timing=True)
+            stop = torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.nn.functional.scaled_dot_product_attention(q[i % slots], k[i % slots], v[i % slots])
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+    times.sort()
+    return statistics.median(times), times[0], times[-1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--heads", type=int, default=16)
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--d-head", type=int, nargs="+", default=[128])
+    parser.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"])
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=20)
+    args = parser.parse_args()
+
+    print(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
+    l2_bytes = 50 * 2**20
+    for dtype_name in args.dtype:
+        dtype = getattr(torch, dtype_name)
+        for d in args.d_head:
+            shape = (args.batch, args.heads, args.seq, d)
+            slot_bytes = 4 * args.batch * args.heads * args.seq * d * 2
+            slots = max(2, 4 * l2_bytes // slot_bytes + 1)
+            q = [torch.randn(shape, dtype=dtype, device="cuda") for _ in range(slots)]
+            k = [torch.randn(shape, dtype=dtype, device="cuda") for _ in range(slots)]
+            v = [torch.randn(shape, dtype=dtype, device="cuda") for _ in range(slots)]
+            flop = 4 * args.batch * args.heads * args.seq * args.seq * d
+            for name, backend in BACKENDS.items():
+                try:
+                    median, low, high = time_sdpa(q, k, v, backend, args.warmup, args.runs)
+                except RuntimeError as error:
+                    print(f"{dtype_name} d={d} {name}: unavailable ({str(error).splitlines()[0]})")
+                    continue
+                print(f"{dtype_name} d={d} seq={args.seq} batch={args.batch} heads={args.heads} {name}: "
+                      f"{median:.4f} ms (min {low:.4f}, max {high:.4f}) "
+                      f"{flop / (median * 1e-3) / 1e12:.1f} TFLOP/s")
+
+
+if __name__ == "__main__":
+    main()

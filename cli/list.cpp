@@ -1,0 +1,60 @@
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "commands.hpp"
+#include "common/device_buffer.hpp"
+#include "config/config_space.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "registry/registry.hpp"
+
+namespace flash_attention::cli {
+
+namespace {
+
+struct ListOptions {
+    std::string set;
+    bool verbose = false;
+};
+
+int list(const ListOptions& options) {
+    const std::vector<KernelConfig> listed =
+        options.set.empty() ? configs() : space::named_set(options.set);
+    // CTAs/SM: the occupancy calculator when a GPU is here, else shared memory and
+    // threads on an A100 (registers are only known on the device).
+    const bool gpu = cuda_device_count() > 0;
+    std::cerr << "# " << listed.size() << " configs ("
+              << (options.set.empty() ? "built, kernel set \"" + std::string(built_kernel_set()) + "\""
+                                      : "set \"" + options.set + "\"")
+              << "); CTAs/SM "
+              << (gpu ? "from the occupancy calculator on " + current_device_description()
+                      : std::string("from shared memory and threads on an A100 (no GPU)"))
+              << "\n";
+    for (const KernelConfig& c : listed) {
+        const KernelOps* ops = find_kernel(c);
+        const int ctas = gpu && ops ? ops->ctas_per_sm() : c.ctas_per_sm(DeviceLimits::a100());
+        std::printf("%s  smem=%zu  ctas_per_sm=%d", c.to_string().c_str(), c.smem_bytes(), ctas);
+        if (!ops) std::printf("  (not built)");
+        if (options.verbose && gpu && ops) {
+            const KernelResources r = ops->resources();
+            std::printf("  registers=%d  local_bytes=%d", r.registers_per_thread,
+                        r.local_bytes_per_thread);
+        }
+        std::printf("\n");
+    }
+    return exit_ok;
+}
+
+}  // namespace
+
+void add_list_command(CLI::App& app, Action& action) {
+    auto options = std::make_shared<ListOptions>();
+    CLI::App* cmd = app.add_subcommand("list", "List kernel configs: the built ones, or a named set");
+    const auto names = space::set_names();
+    cmd->add_option("--set", options->set, "named set to list instead of the built configs")
+        ->check(CLI::IsMember(std::vector<std::string>(names.begin(), names.end())));
+    cmd->add_flag("--verbose", options->verbose, "also show registers and local memory per thread");
+    cmd->callback([options, &action] { action = [options] { return list(*options); }; });
+}
+
+}  // namespace flash_attention::cli

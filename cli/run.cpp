@@ -1,0 +1,136 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "commands.hpp"
+#include "common/device_buffer.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "reference/reference.hpp"
+
+namespace flash_attention::cli {
+
+namespace {
+
+struct RunOptions {
+    std::string config;
+    int batch = 4;
+    int heads = 16;
+    int seq = 4096;
+    std::optional<int> seq_k;
+    std::optional<int> d_head;
+    std::optional<std::string> dtype;
+    std::optional<float> scale;
+    int repeat = 1;
+    bool check = false;
+    int check_rows = 256;
+};
+
+DType parse_dtype(const std::string& s) { return s == "fp16" ? DType::FP16 : DType::BF16; }
+
+int run(const RunOptions& opt) {
+    std::optional<KernelConfig> config;
+    if (!opt.config.empty()) config = KernelConfig::parse(opt.config);
+    DType dtype = config ? config->dtype : DType::BF16;
+    int d_head = config ? config->d_head : 128;
+    if (opt.dtype) {
+        if (config && parse_dtype(*opt.dtype) != config->dtype) {
+            throw UsageError("--dtype: expected " + std::string(to_string(config->dtype)) +
+                             " (the config's dtype), got " + *opt.dtype);
+        }
+        dtype = parse_dtype(*opt.dtype);
+    }
+    if (opt.d_head) {
+        if (config && *opt.d_head != config->d_head) {
+            throw UsageError("--d-head: expected " + std::to_string(config->d_head) +
+                             " (the config's d_head), got " + std::to_string(*opt.d_head));
+        }
+        d_head = *opt.d_head;
+    }
+    if (cuda_device_count() == 0) {
+        std::cerr << "flash_attention: no CUDA device found\n";
+        return exit_failure;
+    }
+
+    const int seq_k = opt.seq_k.value_or(opt.seq);
+    const std::uint64_t seed = std::random_device{}();
+    using reference::HostTensor;
+    const HostTensor q = HostTensor::random_normal(dtype, opt.batch, opt.seq, opt.heads, d_head, seed);
+    const HostTensor k = HostTensor::random_normal(dtype, opt.batch, seq_k, opt.heads, d_head, seed + 1);
+    const HostTensor v = HostTensor::random_normal(dtype, opt.batch, seq_k, opt.heads, d_head, seed + 2);
+    const DeviceTensor dq = DeviceTensor::upload(q);
+    const DeviceTensor dk = DeviceTensor::upload(k);
+    const DeviceTensor dv = DeviceTensor::upload(v);
+    DeviceTensor dout = DeviceTensor::empty_like(q);
+    dout.buffer.poison_with_nan();
+
+    ForwardParams params{dq.view, dk.view, dv.view, dout.view, opt.scale};
+    const bool automatic = !config;
+    if (automatic) config = choose_config(params);
+    const auto launch = [&] { forward(params, *config, nullptr); };
+
+    std::printf("config   %s%s\n", config->to_string().c_str(), automatic ? "  [automatic choice]" : "");
+    std::printf("problem  batch %d, heads %d, seq_q %d, seq_k %d, d_head %d, %s\n", opt.batch,
+                opt.heads, opt.seq, seq_k, d_head, std::string(to_string(dtype)).c_str());
+    std::printf("device   %s\n", current_device_description().c_str());
+
+    // The first run is both the warm-up and the one whose output is checked.
+    EventTimer timer;
+    launch();
+    const HostTensor out = dout.download(q);
+    std::vector<float> ms;
+    for (int r = 0; r < opt.repeat; ++r) {
+        timer.start(nullptr);
+        launch();
+        ms.push_back(timer.stop(nullptr));
+    }
+    std::sort(ms.begin(), ms.end());
+    const double median = ms[ms.size() / 2];
+    const double flop = 4.0 * opt.batch * opt.heads * double(opt.seq) * seq_k * d_head;
+    std::printf("time     %.4f ms (median of %d; min %.4f, max %.4f)\n", median, opt.repeat,
+                ms.front(), ms.back());
+    std::printf("rate     %.1f TFLOP/s\n", flop / (median * 1e-3) / 1e12);
+
+    if (opt.check) {
+        const auto rows = reference::sample_rows(opt.batch, opt.heads, opt.seq, opt.check_rows, seed);
+        const auto result = reference::check_attention(q, k, v, out, opt.scale.value_or(1.0 / std::sqrt(double(d_head))), rows);
+        std::printf("check    %s\n", result.summary().c_str());
+        if (!result.passed) return exit_failure;
+    }
+    return exit_ok;
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, Action& action) {
+    auto o = std::make_shared<RunOptions>();
+    CLI::App* cmd = app.add_subcommand("run", "Run one kernel on random data, time it, optionally check it");
+    cmd->add_option("--config", o->config,
+                    "kernel config short form, e.g. \"(BF16, 128, 128, 64, 4): "
+                    "async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax\"; default: the "
+                    "library's automatic choice");
+    cmd->add_option("--batch", o->batch, "batch size")->check(positive_integer)->capture_default_str();
+    cmd->add_option("--heads", o->heads, "attention heads")->check(positive_integer)->capture_default_str();
+    cmd->add_option("--seq", o->seq, "query sequence length (and key length unless --seq-k)")
+        ->check(positive_integer)
+        ->capture_default_str();
+    cmd->add_option("--seq-k", o->seq_k, "key/value sequence length")->check(positive_integer);
+    cmd->add_option("--d-head", o->d_head, "head dimension (default: the config's, else 128)")
+        ->check(positive_integer);
+    cmd->add_option("--dtype", o->dtype, "fp16 or bf16 (default: the config's, else bf16)")
+        ->check(CLI::IsMember({"fp16", "bf16"}, CLI::ignore_case));
+    cmd->add_option("--scale", o->scale, "softmax scale (default 1/sqrt(d_head))");
+    cmd->add_option("--repeat", o->repeat, "timed runs after the warm-up")
+        ->check(positive_integer)
+        ->capture_default_str();
+    cmd->add_flag("--check", o->check, "compare with the double-precision CPU reference");
+    cmd->add_option("--check-rows", o->check_rows, "query rows per (batch, head) that --check samples")
+        ->check(positive_integer)
+        ->capture_default_str();
+    cmd->callback([o, &action] { action = [o] { return run(*o); }; });
+}
+
+}  // namespace flash_attention::cli

@@ -1,0 +1,71 @@
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include "api/heuristics.hpp"
+#include "api/validate.hpp"
+#include "registry/registry.hpp"
+
+namespace flash_attention {
+
+namespace {
+
+TensorStrides strides(const TensorView& t) { return {t.stride[0], t.stride[1], t.stride[2]}; }
+
+KernelArgs kernel_args(const ForwardParams& p) {
+    const float scale = softmax_scale(p);
+    return {.q = p.q.data,
+            .k = p.k.data,
+            .v = p.v.data,
+            .o = p.o.data,
+            .q_stride = strides(p.q),
+            .k_stride = strides(p.k),
+            .v_stride = strides(p.v),
+            .o_stride = strides(p.o),
+            .batch = static_cast<int>(p.q.shape[0]),
+            .heads = static_cast<int>(p.q.shape[2]),
+            .seq_q = static_cast<int>(p.q.shape[1]),
+            .seq_k = static_cast<int>(p.k.shape[1]),
+            .softmax_scale = scale,
+            .scale_log2 = static_cast<float>(scale * std::numbers::log2e)};
+}
+
+KernelConfig choose(const ForwardParams& p, const DeviceInfo& device) {
+    if (const auto c = heuristic_config(p, device)) return *c;
+    throw Error(ErrorCode::unsupported,
+                "q, k: expected sequence lengths that a built " +
+                    std::string(to_string(p.q.dtype)) + " d_head " + std::to_string(p.q.shape[3]) +
+                    " kernel divides (kernel set \"" + std::string(built_kernel_set()) +
+                    "\"), got seq_q " + std::to_string(p.q.shape[1]) + " and seq_k " +
+                    std::to_string(p.k.shape[1]));
+}
+
+}  // namespace
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::int64_t batch, std::int64_t seq,
+                                  std::int64_t heads, std::int64_t d_head) {
+    return {data, dtype, {batch, seq, heads, d_head},
+            {seq * heads * d_head, heads * d_head, d_head, 1}};
+}
+
+KernelConfig choose_config(const ForwardParams& params) {
+    validate_tensors(params);
+    return choose(params, current_device());
+}
+
+void forward(const ForwardParams& params, Stream stream) {
+    validate_tensors(params);
+    const DeviceInfo device = current_device();
+    const KernelConfig config = choose(params, device);
+    validate_config(params, config, device);
+    find_kernel(config)->launch(kernel_args(params), stream);
+}
+
+void forward(const ForwardParams& params, const KernelConfig& config, Stream stream) {
+    validate_tensors(params);
+    const DeviceInfo device = current_device();
+    validate_config(params, config, device);
+    find_kernel(config)->launch(kernel_args(params), stream);
+}
+
+}  // namespace flash_attention

@@ -1,0 +1,57 @@
+#include "api/heuristics.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "registry/registry.hpp"
+
+namespace flash_attention {
+
+namespace {
+
+struct Preference {
+    DType dtype;
+    int d_head;
+    const char* config;
+};
+
+// Why these: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
+// fragment read from shared memory feeds two MMAs; with 16 rows per warp the
+// ldmatrix traffic (about 170 B/clk/SM at H100 mma.sync rates) exceeds shared
+// memory's 128 B/clk. One k-tile per step, double-buffered, is the largest fragment
+// step that keeps O (128 fp32 registers at d_head 128) and S within 255 registers.
+// Measured results are in docs/PERF.md; the tuning cache overrides this table.
+constexpr Preference k_table[] = {
+    {DType::BF16, 128, "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {DType::FP16, 128, "(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {DType::BF16, 64, "(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {DType::FP16, 64, "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+};
+
+bool fits(const KernelConfig& c, const ForwardParams& p, const DeviceInfo& device) {
+    return c.dtype == p.q.dtype && c.d_head == p.q.shape[3] && p.q.shape[1] % c.B_r == 0 &&
+           p.k.shape[1] % c.B_c == 0 &&
+           static_cast<long>(c.smem_bytes()) <= device.smem_per_block_optin && is_built(c);
+}
+
+}  // namespace
+
+std::optional<KernelConfig> heuristic_config(const ForwardParams& p, const DeviceInfo& device) {
+    for (const Preference& pref : k_table) {
+        const KernelConfig c = KernelConfig::parse(pref.config);
+        if (fits(c, p, device)) return c;
+    }
+    std::vector<KernelConfig> candidates;
+    for (const KernelConfig& c : configs()) {
+        if (fits(c, p, device)) candidates.push_back(c);
+    }
+    if (candidates.empty()) return std::nullopt;
+    // Larger tiles reuse each K/V byte loaded from memory across more query rows.
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const KernelConfig& a, const KernelConfig& b) {
+                         return a.B_r * a.B_c > b.B_r * b.B_c;
+                     });
+    return candidates.front();
+}
+
+}  // namespace flash_attention

@@ -1,0 +1,240 @@
+#include "api/validate.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <string>
+
+#include "common/cuda_check.hpp"
+#include "config/config_space.hpp"
+#include "registry/registry.hpp"
+
+namespace flash_attention {
+
+namespace {
+
+constexpr std::array<const char*, 4> k_dim_names = {"batch", "seq", "heads", "d_head"};
+
+[[noreturn]] void fail(ErrorCode code, const std::string& argument, const std::string& expected,
+                       const std::string& given) {
+    throw Error(code, argument + ": expected " + expected + ", got " + given);
+}
+
+std::string dim(const char* tensor, int i) {
+    return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + k_dim_names[i] + ")";
+}
+
+std::string stride_name(const char* tensor, int i) {
+    return std::string(tensor) + ".stride[" + std::to_string(i) + "] (" + k_dim_names[i] + ")";
+}
+
+void check_layout(const TensorView& t, const char* name) {
+    if (t.data == nullptr) {
+        fail(ErrorCode::invalid_argument, std::string(name) + ".data", "a device pointer",
+             "a null pointer");
+    }
+    for (int i = 0; i < 4; ++i) {
+        if (t.shape[i] <= 0) {
+            fail(ErrorCode::invalid_argument, dim(name, i), "a positive size",
+                 std::to_string(t.shape[i]));
+        }
+        if (t.stride[i] < 0) {
+            fail(ErrorCode::invalid_argument, stride_name(name, i), "a non-negative stride",
+                 std::to_string(t.stride[i]));
+        }
+    }
+    if (t.stride[3] != 1) {
+        fail(ErrorCode::invalid_argument, stride_name(name, 3), "1 (contiguous head dim)",
+             std::to_string(t.stride[3]));
+    }
+    // Every row is read and written as 16-byte vectors.
+    if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
+        fail(ErrorCode::invalid_argument, std::string(name) + ".data",
+             "a 16-byte aligned address", "one that is not");
+    }
+    for (int i = 0; i < 3; ++i) {
+        if (t.shape[i] > 1 && t.stride[i] % 8 != 0) {
+            fail(ErrorCode::invalid_argument, stride_name(name, i),
+                 "a multiple of 8 elements (16-byte aligned rows)", std::to_string(t.stride[i]));
+        }
+    }
+    if (t.shape[1] > std::numeric_limits<int>::max() || t.shape[0] > 65535 || t.shape[2] > 65535) {
+        fail(ErrorCode::invalid_argument, std::string(name) + ".shape",
+             "batch and heads at most 65535 and seq below 2^31",
+             "(" + std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + ", " +
+                 std::to_string(t.shape[2]) + ", " + std::to_string(t.shape[3]) + ")");
+    }
+}
+
+// [first, last] bytes a tensor can touch.
+std::pair<std::uintptr_t, std::uintptr_t> byte_range(const TensorView& t) {
+    std::int64_t last = 0;
+    for (int i = 0; i < 4; ++i) last += (t.shape[i] - 1) * t.stride[i];
+    const auto first = reinterpret_cast<std::uintptr_t>(t.data);
+    return {first, first + static_cast<std::uintptr_t>(last + 1) * element_bytes(t.dtype) - 1};
+}
+
+bool overlap(const TensorView& a, const TensorView& b) {
+    const auto [a0, a1] = byte_range(a);
+    const auto [b0, b1] = byte_range(b);
+    return a0 <= b1 && b0 <= a1;
+}
+
+// Distinct output elements must have distinct addresses, or the CTAs writing them race.
+void check_output_does_not_self_overlap(const TensorView& o) {
+    std::array<int, 3> order = {0, 1, 2};
+    std::sort(order.begin(), order.end(), [&](int x, int y) { return o.stride[x] < o.stride[y]; });
+    std::int64_t extent = o.shape[3];  // elements covered by the dims already placed
+    for (const int i : order) {
+        if (o.shape[i] == 1) continue;
+        if (o.stride[i] < extent) {
+            fail(ErrorCode::invalid_argument, stride_name("o", i),
+                 "at least " + std::to_string(extent) + " so that output elements do not alias",
+                 std::to_string(o.stride[i]));
+        }
+        extent = o.stride[i] * o.shape[i];
+    }
+}
+
+std::string shape_value(std::int64_t v, const char* of) {
+    return std::to_string(v) + " (" + of + ")";
+}
+
+}  // namespace
+
+void validate_tensors(const ForwardParams& p) {
+    const std::array<std::pair<const TensorView*, const char*>, 4> tensors = {
+        {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}};
+    for (const auto& [t, name] : tensors) {
+        if (t->dtype != DType::FP16 && t->dtype != DType::BF16) {
+            fail(ErrorCode::dtype, std::string(name) + ".dtype", "FP16 or BF16",
+                 "enum value " + std::to_string(static_cast<int>(t->dtype)));
+        }
+        if (t->dtype != p.q.dtype) {
+            fail(ErrorCode::dtype, std::string(name) + ".dtype",
+                 std::string(to_string(p.q.dtype)) + " (q's dtype)",
+                 std::string(to_string(t->dtype)));
+        }
+    }
+    for (const auto& [t, name] : tensors) check_layout(*t, name);
+
+    // q, o: (batch, seq_q, heads, d); k, v: (batch, seq_k, heads, d).
+    for (const int i : {0, 2, 3}) {
+        for (const auto& [t, name] : {std::pair{&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
+            if (t->shape[i] != p.q.shape[i]) {
+                fail(ErrorCode::invalid_argument, dim(name, i),
+                     shape_value(p.q.shape[i], "q's"), std::to_string(t->shape[i]));
+            }
+        }
+    }
+    if (p.v.shape[1] != p.k.shape[1]) {
+        fail(ErrorCode::invalid_argument, dim("v", 1), shape_value(p.k.shape[1], "k's"),
+             std::to_string(p.v.shape[1]));
+    }
+    if (p.o.shape[1] != p.q.shape[1]) {
+        fail(ErrorCode::invalid_argument, dim("o", 1), shape_value(p.q.shape[1], "q's"),
+             std::to_string(p.o.shape[1]));
+    }
+    const std::int64_t d = p.q.shape[3];
+    if (d != 64 && d != 128) {
+        fail(ErrorCode::unsupported, dim("q", 3), "64 or 128", std::to_string(d));
+    }
+    for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}) {
+        if (overlap(p.o, *t)) {
+            fail(ErrorCode::invalid_argument, "o", std::string("memory that does not overlap ") + name,
+                 "an overlapping range");
+        }
+    }
+    check_output_does_not_self_overlap(p.o);
+    if (p.softmax_scale && !std::isfinite(*p.softmax_scale)) {
+        fail(ErrorCode::invalid_argument, "softmax_scale", "a finite number",
+             std::to_string(*p.softmax_scale));
+    }
+}
+
+void validate_config(const ForwardParams& p, const KernelConfig& c, const DeviceInfo& device) {
+    if (c.dtype != p.q.dtype) {
+        fail(ErrorCode::invalid_argument, "config", "dtype " + std::string(to_string(p.q.dtype)) + " (the tensors')",
+             c.to_string());
+    }
+    if (c.d_head != p.q.shape[3]) {
+        fail(ErrorCode::invalid_argument, "config",
+             "d_head " + std::to_string(p.q.shape[3]) + " (the tensors')", c.to_string());
+    }
+    if (find_kernel(c) == nullptr) {
+        const space::Rule* rule = space::rejecting_rule(c, /*validity_only=*/true);
+        fail(ErrorCode::not_built, "config",
+             rule ? "a valid config (rule \"" + std::string(rule->name) + "\": " +
+                        std::string(rule->why) + ")"
+                  : "a config compiled into this build (kernel set \"" +
+                        std::string(built_kernel_set()) + "\"; see flash_attention list)",
+             c.to_string());
+    }
+    if (p.q.shape[1] % c.B_r != 0) {
+        fail(ErrorCode::unsupported, dim("q", 1),
+             "a multiple of B_r = " + std::to_string(c.B_r) + " for " + c.to_string(),
+             std::to_string(p.q.shape[1]));
+    }
+    if (p.k.shape[1] % c.B_c != 0) {
+        fail(ErrorCode::unsupported, dim("k", 1),
+             "a multiple of B_c = " + std::to_string(c.B_c) + " for " + c.to_string(),
+             std::to_string(p.k.shape[1]));
+    }
+    if (static_cast<long>(c.smem_bytes()) > device.smem_per_block_optin) {
+        fail(ErrorCode::unsupported, "config",
+             "at most " + std::to_string(device.smem_per_block_optin) +
+                 " bytes of shared memory per CTA on device " + std::to_string(device.index),
+             c.to_string() + " (" + std::to_string(c.smem_bytes()) + " bytes)");
+    }
+}
+
+DeviceInfo current_device() {
+    int index = 0;
+    const cudaError_t status = cudaGetDevice(&index);
+    if (status != cudaSuccess) {
+        throw Error(ErrorCode::no_device, std::string("no usable CUDA device: cudaGetDevice failed: ") +
+                                              cudaGetErrorString(status));
+    }
+    // Attributes do not change while the process runs; query each device once.
+    constexpr int max_devices = 64;
+    static std::array<DeviceInfo, max_devices> cache{};
+    static std::array<std::once_flag, max_devices> cached;
+    const auto query = [index] {
+        DeviceInfo d{index, 0, 0, 0, 0};
+        cuda_check(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, index),
+                   "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
+        cuda_check(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, index),
+                   "cudaDeviceGetAttribute(ComputeCapabilityMinor)");
+        cuda_check(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, index),
+                   "cudaDeviceGetAttribute(MultiProcessorCount)");
+        cuda_check(cudaDeviceGetAttribute(&d.smem_per_block_optin,
+                                          cudaDevAttrMaxSharedMemoryPerBlockOptin, index),
+                   "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+        return d;
+    };
+    DeviceInfo device;
+    if (index < max_devices) {
+        std::call_once(cached[index], [&] { cache[index] = query(); });
+        device = cache[index];
+    } else {
+        device = query();
+    }
+    if (device.major < 8) {
+        fail(ErrorCode::no_device, "device " + std::to_string(index),
+             "compute capability 8.0 or newer",
+             std::to_string(device.major) + "." + std::to_string(device.minor));
+    }
+    return device;
+}
+
+float softmax_scale(const ForwardParams& p) {
+    return p.softmax_scale ? *p.softmax_scale
+                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.q.shape[3])));
+}
+
+}  // namespace flash_attention

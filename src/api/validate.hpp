@@ -1,0 +1,30 @@
+#pragma once
+
+// Checks made before any launch. Each failure throws flash_attention::Error whose
+// message names the argument, what was expected and what was given.
+
+#include "flash_attention/flash_attention.hpp"
+
+namespace flash_attention {
+
+struct DeviceInfo {
+    int index;
+    int major, minor;
+    int sm_count;
+    int smem_per_block_optin;
+};
+
+// The current device, checked to be compute capability 8.0 or newer (ErrorCode::no_device).
+DeviceInfo current_device();
+
+// Shapes, dtypes, strides, alignment, aliasing and the scale; needs no GPU.
+void validate_tensors(const ForwardParams& params);
+
+// That `config` was built and can run these tensors on `device`.
+void validate_config(const ForwardParams& params, const KernelConfig& config,
+                     const DeviceInfo& device);
+
+// The problem's softmax scale: the given one or 1/sqrt(d_head).
+float softmax_scale(const ForwardParams& params);
+
+}  // namespace flash_attention

@@ -1,0 +1,114 @@
+#include "common/device_buffer.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <utility>
+
+#include "common/cuda_check.hpp"
+
+namespace flash_attention {
+
+DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
+    cuda_check(cudaMalloc(&data_, bytes), "cudaMalloc");
+}
+
+DeviceBuffer::~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+        if (data_ != nullptr) cudaFree(data_);
+        data_ = std::exchange(other.data_, nullptr);
+        bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+}
+
+void DeviceBuffer::upload(const std::vector<std::uint16_t>& host) {
+    if (host.size() * 2 > bytes_) {
+        throw Error(ErrorCode::invalid_argument, "upload: expected at most " +
+                                                     std::to_string(bytes_) + " bytes, got " +
+                                                     std::to_string(host.size() * 2));
+    }
+    cuda_check(cudaMemcpy(data_, host.data(), host.size() * 2, cudaMemcpyHostToDevice),
+               "cudaMemcpy (host to device)");
+}
+
+std::vector<std::uint16_t> DeviceBuffer::download() const {
+    std::vector<std::uint16_t> host(bytes_ / 2);
+    cuda_check(cudaMemcpy(host.data(), data_, host.size() * 2, cudaMemcpyDeviceToHost),
+               "cudaMemcpy (device to host)");
+    return host;
+}
+
+void DeviceBuffer::poison_with_nan() {
+    cuda_check(cudaMemset(data_, 0xFF, bytes_), "cudaMemset");
+}
+
+DeviceTensor DeviceTensor::upload(const reference::HostTensor& host) {
+    DeviceTensor t = empty_like(host);
+    t.buffer.upload(host.bits);
+    return t;
+}
+
+DeviceTensor DeviceTensor::empty_like(const reference::HostTensor& host) {
+    DeviceTensor t;
+    t.buffer = DeviceBuffer(static_cast<std::size_t>(host.size()) * 2);
+    t.view = TensorView::contiguous(t.buffer.data(), host.dtype, host.batch, host.seq, host.heads,
+                                    host.d_head);
+    return t;
+}
+
+reference::HostTensor DeviceTensor::download(const reference::HostTensor& shape_of) const {
+    return reference::HostTensor::from_bits(shape_of.dtype, shape_of.batch, shape_of.seq,
+                                            shape_of.heads, shape_of.d_head, buffer.download());
+}
+
+EventTimer::EventTimer() {
+    cuda_check(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&start_)), "cudaEventCreate");
+    cuda_check(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&stop_)), "cudaEventCreate");
+}
+
+EventTimer::~EventTimer() {
+    cudaEventDestroy(static_cast<cudaEvent_t>(start_));
+    cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
+}
+
+void EventTimer::start(Stream stream) {
+    cuda_check(cudaEventRecord(static_cast<cudaEvent_t>(start_), stream), "cudaEventRecord");
+}
+
+float EventTimer::stop(Stream stream) {
+    cuda_check(cudaEventRecord(static_cast<cudaEvent_t>(stop_), stream), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_),
+                                    static_cast<cudaEvent_t>(stop_)),
+               "cudaEventElapsedTime");
+    return ms;
+}
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // clear the sticky "no device" error
+        return 0;
+    }
+    return n;
+}
+
+std::string current_device_description() {
+    int device = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    cudaDeviceProp p{};
+    cuda_check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
+    return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) +
+           ", " + std::to_string(p.multiProcessorCount) + " SMs)";
+}
+
+}  // namespace flash_attention

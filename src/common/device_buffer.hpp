@@ -1,0 +1,70 @@
+#pragma once
+
+// Device memory for the command line and the GPU tests: RAII buffers, uploads of
+// host tensors, NaN poisoning and downloads. Not part of the public API.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "flash_attention/flash_attention.hpp"
+#include "reference/reference.hpp"
+
+namespace flash_attention {
+
+class DeviceBuffer {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(std::size_t bytes);
+    ~DeviceBuffer();
+    DeviceBuffer(DeviceBuffer&& other) noexcept;
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    void* data() const { return data_; }
+    std::size_t bytes() const { return bytes_; }
+
+    void upload(const std::vector<std::uint16_t>& host);
+    std::vector<std::uint16_t> download() const;
+    // Every byte 0xFF: NaN in both fp16 and bf16, so an element the kernel never
+    // writes fails the check instead of passing as a stale value.
+    void poison_with_nan();
+
+private:
+    void* data_ = nullptr;
+    std::size_t bytes_ = 0;
+};
+
+// A device copy of a contiguous host tensor, and a view of it.
+struct DeviceTensor {
+    DeviceBuffer buffer;
+    TensorView view;
+
+    static DeviceTensor upload(const reference::HostTensor& host);
+    static DeviceTensor empty_like(const reference::HostTensor& host);
+    reference::HostTensor download(const reference::HostTensor& shape_of) const;
+};
+
+// Times work on a stream with CUDA events.
+class EventTimer {
+public:
+    EventTimer();
+    ~EventTimer();
+    EventTimer(const EventTimer&) = delete;
+    EventTimer& operator=(const EventTimer&) = delete;
+    void start(Stream stream);
+    // Waits for the stop event; returns elapsed milliseconds.
+    float stop(Stream stream);
+
+private:
+    void* start_ = nullptr;
+    void* stop_ = nullptr;
+};
+
+// Number of CUDA devices, 0 when the driver or runtime reports none.
+int cuda_device_count();
+// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" for the current device.
+std::string current_device_description();
+
+}  // namespace flash_attention

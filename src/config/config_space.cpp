@@ -1,0 +1,264 @@
+#include "config/config_space.hpp"
+
+#include <algorithm>
+#include <array>
+
+#include "flash_attention/error.hpp"
+
+namespace flash_attention::space {
+
+namespace {
+
+constexpr int k_tiles_total(const KernelConfig& c) { return c.d_head / 16; }  // Q·Kᵀ k extent
+constexpr int v_tiles_total(const KernelConfig& c) { return c.B_c / 16; }     // P·V k extent
+
+// A load count of 0 means "everything at once".
+constexpr int tiles_per_step(int tiles, int total) { return tiles == 0 ? total : tiles; }
+
+bool splits_a_gemm(const KernelConfig& c) {
+    return tiles_per_step(c.K_mma_load_K_tiles, k_tiles_total(c)) < k_tiles_total(c) ||
+           tiles_per_step(c.V_mma_load_K_tiles, v_tiles_total(c)) < v_tiles_total(c);
+}
+
+// Every cooperative copy gives each thread the same whole number of 16-byte chunks.
+bool copies_split_evenly(const KernelConfig& c) {
+    const int chunks_per_row = c.d_head / 8;
+    return (c.B_r * chunks_per_row) % c.n_threads() == 0 &&
+           (c.B_c * chunks_per_row) % c.n_threads() == 0;
+}
+
+// ptxas gives a thread at most 255 registers; past that it spills to local memory.
+constexpr int k_register_budget = 255;
+
+constexpr std::array k_rules = {
+    Rule{"dtype", RuleKind::validity, "only FP16 and BF16 kernels exist",
+         [](const KernelConfig& c) { return c.dtype != DType::FP16 && c.dtype != DType::BF16; }},
+    Rule{"d_head", RuleKind::validity,
+         "head dims 64 and 128 are instantiated (swizzling needs at least 8 16-byte chunks per row)",
+         [](const KernelConfig& c) { return c.d_head != 64 && c.d_head != 128; }},
+    Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
+         [](const KernelConfig& c) { return c.n_warps != 4 && c.n_warps != 8; }},
+    Rule{"rows_per_warp", RuleKind::validity,
+         "each warp owns 16 or 32 query rows (one or two m16 MMA tiles)",
+         [](const KernelConfig& c) {
+             return c.B_r % c.n_warps != 0 || (c.rows_per_warp() != 16 && c.rows_per_warp() != 32);
+         }},
+    Rule{"B_c", RuleKind::validity, "B_c is 16, 32, 64 or 128 (a whole number of k16 MMA tiles)",
+         [](const KernelConfig& c) {
+             return c.B_c != 16 && c.B_c != 32 && c.B_c != 64 && c.B_c != 128;
+         }},
+    Rule{"copy_split", RuleKind::validity,
+         "every thread copies the same number of 16-byte chunks of each tile",
+         [](const KernelConfig& c) { return !copies_split_evenly(c); }},
+    Rule{"eager_needs_async", RuleKind::validity,
+         "prefetching the next block only overlaps compute when the copy is asynchronous",
+         [](const KernelConfig& c) { return c.eager_load_blocks && !c.async_copy; }},
+    Rule{"q_tiles", RuleKind::validity,
+         "Q fragments are either held whole (0) or streamed in step with K's",
+         [](const KernelConfig& c) {
+             return c.Q_mma_load_K_tiles != 0 && c.Q_mma_load_K_tiles != c.K_mma_load_K_tiles;
+         }},
+    Rule{"k_tiles", RuleKind::validity, "K's load count divides d_head/16 k-tiles",
+         [](const KernelConfig& c) {
+             return c.K_mma_load_K_tiles < 0 || c.K_mma_load_K_tiles > k_tiles_total(c) ||
+                    (c.K_mma_load_K_tiles != 0 && k_tiles_total(c) % c.K_mma_load_K_tiles != 0);
+         }},
+    Rule{"v_tiles", RuleKind::validity, "V's load count divides B_c/16 k-tiles",
+         [](const KernelConfig& c) {
+             return c.V_mma_load_K_tiles < 0 || c.V_mma_load_K_tiles > v_tiles_total(c) ||
+                    (c.V_mma_load_K_tiles != 0 && v_tiles_total(c) % c.V_mma_load_K_tiles != 0);
+         }},
+    Rule{"buffer_needs_steps", RuleKind::validity,
+         "double buffering needs a GEMM whose fragments arrive in two or more steps",
+         [](const KernelConfig& c) { return c.mma_double_buffer_loads && !splits_a_gemm(c); }},
+    Rule{"smem", RuleKind::validity,
+         "shared memory fits one CTA on an A100 (163 KB), the smallest sm_80+ target we build",
+         [](const KernelConfig& c) {
+             return c.smem_bytes() >
+                    static_cast<std::size_t>(DeviceLimits::a100().smem_per_block_optin);
+         }},
+    Rule{"register_budget", RuleKind::pruning,
+         "the live fragments and accumulators would exceed 255 registers and spill",
+         [](const KernelConfig& c) { return estimated_registers(c) > k_register_budget; }},
+};
+
+template <class T>
+void append_unique(std::vector<T>& to, const std::vector<T>& from) {
+    for (const T& x : from) {
+        if (std::find(to.begin(), to.end(), x) == to.end()) to.push_back(x);
+    }
+}
+
+std::vector<KernelConfig> sorted_unique(std::vector<KernelConfig> v) {
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+}
+
+std::vector<KernelConfig> parse_all(std::initializer_list<std::string_view> short_forms) {
+    std::vector<KernelConfig> v;
+    for (const auto s : short_forms) v.push_back(KernelConfig::parse(s));
+    return v;
+}
+
+// The seed's optimisation ladder, one technique per step.
+std::vector<KernelConfig> progression() {
+    return parse_all({
+        "(FP16, 128, 64, 64, 4): async+load_0_0_0_tiles",
+        "(FP16, 128, 64, 64, 4): async+swizzled+load_0_0_0_tiles",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_0_0_0_tiles",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_0_2_2_tiles+opt_softmax",
+    });
+}
+
+// The ladder repeated over block shapes; shapes the rules reject are left out.
+std::vector<KernelConfig> progression_all_block_sizes() {
+    std::vector<KernelConfig> v;
+    for (const KernelConfig& step : progression()) {
+        for (const int B_r : {64, 128}) {
+            for (const int B_c : {32, 64, 128}) {
+                for (const int n_warps : {4, 8}) {
+                    KernelConfig c = step;
+                    c.B_r = B_r;
+                    c.B_c = B_c;
+                    c.n_warps = n_warps;
+                    if (!rejecting_rule(c, /*validity_only=*/true)) v.push_back(c);
+                }
+            }
+        }
+    }
+    return v;
+}
+
+std::vector<std::array<int, 3>> every_load_tiles(std::initializer_list<int> counts) {
+    std::vector<std::array<int, 3>> v;
+    for (const int q : counts) {
+        for (const int k : counts) {
+            for (const int t : counts) v.push_back({q, k, t});
+        }
+    }
+    return v;
+}
+
+ValueSets tune_values() {
+    return {
+        .dtypes = {DType::FP16, DType::BF16},
+        .d_heads = {64, 128},
+        .B_rs = {64, 128},
+        .B_cs = {32, 64, 128},
+        .n_warps = {4, 8},
+        .async_copy = {true},
+        .eager_load_blocks = {true},
+        .swizzled = {true},
+        .load_tiles = {{0, 1, 1}, {0, 2, 2}, {1, 1, 1}, {2, 2, 2}},
+        .double_buffer = {false, true},
+        // The textbook softmax does strictly more FP32 work per score (a separate scale
+        // multiply, per-iteration row-sum shuffles); the progression ladder measures it.
+        .optimized_softmax = {true},
+    };
+}
+
+ValueSets all_values() {
+    return {
+        .dtypes = {DType::FP16, DType::BF16},
+        .d_heads = {64, 128},
+        .B_rs = {64, 128},
+        .B_cs = {16, 32, 64, 128},
+        .n_warps = {4, 8},
+        .async_copy = {false, true},
+        .eager_load_blocks = {false, true},
+        .swizzled = {false, true},
+        .load_tiles = every_load_tiles({0, 1, 2, 4}),
+        .double_buffer = {false, true},
+        .optimized_softmax = {false, true},
+    };
+}
+
+// Quick to compile, yet every code path is in it: the automatic choice's configs for
+// both dtypes and head dims, a plain-load unswizzled textbook-softmax kernel, a
+// non-eager asynchronous one with 8 warps and Q held in registers.
+std::vector<KernelConfig> ci() {
+    return parse_all({
+        "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
+        "(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
+        "(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
+        "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
+        "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
+        "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
+    });
+}
+
+}  // namespace
+
+std::span<const Rule> rules() { return k_rules; }
+
+int estimated_registers(const KernelConfig& c) {
+    if (c.n_warps <= 0 || c.d_head <= 0 || c.B_c <= 0) return 0;
+    // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
+    // Q's fragments when held whole (16-bit pairs), and 48 for fragments in flight,
+    // addresses and softmax state. Fitted to ptxas (nvcc 13.0, sm_90) over the 144
+    // configs of d_head {64, 128} x B_r {64, 128} x B_c {32, 64, 128} x n_warps {4, 8}
+    // x load tiles x buffering: every config it puts above 255 spills 40 to 1408 bytes;
+    // at 240 (B_r 128 / 4 warps / B_c 64 at d_head 128, B_c 128 at d_head 64) ptxas uses
+    // 255 registers and spills at most 36 bytes; all others spill nothing. ptxas
+    // schedules fragment loads itself, so the load step and buffering barely move it.
+    const int rows = c.rows_per_warp();
+    const int o_accum = rows * c.d_head / 32;
+    const int s_accum = rows * c.B_c / 32;
+    const int q_held = c.Q_mma_load_K_tiles == 0 ? rows * c.d_head / 64 : 0;
+    return o_accum + s_accum + q_held + 48;
+}
+
+const Rule* rejecting_rule(const KernelConfig& config, bool validity_only) {
+    for (const Rule& rule : k_rules) {
+        if (validity_only && rule.kind != RuleKind::validity) continue;
+        if (rule.rejects(config)) return &rule;
+    }
+    return nullptr;
+}
+
+std::vector<KernelConfig> ValueSets::expand() const {
+    std::vector<KernelConfig> out;
+    KernelConfig c;
+    for (const DType dtype : dtypes)
+    for (const int d : d_heads)
+    for (const int br : B_rs)
+    for (const int bc : B_cs)
+    for (const int nw : n_warps)
+    for (const bool async : async_copy)
+    for (const bool eager : eager_load_blocks)
+    for (const bool swz : swizzled)
+    for (const auto& [q, k, v] : load_tiles)
+    for (const bool buf : double_buffer)
+    for (const bool opt : optimized_softmax) {
+        c = {dtype, d, br, bc, nw, async, eager, swz, q, k, v, buf, opt};
+        if (!rejecting_rule(c)) out.push_back(c);
+    }
+    return sorted_unique(std::move(out));
+}
+
+std::vector<std::string_view> set_names() {
+    return {"ci", "progression", "progression-all", "tune", "all"};
+}
+
+std::vector<KernelConfig> named_set(std::string_view name) {
+    if (name == "ci") return sorted_unique(ci());
+    if (name == "progression") return progression();  // ladder order, not sorted
+    if (name == "progression-all") return sorted_unique(progression_all_block_sizes());
+    if (name == "tune") return tune_values().expand();
+    if (name == "all") {
+        std::vector<KernelConfig> v = all_values().expand();
+        append_unique(v, progression_all_block_sizes());
+        append_unique(v, ci());
+        return sorted_unique(std::move(v));
+    }
+    std::string known;
+    for (const auto n : set_names()) known += (known.empty() ? "" : ", ") + std::string(n);
+    throw Error(ErrorCode::invalid_argument,
+                "unknown config set \"" + std::string(name) + "\" (expected one of " + known + ")");
+}
+
+}  // namespace flash_attention::space

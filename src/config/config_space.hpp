@@ -1,0 +1,57 @@
+#pragma once
+
+// The space of sm80-family kernel configs: the value set of every knob, the rules
+// that drop invalid or wasteful combinations, and the named sets that builds,
+// tests and the command line draw from. Host code only; no CUDA needed.
+
+#include <array>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flash_attention/kernel_config.hpp"
+
+namespace flash_attention::space {
+
+enum class RuleKind {
+    validity,  // the kernel template cannot be instantiated for this config
+    pruning,   // it can, but measurement or the register budget says it is not worth building
+};
+
+struct Rule {
+    std::string_view name;
+    RuleKind kind;
+    std::string_view why;
+    bool (*rejects)(const KernelConfig&);
+};
+
+std::span<const Rule> rules();
+
+// The first rule that rejects the config, or nullptr. With validity_only, pruning
+// rules are skipped (hand-picked sets such as the progression ladder may keep a
+// wasteful config on purpose).
+const Rule* rejecting_rule(const KernelConfig& config, bool validity_only = false);
+
+// Registers per thread the main loop needs, estimated from the tile shapes.
+int estimated_registers(const KernelConfig& config);
+
+// One value list per knob; expand() is their filtered Cartesian product.
+struct ValueSets {
+    std::vector<DType> dtypes;
+    std::vector<int> d_heads, B_rs, B_cs, n_warps;
+    std::vector<bool> async_copy, eager_load_blocks, swizzled;
+    std::vector<std::array<int, 3>> load_tiles;  // (Q, K, V) mma_load_K_tiles
+    std::vector<bool> double_buffer, optimized_softmax;
+
+    std::vector<KernelConfig> expand() const;
+};
+
+// Names accepted by named_set(): progression, progression-all, tune, ci, all.
+std::vector<std::string_view> set_names();
+
+// The configs of a named set, sorted and unique (the progression ladder in step order). Throws flash_attention::Error
+// (invalid_argument) naming the set and the known names when the name is unknown.
+std::vector<KernelConfig> named_set(std::string_view name);
+
+}  // namespace flash_attention::space

@@ -1,0 +1,199 @@
+#include "flash_attention/kernel_config.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+#include <charconv>
+#include <string>
+#include <vector>
+
+#include "flash_attention/error.hpp"
+
+namespace flash_attention {
+
+std::string_view to_string(DType dtype) {
+    switch (dtype) {
+        case DType::FP16:
+            return "FP16";
+        case DType::BF16:
+            return "BF16";
+    }
+    return "?";
+}
+
+int KernelConfig::ctas_per_sm(const DeviceLimits& limits) const {
+    const auto smem = static_cast<long>(smem_bytes());
+    if (smem > limits.smem_per_block_optin || n_threads() <= 0) {
+        return 0;
+    }
+    const long by_smem = limits.smem_per_sm / (smem + limits.reserved_smem_per_block);
+    const long by_threads = limits.max_threads_per_sm / n_threads();
+    return static_cast<int>(std::min({by_smem, by_threads, long{limits.max_ctas_per_sm}}));
+}
+
+std::string KernelConfig::to_string() const {
+    std::string s = "(" + std::string(flash_attention::to_string(dtype)) + ", " +
+                    std::to_string(d_head) + ", " + std::to_string(B_r) + ", " +
+                    std::to_string(B_c) + ", " + std::to_string(n_warps) + "): ";
+    if (async_copy) s += "async+";
+    if (eager_load_blocks) s += "eager+";
+    if (swizzled) s += "swizzled+";
+    s += "load_" + std::to_string(Q_mma_load_K_tiles) + "_" + std::to_string(K_mma_load_K_tiles) +
+         "_" + std::to_string(V_mma_load_K_tiles) + "_tiles";
+    if (mma_double_buffer_loads) s += "+buffer";
+    if (optimized_softmax) s += "+opt_softmax";
+    return s;
+}
+
+namespace {
+
+std::string_view trim(std::string_view s) {
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+    return s;
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+    std::vector<std::string_view> parts;
+    for (std::size_t start = 0;;) {
+        const std::size_t end = s.find(sep, start);
+        parts.push_back(trim(s.substr(start, end - start)));
+        if (end == std::string_view::npos) return parts;
+        start = end + 1;
+    }
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+               return std::tolower(static_cast<unsigned char>(x)) ==
+                      std::tolower(static_cast<unsigned char>(y));
+           });
+}
+
+class Parser {
+public:
+    explicit Parser(std::string_view text) : text_(text) {}
+
+    [[noreturn]] void fail(const std::string& what) const {
+        throw Error(ErrorCode::invalid_argument,
+                    "invalid kernel config \"" + std::string(text_) + "\": " + what);
+    }
+
+    int positive_int(std::string_view token, std::string_view field) const {
+        int value = 0;
+        const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+        if (ec != std::errc() || end != token.data() + token.size() || value <= 0) {
+            fail("expected a positive integer for " + std::string(field) + ", got \"" +
+                 std::string(token) + "\"");
+        }
+        return value;
+    }
+
+    // "load_Q_K_V_tiles" (the "_tiles" suffix may be left off).
+    void load_tiles(std::string_view token, KernelConfig& c) const {
+        std::string_view body = token.substr(5);
+        if (body.size() > 6 && body.substr(body.size() - 6) == "_tiles") {
+            body.remove_suffix(6);
+        }
+        const auto numbers = split(body, '_');
+        std::array<int, 3> tiles{};
+        if (numbers.size() != 3) {
+            fail("flag \"" + std::string(token) + "\" must be load_Q_K_V_tiles with three counts");
+        }
+        for (int i = 0; i < 3; ++i) {
+            int value = -1;
+            const auto n = numbers[i];
+            const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), value);
+            if (n.empty() || ec != std::errc() || end != n.data() + n.size() || value < 0) {
+                fail("flag \"" + std::string(token) + "\" has a tile count \"" + std::string(n) +
+                     "\" that is not a non-negative integer");
+            }
+            tiles[i] = value;
+        }
+        c.Q_mma_load_K_tiles = tiles[0];
+        c.K_mma_load_K_tiles = tiles[1];
+        c.V_mma_load_K_tiles = tiles[2];
+    }
+
+    KernelConfig parse() const {
+        const std::string_view s = trim(text_);
+        if (s.empty() || s.front() != '(') fail("expected \"(\" at the start");
+        const std::size_t close = s.find(')');
+        if (close == std::string_view::npos) fail("missing \")\" after the tuple");
+        const auto fields = split(s.substr(1, close - 1), ',');
+        if (fields.size() != 5) {
+            fail("expected 5 tuple fields (dtype, d_head, B_r, B_c, n_warps), got " +
+                 std::to_string(fields.size()));
+        }
+        KernelConfig c;
+        if (iequals(fields[0], "FP16")) {
+            c.dtype = DType::FP16;
+        } else if (iequals(fields[0], "BF16")) {
+            c.dtype = DType::BF16;
+        } else {
+            fail("unknown dtype \"" + std::string(fields[0]) + "\" (expected FP16 or BF16)");
+        }
+        c.d_head = positive_int(fields[1], "d_head");
+        c.B_r = positive_int(fields[2], "B_r");
+        c.B_c = positive_int(fields[3], "B_c");
+        c.n_warps = positive_int(fields[4], "n_warps");
+
+        std::string_view rest = trim(s.substr(close + 1));
+        if (rest.empty() || rest.front() != ':') fail("expected \":\" after the tuple");
+        rest = trim(rest.substr(1));
+        if (rest.empty()) fail("missing flags after \":\" (at least load_Q_K_V_tiles)");
+
+        bool seen_load = false;
+        std::vector<std::string_view> seen;
+        for (const std::string_view token : split(rest, '+')) {
+            if (token.empty()) fail("empty flag between \"+\" signs");
+            if (std::find(seen.begin(), seen.end(), token) != seen.end()) {
+                fail("flag \"" + std::string(token) + "\" given twice");
+            }
+            seen.push_back(token);
+            if (token == "async") {
+                c.async_copy = true;
+            } else if (token == "eager") {
+                c.eager_load_blocks = true;
+            } else if (token == "swizzled") {
+                c.swizzled = true;
+            } else if (token == "buffer") {
+                c.mma_double_buffer_loads = true;
+            } else if (token == "opt_softmax") {
+                c.optimized_softmax = true;
+            } else if (token.starts_with("load_")) {
+                if (seen_load) fail("more than one load_Q_K_V_tiles flag");
+                seen_load = true;
+                load_tiles(token, c);
+            } else {
+                fail("unknown flag \"" + std::string(token) +
+                     "\" (expected async, eager, swizzled, load_Q_K_V_tiles, buffer or "
+                     "opt_softmax)");
+            }
+        }
+        if (!seen_load) fail("missing the load_Q_K_V_tiles flag");
+        return c;
+    }
+
+private:
+    std::string_view text_;
+};
+
+}  // namespace
+
+KernelConfig KernelConfig::parse(std::string_view short_form) { return Parser(short_form).parse(); }
+
+}  // namespace flash_attention
+
+std::size_t std::hash<flash_attention::KernelConfig>::operator()(
+    const flash_attention::KernelConfig& c) const noexcept {
+    // Every field is small; pack them into one word and mix.
+    std::size_t h = static_cast<std::size_t>(c.dtype);
+    for (const int v : {c.d_head, c.B_r, c.B_c, c.n_warps, int(c.async_copy),
+                        int(c.eager_load_blocks), int(c.swizzled), c.Q_mma_load_K_tiles,
+                        c.K_mma_load_K_tiles, c.V_mma_load_K_tiles,
+                        int(c.mma_double_buffer_loads), int(c.optimized_softmax)}) {
+        h = h * 1000003u ^ static_cast<std::size_t>(v);
+    }
+    return h ^ (h >> 29);
+}

@@ -1,0 +1,51 @@
+#pragma once
+
+// Writing the output tile: accumulators -> SMEM (16-bit) -> GMEM.
+
+#include <cstdint>
+
+#include "kernels/primitives/ptx.cuh"
+
+namespace flash_attention {
+
+// Stores a warp's m16n8 fp32 accumulators, rounded to 16 bits, into its rows of a
+// shared-memory tile. A quad writes one 16-byte chunk per row; with the swizzle the
+// 8 rows of a store land in distinct bank groups.
+template <DType dtype, class Tile, int MT, int NT>
+__device__ __forceinline__ void store_accumulators_RF2SM(const float (&o)[MT][NT][4],
+                                                         std::uint32_t tile_base, int warp_row0) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+        const int row = warp_row0 + mt * 16 + lane / 4;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const std::uint32_t col_bytes = (lane % 4) * 4;
+            ptx::st_shared_4(tile_base + Tile::chunk_offset(row, nt) + col_bytes,
+                             ptx::pack_rn<dtype>(o[mt][nt][0], o[mt][nt][1]));
+            ptx::st_shared_4(tile_base + Tile::chunk_offset(row + 8, nt) + col_bytes,
+                             ptx::pack_rn<dtype>(o[mt][nt][2], o[mt][nt][3]));
+        }
+    }
+}
+
+// Copies `Rows` rows of a shared-memory tile, starting at row0, to GMEM with one warp.
+// Going through SMEM turns the accumulators' scattered 4-byte pieces into 16-byte
+// stores that cover whole rows: fully coalesced writes.
+template <class Tile, int Rows, class T>
+__device__ __forceinline__ void copy_rows_SM2GM(std::uint32_t tile_base, int row0, T* gmem_row0,
+                                                std::int64_t gmem_row_stride) {
+    constexpr int chunks = Rows * Tile::chunks_per_row;
+    static_assert(chunks % 32 == 0, "every lane stores the same number of chunks");
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < chunks / 32; ++i) {
+        const int c = lane + 32 * i;
+        const int r = c / Tile::chunks_per_row;
+        const int chunk = c % Tile::chunks_per_row;
+        const uint4 v = ptx::ld_shared_16(tile_base + Tile::chunk_offset(row0 + r, chunk));
+        ptx::st_global_16(gmem_row0 + r * gmem_row_stride + chunk * 8, v);
+    }
+}
+
+}  // namespace flash_attention

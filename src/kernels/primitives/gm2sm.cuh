@@ -1,0 +1,78 @@
+#pragma once
+
+// Cooperative GMEM -> SMEM copy of a tile, 16 bytes per thread per step, with
+// cp.async or with plain loads and stores through registers.
+
+#include <cstdint>
+
+#include "kernels/primitives/ptx.cuh"
+
+namespace flash_attention {
+
+// Thread t copies chunk (t % chunks_per_row) of rows t / chunks_per_row + i * row_step:
+// consecutive threads read consecutive 16-byte chunks of a row, so every warp's
+// load is whole 128-byte lines.
+template <class Tile, int Threads, bool Async, class T>
+class TileCopyGM2SM {
+public:
+    static_assert(Threads % Tile::chunks_per_row == 0, "threads cover whole rows");
+    static constexpr int row_step = Threads / Tile::chunks_per_row;
+    static_assert(Tile::rows % row_step == 0, "every thread copies the same number of chunks");
+    static constexpr int chunks_per_thread = Tile::rows / row_step;
+
+    __device__ TileCopyGM2SM(const T* gmem_tile, std::int64_t gmem_row_stride,
+                             std::uint32_t smem_tile)
+        : row_stride_(gmem_row_stride) {
+        const int row = threadIdx.x / Tile::chunks_per_row;
+        const int chunk = threadIdx.x % Tile::chunks_per_row;
+        gmem_ = gmem_tile + row * gmem_row_stride + chunk * 8;
+        smem_ = smem_tile + Tile::chunk_offset(row, chunk);
+        swizzle_row_ = row;
+        chunk_ = chunk;
+    }
+
+    // Issues (async) or performs (sync) the copy of the current tile.
+    __device__ void copy() const {
+        if constexpr (Async) {
+#pragma unroll
+            for (int i = 0; i < chunks_per_thread; ++i) {
+                ptx::cp_async_16(smem(i), gmem_ + i * row_step * row_stride_);
+            }
+        } else {
+            // All loads before any store: chunks_per_thread loads in flight at once.
+            uint4 staged[chunks_per_thread];
+#pragma unroll
+            for (int i = 0; i < chunks_per_thread; ++i) {
+                staged[i] = ptx::ld_global_16(gmem_ + i * row_step * row_stride_);
+            }
+#pragma unroll
+            for (int i = 0; i < chunks_per_thread; ++i) {
+                ptx::st_shared_16(smem(i), staged[i]);
+            }
+        }
+    }
+
+    // Moves the GMEM window down by `rows` rows (the next K or V block).
+    __device__ void advance(int rows) { gmem_ += rows * row_stride_; }
+
+private:
+    // When row_step is a multiple of 8 every chunk i keeps the thread's swizzle
+    // pattern, so the offset is a compile-time multiple of the row size.
+    __device__ std::uint32_t smem(int i) const {
+        if constexpr (!Tile::swizzled || row_step % 8 == 0) {
+            return smem_ + i * row_step * Tile::row_bytes;
+        } else {
+            const int row = swizzle_row_ + i * row_step;
+            return smem_ - Tile::chunk_offset(swizzle_row_, chunk_) +
+                   Tile::chunk_offset(row, chunk_);
+        }
+    }
+
+    const T* gmem_;
+    std::int64_t row_stride_;
+    std::uint32_t smem_;
+    int swizzle_row_;
+    int chunk_;
+};
+
+}  // namespace flash_attention

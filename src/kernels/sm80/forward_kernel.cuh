@@ -1,0 +1,141 @@
+#pragma once
+
+// The sm80 forward kernel: one CTA computes B_r rows of O for one (batch, head),
+// streaming K and V through shared memory B_c rows at a time (FlashAttention-2).
+// mma.sync + ldmatrix + cp.async; runs on sm_80 and later.
+
+#include <cstdint>
+
+#include "kernels/primitives/epilogue.cuh"
+#include "kernels/primitives/gm2sm.cuh"
+#include "kernels/primitives/online_softmax.cuh"
+#include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/warp_gemm.cuh"
+#include "kernels/sm80/traits.cuh"
+#include "registry/kernel_args.hpp"
+
+namespace flash_attention::sm80 {
+
+// Makes every copy this thread issued visible to the whole CTA. Each thread waits for
+// its own cp.async groups; the barrier then publishes them to the other warps (and
+// tells the issuer that every warp is done with the buffer's previous contents).
+template <bool Async>
+__device__ __forceinline__ void wait_copies_and_sync() {
+    if constexpr (Async) ptx::cp_async_wait_group<0>();
+    __syncthreads();
+}
+
+template <bool Async>
+__device__ __forceinline__ void commit_copies() {
+    if constexpr (Async) ptx::cp_async_commit_group();
+}
+
+template <unsigned long long Code>
+__global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
+    forward_kernel(const __grid_constant__ KernelArgs args) {
+    constexpr KernelConfig C = unpack(Code);
+    using Tr = Traits<C>;
+    using T = typename Tr::T;
+    constexpr bool async = C.async_copy;
+    constexpr bool eager = C.eager_load_blocks;
+    constexpr bool buffer = C.mma_double_buffer_loads;
+    constexpr int m_tiles = Tr::m_tiles;
+
+    extern __shared__ __align__(128) unsigned char smem[];
+    const std::uint32_t q_smem = ptx::smem_address(smem) + Tr::q_smem_offset;
+    const std::uint32_t k_smem = ptx::smem_address(smem) + Tr::k_smem_offset;
+    const std::uint32_t v_smem = ptx::smem_address(smem) + Tr::v_smem_offset;
+
+    const int q_block = blockIdx.x;
+    const int head = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int warp_row0 = (threadIdx.x / 32) * Tr::rows_per_warp;
+
+    const auto tile_start = [&](const void* base, const TensorStrides& st, std::int64_t row) {
+        return static_cast<const T*>(base) + batch * st.batch + head * st.head + row * st.seq;
+    };
+    const T* q = tile_start(args.q, args.q_stride, std::int64_t{q_block} * Tr::B_r);
+    TileCopyGM2SM<typename Tr::QTile, Tr::threads, async, T> q_copy(q, args.q_stride.seq, q_smem);
+    TileCopyGM2SM<typename Tr::KTile, Tr::threads, async, T> k_copy(
+        tile_start(args.k, args.k_stride, 0), args.k_stride.seq, k_smem);
+    TileCopyGM2SM<typename Tr::VTile, Tr::threads, async, T> v_copy(
+        tile_start(args.v, args.v_stride, 0), args.v_stride.seq, v_smem);
+
+    // Q and the first K block travel together.
+    q_copy.copy();
+    k_copy.copy();
+    commit_copies<async>();
+    wait_copies_and_sync<async>();
+
+    const SmemA<typename Tr::QTile, m_tiles> q_in_smem(q_smem, warp_row0);
+    typename SmemA<typename Tr::QTile, m_tiles>::template Frags<Tr::qk_k_tiles> q_held;
+    if constexpr (Tr::q_held_in_registers) q_in_smem.load(q_held, 0);
+    const auto q_frags = [&] {
+        if constexpr (Tr::q_held_in_registers) {
+            return RegisterA<m_tiles, Tr::qk_k_tiles>{q_held.r};
+        } else {
+            return q_in_smem;
+        }
+    }();
+    const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(k_smem);
+    const SmemB<typename Tr::VTile, Tr::pv_n_tiles, true> v_frags(v_smem);
+
+    float o[m_tiles][Tr::pv_n_tiles][4];  // (rows_per_warp x d_head) fp32
+    zero(o);
+    OnlineSoftmax<m_tiles, C.optimized_softmax> softmax(args.softmax_scale, args.scale_log2);
+
+    const int n_blocks = args.seq_k / Tr::B_c;
+    for (int j = 0; j < n_blocks; ++j) {
+        if constexpr (eager) {
+            v_copy.copy();  // V_j lands while S = Q·K_jᵀ computes
+            commit_copies<async>();
+        }
+
+        float s[m_tiles][Tr::qk_n_tiles][4];  // (rows_per_warp x B_c) fp32
+        zero(s);
+        warp_gemm<Tr::dtype, Tr::qk_k_tiles, Tr::qk_step, buffer>(s, q_frags, k_frags);
+
+        if constexpr (!eager) {
+            v_copy.copy();
+            commit_copies<async>();
+        }
+        // V_j has landed, and every warp is done reading K_j.
+        wait_copies_and_sync<async>();
+        if (eager && j + 1 < n_blocks) {
+            k_copy.advance(Tr::B_c);
+            k_copy.copy();  // K_{j+1} lands during the softmax and O += P·V_j
+            commit_copies<async>();
+        }
+
+        softmax.update(s, o);
+        std::uint32_t p[m_tiles][Tr::pv_k_tiles][4];  // (rows_per_warp x B_c) 16-bit
+        accumulators_to_a_fragments<Tr::dtype>(s, p);
+        warp_gemm<Tr::dtype, Tr::pv_k_tiles, Tr::pv_step, buffer>(
+            o, RegisterA<m_tiles, Tr::pv_k_tiles>{p}, v_frags);
+
+        if (j + 1 < n_blocks) {
+            if constexpr (!eager) {
+                k_copy.advance(Tr::B_c);
+                k_copy.copy();
+                commit_copies<async>();
+            }
+            v_copy.advance(Tr::B_c);
+            // K_{j+1} has landed, and every warp is done reading V_j.
+            wait_copies_and_sync<async>();
+        }
+    }
+
+    softmax.finalize(o);
+
+    // O is staged in this warp's own rows of Q's tile: no other warp reads them, and
+    // the barrier-free hand-over only needs the warp's lanes to agree.
+    __syncwarp();
+    store_accumulators_RF2SM<Tr::dtype, typename Tr::QTile>(o, q_smem, warp_row0);
+    __syncwarp();
+    T* out = static_cast<T*>(args.o) + batch * args.o_stride.batch + head * args.o_stride.head +
+             (std::int64_t{q_block} * Tr::B_r + warp_row0) * args.o_stride.seq;
+    copy_rows_SM2GM<typename Tr::QTile, Tr::rows_per_warp>(q_smem, warp_row0, out,
+                                                           args.o_stride.seq);
+}
+
+}  // namespace flash_attention::sm80

@@ -1,0 +1,193 @@
+#include "reference/reference.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <thread>
+
+namespace flash_attention::reference {
+
+float to_float(DType dtype, std::uint16_t bits) {
+    if (dtype == DType::FP16) {
+        __half_raw raw;
+        raw.x = bits;
+        return __half2float(__half(raw));
+    }
+    __nv_bfloat16_raw raw;
+    raw.x = bits;
+    return __bfloat162float(__nv_bfloat16(raw));
+}
+
+std::uint16_t from_float(DType dtype, float value) {
+    if (dtype == DType::FP16) return static_cast<__half_raw>(__float2half_rn(value)).x;
+    return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(value)).x;
+}
+
+namespace {
+
+float round_to(DType dtype, float x) { return to_float(dtype, from_float(dtype, x)); }
+
+// Runs body(i) for i in [0, n) on all hardware threads, each thread a contiguous range.
+void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t, int)>& body) {
+    const int threads = static_cast<int>(
+        std::clamp<std::int64_t>(std::thread::hardware_concurrency(), 1, std::max<std::int64_t>(n, 1)));
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] { body(n * t / threads, n * (t + 1) / threads, t); });
+    }
+    for (auto& th : pool) th.join();
+}
+
+struct RowErrors {
+    double kernel = 0;
+    double naive = 0;
+};
+
+// One query row, three ways: double precision, naive same-dtype, and the kernel's.
+RowErrors check_row(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                    const HostTensor& out, double scale, const RowSample& r,
+                    std::vector<double>& s64, std::vector<float>& s16) {
+    const DType dt = q.dtype;
+    const std::int64_t d = q.d_head;
+    const std::int64_t sk = k.seq;
+    const float* qr = &q.values[q.offset(r.batch, r.row, r.head)];
+    double max64 = -INFINITY;
+    float max16 = -INFINITY;
+    for (std::int64_t j = 0; j < sk; ++j) {
+        const float* kr = &k.values[k.offset(r.batch, j, r.head)];
+        double acc64 = 0;
+        float acc32 = 0;
+        for (std::int64_t x = 0; x < d; ++x) {
+            acc64 += static_cast<double>(qr[x]) * kr[x];
+            acc32 += qr[x] * kr[x];
+        }
+        s64[j] = acc64 * scale;
+        s16[j] = round_to(dt, round_to(dt, acc32) * static_cast<float>(scale));
+        max64 = std::max(max64, s64[j]);
+        max16 = std::max(max16, s16[j]);
+    }
+    double sum64 = 0;
+    float sum16 = 0;
+    for (std::int64_t j = 0; j < sk; ++j) {
+        s64[j] = std::exp(s64[j] - max64);
+        sum64 += s64[j];
+        s16[j] = std::exp(s16[j] - max16);
+        sum16 += s16[j];
+    }
+    for (std::int64_t j = 0; j < sk; ++j) s16[j] = round_to(dt, s16[j] / sum16);
+
+    RowErrors e;
+    const std::uint16_t* orow = &out.bits[out.offset(r.batch, r.row, r.head)];
+    for (std::int64_t x = 0; x < d; ++x) {
+        double acc64 = 0;
+        float acc32 = 0;
+        for (std::int64_t j = 0; j < sk; ++j) {
+            const float vj = v.values[v.offset(r.batch, j, r.head) + x];
+            acc64 += s64[j] * vj;
+            acc32 += s16[j] * vj;
+        }
+        const double ref = acc64 / sum64;
+        const double got = to_float(dt, orow[x]);
+        // NaN compares false: make it an infinite error instead of a silent pass.
+        e.kernel = std::max(e.kernel, std::isfinite(got) ? std::abs(got - ref) : INFINITY);
+        e.naive = std::max(e.naive, std::abs(static_cast<double>(round_to(dt, acc32)) - ref));
+    }
+    return e;
+}
+
+}  // namespace
+
+HostTensor HostTensor::random_normal(DType dtype, std::int64_t batch, std::int64_t seq,
+                                     std::int64_t heads, std::int64_t d_head, std::uint64_t seed) {
+    HostTensor t{dtype, batch, seq, heads, d_head, {}, {}};
+    t.bits.resize(t.size());
+    t.values.resize(t.size());
+    constexpr std::int64_t chunk = 1 << 16;
+    const std::int64_t chunks = (t.size() + chunk - 1) / chunk;
+    parallel_for(chunks, [&](std::int64_t begin, std::int64_t end, int) {
+        for (std::int64_t c = begin; c < end; ++c) {
+            std::mt19937_64 rng(seed ^ (0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(c + 1)));
+            std::normal_distribution<float> normal(0.0f, 1.0f);
+            for (std::int64_t i = c * chunk; i < std::min(t.size(), (c + 1) * chunk); ++i) {
+                t.bits[i] = from_float(dtype, normal(rng));
+                t.values[i] = to_float(dtype, t.bits[i]);
+            }
+        }
+    });
+    return t;
+}
+
+HostTensor HostTensor::from_bits(DType dtype, std::int64_t batch, std::int64_t seq,
+                                 std::int64_t heads, std::int64_t d_head,
+                                 std::vector<std::uint16_t> bits) {
+    HostTensor t{dtype, batch, seq, heads, d_head, std::move(bits), {}};
+    t.values.resize(t.bits.size());
+    for (std::size_t i = 0; i < t.bits.size(); ++i) t.values[i] = to_float(dtype, t.bits[i]);
+    return t;
+}
+
+std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::int64_t seq,
+                                   std::int64_t rows_per_head, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<RowSample> rows;
+    for (std::int64_t b = 0; b < batch; ++b) {
+        for (std::int64_t h = 0; h < heads; ++h) {
+            if (seq <= rows_per_head) {
+                for (std::int64_t s = 0; s < seq; ++s) rows.push_back({b, h, s});
+                continue;
+            }
+            for (std::int64_t i = 0; i < rows_per_head; ++i) {
+                const std::int64_t lo = seq * i / rows_per_head;
+                const std::int64_t hi = seq * (i + 1) / rows_per_head;
+                rows.push_back({b, h, lo + static_cast<std::int64_t>(rng() % (hi - lo))});
+            }
+        }
+    }
+    return rows;
+}
+
+CheckResult check_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                            const HostTensor& out, double softmax_scale,
+                            const std::vector<RowSample>& rows) {
+    const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<RowErrors> per_thread(threads);
+    parallel_for(static_cast<std::int64_t>(rows.size()),
+                 [&](std::int64_t begin, std::int64_t end, int t) {
+                     std::vector<double> s64(k.seq);
+                     std::vector<float> s16(k.seq);
+                     for (std::int64_t i = begin; i < end; ++i) {
+                         const RowErrors e = check_row(q, k, v, out, softmax_scale, rows[i], s64, s16);
+                         per_thread[t].kernel = std::max(per_thread[t].kernel, e.kernel);
+                         per_thread[t].naive = std::max(per_thread[t].naive, e.naive);
+                     }
+                 });
+    CheckResult r;
+    for (const RowErrors& e : per_thread) {
+        r.max_error = std::max(r.max_error, e.kernel);
+        r.naive_max_error = std::max(r.naive_max_error, e.naive);
+    }
+    r.rows_checked = static_cast<std::int64_t>(rows.size());
+    r.non_finite = std::count_if(out.values.begin(), out.values.end(),
+                                 [](float x) { return !std::isfinite(x); });
+    r.tolerance = 2 * r.naive_max_error + 1e-3;
+    r.passed = r.non_finite == 0 && r.rows_checked > 0 && r.max_error <= r.tolerance;
+    return r;
+}
+
+std::string CheckResult::summary() const {
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "%s: max|out-ref| %.3g %s 2 x %.3g (naive same-dtype) + 1e-3 = %.3g on %lld rows; "
+                  "%lld non-finite outputs",
+                  passed ? "passed" : "FAILED", max_error, max_error <= tolerance ? "<=" : ">",
+                  naive_max_error, tolerance, static_cast<long long>(rows_checked),
+                  static_cast<long long>(non_finite));
+    return text;
+}
+
+}  // namespace flash_attention::reference

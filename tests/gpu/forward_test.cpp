@@ -1,0 +1,205 @@
+// Every built config against the double-precision reference, on fresh random data,
+// with the output poisoned with NaN before each run (FlashAttention's test rule).
+
+#include <gtest/gtest.h>
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+
+#include "common/cuda_check.hpp"
+#include "common/device_buffer.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "reference/reference.hpp"
+
+namespace fa = flash_attention;
+using fa::reference::HostTensor;
+
+namespace {
+
+std::vector<int> test_seqs() {
+    std::vector<int> seqs;
+    const char* env = std::getenv("FLASH_TEST_SEQS");  // e.g. "512,4096" for a quick run
+    std::stringstream list(env ? env : "512,1024,2048,4096");
+    for (std::string item; std::getline(list, item, ',');) seqs.push_back(std::stoi(item));
+    return seqs;
+}
+
+struct Case {
+    fa::KernelConfig config;
+    int seq;
+};
+
+std::vector<Case> all_cases() {
+    std::vector<Case> cases;
+    for (const fa::KernelConfig& c : fa::configs()) {
+        for (const int seq : test_seqs()) {
+            if (seq % c.B_r == 0 && seq % c.B_c == 0) cases.push_back({c, seq});
+        }
+    }
+    return cases;
+}
+
+std::uint64_t fresh_seed() { return (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}(); }
+
+struct Problem {
+    std::uint64_t seed;  // printed on failure: the inputs can be regenerated from it
+    HostTensor q, k, v;
+    fa::DeviceTensor dq, dk, dv, dout;
+
+    Problem(fa::DType dtype, int batch, int seq_q, int seq_k, int heads, int d)
+        : seed(fresh_seed()),
+          q(HostTensor::random_normal(dtype, batch, seq_q, heads, d, seed)),
+          k(HostTensor::random_normal(dtype, batch, seq_k, heads, d, seed + 1)),
+          v(HostTensor::random_normal(dtype, batch, seq_k, heads, d, seed + 2)),
+          dq(fa::DeviceTensor::upload(q)),
+          dk(fa::DeviceTensor::upload(k)),
+          dv(fa::DeviceTensor::upload(v)),
+          dout(fa::DeviceTensor::empty_like(q)) {}
+
+    fa::ForwardParams params() const { return {dq.view, dk.view, dv.view, dout.view, std::nullopt}; }
+
+    // Poisons O, runs, and checks against the reference on sampled rows.
+    fa::reference::CheckResult run_and_check(const std::function<void()>& forward, double scale) {
+        dout.buffer.poison_with_nan();
+        forward();
+        fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+        const HostTensor out = dout.download(q);
+        const auto rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, 256, seed);
+        return fa::reference::check_attention(q, k, v, out, scale, rows);
+    }
+};
+
+class EveryConfig : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EveryConfig, MatchesReference) {
+    const auto [config, seq] = GetParam();
+    Problem p(config.dtype, 2, seq, seq, 2, config.d_head);
+    const auto result = p.run_and_check([&] { fa::forward(p.params(), config); },
+                                        1.0 / std::sqrt(double(config.d_head)));
+    EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+    std::string name;
+    for (const char ch : info.param.config.to_string()) {
+        if (std::isalnum(static_cast<unsigned char>(ch))) name += ch;
+        else if (!name.empty() && name.back() != '_') name += '_';
+    }
+    return name + "_seq" + std::to_string(info.param.seq) + "_" + std::to_string(info.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(Built, EveryConfig, ::testing::ValuesIn(all_cases()), case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfig);
+
+// One (dtype, d_head) pair per built combination, for the tests below.
+std::vector<std::pair<fa::DType, int>> built_problem_kinds() {
+    std::vector<std::pair<fa::DType, int>> kinds;
+    for (const auto& c : fa::configs()) {
+        const std::pair kind{c.dtype, c.d_head};
+        if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+    }
+    return kinds;
+}
+
+TEST(Forward, AutomaticChoiceMatchesReference) {
+    for (const auto& [dtype, d] : built_problem_kinds()) {
+        Problem p(dtype, 2, 1024, 1024, 3, d);
+        const auto result = p.run_and_check([&] { fa::forward(p.params()); }, 1.0 / std::sqrt(double(d)));
+        EXPECT_TRUE(result.passed) << "d " << d << ": " << result.summary() << "; seed " << p.seed;
+    }
+}
+
+TEST(Forward, DifferentQueryAndKeyLengths) {
+    for (const auto& [dtype, d] : built_problem_kinds()) {
+        for (const auto& [sq, sk] : {std::pair{256, 2048}, std::pair{2048, 256}}) {
+            Problem p(dtype, 1, sq, sk, 2, d);
+            const auto result = p.run_and_check([&] { fa::forward(p.params()); }, 1.0 / std::sqrt(double(d)));
+            EXPECT_TRUE(result.passed) << "seq_q " << sq << " seq_k " << sk << ": " << result.summary();
+        }
+    }
+}
+
+TEST(Forward, CustomScale) {
+    for (const auto& [dtype, d] : built_problem_kinds()) {
+        Problem p(dtype, 1, 512, 512, 2, d);
+        fa::ForwardParams params = p.params();
+        params.softmax_scale = 0.3f;
+        const auto result = p.run_and_check([&] { fa::forward(params); }, 0.3);
+        EXPECT_TRUE(result.passed) << result.summary();
+    }
+}
+
+// Q, K, V as slices of one packed (batch, seq, 3, heads, d) tensor and O with padded
+// rows: the kernels take any batch/seq/head strides.
+TEST(Forward, StridedViews) {
+    for (const auto& [dtype, d] : built_problem_kinds()) {
+        const int b = 2, s = 512, h = 3;
+        const HostTensor qkv = HostTensor::random_normal(dtype, b, s, 3 * h, d, fresh_seed());
+        const fa::DeviceTensor packed = fa::DeviceTensor::upload(qkv);
+        const auto slice = [&](int which) {
+            fa::TensorView t = packed.view;
+            t.data = static_cast<char*>(t.data) + std::int64_t{which} * h * d * 2;
+            t.shape = {b, s, h, d};
+            return t;  // strides stay those of the packed tensor
+        };
+        const std::int64_t padded_row = std::int64_t{h} * d + 64;
+        fa::DeviceBuffer out_buffer(static_cast<std::size_t>(b) * s * padded_row * 2);
+        out_buffer.poison_with_nan();
+        const fa::TensorView o{out_buffer.data(), dtype, {b, s, h, d}, {s * padded_row, padded_row, d, 1}};
+        fa::forward({slice(0), slice(1), slice(2), o, std::nullopt});
+        fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+
+        // Unpack to contiguous host tensors and check.
+        const auto bits = out_buffer.download();
+        HostTensor q{dtype, b, s, h, d, {}, {}}, k = q, v = q;
+        std::vector<std::uint16_t> out_bits(static_cast<std::size_t>(b) * s * h * d);
+        for (auto* t : {&q, &k, &v}) t->bits.resize(out_bits.size());
+        for (int bi = 0; bi < b; ++bi) {
+            for (int si = 0; si < s; ++si) {
+                for (int hi = 0; hi < h; ++hi) {
+                    for (int x = 0; x < d; ++x) {
+                        const std::size_t dst = ((std::size_t(bi) * s + si) * h + hi) * d + x;
+                        q.bits[dst] = qkv.bits[qkv.offset(bi, si, hi) + x];
+                        k.bits[dst] = qkv.bits[qkv.offset(bi, si, h + hi) + x];
+                        v.bits[dst] = qkv.bits[qkv.offset(bi, si, 2 * h + hi) + x];
+                        out_bits[dst] = bits[(std::size_t(bi) * s + si) * padded_row + std::size_t(hi) * d + x];
+                    }
+                }
+            }
+        }
+        q = HostTensor::from_bits(dtype, b, s, h, d, q.bits);
+        k = HostTensor::from_bits(dtype, b, s, h, d, k.bits);
+        v = HostTensor::from_bits(dtype, b, s, h, d, v.bits);
+        const HostTensor out = HostTensor::from_bits(dtype, b, s, h, d, out_bits);
+        const auto rows = fa::reference::sample_rows(b, h, s, 128, fresh_seed());
+        const auto result = fa::reference::check_attention(q, k, v, out, 1.0 / std::sqrt(double(d)), rows);
+        EXPECT_TRUE(result.passed) << "d " << d << ": " << result.summary();
+        // The padding between rows must be untouched (still NaN poison).
+        for (int bi = 0; bi < b; ++bi) {
+            for (int si = 0; si < s; ++si) {
+                for (int x = h * d; x < padded_row; ++x) {
+                    ASSERT_EQ(bits[(std::size_t(bi) * s + si) * padded_row + x], 0xFFFF)
+                        << "write outside O at batch " << bi << " row " << si;
+                }
+            }
+        }
+    }
+}
+
+// The same inputs give bit-identical outputs: a race would make them differ.
+TEST(Forward, Deterministic) {
+    for (const fa::KernelConfig& c : fa::configs()) {
+        Problem p(c.dtype, 1, 1024, 1024, 4, c.d_head);
+        p.dout.buffer.poison_with_nan();
+        fa::forward(p.params(), c);
+        const auto first = p.dout.buffer.download();
+        p.dout.buffer.poison_with_nan();
+        fa::forward(p.params(), c);
+        EXPECT_EQ(first, p.dout.buffer.download()) << c.to_string();
+    }
+}
+
+}  // namespace

@@ -1,0 +1,19 @@
+// GPU test entry point: without a CUDA device every test would be skipped, so say
+// why once and exit with 77, which CTest reports as "skipped" rather than "passed".
+
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "common/device_buffer.hpp"
+
+int main(int argc, char** argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    if (flash_attention::cuda_device_count() == 0) {
+        std::cout << "SKIPPED: no CUDA device on this machine; the GPU tests run on the device "
+                     "machine (docs/PERF.md records their results)\n";
+        return 77;
+    }
+    std::cout << "device: " << flash_attention::current_device_description() << "\n";
+    return RUN_ALL_TESTS();
+}

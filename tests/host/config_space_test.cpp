@@ -1,0 +1,148 @@
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "config/config_space.hpp"
+#include "flash_attention/error.hpp"
+
+namespace fa = flash_attention;
+using fa::KernelConfig;
+
+namespace {
+
+KernelConfig good() {
+    return KernelConfig::parse(
+        "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax");
+}
+
+std::string rejected_by(const KernelConfig& c) {
+    const fa::space::Rule* rule = fa::space::rejecting_rule(c);
+    return rule ? std::string(rule->name) : "";
+}
+
+}  // namespace
+
+TEST(ConfigSpace, EveryRuleRejectsWhatItSays) {
+    EXPECT_EQ(rejected_by(good()), "");
+    auto with = [](auto change) {
+        KernelConfig c = good();
+        change(c);
+        return rejected_by(c);
+    };
+    EXPECT_EQ(with([](KernelConfig& c) { c.dtype = static_cast<fa::DType>(7); }), "dtype");
+    EXPECT_EQ(with([](KernelConfig& c) { c.d_head = 96; }), "d_head");
+    EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 2; }), "n_warps");
+    EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 256; }), "rows_per_warp");
+    EXPECT_EQ(with([](KernelConfig& c) { c.B_c = 48; }), "B_c");
+    EXPECT_EQ(with([](KernelConfig& c) { c.async_copy = false; }), "eager_needs_async");
+    EXPECT_EQ(with([](KernelConfig& c) { c.Q_mma_load_K_tiles = 2; }), "q_tiles");
+    EXPECT_EQ(with([](KernelConfig& c) { c.Q_mma_load_K_tiles = 3; c.K_mma_load_K_tiles = 3; }), "k_tiles");
+    EXPECT_EQ(with([](KernelConfig& c) { c.V_mma_load_K_tiles = 3; }), "v_tiles");
+    EXPECT_EQ(with([](KernelConfig& c) {
+                  c.K_mma_load_K_tiles = 0;
+                  c.Q_mma_load_K_tiles = 0;
+                  c.V_mma_load_K_tiles = 0;
+              }),
+              "buffer_needs_steps");
+    EXPECT_EQ(with([](KernelConfig& c) { c.B_c = 128; c.B_r = 128; c.n_warps = 4; c.mma_double_buffer_loads = false; }),
+              "register_budget");
+}
+
+TEST(ConfigSpace, CopySplitRule) {
+    // 8 warps copying a 16-row tile of 64-wide rows: 128 chunks for 256 threads.
+    const KernelConfig c = KernelConfig::parse("(FP16, 64, 128, 16, 8): async+load_1_1_1_tiles");
+    EXPECT_EQ(rejected_by(c), "copy_split");
+}
+
+TEST(ConfigSpace, ValidityOnlySkipsPruning) {
+    KernelConfig c = good();
+    c.B_c = 128;
+    c.mma_double_buffer_loads = false;
+    ASSERT_EQ(rejected_by(c), "register_budget");
+    EXPECT_EQ(fa::space::rejecting_rule(c, /*validity_only=*/true), nullptr);
+}
+
+TEST(ConfigSpace, NamedSetsAreValidSortedAndUnique) {
+    for (const auto name : fa::space::set_names()) {
+        const auto set = fa::space::named_set(name);
+        EXPECT_FALSE(set.empty()) << name;
+        for (const KernelConfig& c : set) {
+            EXPECT_EQ(fa::space::rejecting_rule(c, /*validity_only=*/true), nullptr)
+                << name << ": " << c.to_string();
+        }
+        if (name != "progression") {
+            EXPECT_TRUE(std::is_sorted(set.begin(), set.end())) << name;
+            EXPECT_TRUE(std::adjacent_find(set.begin(), set.end()) == set.end()) << name;
+        }
+    }
+}
+
+TEST(ConfigSpace, ProgressionIsTheSevenStepLadder) {
+    const auto ladder = fa::space::named_set("progression");
+    ASSERT_EQ(ladder.size(), 7u);
+    const char* expected[] = {
+        "(FP16, 128, 64, 64, 4): async+load_0_0_0_tiles",
+        "(FP16, 128, 64, 64, 4): async+swizzled+load_0_0_0_tiles",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_0_0_0_tiles",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax",
+        "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_0_2_2_tiles+opt_softmax",
+    };
+    for (int i = 0; i < 7; ++i) EXPECT_EQ(ladder[i].to_string(), expected[i]);
+}
+
+TEST(ConfigSpace, TuneSetCoversTheRequiredAxes) {
+    const auto tune = fa::space::named_set("tune");
+    const auto has = [&](auto pred) { return std::any_of(tune.begin(), tune.end(), pred); };
+    for (const auto dtype : {fa::DType::FP16, fa::DType::BF16}) {
+        for (const int d : {64, 128}) {
+            for (const int br : {64, 128}) {
+                for (const int bc : {32, 64, 128}) {
+                    EXPECT_TRUE(has([&](const KernelConfig& c) {
+                        return c.dtype == dtype && c.d_head == d && c.B_r == br && c.B_c == bc;
+                    })) << "dtype " << int(dtype) << " d " << d << " B_r " << br << " B_c " << bc;
+                }
+            }
+        }
+    }
+    for (const int nw : {4, 8}) {
+        EXPECT_TRUE(has([&](const KernelConfig& c) { return c.n_warps == nw; }));
+    }
+    EXPECT_TRUE(has([](const KernelConfig& c) { return c.mma_double_buffer_loads; }));
+    EXPECT_TRUE(has([](const KernelConfig& c) { return !c.mma_double_buffer_loads; }));
+    EXPECT_TRUE(has([](const KernelConfig& c) { return c.Q_mma_load_K_tiles == 0; }));
+    EXPECT_TRUE(has([](const KernelConfig& c) { return c.Q_mma_load_K_tiles != 0; }));
+    for (const KernelConfig& c : tune) {
+        EXPECT_EQ(fa::space::rejecting_rule(c), nullptr) << c.to_string();
+    }
+}
+
+TEST(ConfigSpace, ExpandAppliesEveryRule) {
+    fa::space::ValueSets values{.dtypes = {fa::DType::FP16},
+                                .d_heads = {128},
+                                .B_rs = {64},
+                                .B_cs = {64},
+                                .n_warps = {4},
+                                .async_copy = {false, true},
+                                .eager_load_blocks = {false, true},
+                                .swizzled = {true},
+                                .load_tiles = {{0, 2, 2}},
+                                .double_buffer = {false},
+                                .optimized_softmax = {true}};
+    const auto configs = values.expand();
+    // eager without async is dropped: 3 of the 4 copy combinations remain.
+    EXPECT_EQ(configs.size(), 3u);
+    for (const KernelConfig& c : configs) EXPECT_FALSE(c.eager_load_blocks && !c.async_copy);
+}
+
+TEST(ConfigSpace, UnknownSetNamesTheKnownOnes) {
+    try {
+        fa::space::named_set("fast");
+        FAIL() << "no exception";
+    } catch (const fa::Error& e) {
+        EXPECT_EQ(e.code(), fa::ErrorCode::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("\"fast\""), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("tune"), std::string::npos);
+    }
+}

@@ -1,0 +1,125 @@
+#include <gtest/gtest.h>
+
+#include <set>
+#include <unordered_set>
+
+#include "config/config_space.hpp"
+#include "flash_attention/error.hpp"
+#include "flash_attention/kernel_config.hpp"
+
+namespace fa = flash_attention;
+using fa::KernelConfig;
+
+namespace {
+
+const char* k_full = "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax";
+
+// The message of the Error that parsing `text` throws.
+std::string parse_error(const std::string& text) {
+    try {
+        KernelConfig::parse(text);
+    } catch (const fa::Error& e) {
+        EXPECT_EQ(e.code(), fa::ErrorCode::invalid_argument);
+        return e.what();
+    }
+    ADD_FAILURE() << "parsing \"" << text << "\" did not throw";
+    return {};
+}
+
+}  // namespace
+
+TEST(KernelConfig, ParsesEveryField) {
+    const KernelConfig c = KernelConfig::parse(k_full);
+    EXPECT_EQ(c.dtype, fa::DType::FP16);
+    EXPECT_EQ(c.d_head, 128);
+    EXPECT_EQ(c.B_r, 64);
+    EXPECT_EQ(c.B_c, 64);
+    EXPECT_EQ(c.n_warps, 4);
+    EXPECT_TRUE(c.async_copy);
+    EXPECT_TRUE(c.eager_load_blocks);
+    EXPECT_TRUE(c.swizzled);
+    EXPECT_EQ(c.Q_mma_load_K_tiles, 2);
+    EXPECT_EQ(c.K_mma_load_K_tiles, 2);
+    EXPECT_EQ(c.V_mma_load_K_tiles, 2);
+    EXPECT_TRUE(c.mma_double_buffer_loads);
+    EXPECT_TRUE(c.optimized_softmax);
+}
+
+TEST(KernelConfig, PrintsTheShortForm) {
+    EXPECT_EQ(KernelConfig::parse(k_full).to_string(), k_full);
+    const KernelConfig plain{.dtype = fa::DType::BF16, .d_head = 64, .B_r = 128, .B_c = 32,
+                             .n_warps = 8, .Q_mma_load_K_tiles = 0, .K_mma_load_K_tiles = 1,
+                             .V_mma_load_K_tiles = 2};
+    EXPECT_EQ(plain.to_string(), "(BF16, 64, 128, 32, 8): load_0_1_2_tiles");
+}
+
+TEST(KernelConfig, RoundTripsEveryConfigOfEverySet) {
+    for (const auto name : fa::space::set_names()) {
+        for (const KernelConfig& c : fa::space::named_set(name)) {
+            const std::string s = c.to_string();
+            EXPECT_EQ(KernelConfig::parse(s), c) << s;
+            EXPECT_EQ(KernelConfig::parse(s).to_string(), s);
+        }
+    }
+}
+
+TEST(KernelConfig, AcceptsWhitespaceCaseFlagOrderAndTheShortLoadToken) {
+    const KernelConfig c = KernelConfig::parse(
+        "  ( fp16 ,128,64 , 64,4 ) :opt_softmax + buffer+load_2_2_2+swizzled+eager+async ");
+    EXPECT_EQ(c, KernelConfig::parse(k_full));
+}
+
+TEST(KernelConfig, RejectsMalformedStringsNamingTheToken) {
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): asyn+load_0_0_0_tiles").find("\"asyn\""),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP32, 128, 64, 64, 4): load_0_0_0_tiles").find("\"FP32\""),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 12x, 64, 64, 4): load_0_0_0_tiles").find("\"12x\""),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): load_0_a_0_tiles").find("\"a\""),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): async+async+load_0_0_0_tiles").find("\"async\" given twice"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): async").find("load_Q_K_V_tiles"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64): load_0_0_0_tiles").find("5 tuple fields"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 0, 64, 4): load_0_0_0_tiles").find("B_r"), std::string::npos);
+    EXPECT_NE(parse_error("FP16, 128, 64, 64, 4: load_0_0_0_tiles").find("\"(\""), std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4) load_0_0_0_tiles").find("\":\""), std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): async++load_0_0_0_tiles").find("empty flag"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): load_1_1_tiles").find("three counts"),
+              std::string::npos);
+    parse_error("");
+}
+
+TEST(KernelConfig, OrderEqualityAndHashAgree) {
+    const auto all = fa::space::named_set("all");
+    std::set<KernelConfig> ordered(all.begin(), all.end());
+    std::unordered_set<KernelConfig> hashed(all.begin(), all.end());
+    EXPECT_EQ(ordered.size(), all.size());
+    EXPECT_EQ(hashed.size(), all.size());
+    for (std::size_t i = 1; i < all.size(); ++i) {
+        EXPECT_LT(all[i - 1], all[i]);
+        EXPECT_NE(all[i - 1], all[i]);
+    }
+    KernelConfig a = KernelConfig::parse(k_full);
+    KernelConfig b = a;
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(std::hash<KernelConfig>{}(a), std::hash<KernelConfig>{}(b));
+    b.optimized_softmax = false;
+    EXPECT_NE(a, b);
+    EXPECT_TRUE(b < a || a < b);
+}
+
+TEST(KernelConfig, SharedMemoryAndOccupancy) {
+    const KernelConfig c = KernelConfig::parse(k_full);
+    EXPECT_EQ(c.smem_bytes(), (64u + 2 * 64) * 128 * 2);  // Q + K + V tiles of 16-bit
+    // 48 KB + 1 KB reserved per CTA: 3 CTAs in an A100's 164 KB, 4 in an H100's 228 KB.
+    EXPECT_EQ(c.ctas_per_sm(fa::DeviceLimits::a100()), 3);
+    EXPECT_EQ(c.ctas_per_sm(fa::DeviceLimits::h100()), 4);
+    KernelConfig huge = c;
+    huge.B_r = 1024;
+    EXPECT_EQ(huge.ctas_per_sm(fa::DeviceLimits::a100()), 0);
+}

@@ -1,0 +1,180 @@
+// Every validation error, checked without a GPU: validate_tensors needs no device,
+// and validate_config is given a device description.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <functional>
+
+#include "api/validate.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "registry/registry.hpp"
+
+namespace fa = flash_attention;
+
+namespace {
+
+// Fake, never dereferenced, 16-byte aligned device addresses far apart.
+void* address(std::uintptr_t gib) { return reinterpret_cast<void*>(gib << 30); }
+
+fa::ForwardParams good_params(fa::DType dtype = fa::DType::BF16, std::int64_t d = 128) {
+    const std::int64_t b = 2, s = 256, h = 4;
+    return {fa::TensorView::contiguous(address(1), dtype, b, s, h, d),
+            fa::TensorView::contiguous(address(2), dtype, b, s, h, d),
+            fa::TensorView::contiguous(address(3), dtype, b, s, h, d),
+            fa::TensorView::contiguous(address(4), dtype, b, s, h, d), std::nullopt};
+}
+
+// Applies `change` to good params and returns the validation error it causes.
+fa::Error tensor_error(const std::function<void(fa::ForwardParams&)>& change) {
+    fa::ForwardParams p = good_params();
+    change(p);
+    try {
+        fa::validate_tensors(p);
+    } catch (const fa::Error& e) {
+        return e;
+    }
+    ADD_FAILURE() << "no error";
+    return fa::Error(fa::ErrorCode::cuda, "");
+}
+
+void expect_error(const fa::Error& e, fa::ErrorCode code, const std::string& argument,
+                  const std::string& given) {
+    const std::string message = e.what();
+    EXPECT_EQ(e.code(), code) << message;
+    EXPECT_EQ(message.rfind(argument + ": expected ", 0), 0u) << message;
+    EXPECT_NE(message.find(", got " + given), std::string::npos) << message;
+}
+
+const fa::DeviceInfo k_h100{0, 9, 0, 132, 232448};
+
+}  // namespace
+
+TEST(Validation, AcceptsContiguousAndStridedViews) {
+    EXPECT_NO_THROW(fa::validate_tensors(good_params()));
+    fa::ForwardParams p = good_params();
+    p.q.stride = {1 << 20, 4096, 1024, 1};  // e.g. a slice of a packed QKV tensor
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+}
+
+TEST(Validation, Dtypes) {
+    expect_error(tensor_error([](auto& p) { p.k.dtype = fa::DType::FP16; }), fa::ErrorCode::dtype,
+                 "k.dtype", "FP16");
+    expect_error(tensor_error([](auto& p) { p.o.dtype = static_cast<fa::DType>(9); }),
+                 fa::ErrorCode::dtype, "o.dtype", "enum value 9");
+}
+
+TEST(Validation, Shapes) {
+    expect_error(tensor_error([](auto& p) { p.k.shape[0] = 3; }), fa::ErrorCode::invalid_argument,
+                 "k.shape[0] (batch)", "3");
+    expect_error(tensor_error([](auto& p) { p.v.shape[2] = 5; }), fa::ErrorCode::invalid_argument,
+                 "v.shape[2] (heads)", "5");
+    expect_error(tensor_error([](auto& p) { p.v.shape[1] = 128; }), fa::ErrorCode::invalid_argument,
+                 "v.shape[1] (seq)", "128");
+    expect_error(tensor_error([](auto& p) { p.o.shape[1] = 128; }), fa::ErrorCode::invalid_argument,
+                 "o.shape[1] (seq)", "128");
+    expect_error(tensor_error([](auto& p) { p.q.shape[1] = 0; }), fa::ErrorCode::invalid_argument,
+                 "q.shape[1] (seq)", "0");
+    expect_error(tensor_error([](auto& p) { p.q.shape[0] = 70000; p.k.shape[0] = p.v.shape[0] = p.o.shape[0] = 70000; }),
+                 fa::ErrorCode::invalid_argument, "q.shape", "(70000, 256, 4, 128)");
+}
+
+TEST(Validation, HeadDim) {
+    fa::ForwardParams p = good_params(fa::DType::FP16, 96);
+    try {
+        fa::validate_tensors(p);
+        FAIL();
+    } catch (const fa::Error& e) {
+        expect_error(e, fa::ErrorCode::unsupported, "q.shape[3] (d_head)", "96");
+    }
+}
+
+TEST(Validation, StridesAndAlignment) {
+    expect_error(tensor_error([](auto& p) { p.q.stride[3] = 2; }), fa::ErrorCode::invalid_argument,
+                 "q.stride[3] (d_head)", "2");
+    expect_error(tensor_error([](auto& p) { p.k.stride[1] = 516; }), fa::ErrorCode::invalid_argument,
+                 "k.stride[1] (seq)", "516");
+    expect_error(tensor_error([](auto& p) { p.v.stride[0] = -8; }), fa::ErrorCode::invalid_argument,
+                 "v.stride[0] (batch)", "-8");
+    expect_error(tensor_error([](auto& p) {
+                     p.q.data = static_cast<char*>(p.q.data) + 8;
+                 }),
+                 fa::ErrorCode::invalid_argument, "q.data", "one that is not");
+    expect_error(tensor_error([](auto& p) { p.v.data = nullptr; }), fa::ErrorCode::invalid_argument,
+                 "v.data", "a null pointer");
+}
+
+TEST(Validation, OutputMayNotAliasInputsOrItself) {
+    expect_error(tensor_error([](auto& p) { p.o.data = p.q.data; }), fa::ErrorCode::invalid_argument,
+                 "o", "an overlapping range");
+    expect_error(tensor_error([](auto& p) { p.o.stride[1] = 0; }), fa::ErrorCode::invalid_argument,
+                 "o.stride[1] (seq)", "0");
+}
+
+TEST(Validation, Scale) {
+    expect_error(tensor_error([](auto& p) { p.softmax_scale = std::numeric_limits<float>::infinity(); }),
+                 fa::ErrorCode::invalid_argument, "softmax_scale", "inf");
+    fa::ForwardParams p = good_params();
+    EXPECT_FLOAT_EQ(fa::softmax_scale(p), 1.0f / std::sqrt(128.0f));
+    p.softmax_scale = 0.5f;
+    EXPECT_FLOAT_EQ(fa::softmax_scale(p), 0.5f);
+}
+
+TEST(Validation, Config) {
+    ASSERT_FALSE(fa::configs().empty());
+    const auto expect_config_error = [&](const fa::ForwardParams& params, const fa::KernelConfig& c,
+                                         fa::ErrorCode code, const std::string& argument,
+                                         const std::string& given) {
+        try {
+            fa::validate_config(params, c, k_h100);
+            ADD_FAILURE() << "no error for " << c.to_string();
+        } catch (const fa::Error& e) {
+            expect_error(e, code, argument, given);
+        }
+    };
+    fa::KernelConfig built = fa::configs().front();
+    fa::ForwardParams matching = good_params(built.dtype, built.d_head);
+    EXPECT_NO_THROW(fa::validate_config(matching, built, k_h100));
+
+    fa::KernelConfig other_dtype = built;
+    other_dtype.dtype = built.dtype == fa::DType::FP16 ? fa::DType::BF16 : fa::DType::FP16;
+    expect_config_error(matching, other_dtype, fa::ErrorCode::invalid_argument, "config",
+                        other_dtype.to_string());
+
+    fa::KernelConfig invalid = built;
+    invalid.n_warps = 3;
+    expect_config_error(matching, invalid, fa::ErrorCode::not_built, "config", invalid.to_string());
+
+    fa::ForwardParams odd = matching;
+    odd.q.shape[1] = odd.o.shape[1] = built.B_r + 16;
+    expect_config_error(odd, built, fa::ErrorCode::unsupported, "q.shape[1] (seq)",
+                        std::to_string(built.B_r + 16));
+    odd = matching;
+    odd.k.shape[1] = odd.v.shape[1] = built.B_c * 3 + 16;
+    expect_config_error(odd, built, fa::ErrorCode::unsupported, "k.shape[1] (seq)",
+                        std::to_string(built.B_c * 3 + 16));
+
+    fa::DeviceInfo small = k_h100;
+    small.smem_per_block_optin = 1024;
+    try {
+        fa::validate_config(matching, built, small);
+        ADD_FAILURE();
+    } catch (const fa::Error& e) {
+        EXPECT_EQ(e.code(), fa::ErrorCode::unsupported);
+    }
+}
+
+TEST(Validation, ConfigNotBuilt) {
+    // A valid config that no kernel set builds (B_c = 16 with Q held whole).
+    const fa::KernelConfig c = fa::KernelConfig::parse("(BF16, 128, 64, 16, 4): async+load_0_1_1_tiles");
+    if (fa::is_built(c)) GTEST_SKIP() << "this build's kernel set holds " << c.to_string();
+    try {
+        fa::validate_config(good_params(), c, k_h100);
+        FAIL();
+    } catch (const fa::Error& e) {
+        expect_error(e, fa::ErrorCode::not_built, "config", c.to_string());
+        EXPECT_NE(std::string(e.what()).find("flash_attention list"), std::string::npos);
+    }
+}
