@@ -129,8 +129,11 @@ void progress(std::size_t done, std::size_t total) {
 void print(const std::vector<Measurement>& results, const std::vector<std::string>& labels,
            const std::string& format) {
     // Harmonic mean per label over the sequence lengths measured.
-    std::map<std::string, std::vector<Measurement>> by_label;
-    for (std::size_t i = 0; i < results.size(); ++i) by_label[labels[i]].push_back(results[i]);
+    std::vector<std::pair<std::string, std::vector<Measurement>>> by_label;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+        if (by_label.empty() || by_label.back().first != labels[i]) by_label.push_back({labels[i], {}});
+        by_label.back().second.push_back(results[i]);
+    }
 
     if (format == "json") {
         nlohmann::json j;
@@ -223,6 +226,7 @@ int bench(const BenchOptions& o) {
     const auto previous = std::signal(SIGINT, [](int) { g_interrupted = true; });
     std::vector<Measurement> results;
     std::vector<std::string> labels;
+    std::vector<std::size_t> candidate_of;
     std::size_t done = 0;
     const std::uint64_t seed = std::random_device{}();
     for (const auto& [key, list] : by_shape) {
@@ -234,6 +238,7 @@ int bench(const BenchOptions& o) {
             const KernelConfig config = candidates[i].config.value_or(choose_config(workspace.params(0)));
             results.push_back(measure(config, workspace, o.warmup, o.runs));
             labels.push_back(candidates[i].label());
+            candidate_of.push_back(i);
             progress(++done, total);
         }
     }
@@ -242,12 +247,12 @@ int bench(const BenchOptions& o) {
         std::cerr << "\nflash_attention bench: interrupted; " << results.size() << " of " << total
                   << " measurements done\n";
     }
-    // Report in (label, shape) order: a config's sequence lengths together.
+    // Report in selection order (the ladder stays a ladder), then by shape.
     std::vector<std::size_t> order(results.size());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return std::tie(labels[a], results[a].shape.d_head, results[a].shape.seq_q) <
-               std::tie(labels[b], results[b].shape.d_head, results[b].shape.seq_q);
+        return std::tie(candidate_of[a], results[a].shape.d_head, results[a].shape.seq_q) <
+               std::tie(candidate_of[b], results[b].shape.d_head, results[b].shape.seq_q);
     });
     std::vector<Measurement> sorted_results;
     std::vector<std::string> sorted_labels;
