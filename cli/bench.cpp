@@ -48,12 +48,15 @@ std::vector<int> parse_int_list(const std::string& text, const char* option) {
             used = 0;
         }
         if (used != item.size() || item.empty() || v <= 0) {
-            throw UsageError(std::string(option) + ": expected a comma-separated list of positive "
-                             "integers, got \"" + text + "\"");
+            throw UsageError(std::string(option) +
+                             ": expected a comma-separated list of positive "
+                             "integers, got \"" +
+                             text + "\"");
         }
         values.push_back(v);
     }
-    if (values.empty()) throw UsageError(std::string(option) + ": expected at least one value, got \"\"");
+    if (values.empty())
+        throw UsageError(std::string(option) + ": expected at least one value, got \"\"");
     return values;
 }
 
@@ -66,7 +69,8 @@ std::vector<DType> parse_dtype_list(const std::string& text) {
         } else if (item == "bf16") {
             values.push_back(DType::BF16);
         } else {
-            throw UsageError("--dtype: expected a comma-separated list of fp16 and bf16, got \"" + text + "\"");
+            throw UsageError("--dtype: expected a comma-separated list of fp16 and bf16, got \"" +
+                             text + "\"");
         }
     }
     return values;
@@ -102,11 +106,13 @@ std::vector<Candidate> selected(const BenchOptions& o) {
     for (const std::string& s : o.configs) {
         const KernelConfig c = KernelConfig::parse(s);
         if (!is_built(c)) {
-            throw UsageError("--config: expected a config in this build (see flash_attention list), got " + s);
+            throw UsageError(
+                "--config: expected a config in this build (see flash_attention list), got " + s);
         }
         out.push_back({c});
     }
-    if (o.best || out.empty()) out.push_back({std::nullopt});
+    if (o.best || out.empty())
+        out.push_back({std::nullopt});
     return out;
 }
 
@@ -117,12 +123,14 @@ Shape shape_for(DType dtype, int d_head, int seq, const BenchOptions& o) {
 }
 
 void progress(std::size_t done, std::size_t total) {
-    if (!isatty(STDERR_FILENO)) return;
+    if (!isatty(STDERR_FILENO))
+        return;
     const int width = 40;
     const int filled = static_cast<int>(width * done / std::max<std::size_t>(total, 1));
     std::fprintf(stderr, "\r[%.*s%*s] %zu/%zu", filled, "########################################",
                  width - filled, "", done, total);
-    if (done == total) std::fprintf(stderr, "\r%*s\r", width + 24, "");
+    if (done == total)
+        std::fprintf(stderr, "\r%*s\r", width + 24, "");
     std::fflush(stderr);
 }
 
@@ -131,7 +139,8 @@ void print(const std::vector<Measurement>& results, const std::vector<std::strin
     // Harmonic mean per label over the sequence lengths measured.
     std::vector<std::pair<std::string, std::vector<Measurement>>> by_label;
     for (std::size_t i = 0; i < results.size(); ++i) {
-        if (by_label.empty() || by_label.back().first != labels[i]) by_label.push_back({labels[i], {}});
+        if (by_label.empty() || by_label.back().first != labels[i])
+            by_label.push_back({labels[i], {}});
         by_label.back().second.push_back(results[i]);
     }
 
@@ -155,18 +164,22 @@ void print(const std::vector<Measurement>& results, const std::vector<std::strin
                                          {"runs", m.runs},
                                          {"tflops", m.tflops()}});
         }
-        for (const auto& [label, ms] : by_label) j["harmonic_mean_tflops"][label] = harmonic_mean_tflops(ms);
+        for (const auto& [label, ms] : by_label)
+            j["harmonic_mean_tflops"][label] = harmonic_mean_tflops(ms);
         std::cout << j.dump(2) << "\n";
         return;
     }
     if (format == "csv") {
-        std::printf("config,kernel,dtype,d_head,batch,heads,seq_q,seq_k,median_ms,min_ms,max_ms,runs,tflops\n");
+        std::printf(
+            "config,kernel,dtype,d_head,batch,heads,seq_q,seq_k,median_ms,min_ms,max_ms,runs,"
+            "tflops\n");
         for (std::size_t i = 0; i < results.size(); ++i) {
             const Measurement& m = results[i];
-            std::printf("\"%s\",\"%s\",%s,%d,%d,%d,%d,%d,%.5f,%.5f,%.5f,%d,%.2f\n", labels[i].c_str(),
-                        m.config.to_string().c_str(), std::string(to_string(m.shape.dtype)).c_str(),
-                        m.shape.d_head, m.shape.batch, m.shape.heads, m.shape.seq_q, m.shape.seq_k,
-                        m.median_ms, m.min_ms, m.max_ms, m.runs, m.tflops());
+            std::printf("\"%s\",\"%s\",%s,%d,%d,%d,%d,%d,%.5f,%.5f,%.5f,%d,%.2f\n",
+                        labels[i].c_str(), m.config.to_string().c_str(),
+                        std::string(to_string(m.shape.dtype)).c_str(), m.shape.d_head,
+                        m.shape.batch, m.shape.heads, m.shape.seq_q, m.shape.seq_k, m.median_ms,
+                        m.min_ms, m.max_ms, m.runs, m.tflops());
         }
         return;
     }
@@ -188,8 +201,10 @@ void print(const std::vector<Measurement>& results, const std::vector<std::strin
 int bench(const BenchOptions& o) {
     const std::vector<Candidate> candidates = selected(o);
     const std::vector<int> seqs = parse_int_list(o.seqs, "--seq");
-    const std::vector<int> d_filter = o.d_heads.empty() ? std::vector<int>{} : parse_int_list(o.d_heads, "--d-head");
-    const std::vector<DType> dtype_filter = o.dtypes.empty() ? std::vector<DType>{} : parse_dtype_list(o.dtypes);
+    const std::vector<int> d_filter =
+        o.d_heads.empty() ? std::vector<int>{} : parse_int_list(o.d_heads, "--d-head");
+    const std::vector<DType> dtype_filter =
+        o.dtypes.empty() ? std::vector<DType>{} : parse_dtype_list(o.dtypes);
     if (cuda_device_count() == 0) {
         std::cerr << "flash_attention: no CUDA device found\n";
         return exit_failure;
@@ -202,14 +217,18 @@ int bench(const BenchOptions& o) {
     std::map<std::tuple<int, int, int>, std::vector<std::size_t>> by_shape;  // (dtype, d, seq)
     for (std::size_t i = 0; i < candidates.size(); ++i) {
         const auto& c = candidates[i].config;
-        std::vector<DType> dtypes = c ? std::vector<DType>{c->dtype}
-                                      : (dtype_filter.empty() ? std::vector<DType>{DType::BF16} : dtype_filter);
-        std::vector<int> ds = c ? std::vector<int>{c->d_head} : (d_filter.empty() ? std::vector<int>{128} : d_filter);
+        std::vector<DType> dtypes =
+            c ? std::vector<DType>{c->dtype}
+              : (dtype_filter.empty() ? std::vector<DType>{DType::BF16} : dtype_filter);
+        std::vector<int> ds =
+            c ? std::vector<int>{c->d_head} : (d_filter.empty() ? std::vector<int>{128} : d_filter);
         for (const DType dt : dtypes) {
             for (const int d : ds) {
-                if (!wanted(dtype_filter, dt) || !wanted(d_filter, d)) continue;
+                if (!wanted(dtype_filter, dt) || !wanted(d_filter, d))
+                    continue;
                 for (const int seq : seqs) {
-                    if (c && (seq % c->B_r != 0 || seq % c->B_c != 0)) continue;
+                    if (c && (seq % c->B_r != 0 || seq % c->B_c != 0))
+                        continue;
                     by_shape[{static_cast<int>(dt), d, seq}].push_back(i);
                 }
             }
@@ -221,7 +240,8 @@ int bench(const BenchOptions& o) {
                          (o.dtypes.empty() ? "" : ", --dtype " + o.dtypes) + ")");
     }
     std::size_t total = 0;
-    for (const auto& [key, list] : by_shape) total += list.size();
+    for (const auto& [key, list] : by_shape)
+        total += list.size();
 
     const auto previous = std::signal(SIGINT, [](int) { g_interrupted = true; });
     std::vector<Measurement> results;
@@ -230,12 +250,15 @@ int bench(const BenchOptions& o) {
     std::size_t done = 0;
     const std::uint64_t seed = std::random_device{}();
     for (const auto& [key, list] : by_shape) {
-        if (g_interrupted) break;
+        if (g_interrupted)
+            break;
         const auto [dt, d, seq] = key;
         const Workspace workspace(shape_for(static_cast<DType>(dt), d, seq, o), seed + seq);
         for (const std::size_t i : list) {
-            if (g_interrupted) break;
-            const KernelConfig config = candidates[i].config.value_or(choose_config(workspace.params(0)));
+            if (g_interrupted)
+                break;
+            const KernelConfig config =
+                candidates[i].config.value_or(choose_config(workspace.params(0)));
             results.push_back(measure(config, workspace, o.warmup, o.runs));
             labels.push_back(candidates[i].label());
             candidate_of.push_back(i);
@@ -249,7 +272,8 @@ int bench(const BenchOptions& o) {
     }
     // Report in selection order (the ladder stays a ladder), then by shape.
     std::vector<std::size_t> order(results.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    for (std::size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
         return std::tie(candidate_of[a], results[a].shape.d_head, results[a].shape.seq_q) <
                std::tie(candidate_of[b], results[b].shape.d_head, results[b].shape.seq_q);
@@ -274,14 +298,23 @@ void add_bench_command(CLI::App& app, Action& action) {
     cmd->add_option("--set", o->set, "benchmark the built configs of a named set")
         ->check(CLI::IsMember(std::vector<std::string>(names.begin(), names.end())));
     cmd->add_option("--config", o->configs, "a config short form (repeatable)");
-    cmd->add_flag("--best", o->best, "the library's automatic choice (the default without --set/--config)");
+    cmd->add_flag("--best", o->best,
+                  "the library's automatic choice (the default without --set/--config)");
     cmd->add_option("--seq", o->seqs, "comma-separated sequence lengths")->capture_default_str();
-    cmd->add_option("--d-head", o->d_heads, "comma-separated head dims to keep (automatic choice: default 128)");
-    cmd->add_option("--dtype", o->dtypes, "comma-separated dtypes to keep, fp16/bf16 (automatic choice: default bf16)");
-    cmd->add_option("--batch", o->batch, "batch size (default 16384/seq: 16k tokens)")->check(positive_integer);
-    cmd->add_option("--heads", o->heads, "heads (default 2048/d_head: hidden size 2048)")->check(positive_integer);
-    cmd->add_option("--warmup", o->warmup, "untimed runs per measurement")->check(CLI::NonNegativeNumber)->capture_default_str();
-    cmd->add_option("--runs", o->runs, "timed runs per measurement")->check(positive_integer)->capture_default_str();
+    cmd->add_option("--d-head", o->d_heads,
+                    "comma-separated head dims to keep (automatic choice: default 128)");
+    cmd->add_option("--dtype", o->dtypes,
+                    "comma-separated dtypes to keep, fp16/bf16 (automatic choice: default bf16)");
+    cmd->add_option("--batch", o->batch, "batch size (default 16384/seq: 16k tokens)")
+        ->check(positive_integer);
+    cmd->add_option("--heads", o->heads, "heads (default 2048/d_head: hidden size 2048)")
+        ->check(positive_integer);
+    cmd->add_option("--warmup", o->warmup, "untimed runs per measurement")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--runs", o->runs, "timed runs per measurement")
+        ->check(positive_integer)
+        ->capture_default_str();
     cmd->add_option("--format", o->format, "table, csv or json")
         ->check(CLI::IsMember({"table", "csv", "json"}))
         ->capture_default_str();

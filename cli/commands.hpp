@@ -15,7 +15,7 @@ using Action = std::function<int()>;
 // Bad command-line input found after parsing (a config that does not parse, options
 // that contradict each other): exit code 2 with a one-line message.
 class UsageError : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 

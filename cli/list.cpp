@@ -24,8 +24,9 @@ int list(const ListOptions& options) {
     // threads on an A100 (registers are only known on the device).
     const bool gpu = cuda_device_count() > 0;
     std::cerr << "# " << listed.size() << " configs ("
-              << (options.set.empty() ? "built, kernel set \"" + std::string(built_kernel_set()) + "\""
-                                      : "set \"" + options.set + "\"")
+              << (options.set.empty()
+                      ? "built, kernel set \"" + std::string(built_kernel_set()) + "\""
+                      : "set \"" + options.set + "\"")
               << "); CTAs/SM "
               << (gpu ? "from the occupancy calculator on " + current_device_description()
                       : std::string("from shared memory and threads on an A100 (no GPU)"))
@@ -34,7 +35,8 @@ int list(const ListOptions& options) {
         const KernelOps* ops = find_kernel(c);
         const int ctas = gpu && ops ? ops->ctas_per_sm() : c.ctas_per_sm(DeviceLimits::a100());
         std::printf("%s  smem=%zu  ctas_per_sm=%d", c.to_string().c_str(), c.smem_bytes(), ctas);
-        if (!ops) std::printf("  (not built)");
+        if (!ops)
+            std::printf("  (not built)");
         if (options.verbose && gpu && ops) {
             const KernelResources r = ops->resources();
             std::printf("  registers=%d  local_bytes=%d", r.registers_per_thread,
@@ -49,7 +51,8 @@ int list(const ListOptions& options) {
 
 void add_list_command(CLI::App& app, Action& action) {
     auto options = std::make_shared<ListOptions>();
-    CLI::App* cmd = app.add_subcommand("list", "List kernel configs: the built ones, or a named set");
+    CLI::App* cmd =
+        app.add_subcommand("list", "List kernel configs: the built ones, or a named set");
     const auto names = space::set_names();
     cmd->add_option("--set", options->set, "named set to list instead of the built configs")
         ->check(CLI::IsMember(std::vector<std::string>(names.begin(), names.end())));

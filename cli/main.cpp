@@ -17,7 +17,9 @@ bool is_bad_argument(fa::ErrorCode code) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"FlashAttention forward kernels: list the compiled configs, run and benchmark them on a GPU."};
+    CLI::App app{
+        "FlashAttention forward kernels: list the compiled configs, run and benchmark them on a "
+        "GPU."};
     app.name("flash_attention");
     app.require_subcommand(1);
     fa::cli::Action action;

@@ -16,12 +16,12 @@ std::string Shape::to_string() const {
 
 Workspace::Workspace(const Shape& shape, std::uint64_t seed) : shape_(shape) {
     using reference::HostTensor;
-    const HostTensor q = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_q, shape.heads,
-                                                   shape.d_head, seed);
-    const HostTensor k = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k, shape.heads,
-                                                   shape.d_head, seed + 1);
-    const HostTensor v = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k, shape.heads,
-                                                   shape.d_head, seed + 2);
+    const HostTensor q = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_q,
+                                                   shape.heads, shape.d_head, seed);
+    const HostTensor k = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k,
+                                                   shape.heads, shape.d_head, seed + 1);
+    const HostTensor v = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k,
+                                                   shape.heads, shape.d_head, seed + 2);
     // Enough copies that one slot's inputs are long evicted from L2 when it comes round
     // again: at least 4x the L2 size in total, and at least 2 slots.
     int device = 0;
@@ -44,7 +44,8 @@ ForwardParams Workspace::params(int slot) const {
 }
 
 Measurement measure(const KernelConfig& config, const Workspace& workspace, int warmup, int runs) {
-    for (int i = 0; i < warmup; ++i) forward(workspace.params(i % workspace.slots()), config);
+    for (int i = 0; i < warmup; ++i)
+        forward(workspace.params(i % workspace.slots()), config);
     cuda_check(cudaDeviceSynchronize(), "warm-up");
     EventTimer timer;
     std::vector<double> ms;
@@ -55,15 +56,17 @@ Measurement measure(const KernelConfig& config, const Workspace& workspace, int 
         ms.push_back(timer.stop(nullptr));
     }
     std::sort(ms.begin(), ms.end());
-    const double median = ms.size() % 2 ? ms[ms.size() / 2]
-                                        : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
+    const double median =
+        ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
     return {config, workspace.shape(), median, ms.front(), ms.back(), runs};
 }
 
 double harmonic_mean_tflops(const std::vector<Measurement>& measurements) {
-    if (measurements.empty()) return 0;
+    if (measurements.empty())
+        return 0;
     double inverse = 0;
-    for (const Measurement& m : measurements) inverse += 1.0 / m.tflops();
+    for (const Measurement& m : measurements)
+        inverse += 1.0 / m.tflops();
     return measurements.size() / inverse;
 }
 

@@ -41,13 +41,13 @@ struct Measurement {
 // Device inputs for one shape, in `slots` copies whose total exceeds the L2 cache
 // several times over, and one output per slot.
 class Workspace {
-public:
+  public:
     explicit Workspace(const Shape& shape, std::uint64_t seed);
     const Shape& shape() const { return shape_; }
     int slots() const { return static_cast<int>(q_.size()); }
     ForwardParams params(int slot) const;
 
-private:
+  private:
     Shape shape_;
     std::vector<DeviceTensor> q_, k_, v_, o_;
 };

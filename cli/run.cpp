@@ -29,11 +29,14 @@ struct RunOptions {
     int check_rows = 256;
 };
 
-DType parse_dtype(const std::string& s) { return s == "fp16" ? DType::FP16 : DType::BF16; }
+DType parse_dtype(const std::string& s) {
+    return s == "fp16" ? DType::FP16 : DType::BF16;
+}
 
 int run(const RunOptions& opt) {
     std::optional<KernelConfig> config;
-    if (!opt.config.empty()) config = KernelConfig::parse(opt.config);
+    if (!opt.config.empty())
+        config = KernelConfig::parse(opt.config);
     DType dtype = config ? config->dtype : DType::BF16;
     int d_head = config ? config->d_head : 128;
     if (opt.dtype) {
@@ -58,9 +61,12 @@ int run(const RunOptions& opt) {
     const int seq_k = opt.seq_k.value_or(opt.seq);
     const std::uint64_t seed = std::random_device{}();
     using reference::HostTensor;
-    const HostTensor q = HostTensor::random_normal(dtype, opt.batch, opt.seq, opt.heads, d_head, seed);
-    const HostTensor k = HostTensor::random_normal(dtype, opt.batch, seq_k, opt.heads, d_head, seed + 1);
-    const HostTensor v = HostTensor::random_normal(dtype, opt.batch, seq_k, opt.heads, d_head, seed + 2);
+    const HostTensor q =
+        HostTensor::random_normal(dtype, opt.batch, opt.seq, opt.heads, d_head, seed);
+    const HostTensor k =
+        HostTensor::random_normal(dtype, opt.batch, seq_k, opt.heads, d_head, seed + 1);
+    const HostTensor v =
+        HostTensor::random_normal(dtype, opt.batch, seq_k, opt.heads, d_head, seed + 2);
     const DeviceTensor dq = DeviceTensor::upload(q);
     const DeviceTensor dk = DeviceTensor::upload(k);
     const DeviceTensor dv = DeviceTensor::upload(v);
@@ -69,10 +75,12 @@ int run(const RunOptions& opt) {
 
     ForwardParams params{dq.view, dk.view, dv.view, dout.view, opt.scale};
     const bool automatic = !config;
-    if (automatic) config = choose_config(params);
+    if (automatic)
+        config = choose_config(params);
     const auto launch = [&] { forward(params, *config, nullptr); };
 
-    std::printf("config   %s%s\n", config->to_string().c_str(), automatic ? "  [automatic choice]" : "");
+    std::printf("config   %s%s\n", config->to_string().c_str(),
+                automatic ? "  [automatic choice]" : "");
     std::printf("problem  batch %d, heads %d, seq_q %d, seq_k %d, d_head %d, %s\n", opt.batch,
                 opt.heads, opt.seq, seq_k, d_head, std::string(to_string(dtype)).c_str());
     std::printf("device   %s\n", current_device_description().c_str());
@@ -95,10 +103,13 @@ int run(const RunOptions& opt) {
     std::printf("rate     %.1f TFLOP/s\n", flop / (median * 1e-3) / 1e12);
 
     if (opt.check) {
-        const auto rows = reference::sample_rows(opt.batch, opt.heads, opt.seq, opt.check_rows, seed);
-        const auto result = reference::check_attention(q, k, v, out, opt.scale.value_or(1.0 / std::sqrt(double(d_head))), rows);
+        const auto rows =
+            reference::sample_rows(opt.batch, opt.heads, opt.seq, opt.check_rows, seed);
+        const auto result = reference::check_attention(
+            q, k, v, out, opt.scale.value_or(1.0 / std::sqrt(double(d_head))), rows);
         std::printf("check    %s\n", result.summary().c_str());
-        if (!result.passed) return exit_failure;
+        if (!result.passed)
+            return exit_failure;
     }
     return exit_ok;
 }
@@ -107,13 +118,18 @@ int run(const RunOptions& opt) {
 
 void add_run_command(CLI::App& app, Action& action) {
     auto o = std::make_shared<RunOptions>();
-    CLI::App* cmd = app.add_subcommand("run", "Run one kernel on random data, time it, optionally check it");
+    CLI::App* cmd =
+        app.add_subcommand("run", "Run one kernel on random data, time it, optionally check it");
     cmd->add_option("--config", o->config,
                     "kernel config short form, e.g. \"(BF16, 128, 128, 64, 4): "
                     "async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax\"; default: the "
                     "library's automatic choice");
-    cmd->add_option("--batch", o->batch, "batch size")->check(positive_integer)->capture_default_str();
-    cmd->add_option("--heads", o->heads, "attention heads")->check(positive_integer)->capture_default_str();
+    cmd->add_option("--batch", o->batch, "batch size")
+        ->check(positive_integer)
+        ->capture_default_str();
+    cmd->add_option("--heads", o->heads, "attention heads")
+        ->check(positive_integer)
+        ->capture_default_str();
     cmd->add_option("--seq", o->seq, "query sequence length (and key length unless --seq-k)")
         ->check(positive_integer)
         ->capture_default_str();
@@ -127,7 +143,8 @@ void add_run_command(CLI::App& app, Action& action) {
         ->check(positive_integer)
         ->capture_default_str();
     cmd->add_flag("--check", o->check, "compare with the double-precision CPU reference");
-    cmd->add_option("--check-rows", o->check_rows, "query rows per (batch, head) that --check samples")
+    cmd->add_option("--check-rows", o->check_rows,
+                    "query rows per (batch, head) that --check samples")
         ->check(positive_integer)
         ->capture_default_str();
     cmd->callback([o, &action] { action = [o] { return run(*o); }; });

@@ -20,11 +20,11 @@ enum class ErrorCode {
 // The one exception type the library throws. The message names the argument,
 // what was expected and what was given.
 class Error : public std::runtime_error {
-public:
+  public:
     Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
     ErrorCode code() const noexcept { return code_; }
 
-private:
+  private:
     ErrorCode code_;
 };
 

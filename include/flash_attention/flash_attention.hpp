@@ -34,7 +34,7 @@ struct ForwardParams {
     TensorView q;
     TensorView k;
     TensorView v;
-    TensorView o;  // written; may not alias q, k or v
+    TensorView o;                        // written; may not alias q, k or v
     std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
 };
 

@@ -11,7 +11,9 @@ namespace flash_attention {
 enum class DType : int { FP16, BF16 };
 
 std::string_view to_string(DType dtype);
-constexpr std::size_t element_bytes(DType) { return 2; }
+constexpr std::size_t element_bytes(DType) {
+    return 2;
+}
 
 // Per-SM resources that bound how many CTAs of a kernel fit at once.
 struct DeviceLimits {
@@ -36,7 +38,7 @@ struct KernelConfig {
     int B_r = 64;  // query rows per CTA
     int B_c = 64;  // key/value rows per main-loop iteration
     int n_warps = 4;
-    bool async_copy = false;         // cp.async GMEM->SMEM instead of load + store through registers
+    bool async_copy = false;  // cp.async GMEM->SMEM instead of load + store through registers
     bool eager_load_blocks = false;  // prefetch the next K (V) block while computing on this one
     bool swizzled = false;           // XOR-swizzled SMEM rows instead of plain row-major
     // Fragments loaded SMEM->registers per step of the inner GEMM loop, in 16-wide k-tiles;

@@ -10,7 +10,9 @@ namespace flash_attention {
 
 namespace {
 
-TensorStrides strides(const TensorView& t) { return {t.stride[0], t.stride[1], t.stride[2]}; }
+TensorStrides strides(const TensorView& t) {
+    return {t.stride[0], t.stride[1], t.stride[2]};
+}
 
 KernelArgs kernel_args(const ForwardParams& p) {
     const float scale = softmax_scale(p);
@@ -31,7 +33,8 @@ KernelArgs kernel_args(const ForwardParams& p) {
 }
 
 KernelConfig choose(const ForwardParams& p, const DeviceInfo& device) {
-    if (const auto c = heuristic_config(p, device)) return *c;
+    if (const auto c = heuristic_config(p, device))
+        return *c;
     throw Error(ErrorCode::unsupported,
                 "q, k: expected sequence lengths that a built " +
                     std::string(to_string(p.q.dtype)) + " d_head " + std::to_string(p.q.shape[3]) +
@@ -44,7 +47,9 @@ KernelConfig choose(const ForwardParams& p, const DeviceInfo& device) {
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::int64_t batch, std::int64_t seq,
                                   std::int64_t heads, std::int64_t d_head) {
-    return {data, dtype, {batch, seq, heads, d_head},
+    return {data,
+            dtype,
+            {batch, seq, heads, d_head},
             {seq * heads * d_head, heads * d_head, d_head, 1}};
 }
 

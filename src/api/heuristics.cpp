@@ -22,10 +22,14 @@ struct Preference {
 // step that keeps O (128 fp32 registers at d_head 128) and S within 255 registers.
 // Measured results are in docs/PERF.md; the tuning cache overrides this table.
 constexpr Preference k_table[] = {
-    {DType::BF16, 128, "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
-    {DType::FP16, 128, "(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
-    {DType::BF16, 64, "(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
-    {DType::FP16, 64, "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {DType::BF16, 128,
+     "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {DType::FP16, 128,
+     "(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {DType::BF16, 64,
+     "(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {DType::FP16, 64,
+     "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
 };
 
 bool fits(const KernelConfig& c, const ForwardParams& p, const DeviceInfo& device) {
@@ -39,18 +43,20 @@ bool fits(const KernelConfig& c, const ForwardParams& p, const DeviceInfo& devic
 std::optional<KernelConfig> heuristic_config(const ForwardParams& p, const DeviceInfo& device) {
     for (const Preference& pref : k_table) {
         const KernelConfig c = KernelConfig::parse(pref.config);
-        if (fits(c, p, device)) return c;
+        if (fits(c, p, device))
+            return c;
     }
     std::vector<KernelConfig> candidates;
     for (const KernelConfig& c : configs()) {
-        if (fits(c, p, device)) candidates.push_back(c);
+        if (fits(c, p, device))
+            candidates.push_back(c);
     }
-    if (candidates.empty()) return std::nullopt;
+    if (candidates.empty())
+        return std::nullopt;
     // Larger tiles reuse each K/V byte loaded from memory across more query rows.
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [](const KernelConfig& a, const KernelConfig& b) {
-                         return a.B_r * a.B_c > b.B_r * b.B_c;
-                     });
+    std::stable_sort(
+        candidates.begin(), candidates.end(),
+        [](const KernelConfig& a, const KernelConfig& b) { return a.B_r * a.B_c > b.B_r * b.B_c; });
     return candidates.front();
 }
 

@@ -54,8 +54,8 @@ void check_layout(const TensorView& t, const char* name) {
     }
     // Every row is read and written as 16-byte vectors.
     if (reinterpret_cast<std::uintptr_t>(t.data) % 16 != 0) {
-        fail(ErrorCode::invalid_argument, std::string(name) + ".data",
-             "a 16-byte aligned address", "one that is not");
+        fail(ErrorCode::invalid_argument, std::string(name) + ".data", "a 16-byte aligned address",
+             "one that is not");
     }
     for (int i = 0; i < 3; ++i) {
         if (t.shape[i] > 1 && t.stride[i] % 8 != 0) {
@@ -74,7 +74,8 @@ void check_layout(const TensorView& t, const char* name) {
 // [first, last] bytes a tensor can touch.
 std::pair<std::uintptr_t, std::uintptr_t> byte_range(const TensorView& t) {
     std::int64_t last = 0;
-    for (int i = 0; i < 4; ++i) last += (t.shape[i] - 1) * t.stride[i];
+    for (int i = 0; i < 4; ++i)
+        last += (t.shape[i] - 1) * t.stride[i];
     const auto first = reinterpret_cast<std::uintptr_t>(t.data);
     return {first, first + static_cast<std::uintptr_t>(last + 1) * element_bytes(t.dtype) - 1};
 }
@@ -91,7 +92,8 @@ void check_output_does_not_self_overlap(const TensorView& o) {
     std::sort(order.begin(), order.end(), [&](int x, int y) { return o.stride[x] < o.stride[y]; });
     std::int64_t extent = o.shape[3];  // elements covered by the dims already placed
     for (const int i : order) {
-        if (o.shape[i] == 1) continue;
+        if (o.shape[i] == 1)
+            continue;
         if (o.stride[i] < extent) {
             fail(ErrorCode::invalid_argument, stride_name("o", i),
                  "at least " + std::to_string(extent) + " so that output elements do not alias",
@@ -121,14 +123,15 @@ void validate_tensors(const ForwardParams& p) {
                  std::string(to_string(t->dtype)));
         }
     }
-    for (const auto& [t, name] : tensors) check_layout(*t, name);
+    for (const auto& [t, name] : tensors)
+        check_layout(*t, name);
 
     // q, o: (batch, seq_q, heads, d); k, v: (batch, seq_k, heads, d).
     for (const int i : {0, 2, 3}) {
         for (const auto& [t, name] : {std::pair{&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
             if (t->shape[i] != p.q.shape[i]) {
-                fail(ErrorCode::invalid_argument, dim(name, i),
-                     shape_value(p.q.shape[i], "q's"), std::to_string(t->shape[i]));
+                fail(ErrorCode::invalid_argument, dim(name, i), shape_value(p.q.shape[i], "q's"),
+                     std::to_string(t->shape[i]));
             }
         }
     }
@@ -146,8 +149,8 @@ void validate_tensors(const ForwardParams& p) {
     }
     for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}) {
         if (overlap(p.o, *t)) {
-            fail(ErrorCode::invalid_argument, "o", std::string("memory that does not overlap ") + name,
-                 "an overlapping range");
+            fail(ErrorCode::invalid_argument, "o",
+                 std::string("memory that does not overlap ") + name, "an overlapping range");
         }
     }
     check_output_does_not_self_overlap(p.o);
@@ -159,8 +162,8 @@ void validate_tensors(const ForwardParams& p) {
 
 void validate_config(const ForwardParams& p, const KernelConfig& c, const DeviceInfo& device) {
     if (c.dtype != p.q.dtype) {
-        fail(ErrorCode::invalid_argument, "config", "dtype " + std::string(to_string(p.q.dtype)) + " (the tensors')",
-             c.to_string());
+        fail(ErrorCode::invalid_argument, "config",
+             "dtype " + std::string(to_string(p.q.dtype)) + " (the tensors')", c.to_string());
     }
     if (c.d_head != p.q.shape[3]) {
         fail(ErrorCode::invalid_argument, "config",
@@ -169,8 +172,8 @@ void validate_config(const ForwardParams& p, const KernelConfig& c, const Device
     if (find_kernel(c) == nullptr) {
         const space::Rule* rule = space::rejecting_rule(c, /*validity_only=*/true);
         fail(ErrorCode::not_built, "config",
-             rule ? "a valid config (rule \"" + std::string(rule->name) + "\": " +
-                        std::string(rule->why) + ")"
+             rule ? "a valid config (rule \"" + std::string(rule->name) +
+                        "\": " + std::string(rule->why) + ")"
                   : "a config compiled into this build (kernel set \"" +
                         std::string(built_kernel_set()) + "\"; see flash_attention list)",
              c.to_string());
@@ -197,8 +200,9 @@ DeviceInfo current_device() {
     int index = 0;
     const cudaError_t status = cudaGetDevice(&index);
     if (status != cudaSuccess) {
-        throw Error(ErrorCode::no_device, std::string("no usable CUDA device: cudaGetDevice failed: ") +
-                                              cudaGetErrorString(status));
+        throw Error(ErrorCode::no_device,
+                    std::string("no usable CUDA device: cudaGetDevice failed: ") +
+                        cudaGetErrorString(status));
     }
     // Attributes do not change while the process runs; query each device once.
     constexpr int max_devices = 64;

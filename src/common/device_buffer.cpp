@@ -14,7 +14,8 @@ DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
 }
 
 DeviceBuffer::~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ != nullptr)
+        cudaFree(data_);
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
@@ -22,7 +23,8 @@ DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
-        if (data_ != nullptr) cudaFree(data_);
+        if (data_ != nullptr)
+            cudaFree(data_);
         data_ = std::exchange(other.data_, nullptr);
         bytes_ = std::exchange(other.bytes_, 0);
     }

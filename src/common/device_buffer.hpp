@@ -13,7 +13,7 @@
 namespace flash_attention {
 
 class DeviceBuffer {
-public:
+  public:
     DeviceBuffer() = default;
     explicit DeviceBuffer(std::size_t bytes);
     ~DeviceBuffer();
@@ -31,7 +31,7 @@ public:
     // writes fails the check instead of passing as a stale value.
     void poison_with_nan();
 
-private:
+  private:
     void* data_ = nullptr;
     std::size_t bytes_ = 0;
 };
@@ -48,7 +48,7 @@ struct DeviceTensor {
 
 // Times work on a stream with CUDA events.
 class EventTimer {
-public:
+  public:
     EventTimer();
     ~EventTimer();
     EventTimer(const EventTimer&) = delete;
@@ -57,7 +57,7 @@ public:
     // Waits for the stop event; returns elapsed milliseconds.
     float stop(Stream stream);
 
-private:
+  private:
     void* start_ = nullptr;
     void* stop_ = nullptr;
 };

@@ -9,11 +9,17 @@ namespace flash_attention::space {
 
 namespace {
 
-constexpr int k_tiles_total(const KernelConfig& c) { return c.d_head / 16; }  // Q·Kᵀ k extent
-constexpr int v_tiles_total(const KernelConfig& c) { return c.B_c / 16; }     // P·V k extent
+constexpr int k_tiles_total(const KernelConfig& c) {
+    return c.d_head / 16;
+}  // Q·Kᵀ k extent
+constexpr int v_tiles_total(const KernelConfig& c) {
+    return c.B_c / 16;
+}  // P·V k extent
 
 // A load count of 0 means "everything at once".
-constexpr int tiles_per_step(int tiles, int total) { return tiles == 0 ? total : tiles; }
+constexpr int tiles_per_step(int tiles, int total) {
+    return tiles == 0 ? total : tiles;
+}
 
 bool splits_a_gemm(const KernelConfig& c) {
     return tiles_per_step(c.K_mma_load_K_tiles, k_tiles_total(c)) < k_tiles_total(c) ||
@@ -33,9 +39,10 @@ constexpr int k_register_budget = 255;
 constexpr std::array k_rules = {
     Rule{"dtype", RuleKind::validity, "only FP16 and BF16 kernels exist",
          [](const KernelConfig& c) { return c.dtype != DType::FP16 && c.dtype != DType::BF16; }},
-    Rule{"d_head", RuleKind::validity,
-         "head dims 64 and 128 are instantiated (swizzling needs at least 8 16-byte chunks per row)",
-         [](const KernelConfig& c) { return c.d_head != 64 && c.d_head != 128; }},
+    Rule{
+        "d_head", RuleKind::validity,
+        "head dims 64 and 128 are instantiated (swizzling needs at least 8 16-byte chunks per row)",
+        [](const KernelConfig& c) { return c.d_head != 64 && c.d_head != 128; }},
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
          [](const KernelConfig& c) { return c.n_warps != 4 && c.n_warps != 8; }},
     Rule{"rows_per_warp", RuleKind::validity,
@@ -85,7 +92,8 @@ constexpr std::array k_rules = {
 template <class T>
 void append_unique(std::vector<T>& to, const std::vector<T>& from) {
     for (const T& x : from) {
-        if (std::find(to.begin(), to.end(), x) == to.end()) to.push_back(x);
+        if (std::find(to.begin(), to.end(), x) == to.end())
+            to.push_back(x);
     }
 }
 
@@ -97,7 +105,8 @@ std::vector<KernelConfig> sorted_unique(std::vector<KernelConfig> v) {
 
 std::vector<KernelConfig> parse_all(std::initializer_list<std::string_view> short_forms) {
     std::vector<KernelConfig> v;
-    for (const auto s : short_forms) v.push_back(KernelConfig::parse(s));
+    for (const auto s : short_forms)
+        v.push_back(KernelConfig::parse(s));
     return v;
 }
 
@@ -125,7 +134,8 @@ std::vector<KernelConfig> progression_all_block_sizes() {
                     c.B_r = B_r;
                     c.B_c = B_c;
                     c.n_warps = n_warps;
-                    if (!rejecting_rule(c, /*validity_only=*/true)) v.push_back(c);
+                    if (!rejecting_rule(c, /*validity_only=*/true))
+                        v.push_back(c);
                 }
             }
         }
@@ -137,7 +147,8 @@ std::vector<std::array<int, 3>> every_load_tiles(std::initializer_list<int> coun
     std::vector<std::array<int, 3>> v;
     for (const int q : counts) {
         for (const int k : counts) {
-            for (const int t : counts) v.push_back({q, k, t});
+            for (const int t : counts)
+                v.push_back({q, k, t});
         }
     }
     return v;
@@ -193,10 +204,13 @@ std::vector<KernelConfig> ci() {
 
 }  // namespace
 
-std::span<const Rule> rules() { return k_rules; }
+std::span<const Rule> rules() {
+    return k_rules;
+}
 
 int estimated_registers(const KernelConfig& c) {
-    if (c.n_warps <= 0 || c.d_head <= 0 || c.B_c <= 0) return 0;
+    if (c.n_warps <= 0 || c.d_head <= 0 || c.B_c <= 0)
+        return 0;
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
     // Q's fragments when held whole (16-bit pairs), and 48 for fragments in flight,
     // addresses and softmax state. Fitted to ptxas (nvcc 13.0, sm_90) over the 144
@@ -214,30 +228,57 @@ int estimated_registers(const KernelConfig& c) {
 
 const Rule* rejecting_rule(const KernelConfig& config, bool validity_only) {
     for (const Rule& rule : k_rules) {
-        if (validity_only && rule.kind != RuleKind::validity) continue;
-        if (rule.rejects(config)) return &rule;
+        if (validity_only && rule.kind != RuleKind::validity)
+            continue;
+        if (rule.rejects(config))
+            return &rule;
     }
     return nullptr;
 }
 
-std::vector<KernelConfig> ValueSets::expand() const {
+namespace {
+
+// Every config of `partial` once for each value of one knob.
+template <class T, class Assign>
+std::vector<KernelConfig> times(const std::vector<KernelConfig>& partial,
+                                const std::vector<T>& values, Assign assign) {
     std::vector<KernelConfig> out;
-    KernelConfig c;
-    for (const DType dtype : dtypes)
-    for (const int d : d_heads)
-    for (const int br : B_rs)
-    for (const int bc : B_cs)
-    for (const int nw : n_warps)
-    for (const bool async : async_copy)
-    for (const bool eager : eager_load_blocks)
-    for (const bool swz : swizzled)
-    for (const auto& [q, k, v] : load_tiles)
-    for (const bool buf : double_buffer)
-    for (const bool opt : optimized_softmax) {
-        c = {dtype, d, br, bc, nw, async, eager, swz, q, k, v, buf, opt};
-        if (!rejecting_rule(c)) out.push_back(c);
+    for (const KernelConfig& c : partial) {
+        for (const T& value : values) {
+            KernelConfig next = c;
+            assign(next, value);
+            out.push_back(next);
+        }
     }
-    return sorted_unique(std::move(out));
+    return out;
+}
+
+template <class T>
+auto field(T KernelConfig::*member) {
+    return [member](KernelConfig& c, const T& value) { c.*member = value; };
+}
+
+}  // namespace
+
+std::vector<KernelConfig> ValueSets::expand() const {
+    std::vector<KernelConfig> v{KernelConfig{}};
+    v = times(v, dtypes, field(&KernelConfig::dtype));
+    v = times(v, d_heads, field(&KernelConfig::d_head));
+    v = times(v, B_rs, field(&KernelConfig::B_r));
+    v = times(v, B_cs, field(&KernelConfig::B_c));
+    v = times(v, n_warps, field(&KernelConfig::n_warps));
+    v = times(v, async_copy, field(&KernelConfig::async_copy));
+    v = times(v, eager_load_blocks, field(&KernelConfig::eager_load_blocks));
+    v = times(v, swizzled, field(&KernelConfig::swizzled));
+    v = times(v, load_tiles, [](KernelConfig& c, const std::array<int, 3>& t) {
+        c.Q_mma_load_K_tiles = t[0];
+        c.K_mma_load_K_tiles = t[1];
+        c.V_mma_load_K_tiles = t[2];
+    });
+    v = times(v, double_buffer, field(&KernelConfig::mma_double_buffer_loads));
+    v = times(v, optimized_softmax, field(&KernelConfig::optimized_softmax));
+    std::erase_if(v, [](const KernelConfig& c) { return rejecting_rule(c) != nullptr; });
+    return sorted_unique(std::move(v));
 }
 
 std::vector<std::string_view> set_names() {
@@ -245,10 +286,14 @@ std::vector<std::string_view> set_names() {
 }
 
 std::vector<KernelConfig> named_set(std::string_view name) {
-    if (name == "ci") return sorted_unique(ci());
-    if (name == "progression") return progression();  // ladder order, not sorted
-    if (name == "progression-all") return sorted_unique(progression_all_block_sizes());
-    if (name == "tune") return tune_values().expand();
+    if (name == "ci")
+        return sorted_unique(ci());
+    if (name == "progression")
+        return progression();  // ladder order, not sorted
+    if (name == "progression-all")
+        return sorted_unique(progression_all_block_sizes());
+    if (name == "tune")
+        return tune_values().expand();
     if (name == "all") {
         std::vector<KernelConfig> v = all_values().expand();
         append_unique(v, progression_all_block_sizes());
@@ -256,7 +301,8 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         return sorted_unique(std::move(v));
     }
     std::string known;
-    for (const auto n : set_names()) known += (known.empty() ? "" : ", ") + std::string(n);
+    for (const auto n : set_names())
+        known += (known.empty() ? "" : ", ") + std::string(n);
     throw Error(ErrorCode::invalid_argument,
                 "unknown config set \"" + std::string(name) + "\" (expected one of " + known + ")");
 }

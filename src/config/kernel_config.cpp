@@ -35,21 +35,28 @@ std::string KernelConfig::to_string() const {
     std::string s = "(" + std::string(flash_attention::to_string(dtype)) + ", " +
                     std::to_string(d_head) + ", " + std::to_string(B_r) + ", " +
                     std::to_string(B_c) + ", " + std::to_string(n_warps) + "): ";
-    if (async_copy) s += "async+";
-    if (eager_load_blocks) s += "eager+";
-    if (swizzled) s += "swizzled+";
+    if (async_copy)
+        s += "async+";
+    if (eager_load_blocks)
+        s += "eager+";
+    if (swizzled)
+        s += "swizzled+";
     s += "load_" + std::to_string(Q_mma_load_K_tiles) + "_" + std::to_string(K_mma_load_K_tiles) +
          "_" + std::to_string(V_mma_load_K_tiles) + "_tiles";
-    if (mma_double_buffer_loads) s += "+buffer";
-    if (optimized_softmax) s += "+opt_softmax";
+    if (mma_double_buffer_loads)
+        s += "+buffer";
+    if (optimized_softmax)
+        s += "+opt_softmax";
     return s;
 }
 
 namespace {
 
 std::string_view trim(std::string_view s) {
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front())))
+        s.remove_prefix(1);
+    while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back())))
+        s.remove_suffix(1);
     return s;
 }
 
@@ -58,7 +65,8 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
     for (std::size_t start = 0;;) {
         const std::size_t end = s.find(sep, start);
         parts.push_back(trim(s.substr(start, end - start)));
-        if (end == std::string_view::npos) return parts;
+        if (end == std::string_view::npos)
+            return parts;
         start = end + 1;
     }
 }
@@ -71,7 +79,7 @@ bool iequals(std::string_view a, std::string_view b) {
 }
 
 class Parser {
-public:
+  public:
     explicit Parser(std::string_view text) : text_(text) {}
 
     [[noreturn]] void fail(const std::string& what) const {
@@ -117,9 +125,11 @@ public:
 
     KernelConfig parse() const {
         const std::string_view s = trim(text_);
-        if (s.empty() || s.front() != '(') fail("expected \"(\" at the start");
+        if (s.empty() || s.front() != '(')
+            fail("expected \"(\" at the start");
         const std::size_t close = s.find(')');
-        if (close == std::string_view::npos) fail("missing \")\" after the tuple");
+        if (close == std::string_view::npos)
+            fail("missing \")\" after the tuple");
         const auto fields = split(s.substr(1, close - 1), ',');
         if (fields.size() != 5) {
             fail("expected 5 tuple fields (dtype, d_head, B_r, B_c, n_warps), got " +
@@ -139,14 +149,17 @@ public:
         c.n_warps = positive_int(fields[4], "n_warps");
 
         std::string_view rest = trim(s.substr(close + 1));
-        if (rest.empty() || rest.front() != ':') fail("expected \":\" after the tuple");
+        if (rest.empty() || rest.front() != ':')
+            fail("expected \":\" after the tuple");
         rest = trim(rest.substr(1));
-        if (rest.empty()) fail("missing flags after \":\" (at least load_Q_K_V_tiles)");
+        if (rest.empty())
+            fail("missing flags after \":\" (at least load_Q_K_V_tiles)");
 
         bool seen_load = false;
         std::vector<std::string_view> seen;
         for (const std::string_view token : split(rest, '+')) {
-            if (token.empty()) fail("empty flag between \"+\" signs");
+            if (token.empty())
+                fail("empty flag between \"+\" signs");
             if (std::find(seen.begin(), seen.end(), token) != seen.end()) {
                 fail("flag \"" + std::string(token) + "\" given twice");
             }
@@ -162,7 +175,8 @@ public:
             } else if (token == "opt_softmax") {
                 c.optimized_softmax = true;
             } else if (token.starts_with("load_")) {
-                if (seen_load) fail("more than one load_Q_K_V_tiles flag");
+                if (seen_load)
+                    fail("more than one load_Q_K_V_tiles flag");
                 seen_load = true;
                 load_tiles(token, c);
             } else {
@@ -171,17 +185,20 @@ public:
                      "opt_softmax)");
             }
         }
-        if (!seen_load) fail("missing the load_Q_K_V_tiles flag");
+        if (!seen_load)
+            fail("missing the load_Q_K_V_tiles flag");
         return c;
     }
 
-private:
+  private:
     std::string_view text_;
 };
 
 }  // namespace
 
-KernelConfig KernelConfig::parse(std::string_view short_form) { return Parser(short_form).parse(); }
+KernelConfig KernelConfig::parse(std::string_view short_form) {
+    return Parser(short_form).parse();
+}
 
 }  // namespace flash_attention
 
@@ -189,10 +206,10 @@ std::size_t std::hash<flash_attention::KernelConfig>::operator()(
     const flash_attention::KernelConfig& c) const noexcept {
     // Every field is small; pack them into one word and mix.
     std::size_t h = static_cast<std::size_t>(c.dtype);
-    for (const int v : {c.d_head, c.B_r, c.B_c, c.n_warps, int(c.async_copy),
-                        int(c.eager_load_blocks), int(c.swizzled), c.Q_mma_load_K_tiles,
-                        c.K_mma_load_K_tiles, c.V_mma_load_K_tiles,
-                        int(c.mma_double_buffer_loads), int(c.optimized_softmax)}) {
+    for (const int v :
+         {c.d_head, c.B_r, c.B_c, c.n_warps, int(c.async_copy), int(c.eager_load_blocks),
+          int(c.swizzled), c.Q_mma_load_K_tiles, c.K_mma_load_K_tiles, c.V_mma_load_K_tiles,
+          int(c.mma_double_buffer_loads), int(c.optimized_softmax)}) {
         h = h * 1000003u ^ static_cast<std::size_t>(v);
     }
     return h ^ (h >> 29);

@@ -24,23 +24,28 @@ float to_float(DType dtype, std::uint16_t bits) {
 }
 
 std::uint16_t from_float(DType dtype, float value) {
-    if (dtype == DType::FP16) return static_cast<__half_raw>(__float2half_rn(value)).x;
+    if (dtype == DType::FP16)
+        return static_cast<__half_raw>(__float2half_rn(value)).x;
     return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(value)).x;
 }
 
 namespace {
 
-float round_to(DType dtype, float x) { return to_float(dtype, from_float(dtype, x)); }
+float round_to(DType dtype, float x) {
+    return to_float(dtype, from_float(dtype, x));
+}
 
 // Runs body(i) for i in [0, n) on all hardware threads, each thread a contiguous range.
-void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t, int)>& body) {
-    const int threads = static_cast<int>(
-        std::clamp<std::int64_t>(std::thread::hardware_concurrency(), 1, std::max<std::int64_t>(n, 1)));
+void parallel_for(std::int64_t n,
+                  const std::function<void(std::int64_t, std::int64_t, int)>& body) {
+    const int threads = static_cast<int>(std::clamp<std::int64_t>(
+        std::thread::hardware_concurrency(), 1, std::max<std::int64_t>(n, 1)));
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
         pool.emplace_back([&, t] { body(n * t / threads, n * (t + 1) / threads, t); });
     }
-    for (auto& th : pool) th.join();
+    for (auto& th : pool)
+        th.join();
 }
 
 struct RowErrors {
@@ -79,7 +84,8 @@ RowErrors check_row(const HostTensor& q, const HostTensor& k, const HostTensor& 
         s16[j] = std::exp(s16[j] - max16);
         sum16 += s16[j];
     }
-    for (std::int64_t j = 0; j < sk; ++j) s16[j] = round_to(dt, s16[j] / sum16);
+    for (std::int64_t j = 0; j < sk; ++j)
+        s16[j] = round_to(dt, s16[j] / sum16);
 
     RowErrors e;
     const std::uint16_t* orow = &out.bits[out.offset(r.batch, r.row, r.head)];
@@ -127,7 +133,8 @@ HostTensor HostTensor::from_bits(DType dtype, std::int64_t batch, std::int64_t s
                                  std::vector<std::uint16_t> bits) {
     HostTensor t{dtype, batch, seq, heads, d_head, std::move(bits), {}};
     t.values.resize(t.bits.size());
-    for (std::size_t i = 0; i < t.bits.size(); ++i) t.values[i] = to_float(dtype, t.bits[i]);
+    for (std::size_t i = 0; i < t.bits.size(); ++i)
+        t.values[i] = to_float(dtype, t.bits[i]);
     return t;
 }
 
@@ -138,7 +145,8 @@ std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::
     for (std::int64_t b = 0; b < batch; ++b) {
         for (std::int64_t h = 0; h < heads; ++h) {
             if (seq <= rows_per_head) {
-                for (std::int64_t s = 0; s < seq; ++s) rows.push_back({b, h, s});
+                for (std::int64_t s = 0; s < seq; ++s)
+                    rows.push_back({b, h, s});
                 continue;
             }
             for (std::int64_t i = 0; i < rows_per_head; ++i) {
@@ -156,16 +164,16 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
                             const std::vector<RowSample>& rows) {
     const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     std::vector<RowErrors> per_thread(threads);
-    parallel_for(static_cast<std::int64_t>(rows.size()),
-                 [&](std::int64_t begin, std::int64_t end, int t) {
-                     std::vector<double> s64(k.seq);
-                     std::vector<float> s16(k.seq);
-                     for (std::int64_t i = begin; i < end; ++i) {
-                         const RowErrors e = check_row(q, k, v, out, softmax_scale, rows[i], s64, s16);
-                         per_thread[t].kernel = std::max(per_thread[t].kernel, e.kernel);
-                         per_thread[t].naive = std::max(per_thread[t].naive, e.naive);
-                     }
-                 });
+    parallel_for(
+        static_cast<std::int64_t>(rows.size()), [&](std::int64_t begin, std::int64_t end, int t) {
+            std::vector<double> s64(k.seq);
+            std::vector<float> s16(k.seq);
+            for (std::int64_t i = begin; i < end; ++i) {
+                const RowErrors e = check_row(q, k, v, out, softmax_scale, rows[i], s64, s16);
+                per_thread[t].kernel = std::max(per_thread[t].kernel, e.kernel);
+                per_thread[t].naive = std::max(per_thread[t].naive, e.naive);
+            }
+        });
     CheckResult r;
     for (const RowErrors& e : per_thread) {
         r.max_error = std::max(r.max_error, e.kernel);
@@ -181,12 +189,13 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
 
 std::string CheckResult::summary() const {
     char text[256];
-    std::snprintf(text, sizeof text,
-                  "%s: max|out-ref| %.3g %s 2 x %.3g (naive same-dtype) + 1e-3 = %.3g on %lld rows; "
-                  "%lld non-finite outputs",
-                  passed ? "passed" : "FAILED", max_error, max_error <= tolerance ? "<=" : ">",
-                  naive_max_error, tolerance, static_cast<long long>(rows_checked),
-                  static_cast<long long>(non_finite));
+    std::snprintf(
+        text, sizeof text,
+        "%s: max|out-ref| %.3g %s 2 x %.3g (naive same-dtype) + 1e-3 = %.3g on %lld rows; "
+        "%lld non-finite outputs",
+        passed ? "passed" : "FAILED", max_error, max_error <= tolerance ? "<=" : ">",
+        naive_max_error, tolerance, static_cast<long long>(rows_checked),
+        static_cast<long long>(non_finite));
     return text;
 }
 

@@ -15,12 +15,15 @@ const KernelOps* find_kernel(const KernelConfig& config) {
 const std::vector<KernelConfig>& configs() {
     static const std::vector<KernelConfig> all = [] {
         std::vector<KernelConfig> v;
-        for (const RegistryEntry& e : registry_table()) v.push_back(e.config);
+        for (const RegistryEntry& e : registry_table())
+            v.push_back(e.config);
         return v;
     }();
     return all;
 }
 
-bool is_built(const KernelConfig& config) { return find_kernel(config) != nullptr; }
+bool is_built(const KernelConfig& config) {
+    return find_kernel(config) != nullptr;
+}
 
 }  // namespace flash_attention

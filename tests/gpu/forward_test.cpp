@@ -1,8 +1,8 @@
 // Every built config against the double-precision reference, on fresh random data,
 // with the output poisoned with NaN before each run (FlashAttention's test rule).
 
-#include <gtest/gtest.h>
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -23,7 +23,8 @@ std::vector<int> test_seqs() {
     std::vector<int> seqs;
     const char* env = std::getenv("FLASH_TEST_SEQS");  // e.g. "512,4096" for a quick run
     std::stringstream list(env ? env : "512,1024,2048,4096");
-    for (std::string item; std::getline(list, item, ',');) seqs.push_back(std::stoi(item));
+    for (std::string item; std::getline(list, item, ',');)
+        seqs.push_back(std::stoi(item));
     return seqs;
 }
 
@@ -36,13 +37,16 @@ std::vector<Case> all_cases() {
     std::vector<Case> cases;
     for (const fa::KernelConfig& c : fa::configs()) {
         for (const int seq : test_seqs()) {
-            if (seq % c.B_r == 0 && seq % c.B_c == 0) cases.push_back({c, seq});
+            if (seq % c.B_r == 0 && seq % c.B_c == 0)
+                cases.push_back({c, seq});
         }
     }
     return cases;
 }
 
-std::uint64_t fresh_seed() { return (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}(); }
+std::uint64_t fresh_seed() {
+    return (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+}
 
 struct Problem {
     std::uint64_t seed;  // printed on failure: the inputs can be regenerated from it
@@ -59,7 +63,9 @@ struct Problem {
           dv(fa::DeviceTensor::upload(v)),
           dout(fa::DeviceTensor::empty_like(q)) {}
 
-    fa::ForwardParams params() const { return {dq.view, dk.view, dv.view, dout.view, std::nullopt}; }
+    fa::ForwardParams params() const {
+        return {dq.view, dk.view, dv.view, dout.view, std::nullopt};
+    }
 
     // Poisons O, runs, and checks against the reference on sampled rows.
     fa::reference::CheckResult run_and_check(const std::function<void()>& forward, double scale) {
@@ -85,8 +91,10 @@ TEST_P(EveryConfig, MatchesReference) {
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
     std::string name;
     for (const char ch : info.param.config.to_string()) {
-        if (std::isalnum(static_cast<unsigned char>(ch))) name += ch;
-        else if (!name.empty() && name.back() != '_') name += '_';
+        if (std::isalnum(static_cast<unsigned char>(ch)))
+            name += ch;
+        else if (!name.empty() && name.back() != '_')
+            name += '_';
     }
     return name + "_seq" + std::to_string(info.param.seq) + "_" + std::to_string(info.index);
 }
@@ -99,7 +107,8 @@ std::vector<std::pair<fa::DType, int>> built_problem_kinds() {
     std::vector<std::pair<fa::DType, int>> kinds;
     for (const auto& c : fa::configs()) {
         const std::pair kind{c.dtype, c.d_head};
-        if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+        if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
+            kinds.push_back(kind);
     }
     return kinds;
 }
@@ -107,7 +116,8 @@ std::vector<std::pair<fa::DType, int>> built_problem_kinds() {
 TEST(Forward, AutomaticChoiceMatchesReference) {
     for (const auto& [dtype, d] : built_problem_kinds()) {
         Problem p(dtype, 2, 1024, 1024, 3, d);
-        const auto result = p.run_and_check([&] { fa::forward(p.params()); }, 1.0 / std::sqrt(double(d)));
+        const auto result =
+            p.run_and_check([&] { fa::forward(p.params()); }, 1.0 / std::sqrt(double(d)));
         EXPECT_TRUE(result.passed) << "d " << d << ": " << result.summary() << "; seed " << p.seed;
     }
 }
@@ -116,8 +126,10 @@ TEST(Forward, DifferentQueryAndKeyLengths) {
     for (const auto& [dtype, d] : built_problem_kinds()) {
         for (const auto& [sq, sk] : {std::pair{256, 2048}, std::pair{2048, 256}}) {
             Problem p(dtype, 1, sq, sk, 2, d);
-            const auto result = p.run_and_check([&] { fa::forward(p.params()); }, 1.0 / std::sqrt(double(d)));
-            EXPECT_TRUE(result.passed) << "seq_q " << sq << " seq_k " << sk << ": " << result.summary();
+            const auto result =
+                p.run_and_check([&] { fa::forward(p.params()); }, 1.0 / std::sqrt(double(d)));
+            EXPECT_TRUE(result.passed)
+                << "seq_q " << sq << " seq_k " << sk << ": " << result.summary();
         }
     }
 }
@@ -148,7 +160,8 @@ TEST(Forward, StridedViews) {
         const std::int64_t padded_row = std::int64_t{h} * d + 64;
         fa::DeviceBuffer out_buffer(static_cast<std::size_t>(b) * s * padded_row * 2);
         out_buffer.poison_with_nan();
-        const fa::TensorView o{out_buffer.data(), dtype, {b, s, h, d}, {s * padded_row, padded_row, d, 1}};
+        const fa::TensorView o{
+            out_buffer.data(), dtype, {b, s, h, d}, {s * padded_row, padded_row, d, 1}};
         fa::forward({slice(0), slice(1), slice(2), o, std::nullopt});
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
 
@@ -156,7 +169,8 @@ TEST(Forward, StridedViews) {
         const auto bits = out_buffer.download();
         HostTensor q{dtype, b, s, h, d, {}, {}}, k = q, v = q;
         std::vector<std::uint16_t> out_bits(static_cast<std::size_t>(b) * s * h * d);
-        for (auto* t : {&q, &k, &v}) t->bits.resize(out_bits.size());
+        for (auto* t : {&q, &k, &v})
+            t->bits.resize(out_bits.size());
         for (int bi = 0; bi < b; ++bi) {
             for (int si = 0; si < s; ++si) {
                 for (int hi = 0; hi < h; ++hi) {
@@ -165,7 +179,8 @@ TEST(Forward, StridedViews) {
                         q.bits[dst] = qkv.bits[qkv.offset(bi, si, hi) + x];
                         k.bits[dst] = qkv.bits[qkv.offset(bi, si, h + hi) + x];
                         v.bits[dst] = qkv.bits[qkv.offset(bi, si, 2 * h + hi) + x];
-                        out_bits[dst] = bits[(std::size_t(bi) * s + si) * padded_row + std::size_t(hi) * d + x];
+                        out_bits[dst] =
+                            bits[(std::size_t(bi) * s + si) * padded_row + std::size_t(hi) * d + x];
                     }
                 }
             }
@@ -175,7 +190,8 @@ TEST(Forward, StridedViews) {
         v = HostTensor::from_bits(dtype, b, s, h, d, v.bits);
         const HostTensor out = HostTensor::from_bits(dtype, b, s, h, d, out_bits);
         const auto rows = fa::reference::sample_rows(b, h, s, 128, fresh_seed());
-        const auto result = fa::reference::check_attention(q, k, v, out, 1.0 / std::sqrt(double(d)), rows);
+        const auto result =
+            fa::reference::check_attention(q, k, v, out, 1.0 / std::sqrt(double(d)), rows);
         EXPECT_TRUE(result.passed) << "d " << d << ": " << result.summary();
         // The padding between rows must be untouched (still NaN poison).
         for (int bi = 0; bi < b; ++bi) {

@@ -36,7 +36,11 @@ TEST(ConfigSpace, EveryRuleRejectsWhatItSays) {
     EXPECT_EQ(with([](KernelConfig& c) { c.B_c = 48; }), "B_c");
     EXPECT_EQ(with([](KernelConfig& c) { c.async_copy = false; }), "eager_needs_async");
     EXPECT_EQ(with([](KernelConfig& c) { c.Q_mma_load_K_tiles = 2; }), "q_tiles");
-    EXPECT_EQ(with([](KernelConfig& c) { c.Q_mma_load_K_tiles = 3; c.K_mma_load_K_tiles = 3; }), "k_tiles");
+    EXPECT_EQ(with([](KernelConfig& c) {
+                  c.Q_mma_load_K_tiles = 3;
+                  c.K_mma_load_K_tiles = 3;
+              }),
+              "k_tiles");
     EXPECT_EQ(with([](KernelConfig& c) { c.V_mma_load_K_tiles = 3; }), "v_tiles");
     EXPECT_EQ(with([](KernelConfig& c) {
                   c.K_mma_load_K_tiles = 0;
@@ -44,7 +48,12 @@ TEST(ConfigSpace, EveryRuleRejectsWhatItSays) {
                   c.V_mma_load_K_tiles = 0;
               }),
               "buffer_needs_steps");
-    EXPECT_EQ(with([](KernelConfig& c) { c.B_c = 128; c.B_r = 128; c.n_warps = 4; c.mma_double_buffer_loads = false; }),
+    EXPECT_EQ(with([](KernelConfig& c) {
+                  c.B_c = 128;
+                  c.B_r = 128;
+                  c.n_warps = 4;
+                  c.mma_double_buffer_loads = false;
+              }),
               "register_budget");
 }
 
@@ -89,7 +98,8 @@ TEST(ConfigSpace, ProgressionIsTheSevenStepLadder) {
         "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax",
         "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_0_2_2_tiles+opt_softmax",
     };
-    for (int i = 0; i < 7; ++i) EXPECT_EQ(ladder[i].to_string(), expected[i]);
+    for (int i = 0; i < 7; ++i)
+        EXPECT_EQ(ladder[i].to_string(), expected[i]);
 }
 
 TEST(ConfigSpace, TuneSetCoversTheRequiredAxes) {
@@ -101,7 +111,8 @@ TEST(ConfigSpace, TuneSetCoversTheRequiredAxes) {
                 for (const int bc : {32, 64, 128}) {
                     EXPECT_TRUE(has([&](const KernelConfig& c) {
                         return c.dtype == dtype && c.d_head == d && c.B_r == br && c.B_c == bc;
-                    })) << "dtype " << int(dtype) << " d " << d << " B_r " << br << " B_c " << bc;
+                    })) << "dtype "
+                        << int(dtype) << " d " << d << " B_r " << br << " B_c " << bc;
                 }
             }
         }
@@ -133,7 +144,8 @@ TEST(ConfigSpace, ExpandAppliesEveryRule) {
     const auto configs = values.expand();
     // eager without async is dropped: 3 of the 4 copy combinations remain.
     EXPECT_EQ(configs.size(), 3u);
-    for (const KernelConfig& c : configs) EXPECT_FALSE(c.eager_load_blocks && !c.async_copy);
+    for (const KernelConfig& c : configs)
+        EXPECT_FALSE(c.eager_load_blocks && !c.async_copy);
 }
 
 TEST(ConfigSpace, UnknownSetNamesTheKnownOnes) {

@@ -19,8 +19,10 @@ TEST(Generator, EmitsEveryConfigOnceAcrossShardsAndInTheTable) {
         const std::string marker = "// " + c.to_string() + "\n";
         int in_shards = 0;
         for (const auto& [name, text] : files) {
-            if (name == "registry_table.cpp") continue;
-            for (auto pos = text.find(marker); pos != std::string::npos; pos = text.find(marker, pos + 1)) {
+            if (name == "registry_table.cpp")
+                continue;
+            for (auto pos = text.find(marker); pos != std::string::npos;
+                 pos = text.find(marker, pos + 1)) {
                 ++in_shards;
             }
         }
@@ -34,9 +36,11 @@ TEST(Generator, SpreadsConfigsEvenly) {
     const auto files = fa::generator::generate("tune", 16);
     const std::size_t n = fa::space::named_set("tune").size();
     for (const auto& [name, text] : files) {
-        if (name == "registry_table.cpp") continue;
+        if (name == "registry_table.cpp")
+            continue;
         std::size_t count = 0;
-        for (auto pos = text.find("make_ops<"); pos != std::string::npos; pos = text.find("make_ops<", pos + 1)) {
+        for (auto pos = text.find("make_ops<"); pos != std::string::npos;
+             pos = text.find("make_ops<", pos + 1)) {
             ++count;
         }
         EXPECT_GE(count, n / 16) << name;

@@ -12,7 +12,8 @@ using fa::KernelConfig;
 
 namespace {
 
-const char* k_full = "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax";
+const char* k_full =
+    "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax";
 
 // The message of the Error that parsing `text` throws.
 std::string parse_error(const std::string& text) {
@@ -47,8 +48,13 @@ TEST(KernelConfig, ParsesEveryField) {
 
 TEST(KernelConfig, PrintsTheShortForm) {
     EXPECT_EQ(KernelConfig::parse(k_full).to_string(), k_full);
-    const KernelConfig plain{.dtype = fa::DType::BF16, .d_head = 64, .B_r = 128, .B_c = 32,
-                             .n_warps = 8, .Q_mma_load_K_tiles = 0, .K_mma_load_K_tiles = 1,
+    const KernelConfig plain{.dtype = fa::DType::BF16,
+                             .d_head = 64,
+                             .B_r = 128,
+                             .B_c = 32,
+                             .n_warps = 8,
+                             .Q_mma_load_K_tiles = 0,
+                             .K_mma_load_K_tiles = 1,
                              .V_mma_load_K_tiles = 2};
     EXPECT_EQ(plain.to_string(), "(BF16, 64, 128, 32, 8): load_0_1_2_tiles");
 }
@@ -78,15 +84,19 @@ TEST(KernelConfig, RejectsMalformedStringsNamingTheToken) {
               std::string::npos);
     EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): load_0_a_0_tiles").find("\"a\""),
               std::string::npos);
-    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): async+async+load_0_0_0_tiles").find("\"async\" given twice"),
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): async+async+load_0_0_0_tiles")
+                  .find("\"async\" given twice"),
               std::string::npos);
     EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): async").find("load_Q_K_V_tiles"),
               std::string::npos);
     EXPECT_NE(parse_error("(FP16, 128, 64, 64): load_0_0_0_tiles").find("5 tuple fields"),
               std::string::npos);
-    EXPECT_NE(parse_error("(FP16, 128, 0, 64, 4): load_0_0_0_tiles").find("B_r"), std::string::npos);
-    EXPECT_NE(parse_error("FP16, 128, 64, 64, 4: load_0_0_0_tiles").find("\"(\""), std::string::npos);
-    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4) load_0_0_0_tiles").find("\":\""), std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 0, 64, 4): load_0_0_0_tiles").find("B_r"),
+              std::string::npos);
+    EXPECT_NE(parse_error("FP16, 128, 64, 64, 4: load_0_0_0_tiles").find("\"(\""),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4) load_0_0_0_tiles").find("\":\""),
+              std::string::npos);
     EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): async++load_0_0_0_tiles").find("empty flag"),
               std::string::npos);
     EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): load_1_1_tiles").find("three counts"),

@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <functional>
+#include <limits>
 
 #include "api/validate.hpp"
 #include "flash_attention/flash_attention.hpp"
@@ -17,7 +17,9 @@ namespace fa = flash_attention;
 namespace {
 
 // Fake, never dereferenced, 16-byte aligned device addresses far apart.
-void* address(std::uintptr_t gib) { return reinterpret_cast<void*>(gib << 30); }
+void* address(std::uintptr_t gib) {
+    return reinterpret_cast<void*>(gib << 30);
+}
 
 fa::ForwardParams good_params(fa::DType dtype = fa::DType::BF16, std::int64_t d = 128) {
     const std::int64_t b = 2, s = 256, h = 4;
@@ -77,7 +79,10 @@ TEST(Validation, Shapes) {
                  "o.shape[1] (seq)", "128");
     expect_error(tensor_error([](auto& p) { p.q.shape[1] = 0; }), fa::ErrorCode::invalid_argument,
                  "q.shape[1] (seq)", "0");
-    expect_error(tensor_error([](auto& p) { p.q.shape[0] = 70000; p.k.shape[0] = p.v.shape[0] = p.o.shape[0] = 70000; }),
+    expect_error(tensor_error([](auto& p) {
+                     p.q.shape[0] = 70000;
+                     p.k.shape[0] = p.v.shape[0] = p.o.shape[0] = 70000;
+                 }),
                  fa::ErrorCode::invalid_argument, "q.shape", "(70000, 256, 4, 128)");
 }
 
@@ -94,28 +99,27 @@ TEST(Validation, HeadDim) {
 TEST(Validation, StridesAndAlignment) {
     expect_error(tensor_error([](auto& p) { p.q.stride[3] = 2; }), fa::ErrorCode::invalid_argument,
                  "q.stride[3] (d_head)", "2");
-    expect_error(tensor_error([](auto& p) { p.k.stride[1] = 516; }), fa::ErrorCode::invalid_argument,
-                 "k.stride[1] (seq)", "516");
+    expect_error(tensor_error([](auto& p) { p.k.stride[1] = 516; }),
+                 fa::ErrorCode::invalid_argument, "k.stride[1] (seq)", "516");
     expect_error(tensor_error([](auto& p) { p.v.stride[0] = -8; }), fa::ErrorCode::invalid_argument,
                  "v.stride[0] (batch)", "-8");
-    expect_error(tensor_error([](auto& p) {
-                     p.q.data = static_cast<char*>(p.q.data) + 8;
-                 }),
+    expect_error(tensor_error([](auto& p) { p.q.data = static_cast<char*>(p.q.data) + 8; }),
                  fa::ErrorCode::invalid_argument, "q.data", "one that is not");
     expect_error(tensor_error([](auto& p) { p.v.data = nullptr; }), fa::ErrorCode::invalid_argument,
                  "v.data", "a null pointer");
 }
 
 TEST(Validation, OutputMayNotAliasInputsOrItself) {
-    expect_error(tensor_error([](auto& p) { p.o.data = p.q.data; }), fa::ErrorCode::invalid_argument,
-                 "o", "an overlapping range");
+    expect_error(tensor_error([](auto& p) { p.o.data = p.q.data; }),
+                 fa::ErrorCode::invalid_argument, "o", "an overlapping range");
     expect_error(tensor_error([](auto& p) { p.o.stride[1] = 0; }), fa::ErrorCode::invalid_argument,
                  "o.stride[1] (seq)", "0");
 }
 
 TEST(Validation, Scale) {
-    expect_error(tensor_error([](auto& p) { p.softmax_scale = std::numeric_limits<float>::infinity(); }),
-                 fa::ErrorCode::invalid_argument, "softmax_scale", "inf");
+    expect_error(
+        tensor_error([](auto& p) { p.softmax_scale = std::numeric_limits<float>::infinity(); }),
+        fa::ErrorCode::invalid_argument, "softmax_scale", "inf");
     fa::ForwardParams p = good_params();
     EXPECT_FLOAT_EQ(fa::softmax_scale(p), 1.0f / std::sqrt(128.0f));
     p.softmax_scale = 0.5f;
@@ -168,8 +172,10 @@ TEST(Validation, Config) {
 
 TEST(Validation, ConfigNotBuilt) {
     // A valid config that no kernel set builds (B_c = 16 with Q held whole).
-    const fa::KernelConfig c = fa::KernelConfig::parse("(BF16, 128, 64, 16, 4): async+load_0_1_1_tiles");
-    if (fa::is_built(c)) GTEST_SKIP() << "this build's kernel set holds " << c.to_string();
+    const fa::KernelConfig c =
+        fa::KernelConfig::parse("(BF16, 128, 64, 16, 4): async+load_0_1_1_tiles");
+    if (fa::is_built(c))
+        GTEST_SKIP() << "this build's kernel set holds " << c.to_string();
     try {
         fa::validate_config(good_params(), c, k_h100);
         FAIL();

@@ -16,8 +16,8 @@ std::string literal(const KernelConfig& c) {
     return "KernelConfig{.dtype = DType::" + std::string(to_string(c.dtype)) +
            ", .d_head = " + std::to_string(c.d_head) + ", .B_r = " + std::to_string(c.B_r) +
            ", .B_c = " + std::to_string(c.B_c) + ", .n_warps = " + std::to_string(c.n_warps) +
-           ", .async_copy = " + b(c.async_copy) + ", .eager_load_blocks = " +
-           b(c.eager_load_blocks) + ", .swizzled = " + b(c.swizzled) +
+           ", .async_copy = " + b(c.async_copy) +
+           ", .eager_load_blocks = " + b(c.eager_load_blocks) + ", .swizzled = " + b(c.swizzled) +
            ", .Q_mma_load_K_tiles = " + std::to_string(c.Q_mma_load_K_tiles) +
            ", .K_mma_load_K_tiles = " + std::to_string(c.K_mma_load_K_tiles) +
            ", .V_mma_load_K_tiles = " + std::to_string(c.V_mma_load_K_tiles) +
@@ -68,10 +68,11 @@ std::map<std::string, std::string> generate(std::string_view set_name, int shard
             "\n// " + c.to_string() + "\nextern const KernelOps " + ops_name(i) +
             " =\n    sm80::make_ops<" + literal(c) + ">();\n";
         declarations += "extern const KernelOps " + ops_name(i) + ";\n";
-        entries += "        // " + c.to_string() + "\n        {" + literal(c) + ",\n         &generated::" +
-                   ops_name(i) + "},\n";
+        entries += "        // " + c.to_string() + "\n        {" + literal(c) +
+                   ",\n         &generated::" + ops_name(i) + "},\n";
     }
-    for (int s = 0; s < shards; ++s) files[shard_name(s)] += "\n}  // namespace flash_attention::generated\n";
+    for (int s = 0; s < shards; ++s)
+        files[shard_name(s)] += "\n}  // namespace flash_attention::generated\n";
 
     files["registry_table.cpp"] = banner +
                                   "\n#include \"registry/registry.hpp\"\n\n"

@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
     std::filesystem::path out;
     app.add_option("--set", set, "kernel set (ci, progression, progression-all, tune, all)")
         ->required();
-    app.add_option("--shards", shards, "number of kernel translation units")->check(CLI::PositiveNumber);
+    app.add_option("--shards", shards, "number of kernel translation units")
+        ->check(CLI::PositiveNumber);
     app.add_option("--out", out, "output folder")->required();
     CLI11_PARSE(app, argc, argv);
 
@@ -30,7 +31,8 @@ int main(int argc, char** argv) {
             std::ifstream old(path, std::ios::binary);
             std::stringstream existing;
             existing << old.rdbuf();
-            if (old && existing.str() == contents) continue;
+            if (old && existing.str() == contents)
+                continue;
             old.close();
             const auto tmp = path.string() + ".tmp";
             std::ofstream(tmp, std::ios::binary) << contents;

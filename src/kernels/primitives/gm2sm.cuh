@@ -14,7 +14,7 @@ namespace flash_attention {
 // load is whole 128-byte lines.
 template <class Tile, int Threads, bool Async, class T>
 class TileCopyGM2SM {
-public:
+  public:
     static_assert(Threads % Tile::chunks_per_row == 0, "threads cover whole rows");
     static constexpr int row_step = Threads / Tile::chunks_per_row;
     static_assert(Tile::rows % row_step == 0, "every thread copies the same number of chunks");
@@ -53,9 +53,11 @@ public:
     }
 
     // Moves the GMEM window down by `rows` rows (the next K or V block).
-    __device__ void advance(int rows) { gmem_ += rows * row_stride_; }
+    __device__ void advance(int rows) {
+        gmem_ += rows * row_stride_;
+    }
 
-private:
+  private:
     // When row_step is a multiple of 8 every chunk i keeps the thread's swizzle
     // pattern, so the offset is a compile-time multiple of the row size.
     __device__ std::uint32_t smem(int i) const {

@@ -12,9 +12,10 @@ namespace flash_attention {
 
 template <int MT, bool Optimized>
 class OnlineSoftmax {
-public:
+  public:
     // scale: softmax_scale; scale_log2: softmax_scale * log2(e).
-    __device__ OnlineSoftmax(float scale, float scale_log2) : scale_(scale), scale_log2_(scale_log2) {
+    __device__ OnlineSoftmax(float scale, float scale_log2)
+        : scale_(scale), scale_log2_(scale_log2) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -114,7 +115,7 @@ public:
         }
     }
 
-private:
+  private:
     float scale_;
     float scale_log2_;
     float max_[MT][2];

@@ -17,7 +17,9 @@
 
 namespace flash_attention {
 
-__device__ __forceinline__ int lane_id() { return threadIdx.x % 32; }
+__device__ __forceinline__ int lane_id() {
+    return threadIdx.x % 32;
+}
 
 // A operand already in registers for the whole k extent (Q held across the main
 // loop, or P straight from the softmax): nothing to load per step.
@@ -32,8 +34,8 @@ struct RegisterA {
     __device__ void load(Frags<Step>&, int) const {}
 
     template <int Step>
-    __device__ const std::uint32_t (&fragment(const Frags<Step>&, int step, int kt,
-                                              int mt) const)[4] {
+    __device__ const std::uint32_t (&fragment(const Frags<Step>&, int step, int kt, int mt)
+                                        const)[4] {
         return frags[mt][step * Step + kt];
     }
 };
@@ -65,8 +67,7 @@ struct SmemA {
     }
 
     template <int Step>
-    __device__ const std::uint32_t (&fragment(const Frags<Step>& f, int, int kt,
-                                              int mt) const)[4] {
+    __device__ const std::uint32_t (&fragment(const Frags<Step>& f, int, int kt, int mt) const)[4] {
         return f.r[mt][kt];
     }
 };
@@ -188,7 +189,8 @@ __device__ __forceinline__ void zero(float (&c)[MT][NT][4]) {
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e) c[mt][nt][e] = 0.0f;
+            for (int e = 0; e < 4; ++e)
+                c[mt][nt][e] = 0.0f;
         }
     }
 }

@@ -21,13 +21,15 @@ namespace flash_attention::sm80 {
 // tells the issuer that every warp is done with the buffer's previous contents).
 template <bool Async>
 __device__ __forceinline__ void wait_copies_and_sync() {
-    if constexpr (Async) ptx::cp_async_wait_group<0>();
+    if constexpr (Async)
+        ptx::cp_async_wait_group<0>();
     __syncthreads();
 }
 
 template <bool Async>
 __device__ __forceinline__ void commit_copies() {
-    if constexpr (Async) ptx::cp_async_commit_group();
+    if constexpr (Async)
+        ptx::cp_async_commit_group();
 }
 
 template <unsigned long long Code>
@@ -69,7 +71,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
 
     const SmemA<typename Tr::QTile, m_tiles> q_in_smem(q_smem, warp_row0);
     typename SmemA<typename Tr::QTile, m_tiles>::template Frags<Tr::qk_k_tiles> q_held;
-    if constexpr (Tr::q_held_in_registers) q_in_smem.load(q_held, 0);
+    if constexpr (Tr::q_held_in_registers)
+        q_in_smem.load(q_held, 0);
     const auto q_frags = [&] {
         if constexpr (Tr::q_held_in_registers) {
             return RegisterA<m_tiles, Tr::qk_k_tiles>{q_held.r};

@@ -58,7 +58,8 @@ int ctas_per_sm() {
 template <KernelConfig C>
 KernelResources resources() {
     cudaFuncAttributes attributes{};
-    cuda_check(cudaFuncGetAttributes(&attributes, forward_kernel<pack(C)>), "cudaFuncGetAttributes");
+    cuda_check(cudaFuncGetAttributes(&attributes, forward_kernel<pack(C)>),
+               "cudaFuncGetAttributes");
     return {attributes.numRegs, static_cast<int>(attributes.localSizeBytes),
             static_cast<int>(attributes.sharedSizeBytes)};
 }
