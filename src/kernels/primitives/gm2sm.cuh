@@ -20,8 +20,8 @@ class TileCopyGM2SM {
     static_assert(Tile::rows % row_step == 0, "every thread copies the same number of chunks");
     static constexpr int chunks_per_thread = Tile::rows / row_step;
 
-    __device__ TileCopyGM2SM(const T* gmem_tile, std::int64_t gmem_row_stride,
-                             std::uint32_t smem_tile)
+    __device__ __forceinline__ TileCopyGM2SM(const T* gmem_tile, std::int64_t gmem_row_stride,
+                                             std::uint32_t smem_tile)
         : row_stride_(gmem_row_stride) {
         const int row = threadIdx.x / Tile::chunks_per_row;
         const int chunk = threadIdx.x % Tile::chunks_per_row;
@@ -32,7 +32,7 @@ class TileCopyGM2SM {
     }
 
     // Issues (async) or performs (sync) the copy of the current tile.
-    __device__ void copy() const {
+    __device__ __forceinline__ void copy() const {
         if constexpr (Async) {
 #pragma unroll
             for (int i = 0; i < chunks_per_thread; ++i) {
@@ -53,14 +53,14 @@ class TileCopyGM2SM {
     }
 
     // Moves the GMEM window down by `rows` rows (the next K or V block).
-    __device__ void advance(int rows) {
+    __device__ __forceinline__ void advance(int rows) {
         gmem_ += rows * row_stride_;
     }
 
   private:
     // When row_step is a multiple of 8 every chunk i keeps the thread's swizzle
     // pattern, so the offset is a compile-time multiple of the row size.
-    __device__ std::uint32_t smem(int i) const {
+    __device__ __forceinline__ std::uint32_t smem(int i) const {
         if constexpr (!Tile::swizzled || row_step % 8 == 0) {
             return smem_ + i * row_step * Tile::row_bytes;
         } else {

@@ -14,7 +14,7 @@ template <int MT, bool Optimized>
 class OnlineSoftmax {
   public:
     // scale: softmax_scale; scale_log2: softmax_scale * log2(e).
-    __device__ OnlineSoftmax(float scale, float scale_log2)
+    __device__ __forceinline__ OnlineSoftmax(float scale, float scale_log2)
         : scale_(scale), scale_log2_(scale_log2) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {

@@ -39,11 +39,11 @@ struct LaneRowPointer {
     std::uint32_t row_address;  // tile base + r * row_bytes
     int lane_chunk;             // h ^ (r % 8) when swizzled, else h
 
-    __device__ LaneRowPointer(std::uint32_t tile_base, int r, int h)
+    __device__ __forceinline__ LaneRowPointer(std::uint32_t tile_base, int r, int h)
         : row_address(tile_base + r * Tile::row_bytes),
           lane_chunk(Tile::swizzled ? (h ^ (r & 7)) : h) {}
 
-    __device__ std::uint32_t at(int dr, int dc) const {
+    __device__ __forceinline__ std::uint32_t at(int dr, int dc) const {
         const int chunk = Tile::swizzled ? (dc & ~7) | ((dc & 7) ^ lane_chunk) : dc + lane_chunk;
         return row_address + dr * Tile::row_bytes + chunk * 16;
     }

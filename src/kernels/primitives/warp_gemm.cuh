@@ -31,11 +31,11 @@ struct RegisterA {
     struct Frags {};
 
     template <int Step>
-    __device__ void load(Frags<Step>&, int) const {}
+    __device__ __forceinline__ void load(Frags<Step>&, int) const {}
 
     template <int Step>
-    __device__ const std::uint32_t (&fragment(const Frags<Step>&, int step, int kt, int mt)
-                                        const)[4] {
+    __device__ __forceinline__ const std::uint32_t (&fragment(const Frags<Step>&, int step, int kt,
+                                                              int mt) const)[4] {
         return frags[mt][step * Step + kt];
     }
 };
@@ -47,7 +47,7 @@ template <class Tile, int MTiles>
 struct SmemA {
     LaneRowPointer<Tile> lane_row;
 
-    __device__ SmemA(std::uint32_t tile_base, int warp_row0)
+    __device__ __forceinline__ SmemA(std::uint32_t tile_base, int warp_row0)
         : lane_row(tile_base, warp_row0 + lane_id() % 16, lane_id() / 16) {}
 
     template <int Step>
@@ -56,7 +56,7 @@ struct SmemA {
     };
 
     template <int Step>
-    __device__ void load(Frags<Step>& f, int step) const {
+    __device__ __forceinline__ void load(Frags<Step>& f, int step) const {
 #pragma unroll
         for (int mt = 0; mt < MTiles; ++mt) {
 #pragma unroll
@@ -67,7 +67,8 @@ struct SmemA {
     }
 
     template <int Step>
-    __device__ const std::uint32_t (&fragment(const Frags<Step>& f, int, int kt, int mt) const)[4] {
+    __device__ __forceinline__ const std::uint32_t (&fragment(const Frags<Step>& f, int, int kt,
+                                                              int mt) const)[4] {
         return f.r[mt][kt];
     }
 };
@@ -85,14 +86,15 @@ struct SmemB {
 
     // Matrix m = lane / 8 of the x4: for K, n-tile m/2 and k-half m%2; for V,
     // k-half m%2 (rows) and n-tile m/2 (chunks).
-    __device__ static LaneRowPointer<Tile> lane_pointer(std::uint32_t tile_base) {
+    __device__ __forceinline__ static LaneRowPointer<Tile> lane_pointer(std::uint32_t tile_base) {
         const int m = lane_id() / 8;
         const int r = lane_id() % 8;
         return Transposed ? LaneRowPointer<Tile>(tile_base, (m % 2) * 8 + r, m / 2)
                           : LaneRowPointer<Tile>(tile_base, (m / 2) * 8 + r, m % 2);
     }
 
-    __device__ explicit SmemB(std::uint32_t tile_base) : lane_row(lane_pointer(tile_base)) {}
+    __device__ __forceinline__ explicit SmemB(std::uint32_t tile_base)
+        : lane_row(lane_pointer(tile_base)) {}
 
     template <int Step>
     struct Frags {
@@ -100,7 +102,7 @@ struct SmemB {
     };
 
     template <int Step>
-    __device__ void load(Frags<Step>& f, int step) const {
+    __device__ __forceinline__ void load(Frags<Step>& f, int step) const {
 #pragma unroll
         for (int kt = 0; kt < Step; ++kt) {
             const int k_tile = step * Step + kt;
@@ -134,33 +136,39 @@ __device__ __forceinline__ void warp_gemm(float (&c)[MT][NT][4], const ASource& 
     constexpr int buffers = DoubleBuffer && steps > 1 ? 2 : 1;
     typename ASource::template Frags<Step> fa[buffers];
     typename BSource::template Frags<Step> fb[buffers];
-    if constexpr (buffers == 2) {
-        a.load(fa[0], 0);
-        b.load(fb[0], 0);
-    }
-#pragma unroll
-    for (int s = 0; s < steps; ++s) {
-        const int cur = s % buffers;
-        if constexpr (buffers == 2) {
-            if (s + 1 < steps) {
-                a.load(fa[(s + 1) % 2], s + 1);
-                b.load(fb[(s + 1) % 2], s + 1);
-            }
-        } else {
-            a.load(fa[0], s);
-            b.load(fb[0], s);
-        }
+    const auto mmas = [&](int buffer, int step) {
 #pragma unroll
         for (int kt = 0; kt < Step; ++kt) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    ptx::mma_m16n8k16<dtype>(c[mt][nt], a.fragment(fa[cur], s, kt, mt),
-                                             fb[cur].r[kt][nt]);
+                    ptx::mma_m16n8k16<dtype>(c[mt][nt], a.fragment(fa[buffer], step, kt, mt),
+                                             fb[buffer].r[kt][nt]);
                 }
             }
         }
+    };
+    if constexpr (buffers == 1) {
+#pragma unroll
+        for (int s = 0; s < steps; ++s) {
+            a.load(fa[0], s);
+            b.load(fb[0], s);
+            mmas(0, s);
+        }
+    } else {
+        // The last step has nothing left to prefetch; peeling it keeps the loop free of
+        // conditions, which NVVM needs to unroll it (unrolled, the buffer index is a
+        // constant and both buffers stay in registers rather than local memory).
+        a.load(fa[0], 0);
+        b.load(fb[0], 0);
+#pragma unroll
+        for (int s = 0; s < steps - 1; ++s) {
+            a.load(fa[(s + 1) % 2], s + 1);
+            b.load(fb[(s + 1) % 2], s + 1);
+            mmas(s % 2, s);
+        }
+        mmas((steps - 1) % 2, steps - 1);
     }
 }
 
