@@ -38,7 +38,11 @@ struct ForwardParams {
     std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
 };
 
-// Runs the kernel the library chooses for this problem and device.
+// Runs the kernel the library chooses for this problem and device: the winner that
+// `flash_attention tune` recorded for this GPU, dtype, d_head and sequence-length bucket
+// in the tuning cache ($FLASH_ATTENTION_TUNING, else ~/.cache/flash_attention/tuning.json),
+// else a built-in table. The cache is read once per process; a missing, corrupt or stale
+// cache only means the built-in table is used.
 // Throws flash_attention::Error on invalid input or a CUDA failure.
 void forward(const ForwardParams& params, Stream stream = nullptr);
 
@@ -47,6 +51,9 @@ void forward(const ForwardParams& params, const KernelConfig& config, Stream str
 
 // The kernel the automatic choice would run for these parameters on the current device.
 KernelConfig choose_config(const ForwardParams& params);
+
+// Makes the next automatic choice read the tuning cache file again.
+void reload_tuning_cache();
 
 // Every config compiled into this build, in KernelConfig order.
 const std::vector<KernelConfig>& configs();

@@ -2,9 +2,10 @@
 #include <numbers>
 #include <string>
 
-#include "api/heuristics.hpp"
+#include "api/choice.hpp"
 #include "api/validate.hpp"
 #include "registry/registry.hpp"
+#include "tuning/tuning_cache.hpp"
 
 namespace flash_attention {
 
@@ -32,17 +33,6 @@ KernelArgs kernel_args(const ForwardParams& p) {
             .scale_log2 = static_cast<float>(scale * std::numbers::log2e)};
 }
 
-KernelConfig choose(const ForwardParams& p, const DeviceInfo& device) {
-    if (const auto c = heuristic_config(p, device))
-        return *c;
-    throw Error(ErrorCode::unsupported,
-                "q, k: expected sequence lengths that a built " +
-                    std::string(to_string(p.q.dtype)) + " d_head " + std::to_string(p.q.shape[3]) +
-                    " kernel divides (kernel set \"" + std::string(built_kernel_set()) +
-                    "\"), got seq_q " + std::to_string(p.q.shape[1]) + " and seq_k " +
-                    std::to_string(p.k.shape[1]));
-}
-
 }  // namespace
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::int64_t batch, std::int64_t seq,
@@ -55,16 +45,18 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::int64_t batch, s
 
 KernelConfig choose_config(const ForwardParams& params) {
     validate_tensors(params);
-    return choose(params, current_device());
+    return choose_kernel(params, current_device());
 }
 
 void forward(const ForwardParams& params, Stream stream) {
     validate_tensors(params);
     const DeviceInfo device = current_device();
-    const KernelConfig config = choose(params, device);
+    const KernelConfig config = choose_kernel(params, device);
     validate_config(params, config, device);
     find_kernel(config)->launch(kernel_args(params), stream);
 }
+
+void reload_tuning_cache() { tuning::reload(); }
 
 void forward(const ForwardParams& params, const KernelConfig& config, Stream stream) {
     validate_tensors(params);

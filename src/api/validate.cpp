@@ -209,7 +209,10 @@ DeviceInfo current_device() {
     static std::array<DeviceInfo, max_devices> cache{};
     static std::array<std::once_flag, max_devices> cached;
     const auto query = [index] {
-        DeviceInfo d{index, 0, 0, 0, 0};
+        DeviceInfo d{index, "", 0, 0, 0, 0};
+        cudaDeviceProp properties{};
+        cuda_check(cudaGetDeviceProperties(&properties, index), "cudaGetDeviceProperties");
+        d.name = properties.name;
         cuda_check(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, index),
                    "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
         cuda_check(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, index),

@@ -3,12 +3,15 @@
 // Checks made before any launch. Each failure throws flash_attention::Error whose
 // message names the argument, what was expected and what was given.
 
+#include <string>
+
 #include "flash_attention/flash_attention.hpp"
 
 namespace flash_attention {
 
 struct DeviceInfo {
     int index;
+    std::string name;
     int major, minor;
     int sm_count;
     int smem_per_block_optin;

@@ -50,7 +50,7 @@ void expect_error(const fa::Error& e, fa::ErrorCode code, const std::string& arg
     EXPECT_NE(message.find(", got " + given), std::string::npos) << message;
 }
 
-const fa::DeviceInfo k_h100{0, 9, 0, 132, 232448};
+const fa::DeviceInfo k_h100{0, "NVIDIA H100 80GB HBM3", 9, 0, 132, 232448};
 
 }  // namespace
 

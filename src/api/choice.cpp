@@ -1,9 +1,11 @@
-#include "api/heuristics.hpp"
+#include "api/choice.hpp"
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "registry/registry.hpp"
+#include "tuning/tuning_cache.hpp"
 
 namespace flash_attention {
 
@@ -32,23 +34,23 @@ constexpr Preference k_table[] = {
      "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
 };
 
-bool fits(const KernelConfig& c, const ForwardParams& p, const DeviceInfo& device) {
+}  // namespace
+
+bool can_run(const KernelConfig& c, const ForwardParams& p, const DeviceInfo& device) {
     return c.dtype == p.q.dtype && c.d_head == p.q.shape[3] && p.q.shape[1] % c.B_r == 0 &&
            p.k.shape[1] % c.B_c == 0 &&
            static_cast<long>(c.smem_bytes()) <= device.smem_per_block_optin && is_built(c);
 }
 
-}  // namespace
-
 std::optional<KernelConfig> heuristic_config(const ForwardParams& p, const DeviceInfo& device) {
     for (const Preference& pref : k_table) {
         const KernelConfig c = KernelConfig::parse(pref.config);
-        if (fits(c, p, device))
+        if (can_run(c, p, device))
             return c;
     }
     std::vector<KernelConfig> candidates;
     for (const KernelConfig& c : configs()) {
-        if (fits(c, p, device))
+        if (can_run(c, p, device))
             candidates.push_back(c);
     }
     if (candidates.empty())
@@ -58,6 +60,24 @@ std::optional<KernelConfig> heuristic_config(const ForwardParams& p, const Devic
         candidates.begin(), candidates.end(),
         [](const KernelConfig& a, const KernelConfig& b) { return a.B_r * a.B_c > b.B_r * b.B_c; });
     return candidates.front();
+}
+
+KernelConfig choose_kernel(const ForwardParams& p, const DeviceInfo& device) {
+    const tuning::Key key{device.name,
+                          device.sm_count,
+                          p.q.dtype,
+                          static_cast<int>(p.q.shape[3]),
+                          tuning::seq_bucket(p.q.shape[1], p.k.shape[1]),
+                          false};
+    // A cached config this build lacks, or one that does not divide these lengths, is
+    // skipped: a stale cache costs speed, never a failure.
+    if (const auto tuned = tuning::lookup(key); tuned && can_run(*tuned, p, device)) return *tuned;
+    if (const auto c = heuristic_config(p, device)) return *c;
+    throw Error(ErrorCode::unsupported,
+                "q, k: expected sequence lengths that a built " + std::string(to_string(p.q.dtype)) +
+                    " d_head " + std::to_string(p.q.shape[3]) + " kernel divides (kernel set \"" +
+                    std::string(built_kernel_set()) + "\"), got seq_q " +
+                    std::to_string(p.q.shape[1]) + " and seq_k " + std::to_string(p.k.shape[1]));
 }
 
 }  // namespace flash_attention

@@ -1,0 +1,71 @@
+#pragma once
+
+// The tuning cache: which config `flash_attention tune` measured fastest for a
+// (GPU, dtype, d_head, sequence-length bucket) key. A JSON file shared by the command
+// line, which writes it, and the library's automatic choice, which reads it.
+//
+// Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json,
+// else $HOME/.cache/flash_attention/tuning.json.
+
+#include <compare>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flash_attention/kernel_config.hpp"
+
+namespace flash_attention::tuning {
+
+struct Key {
+    std::string gpu;  // device name as CUDA reports it
+    int sm_count = 0;
+    DType dtype = DType::FP16;
+    int d_head = 0;
+    int seq_bucket = 0;  // see seq_bucket()
+    bool causal = false;
+
+    friend auto operator<=>(const Key&, const Key&) = default;
+    std::string to_string() const;
+};
+
+// The bucket of a problem: the smallest power of two >= max(seq_q, seq_k), at least 64.
+int seq_bucket(long long seq_q, long long seq_k);
+
+struct Entry {
+    Key key;
+    KernelConfig config;
+    double tflops = 0;
+    std::optional<KernelConfig> runner_up;
+    double runner_up_tflops = 0;
+    std::string measured;  // ISO 8601 UTC time of the measurement
+};
+
+struct LoadResult {
+    std::vector<Entry> entries;
+    // One line per problem: unreadable or corrupt file, malformed entries skipped.
+    std::vector<std::string> warnings;
+    bool corrupt = false;  // the file exists but is not a tuning cache: nothing was read
+};
+
+std::filesystem::path default_path();
+
+// A missing file is an empty cache without warnings.
+LoadResult load(const std::filesystem::path& path);
+LoadResult parse(const std::string& json_text, const std::string& source_name);
+std::string to_json(const std::vector<Entry>& entries);
+
+// `existing` with every entry whose key `updates` holds replaced; other keys kept.
+std::vector<Entry> merge(std::vector<Entry> existing, const std::vector<Entry>& updates);
+
+// Writes through a temporary file in the same folder and a rename, so readers and a
+// crash mid-write see either the old file or the new one. Throws Error on failure.
+void save_atomically(const std::filesystem::path& path, const std::vector<Entry>& entries);
+
+// The process-wide cache behind forward(params, stream): read from default_path() on
+// first use (a warning on stderr if it is corrupt), then kept in memory.
+std::optional<KernelConfig> lookup(const Key& key);
+// Drops the in-memory copy; the next lookup reads the file again.
+void reload();
+
+}  // namespace flash_attention::tuning
