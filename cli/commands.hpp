@@ -45,5 +45,7 @@ inline const CLI::Validator positive_integer(
 void add_list_command(CLI::App& app, Action& action);
 void add_run_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
+void add_tune_command(CLI::App& app, Action& action);
+void add_progression_command(CLI::App& app, Action& action);
 
 }  // namespace flash_attention::cli

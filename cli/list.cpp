@@ -6,6 +6,7 @@
 #include "common/device_buffer.hpp"
 #include "config/config_space.hpp"
 #include "flash_attention/flash_attention.hpp"
+#include "options.hpp"
 #include "registry/registry.hpp"
 
 namespace flash_attention::cli {
@@ -53,9 +54,10 @@ void add_list_command(CLI::App& app, Action& action) {
     auto options = std::make_shared<ListOptions>();
     CLI::App* cmd =
         app.add_subcommand("list", "List kernel configs: the built ones, or a named set");
-    const auto names = space::set_names();
-    cmd->add_option("--set", options->set, "named set to list instead of the built configs")
-        ->check(CLI::IsMember(std::vector<std::string>(names.begin(), names.end())));
+    cmd->add_option("--set", options->set,
+                    "named set to list instead of the built configs (ci, progression, "
+                    "progression-all, tune, all, or a comma-separated union)")
+        ->check(set_name_validator());
     cmd->add_flag("--verbose", options->verbose, "also show registers and local memory per thread");
     cmd->callback([options, &action] { action = [options] { return list(*options); }; });
 }

@@ -8,12 +8,6 @@
 
 namespace flash_attention::cli {
 
-std::string Shape::to_string() const {
-    return std::string(flash_attention::to_string(dtype)) + " d_head " + std::to_string(d_head) +
-           ", batch " + std::to_string(batch) + ", heads " + std::to_string(heads) + ", seq_q " +
-           std::to_string(seq_q) + ", seq_k " + std::to_string(seq_k);
-}
-
 Workspace::Workspace(const Shape& shape, std::uint64_t seed) : shape_(shape) {
     using reference::HostTensor;
     const HostTensor q = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_q,
@@ -43,31 +37,37 @@ ForwardParams Workspace::params(int slot) const {
     return {q_[slot].view, k_[slot].view, v_[slot].view, o_[slot].view, std::nullopt};
 }
 
-Measurement measure(const KernelConfig& config, const Workspace& workspace, int warmup, int runs) {
+Measurement measure(const std::optional<KernelConfig>& config, const Workspace& workspace,
+                    int warmup, int runs) {
+    const auto launch = [&](int i) {
+        const ForwardParams params = workspace.params(i % workspace.slots());
+        if (config) {
+            forward(params, *config);
+        } else {
+            forward(params);
+        }
+    };
     for (int i = 0; i < warmup; ++i)
-        forward(workspace.params(i % workspace.slots()), config);
+        launch(i);
     cuda_check(cudaDeviceSynchronize(), "warm-up");
     EventTimer timer;
     std::vector<double> ms;
     for (int i = 0; i < runs; ++i) {
-        const ForwardParams params = workspace.params(i % workspace.slots());
         timer.start(nullptr);
-        forward(params, config);
+        launch(i);
         ms.push_back(timer.stop(nullptr));
     }
     std::sort(ms.begin(), ms.end());
     const double median =
         ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
-    return {config, workspace.shape(), median, ms.front(), ms.back(), runs};
-}
-
-double harmonic_mean_tflops(const std::vector<Measurement>& measurements) {
-    if (measurements.empty())
-        return 0;
-    double inverse = 0;
-    for (const Measurement& m : measurements)
-        inverse += 1.0 / m.tflops();
-    return measurements.size() / inverse;
+    const KernelConfig ran = config ? *config : choose_config(workspace.params(0));
+    return {config ? config->to_string() : "automatic choice",
+            ran,
+            workspace.shape(),
+            median,
+            ms.front(),
+            ms.back(),
+            runs};
 }
 
 }  // namespace flash_attention::cli

@@ -9,7 +9,9 @@
 #include "commands.hpp"
 #include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
+#include "options.hpp"
 #include "reference/reference.hpp"
+#include "sweep.hpp"
 
 namespace flash_attention::cli {
 
@@ -36,7 +38,7 @@ DType parse_dtype(const std::string& s) {
 int run(const RunOptions& opt) {
     std::optional<KernelConfig> config;
     if (!opt.config.empty())
-        config = KernelConfig::parse(opt.config);
+        config = built_config(opt.config, "--config");
     DType dtype = config ? config->dtype : DType::BF16;
     int d_head = config ? config->d_head : 128;
     if (opt.dtype) {

@@ -71,13 +71,16 @@ KernelConfig choose_kernel(const ForwardParams& p, const DeviceInfo& device) {
                           false};
     // A cached config this build lacks, or one that does not divide these lengths, is
     // skipped: a stale cache costs speed, never a failure.
-    if (const auto tuned = tuning::lookup(key); tuned && can_run(*tuned, p, device)) return *tuned;
-    if (const auto c = heuristic_config(p, device)) return *c;
+    if (const auto tuned = tuning::lookup(key); tuned && can_run(*tuned, p, device))
+        return *tuned;
+    if (const auto c = heuristic_config(p, device))
+        return *c;
     throw Error(ErrorCode::unsupported,
-                "q, k: expected sequence lengths that a built " + std::string(to_string(p.q.dtype)) +
-                    " d_head " + std::to_string(p.q.shape[3]) + " kernel divides (kernel set \"" +
-                    std::string(built_kernel_set()) + "\"), got seq_q " +
-                    std::to_string(p.q.shape[1]) + " and seq_k " + std::to_string(p.k.shape[1]));
+                "q, k: expected sequence lengths that a built " +
+                    std::string(to_string(p.q.dtype)) + " d_head " + std::to_string(p.q.shape[3]) +
+                    " kernel divides (kernel set \"" + std::string(built_kernel_set()) +
+                    "\"), got seq_q " + std::to_string(p.q.shape[1]) + " and seq_k " +
+                    std::to_string(p.k.shape[1]));
 }
 
 }  // namespace flash_attention

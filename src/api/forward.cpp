@@ -56,7 +56,9 @@ void forward(const ForwardParams& params, Stream stream) {
     find_kernel(config)->launch(kernel_args(params), stream);
 }
 
-void reload_tuning_cache() { tuning::reload(); }
+void reload_tuning_cache() {
+    tuning::reload();
+}
 
 void forward(const ForwardParams& params, const KernelConfig& config, Stream stream) {
     validate_tensors(params);

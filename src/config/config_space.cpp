@@ -286,6 +286,17 @@ std::vector<std::string_view> set_names() {
 }
 
 std::vector<KernelConfig> named_set(std::string_view name) {
+    if (name.find(',') != std::string_view::npos) {
+        std::vector<KernelConfig> all;
+        for (std::size_t start = 0;;) {
+            const std::size_t end = name.find(',', start);
+            append_unique(all, named_set(name.substr(start, end - start)));
+            if (end == std::string_view::npos)
+                break;
+            start = end + 1;
+        }
+        return sorted_unique(std::move(all));
+    }
     if (name == "ci")
         return sorted_unique(ci());
     if (name == "progression")

@@ -50,7 +50,8 @@ struct ValueSets {
 // Names accepted by named_set(): progression, progression-all, tune, ci, all.
 std::vector<std::string_view> set_names();
 
-// The configs of a named set, sorted and unique (the progression ladder in step order). Throws
+// The configs of a named set, sorted and unique (the progression ladder in step order),
+// or of a comma-separated union of sets such as "tune,progression". Throws
 // flash_attention::Error (invalid_argument) naming the set and the known names when the name is
 // unknown.
 std::vector<KernelConfig> named_set(std::string_view name);

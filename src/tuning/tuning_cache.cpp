@@ -1,5 +1,6 @@
 #include "tuning/tuning_cache.hpp"
 
+#include <unistd.h>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -7,7 +8,6 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <unistd.h>
 
 #include "flash_attention/error.hpp"
 
@@ -18,8 +18,10 @@ namespace {
 constexpr int k_format_version = 1;
 
 DType parse_dtype(const std::string& s) {
-    if (s == "FP16") return DType::FP16;
-    if (s == "BF16") return DType::BF16;
+    if (s == "FP16")
+        return DType::FP16;
+    if (s == "BF16")
+        return DType::BF16;
     throw std::invalid_argument("unknown dtype \"" + s + "\"");
 }
 
@@ -69,12 +71,14 @@ std::string Key::to_string() const {
 int seq_bucket(long long seq_q, long long seq_k) {
     const long long seq = std::max(seq_q, seq_k);
     long long bucket = 64;
-    while (bucket < seq && bucket < (1LL << 30)) bucket *= 2;
+    while (bucket < seq && bucket < (1LL << 30))
+        bucket *= 2;
     return static_cast<int>(bucket);
 }
 
 std::filesystem::path default_path() {
-    if (const char* p = std::getenv("FLASH_ATTENTION_TUNING"); p && *p) return p;
+    if (const char* p = std::getenv("FLASH_ATTENTION_TUNING"); p && *p)
+        return p;
     if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
         return std::filesystem::path(x) / "flash_attention" / "tuning.json";
     }
@@ -91,7 +95,8 @@ LoadResult parse(const std::string& text, const std::string& source) {
         doc = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
         result.corrupt = true;
-        result.warnings.push_back("tuning cache " + source + " is not valid JSON (" + e.what() + ")");
+        result.warnings.push_back("tuning cache " + source + " is not valid JSON (" + e.what() +
+                                  ")");
         return result;
     }
     if (!doc.is_object() || !doc.contains("entries") || !doc["entries"].is_array()) {
@@ -112,11 +117,13 @@ LoadResult parse(const std::string& text, const std::string& source) {
         try {
             result.entries.push_back(entry_from_json(j));
         } catch (const std::exception& e) {
-            if (skipped++ == 0) first_problem = e.what();
+            if (skipped++ == 0)
+                first_problem = e.what();
         }
     }
     if (skipped > 0) {
-        result.warnings.push_back("tuning cache " + source + ": skipped " + std::to_string(skipped) +
+        result.warnings.push_back("tuning cache " + source + ": skipped " +
+                                  std::to_string(skipped) +
                                   " malformed entries (first: " + first_problem + ")");
     }
     return result;
@@ -124,7 +131,8 @@ LoadResult parse(const std::string& text, const std::string& source) {
 
 LoadResult load(const std::filesystem::path& path) {
     std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) return {};
+    if (!std::filesystem::exists(path, ec))
+        return {};
     std::ifstream in(path, std::ios::binary);
     if (!in) {
         LoadResult r;
@@ -139,7 +147,8 @@ LoadResult load(const std::filesystem::path& path) {
 
 std::string to_json(const std::vector<Entry>& entries) {
     nlohmann::json doc = {{"version", k_format_version}, {"entries", nlohmann::json::array()}};
-    for (const Entry& e : entries) doc["entries"].push_back(entry_json(e));
+    for (const Entry& e : entries)
+        doc["entries"].push_back(entry_json(e));
     return doc.dump(2) + "\n";
 }
 
@@ -159,15 +168,18 @@ void save_atomically(const std::filesystem::path& path, const std::vector<Entry>
                     "tuning cache " + path.string() + ": expected a writable file, got " + what);
     };
     std::error_code ec;
-    if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path(), ec);
-    if (ec) fail("a folder that cannot be created (" + ec.message() + ")");
+    if (path.has_parent_path())
+        std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec)
+        fail("a folder that cannot be created (" + ec.message() + ")");
     const std::filesystem::path tmp =
         path.string() + ".tmp." + std::to_string(static_cast<long>(getpid()));
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         out << to_json(entries);
         out.flush();
-        if (!out) fail("a write error on " + tmp.string());
+        if (!out)
+            fail("a write error on " + tmp.string());
     }
     std::filesystem::rename(tmp, path, ec);
     if (ec) {
@@ -200,10 +212,12 @@ std::optional<KernelConfig> lookup(const Key& key) {
         for (const std::string& w : r.warnings) {
             std::cerr << "flash_attention: warning: " << w << "; using the built-in table\n";
         }
-        for (const Entry& e : r.entries) cache.index[e.key] = e.config;
+        for (const Entry& e : r.entries)
+            cache.index[e.key] = e.config;
     }
     const auto it = cache.index.find(key);
-    if (it == cache.index.end()) return std::nullopt;
+    if (it == cache.index.end())
+        return std::nullopt;
     return it->second;
 }
 

@@ -1,0 +1,57 @@
+#include "app.hpp"
+
+#include <iostream>
+
+#include "commands.hpp"
+#include "flash_attention/error.hpp"
+
+namespace flash_attention::cli {
+
+namespace {
+
+bool is_bad_argument(ErrorCode code) {
+    return code == ErrorCode::invalid_argument || code == ErrorCode::dtype ||
+           code == ErrorCode::unsupported || code == ErrorCode::not_built;
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+    CLI::App app{
+        "FlashAttention forward kernels: list the compiled configs; run, benchmark and tune them "
+        "on a GPU."};
+    app.name("flash_attention");
+    app.require_subcommand(1);
+    Action action;
+    add_list_command(app, action);
+    add_run_command(app, action);
+    add_bench_command(app, action);
+    add_tune_command(app, action);
+    add_progression_command(app, action);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "flash_attention: " << e.what() << " (see flash_attention --help)\n";
+        return exit_usage;
+    }
+
+    try {
+        return action();
+    } catch (const UsageError& e) {
+        std::cerr << "flash_attention: " << e.what() << "\n";
+        return exit_usage;
+    } catch (const Error& e) {
+        std::cerr << "flash_attention: " << e.what() << "\n";
+        return is_bad_argument(e.code()) ? exit_usage : exit_failure;
+    } catch (const std::exception& e) {
+        std::cerr << "flash_attention: " << e.what() << "\n";
+        return exit_failure;
+    }
+}
+
+}  // namespace flash_attention::cli

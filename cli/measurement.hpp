@@ -1,0 +1,43 @@
+#pragma once
+
+// What a benchmark measured: plain data, formatted by report.hpp.
+
+#include <string>
+#include <vector>
+
+#include "flash_attention/kernel_config.hpp"
+
+namespace flash_attention::cli {
+
+struct Shape {
+    DType dtype;
+    int d_head;
+    int batch;
+    int heads;
+    int seq_q;
+    int seq_k;
+
+    // 4 * batch * heads * seq_q * seq_k * d_head: two GEMMs of 2 * M * N * K each.
+    double flop() const { return 4.0 * batch * heads * double(seq_q) * seq_k * d_head; }
+    friend auto operator<=>(const Shape&, const Shape&) = default;
+};
+
+struct Measurement {
+    std::string label;    // the config's short form, or "automatic choice"
+    KernelConfig config;  // the kernel that ran
+    Shape shape;
+    double median_ms;
+    double min_ms;
+    double max_ms;
+    int runs;
+
+    double tflops() const { return shape.flop() / (median_ms * 1e-3) / 1e12; }
+    // (max - min) / median: the run-to-run spread.
+    double spread() const { return (max_ms - min_ms) / median_ms; }
+};
+
+// Harmonic mean of TFLOP/s: the rate of running every shape once with equal work (the
+// seed's summary over sequence lengths).
+double harmonic_mean_tflops(const std::vector<Measurement>& measurements);
+
+}  // namespace flash_attention::cli

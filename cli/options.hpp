@@ -1,0 +1,40 @@
+#pragma once
+
+// Parsing helpers shared by the subcommands. Failures throw UsageError naming the
+// option, what was expected and what was given.
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "flash_attention/kernel_config.hpp"
+
+namespace flash_attention::cli {
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& option);
+std::vector<DType> parse_dtype_list(const std::string& text, const std::string& option);
+
+// A config short form; UsageError naming the option and the offending token otherwise.
+KernelConfig parse_config(const std::string& short_form, const std::string& option);
+
+// A named set ("tune") or a comma-separated union ("tune,progression").
+CLI::Validator set_name_validator();
+
+// The problem grid of bench and tune: sequence lengths, and head dims and dtypes
+// (filters for explicit configs, the grid itself for the automatic choice). Batch and
+// heads default to 16k tokens in total and a hidden size of 2048, as in the
+// FlashAttention benchmarks.
+struct GridOptions {
+    std::string seqs = "512,1024,2048,4096,8192,16384";
+    std::string d_heads;
+    std::string dtypes;
+    int batch = 0;
+    int heads = 0;
+
+    void add_to(CLI::App& cmd);
+    int batch_for(int seq) const { return batch > 0 ? batch : std::max(1, 16384 / seq); }
+    int heads_for(int d_head) const { return heads > 0 ? heads : std::max(1, 2048 / d_head); }
+};
+
+}  // namespace flash_attention::cli

@@ -1,0 +1,164 @@
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include "commands.hpp"
+#include "common/device_buffer.hpp"
+#include "config/config_space.hpp"
+#include "registry/registry.hpp"
+#include "report.hpp"
+#include "sweep.hpp"
+
+namespace flash_attention::cli {
+
+namespace {
+
+struct ProgressionOptions {
+    bool all_block_sizes = false;
+    GridOptions grid;
+    int warmup = 5;
+    int runs = 30;
+    std::string format = "table";
+};
+
+// The ladder's steps, once per block shape with --all-block-sizes (shapes the config
+// rules reject are left out).
+std::vector<std::vector<KernelConfig>> ladders(bool all_block_sizes) {
+    const std::vector<KernelConfig> steps = space::named_set("progression");
+    if (!all_block_sizes)
+        return {steps};
+    std::vector<std::vector<KernelConfig>> out;
+    for (const int B_r : {64, 128}) {
+        for (const int B_c : {32, 64, 128}) {
+            for (const int n_warps : {4, 8}) {
+                std::vector<KernelConfig> ladder;
+                for (KernelConfig c : steps) {
+                    c.B_r = B_r;
+                    c.B_c = B_c;
+                    c.n_warps = n_warps;
+                    if (!space::rejecting_rule(c, /*validity_only=*/true))
+                        ladder.push_back(c);
+                }
+                if (ladder.size() == steps.size())
+                    out.push_back(ladder);
+            }
+        }
+    }
+    return out;
+}
+
+std::string flags_of(const KernelConfig& c) {
+    const std::string s = c.to_string();
+    return s.substr(s.find(": ") + 2);
+}
+
+int progression(const ProgressionOptions& o) {
+    const auto all = ladders(o.all_block_sizes);
+    std::vector<Candidate> candidates;
+    for (const auto& ladder : all) {
+        for (const KernelConfig& c : ladder) {
+            if (!is_built(c)) {
+                throw UsageError(
+                    std::string("progression: expected the ladder's configs in this build, got ") +
+                    "kernel set \"" + std::string(built_kernel_set()) + "\" without " +
+                    c.to_string() + " (configure with -DFLASH_KERNELS=" +
+                    (o.all_block_sizes ? "progression-all" : "progression") +
+                    ", or add it to a list such as tune," +
+                    (o.all_block_sizes ? "progression-all" : "progression") + ")");
+            }
+            candidates.push_back(c);
+        }
+    }
+    const std::vector<Job> jobs = plan(candidates, o.grid);
+    if (cuda_device_count() == 0) {
+        std::cerr << "flash_attention: no CUDA device found\n";
+        return exit_failure;
+    }
+    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs);
+    const std::string device = current_device_description();
+    if (o.format != "table") {
+        std::cout << format_report(result.measurements, o.format, device);
+        return result.interrupted ? exit_failure : exit_ok;
+    }
+
+    // One row per step: TFLOP/s at each sequence length, their harmonic mean, and the
+    // gain of that mean over the previous step.
+    std::map<std::size_t, std::vector<Measurement>> by_candidate;
+    std::vector<int> seqs;
+    for (std::size_t i = 0; i < result.measurements.size(); ++i) {
+        by_candidate[result.candidate_of[i]].push_back(result.measurements[i]);
+        const int seq = result.measurements[i].shape.seq_q;
+        if (std::find(seqs.begin(), seqs.end(), seq) == seqs.end())
+            seqs.push_back(seq);
+    }
+    std::sort(seqs.begin(), seqs.end());
+    std::printf(
+        "# device: %s; TFLOP/s, median of %d runs; spread is the largest (max-min)/median of a "
+        "row\n",
+        device.c_str(), o.runs);
+    std::size_t index = 0;
+    for (const auto& ladder : all) {
+        const KernelConfig& first = ladder.front();
+        std::printf("\n(%s, %d, %d, %d, %d)\n%-4s %-58s",
+                    std::string(to_string(first.dtype)).c_str(), first.d_head, first.B_r, first.B_c,
+                    first.n_warps, "step", "flags");
+        for (const int seq : seqs)
+            std::printf(" %8d", seq);
+        std::printf(" %8s %8s %7s\n", seqs.size() > 1 ? "harmonic" : "", "gain", "spread");
+        double previous = 0;
+        for (std::size_t step = 0; step < ladder.size(); ++step, ++index) {
+            const auto& ms = by_candidate[index];
+            std::printf("%-4zu %-58s", step + 1, flags_of(ladder[step]).c_str());
+            double spread = 0;
+            for (const int seq : seqs) {
+                const auto it = std::find_if(ms.begin(), ms.end(), [&](const Measurement& m) {
+                    return m.shape.seq_q == seq;
+                });
+                if (it == ms.end()) {
+                    std::printf(" %8s", "-");
+                } else {
+                    std::printf(" %8.1f", it->tflops());
+                    spread = std::max(spread, it->spread());
+                }
+            }
+            const double mean = harmonic_mean_tflops(ms);
+            std::printf(" %8s", seqs.size() > 1 && !ms.empty()
+                                    ? std::to_string(static_cast<int>(mean + 0.5)).c_str()
+                                    : "");
+            if (previous > 0 && mean > 0) {
+                std::printf(" %+7.1f%%", 100 * (mean / previous - 1));
+            } else {
+                std::printf(" %8s", "");
+            }
+            std::printf(" %6.1f%%\n", 100 * spread);
+            previous = mean;
+        }
+    }
+    return result.interrupted ? exit_failure : exit_ok;
+}
+
+}  // namespace
+
+void add_progression_command(CLI::App& app, Action& action) {
+    auto o = std::make_shared<ProgressionOptions>();
+    o->grid.seqs = "4096";
+    CLI::App* cmd = app.add_subcommand(
+        "progression",
+        "The optimisation ladder: each technique added one at a time, and what it gains");
+    cmd->add_flag("--all-block-sizes", o->all_block_sizes,
+                  "repeat the ladder over B_r 64/128, B_c 32/64/128, 4/8 warps");
+    o->grid.add_to(*cmd);
+    cmd->add_option("--warmup", o->warmup, "untimed runs per measurement")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd->add_option("--runs", o->runs, "timed runs per measurement")
+        ->check(positive_integer)
+        ->capture_default_str();
+    cmd->add_option("--format", o->format, "table, csv or json")
+        ->check(CLI::IsMember({"table", "csv", "json"}))
+        ->capture_default_str();
+    cmd->callback([o, &action] { action = [o] { return progression(*o); }; });
+}
+
+}  // namespace flash_attention::cli

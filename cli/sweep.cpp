@@ -1,0 +1,163 @@
+#include "sweep.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <random>
+
+#include "config/config_space.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "measure.hpp"
+#include "registry/registry.hpp"
+
+namespace flash_attention::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+// Ctrl-C sets a flag the sweep checks between measurements, for as long as it lives.
+class InterruptGuard {
+  public:
+    InterruptGuard() {
+        g_interrupted = false;
+        previous_ = std::signal(SIGINT, [](int) { g_interrupted = true; });
+    }
+    ~InterruptGuard() { std::signal(SIGINT, previous_); }
+    InterruptGuard(const InterruptGuard&) = delete;
+    InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+  private:
+    void (*previous_)(int);
+};
+
+void show_progress(std::size_t done, std::size_t total) {
+    if (!isatty(STDERR_FILENO))
+        return;
+    constexpr int width = 40;
+    const int filled = static_cast<int>(width * done / std::max<std::size_t>(total, 1));
+    std::fprintf(stderr, "\r[%s%s] %zu/%zu", std::string(filled, '#').c_str(),
+                 std::string(width - filled, ' ').c_str(), done, total);
+    if (done == total)
+        std::fprintf(stderr, "\r%s\r", std::string(width + 24, ' ').c_str());
+    std::fflush(stderr);
+}
+
+}  // namespace
+
+std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option) {
+    std::vector<Candidate> out;
+    int missing = 0;
+    for (const KernelConfig& c : space::named_set(set)) {
+        if (is_built(c)) {
+            out.push_back(c);
+        } else {
+            ++missing;
+        }
+    }
+    if (out.empty()) {
+        throw UsageError(option + ": expected a set with configs in this build (kernel set \"" +
+                         std::string(built_kernel_set()) + "\"; configure with -DFLASH_KERNELS=" +
+                         set + " to build it), got \"" + set + "\"");
+    }
+    if (missing > 0) {
+        std::cerr << "flash_attention: note: " << missing << " configs of set \"" << set
+                  << "\" are not in this build (kernel set \"" << built_kernel_set() << "\")\n";
+    }
+    return out;
+}
+
+Candidate built_config(const std::string& short_form, const std::string& option) {
+    const KernelConfig c = parse_config(short_form, option);
+    if (!is_built(c)) {
+        throw UsageError(option +
+                         ": expected a config in this build (see flash_attention list), got " +
+                         short_form);
+    }
+    return c;
+}
+
+std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOptions& grid) {
+    const std::vector<int> seqs = parse_int_list(grid.seqs, "--seq");
+    const auto d_filter =
+        grid.d_heads.empty() ? std::vector<int>{} : parse_int_list(grid.d_heads, "--d-head");
+    const auto dtype_filter =
+        grid.dtypes.empty() ? std::vector<DType>{} : parse_dtype_list(grid.dtypes, "--dtype");
+    const auto kept = [](const auto& filter, auto value) {
+        return filter.empty() || std::find(filter.begin(), filter.end(), value) != filter.end();
+    };
+    std::vector<Job> jobs;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+        const Candidate& c = candidates[i];
+        const auto dtypes =
+            c ? std::vector<DType>{c->dtype}
+              : (dtype_filter.empty() ? std::vector<DType>{DType::BF16} : dtype_filter);
+        const auto ds =
+            c ? std::vector<int>{c->d_head} : (d_filter.empty() ? std::vector<int>{128} : d_filter);
+        for (const DType dtype : dtypes) {
+            for (const int d : ds) {
+                if (!kept(dtype_filter, dtype) || !kept(d_filter, d))
+                    continue;
+                for (const int seq : seqs) {
+                    if (c && (seq % c->B_r != 0 || seq % c->B_c != 0))
+                        continue;
+                    jobs.push_back(
+                        {i, {dtype, d, grid.batch_for(seq), grid.heads_for(d), seq, seq}});
+                }
+            }
+        }
+    }
+    if (jobs.empty()) {
+        throw UsageError(
+            "--seq/--d-head/--dtype: expected shapes that a selected, built kernel "
+            "supports, got --seq " +
+            grid.seqs + (grid.d_heads.empty() ? "" : " --d-head " + grid.d_heads) +
+            (grid.dtypes.empty() ? "" : " --dtype " + grid.dtypes));
+    }
+    return jobs;
+}
+
+SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Job>& jobs,
+                  int warmup, int runs) {
+    // Group by shape so each workspace (inputs in L2-defeating copies) is built once.
+    std::map<Shape, std::vector<std::size_t>> by_shape;
+    for (std::size_t j = 0; j < jobs.size(); ++j)
+        by_shape[jobs[j].shape].push_back(j);
+
+    const InterruptGuard guard;
+    const std::uint64_t seed = std::random_device{}();
+    std::vector<std::optional<Measurement>> measured(jobs.size());
+    std::size_t done = 0;
+    for (const auto& [shape, list] : by_shape) {
+        if (g_interrupted)
+            break;
+        const Workspace workspace(shape, seed + static_cast<std::uint64_t>(shape.seq_q));
+        for (const std::size_t j : list) {
+            if (g_interrupted)
+                break;
+            measured[j] = measure(candidates[jobs[j].candidate], workspace, warmup, runs);
+            show_progress(++done, jobs.size());
+        }
+    }
+    SweepResult result;
+    result.planned = jobs.size();
+    result.interrupted = g_interrupted;
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+        if (!measured[j])
+            continue;
+        result.measurements.push_back(*measured[j]);
+        result.candidate_of.push_back(jobs[j].candidate);
+    }
+    if (result.interrupted) {
+        std::cerr << "\nflash_attention: interrupted after " << result.measurements.size() << " of "
+                  << jobs.size() << " measurements\n";
+    }
+    return result;
+}
+
+}  // namespace flash_attention::cli

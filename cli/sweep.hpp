@@ -1,0 +1,45 @@
+#pragma once
+
+// Running many (config, shape) measurements in one go: which configs, on which
+// shapes, in an order that builds each shape's inputs once, with a progress bar on a
+// terminal and Ctrl-C ending the sweep early with what was measured.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "measurement.hpp"
+#include "options.hpp"
+
+namespace flash_attention::cli {
+
+// A config to measure, or the library's automatic choice (nullopt).
+using Candidate = std::optional<KernelConfig>;
+
+// The configs of a set that this build holds (a note on stderr names how many are
+// missing); UsageError if it holds none.
+std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option);
+// A config this build holds; UsageError otherwise.
+Candidate built_config(const std::string& short_form, const std::string& option);
+
+struct Job {
+    std::size_t candidate;
+    Shape shape;
+};
+
+// Explicit configs run on the grid's sequence lengths that their tiles divide, at their
+// own dtype and head dim (skipped when --dtype/--d-head filter them out); the automatic
+// choice runs on every (dtype, d_head, seq) of the grid. UsageError if nothing remains.
+std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOptions& grid);
+
+struct SweepResult {
+    std::vector<Measurement> measurements;  // in plan order
+    std::vector<std::size_t> candidate_of;
+    std::size_t planned = 0;
+    bool interrupted = false;
+};
+
+SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Job>& jobs,
+                  int warmup, int runs);
+
+}  // namespace flash_attention::cli

@@ -1,0 +1,197 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "api/choice.hpp"
+#include "flash_attention/error.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "tuning/tuning_cache.hpp"
+
+namespace fa = flash_attention;
+namespace tuning = fa::tuning;
+
+namespace {
+
+const fa::KernelConfig k_a = fa::KernelConfig::parse(
+    "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax");
+const fa::KernelConfig k_b = fa::KernelConfig::parse(
+    "(BF16, 128, 64, 64, 4): async+eager+swizzled+load_0_2_2_tiles+opt_softmax");
+
+tuning::Entry entry(const std::string& gpu, int bucket, const fa::KernelConfig& c, double tflops) {
+    return {{gpu, 132, c.dtype, c.d_head, bucket, false},
+            c,
+            tflops,
+            k_b,
+            tflops / 2,
+            "2026-11-23T00:00:00Z"};
+}
+
+// A fresh temporary folder per test, removed afterwards.
+class TempDir {
+  public:
+    TempDir()
+        : path_(std::filesystem::temp_directory_path() /
+                ("fa_test_" + std::to_string(getpid()) + "_" + std::to_string(counter_++))) {
+        std::filesystem::create_directories(path_);
+    }
+    ~TempDir() { std::filesystem::remove_all(path_); }
+    const std::filesystem::path& path() const { return path_; }
+
+  private:
+    static inline int counter_ = 0;
+    std::filesystem::path path_;
+};
+
+// Points the process-wide cache at `file` for the scope of the object.
+class CacheEnvironment {
+  public:
+    explicit CacheEnvironment(const std::filesystem::path& file) {
+        setenv("FLASH_ATTENTION_TUNING", file.c_str(), 1);
+        fa::reload_tuning_cache();
+    }
+    ~CacheEnvironment() {
+        unsetenv("FLASH_ATTENTION_TUNING");
+        fa::reload_tuning_cache();
+    }
+};
+
+}  // namespace
+
+TEST(TuningCache, SeqBuckets) {
+    EXPECT_EQ(tuning::seq_bucket(1, 1), 64);
+    EXPECT_EQ(tuning::seq_bucket(512, 512), 512);
+    EXPECT_EQ(tuning::seq_bucket(513, 100), 1024);
+    EXPECT_EQ(tuning::seq_bucket(100, 4095), 4096);
+    EXPECT_EQ(tuning::seq_bucket(16384, 16384), 16384);
+    EXPECT_EQ(tuning::seq_bucket(16385, 1), 32768);
+}
+
+TEST(TuningCache, RoundTrip) {
+    const std::vector<tuning::Entry> entries = {entry("GPU A", 4096, k_a, 369.2),
+                                                entry("GPU B", 512, k_b, 200)};
+    const auto back = tuning::parse(tuning::to_json(entries), "test");
+    EXPECT_FALSE(back.corrupt);
+    EXPECT_TRUE(back.warnings.empty());
+    ASSERT_EQ(back.entries.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(back.entries[i].key, entries[i].key);
+        EXPECT_EQ(back.entries[i].config, entries[i].config);
+        EXPECT_DOUBLE_EQ(back.entries[i].tflops, entries[i].tflops);
+        EXPECT_EQ(back.entries[i].runner_up, entries[i].runner_up);
+        EXPECT_EQ(back.entries[i].measured, entries[i].measured);
+    }
+}
+
+TEST(TuningCache, MergeKeepsOtherKeysAndReplacesItsOwn) {
+    const auto merged = tuning::merge({entry("GPU A", 4096, k_a, 1), entry("GPU B", 4096, k_a, 2)},
+                                      {entry("GPU A", 4096, k_b, 3), entry("GPU A", 512, k_a, 4)});
+    ASSERT_EQ(merged.size(), 3u);
+    const auto find = [&](const std::string& gpu, int bucket) {
+        return *std::find_if(merged.begin(), merged.end(), [&](const tuning::Entry& e) {
+            return e.key.gpu == gpu && e.key.seq_bucket == bucket;
+        });
+    };
+    EXPECT_EQ(find("GPU A", 4096).config, k_b);
+    EXPECT_DOUBLE_EQ(find("GPU B", 4096).tflops, 2);
+    EXPECT_DOUBLE_EQ(find("GPU A", 512).tflops, 4);
+}
+
+TEST(TuningCache, CorruptFilesAreReportedNotFatal) {
+    for (const char* text : {"not json", "{}", "[1, 2]", R"({"version": 7, "entries": []})"}) {
+        const auto r = tuning::parse(text, "cache.json");
+        EXPECT_TRUE(r.corrupt) << text;
+        EXPECT_TRUE(r.entries.empty()) << text;
+        ASSERT_EQ(r.warnings.size(), 1u) << text;
+        EXPECT_NE(r.warnings[0].find("cache.json"), std::string::npos);
+    }
+}
+
+TEST(TuningCache, MalformedEntriesAreSkipped) {
+    auto doc = nlohmann::json::parse(tuning::to_json(
+        {entry("GPU A", 4096, k_a, 1), entry("GPU A", 512, k_a, 2), entry("GPU A", 1024, k_a, 3)}));
+    doc["entries"][0].erase("d_head");                              // missing key
+    doc["entries"][1]["config"] = "(BF16, 128, 64, 64, 4): bogus";  // unknown config
+    const auto r = tuning::parse(doc.dump(), "cache.json");
+    EXPECT_FALSE(r.corrupt);
+    ASSERT_EQ(r.entries.size(), 1u);
+    EXPECT_EQ(r.entries[0].key.seq_bucket, 1024);
+    ASSERT_EQ(r.warnings.size(), 1u);
+    EXPECT_NE(r.warnings[0].find("skipped 2"), std::string::npos) << r.warnings[0];
+}
+
+TEST(TuningCache, MissingFileIsAnEmptyCache) {
+    const TempDir dir;
+    const auto r = tuning::load(dir.path() / "absent.json");
+    EXPECT_FALSE(r.corrupt);
+    EXPECT_TRUE(r.entries.empty());
+    EXPECT_TRUE(r.warnings.empty());
+}
+
+TEST(TuningCache, SavesAtomically) {
+    const TempDir dir;
+    const auto file = dir.path() / "sub" / "tuning.json";
+    tuning::save_atomically(file, {entry("GPU A", 4096, k_a, 1)});
+    tuning::save_atomically(file, {entry("GPU A", 4096, k_b, 2)});
+    const auto r = tuning::load(file);
+    ASSERT_EQ(r.entries.size(), 1u);
+    EXPECT_EQ(r.entries[0].config, k_b);
+    int files = 0;
+    for (const auto& f : std::filesystem::directory_iterator(file.parent_path())) {
+        ++files;
+        EXPECT_EQ(f.path().filename(), "tuning.json") << "left behind: " << f.path();
+    }
+    EXPECT_EQ(files, 1);
+    // A folder where the file should be: the write fails with an Error, nothing else.
+    std::filesystem::create_directories(dir.path() / "blocked.json");
+    EXPECT_THROW(tuning::save_atomically(dir.path() / "blocked.json", {}), fa::Error);
+}
+
+// The automatic choice reads the cache: a built winner is used, an unbuilt one or a
+// corrupt file falls back to the built-in table.
+TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
+    const auto& built = fa::configs();
+    ASSERT_GE(built.size(), 1u);
+    const fa::DeviceInfo device{0, "Test GPU", 9, 0, 132, 232448};
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    for (const fa::KernelConfig& c : built) {
+        const std::int64_t seq = 1024;
+        if (seq % c.B_r != 0 || seq % c.B_c != 0)
+            continue;
+        const auto view = [&](std::uintptr_t gib) {
+            return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), c.dtype, 1, seq,
+                                              2, c.d_head);
+        };
+        const fa::ForwardParams p{view(1), view(2), view(3), view(4), std::nullopt};
+        const fa::KernelConfig table_choice = *fa::heuristic_config(p, device);
+
+        tuning::save_atomically(file, {entry("Test GPU", 1024, c, 1)});
+        {
+            const CacheEnvironment env(file);
+            EXPECT_EQ(fa::choose_kernel(p, device), c) << c.to_string();
+        }
+        fa::KernelConfig unbuilt = c;
+        unbuilt.B_c = 16;  // valid, never built by any set
+        unbuilt.mma_double_buffer_loads = false;
+        tuning::save_atomically(file, {entry("Test GPU", 1024, unbuilt, 1)});
+        {
+            const CacheEnvironment env(file);
+            EXPECT_EQ(fa::choose_kernel(p, device), table_choice);
+        }
+        std::ofstream(file) << "{ corrupt";
+        {
+            const CacheEnvironment env(file);
+            testing::internal::CaptureStderr();
+            EXPECT_EQ(fa::choose_kernel(p, device), table_choice);
+            EXPECT_EQ(fa::choose_kernel(p, device), table_choice);
+            const std::string err = testing::internal::GetCapturedStderr();
+            EXPECT_NE(err.find("warning"), std::string::npos);
+            EXPECT_EQ(err.find("warning"), err.rfind("warning"))
+                << "warned more than once: " << err;
+        }
+    }
+}
