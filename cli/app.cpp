@@ -1,5 +1,6 @@
 #include "app.hpp"
 
+#include <algorithm>
 #include <iostream>
 
 #include "commands.hpp"
@@ -28,6 +29,18 @@ int run_cli(int argc, char** argv) {
     add_bench_command(app, action);
     add_tune_command(app, action);
     add_progression_command(app, action);
+
+    // CLI11 would only say "A subcommand is required" for a misspelt one.
+    if (argc > 1 && argv[1][0] != '-') {
+        const std::string name = argv[1];
+        const auto commands = app.get_subcommands({});
+        if (std::none_of(commands.begin(), commands.end(),
+                         [&](const CLI::App* c) { return c->get_name() == name; })) {
+            std::cerr << "flash_attention: unknown command \"" << name
+                      << "\" (expected list, run, bench, tune or progression)\n";
+            return exit_usage;
+        }
+    }
 
     try {
         app.parse(argc, argv);
