@@ -18,6 +18,7 @@ struct BenchOptions {
     GridOptions grid;
     int warmup = 5;
     int runs = 20;
+    int rounds = 5;
     std::string format = "table";
     std::string svg;
 };
@@ -35,7 +36,7 @@ int bench(const BenchOptions& o) {
         std::cerr << "flash_attention: no CUDA device found\n";
         return exit_failure;
     }
-    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs);
+    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs, o.rounds);
     const std::string device = current_device_description();
     std::cout << format_report(result.measurements, o.format, device);
     if (!o.svg.empty()) {
@@ -63,6 +64,10 @@ void add_bench_command(CLI::App& app, Action& action) {
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--runs", o->runs, "timed runs per measurement")
+        ->check(positive_integer)
+        ->capture_default_str();
+    cmd->add_option("--rounds", o->rounds,
+                    "rounds that interleave the timed runs of one shape's configs (drift control)")
         ->check(positive_integer)
         ->capture_default_str();
     cmd->add_option("--format", o->format, "table, csv or json")

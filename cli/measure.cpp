@@ -37,37 +37,48 @@ ForwardParams Workspace::params(int slot) const {
     return {q_[slot].view, k_[slot].view, v_[slot].view, o_[slot].view, std::nullopt};
 }
 
-Measurement measure(const std::optional<KernelConfig>& config, const Workspace& workspace,
-                    int warmup, int runs) {
-    const auto launch = [&](int i) {
-        const ForwardParams params = workspace.params(i % workspace.slots());
+std::vector<Measurement> measure_interleaved(
+    const std::vector<std::optional<KernelConfig>>& configs, const Workspace& workspace, int warmup,
+    int runs, int rounds, bool (*stop)()) {
+    int slot = 0;
+    const auto launch = [&](const std::optional<KernelConfig>& config) {
+        const ForwardParams params = workspace.params(slot++ % workspace.slots());
         if (config) {
             forward(params, *config);
         } else {
             forward(params);
         }
     };
-    for (int i = 0; i < warmup; ++i)
-        launch(i);
-    cuda_check(cudaDeviceSynchronize(), "warm-up");
-    EventTimer timer;
-    std::vector<double> ms;
-    for (int i = 0; i < runs; ++i) {
-        timer.start(nullptr);
-        launch(i);
-        ms.push_back(timer.stop(nullptr));
+    for (const auto& config : configs) {
+        for (int i = 0; i < warmup; ++i)
+            launch(config);
     }
-    std::sort(ms.begin(), ms.end());
-    const double median =
-        ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
-    const KernelConfig ran = config ? *config : choose_config(workspace.params(0));
-    return {config ? config->to_string() : "automatic choice",
-            ran,
-            workspace.shape(),
-            median,
-            ms.front(),
-            ms.back(),
-            runs};
+    cuda_check(cudaDeviceSynchronize(), "warm-up");
+
+    rounds = std::clamp(rounds, 1, runs);
+    EventTimer timer;
+    std::vector<std::vector<double>> ms(configs.size());
+    for (int round = 0; round < rounds && !stop(); ++round) {
+        const int in_round = runs * (round + 1) / rounds - runs * round / rounds;
+        for (std::size_t c = 0; c < configs.size(); ++c) {
+            for (int i = 0; i < in_round; ++i) {
+                timer.start(nullptr);
+                launch(configs[c]);
+                ms[c].push_back(timer.stop(nullptr));
+            }
+        }
+    }
+    std::vector<Measurement> out;
+    for (std::size_t c = 0; c < configs.size() && !stop(); ++c) {
+        auto& t = ms[c];
+        std::sort(t.begin(), t.end());
+        const double median =
+            t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
+        const KernelConfig ran = configs[c] ? *configs[c] : choose_config(workspace.params(0));
+        out.push_back({configs[c] ? configs[c]->to_string() : "automatic choice", ran,
+                       workspace.shape(), median, t.front(), t.back(), static_cast<int>(t.size())});
+    }
+    return out;
 }
 
 }  // namespace flash_attention::cli

@@ -28,9 +28,13 @@ class Workspace {
     std::vector<DeviceTensor> q_, k_, v_, o_;
 };
 
-// Times `config` (nullopt: the automatic choice, through forward(params, stream)):
-// `warmup` untimed runs, then `runs` timed runs rotating through the copies.
-Measurement measure(const std::optional<KernelConfig>& config, const Workspace& workspace,
-                    int warmup, int runs);
+// Times each config (nullopt: the automatic choice, through forward(params, stream)) on
+// one workspace: `warmup` untimed runs each, then `runs` timed runs each, interleaved in
+// `rounds` rounds. A long sweep heats the GPU and its clock drifts down; interleaving
+// spreads that drift over every config instead of charging it to the last ones. Returns
+// one measurement per config, in order; stops early (fewer results) once `stop()` is true.
+std::vector<Measurement> measure_interleaved(
+    const std::vector<std::optional<KernelConfig>>& configs, const Workspace& workspace, int warmup,
+    int runs, int rounds, bool (*stop)());
 
 }  // namespace flash_attention::cli

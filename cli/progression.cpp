@@ -19,6 +19,7 @@ struct ProgressionOptions {
     GridOptions grid;
     int warmup = 5;
     int runs = 30;
+    int rounds = 5;
     std::string format = "table";
 };
 
@@ -75,7 +76,7 @@ int progression(const ProgressionOptions& o) {
         std::cerr << "flash_attention: no CUDA device found\n";
         return exit_failure;
     }
-    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs);
+    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs, o.rounds);
     const std::string device = current_device_description();
     if (o.format != "table") {
         std::cout << format_report(result.measurements, o.format, device);
@@ -153,6 +154,10 @@ void add_progression_command(CLI::App& app, Action& action) {
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--runs", o->runs, "timed runs per measurement")
+        ->check(positive_integer)
+        ->capture_default_str();
+    cmd->add_option("--rounds", o->rounds,
+                    "rounds that interleave the timed runs of one shape's configs (drift control)")
         ->check(positive_integer)
         ->capture_default_str();
     cmd->add_option("--format", o->format, "table, csv or json")

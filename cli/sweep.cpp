@@ -123,8 +123,9 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
 }
 
 SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Job>& jobs,
-                  int warmup, int runs) {
-    // Group by shape so each workspace (inputs in L2-defeating copies) is built once.
+                  int warmup, int runs, int rounds) {
+    // Group by shape so each workspace (inputs in L2-defeating copies) is built once and
+    // the configs of one shape are timed interleaved.
     std::map<Shape, std::vector<std::size_t>> by_shape;
     for (std::size_t j = 0; j < jobs.size(); ++j)
         by_shape[jobs[j].shape].push_back(j);
@@ -137,12 +138,15 @@ SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Jo
         if (g_interrupted)
             break;
         const Workspace workspace(shape, seed + static_cast<std::uint64_t>(shape.seq_q));
-        for (const std::size_t j : list) {
-            if (g_interrupted)
-                break;
-            measured[j] = measure(candidates[jobs[j].candidate], workspace, warmup, runs);
-            show_progress(++done, jobs.size());
-        }
+        std::vector<Candidate> configs;
+        for (const std::size_t j : list)
+            configs.push_back(candidates[jobs[j].candidate]);
+        const auto results = measure_interleaved(configs, workspace, warmup, runs, rounds,
+                                                 [] { return g_interrupted.load(); });
+        for (std::size_t i = 0; i < results.size(); ++i)
+            measured[list[i]] = results[i];
+        done += list.size();
+        show_progress(done, jobs.size());
     }
     SweepResult result;
     result.planned = jobs.size();

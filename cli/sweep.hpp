@@ -39,7 +39,8 @@ struct SweepResult {
     bool interrupted = false;
 };
 
+// `rounds`: see measure_interleaved().
 SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Job>& jobs,
-                  int warmup, int runs);
+                  int warmup, int runs, int rounds);
 
 }  // namespace flash_attention::cli

@@ -24,6 +24,7 @@ struct TuneOptions {
     GridOptions grid;
     int warmup = 5;
     int runs = 20;
+    int rounds = 5;
     std::string cache;
     std::string format = "table";
 };
@@ -83,7 +84,7 @@ int tune(const TuneOptions& o) {
     for (const std::string& w : existing.warnings)
         std::cerr << "flash_attention: warning: " << w << "\n";
 
-    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs);
+    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs, o.rounds);
     const std::string device = current_device_description();
     if (o.format != "none")
         std::cout << format_report(result.measurements, o.format, device);
@@ -141,6 +142,10 @@ void add_tune_command(CLI::App& app, Action& action) {
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
     cmd->add_option("--runs", o->runs, "timed runs per measurement")
+        ->check(positive_integer)
+        ->capture_default_str();
+    cmd->add_option("--rounds", o->rounds,
+                    "rounds that interleave the timed runs of one shape's configs (drift control)")
         ->check(positive_integer)
         ->capture_default_str();
     cmd->add_option("--cache", o->cache,

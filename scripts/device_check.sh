@@ -1,34 +1,68 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: GPU tests, the progression ladder, a tune-set sweep at
-# the reference shape, and PyTorch's SDPA backends on the same shape, with a short
-# table printed last. Full logs go to $OUT (the device tool brings them back).
+# Runs on the GPU machine, in stages, with the full output of each under $OUT and a
+# short summary printed last. BIN holds flash_attention and test_gpu built for the GPU
+# (here: -DFLASH_KERNELS=tune,progression -DCMAKE_CUDA_ARCHITECTURES=90-real).
 #
-#   scripts/device_check.sh BIN_DIR [quick]
-# BIN_DIR holds flash_attention and test_gpu built for the GPU (e.g. build/bin).
+#   scripts/device_check.sh BIN STAGE...
+#
+# Stages:
+#   tests        every GPU test (all built configs x seq 512..4096, tune -> automatic choice)
+#   progression  the 7-step ladder, seq 512..16384
+#   bench        every built tune config, seq 512..16384 (CSV + SVG)
+#   tune         flash_attention tune over the same grid into $OUT/tuning.json, then the
+#                automatic choice against the best config at seq 4096 (d_head 64, 128)
+#   repeat       the automatic choice over seq 512..16384, twice (repeatability)
+#   torch        PyTorch SDPA backends at seq 4096 (batch 4 / heads 16 and 32 at d 128 / 64)
 set -uo pipefail
-BIN=${1:?usage: device_check.sh BIN_DIR [quick]}
-MODE=${2:-full}
+BIN=${1:?usage: device_check.sh BIN STAGE...}
+shift
 OUT=${OUT:-/tmp/flash_out}
+# The tuning cache lives outside $OUT (which the device tool empties before each call)
+# so a later call on the same machine can use it; a copy is packed with the results.
+TUNING=${TUNING:-/tmp/flash_tuning.json}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
+FA="$BIN/flash_attention"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader >> "$OUT/gpu.txt"
 
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
-
-echo "== GPU tests"
-if [ "$MODE" = quick ]; then export FLASH_TEST_SEQS=512,2048; fi
-"$BIN/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
-echo "test_gpu exit $?"; tail -n 4 "$OUT/test_gpu.log"
-
-echo "== progression (seq 4096, d_head 128, batch 4, heads 16)"
-"$BIN/flash_attention" bench --set progression --seq 4096 --batch 4 --heads 16 --format csv \
-    > "$OUT/progression.csv" 2> "$OUT/progression.err"
-
-echo "== bench: every built config at bf16/fp16, seq 4096, batch 4, heads 16"
-"$BIN/flash_attention" bench --set tune --seq 4096 --batch 4 --heads 16 --format csv \
-    > "$OUT/tune_4096.csv" 2> "$OUT/tune_4096.err"
-
-echo "== PyTorch SDPA backends, same shape"
-python3 bench/torch_sdpa.py --batch 4 --heads 16 --seq 4096 --d-head 128 64 > "$OUT/torch.txt" 2>&1
-
-echo "== summary"
-python3 scripts/summarize.py "$OUT"
+for stage in "$@"; do
+  start=$(date +%s)
+  case "$stage" in
+    tests)
+      "$BIN/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
+      echo "tests: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')" ;;
+    progression)
+      "$FA" progression --seq 512,1024,2048,4096,8192,16384 > "$OUT/progression.txt" 2>&1
+      echo "progression: exit $?"; cat "$OUT/progression.txt" ;;
+    bench)
+      "$FA" bench --set tune --format csv --svg "$OUT/bench_tune.svg" > "$OUT/bench_tune.csv" 2> "$OUT/bench_tune.err"
+      echo "bench: exit $? $(wc -l < "$OUT/bench_tune.csv") lines" ;;
+    tune)
+      export FLASH_ATTENTION_TUNING="$TUNING"
+      rm -f "$TUNING"
+      "$FA" tune --format csv > "$OUT/tune.txt" 2>&1
+      cp "$TUNING" "$OUT/tuning.json"
+      echo "tune: exit $?"; grep -A40 '^key' "$OUT/tune.txt" | head -30
+      for d in 128 64; do
+        "$FA" bench --best --set tune --seq 4096 --d-head $d --dtype bf16 --format csv > "$OUT/auto_vs_best_d$d.csv" 2>&1
+      done
+      unset FLASH_ATTENTION_TUNING ;;
+    repeat)
+      export FLASH_ATTENTION_TUNING="$TUNING"
+      for i in 1 2; do
+        "$FA" bench --best --d-head 128,64 --dtype bf16,fp16 --runs 100 --rounds 10 --format csv \
+            --svg "$OUT/auto_$i.svg" > "$OUT/auto_$i.csv" 2>&1
+      done
+      unset FLASH_ATTENTION_TUNING ;;
+    torch)
+      python3 bench/torch_sdpa.py --batch 4 --heads 16 --seq 4096 --d-head 128 > "$OUT/torch.txt" 2>&1
+      python3 bench/torch_sdpa.py --batch 4 --heads 32 --seq 4096 --d-head 64 >> "$OUT/torch.txt" 2>&1
+      cat "$OUT/torch.txt" ;;
+    *) echo "unknown stage $stage" ;;
+  esac
+  echo "[$stage: $(( $(date +%s) - start )) s]"
+done
+python3 scripts/summarize.py "$OUT" | tee /tmp/flash_summary.txt
+# The device tool brings back at most 8 files: pack the rest.
+tar czf /tmp/flash_results.tar.gz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && \
+  mv /tmp/flash_results.tar.gz "$OUT/results.tar.gz" && cp /tmp/flash_summary.txt "$OUT/summary.txt"

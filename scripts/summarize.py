@@ -1,5 +1,4 @@
-"""Short table of a device_check.sh run: the progression ladder, the best config per
-(dtype, d_head) at the reference shape, and PyTorch's backends on the same shape."""
+"""Short summary of a scripts/device_check.sh run (reads the files it left in OUT)."""
 
 import csv
 import re
@@ -10,42 +9,57 @@ from pathlib import Path
 def read_csv(path):
     if not path.exists():
         return []
-    with path.open() as f:
-        return list(csv.DictReader(f))
+    lines = [line for line in path.read_text().splitlines() if not line.startswith("flash_attention:")]
+    return list(csv.DictReader(lines))
+
+
+def torch_rates(out):
+    rates = {}
+    path = out / "torch.txt"
+    if path.exists():
+        for line in path.read_text().splitlines():
+            m = re.match(r"(\w+) d=(\d+) seq=(\d+) .* (\S+): .* ([\d.]+) TFLOP/s", line)
+            if m:
+                dtype = {"bfloat16": "BF16", "float16": "FP16"}[m.group(1)]
+                rates[(dtype, int(m.group(2)), int(m.group(3)), m.group(4))] = float(m.group(5))
+    return rates
 
 
 def main(out):
     out = Path(out)
-    ladder = read_csv(out / "progression.csv")
-    if ladder:
-        print("progression, seq 4096 d_head 128 (TFLOP/s, gain over the previous step)")
-        previous = None
-        for row in ladder:
-            rate = float(row["tflops"])
-            gain = f"{100 * (rate / previous - 1):+.1f}%" if previous else ""
-            print(f"  {rate:7.1f} {gain:>8}  spread {100 * (float(row['max_ms']) - float(row['min_ms'])) / float(row['median_ms']):4.1f}%  {row['kernel']}")
-            previous = rate
-    rows = read_csv(out / "tune_4096.csv")
-    best = {}
-    for row in rows:
-        key = (row["dtype"], row["d_head"])
-        if key not in best or float(row["tflops"]) > float(best[key]["tflops"]):
-            best[key] = row
-    torch_rates = {}
-    torch_file = out / "torch.txt"
-    if torch_file.exists():
-        for line in torch_file.read_text().splitlines():
-            m = re.match(r"(\w+) d=(\d+) .* (\S+): .* ([\d.]+) TFLOP/s", line)
-            if m:
-                dtype = {"bfloat16": "BF16", "float16": "FP16"}[m.group(1)]
-                torch_rates[(dtype, m.group(2), m.group(3))] = float(m.group(4))
-    if best:
-        print(f"best of {len(rows)} built configs, seq 4096 batch 4 heads 16 (TFLOP/s; vs PyTorch FA2)")
+    torch = torch_rates(out)
+    bench = read_csv(out / "bench_tune.csv")
+    if bench:
+        best = {}
+        for row in bench:
+            key = (row["dtype"], int(row["d_head"]), int(row["seq_q"]))
+            if key not in best or float(row["tflops"]) > float(best[key]["tflops"]):
+                best[key] = row
+        print(f"bench --set tune: best config per shape ({len(bench)} measurements)")
         for key in sorted(best):
-            row = best[key]
-            fa2 = torch_rates.get((key[0], key[1], "flash(FA2)"))
-            ratio = f"{100 * float(row['tflops']) / fa2:5.1f}% of FA2 {fa2:.1f}" if fa2 else ""
-            print(f"  {key[0]} d{key[1]:>3} {float(row['tflops']):7.1f}  {ratio}  {row['kernel']}")
+            print(f"  {key[0]} d{key[1]:>3} seq {key[2]:>5} {float(best[key]['tflops']):7.1f}  {best[key]['kernel']}")
+    for d in (128, 64):
+        rows = read_csv(out / f"auto_vs_best_d{d}.csv")
+        if not rows:
+            continue
+        auto = [r for r in rows if r["config"] == "automatic choice"]
+        others = [r for r in rows if r["config"] != "automatic choice"]
+        if auto and others:
+            top = max(others, key=lambda r: float(r["tflops"]))
+            a = float(auto[0]["tflops"])
+            fa2 = torch.get(("BF16", d, 4096, "flash(FA2)"))
+            fa2_text = f"; PyTorch FA2 {fa2:.1f} ({100 * a / fa2:.1f}%)" if fa2 else ""
+            print(f"bf16 d{d} seq 4096: automatic {a:.1f} ({auto[0]['kernel']}) vs best {float(top['tflops']):.1f} "
+                  f"({100 * a / float(top['tflops']):.1f}%){fa2_text}")
+    runs = [read_csv(out / f"auto_{i}.csv") for i in (1, 2)]
+    if all(runs):
+        worst = 0
+        for a, b in zip(*runs):
+            diff = abs(float(a["median_ms"]) / float(b["median_ms"]) - 1)
+            worst = max(worst, diff)
+        spread = max(100 * (float(r["max_ms"]) - float(r["min_ms"])) / float(r["median_ms"]) for r in runs[0] + runs[1])
+        print(f"repeat: {len(runs[0])} medians, largest difference between the two runs {100 * worst:.2f}%, "
+              f"largest spread within a run {spread:.1f}%")
 
 
 if __name__ == "__main__":

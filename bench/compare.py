@@ -1,0 +1,187 @@
+"""This project against PyTorch's attention backends, in one process, on the same inputs.
+
+For every (dtype, d_head, seq) of the grid (16k tokens, hidden 2048, as in the
+FlashAttention benchmarks) times flash_attention.forward (the automatic choice, which
+reads the tuning cache) and torch's scaled_dot_product_attention with one backend forced
+at a time: FlashAttention-2, cuDNN, memory-efficient. CUDA events, warm-up, median of
+the timed runs, interleaved across implementations in rounds so clock drift falls on all
+alike, inputs rotated among copies so L2 cannot hold them.
+
+Writes a markdown table (TFLOP/s and our ratio to each peer) and a PNG plot, and the
+host overhead of a call (C++ API, direct binding, torch custom op) on a tiny shape.
+
+    python3 bench/compare.py --out docs/compare
+"""
+
+import argparse
+import datetime
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flash_attention as fa
+from flash_attention import _C
+
+PEERS = {
+    "FA2": SDPBackend.FLASH_ATTENTION,
+    "cuDNN": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+L2_BYTES = 50 * 2**20
+
+
+def sdpa(backend):
+    def run(q, k, v):
+        with sdpa_kernel(backend):
+            # SDPA wants (batch, heads, seq, d): transposed views of the same storage.
+            return torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    return run
+
+
+def time_interleaved(impls, inputs, warmup, runs, rounds):
+    """Median, min and max ms per implementation; None where it raised."""
+    times = {name: [] for name in impls}
+    dead = {}
+    slot = 0
+    for name, fn in impls.items():
+        try:
+            for i in range(warmup):
+                fn(*inputs[i % len(inputs)])
+            torch.cuda.synchronize()
+        except (RuntimeError, ValueError, TypeError) as error:  # shape not supported
+            dead[name] = str(error).splitlines()[0]
+    for r in range(rounds):
+        for name, fn in impls.items():
+            if name in dead:
+                continue
+            for _ in range(runs // rounds):
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                q, k, v = inputs[slot % len(inputs)]
+                slot += 1
+                start.record()
+                fn(q, k, v)
+                stop.record()
+                stop.synchronize()
+                times[name].append(start.elapsed_time(stop))
+    return {name: (None if name in dead else (statistics.median(t), min(t), max(t))) for name, t in times.items()}, dead
+
+
+def overhead(dtype):
+    """Host microseconds per call on a tiny problem (the kernel itself takes a few us)."""
+    c = next(c for c in fa.configs() if c.dtype == dtype)
+    shape = (1, max(c.B_r, c.B_c), 1, c.d_head)
+    t = {fa.DType.FP16: torch.float16, fa.DType.BF16: torch.bfloat16}[dtype]
+    q, k, v, out = (torch.randn(shape, dtype=t, device="cuda") for _ in range(4))
+    stream = torch.cuda.current_stream().cuda_stream
+    calls = 2000
+    results = {"C++ API (fa::forward)": 1e6 * _C._cxx_seconds_per_call(q, k, v, out, calls, stream)}
+
+    def per_call(fn):
+        fn()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best = min(best, (time.perf_counter() - start) / calls)
+            torch.cuda.synchronize()
+        return 1e6 * best
+
+    results["direct binding (_C.forward)"] = per_call(lambda: _C.forward(q, k, v, out, None, None, stream))
+    results["flash_attention.forward(out=...)"] = per_call(lambda: fa.forward(q, k, v, out=out))
+    results["flash_attention.forward (custom op)"] = per_call(lambda: fa.forward(q, k, v))
+    results["torch SDPA FA2 (for scale)"] = per_call(lambda: sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v))
+    return shape, results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seqs", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--d-heads", type=int, nargs="+", default=[64, 128, 256])
+    parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--out", default="docs/compare", help="writes OUT.md and OUT.png")
+    args = parser.parse_args()
+
+    device = torch.cuda.get_device_name()
+    rows = []
+    for dtype_name in args.dtypes:
+        dtype = getattr(torch, dtype_name)
+        for d in args.d_heads:
+            for seq in args.seqs:
+                batch, heads = max(1, 16384 // seq), 2048 // d
+                slot_bytes = 4 * batch * seq * heads * d * 2
+                copies = max(2, 4 * L2_BYTES // slot_bytes + 1)
+                inputs = [tuple(torch.randn(batch, seq, heads, d, dtype=dtype, device="cuda") for _ in range(3))
+                          for _ in range(copies)]
+                impls = {"ours": lambda q, k, v: fa.forward(q, k, v)}
+                impls.update({name: sdpa(backend) for name, backend in PEERS.items()})
+                timing, dead = time_interleaved(impls, inputs, args.warmup, args.runs, args.rounds)
+                flop = 4 * batch * heads * seq * seq * d
+                rates = {name: (None if t is None else flop / (t[0] * 1e-3) / 1e12) for name, t in timing.items()}
+                spreads = {name: (None if t is None else (t[2] - t[1]) / t[0]) for name, t in timing.items()}
+                rows.append((dtype_name, d, seq, batch, heads, rates, spreads, dead))
+                print(dtype_name, d, seq, {k: (None if r is None else round(r, 1)) for k, r in rates.items()},
+                      flush=True)
+
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"# flash_attention vs PyTorch SDPA backends\n",
+             f"{datetime.date.today()}, {device}, torch {torch.__version__}. Command: "
+             f"`python3 bench/compare.py --out {args.out}` (the automatic choice reading the tuning cache "
+             f"that `flash_attention tune` wrote). TFLOP/s = 4·batch·heads·seq²·d_head / median time; "
+             f"16k tokens (batch = 16384/seq), hidden 2048 (heads = 2048/d_head), non-causal. "
+             f"n/a: the implementation does not support the shape.\n",
+             "| dtype | d_head | seq | ours | FA2 | cuDNN | efficient | ours/FA2 | ours/cuDNN | ours/efficient | max spread |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    fmt = lambda r: "n/a" if r is None else f"{r:.1f}"
+    ratio = lambda a, b: "" if a is None or b is None else f"{a / b:.2f}"
+    for dtype_name, d, seq, batch, heads, rates, spreads, dead in rows:
+        spread = max((s for s in spreads.values() if s is not None), default=0)
+        lines.append(f"| {dtype_name} | {d} | {seq} | {fmt(rates['ours'])} | {fmt(rates['FA2'])} | "
+                     f"{fmt(rates['cuDNN'])} | {fmt(rates['efficient'])} | {ratio(rates['ours'], rates['FA2'])} | "
+                     f"{ratio(rates['ours'], rates['cuDNN'])} | {ratio(rates['ours'], rates['efficient'])} | "
+                     f"{100 * spread:.1f}% |")
+
+    dtype0 = fa.configs()[0].dtype
+    shape, costs = overhead(dtype0)
+    lines += ["", f"## Host overhead per call (shape {shape}, {dtype0}; best of 5 x 2000 calls)", "",
+              "| path | µs per call |", "|---|---|"]
+    lines += [f"| {name} | {us:.2f} |" for name, us in costs.items()]
+    base = costs["C++ API (fa::forward)"]
+    lines.append(f"\nThe direct binding adds {costs['direct binding (_C.forward)'] - base:.2f} µs over the C++ API; "
+                 f"the custom-op path adds {costs['flash_attention.forward (custom op)'] - base:.2f} µs.")
+    (out.parent / (out.name + ".md")).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[-8:]))
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    kinds = sorted({(r[0], r[1]) for r in rows})
+    fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 4), squeeze=False)
+    for ax, (dtype_name, d) in zip(axes[0], kinds):
+        sel = [r for r in rows if r[0] == dtype_name and r[1] == d]
+        for name in ["ours", *PEERS]:
+            pts = [(r[2], r[5][name]) for r in sel if r[5][name] is not None]
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{dtype_name}, d_head {d}")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"flash_attention vs PyTorch SDPA, {device}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out.parent / (out.name + ".png"), dpi=110)
+
+
+if __name__ == "__main__":
+    main()

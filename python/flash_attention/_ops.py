@@ -1,0 +1,74 @@
+"""PyTorch integration: argument checks, the custom ops and their fake implementations."""
+
+import functools
+from typing import Optional
+
+import torch
+
+from . import _C
+
+_DTYPES = (torch.float16, torch.bfloat16)
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(short_form: str) -> "_C.KernelConfig":
+    return _C.KernelConfig.parse(short_form)
+
+
+def _check(name: str, t, device=None):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name}: expected a CUDA tensor, got a tensor on {t.device}")
+    if device is not None and t.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (q's device), got {t.device}")
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{name}.dtype: expected torch.float16 or torch.bfloat16, got {t.dtype}")
+
+
+def _run(q, k, v, out, softmax_scale, config):
+    cfg = None if config is None else _parse(config)
+    with torch.cuda.device(q.device):
+        _C.forward(q, k, v, out, softmax_scale, cfg, torch.cuda.current_stream(q.device).cuda_stream)
+
+
+@torch.library.custom_op("flash_attention::forward", mutates_args=(), device_types="cuda")
+def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
+                config: Optional[str]) -> torch.Tensor:
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    _run(q, k, v, out, softmax_scale, config)
+    return out
+
+
+@_forward_op.register_fake
+def _(q, k, v, softmax_scale, config):
+    return q.new_empty(q.shape)
+
+
+@torch.library.custom_op("flash_attention::forward_out", mutates_args=("out",), device_types="cuda")
+def _forward_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                    softmax_scale: Optional[float], config: Optional[str]) -> None:
+    _run(q, k, v, out, softmax_scale, config)
+
+
+@_forward_out_op.register_fake
+def _(q, k, v, out, softmax_scale, config):
+    return None
+
+
+def forward(q, k, v, *, softmax_scale=None, config=None, out=None):
+    _check("q", q)
+    _check("k", k, q.device)
+    _check("v", v, q.device)
+    if out is not None:
+        _check("out", out, q.device)
+    if softmax_scale is not None:
+        softmax_scale = float(softmax_scale)
+    if config is not None and not isinstance(config, str):
+        if not isinstance(config, _C.KernelConfig):
+            raise TypeError(f"config: expected a KernelConfig or its short form, got {type(config).__name__}")
+        config = str(config)
+    if out is None:
+        return torch.ops.flash_attention.forward(q, k, v, softmax_scale, config)
+    torch.ops.flash_attention.forward_out(q, k, v, out, softmax_scale, config)
+    return out

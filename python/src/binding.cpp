@@ -1,0 +1,152 @@
+// The flash_attention._C extension: the C++ library's API for Python. Tensors arrive
+// through DLPack (nanobind's ndarray), so no PyTorch headers are compiled in; the
+// Python layer passes PyTorch's current CUDA stream as an integer.
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "common/device_buffer.hpp"
+#include "flash_attention/flash_attention.hpp"
+
+namespace nb = nanobind;
+namespace fa = flash_attention;
+
+namespace {
+
+using CudaArray = nb::ndarray<nb::device::cuda>;
+
+fa::DType dtype_of(const CudaArray& a, const char* name) {
+    const nb::dlpack::dtype t = a.dtype();
+    if (t.bits == 16 && t.lanes == 1 && t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)) {
+        return fa::DType::FP16;
+    }
+    if (t.bits == 16 && t.lanes == 1 && t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat)) {
+        return fa::DType::BF16;
+    }
+    throw fa::Error(fa::ErrorCode::dtype, std::string(name) + ".dtype: expected float16 or bfloat16, got a " +
+                                              std::to_string(t.bits) + "-bit type with DLPack code " +
+                                              std::to_string(t.code));
+}
+
+fa::TensorView view_of(const CudaArray& a, const char* name) {
+    if (a.ndim() != 4) {
+        throw fa::Error(fa::ErrorCode::invalid_argument,
+                        std::string(name) + ": expected 4 dimensions (batch, seq, heads, d_head), got " +
+                            std::to_string(a.ndim()));
+    }
+    fa::TensorView v;
+    v.data = const_cast<void*>(a.data());
+    v.dtype = dtype_of(a, name);
+    for (int i = 0; i < 4; ++i) {
+        v.shape[i] = static_cast<std::int64_t>(a.shape(i));
+        v.stride[i] = static_cast<std::int64_t>(a.stride(i));
+    }
+    return v;
+}
+
+fa::ForwardParams params_of(const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out,
+                            std::optional<float> scale) {
+    return {view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"), scale};
+}
+
+}  // namespace
+
+NB_MODULE(_C, m) {
+    m.doc() = "FlashAttention forward kernels (C++/CUDA); use the flash_attention package, not this module.";
+
+    // Library errors keep their message and become the Python exception that fits.
+    nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+        try {
+            std::rethrow_exception(p);
+        } catch (const fa::Error& e) {
+            switch (e.code()) {
+                case fa::ErrorCode::dtype:
+                    PyErr_SetString(PyExc_TypeError, e.what());
+                    break;
+                case fa::ErrorCode::cuda:
+                case fa::ErrorCode::no_device:
+                    PyErr_SetString(PyExc_RuntimeError, e.what());
+                    break;
+                default:
+                    PyErr_SetString(PyExc_ValueError, e.what());
+            }
+        }
+    });
+
+    nb::enum_<fa::DType>(m, "DType").value("FP16", fa::DType::FP16).value("BF16", fa::DType::BF16);
+
+    nb::class_<fa::KernelConfig>(m, "KernelConfig", "Every knob of one compiled kernel.")
+        .def_static("parse", &fa::KernelConfig::parse, nb::arg("short_form"),
+                    "Parses a short form such as '(BF16, 128, 128, 64, 4): async+eager+swizzled+"
+                    "load_1_1_1_tiles+buffer+opt_softmax'; raises ValueError naming the bad token.")
+        .def_ro("dtype", &fa::KernelConfig::dtype)
+        .def_ro("d_head", &fa::KernelConfig::d_head)
+        .def_ro("B_r", &fa::KernelConfig::B_r)
+        .def_ro("B_c", &fa::KernelConfig::B_c)
+        .def_ro("n_warps", &fa::KernelConfig::n_warps)
+        .def_ro("async_copy", &fa::KernelConfig::async_copy)
+        .def_ro("eager_load_blocks", &fa::KernelConfig::eager_load_blocks)
+        .def_ro("swizzled", &fa::KernelConfig::swizzled)
+        .def_ro("Q_mma_load_K_tiles", &fa::KernelConfig::Q_mma_load_K_tiles)
+        .def_ro("K_mma_load_K_tiles", &fa::KernelConfig::K_mma_load_K_tiles)
+        .def_ro("V_mma_load_K_tiles", &fa::KernelConfig::V_mma_load_K_tiles)
+        .def_ro("mma_double_buffer_loads", &fa::KernelConfig::mma_double_buffer_loads)
+        .def_ro("optimized_softmax", &fa::KernelConfig::optimized_softmax)
+        .def("smem_bytes", &fa::KernelConfig::smem_bytes)
+        .def("is_built", [](const fa::KernelConfig& c) { return fa::is_built(c); })
+        .def("__str__", &fa::KernelConfig::to_string)
+        .def("__repr__", [](const fa::KernelConfig& c) { return "KernelConfig.parse('" + c.to_string() + "')"; })
+        .def("__eq__", [](const fa::KernelConfig& a, const fa::KernelConfig& b) { return a == b; })
+        .def("__lt__", [](const fa::KernelConfig& a, const fa::KernelConfig& b) { return a < b; })
+        .def("__hash__", [](const fa::KernelConfig& c) { return std::hash<fa::KernelConfig>{}(c); });
+
+    m.def("configs", &fa::configs, "Every config compiled into this build.");
+    m.def("device_count", &fa::cuda_device_count, "CUDA devices this process sees (0 without a GPU).");
+    m.def("reload_tuning_cache", &fa::reload_tuning_cache);
+
+    m.def(
+        "forward",
+        [](const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out,
+           std::optional<float> scale, std::optional<fa::KernelConfig> config, std::uintptr_t stream) {
+            const fa::ForwardParams p = params_of(q, k, v, out, scale);
+            const auto s = reinterpret_cast<fa::Stream>(stream);
+            if (config) {
+                fa::forward(p, *config, s);
+            } else {
+                fa::forward(p, s);
+            }
+        },
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("softmax_scale").none(),
+        nb::arg("config").none(), nb::arg("stream"),
+        "Writes attention of (batch, seq, heads, d_head) CUDA arrays into `out` on `stream`.");
+
+    m.def(
+        "choose_config",
+        [](const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out) {
+            return fa::choose_config(params_of(q, k, v, out, std::nullopt));
+        },
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), "The config forward() would run.");
+
+    // For the overhead measurement in docs/PERF.md: host seconds per fa::forward call,
+    // the arrays converted once outside the loop.
+    m.def(
+        "_cxx_seconds_per_call",
+        [](const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out, int calls,
+           std::uintptr_t stream) {
+            const fa::ForwardParams p = params_of(q, k, v, out, std::nullopt);
+            const auto s = reinterpret_cast<fa::Stream>(stream);
+            fa::forward(p, s);
+            const auto start = std::chrono::steady_clock::now();
+            for (int i = 0; i < calls; ++i) fa::forward(p, s);
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+        },
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("calls"), nb::arg("stream"));
+}

@@ -1,0 +1,231 @@
+"""The flash_attention package: pure-Python behaviour everywhere, kernels on a GPU.
+
+Results are compared with torch's scaled_dot_product_attention computed in float64,
+using the FlashAttention rule: error <= 2 x PyTorch's own same-dtype error + 1e-3.
+"""
+
+import math
+
+import pytest
+
+import flash_attention as fa
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_gpu = pytest.mark.skipif(
+    torch is None or not torch.cuda.is_available() or fa.device_count() == 0,
+    reason="needs PyTorch and a CUDA GPU (run on the device machine; docs/PERF.md has the results)",
+)
+
+
+def built_kinds():
+    kinds = []
+    for c in fa.configs():
+        kind = (c.dtype, c.d_head)
+        if kind not in kinds:
+            kinds.append(kind)
+    return kinds
+
+
+def torch_dtype(dtype):
+    return {fa.DType.FP16: torch.float16, fa.DType.BF16: torch.bfloat16}[dtype]
+
+
+def reference(q, k, v, scale=None):
+    """float64 SDPA on (batch, seq, heads, d) tensors."""
+    f = torch.nn.functional.scaled_dot_product_attention
+    out = f(q.double().transpose(1, 2), k.double().transpose(1, 2), v.double().transpose(1, 2), scale=scale)
+    return out.transpose(1, 2)
+
+
+def same_dtype(q, k, v, scale=None):
+    f = torch.nn.functional.scaled_dot_product_attention
+    return f(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale).transpose(1, 2)
+
+
+def assert_close_to_reference(out, q, k, v, scale=None):
+    assert torch.isfinite(out).all(), "non-finite values in the output"
+    ref = reference(q, k, v, scale)
+    ours = (out.double() - ref).abs().max().item()
+    torch_error = (same_dtype(q, k, v, scale).double() - ref).abs().max().item()
+    assert ours <= 2 * torch_error + 1e-3, f"max error {ours:.3g} > 2 x {torch_error:.3g} + 1e-3"
+
+
+def randn(*shape, dtype):
+    return torch.randn(*shape, dtype=dtype, device="cuda")
+
+
+# ---- no GPU needed ----------------------------------------------------------------
+
+
+def test_configs_and_parse_round_trip():
+    configs = fa.configs()
+    assert configs, "the build holds no kernels"
+    for c in configs:
+        assert fa.KernelConfig.parse(str(c)) == c
+        assert c.is_built()
+        assert c.smem_bytes() == (c.B_r + 2 * c.B_c) * c.d_head * 2
+    assert len({hash(c) for c in configs}) == len(configs)
+    assert sorted(configs) == configs
+
+
+def test_parse_errors_name_the_token():
+    with pytest.raises(ValueError, match='"asyn"'):
+        fa.KernelConfig.parse("(FP16, 128, 64, 64, 4): asyn+load_0_0_0_tiles")
+    with pytest.raises(ValueError, match='"FP32"'):
+        fa.KernelConfig.parse("(FP32, 128, 64, 64, 4): load_0_0_0_tiles")
+
+
+@pytest.mark.skipif(torch is None, reason="needs PyTorch")
+def test_cpu_tensors_are_rejected():
+    q = torch.zeros(1, 128, 1, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+        fa.forward(q, q, q)
+
+
+@pytest.mark.skipif(fa.device_count() > 0 or torch is None, reason="only without a GPU")
+def test_without_gpu_calls_raise_a_clear_error():
+    with pytest.raises((ValueError, RuntimeError)):
+        fa.forward(torch.zeros(1, 128, 1, 64, dtype=torch.float16), None, None)
+
+
+# ---- GPU --------------------------------------------------------------------------
+
+
+@needs_gpu
+@pytest.mark.parametrize("seq", [128, 512, 2048])
+def test_matches_reference(seq):
+    for dtype, d in built_kinds():
+        q, k, v = (randn(2, seq, 3, d, dtype=torch_dtype(dtype)) for _ in range(3))
+        assert_close_to_reference(fa.forward(q, k, v), q, k, v)
+
+
+@needs_gpu
+def test_every_built_config():
+    for c in fa.configs():
+        seq = max(c.B_r, c.B_c) * 2
+        q, k, v = (randn(1, seq, 2, c.d_head, dtype=torch_dtype(c.dtype)) for _ in range(3))
+        assert_close_to_reference(fa.forward(q, k, v, config=c), q, k, v)
+        assert_close_to_reference(fa.forward(q, k, v, config=str(c)), q, k, v)
+
+
+@needs_gpu
+def test_scale_and_cross_lengths():
+    for dtype, d in built_kinds():
+        t = torch_dtype(dtype)
+        q, k, v = randn(1, 256, 2, d, dtype=t), randn(1, 1024, 2, d, dtype=t), randn(1, 1024, 2, d, dtype=t)
+        assert_close_to_reference(fa.forward(q, k, v, softmax_scale=0.3), q, k, v, scale=0.3)
+
+
+@needs_gpu
+def test_non_contiguous_views():
+    for dtype, d in built_kinds():
+        t = torch_dtype(dtype)
+        # (batch, heads, seq, d) storage seen as (batch, seq, heads, d)
+        q, k, v = (randn(2, 4, 512, d, dtype=t).transpose(1, 2) for _ in range(3))
+        assert not q.is_contiguous()
+        assert_close_to_reference(fa.forward(q, k, v), q, k, v)
+        # slices of a packed (batch, seq, 3, heads, d) QKV tensor
+        qkv = randn(2, 512, 3, 4, d, dtype=t)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        assert_close_to_reference(fa.forward(q, k, v), q, k, v)
+
+
+@needs_gpu
+def test_out_is_reused():
+    for dtype, d in built_kinds():
+        t = torch_dtype(dtype)
+        q, k, v = (randn(1, 512, 2, d, dtype=t) for _ in range(3))
+        padded = torch.full((1, 512, 2, d + 64), float("nan"), dtype=t, device="cuda")
+        out = padded[..., :d]
+        result = fa.forward(q, k, v, out=out)
+        assert result is out
+        assert_close_to_reference(out, q, k, v)
+        assert torch.isnan(padded[..., d:]).all(), "wrote outside out"
+
+
+@needs_gpu
+def test_errors():
+    d = built_kinds()[0][1]
+    t = torch_dtype(built_kinds()[0][0])
+    q = randn(1, 512, 2, d, dtype=t)
+    with pytest.raises(TypeError, match="float32"):
+        fa.forward(q.float(), q.float(), q.float())
+    with pytest.raises(TypeError, match="k.dtype"):
+        fa.forward(q, q.to(torch.float16 if t == torch.bfloat16 else torch.bfloat16), q)
+    with pytest.raises(ValueError, match=r"k.shape\[2\] \(heads\)"):
+        fa.forward(q, randn(1, 512, 3, d, dtype=t), randn(1, 512, 3, d, dtype=t))
+    with pytest.raises(ValueError, match="4 dimensions"):
+        fa.forward(q[0], q[0], q[0])
+    with pytest.raises(ValueError, match=r"d_head\): expected 64 or 128"):
+        x = randn(1, 512, 2, 96, dtype=t)
+        fa.forward(x, x, x)
+    with pytest.raises(ValueError, match="multiple of"):
+        x = randn(1, 520, 2, d, dtype=t)
+        fa.forward(x, x, x)
+    with pytest.raises(ValueError, match='"bogus"'):
+        fa.forward(q, q, q, config="(FP16, 128, 64, 64, 4): bogus+load_0_0_0_tiles")
+    with pytest.raises(ValueError, match="compiled into this build|valid config"):
+        fa.forward(q, q, q, config="(BF16, 128, 64, 16, 4): async+load_0_1_1_tiles")
+    with pytest.raises(TypeError, match="config"):
+        fa.forward(q, q, q, config=42)
+    with pytest.raises(ValueError, match="overlap"):
+        fa.forward(q, q, q, out=q)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        fa.forward(q, q, q, softmax_scale=math.inf)
+
+
+@needs_gpu
+def test_custom_op_contract():
+    dtype, d = built_kinds()[0]
+    q, k, v = (randn(1, 256, 2, d, dtype=torch_dtype(dtype)) for _ in range(3))
+    torch.library.opcheck(torch.ops.flash_attention.forward.default, (q, k, v, None, None))
+
+
+@needs_gpu
+def test_torch_compile():
+    dtype, d = built_kinds()[0]
+    q, k, v = (randn(2, 512, 2, d, dtype=torch_dtype(dtype)) for _ in range(3))
+
+    @torch.compile(fullgraph=True)
+    def attention_then_scale(q, k, v):
+        return fa.forward(q, k, v) * 2
+
+    out = attention_then_scale(q, k, v)
+    torch.testing.assert_close(out, fa.forward(q, k, v) * 2)
+
+
+@needs_gpu
+def test_cuda_graph_replay():
+    dtype, d = built_kinds()[0]
+    t = torch_dtype(dtype)
+    q, k, v = (randn(1, 512, 2, d, dtype=t) for _ in range(3))
+    fa.forward(q, k, v)  # warm-up outside the capture (tuning cache, smem opt-in)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        with torch.cuda.graph(graph, stream=stream):
+            out = fa.forward(q, k, v)
+    for _ in range(2):
+        for x in (q, k, v):
+            x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close_to_reference(out, q, k, v)
+
+
+@needs_gpu
+def test_runs_on_the_current_stream():
+    dtype, d = built_kinds()[0]
+    q, k, v = (randn(4, 2048, 8, d, dtype=torch_dtype(dtype)) for _ in range(3))
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        out = fa.forward(q, k, v)
+        total = out.float().sum()  # ordered after the kernel on the same stream
+    torch.cuda.synchronize()
+    assert torch.isfinite(total)
+    assert_close_to_reference(out, q, k, v)
