@@ -13,6 +13,9 @@
 #                automatic choice against the best config at seq 4096 (d_head 64, 128)
 #   repeat       the automatic choice over seq 512..16384, twice (repeatability)
 #   torch        PyTorch SDPA backends at seq 4096 (batch 4 / heads 16 and 32 at d 128 / 64)
+#   python       pip install . (the tune set, sm_90) and the pytest suite
+#   compare      bench/compare.py (needs the python stage and a tuning cache)
+#   overhead     host time per call: C++ API, direct binding, custom op
 set -uo pipefail
 BIN=${1:?usage: device_check.sh BIN STAGE...}
 shift
@@ -58,6 +61,18 @@ for stage in "$@"; do
       python3 bench/torch_sdpa.py --batch 4 --heads 16 --seq 4096 --d-head 128 > "$OUT/torch.txt" 2>&1
       python3 bench/torch_sdpa.py --batch 4 --heads 32 --seq 4096 --d-head 64 >> "$OUT/torch.txt" 2>&1
       cat "$OUT/torch.txt" ;;
+    python)
+      FLASH_KERNELS=tune FLASH_CUDA_ARCHITECTURES=90-real CMAKE_BUILD_PARALLEL_LEVEL=16 \
+        python3 -m pip install --no-build-isolation --no-deps . > "$OUT/pip.log" 2>&1
+      echo "pip: exit $?"
+      (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 -m pytest -q "$OLDPWD/python/tests") > "$OUT/pytest.log" 2>&1
+      echo "pytest: exit $?"; tail -3 "$OUT/pytest.log" ;;
+    compare)
+      (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --out "$OUT/compare") \
+        > "$OUT/compare.log" 2>&1
+      echo "compare: exit $?"; tail -12 "$OUT/compare.log" ;;
+    overhead)
+      (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --overhead-only) ;;
     *) echo "unknown stage $stage" ;;
   esac
   echo "[$stage: $(( $(date +%s) - start )) s]"

@@ -28,8 +28,12 @@ def _check(name: str, t, device=None):
 
 def _run(q, k, v, out, softmax_scale, config):
     cfg = None if config is None else _parse(config)
-    with torch.cuda.device(q.device):
-        _C.forward(q, k, v, out, softmax_scale, cfg, torch.cuda.current_stream(q.device).cuda_stream)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    if q.device.index == torch.cuda.current_device():
+        _C.forward(q, k, v, out, softmax_scale, cfg, stream)
+    else:  # the library launches on the current device
+        with torch.cuda.device(q.device):
+            _C.forward(q, k, v, out, softmax_scale, cfg, stream)
 
 
 @torch.library.custom_op("flash_attention::forward", mutates_args=(), device_types="cuda")
