@@ -3,6 +3,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <numeric>
+#include <random>
 
 #include "common/cuda_check.hpp"
 
@@ -60,7 +62,11 @@ std::vector<Measurement> measure_interleaved(
     std::vector<std::vector<double>> ms(configs.size());
     for (int round = 0; round < rounds && !stop(); ++round) {
         const int in_round = runs * (round + 1) / rounds - runs * round / rounds;
-        for (std::size_t c = 0; c < configs.size(); ++c) {
+        // A fresh order each round, so no config always runs last or after the same one.
+        std::vector<std::size_t> order(configs.size());
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(round)));
+        for (const std::size_t c : order) {
             for (int i = 0; i < in_round; ++i) {
                 timer.start(nullptr);
                 launch(configs[c]);

@@ -1,6 +1,7 @@
-// The flash_attention._C extension: the C++ library's API for Python. Tensors arrive
-// through DLPack (nanobind's ndarray), so no PyTorch headers are compiled in; the
-// Python layer passes PyTorch's current CUDA stream as an integer.
+// The flash_attention._C extension: the C++ library's API for Python. Arrays arrive
+// through DLPack (nanobind's ndarray), PyTorch tensors through a faster attribute route
+// (see view_of_torch); no PyTorch headers are compiled in. The Python layer passes
+// PyTorch's current CUDA stream as an integer.
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -25,21 +26,25 @@ using CudaArray = nb::ndarray<nb::device::cuda>;
 
 fa::DType dtype_of(const CudaArray& a, const char* name) {
     const nb::dlpack::dtype t = a.dtype();
-    if (t.bits == 16 && t.lanes == 1 && t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)) {
+    if (t.bits == 16 && t.lanes == 1 &&
+        t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float)) {
         return fa::DType::FP16;
     }
-    if (t.bits == 16 && t.lanes == 1 && t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat)) {
+    if (t.bits == 16 && t.lanes == 1 &&
+        t.code == static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat)) {
         return fa::DType::BF16;
     }
-    throw fa::Error(fa::ErrorCode::dtype, std::string(name) + ".dtype: expected float16 or bfloat16, got a " +
-                                              std::to_string(t.bits) + "-bit type with DLPack code " +
-                                              std::to_string(t.code));
+    throw fa::Error(fa::ErrorCode::dtype,
+                    std::string(name) + ".dtype: expected float16 or bfloat16, got a " +
+                        std::to_string(t.bits) + "-bit type with DLPack code " +
+                        std::to_string(t.code));
 }
 
 fa::TensorView view_of(const CudaArray& a, const char* name) {
     if (a.ndim() != 4) {
         throw fa::Error(fa::ErrorCode::invalid_argument,
-                        std::string(name) + ": expected 4 dimensions (batch, seq, heads, d_head), got " +
+                        std::string(name) +
+                            ": expected 4 dimensions (batch, seq, heads, d_head), got " +
                             std::to_string(a.ndim()));
     }
     fa::TensorView v;
@@ -52,7 +57,86 @@ fa::TensorView view_of(const CudaArray& a, const char* name) {
     return v;
 }
 
-fa::ForwardParams params_of(const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out,
+// PyTorch tensors take a faster route than DLPack: torch.Tensor.__dlpack__ costs about
+// 3 µs per tensor (measured on the H100 machine, docs/PERF.md), more than the whole C++
+// call, while reading is_cuda, dtype, data_ptr(), shape and stride() through Python
+// attribute calls costs a fraction of that, still without PyTorch headers. Everything
+// else (CuPy, JAX, ...) crosses by DLPack.
+struct TorchTypes {
+    nb::object tensor, float16, bfloat16;
+};
+
+// Only when PyTorch is already imported: this module never imports it.
+const TorchTypes* torch_types() {
+    static std::optional<TorchTypes> types;
+    if (!types) {
+        nb::dict modules = nb::borrow<nb::dict>(PyImport_GetModuleDict());
+        if (!modules.contains("torch"))
+            return nullptr;
+        nb::object torch = modules["torch"];
+        types = TorchTypes{torch.attr("Tensor"), torch.attr("float16"), torch.attr("bfloat16")};
+    }
+    return &*types;
+}
+
+std::int64_t int_item(nb::handle sequence, int i) {
+    return nb::cast<std::int64_t>(nb::handle(PySequence_Fast_GET_ITEM(sequence.ptr(), i)));
+}
+
+fa::TensorView view_of_torch(nb::handle t, const TorchTypes& torch, const char* name) {
+    if (!nb::cast<bool>(t.attr("is_cuda"))) {
+        throw fa::Error(fa::ErrorCode::invalid_argument,
+                        std::string(name) + ": expected a CUDA tensor, got one on " +
+                            nb::cast<std::string>(nb::str(t.attr("device"))));
+    }
+    fa::TensorView v;
+    const nb::object dtype = t.attr("dtype");
+    if (dtype.is(torch.float16)) {
+        v.dtype = fa::DType::FP16;
+    } else if (dtype.is(torch.bfloat16)) {
+        v.dtype = fa::DType::BF16;
+    } else {
+        throw fa::Error(fa::ErrorCode::dtype,
+                        std::string(name) +
+                            ".dtype: expected torch.float16 or torch.bfloat16, got " +
+                            nb::cast<std::string>(nb::str(dtype)));
+    }
+    const nb::object shape = nb::steal(PySequence_Fast(t.attr("shape").ptr(), "shape"));
+    const nb::object stride = nb::steal(PySequence_Fast(t.attr("stride")().ptr(), "stride"));
+    if (!shape.is_valid() || !stride.is_valid())
+        throw nb::python_error();
+    const auto ndim = PySequence_Fast_GET_SIZE(shape.ptr());
+    if (ndim != 4) {
+        throw fa::Error(fa::ErrorCode::invalid_argument,
+                        std::string(name) +
+                            ": expected 4 dimensions (batch, seq, heads, d_head), got " +
+                            std::to_string(ndim));
+    }
+    v.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(t.attr("data_ptr")()));
+    for (int i = 0; i < 4; ++i) {
+        v.shape[i] = int_item(shape, i);
+        v.stride[i] = int_item(stride, i);
+    }
+    return v;
+}
+
+fa::TensorView view_of(nb::handle t, const char* name) {
+    if (const TorchTypes* torch = torch_types();
+        torch && PyObject_IsInstance(t.ptr(), torch->tensor.ptr()) == 1) {
+        return view_of_torch(t, *torch, name);
+    }
+    CudaArray array;
+    if (!nb::try_cast(t, array)) {
+        throw fa::Error(
+            fa::ErrorCode::invalid_argument,
+            std::string(name) + ": expected a CUDA array (PyTorch tensor or DLPack-capable), got " +
+                nb::cast<std::string>(
+                    nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(t.ptr()))))));
+    }
+    return view_of(array, name);
+}
+
+fa::ForwardParams params_of(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
                             std::optional<float> scale) {
     return {view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"), scale};
 }
@@ -60,7 +144,9 @@ fa::ForwardParams params_of(const CudaArray& q, const CudaArray& k, const CudaAr
 }  // namespace
 
 NB_MODULE(_C, m) {
-    m.doc() = "FlashAttention forward kernels (C++/CUDA); use the flash_attention package, not this module.";
+    m.doc() =
+        "FlashAttention forward kernels (C++/CUDA); use the flash_attention package, not this "
+        "module.";
 
     // Library errors keep their message and become the Python exception that fits.
     nb::register_exception_translator([](const std::exception_ptr& p, void*) {
@@ -103,19 +189,23 @@ NB_MODULE(_C, m) {
         .def("smem_bytes", &fa::KernelConfig::smem_bytes)
         .def("is_built", [](const fa::KernelConfig& c) { return fa::is_built(c); })
         .def("__str__", &fa::KernelConfig::to_string)
-        .def("__repr__", [](const fa::KernelConfig& c) { return "KernelConfig.parse('" + c.to_string() + "')"; })
+        .def(
+            "__repr__",
+            [](const fa::KernelConfig& c) { return "KernelConfig.parse('" + c.to_string() + "')"; })
         .def("__eq__", [](const fa::KernelConfig& a, const fa::KernelConfig& b) { return a == b; })
         .def("__lt__", [](const fa::KernelConfig& a, const fa::KernelConfig& b) { return a < b; })
-        .def("__hash__", [](const fa::KernelConfig& c) { return std::hash<fa::KernelConfig>{}(c); });
+        .def("__hash__",
+             [](const fa::KernelConfig& c) { return std::hash<fa::KernelConfig>{}(c); });
 
     m.def("configs", &fa::configs, "Every config compiled into this build.");
-    m.def("device_count", &fa::cuda_device_count, "CUDA devices this process sees (0 without a GPU).");
+    m.def("device_count", &fa::cuda_device_count,
+          "CUDA devices this process sees (0 without a GPU).");
     m.def("reload_tuning_cache", &fa::reload_tuning_cache);
 
     m.def(
         "forward",
-        [](const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out,
-           std::optional<float> scale, std::optional<fa::KernelConfig> config, std::uintptr_t stream) {
+        [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, std::optional<float> scale,
+           std::optional<fa::KernelConfig> config, std::uintptr_t stream) {
             const fa::ForwardParams p = params_of(q, k, v, out, scale);
             const auto s = reinterpret_cast<fa::Stream>(stream);
             if (config) {
@@ -130,17 +220,18 @@ NB_MODULE(_C, m) {
 
     m.def(
         "choose_config",
-        [](const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out) {
+        [](nb::handle q, nb::handle k, nb::handle v, nb::handle out) {
             return fa::choose_config(params_of(q, k, v, out, std::nullopt));
         },
-        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), "The config forward() would run.");
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"),
+        "The config forward() would run.");
 
     // For the overhead measurement in docs/PERF.md: host seconds per fa::forward call
     // (automatic choice, or the given config), the arrays converted once outside the
     // loop. Few enough calls that the launch queue never fills and blocks the host.
     m.def(
         "_cxx_seconds_per_call",
-        [](const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out, int calls,
+        [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, int calls,
            std::optional<fa::KernelConfig> config, std::uintptr_t stream) {
             const fa::ForwardParams p = params_of(q, k, v, out, std::nullopt);
             const auto s = reinterpret_cast<fa::Stream>(stream);
@@ -152,10 +243,20 @@ NB_MODULE(_C, m) {
                     fa::forward(p, s);
                 }
             }
-            return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / calls;
+            return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+                   calls;
         },
-        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("calls"), nb::arg("config").none(),
-        nb::arg("stream"));
-    // The cost of the DLPack import of four arrays alone.
-    m.def("_accept", [](const CudaArray&, const CudaArray&, const CudaArray&, const CudaArray&) {});
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("calls"),
+        nb::arg("config").none(), nb::arg("stream"));
+    // The cost of turning four arrays into tensor views alone, by each route.
+    m.def("_views", [](nb::handle q, nb::handle k, nb::handle v, nb::handle out) {
+        params_of(q, k, v, out, {});
+    });
+    m.def("_dlpack_views",
+          [](const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out) {
+              view_of(q, "q");
+              view_of(k, "k");
+              view_of(v, "v");
+              view_of(out, "out");
+          });
 }

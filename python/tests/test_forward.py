@@ -169,7 +169,8 @@ def test_errors():
     with pytest.raises(ValueError, match='"bogus"'):
         fa.forward(q, q, q, config="(FP16, 128, 64, 64, 4): bogus+load_0_0_0_tiles")
     with pytest.raises(ValueError, match="compiled into this build|valid config"):
-        fa.forward(q, q, q, config="(BF16, 128, 64, 16, 4): async+load_0_1_1_tiles")
+        name = "BF16" if t == torch.bfloat16 else "FP16"
+        fa.forward(q, q, q, config=f"({name}, {d}, 64, 16, 4): async+load_0_1_1_tiles")
     with pytest.raises(TypeError, match="config"):
         fa.forward(q, q, q, config=42)
     with pytest.raises(ValueError, match="overlap"):
