@@ -47,7 +47,8 @@ for stage in "$@"; do
       cp "$TUNING" "$OUT/tuning.json"
       echo "tune: exit $?"; grep -A40 '^key' "$OUT/tune.txt" | head -30
       for d in 128 64; do
-        "$FA" bench --best --set tune --seq 4096 --d-head $d --dtype bf16 --format csv > "$OUT/auto_vs_best_d$d.csv" 2>&1
+        "$FA" bench --best --set tune --seq 4096 --d-head $d --dtype bf16 --runs 60 --rounds 10 --format csv \
+            > "$OUT/auto_vs_best_d$d.csv" 2>&1
       done
       unset FLASH_ATTENTION_TUNING ;;
     repeat)
