@@ -58,7 +58,7 @@ std::vector<Measurement> measure_interleaved(
     cuda_check(cudaDeviceSynchronize(), "warm-up");
 
     rounds = std::clamp(rounds, 1, runs);
-    EventTimer timer;
+    LaunchTimes timer((runs + rounds - 1) / rounds);
     std::vector<std::vector<double>> ms(configs.size());
     for (int round = 0; round < rounds && !stop(); ++round) {
         const int in_round = runs * (round + 1) / rounds - runs * round / rounds;
@@ -67,11 +67,14 @@ std::vector<Measurement> measure_interleaved(
         std::iota(order.begin(), order.end(), 0);
         std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(round)));
         for (const std::size_t c : order) {
+            // Back to back: the GPU stays busy (and its clock steady) through the runs.
             for (int i = 0; i < in_round; ++i) {
-                timer.start(nullptr);
+                timer.before(i, nullptr);
                 launch(configs[c]);
-                ms[c].push_back(timer.stop(nullptr));
+                timer.after(i, nullptr);
             }
+            const std::vector<double> t = timer.elapsed_ms(in_round);
+            ms[c].insert(ms[c].end(), t.begin(), t.end());
         }
     }
     std::vector<Measurement> out;

@@ -30,7 +30,8 @@ class Workspace {
 
 // Times each config (nullopt: the automatic choice, through forward(params, stream)) on
 // one workspace: `warmup` untimed runs each, then `runs` timed runs each, interleaved in
-// `rounds` rounds. A long sweep heats the GPU and its clock drifts down; interleaving
+// `rounds` rounds; within a round a config's runs are queued back to back, each between
+// its own pair of events. A long sweep heats the GPU and its clock drifts down; interleaving
 // spreads that drift over every config instead of charging it to the last ones. Returns
 // one measurement per config, in order; stops early (fewer results) once `stop()` is true.
 std::vector<Measurement> measure_interleaved(

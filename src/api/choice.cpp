@@ -43,8 +43,14 @@ bool can_run(const KernelConfig& c, const ForwardParams& p, const DeviceInfo& de
 }
 
 std::optional<KernelConfig> heuristic_config(const ForwardParams& p, const DeviceInfo& device) {
-    for (const Preference& pref : k_table) {
-        const KernelConfig c = KernelConfig::parse(pref.config);
+    // Parsed once: this runs on every forward() that has no tuned entry.
+    static const std::vector<KernelConfig> table = [] {
+        std::vector<KernelConfig> v;
+        for (const Preference& pref : k_table)
+            v.push_back(KernelConfig::parse(pref.config));
+        return v;
+    }();
+    for (const KernelConfig& c : table) {
         if (can_run(c, p, device))
             return c;
     }

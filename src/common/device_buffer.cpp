@@ -95,6 +95,44 @@ float EventTimer::stop(Stream stream) {
     return ms;
 }
 
+LaunchTimes::LaunchTimes(int capacity) : start_(capacity), stop_(capacity) {
+    for (int i = 0; i < capacity; ++i) {
+        cuda_check(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&start_[i])), "cudaEventCreate");
+        cuda_check(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&stop_[i])), "cudaEventCreate");
+    }
+}
+
+LaunchTimes::~LaunchTimes() {
+    for (std::size_t i = 0; i < start_.size(); ++i) {
+        cudaEventDestroy(static_cast<cudaEvent_t>(start_[i]));
+        cudaEventDestroy(static_cast<cudaEvent_t>(stop_[i]));
+    }
+}
+
+void LaunchTimes::before(int i, Stream stream) {
+    cuda_check(cudaEventRecord(static_cast<cudaEvent_t>(start_.at(i)), stream), "cudaEventRecord");
+}
+
+void LaunchTimes::after(int i, Stream stream) {
+    cuda_check(cudaEventRecord(static_cast<cudaEvent_t>(stop_.at(i)), stream), "cudaEventRecord");
+}
+
+std::vector<double> LaunchTimes::elapsed_ms(int n) {
+    std::vector<double> ms;
+    if (n == 0)
+        return ms;
+    cuda_check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_.at(n - 1))),
+               "cudaEventSynchronize");
+    for (int i = 0; i < n; ++i) {
+        float t = 0;
+        cuda_check(cudaEventElapsedTime(&t, static_cast<cudaEvent_t>(start_[i]),
+                                        static_cast<cudaEvent_t>(stop_[i])),
+                   "cudaEventElapsedTime");
+        ms.push_back(t);
+    }
+    return ms;
+}
+
 int cuda_device_count() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

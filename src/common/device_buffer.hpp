@@ -62,6 +62,23 @@ class EventTimer {
     void* stop_ = nullptr;
 };
 
+// Times up to `capacity` launches queued back to back on one stream: events around each,
+// one synchronisation at the end, so the GPU never idles between the timed kernels.
+class LaunchTimes {
+  public:
+    explicit LaunchTimes(int capacity);
+    ~LaunchTimes();
+    LaunchTimes(const LaunchTimes&) = delete;
+    LaunchTimes& operator=(const LaunchTimes&) = delete;
+    void before(int i, Stream stream);
+    void after(int i, Stream stream);
+    // Waits for launch n-1 to finish; milliseconds of launches 0..n-1.
+    std::vector<double> elapsed_ms(int n);
+
+  private:
+    std::vector<void*> start_, stop_;
+};
+
 // Number of CUDA devices, 0 when the driver or runtime reports none.
 int cuda_device_count();
 // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" for the current device.
