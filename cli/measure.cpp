@@ -87,8 +87,11 @@ std::vector<Measurement> measure_interleaved(
         const double median =
             t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
         const KernelConfig ran = configs[c] ? *configs[c] : choose_config(workspace.params(0));
-        out.push_back({configs[c] ? configs[c]->to_string() : "automatic choice", ran,
-                       workspace.shape(), median, t.front(), t.back(), static_cast<int>(t.size())});
+        const Shape& shape = workspace.shape();
+        const std::string automatic = "automatic choice (" + std::string(to_string(shape.dtype)) +
+                                      ", d_head " + std::to_string(shape.d_head) + ")";
+        out.push_back({configs[c] ? configs[c]->to_string() : automatic, ran, workspace.shape(),
+                       median, t.front(), t.back(), static_cast<int>(t.size())});
     }
     return out;
 }

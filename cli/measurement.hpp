@@ -23,7 +23,7 @@ struct Shape {
 };
 
 struct Measurement {
-    std::string label;    // the config's short form, or "automatic choice"
+    std::string label;    // the config's short form, or "automatic choice (BF16, d_head 128)"
     KernelConfig config;  // the kernel that ran
     Shape shape;
     double median_ms;

@@ -16,6 +16,7 @@
 #   python       pip install . (the tune set, sm_90) and the pytest suite
 #   compare      bench/compare.py (needs the python stage and a tuning cache)
 #   overhead     host time per call: C++ API, direct binding, custom op
+#   chart        the automatic choice over seq 512..16384 at bf16/fp16, d_head 64/128 (SVG)
 set -uo pipefail
 BIN=${1:?usage: device_check.sh BIN STAGE...}
 shift
@@ -72,6 +73,10 @@ for stage in "$@"; do
       (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --out "$OUT/compare") \
         > "$OUT/compare.log" 2>&1
       echo "compare: exit $?"; tail -12 "$OUT/compare.log" ;;
+    chart)
+      FLASH_ATTENTION_TUNING="$TUNING" "$FA" bench --best --d-head 128,64 --dtype bf16,fp16 --runs 50 \
+        --svg "$OUT/bench_auto.svg" > "$OUT/bench_auto.txt" 2>&1
+      echo "chart: exit $?"; tail -6 "$OUT/bench_auto.txt" ;;
     overhead)
       (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --overhead-only) ;;
     *) echo "unknown stage $stage" ;;

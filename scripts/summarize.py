@@ -42,8 +42,8 @@ def main(out):
         rows = read_csv(out / f"auto_vs_best_d{d}.csv")
         if not rows:
             continue
-        auto = [r for r in rows if r["config"] == "automatic choice"]
-        others = [r for r in rows if r["config"] != "automatic choice"]
+        auto = [r for r in rows if r["config"].startswith("automatic choice")]
+        others = [r for r in rows if not r["config"].startswith("automatic choice")]
         if auto and others:
             top = max(others, key=lambda r: float(r["tflops"]))
             a = float(auto[0]["tflops"])

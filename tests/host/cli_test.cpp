@@ -60,8 +60,13 @@ std::vector<cli::Measurement> sample() {
                      0.11,
                      20});
     }
-    v.push_back(
-        {"automatic choice", c, {fa::DType::BF16, 128, 8, 16, 2048, 2048}, 0.5, 0.5, 0.6, 20});
+    v.push_back({"automatic choice (BF16, d_head 128)",
+                 c,
+                 {fa::DType::BF16, 128, 8, 16, 2048, 2048},
+                 0.5,
+                 0.5,
+                 0.6,
+                 20});
     return v;
 }
 
@@ -124,8 +129,8 @@ TEST(Cli, JsonHoldsMeasurementsAndHarmonicMeans) {
     EXPECT_EQ(j["measurements"][0]["seq_q"], 512);
     EXPECT_NEAR(j["measurements"][0]["tflops"].get<double>(), results[0].tflops(), 1e-9);
     EXPECT_EQ(j["harmonic_mean_tflops"].size(), 2u);
-    EXPECT_NEAR(j["harmonic_mean_tflops"]["automatic choice"].get<double>(), results[3].tflops(),
-                1e-9);
+    EXPECT_NEAR(j["harmonic_mean_tflops"]["automatic choice (BF16, d_head 128)"].get<double>(),
+                results[3].tflops(), 1e-9);
 }
 
 TEST(Cli, HarmonicMean) {
