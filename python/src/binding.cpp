@@ -64,6 +64,8 @@ fa::TensorView view_of(const CudaArray& a, const char* name) {
 // else (CuPy, JAX, ...) crosses by DLPack.
 struct TorchTypes {
     nb::object tensor, float16, bfloat16;
+    // Interned attribute names: a lookup by C string would build a new str every time.
+    nb::object is_cuda, dtype, shape, stride, data_ptr, device;
 };
 
 // Only when PyTorch is already imported: this module never imports it.
@@ -74,23 +76,36 @@ const TorchTypes* torch_types() {
         if (!modules.contains("torch"))
             return nullptr;
         nb::object torch = modules["torch"];
-        types = TorchTypes{torch.attr("Tensor"), torch.attr("float16"), torch.attr("bfloat16")};
+        const auto name = [](const char* s) { return nb::steal(PyUnicode_InternFromString(s)); };
+        types = TorchTypes{torch.attr("Tensor"), torch.attr("float16"), torch.attr("bfloat16"),
+                           name("is_cuda"),      name("dtype"),         name("shape"),
+                           name("stride"),       name("data_ptr"),      name("device")};
     }
     return &*types;
 }
 
-std::int64_t int_item(nb::handle sequence, int i) {
-    return nb::cast<std::int64_t>(nb::handle(PySequence_Fast_GET_ITEM(sequence.ptr(), i)));
+nb::object get(nb::handle object, const nb::object& name) {
+    PyObject* value = PyObject_GetAttr(object.ptr(), name.ptr());
+    if (value == nullptr)
+        throw nb::python_error();
+    return nb::steal(value);
+}
+
+nb::object call(nb::handle object, const nb::object& name) {
+    PyObject* value = PyObject_CallMethodNoArgs(object.ptr(), name.ptr());
+    if (value == nullptr)
+        throw nb::python_error();
+    return nb::steal(value);
 }
 
 fa::TensorView view_of_torch(nb::handle t, const TorchTypes& torch, const char* name) {
-    if (!nb::cast<bool>(t.attr("is_cuda"))) {
+    if (get(t, torch.is_cuda).ptr() != Py_True) {
         throw fa::Error(fa::ErrorCode::invalid_argument,
                         std::string(name) + ": expected a CUDA tensor, got one on " +
-                            nb::cast<std::string>(nb::str(t.attr("device"))));
+                            nb::cast<std::string>(nb::str(get(t, torch.device))));
     }
     fa::TensorView v;
-    const nb::object dtype = t.attr("dtype");
+    const nb::object dtype = get(t, torch.dtype);
     if (dtype.is(torch.float16)) {
         v.dtype = fa::DType::FP16;
     } else if (dtype.is(torch.bfloat16)) {
@@ -101,22 +116,27 @@ fa::TensorView view_of_torch(nb::handle t, const TorchTypes& torch, const char* 
                             ".dtype: expected torch.float16 or torch.bfloat16, got " +
                             nb::cast<std::string>(nb::str(dtype)));
     }
-    const nb::object shape = nb::steal(PySequence_Fast(t.attr("shape").ptr(), "shape"));
-    const nb::object stride = nb::steal(PySequence_Fast(t.attr("stride")().ptr(), "stride"));
-    if (!shape.is_valid() || !stride.is_valid())
-        throw nb::python_error();
-    const auto ndim = PySequence_Fast_GET_SIZE(shape.ptr());
-    if (ndim != 4) {
+    // torch.Size is a tuple, and stride() returns one.
+    const nb::object shape = get(t, torch.shape);
+    const nb::object stride = call(t, torch.stride);
+    if (!PyTuple_Check(shape.ptr()) || !PyTuple_Check(stride.ptr())) {
+        throw fa::Error(fa::ErrorCode::invalid_argument,
+                        std::string(name) + ": expected shape and stride tuples");
+    }
+    const auto ndim = PyTuple_GET_SIZE(shape.ptr());
+    if (ndim != 4 || PyTuple_GET_SIZE(stride.ptr()) != 4) {
         throw fa::Error(fa::ErrorCode::invalid_argument,
                         std::string(name) +
                             ": expected 4 dimensions (batch, seq, heads, d_head), got " +
                             std::to_string(ndim));
     }
-    v.data = reinterpret_cast<void*>(nb::cast<std::uintptr_t>(t.attr("data_ptr")()));
+    v.data = PyLong_AsVoidPtr(call(t, torch.data_ptr).ptr());
     for (int i = 0; i < 4; ++i) {
-        v.shape[i] = int_item(shape, i);
-        v.stride[i] = int_item(stride, i);
+        v.shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape.ptr(), i));
+        v.stride[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(stride.ptr(), i));
     }
+    if (PyErr_Occurred())
+        throw nb::python_error();
     return v;
 }
 
