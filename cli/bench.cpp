@@ -16,9 +16,7 @@ struct BenchOptions {
     std::vector<std::string> configs;
     bool best = false;
     GridOptions grid;
-    int warmup = 5;
-    int runs = 20;
-    int rounds = 5;
+    TimingOptions timing;
     std::string format = "table";
     std::string svg;
 };
@@ -32,11 +30,9 @@ int bench(const BenchOptions& o) {
     if (o.best || candidates.empty())
         candidates.push_back(std::nullopt);
     const std::vector<Job> jobs = plan(candidates, o.grid);
-    if (cuda_device_count() == 0) {
-        std::cerr << "flash_attention: no CUDA device found\n";
+    if (!gpu_available())
         return exit_failure;
-    }
-    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs, o.rounds);
+    const SweepResult result = sweep(candidates, jobs, o.timing);
     const std::string device = current_device_description();
     std::cout << format_report(result.measurements, o.format, device);
     if (!o.svg.empty()) {
@@ -60,19 +56,8 @@ void add_bench_command(CLI::App& app, Action& action) {
     cmd->add_flag("--best", o->best,
                   "the library's automatic choice (the default without --set/--config)");
     o->grid.add_to(*cmd);
-    cmd->add_option("--warmup", o->warmup, "untimed runs per measurement")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--runs", o->runs, "timed runs per measurement")
-        ->check(positive_integer)
-        ->capture_default_str();
-    cmd->add_option("--rounds", o->rounds,
-                    "rounds that interleave the timed runs of one shape's configs (drift control)")
-        ->check(positive_integer)
-        ->capture_default_str();
-    cmd->add_option("--format", o->format, "table, csv or json")
-        ->check(CLI::IsMember({"table", "csv", "json"}))
-        ->capture_default_str();
+    o->timing.add_to(*cmd);
+    add_format_option(*cmd, o->format, {"table", "csv", "json"}, "output");
     cmd->add_option("--svg", o->svg, "also write a chart of TFLOP/s against sequence length");
     cmd->callback([o, &action] { action = [o] { return bench(*o); }; });
 }

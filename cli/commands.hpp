@@ -25,23 +25,6 @@ inline constexpr int exit_ok = 0;
 inline constexpr int exit_failure = 1;
 inline constexpr int exit_usage = 2;
 
-// A positive int option; the message names what was given.
-inline const CLI::Validator positive_integer(
-    [](std::string& text) -> std::string {
-        std::size_t used = 0;
-        long value = 0;
-        try {
-            value = std::stol(text, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (text.empty() || used != text.size() || value <= 0 || value > 2147483647) {
-            return "expected a positive integer, got \"" + text + "\"";
-        }
-        return {};
-    },
-    "INT>0");
-
 void add_list_command(CLI::App& app, Action& action);
 void add_run_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);

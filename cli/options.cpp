@@ -1,29 +1,50 @@
 #include "options.hpp"
 
+#include <iostream>
+#include <optional>
 #include <sstream>
 
+#include "common/device_buffer.hpp"
 #include "config/config_space.hpp"
 #include "flash_attention/error.hpp"
 
 namespace flash_attention::cli {
 
+namespace {
+
+// The value of a positive decimal integer below 2^31, or nullopt.
+std::optional<int> positive_int(const std::string& text) {
+    std::size_t used = 0;
+    long value = 0;
+    try {
+        value = std::stol(text, &used);
+    } catch (const std::exception&) {
+        return std::nullopt;
+    }
+    if (text.empty() || used != text.size() || value <= 0 || value > 2147483647)
+        return std::nullopt;
+    return static_cast<int>(value);
+}
+
+}  // namespace
+
+const CLI::Validator positive_integer(
+    [](std::string& text) -> std::string {
+        return positive_int(text) ? "" : "expected a positive integer, got \"" + text + "\"";
+    },
+    "INT>0");
+
 std::vector<int> parse_int_list(const std::string& text, const std::string& option) {
     std::vector<int> values;
     std::stringstream list(text);
     for (std::string item; std::getline(list, item, ',');) {
-        std::size_t used = 0;
-        long v = 0;
-        try {
-            v = std::stol(item, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (item.empty() || used != item.size() || v <= 0 || v > 1 << 30) {
+        const std::optional<int> v = positive_int(item);
+        if (!v) {
             throw UsageError(option +
                              ": expected a comma-separated list of positive integers, got \"" +
                              text + "\"");
         }
-        values.push_back(static_cast<int>(v));
+        values.push_back(*v);
     }
     if (values.empty())
         throw UsageError(option + ": expected at least one value, got \"\"");
@@ -67,6 +88,36 @@ CLI::Validator set_name_validator() {
             return {};
         },
         "SET");
+}
+
+void TimingOptions::add_to(CLI::App& cmd) {
+    cmd.add_option("--warmup", warmup, "untimed runs per measurement")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
+    cmd.add_option("--runs", runs, "timed runs per measurement")
+        ->check(positive_integer)
+        ->capture_default_str();
+    cmd.add_option("--rounds", rounds,
+                   "rounds that interleave the timed runs of one shape's configs (drift control)")
+        ->check(positive_integer)
+        ->capture_default_str();
+}
+
+void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std::string>& allowed,
+                       const std::string& what) {
+    std::string names;
+    for (const auto& a : allowed)
+        names += (names.empty() ? "" : ", ") + a;
+    cmd.add_option("--format", format, what + ": " + names)
+        ->check(CLI::IsMember(allowed))
+        ->capture_default_str();
+}
+
+bool gpu_available() {
+    if (cuda_device_count() > 0)
+        return true;
+    std::cerr << "flash_attention: no CUDA device found\n";
+    return false;
 }
 
 void GridOptions::add_to(CLI::App& cmd) {

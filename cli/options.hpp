@@ -12,6 +12,9 @@
 
 namespace flash_attention::cli {
 
+// A positive int option; the message names what was given.
+extern const CLI::Validator positive_integer;
+
 std::vector<int> parse_int_list(const std::string& text, const std::string& option);
 std::vector<DType> parse_dtype_list(const std::string& text, const std::string& option);
 
@@ -20,6 +23,22 @@ KernelConfig parse_config(const std::string& short_form, const std::string& opti
 
 // A named set ("tune") or a comma-separated union ("tune,progression").
 CLI::Validator set_name_validator();
+
+// How each measurement of bench, tune and progression is timed (see measure_interleaved).
+struct TimingOptions {
+    int warmup = 5;
+    int runs = 20;
+    int rounds = 5;
+
+    void add_to(CLI::App& cmd);
+};
+
+// --format, one of `allowed` (the first is the default already in `format`).
+void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std::string>& allowed,
+                       const std::string& what);
+
+// False, after a one-line message on stderr, when this machine has no CUDA device.
+bool gpu_available();
 
 // The problem grid of bench and tune: sequence lengths, and head dims and dtypes
 // (filters for explicit configs, the grid itself for the automatic choice). Batch and

@@ -17,9 +17,7 @@ namespace {
 struct ProgressionOptions {
     bool all_block_sizes = false;
     GridOptions grid;
-    int warmup = 5;
-    int runs = 30;
-    int rounds = 5;
+    TimingOptions timing{.runs = 30};
     std::string format = "table";
 };
 
@@ -72,11 +70,9 @@ int progression(const ProgressionOptions& o) {
         }
     }
     const std::vector<Job> jobs = plan(candidates, o.grid);
-    if (cuda_device_count() == 0) {
-        std::cerr << "flash_attention: no CUDA device found\n";
+    if (!gpu_available())
         return exit_failure;
-    }
-    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs, o.rounds);
+    const SweepResult result = sweep(candidates, jobs, o.timing);
     const std::string device = current_device_description();
     if (o.format != "table") {
         std::cout << format_report(result.measurements, o.format, device);
@@ -97,7 +93,7 @@ int progression(const ProgressionOptions& o) {
     std::printf(
         "# device: %s; TFLOP/s, median of %d runs; spread is the largest (max-min)/median of a "
         "row\n",
-        device.c_str(), o.runs);
+        device.c_str(), o.timing.runs);
     std::size_t index = 0;
     for (const auto& ladder : all) {
         const KernelConfig& first = ladder.front();
@@ -150,19 +146,8 @@ void add_progression_command(CLI::App& app, Action& action) {
     cmd->add_flag("--all-block-sizes", o->all_block_sizes,
                   "repeat the ladder over B_r 64/128, B_c 32/64/128, 4/8 warps");
     o->grid.add_to(*cmd);
-    cmd->add_option("--warmup", o->warmup, "untimed runs per measurement")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--runs", o->runs, "timed runs per measurement")
-        ->check(positive_integer)
-        ->capture_default_str();
-    cmd->add_option("--rounds", o->rounds,
-                    "rounds that interleave the timed runs of one shape's configs (drift control)")
-        ->check(positive_integer)
-        ->capture_default_str();
-    cmd->add_option("--format", o->format, "table, csv or json")
-        ->check(CLI::IsMember({"table", "csv", "json"}))
-        ->capture_default_str();
+    o->timing.add_to(*cmd);
+    add_format_option(*cmd, o->format, {"table", "csv", "json"}, "output");
     cmd->callback([o, &action] { action = [o] { return progression(*o); }; });
 }
 

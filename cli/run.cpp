@@ -55,10 +55,8 @@ int run(const RunOptions& opt) {
         }
         d_head = *opt.d_head;
     }
-    if (cuda_device_count() == 0) {
-        std::cerr << "flash_attention: no CUDA device found\n";
+    if (!gpu_available())
         return exit_failure;
-    }
 
     const int seq_k = opt.seq_k.value_or(opt.seq);
     const std::uint64_t seed = std::random_device{}();

@@ -123,7 +123,7 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
 }
 
 SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Job>& jobs,
-                  int warmup, int runs, int rounds) {
+                  const TimingOptions& timing) {
     // Group by shape so each workspace (inputs in L2-defeating copies) is built once and
     // the configs of one shape are timed interleaved.
     std::map<Shape, std::vector<std::size_t>> by_shape;
@@ -141,8 +141,9 @@ SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Jo
         std::vector<Candidate> configs;
         for (const std::size_t j : list)
             configs.push_back(candidates[jobs[j].candidate]);
-        const auto results = measure_interleaved(configs, workspace, warmup, runs, rounds,
-                                                 [] { return g_interrupted.load(); });
+        const auto results =
+            measure_interleaved(configs, workspace, timing.warmup, timing.runs, timing.rounds,
+                                [] { return g_interrupted.load(); });
         for (std::size_t i = 0; i < results.size(); ++i)
             measured[list[i]] = results[i];
         done += list.size();

@@ -39,8 +39,7 @@ struct SweepResult {
     bool interrupted = false;
 };
 
-// `rounds`: see measure_interleaved().
 SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Job>& jobs,
-                  int warmup, int runs, int rounds);
+                  const TimingOptions& timing);
 
 }  // namespace flash_attention::cli

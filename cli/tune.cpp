@@ -22,9 +22,7 @@ struct TuneOptions {
     std::string set = "tune";
     std::vector<std::string> configs;
     GridOptions grid;
-    int warmup = 5;
-    int runs = 20;
-    int rounds = 5;
+    TimingOptions timing;
     std::string cache;
     std::string format = "table";
 };
@@ -73,10 +71,8 @@ int tune(const TuneOptions& o) {
             candidates.push_back(built_config(s, "--config"));
     }
     const std::vector<Job> jobs = plan(candidates, o.grid);
-    if (cuda_device_count() == 0) {
-        std::cerr << "flash_attention: no CUDA device found\n";
+    if (!gpu_available())
         return exit_failure;
-    }
     const std::filesystem::path path =
         o.cache.empty() ? tuning::default_path() : std::filesystem::path(o.cache);
     // Read the existing cache first: a corrupt one is reported before an hour of tuning.
@@ -84,7 +80,7 @@ int tune(const TuneOptions& o) {
     for (const std::string& w : existing.warnings)
         std::cerr << "flash_attention: warning: " << w << "\n";
 
-    const SweepResult result = sweep(candidates, jobs, o.warmup, o.runs, o.rounds);
+    const SweepResult result = sweep(candidates, jobs, o.timing);
     const std::string device = current_device_description();
     if (o.format != "none")
         std::cout << format_report(result.measurements, o.format, device);
@@ -138,23 +134,12 @@ void add_tune_command(CLI::App& app, Action& action) {
         ->capture_default_str();
     cmd->add_option("--config", o->configs, "try only these configs (repeatable)");
     o->grid.add_to(*cmd);
-    cmd->add_option("--warmup", o->warmup, "untimed runs per measurement")
-        ->check(CLI::NonNegativeNumber)
-        ->capture_default_str();
-    cmd->add_option("--runs", o->runs, "timed runs per measurement")
-        ->check(positive_integer)
-        ->capture_default_str();
-    cmd->add_option("--rounds", o->rounds,
-                    "rounds that interleave the timed runs of one shape's configs (drift control)")
-        ->check(positive_integer)
-        ->capture_default_str();
+    o->timing.add_to(*cmd);
     cmd->add_option("--cache", o->cache,
                     "tuning cache to update (default: $FLASH_ATTENTION_TUNING, else "
                     "~/.cache/flash_attention/tuning.json)");
-    cmd->add_option("--format", o->format,
-                    "how to print every measurement: table, csv, json or none")
-        ->check(CLI::IsMember({"table", "csv", "json", "none"}))
-        ->capture_default_str();
+    add_format_option(*cmd, o->format, {"table", "csv", "json", "none"},
+                      "how to print every measurement");
     cmd->callback([o, &action] { action = [o] { return tune(*o); }; });
 }
 
