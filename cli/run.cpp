@@ -86,15 +86,15 @@ int run(const RunOptions& opt) {
     std::printf("device   %s\n", current_device_description().c_str());
 
     // The first run is both the warm-up and the one whose output is checked.
-    EventTimer timer;
     launch();
     const HostTensor out = dout.download(q);
-    std::vector<float> ms;
+    LaunchTimes timer(opt.repeat);
     for (int r = 0; r < opt.repeat; ++r) {
-        timer.start(nullptr);
+        timer.before(r, nullptr);
         launch();
-        ms.push_back(timer.stop(nullptr));
+        timer.after(r, nullptr);
     }
+    std::vector<double> ms = timer.elapsed_ms(opt.repeat);
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
     const double flop = 4.0 * opt.batch * opt.heads * double(opt.seq) * seq_k * d_head;

@@ -50,7 +50,7 @@ KernelConfig choose_config(const ForwardParams& params) {
 
 void forward(const ForwardParams& params, Stream stream) {
     validate_tensors(params);
-    const DeviceInfo device = current_device();
+    const DeviceInfo& device = current_device();
     const KernelConfig config = choose_kernel(params, device);
     validate_config(params, config, device);
     find_kernel(config)->launch(kernel_args(params), stream);
@@ -62,7 +62,7 @@ void reload_tuning_cache() {
 
 void forward(const ForwardParams& params, const KernelConfig& config, Stream stream) {
     validate_tensors(params);
-    const DeviceInfo device = current_device();
+    const DeviceInfo& device = current_device();
     validate_config(params, config, device);
     find_kernel(config)->launch(kernel_args(params), stream);
 }

@@ -196,7 +196,7 @@ void validate_config(const ForwardParams& p, const KernelConfig& c, const Device
     }
 }
 
-DeviceInfo current_device() {
+const DeviceInfo& current_device() {
     int index = 0;
     const cudaError_t status = cudaGetDevice(&index);
     if (status != cudaSuccess) {
@@ -204,39 +204,35 @@ DeviceInfo current_device() {
                     std::string("no usable CUDA device: cudaGetDevice failed: ") +
                         cudaGetErrorString(status));
     }
-    // Attributes do not change while the process runs; query each device once.
+    const auto query = [index] {
+        cudaDeviceProp p{};
+        cuda_check(cudaGetDeviceProperties(&p, index), "cudaGetDeviceProperties");
+        return DeviceInfo{index,
+                          p.name,
+                          p.major,
+                          p.minor,
+                          p.multiProcessorCount,
+                          static_cast<int>(p.sharedMemPerBlockOptin)};
+    };
+    // Properties do not change while the process runs: each device is queried once
+    // (cudaGetDeviceProperties takes microseconds, too long for every forward()).
     constexpr int max_devices = 64;
     static std::array<DeviceInfo, max_devices> cache{};
     static std::array<std::once_flag, max_devices> cached;
-    const auto query = [index] {
-        DeviceInfo d{index, "", 0, 0, 0, 0};
-        cudaDeviceProp properties{};
-        cuda_check(cudaGetDeviceProperties(&properties, index), "cudaGetDeviceProperties");
-        d.name = properties.name;
-        cuda_check(cudaDeviceGetAttribute(&d.major, cudaDevAttrComputeCapabilityMajor, index),
-                   "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
-        cuda_check(cudaDeviceGetAttribute(&d.minor, cudaDevAttrComputeCapabilityMinor, index),
-                   "cudaDeviceGetAttribute(ComputeCapabilityMinor)");
-        cuda_check(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, index),
-                   "cudaDeviceGetAttribute(MultiProcessorCount)");
-        cuda_check(cudaDeviceGetAttribute(&d.smem_per_block_optin,
-                                          cudaDevAttrMaxSharedMemoryPerBlockOptin, index),
-                   "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
-        return d;
-    };
-    DeviceInfo device;
+    thread_local DeviceInfo beyond_cache;
+    const DeviceInfo* device = &beyond_cache;
     if (index < max_devices) {
         std::call_once(cached[index], [&] { cache[index] = query(); });
-        device = cache[index];
+        device = &cache[index];
     } else {
-        device = query();
+        beyond_cache = query();
     }
-    if (device.major < 8) {
+    if (device->major < 8) {
         fail(ErrorCode::no_device, "device " + std::to_string(index),
              "compute capability 8.0 or newer",
-             std::to_string(device.major) + "." + std::to_string(device.minor));
+             std::to_string(device->major) + "." + std::to_string(device->minor));
     }
-    return device;
+    return *device;
 }
 
 float softmax_scale(const ForwardParams& p) {

@@ -18,7 +18,7 @@ struct DeviceInfo {
 };
 
 // The current device, checked to be compute capability 8.0 or newer (ErrorCode::no_device).
-DeviceInfo current_device();
+const DeviceInfo& current_device();
 
 // Shapes, dtypes, strides, alignment, aliasing and the scale; needs no GPU.
 void validate_tensors(const ForwardParams& params);

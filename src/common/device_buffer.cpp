@@ -71,30 +71,6 @@ reference::HostTensor DeviceTensor::download(const reference::HostTensor& shape_
                                             shape_of.heads, shape_of.d_head, buffer.download());
 }
 
-EventTimer::EventTimer() {
-    cuda_check(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&start_)), "cudaEventCreate");
-    cuda_check(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&stop_)), "cudaEventCreate");
-}
-
-EventTimer::~EventTimer() {
-    cudaEventDestroy(static_cast<cudaEvent_t>(start_));
-    cudaEventDestroy(static_cast<cudaEvent_t>(stop_));
-}
-
-void EventTimer::start(Stream stream) {
-    cuda_check(cudaEventRecord(static_cast<cudaEvent_t>(start_), stream), "cudaEventRecord");
-}
-
-float EventTimer::stop(Stream stream) {
-    cuda_check(cudaEventRecord(static_cast<cudaEvent_t>(stop_), stream), "cudaEventRecord");
-    cuda_check(cudaEventSynchronize(static_cast<cudaEvent_t>(stop_)), "cudaEventSynchronize");
-    float ms = 0;
-    cuda_check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start_),
-                                    static_cast<cudaEvent_t>(stop_)),
-               "cudaEventElapsedTime");
-    return ms;
-}
-
 LaunchTimes::LaunchTimes(int capacity) : start_(capacity), stop_(capacity) {
     for (int i = 0; i < capacity; ++i) {
         cuda_check(cudaEventCreate(reinterpret_cast<cudaEvent_t*>(&start_[i])), "cudaEventCreate");

@@ -46,22 +46,6 @@ struct DeviceTensor {
     reference::HostTensor download(const reference::HostTensor& shape_of) const;
 };
 
-// Times work on a stream with CUDA events.
-class EventTimer {
-  public:
-    EventTimer();
-    ~EventTimer();
-    EventTimer(const EventTimer&) = delete;
-    EventTimer& operator=(const EventTimer&) = delete;
-    void start(Stream stream);
-    // Waits for the stop event; returns elapsed milliseconds.
-    float stop(Stream stream);
-
-  private:
-    void* start_ = nullptr;
-    void* stop_ = nullptr;
-};
-
 // Times up to `capacity` launches queued back to back on one stream: events around each,
 // one synchronisation at the end, so the GPU never idles between the timed kernels.
 class LaunchTimes {
