@@ -104,8 +104,6 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
                 if (!kept(dtype_filter, dtype) || !kept(d_filter, d))
                     continue;
                 for (const int seq : seqs) {
-                    if (c && (seq % c->B_r != 0 || seq % c->B_c != 0))
-                        continue;
                     jobs.push_back(
                         {i, {dtype, d, grid.batch_for(seq), grid.heads_for(d), seq, seq}});
                 }

@@ -27,9 +27,9 @@ struct Job {
     Shape shape;
 };
 
-// Explicit configs run on the grid's sequence lengths that their tiles divide, at their
-// own dtype and head dim (skipped when --dtype/--d-head filter them out); the automatic
-// choice runs on every (dtype, d_head, seq) of the grid. UsageError if nothing remains.
+// Explicit configs run on the grid's sequence lengths at their own dtype and head dim
+// (skipped when --dtype/--d-head filter them out); the automatic choice runs on every
+// (dtype, d_head, seq) of the grid. UsageError if nothing remains.
 std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOptions& grid);
 
 struct SweepResult {

@@ -30,12 +30,21 @@ struct TensorView {
                                  std::int64_t heads, std::int64_t d_head);
 };
 
+// q, o: (batch, seq_q, heads_q, d_head); k, v: (batch, seq_k, heads_kv, d_head), with
+// heads_q a multiple of heads_kv (grouped-query and multi-query attention: query head h
+// reads K/V head h / (heads_q / heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 128 or 256.
 struct ForwardParams {
     TensorView q;
     TensorView k;
     TensorView v;
     TensorView o;                        // written; may not alias q, k or v
     std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
+    // Query i sees keys j <= i + seq_k - seq_q (aligned at the bottom right, as
+    // FlashAttention >= 2.1 does). A row that sees no key gets zeros and LSE -inf.
+    bool causal = false;
+    // Optional output: log-sum-exp of each row's scaled scores, natural log, fp32,
+    // contiguous (batch, heads_q, seq_q), for merging partial results or a backward pass.
+    float* lse = nullptr;
 };
 
 // Runs the kernel the library chooses for this problem and device: the winner that

@@ -37,8 +37,7 @@ constexpr Preference k_table[] = {
 }  // namespace
 
 bool can_run(const KernelConfig& c, const ForwardParams& p, const DeviceInfo& device) {
-    return c.dtype == p.q.dtype && c.d_head == p.q.shape[3] && p.q.shape[1] % c.B_r == 0 &&
-           p.k.shape[1] % c.B_c == 0 &&
+    return c.dtype == p.q.dtype && c.d_head == p.q.shape[3] &&
            static_cast<long>(c.smem_bytes()) <= device.smem_per_block_optin && is_built(c);
 }
 
@@ -74,7 +73,7 @@ KernelConfig choose_kernel(const ForwardParams& p, const DeviceInfo& device) {
                           p.q.dtype,
                           static_cast<int>(p.q.shape[3]),
                           tuning::seq_bucket(p.q.shape[1], p.k.shape[1]),
-                          false};
+                          p.causal};
     // A cached config this build lacks, or one that does not divide these lengths, is
     // skipped: a stale cache costs speed, never a failure.
     if (const auto tuned = tuning::lookup(key); tuned && can_run(*tuned, p, device))
@@ -82,11 +81,9 @@ KernelConfig choose_kernel(const ForwardParams& p, const DeviceInfo& device) {
     if (const auto c = heuristic_config(p, device))
         return *c;
     throw Error(ErrorCode::unsupported,
-                "q, k: expected sequence lengths that a built " +
-                    std::string(to_string(p.q.dtype)) + " d_head " + std::to_string(p.q.shape[3]) +
-                    " kernel divides (kernel set \"" + std::string(built_kernel_set()) +
-                    "\"), got seq_q " + std::to_string(p.q.shape[1]) + " and seq_k " +
-                    std::to_string(p.k.shape[1]));
+                "q: expected a dtype and d_head that a built kernel handles (kernel set \"" +
+                    std::string(built_kernel_set()) + "\"; see flash_attention list), got " +
+                    std::string(to_string(p.q.dtype)) + " d_head " + std::to_string(p.q.shape[3]));
 }
 
 }  // namespace flash_attention

@@ -21,14 +21,17 @@ KernelArgs kernel_args(const ForwardParams& p) {
             .k = p.k.data,
             .v = p.v.data,
             .o = p.o.data,
+            .lse = p.lse,
             .q_stride = strides(p.q),
             .k_stride = strides(p.k),
             .v_stride = strides(p.v),
             .o_stride = strides(p.o),
             .batch = static_cast<int>(p.q.shape[0]),
             .heads = static_cast<int>(p.q.shape[2]),
+            .heads_kv = static_cast<int>(p.k.shape[2]),
             .seq_q = static_cast<int>(p.q.shape[1]),
             .seq_k = static_cast<int>(p.k.shape[1]),
+            .causal = p.causal,
             .softmax_scale = scale,
             .scale_log2 = static_cast<float>(scale * std::numbers::log2e)};
 }

@@ -126,26 +126,32 @@ void validate_tensors(const ForwardParams& p) {
     for (const auto& [t, name] : tensors)
         check_layout(*t, name);
 
-    // q, o: (batch, seq_q, heads, d); k, v: (batch, seq_k, heads, d).
-    for (const int i : {0, 2, 3}) {
-        for (const auto& [t, name] : {std::pair{&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
-            if (t->shape[i] != p.q.shape[i]) {
-                fail(ErrorCode::invalid_argument, dim(name, i), shape_value(p.q.shape[i], "q's"),
-                     std::to_string(t->shape[i]));
-            }
+    // q, o: (batch, seq_q, heads_q, d); k, v: (batch, seq_k, heads_kv, d).
+    const auto same = [](const TensorView& t, const char* name, int i, const TensorView& as,
+                         const char* as_name) {
+        if (t.shape[i] != as.shape[i]) {
+            fail(ErrorCode::invalid_argument, dim(name, i),
+                 shape_value(as.shape[i], (std::string(as_name) + "'s").c_str()),
+                 std::to_string(t.shape[i]));
         }
+    };
+    for (const int i : {0, 3}) {
+        same(p.k, "k", i, p.q, "q");
+        same(p.v, "v", i, p.q, "q");
     }
-    if (p.v.shape[1] != p.k.shape[1]) {
-        fail(ErrorCode::invalid_argument, dim("v", 1), shape_value(p.k.shape[1], "k's"),
-             std::to_string(p.v.shape[1]));
-    }
-    if (p.o.shape[1] != p.q.shape[1]) {
-        fail(ErrorCode::invalid_argument, dim("o", 1), shape_value(p.q.shape[1], "q's"),
-             std::to_string(p.o.shape[1]));
+    for (const int i : {0, 1, 2, 3})
+        same(p.o, "o", i, p.q, "q");
+    same(p.v, "v", 1, p.k, "k");
+    same(p.v, "v", 2, p.k, "k");
+    if (p.q.shape[2] % p.k.shape[2] != 0) {
+        fail(ErrorCode::invalid_argument, dim("q", 2),
+             "a multiple of k's heads " + std::to_string(p.k.shape[2]) +
+                 " (grouped-query attention)",
+             std::to_string(p.q.shape[2]));
     }
     const std::int64_t d = p.q.shape[3];
-    if (d != 64 && d != 128) {
-        fail(ErrorCode::unsupported, dim("q", 3), "64 or 128", std::to_string(d));
+    if (d != 64 && d != 128 && d != 256) {
+        fail(ErrorCode::unsupported, dim("q", 3), "64, 128 or 256", std::to_string(d));
     }
     for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}) {
         if (overlap(p.o, *t)) {
@@ -154,8 +160,26 @@ void validate_tensors(const ForwardParams& p) {
         }
     }
     check_output_does_not_self_overlap(p.o);
-    if (p.softmax_scale && !std::isfinite(*p.softmax_scale)) {
-        fail(ErrorCode::invalid_argument, "softmax_scale", "a finite number",
+    if (p.lse != nullptr) {
+        if (reinterpret_cast<std::uintptr_t>(p.lse) % alignof(float) != 0) {
+            fail(ErrorCode::invalid_argument, "lse", "a 4-byte aligned address", "one that is not");
+        }
+        // (batch, heads_q, seq_q) floats.
+        const auto first = reinterpret_cast<std::uintptr_t>(p.lse);
+        const auto last =
+            first + static_cast<std::uintptr_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]) * 4 - 1;
+        for (const auto& [t, name] :
+             {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
+            const auto [t0, t1] = byte_range(*t);
+            if (first <= t1 && t0 <= last) {
+                fail(ErrorCode::invalid_argument, "lse",
+                     std::string("memory that does not overlap ") + name, "an overlapping range");
+            }
+        }
+    }
+    // Masked scores are -inf before scaling; a scale <= 0 would turn them into +inf or NaN.
+    if (p.softmax_scale && !(std::isfinite(*p.softmax_scale) && *p.softmax_scale > 0)) {
+        fail(ErrorCode::invalid_argument, "softmax_scale", "a positive finite number",
              std::to_string(*p.softmax_scale));
     }
 }
@@ -177,16 +201,6 @@ void validate_config(const ForwardParams& p, const KernelConfig& c, const Device
                   : "a config compiled into this build (kernel set \"" +
                         std::string(built_kernel_set()) + "\"; see flash_attention list)",
              c.to_string());
-    }
-    if (p.q.shape[1] % c.B_r != 0) {
-        fail(ErrorCode::unsupported, dim("q", 1),
-             "a multiple of B_r = " + std::to_string(c.B_r) + " for " + c.to_string(),
-             std::to_string(p.q.shape[1]));
-    }
-    if (p.k.shape[1] % c.B_c != 0) {
-        fail(ErrorCode::unsupported, dim("k", 1),
-             "a multiple of B_c = " + std::to_string(c.B_c) + " for " + c.to_string(),
-             std::to_string(p.k.shape[1]));
     }
     if (static_cast<long>(c.smem_bytes()) > device.smem_per_block_optin) {
         fail(ErrorCode::unsupported, "config",

@@ -41,8 +41,8 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return c.dtype != DType::FP16 && c.dtype != DType::BF16; }},
     Rule{
         "d_head", RuleKind::validity,
-        "head dims 64 and 128 are instantiated (swizzling needs at least 8 16-byte chunks per row)",
-        [](const KernelConfig& c) { return c.d_head != 64 && c.d_head != 128; }},
+        "head dims 64, 128 and 256 are instantiated (swizzling needs rows of 8 16-byte chunks)",
+        [](const KernelConfig& c) { return c.d_head != 64 && c.d_head != 128 && c.d_head != 256; }},
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
          [](const KernelConfig& c) { return c.n_warps != 4 && c.n_warps != 8; }},
     Rule{"rows_per_warp", RuleKind::validity,
@@ -157,7 +157,7 @@ std::vector<std::array<int, 3>> every_load_tiles(std::initializer_list<int> coun
 ValueSets tune_values() {
     return {
         .dtypes = {DType::FP16, DType::BF16},
-        .d_heads = {64, 128},
+        .d_heads = {64, 128, 256},
         .B_rs = {64, 128},
         .B_cs = {32, 64, 128},
         .n_warps = {4, 8},
@@ -175,7 +175,7 @@ ValueSets tune_values() {
 ValueSets all_values() {
     return {
         .dtypes = {DType::FP16, DType::BF16},
-        .d_heads = {64, 128},
+        .d_heads = {64, 128, 256},
         .B_rs = {64, 128},
         .B_cs = {16, 32, 64, 128},
         .n_warps = {4, 8},
@@ -190,7 +190,7 @@ ValueSets all_values() {
 
 // Quick to compile, yet every code path is in it: the automatic choice's configs for
 // both dtypes and head dims, a plain-load unswizzled textbook-softmax kernel, a
-// non-eager asynchronous one with 8 warps and Q held in registers.
+// non-eager asynchronous one with 8 warps and Q held in registers, and d_head 256.
 std::vector<KernelConfig> ci() {
     return parse_all({
         "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
@@ -199,6 +199,7 @@ std::vector<KernelConfig> ci() {
         "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
         "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
         "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
+        "(BF16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
     });
 }
 
@@ -212,18 +213,22 @@ int estimated_registers(const KernelConfig& c) {
     if (c.n_warps <= 0 || c.d_head <= 0 || c.B_c <= 0)
         return 0;
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
-    // Q's fragments when held whole (16-bit pairs), and 48 for fragments in flight,
-    // addresses and softmax state. Fitted to ptxas (nvcc 13.0, sm_90) over the 144
-    // configs of d_head {64, 128} x B_r {64, 128} x B_c {32, 64, 128} x n_warps {4, 8}
-    // x load tiles x buffering: every config it puts above 255 spills 40 to 1408 bytes;
-    // at 240 (B_r 128 / 4 warps / B_c 64 at d_head 128, B_c 128 at d_head 64) ptxas uses
-    // 255 registers and spills at most 36 bytes; all others spill nothing. ptxas
-    // schedules fragment loads itself, so the load step and buffering barely move it.
+    // Q's fragments when held whole (16-bit pairs), and the rest: fragments in flight,
+    // addresses and softmax state, 48 up to d_head 128 and growing with the width of a
+    // V fragment row beyond. Fitted to ptxas (nvcc 13.0, sm_90) over the 144 configs of
+    // d_head {64, 128} x B_r {64, 128} x B_c {32, 64, 128} x n_warps {4, 8} x load tiles
+    // x buffering: every config it puts above 255 spills 40 to 1408 bytes; at 240
+    // (B_r 128 / 4 warps / B_c 64 at d_head 128, B_c 128 at d_head 64) ptxas uses 255
+    // registers and spills at most 36 bytes; all others spill nothing. At d_head 256,
+    // B_c 64 (estimate 240) uses 255 registers without spilling and B_c 128 (272)
+    // spills 524 bytes. ptxas schedules fragment loads itself, so the load step and
+    // buffering barely move the count.
     const int rows = c.rows_per_warp();
     const int o_accum = rows * c.d_head / 32;
     const int s_accum = rows * c.B_c / 32;
     const int q_held = c.Q_mma_load_K_tiles == 0 ? rows * c.d_head / 64 : 0;
-    return o_accum + s_accum + q_held + 48;
+    const int rest = std::max(48, c.d_head / 4 + 16);
+    return o_accum + s_accum + q_held + rest;
 }
 
 const Rule* rejecting_rule(const KernelConfig& config, bool validity_only) {

@@ -51,57 +51,72 @@ void parallel_for(std::int64_t n,
 struct RowErrors {
     double kernel = 0;
     double naive = 0;
+    double lse = 0;
 };
 
 // One query row, three ways: double precision, naive same-dtype, and the kernel's.
-RowErrors check_row(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                    const HostTensor& out, double scale, const RowSample& r,
-                    std::vector<double>& s64, std::vector<float>& s16) {
+RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s64,
+                    std::vector<float>& s16) {
+    const HostTensor& q = p.q;
     const DType dt = q.dtype;
     const std::int64_t d = q.d_head;
-    const std::int64_t sk = k.seq;
+    const std::int64_t kv_head = r.head / (q.heads / p.k.heads);
+    // Keys this row sees: all, or with causal masking (bottom-right aligned) those up
+    // to row + seq_k - seq_q.
+    const std::int64_t visible =
+        p.causal ? std::clamp<std::int64_t>(r.row + p.k.seq - q.seq + 1, 0, p.k.seq) : p.k.seq;
     const float* qr = &q.values[q.offset(r.batch, r.row, r.head)];
     double max64 = -INFINITY;
     float max16 = -INFINITY;
-    for (std::int64_t j = 0; j < sk; ++j) {
-        const float* kr = &k.values[k.offset(r.batch, j, r.head)];
+    for (std::int64_t j = 0; j < visible; ++j) {
+        const float* kr = &p.k.values[p.k.offset(r.batch, j, kv_head)];
         double acc64 = 0;
         float acc32 = 0;
         for (std::int64_t x = 0; x < d; ++x) {
             acc64 += static_cast<double>(qr[x]) * kr[x];
             acc32 += qr[x] * kr[x];
         }
-        s64[j] = acc64 * scale;
-        s16[j] = round_to(dt, round_to(dt, acc32) * static_cast<float>(scale));
+        s64[j] = acc64 * p.scale;
+        s16[j] = round_to(dt, round_to(dt, acc32) * static_cast<float>(p.scale));
         max64 = std::max(max64, s64[j]);
         max16 = std::max(max16, s16[j]);
     }
     double sum64 = 0;
     float sum16 = 0;
-    for (std::int64_t j = 0; j < sk; ++j) {
+    for (std::int64_t j = 0; j < visible; ++j) {
         s64[j] = std::exp(s64[j] - max64);
         sum64 += s64[j];
         s16[j] = std::exp(s16[j] - max16);
         sum16 += s16[j];
     }
-    for (std::int64_t j = 0; j < sk; ++j)
+    for (std::int64_t j = 0; j < visible; ++j)
         s16[j] = round_to(dt, s16[j] / sum16);
 
+    // A row that sees no key is all zeros, with log-sum-exp -inf.
     RowErrors e;
-    const std::uint16_t* orow = &out.bits[out.offset(r.batch, r.row, r.head)];
+    const std::uint16_t* orow = &p.out.bits[p.out.offset(r.batch, r.row, r.head)];
     for (std::int64_t x = 0; x < d; ++x) {
         double acc64 = 0;
         float acc32 = 0;
-        for (std::int64_t j = 0; j < sk; ++j) {
-            const float vj = v.values[v.offset(r.batch, j, r.head) + x];
+        for (std::int64_t j = 0; j < visible; ++j) {
+            const float vj = p.v.values[p.v.offset(r.batch, j, kv_head) + x];
             acc64 += s64[j] * vj;
             acc32 += s16[j] * vj;
         }
-        const double ref = acc64 / sum64;
+        const double ref = visible > 0 ? acc64 / sum64 : 0.0;
         const double got = to_float(dt, orow[x]);
         // NaN compares false: make it an infinite error instead of a silent pass.
         e.kernel = std::max(e.kernel, std::isfinite(got) ? std::abs(got - ref) : INFINITY);
         e.naive = std::max(e.naive, std::abs(static_cast<double>(round_to(dt, acc32)) - ref));
+    }
+    if (p.lse != nullptr) {
+        const float got = (*p.lse)[(r.batch * q.heads + r.head) * q.seq + r.row];
+        if (visible == 0) {
+            e.lse = got == -INFINITY ? 0.0 : INFINITY;
+        } else {
+            const double ref = max64 + std::log(sum64);
+            e.lse = std::isfinite(got) ? std::abs(got - ref) : INFINITY;
+        }
     }
     return e;
 }
@@ -159,32 +174,39 @@ std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::
     return rows;
 }
 
-CheckResult check_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                            const HostTensor& out, double softmax_scale,
-                            const std::vector<RowSample>& rows) {
+CheckResult check_attention(const Problem& p, const std::vector<RowSample>& rows) {
     const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     std::vector<RowErrors> per_thread(threads);
-    parallel_for(
-        static_cast<std::int64_t>(rows.size()), [&](std::int64_t begin, std::int64_t end, int t) {
-            std::vector<double> s64(k.seq);
-            std::vector<float> s16(k.seq);
-            for (std::int64_t i = begin; i < end; ++i) {
-                const RowErrors e = check_row(q, k, v, out, softmax_scale, rows[i], s64, s16);
-                per_thread[t].kernel = std::max(per_thread[t].kernel, e.kernel);
-                per_thread[t].naive = std::max(per_thread[t].naive, e.naive);
-            }
-        });
+    parallel_for(static_cast<std::int64_t>(rows.size()),
+                 [&](std::int64_t begin, std::int64_t end, int t) {
+                     std::vector<double> s64(p.k.seq);
+                     std::vector<float> s16(p.k.seq);
+                     for (std::int64_t i = begin; i < end; ++i) {
+                         const RowErrors e = check_row(p, rows[i], s64, s16);
+                         per_thread[t].kernel = std::max(per_thread[t].kernel, e.kernel);
+                         per_thread[t].naive = std::max(per_thread[t].naive, e.naive);
+                         per_thread[t].lse = std::max(per_thread[t].lse, e.lse);
+                     }
+                 });
     CheckResult r;
     for (const RowErrors& e : per_thread) {
         r.max_error = std::max(r.max_error, e.kernel);
         r.naive_max_error = std::max(r.naive_max_error, e.naive);
+        r.lse_max_error = std::max(r.lse_max_error, e.lse);
     }
     r.rows_checked = static_cast<std::int64_t>(rows.size());
-    r.non_finite = std::count_if(out.values.begin(), out.values.end(),
+    r.non_finite = std::count_if(p.out.values.begin(), p.out.values.end(),
                                  [](float x) { return !std::isfinite(x); });
     r.tolerance = 2 * r.naive_max_error + 1e-3;
-    r.passed = r.non_finite == 0 && r.rows_checked > 0 && r.max_error <= r.tolerance;
+    r.passed = r.non_finite == 0 && r.rows_checked > 0 && r.max_error <= r.tolerance &&
+               r.lse_max_error <= k_lse_tolerance;
     return r;
+}
+
+CheckResult check_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                            const HostTensor& out, double softmax_scale,
+                            const std::vector<RowSample>& rows) {
+    return check_attention(Problem{q, k, v, out, softmax_scale, false, nullptr}, rows);
 }
 
 std::string CheckResult::summary() const {

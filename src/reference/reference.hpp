@@ -47,19 +47,40 @@ struct RowSample {
 std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::int64_t seq,
                                    std::int64_t rows_per_head, std::uint64_t seed);
 
+// A problem and a kernel's answer to it. K and V may have fewer heads than Q (GQA/MQA:
+// query head h reads K/V head h / (q.heads / k.heads)). With `causal`, query i sees keys
+// j <= i + seq_k - seq_q (bottom-right aligned). `lse`, when given, is the kernel's
+// log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
+struct Problem {
+    const HostTensor& q;
+    const HostTensor& k;
+    const HostTensor& v;
+    const HostTensor& out;
+    double scale;
+    bool causal = false;
+    const std::vector<float>* lse = nullptr;
+};
+
+// Log-sum-exp is fp32 arithmetic on exact 16-bit inputs: far below this bound unless wrong.
+inline constexpr double k_lse_tolerance = 1e-3;
+
 struct CheckResult {
     double max_error = 0;        // max |out - ref| over the sampled rows
     double naive_max_error = 0;  // max |naive same-dtype - ref| over the same rows
     double tolerance = 0;        // 2 * naive_max_error + 1e-3
     std::int64_t rows_checked = 0;
     std::int64_t non_finite = 0;  // NaN/Inf anywhere in out: unwritten (poisoned) or broken
+    double lse_max_error = 0;     // max |lse - ref| (0 when not checked; -inf must match exactly)
     bool passed = false;
 
     std::string summary() const;
 };
 
-// Compares `out` with the double-precision reference on the sampled rows and checks
-// every element of `out` is finite. Runs on all hardware threads.
+// Compares the kernel's output (and LSE) with the double-precision reference on the
+// sampled rows and checks every element of the output is finite. Runs on all hardware
+// threads.
+CheckResult check_attention(const Problem& problem, const std::vector<RowSample>& rows);
+// Full attention, no mask, equal heads.
 CheckResult check_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                             const HostTensor& out, double softmax_scale,
                             const std::vector<RowSample>& rows);

@@ -15,11 +15,14 @@ struct KernelArgs {
     const void* k;
     const void* v;
     void* o;
+    float* lse;  // (batch, heads, seq_q) or null
     TensorStrides q_stride, k_stride, v_stride, o_stride;
     int batch;
-    int heads;
+    int heads;     // of q and o
+    int heads_kv;  // of k and v; divides heads
     int seq_q;
     int seq_k;
+    bool causal;
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e): the softmax works in base 2
 };

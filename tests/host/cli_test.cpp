@@ -101,8 +101,9 @@ TEST(Cli, BadArgumentsExitWithTwoAndAOneLineMessage) {
 
 TEST(Cli, ShapesNoBuiltKernelSupportsAreUsageErrors) {
     const auto& c = fa::configs().front();
-    expect_usage_error({"bench", "--config", c.to_string(), "--seq", std::to_string(c.B_r + 16)},
-                       "--seq");
+    expect_usage_error(
+        {"bench", "--config", c.to_string(), "--d-head", std::to_string(c.d_head + 32)},
+        "--d-head");
 }
 
 TEST(Cli, CsvHasOneLinePerMeasurement) {

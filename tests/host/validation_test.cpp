@@ -93,7 +93,38 @@ TEST(Validation, HeadDim) {
         FAIL();
     } catch (const fa::Error& e) {
         expect_error(e, fa::ErrorCode::unsupported, "q.shape[3] (d_head)", "96");
+        EXPECT_NE(std::string(e.what()).find("64, 128 or 256"), std::string::npos);
     }
+    EXPECT_NO_THROW(fa::validate_tensors(good_params(fa::DType::BF16, 256)));
+}
+
+TEST(Validation, GroupedQueryHeads) {
+    fa::ForwardParams p = good_params();  // 4 query heads
+    p.k.shape[2] = p.v.shape[2] = 2;
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    p.k.shape[2] = p.v.shape[2] = 1;  // multi-query
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    expect_error(tensor_error([](auto& p) { p.k.shape[2] = p.v.shape[2] = 3; }),
+                 fa::ErrorCode::invalid_argument, "q.shape[2] (heads)", "4");
+    expect_error(tensor_error([](auto& p) { p.k.shape[2] = 2; }), fa::ErrorCode::invalid_argument,
+                 "v.shape[2] (heads)", "4");
+    expect_error(tensor_error([](auto& p) { p.o.shape[2] = 2; }), fa::ErrorCode::invalid_argument,
+                 "o.shape[2] (heads)", "2");
+}
+
+TEST(Validation, CausalAndLogSumExp) {
+    fa::ForwardParams p = good_params();
+    p.causal = true;
+    p.k.shape[1] = p.v.shape[1] = 100;  // seq_q > seq_k: some rows see no key, which is allowed
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    p.lse = static_cast<float*>(address(8));
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    expect_error(tensor_error([](auto& p) {
+                     p.lse = reinterpret_cast<float*>(static_cast<char*>(address(8)) + 2);
+                 }),
+                 fa::ErrorCode::invalid_argument, "lse", "one that is not");
+    expect_error(tensor_error([](auto& p) { p.lse = static_cast<float*>(p.o.data); }),
+                 fa::ErrorCode::invalid_argument, "lse", "an overlapping range");
 }
 
 TEST(Validation, StridesAndAlignment) {
@@ -151,14 +182,11 @@ TEST(Validation, Config) {
     invalid.n_warps = 3;
     expect_config_error(matching, invalid, fa::ErrorCode::not_built, "config", invalid.to_string());
 
+    // Any sequence lengths: partial tiles are masked inside the kernel.
     fa::ForwardParams odd = matching;
-    odd.q.shape[1] = odd.o.shape[1] = built.B_r + 16;
-    expect_config_error(odd, built, fa::ErrorCode::unsupported, "q.shape[1] (seq)",
-                        std::to_string(built.B_r + 16));
-    odd = matching;
-    odd.k.shape[1] = odd.v.shape[1] = built.B_c * 3 + 16;
-    expect_config_error(odd, built, fa::ErrorCode::unsupported, "k.shape[1] (seq)",
-                        std::to_string(built.B_c * 3 + 16));
+    odd.q.shape[1] = odd.o.shape[1] = built.B_r + 17;
+    odd.k.shape[1] = odd.v.shape[1] = built.B_c * 3 + 5;
+    EXPECT_NO_THROW(fa::validate_config(odd, built, k_h100));
 
     fa::DeviceInfo small = k_h100;
     small.smem_per_block_optin = 1024;

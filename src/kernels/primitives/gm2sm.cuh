@@ -27,8 +27,30 @@ class TileCopyGM2SM {
         const int chunk = threadIdx.x % Tile::chunks_per_row;
         gmem_ = gmem_tile + row * gmem_row_stride + chunk * 8;
         smem_ = smem_tile + Tile::chunk_offset(row, chunk);
-        swizzle_row_ = row;
+        thread_row_ = row;
         chunk_ = chunk;
+    }
+
+    // Copies the tile's first `rows` rows and zero-fills the rest: the last block of a
+    // sequence whose length is not a multiple of the tile.
+    __device__ __forceinline__ void copy_rows(int rows) const {
+        if (rows >= Tile::rows) {
+            copy();
+            return;
+        }
+        // A row past the end reads nothing; its address still points inside the tile's
+        // first row, which exists.
+        const T* first_row = gmem_ - thread_row_ * row_stride_;
+#pragma unroll
+        for (int i = 0; i < chunks_per_thread; ++i) {
+            const bool valid = thread_row_ + i * row_step < rows;
+            const T* src = valid ? gmem_ + i * row_step * row_stride_ : first_row;
+            if constexpr (Async) {
+                ptx::cp_async_16_zfill(smem(i), src, valid);
+            } else {
+                ptx::st_shared_16(smem(i), valid ? ptx::ld_global_16(src) : uint4{0, 0, 0, 0});
+            }
+        }
     }
 
     // Issues (async) or performs (sync) the copy of the current tile.
@@ -64,8 +86,8 @@ class TileCopyGM2SM {
         if constexpr (!Tile::swizzled || row_step % 8 == 0) {
             return smem_ + i * row_step * Tile::row_bytes;
         } else {
-            const int row = swizzle_row_ + i * row_step;
-            return smem_ - Tile::chunk_offset(swizzle_row_, chunk_) +
+            const int row = thread_row_ + i * row_step;
+            return smem_ - Tile::chunk_offset(thread_row_, chunk_) +
                    Tile::chunk_offset(row, chunk_);
         }
     }
@@ -73,7 +95,7 @@ class TileCopyGM2SM {
     const T* gmem_;
     std::int64_t row_stride_;
     std::uint32_t smem_;
-    int swizzle_row_;
+    int thread_row_;  // the tile row of this thread's first chunk
     int chunk_;
 };
 

@@ -55,7 +55,9 @@ class OnlineSoftmax {
                 if constexpr (Optimized) {
                     // exp(scale * (s - m)) = 2^(s * scale_log2 - m * scale_log2): one FFMA
                     // and one MUFU.EX2 per score. The max stays in raw score units.
-                    const float max_scaled = row_max * scale_log2_;
+                    // A row that has seen only masked keys has max -inf; subtracting 0
+                    // instead keeps exp2(-inf - ...) = 0 rather than NaN.
+                    const float max_scaled = row_max == -INFINITY ? 0.0f : row_max * scale_log2_;
                     alpha = ptx::ex2(max_[mt][h] * scale_log2_ - max_scaled);
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
@@ -68,12 +70,13 @@ class OnlineSoftmax {
                     // The quad's partial sums are only combined once, in finalize().
                     sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
                 } else {
-                    alpha = __expf(max_[mt][h] - row_max);
+                    const float reference = row_max == -INFINITY ? 0.0f : row_max;
+                    alpha = __expf(max_[mt][h] - reference);
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                            s[mt][nt][e] = __expf(s[mt][nt][e] - row_max);
+                            s[mt][nt][e] = __expf(s[mt][nt][e] - reference);
                             row_sum += s[mt][nt][e];
                         }
                     }
@@ -91,21 +94,20 @@ class OnlineSoftmax {
         }
     }
 
-    // O /= row sum.
+    // O /= row sum. A row that saw no key keeps O = 0.
     template <int NTO>
     __device__ __forceinline__ void finalize(float (&o)[MT][NTO][4]) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                float row_sum = sum_[mt][h];
                 if constexpr (Optimized) {
-                    row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 1);
-                    row_sum += __shfl_xor_sync(0xffffffffu, row_sum, 2);
+                    sum_[mt][h] += __shfl_xor_sync(0xffffffffu, sum_[mt][h], 1);
+                    sum_[mt][h] += __shfl_xor_sync(0xffffffffu, sum_[mt][h], 2);
                 }
                 // Approximate reciprocal: an output rounded to 16 bits does not need
                 // IEEE division and its slow path.
-                const float inv = __fdividef(1.0f, row_sum);
+                const float inv = sum_[mt][h] > 0.0f ? __fdividef(1.0f, sum_[mt][h]) : 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < NTO; ++nt) {
                     o[mt][nt][2 * h] *= inv;
@@ -113,6 +115,16 @@ class OnlineSoftmax {
                 }
             }
         }
+    }
+
+    // After finalize(): ln of the sum of exp(scale * score) over the row's visible keys,
+    // -inf for a row that saw none.
+    __device__ __forceinline__ float log_sum_exp(int mt, int h) const {
+        if (!(sum_[mt][h] > 0.0f))
+            return -INFINITY;
+        // The optimized variant keeps the max in raw score units, the textbook one scaled.
+        const float max_term = Optimized ? max_[mt][h] * scale_ : max_[mt][h];
+        return max_term + __logf(sum_[mt][h]);
     }
 
   private:

@@ -19,6 +19,14 @@ __device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src) 
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
 }
 
+// cp.async.cg.shared.global [dst], [src], 16, src_size — the same, reading only src_size
+// (0 or 16) bytes and zero-filling the rest: rows past the end of a sequence land in
+// shared memory as zeros, never as stale data.
+__device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+
 // cp.async.commit_group — PTX ISA "cp.async.commit_group".
 __device__ __forceinline__ void cp_async_commit_group() {
     asm volatile("cp.async.commit_group;\n" ::);

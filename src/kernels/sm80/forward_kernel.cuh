@@ -5,9 +5,11 @@
 // mma.sync + ldmatrix + cp.async; runs on sm_80 and later.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/primitives/epilogue.cuh"
 #include "kernels/primitives/gm2sm.cuh"
+#include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/warp_gemm.cuh"
@@ -48,24 +50,30 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     const std::uint32_t k_smem = ptx::smem_address(smem) + Tr::k_smem_offset;
     const std::uint32_t v_smem = ptx::smem_address(smem) + Tr::v_smem_offset;
 
-    const int q_block = blockIdx.x;
     const int head = blockIdx.y;
     const int batch = blockIdx.z;
+    const int kv_head = head / (args.heads / args.heads_kv);  // grouped-query attention
+    const int q_row0 = blockIdx.x * Tr::B_r;
+    const int q_rows = min(Tr::B_r, args.seq_q - q_row0);  // fewer in the last, partial block
     const int warp_row0 = (threadIdx.x / 32) * Tr::rows_per_warp;
+    const KeyBlocks blocks =
+        key_blocks(args.seq_q, args.seq_k, args.causal, q_row0, q_rows, Tr::B_c);
+    const auto rows_of_block = [&](int j) { return min(Tr::B_c, args.seq_k - j * Tr::B_c); };
 
-    const auto tile_start = [&](const void* base, const TensorStrides& st, std::int64_t row) {
-        return static_cast<const T*>(base) + batch * st.batch + head * st.head + row * st.seq;
+    const auto tile_start = [&](const void* base, const TensorStrides& st, int h,
+                                std::int64_t row) {
+        return static_cast<const T*>(base) + batch * st.batch + h * st.head + row * st.seq;
     };
-    const T* q = tile_start(args.q, args.q_stride, std::int64_t{q_block} * Tr::B_r);
-    TileCopyGM2SM<typename Tr::QTile, Tr::threads, async, T> q_copy(q, args.q_stride.seq, q_smem);
+    TileCopyGM2SM<typename Tr::QTile, Tr::threads, async, T> q_copy(
+        tile_start(args.q, args.q_stride, head, q_row0), args.q_stride.seq, q_smem);
     TileCopyGM2SM<typename Tr::KTile, Tr::threads, async, T> k_copy(
-        tile_start(args.k, args.k_stride, 0), args.k_stride.seq, k_smem);
+        tile_start(args.k, args.k_stride, kv_head, 0), args.k_stride.seq, k_smem);
     TileCopyGM2SM<typename Tr::VTile, Tr::threads, async, T> v_copy(
-        tile_start(args.v, args.v_stride, 0), args.v_stride.seq, v_smem);
+        tile_start(args.v, args.v_stride, kv_head, 0), args.v_stride.seq, v_smem);
 
     // Q and the first K block travel together.
-    q_copy.copy();
-    k_copy.copy();
+    q_copy.copy_rows(q_rows);
+    k_copy.copy_rows(rows_of_block(0));
     commit_copies<async>();
     wait_copies_and_sync<async>();
 
@@ -87,26 +95,29 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     zero(o);
     OnlineSoftmax<m_tiles, C.optimized_softmax> softmax(args.softmax_scale, args.scale_log2);
 
-    const int n_blocks = args.seq_k / Tr::B_c;
-    for (int j = 0; j < n_blocks; ++j) {
+    // One K/V block: S = Q·K_jᵀ, mask (`masked` blocks only), online softmax, O += P·V_j.
+    const auto process_block = [&](int j, auto masked) {
         if constexpr (eager) {
-            v_copy.copy();  // V_j lands while S = Q·K_jᵀ computes
+            v_copy.copy_rows(rows_of_block(j));  // V_j lands while S = Q·K_jᵀ computes
             commit_copies<async>();
         }
 
         float s[m_tiles][Tr::qk_n_tiles][4];  // (rows_per_warp x B_c) fp32
         zero(s);
         warp_gemm<Tr::dtype, Tr::qk_k_tiles, Tr::qk_step, buffer>(s, q_frags, k_frags);
+        if constexpr (decltype(masked)::value) {
+            mask_scores(s, q_row0 + warp_row0, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
+        }
 
         if constexpr (!eager) {
-            v_copy.copy();
+            v_copy.copy_rows(rows_of_block(j));
             commit_copies<async>();
         }
         // V_j has landed, and every warp is done reading K_j.
         wait_copies_and_sync<async>();
-        if (eager && j + 1 < n_blocks) {
+        if (eager && j + 1 < blocks.visited) {
             k_copy.advance(Tr::B_c);
-            k_copy.copy();  // K_{j+1} lands during the softmax and O += P·V_j
+            k_copy.copy_rows(rows_of_block(j + 1));  // lands during softmax and O += P·V_j
             commit_copies<async>();
         }
 
@@ -116,19 +127,40 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         warp_gemm<Tr::dtype, Tr::pv_k_tiles, Tr::pv_step, buffer>(
             o, RegisterA<m_tiles, Tr::pv_k_tiles>{p}, v_frags);
 
-        if (j + 1 < n_blocks) {
+        if (j + 1 < blocks.visited) {
             if constexpr (!eager) {
                 k_copy.advance(Tr::B_c);
-                k_copy.copy();
+                k_copy.copy_rows(rows_of_block(j + 1));
                 commit_copies<async>();
             }
             v_copy.advance(Tr::B_c);
             // K_{j+1} has landed, and every warp is done reading V_j.
             wait_copies_and_sync<async>();
         }
-    }
+    };
+    // Blocks every row sees whole run without mask code; the last few (the diagonal
+    // with causal masking, the partial block at the end of the keys) apply it.
+    int j = 0;
+    for (; j < blocks.unmasked; ++j)
+        process_block(j, std::false_type{});
+    for (; j < blocks.visited; ++j)
+        process_block(j, std::true_type{});
 
     softmax.finalize(o);
+
+    if (args.lse != nullptr && threadIdx.x % 4 == 0) {
+        const int lane = threadIdx.x % 32;
+        float* lse = args.lse + (std::int64_t{batch} * args.heads + head) * args.seq_q;
+#pragma unroll
+        for (int mt = 0; mt < m_tiles; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = q_row0 + warp_row0 + mt * 16 + lane / 4 + 8 * h;
+                if (row < args.seq_q)
+                    lse[row] = softmax.log_sum_exp(mt, h);
+            }
+        }
+    }
 
     // O is staged in this warp's own rows of Q's tile: no other warp reads them, and
     // the barrier-free hand-over only needs the warp's lanes to agree.
@@ -136,9 +168,9 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     store_accumulators_RF2SM<Tr::dtype, typename Tr::QTile>(o, q_smem, warp_row0);
     __syncwarp();
     T* out = static_cast<T*>(args.o) + batch * args.o_stride.batch + head * args.o_stride.head +
-             (std::int64_t{q_block} * Tr::B_r + warp_row0) * args.o_stride.seq;
+             (std::int64_t{q_row0} + warp_row0) * args.o_stride.seq;
     copy_rows_SM2GM<typename Tr::QTile, Tr::rows_per_warp>(q_smem, warp_row0, out,
-                                                           args.o_stride.seq);
+                                                           args.o_stride.seq, q_rows - warp_row0);
 }
 
 }  // namespace flash_attention::sm80

@@ -40,7 +40,7 @@ void enable_dynamic_smem() {
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
     enable_dynamic_smem<C>();
-    const dim3 grid(args.seq_q / C.B_r, args.heads, args.batch);
+    const dim3 grid((args.seq_q + C.B_r - 1) / C.B_r, args.heads, args.batch);
     forward_kernel<pack(C)><<<grid, C.n_threads(), C.smem_bytes(), stream>>>(args);
     cuda_check(cudaGetLastError(), "sm80 forward kernel launch");
 }

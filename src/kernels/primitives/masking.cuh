@@ -1,0 +1,58 @@
+#pragma once
+
+// Which keys a query row sees, per CTA and per score tile. One mask for every kernel:
+// keys past seq_k (the last, partial K/V block) and, with causal masking, keys past
+// row + seq_k - seq_q (aligned at the bottom right, as FlashAttention >= 2.1 does).
+
+#include <cmath>
+
+namespace flash_attention {
+
+struct KeyBlocks {
+    int visited;   // K/V blocks this CTA computes; the rest are fully masked and skipped
+    int unmasked;  // the first `unmasked` of them need no mask at all
+};
+
+// For the CTA whose query rows are [q_row0, q_row0 + q_rows).
+__device__ __forceinline__ KeyBlocks key_blocks(int seq_q, int seq_k, bool causal, int q_row0,
+                                                int q_rows, int B_c) {
+    int visited = (seq_k + B_c - 1) / B_c;
+    int unmasked = seq_k / B_c;  // blocks with no key past seq_k
+    if (causal) {
+        const int offset = seq_k - seq_q;
+        // The CTA's last row sees keys below q_row0 + q_rows + offset ...
+        const int last_row_keys = q_row0 + q_rows + offset;
+        visited = last_row_keys <= 0 ? 0 : min(visited, (last_row_keys + B_c - 1) / B_c);
+        // ... and its first row keys below q_row0 + 1 + offset: blocks entirely under
+        // that bound are visible to every row of the CTA.
+        unmasked = min(unmasked, max(0, q_row0 + 1 + offset) / B_c);
+    }
+    return {visited, min(unmasked, visited)};
+}
+
+// Sets to -inf the scores of keys a row must not see, on a warp's m16n8 accumulator
+// tiles: rows first_row + [0, 16 * MT), keys first_key + [0, 8 * NT).
+template <int MT, int NT>
+__device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], int first_row, int first_key,
+                                            int seq_q, int seq_k, bool causal) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = first_row + mt * 16 + lane / 4 + 8 * h;
+            const int keys = causal ? min(seq_k, row + 1 + seq_k - seq_q) : seq_k;
+            const int visible = keys - first_key - 2 * (lane % 4);  // of this lane's columns
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    if (nt * 8 + e >= visible)
+                        s[mt][nt][2 * h + e] = -INFINITY;
+                }
+            }
+        }
+    }
+}
+
+}  // namespace flash_attention

@@ -1,0 +1,137 @@
+// The reference check must be able to fail: a right answer passes, a wrong one, a NaN,
+// a wrong mask or a wrong log-sum-exp does not.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "reference/reference.hpp"
+
+namespace fa = flash_attention;
+using fa::reference::HostTensor;
+
+namespace {
+
+// Straightforward attention in double for every row, written independently of the
+// checker's code: returns O rounded to the dtype, and the log-sum-exp.
+std::pair<HostTensor, std::vector<float>> attention(const HostTensor& q, const HostTensor& k,
+                                                    const HostTensor& v, double scale,
+                                                    bool causal) {
+    HostTensor out{q.dtype, q.batch, q.seq, q.heads, q.d_head, std::vector<std::uint16_t>(q.size()),
+                   {}};
+    std::vector<float> lse(q.batch * q.heads * q.seq);
+    const std::int64_t group = q.heads / k.heads;
+    for (std::int64_t b = 0; b < q.batch; ++b) {
+        for (std::int64_t h = 0; h < q.heads; ++h) {
+            for (std::int64_t i = 0; i < q.seq; ++i) {
+                std::vector<double> w;
+                for (std::int64_t j = 0; j < k.seq; ++j) {
+                    if (causal && j > i + k.seq - q.seq)
+                        break;
+                    double dot = 0;
+                    for (std::int64_t x = 0; x < q.d_head; ++x) {
+                        dot += double(q.values[q.offset(b, i, h) + x]) *
+                               k.values[k.offset(b, j, h / group) + x];
+                    }
+                    w.push_back(dot * scale);
+                }
+                double m = -INFINITY, sum = 0;
+                for (const double s : w)
+                    m = std::max(m, s);
+                for (double& s : w)
+                    sum += (s = std::exp(s - m));
+                lse[(b * q.heads + h) * q.seq + i] =
+                    w.empty() ? -INFINITY : float(m + std::log(sum));
+                for (std::int64_t x = 0; x < q.d_head; ++x) {
+                    double o = 0;
+                    for (std::size_t j = 0; j < w.size(); ++j)
+                        o += w[j] * v.values[v.offset(b, j, h / group) + x];
+                    out.bits[out.offset(b, i, h) + x] =
+                        fa::reference::from_float(q.dtype, float(w.empty() ? 0 : o / sum));
+                }
+            }
+        }
+    }
+    out = HostTensor::from_bits(out.dtype, out.batch, out.seq, out.heads, out.d_head, out.bits);
+    return {out, lse};
+}
+
+struct Case {
+    HostTensor q, k, v;
+    bool causal;
+};
+
+Case make(bool causal, std::int64_t sq, std::int64_t sk, std::int64_t hq, std::int64_t hkv) {
+    return {HostTensor::random_normal(fa::DType::BF16, 2, sq, hq, 64, 11),
+            HostTensor::random_normal(fa::DType::BF16, 2, sk, hkv, 64, 12),
+            HostTensor::random_normal(fa::DType::BF16, 2, sk, hkv, 64, 13), causal};
+}
+
+fa::reference::CheckResult check(const Case& c, const HostTensor& out,
+                                 const std::vector<float>* lse) {
+    const auto rows = fa::reference::sample_rows(c.q.batch, c.q.heads, c.q.seq, 1000, 5);
+    return fa::reference::check_attention({c.q, c.k, c.v, out, 0.125, c.causal, lse}, rows);
+}
+
+}  // namespace
+
+TEST(Reference, RightAnswersPassWrongOnesFail) {
+    for (const Case& c :
+         {make(false, 40, 70, 4, 4), make(true, 70, 40, 4, 2), make(true, 40, 70, 4, 1)}) {
+        auto [out, lse] = attention(c.q, c.k, c.v, 0.125, c.causal);
+        const auto good = check(c, out, &lse);
+        EXPECT_TRUE(good.passed) << good.summary();
+
+        HostTensor wrong = out;  // one element off by 0.05
+        wrong.values[wrong.offset(1, 17, 3) + 5] += 0.05f;
+        wrong.bits[wrong.offset(1, 17, 3) + 5] =
+            fa::reference::from_float(wrong.dtype, wrong.values[wrong.offset(1, 17, 3) + 5]);
+        EXPECT_FALSE(check(c, wrong, &lse).passed);
+
+        HostTensor nan = out;  // one unwritten (poisoned) element
+        nan.bits[0] = 0xFFFF;
+        nan = HostTensor::from_bits(nan.dtype, nan.batch, nan.seq, nan.heads, nan.d_head, nan.bits);
+        EXPECT_FALSE(check(c, nan, &lse).passed);
+
+        std::vector<float> bad_lse = lse;
+        bad_lse[c.q.seq - 1] += 0.01f;  // the last row sees keys in every case
+        EXPECT_FALSE(check(c, out, &bad_lse).passed);
+    }
+}
+
+TEST(Reference, MaskAndGroupingMatter) {
+    const Case causal = make(true, 64, 64, 4, 2);
+    auto [unmasked_out, unmasked_lse] = attention(causal.q, causal.k, causal.v, 0.125, false);
+    EXPECT_FALSE(check(causal, unmasked_out, nullptr).passed)
+        << "a non-causal answer passed a causal check";
+
+    const Case grouped = make(false, 32, 32, 4, 2);
+    HostTensor k_full = HostTensor::random_normal(fa::DType::BF16, 2, 32, 4, 64, 12);
+    // K/V heads 0,1 repeated as 0,0,1,1 gives the grouped answer; 0,1,0,1 does not.
+    for (std::int64_t b = 0; b < 2; ++b)
+        for (std::int64_t s = 0; s < 32; ++s)
+            for (std::int64_t h = 0; h < 4; ++h)
+                for (std::int64_t x = 0; x < 64; ++x)
+                    k_full.values[k_full.offset(b, s, h) + x] =
+                        grouped.k.values[grouped.k.offset(b, s, h % 2) + x];
+    HostTensor v_full = k_full;
+    for (std::int64_t b = 0; b < 2; ++b)
+        for (std::int64_t s = 0; s < 32; ++s)
+            for (std::int64_t h = 0; h < 4; ++h)
+                for (std::int64_t x = 0; x < 64; ++x)
+                    v_full.values[v_full.offset(b, s, h) + x] =
+                        grouped.v.values[grouped.v.offset(b, s, h % 2) + x];
+    auto [interleaved, lse] = attention(grouped.q, k_full, v_full, 0.125, false);
+    EXPECT_FALSE(check(grouped, interleaved, &lse).passed)
+        << "head h read K/V head h % 2 and passed";
+}
+
+TEST(Reference, RowsThatSeeNoKeyAreZeroWithLseMinusInfinity) {
+    const Case c = make(true, 80, 16, 2, 2);  // causal, seq_q > seq_k: rows 0..63 see nothing
+    auto [out, lse] = attention(c.q, c.k, c.v, 0.125, true);
+    EXPECT_EQ(lse[0], -INFINITY);
+    EXPECT_TRUE(check(c, out, &lse).passed);
+    std::vector<float> finite = lse;
+    finite[0] = 0.0f;
+    EXPECT_FALSE(check(c, out, &finite).passed);
+}
