@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <ostream>
 #include <random>
 #include <sstream>
 
@@ -48,35 +49,60 @@ std::uint64_t fresh_seed() {
     return (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}();
 }
 
+// Fresh random inputs for one problem on the device, and a poisoned output.
 struct Problem {
     std::uint64_t seed;  // printed on failure: the inputs can be regenerated from it
+    bool causal;
     HostTensor q, k, v;
     fa::DeviceTensor dq, dk, dv, dout;
+    fa::DeviceBuffer lse;
 
-    Problem(fa::DType dtype, int batch, int seq_q, int seq_k, int heads, int d)
+    Problem(fa::DType dtype, int batch, int seq_q, int seq_k, int heads, int d, int heads_kv = 0,
+            bool causal_ = false)
         : seed(fresh_seed()),
+          causal(causal_),
           q(HostTensor::random_normal(dtype, batch, seq_q, heads, d, seed)),
-          k(HostTensor::random_normal(dtype, batch, seq_k, heads, d, seed + 1)),
-          v(HostTensor::random_normal(dtype, batch, seq_k, heads, d, seed + 2)),
+          k(HostTensor::random_normal(dtype, batch, seq_k, heads_kv ? heads_kv : heads, d,
+                                      seed + 1)),
+          v(HostTensor::random_normal(dtype, batch, seq_k, heads_kv ? heads_kv : heads, d,
+                                      seed + 2)),
           dq(fa::DeviceTensor::upload(q)),
           dk(fa::DeviceTensor::upload(k)),
           dv(fa::DeviceTensor::upload(v)),
-          dout(fa::DeviceTensor::empty_like(q)) {}
+          dout(fa::DeviceTensor::empty_like(q)),
+          lse(static_cast<std::size_t>(batch) * heads * seq_q * sizeof(float)) {}
 
-    fa::ForwardParams params() const {
-        return {dq.view, dk.view, dv.view, dout.view, std::nullopt};
+    fa::ForwardParams params(bool with_lse = false) {
+        fa::ForwardParams p{dq.view, dk.view, dv.view, dout.view, std::nullopt};
+        p.causal = causal;
+        if (with_lse)
+            p.lse = static_cast<float*>(lse.data());
+        return p;
     }
 
-    // Poisons O, runs, and checks against the reference on sampled rows.
-    fa::reference::CheckResult run_and_check(const std::function<void()>& forward, double scale) {
+    // Poisons O (and the LSE), runs, and checks against the reference on sampled rows.
+    fa::reference::CheckResult run_and_check(const std::function<void()>& forward, double scale,
+                                             bool with_lse = false) {
         dout.buffer.poison_with_nan();
+        lse.poison_with_nan();
         forward();
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
         const HostTensor out = dout.download(q);
+        std::vector<float> lse_host(lse.bytes() / sizeof(float));
+        if (with_lse) {
+            fa::cuda_check(
+                cudaMemcpy(lse_host.data(), lse.data(), lse.bytes(), cudaMemcpyDeviceToHost),
+                "cudaMemcpy (lse)");
+        }
         const auto rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, 256, seed);
-        return fa::reference::check_attention(q, k, v, out, scale, rows);
+        return fa::reference::check_attention(
+            {q, k, v, out, scale, causal, with_lse ? &lse_host : nullptr}, rows);
     }
 };
+
+void PrintTo(const Case& c, std::ostream* os) {
+    *os << c.config.to_string() << ", seq " << c.seq;
+}
 
 class EveryConfig : public ::testing::TestWithParam<Case> {};
 
@@ -101,6 +127,62 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Built, EveryConfig, ::testing::ValuesIn(all_cases()), case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfig);
+
+// Every built config on shapes real callers hand it: lengths that are no multiple of any
+// tile (1, 7, 129, 257, 1000, 4095), seq_q != seq_k both ways, causal masking with
+// seq_q > seq_k (rows that see no key: zeros, LSE -inf) and seq_q < seq_k, and
+// grouped-query ratios 1, 2 and 8. The log-sum-exp output is checked too.
+struct OddShape {
+    int seq_q, seq_k, heads, heads_kv;
+    bool causal;
+};
+
+constexpr OddShape k_odd_shapes[] = {
+    {1, 1, 2, 2, false},      {7, 1000, 4, 2, true},  {1000, 7, 4, 4, true},
+    {257, 129, 8, 1, false},  {129, 257, 8, 8, true}, {1000, 1000, 8, 1, false},
+    {4095, 4095, 8, 1, true},
+};
+
+struct OddCase {
+    fa::KernelConfig config;
+    OddShape shape;
+};
+
+std::vector<OddCase> odd_cases() {
+    std::vector<OddCase> cases;
+    for (const fa::KernelConfig& c : fa::configs()) {
+        for (const OddShape& s : k_odd_shapes)
+            cases.push_back({c, s});
+    }
+    return cases;
+}
+
+void PrintTo(const OddCase& c, std::ostream* os) {
+    *os << c.config.to_string() << ", seq_q " << c.shape.seq_q << ", seq_k " << c.shape.seq_k
+        << ", heads " << c.shape.heads << "/" << c.shape.heads_kv
+        << (c.shape.causal ? ", causal" : "");
+}
+
+class EveryConfigOddShapes : public ::testing::TestWithParam<OddCase> {};
+
+TEST_P(EveryConfigOddShapes, MatchesReference) {
+    const auto [config, s] = GetParam();
+    Problem p(config.dtype, 1, s.seq_q, s.seq_k, s.heads, config.d_head, s.heads_kv, s.causal);
+    const auto result = p.run_and_check([&] { fa::forward(p.params(true), config); },
+                                        1.0 / std::sqrt(double(config.d_head)), true);
+    EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
+}
+
+std::string odd_case_name(const ::testing::TestParamInfo<OddCase>& info) {
+    const OddShape& s = info.param.shape;
+    return "config" + std::to_string(info.index / std::size(k_odd_shapes)) + "_q" +
+           std::to_string(s.seq_q) + "_k" + std::to_string(s.seq_k) + "_h" +
+           std::to_string(s.heads) + "_" + std::to_string(s.heads_kv) + (s.causal ? "_causal" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(Built, EveryConfigOddShapes, ::testing::ValuesIn(odd_cases()),
+                         odd_case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigOddShapes);
 
 // One (dtype, d_head) pair per built combination, for the tests below.
 std::vector<std::pair<fa::DType, int>> built_problem_kinds() {

@@ -9,6 +9,8 @@
 
 int main(int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);
+    if (GTEST_FLAG_GET(list_tests))
+        return RUN_ALL_TESTS();
     if (flash_attention::cuda_device_count() == 0) {
         std::cout << "SKIPPED: no CUDA device on this machine; the GPU tests run on the device "
                      "machine (docs/PERF.md records their results)\n";
