@@ -113,7 +113,7 @@ def overhead(dtype):
         "flash_attention.forward(q, k, v, out=out)": per_call(lambda: fa.forward(q, k, v, out=out)),
         "flash_attention.forward(q, k, v)": per_call(lambda: fa.forward(q, k, v)),
         "torch.ops.flash_attention.forward (custom op)": per_call(
-            lambda: torch.ops.flash_attention.forward(q, k, v, None, None)),
+            lambda: torch.ops.flash_attention.forward(q, k, v, None, False, None)),
         "torch SDPA, FLASH_ATTENTION backend (for scale)": per_call(lambda: sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v)),
     }
     return shape, results

@@ -15,9 +15,9 @@ Workspace::Workspace(const Shape& shape, std::uint64_t seed) : shape_(shape) {
     const HostTensor q = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_q,
                                                    shape.heads, shape.d_head, seed);
     const HostTensor k = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k,
-                                                   shape.heads, shape.d_head, seed + 1);
+                                                   shape.heads_kv, shape.d_head, seed + 1);
     const HostTensor v = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k,
-                                                   shape.heads, shape.d_head, seed + 2);
+                                                   shape.heads_kv, shape.d_head, seed + 2);
     // Enough copies that one slot's inputs are long evicted from L2 when it comes round
     // again: at least 4x the L2 size in total. At least 4 copies even when each exceeds
     // L2: one allocation can sit worse in DRAM than another, and with only two the
@@ -39,7 +39,9 @@ Workspace::Workspace(const Shape& shape, std::uint64_t seed) : shape_(shape) {
 }
 
 ForwardParams Workspace::params(int slot) const {
-    return {q_[slot].view, k_[slot].view, v_[slot].view, o_[slot].view, std::nullopt};
+    ForwardParams p{q_[slot].view, k_[slot].view, v_[slot].view, o_[slot].view, std::nullopt};
+    p.causal = shape_.causal;
+    return p;
 }
 
 std::vector<Measurement> measure_interleaved(

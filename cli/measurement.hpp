@@ -16,9 +16,14 @@ struct Shape {
     int heads;
     int seq_q;
     int seq_k;
+    int heads_kv;  // of K and V; divides heads
+    bool causal;
 
-    // 4 * batch * heads * seq_q * seq_k * d_head: two GEMMs of 2 * M * N * K each.
-    double flop() const { return 4.0 * batch * heads * double(seq_q) * seq_k * d_head; }
+    // 4 * batch * heads * seq_q * seq_k * d_head (two GEMMs of 2 * M * N * K each),
+    // halved with causal masking, by the usual convention.
+    double flop() const {
+        return 4.0 * batch * heads * double(seq_q) * seq_k * d_head / (causal ? 2 : 1);
+    }
     friend auto operator<=>(const Shape&, const Shape&) = default;
 };
 

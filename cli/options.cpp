@@ -121,16 +121,38 @@ bool gpu_available() {
 }
 
 void GridOptions::add_to(CLI::App& cmd) {
-    cmd.add_option("--seq", seqs, "comma-separated sequence lengths (seq_q = seq_k)")
-        ->capture_default_str();
+    cmd.add_option("--seq", seqs, "comma-separated query sequence lengths")->capture_default_str();
+    cmd.add_option("--seq-k", seq_k, "key/value sequence length (default: the query length)")
+        ->check(positive_integer);
     cmd.add_option("--d-head", d_heads,
                    "comma-separated head dims (default: those of the configs, else 128)");
     cmd.add_option("--dtype", dtypes,
                    "comma-separated dtypes, fp16/bf16 (default: those of the configs, else bf16)");
     cmd.add_option("--batch", batch, "batch size (default 16384/seq: 16k tokens)")
         ->check(positive_integer);
-    cmd.add_option("--heads", heads, "heads (default 2048/d_head: hidden size 2048)")
+    cmd.add_option("--heads", heads, "query heads (default 2048/d_head: hidden size 2048)")
         ->check(positive_integer);
+    cmd.add_option("--heads-kv", heads_kv,
+                   "key/value heads, dividing the query heads (grouped-query attention)")
+        ->check(positive_integer);
+    cmd.add_flag("--causal", causal, "causal masking, aligned at the bottom right");
+}
+
+Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
+    const int h = heads > 0 ? heads : std::max(1, 2048 / d_head);
+    const int h_kv = heads_kv > 0 ? heads_kv : h;
+    if (h % h_kv != 0) {
+        throw UsageError("--heads-kv: expected a divisor of the query heads (" + std::to_string(h) +
+                         "), got " + std::to_string(h_kv));
+    }
+    return {.dtype = dtype,
+            .d_head = d_head,
+            .batch = batch > 0 ? batch : std::max(1, 16384 / seq),
+            .heads = h,
+            .seq_q = seq,
+            .seq_k = seq_k > 0 ? seq_k : seq,
+            .heads_kv = h_kv,
+            .causal = causal};
 }
 
 }  // namespace flash_attention::cli

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "flash_attention/kernel_config.hpp"
+#include "measurement.hpp"
 
 namespace flash_attention::cli {
 
@@ -50,10 +51,14 @@ struct GridOptions {
     std::string dtypes;
     int batch = 0;
     int heads = 0;
+    int heads_kv = 0;  // 0: as many as query heads
+    int seq_k = 0;     // 0: equal to the query length
+    bool causal = false;
 
     void add_to(CLI::App& cmd);
-    int batch_for(int seq) const { return batch > 0 ? batch : std::max(1, 16384 / seq); }
-    int heads_for(int d_head) const { return heads > 0 ? heads : std::max(1, 2048 / d_head); }
+    // The shape for one (dtype, d_head, seq) of the grid; UsageError if --heads-kv does
+    // not divide the heads.
+    Shape shape(DType dtype, int d_head, int seq) const;
 };
 
 }  // namespace flash_attention::cli

@@ -76,6 +76,8 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
                                          {"d_head", m.shape.d_head},
                                          {"batch", m.shape.batch},
                                          {"heads", m.shape.heads},
+                                         {"heads_kv", m.shape.heads_kv},
+                                         {"causal", m.shape.causal},
                                          {"seq_q", m.shape.seq_q},
                                          {"seq_k", m.shape.seq_k},
                                          {"median_ms", m.median_ms},
@@ -92,14 +94,15 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
     std::string out;
     if (format == "csv") {
         out =
-            "config,kernel,dtype,d_head,batch,heads,seq_q,seq_k,median_ms,min_ms,max_ms,runs,"
-            "tflops\n";
+            "config,kernel,dtype,d_head,batch,heads,heads_kv,seq_q,seq_k,causal,median_ms,min_ms,"
+            "max_ms,runs,tflops\n";
         for (const Measurement& m : results) {
             out += csv_field(m.label) + "," + csv_field(m.config.to_string()) + "," +
                    std::string(to_string(m.shape.dtype)) +
-                   printf_string(",%d,%d,%d,%d,%d,%.5f,%.5f,%.5f,%d,%.2f\n", m.shape.d_head,
-                                 m.shape.batch, m.shape.heads, m.shape.seq_q, m.shape.seq_k,
-                                 m.median_ms, m.min_ms, m.max_ms, m.runs, m.tflops());
+                   printf_string(",%d,%d,%d,%d,%d,%d,%d,%.5f,%.5f,%.5f,%d,%.2f\n", m.shape.d_head,
+                                 m.shape.batch, m.shape.heads, m.shape.heads_kv, m.shape.seq_q,
+                                 m.shape.seq_k, int(m.shape.causal), m.median_ms, m.min_ms,
+                                 m.max_ms, m.runs, m.tflops());
         }
         return out;
     }
@@ -108,13 +111,22 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
         width = std::max(width, m.label.size());
     const int w = static_cast<int>(width);
     out += "# device: " + device + "\n";
-    out += printf_string("%-*s %5s %5s %5s %6s %6s %10s %8s %8s\n", w, "config", "dtype", "d",
-                         "batch", "heads", "seq", "median_ms", "spread", "TFLOP/s");
+    out += printf_string("%-*s %5s %5s %5s %7s %11s %6s %10s %8s %8s\n", w, "config", "dtype", "d",
+                         "batch", "heads", "seq", "causal", "median_ms", "spread", "TFLOP/s");
     for (const Measurement& m : results) {
-        out += printf_string("%-*s %5s %5d %5d %6d %6d %10.4f %7.1f%% %8.1f\n", w, m.label.c_str(),
-                             std::string(to_string(m.shape.dtype)).c_str(), m.shape.d_head,
-                             m.shape.batch, m.shape.heads, m.shape.seq_q, m.median_ms,
-                             100 * m.spread(), m.tflops());
+        const std::string heads =
+            m.shape.heads_kv == m.shape.heads
+                ? std::to_string(m.shape.heads)
+                : std::to_string(m.shape.heads) + "/" + std::to_string(m.shape.heads_kv);
+        const std::string seq =
+            m.shape.seq_k == m.shape.seq_q
+                ? std::to_string(m.shape.seq_q)
+                : std::to_string(m.shape.seq_q) + "x" + std::to_string(m.shape.seq_k);
+        out +=
+            printf_string("%-*s %5s %5d %5d %7s %11s %6s %10.4f %7.1f%% %8.1f\n", w,
+                          m.label.c_str(), std::string(to_string(m.shape.dtype)).c_str(),
+                          m.shape.d_head, m.shape.batch, heads.c_str(), seq.c_str(),
+                          m.shape.causal ? "yes" : "no", m.median_ms, 100 * m.spread(), m.tflops());
     }
     out += printf_string("\n%-*s %8s\n", w, "harmonic mean over sequence lengths", "TFLOP/s");
     for (const auto& [label, ms] : groups) {

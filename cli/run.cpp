@@ -6,7 +6,10 @@
 #include <optional>
 #include <random>
 
+#include <cuda_runtime_api.h>
 #include "commands.hpp"
+
+#include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "options.hpp"
@@ -23,6 +26,8 @@ struct RunOptions {
     int heads = 16;
     int seq = 4096;
     std::optional<int> seq_k;
+    std::optional<int> heads_kv;
+    bool causal = false;
     std::optional<int> d_head;
     std::optional<std::string> dtype;
     std::optional<float> scale;
@@ -55,6 +60,11 @@ int run(const RunOptions& opt) {
         }
         d_head = *opt.d_head;
     }
+    const int heads_kv = opt.heads_kv.value_or(opt.heads);
+    if (opt.heads % heads_kv != 0) {
+        throw UsageError("--heads-kv: expected a divisor of --heads (" + std::to_string(opt.heads) +
+                         "), got " + std::to_string(heads_kv));
+    }
     if (!gpu_available())
         return exit_failure;
 
@@ -64,16 +74,21 @@ int run(const RunOptions& opt) {
     const HostTensor q =
         HostTensor::random_normal(dtype, opt.batch, opt.seq, opt.heads, d_head, seed);
     const HostTensor k =
-        HostTensor::random_normal(dtype, opt.batch, seq_k, opt.heads, d_head, seed + 1);
+        HostTensor::random_normal(dtype, opt.batch, seq_k, heads_kv, d_head, seed + 1);
     const HostTensor v =
-        HostTensor::random_normal(dtype, opt.batch, seq_k, opt.heads, d_head, seed + 2);
+        HostTensor::random_normal(dtype, opt.batch, seq_k, heads_kv, d_head, seed + 2);
     const DeviceTensor dq = DeviceTensor::upload(q);
     const DeviceTensor dk = DeviceTensor::upload(k);
     const DeviceTensor dv = DeviceTensor::upload(v);
     DeviceTensor dout = DeviceTensor::empty_like(q);
     dout.buffer.poison_with_nan();
+    DeviceBuffer lse(static_cast<std::size_t>(opt.batch) * opt.heads * opt.seq * sizeof(float));
+    lse.poison_with_nan();
 
     ForwardParams params{dq.view, dk.view, dv.view, dout.view, opt.scale};
+    params.causal = opt.causal;
+    if (opt.check)
+        params.lse = static_cast<float*>(lse.data());
     const bool automatic = !config;
     if (automatic)
         config = choose_config(params);
@@ -81,8 +96,9 @@ int run(const RunOptions& opt) {
 
     std::printf("config   %s%s\n", config->to_string().c_str(),
                 automatic ? "  [automatic choice]" : "");
-    std::printf("problem  batch %d, heads %d, seq_q %d, seq_k %d, d_head %d, %s\n", opt.batch,
-                opt.heads, opt.seq, seq_k, d_head, std::string(to_string(dtype)).c_str());
+    std::printf("problem  batch %d, heads %d (k/v %d), seq_q %d, seq_k %d, d_head %d, %s%s\n",
+                opt.batch, opt.heads, heads_kv, opt.seq, seq_k, d_head,
+                std::string(to_string(dtype)).c_str(), opt.causal ? ", causal" : "");
     std::printf("device   %s\n", current_device_description().c_str());
 
     // The first run is both the warm-up and the one whose output is checked.
@@ -97,7 +113,8 @@ int run(const RunOptions& opt) {
     std::vector<double> ms = timer.elapsed_ms(opt.repeat);
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
-    const double flop = 4.0 * opt.batch * opt.heads * double(opt.seq) * seq_k * d_head;
+    const double flop =
+        4.0 * opt.batch * opt.heads * double(opt.seq) * seq_k * d_head / (opt.causal ? 2 : 1);
     std::printf("time     %.4f ms (median of %d; min %.4f, max %.4f)\n", median, opt.repeat,
                 ms.front(), ms.back());
     std::printf("rate     %.1f TFLOP/s\n", flop / (median * 1e-3) / 1e12);
@@ -105,8 +122,13 @@ int run(const RunOptions& opt) {
     if (opt.check) {
         const auto rows =
             reference::sample_rows(opt.batch, opt.heads, opt.seq, opt.check_rows, seed);
+        std::vector<float> lse_host(lse.bytes() / sizeof(float));
+        cuda_check(cudaMemcpy(lse_host.data(), lse.data(), lse.bytes(), cudaMemcpyDeviceToHost),
+                   "cudaMemcpy (lse)");
         const auto result = reference::check_attention(
-            q, k, v, out, opt.scale.value_or(1.0 / std::sqrt(double(d_head))), rows);
+            {q, k, v, out, opt.scale.value_or(1.0 / std::sqrt(double(d_head))), opt.causal,
+             &lse_host},
+            rows);
         std::printf("check    %s\n", result.summary().c_str());
         if (!result.passed)
             return exit_failure;
@@ -134,6 +156,9 @@ void add_run_command(CLI::App& app, Action& action) {
         ->check(positive_integer)
         ->capture_default_str();
     cmd->add_option("--seq-k", o->seq_k, "key/value sequence length")->check(positive_integer);
+    cmd->add_option("--heads-kv", o->heads_kv, "key/value heads, dividing --heads (grouped-query)")
+        ->check(positive_integer);
+    cmd->add_flag("--causal", o->causal, "causal masking, aligned at the bottom right");
     cmd->add_option("--d-head", o->d_head, "head dimension (default: the config's, else 128)")
         ->check(positive_integer);
     cmd->add_option("--dtype", o->dtype, "fp16 or bf16 (default: the config's, else bf16)")

@@ -104,8 +104,7 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
                 if (!kept(dtype_filter, dtype) || !kept(d_filter, d))
                     continue;
                 for (const int seq : seqs) {
-                    jobs.push_back(
-                        {i, {dtype, d, grid.batch_for(seq), grid.heads_for(d), seq, seq}});
+                    jobs.push_back({i, grid.shape(dtype, d, seq)});
                 }
             }
         }

@@ -44,7 +44,7 @@ std::vector<tuning::Entry> winners(const std::vector<Measurement>& measured, con
                               m.shape.dtype,
                               m.shape.d_head,
                               tuning::seq_bucket(m.shape.seq_q, m.shape.seq_k),
-                              false};
+                              m.shape.causal};
         by_key[key].push_back(&m);
     }
     std::vector<tuning::Entry> entries;

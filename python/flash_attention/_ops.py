@@ -1,7 +1,7 @@
 """PyTorch integration: argument checks, the custom ops and their fake implementations."""
 
 import functools
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
@@ -26,41 +26,61 @@ def _check(name: str, t, device=None):
         raise TypeError(f"{name}.dtype: expected torch.float16 or torch.bfloat16, got {t.dtype}")
 
 
-def _run(q, k, v, out, softmax_scale, config):
+def _lse_like(q):
+    # (batch, heads, seq_q) from q's (batch, seq_q, heads, d_head)
+    return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+
+
+def _run(q, k, v, out, lse, softmax_scale, causal, config):
     cfg = None if config is None else _parse(config)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     if q.device.index == torch.cuda.current_device():
-        _C.forward(q, k, v, out, softmax_scale, cfg, stream)
+        _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse)
     else:  # the library launches on the current device
         with torch.cuda.device(q.device):
-            _C.forward(q, k, v, out, softmax_scale, cfg, stream)
+            _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse)
 
 
 @torch.library.custom_op("flash_attention::forward", mutates_args=(), device_types="cuda")
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-                config: Optional[str]) -> torch.Tensor:
+                causal: bool, config: Optional[str]) -> torch.Tensor:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    _run(q, k, v, out, softmax_scale, config)
+    _run(q, k, v, out, None, softmax_scale, causal, config)
     return out
 
 
 @_forward_op.register_fake
-def _(q, k, v, softmax_scale, config):
+def _(q, k, v, softmax_scale, causal, config):
     return q.new_empty(q.shape)
 
 
-@torch.library.custom_op("flash_attention::forward_out", mutates_args=("out",), device_types="cuda")
+@torch.library.custom_op("flash_attention::forward_lse", mutates_args=(), device_types="cuda")
+def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
+                    causal: bool, config: Optional[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = _lse_like(q)
+    _run(q, k, v, out, lse, softmax_scale, causal, config)
+    return out, lse
+
+
+@_forward_lse_op.register_fake
+def _(q, k, v, softmax_scale, causal, config):
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+@torch.library.custom_op("flash_attention::forward_out", mutates_args=("out", "lse"), device_types="cuda")
 def _forward_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                    softmax_scale: Optional[float], config: Optional[str]) -> None:
-    _run(q, k, v, out, softmax_scale, config)
+                    lse: Optional[torch.Tensor], softmax_scale: Optional[float], causal: bool,
+                    config: Optional[str]) -> None:
+    _run(q, k, v, out, lse, softmax_scale, causal, config)
 
 
 @_forward_out_op.register_fake
-def _(q, k, v, out, softmax_scale, config):
+def _(q, k, v, out, lse, softmax_scale, causal, config):
     return None
 
 
-def forward(q, k, v, *, softmax_scale=None, config=None, out=None):
+def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, config=None, out=None):
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
@@ -68,6 +88,7 @@ def forward(q, k, v, *, softmax_scale=None, config=None, out=None):
         _check("out", out, q.device)
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
+    causal = bool(causal)
     if config is not None and not isinstance(config, str):
         if not isinstance(config, _C.KernelConfig):
             raise TypeError(f"config: expected a KernelConfig or its short form, got {type(config).__name__}")
@@ -75,11 +96,15 @@ def forward(q, k, v, *, softmax_scale=None, config=None, out=None):
     if torch.compiler.is_compiling():
         # Traced: the custom ops, whose fake implementations give torch.compile shapes.
         if out is None:
-            return torch.ops.flash_attention.forward(q, k, v, softmax_scale, config)
-        torch.ops.flash_attention.forward_out(q, k, v, out, softmax_scale, config)
-        return out
+            if return_lse:
+                return torch.ops.flash_attention.forward_lse(q, k, v, softmax_scale, causal, config)
+            return torch.ops.flash_attention.forward(q, k, v, softmax_scale, causal, config)
+        lse = _lse_like(q) if return_lse else None
+        torch.ops.flash_attention.forward_out(q, k, v, out, lse, softmax_scale, causal, config)
+        return (out, lse) if return_lse else out
     # Eager: the same work without the dispatcher's tens of microseconds per call.
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    _run(q, k, v, out, softmax_scale, config)
-    return out
+    lse = _lse_like(q) if return_lse else None
+    _run(q, k, v, out, lse, softmax_scale, causal, config)
+    return (out, lse) if return_lse else out

@@ -63,7 +63,7 @@ fa::TensorView view_of(const CudaArray& a, const char* name) {
 // attribute calls costs a fraction of that, still without PyTorch headers. Everything
 // else (CuPy, JAX, ...) crosses by DLPack.
 struct TorchTypes {
-    nb::object tensor, float16, bfloat16;
+    nb::object tensor, float16, bfloat16, float32;
     // Interned attribute names: a lookup by C string would build a new str every time.
     nb::object is_cuda, dtype, shape, stride, data_ptr, device;
 };
@@ -77,9 +77,10 @@ const TorchTypes* torch_types() {
             return nullptr;
         nb::object torch = modules["torch"];
         const auto name = [](const char* s) { return nb::steal(PyUnicode_InternFromString(s)); };
-        types = TorchTypes{torch.attr("Tensor"), torch.attr("float16"), torch.attr("bfloat16"),
-                           name("is_cuda"),      name("dtype"),         name("shape"),
-                           name("stride"),       name("data_ptr"),      name("device")};
+        types = TorchTypes{torch.attr("Tensor"),  torch.attr("float16"), torch.attr("bfloat16"),
+                           torch.attr("float32"), name("is_cuda"),       name("dtype"),
+                           name("shape"),         name("stride"),        name("data_ptr"),
+                           name("device")};
     }
     return &*types;
 }
@@ -156,9 +157,41 @@ fa::TensorView view_of(nb::handle t, const char* name) {
     return view_of(array, name);
 }
 
+// The optional log-sum-exp output: a contiguous float32 CUDA array of `elements` values.
+float* lse_pointer(nb::handle lse, std::size_t elements) {
+    if (lse.is_none())
+        return nullptr;
+    if (const TorchTypes* torch = torch_types();
+        torch && PyObject_IsInstance(lse.ptr(), torch->tensor.ptr()) == 1) {
+        const bool ok = get(lse, torch->is_cuda).ptr() == Py_True &&
+                        get(lse, torch->dtype).is(torch->float32) &&
+                        nb::cast<bool>(lse.attr("is_contiguous")()) &&
+                        nb::cast<std::size_t>(lse.attr("numel")()) == elements;
+        if (!ok) {
+            throw fa::Error(fa::ErrorCode::invalid_argument,
+                            "lse: expected a contiguous float32 CUDA tensor of " +
+                                std::to_string(elements) + " elements (batch, heads, seq_q), got " +
+                                nb::cast<std::string>(nb::repr(lse)).substr(0, 120));
+        }
+        return reinterpret_cast<float*>(PyLong_AsVoidPtr(call(lse, torch->data_ptr).ptr()));
+    }
+    nb::ndarray<float, nb::device::cuda, nb::c_contig> array;
+    if (!nb::try_cast(lse, array) || array.size() != elements) {
+        throw fa::Error(fa::ErrorCode::invalid_argument,
+                        "lse: expected a contiguous float32 CUDA array of " +
+                            std::to_string(elements) + " elements (batch, heads, seq_q)");
+    }
+    return array.data();
+}
+
 fa::ForwardParams params_of(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
-                            std::optional<float> scale) {
-    return {view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"), scale};
+                            std::optional<float> scale, bool causal = false,
+                            nb::handle lse = nb::none()) {
+    fa::ForwardParams p{view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"),
+                        scale};
+    p.causal = causal;
+    p.lse = lse_pointer(lse, static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]));
+    return p;
 }
 
 }  // namespace
@@ -225,8 +258,9 @@ NB_MODULE(_C, m) {
     m.def(
         "forward",
         [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, std::optional<float> scale,
-           std::optional<fa::KernelConfig> config, std::uintptr_t stream) {
-            const fa::ForwardParams p = params_of(q, k, v, out, scale);
+           std::optional<fa::KernelConfig> config, std::uintptr_t stream, bool causal,
+           nb::handle lse) {
+            const fa::ForwardParams p = params_of(q, k, v, out, scale, causal, lse);
             const auto s = reinterpret_cast<fa::Stream>(stream);
             if (config) {
                 fa::forward(p, *config, s);
@@ -235,8 +269,10 @@ NB_MODULE(_C, m) {
             }
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("softmax_scale").none(),
-        nb::arg("config").none(), nb::arg("stream"),
-        "Writes attention of (batch, seq, heads, d_head) CUDA arrays into `out` on `stream`.");
+        nb::arg("config").none(), nb::arg("stream"), nb::arg("causal") = false,
+        nb::arg("lse").none() = nb::none(),
+        "Writes attention of (batch, seq, heads, d_head) CUDA arrays into `out` (and the\n"
+        "log-sum-exp into `lse`, float32 (batch, heads, seq_q), when given) on `stream`.");
 
     m.def(
         "choose_config",

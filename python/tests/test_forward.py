@@ -58,6 +58,40 @@ def randn(*shape, dtype):
     return torch.randn(*shape, dtype=dtype, device="cuda")
 
 
+def masked_attention(q, k, v, scale, causal, dtype=None):
+    """Attention in `dtype` (matmuls and softmax output rounded to it), any lengths,
+    bottom-right causal mask, grouped K/V heads. Returns (out, lse) in (batch, seq, heads,
+    d) and (batch, heads, seq); rows that see no key give zeros and lse -inf."""
+    dtype = dtype or torch.float64
+    group = q.shape[2] // k.shape[2]
+    qt = q.to(dtype).transpose(1, 2)
+    kt = k.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
+    vt = v.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
+    scores = (qt @ kt.transpose(-1, -2)).to(dtype) * scale
+    sq, sk = q.shape[1], k.shape[1]
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None]
+        j = torch.arange(sk, device=q.device)[None, :]
+        scores = scores.masked_fill(j > i + sk - sq, float("-inf"))
+    lse = torch.logsumexp(scores.double(), dim=-1)
+    p = torch.exp(scores.double() - lse[..., None]).nan_to_num(0.0).to(dtype)
+    out = (p @ vt).to(dtype).transpose(1, 2)
+    return out, lse
+
+
+def assert_matches(out, lse, q, k, v, scale, causal):
+    assert torch.isfinite(out).all(), "non-finite values in the output"
+    ref, ref_lse = masked_attention(q, k, v, scale, causal)
+    naive, _ = masked_attention(q, k, v, scale, causal, dtype=q.dtype)
+    ours = (out.double() - ref).abs().max().item()
+    torch_error = (naive.double() - ref).abs().max().item()
+    assert ours <= 2 * torch_error + 1e-3, f"max error {ours:.3g} > 2 x {torch_error:.3g} + 1e-3"
+    if lse is not None:
+        empty = torch.isinf(ref_lse)
+        assert torch.equal(torch.isinf(lse) & (lse < 0), empty), "LSE is not -inf exactly where rows see no key"
+        assert (lse[~empty].double() - ref_lse[~empty]).abs().max().item() <= 1e-3
+
+
 # ---- no GPU needed ----------------------------------------------------------------
 
 
@@ -160,11 +194,8 @@ def test_errors():
         fa.forward(q, randn(1, 512, 3, d, dtype=t), randn(1, 512, 3, d, dtype=t))
     with pytest.raises(ValueError, match="4 dimensions"):
         fa.forward(q[0], q[0], q[0])
-    with pytest.raises(ValueError, match=r"d_head\): expected 64 or 128"):
+    with pytest.raises(ValueError, match=r"d_head\): expected 64, 128 or 256"):
         x = randn(1, 512, 2, 96, dtype=t)
-        fa.forward(x, x, x)
-    with pytest.raises(ValueError, match="multiple of|divides"):
-        x = randn(1, 520, 2, d, dtype=t)
         fa.forward(x, x, x)
     with pytest.raises(ValueError, match='"bogus"'):
         fa.forward(q, q, q, config="(FP16, 128, 64, 64, 4): bogus+load_0_0_0_tiles")
@@ -179,11 +210,57 @@ def test_errors():
         fa.forward(q, q, q, softmax_scale=math.inf)
 
 
+GENERAL_SHAPES = [  # (seq_q, seq_k, heads, heads_kv, causal)
+    (1, 1, 2, 2, False),
+    (7, 1000, 4, 2, True),
+    (1000, 7, 4, 4, True),  # rows 0..992 see no key
+    (257, 129, 8, 1, False),
+    (129, 257, 8, 8, True),
+    (1000, 1000, 8, 2, True),
+]
+
+
+@needs_gpu
+@pytest.mark.parametrize("shape", GENERAL_SHAPES, ids=lambda s: "q{}_k{}_h{}_{}{}".format(*s[:4], "_causal" if s[4] else ""))
+def test_any_length_causal_gqa_and_lse(shape):
+    sq, sk, h, hkv, causal = shape
+    for dtype, d in built_kinds():
+        t = torch_dtype(dtype)
+        q, k, v = randn(2, sq, h, d, dtype=t), randn(2, sk, hkv, d, dtype=t), randn(2, sk, hkv, d, dtype=t)
+        out, lse = fa.forward(q, k, v, causal=causal, return_lse=True)
+        assert lse.shape == (2, h, sq) and lse.dtype == torch.float32
+        assert_matches(out, lse, q, k, v, 1 / math.sqrt(d), causal)
+
+
+@needs_gpu
+def test_lse_with_out_and_scale():
+    dtype, d = built_kinds()[0]
+    t = torch_dtype(dtype)
+    q, k, v = (randn(1, 300, 4, d, dtype=t) for _ in range(3))
+    out = torch.empty_like(q)
+    result, lse = fa.forward(q, k, v, softmax_scale=0.2, causal=True, return_lse=True, out=out)
+    assert result is out
+    assert_matches(out, lse, q, k, v, 0.2, True)
+
+
+@needs_gpu
+def test_grouped_heads_must_divide():
+    dtype, d = built_kinds()[0]
+    t = torch_dtype(dtype)
+    q = randn(1, 128, 6, d, dtype=t)
+    kv = randn(1, 128, 4, d, dtype=t)
+    with pytest.raises(ValueError, match="multiple of k's heads"):
+        fa.forward(q, kv, kv)
+    with pytest.raises(ValueError, match="softmax_scale"):
+        fa.forward(q, q, q, softmax_scale=-1.0)
+
+
 @needs_gpu
 def test_custom_op_contract():
     dtype, d = built_kinds()[0]
     q, k, v = (randn(1, 256, 2, d, dtype=torch_dtype(dtype)) for _ in range(3))
-    torch.library.opcheck(torch.ops.flash_attention.forward.default, (q, k, v, None, None))
+    torch.library.opcheck(torch.ops.flash_attention.forward.default, (q, k, v, None, False, None))
+    torch.library.opcheck(torch.ops.flash_attention.forward_lse.default, (q, k, v, None, True, None))
 
 
 @needs_gpu
@@ -197,6 +274,16 @@ def test_torch_compile():
 
     out = attention_then_scale(q, k, v)
     torch.testing.assert_close(out, fa.forward(q, k, v) * 2)
+
+    @torch.compile(fullgraph=True)
+    def causal_with_lse(q, k, v):
+        out, lse = fa.forward(q, k, v, causal=True, return_lse=True)
+        return out + 1, lse * 2
+
+    out, lse = causal_with_lse(q, k, v)
+    ref_out, ref_lse = fa.forward(q, k, v, causal=True, return_lse=True)
+    torch.testing.assert_close(out, ref_out + 1)
+    torch.testing.assert_close(lse, ref_lse * 2)
 
 
 @needs_gpu

@@ -54,7 +54,7 @@ std::vector<cli::Measurement> sample() {
     for (const int seq : {512, 1024, 2048}) {
         v.push_back({c.to_string(),
                      c,
-                     {fa::DType::BF16, 128, 16384 / seq, 16, seq, seq},
+                     {fa::DType::BF16, 128, 16384 / seq, 16, seq, seq, 16, false},
                      0.1 * seq / 512,
                      0.09,
                      0.11,
@@ -62,7 +62,7 @@ std::vector<cli::Measurement> sample() {
     }
     v.push_back({"automatic choice (BF16, d_head 128)",
                  c,
-                 {fa::DType::BF16, 128, 8, 16, 2048, 2048},
+                 {fa::DType::BF16, 128, 8, 16, 2048, 2048, 16, false},
                  0.5,
                  0.5,
                  0.6,
@@ -111,13 +111,14 @@ TEST(Cli, CsvHasOneLinePerMeasurement) {
     std::istringstream csv(cli::format_report(results, "csv", "Test GPU"));
     std::string line;
     std::getline(csv, line);
-    EXPECT_EQ(
-        line,
-        "config,kernel,dtype,d_head,batch,heads,seq_q,seq_k,median_ms,min_ms,max_ms,runs,tflops");
+    EXPECT_EQ(line,
+              "config,kernel,dtype,d_head,batch,heads,heads_kv,seq_q,seq_k,causal,median_ms,min_ms,"
+              "max_ms,runs,"
+              "tflops");
     int rows = 0;
     while (std::getline(csv, line)) {
         ++rows;
-        EXPECT_EQ(csv_fields(line), 13u) << line;
+        EXPECT_EQ(csv_fields(line), 15u) << line;
     }
     EXPECT_EQ(rows, 4);
 }
