@@ -53,7 +53,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     const int head = blockIdx.y;
     const int batch = blockIdx.z;
     const int kv_head = head / (args.heads / args.heads_kv);  // grouped-query attention
-    const int q_row0 = blockIdx.x * Tr::B_r;
+    // With causal masking the last query blocks see the most keys; launching them first
+    // keeps the long CTAs from forming the grid's tail.
+    const int q_block = args.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int q_row0 = q_block * Tr::B_r;
     const int q_rows = min(Tr::B_r, args.seq_q - q_row0);  // fewer in the last, partial block
     const int warp_row0 = (threadIdx.x / 32) * Tr::rows_per_warp;
     const KeyBlocks blocks =
