@@ -17,6 +17,8 @@
 #   compare      bench/compare.py (needs the python stage and a tuning cache)
 #   overhead     host time per call: C++ API, direct binding, custom op
 #   chart        the automatic choice over seq 512..16384 at bf16/fp16, d_head 64/128 (SVG)
+#   sanitize     compute-sanitizer memcheck on odd shapes (two configs)
+#   generality   issue 5's bars: causal vs not at 8192, 4095/1000 vs 4096/1024, GQA 32/4 vs 32
 set -uo pipefail
 BIN=${1:?usage: device_check.sh BIN STAGE...}
 shift
@@ -77,6 +79,22 @@ for stage in "$@"; do
       FLASH_ATTENTION_TUNING="$TUNING" "$FA" bench --best --d-head 128,64 --dtype bf16,fp16 --runs 50 \
         --svg "$OUT/bench_auto.svg" > "$OUT/bench_auto.txt" 2>&1
       echo "chart: exit $?"; tail -6 "$OUT/bench_auto.txt" ;;
+    sanitize)
+      compute-sanitizer --tool memcheck --error-exitcode 1 "$BIN/test_gpu" \
+        --gtest_filter='Built/EveryConfigOddShapes.*/config0_*:Built/EveryConfigOddShapes.*/config5_*' \
+        > "$OUT/memcheck.log" 2>&1
+      echo "memcheck: exit $?"; tail -4 "$OUT/memcheck.log" ;;
+    generality)
+      for c in "" --causal; do
+        FLASH_ATTENTION_TUNING="$TUNING" "$FA" bench --best --seq 8192 --d-head 128 --dtype bf16 --runs 50 $c
+      done > "$OUT/causal.txt" 2>&1
+      FLASH_ATTENTION_TUNING="$TUNING" "$FA" bench --best --seq 1000,1024,4095,4096 --batch 4 --heads 16 \
+        --d-head 128 --dtype bf16 --runs 50 > "$OUT/odd_lengths.txt" 2>&1
+      for kv in 32 4; do
+        FLASH_ATTENTION_TUNING="$TUNING" "$FA" bench --best --seq 4096 --batch 4 --heads 32 --heads-kv $kv \
+          --d-head 128 --dtype bf16 --runs 50
+      done > "$OUT/gqa.txt" 2>&1
+      grep -h "automatic choice" "$OUT/causal.txt" "$OUT/odd_lengths.txt" "$OUT/gqa.txt" | grep -v harmonic ;;
     overhead)
       (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --overhead-only) ;;
     *) echo "unknown stage $stage" ;;
