@@ -39,7 +39,7 @@ Workspace::Workspace(const Shape& shape, std::uint64_t seed) : shape_(shape) {
 }
 
 ForwardParams Workspace::params(int slot) const {
-    ForwardParams p{q_[slot].view, k_[slot].view, v_[slot].view, o_[slot].view, std::nullopt};
+    ForwardParams p{q_[slot].view, k_[slot].view, v_[slot].view, o_[slot].view, shape_.scale};
     p.causal = shape_.causal;
     return p;
 }
@@ -84,7 +84,8 @@ std::vector<Measurement> measure_interleaved(
     }
     std::vector<Measurement> out;
     for (std::size_t c = 0; c < configs.size() && !stop(); ++c) {
-        auto& t = ms[c];
+        const std::vector<double>& in_order = ms[c];
+        std::vector<double> t = in_order;
         std::sort(t.begin(), t.end());
         const double median =
             t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
@@ -93,7 +94,7 @@ std::vector<Measurement> measure_interleaved(
         const std::string automatic = "automatic choice (" + std::string(to_string(shape.dtype)) +
                                       ", d_head " + std::to_string(shape.d_head) + ")";
         out.push_back({configs[c] ? configs[c]->to_string() : automatic, ran, workspace.shape(),
-                       median, t.front(), t.back(), static_cast<int>(t.size())});
+                       median, t.front(), t.back(), static_cast<int>(t.size()), in_order});
     }
     return out;
 }

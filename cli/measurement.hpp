@@ -2,6 +2,7 @@
 
 // What a benchmark measured: plain data, formatted by report.hpp.
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct Shape {
     int seq_k;
     int heads_kv;  // of K and V; divides heads
     bool causal;
+    std::optional<float> scale;  // softmax scale; default 1/sqrt(d_head)
 
     // 4 * batch * heads * seq_q * seq_k * d_head (two GEMMs of 2 * M * N * K each),
     // halved with causal masking, by the usual convention.
@@ -35,6 +37,7 @@ struct Measurement {
     double min_ms;
     double max_ms;
     int runs;
+    std::vector<double> times_ms;  // every timed run, in the order they ran
 
     double tflops() const { return shape.flop() / (median_ms * 1e-3) / 1e12; }
     // (max - min) / median: the run-to-run spread.

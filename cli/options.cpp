@@ -136,6 +136,7 @@ void GridOptions::add_to(CLI::App& cmd) {
                    "key/value heads, dividing the query heads (grouped-query attention)")
         ->check(positive_integer);
     cmd.add_flag("--causal", causal, "causal masking, aligned at the bottom right");
+    cmd.add_option("--scale", scale, "softmax scale (default 1/sqrt(d_head))");
 }
 
 Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
@@ -152,7 +153,8 @@ Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
             .seq_q = seq,
             .seq_k = seq_k > 0 ? seq_k : seq,
             .heads_kv = h_kv,
-            .causal = causal};
+            .causal = causal,
+            .scale = scale};
 }
 
 }  // namespace flash_attention::cli

@@ -4,6 +4,7 @@
 // option, what was expected and what was given.
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,7 @@ struct GridOptions {
     int heads_kv = 0;  // 0: as many as query heads
     int seq_k = 0;     // 0: equal to the query length
     bool causal = false;
+    std::optional<float> scale;
 
     void add_to(CLI::App& cmd);
     // The shape for one (dtype, d_head, seq) of the grid; UsageError if --heads-kv does

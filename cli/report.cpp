@@ -84,6 +84,7 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
                                          {"min_ms", m.min_ms},
                                          {"max_ms", m.max_ms},
                                          {"runs", m.runs},
+                                         {"times_ms", m.times_ms},
                                          {"tflops", m.tflops()}});
         }
         j["harmonic_mean_tflops"] = nlohmann::json::object();

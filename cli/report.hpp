@@ -12,7 +12,8 @@ namespace flash_attention::cli {
 
 // Rows in the order given; a label's rows are expected to be adjacent. Formats:
 // "table" (with the harmonic mean per label), "csv" (one header line, one line per
-// measurement), "json" ({"device", "measurements": [...], "harmonic_mean_tflops": {...}}).
+// measurement), "json" ({"device", "measurements": [...], "harmonic_mean_tflops": {...}},
+// each measurement with every run's time in the order they ran).
 std::string format_report(const std::vector<Measurement>& results, const std::string& format,
                           const std::string& device);
 

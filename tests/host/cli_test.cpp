@@ -54,19 +54,21 @@ std::vector<cli::Measurement> sample() {
     for (const int seq : {512, 1024, 2048}) {
         v.push_back({c.to_string(),
                      c,
-                     {fa::DType::BF16, 128, 16384 / seq, 16, seq, seq, 16, false},
+                     {fa::DType::BF16, 128, 16384 / seq, 16, seq, seq, 16, false, std::nullopt},
                      0.1 * seq / 512,
                      0.09,
                      0.11,
-                     20});
+                     20,
+                     {}});
     }
     v.push_back({"automatic choice (BF16, d_head 128)",
                  c,
-                 {fa::DType::BF16, 128, 8, 16, 2048, 2048, 16, false},
+                 {fa::DType::BF16, 128, 8, 16, 2048, 2048, 16, false, std::nullopt},
                  0.5,
                  0.5,
                  0.6,
-                 20});
+                 20,
+                 {}});
     return v;
 }
 
