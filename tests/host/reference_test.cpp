@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "reference/reference.hpp"
@@ -105,22 +106,21 @@ TEST(Reference, MaskAndGroupingMatter) {
     EXPECT_FALSE(check(causal, unmasked_out, nullptr).passed)
         << "a non-causal answer passed a causal check";
 
+    // K/V heads 0,1 laid out for 4 query heads as 0,1,0,1 (the wrong grouping: query
+    // head h must read K/V head h / 2, i.e. 0,0,1,1).
     const Case grouped = make(false, 32, 32, 4, 2);
-    HostTensor k_full = HostTensor::random_normal(fa::DType::BF16, 2, 32, 4, 64, 12);
-    // K/V heads 0,1 repeated as 0,0,1,1 gives the grouped answer; 0,1,0,1 does not.
-    for (std::int64_t b = 0; b < 2; ++b)
-        for (std::int64_t s = 0; s < 32; ++s)
-            for (std::int64_t h = 0; h < 4; ++h)
-                for (std::int64_t x = 0; x < 64; ++x)
-                    k_full.values[k_full.offset(b, s, h) + x] =
-                        grouped.k.values[grouped.k.offset(b, s, h % 2) + x];
-    HostTensor v_full = k_full;
-    for (std::int64_t b = 0; b < 2; ++b)
-        for (std::int64_t s = 0; s < 32; ++s)
-            for (std::int64_t h = 0; h < 4; ++h)
-                for (std::int64_t x = 0; x < 64; ++x)
-                    v_full.values[v_full.offset(b, s, h) + x] =
-                        grouped.v.values[grouped.v.offset(b, s, h % 2) + x];
+    const auto interleave_heads = [](const HostTensor& kv) {
+        HostTensor full =
+            HostTensor::random_normal(kv.dtype, kv.batch, kv.seq, 2 * kv.heads, kv.d_head, 1);
+        for (std::int64_t b = 0; b < kv.batch; ++b)
+            for (std::int64_t s = 0; s < kv.seq; ++s)
+                for (std::int64_t h = 0; h < full.heads; ++h)
+                    std::copy_n(&kv.values[kv.offset(b, s, h % kv.heads)], kv.d_head,
+                                &full.values[full.offset(b, s, h)]);
+        return full;
+    };
+    const HostTensor k_full = interleave_heads(grouped.k);
+    const HostTensor v_full = interleave_heads(grouped.v);
     auto [interleaved, lse] = attention(grouped.q, k_full, v_full, 0.125, false);
     EXPECT_FALSE(check(grouped, interleaved, &lse).passed)
         << "head h read K/V head h % 2 and passed";
