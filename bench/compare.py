@@ -20,17 +20,20 @@ import statistics
 import time
 from pathlib import Path
 
-import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
+try:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import flash_attention as fa
-from flash_attention import _C
+    import flash_attention as fa
+    from flash_attention import _C
 
-PEERS = {
-    "FA2": SDPBackend.FLASH_ATTENTION,
-    "cuDNN": SDPBackend.CUDNN_ATTENTION,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-}
+    PEERS = {
+        "FA2": SDPBackend.FLASH_ATTENTION,
+        "cuDNN": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    }
+except ImportError:  # --replot needs neither PyTorch nor a GPU
+    PEERS = {"FA2": None, "cuDNN": None, "efficient": None}
 L2_BYTES = 50 * 2**20
 
 
@@ -119,6 +122,53 @@ def overhead(dtype):
     return shape, results
 
 
+COLORS = {"ours": "#1f77b4", "FA2": "#ff7f0e", "cuDNN": "#2ca02c", "efficient": "#d62728"}
+
+
+def plot(rows, device, path):
+    """TFLOP/s against sequence length, one panel per (dtype, d_head), one colour per
+    implementation in every panel."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    kinds = sorted({(r[0], r[1]) for r in rows}, key=lambda k: (k[0], k[1]))
+    columns = 3
+    lines = (len(kinds) + columns - 1) // columns
+    fig, axes = plt.subplots(lines, columns, figsize=(4.6 * columns, 3.6 * lines), squeeze=False)
+    for ax, (dtype_name, d) in zip(axes.flat, kinds):
+        sel = [r for r in rows if r[0] == dtype_name and r[1] == d]
+        for name in ["ours", *PEERS]:
+            pts = [(r[2], r[5][name]) for r in sel if r[5][name] is not None]
+            label = name if pts else f"{name} (n/a)"
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, color=COLORS[name])
+        ax.set_xscale("log", base=2)
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{dtype_name}, d_head {d}")
+        ax.set_xlabel("sequence length")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    for ax in list(axes.flat)[len(kinds):]:
+        ax.axis("off")
+    fig.suptitle(f"flash_attention vs PyTorch SDPA (non-causal, 16k tokens, hidden 2048), {device}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def rows_from_markdown(path):
+    """The rows of a table this script wrote, to re-plot it without a GPU."""
+    rows, device = [], ""
+    for line in Path(path).read_text().splitlines():
+        if ", torch " in line and not device:
+            device = line.split(",")[1].strip()
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 11 and cells[1].isdigit():
+            rate = lambda c: None if c == "n/a" else float(c)
+            rates = dict(zip(["ours", "FA2", "cuDNN", "efficient"], map(rate, cells[3:7])))
+            rows.append((cells[0], int(cells[1]), int(cells[2]), None, None, rates, {}, {}))
+    return rows, device
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seqs", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
@@ -129,7 +179,12 @@ def main():
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--out", default="docs/compare", help="writes OUT.md and OUT.png")
     parser.add_argument("--overhead-only", action="store_true", help="only the host-overhead table")
+    parser.add_argument("--replot", metavar="MD", help="re-draw OUT.png from a table this script wrote")
     args = parser.parse_args()
+    if args.replot:
+        rows, device = rows_from_markdown(args.replot)
+        plot(rows, device, Path(args.out + ".png"))
+        return
     if args.overhead_only:
         shape, costs = overhead(fa.configs()[0].dtype)
         for name, us in costs.items():
@@ -189,26 +244,7 @@ def main():
     (out.parent / (out.name + ".md")).write_text("\n".join(lines) + "\n")
     print("\n".join(lines[-8:]))
 
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    kinds = sorted({(r[0], r[1]) for r in rows})
-    fig, axes = plt.subplots(1, len(kinds), figsize=(4.2 * len(kinds), 4), squeeze=False)
-    for ax, (dtype_name, d) in zip(axes[0], kinds):
-        sel = [r for r in rows if r[0] == dtype_name and r[1] == d]
-        for name in ["ours", *PEERS]:
-            pts = [(r[2], r[5][name]) for r in sel if r[5][name] is not None]
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
-        ax.set_xscale("log", base=2)
-        ax.set_title(f"{dtype_name}, d_head {d}")
-        ax.set_xlabel("sequence length")
-        ax.set_ylabel("TFLOP/s")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"flash_attention vs PyTorch SDPA, {device}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out.parent / (out.name + ".png"), dpi=110)
+    plot(rows, device, out.parent / (out.name + ".png"))
 
 
 if __name__ == "__main__":
