@@ -36,6 +36,13 @@ KernelArgs kernel_args(const ForwardParams& p) {
             .scale_log2 = static_cast<float>(scale * std::numbers::log2e)};
 }
 
+// Checks the named config against these tensors and device, then launches it.
+void launch(const ForwardParams& params, const KernelConfig& config, const DeviceInfo& device,
+            Stream stream) {
+    validate_config(params, config, device);
+    find_kernel(config)->launch(kernel_args(params), stream);
+}
+
 }  // namespace
 
 TensorView TensorView::contiguous(void* data, DType dtype, std::int64_t batch, std::int64_t seq,
@@ -54,9 +61,7 @@ KernelConfig choose_config(const ForwardParams& params) {
 void forward(const ForwardParams& params, Stream stream) {
     validate_tensors(params);
     const DeviceInfo& device = current_device();
-    const KernelConfig config = choose_kernel(params, device);
-    validate_config(params, config, device);
-    find_kernel(config)->launch(kernel_args(params), stream);
+    launch(params, choose_kernel(params, device), device, stream);
 }
 
 void reload_tuning_cache() {
@@ -65,9 +70,7 @@ void reload_tuning_cache() {
 
 void forward(const ForwardParams& params, const KernelConfig& config, Stream stream) {
     validate_tensors(params);
-    const DeviceInfo& device = current_device();
-    validate_config(params, config, device);
-    find_kernel(config)->launch(kernel_args(params), stream);
+    launch(params, config, current_device(), stream);
 }
 
 }  // namespace flash_attention
