@@ -15,6 +15,7 @@ namespace flash_attention::cli {
 namespace {
 
 struct ProgressionOptions {
+    std::string family = "sm80";
     bool all_block_sizes = false;
     GridOptions grid;
     TimingOptions timing{.runs = 30};
@@ -22,25 +23,38 @@ struct ProgressionOptions {
 };
 
 // The ladder's steps, once per block shape with --all-block-sizes (shapes the config
-// rules reject are left out).
-std::vector<std::vector<KernelConfig>> ladders(bool all_block_sizes) {
-    const std::vector<KernelConfig> steps = space::named_set("progression");
+// rules reject are left out). The sm90 ladder changes its warpgroups along the way, so
+// only its B_c varies.
+std::vector<std::vector<KernelConfig>> ladders(const std::string& family, bool all_block_sizes) {
+    const bool sm90 = family == "sm90";
+    const std::vector<KernelConfig> steps =
+        space::named_set(sm90 ? "progression-sm90" : "progression");
     if (!all_block_sizes)
         return {steps};
     std::vector<std::vector<KernelConfig>> out;
+    const auto add_if_valid = [&](auto reshape) {
+        std::vector<KernelConfig> ladder;
+        for (KernelConfig c : steps) {
+            reshape(c);
+            if (!space::rejecting_rule(c, /*validity_only=*/true))
+                ladder.push_back(c);
+        }
+        if (ladder.size() == steps.size())
+            out.push_back(ladder);
+    };
+    if (sm90) {
+        for (const int B_c : {64, 128})
+            add_if_valid([&](KernelConfig& c) { c.B_c = B_c; });
+        return out;
+    }
     for (const int B_r : {64, 128}) {
         for (const int B_c : {32, 64, 128}) {
             for (const int n_warps : {4, 8}) {
-                std::vector<KernelConfig> ladder;
-                for (KernelConfig c : steps) {
+                add_if_valid([&](KernelConfig& c) {
                     c.B_r = B_r;
                     c.B_c = B_c;
                     c.n_warps = n_warps;
-                    if (!space::rejecting_rule(c, /*validity_only=*/true))
-                        ladder.push_back(c);
-                }
-                if (ladder.size() == steps.size())
-                    out.push_back(ladder);
+                });
             }
         }
     }
@@ -53,7 +67,10 @@ std::string flags_of(const KernelConfig& c) {
 }
 
 int progression(const ProgressionOptions& o) {
-    const auto all = ladders(o.all_block_sizes);
+    const auto all = ladders(o.family, o.all_block_sizes);
+    const std::string set_name = o.family == "sm90"  ? "progression-sm90"
+                                 : o.all_block_sizes ? "progression-all"
+                                                     : "progression";
     std::vector<Candidate> candidates;
     for (const auto& ladder : all) {
         for (const KernelConfig& c : ladder) {
@@ -61,10 +78,8 @@ int progression(const ProgressionOptions& o) {
                 throw UsageError(
                     std::string("progression: expected the ladder's configs in this build, got ") +
                     "kernel set \"" + std::string(built_kernel_set()) + "\" without " +
-                    c.to_string() + " (configure with -DFLASH_KERNELS=" +
-                    (o.all_block_sizes ? "progression-all" : "progression") +
-                    ", or add it to a list such as tune," +
-                    (o.all_block_sizes ? "progression-all" : "progression") + ")");
+                    c.to_string() + " (configure with -DFLASH_KERNELS=" + set_name +
+                    ", or add it to a list such as tune," + set_name + ")");
             }
             candidates.push_back(c);
         }
@@ -72,6 +87,13 @@ int progression(const ProgressionOptions& o) {
     const std::vector<Job> jobs = plan(candidates, o.grid);
     if (!gpu_available())
         return exit_failure;
+    for (const Candidate& c : candidates) {
+        if (!is_supported(*c)) {
+            throw UsageError("--family: expected a family this GPU runs, got " + o.family + " (" +
+                             c->to_string() +
+                             " cannot run here; sm90 kernels need compute capability 9.0)");
+        }
+    }
     const SweepResult result = sweep(candidates, jobs, o.timing);
     const std::string device = current_device_description();
     if (o.format != "table") {
@@ -97,16 +119,29 @@ int progression(const ProgressionOptions& o) {
     std::size_t index = 0;
     for (const auto& ladder : all) {
         const KernelConfig& first = ladder.front();
-        std::printf("\n(%s, %d, %d, %d, %d)\n%-4s %-58s",
-                    std::string(to_string(first.dtype)).c_str(), first.d_head, first.B_r, first.B_c,
-                    first.n_warps, "step", "flags");
+        // A ladder whose steps change the tile shape prints each step's whole config.
+        const bool one_shape =
+            std::all_of(ladder.begin(), ladder.end(), [&](const KernelConfig& c) {
+                return c.B_r == first.B_r && c.B_c == first.B_c && c.n_warps == first.n_warps;
+            });
+        const auto step_name = [&](const KernelConfig& c) {
+            return one_shape ? flags_of(c) : c.to_string();
+        };
+        if (one_shape) {
+            std::printf("\n(%s, %d, %d, %d, %d)\n", std::string(to_string(first.dtype)).c_str(),
+                        first.d_head, first.B_r, first.B_c, first.n_warps);
+        } else {
+            std::printf("\n%s, d_head %d\n", std::string(to_string(first.dtype)).c_str(),
+                        first.d_head);
+        }
+        std::printf("%-4s %-58s", "step", one_shape ? "flags" : "config");
         for (const int seq : seqs)
             std::printf(" %8d", seq);
         std::printf(" %8s %8s %7s\n", seqs.size() > 1 ? "harmonic" : "", "gain", "spread");
         double previous = 0;
         for (std::size_t step = 0; step < ladder.size(); ++step, ++index) {
             const auto& ms = by_candidate[index];
-            std::printf("%-4zu %-58s", step + 1, flags_of(ladder[step]).c_str());
+            std::printf("%-4zu %-58s", step + 1, step_name(ladder[step]).c_str());
             double spread = 0;
             for (const int seq : seqs) {
                 const auto it = std::find_if(ms.begin(), ms.end(), [&](const Measurement& m) {
@@ -143,8 +178,13 @@ void add_progression_command(CLI::App& app, Action& action) {
     CLI::App* cmd = app.add_subcommand(
         "progression",
         "The optimisation ladder: each technique added one at a time, and what it gains");
+    cmd->add_option("--family", o->family,
+                    "sm80 (mma.sync ladder) or sm90 (Hopper ladder: TMA + wgmma, warpgroups, "
+                    "pipeline, overlap, ping-pong)")
+        ->check(CLI::IsMember({"sm80", "sm90"}))
+        ->capture_default_str();
     cmd->add_flag("--all-block-sizes", o->all_block_sizes,
-                  "repeat the ladder over B_r 64/128, B_c 32/64/128, 4/8 warps");
+                  "repeat the ladder over B_r 64/128, B_c 32/64/128, 4/8 warps (sm90: B_c 64/128)");
     o->grid.add_to(*cmd);
     o->timing.add_to(*cmd);
     add_format_option(*cmd, o->format, {"table", "csv", "json"}, "output");

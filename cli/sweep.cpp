@@ -53,12 +53,20 @@ void show_progress(std::size_t done, std::size_t total) {
 std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option) {
     std::vector<Candidate> out;
     int missing = 0;
+    int elsewhere = 0;  // built, but for another GPU (sm90 kernels off Hopper)
+    const bool device = cuda_device_count() > 0;
     for (const KernelConfig& c : space::named_set(set)) {
-        if (is_built(c)) {
-            out.push_back(c);
-        } else {
+        if (!is_built(c)) {
             ++missing;
+        } else if (device && !is_supported(c)) {
+            ++elsewhere;
+        } else {
+            out.push_back(c);
         }
+    }
+    if (elsewhere > 0) {
+        std::cerr << "flash_attention: note: " << elsewhere << " configs of set \"" << set
+                  << "\" cannot run on this GPU (sm90 kernels need compute capability 9.0)\n";
     }
     if (out.empty()) {
         throw UsageError(option + ": expected a set with configs in this build (kernel set \"" +

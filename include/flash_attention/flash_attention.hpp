@@ -70,4 +70,8 @@ const std::vector<KernelConfig>& configs();
 // Whether this build holds a kernel for the config.
 bool is_built(const KernelConfig& config);
 
+// Whether the config is built and the current device can run it (sm90-family kernels
+// need compute capability 9.0; the CTA's shared memory must fit the device).
+bool is_supported(const KernelConfig& config);
+
 }  // namespace flash_attention

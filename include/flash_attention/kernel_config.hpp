@@ -11,6 +11,12 @@ namespace flash_attention {
 enum class DType : int { FP16, BF16 };
 
 std::string_view to_string(DType dtype);
+
+// Kernel families: sm80 (mma.sync, ldmatrix, cp.async; Ampere and later) and sm90
+// (TMA, wgmma, warp specialisation; sm_90a machine code, so Hopper only).
+enum class Family : int { sm80, sm90 };
+
+std::string_view to_string(Family family);
 constexpr std::size_t element_bytes(DType) {
     return 2;
 }
@@ -27,12 +33,16 @@ struct DeviceLimits {
     static constexpr DeviceLimits h100() { return {233472, 232448, 1024, 2048, 32}; }
 };
 
-// Every knob of one compiled sm80-family forward kernel. A structural type, so a
-// KernelConfig value is itself the template argument of the kernel it names.
+// Every knob of one compiled forward kernel. A structural type, so a KernelConfig value
+// is itself the template argument of the kernel it names.
 //
-// Short form: "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax"
-// is (dtype, d_head, B_r, B_c, n_warps) followed by the enabled flags.
+// Short form: (dtype, d_head, B_r, B_c, n_warps) followed by the enabled flags.
+//   sm80: "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax"
+//   sm90: "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong"
+// An sm90 kernel has one producer warpgroup (TMA) and n_warps / 4 - 1 consumer
+// warpgroups of 64 query rows each, so B_r = 64 * consumer warpgroups.
 struct KernelConfig {
+    Family family = Family::sm80;
     DType dtype = DType::FP16;
     int d_head = 128;
     int B_r = 64;  // query rows per CTA
@@ -48,13 +58,30 @@ struct KernelConfig {
     int V_mma_load_K_tiles = 0;
     bool mma_double_buffer_loads = false;  // load step s+1's fragments before step s's MMAs
     bool optimized_softmax = false;        // scale folded into one FFMA per exp2, deferred row sums
+    // sm90 knobs (0/false for sm80).
+    int stages = 0;  // K/V tiles in flight: the depth of the TMA pipeline
+    // Issue S_{j+1} = Q·K_{j+1}ᵀ before O += P_j·V_j so the softmax of one block overlaps
+    // the GEMMs of the next within a warpgroup.
+    bool intra_warpgroup_overlap = false;
+    // Consumer warpgroups take turns issuing GEMMs, so one's softmax overlaps another's GEMMs.
+    bool pingpong = false;
 
     friend constexpr auto operator<=>(const KernelConfig&, const KernelConfig&) = default;
 
     constexpr int n_threads() const { return n_warps * 32; }
     constexpr int rows_per_warp() const { return n_warps > 0 ? B_r / n_warps : 0; }
-    // Q, K and V tiles; O is staged through Q's buffer at the end.
+    constexpr int consumer_warpgroups() const {
+        return family == Family::sm90 ? n_warps / 4 - 1 : 0;
+    }
+    // Q, K and V tiles (sm90: `stages` K and V tiles, 1024 bytes to align the tiles to the
+    // 128-byte swizzle's 1024-byte period, and the pipeline's mbarriers); O is staged
+    // through Q's buffer at the end.
     constexpr std::size_t smem_bytes() const {
+        if (family == Family::sm90) {
+            return static_cast<std::size_t>(B_r + 2 * stages * B_c) * d_head *
+                       element_bytes(dtype) +
+                   1024 + 8 * (1 + 4 * static_cast<std::size_t>(stages > 0 ? stages : 0));
+        }
         return static_cast<std::size_t>(B_r + 2 * B_c) * d_head * element_bytes(dtype);
     }
 

@@ -64,6 +64,10 @@ void forward(const ForwardParams& params, Stream stream) {
     launch(params, choose_kernel(params, device), device, stream);
 }
 
+bool is_supported(const KernelConfig& config) {
+    return device_problem(config, current_device()).empty();
+}
+
 void reload_tuning_cache() {
     tuning::reload();
 }

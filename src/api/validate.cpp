@@ -184,6 +184,43 @@ void validate_tensors(const ForwardParams& p) {
     }
 }
 
+std::string device_problem(const KernelConfig& c, const DeviceInfo& device) {
+    if (find_kernel(c) == nullptr) {
+        const space::Rule* rule = space::rejecting_rule(c, /*validity_only=*/true);
+        return rule ? "a valid config (rule \"" + std::string(rule->name) +
+                          "\": " + std::string(rule->why) + ")"
+                    : "a config compiled into this build (kernel set \"" +
+                          std::string(built_kernel_set()) + "\"; see flash_attention list)";
+    }
+    // sm_90a machine code runs on compute capability 9.0 and nothing else.
+    if (c.family == Family::sm90 && !(device.major == 9 && device.minor == 0)) {
+        return "an sm80-family config on device " + std::to_string(device.index) +
+               " (compute capability " + std::to_string(device.major) + "." +
+               std::to_string(device.minor) + "; sm90 kernels need 9.0)";
+    }
+    if (static_cast<long>(c.smem_bytes()) > device.smem_per_block_optin) {
+        return "at most " + std::to_string(device.smem_per_block_optin) +
+               " bytes of shared memory per CTA on device " + std::to_string(device.index) +
+               " (the config needs " + std::to_string(c.smem_bytes()) + ")";
+    }
+    return {};
+}
+
+std::string tma_problem(const ForwardParams& p) {
+    const std::pair<const char*, const TensorView*> tensors[] = {
+        {"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"o", &p.o}};
+    for (const auto& [name, t] : tensors) {
+        for (int i = 0; i < 3; ++i) {
+            if (t->shape[i] > 1 && t->stride[i] == 0) {
+                return stride_name(name, i) +
+                       ": expected a non-zero stride (the sm90 family's TMA copies need one), "
+                       "got 0";
+            }
+        }
+    }
+    return {};
+}
+
 void validate_config(const ForwardParams& p, const KernelConfig& c, const DeviceInfo& device) {
     if (c.dtype != p.q.dtype) {
         fail(ErrorCode::invalid_argument, "config",
@@ -193,20 +230,13 @@ void validate_config(const ForwardParams& p, const KernelConfig& c, const Device
         fail(ErrorCode::invalid_argument, "config",
              "d_head " + std::to_string(p.q.shape[3]) + " (the tensors')", c.to_string());
     }
-    if (find_kernel(c) == nullptr) {
-        const space::Rule* rule = space::rejecting_rule(c, /*validity_only=*/true);
-        fail(ErrorCode::not_built, "config",
-             rule ? "a valid config (rule \"" + std::string(rule->name) +
-                        "\": " + std::string(rule->why) + ")"
-                  : "a config compiled into this build (kernel set \"" +
-                        std::string(built_kernel_set()) + "\"; see flash_attention list)",
-             c.to_string());
+    if (const std::string problem = device_problem(c, device); !problem.empty()) {
+        fail(find_kernel(c) == nullptr ? ErrorCode::not_built : ErrorCode::unsupported, "config",
+             problem, c.to_string());
     }
-    if (static_cast<long>(c.smem_bytes()) > device.smem_per_block_optin) {
-        fail(ErrorCode::unsupported, "config",
-             "at most " + std::to_string(device.smem_per_block_optin) +
-                 " bytes of shared memory per CTA on device " + std::to_string(device.index),
-             c.to_string() + " (" + std::to_string(c.smem_bytes()) + " bytes)");
+    if (c.family == Family::sm90) {
+        if (const std::string problem = tma_problem(p); !problem.empty())
+            throw Error(ErrorCode::unsupported, problem + " with config " + c.to_string());
     }
 }
 

@@ -27,6 +27,14 @@ void validate_tensors(const ForwardParams& params);
 void validate_config(const ForwardParams& params, const KernelConfig& config,
                      const DeviceInfo& device);
 
+// Why `config` cannot run on `device` whatever the tensors (not built, another family's
+// GPU, too much shared memory), or an empty string.
+std::string device_problem(const KernelConfig& config, const DeviceInfo& device);
+
+// Why the sm90 family's TMA cannot address these tensors (a zero stride along a
+// dimension of size > 1, e.g. a broadcast K/V), or an empty string.
+std::string tma_problem(const ForwardParams& params);
+
 // The problem's softmax scale: the given one or 1/sqrt(d_head).
 float softmax_scale(const ForwardParams& params);
 

@@ -36,57 +36,122 @@ bool copies_split_evenly(const KernelConfig& c) {
 // ptxas gives a thread at most 255 registers; past that it spills to local memory.
 constexpr int k_register_budget = 255;
 
+constexpr bool sm80(const KernelConfig& c) {
+    return c.family == Family::sm80;
+}
+constexpr bool sm90(const KernelConfig& c) {
+    return c.family == Family::sm90;
+}
+
+bool has_sm80_knobs(const KernelConfig& c) {
+    return c.async_copy || c.eager_load_blocks || c.swizzled || c.Q_mma_load_K_tiles != 0 ||
+           c.K_mma_load_K_tiles != 0 || c.V_mma_load_K_tiles != 0 || c.mma_double_buffer_loads ||
+           c.optimized_softmax;
+}
+
+bool has_sm90_knobs(const KernelConfig& c) {
+    return c.stages != 0 || c.intra_warpgroup_overlap || c.pingpong;
+}
+
+// Registers per consumer thread that setmaxnreg can grant: the producer warpgroup drops
+// to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
+constexpr int sm90_consumer_registers(const KernelConfig& c) {
+    return c.consumer_warpgroups() >= 3 ? 160 : 240;
+}
+
 constexpr std::array k_rules = {
+    Rule{"family", RuleKind::validity, "the sm80 and sm90 families exist",
+         [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
     Rule{"dtype", RuleKind::validity, "only FP16 and BF16 kernels exist",
          [](const KernelConfig& c) { return c.dtype != DType::FP16 && c.dtype != DType::BF16; }},
     Rule{
         "d_head", RuleKind::validity,
         "head dims 64, 128 and 256 are instantiated (swizzling needs rows of 8 16-byte chunks)",
         [](const KernelConfig& c) { return c.d_head != 64 && c.d_head != 128 && c.d_head != 256; }},
+    // sm80 family.
+    Rule{"sm80_knobs", RuleKind::validity,
+         "stages, overlap and pingpong are sm90 knobs (add the sm90 flag)",
+         [](const KernelConfig& c) { return sm80(c) && has_sm90_knobs(c); }},
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
-         [](const KernelConfig& c) { return c.n_warps != 4 && c.n_warps != 8; }},
+         [](const KernelConfig& c) { return sm80(c) && c.n_warps != 4 && c.n_warps != 8; }},
     Rule{"rows_per_warp", RuleKind::validity,
          "each warp owns 16 or 32 query rows (one or two m16 MMA tiles)",
          [](const KernelConfig& c) {
-             return c.B_r % c.n_warps != 0 || (c.rows_per_warp() != 16 && c.rows_per_warp() != 32);
+             return sm80(c) && (c.B_r % c.n_warps != 0 ||
+                                (c.rows_per_warp() != 16 && c.rows_per_warp() != 32));
          }},
     Rule{"B_c", RuleKind::validity, "B_c is 16, 32, 64 or 128 (a whole number of k16 MMA tiles)",
          [](const KernelConfig& c) {
-             return c.B_c != 16 && c.B_c != 32 && c.B_c != 64 && c.B_c != 128;
+             return sm80(c) && c.B_c != 16 && c.B_c != 32 && c.B_c != 64 && c.B_c != 128;
          }},
     Rule{"copy_split", RuleKind::validity,
          "every thread copies the same number of 16-byte chunks of each tile",
-         [](const KernelConfig& c) { return !copies_split_evenly(c); }},
+         [](const KernelConfig& c) { return sm80(c) && !copies_split_evenly(c); }},
     Rule{"eager_needs_async", RuleKind::validity,
          "prefetching the next block only overlaps compute when the copy is asynchronous",
-         [](const KernelConfig& c) { return c.eager_load_blocks && !c.async_copy; }},
+         [](const KernelConfig& c) { return sm80(c) && c.eager_load_blocks && !c.async_copy; }},
     Rule{"q_tiles", RuleKind::validity,
          "Q fragments are either held whole (0) or streamed in step with K's",
          [](const KernelConfig& c) {
-             return c.Q_mma_load_K_tiles != 0 && c.Q_mma_load_K_tiles != c.K_mma_load_K_tiles;
+             return sm80(c) && c.Q_mma_load_K_tiles != 0 &&
+                    c.Q_mma_load_K_tiles != c.K_mma_load_K_tiles;
          }},
     Rule{"k_tiles", RuleKind::validity, "K's load count divides d_head/16 k-tiles",
          [](const KernelConfig& c) {
-             return c.K_mma_load_K_tiles < 0 || c.K_mma_load_K_tiles > k_tiles_total(c) ||
-                    (c.K_mma_load_K_tiles != 0 && k_tiles_total(c) % c.K_mma_load_K_tiles != 0);
+             return sm80(c) &&
+                    (c.K_mma_load_K_tiles < 0 || c.K_mma_load_K_tiles > k_tiles_total(c) ||
+                     (c.K_mma_load_K_tiles != 0 && k_tiles_total(c) % c.K_mma_load_K_tiles != 0));
          }},
     Rule{"v_tiles", RuleKind::validity, "V's load count divides B_c/16 k-tiles",
          [](const KernelConfig& c) {
-             return c.V_mma_load_K_tiles < 0 || c.V_mma_load_K_tiles > v_tiles_total(c) ||
-                    (c.V_mma_load_K_tiles != 0 && v_tiles_total(c) % c.V_mma_load_K_tiles != 0);
+             return sm80(c) &&
+                    (c.V_mma_load_K_tiles < 0 || c.V_mma_load_K_tiles > v_tiles_total(c) ||
+                     (c.V_mma_load_K_tiles != 0 && v_tiles_total(c) % c.V_mma_load_K_tiles != 0));
          }},
     Rule{"buffer_needs_steps", RuleKind::validity,
          "double buffering needs a GEMM whose fragments arrive in two or more steps",
-         [](const KernelConfig& c) { return c.mma_double_buffer_loads && !splits_a_gemm(c); }},
+         [](const KernelConfig& c) {
+             return sm80(c) && c.mma_double_buffer_loads && !splits_a_gemm(c);
+         }},
     Rule{"smem", RuleKind::validity,
          "shared memory fits one CTA on an A100 (163 KB), the smallest sm_80+ target we build",
          [](const KernelConfig& c) {
-             return c.smem_bytes() >
-                    static_cast<std::size_t>(DeviceLimits::a100().smem_per_block_optin);
+             return sm80(c) && c.smem_bytes() > static_cast<std::size_t>(
+                                                    DeviceLimits::a100().smem_per_block_optin);
+         }},
+    // sm90 family.
+    Rule{"sm90_knobs", RuleKind::validity,
+         "async, eager, swizzled, load_Q_K_V_tiles, buffer and opt_softmax are sm80 knobs "
+         "(TMA, 128-byte swizzling and the base-2 softmax are always on in sm90 kernels)",
+         [](const KernelConfig& c) { return sm90(c) && has_sm80_knobs(c); }},
+    Rule{"warpgroups", RuleKind::validity,
+         "8, 12 or 16 warps: one producer warpgroup and 1 to 3 consumer warpgroups",
+         [](const KernelConfig& c) {
+             return sm90(c) && c.n_warps != 8 && c.n_warps != 12 && c.n_warps != 16;
+         }},
+    Rule{"warpgroup_rows", RuleKind::validity,
+         "each consumer warpgroup owns 64 query rows (one m64 wgmma tile): B_r = 64 x consumers",
+         [](const KernelConfig& c) { return sm90(c) && c.B_r != 64 * c.consumer_warpgroups(); }},
+    Rule{"wgmma_n", RuleKind::validity,
+         "B_c is 64 or 128 (the N of S = Q·Kᵀ's wgmma, which this library instantiates)",
+         [](const KernelConfig& c) { return sm90(c) && c.B_c != 64 && c.B_c != 128; }},
+    Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
+         [](const KernelConfig& c) { return sm90(c) && (c.stages < 1 || c.stages > 4); }},
+    Rule{
+        "pingpong_needs_two", RuleKind::validity,
+        "ping-pong alternates two or more consumer warpgroups",
+        [](const KernelConfig& c) { return sm90(c) && c.pingpong && c.consumer_warpgroups() < 2; }},
+    Rule{"sm90_smem", RuleKind::validity, "shared memory fits one CTA on an H100 (227 KB)",
+         [](const KernelConfig& c) {
+             return sm90(c) && c.smem_bytes() > static_cast<std::size_t>(
+                                                    DeviceLimits::h100().smem_per_block_optin);
          }},
     Rule{"register_budget", RuleKind::pruning,
-         "the live fragments and accumulators would exceed 255 registers and spill",
-         [](const KernelConfig& c) { return estimated_registers(c) > k_register_budget; }},
+         "the live fragments and accumulators would exceed the register budget and spill",
+         [](const KernelConfig& c) {
+             return estimated_registers(c) >
+                    (sm90(c) ? sm90_consumer_registers(c) : k_register_budget);
+         }},
 };
 
 template <class T>
@@ -120,6 +185,21 @@ std::vector<KernelConfig> progression() {
         "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer",
         "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax",
         "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_0_2_2_tiles+opt_softmax",
+    });
+}
+
+// The Hopper ladder, one technique per step, at the shape the sm90 tune set favours
+// for d_head 128: TMA + wgmma + a producer warpgroup with one consumer warpgroup and
+// no pipelining, then a second consumer warpgroup, a two-stage K/V pipeline, softmax
+// overlapped with the next block's GEMMs within a warpgroup, and ping-pong between
+// warpgroups.
+std::vector<KernelConfig> progression_sm90() {
+    return parse_all({
+        "(BF16, 128, 64, 128, 8): sm90+stages_1",
+        "(BF16, 128, 128, 128, 12): sm90+stages_1",
+        "(BF16, 128, 128, 128, 12): sm90+stages_2",
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap",
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong",
     });
 }
 
@@ -172,6 +252,37 @@ ValueSets tune_values() {
     };
 }
 
+// Hopper: 2 or 3 consumer warpgroups, 2 or 3 stages, with intra-warpgroup overlap (the
+// ladder measures it off), ping-pong on and off.
+ValueSets tune_values_sm90() {
+    return {
+        .dtypes = {DType::FP16, DType::BF16},
+        .d_heads = {64, 128, 256},
+        .B_rs = {128, 192},
+        .B_cs = {64, 128},
+        .n_warps = {12, 16},
+        .async_copy = {false},
+        .eager_load_blocks = {false},
+        .swizzled = {false},
+        .load_tiles = {{0, 0, 0}},
+        .double_buffer = {false},
+        .optimized_softmax = {false},
+        .families = {Family::sm90},
+        .stages = {2, 3},
+        .intra_warpgroup_overlap = {true},
+        .pingpong = {false, true},
+    };
+}
+
+ValueSets all_values_sm90() {
+    ValueSets v = tune_values_sm90();
+    v.B_rs = {64, 128, 192};
+    v.n_warps = {8, 12, 16};
+    v.stages = {1, 2, 3, 4};
+    v.intra_warpgroup_overlap = {false, true};
+    return v;
+}
+
 ValueSets all_values() {
     return {
         .dtypes = {DType::FP16, DType::BF16},
@@ -190,7 +301,8 @@ ValueSets all_values() {
 
 // Quick to compile, yet every code path is in it: the automatic choice's configs for
 // both dtypes and head dims, a plain-load unswizzled textbook-softmax kernel, a
-// non-eager asynchronous one with 8 warps and Q held in registers, and d_head 256.
+// non-eager asynchronous one with 8 warps and Q held in registers, d_head 256, and
+// sm90 kernels with and without pipelining, overlap and ping-pong (2 and 3 consumers).
 std::vector<KernelConfig> ci() {
     return parse_all({
         "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
@@ -200,6 +312,9 @@ std::vector<KernelConfig> ci() {
         "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
         "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
         "(BF16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong",
+        "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
+        "(BF16, 256, 64, 64, 8): sm90+stages_1",
     });
 }
 
@@ -212,6 +327,12 @@ std::span<const Rule> rules() {
 int estimated_registers(const KernelConfig& c) {
     if (c.n_warps <= 0 || c.d_head <= 0 || c.B_c <= 0)
         return 0;
+    if (c.family == Family::sm90) {
+        // A consumer thread holds its share of the warpgroup's m64 tiles: O (64 x d_head
+        // fp32 over 128 threads), S (64 x B_c fp32) and P (S as 16-bit pairs), plus
+        // addresses, barrier phases and softmax state.
+        return c.d_head / 2 + c.B_c / 2 + c.B_c / 4 + 48;
+    }
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
     // Q's fragments when held whole (16-bit pairs), and the rest: fragments in flight,
     // addresses and softmax state, 48 up to d_head 128 and growing with the width of a
@@ -267,6 +388,7 @@ auto field(T KernelConfig::*member) {
 
 std::vector<KernelConfig> ValueSets::expand() const {
     std::vector<KernelConfig> v{KernelConfig{}};
+    v = times(v, families, field(&KernelConfig::family));
     v = times(v, dtypes, field(&KernelConfig::dtype));
     v = times(v, d_heads, field(&KernelConfig::d_head));
     v = times(v, B_rs, field(&KernelConfig::B_r));
@@ -282,12 +404,15 @@ std::vector<KernelConfig> ValueSets::expand() const {
     });
     v = times(v, double_buffer, field(&KernelConfig::mma_double_buffer_loads));
     v = times(v, optimized_softmax, field(&KernelConfig::optimized_softmax));
+    v = times(v, stages, field(&KernelConfig::stages));
+    v = times(v, intra_warpgroup_overlap, field(&KernelConfig::intra_warpgroup_overlap));
+    v = times(v, pingpong, field(&KernelConfig::pingpong));
     std::erase_if(v, [](const KernelConfig& c) { return rejecting_rule(c) != nullptr; });
     return sorted_unique(std::move(v));
 }
 
 std::vector<std::string_view> set_names() {
-    return {"ci", "progression", "progression-all", "tune", "all"};
+    return {"ci", "progression", "progression-all", "progression-sm90", "tune", "all"};
 }
 
 std::vector<KernelConfig> named_set(std::string_view name) {
@@ -308,10 +433,17 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         return progression();  // ladder order, not sorted
     if (name == "progression-all")
         return sorted_unique(progression_all_block_sizes());
-    if (name == "tune")
-        return tune_values().expand();
+    if (name == "progression-sm90")
+        return progression_sm90();  // ladder order, not sorted
+    if (name == "tune") {
+        std::vector<KernelConfig> v = tune_values().expand();
+        append_unique(v, tune_values_sm90().expand());
+        return sorted_unique(std::move(v));
+    }
     if (name == "all") {
         std::vector<KernelConfig> v = all_values().expand();
+        append_unique(v, all_values_sm90().expand());
+        append_unique(v, progression_sm90());
         append_unique(v, progression_all_block_sizes());
         append_unique(v, ci());
         return sorted_unique(std::move(v));

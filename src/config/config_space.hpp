@@ -1,6 +1,6 @@
 #pragma once
 
-// The space of sm80-family kernel configs: the value set of every knob, the rules
+// The space of kernel configs of both families: the value set of every knob, the rules
 // that drop invalid or wasteful combinations, and the named sets that builds,
 // tests and the command line draw from. Host code only; no CUDA needed.
 
@@ -33,7 +33,8 @@ std::span<const Rule> rules();
 // wasteful config on purpose).
 const Rule* rejecting_rule(const KernelConfig& config, bool validity_only = false);
 
-// Registers per thread the main loop needs, estimated from the tile shapes.
+// Registers per thread the main loop needs, estimated from the tile shapes (sm90: per
+// consumer thread).
 int estimated_registers(const KernelConfig& config);
 
 // One value list per knob; expand() is their filtered Cartesian product.
@@ -43,11 +44,16 @@ struct ValueSets {
     std::vector<bool> async_copy, eager_load_blocks, swizzled;
     std::vector<std::array<int, 3>> load_tiles;  // (Q, K, V) mma_load_K_tiles
     std::vector<bool> double_buffer, optimized_softmax;
+    // sm90 knobs; the defaults give sm80 configs.
+    std::vector<Family> families{Family::sm80};
+    std::vector<int> stages{0};
+    std::vector<bool> intra_warpgroup_overlap{false}, pingpong{false};
 
     std::vector<KernelConfig> expand() const;
 };
 
-// Names accepted by named_set(): progression, progression-all, tune, ci, all.
+// Names accepted by named_set(): ci, progression, progression-all, progression-sm90, tune,
+// all.
 std::vector<std::string_view> set_names();
 
 // The configs of a named set, sorted and unique (the progression ladder in step order),

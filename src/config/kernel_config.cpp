@@ -21,6 +21,16 @@ std::string_view to_string(DType dtype) {
     return "?";
 }
 
+std::string_view to_string(Family family) {
+    switch (family) {
+        case Family::sm80:
+            return "sm80";
+        case Family::sm90:
+            return "sm90";
+    }
+    return "?";
+}
+
 int KernelConfig::ctas_per_sm(const DeviceLimits& limits) const {
     const auto smem = static_cast<long>(smem_bytes());
     if (smem > limits.smem_per_block_optin || n_threads() <= 0) {
@@ -35,18 +45,35 @@ std::string KernelConfig::to_string() const {
     std::string s = "(" + std::string(flash_attention::to_string(dtype)) + ", " +
                     std::to_string(d_head) + ", " + std::to_string(B_r) + ", " +
                     std::to_string(B_c) + ", " + std::to_string(n_warps) + "): ";
+    std::vector<std::string> flags;
+    const bool sm90 = family == Family::sm90;
+    if (sm90)
+        flags.push_back("sm90");
+    // sm80 knobs; set on an sm90 config only in invalid configs, printed so that
+    // parse(to_string()) still round-trips them into the error message.
     if (async_copy)
-        s += "async+";
+        flags.push_back("async");
     if (eager_load_blocks)
-        s += "eager+";
+        flags.push_back("eager");
     if (swizzled)
-        s += "swizzled+";
-    s += "load_" + std::to_string(Q_mma_load_K_tiles) + "_" + std::to_string(K_mma_load_K_tiles) +
-         "_" + std::to_string(V_mma_load_K_tiles) + "_tiles";
+        flags.push_back("swizzled");
+    if (!sm90 || Q_mma_load_K_tiles != 0 || K_mma_load_K_tiles != 0 || V_mma_load_K_tiles != 0) {
+        flags.push_back("load_" + std::to_string(Q_mma_load_K_tiles) + "_" +
+                        std::to_string(K_mma_load_K_tiles) + "_" +
+                        std::to_string(V_mma_load_K_tiles) + "_tiles");
+    }
     if (mma_double_buffer_loads)
-        s += "+buffer";
+        flags.push_back("buffer");
     if (optimized_softmax)
-        s += "+opt_softmax";
+        flags.push_back("opt_softmax");
+    if (sm90 || stages != 0)
+        flags.push_back("stages_" + std::to_string(stages));
+    if (intra_warpgroup_overlap)
+        flags.push_back("overlap");
+    if (pingpong)
+        flags.push_back("pingpong");
+    for (std::size_t i = 0; i < flags.size(); ++i)
+        s += (i ? "+" : "") + flags[i];
     return s;
 }
 
@@ -87,6 +114,16 @@ class Parser {
                     "invalid kernel config \"" + std::string(text_) + "\": " + what);
     }
 
+    int non_negative_int(std::string_view token, std::string_view what) const {
+        int value = -1;
+        const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+        if (token.empty() || ec != std::errc() || end != token.data() + token.size() || value < 0) {
+            fail(std::string(what) + " \"" + std::string(token) +
+                 "\" is not a non-negative integer");
+        }
+        return value;
+    }
+
     int positive_int(std::string_view token, std::string_view field) const {
         int value = 0;
         const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
@@ -108,16 +145,9 @@ class Parser {
         if (numbers.size() != 3) {
             fail("flag \"" + std::string(token) + "\" must be load_Q_K_V_tiles with three counts");
         }
-        for (int i = 0; i < 3; ++i) {
-            int value = -1;
-            const auto n = numbers[i];
-            const auto [end, ec] = std::from_chars(n.data(), n.data() + n.size(), value);
-            if (n.empty() || ec != std::errc() || end != n.data() + n.size() || value < 0) {
-                fail("flag \"" + std::string(token) + "\" has a tile count \"" + std::string(n) +
-                     "\" that is not a non-negative integer");
-            }
-            tiles[i] = value;
-        }
+        for (int i = 0; i < 3; ++i)
+            tiles[i] =
+                non_negative_int(numbers[i], "flag \"" + std::string(token) + "\": tile count");
         c.Q_mma_load_K_tiles = tiles[0];
         c.K_mma_load_K_tiles = tiles[1];
         c.V_mma_load_K_tiles = tiles[2];
@@ -153,7 +183,7 @@ class Parser {
             fail("expected \":\" after the tuple");
         rest = trim(rest.substr(1));
         if (rest.empty())
-            fail("missing flags after \":\" (at least load_Q_K_V_tiles)");
+            fail("missing flags after \":\" (at least load_Q_K_V_tiles, or sm90+stages_N)");
 
         bool seen_load = false;
         std::vector<std::string_view> seen;
@@ -174,6 +204,15 @@ class Parser {
                 c.mma_double_buffer_loads = true;
             } else if (token == "opt_softmax") {
                 c.optimized_softmax = true;
+            } else if (token == "sm90") {
+                c.family = Family::sm90;
+            } else if (token.starts_with("stages_")) {
+                c.stages = non_negative_int(token.substr(7),
+                                            "flag \"" + std::string(token) + "\": stage count");
+            } else if (token == "overlap") {
+                c.intra_warpgroup_overlap = true;
+            } else if (token == "pingpong") {
+                c.pingpong = true;
             } else if (token.starts_with("load_")) {
                 if (seen_load)
                     fail("more than one load_Q_K_V_tiles flag");
@@ -181,12 +220,12 @@ class Parser {
                 load_tiles(token, c);
             } else {
                 fail("unknown flag \"" + std::string(token) +
-                     "\" (expected async, eager, swizzled, load_Q_K_V_tiles, buffer or "
-                     "opt_softmax)");
+                     "\" (expected async, eager, swizzled, load_Q_K_V_tiles, buffer, "
+                     "opt_softmax, sm90, stages_N, overlap or pingpong)");
             }
         }
-        if (!seen_load)
-            fail("missing the load_Q_K_V_tiles flag");
+        if (!seen_load && c.family == Family::sm80)
+            fail("missing the load_Q_K_V_tiles flag (or sm90 for a Hopper kernel)");
         return c;
     }
 
@@ -207,9 +246,10 @@ std::size_t std::hash<flash_attention::KernelConfig>::operator()(
     // Every field is small; pack them into one word and mix.
     std::size_t h = static_cast<std::size_t>(c.dtype);
     for (const int v :
-         {c.d_head, c.B_r, c.B_c, c.n_warps, int(c.async_copy), int(c.eager_load_blocks),
-          int(c.swizzled), c.Q_mma_load_K_tiles, c.K_mma_load_K_tiles, c.V_mma_load_K_tiles,
-          int(c.mma_double_buffer_loads), int(c.optimized_softmax)}) {
+         {int(c.family), c.d_head, c.B_r, c.B_c, c.n_warps, int(c.async_copy),
+          int(c.eager_load_blocks), int(c.swizzled), c.Q_mma_load_K_tiles, c.K_mma_load_K_tiles,
+          c.V_mma_load_K_tiles, int(c.mma_double_buffer_loads), int(c.optimized_softmax), c.stages,
+          int(c.intra_warpgroup_overlap), int(c.pingpong)}) {
         h = h * 1000003u ^ static_cast<std::size_t>(v);
     }
     return h ^ (h >> 29);

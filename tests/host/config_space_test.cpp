@@ -57,6 +57,62 @@ TEST(ConfigSpace, EveryRuleRejectsWhatItSays) {
               "register_budget");
 }
 
+TEST(ConfigSpace, EverySm90RuleRejectsWhatItSays) {
+    const KernelConfig hopper =
+        KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong");
+    EXPECT_EQ(rejected_by(hopper), "");
+    auto with = [&](auto change) {
+        KernelConfig c = hopper;
+        change(c);
+        return rejected_by(c);
+    };
+    EXPECT_EQ(with([](KernelConfig& c) { c.family = static_cast<fa::Family>(5); }), "family");
+    EXPECT_EQ(with([](KernelConfig& c) { c.swizzled = true; }), "sm90_knobs");
+    EXPECT_EQ(with([](KernelConfig& c) { c.optimized_softmax = true; }), "sm90_knobs");
+    EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 4; }), "warpgroups");
+    EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 192; }), "warpgroup_rows");
+    EXPECT_EQ(with([](KernelConfig& c) { c.B_c = 96; }), "wgmma_n");
+    EXPECT_EQ(with([](KernelConfig& c) { c.stages = 0; }), "stages");
+    EXPECT_EQ(with([](KernelConfig& c) { c.stages = 5; }), "stages");
+    EXPECT_EQ(with([](KernelConfig& c) {
+                  c.n_warps = 8;
+                  c.B_r = 64;
+              }),
+              "pingpong_needs_two");
+    EXPECT_EQ(with([](KernelConfig& c) { c.stages = 4; }), "sm90_smem");
+    EXPECT_EQ(with([](KernelConfig& c) {
+                  c.d_head = 256;  // O, S and P of 128 columns: 272 registers
+                  c.stages = 1;
+              }),
+              "register_budget");
+    // sm90 knobs on an sm80 config.
+    KernelConfig sm80 = good();
+    sm80.pingpong = true;
+    EXPECT_EQ(rejected_by(sm80), "sm80_knobs");
+}
+
+TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
+    const auto tune = fa::space::named_set("tune");
+    for (const fa::DType dtype : {fa::DType::FP16, fa::DType::BF16}) {
+        for (const int d : {64, 128, 256}) {
+            EXPECT_TRUE(std::any_of(tune.begin(), tune.end(), [&](const KernelConfig& c) {
+                return c.family == fa::Family::sm90 && c.dtype == dtype && c.d_head == d;
+            })) << d;
+        }
+    }
+    const auto ladder = fa::space::named_set("progression-sm90");
+    ASSERT_EQ(ladder.size(), 5u);
+    for (const KernelConfig& c : ladder) {
+        EXPECT_EQ(c.family, fa::Family::sm90);
+        EXPECT_EQ(rejected_by(c), "") << c.to_string();
+    }
+    // Each step adds one technique: more consumers, more stages, overlap, ping-pong.
+    EXPECT_LT(ladder[0].consumer_warpgroups(), ladder[1].consumer_warpgroups());
+    EXPECT_LT(ladder[1].stages, ladder[2].stages);
+    EXPECT_TRUE(!ladder[2].intra_warpgroup_overlap && ladder[3].intra_warpgroup_overlap);
+    EXPECT_TRUE(!ladder[3].pingpong && ladder[4].pingpong);
+}
+
 TEST(ConfigSpace, CopySplitRule) {
     // 8 warps copying a 16-row tile of 64-wide rows: 128 chunks for 256 threads.
     const KernelConfig c = KernelConfig::parse("(FP16, 64, 128, 16, 8): async+load_1_1_1_tiles");

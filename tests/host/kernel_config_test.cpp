@@ -6,6 +6,7 @@
 #include "config/config_space.hpp"
 #include "flash_attention/error.hpp"
 #include "flash_attention/kernel_config.hpp"
+#include "kernels/config_code.hpp"
 
 namespace fa = flash_attention;
 using fa::KernelConfig;
@@ -67,6 +68,38 @@ TEST(KernelConfig, RoundTripsEveryConfigOfEverySet) {
             EXPECT_EQ(KernelConfig::parse(s).to_string(), s);
         }
     }
+}
+
+TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
+    const char* text = "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong";
+    const KernelConfig c = KernelConfig::parse(text);
+    EXPECT_EQ(c.family, fa::Family::sm90);
+    EXPECT_EQ(c.stages, 2);
+    EXPECT_TRUE(c.intra_warpgroup_overlap);
+    EXPECT_TRUE(c.pingpong);
+    EXPECT_EQ(c.consumer_warpgroups(), 2);
+    EXPECT_FALSE(c.async_copy || c.swizzled || c.optimized_softmax);
+    EXPECT_EQ(c.to_string(), text);
+    EXPECT_EQ(KernelConfig::parse("(BF16, 64, 64, 64, 8): stages_1+sm90").to_string(),
+              "(BF16, 64, 64, 64, 8): sm90+stages_1");
+    // Q, 2 x 2 K/V stages of 128 x 128 16-bit, the alignment pad and 9 mbarriers.
+    EXPECT_EQ(c.smem_bytes(), (128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 9);
+    EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_x").find("stages_x"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_-1").find("stages_-1"),
+              std::string::npos);
+    // Without sm90 a config is sm80 and needs its load flag.
+    EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): stages_2").find("load_Q_K_V_tiles"),
+              std::string::npos);
+}
+
+TEST(KernelConfig, FamiliesDifferInOrderAndHash) {
+    KernelConfig a = KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2");
+    KernelConfig b = a;
+    b.stages = 3;
+    EXPECT_LT(a, b);
+    EXPECT_NE(std::hash<KernelConfig>{}(a), std::hash<KernelConfig>{}(b));
+    EXPECT_LT(KernelConfig::parse(k_full), a);  // sm80 sorts first
 }
 
 TEST(KernelConfig, AcceptsWhitespaceCaseFlagOrderAndTheShortLoadToken) {
@@ -132,4 +165,9 @@ TEST(KernelConfig, SharedMemoryAndOccupancy) {
     KernelConfig huge = c;
     huge.B_r = 1024;
     EXPECT_EQ(huge.ctas_per_sm(fa::DeviceLimits::a100()), 0);
+}
+
+TEST(KernelConfig, EveryConfigSurvivesTheKernelParameterPacking) {
+    for (const KernelConfig& c : fa::space::named_set("all"))
+        EXPECT_EQ(fa::unpack(fa::pack(c)), c) << c.to_string();
 }

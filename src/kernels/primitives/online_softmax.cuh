@@ -30,6 +30,15 @@ class OnlineSoftmax {
     // and sum, and rescales the output accumulator O by exp(old max - new max).
     template <int NT, int NTO>
     __device__ __forceinline__ void update(float (&s)[MT][NT][4], float (&o)[MT][NTO][4]) {
+        exponentiate(s);
+        rescale(o);
+    }
+
+    // update()'s first half, for kernels whose O is still being written by an in-flight
+    // GEMM: S becomes probabilities, the max and sum move on, and the factor O must be
+    // rescaled by is kept for rescale().
+    template <int NT>
+    __device__ __forceinline__ void exponentiate(float (&s)[MT][NT][4]) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -85,10 +94,22 @@ class OnlineSoftmax {
                     sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
                 }
                 max_[mt][h] = row_max;
+                alpha_[mt][h] = alpha;
+            }
+        }
+    }
+
+    // O *= exp(old max - new max) of the last exponentiate().
+    template <int NTO>
+    __device__ __forceinline__ void rescale(float (&o)[MT][NTO][4]) const {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
 #pragma unroll
                 for (int nt = 0; nt < NTO; ++nt) {
-                    o[mt][nt][2 * h] *= alpha;
-                    o[mt][nt][2 * h + 1] *= alpha;
+                    o[mt][nt][2 * h] *= alpha_[mt][h];
+                    o[mt][nt][2 * h + 1] *= alpha_[mt][h];
                 }
             }
         }
@@ -132,6 +153,7 @@ class OnlineSoftmax {
     float scale_log2_;
     float max_[MT][2];
     float sum_[MT][2];
+    float alpha_[MT][2];
 };
 
 }  // namespace flash_attention

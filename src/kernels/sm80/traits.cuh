@@ -3,71 +3,12 @@
 // Compile-time expansion of a KernelConfig into the sm80 kernel's tile shapes,
 // shared-memory layout and fragment counts.
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "flash_attention/kernel_config.hpp"
+#include "kernels/config_code.hpp"
+#include "kernels/primitives/element.cuh"
 #include "kernels/primitives/smem_tile.cuh"
 
 namespace flash_attention::sm80 {
-
-template <DType dtype>
-struct Element;
-template <>
-struct Element<DType::FP16> {
-    using type = __half;
-};
-template <>
-struct Element<DType::BF16> {
-    using type = __nv_bfloat16;
-};
-
-// __global__ templates take the config packed into one integer: nvcc's host stubs
-// cannot spell a class-type template argument (seen with nvcc 13.0).
-inline constexpr int k_field_bits[13] = {2, 10, 9, 9, 5, 1, 1, 1, 4, 4, 4, 1, 1};  // 52 bits
-
-constexpr unsigned long long pack(const KernelConfig& c) {
-    const int fields[13] = {static_cast<int>(c.dtype),
-                            c.d_head,
-                            c.B_r,
-                            c.B_c,
-                            c.n_warps,
-                            int(c.async_copy),
-                            int(c.eager_load_blocks),
-                            int(c.swizzled),
-                            c.Q_mma_load_K_tiles,
-                            c.K_mma_load_K_tiles,
-                            c.V_mma_load_K_tiles,
-                            int(c.mma_double_buffer_loads),
-                            int(c.optimized_softmax)};
-    unsigned long long code = 0;
-    for (int i = 0; i < 13; ++i) {
-        code = (code << k_field_bits[i]) |
-               (static_cast<unsigned long long>(fields[i]) & ((1ull << k_field_bits[i]) - 1));
-    }
-    return code;
-}
-
-constexpr KernelConfig unpack(unsigned long long code) {
-    int f[13] = {};
-    for (int i = 12; i >= 0; --i) {
-        f[i] = static_cast<int>(code & ((1ull << k_field_bits[i]) - 1));
-        code >>= k_field_bits[i];
-    }
-    return {static_cast<DType>(f[0]),
-            f[1],
-            f[2],
-            f[3],
-            f[4],
-            f[5] != 0,
-            f[6] != 0,
-            f[7] != 0,
-            f[8],
-            f[9],
-            f[10],
-            f[11] != 0,
-            f[12] != 0};
-}
 
 template <KernelConfig C>
 struct Traits {

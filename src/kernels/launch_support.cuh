@@ -1,0 +1,56 @@
+#pragma once
+
+// Host-side pieces every kernel family's make_ops<Config>() shares: the dynamic
+// shared-memory opt-in, the occupancy query and the compiled resources of a kernel.
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <mutex>
+
+#include "common/cuda_check.hpp"
+#include "registry/kernel_ops.hpp"
+
+namespace flash_attention {
+
+// Kernels asking for more than 48 KB of dynamic shared memory must opt in, once per
+// device; doing it on every launch would cost a driver call each time.
+template <auto* Kernel, int SmemBytes>
+void enable_dynamic_smem() {
+    if constexpr (SmemBytes > 48 * 1024) {
+        constexpr int max_devices = 64;
+        static std::array<std::once_flag, max_devices> done;
+        int device = 0;
+        cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+        const auto set = [] {
+            cuda_check(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            SmemBytes),
+                       "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+        };
+        if (device < max_devices) {
+            std::call_once(done[device], set);
+        } else {
+            set();
+        }
+    }
+}
+
+// CTAs per SM on the current device, from the CUDA occupancy calculator.
+template <auto* Kernel, int Threads, int SmemBytes>
+int ctas_per_sm() {
+    enable_dynamic_smem<Kernel, SmemBytes>();
+    int ctas = 0;
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, Kernel, Threads, SmemBytes),
+               "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    return ctas;
+}
+
+template <auto* Kernel>
+KernelResources resources() {
+    cudaFuncAttributes attributes{};
+    cuda_check(cudaFuncGetAttributes(&attributes, Kernel), "cudaFuncGetAttributes");
+    return {attributes.numRegs, static_cast<int>(attributes.localSizeBytes),
+            static_cast<int>(attributes.sharedSizeBytes)};
+}
+
+}  // namespace flash_attention

@@ -1,0 +1,80 @@
+#pragma once
+
+// Tensor-memory-accelerator copies and the mbarriers they complete on (sm_90), through
+// CCCL's cuda::ptx. A tile of R rows x d_head columns travels as d_head / 64 boxes of
+// R x 64 elements: 128 bytes per row, the widest box the 128-byte swizzle allows, each
+// landing in its own 1024-byte-aligned sub-tile [R][64] that wgmma reads directly.
+
+#include <cstdint>
+#include <cuda/ptx>
+
+namespace flash_attention::tma {
+
+// One mbarrier in shared memory: a phase completes when `count` threads have arrived
+// and every byte announced with arrive_expect_tx has landed.
+class Barrier {
+  public:
+    __device__ __forceinline__ void init(std::uint32_t count) {
+        cuda::ptx::mbarrier_init(&state_, count);
+    }
+    __device__ __forceinline__ void arrive() { cuda::ptx::mbarrier_arrive(&state_); }
+    // The producer's arrival: announces `bytes` that TMA copies will deliver to this phase.
+    __device__ __forceinline__ void arrive_expect_tx(std::uint32_t bytes) {
+        cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
+                                             cuda::ptx::space_shared, &state_, bytes);
+    }
+    // Waits until the phase of this parity has completed. A fresh barrier counts its
+    // phase "-1" (parity 1) as complete, so the first wait for parity 1 returns at once.
+    __device__ __forceinline__ void wait(std::uint32_t parity) {
+        while (!cuda::ptx::mbarrier_try_wait_parity(&state_, parity)) {
+        }
+    }
+    __device__ __forceinline__ std::uint64_t* get() { return &state_; }
+
+  private:
+    std::uint64_t state_;
+};
+
+// Makes mbarrier initialisation visible to the async proxy (the TMA unit) before use.
+__device__ __forceinline__ void fence_barrier_init() {
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+}
+
+// Orders this thread's ordinary shared-memory writes before later async-proxy accesses
+// (a TMA store reading them, a wgmma reading them).
+__device__ __forceinline__ void fence_shared_to_async_proxy() {
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+}
+
+// Loads rows [row, row + R) of (head, batch), all d_head columns, into ColumnBlocks
+// sub-tiles of SubTileBytes each; rows past the tensor's end arrive as zeros. `map` is a
+// 4-D tensor map (d_head, seq, heads, batch) with a box of 64 x R.
+template <int ColumnBlocks, int SubTileBytes>
+__device__ __forceinline__ void load_tile(void* smem, const void* map, int row, int head, int batch,
+                                          Barrier& barrier) {
+#pragma unroll
+    for (int c = 0; c < ColumnBlocks; ++c) {
+        const std::int32_t coords[4] = {c * 64, row, head, batch};
+        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                        static_cast<unsigned char*>(smem) + c * SubTileBytes, map,
+                                        coords, barrier.get());
+    }
+}
+
+// Stores a tile laid out as load_tile() leaves it; rows past the tensor's end are not
+// written. Waits until the copies have read shared memory, so it may be reused.
+template <int ColumnBlocks, int SubTileBytes>
+__device__ __forceinline__ void store_tile(const void* smem, const void* map, int row, int head,
+                                           int batch) {
+#pragma unroll
+    for (int c = 0; c < ColumnBlocks; ++c) {
+        const std::int32_t coords[4] = {c * 64, row, head, batch};
+        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map,
+                                        coords,
+                                        static_cast<const unsigned char*>(smem) + c * SubTileBytes);
+    }
+    cuda::ptx::cp_async_bulk_commit_group();
+    cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+}
+
+}  // namespace flash_attention::tma

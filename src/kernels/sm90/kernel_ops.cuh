@@ -1,0 +1,34 @@
+#pragma once
+
+// Host side of one sm90 kernel instantiation: tensor maps, launch, occupancy, resources.
+// Generated translation units (compiled for sm_90a only) call make_ops<Config>().
+
+#include <cuda_runtime.h>
+
+#include "common/cuda_check.hpp"
+#include "kernels/launch_support.cuh"
+#include "kernels/sm90/forward_kernel.cuh"
+#include "registry/kernel_ops.hpp"
+
+namespace flash_attention::sm90 {
+
+template <KernelConfig C>
+inline constexpr auto* kernel = &forward_kernel<pack(C)>;
+
+template <KernelConfig C>
+void launch(const KernelArgs& args, Stream stream) {
+    constexpr int smem = static_cast<int>(C.smem_bytes());
+    enable_dynamic_smem<kernel<C>, smem>();
+    const Params params{args, make_tensor_maps(args, C.dtype, C.d_head, C.B_c)};
+    const dim3 grid((args.seq_q + C.B_r - 1) / C.B_r, args.heads, args.batch);
+    forward_kernel<pack(C)><<<grid, C.n_threads(), smem, stream>>>(params);
+    cuda_check(cudaGetLastError(), "sm90 forward kernel launch");
+}
+
+template <KernelConfig C>
+constexpr KernelOps make_ops() {
+    return {&launch<C>, &ctas_per_sm<kernel<C>, C.n_threads(), static_cast<int>(C.smem_bytes())>,
+            &resources<kernel<C>>};
+}
+
+}  // namespace flash_attention::sm90

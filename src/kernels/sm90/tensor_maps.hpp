@@ -1,0 +1,29 @@
+#pragma once
+
+// TMA tensor maps of Q, K, V and O, built on the host for each launch and passed to the
+// kernel as __grid_constant__ parameters. Each views its tensor as 4-D (d_head, seq,
+// heads, batch) with the caller's strides, so partial tiles, GQA head sharing and
+// strided layouts need no special cases in the kernel: TMA zero-fills reads past seq
+// and drops writes past it.
+
+#include <cuda.h>
+
+#include "flash_attention/kernel_config.hpp"
+#include "registry/kernel_args.hpp"
+
+namespace flash_attention::sm90 {
+
+struct TensorMaps {
+    CUtensorMap q, k, v, o;
+};
+
+struct Params {
+    KernelArgs args;
+    TensorMaps maps;
+};
+
+// Boxes: 64 columns (128 bytes, the 128-byte swizzle's width) x 64 rows for Q and O,
+// x kv_rows for K and V. Throws Error(ErrorCode::cuda) if the driver rejects a map.
+TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int kv_rows);
+
+}  // namespace flash_attention::sm90
