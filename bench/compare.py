@@ -37,12 +37,12 @@ except ImportError:  # --replot needs neither PyTorch nor a GPU
 L2_BYTES = 50 * 2**20
 
 
-def sdpa(backend):
+def sdpa(backend, causal=False):
     def run(q, k, v):
         with sdpa_kernel(backend):
             # SDPA wants (batch, heads, seq, d): transposed views of the same storage.
             return torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
     return run
 
 
@@ -125,7 +125,7 @@ def overhead(dtype):
 COLORS = {"ours": "#1f77b4", "FA2": "#ff7f0e", "cuDNN": "#2ca02c", "efficient": "#d62728"}
 
 
-def plot(rows, device, path):
+def plot(rows, device, path, causal=False):
     """TFLOP/s against sequence length, one panel per (dtype, d_head), one colour per
     implementation in every panel."""
     import matplotlib
@@ -150,7 +150,8 @@ def plot(rows, device, path):
         ax.legend(fontsize=8, loc="lower right")
     for ax in list(axes.flat)[len(kinds):]:
         ax.axis("off")
-    fig.suptitle(f"flash_attention vs PyTorch SDPA (non-causal, 16k tokens, hidden 2048), {device}", fontsize=10)
+    fig.suptitle(f"flash_attention vs PyTorch SDPA ({'causal' if causal else 'non-causal'}, 16k tokens, "
+                 f"hidden 2048), {device}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -177,6 +178,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--causal", action="store_true",
+                        help="causal masking (square: the same for bottom-right and top-left); FLOPs halved")
     parser.add_argument("--out", default="docs/compare", help="writes OUT.md and OUT.png")
     parser.add_argument("--overhead-only", action="store_true", help="only the host-overhead table")
     parser.add_argument("--replot", metavar="MD", help="re-draw OUT.png from a table this script wrote")
@@ -202,10 +205,10 @@ def main():
                 copies = max(4, 4 * L2_BYTES // slot_bytes + 1)
                 inputs = [tuple(torch.randn(batch, seq, heads, d, dtype=dtype, device="cuda") for _ in range(3))
                           for _ in range(copies)]
-                impls = {"ours": lambda q, k, v: fa.forward(q, k, v)}
-                impls.update({name: sdpa(backend) for name, backend in PEERS.items()})
+                impls = {"ours": lambda q, k, v: fa.forward(q, k, v, causal=args.causal)}
+                impls.update({name: sdpa(backend, args.causal) for name, backend in PEERS.items()})
                 timing, dead = time_interleaved(impls, inputs, args.warmup, args.runs, args.rounds)
-                flop = 4 * batch * heads * seq * seq * d
+                flop = 4 * batch * heads * seq * seq * d // (2 if args.causal else 1)
                 rates = {name: (None if t is None else flop / (t[0] * 1e-3) / 1e12) for name, t in timing.items()}
                 spreads = {name: (None if t is None else (t[2] - t[1]) / t[0]) for name, t in timing.items()}
                 rows.append((dtype_name, d, seq, batch, heads, rates, spreads, dead))
@@ -216,9 +219,11 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"# flash_attention vs PyTorch SDPA backends\n",
              f"{datetime.date.today()}, {device}, torch {torch.__version__}. Command: "
-             f"`python3 bench/compare.py --out {args.out}` (the automatic choice reading the tuning cache "
-             f"that `flash_attention tune` wrote). TFLOP/s = 4·batch·heads·seq²·d_head / median time; "
-             f"16k tokens (batch = 16384/seq), hidden 2048 (heads = 2048/d_head), non-causal. "
+             f"`python3 bench/compare.py{' --causal' if args.causal else ''} --out {args.out}` (the automatic "
+             f"choice reading the tuning cache that `flash_attention tune` wrote). TFLOP/s = "
+             f"4·batch·heads·seq²·d_head{' / 2' if args.causal else ''} / median time; "
+             f"16k tokens (batch = 16384/seq), hidden 2048 (heads = 2048/d_head), "
+             f"{'causal' if args.causal else 'non-causal'}. "
              f"n/a: the implementation does not support the shape.\n",
              "| dtype | d_head | seq | ours | FA2 | cuDNN | efficient | ours/FA2 | ours/cuDNN | ours/efficient | max spread |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -244,7 +249,7 @@ def main():
     (out.parent / (out.name + ".md")).write_text("\n".join(lines) + "\n")
     print("\n".join(lines[-8:]))
 
-    plot(rows, device, out.parent / (out.name + ".png"))
+    plot(rows, device, out.parent / (out.name + ".png"), args.causal)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,11 @@
 #   chart        the automatic choice over seq 512..16384 at bf16/fp16, d_head 64/128 (SVG)
 #   sanitize     compute-sanitizer memcheck on odd shapes (two configs)
 #   generality   issue 5's bars: causal vs not at 8192, 4095/1000 vs 4096/1024, GQA 32/4 vs 32
+#   hopper-tests     the GPU tests of the sm90 family only (quick)
+#   hopper-sanitize  compute-sanitizer memcheck and racecheck on sm90 kernels, odd shapes
+#   hopper-ladder    the sm90 ladder (progression --family sm90), seq 512..16384
+#   hopper-compare   bench/compare.py at bf16 (d_head 64/128/256, and causal d_head 128):
+#                    ours against cuDNN/FA2 in one process (needs the python stage)
 set -uo pipefail
 BIN=${1:?usage: device_check.sh BIN STAGE...}
 shift
@@ -81,7 +86,7 @@ for stage in "$@"; do
       echo "chart: exit $?"; tail -6 "$OUT/bench_auto.txt" ;;
     sanitize)
       compute-sanitizer --tool memcheck --error-exitcode 1 "$BIN/test_gpu" \
-        --gtest_filter='Built/EveryConfigOddShapes.*/config0_*:Built/EveryConfigOddShapes.*/config5_*' \
+        --gtest_filter='Built/EveryConfigOddShapes.*/sm80_config0_*:Built/EveryConfigOddShapes.*/sm80_config5_*' \
         > "$OUT/memcheck.log" 2>&1
       echo "memcheck: exit $?"; tail -4 "$OUT/memcheck.log" ;;
     generality)
@@ -95,6 +100,27 @@ for stage in "$@"; do
           --d-head 128 --dtype bf16 --runs 50
       done > "$OUT/gqa.txt" 2>&1
       grep -h "automatic choice" "$OUT/causal.txt" "$OUT/odd_lengths.txt" "$OUT/gqa.txt" | grep -v harmonic ;;
+    hopper-tests)
+      "$BIN/test_gpu" --gtest_brief=1 --gtest_filter='*sm90*' > "$OUT/test_gpu_sm90.log" 2>&1
+      echo "hopper tests: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu_sm90.log" | tr '\n' ' ')"
+      grep -E '^\[  FAILED' "$OUT/test_gpu_sm90.log" | head -5 ;;
+    hopper-sanitize)
+      odd='Built/EveryConfigOddShapes.*/sm90_*q129_k257*:Built/EveryConfigOddShapes.*/sm90_*q1000_k7_*'
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 1 "$BIN/test_gpu" --gtest_filter="$odd" \
+          > "$OUT/sm90_$tool.log" 2>&1
+        echo "sm90 $tool: exit $?"; tail -3 "$OUT/sm90_$tool.log"
+      done ;;
+    hopper-ladder)
+      "$FA" progression --family sm90 --seq 512,1024,2048,4096,8192,16384 > "$OUT/progression_sm90.txt" 2>&1
+      echo "hopper ladder: exit $?"; cat "$OUT/progression_sm90.txt" ;;
+    hopper-compare)
+      (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --dtypes bfloat16 \
+        --d-heads 64 128 256 --out "$OUT/compare_sm90") > "$OUT/compare_sm90.log" 2>&1
+      echo "compare (sm90): exit $?"; grep -E '^\| bfloat16' "$OUT/compare_sm90.md"
+      (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --dtypes bfloat16 \
+        --d-heads 128 --seqs 8192 --causal --out "$OUT/compare_sm90_causal") > "$OUT/compare_sm90_causal.log" 2>&1
+      echo "compare (sm90, causal): exit $?"; grep -E '^\| bfloat16' "$OUT/compare_sm90_causal.md" ;;
     overhead)
       (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --overhead-only) ;;
     *) echo "unknown stage $stage" ;;

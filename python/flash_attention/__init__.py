@@ -8,11 +8,19 @@ CUDA stream. `forward` is also the custom op `torch.ops.flash_attention.forward`
 fake implementation, so torch.compile and CUDA-graph capture work.
 """
 
-from ._C import DType, KernelConfig
+from ._C import DType, Family, KernelConfig
 from ._C import configs as _configs
 from ._C import device_count, reload_tuning_cache
 
-__all__ = ["forward", "configs", "KernelConfig", "DType", "device_count", "reload_tuning_cache"]
+__all__ = [
+    "forward",
+    "configs",
+    "KernelConfig",
+    "DType",
+    "Family",
+    "device_count",
+    "reload_tuning_cache",
+]
 
 
 def configs():

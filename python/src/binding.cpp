@@ -221,11 +221,15 @@ NB_MODULE(_C, m) {
     });
 
     nb::enum_<fa::DType>(m, "DType").value("FP16", fa::DType::FP16).value("BF16", fa::DType::BF16);
+    nb::enum_<fa::Family>(m, "Family")
+        .value("sm80", fa::Family::sm80)
+        .value("sm90", fa::Family::sm90);
 
     nb::class_<fa::KernelConfig>(m, "KernelConfig", "Every knob of one compiled kernel.")
         .def_static("parse", &fa::KernelConfig::parse, nb::arg("short_form"),
                     "Parses a short form such as '(BF16, 128, 128, 64, 4): async+eager+swizzled+"
                     "load_1_1_1_tiles+buffer+opt_softmax'; raises ValueError naming the bad token.")
+        .def_ro("family", &fa::KernelConfig::family)
         .def_ro("dtype", &fa::KernelConfig::dtype)
         .def_ro("d_head", &fa::KernelConfig::d_head)
         .def_ro("B_r", &fa::KernelConfig::B_r)
@@ -239,8 +243,13 @@ NB_MODULE(_C, m) {
         .def_ro("V_mma_load_K_tiles", &fa::KernelConfig::V_mma_load_K_tiles)
         .def_ro("mma_double_buffer_loads", &fa::KernelConfig::mma_double_buffer_loads)
         .def_ro("optimized_softmax", &fa::KernelConfig::optimized_softmax)
+        .def_ro("stages", &fa::KernelConfig::stages)
+        .def_ro("intra_warpgroup_overlap", &fa::KernelConfig::intra_warpgroup_overlap)
+        .def_ro("pingpong", &fa::KernelConfig::pingpong)
         .def("smem_bytes", &fa::KernelConfig::smem_bytes)
         .def("is_built", [](const fa::KernelConfig& c) { return fa::is_built(c); })
+        .def("is_supported", [](const fa::KernelConfig& c) { return fa::is_supported(c); },
+             "Built, and the current GPU can run it (sm90 kernels need compute capability 9.0).")
         .def("__str__", &fa::KernelConfig::to_string)
         .def(
             "__repr__",

@@ -43,6 +43,18 @@ __device__ __forceinline__ void fence_operands(float (&d)[NT][4]) {
     }
 }
 
+// The same for A fragments a wgmma reads from registers: keeps them live, so their
+// registers are not reused, until after the wait that retires that wgmma.
+template <int KT>
+__device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
+#pragma unroll
+    for (int kt = 0; kt < KT; ++kt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            asm volatile("" : "+r"(a[kt][e])::"memory");
+    }
+}
+
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A and B in shared
 // memory — PTX ISA "wgmma.mma_async": D (64 x N fp32, m16n8 accumulator tiles per warp)
 // += A (64 x 16) · B (16 x N). B is K-major unless TransB. accumulate = false: D = A·B.

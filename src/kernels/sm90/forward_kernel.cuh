@@ -219,6 +219,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, float (&o)[1][Tr::d_hea
             turns.release(j == n - 1);
             ptx::wgmma_wait<0>();
             ptx::fence_operands(o[0]);
+            ptx::fence_operands(p[0]);
             c.release_v(j);
         }
     } else {
@@ -248,6 +249,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, float (&o)[1][Tr::d_hea
             softmax.exponentiate(s);
             ptx::wgmma_wait<0>();
             ptx::fence_operands(o[0]);
+            ptx::fence_operands(p[0]);
             c.release_v(j - 1);
             softmax.rescale(o);
             accumulators_to_a_fragments<Tr::dtype>(s, p);
@@ -258,6 +260,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, float (&o)[1][Tr::d_hea
         turns.release(true);
         ptx::wgmma_wait<0>();
         ptx::fence_operands(o[0]);
+        ptx::fence_operands(p[0]);
         c.release_v(n - 1);
     }
 }
