@@ -248,8 +248,9 @@ NB_MODULE(_C, m) {
         .def_ro("pingpong", &fa::KernelConfig::pingpong)
         .def("smem_bytes", &fa::KernelConfig::smem_bytes)
         .def("is_built", [](const fa::KernelConfig& c) { return fa::is_built(c); })
-        .def("is_supported", [](const fa::KernelConfig& c) { return fa::is_supported(c); },
-             "Built, and the current GPU can run it (sm90 kernels need compute capability 9.0).")
+        .def(
+            "is_supported", [](const fa::KernelConfig& c) { return fa::is_supported(c); },
+            "Built, and the current GPU can run it (sm90 kernels need compute capability 9.0).")
         .def("__str__", &fa::KernelConfig::to_string)
         .def(
             "__repr__",
