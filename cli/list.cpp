@@ -22,7 +22,8 @@ int list(const ListOptions& options) {
     const std::vector<KernelConfig> listed =
         options.set.empty() ? configs() : space::named_set(options.set);
     // CTAs/SM: the occupancy calculator when a GPU is here, else shared memory and
-    // threads on an A100 (registers are only known on the device).
+    // threads on the family's smallest target, an A100 or an H100 (registers are only
+    // known on the device).
     const bool gpu = cuda_device_count() > 0;
     std::cerr << "# " << listed.size() << " configs ("
               << (options.set.empty()
@@ -30,11 +31,15 @@ int list(const ListOptions& options) {
                       : "set \"" + options.set + "\"")
               << "); CTAs/SM "
               << (gpu ? "from the occupancy calculator on " + current_device_description()
-                      : std::string("from shared memory and threads on an A100 (no GPU)"))
+                      : std::string("from shared memory and threads on an A100 (sm90: an H100; "
+                                    "no GPU)"))
               << "\n";
     for (const KernelConfig& c : listed) {
         const KernelOps* ops = find_kernel(c);
-        const int ctas = gpu && ops ? ops->ctas_per_sm() : c.ctas_per_sm(DeviceLimits::a100());
+        const int ctas = gpu && ops
+                             ? ops->ctas_per_sm()
+                             : c.ctas_per_sm(c.family == Family::sm90 ? DeviceLimits::h100()
+                                                                      : DeviceLimits::a100());
         std::printf("%s  smem=%zu  ctas_per_sm=%d", c.to_string().c_str(), c.smem_bytes(), ctas);
         if (!ops)
             std::printf("  (not built)");

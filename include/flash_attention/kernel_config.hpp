@@ -85,8 +85,9 @@ struct KernelConfig {
         return static_cast<std::size_t>(B_r + 2 * B_c) * d_head * element_bytes(dtype);
     }
 
-    // CTAs resident per SM as bounded by shared memory and threads (registers are
-    // known only after compilation: the registry reports the device's own figure).
+    // CTAs resident per SM as bounded by shared memory and threads, and for sm90 by its
+    // register reallocation (one CTA); sm80 registers are known only after compilation:
+    // the registry reports the device's own figure.
     int ctas_per_sm(const DeviceLimits& limits) const;
 
     std::string to_string() const;

@@ -38,7 +38,11 @@ int KernelConfig::ctas_per_sm(const DeviceLimits& limits) const {
     }
     const long by_smem = limits.smem_per_sm / (smem + limits.reserved_smem_per_block);
     const long by_threads = limits.max_threads_per_sm / n_threads();
-    return static_cast<int>(std::min({by_smem, by_threads, long{limits.max_ctas_per_sm}}));
+    // An sm90 CTA's warpgroups reallocate registers (setmaxnreg) up to the whole register
+    // file between them: one CTA per SM by design.
+    const long by_registers = family == Family::sm90 ? 1 : limits.max_ctas_per_sm;
+    return static_cast<int>(
+        std::min({by_smem, by_threads, by_registers, long{limits.max_ctas_per_sm}}));
 }
 
 std::string KernelConfig::to_string() const {
