@@ -97,6 +97,7 @@ TEST(Cli, BadArgumentsExitWithTwoAndAOneLineMessage) {
     expect_usage_error({"run", "--config", "(FP16, 128, 64, 16, 4): async+load_0_1_1_tiles"},
                        "--config");
     expect_usage_error({"run", "--dtype", "fp32"}, "--dtype");
+    expect_usage_error({"progression", "--family", "sm70"}, "--family");
     expect_usage_error({"nosuchcommand"}, "nosuchcommand");
     expect_usage_error({}, "A subcommand is required");
 }
