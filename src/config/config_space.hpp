@@ -53,7 +53,7 @@ struct ValueSets {
 };
 
 // Names accepted by named_set(): ci, progression, progression-all, progression-sm90, tune,
-// all.
+// tune-sm90 (the tune set's sm90 configs, for Hopper-only builds), all.
 std::vector<std::string_view> set_names();
 
 // The configs of a named set, sorted and unique (the progression ladder in step order),
