@@ -38,7 +38,7 @@ struct DeviceLimits {
 //
 // Short form: (dtype, d_head, B_r, B_c, n_warps) followed by the enabled flags.
 //   sm80: "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax"
-//   sm90: "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong"
+//   sm90: "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent"
 // An sm90 kernel has one producer warpgroup (TMA) and n_warps / 4 - 1 consumer
 // warpgroups of 64 query rows each, so B_r = 64 * consumer warpgroups.
 struct KernelConfig {
@@ -65,6 +65,9 @@ struct KernelConfig {
     bool intra_warpgroup_overlap = false;
     // Consumer warpgroups take turns issuing GEMMs, so one's softmax overlaps another's GEMMs.
     bool pingpong = false;
+    // One CTA per SM loops over tiles: the next tile's K/V stream in during this tile's
+    // epilogue, and no CTA launch separates them.
+    bool persistent = false;
 
     friend constexpr auto operator<=>(const KernelConfig&, const KernelConfig&) = default;
 
@@ -80,7 +83,7 @@ struct KernelConfig {
         if (family == Family::sm90) {
             return static_cast<std::size_t>(B_r + 2 * stages * B_c) * d_head *
                        element_bytes(dtype) +
-                   1024 + 8 * (1 + 4 * static_cast<std::size_t>(stages > 0 ? stages : 0));
+                   1024 + 8 * (2 + 4 * static_cast<std::size_t>(stages > 0 ? stages : 0));
         }
         return static_cast<std::size_t>(B_r + 2 * B_c) * d_head * element_bytes(dtype);
     }

@@ -104,7 +104,7 @@ def test_configs_and_parse_round_trip():
         if c.family == fa.Family.sm90:
             # Q, `stages` K and V tiles, the 1024-byte alignment pad and the mbarriers.
             tiles = (c.B_r + 2 * c.stages * c.B_c) * c.d_head * 2
-            assert c.smem_bytes() == tiles + 1024 + 8 * (1 + 4 * c.stages)
+            assert c.smem_bytes() == tiles + 1024 + 8 * (2 + 4 * c.stages)
         else:
             assert c.smem_bytes() == (c.B_r + 2 * c.B_c) * c.d_head * 2
     assert len({hash(c) for c in configs}) == len(configs)

@@ -15,7 +15,7 @@ TensorStrides strides(const TensorView& t) {
     return {t.stride[0], t.stride[1], t.stride[2]};
 }
 
-KernelArgs kernel_args(const ForwardParams& p) {
+KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
     const float scale = softmax_scale(p);
     return {.q = p.q.data,
             .k = p.k.data,
@@ -33,14 +33,15 @@ KernelArgs kernel_args(const ForwardParams& p) {
             .seq_k = static_cast<int>(p.k.shape[1]),
             .causal = p.causal,
             .softmax_scale = scale,
-            .scale_log2 = static_cast<float>(scale * std::numbers::log2e)};
+            .scale_log2 = static_cast<float>(scale * std::numbers::log2e),
+            .sm_count = sm_count};
 }
 
 // Checks the named config against these tensors and device, then launches it.
 void launch(const ForwardParams& params, const KernelConfig& config, const DeviceInfo& device,
             Stream stream) {
     validate_config(params, config, device);
-    find_kernel(config)->launch(kernel_args(params), stream);
+    find_kernel(config)->launch(kernel_args(params, device.sm_count), stream);
 }
 
 }  // namespace

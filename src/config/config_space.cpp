@@ -50,7 +50,7 @@ bool has_sm80_knobs(const KernelConfig& c) {
 }
 
 bool has_sm90_knobs(const KernelConfig& c) {
-    return c.stages != 0 || c.intra_warpgroup_overlap || c.pingpong;
+    return c.stages != 0 || c.intra_warpgroup_overlap || c.pingpong || c.persistent;
 }
 
 // Registers per consumer thread that setmaxnreg can grant: the producer warpgroup drops
@@ -70,7 +70,7 @@ constexpr std::array k_rules = {
         [](const KernelConfig& c) { return c.d_head != 64 && c.d_head != 128 && c.d_head != 256; }},
     // sm80 family.
     Rule{"sm80_knobs", RuleKind::validity,
-         "stages, overlap and pingpong are sm90 knobs (add the sm90 flag)",
+         "stages, overlap, pingpong and persistent are sm90 knobs (add the sm90 flag)",
          [](const KernelConfig& c) { return sm80(c) && has_sm90_knobs(c); }},
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
          [](const KernelConfig& c) { return sm80(c) && c.n_warps != 4 && c.n_warps != 8; }},
@@ -191,8 +191,8 @@ std::vector<KernelConfig> progression() {
 // The Hopper ladder, one technique per step, at the shape the sm90 tune set favours
 // for d_head 128: TMA + wgmma + a producer warpgroup with one consumer warpgroup and
 // no pipelining, then a second consumer warpgroup, a two-stage K/V pipeline, softmax
-// overlapped with the next block's GEMMs within a warpgroup, and ping-pong between
-// warpgroups.
+// overlapped with the next block's GEMMs within a warpgroup, ping-pong between
+// warpgroups, and persistent CTAs.
 std::vector<KernelConfig> progression_sm90() {
     return parse_all({
         "(BF16, 128, 64, 128, 8): sm90+stages_1",
@@ -200,6 +200,7 @@ std::vector<KernelConfig> progression_sm90() {
         "(BF16, 128, 128, 128, 12): sm90+stages_2",
         "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap",
         "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong",
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent",
     });
 }
 
@@ -271,6 +272,7 @@ ValueSets tune_values_sm90() {
         .stages = {2, 3},
         .intra_warpgroup_overlap = {true},
         .pingpong = {false, true},
+        .persistent = {false, true},
     };
 }
 
@@ -407,6 +409,7 @@ std::vector<KernelConfig> ValueSets::expand() const {
     v = times(v, stages, field(&KernelConfig::stages));
     v = times(v, intra_warpgroup_overlap, field(&KernelConfig::intra_warpgroup_overlap));
     v = times(v, pingpong, field(&KernelConfig::pingpong));
+    v = times(v, persistent, field(&KernelConfig::persistent));
     std::erase_if(v, [](const KernelConfig& c) { return rejecting_rule(c) != nullptr; });
     return sorted_unique(std::move(v));
 }

@@ -76,6 +76,8 @@ std::string KernelConfig::to_string() const {
         flags.push_back("overlap");
     if (pingpong)
         flags.push_back("pingpong");
+    if (persistent)
+        flags.push_back("persistent");
     for (std::size_t i = 0; i < flags.size(); ++i)
         s += (i ? "+" : "") + flags[i];
     return s;
@@ -217,6 +219,8 @@ class Parser {
                 c.intra_warpgroup_overlap = true;
             } else if (token == "pingpong") {
                 c.pingpong = true;
+            } else if (token == "persistent") {
+                c.persistent = true;
             } else if (token.starts_with("load_")) {
                 if (seen_load)
                     fail("more than one load_Q_K_V_tiles flag");
@@ -225,7 +229,7 @@ class Parser {
             } else {
                 fail("unknown flag \"" + std::string(token) +
                      "\" (expected async, eager, swizzled, load_Q_K_V_tiles, buffer, "
-                     "opt_softmax, sm90, stages_N, overlap or pingpong)");
+                     "opt_softmax, sm90, stages_N, overlap, pingpong or persistent)");
             }
         }
         if (!seen_load && c.family == Family::sm80)
@@ -253,7 +257,7 @@ std::size_t std::hash<flash_attention::KernelConfig>::operator()(
          {int(c.family), c.d_head, c.B_r, c.B_c, c.n_warps, int(c.async_copy),
           int(c.eager_load_blocks), int(c.swizzled), c.Q_mma_load_K_tiles, c.K_mma_load_K_tiles,
           c.V_mma_load_K_tiles, int(c.mma_double_buffer_loads), int(c.optimized_softmax), c.stages,
-          int(c.intra_warpgroup_overlap), int(c.pingpong)}) {
+          int(c.intra_warpgroup_overlap), int(c.pingpong), int(c.persistent)}) {
         h = h * 1000003u ^ static_cast<std::size_t>(v);
     }
     return h ^ (h >> 29);

@@ -8,9 +8,9 @@
 
 namespace flash_attention {
 
-inline constexpr int k_config_fields = 17;
+inline constexpr int k_config_fields = 18;
 inline constexpr int k_field_bits[k_config_fields] = {1, 2, 10, 9, 9, 5, 1, 1, 1,
-                                                      4, 4, 4,  1, 1, 3, 1, 1};  // 58 bits
+                                                      4, 4, 4,  1, 1, 3, 1, 1, 1};  // 59 bits
 
 constexpr unsigned long long pack(const KernelConfig& c) {
     const int fields[k_config_fields] = {static_cast<int>(c.family),
@@ -29,7 +29,8 @@ constexpr unsigned long long pack(const KernelConfig& c) {
                                          int(c.optimized_softmax),
                                          c.stages,
                                          int(c.intra_warpgroup_overlap),
-                                         int(c.pingpong)};
+                                         int(c.pingpong),
+                                         int(c.persistent)};
     unsigned long long code = 0;
     for (int i = 0; i < k_config_fields; ++i) {
         code = (code << k_field_bits[i]) |
@@ -60,7 +61,8 @@ constexpr KernelConfig unpack(unsigned long long code) {
             .optimized_softmax = f[13] != 0,
             .stages = f[14],
             .intra_warpgroup_overlap = f[15] != 0,
-            .pingpong = f[16] != 0};
+            .pingpong = f[16] != 0,
+            .persistent = f[17] != 0};
 }
 
 }  // namespace flash_attention

@@ -25,6 +25,7 @@ struct KernelArgs {
     bool causal;
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e): the softmax works in base 2
+    int sm_count;      // of the device: the grid of a persistent kernel
 };
 
 }  // namespace flash_attention

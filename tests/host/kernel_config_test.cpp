@@ -82,8 +82,10 @@ TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
     EXPECT_EQ(c.to_string(), text);
     EXPECT_EQ(KernelConfig::parse("(BF16, 64, 64, 64, 8): stages_1+sm90").to_string(),
               "(BF16, 64, 64, 64, 8): sm90+stages_1");
-    // Q, 2 x 2 K/V stages of 128 x 128 16-bit, the alignment pad and 9 mbarriers.
-    EXPECT_EQ(c.smem_bytes(), (128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 9);
+    // Q, 2 x 2 K/V stages of 128 x 128 16-bit, the alignment pad and 10 mbarriers.
+    EXPECT_EQ(c.smem_bytes(), (128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 10);
+    EXPECT_TRUE(
+        KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+persistent").persistent);
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_x").find("stages_x"),
               std::string::npos);
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_-1").find("stages_-1"),

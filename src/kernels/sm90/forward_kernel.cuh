@@ -31,23 +31,30 @@
 
 namespace flash_attention::sm90 {
 
-// Which query rows and K/V blocks one CTA works on.
+// One tile of work: B_r query rows of one (batch, head) and the K/V blocks they see.
+// Tiles are numbered with the query block fastest, so the CTAs running at one time share
+// the K/V of a few heads in L2; with causal masking each head's longest tiles come first.
 struct Tile {
     int batch, head, kv_head;
-    int q_row0;    // first query row of the CTA
-    int visited;   // K/V blocks the CTA streams (fully masked ones are skipped)
+    int q_row0;    // first query row of the tile
+    int visited;   // K/V blocks the tile streams (fully masked ones are skipped)
     int unmasked;  // blocks before this one need no mask (per consumer: its own rows)
 };
 
 template <class Tr>
-__device__ __forceinline__ Tile cta_tile(const KernelArgs& args) {
+__device__ __forceinline__ int tile_count(const KernelArgs& args) {
+    return (args.seq_q + Tr::B_r - 1) / Tr::B_r * args.heads * args.batch;
+}
+
+template <class Tr>
+__device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
+    const int q_blocks = (args.seq_q + Tr::B_r - 1) / Tr::B_r;
+    const int head_of_batch = index / q_blocks;
+    const int q_block = args.causal ? q_blocks - 1 - index % q_blocks : index % q_blocks;
     Tile t;
-    t.batch = blockIdx.z;
-    t.head = blockIdx.y;
+    t.batch = head_of_batch / args.heads;
+    t.head = head_of_batch % args.heads;
     t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
-    // With causal masking the last query blocks see the most keys; launching them first
-    // keeps the long CTAs from forming the grid's tail.
-    const int q_block = args.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     t.q_row0 = q_block * Tr::B_r;
     const KeyBlocks blocks = key_blocks(args.seq_q, args.seq_k, args.causal, t.q_row0,
                                         min(Tr::B_r, args.seq_q - t.q_row0), Tr::B_c);
@@ -66,53 +73,70 @@ struct RingSlot {
         : stage(j % Stages), parity(static_cast<std::uint32_t>((j / Stages) & 1)) {}
 };
 
-// The producer: one thread issues every copy. It waits for a stage to be emptied by all
-// consumer warps before refilling it, so up to `stages` blocks are in flight ahead.
+// The producer: one thread issues every copy, tile after tile. It refills a K/V stage
+// once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
+// (across tiles too), and loads a tile's Q once the consumers have stored the previous
+// tile's O from that buffer.
 template <class Tr>
-__device__ __forceinline__ void produce(const Params& params, const Tile& t, unsigned char* smem,
+__device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::stages>& bars) {
-    bars.q_full.arrive_expect_tx(Tr::consumers * Tr::q_consumer_bytes);
-    for (int w = 0; w < Tr::consumers; ++w) {
-        tma::load_tile<Tr::column_blocks, Tr::q_sub_tile_bytes>(
-            smem + Tr::q_offset + w * Tr::q_consumer_bytes, &params.maps.q,
-            t.q_row0 + w * Tr::rows_per_consumer, t.head, t.batch, bars.q_full);
-    }
-    for (int j = 0; j < t.visited; ++j) {
-        const RingSlot<Tr::stages> slot(j);
-        // Parity ^ 1: the first pass over the ring finds every stage empty.
-        bars.k_empty[slot.stage].wait(slot.parity ^ 1);
-        bars.k_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
-        tma::load_tile<Tr::column_blocks, Tr::kv_sub_tile_bytes>(
-            smem + Tr::k_offset + slot.stage * Tr::kv_tile_bytes, &params.maps.k, j * Tr::B_c,
-            t.kv_head, t.batch, bars.k_full[slot.stage]);
-        bars.v_empty[slot.stage].wait(slot.parity ^ 1);
-        bars.v_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
-        tma::load_tile<Tr::column_blocks, Tr::kv_sub_tile_bytes>(
-            smem + Tr::v_offset + slot.stage * Tr::kv_tile_bytes, &params.maps.v, j * Tr::B_c,
-            t.kv_head, t.batch, bars.v_full[slot.stage]);
+    const KernelArgs& args = params.args;
+    int ring = 0;  // K/V blocks loaded so far: the ring position of the next
+    int iteration = 0;
+    for (int index = blockIdx.x; index < tile_count<Tr>(args); index += gridDim.x, ++iteration) {
+        const Tile t = tile_at<Tr>(args, index);
+        // Parity ^ 1: the first tile (and the first pass over the ring) finds it empty.
+        bars.q_empty.wait((iteration & 1) ^ 1);
+        bars.q_full.arrive_expect_tx(Tr::consumers * Tr::q_consumer_bytes);
+        for (int w = 0; w < Tr::consumers; ++w) {
+            tma::load_tile<Tr::column_blocks, Tr::q_sub_tile_bytes>(
+                smem + Tr::q_offset + w * Tr::q_consumer_bytes, &params.maps.q,
+                t.q_row0 + w * Tr::rows_per_consumer, t.head, t.batch, bars.q_full);
+        }
+        for (int j = 0; j < t.visited; ++j) {
+            const RingSlot<Tr::stages> slot(ring + j);
+            bars.k_empty[slot.stage].wait(slot.parity ^ 1);
+            bars.k_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
+            tma::load_tile<Tr::column_blocks, Tr::kv_sub_tile_bytes>(
+                smem + Tr::k_offset + slot.stage * Tr::kv_tile_bytes, &params.maps.k, j * Tr::B_c,
+                t.kv_head, t.batch, bars.k_full[slot.stage]);
+            bars.v_empty[slot.stage].wait(slot.parity ^ 1);
+            bars.v_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
+            tma::load_tile<Tr::column_blocks, Tr::kv_sub_tile_bytes>(
+                smem + Tr::v_offset + slot.stage * Tr::kv_tile_bytes, &params.maps.v, j * Tr::B_c,
+                t.kv_head, t.batch, bars.v_full[slot.stage]);
+        }
+        ring += t.visited;
     }
 }
 
 // Ping-pong: consumer w may issue GEMMs only while it holds the turn, which passes
 // w -> w + 1 -> ... -> 0 through named barriers of 256 threads (the waiting warpgroup
-// and the one handing over). Every consumer hands over as often as it takes the turn;
-// the last consumer's final hand-over is dropped, as nobody would wait for it.
+// and the one handing over). The last consumer opens the first turn (at its first
+// acquire, so a CTA without GEMMs leaves every barrier untouched); every consumer hands
+// over as often as it takes the turn, and finish() lets consumer 0 absorb the last
+// consumer's final hand-over, so no barrier is left half-arrived at exit.
 template <class Tr, bool Enabled>
 struct GemmTurns {
     int consumer;
-    __device__ __forceinline__ void start() const {
-        if (Enabled && consumer == Tr::consumers - 1)
-            ptx::named_barrier_arrive(Tr::turn_barrier_base, 2 * Tr::warpgroup_threads);
-    }
-    __device__ __forceinline__ void acquire() const {
-        if constexpr (Enabled)
+    bool started = false;
+    __device__ __forceinline__ void acquire() {
+        if constexpr (Enabled) {
+            if (!started && consumer == Tr::consumers - 1)
+                ptx::named_barrier_arrive(Tr::turn_barrier_base, 2 * Tr::warpgroup_threads);
+            started = true;
             ptx::named_barrier_sync(Tr::turn_barrier_base + consumer, 2 * Tr::warpgroup_threads);
+        }
     }
-    __device__ __forceinline__ void release(bool final_turn) const {
-        if (Enabled && !(final_turn && consumer == Tr::consumers - 1)) {
+    __device__ __forceinline__ void release() const {
+        if constexpr (Enabled) {
             ptx::named_barrier_arrive(Tr::turn_barrier_base + (consumer + 1) % Tr::consumers,
                                       2 * Tr::warpgroup_threads);
         }
+    }
+    __device__ __forceinline__ void finish() const {
+        if (Enabled && started && consumer == 0)
+            ptx::named_barrier_sync(Tr::turn_barrier_base, 2 * Tr::warpgroup_threads);
     }
 };
 
@@ -130,6 +154,11 @@ struct Consumer {
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence
     int unmasked;                          // blocks before this one need no mask here
+    int ring;                              // ring position of the tile's block 0
+
+    __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
+        return RingSlot<Tr::stages>(ring + j);
+    }
 
     __device__ __forceinline__ std::uint32_t k_stage(int stage) const {
         return k_smem + stage * Tr::kv_tile_bytes;
@@ -141,12 +170,10 @@ struct Consumer {
     // Waits for K_j (V_j) to land; done before taking a GEMM turn, so a warpgroup never
     // holds the turn while it waits for memory.
     __device__ __forceinline__ void wait_k(int j) {
-        const RingSlot<Tr::stages> slot(j);
-        bars.k_full[slot.stage].wait(slot.parity);
+        bars.k_full[slot(j).stage].wait(slot(j).parity);
     }
     __device__ __forceinline__ void wait_v(int j) {
-        const RingSlot<Tr::stages> slot(j);
-        bars.v_full[slot.stage].wait(slot.parity);
+        bars.v_full[slot(j).stage].wait(slot(j).parity);
     }
 
     // Issues S = Q·K_jᵀ. The operand fences pin S's registers on both sides of the
@@ -154,8 +181,7 @@ struct Consumer {
     __device__ __forceinline__ void issue_qk(float (&s)[1][s_tiles][4], int j) {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_qk<dtype, Tr::d_head, Tr::B_c>(s[0], q_smem,
-                                                      k_stage(RingSlot<Tr::stages>(j).stage));
+        warpgroup_gemm_qk<dtype, Tr::d_head, Tr::B_c>(s[0], q_smem, k_stage(slot(j).stage));
         ptx::wgmma_commit_group();
         ptx::fence_operands(s[0]);
     }
@@ -165,8 +191,7 @@ struct Consumer {
                                              const std::uint32_t (&p)[1][s_tiles / 2][4], int j) {
         ptx::fence_operands(o[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, Tr::d_head, Tr::B_c>(o[0], p[0],
-                                                      v_stage(RingSlot<Tr::stages>(j).stage));
+        warpgroup_gemm_pv<dtype, Tr::d_head, Tr::B_c>(o[0], p[0], v_stage(slot(j).stage));
         ptx::wgmma_commit_group();
         ptx::fence_operands(o[0]);
     }
@@ -175,12 +200,12 @@ struct Consumer {
     __device__ __forceinline__ void release_k(int j) {
         __syncwarp();
         if (threadIdx.x % 32 == 0)
-            bars.k_empty[RingSlot<Tr::stages>(j).stage].arrive();
+            bars.k_empty[slot(j).stage].arrive();
     }
     __device__ __forceinline__ void release_v(int j) {
         __syncwarp();
         if (threadIdx.x % 32 == 0)
-            bars.v_empty[RingSlot<Tr::stages>(j).stage].arrive();
+            bars.v_empty[slot(j).stage].arrive();
     }
 
     __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
@@ -190,23 +215,23 @@ struct Consumer {
     }
 };
 
+// One tile's main loop for one consumer warpgroup: the algorithm.
 template <class Tr, bool Overlap, bool Pingpong>
-__device__ __forceinline__ void consume(Consumer<Tr>& c, float (&o)[1][Tr::d_head / 8][4],
+__device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>& turns,
+                                        float (&o)[1][Tr::d_head / 8][4],
                                         OnlineSoftmax<1, true>& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.tile.visited;
-    const GemmTurns<Tr, Pingpong> turns{c.consumer};
     float s[1][s_tiles][4];
     std::uint32_t p[1][s_tiles / 2][4];
     if (n == 0)
         return;
-    turns.start();
     if constexpr (!Overlap) {
         for (int j = 0; j < n; ++j) {
             c.wait_k(j);
             turns.acquire();
             c.issue_qk(s, j);
-            turns.release(false);
+            turns.release();
             ptx::wgmma_wait<0>();
             ptx::fence_operands(s[0]);
             c.release_k(j);
@@ -216,7 +241,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, float (&o)[1][Tr::d_hea
             c.wait_v(j);
             turns.acquire();
             c.issue_pv(o, p, j);
-            turns.release(j == n - 1);
+            turns.release();
             ptx::wgmma_wait<0>();
             ptx::fence_operands(o[0]);
             ptx::fence_operands(p[0]);
@@ -228,7 +253,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, float (&o)[1][Tr::d_hea
         c.wait_k(0);
         turns.acquire();
         c.issue_qk(s, 0);
-        turns.release(false);
+        turns.release();
         ptx::wgmma_wait<0>();
         ptx::fence_operands(s[0]);
         c.release_k(0);
@@ -241,7 +266,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, float (&o)[1][Tr::d_hea
             turns.acquire();
             c.issue_qk(s, j);
             c.issue_pv(o, p, j - 1);
-            turns.release(false);
+            turns.release();
             ptx::wgmma_wait<1>();  // S_j is done; P_{j-1}·V_{j-1} may still run
             ptx::fence_operands(s[0]);
             c.release_k(j);
@@ -257,7 +282,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, float (&o)[1][Tr::d_hea
         c.wait_v(n - 1);
         turns.acquire();
         c.issue_pv(o, p, n - 1);
-        turns.release(true);
+        turns.release();
         ptx::wgmma_wait<0>();
         ptx::fence_operands(o[0]);
         ptx::fence_operands(p[0]);
@@ -268,11 +293,13 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, float (&o)[1][Tr::d_hea
 // O (fp32, this warpgroup's 64 rows) rounded to 16 bits into the consumer's Q region in
 // TMA's swizzled layout, then one thread stores it with TMA. Each quad writes 16
 // contiguous bytes of a row's 16-byte chunk; the 8 rows of a warp's store land in 8
-// different chunks (chunk ^ row % 8), so the 32 lanes hit 32 different banks.
+// different chunks (chunk ^ row % 8), so the 32 lanes hit 32 different banks. Once the
+// store has read the buffer, the issuing thread tells the producer it may load the next
+// tile's Q there.
 template <class Tr>
 __device__ __forceinline__ void store_output(const Params& params, const Tile& t, int consumer,
                                              const float (&o)[1][Tr::d_head / 8][4],
-                                             unsigned char* region) {
+                                             unsigned char* region, tma::Barrier& q_empty) {
     const int lane = threadIdx.x % 32;
     const int warp_row0 = (threadIdx.x % Tr::warpgroup_threads) / 32 * 16;
 #pragma unroll
@@ -294,6 +321,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     if (threadIdx.x % Tr::warpgroup_threads == 0) {
         tma::store_tile<Tr::column_blocks, Tr::q_sub_tile_bytes>(
             region, &params.maps.o, t.q_row0 + consumer * Tr::rows_per_consumer, t.head, t.batch);
+        q_empty.arrive();
     }
 }
 
@@ -311,10 +339,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     unsigned char* smem = smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024);
     auto& bars = *reinterpret_cast<Barriers<Tr::stages>*>(smem + Tr::barrier_offset);
 
-    const Tile tile = cta_tile<Tr>(args);
     const int warpgroup = threadIdx.x / Tr::warpgroup_threads;
     if (threadIdx.x == 0) {
         bars.q_full.init(1);
+        bars.q_empty.init(Tr::consumers);  // each consumer's storing thread
         for (int s = 0; s < Tr::stages; ++s) {
             bars.k_full[s].init(1);
             bars.v_full[s].init(1);
@@ -329,51 +357,62 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         if (threadIdx.x == 0)
-            produce<Tr>(params, tile, smem, bars);
+            produce<Tr>(params, smem, bars);
         return;
     }
 
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
     const int consumer = warpgroup - 1;
-    const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
     const int smem_base = static_cast<int>(ptx::smem_address(smem));
     unsigned char* q_region = smem + Tr::q_offset + consumer * Tr::q_consumer_bytes;
-    Consumer<Tr> c{
-        .args = args,
-        .tile = tile,
-        .bars = bars,
-        .q_smem = ptx::smem_address(q_region),
-        .k_smem = static_cast<std::uint32_t>(smem_base + Tr::k_offset),
-        .v_smem = static_cast<std::uint32_t>(smem_base + Tr::v_offset),
-        .consumer = consumer,
-        .first_row =
-            consumer_row0 + static_cast<int>(threadIdx.x % Tr::warpgroup_threads) / 32 * 16,
-        // This consumer's own rows may need fewer masked blocks than the CTA's.
-        .unmasked =
-            key_blocks(args.seq_q, args.seq_k, args.causal, consumer_row0,
-                       max(1, min(Tr::rows_per_consumer, args.seq_q - consumer_row0)), Tr::B_c)
-                .unmasked,
-    };
+    GemmTurns<Tr, C.pingpong> turns{consumer};
+    int ring = 0;  // K/V blocks consumed so far, in step with the producer
+    int iteration = 0;
+    // One tile per CTA, or with `persistent` one CTA per SM walking the tiles.
+    for (int index = blockIdx.x; index < tile_count<Tr>(args); index += gridDim.x, ++iteration) {
+        const Tile tile = tile_at<Tr>(args, index);
+        const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
+        Consumer<Tr> c{
+            .args = args,
+            .tile = tile,
+            .bars = bars,
+            .q_smem = ptx::smem_address(q_region),
+            .k_smem = static_cast<std::uint32_t>(smem_base + Tr::k_offset),
+            .v_smem = static_cast<std::uint32_t>(smem_base + Tr::v_offset),
+            .consumer = consumer,
+            .first_row =
+                consumer_row0 + static_cast<int>(threadIdx.x % Tr::warpgroup_threads) / 32 * 16,
+            // This consumer's own rows may need fewer masked blocks than the tile's.
+            .unmasked =
+                key_blocks(args.seq_q, args.seq_k, args.causal, consumer_row0,
+                           max(1, min(Tr::rows_per_consumer, args.seq_q - consumer_row0)), Tr::B_c)
+                    .unmasked,
+            .ring = ring,
+        };
 
-    float o[1][Tr::d_head / 8][4];
-    zero(o);
-    OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
-    bars.q_full.wait(0);
-    consume<Tr, C.intra_warpgroup_overlap, C.pingpong>(c, o, softmax);
-    softmax.finalize(o);
+        float o[1][Tr::d_head / 8][4];
+        zero(o);
+        OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
+        bars.q_full.wait(iteration & 1);
+        consume<Tr, C.intra_warpgroup_overlap>(c, turns, o, softmax);
+        softmax.finalize(o);
 
-    if (args.lse != nullptr && threadIdx.x % 4 == 0) {
-        float* lse = args.lse + (std::int64_t{tile.batch} * args.heads + tile.head) * args.seq_q;
+        if (args.lse != nullptr && threadIdx.x % 4 == 0) {
+            float* lse =
+                args.lse + (std::int64_t{tile.batch} * args.heads + tile.head) * args.seq_q;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = c.first_row + (threadIdx.x % 32) / 4 + 8 * h;
-            if (row < args.seq_q)
-                lse[row] = softmax.log_sum_exp(0, h);
+            for (int h = 0; h < 2; ++h) {
+                const int row = c.first_row + (threadIdx.x % 32) / 4 + 8 * h;
+                if (row < args.seq_q)
+                    lse[row] = softmax.log_sum_exp(0, h);
+            }
         }
+        // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
+        // and no other warpgroup reads these rows: O may overwrite them.
+        store_output<Tr>(params, tile, consumer, o, q_region, bars.q_empty);
+        ring += tile.visited;
     }
-    // Every wgmma reading this consumer's Q has completed (consume() ends on a wait), and
-    // no other warpgroup reads these rows: O may overwrite them.
-    store_output<Tr>(params, tile, consumer, o, q_region);
+    turns.finish();
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)params;

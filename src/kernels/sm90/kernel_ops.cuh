@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "common/cuda_check.hpp"
 #include "kernels/launch_support.cuh"
 #include "kernels/sm90/forward_kernel.cuh"
@@ -20,8 +22,12 @@ void launch(const KernelArgs& args, Stream stream) {
     constexpr int smem = static_cast<int>(C.smem_bytes());
     enable_dynamic_smem<kernel<C>, smem>();
     const Params params{args, make_tensor_maps(args, C.dtype, C.d_head, C.B_c)};
-    const dim3 grid((args.seq_q + C.B_r - 1) / C.B_r, args.heads, args.batch);
-    forward_kernel<pack(C)><<<grid, C.n_threads(), smem, stream>>>(params);
+    // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
+    // runs one CTA per SM (its register reallocation leaves room for no second).
+    const long tiles =
+        static_cast<long>((args.seq_q + C.B_r - 1) / C.B_r) * args.heads * args.batch;
+    const long ctas = C.persistent ? std::min<long>(tiles, args.sm_count) : tiles;
+    forward_kernel<pack(C)><<<static_cast<unsigned>(ctas), C.n_threads(), smem, stream>>>(params);
     cuda_check(cudaGetLastError(), "sm90 forward kernel launch");
 }
 

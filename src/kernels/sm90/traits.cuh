@@ -50,7 +50,7 @@ struct Traits {
     static constexpr int k_offset = q_offset + consumers * q_consumer_bytes;
     static constexpr int v_offset = k_offset + stages * kv_tile_bytes;
     static constexpr int barrier_offset = v_offset + stages * kv_tile_bytes;
-    static constexpr int smem_bytes = 1024 + barrier_offset + 8 * (1 + 4 * stages);
+    static constexpr int smem_bytes = 1024 + barrier_offset + 8 * (2 + 4 * stages);
     static_assert(smem_bytes == static_cast<int>(C.smem_bytes()),
                   "KernelConfig::smem_bytes() matches the layout");
     static_assert(sizeof(tma::Barrier) == 8, "an mbarrier is 8 bytes");
@@ -65,11 +65,12 @@ struct Traits {
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");
 };
 
-// The pipeline's mbarriers: Q once, then a full/empty pair per stage for K and for V.
-// "full": the producer's TMA copies landed; "empty": every consumer warp is done reading.
+// The pipeline's mbarriers: a full/empty pair for Q (once per tile) and per stage for K
+// and for V. "full": the producer's TMA copies landed; "empty": every consumer is done
+// with the buffer (for Q: its O, staged there, has been stored).
 template <int Stages>
 struct Barriers {
-    tma::Barrier q_full;
+    tma::Barrier q_full, q_empty;
     tma::Barrier k_full[Stages], k_empty[Stages];
     tma::Barrier v_full[Stages], v_empty[Stages];
 };
