@@ -76,16 +76,22 @@ struct KernelConfig {
     constexpr int consumer_warpgroups() const {
         return family == Family::sm90 ? n_warps / 4 - 1 : 0;
     }
-    // Q, K and V tiles (sm90: `stages` K and V tiles, 1024 bytes to align the tiles to the
-    // 128-byte swizzle's 1024-byte period, and the pipeline's mbarriers); O is staged
-    // through Q's buffer at the end.
+    // Q, K and V tiles (sm90: `q_buffers()` Q tiles, `stages` K and V tiles, 1024 bytes to
+    // align the tiles to the 128-byte swizzle's 1024-byte period, and the pipeline's
+    // mbarriers); O is staged through Q's buffer at the end.
     constexpr std::size_t smem_bytes() const {
-        if (family == Family::sm90) {
-            return static_cast<std::size_t>(B_r + 2 * stages * B_c) * d_head *
-                       element_bytes(dtype) +
-                   1024 + 8 * (2 + 4 * static_cast<std::size_t>(stages > 0 ? stages : 0));
-        }
+        if (family == Family::sm90)
+            return sm90_smem_bytes(q_buffers());
         return static_cast<std::size_t>(B_r + 2 * B_c) * d_head * element_bytes(dtype);
+    }
+    // sm90: a persistent kernel loads the next tile's Q into a second buffer while this
+    // tile computes and stores its O, when an H100 has the shared memory for it.
+    constexpr int q_buffers() const {
+        return family == Family::sm90 && persistent &&
+                       sm90_smem_bytes(2) <=
+                           static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin)
+                   ? 2
+                   : 1;
     }
 
     // CTAs resident per SM as bounded by shared memory and threads, and for sm90 by its
@@ -94,6 +100,16 @@ struct KernelConfig {
     int ctas_per_sm(const DeviceLimits& limits) const;
 
     std::string to_string() const;
+
+  private:
+    constexpr std::size_t sm90_smem_bytes(int q_tiles) const {
+        const std::size_t n_stages = stages > 0 ? static_cast<std::size_t>(stages) : 0;
+        return (q_tiles * static_cast<std::size_t>(B_r) + 2 * n_stages * B_c) * d_head *
+                   element_bytes(dtype) +
+               1024 + 8 * (2 * static_cast<std::size_t>(q_tiles) + 4 * n_stages);
+    }
+
+  public:
     // Inverse of to_string(). Throws flash_attention::Error naming the offending token.
     static KernelConfig parse(std::string_view short_form);
 };

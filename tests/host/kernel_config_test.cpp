@@ -84,8 +84,13 @@ TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
               "(BF16, 64, 64, 64, 8): sm90+stages_1");
     // Q, 2 x 2 K/V stages of 128 x 128 16-bit, the alignment pad and 10 mbarriers.
     EXPECT_EQ(c.smem_bytes(), (128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 10);
-    EXPECT_TRUE(
-        KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+persistent").persistent);
+    // Persistent: a second Q buffer when it fits an H100 (d_head 128), else one (256).
+    const KernelConfig persistent =
+        KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent");
+    EXPECT_EQ(persistent.q_buffers(), 2);
+    EXPECT_EQ(persistent.smem_bytes(), (2 * 128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 12);
+    EXPECT_EQ(KernelConfig::parse("(BF16, 256, 128, 64, 12): sm90+stages_2+persistent").q_buffers(),
+              1);
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_x").find("stages_x"),
               std::string::npos);
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_-1").find("stages_-1"),

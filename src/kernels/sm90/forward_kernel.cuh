@@ -73,25 +73,37 @@ struct RingSlot {
         : stage(j % Stages), parity(static_cast<std::uint32_t>((j / Stages) & 1)) {}
 };
 
+// The Q buffer of the `iteration`-th tile a CTA works on, and its barriers' parity.
+template <class Tr>
+struct QSlot {
+    int buffer;
+    std::uint32_t parity;
+    __device__ __forceinline__ explicit QSlot(int iteration)
+        : buffer(iteration % Tr::q_buffers),
+          parity(static_cast<std::uint32_t>((iteration / Tr::q_buffers) & 1)) {}
+};
+
 // The producer: one thread issues every copy, tile after tile. It refills a K/V stage
 // once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
 // (across tiles too), and loads a tile's Q once the consumers have stored the previous
 // tile's O from that buffer.
 template <class Tr>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
-                                        Barriers<Tr::stages>& bars) {
+                                        Barriers<Tr::q_buffers, Tr::stages>& bars) {
     const KernelArgs& args = params.args;
     int ring = 0;  // K/V blocks loaded so far: the ring position of the next
     int iteration = 0;
     for (int index = blockIdx.x; index < tile_count<Tr>(args); index += gridDim.x, ++iteration) {
         const Tile t = tile_at<Tr>(args, index);
-        // Parity ^ 1: the first tile (and the first pass over the ring) finds it empty.
-        bars.q_empty.wait((iteration & 1) ^ 1);
-        bars.q_full.arrive_expect_tx(Tr::consumers * Tr::q_consumer_bytes);
+        // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
+        const QSlot<Tr> q(iteration);
+        bars.q_empty[q.buffer].wait(q.parity ^ 1);
+        bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
         for (int w = 0; w < Tr::consumers; ++w) {
             tma::load_tile<Tr::column_blocks, Tr::q_sub_tile_bytes>(
-                smem + Tr::q_offset + w * Tr::q_consumer_bytes, &params.maps.q,
-                t.q_row0 + w * Tr::rows_per_consumer, t.head, t.batch, bars.q_full);
+                smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::q_consumer_bytes,
+                &params.maps.q, t.q_row0 + w * Tr::rows_per_consumer, t.head, t.batch,
+                bars.q_full[q.buffer]);
         }
         for (int j = 0; j < t.visited; ++j) {
             const RingSlot<Tr::stages> slot(ring + j);
@@ -149,7 +161,7 @@ struct Consumer {
 
     const KernelArgs& args;
     const Tile& tile;
-    Barriers<Tr::stages>& bars;
+    Barriers<Tr::q_buffers, Tr::stages>& bars;
     std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence
@@ -337,12 +349,14 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     // TMA's 128-byte swizzle repeats every 1024 bytes and wgmma assumes tiles start on
     // that period; dynamic shared memory is only guaranteed 16-byte alignment.
     unsigned char* smem = smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024);
-    auto& bars = *reinterpret_cast<Barriers<Tr::stages>*>(smem + Tr::barrier_offset);
+    auto& bars = *reinterpret_cast<Barriers<Tr::q_buffers, Tr::stages>*>(smem + Tr::barrier_offset);
 
     const int warpgroup = threadIdx.x / Tr::warpgroup_threads;
     if (threadIdx.x == 0) {
-        bars.q_full.init(1);
-        bars.q_empty.init(Tr::consumers);  // each consumer's storing thread
+        for (int b = 0; b < Tr::q_buffers; ++b) {
+            bars.q_full[b].init(1);
+            bars.q_empty[b].init(Tr::consumers);  // each consumer's storing thread
+        }
         for (int s = 0; s < Tr::stages; ++s) {
             bars.k_full[s].init(1);
             bars.v_full[s].init(1);
@@ -364,13 +378,15 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
     const int consumer = warpgroup - 1;
     const int smem_base = static_cast<int>(ptx::smem_address(smem));
-    unsigned char* q_region = smem + Tr::q_offset + consumer * Tr::q_consumer_bytes;
     GemmTurns<Tr, C.pingpong> turns{consumer};
     int ring = 0;  // K/V blocks consumed so far, in step with the producer
     int iteration = 0;
     // One tile per CTA, or with `persistent` one CTA per SM walking the tiles.
     for (int index = blockIdx.x; index < tile_count<Tr>(args); index += gridDim.x, ++iteration) {
         const Tile tile = tile_at<Tr>(args, index);
+        const QSlot<Tr> q(iteration);
+        unsigned char* q_region =
+            smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::q_consumer_bytes;
         const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
         Consumer<Tr> c{
             .args = args,
@@ -393,7 +409,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         float o[1][Tr::d_head / 8][4];
         zero(o);
         OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
-        bars.q_full.wait(iteration & 1);
+        bars.q_full[q.buffer].wait(q.parity);
         consume<Tr, C.intra_warpgroup_overlap>(c, turns, o, softmax);
         softmax.finalize(o);
 
@@ -409,7 +425,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         }
         // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
         // and no other warpgroup reads these rows: O may overwrite them.
-        store_output<Tr>(params, tile, consumer, o, q_region, bars.q_empty);
+        store_output<Tr>(params, tile, consumer, o, q_region, bars.q_empty[q.buffer]);
         ring += tile.visited;
     }
     turns.finish();

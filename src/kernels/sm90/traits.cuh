@@ -44,13 +44,15 @@ struct Traits {
     static constexpr int kv_sub_tile_bytes = B_c * bytes_per_row;
     static constexpr int kv_tile_bytes = column_blocks * kv_sub_tile_bytes;
 
-    // Layout from a 1024-byte-aligned base (the swizzle's period): Q (one region per
-    // consumer, reused for its O), K stages, V stages, then the barriers.
+    // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
+    // per consumer in each, reused for its O), K stages, V stages, then the barriers.
+    static constexpr int q_buffers = C.q_buffers();
     static constexpr int q_offset = 0;
-    static constexpr int k_offset = q_offset + consumers * q_consumer_bytes;
+    static constexpr int q_buffer_bytes = consumers * q_consumer_bytes;
+    static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
     static constexpr int v_offset = k_offset + stages * kv_tile_bytes;
     static constexpr int barrier_offset = v_offset + stages * kv_tile_bytes;
-    static constexpr int smem_bytes = 1024 + barrier_offset + 8 * (2 + 4 * stages);
+    static constexpr int smem_bytes = 1024 + barrier_offset + 8 * (2 * q_buffers + 4 * stages);
     static_assert(smem_bytes == static_cast<int>(C.smem_bytes()),
                   "KernelConfig::smem_bytes() matches the layout");
     static_assert(sizeof(tma::Barrier) == 8, "an mbarrier is 8 bytes");
@@ -65,12 +67,12 @@ struct Traits {
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");
 };
 
-// The pipeline's mbarriers: a full/empty pair for Q (once per tile) and per stage for K
-// and for V. "full": the producer's TMA copies landed; "empty": every consumer is done
+// The pipeline's mbarriers: a full/empty pair per Q buffer (one use per tile) and per
+// stage for K and for V. "full": the producer's TMA copies landed; "empty": every consumer is done
 // with the buffer (for Q: its O, staged there, has been stored).
-template <int Stages>
+template <int QBuffers, int Stages>
 struct Barriers {
-    tma::Barrier q_full, q_empty;
+    tma::Barrier q_full[QBuffers], q_empty[QBuffers];
     tma::Barrier k_full[Stages], k_empty[Stages];
     tma::Barrier v_full[Stages], v_empty[Stages];
 };
