@@ -68,6 +68,9 @@ struct KernelConfig {
     // One CTA per SM loops over tiles: the next tile's K/V stream in during this tile's
     // epilogue, and no CTA launch separates them.
     bool persistent = false;
+    // Q as register fragments for S = Q·Kᵀ (wgmma with A from registers): shared memory
+    // then serves only K to that GEMM, a third less traffic, for d_head / 4 registers.
+    bool q_in_registers = false;
 
     friend constexpr auto operator<=>(const KernelConfig&, const KernelConfig&) = default;
 

@@ -247,6 +247,7 @@ NB_MODULE(_C, m) {
         .def_ro("intra_warpgroup_overlap", &fa::KernelConfig::intra_warpgroup_overlap)
         .def_ro("pingpong", &fa::KernelConfig::pingpong)
         .def_ro("persistent", &fa::KernelConfig::persistent)
+        .def_ro("q_in_registers", &fa::KernelConfig::q_in_registers)
         .def("smem_bytes", &fa::KernelConfig::smem_bytes)
         .def("is_built", [](const fa::KernelConfig& c) { return fa::is_built(c); })
         .def(

@@ -50,7 +50,8 @@ bool has_sm80_knobs(const KernelConfig& c) {
 }
 
 bool has_sm90_knobs(const KernelConfig& c) {
-    return c.stages != 0 || c.intra_warpgroup_overlap || c.pingpong || c.persistent;
+    return c.stages != 0 || c.intra_warpgroup_overlap || c.pingpong || c.persistent ||
+           c.q_in_registers;
 }
 
 // Registers per consumer thread that setmaxnreg can grant: the producer warpgroup drops
@@ -70,7 +71,7 @@ constexpr std::array k_rules = {
         [](const KernelConfig& c) { return c.d_head != 64 && c.d_head != 128 && c.d_head != 256; }},
     // sm80 family.
     Rule{"sm80_knobs", RuleKind::validity,
-         "stages, overlap, pingpong and persistent are sm90 knobs (add the sm90 flag)",
+         "stages, overlap, pingpong, persistent and qreg are sm90 knobs (add the sm90 flag)",
          [](const KernelConfig& c) { return sm80(c) && has_sm90_knobs(c); }},
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
          [](const KernelConfig& c) { return sm80(c) && c.n_warps != 4 && c.n_warps != 8; }},
@@ -192,7 +193,7 @@ std::vector<KernelConfig> progression() {
 // for d_head 128: TMA + wgmma + a producer warpgroup with one consumer warpgroup and
 // no pipelining, then a second consumer warpgroup, a two-stage K/V pipeline, softmax
 // overlapped with the next block's GEMMs within a warpgroup, ping-pong between
-// warpgroups, and persistent CTAs.
+// warpgroups, persistent CTAs, and Q held in registers.
 std::vector<KernelConfig> progression_sm90() {
     return parse_all({
         "(BF16, 128, 64, 128, 8): sm90+stages_1",
@@ -201,6 +202,7 @@ std::vector<KernelConfig> progression_sm90() {
         "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap",
         "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong",
         "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent",
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
     });
 }
 
@@ -273,6 +275,7 @@ ValueSets tune_values_sm90() {
         .intra_warpgroup_overlap = {true},
         .pingpong = {false, true},
         .persistent = {false, true},
+        .q_in_registers = {false, true},
     };
 }
 
@@ -314,7 +317,7 @@ std::vector<KernelConfig> ci() {
         "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
         "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
         "(BF16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
-        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong",
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
         "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
         "(BF16, 256, 64, 64, 8): sm90+stages_1",
     });
@@ -333,7 +336,7 @@ int estimated_registers(const KernelConfig& c) {
         // A consumer thread holds its share of the warpgroup's m64 tiles: O (64 x d_head
         // fp32 over 128 threads), S (64 x B_c fp32) and P (S as 16-bit pairs), plus
         // addresses, barrier phases and softmax state.
-        return c.d_head / 2 + c.B_c / 2 + c.B_c / 4 + 48;
+        return c.d_head / 2 + c.B_c / 2 + c.B_c / 4 + (c.q_in_registers ? c.d_head / 4 : 0) + 48;
     }
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
     // Q's fragments when held whole (16-bit pairs), and the rest: fragments in flight,
@@ -410,6 +413,7 @@ std::vector<KernelConfig> ValueSets::expand() const {
     v = times(v, intra_warpgroup_overlap, field(&KernelConfig::intra_warpgroup_overlap));
     v = times(v, pingpong, field(&KernelConfig::pingpong));
     v = times(v, persistent, field(&KernelConfig::persistent));
+    v = times(v, q_in_registers, field(&KernelConfig::q_in_registers));
     std::erase_if(v, [](const KernelConfig& c) { return rejecting_rule(c) != nullptr; });
     return sorted_unique(std::move(v));
 }

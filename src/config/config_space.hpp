@@ -47,7 +47,8 @@ struct ValueSets {
     // sm90 knobs; the defaults give sm80 configs.
     std::vector<Family> families{Family::sm80};
     std::vector<int> stages{0};
-    std::vector<bool> intra_warpgroup_overlap{false}, pingpong{false}, persistent{false};
+    std::vector<bool> intra_warpgroup_overlap{false}, pingpong{false}, persistent{false},
+        q_in_registers{false};
 
     std::vector<KernelConfig> expand() const;
 };

@@ -78,6 +78,8 @@ std::string KernelConfig::to_string() const {
         flags.push_back("pingpong");
     if (persistent)
         flags.push_back("persistent");
+    if (q_in_registers)
+        flags.push_back("qreg");
     for (std::size_t i = 0; i < flags.size(); ++i)
         s += (i ? "+" : "") + flags[i];
     return s;
@@ -221,6 +223,8 @@ class Parser {
                 c.pingpong = true;
             } else if (token == "persistent") {
                 c.persistent = true;
+            } else if (token == "qreg") {
+                c.q_in_registers = true;
             } else if (token.starts_with("load_")) {
                 if (seen_load)
                     fail("more than one load_Q_K_V_tiles flag");
@@ -229,7 +233,7 @@ class Parser {
             } else {
                 fail("unknown flag \"" + std::string(token) +
                      "\" (expected async, eager, swizzled, load_Q_K_V_tiles, buffer, "
-                     "opt_softmax, sm90, stages_N, overlap, pingpong or persistent)");
+                     "opt_softmax, sm90, stages_N, overlap, pingpong, persistent or qreg)");
             }
         }
         if (!seen_load && c.family == Family::sm80)
@@ -253,11 +257,11 @@ std::size_t std::hash<flash_attention::KernelConfig>::operator()(
     const flash_attention::KernelConfig& c) const noexcept {
     // Every field is small; pack them into one word and mix.
     std::size_t h = static_cast<std::size_t>(c.dtype);
-    for (const int v :
-         {int(c.family), c.d_head, c.B_r, c.B_c, c.n_warps, int(c.async_copy),
-          int(c.eager_load_blocks), int(c.swizzled), c.Q_mma_load_K_tiles, c.K_mma_load_K_tiles,
-          c.V_mma_load_K_tiles, int(c.mma_double_buffer_loads), int(c.optimized_softmax), c.stages,
-          int(c.intra_warpgroup_overlap), int(c.pingpong), int(c.persistent)}) {
+    for (const int v : {int(c.family), c.d_head, c.B_r, c.B_c, c.n_warps, int(c.async_copy),
+                        int(c.eager_load_blocks), int(c.swizzled), c.Q_mma_load_K_tiles,
+                        c.K_mma_load_K_tiles, c.V_mma_load_K_tiles, int(c.mma_double_buffer_loads),
+                        int(c.optimized_softmax), c.stages, int(c.intra_warpgroup_overlap),
+                        int(c.pingpong), int(c.persistent), int(c.q_in_registers)}) {
         h = h * 1000003u ^ static_cast<std::size_t>(v);
     }
     return h ^ (h >> 29);

@@ -8,9 +8,9 @@
 
 namespace flash_attention {
 
-inline constexpr int k_config_fields = 18;
-inline constexpr int k_field_bits[k_config_fields] = {1, 2, 10, 9, 9, 5, 1, 1, 1,
-                                                      4, 4, 4,  1, 1, 3, 1, 1, 1};  // 59 bits
+inline constexpr int k_config_fields = 19;
+inline constexpr int k_field_bits[k_config_fields] = {1, 2, 10, 9, 9, 5, 1, 1, 1, 4,
+                                                      4, 4, 1,  1, 3, 1, 1, 1, 1};  // 60 bits
 
 constexpr unsigned long long pack(const KernelConfig& c) {
     const int fields[k_config_fields] = {static_cast<int>(c.family),
@@ -30,7 +30,8 @@ constexpr unsigned long long pack(const KernelConfig& c) {
                                          c.stages,
                                          int(c.intra_warpgroup_overlap),
                                          int(c.pingpong),
-                                         int(c.persistent)};
+                                         int(c.persistent),
+                                         int(c.q_in_registers)};
     unsigned long long code = 0;
     for (int i = 0; i < k_config_fields; ++i) {
         code = (code << k_field_bits[i]) |
@@ -62,7 +63,8 @@ constexpr KernelConfig unpack(unsigned long long code) {
             .stages = f[14],
             .intra_warpgroup_overlap = f[15] != 0,
             .pingpong = f[16] != 0,
-            .persistent = f[17] != 0};
+            .persistent = f[17] != 0,
+            .q_in_registers = f[18] != 0};
 }
 
 }  // namespace flash_attention

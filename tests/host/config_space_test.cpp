@@ -101,18 +101,19 @@ TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
         }
     }
     const auto ladder = fa::space::named_set("progression-sm90");
-    ASSERT_EQ(ladder.size(), 6u);
+    ASSERT_EQ(ladder.size(), 7u);
     for (const KernelConfig& c : ladder) {
         EXPECT_EQ(c.family, fa::Family::sm90);
         EXPECT_EQ(rejected_by(c), "") << c.to_string();
     }
     // Each step adds one technique: more consumers, more stages, overlap, ping-pong,
-    // persistence.
+    // persistence, Q in registers.
     EXPECT_LT(ladder[0].consumer_warpgroups(), ladder[1].consumer_warpgroups());
     EXPECT_LT(ladder[1].stages, ladder[2].stages);
     EXPECT_TRUE(!ladder[2].intra_warpgroup_overlap && ladder[3].intra_warpgroup_overlap);
     EXPECT_TRUE(!ladder[3].pingpong && ladder[4].pingpong);
     EXPECT_TRUE(!ladder[4].persistent && ladder[5].persistent);
+    EXPECT_TRUE(!ladder[5].q_in_registers && ladder[6].q_in_registers);
 }
 
 TEST(ConfigSpace, CopySplitRule) {

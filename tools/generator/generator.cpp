@@ -26,7 +26,8 @@ std::string literal(const KernelConfig& c) {
            ", .optimized_softmax = " + b(c.optimized_softmax) +
            ", .stages = " + std::to_string(c.stages) +
            ", .intra_warpgroup_overlap = " + b(c.intra_warpgroup_overlap) +
-           ", .pingpong = " + b(c.pingpong) + ", .persistent = " + b(c.persistent) + "}";
+           ", .pingpong = " + b(c.pingpong) + ", .persistent = " + b(c.persistent) +
+           ", .q_in_registers = " + b(c.q_in_registers) + "}";
 }
 
 std::string ops_name(std::size_t index) {

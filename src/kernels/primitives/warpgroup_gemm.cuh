@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/ptx_sm90.cuh"
 
 namespace flash_attention {
@@ -49,6 +50,36 @@ __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[N / 8][4], std::uin
         const std::uint64_t a = k_major_descriptor(q_smem + (kk / 4) * (64 * 128) + column);
         const std::uint64_t b = k_major_descriptor(k_smem + (kk / 4) * (N * 128) + column);
         ptx::wgmma_ss<dtype, N, false>(s, a, b, kk > 0);
+    }
+}
+
+// This warp's 16 rows of a warpgroup's 64 x D tile in TMA's 128-byte-swizzled layout, as
+// m16k16 A fragments (ldmatrix.x4: lanes 0-15 address rows 0-15 at the k-tile's first 8
+// columns, lanes 16-31 at its last 8). A phase's 8 lanes read 8 rows whose 16-byte chunks
+// the swizzle puts in 8 different bank groups: no conflicts.
+template <int D>
+__device__ __forceinline__ void load_a_fragments_128b(std::uint32_t (&a)[D / 16][4],
+                                                      std::uint32_t tile_smem, int warp_row0) {
+    const int lane = threadIdx.x % 32;
+    const int row = warp_row0 + lane % 16;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const int chunk = (kk % 4) * 2 + lane / 16;
+        ptx::ldmatrix_x4(
+            a[kk], tile_smem + (kk / 4) * (64 * 128) + row * 128 + ((chunk ^ (row % 8)) * 16));
+    }
+}
+
+// S (64 x N) = Q (this warp's rows as register fragments) · K (N x D)ᵀ, K from shared
+// memory: the same GEMM as above with shared memory serving only K.
+template <DType dtype, int D, int N>
+__device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[N / 8][4],
+                                                  const std::uint32_t (&q)[D / 16][4],
+                                                  std::uint32_t k_smem) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const std::uint64_t b = k_major_descriptor(k_smem + (kk / 4) * (N * 128) + (kk % 4) * 32);
+        ptx::wgmma_rs<dtype, N, false>(s, q[kk], b, kk > 0);
     }
 }
 

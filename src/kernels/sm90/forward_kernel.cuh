@@ -167,6 +167,8 @@ struct Consumer {
     int first_row;                         // of this warp, in the sequence
     int unmasked;                          // blocks before this one need no mask here
     int ring;                              // ring position of the tile's block 0
+    // Q as A fragments when the config holds it in registers (else unused, and dropped).
+    std::uint32_t q_frags[Tr::d_head / 16][4];
 
     __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
         return RingSlot<Tr::stages>(ring + j);
@@ -193,7 +195,11 @@ struct Consumer {
     __device__ __forceinline__ void issue_qk(float (&s)[1][s_tiles][4], int j) {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_qk<dtype, Tr::d_head, Tr::B_c>(s[0], q_smem, k_stage(slot(j).stage));
+        if constexpr (Tr::q_in_registers) {
+            warpgroup_gemm_qk<dtype, Tr::d_head, Tr::B_c>(s[0], q_frags, k_stage(slot(j).stage));
+        } else {
+            warpgroup_gemm_qk<dtype, Tr::d_head, Tr::B_c>(s[0], q_smem, k_stage(slot(j).stage));
+        }
         ptx::wgmma_commit_group();
         ptx::fence_operands(s[0]);
     }
@@ -206,6 +212,13 @@ struct Consumer {
         warpgroup_gemm_pv<dtype, Tr::d_head, Tr::B_c>(o[0], p[0], v_stage(slot(j).stage));
         ptx::wgmma_commit_group();
         ptx::fence_operands(o[0]);
+    }
+
+    // After a wait that retires an S GEMM: keeps Q's fragments (which it read
+    // asynchronously) in their registers until then.
+    __device__ __forceinline__ void keep_q() {
+        if constexpr (Tr::q_in_registers)
+            ptx::fence_operands(q_frags);
     }
 
     // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
@@ -246,6 +259,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
             turns.release();
             ptx::wgmma_wait<0>();
             ptx::fence_operands(s[0]);
+            c.keep_q();
             c.release_k(j);
             c.mask(s, j);
             softmax.update(s, o);
@@ -268,6 +282,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
         turns.release();
         ptx::wgmma_wait<0>();
         ptx::fence_operands(s[0]);
+        c.keep_q();
         c.release_k(0);
         c.mask(s, 0);
         softmax.exponentiate(s);  // O is still zero: nothing to rescale
@@ -281,6 +296,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
             turns.release();
             ptx::wgmma_wait<1>();  // S_j is done; P_{j-1}·V_{j-1} may still run
             ptx::fence_operands(s[0]);
+            c.keep_q();
             c.release_k(j);
             c.mask(s, j);
             softmax.exponentiate(s);
@@ -410,6 +426,11 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         zero(o);
         OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
         bars.q_full[q.buffer].wait(q.parity);
+        if constexpr (Tr::q_in_registers) {
+            load_a_fragments_128b<Tr::d_head>(
+                c.q_frags, c.q_smem,
+                static_cast<int>(threadIdx.x % Tr::warpgroup_threads) / 32 * 16);
+        }
         consume<Tr, C.intra_warpgroup_overlap>(c, turns, o, softmax);
         softmax.finalize(o);
 
