@@ -17,11 +17,13 @@ struct Preference {
     const char* config;
 };
 
-// Why these: on Hopper the sm90 family first (wgmma at 64 rows per consumer warpgroup,
-// two consumers, a two-stage K/V pipeline, intra-warpgroup overlap; B_c 128 fills
-// wgmma's N and measured 25% faster than 64 at d_head 128; d_head 256 keeps B_c at 64 so
-// O (128 registers) and S fit 240). Ping-pong measured within noise of none at d_head
-// 128/256 and ahead at 64 (docs/PERF.md, 2026-11-23). The table skips them off Hopper.
+// Why these: on Hopper the sm90 family first: wgmma at 64 rows per consumer warpgroup,
+// two consumers (three at d_head 64, where O and S leave room), a two-stage K/V
+// pipeline, intra-warpgroup overlap, persistent CTAs and, where registers allow, Q held
+// in registers (a third less shared-memory traffic for S = Q·Kᵀ: +3-4% at d_head 128).
+// B_c 128 fills wgmma's N (25% faster than 64 at d_head 128); d_head 256 keeps B_c at 64
+// so O (128 registers) and S fit 240. The tune of 2026-11-23 picked these (docs/PERF.md);
+// the table skips them off Hopper.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
 // ldmatrix traffic (about 170 B/clk/SM at H100 mma.sync rates) exceeds shared
@@ -29,12 +31,12 @@ struct Preference {
 // step that keeps O (128 fp32 registers at d_head 128) and S within 255 registers.
 // Measured results are in docs/PERF.md; the tuning cache overrides this table.
 constexpr Preference k_table[] = {
-    {DType::BF16, 128, "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap"},
-    {DType::FP16, 128, "(FP16, 128, 128, 128, 12): sm90+stages_2+overlap"},
-    {DType::BF16, 64, "(BF16, 64, 128, 128, 12): sm90+stages_2+overlap+pingpong"},
-    {DType::FP16, 64, "(FP16, 64, 128, 128, 12): sm90+stages_2+overlap+pingpong"},
-    {DType::BF16, 256, "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap"},
-    {DType::FP16, 256, "(FP16, 256, 128, 64, 12): sm90+stages_2+overlap"},
+    {DType::BF16, 128, "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
+    {DType::FP16, 128, "(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
+    {DType::BF16, 64, "(BF16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
+    {DType::FP16, 64, "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
+    {DType::BF16, 256, "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+persistent"},
+    {DType::FP16, 256, "(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+persistent"},
     {DType::BF16, 128,
      "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {DType::FP16, 128,
