@@ -330,6 +330,10 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
                                              unsigned char* region, tma::Barrier& q_empty) {
     const int lane = threadIdx.x % 32;
     const int warp_row0 = (threadIdx.x % Tr::warpgroup_threads) / 32 * 16;
+    // With Q in registers this warp's lanes read these rows with ldmatrix at the tile's
+    // start; a tile that sees no key reaches here with no other warp-level sync between
+    // (compute-sanitizer racecheck reported it).
+    __syncwarp();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int row = warp_row0 + lane / 4 + 8 * h;
