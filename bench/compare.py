@@ -15,6 +15,7 @@ host overhead of a call (C++ API, direct binding, torch custom op) on a tiny sha
 """
 
 import argparse
+import sys
 import datetime
 import statistics
 import time
@@ -219,7 +220,7 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"# flash_attention vs PyTorch SDPA backends\n",
              f"{datetime.date.today()}, {device}, torch {torch.__version__}. Command: "
-             f"`python3 bench/compare.py{' --causal' if args.causal else ''} --out {args.out}` (the automatic "
+             f"`python3 bench/compare.py {' '.join(sys.argv[1:])}` (the automatic "
              f"choice reading the tuning cache that `flash_attention tune` wrote). TFLOP/s = "
              f"4·batch·heads·seq²·d_head{' / 2' if args.causal else ''} / median time; "
              f"16k tokens (batch = 16384/seq), hidden 2048 (heads = 2048/d_head), "
