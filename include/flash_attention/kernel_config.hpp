@@ -79,6 +79,9 @@ struct KernelConfig {
     constexpr int consumer_warpgroups() const {
         return family == Family::sm90 ? n_warps / 4 - 1 : 0;
     }
+    // sm90: registers per consumer thread after setmaxnreg. The producer warpgroup drops
+    // to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
+    constexpr int consumer_registers() const { return consumer_warpgroups() >= 3 ? 160 : 240; }
     // Q, K and V tiles (sm90: `q_buffers()` Q tiles, `stages` K and V tiles, 1024 bytes to
     // align the tiles to the 128-byte swizzle's 1024-byte period, and the pipeline's
     // mbarriers); O is staged through Q's buffer at the end.

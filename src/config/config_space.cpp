@@ -54,12 +54,6 @@ bool has_sm90_knobs(const KernelConfig& c) {
            c.q_in_registers;
 }
 
-// Registers per consumer thread that setmaxnreg can grant: the producer warpgroup drops
-// to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
-constexpr int sm90_consumer_registers(const KernelConfig& c) {
-    return c.consumer_warpgroups() >= 3 ? 160 : 240;
-}
-
 constexpr std::array k_rules = {
     Rule{"family", RuleKind::validity, "the sm80 and sm90 families exist",
          [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
@@ -150,8 +144,7 @@ constexpr std::array k_rules = {
     Rule{"register_budget", RuleKind::pruning,
          "the live fragments and accumulators would exceed the register budget and spill",
          [](const KernelConfig& c) {
-             return estimated_registers(c) >
-                    (sm90(c) ? sm90_consumer_registers(c) : k_register_budget);
+             return estimated_registers(c) > (sm90(c) ? c.consumer_registers() : k_register_budget);
          }},
 };
 

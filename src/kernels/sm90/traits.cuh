@@ -33,7 +33,7 @@ struct Traits {
     // setmaxnreg: the producer needs few registers; what it gives up lets each consumer
     // hold O, S and P (64K registers per SM, 128 threads per warpgroup).
     static constexpr int producer_registers = 24;
-    static constexpr int consumer_registers = consumers >= 3 ? 160 : 240;
+    static constexpr int consumer_registers = C.consumer_registers();
     static_assert(producer_registers + consumers * consumer_registers <= 65536 / 128,
                   "the register file holds every warpgroup's budget");
 
