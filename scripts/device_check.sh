@@ -11,14 +11,17 @@
 #   bench        every built tune config, seq 512..16384 (CSV + SVG)
 #   tune         flash_attention tune over the same grid into $OUT/tuning.json, then the
 #                automatic choice against the best config at seq 4096 (d_head 64, 128)
-#   repeat       the automatic choice over seq 512..16384, twice (repeatability)
+#   repeat       the automatic choice and the sm80 table's configs over seq 512..16384, three
+#                times each, every run's time and the clock (repeatability)
 #   torch        PyTorch SDPA backends at seq 4096 (batch 4 / heads 16 and 32 at d 128 / 64)
 #   python       pip install . (the tune set, sm_90) and the pytest suite
 #   compare      bench/compare.py (needs the python stage and a tuning cache)
 #   overhead     host time per call: C++ API, direct binding, custom op
 #   chart        the automatic choice over seq 512..16384 at bf16/fp16, d_head 64/128 (SVG)
-#   sanitize     compute-sanitizer memcheck on odd shapes (two configs)
+#   sanitize     compute-sanitizer memcheck on odd shapes (one sm80 config per dtype/d_head)
+#   sm80-tests   every GPU test except the sm90 kernels' (seq 512 and the odd shapes)
 #   generality   issue 5's bars: causal vs not at 8192, 4095/1000 vs 4096/1024, GQA 32/4 vs 32
+#   generality-sm80  the same for the sm80 family (tune-sm80 into its own cache first)
 #   hopper-tests     the GPU tests of the sm90 family only (quick)
 #   hopper-sanitize  compute-sanitizer memcheck and racecheck on sm90 kernels, odd shapes
 #   hopper-ladder    the sm90 ladder (progression --family sm90), seq 512..16384
@@ -35,6 +38,24 @@ mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 FA="$BIN/flash_attention"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader >> "$OUT/gpu.txt"
+
+# Issue 5's timing bars for the automatic choice (with tuning cache $2, or none):
+# causal vs not at 8192, 1000/4095 vs 1024/4096 (16k tokens), GQA 32/4 vs MHA 32 heads.
+generality_bars() {
+  local label=$1 cache=$2
+  for c in "" --causal; do
+    FLASH_ATTENTION_TUNING="$cache" "$FA" bench --best --seq 8192 --d-head 128 --dtype bf16 --runs 50 $c
+  done > "$OUT/causal_$label.txt" 2>&1
+  FLASH_ATTENTION_TUNING="$cache" "$FA" bench --best --seq 1000,1024,4095,4096 --d-head 128 --dtype bf16 \
+    --runs 50 > "$OUT/odd_lengths_$label.txt" 2>&1
+  for kv in 32 4; do
+    FLASH_ATTENTION_TUNING="$cache" "$FA" bench --best --seq 4096 --batch 4 --heads 32 --heads-kv $kv \
+      --d-head 128 --dtype bf16 --runs 50
+  done > "$OUT/gqa_$label.txt" 2>&1
+  echo "generality ($label):"
+  grep -h "automatic choice" "$OUT/causal_$label.txt" "$OUT/odd_lengths_$label.txt" "$OUT/gqa_$label.txt" |
+    grep -v harmonic
+}
 
 for stage in "$@"; do
   start=$(date +%s)
@@ -60,12 +81,24 @@ for stage in "$@"; do
       done
       unset FLASH_ATTENTION_TUNING ;;
     repeat)
-      export FLASH_ATTENTION_TUNING="$TUNING"
-      for i in 1 2; do
-        "$FA" bench --best --d-head 128,64 --dtype bf16,fp16 --runs 100 --rounds 10 --format csv \
-            --svg "$OUT/auto_$i.svg" > "$OUT/auto_$i.csv" 2>&1
+      # Three repeats of two benches (the built-in choice, sm90 on Hopper; the sm80 table's
+      # configs) with every run's time, and the clock, power and throttle reasons every
+      # 100 ms: bimodal timings are either placement (by input slot) or clock (by time).
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 100 > "$OUT/smi_repeat.csv" 2>&1 &
+      smi=$!
+      sm80=()
+      for c in "(BF16, 128, 128, 64, 4)" "(FP16, 128, 128, 64, 4)" "(BF16, 64, 128, 64, 4)" "(FP16, 64, 128, 64, 4)"; do
+        sm80+=(--config "$c: async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax")
       done
-      unset FLASH_ATTENTION_TUNING ;;
+      for i in 1 2 3; do
+        "$FA" bench --best --d-head 128,64 --dtype bf16,fp16 --runs 100 --rounds 10 --format json \
+          > "$OUT/repeat_auto_$i.json" 2> "$OUT/repeat_auto_$i.err"
+        "$FA" bench "${sm80[@]}" --runs 100 --rounds 10 --format json \
+          > "$OUT/repeat_sm80_$i.json" 2> "$OUT/repeat_sm80_$i.err"
+      done
+      kill $smi
+      python3 scripts/repeatability.py "$OUT"/repeat_*.json | tee "$OUT/repeatability.txt" | tail -40 ;;
     torch)
       python3 bench/torch_sdpa.py --batch 4 --heads 16 --seq 4096 --d-head 128 > "$OUT/torch.txt" 2>&1
       python3 bench/torch_sdpa.py --batch 4 --heads 32 --seq 4096 --d-head 64 >> "$OUT/torch.txt" 2>&1
@@ -85,21 +118,36 @@ for stage in "$@"; do
         --svg "$OUT/bench_auto.svg" > "$OUT/bench_auto.txt" 2>&1
       echo "chart: exit $?"; tail -6 "$OUT/bench_auto.txt" ;;
     sanitize)
-      compute-sanitizer --tool memcheck --error-exitcode 1 "$BIN/test_gpu" \
-        --gtest_filter='Built/EveryConfigOddShapes.*/sm80_config0_*:Built/EveryConfigOddShapes.*/sm80_config5_*' \
-        > "$OUT/memcheck.log" 2>&1
-      echo "memcheck: exit $?"; tail -4 "$OUT/memcheck.log" ;;
+      # memcheck on the odd shapes of the first sm80 config of every built (dtype, d_head).
+      filter=$("$BIN/test_gpu" --gtest_list_tests --gtest_filter='Built/EveryConfigOddShapes.*/sm80_*' |
+        sed -n 's/^ *\(sm80_config[0-9]*\)_.*GetParam() = (\([A-Z0-9]*, [0-9]*\),.*/\2|\1/p' |
+        awk -F'|' '!seen[$1]++ { printf "%sBuilt/EveryConfigOddShapes.*/%s_*", sep, $2; sep=":" }')
+      if [ -z "$filter" ]; then
+        echo "memcheck: no sm80 configs in this build"
+      else
+        compute-sanitizer --tool memcheck --error-exitcode 1 "$BIN/test_gpu" --gtest_filter="$filter" \
+          > "$OUT/memcheck.log" 2>&1
+        echo "memcheck: exit $? on $filter"; grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY' "$OUT/memcheck.log"
+      fi ;;
+    sm80-tests)
+      # Every test but the sm90 kernels' own, at one regular length (the odd shapes run in full).
+      FLASH_TEST_SEQS=512 "$BIN/test_gpu" --gtest_brief=1 --gtest_filter='-*sm90*' > "$OUT/test_gpu_sm80.log" 2>&1
+      echo "sm80 tests: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu_sm80.log" | tr '\n' ' ')"
+      grep -E '^\[  FAILED' "$OUT/test_gpu_sm80.log" | head -5 ;;
     generality)
+      # Issue 5's bars for the automatic choice: the built-in table (sm90 on Hopper).
+      generality_bars builtin "" ;;
+    generality-sm80)
+      # The same bars for the sm80 family: tune its configs on these shapes into their own
+      # cache, then the automatic choice reads that cache.
+      cache=/tmp/sm80_tuning.json
+      rm -f "$cache"
       for c in "" --causal; do
-        FLASH_ATTENTION_TUNING="$TUNING" "$FA" bench --best --seq 8192 --d-head 128 --dtype bf16 --runs 50 $c
-      done > "$OUT/causal.txt" 2>&1
-      FLASH_ATTENTION_TUNING="$TUNING" "$FA" bench --best --seq 1000,1024,4095,4096 --batch 4 --heads 16 \
-        --d-head 128 --dtype bf16 --runs 50 > "$OUT/odd_lengths.txt" 2>&1
-      for kv in 32 4; do
-        FLASH_ATTENTION_TUNING="$TUNING" "$FA" bench --best --seq 4096 --batch 4 --heads 32 --heads-kv $kv \
-          --d-head 128 --dtype bf16 --runs 50
-      done > "$OUT/gqa.txt" 2>&1
-      grep -h "automatic choice" "$OUT/causal.txt" "$OUT/odd_lengths.txt" "$OUT/gqa.txt" | grep -v harmonic ;;
+        FLASH_ATTENTION_TUNING="$cache" "$FA" tune --set tune-sm80 --d-head 128 --dtype bf16 \
+          --seq 1000,1024,4095,4096,8192 --runs 20 --format csv $c
+      done > "$OUT/tune_sm80.txt" 2>&1
+      cp "$cache" "$OUT/tuning_sm80.json"
+      generality_bars sm80 "$cache" ;;
     hopper-tests)
       "$BIN/test_gpu" --gtest_brief=1 --gtest_filter='*sm90*' > "$OUT/test_gpu_sm90.log" 2>&1
       echo "hopper tests: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu_sm90.log" | tr '\n' ' ')"

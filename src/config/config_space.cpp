@@ -412,7 +412,8 @@ std::vector<KernelConfig> ValueSets::expand() const {
 }
 
 std::vector<std::string_view> set_names() {
-    return {"ci", "progression", "progression-all", "progression-sm90", "tune", "tune-sm90", "all"};
+    return {"ci",   "progression", "progression-all", "progression-sm90",
+            "tune", "tune-sm80",   "tune-sm90",       "all"};
 }
 
 std::vector<KernelConfig> named_set(std::string_view name) {
@@ -435,6 +436,8 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         return sorted_unique(progression_all_block_sizes());
     if (name == "progression-sm90")
         return progression_sm90();  // ladder order, not sorted
+    if (name == "tune-sm80")
+        return tune_values().expand();
     if (name == "tune-sm90")
         return tune_values_sm90().expand();
     if (name == "tune") {

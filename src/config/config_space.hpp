@@ -54,7 +54,8 @@ struct ValueSets {
 };
 
 // Names accepted by named_set(): ci, progression, progression-all, progression-sm90, tune,
-// tune-sm90 (the tune set's sm90 configs, for Hopper-only builds), all.
+// tune-sm80 and tune-sm90 (the tune set's configs of one family: tuning or measuring the
+// sm80 family on a Hopper GPU, Hopper-only builds), all.
 std::vector<std::string_view> set_names();
 
 // The configs of a named set, sorted and unique (the progression ladder in step order),

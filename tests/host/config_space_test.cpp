@@ -91,6 +91,19 @@ TEST(ConfigSpace, EverySm90RuleRejectsWhatItSays) {
     EXPECT_EQ(rejected_by(sm80), "sm80_knobs");
 }
 
+TEST(ConfigSpace, FamilyTuneSetsSplitTheTuneSet) {
+    const auto tune = fa::space::named_set("tune");
+    const auto sm80 = fa::space::named_set("tune-sm80");
+    const auto sm90 = fa::space::named_set("tune-sm90");
+    ASSERT_FALSE(sm80.empty());
+    ASSERT_FALSE(sm90.empty());
+    for (const KernelConfig& c : sm80)
+        EXPECT_EQ(c.family, fa::Family::sm80) << c.to_string();
+    for (const KernelConfig& c : sm90)
+        EXPECT_EQ(c.family, fa::Family::sm90) << c.to_string();
+    EXPECT_EQ(fa::space::named_set("tune-sm80,tune-sm90"), tune);
+}
+
 TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
     const auto tune = fa::space::named_set("tune");
     for (const fa::DType dtype : {fa::DType::FP16, fa::DType::BF16}) {

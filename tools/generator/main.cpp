@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
     int sm90_shards = 0;
     std::filesystem::path out;
     app.add_option("--set", set,
-                   "kernel set (ci, progression, progression-all, progression-sm90, tune, all)")
+                   "kernel set (ci, progression, progression-all, progression-sm90, tune, tune-sm80, "
+                   "tune-sm90, all)")
         ->required();
     app.add_option("--shards", shards, "number of kernel translation units")
         ->check(CLI::PositiveNumber);
