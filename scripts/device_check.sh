@@ -120,7 +120,7 @@ for stage in "$@"; do
     sanitize)
       # memcheck on the odd shapes of the first sm80 config of every built (dtype, d_head).
       filter=$("$BIN/test_gpu" --gtest_list_tests --gtest_filter='Built/EveryConfigOddShapes.*/sm80_*' |
-        sed -n 's/^ *\(sm80_config[0-9]*\)_.*GetParam() = (\([A-Z0-9]*, [0-9]*\),.*/\2|\1/p' |
+        sed -n 's/^ *MatchesReference\/\(sm80_config[0-9]*\)_.*GetParam() = (\([A-Z0-9]*, [0-9]*\),.*/\2|\1/p' |
         awk -F'|' '!seen[$1]++ { printf "%sBuilt/EveryConfigOddShapes.*/%s_*", sep, $2; sep=":" }')
       if [ -z "$filter" ]; then
         echo "memcheck: no sm80 configs in this build"
