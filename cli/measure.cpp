@@ -3,12 +3,35 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <numeric>
 #include <random>
 
 #include "common/cuda_check.hpp"
 
 namespace flash_attention::cli {
+
+int Workspace::slots(const Shape& shape) {
+    // Enough copies that one slot's inputs are long evicted from L2 when it comes round
+    // again: at least 4x the L2 size in total, and at least 4 copies even when each
+    // exceeds L2, so that no one allocation's placement in DRAM dominates the median.
+    constexpr int min_slots = 4;
+    int device = 0;
+    int l2_bytes = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    cuda_check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
+               "cudaDeviceGetAttribute(L2CacheSize)");
+    const double q = double(shape.batch) * shape.seq_q * shape.heads * shape.d_head;
+    const double kv = double(shape.batch) * shape.seq_k * shape.heads_kv * shape.d_head;
+    const double slot_bytes = 2.0 * (2 * q + 2 * kv);  // Q, O, K, V at 2 bytes an element
+    return std::clamp(static_cast<int>(4.0 * l2_bytes / slot_bytes) + 1, min_slots, 64);
+}
+
+std::size_t Workspace::bytes(const Shape& shape) {
+    const std::size_t q = std::size_t(shape.batch) * shape.seq_q * shape.heads * shape.d_head;
+    const std::size_t kv = std::size_t(shape.batch) * shape.seq_k * shape.heads_kv * shape.d_head;
+    return slots(shape) * 2 * (2 * q + 2 * kv);
+}
 
 Workspace::Workspace(const Shape& shape, std::uint64_t seed) : shape_(shape) {
     using reference::HostTensor;
@@ -18,19 +41,7 @@ Workspace::Workspace(const Shape& shape, std::uint64_t seed) : shape_(shape) {
                                                    shape.heads_kv, shape.d_head, seed + 1);
     const HostTensor v = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k,
                                                    shape.heads_kv, shape.d_head, seed + 2);
-    // Enough copies that one slot's inputs are long evicted from L2 when it comes round
-    // again: at least 4x the L2 size in total. At least 4 copies even when each exceeds
-    // L2: one allocation can sit worse in DRAM than another, and with only two the
-    // median lands between their two modes (seen at seq 4096 on the H100).
-    constexpr int min_slots = 4;
-    int device = 0;
-    int l2_bytes = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    cuda_check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
-               "cudaDeviceGetAttribute(L2CacheSize)");
-    const double slot_bytes = 2.0 * (2 * q.size() + k.size() + v.size());
-    const int slots = std::clamp(static_cast<int>(4.0 * l2_bytes / slot_bytes) + 1, min_slots, 64);
-    for (int s = 0; s < slots; ++s) {
+    for (int s = 0; s < slots(shape); ++s) {
         q_.push_back(DeviceTensor::upload(q));
         k_.push_back(DeviceTensor::upload(k));
         v_.push_back(DeviceTensor::upload(v));
@@ -44,57 +55,74 @@ ForwardParams Workspace::params(int slot) const {
     return p;
 }
 
-std::vector<Measurement> measure_interleaved(
-    const std::vector<std::optional<KernelConfig>>& configs, const Workspace& workspace, int warmup,
-    int runs, int rounds, bool (*stop)()) {
-    int slot = 0;
-    const auto launch = [&](const std::optional<KernelConfig>& config) {
-        const ForwardParams params = workspace.params(slot++ % workspace.slots());
-        if (config) {
-            forward(params, *config);
+std::vector<std::optional<Measurement>> measure_interleaved(
+    const std::vector<TimedEntry>& entries, const TimingOptions& timing, bool (*stop)(),
+    const std::function<void(std::size_t, std::size_t)>& progress) {
+    const auto launch = [](const TimedEntry& e) {
+        const ForwardParams params = e.workspace->next_params();
+        if (e.config) {
+            forward(params, *e.config);
         } else {
             forward(params);
         }
     };
-    for (const auto& config : configs) {
-        for (int i = 0; i < warmup; ++i)
-            launch(config);
-    }
-    cuda_check(cudaDeviceSynchronize(), "warm-up");
+    using clock = std::chrono::steady_clock;
+    const auto warm_until =
+        clock::now() + std::chrono::duration<double, std::milli>(timing.warmup_ms);
+    do {
+        for (const TimedEntry& e : entries) {
+            for (int i = 0; i < timing.warmup; ++i)
+                launch(e);
+        }
+        cuda_check(cudaDeviceSynchronize(), "warm-up");
+    } while (timing.warmup > 0 && clock::now() < warm_until && !stop());
 
-    rounds = std::clamp(rounds, 1, runs);
-    LaunchTimes timer((runs + rounds - 1) / rounds);
-    std::vector<std::vector<double>> ms(configs.size());
+    const int rounds = std::clamp(timing.rounds, 1, timing.runs);
+    LaunchTimes timer((timing.runs + rounds - 1) / rounds);
+    std::vector<std::vector<double>> ms(entries.size());
+    std::size_t done = 0;
     for (int round = 0; round < rounds && !stop(); ++round) {
-        const int in_round = runs * (round + 1) / rounds - runs * round / rounds;
-        // A fresh order each round, so no config always runs last or after the same one.
-        std::vector<std::size_t> order(configs.size());
+        const int in_round = timing.runs * (round + 1) / rounds - timing.runs * round / rounds;
+        // A fresh order each round, so no entry always runs first or after the same one.
+        std::vector<std::size_t> order(entries.size());
         std::iota(order.begin(), order.end(), 0);
         std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(round)));
-        for (const std::size_t c : order) {
-            // Back to back: the GPU stays busy (and its clock steady) through the runs.
+        for (const std::size_t e : order) {
+            if (stop())
+                break;
+            // Back to back: the GPU stays busy (and its clock in the loaded regime).
             for (int i = 0; i < in_round; ++i) {
                 timer.before(i, nullptr);
-                launch(configs[c]);
+                launch(entries[e]);
                 timer.after(i, nullptr);
             }
             const std::vector<double> t = timer.elapsed_ms(in_round);
-            ms[c].insert(ms[c].end(), t.begin(), t.end());
+            ms[e].insert(ms[e].end(), t.begin(), t.end());
+            progress(++done, entries.size() * rounds);
         }
     }
-    std::vector<Measurement> out;
-    for (std::size_t c = 0; c < configs.size() && !stop(); ++c) {
-        const std::vector<double>& in_order = ms[c];
-        std::vector<double> t = in_order;
+    std::vector<std::optional<Measurement>> out(entries.size());
+    for (std::size_t e = 0; e < entries.size(); ++e) {
+        if (ms[e].empty())
+            continue;
+        std::vector<double> t = ms[e];
         std::sort(t.begin(), t.end());
         const double median =
             t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
-        const KernelConfig ran = configs[c] ? *configs[c] : choose_config(workspace.params(0));
+        const Workspace& workspace = *entries[e].workspace;
+        const std::optional<KernelConfig>& config = entries[e].config;
+        const KernelConfig ran = config ? *config : choose_config(workspace.params(0));
         const Shape& shape = workspace.shape();
         const std::string automatic = "automatic choice (" + std::string(to_string(shape.dtype)) +
                                       ", d_head " + std::to_string(shape.d_head) + ")";
-        out.push_back({configs[c] ? configs[c]->to_string() : automatic, ran, workspace.shape(),
-                       median, t.front(), t.back(), static_cast<int>(t.size()), in_order});
+        out[e] = Measurement{config ? config->to_string() : automatic,
+                             ran,
+                             shape,
+                             median,
+                             t.front(),
+                             t.back(),
+                             static_cast<int>(t.size()),
+                             ms[e]};
     }
     return out;
 }

@@ -5,12 +5,14 @@
 // every run timed with CUDA events and the median reported with its spread.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
 #include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "measurement.hpp"
+#include "options.hpp"
 
 namespace flash_attention::cli {
 
@@ -19,23 +21,43 @@ namespace flash_attention::cli {
 class Workspace {
   public:
     Workspace(const Shape& shape, std::uint64_t seed);
+    // Device bytes such a workspace takes (every copy of the inputs and outputs).
+    static std::size_t bytes(const Shape& shape);
     const Shape& shape() const { return shape_; }
-    int slots() const { return static_cast<int>(q_.size()); }
     ForwardParams params(int slot) const;
+    // The next copy's problem: successive calls rotate through the copies.
+    ForwardParams next_params() { return params(next_++ % static_cast<int>(q_.size())); }
 
   private:
+    static int slots(const Shape& shape);
     Shape shape_;
     std::vector<DeviceTensor> q_, k_, v_, o_;
+    int next_ = 0;
 };
 
-// Times each config (nullopt: the automatic choice, through forward(params, stream)) on
-// one workspace: `warmup` untimed runs each, then `runs` timed runs each, interleaved in
-// `rounds` rounds; within a round a config's runs are queued back to back, each between
-// its own pair of events. A long sweep heats the GPU and its clock drifts down; interleaving
-// spreads that drift over every config instead of charging it to the last ones. Returns
-// one measurement per config, in order; stops early (fewer results) once `stop()` is true.
-std::vector<Measurement> measure_interleaved(
-    const std::vector<std::optional<KernelConfig>>& configs, const Workspace& workspace, int warmup,
-    int runs, int rounds, bool (*stop)());
+// One thing to time: a config (nullopt: the automatic choice, through
+// forward(params, stream)) on a workspace.
+struct TimedEntry {
+    Workspace* workspace;
+    std::optional<KernelConfig> config;
+};
+
+// Times every entry: `warmup` untimed runs of each, repeated until `warmup_ms` of load
+// has passed; then `runs` timed runs of each, spread over `rounds` rounds. A round visits
+// every entry once, in a fresh order, and queues that entry's share of runs back to back,
+// each between its own pair of events.
+//
+// Why rounds over every shape and config, not one shape after another: under full load
+// an H100 sits at its power cap and its clock wanders by up to 10% over tenths of a
+// second (nvidia-smi: "SW power cap", 1560-1980 MHz, docs/PERF.md). A measurement made
+// in one short window catches whichever clock that window had, so repeated benches
+// disagreed by up to 12% at one shape; spread over the whole sweep, every entry sees the
+// same mixture of clocks. The warm-up time brings the chip into that loaded regime first.
+//
+// Returns one measurement per entry, in order; after `stop()` turns true, entries hold
+// the runs made so far (none: nullopt). `progress(done, total)` follows the rounds.
+std::vector<std::optional<Measurement>> measure_interleaved(
+    const std::vector<TimedEntry>& entries, const TimingOptions& timing, bool (*stop)(),
+    const std::function<void(std::size_t, std::size_t)>& progress);
 
 }  // namespace flash_attention::cli

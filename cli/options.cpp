@@ -94,6 +94,11 @@ void TimingOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--warmup", warmup, "untimed runs per measurement")
         ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
+    cmd.add_option("--warmup-ms", warmup_ms,
+                   "repeat the warm-up until this many milliseconds have passed (the GPU's clock "
+                   "settles under load)")
+        ->check(CLI::NonNegativeNumber)
+        ->capture_default_str();
     cmd.add_option("--runs", runs, "timed runs per measurement")
         ->check(positive_integer)
         ->capture_default_str();

@@ -29,6 +29,7 @@ CLI::Validator set_name_validator();
 // How each measurement of bench, tune and progression is timed (see measure_interleaved).
 struct TimingOptions {
     int warmup = 5;
+    double warmup_ms = 1000;  // at least this long under load before timing
     int runs = 20;
     int rounds = 5;
 

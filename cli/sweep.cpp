@@ -1,15 +1,18 @@
 #include "sweep.hpp"
 
+#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <random>
 
+#include "common/cuda_check.hpp"
 #include "config/config_space.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "measure.hpp"
@@ -135,24 +138,50 @@ SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Jo
     for (std::size_t j = 0; j < jobs.size(); ++j)
         by_shape[jobs[j].shape].push_back(j);
 
+    // Every shape's inputs at once where they fit in half the free device memory, so that
+    // the rounds of measure_interleaved cover the whole sweep; otherwise in groups of
+    // shapes that fit, one after another.
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    std::vector<std::vector<Shape>> groups;
+    std::size_t group_bytes = 0;
+    for (const auto& [shape, list] : by_shape) {
+        const std::size_t bytes = Workspace::bytes(shape);
+        if (groups.empty() || group_bytes + bytes > free_bytes / 2) {
+            groups.emplace_back();
+            group_bytes = 0;
+        }
+        groups.back().push_back(shape);
+        group_bytes += bytes;
+    }
+
     const InterruptGuard guard;
     const std::uint64_t seed = std::random_device{}();
     std::vector<std::optional<Measurement>> measured(jobs.size());
-    std::size_t done = 0;
-    for (const auto& [shape, list] : by_shape) {
+    std::size_t done_before = 0;
+    for (const std::vector<Shape>& group : groups) {
         if (g_interrupted)
             break;
-        const Workspace workspace(shape, seed + static_cast<std::uint64_t>(shape.seq_q));
-        std::vector<Candidate> configs;
-        for (const std::size_t j : list)
-            configs.push_back(candidates[jobs[j].candidate]);
-        const auto results =
-            measure_interleaved(configs, workspace, timing.warmup, timing.runs, timing.rounds,
-                                [] { return g_interrupted.load(); });
-        for (std::size_t i = 0; i < results.size(); ++i)
-            measured[list[i]] = results[i];
-        done += list.size();
-        show_progress(done, jobs.size());
+        std::deque<Workspace> workspaces;
+        std::vector<TimedEntry> entries;
+        std::vector<std::size_t> job_of;
+        for (const Shape& shape : group) {
+            Workspace& w =
+                workspaces.emplace_back(shape, seed + static_cast<std::uint64_t>(shape.seq_q));
+            for (const std::size_t j : by_shape.at(shape)) {
+                entries.push_back({&w, candidates[jobs[j].candidate]});
+                job_of.push_back(j);
+            }
+        }
+        const auto results = measure_interleaved(
+            entries, timing, [] { return g_interrupted.load(); },
+            [&](std::size_t done, std::size_t total) {
+                show_progress(done_before + done * entries.size() / total, jobs.size());
+            });
+        for (std::size_t e = 0; e < results.size(); ++e)
+            measured[job_of[e]] = results[e];
+        done_before += entries.size();
     }
     SweepResult result;
     result.planned = jobs.size();
