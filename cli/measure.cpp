@@ -77,29 +77,46 @@ std::vector<std::optional<Measurement>> measure_interleaved(
         cuda_check(cudaDeviceSynchronize(), "warm-up");
     } while (timing.warmup > 0 && clock::now() < warm_until && !stop());
 
-    const int rounds = std::clamp(timing.rounds, 1, timing.runs);
-    LaunchTimes timer((timing.runs + rounds - 1) / rounds);
+    const int rounds = timing.rounds > 0 ? std::clamp(timing.rounds, 1, timing.runs) : timing.runs;
+    const int most_in_round = (timing.runs + rounds - 1) / rounds;
+    // Two sets of events: round r is queued before round r-1's times are read, so the GPU
+    // never waits for the host between rounds.
+    struct Round {
+        LaunchTimes timer;
+        std::vector<std::size_t> entry_of;  // entry of each timed launch
+    };
+    Round timed[2] = {{LaunchTimes(static_cast<int>(entries.size()) * most_in_round), {}},
+                      {LaunchTimes(static_cast<int>(entries.size()) * most_in_round), {}}};
     std::vector<std::vector<double>> ms(entries.size());
-    std::size_t done = 0;
+    const auto collect = [&](Round& r) {
+        const std::vector<double> t = r.timer.elapsed_ms(static_cast<int>(r.entry_of.size()));
+        for (std::size_t i = 0; i < t.size(); ++i)
+            ms[r.entry_of[i]].push_back(t[i]);
+        r.entry_of.clear();
+    };
     for (int round = 0; round < rounds && !stop(); ++round) {
+        Round& r = timed[round % 2];
         const int in_round = timing.runs * (round + 1) / rounds - timing.runs * round / rounds;
         // A fresh order each round, so no entry always runs first or after the same one.
         std::vector<std::size_t> order(entries.size());
         std::iota(order.begin(), order.end(), 0);
         std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(round)));
         for (const std::size_t e : order) {
-            if (stop())
-                break;
-            // Back to back: the GPU stays busy (and its clock in the loaded regime).
             for (int i = 0; i < in_round; ++i) {
-                timer.before(i, nullptr);
+                const int k = static_cast<int>(r.entry_of.size());
+                r.timer.before(k, nullptr);
                 launch(entries[e]);
-                timer.after(i, nullptr);
+                r.timer.after(k, nullptr);
+                r.entry_of.push_back(e);
             }
-            const std::vector<double> t = timer.elapsed_ms(in_round);
-            ms[e].insert(ms[e].end(), t.begin(), t.end());
-            progress(++done, entries.size() * rounds);
         }
+        if (round > 0)
+            collect(timed[(round - 1) % 2]);
+        progress(round + 1, rounds);
+    }
+    for (Round& r : timed) {
+        if (!r.entry_of.empty())
+            collect(r);
     }
     std::vector<std::optional<Measurement>> out(entries.size());
     for (std::size_t e = 0; e < entries.size(); ++e) {

@@ -43,19 +43,20 @@ struct TimedEntry {
 };
 
 // Times every entry: `warmup` untimed runs of each, repeated until `warmup_ms` of load
-// has passed; then `runs` timed runs of each, spread over `rounds` rounds. A round visits
-// every entry once, in a fresh order, and queues that entry's share of runs back to back,
-// each between its own pair of events.
+// has passed; then `runs` timed runs of each, each between its own pair of events, in
+// rounds. A round visits every entry in a fresh order: once by default (`rounds` 0: as
+// many rounds as runs), or with runs/rounds runs back to back.
 //
-// Why rounds over every shape and config, not one shape after another: under full load
-// an H100 sits at its power cap and its clock wanders by up to 10% over tenths of a
-// second (nvidia-smi: "SW power cap", 1560-1980 MHz, docs/PERF.md). A measurement made
-// in one short window catches whichever clock that window had, so repeated benches
-// disagreed by up to 12% at one shape; spread over the whole sweep, every entry sees the
-// same mixture of clocks. The warm-up time brings the chip into that loaded regime first.
+// Why rounds over every shape and config rather than one shape after another: under full
+// load an H100 sits at its 700 W power cap and its clock wanders between about 1500 and
+// 1980 MHz over tenths of a second (nvidia-smi: "SW power cap"; docs/PERF.md). A
+// measurement made in one short window catches whichever clock that window had, and
+// repeated benches disagreed by up to 12% at one shape; runs spread over the whole sweep
+// see the same mixture of clocks. The warm-up time brings the chip into that loaded
+// regime first.
 //
-// Returns one measurement per entry, in order; after `stop()` turns true, entries hold
-// the runs made so far (none: nullopt). `progress(done, total)` follows the rounds.
+// Returns one measurement per entry, in order; after `stop()` turns true (checked between
+// rounds), entries hold the runs made so far. `progress(done, total)` counts rounds.
 std::vector<std::optional<Measurement>> measure_interleaved(
     const std::vector<TimedEntry>& entries, const TimingOptions& timing, bool (*stop)(),
     const std::function<void(std::size_t, std::size_t)>& progress);

@@ -102,9 +102,11 @@ void TimingOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--runs", runs, "timed runs per measurement")
         ->check(positive_integer)
         ->capture_default_str();
-    cmd.add_option("--rounds", rounds,
-                   "rounds that interleave the timed runs of one shape's configs (drift control)")
-        ->check(positive_integer)
+    cmd.add_option(
+           "--rounds", rounds,
+           "rounds that interleave the timed runs of every shape and config (drift control; "
+           "0: one run of each per round)")
+        ->check(CLI::NonNegativeNumber)
         ->capture_default_str();
 }
 

@@ -31,7 +31,7 @@ struct TimingOptions {
     int warmup = 5;
     double warmup_ms = 1000;  // at least this long under load before timing
     int runs = 20;
-    int rounds = 5;
+    int rounds = 0;  // 0: one timed run of each entry per round
 
     void add_to(CLI::App& cmd);
 };

@@ -96,9 +96,9 @@ for stage in "$@"; do
         sm80+=(--config "$c: async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax")
       done
       for i in 1 2 3; do
-        "$FA" bench --best --d-head 128,64 --dtype bf16 --runs 100 --rounds 10 --format json \
+        "$FA" bench --best --d-head 128,64 --dtype bf16 --runs 100 --format json \
           > "$OUT/repeat_auto_$i.json" 2> "$OUT/repeat_auto_$i.err"
-        "$FA" bench "${sm80[@]}" --runs 100 --rounds 10 --format json \
+        "$FA" bench "${sm80[@]}" --runs 100 --format json \
           > "$OUT/repeat_sm80_$i.json" 2> "$OUT/repeat_sm80_$i.err"
       done
       kill $smi

@@ -93,6 +93,8 @@ TEST(Cli, BadArgumentsExitWithTwoAndAOneLineMessage) {
     expect_usage_error({"bench", "--format", "xml"}, "--format");
     expect_usage_error({"bench", "--frobnicate"}, "--frobnicate");
     expect_usage_error({"tune", "--runs", "0"}, "--runs");
+    expect_usage_error({"bench", "--rounds", "-1"}, "--rounds");
+    expect_usage_error({"bench", "--warmup-ms", "-5"}, "--warmup-ms");
     expect_usage_error({"run", "--batch", "abc"}, "--batch");
     expect_usage_error({"run", "--config", "(FP16, 128, 64, 16, 4): async+load_0_1_1_tiles"},
                        "--config");
