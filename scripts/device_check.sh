@@ -25,6 +25,8 @@
 #   hopper-tests     the GPU tests of the sm90 family only (quick)
 #   hopper-sanitize  compute-sanitizer memcheck and racecheck on sm90 kernels, odd shapes
 #   hopper-ladder    the sm90 ladder (progression --family sm90), seq 512..16384
+#   hopper-d256      d_head 256 at B_c 80: tests, sanitizers, tune against B_c 64, compare
+#                    with cuDNN (needs PYTHONPATH with this build's module)
 #   hopper-compare   bench/compare.py at bf16 (d_head 64/128/256, and causal d_head 128):
 #                    ours against cuDNN/FA2 in one process (needs the python stage)
 set -uo pipefail
@@ -59,6 +61,14 @@ generality_bars() {
   echo "generality ($label):"
   grep -h "automatic choice" "$OUT/causal_$label.txt" "$OUT/odd_lengths_$label.txt" "$OUT/gqa_$label.txt" |
     grep -v harmonic
+}
+
+# A gtest filter for the odd-shape tests of the configs whose short form matches the
+# extended regex $1 (the tests are named by config index; gtest's list prints the config).
+odd_shape_filter() {
+  "$BIN/test_gpu" --gtest_list_tests --gtest_filter='Built/EveryConfigOddShapes.*' |
+    grep -E "GetParam\(\) = $1" | sed -n 's/^ *MatchesReference\/\(sm[0-9]*_config[0-9]*\)_.*/\1/p' | sort -u |
+    awk '{ printf "%sBuilt/EveryConfigOddShapes.*/%s_*", sep, $1; sep=":" }'
 }
 
 for stage in "$@"; do
@@ -173,6 +183,29 @@ for stage in "$@"; do
       (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --dtypes bfloat16 \
         --d-heads 128 --seqs 8192 --causal --out "$OUT/compare_sm90_causal") > "$OUT/compare_sm90_causal.log" 2>&1
       echo "compare (sm90, causal): exit $?"; grep -E '^\| bfloat16' "$OUT/compare_sm90_causal.md" ;;
+    hopper-d256)
+      # d_head 256 with B_c 80: its tests and sanitizers, then tune the d_head 256 configs
+      # (B_c 64 against 80) and compare the tuned choice with cuDNN in one process.
+      # Needs the Python module of this build (-DFLASH_BUILD_PYTHON=ON): PYTHONPATH below.
+      pattern='\((BF16|FP16), 256, 128, 80,'
+      odd=$(odd_shape_filter "$pattern")
+      "$BIN/test_gpu" --gtest_brief=1 --gtest_filter="Built/EveryConfig.*256_128_80*:$odd" \
+        > "$OUT/test_d256.log" 2>&1
+      echo "d256 B_c 80 tests: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_d256.log" | tr '\n' ' ')"
+      # The sanitizers on two small odd shapes of one config (racecheck is slow).
+      one=$(odd_shape_filter "\(BF16, 256, 128, 80, 12\): sm90\+stages_2\+overlap\+persistent,")
+      small="${one//_\*/_q129_k257*}:${one//_\*/_q1000_k7_*}"
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --error-exitcode 1 "$BIN/test_gpu" --gtest_filter="$small" \
+          > "$OUT/d256_$tool.log" 2>&1
+        echo "d256 $tool: exit $? $(grep -E '^\[  (PASSED|FAILED)|ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/d256_$tool.log" | tr '\n' ' ')"
+      done
+      FLASH_ATTENTION_TUNING="$TUNING" "$FA" tune --set tune-sm90 --d-head 256 --dtype bf16 --runs 30 \
+        --format csv > "$OUT/tune_d256.txt" 2>&1
+      echo "tune d256: exit $?"; grep -A8 '^key' "$OUT/tune_d256.txt"
+      (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --dtypes bfloat16 \
+        --d-heads 256 --out "$OUT/compare_d256") > "$OUT/compare_d256.log" 2>&1
+      echo "compare d256: exit $?"; grep -E '^\| bfloat16|^\| dtype' "$OUT/compare_d256.md" ;;
     overhead)
       (cd /tmp && FLASH_ATTENTION_TUNING="$TUNING" python3 "$OLDPWD/bench/compare.py" --overhead-only) ;;
     *) echo "unknown stage $stage" ;;

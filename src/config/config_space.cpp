@@ -128,8 +128,10 @@ constexpr std::array k_rules = {
          "each consumer warpgroup owns 64 query rows (one m64 wgmma tile): B_r = 64 x consumers",
          [](const KernelConfig& c) { return sm90(c) && c.B_r != 64 * c.consumer_warpgroups(); }},
     Rule{"wgmma_n", RuleKind::validity,
-         "B_c is 64 or 128 (the N of S = Q·Kᵀ's wgmma, which this library instantiates)",
-         [](const KernelConfig& c) { return sm90(c) && c.B_c != 64 && c.B_c != 128; }},
+         "B_c is 64, 80 or 128 (the N of S = Q·Kᵀ's wgmma, which this library instantiates)",
+         [](const KernelConfig& c) {
+             return sm90(c) && c.B_c != 64 && c.B_c != 80 && c.B_c != 128;
+         }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
          [](const KernelConfig& c) { return sm90(c) && (c.stages < 1 || c.stages > 4); }},
     Rule{
@@ -272,8 +274,34 @@ ValueSets tune_values_sm90() {
     };
 }
 
+// d_head 256 beyond B_c 64, where S = Q·Kᵀ with both operands in shared memory moves
+// 4 KB per 131-kFLOP k-step: 128 bytes per clock at the tensor cores' rate, all that
+// shared memory delivers. B_c 80 (FlashAttention-3's tile for d_head 256) moves 4.5 KB per
+// 164 kFLOP (112 B/clk), and two stages of 80-row K and V tiles still fit beside Q (230 KB
+// of 227 KiB); O (128 registers) + S (40) + P (20) fit the 240 of two consumers. B_c 128
+// moves 6 KB per 262 kFLOP (96 B/clk) but fits only one stage and, without
+// intra-warpgroup overlap (S and P never live together), 240 registers: ping-pong keeps
+// the tensor cores busy through each warpgroup's softmax instead.
+std::vector<KernelConfig> tune_configs_sm90_d256() {
+    ValueSets v = tune_values_sm90();
+    v.d_heads = {256};
+    v.B_rs = {128};
+    v.B_cs = {80};
+    v.n_warps = {12};
+    v.stages = {2};
+    v.q_in_registers = {false};
+    std::vector<KernelConfig> configs = v.expand();
+    v.B_cs = {128};
+    v.stages = {1};
+    v.intra_warpgroup_overlap = {false};
+    v.pingpong = {true};
+    append_unique(configs, v.expand());
+    return configs;
+}
+
 ValueSets all_values_sm90() {
     ValueSets v = tune_values_sm90();
+    v.B_cs = {64, 80, 128};
     v.B_rs = {64, 128, 192};
     v.n_warps = {8, 12, 16};
     v.stages = {1, 2, 3, 4};
@@ -328,8 +356,12 @@ int estimated_registers(const KernelConfig& c) {
     if (c.family == Family::sm90) {
         // A consumer thread holds its share of the warpgroup's m64 tiles: O (64 x d_head
         // fp32 over 128 threads), S (64 x B_c fp32) and P (S as 16-bit pairs), plus
-        // addresses, barrier phases and softmax state.
-        return c.d_head / 2 + c.B_c / 2 + c.B_c / 4 + (c.q_in_registers ? c.d_head / 4 : 0) + 48;
+        // addresses, barrier phases and softmax state (ptxas: d_head 256, B_c 128 without
+        // overlap, estimate 240, no spills; with overlap, 272, spills 284 bytes).
+        // Without intra-warpgroup overlap P replaces S (converted in place, S dead); with
+        // it, S of the next block is computed while P of this one feeds P·V.
+        const int p = c.intra_warpgroup_overlap ? c.B_c / 4 : 0;
+        return c.d_head / 2 + c.B_c / 2 + p + (c.q_in_registers ? c.d_head / 4 : 0) + 48;
     }
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
     // Q's fragments when held whole (16-bit pairs), and the rest: fragments in flight,
@@ -438,11 +470,14 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         return progression_sm90();  // ladder order, not sorted
     if (name == "tune-sm80")
         return tune_values().expand();
-    if (name == "tune-sm90")
-        return tune_values_sm90().expand();
+    if (name == "tune-sm90") {
+        std::vector<KernelConfig> v = tune_values_sm90().expand();
+        append_unique(v, tune_configs_sm90_d256());
+        return sorted_unique(std::move(v));
+    }
     if (name == "tune") {
         std::vector<KernelConfig> v = tune_values().expand();
-        append_unique(v, tune_values_sm90().expand());
+        append_unique(v, named_set("tune-sm90"));
         return sorted_unique(std::move(v));
     }
     if (name == "all") {

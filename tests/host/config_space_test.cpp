@@ -104,6 +104,25 @@ TEST(ConfigSpace, FamilyTuneSetsSplitTheTuneSet) {
     EXPECT_EQ(fa::space::named_set("tune-sm80,tune-sm90"), tune);
 }
 
+TEST(ConfigSpace, HopperTuneSetHasWiderKeyBlocksAtHeadDim256) {
+    int b_c80 = 0;
+    int b_c128 = 0;
+    for (const KernelConfig& c : fa::space::named_set("tune-sm90")) {
+        if (c.d_head != 256 || c.B_c == 64)
+            continue;
+        b_c80 += c.B_c == 80;
+        b_c128 += c.B_c == 128;
+        EXPECT_EQ(rejected_by(c), "") << c.to_string();
+        EXPECT_LE(c.smem_bytes(), 227u * 1024) << c.to_string();
+        if (c.B_c == 128) {
+            EXPECT_EQ(c.stages, 1) << c.to_string();
+            EXPECT_FALSE(c.intra_warpgroup_overlap) << c.to_string();
+        }
+    }
+    EXPECT_EQ(b_c80, 8);   // fp16/bf16 x ping-pong x persistent
+    EXPECT_EQ(b_c128, 4);  // fp16/bf16 x persistent, with ping-pong
+}
+
 TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
     const auto tune = fa::space::named_set("tune");
     for (const fa::DType dtype : {fa::DType::FP16, fa::DType::BF16}) {

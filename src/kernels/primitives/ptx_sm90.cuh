@@ -61,12 +61,17 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 #define FA_WGMMA_D32                                                                \
     FA_WGMMA_D4(0), FA_WGMMA_D4(1), FA_WGMMA_D4(2), FA_WGMMA_D4(3), FA_WGMMA_D4(4), \
         FA_WGMMA_D4(5), FA_WGMMA_D4(6), FA_WGMMA_D4(7)
-#define FA_WGMMA_D64                                                                \
-    FA_WGMMA_D32, FA_WGMMA_D4(8), FA_WGMMA_D4(9), FA_WGMMA_D4(10), FA_WGMMA_D4(11), \
-        FA_WGMMA_D4(12), FA_WGMMA_D4(13), FA_WGMMA_D4(14), FA_WGMMA_D4(15)
+#define FA_WGMMA_D40 FA_WGMMA_D32, FA_WGMMA_D4(8), FA_WGMMA_D4(9)
+#define FA_WGMMA_D64                                                                  \
+    FA_WGMMA_D40, FA_WGMMA_D4(10), FA_WGMMA_D4(11), FA_WGMMA_D4(12), FA_WGMMA_D4(13), \
+        FA_WGMMA_D4(14), FA_WGMMA_D4(15)
 #define FA_WGMMA_R32                                                                              \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_WGMMA_R40                                                                              \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
+    "%38, %39}"
 #define FA_WGMMA_R64                                                                              \
     "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
@@ -88,12 +93,18 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 template <DType dtype, int N, bool TransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a,
                                          std::uint64_t desc_b, bool accumulate) {
-    static_assert(N == 64 || N == 128, "wgmma N instantiated: 64 and 128");
+    static_assert(N == 64 || N == 80 || N == 128, "wgmma N instantiated: 64, 80 and 128");
     if constexpr (N == 64 && dtype == DType::FP16) {
         FA_WGMMA(64, "f16", FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "0, %35", "l"(desc_a),
                  "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
     } else if constexpr (N == 64 && dtype == DType::BF16) {
         FA_WGMMA(64, "bf16", FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "0, %35", "l"(desc_a),
+                 "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
+    } else if constexpr (N == 80 && dtype == DType::FP16) {
+        FA_WGMMA(80, "f16", FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "0, %43", "l"(desc_a),
+                 "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
+    } else if constexpr (N == 80 && dtype == DType::BF16) {
+        FA_WGMMA(80, "bf16", FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "0, %43", "l"(desc_a),
                  "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
     } else if constexpr (N == 128 && dtype == DType::FP16) {
         FA_WGMMA(128, "f16", FA_WGMMA_R64, FA_WGMMA_D64, "%64", 65, 66, "0, %67", "l"(desc_a),
@@ -110,13 +121,21 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
 template <DType dtype, int N, bool TransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32_t (&a)[4],
                                          std::uint64_t desc_b, bool accumulate) {
-    static_assert(N == 64 || N == 128, "wgmma N instantiated: 64 and 128");
+    static_assert(N == 64 || N == 80 || N == 128, "wgmma N instantiated: 64, 80 and 128");
     if constexpr (N == 64 && dtype == DType::FP16) {
         FA_WGMMA(64, "f16", FA_WGMMA_R32, FA_WGMMA_D32, "{%32, %33, %34, %35}", 36, 37, "%38",
                  "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
                  "n"(int(TransB)));
     } else if constexpr (N == 64 && dtype == DType::BF16) {
         FA_WGMMA(64, "bf16", FA_WGMMA_R32, FA_WGMMA_D32, "{%32, %33, %34, %35}", 36, 37, "%38",
+                 "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
+                 "n"(int(TransB)));
+    } else if constexpr (N == 80 && dtype == DType::FP16) {
+        FA_WGMMA(80, "f16", FA_WGMMA_R40, FA_WGMMA_D40, "{%40, %41, %42, %43}", 44, 45, "%46",
+                 "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
+                 "n"(int(TransB)));
+    } else if constexpr (N == 80 && dtype == DType::BF16) {
+        FA_WGMMA(80, "bf16", FA_WGMMA_R40, FA_WGMMA_D40, "{%40, %41, %42, %43}", 44, 45, "%46",
                  "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
                  "n"(int(TransB)));
     } else if constexpr (N == 128 && dtype == DType::FP16) {
@@ -132,8 +151,10 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 
 #undef FA_WGMMA
 #undef FA_WGMMA_R64
+#undef FA_WGMMA_R40
 #undef FA_WGMMA_R32
 #undef FA_WGMMA_D64
+#undef FA_WGMMA_D40
 #undef FA_WGMMA_D32
 #undef FA_WGMMA_D4
 

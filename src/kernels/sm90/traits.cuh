@@ -64,7 +64,8 @@ struct Traits {
     static constexpr int epilogue_barrier_base = turn_barrier_base + consumers;
     static_assert(epilogue_barrier_base + consumers <= 16, "16 named barriers per CTA");
 
-    static_assert(d_head % 64 == 0 && (B_c == 64 || B_c == 128), "wgmma shapes instantiated");
+    static_assert(d_head % 64 == 0 && (B_c == 64 || B_c == 80 || B_c == 128),
+                  "wgmma shapes instantiated");
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");
 };
 
