@@ -21,9 +21,10 @@ struct Preference {
 // two consumers (three at d_head 64, where O and S leave room), a two-stage K/V
 // pipeline, intra-warpgroup overlap, persistent CTAs and, where registers allow, Q held
 // in registers (a third less shared-memory traffic for S = Q·Kᵀ: +3-4% at d_head 128).
-// B_c 128 fills wgmma's N (25% faster than 64 at d_head 128); d_head 256 keeps B_c at 64
-// so O (128 registers) and S fit 240. The tune of 2026-11-23 picked these (docs/PERF.md);
-// the table skips them off Hopper.
+// B_c 128 fills wgmma's N (25% faster than 64 at d_head 128); d_head 256 takes B_c 80, the
+// widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
+// than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
+// The tunes of 2026-11-23 picked these (docs/PERF.md); the table skips them off Hopper.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
 // ldmatrix traffic (about 170 B/clk/SM at H100 mma.sync rates) exceeds shared
@@ -35,8 +36,8 @@ constexpr Preference k_table[] = {
     {DType::FP16, 128, "(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
     {DType::BF16, 64, "(BF16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
     {DType::FP16, 64, "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
-    {DType::BF16, 256, "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+persistent"},
-    {DType::FP16, 256, "(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+persistent"},
+    {DType::BF16, 256, "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
+    {DType::FP16, 256, "(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
     {DType::BF16, 128,
      "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {DType::FP16, 128,
