@@ -18,9 +18,10 @@ int main(int argc, char** argv) {
     int shards = 8;
     int sm90_shards = 0;
     std::filesystem::path out;
-    app.add_option("--set", set,
-                   "kernel set (ci, progression, progression-all, progression-sm90, tune, tune-sm80, "
-                   "tune-sm90, all)")
+    app.add_option(
+           "--set", set,
+           "kernel set (ci, progression, progression-all, progression-sm90, tune, tune-sm80, "
+           "tune-sm90, all)")
         ->required();
     app.add_option("--shards", shards, "number of kernel translation units")
         ->check(CLI::PositiveNumber);
