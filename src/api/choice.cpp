@@ -1,6 +1,7 @@
 #include "api/choice.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,7 @@ struct Preference {
     DType dtype;
     int d_head;
     const char* config;
+    int max_seq = 0;  // only when max(seq_q, seq_k) is at most this (0: any length)
 };
 
 // Why these: on Hopper the sm90 family first: wgmma at 64 rows per consumer warpgroup,
@@ -24,6 +26,8 @@ struct Preference {
 // B_c 128 fills wgmma's N (25% faster than 64 at d_head 128); d_head 256 takes B_c 80, the
 // widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
+// Up to 2048 keys one stage of B_c 128 with ping-pong measured 1-7% faster than B_c 80
+// (a tile has few blocks, and each costs its fixed overheads once per 128 keys, not 80).
 // The tunes of 2026-11-23 picked these (docs/PERF.md); the table skips them off Hopper.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
@@ -36,6 +40,8 @@ constexpr Preference k_table[] = {
     {DType::FP16, 128, "(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
     {DType::BF16, 64, "(BF16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
     {DType::FP16, 64, "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
+    {DType::BF16, 256, "(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
+    {DType::FP16, 256, "(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
     {DType::BF16, 256, "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
     {DType::FP16, 256, "(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
     {DType::BF16, 128,
@@ -63,9 +69,11 @@ std::optional<KernelConfig> heuristic_config(const ForwardParams& p, const Devic
             v.push_back(KernelConfig::parse(pref.config));
         return v;
     }();
-    for (const KernelConfig& c : table) {
-        if (can_run(c, p, device))
-            return c;
+    const std::int64_t seq = std::max(p.q.shape[1], p.k.shape[1]);
+    for (std::size_t i = 0; i < table.size(); ++i) {
+        const int max_seq = k_table[i].max_seq;
+        if ((max_seq == 0 || seq <= max_seq) && can_run(table[i], p, device))
+            return table[i];
     }
     std::vector<KernelConfig> candidates;
     for (const KernelConfig& c : configs()) {

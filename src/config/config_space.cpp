@@ -341,6 +341,8 @@ std::vector<KernelConfig> ci() {
         "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
         "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
         "(BF16, 256, 64, 64, 8): sm90+stages_1",
+        "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent",
+        "(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent",
     });
 }
 

@@ -195,3 +195,27 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
         }
     }
 }
+
+// The built-in table's d_head 256 entries on Hopper depend on the length: one stage of
+// B_c 128 up to 2048 keys, B_c 80 beyond (docs/PERF.md, tune of 2026-11-23).
+TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
+    const auto short_tile =
+        fa::KernelConfig::parse("(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent");
+    const auto long_tile =
+        fa::KernelConfig::parse("(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent");
+    if (!fa::is_built(short_tile) || !fa::is_built(long_tile))
+        GTEST_SKIP() << "this build lacks the d_head 256 sm90 configs of the built-in table";
+    const fa::DeviceInfo hopper{0, "Test GPU", 9, 0, 132, 232448};
+    const auto params = [](std::int64_t seq_q, std::int64_t seq_k) {
+        const auto view = [](std::uintptr_t gib, std::int64_t seq) {
+            return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), fa::DType::BF16,
+                                              1, seq, 2, 256);
+        };
+        return fa::ForwardParams{view(1, seq_q), view(2, seq_k), view(3, seq_k), view(4, seq_q),
+                                 std::nullopt};
+    };
+    EXPECT_EQ(fa::heuristic_config(params(512, 512), hopper), short_tile);
+    EXPECT_EQ(fa::heuristic_config(params(2048, 2048), hopper), short_tile);
+    EXPECT_EQ(fa::heuristic_config(params(2049, 2049), hopper), long_tile);
+    EXPECT_EQ(fa::heuristic_config(params(128, 8192), hopper), long_tile);  // the keys count
+}
