@@ -41,7 +41,8 @@ Workspace::Workspace(const Shape& shape, std::uint64_t seed) : shape_(shape) {
                                                    shape.heads_kv, shape.d_head, seed + 1);
     const HostTensor v = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k,
                                                    shape.heads_kv, shape.d_head, seed + 2);
-    for (int s = 0; s < slots(shape); ++s) {
+    const int copies = slots(shape);
+    for (int s = 0; s < copies; ++s) {
         q_.push_back(DeviceTensor::upload(q));
         k_.push_back(DeviceTensor::upload(k));
         v_.push_back(DeviceTensor::upload(v));
@@ -102,6 +103,9 @@ std::vector<std::optional<Measurement>> measure_interleaved(
         std::iota(order.begin(), order.end(), 0);
         std::shuffle(order.begin(), order.end(), std::mt19937(static_cast<unsigned>(round)));
         for (const std::size_t e : order) {
+            // A round of a large sweep can take many seconds: Ctrl-C ends it early too.
+            if (stop())
+                break;
             for (int i = 0; i < in_round; ++i) {
                 const int k = static_cast<int>(r.entry_of.size());
                 r.timer.before(k, nullptr);

@@ -55,8 +55,9 @@ struct TimedEntry {
 // see the same mixture of clocks. The warm-up time brings the chip into that loaded
 // regime first.
 //
-// Returns one measurement per entry, in order; after `stop()` turns true (checked between
-// rounds), entries hold the runs made so far. `progress(done, total)` counts rounds.
+// Returns one measurement per entry, in order; after `stop()` turns true (checked before
+// each entry's runs), entries hold the runs made so far. `progress(done, total)` counts
+// rounds.
 std::vector<std::optional<Measurement>> measure_interleaved(
     const std::vector<TimedEntry>& entries, const TimingOptions& timing, bool (*stop)(),
     const std::function<void(std::size_t, std::size_t)>& progress);
