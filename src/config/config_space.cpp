@@ -277,7 +277,7 @@ ValueSets tune_values_sm90() {
 // d_head 256 beyond B_c 64, where S = Q·Kᵀ with both operands in shared memory moves
 // 4 KB per 131-kFLOP k-step: 128 bytes per clock at the tensor cores' rate, all that
 // shared memory delivers. B_c 80 (FlashAttention-3's tile for d_head 256) moves 4.5 KB per
-// 164 kFLOP (112 B/clk), and two stages of 80-row K and V tiles still fit beside Q (230 KB
+// 164 kFLOP (112 B/clk), and two stages of 80-row K and V tiles still fit beside Q (225 KiB
 // of 227 KiB); O (128 registers) + S (40) + P (20) fit the 240 of two consumers. B_c 128
 // moves 6 KB per 262 kFLOP (96 B/clk) but fits only one stage and, without
 // intra-warpgroup overlap (S and P never live together), 240 registers: ping-pong keeps
