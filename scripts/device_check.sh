@@ -63,12 +63,16 @@ generality_bars() {
     grep -v harmonic
 }
 
-# A gtest filter for the odd-shape tests of the configs whose short form matches the
-# extended regex $1 (the tests are named by config index; gtest's list prints the config).
-odd_shape_filter() {
+# The built configs as the odd-shape tests name them, a line each:
+# "sm90_config12|(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent" (the tests are
+# named by config index; gtest's list prints the config).
+odd_shape_configs() {
   "$BIN/test_gpu" --gtest_list_tests --gtest_filter='Built/EveryConfigOddShapes.*' |
-    grep -E "GetParam\(\) = $1" | sed -n 's/^ *MatchesReference\/\(sm[0-9]*_config[0-9]*\)_.*/\1/p' | sort -u |
-    awk '{ printf "%sBuilt/EveryConfigOddShapes.*/%s_*", sep, $1; sep=":" }'
+    sed -n 's/^ *MatchesReference\/\(sm[0-9]*_config[0-9]*\)_.*GetParam() = \(.*\), seq_q .*/\1|\2/p' | sort -u
+}
+# A gtest filter for the odd-shape tests of the config names on stdin.
+odd_shape_filter() {
+  awk '{ printf "%sBuilt/EveryConfigOddShapes.*/%s_*", sep, $1; sep=":" }'
 }
 
 for stage in "$@"; do
@@ -133,9 +137,8 @@ for stage in "$@"; do
       echo "chart: exit $?"; tail -6 "$OUT/bench_auto.txt" ;;
     sanitize)
       # memcheck on the odd shapes of the first sm80 config of every built (dtype, d_head).
-      filter=$("$BIN/test_gpu" --gtest_list_tests --gtest_filter='Built/EveryConfigOddShapes.*/sm80_*' |
-        sed -n 's/^ *MatchesReference\/\(sm80_config[0-9]*\)_.*GetParam() = (\([A-Z0-9]*, [0-9]*\),.*/\2|\1/p' |
-        awk -F'|' '!seen[$1]++ { printf "%sBuilt/EveryConfigOddShapes.*/%s_*", sep, $2; sep=":" }')
+      filter=$(odd_shape_configs |
+        awk -F'|' '$1 ~ /^sm80_/ { split($2, f, ", "); if (!seen[f[1] f[2]]++) print $1 }' | odd_shape_filter)
       if [ -z "$filter" ]; then
         echo "memcheck: no sm80 configs in this build"
       else
@@ -188,12 +191,14 @@ for stage in "$@"; do
       # (B_c 64 against 80) and compare the tuned choice with cuDNN in one process.
       # Needs the Python module of this build (-DFLASH_BUILD_PYTHON=ON): PYTHONPATH below.
       pattern='\((BF16|FP16), 256, 128, 80,'
-      odd=$(odd_shape_filter "$pattern")
+      odd=$(odd_shape_configs | grep -E "\|$pattern" | cut -d'|' -f1 | odd_shape_filter)
       "$BIN/test_gpu" --gtest_brief=1 --gtest_filter="Built/EveryConfig.*256_128_80*:$odd" \
         > "$OUT/test_d256.log" 2>&1
       echo "d256 B_c 80 tests: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_d256.log" | tr '\n' ' ')"
       # The sanitizers on two small odd shapes of one config (racecheck is slow).
-      one=$(odd_shape_filter "\(BF16, 256, 128, 80, 12\): sm90\+stages_2\+overlap\+persistent,")
+      one=$(odd_shape_configs |
+        awk -F'|' '$2 == "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent" { print $1 }' |
+        odd_shape_filter)
       small="${one//_\*/_q129_k257*}:${one//_\*/_q1000_k7_*}"
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --error-exitcode 1 "$BIN/test_gpu" --gtest_filter="$small" \
