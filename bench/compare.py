@@ -1,7 +1,7 @@
 """This project against PyTorch's attention backends, in one process, on the same inputs.
 
 For every (dtype, d_head, seq) of the grid (16k tokens, hidden 2048, as in the
-FlashAttention benchmarks) times flash_attention.forward (the automatic choice, which
+FlashAttention benchmarks) times flash_attention_scratch.forward (the automatic choice, which
 reads the tuning cache) and torch's scaled_dot_product_attention with one backend forced
 at a time: FlashAttention-2, cuDNN, memory-efficient. CUDA events, warm-up, median of
 the timed runs (queued back to back, each between its own pair of events), interleaved
@@ -25,8 +25,8 @@ try:
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    import flash_attention as fa
-    from flash_attention import _C
+    import flash_attention_scratch as fa
+    from flash_attention_scratch import _C
 
     PEERS = {
         "FA2": SDPBackend.FLASH_ATTENTION,
@@ -114,10 +114,10 @@ def overhead(dtype):
         "four tensor views by DLPack alone (_C._dlpack_views)": per_call(lambda: _C._dlpack_views(q, k, v, out)),
         "four tensor views by attributes alone (_C._views)": per_call(lambda: _C._views(q, k, v, out)),
         "direct binding, _C.forward (automatic choice)": per_call(lambda: _C.forward(q, k, v, out, None, None, stream)),
-        "flash_attention.forward(q, k, v, out=out)": per_call(lambda: fa.forward(q, k, v, out=out)),
-        "flash_attention.forward(q, k, v)": per_call(lambda: fa.forward(q, k, v)),
-        "torch.ops.flash_attention.forward (custom op)": per_call(
-            lambda: torch.ops.flash_attention.forward(q, k, v, None, False, None)),
+        "flash_attention_scratch.forward(q, k, v, out=out)": per_call(lambda: fa.forward(q, k, v, out=out)),
+        "flash_attention_scratch.forward(q, k, v)": per_call(lambda: fa.forward(q, k, v)),
+        "torch.ops.flash_attention_scratch.forward (custom op)": per_call(
+            lambda: torch.ops.flash_attention_scratch.forward(q, k, v, None, False, None)),
         "torch SDPA, FLASH_ATTENTION backend (for scale)": per_call(lambda: sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v)),
     }
     return shape, results
@@ -244,7 +244,7 @@ def main():
     lines += [f"| {name} | {us:.2f} |" for name, us in costs.items()]
     base = costs["C++ API, fa::forward(params, stream) (automatic choice)"]
     binding = costs["direct binding, _C.forward (automatic choice)"]
-    custom = costs["torch.ops.flash_attention.forward (custom op)"]
+    custom = costs["torch.ops.flash_attention_scratch.forward (custom op)"]
     lines.append(f"\nThe direct binding adds {binding - base:.2f} µs over the C++ API; "
                  f"the custom-op path adds {custom - base:.2f} µs.")
     (out.parent / (out.name + ".md")).write_text("\n".join(lines) + "\n")

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "flash_attention/kernel_config.hpp"
+#include "flash_attention/flash_attention.hpp"
 
 namespace flash_attention::cli {
 
@@ -25,6 +25,9 @@ struct Shape {
     // halved with causal masking, by the usual convention.
     double flop() const {
         return 4.0 * batch * heads * double(seq_q) * seq_k * d_head / (causal ? 2 : 1);
+    }
+    ProblemShape problem() const {
+        return {dtype, d_head, batch, seq_q, seq_k, heads, heads_kv, causal};
     }
     friend auto operator<=>(const Shape&, const Shape&) = default;
 };

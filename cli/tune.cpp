@@ -5,7 +5,6 @@
 #include <map>
 #include <memory>
 
-#include <cuda_runtime_api.h>
 #include "commands.hpp"
 #include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
@@ -35,18 +34,11 @@ std::string utc_now() {
 }
 
 // The winner and runner-up of every (dtype, d_head, seq) that was measured.
-std::vector<tuning::Entry> winners(const std::vector<Measurement>& measured, const std::string& gpu,
-                                   int sm_count) {
+std::vector<tuning::Entry> winners(const std::vector<Measurement>& measured,
+                                   const DeviceProperties& device) {
     std::map<tuning::Key, std::vector<const Measurement*>> by_key;
-    for (const Measurement& m : measured) {
-        const tuning::Key key{gpu,
-                              sm_count,
-                              m.shape.dtype,
-                              m.shape.d_head,
-                              tuning::seq_bucket(m.shape.seq_q, m.shape.seq_k),
-                              m.shape.causal};
-        by_key[key].push_back(&m);
-    }
+    for (const Measurement& m : measured)
+        by_key[tuning::Key::of(device, m.shape.problem())].push_back(&m);
     std::vector<tuning::Entry> entries;
     const std::string now = utc_now();
     for (auto& [key, list] : by_key) {
@@ -73,11 +65,21 @@ int tune(const TuneOptions& o) {
     const std::vector<Job> jobs = plan(candidates, o.grid);
     if (!gpu_available())
         return exit_failure;
+    const auto default_path = tuning::default_path();
+    if (o.cache.empty() && !default_path) {
+        throw UsageError(
+            "--cache: expected a file (no FLASH_ATTENTION_TUNING, XDG_CACHE_HOME or HOME to put "
+            "the default one under), got none");
+    }
     const std::filesystem::path path =
-        o.cache.empty() ? tuning::default_path() : std::filesystem::path(o.cache);
-    // Read the existing cache first: a corrupt one is reported before an hour of tuning.
-    tuning::LoadResult existing = tuning::load(path);
-    for (const std::string& w : existing.warnings)
+        o.cache.empty() ? *default_path : std::filesystem::path(o.cache);
+    // Before an hour of tuning: a cache that cannot be written, or a corrupt one.
+    try {
+        tuning::check_writable(path);
+    } catch (const Error& e) {
+        throw UsageError(std::string("--cache: ") + e.what());
+    }
+    for (const std::string& w : tuning::load(path).warnings)
         std::cerr << "flash_attention: warning: " << w << "\n";
 
     const SweepResult result = sweep(candidates, jobs, o.timing);
@@ -89,15 +91,7 @@ int tune(const TuneOptions& o) {
         return exit_failure;
     }
 
-    int index = 0;
-    cudaDeviceProp properties{};
-    if (cudaGetDevice(&index) != cudaSuccess ||
-        cudaGetDeviceProperties(&properties, index) != cudaSuccess) {
-        std::cerr << "flash_attention: cannot read the device's properties\n";
-        return exit_failure;
-    }
-    const auto entries =
-        winners(result.measurements, properties.name, properties.multiProcessorCount);
+    const auto entries = winners(result.measurements, DeviceProperties::current());
     std::printf("\n%-48s %8s %9s  %s\n", "key", "TFLOP/s", "margin", "winner");
     for (const tuning::Entry& e : entries) {
         char margin[16] = "-";
@@ -107,15 +101,8 @@ int tune(const TuneOptions& o) {
         std::printf("%-48s %8.1f %9s  %s\n", e.key.to_string().c_str(), e.tflops, margin,
                     e.config.to_string().c_str());
     }
-    if (existing.corrupt) {
-        // Keep the unreadable file next to the new one rather than overwrite it.
-        const auto backup = path.string() + ".corrupt";
-        std::error_code ec;
-        std::filesystem::rename(path, backup, ec);
-        std::cerr << "flash_attention: moved the unreadable cache to " << backup << "\n";
-        existing.entries.clear();
-    }
-    tuning::save_atomically(path, tuning::merge(existing.entries, entries));
+    for (const std::string& w : tuning::update(path, entries))
+        std::cerr << "flash_attention: warning: " << w << "\n";
     reload_tuning_cache();
     std::printf("wrote %zu entries to %s\n", entries.size(), path.string().c_str());
     return exit_ok;

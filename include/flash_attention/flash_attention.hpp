@@ -6,6 +6,8 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "flash_attention/error.hpp"
@@ -47,6 +49,35 @@ struct ForwardParams {
     float* lse = nullptr;
 };
 
+// A GPU as the library sees it: what decides which kernels run on it, and what the
+// tuning cache is keyed by.
+struct DeviceProperties {
+    int index = -1;                // CUDA device ordinal; -1 for a model
+    std::string name;              // as CUDA reports it, e.g. "NVIDIA H100 80GB HBM3"
+    int major = 0, minor = 0;      // compute capability
+    int sm_count = 0;              // streaming multiprocessors
+    int smem_per_block_optin = 0;  // bytes of shared memory one CTA may opt into
+
+    // The current CUDA device, queried once per device and process. Throws
+    // ErrorCode::no_device when there is none or it is older than compute capability 8.0.
+    static const DeviceProperties& current();
+    // A device model, no GPU needed: "a100" (A100-SXM4-80GB) or "h100" (H100 SXM5, 132
+    // SMs). Throws ErrorCode::invalid_argument naming the known models otherwise.
+    static DeviceProperties model(std::string_view name);
+};
+
+// What the automatic choice depends on, without data: dense tensors of this shape.
+struct ProblemShape {
+    DType dtype = DType::BF16;
+    int d_head = 128;
+    std::int64_t batch = 1;
+    std::int64_t seq_q = 1;
+    std::int64_t seq_k = 1;
+    std::int64_t heads = 1;     // query heads
+    std::int64_t heads_kv = 1;  // key/value heads, dividing the query heads
+    bool causal = false;
+};
+
 // Runs the kernel the library chooses for this problem and device: the winner that
 // `flash_attention tune` recorded for this GPU, dtype, d_head and sequence-length bucket
 // in the tuning cache ($FLASH_ATTENTION_TUNING, else ~/.cache/flash_attention/tuning.json),
@@ -61,8 +92,16 @@ void forward(const ForwardParams& params, const KernelConfig& config, Stream str
 // The kernel the automatic choice would run for these parameters on the current device.
 KernelConfig choose_config(const ForwardParams& params);
 
+// The kernel the automatic choice would run for dense tensors of this shape on `device`
+// (a model or a real GPU), reading the tuning cache as forward() does. Throws Error for
+// an invalid shape or when no built kernel runs it there.
+KernelConfig choose_config(const ProblemShape& problem, const DeviceProperties& device);
+
 // Makes the next automatic choice read the tuning cache file again.
 void reload_tuning_cache();
+
+// The library's version, "MAJOR.MINOR.PATCH" (the CMake project's VERSION).
+std::string_view version();
 
 // Every config compiled into this build, in KernelConfig order.
 const std::vector<KernelConfig>& configs();

@@ -1,4 +1,4 @@
-// The flash_attention._C extension: the C++ library's API for Python. Arrays arrive
+// The flash_attention_scratch._C extension: the C++ library's API for Python. Arrays arrive
 // through DLPack (nanobind's ndarray), PyTorch tensors through a faster attribute route
 // (see view_of_torch); no PyTorch headers are compiled in. The Python layer passes
 // PyTorch's current CUDA stream as an integer.
@@ -198,7 +198,8 @@ fa::ForwardParams params_of(nb::handle q, nb::handle k, nb::handle v, nb::handle
 
 NB_MODULE(_C, m) {
     m.doc() =
-        "FlashAttention forward kernels (C++/CUDA); use the flash_attention package, not this "
+        "FlashAttention forward kernels (C++/CUDA); use the flash_attention_scratch package, not "
+        "this "
         "module.";
 
     // Library errors keep their message and become the Python exception that fits.
@@ -219,6 +220,8 @@ NB_MODULE(_C, m) {
             }
         }
     });
+
+    m.attr("__version__") = std::string(fa::version());
 
     nb::enum_<fa::DType>(m, "DType").value("FP16", fa::DType::FP16).value("BF16", fa::DType::BF16);
     nb::enum_<fa::Family>(m, "Family")

@@ -1,4 +1,4 @@
-"""The flash_attention package: pure-Python behaviour everywhere, kernels on a GPU.
+"""The flash_attention_scratch package: pure-Python behaviour everywhere, kernels on a GPU.
 
 Results are compared with torch's scaled_dot_product_attention computed in float64,
 using the FlashAttention rule: error <= 2 x PyTorch's own same-dtype error + 1e-3.
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-import flash_attention as fa
+import flash_attention_scratch as fa
 
 try:
     import torch
@@ -269,8 +269,8 @@ def test_grouped_heads_must_divide():
 def test_custom_op_contract():
     dtype, d = built_kinds()[0]
     q, k, v = (randn(1, 256, 2, d, dtype=torch_dtype(dtype)) for _ in range(3))
-    torch.library.opcheck(torch.ops.flash_attention.forward.default, (q, k, v, None, False, None))
-    torch.library.opcheck(torch.ops.flash_attention.forward_lse.default, (q, k, v, None, True, None))
+    torch.library.opcheck(torch.ops.flash_attention_scratch.forward.default, (q, k, v, None, False, None))
+    torch.library.opcheck(torch.ops.flash_attention_scratch.forward_lse.default, (q, k, v, None, True, None))
 
 
 @needs_gpu

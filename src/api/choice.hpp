@@ -2,7 +2,7 @@
 
 // The automatic choice of a kernel: the tuning cache's winner for this GPU and problem
 // when there is one that this build can run, else the built-in table, else any built
-// kernel that fits.
+// kernel that fits (the sm90 family first where it runs, then the largest tiles).
 
 #include <optional>
 
@@ -10,13 +10,24 @@
 
 namespace flash_attention {
 
-// Whether `config` was built and runs these (validated) tensors on `device`.
-bool can_run(const KernelConfig& config, const ForwardParams& params, const DeviceInfo& device);
+// A validated problem as the choice sees it.
+struct ChoiceProblem {
+    ProblemShape shape;
+    // The sm90 family's TMA can address the tensors (tma_problem is empty).
+    bool tma_addressable = true;
+};
 
-// The built-in table's choice, else the built kernel with the largest tiles that fits.
-std::optional<KernelConfig> heuristic_config(const ForwardParams& params, const DeviceInfo& device);
+ChoiceProblem choice_problem(const ForwardParams& params);
+
+// Whether `config` was built and runs this problem on `device`.
+bool can_run(const KernelConfig& config, const ChoiceProblem& problem,
+             const DeviceProperties& device);
+
+// The built-in table's choice, else the built kernel that fits, the sm90 family first.
+std::optional<KernelConfig> heuristic_config(const ChoiceProblem& problem,
+                                             const DeviceProperties& device);
 
 // Tuning cache, then heuristic_config. Throws Error(unsupported) when nothing fits.
-KernelConfig choose_kernel(const ForwardParams& params, const DeviceInfo& device);
+KernelConfig choose_kernel(const ChoiceProblem& problem, const DeviceProperties& device);
 
 }  // namespace flash_attention

@@ -38,9 +38,10 @@ KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
 }
 
 // Checks the named config against these tensors and device, then launches it.
-void launch(const ForwardParams& params, const KernelConfig& config, const DeviceInfo& device,
+void launch(const ForwardParams& params, const KernelConfig& config, const DeviceProperties& device,
             Stream stream) {
     validate_config(params, config, device);
+    check_on_device(params, device, stream);
     find_kernel(config)->launch(kernel_args(params, device.sm_count), stream);
 }
 
@@ -56,17 +57,26 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::int64_t batch, s
 
 KernelConfig choose_config(const ForwardParams& params) {
     validate_tensors(params);
-    return choose_kernel(params, current_device());
+    return choose_kernel(choice_problem(params), DeviceProperties::current());
+}
+
+KernelConfig choose_config(const ProblemShape& problem, const DeviceProperties& device) {
+    validate_shape(problem);
+    return choose_kernel({problem}, device);
 }
 
 void forward(const ForwardParams& params, Stream stream) {
     validate_tensors(params);
-    const DeviceInfo& device = current_device();
-    launch(params, choose_kernel(params, device), device, stream);
+    const DeviceProperties& device = DeviceProperties::current();
+    launch(params, choose_kernel(choice_problem(params), device), device, stream);
 }
 
 bool is_supported(const KernelConfig& config) {
-    return device_problem(config, current_device()).empty();
+    return device_problem(config, DeviceProperties::current()).empty();
+}
+
+std::string_view version() {
+    return FLASH_ATTENTION_VERSION;
 }
 
 void reload_tuning_cache() {
@@ -75,7 +85,7 @@ void reload_tuning_cache() {
 
 void forward(const ForwardParams& params, const KernelConfig& config, Stream stream) {
     validate_tensors(params);
-    launch(params, config, current_device(), stream);
+    launch(params, config, DeviceProperties::current(), stream);
 }
 
 }  // namespace flash_attention

@@ -1,17 +1,17 @@
 #include "api/validate.hpp"
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
-#include <mutex>
+#include <numbers>
+#include <optional>
 #include <string>
 
-#include "common/cuda_check.hpp"
 #include "config/config_space.hpp"
+#include "kernels/sm90/tensor_maps.hpp"
 #include "registry/registry.hpp"
 
 namespace flash_attention {
@@ -19,6 +19,17 @@ namespace flash_attention {
 namespace {
 
 constexpr std::array<const char*, 4> k_dim_names = {"batch", "seq", "heads", "d_head"};
+
+// Batch and heads index the grid's y and z dimensions (at most 65535 each). Lengths and
+// positions are 32-bit ints in the kernels; 2^30 leaves every position plus a tile's
+// overshoot far inside that range.
+constexpr std::int64_t k_max_batch_or_heads = 65535;
+constexpr std::int64_t k_max_seq = std::int64_t{1} << 30;
+
+std::string limits_text() {
+    return "batch and heads at most " + std::to_string(k_max_batch_or_heads) + " and seq at most " +
+           std::to_string(k_max_seq);
+}
 
 [[noreturn]] void fail(ErrorCode code, const std::string& argument, const std::string& expected,
                        const std::string& given) {
@@ -63,16 +74,38 @@ void check_layout(const TensorView& t, const char* name) {
                  "a multiple of 8 elements (16-byte aligned rows)", std::to_string(t.stride[i]));
         }
     }
-    if (t.shape[1] > std::numeric_limits<int>::max() || t.shape[0] > 65535 || t.shape[2] > 65535) {
-        fail(ErrorCode::invalid_argument, std::string(name) + ".shape",
-             "batch and heads at most 65535 and seq below 2^31",
+    if (t.shape[0] > k_max_batch_or_heads || t.shape[1] > k_max_seq ||
+        t.shape[2] > k_max_batch_or_heads) {
+        fail(ErrorCode::invalid_argument, std::string(name) + ".shape", limits_text(),
              "(" + std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + ", " +
                  std::to_string(t.shape[2]) + ", " + std::to_string(t.shape[3]) + ")");
+    }
+    // The last element's address must exist: checked arithmetic, so that a huge stride
+    // cannot wrap around and make the aliasing checks below compare wrong ranges.
+    std::uint64_t extent = 1;  // elements from the first to one past the last
+    for (int i = 0; i < 4; ++i) {
+        std::uint64_t step = 0;
+        if (__builtin_mul_overflow(static_cast<std::uint64_t>(t.shape[i] - 1),
+                                   static_cast<std::uint64_t>(t.stride[i]), &step) ||
+            __builtin_add_overflow(extent, step, &extent)) {
+            extent = std::numeric_limits<std::uint64_t>::max();
+            break;
+        }
+    }
+    std::uint64_t end = 0;
+    if (extent > std::numeric_limits<std::uint64_t>::max() / element_bytes(t.dtype) ||
+        __builtin_add_overflow(reinterpret_cast<std::uintptr_t>(t.data),
+                               extent * element_bytes(t.dtype), &end)) {
+        fail(ErrorCode::invalid_argument, std::string(name) + ".stride",
+             "strides whose last element lies inside the 64-bit address space",
+             "(" + std::to_string(t.stride[0]) + ", " + std::to_string(t.stride[1]) + ", " +
+                 std::to_string(t.stride[2]) + ", " + std::to_string(t.stride[3]) + ")");
     }
 }
 
 // [first, last] bytes a tensor can touch.
 std::pair<std::uintptr_t, std::uintptr_t> byte_range(const TensorView& t) {
+    // Cannot overflow: check_layout bounded the extent.
     std::int64_t last = 0;
     for (int i = 0; i < 4; ++i)
         last += (t.shape[i] - 1) * t.stride[i];
@@ -99,7 +132,23 @@ void check_output_does_not_self_overlap(const TensorView& o) {
                  "at least " + std::to_string(extent) + " so that output elements do not alias",
                  std::to_string(o.stride[i]));
         }
-        extent = o.stride[i] * o.shape[i];
+        extent += o.stride[i] * (o.shape[i] - 1);  // bounded by check_layout
+    }
+}
+
+// Masked scores are -inf before scaling; a scale <= 0 would turn them into +inf or NaN.
+// The kernels work in base 2 with scale·log2(e), which must be a finite float too.
+void check_softmax_scale(std::optional<float> scale) {
+    constexpr double largest = std::numeric_limits<float>::max() / std::numbers::log2e;
+    if (scale && !(std::isfinite(*scale) && *scale > 0 && *scale < largest)) {
+        char given[32];
+        std::snprintf(given, sizeof given, "%.6g", static_cast<double>(*scale));
+        char bound[32];
+        std::snprintf(bound, sizeof bound, "%.4g", largest);
+        fail(ErrorCode::invalid_argument, "softmax_scale",
+             std::string("a positive finite number below ") + bound +
+                 " (scale * log2(e) must be a finite float)",
+             given);
     }
 }
 
@@ -149,9 +198,9 @@ void validate_tensors(const ForwardParams& p) {
                  " (grouped-query attention)",
              std::to_string(p.q.shape[2]));
     }
-    const std::int64_t d = p.q.shape[3];
-    if (d != 64 && d != 128 && d != 256) {
-        fail(ErrorCode::unsupported, dim("q", 3), "64, 128 or 256", std::to_string(d));
+    if (!space::is_head_dim(p.q.shape[3])) {
+        fail(ErrorCode::unsupported, dim("q", 3), space::head_dims_text(),
+             std::to_string(p.q.shape[3]));
     }
     for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}) {
         if (overlap(p.o, *t)) {
@@ -165,9 +214,17 @@ void validate_tensors(const ForwardParams& p) {
             fail(ErrorCode::invalid_argument, "lse", "a 4-byte aligned address", "one that is not");
         }
         // (batch, heads_q, seq_q) floats.
+        // o's elements are distinct (checked above), so this count cannot overflow.
         const auto first = reinterpret_cast<std::uintptr_t>(p.lse);
-        const auto last =
-            first + static_cast<std::uintptr_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]) * 4 - 1;
+        std::uintptr_t last = 0;
+        if (__builtin_add_overflow(
+                first,
+                static_cast<std::uintptr_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]) * 4 - 1,
+                &last)) {
+            fail(ErrorCode::invalid_argument, "lse",
+                 "an address whose (batch, heads, seq_q) floats fit the address space",
+                 "one too close to its end");
+        }
         for (const auto& [t, name] :
              {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
             const auto [t0, t1] = byte_range(*t);
@@ -177,14 +234,47 @@ void validate_tensors(const ForwardParams& p) {
             }
         }
     }
-    // Masked scores are -inf before scaling; a scale <= 0 would turn them into +inf or NaN.
-    if (p.softmax_scale && !(std::isfinite(*p.softmax_scale) && *p.softmax_scale > 0)) {
-        fail(ErrorCode::invalid_argument, "softmax_scale", "a positive finite number",
-             std::to_string(*p.softmax_scale));
+    check_softmax_scale(p.softmax_scale);
+}
+
+void validate_shape(const ProblemShape& s) {
+    if (s.dtype != DType::FP16 && s.dtype != DType::BF16) {
+        fail(ErrorCode::dtype, "dtype", "FP16 or BF16",
+             "enum value " + std::to_string(static_cast<int>(s.dtype)));
+    }
+    if (!space::is_head_dim(s.d_head))
+        fail(ErrorCode::unsupported, "d_head", space::head_dims_text(), std::to_string(s.d_head));
+    const std::pair<const char*, std::int64_t> sizes[] = {{"batch", s.batch},
+                                                          {"seq_q", s.seq_q},
+                                                          {"seq_k", s.seq_k},
+                                                          {"heads", s.heads},
+                                                          {"heads_kv", s.heads_kv}};
+    for (const auto& [name, value] : sizes) {
+        if (value <= 0)
+            fail(ErrorCode::invalid_argument, name, "a positive size", std::to_string(value));
+        const bool seq = name[0] == 's';
+        if (value > (seq ? k_max_seq : k_max_batch_or_heads))
+            fail(ErrorCode::invalid_argument, name, limits_text(), std::to_string(value));
+    }
+    if (s.heads % s.heads_kv != 0) {
+        fail(ErrorCode::invalid_argument, "heads",
+             "a multiple of heads_kv " + std::to_string(s.heads_kv) + " (grouped-query attention)",
+             std::to_string(s.heads));
     }
 }
 
-std::string device_problem(const KernelConfig& c, const DeviceInfo& device) {
+ProblemShape shape_of(const ForwardParams& p) {
+    return {.dtype = p.q.dtype,
+            .d_head = static_cast<int>(p.q.shape[3]),
+            .batch = p.q.shape[0],
+            .seq_q = p.q.shape[1],
+            .seq_k = p.k.shape[1],
+            .heads = p.q.shape[2],
+            .heads_kv = p.k.shape[2],
+            .causal = p.causal};
+}
+
+std::string device_problem(const KernelConfig& c, const DeviceProperties& device) {
     if (find_kernel(c) == nullptr) {
         const space::Rule* rule = space::rejecting_rule(c, /*validity_only=*/true);
         return rule ? "a valid config (rule \"" + std::string(rule->name) +
@@ -216,12 +306,21 @@ std::string tma_problem(const ForwardParams& p) {
                        ": expected a non-zero stride (the sm90 family's TMA copies need one), "
                        "got 0";
             }
+            if (t->shape[i] > 1 &&
+                static_cast<std::uint64_t>(t->stride[i]) * element_bytes(t->dtype) >=
+                    sm90::k_tma_max_stride_bytes) {
+                return stride_name(name, i) +
+                       ": expected a stride below 2^40 bytes (the sm90 family's TMA copies' "
+                       "limit), got " +
+                       std::to_string(t->stride[i]) + " elements";
+            }
         }
     }
     return {};
 }
 
-void validate_config(const ForwardParams& p, const KernelConfig& c, const DeviceInfo& device) {
+void validate_config(const ForwardParams& p, const KernelConfig& c,
+                     const DeviceProperties& device) {
     if (c.dtype != p.q.dtype) {
         fail(ErrorCode::invalid_argument, "config",
              "dtype " + std::string(to_string(p.q.dtype)) + " (the tensors')", c.to_string());
@@ -238,45 +337,6 @@ void validate_config(const ForwardParams& p, const KernelConfig& c, const Device
         if (const std::string problem = tma_problem(p); !problem.empty())
             throw Error(ErrorCode::unsupported, problem + " with config " + c.to_string());
     }
-}
-
-const DeviceInfo& current_device() {
-    int index = 0;
-    const cudaError_t status = cudaGetDevice(&index);
-    if (status != cudaSuccess) {
-        throw Error(ErrorCode::no_device,
-                    std::string("no usable CUDA device: cudaGetDevice failed: ") +
-                        cudaGetErrorString(status));
-    }
-    const auto query = [index] {
-        cudaDeviceProp p{};
-        cuda_check(cudaGetDeviceProperties(&p, index), "cudaGetDeviceProperties");
-        return DeviceInfo{index,
-                          p.name,
-                          p.major,
-                          p.minor,
-                          p.multiProcessorCount,
-                          static_cast<int>(p.sharedMemPerBlockOptin)};
-    };
-    // Properties do not change while the process runs: each device is queried once
-    // (cudaGetDeviceProperties takes microseconds, too long for every forward()).
-    constexpr int max_devices = 64;
-    static std::array<DeviceInfo, max_devices> cache{};
-    static std::array<std::once_flag, max_devices> cached;
-    thread_local DeviceInfo beyond_cache;
-    const DeviceInfo* device = &beyond_cache;
-    if (index < max_devices) {
-        std::call_once(cached[index], [&] { cache[index] = query(); });
-        device = &cache[index];
-    } else {
-        beyond_cache = query();
-    }
-    if (device->major < 8) {
-        fail(ErrorCode::no_device, "device " + std::to_string(index),
-             "compute capability 8.0 or newer",
-             std::to_string(device->major) + "." + std::to_string(device->minor));
-    }
-    return *device;
 }
 
 float softmax_scale(const ForwardParams& p) {

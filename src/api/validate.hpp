@@ -9,27 +9,26 @@
 
 namespace flash_attention {
 
-struct DeviceInfo {
-    int index;
-    std::string name;
-    int major, minor;
-    int sm_count;
-    int smem_per_block_optin;
-};
-
-// The current device, checked to be compute capability 8.0 or newer (ErrorCode::no_device).
-const DeviceInfo& current_device();
-
 // Shapes, dtypes, strides, alignment, aliasing and the scale; needs no GPU.
 void validate_tensors(const ForwardParams& params);
 
+// A data-free problem: dtype, head dim, positive sizes, heads_kv dividing heads.
+void validate_shape(const ProblemShape& problem);
+
+// The shape of validated tensors.
+ProblemShape shape_of(const ForwardParams& params);
+
+// That every pointer of `params` is memory `device` can reach and `stream` belongs to it
+// (CUDA runtime queries: needs the GPU).
+void check_on_device(const ForwardParams& params, const DeviceProperties& device, Stream stream);
+
 // That `config` was built and can run these tensors on `device`.
 void validate_config(const ForwardParams& params, const KernelConfig& config,
-                     const DeviceInfo& device);
+                     const DeviceProperties& device);
 
 // Why `config` cannot run on `device` whatever the tensors (not built, another family's
 // GPU, too much shared memory), or an empty string.
-std::string device_problem(const KernelConfig& config, const DeviceInfo& device);
+std::string device_problem(const KernelConfig& config, const DeviceProperties& device);
 
 // Why the sm90 family's TMA cannot address these tensors (a zero stride along a
 // dimension of size > 1, e.g. a broadcast K/V), or an empty string.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "config/builtin_choice.hpp"
 #include "flash_attention/error.hpp"
 
 namespace flash_attention::space {
@@ -59,10 +60,9 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
     Rule{"dtype", RuleKind::validity, "only FP16 and BF16 kernels exist",
          [](const KernelConfig& c) { return c.dtype != DType::FP16 && c.dtype != DType::BF16; }},
-    Rule{
-        "d_head", RuleKind::validity,
-        "head dims 64, 128 and 256 are instantiated (swizzling needs rows of 8 16-byte chunks)",
-        [](const KernelConfig& c) { return c.d_head != 64 && c.d_head != 128 && c.d_head != 256; }},
+    Rule{"d_head", RuleKind::validity,
+         "head dims 64, 128 and 256 are instantiated (swizzling needs rows of 8 16-byte chunks)",
+         [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
     // sm80 family.
     Rule{"sm80_knobs", RuleKind::validity,
          "stages, overlap, pingpong, persistent and qreg are sm90 knobs (add the sm90 flag)",
@@ -325,28 +325,45 @@ ValueSets all_values() {
     };
 }
 
-// Quick to compile, yet every code path is in it: the automatic choice's configs for
-// both dtypes and head dims, a plain-load unswizzled textbook-softmax kernel, a
-// non-eager asynchronous one with 8 warps and Q held in registers, d_head 256, and
-// sm90 kernels with and without pipelining, overlap and ping-pong (2 and 3 consumers).
+// What the default build compiles: every kernel the automatic choice's built-in table
+// names (both families, fp16 and bf16, d_head 64/128/256), derived from the table so
+// that the two cannot disagree.
+std::vector<KernelConfig> release() {
+    std::vector<KernelConfig> v;
+    for (const BuiltinChoice& row : builtin_choices())
+        v.push_back(row.config);
+    return sorted_unique(std::move(v));
+}
+
+// The release set plus knob coverage, so every code path is compiled and tested: a
+// plain-load unswizzled textbook-softmax kernel, a non-eager asynchronous one with 8
+// warps and Q held in registers, and sm90 kernels without pipelining (one consumer),
+// with three consumers that are not persistent, and with ping-pong on top of overlap.
 std::vector<KernelConfig> ci() {
-    return parse_all({
-        "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
-        "(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
-        "(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
-        "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
-        "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
-        "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
-        "(BF16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax",
-        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
-        "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
-        "(BF16, 256, 64, 64, 8): sm90+stages_1",
-        "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent",
-        "(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent",
-    });
+    std::vector<KernelConfig> v = release();
+    append_unique(v,
+                  parse_all({
+                      "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
+                      "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
+                      "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
+                      "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
+                      "(BF16, 256, 64, 64, 8): sm90+stages_1",
+                  }));
+    return v;
 }
 
 }  // namespace
+
+std::string head_dims_text() {
+    std::string text;
+    for (std::size_t i = 0; i < k_head_dims.size(); ++i) {
+        text += (i == 0                        ? ""
+                 : i + 1 == k_head_dims.size() ? " or "
+                                               : ", ") +
+                std::to_string(k_head_dims[i]);
+    }
+    return text;
+}
 
 std::span<const Rule> rules() {
     return k_rules;
@@ -446,8 +463,8 @@ std::vector<KernelConfig> ValueSets::expand() const {
 }
 
 std::vector<std::string_view> set_names() {
-    return {"ci",   "progression", "progression-all", "progression-sm90",
-            "tune", "tune-sm80",   "tune-sm90",       "all"};
+    return {"release",   "ci",        "progression", "progression-all", "progression-sm90", "tune",
+            "tune-sm80", "tune-sm90", "all"};
 }
 
 std::vector<KernelConfig> named_set(std::string_view name) {
@@ -462,6 +479,8 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         }
         return sorted_unique(std::move(all));
     }
+    if (name == "release")
+        return release();
     if (name == "ci")
         return sorted_unique(ci());
     if (name == "progression")

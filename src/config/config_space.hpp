@@ -4,7 +4,9 @@
 // that drop invalid or wasteful combinations, and the named sets that builds,
 // tests and the command line draw from. Host code only; no CUDA needed.
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
@@ -13,6 +15,17 @@
 #include "flash_attention/kernel_config.hpp"
 
 namespace flash_attention::space {
+
+// The head dims the kernels are instantiated for (swizzled rows need 8 16-byte chunks;
+// the register budget ends at 256).
+inline constexpr std::array<int, 3> k_head_dims{64, 128, 256};
+
+constexpr bool is_head_dim(std::int64_t d) {
+    return std::find(k_head_dims.begin(), k_head_dims.end(), d) != k_head_dims.end();
+}
+
+// "64, 128 or 256", for messages.
+std::string head_dims_text();
 
 enum class RuleKind {
     validity,  // the kernel template cannot be instantiated for this config
@@ -53,9 +66,10 @@ struct ValueSets {
     std::vector<KernelConfig> expand() const;
 };
 
-// Names accepted by named_set(): ci, progression, progression-all, progression-sm90, tune,
-// tune-sm80 and tune-sm90 (the tune set's configs of one family: tuning or measuring the
-// sm80 family on a Hopper GPU, Hopper-only builds), all.
+// Names accepted by named_set(): release (the built-in table's kernels: the default
+// build), ci (release plus knob coverage), progression, progression-all, progression-sm90,
+// tune, tune-sm80 and tune-sm90 (the tune set's configs of one family: tuning or measuring
+// the sm80 family on a Hopper GPU, Hopper-only builds), all.
 std::vector<std::string_view> set_names();
 
 // The configs of a named set, sorted and unique (the progression ladder in step order),

@@ -45,6 +45,23 @@ int ctas_per_sm() {
     return ctas;
 }
 
+// Launches through cudaLaunchKernelEx, whose result is this launch's own: checking
+// cudaGetLastError() after <<<...>>> would also report, and clear, an earlier error of
+// the caller's. Our failure is thrown and not left behind in the last-error state.
+template <auto* Kernel, class Params>
+void launch_kernel(dim3 grid, int threads, int smem_bytes, Stream stream, const Params& params,
+                   const char* what) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
+    config.stream = stream;
+    const cudaError_t status = cudaLaunchKernelEx(&config, Kernel, params);
+    if (status != cudaSuccess)
+        cudaGetLastError();
+    cuda_check(status, what);
+}
+
 template <auto* Kernel>
 KernelResources resources() {
     cudaFuncAttributes attributes{};

@@ -1,13 +1,19 @@
 #include "tuning/tuning_cache.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <utility>
 
 #include "flash_attention/error.hpp"
 
@@ -16,6 +22,34 @@ namespace flash_attention::tuning {
 namespace {
 
 constexpr int k_format_version = 1;
+
+// What one entry field may hold; anything else makes the entry malformed.
+std::string string_field(const nlohmann::json& j, const char* name, std::size_t max_length) {
+    const nlohmann::json& v = j.at(name);
+    if (!v.is_string() || v.get_ref<const std::string&>().size() > max_length) {
+        throw std::invalid_argument(std::string("\"") + name + "\" is not a string of at most " +
+                                    std::to_string(max_length) + " characters");
+    }
+    return v.get<std::string>();
+}
+
+int int_field(const nlohmann::json& j, const char* name, int min, int max) {
+    const nlohmann::json& v = j.at(name);
+    if (!v.is_number_integer() || v.get<long long>() < min || v.get<long long>() > max) {
+        throw std::invalid_argument(std::string("\"") + name + "\" is not an integer in [" +
+                                    std::to_string(min) + ", " + std::to_string(max) + "]");
+    }
+    return static_cast<int>(v.get<long long>());
+}
+
+double number_field(const nlohmann::json& j, const char* name) {
+    if (!j.contains(name))
+        return 0;
+    const nlohmann::json& v = j.at(name);
+    if (!v.is_number())
+        throw std::invalid_argument(std::string("\"") + name + "\" is not a number");
+    return v.get<double>();
+}
 
 DType parse_dtype(const std::string& s) {
     if (s == "FP16")
@@ -42,22 +76,68 @@ nlohmann::json entry_json(const Entry& e) {
     return j;
 }
 
+// Bounds generous for any real GPU and problem; they keep hostile values out of ints.
+constexpr std::size_t k_max_text = 256;
+constexpr int k_max_sm_count = 1 << 16;
+constexpr int k_max_d_head = 1 << 16;
+
 Entry entry_from_json(const nlohmann::json& j) {
+    if (!j.is_object())
+        throw std::invalid_argument("an entry is not an object");
     Entry e;
-    e.key.gpu = j.at("gpu").get<std::string>();
-    e.key.sm_count = j.at("sm_count").get<int>();
-    e.key.dtype = parse_dtype(j.at("dtype").get<std::string>());
-    e.key.d_head = j.at("d_head").get<int>();
-    e.key.seq_bucket = j.at("seq_bucket").get<int>();
-    e.key.causal = j.value("causal", false);
-    e.config = KernelConfig::parse(j.at("config").get<std::string>());
-    e.tflops = j.value("tflops", 0.0);
-    if (j.contains("runner_up")) {
-        e.runner_up = KernelConfig::parse(j.at("runner_up").get<std::string>());
-        e.runner_up_tflops = j.value("runner_up_tflops", 0.0);
+    e.key.gpu = string_field(j, "gpu", k_max_text);
+    e.key.sm_count = int_field(j, "sm_count", 1, k_max_sm_count);
+    e.key.dtype = parse_dtype(string_field(j, "dtype", k_max_text));
+    e.key.d_head = int_field(j, "d_head", 1, k_max_d_head);
+    e.key.seq_bucket = int_field(j, "seq_bucket", 1, std::numeric_limits<int>::max());
+    if (j.contains("causal")) {
+        if (!j.at("causal").is_boolean())
+            throw std::invalid_argument("\"causal\" is not a boolean");
+        e.key.causal = j.at("causal").get<bool>();
     }
-    e.measured = j.value("measured", "");
+    e.config = KernelConfig::parse(string_field(j, "config", k_max_text));
+    e.tflops = number_field(j, "tflops");
+    if (j.contains("runner_up")) {
+        e.runner_up = KernelConfig::parse(string_field(j, "runner_up", k_max_text));
+        e.runner_up_tflops = number_field(j, "runner_up_tflops");
+    }
+    if (j.contains("measured"))
+        e.measured = string_field(j, "measured", k_max_text);
     return e;
+}
+
+LoadResult corrupt(const std::string& warning) {
+    LoadResult r;
+    r.corrupt = true;
+    r.warnings.push_back(warning);
+    return r;
+}
+
+// A file descriptor closed on scope exit.
+class Fd {
+  public:
+    explicit Fd(int fd) : fd_(fd) {}
+    Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+    Fd(const Fd&) = delete;
+    Fd& operator=(const Fd&) = delete;
+    Fd& operator=(Fd&&) = delete;
+    ~Fd() {
+        if (fd_ >= 0)
+            ::close(fd_);
+    }
+    int get() const { return fd_; }
+
+  private:
+    int fd_;
+};
+
+[[noreturn]] void write_failure(const std::filesystem::path& path, const std::string& what) {
+    throw Error(ErrorCode::invalid_argument,
+                "tuning cache " + path.string() + ": expected a writable file, got " + what);
+}
+
+std::string errno_text() {
+    return std::strerror(errno);
 }
 
 }  // namespace
@@ -68,6 +148,15 @@ std::string Key::to_string() const {
            ", seq <= " + std::to_string(seq_bucket) + (causal ? ", causal" : "");
 }
 
+Key Key::of(const DeviceProperties& device, const ProblemShape& problem) {
+    return {device.name,
+            device.sm_count,
+            problem.dtype,
+            problem.d_head,
+            tuning::seq_bucket(problem.seq_q, problem.seq_k),
+            problem.causal};
+}
+
 int seq_bucket(long long seq_q, long long seq_k) {
     const long long seq = std::max(seq_q, seq_k);
     long long bucket = 64;
@@ -76,41 +165,35 @@ int seq_bucket(long long seq_q, long long seq_k) {
     return static_cast<int>(bucket);
 }
 
-std::filesystem::path default_path() {
+std::optional<std::filesystem::path> default_path() {
     if (const char* p = std::getenv("FLASH_ATTENTION_TUNING"); p && *p)
-        return p;
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+        return std::filesystem::path(p);
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
         return std::filesystem::path(x) / "flash_attention" / "tuning.json";
-    }
-    if (const char* h = std::getenv("HOME"); h && *h) {
+    if (const char* h = std::getenv("HOME"); h && *h)
         return std::filesystem::path(h) / ".cache" / "flash_attention" / "tuning.json";
-    }
-    return "flash_attention_tuning.json";
+    return std::nullopt;
 }
 
 LoadResult parse(const std::string& text, const std::string& source) {
-    LoadResult result;
     nlohmann::json doc;
     try {
         doc = nlohmann::json::parse(text);
     } catch (const nlohmann::json::exception& e) {
-        result.corrupt = true;
-        result.warnings.push_back("tuning cache " + source + " is not valid JSON (" + e.what() +
-                                  ")");
-        return result;
+        return corrupt("tuning cache " + source + " is not valid JSON (" + e.what() + ")");
     }
-    if (!doc.is_object() || !doc.contains("entries") || !doc["entries"].is_array()) {
-        result.corrupt = true;
-        result.warnings.push_back("tuning cache " + source + " has no \"entries\" list");
-        return result;
+    if (!doc.is_object() || !doc.contains("entries") || !doc["entries"].is_array())
+        return corrupt("tuning cache " + source + " has no \"entries\" list");
+    const auto version = doc.find("version");
+    if (version == doc.end() || !version->is_number_integer() ||
+        version->get<long long>() != k_format_version) {
+        std::string given = version == doc.end() ? "none" : version->dump();
+        if (given.size() > 40)
+            given = given.substr(0, 40) + "...";
+        return corrupt("tuning cache " + source + " has format version " + given + ", expected " +
+                       std::to_string(k_format_version));
     }
-    if (doc.value("version", 0) != k_format_version) {
-        result.corrupt = true;
-        result.warnings.push_back("tuning cache " + source + " has format version " +
-                                  doc.value("version", nlohmann::json(nullptr)).dump() +
-                                  ", expected " + std::to_string(k_format_version));
-        return result;
-    }
+    LoadResult result;
     int skipped = 0;
     std::string first_problem;
     for (const auto& j : doc["entries"]) {
@@ -122,6 +205,8 @@ LoadResult parse(const std::string& text, const std::string& source) {
         }
     }
     if (skipped > 0) {
+        if (first_problem.size() > 200)
+            first_problem = first_problem.substr(0, 200) + "...";
         result.warnings.push_back("tuning cache " + source + ": skipped " +
                                   std::to_string(skipped) +
                                   " malformed entries (first: " + first_problem + ")");
@@ -130,19 +215,39 @@ LoadResult parse(const std::string& text, const std::string& source) {
 }
 
 LoadResult load(const std::filesystem::path& path) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec))
-        return {};
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-        LoadResult r;
-        r.corrupt = true;
-        r.warnings.push_back("tuning cache " + path.string() + " cannot be read");
-        return r;
+    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+    const Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+    if (fd.get() < 0) {
+        if (errno == ENOENT)
+            return {};
+        return corrupt("tuning cache " + path.string() + " cannot be opened (" + errno_text() +
+                       ")");
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    return parse(text.str(), path.string());
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+        return corrupt("tuning cache " + path.string() + " is not a regular file");
+    if (static_cast<std::size_t>(st.st_size) > k_max_file_bytes) {
+        return corrupt("tuning cache " + path.string() + " has " + std::to_string(st.st_size) +
+                       " bytes, more than a tuning cache's limit of " +
+                       std::to_string(k_max_file_bytes));
+    }
+    std::string text;
+    char buffer[65536];
+    for (;;) {
+        const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            return corrupt("tuning cache " + path.string() + " cannot be read (" + errno_text() +
+                           ")");
+        }
+        if (n == 0)
+            break;
+        text.append(buffer, static_cast<std::size_t>(n));
+        if (text.size() > k_max_file_bytes)  // grew while being read
+            return corrupt("tuning cache " + path.string() + " grew past its size limit");
+    }
+    return parse(text, path.string());
 }
 
 std::string to_json(const std::vector<Entry>& entries) {
@@ -163,29 +268,97 @@ std::vector<Entry> merge(std::vector<Entry> existing, const std::vector<Entry>& 
 }
 
 void save_atomically(const std::filesystem::path& path, const std::vector<Entry>& entries) {
-    const auto fail = [&](const std::string& what) {
-        throw Error(ErrorCode::invalid_argument,
-                    "tuning cache " + path.string() + ": expected a writable file, got " + what);
-    };
     std::error_code ec;
     if (path.has_parent_path())
         std::filesystem::create_directories(path.parent_path(), ec);
     if (ec)
-        fail("a folder that cannot be created (" + ec.message() + ")");
-    const std::filesystem::path tmp =
-        path.string() + ".tmp." + std::to_string(static_cast<long>(getpid()));
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        out << to_json(entries);
-        out.flush();
-        if (!out)
-            fail("a write error on " + tmp.string());
+        write_failure(path, "a folder that cannot be created (" + ec.message() + ")");
+    // The new file gets the old one's permissions, else what a new file of this user gets.
+    mode_t mode = 0;
+    if (struct stat old{}; ::stat(path.c_str(), &old) == 0) {
+        if (!S_ISREG(old.st_mode))
+            write_failure(path, "a path that is not a regular file");
+        mode = old.st_mode & 07777;
+    } else {
+        const mode_t mask = ::umask(0);
+        ::umask(mask);
+        mode = 0666 & ~mask;
     }
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::filesystem::remove(tmp, ec);
-        fail("a failed rename (" + ec.message() + ")");
+    std::string tmp = path.string() + ".tmp.XXXXXX";
+    const Fd fd(::mkstemp(tmp.data()));  // O_CREAT | O_EXCL, mode 0600, random name
+    if (fd.get() < 0)
+        write_failure(path, "no temporary file beside it (" + errno_text() + ")");
+    const auto give_up = [&](const std::string& what) {
+        ::unlink(tmp.c_str());
+        write_failure(path, what);
+    };
+    const std::string text = to_json(entries);
+    for (std::size_t done = 0; done < text.size();) {
+        const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            give_up("a write error on " + tmp + " (" + errno_text() + ")");
+        done += static_cast<std::size_t>(n);
     }
+    if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0)
+        give_up("a failed fchmod/fsync of " + tmp + " (" + errno_text() + ")");
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+        give_up("a failed rename (" + errno_text() + ")");
+    // The rename itself reaches the disk with the folder.
+    const Fd folder(::open(path.has_parent_path() ? path.parent_path().c_str() : ".",
+                           O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (folder.get() >= 0)
+        ::fsync(folder.get());
+}
+
+namespace {
+
+// An exclusive lock on `path`.lock (never a link), held while the descriptor lives.
+Fd lock_file(const std::filesystem::path& path) {
+    std::error_code ec;
+    if (path.has_parent_path())
+        std::filesystem::create_directories(path.parent_path(), ec);
+    if (ec)
+        write_failure(path, "a folder that cannot be created (" + ec.message() + ")");
+    const std::string lock_path = path.string() + ".lock";
+    Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
+    if (lock.get() < 0)
+        write_failure(path, "no lock file " + lock_path + " (" + errno_text() + ")");
+    while (::flock(lock.get(), LOCK_EX) != 0) {
+        if (errno != EINTR)
+            write_failure(path, "no lock on " + lock_path + " (" + errno_text() + ")");
+    }
+    return lock;
+}
+
+}  // namespace
+
+void check_writable(const std::filesystem::path& path) {
+    const Fd lock = lock_file(path);
+    if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        write_failure(path, "a path that is not a regular file");
+    std::string tmp = path.string() + ".tmp.XXXXXX";
+    const Fd fd(::mkstemp(tmp.data()));
+    if (fd.get() < 0)
+        write_failure(path, "no temporary file beside it (" + errno_text() + ")");
+    ::unlink(tmp.c_str());
+}
+
+std::vector<std::string> update(const std::filesystem::path& path,
+                                const std::vector<Entry>& entries) {
+    const Fd lock = lock_file(path);
+    // Under the lock: the file as the last writer left it.
+    LoadResult current = load(path);
+    if (current.corrupt) {
+        // Kept beside the new one rather than overwritten.
+        const std::string backup = path.string() + ".corrupt";
+        if (::rename(path.c_str(), backup.c_str()) == 0)
+            current.warnings.push_back("moved the unreadable cache to " + backup);
+        current.entries.clear();
+    }
+    save_atomically(path, merge(std::move(current.entries), entries));
+    return current.warnings;  // the lock goes with the descriptor
 }
 
 namespace {
@@ -208,12 +381,14 @@ std::optional<KernelConfig> lookup(const Key& key) {
     const std::lock_guard lock(cache.mutex);
     if (!cache.loaded) {
         cache.loaded = true;
-        const LoadResult r = load(default_path());
-        for (const std::string& w : r.warnings) {
-            std::cerr << "flash_attention: warning: " << w << "; using the built-in table\n";
+        if (const auto path = default_path()) {
+            const LoadResult r = load(*path);
+            for (const std::string& w : r.warnings) {
+                std::cerr << "flash_attention: warning: " << w << "; using the built-in table\n";
+            }
+            for (const Entry& e : r.entries)
+                cache.index[e.key] = e.config;
         }
-        for (const Entry& e : r.entries)
-            cache.index[e.key] = e.config;
     }
     const auto it = cache.index.find(key);
     if (it == cache.index.end())

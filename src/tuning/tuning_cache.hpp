@@ -5,15 +5,16 @@
 // line, which writes it, and the library's automatic choice, which reads it.
 //
 // Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json,
-// else $HOME/.cache/flash_attention/tuning.json.
+// else $HOME/.cache/flash_attention/tuning.json, else none (the built-in table alone).
 
 #include <compare>
+#include <cstddef>
 #include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "flash_attention/kernel_config.hpp"
+#include "flash_attention/flash_attention.hpp"
 
 namespace flash_attention::tuning {
 
@@ -27,6 +28,8 @@ struct Key {
 
     friend auto operator<=>(const Key&, const Key&) = default;
     std::string to_string() const;
+    // The key of a problem on a device: the one place that says what a key is made of.
+    static Key of(const DeviceProperties& device, const ProblemShape& problem);
 };
 
 // The bucket of a problem: the smallest power of two >= max(seq_q, seq_k), at least 64.
@@ -48,9 +51,15 @@ struct LoadResult {
     bool corrupt = false;  // the file exists but is not a tuning cache: nothing was read
 };
 
-std::filesystem::path default_path();
+// $FLASH_ATTENTION_TUNING, else under $XDG_CACHE_HOME, else under $HOME; none when none
+// of them is set (never a file of the working directory, which may be anyone's).
+std::optional<std::filesystem::path> default_path();
 
-// A missing file is an empty cache without warnings.
+// The largest cache file read: a real one holds a few hundred entries of ~300 bytes.
+inline constexpr std::size_t k_max_file_bytes = 4 << 20;
+
+// A missing file is an empty cache without warnings. Anything but a regular file (a FIFO,
+// a device, a folder) and files over k_max_file_bytes are corrupt, read without blocking.
 LoadResult load(const std::filesystem::path& path);
 LoadResult parse(const std::string& json_text, const std::string& source_name);
 std::string to_json(const std::vector<Entry>& entries);
@@ -58,9 +67,22 @@ std::string to_json(const std::vector<Entry>& entries);
 // `existing` with every entry whose key `updates` holds replaced; other keys kept.
 std::vector<Entry> merge(std::vector<Entry> existing, const std::vector<Entry>& updates);
 
-// Writes through a temporary file in the same folder and a rename, so readers and a
-// crash mid-write see either the old file or the new one. Throws Error on failure.
+// Writes through a fresh temporary file in the same folder (a random name, created
+// exclusively: never an existing file or a link), flushed to disk, with the old file's
+// permissions, then renamed over it: readers and a crash mid-write see either the old
+// file or the new one. Throws Error on failure.
 void save_atomically(const std::filesystem::path& path, const std::vector<Entry>& entries);
+
+// Merges `entries` into the file as it is now: under an exclusive lock on `path`.lock,
+// reads the file, merges, saves atomically. Concurrent writers (two tune runs) keep each
+// other's entries. A corrupt file is first moved to `path`.corrupt. Returns the warnings
+// of reading the file. Throws Error if the lock or the write fails.
+std::vector<std::string> update(const std::filesystem::path& path,
+                                const std::vector<Entry>& entries);
+
+// Throws the Error update() would, before a long tune rather than after it: the folder
+// can be created and written, the lock taken, and the path is no folder or device.
+void check_writable(const std::filesystem::path& path);
 
 // The process-wide cache behind forward(params, stream): read from default_path() on
 // first use (a warning on stderr if it is corrupt), then kept in memory.

@@ -155,7 +155,7 @@ TEST(TuningCache, SavesAtomically) {
 TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
     const auto& built = fa::configs();
     ASSERT_GE(built.size(), 1u);
-    const fa::DeviceInfo device{0, "Test GPU", 9, 0, 132, 232448};
+    const fa::DeviceProperties device{0, "Test GPU", 9, 0, 132, 232448};
     const TempDir dir;
     const auto file = dir.path() / "tuning.json";
     for (const fa::KernelConfig& c : built) {
@@ -166,7 +166,8 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
             return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), c.dtype, 1, seq,
                                               2, c.d_head);
         };
-        const fa::ForwardParams p{view(1), view(2), view(3), view(4), std::nullopt};
+        const fa::ChoiceProblem p =
+            fa::choice_problem({view(1), view(2), view(3), view(4), std::nullopt});
         const fa::KernelConfig table_choice = *fa::heuristic_config(p, device);
 
         tuning::save_atomically(file, {entry("Test GPU", 1024, c, 1)});
@@ -205,14 +206,14 @@ TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
         fa::KernelConfig::parse("(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent");
     if (!fa::is_built(short_tile) || !fa::is_built(long_tile))
         GTEST_SKIP() << "this build lacks the d_head 256 sm90 configs of the built-in table";
-    const fa::DeviceInfo hopper{0, "Test GPU", 9, 0, 132, 232448};
+    const fa::DeviceProperties hopper{0, "Test GPU", 9, 0, 132, 232448};
     const auto params = [](std::int64_t seq_q, std::int64_t seq_k) {
         const auto view = [](std::uintptr_t gib, std::int64_t seq) {
             return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), fa::DType::BF16,
                                               1, seq, 2, 256);
         };
-        return fa::ForwardParams{view(1, seq_q), view(2, seq_k), view(3, seq_k), view(4, seq_q),
-                                 std::nullopt};
+        return fa::choice_problem(fa::ForwardParams{view(1, seq_q), view(2, seq_k), view(3, seq_k),
+                                                    view(4, seq_q), std::nullopt});
     };
     EXPECT_EQ(fa::heuristic_config(params(512, 512), hopper), short_tile);
     EXPECT_EQ(fa::heuristic_config(params(2048, 2048), hopper), short_tile);

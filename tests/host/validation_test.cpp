@@ -50,7 +50,7 @@ void expect_error(const fa::Error& e, fa::ErrorCode code, const std::string& arg
     EXPECT_NE(message.find(", got " + given), std::string::npos) << message;
 }
 
-const fa::DeviceInfo k_h100{0, "NVIDIA H100 80GB HBM3", 9, 0, 132, 232448};
+const fa::DeviceProperties k_h100{0, "NVIDIA H100 80GB HBM3", 9, 0, 132, 232448};
 
 }  // namespace
 
@@ -188,7 +188,7 @@ TEST(Validation, Config) {
     odd.k.shape[1] = odd.v.shape[1] = built.B_c * 3 + 5;
     EXPECT_NO_THROW(fa::validate_config(odd, built, k_h100));
 
-    fa::DeviceInfo small = k_h100;
+    fa::DeviceProperties small = k_h100;
     small.smem_per_block_optin = 1024;
     try {
         fa::validate_config(matching, built, small);

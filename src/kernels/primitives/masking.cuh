@@ -4,6 +4,7 @@
 // keys past seq_k (the last, partial K/V block) and, with causal masking, keys past
 // row + seq_k - seq_q (aligned at the bottom right, as FlashAttention >= 2.1 does).
 
+#include <algorithm>
 #include <cmath>
 
 namespace flash_attention {
@@ -13,21 +14,37 @@ struct KeyBlocks {
     int unmasked;  // the first `unmasked` of them need no mask at all
 };
 
-// For the CTA whose query rows are [q_row0, q_row0 + q_rows).
-__device__ __forceinline__ KeyBlocks key_blocks(int seq_q, int seq_k, bool causal, int q_row0,
-                                                int q_rows, int B_c) {
-    int visited = (seq_k + B_c - 1) / B_c;
+// Blocks of `block` rows that cover n rows: n + block - 1 would overflow near 2^31.
+__host__ __device__ constexpr int blocks_covering(int n, int block) {
+    return n / block + (n % block != 0 ? 1 : 0);
+}
+
+// For the CTA whose query rows are [q_row0, q_row0 + q_rows). Lengths reach 2^31 - 1, so
+// every sum below stays under seq_k: offsets from the end of the query sequence are
+// small, and seq_k is added last.
+__host__ __device__ constexpr KeyBlocks key_blocks(int seq_q, int seq_k, bool causal, int q_row0,
+                                                   int q_rows, int B_c) {
+    int visited = blocks_covering(seq_k, B_c);
     int unmasked = seq_k / B_c;  // blocks with no key past seq_k
     if (causal) {
-        const int offset = seq_k - seq_q;
-        // The CTA's last row sees keys below q_row0 + q_rows + offset ...
-        const int last_row_keys = q_row0 + q_rows + offset;
-        visited = last_row_keys <= 0 ? 0 : min(visited, (last_row_keys + B_c - 1) / B_c);
-        // ... and its first row keys below q_row0 + 1 + offset: blocks entirely under
-        // that bound are visible to every row of the CTA.
-        unmasked = min(unmasked, max(0, q_row0 + 1 + offset) / B_c);
+        // The CTA's last row sees keys below q_row0 + q_rows + seq_k - seq_q ...
+        if (const int past = q_row0 - seq_q + q_rows; past < 0) {
+            const int last_row_keys = seq_k + past;
+            visited =
+                last_row_keys <= 0 ? 0 : std::min(visited, blocks_covering(last_row_keys, B_c));
+        }
+        // ... and its first row keys below q_row0 + 1 + seq_k - seq_q: blocks entirely
+        // under that bound are visible to every row of the CTA.
+        if (const int past = q_row0 + 1 - seq_q; past < 0)
+            unmasked = std::min(unmasked, std::max(0, seq_k + past) / B_c);
     }
-    return {visited, min(unmasked, visited)};
+    return {visited, std::min(unmasked, visited)};
+}
+
+// Keys row `row` sees (before the key-length mask): all seq_k, or with causal masking
+// those below row + 1 + seq_k - seq_q, summed so that nothing passes 2^31.
+__host__ __device__ constexpr int keys_seen(int row, int seq_q, int seq_k, bool causal) {
+    return causal ? seq_k + std::min(0, row + 1 - seq_q) : seq_k;
 }
 
 // Sets to -inf the scores of keys a row must not see, on a warp's m16n8 accumulator
@@ -41,7 +58,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], int first_row
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = first_row + mt * 16 + lane / 4 + 8 * h;
-            const int keys = causal ? min(seq_k, row + 1 + seq_k - seq_q) : seq_k;
+            const int keys = keys_seen(row, seq_q, seq_k, causal);
             const int visible = keys - first_key - 2 * (lane % 4);  // of this lane's columns
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {

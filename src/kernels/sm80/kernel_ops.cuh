@@ -19,9 +19,8 @@ template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
     constexpr int smem = static_cast<int>(C.smem_bytes());
     enable_dynamic_smem<kernel<C>, smem>();
-    const dim3 grid((args.seq_q + C.B_r - 1) / C.B_r, args.heads, args.batch);
-    forward_kernel<pack(C)><<<grid, C.n_threads(), smem, stream>>>(args);
-    cuda_check(cudaGetLastError(), "sm80 forward kernel launch");
+    const dim3 grid(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch);
+    launch_kernel<kernel<C>>(grid, C.n_threads(), smem, stream, args, "sm80 forward kernel launch");
 }
 
 template <KernelConfig C>

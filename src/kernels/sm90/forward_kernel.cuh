@@ -46,12 +46,13 @@ struct Tile {
 
 template <class Tr>
 __device__ __forceinline__ int tile_count(const KernelArgs& args) {
-    return (args.seq_q + Tr::B_r - 1) / Tr::B_r * args.heads * args.batch;
+    // At most INT_MAX: the launcher checks the product.
+    return blocks_covering(args.seq_q, Tr::B_r) * args.heads * args.batch;
 }
 
 template <class Tr>
 __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
-    const int q_blocks = (args.seq_q + Tr::B_r - 1) / Tr::B_r;
+    const int q_blocks = blocks_covering(args.seq_q, Tr::B_r);
     const int head_of_batch = index / q_blocks;
     const int q_block = args.causal ? q_blocks - 1 - index % q_blocks : index % q_blocks;
     Tile t;

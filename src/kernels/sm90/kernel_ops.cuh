@@ -6,6 +6,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
 
 #include "common/cuda_check.hpp"
 #include "kernels/launch_support.cuh"
@@ -24,11 +27,17 @@ void launch(const KernelArgs& args, Stream stream) {
     const Params params{args, make_tensor_maps(args, C.dtype, C.d_head, C.B_c)};
     // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
     // runs one CTA per SM (its register reallocation leaves room for no second).
-    const long tiles =
-        static_cast<long>((args.seq_q + C.B_r - 1) / C.B_r) * args.heads * args.batch;
-    const long ctas = C.persistent ? std::min<long>(tiles, args.sm_count) : tiles;
-    forward_kernel<pack(C)><<<static_cast<unsigned>(ctas), C.n_threads(), smem, stream>>>(params);
-    cuda_check(cudaGetLastError(), "sm90 forward kernel launch");
+    const std::int64_t tiles =
+        std::int64_t{blocks_covering(args.seq_q, C.B_r)} * args.heads * args.batch;
+    // The kernel numbers tiles with ints; o's memory bounds them far below this.
+    if (tiles > std::numeric_limits<int>::max()) {
+        throw Error(ErrorCode::invalid_argument,
+                    "q.shape: expected at most 2^31 - 1 tiles of " + std::to_string(C.B_r) +
+                        " query rows (batch x heads x query blocks), got " + std::to_string(tiles));
+    }
+    const std::int64_t ctas = C.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
+    launch_kernel<kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(), smem, stream, params,
+                             "sm90 forward kernel launch");
 }
 
 template <KernelConfig C>

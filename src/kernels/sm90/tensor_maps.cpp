@@ -42,8 +42,11 @@ CUtensorMap encode(const char* name, const void* data, DType dtype, int d_head, 
     std::uint64_t strides[3] = {static_cast<std::uint64_t>(stride.seq) * element,
                                 static_cast<std::uint64_t>(stride.head) * element,
                                 static_cast<std::uint64_t>(stride.batch) * element};
-    const std::uint64_t widest = std::max(
-        {strides[0], strides[1], strides[2], static_cast<std::uint64_t>(d_head) * element});
+    std::uint64_t widest = static_cast<std::uint64_t>(d_head) * element;
+    for (int i = 0; i < 3; ++i) {
+        if (dims[i + 1] > 1)
+            widest = std::max(widest, strides[i]);
+    }
     for (int i = 0; i < 3; ++i) {
         if (dims[i + 1] == 1)
             strides[i] = widest;

@@ -8,10 +8,17 @@
 
 #include <cuda.h>
 
+#include <cstdint>
+
 #include "flash_attention/kernel_config.hpp"
 #include "registry/kernel_args.hpp"
 
 namespace flash_attention::sm90 {
+
+// cuTensorMapEncodeTiled takes global strides below 2^40 bytes and sizes below 2^32
+// (CUDA driver API, tensor map object management): tensors beyond either run on the
+// sm80 family.
+inline constexpr std::uint64_t k_tma_max_stride_bytes = std::uint64_t{1} << 40;
 
 struct TensorMaps {
     CUtensorMap q, k, v, o;

@@ -26,6 +26,17 @@ def _check(name: str, t, device=None):
         raise TypeError(f"{name}.dtype: expected torch.float16 or torch.bfloat16, got {t.dtype}")
 
 
+def _check_no_grad(q, k, v):
+    # No backward pass yet: an output without a graph would silently lose the gradients.
+    if torch.is_grad_enabled():
+        for name, t in (("q", q), ("k", k), ("v", v)):
+            if t.requires_grad:
+                raise NotImplementedError(
+                    f"{name}: expected a tensor that does not require grad (flash_attention_scratch "
+                    "has no backward pass yet; call it under torch.no_grad() or pass detached "
+                    "inputs), got one with requires_grad=True")
+
+
 def _lse_like(q):
     # (batch, heads, seq_q) from q's (batch, seq_q, heads, d_head)
     return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
@@ -41,7 +52,7 @@ def _run(q, k, v, out, lse, softmax_scale, causal, config):
             _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse)
 
 
-@torch.library.custom_op("flash_attention::forward", mutates_args=(), device_types="cuda")
+@torch.library.custom_op("flash_attention_scratch::forward", mutates_args=(), device_types="cuda")
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
                 causal: bool, config: Optional[str]) -> torch.Tensor:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -54,7 +65,7 @@ def _(q, k, v, softmax_scale, causal, config):
     return q.new_empty(q.shape)
 
 
-@torch.library.custom_op("flash_attention::forward_lse", mutates_args=(), device_types="cuda")
+@torch.library.custom_op("flash_attention_scratch::forward_lse", mutates_args=(), device_types="cuda")
 def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
                     causal: bool, config: Optional[str]) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -68,7 +79,7 @@ def _(q, k, v, softmax_scale, causal, config):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
-@torch.library.custom_op("flash_attention::forward_out", mutates_args=("out", "lse"), device_types="cuda")
+@torch.library.custom_op("flash_attention_scratch::forward_out", mutates_args=("out", "lse"), device_types="cuda")
 def _forward_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                     lse: Optional[torch.Tensor], softmax_scale: Optional[float], causal: bool,
                     config: Optional[str]) -> None:
@@ -80,10 +91,24 @@ def _(q, k, v, out, lse, softmax_scale, causal, config):
     return None
 
 
+def _no_backward_setup(ctx, inputs, output):
+    # Runs when autograd records the op: grad mode on and an input requiring grad.
+    _check_no_grad(*inputs[:3])
+
+
+def _no_backward(ctx, *grads):
+    raise NotImplementedError("flash_attention_scratch has no backward pass yet")
+
+
+for _op in (_forward_op, _forward_lse_op):
+    _op.register_autograd(_no_backward, setup_context=_no_backward_setup)
+
+
 def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, config=None, out=None):
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
+    _check_no_grad(q, k, v)
     if out is not None:
         _check("out", out, q.device)
     if softmax_scale is not None:
@@ -97,10 +122,10 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, conf
         # Traced: the custom ops, whose fake implementations give torch.compile shapes.
         if out is None:
             if return_lse:
-                return torch.ops.flash_attention.forward_lse(q, k, v, softmax_scale, causal, config)
-            return torch.ops.flash_attention.forward(q, k, v, softmax_scale, causal, config)
+                return torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config)
+            return torch.ops.flash_attention_scratch.forward(q, k, v, softmax_scale, causal, config)
         lse = _lse_like(q) if return_lse else None
-        torch.ops.flash_attention.forward_out(q, k, v, out, lse, softmax_scale, causal, config)
+        torch.ops.flash_attention_scratch.forward_out(q, k, v, out, lse, softmax_scale, causal, config)
         return (out, lse) if return_lse else out
     # Eager: the same work without the dispatcher's tens of microseconds per call.
     if out is None:

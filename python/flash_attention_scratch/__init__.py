@@ -1,0 +1,73 @@
+"""FlashAttention forward kernels written from scratch in CUDA C++.
+
+    import flash_attention_scratch as fas
+    out = fas.forward(q, k, v)  # (batch, seq, heads, d_head) fp16/bf16 CUDA tensors
+
+Tensors reach the C++ library through DLPack and the kernels run on PyTorch's current
+CUDA stream. `forward` is also the custom op `torch.ops.flash_attention_scratch.forward`,
+with a fake implementation, so torch.compile and CUDA-graph capture work.
+
+PyTorch SDPA's layout is (batch, heads, seq, d_head): pass `q.transpose(1, 2)` (a view,
+no copy). `causal=True` aligns the mask at the bottom right (flash_attn's convention),
+which differs from SDPA's `is_causal` when seq_q != seq_k.
+
+Forward only: inputs that require grad under grad mode raise NotImplementedError rather
+than return an output that silently drops the gradient.
+"""
+
+from ._C import DType, Family, KernelConfig
+from ._C import __version__
+from ._C import configs as _configs
+from ._C import device_count, reload_tuning_cache
+
+__all__ = [
+    "__version__",
+    "forward",
+    "configs",
+    "KernelConfig",
+    "DType",
+    "Family",
+    "device_count",
+    "reload_tuning_cache",
+]
+
+
+def configs():
+    """Every kernel config compiled into this build."""
+    return list(_configs())
+
+
+# PyTorch is optional and imported here only if it is installed: the extension module is
+# self-contained (no symbol of it is visible to other libraries), so the import order of
+# this package and torch does not matter.
+try:
+    import torch as _torch
+except ImportError:  # the package works without PyTorch; forward() needs it
+    _torch = None
+
+if _torch is not None:
+    from . import _ops  # registers torch.ops.flash_attention_scratch.*
+
+
+def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, config=None, out=None):
+    """softmax(q·kᵀ·scale)·v for float16/bfloat16 CUDA tensors: q (batch, seq_q, heads,
+    d_head), k and v (batch, seq_k, heads_kv, d_head) with heads a multiple of heads_kv
+    (grouped-query attention); any lengths; d_head 64, 128 or 256.
+
+    softmax_scale: default 1/sqrt(d_head). causal: query i sees keys j <= i + seq_k - seq_q
+    (aligned at the bottom right, unlike SDPA's is_causal); a row that sees no key gets
+    zeros. return_lse: also return the log-sum-exp, float32 (batch, heads, seq_q), natural
+    log (-inf for rows that see no key). config: a KernelConfig or its short form to run
+    that kernel instead of the automatic choice. out: a tensor to write the result into
+    (returned); by default a new contiguous tensor. Any batch/seq/head strides work; the
+    head dim must be contiguous.
+
+    Raises ValueError for bad arguments, TypeError for unsupported dtypes,
+    NotImplementedError for inputs that require grad under grad mode (no backward pass
+    yet) and RuntimeError for CUDA failures (including no GPU), each with the library's
+    message.
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.forward needs PyTorch, which is not installed")
+    return _ops.forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_lse,
+                        config=config, out=out)

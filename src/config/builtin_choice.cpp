@@ -1,0 +1,63 @@
+#include "config/builtin_choice.hpp"
+
+#include <string_view>
+#include <vector>
+
+namespace flash_attention::space {
+
+namespace {
+
+struct Row {
+    std::string_view config;
+    std::int64_t max_seq = 0;
+};
+
+// Why these: on Hopper the sm90 family first: wgmma at 64 rows per consumer warpgroup,
+// two consumers (three at d_head 64, where O and S leave room), a two-stage K/V
+// pipeline, intra-warpgroup overlap, persistent CTAs and, where registers allow, Q held
+// in registers (a third less shared-memory traffic for S = Q·Kᵀ: +3-4% at d_head 128).
+// B_c 128 fills wgmma's N (25% faster than 64 at d_head 128); d_head 256 takes B_c 80, the
+// widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
+// than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
+// Up to 2048 keys one stage of B_c 128 with ping-pong measured 1-7% faster than B_c 80
+// (a tile has few blocks, and each costs its fixed overheads once per 128 keys, not 80).
+// The tunes of 2026-11-23 picked these (docs/PERF.md). Off Hopper the sm90 rows cannot
+// run and the sm80 rows below them are the choice.
+// sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
+// fragment read from shared memory feeds two MMAs; with 16 rows per warp the
+// ldmatrix traffic (about 170 B/clk/SM at H100 mma.sync rates) exceeds shared
+// memory's 128 B/clk. One k-tile per step, double-buffered, is the largest fragment
+// step that keeps O (128 fp32 registers at d_head 128) and S within 255 registers.
+// At d_head 256, O alone takes 128 registers per warp of 16 rows: B_r 64 / B_c 64 is the
+// largest tile the register rule keeps without spills (untuned).
+constexpr Row k_rows[] = {
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
+    {"(BF16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
+    {"(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
+    {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
+    {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
+    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
+    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
+    {"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {"(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {"(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {"(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {"(BF16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {"(FP16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+};
+
+}  // namespace
+
+std::span<const BuiltinChoice> builtin_choices() {
+    // Parsed once: the automatic choice reads this on every forward() without a tuned entry.
+    static const std::vector<BuiltinChoice> table = [] {
+        std::vector<BuiltinChoice> v;
+        for (const Row& row : k_rows)
+            v.push_back({KernelConfig::parse(row.config), row.max_seq});
+        return v;
+    }();
+    return table;
+}
+
+}  // namespace flash_attention::space

@@ -1,0 +1,25 @@
+#pragma once
+
+// The automatic choice's built-in table: for each dtype and head dim, the kernels to run
+// when the tuning cache has no entry, in preference order. The `release` kernel set is
+// exactly these configs, so the default build holds every kernel the table names.
+// Host code only.
+
+#include <cstdint>
+#include <span>
+
+#include "flash_attention/kernel_config.hpp"
+
+namespace flash_attention::space {
+
+struct BuiltinChoice {
+    KernelConfig config;
+    // Only when max(seq_q, seq_k) is at most this (0: any length).
+    std::int64_t max_seq = 0;
+};
+
+// Every row, in preference order: the first row that matches the problem's dtype and
+// head dim, fits its length and runs on the device is the choice.
+std::span<const BuiltinChoice> builtin_choices();
+
+}  // namespace flash_attention::space
