@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "flash_attention/error.hpp"
+#include "flash_attention/flash_attention.hpp"
 
 namespace flash_attention::cli {
 
@@ -22,6 +23,7 @@ int run_cli(int argc, char** argv) {
         "FlashAttention forward kernels: list the compiled configs; run, benchmark and tune them "
         "on a GPU."};
     app.name("flash_attention");
+    app.set_version_flag("--version", "flash_attention " + std::string(version()));
     app.require_subcommand(1);
     Action action;
     add_list_command(app, action);
@@ -29,6 +31,7 @@ int run_cli(int argc, char** argv) {
     add_bench_command(app, action);
     add_tune_command(app, action);
     add_progression_command(app, action);
+    add_choose_command(app, action);
 
     // CLI11 would only say "A subcommand is required" for a misspelt one.
     if (argc > 1 && argv[1][0] != '-') {
@@ -37,7 +40,7 @@ int run_cli(int argc, char** argv) {
         if (std::none_of(commands.begin(), commands.end(),
                          [&](const CLI::App* c) { return c->get_name() == name; })) {
             std::cerr << "flash_attention: unknown command \"" << name
-                      << "\" (expected list, run, bench, tune or progression)\n";
+                      << "\" (expected list, choose, run, bench, tune or progression)\n";
             return exit_usage;
         }
     }
@@ -47,6 +50,8 @@ int run_cli(int argc, char** argv) {
     } catch (const CLI::CallForHelp& e) {
         return app.exit(e);
     } catch (const CLI::CallForAllHelp& e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
         std::cerr << "flash_attention: " << e.what() << " (see flash_attention --help)\n";

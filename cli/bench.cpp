@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "common/device_buffer.hpp"
+#include "options.hpp"
 #include "report.hpp"
 #include "sweep.hpp"
 
@@ -30,16 +31,22 @@ int bench(const BenchOptions& o) {
     if (o.best || candidates.empty())
         candidates.push_back(std::nullopt);
     const std::vector<Job> jobs = plan(candidates, o.grid);
+    // Before the run: a chart that cannot be written fails now, not after it.
+    std::ofstream svg = o.svg.empty() ? std::ofstream() : open_output(o.svg, "--svg");
     if (!gpu_available())
         return exit_failure;
     const SweepResult result = sweep(candidates, jobs, o.timing);
     const std::string device = current_device_description();
     std::cout << format_report(result.measurements, o.format, device);
-    if (!o.svg.empty()) {
-        std::ofstream(o.svg) << svg_chart(result.measurements,
-                                          "flash_attention bench on " + device);
+    if (svg.is_open()) {
+        svg << svg_chart(result.measurements, "flash_attention bench on " + device);
+        svg.close();
+        if (!svg) {
+            std::cerr << "flash_attention: --svg: writing " << o.svg << " failed\n";
+            return exit_failure;
+        }
     }
-    return result.interrupted ? exit_failure : exit_ok;
+    return result.exit_code();
 }
 
 }  // namespace

@@ -1,5 +1,10 @@
 #include "options.hpp"
 
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -12,43 +17,90 @@ namespace flash_attention::cli {
 
 namespace {
 
-// The value of a positive decimal integer below 2^31, or nullopt.
-std::optional<int> positive_int(const std::string& text) {
-    std::size_t used = 0;
-    long value = 0;
-    try {
-        value = std::stol(text, &used);
-    } catch (const std::exception&) {
+// The value of a decimal integer in [minimum, maximum], or nullopt.
+std::optional<long long> integer(const std::string& text, long long minimum, long long maximum) {
+    long long value = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < minimum ||
+        value > maximum)
         return std::nullopt;
-    }
-    if (text.empty() || used != text.size() || value <= 0 || value > 2147483647)
-        return std::nullopt;
-    return static_cast<int>(value);
+    return value;
+}
+
+// "2147483647", "1e+06", "60000": bounds people can read.
+std::string readable(double x) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.6g", x);
+    return text;
+}
+
+std::string excerpt(const std::string& text) {
+    return text.size() <= 40 ? text : text.substr(0, 40) + "...";
 }
 
 }  // namespace
 
-const CLI::Validator positive_integer(
-    [](std::string& text) -> std::string {
-        return positive_int(text) ? "" : "expected a positive integer, got \"" + text + "\"";
-    },
-    "INT>0");
+CLI::Validator integer_in(long long minimum, long long maximum) {
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            return integer(text, minimum, maximum)
+                       ? ""
+                       : "expected an integer from " + std::to_string(minimum) + " to " +
+                             std::to_string(maximum) + ", got \"" + excerpt(text) + "\"";
+        },
+        "INT in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]");
+}
 
-std::vector<int> parse_int_list(const std::string& text, const std::string& option) {
+CLI::Validator number_in(double minimum, double maximum) {
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            double value = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+            const bool ok = !text.empty() && ec == std::errc() &&
+                            end == text.data() + text.size() && std::isfinite(value) &&
+                            value >= minimum && value <= maximum;
+            return ok ? ""
+                      : "expected a number from " + readable(minimum) + " to " + readable(maximum) +
+                            ", got \"" + excerpt(text) + "\"";
+        },
+        "NUMBER in [" + readable(minimum) + ", " + readable(maximum) + "]");
+}
+
+CLI::Validator batch_size() {
+    return integer_in(1, k_max_batch);
+}
+CLI::Validator head_count() {
+    return integer_in(1, k_max_heads);
+}
+CLI::Validator seq_length() {
+    return integer_in(1, k_max_seq);
+}
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& option,
+                                long long minimum, long long maximum) {
     std::vector<int> values;
     std::stringstream list(text);
     for (std::string item; std::getline(list, item, ',');) {
-        const std::optional<int> v = positive_int(item);
+        const std::optional<long long> v = integer(item, minimum, maximum);
         if (!v) {
-            throw UsageError(option +
-                             ": expected a comma-separated list of positive integers, got \"" +
-                             text + "\"");
+            throw UsageError(option + ": expected a comma-separated list of integers from " +
+                             std::to_string(minimum) + " to " + std::to_string(maximum) +
+                             ", got \"" + excerpt(text) + "\"");
         }
-        values.push_back(*v);
+        values.push_back(static_cast<int>(*v));
     }
     if (values.empty())
         throw UsageError(option + ": expected at least one value, got \"\"");
     return values;
+}
+
+std::ofstream open_output(const std::string& path, const std::string& option) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) {
+        throw UsageError(option + ": expected a file that can be written, got \"" + excerpt(path) +
+                         "\" (" + std::strerror(errno) + ")");
+    }
+    return out;
 }
 
 std::vector<DType> parse_dtype_list(const std::string& text, const std::string& option) {
@@ -91,22 +143,24 @@ CLI::Validator set_name_validator() {
 }
 
 void TimingOptions::add_to(CLI::App& cmd) {
+    // Bounds: enough for any measurement, small enough that runs x entries cannot overflow
+    // and a typo cannot ask for days.
     cmd.add_option("--warmup", warmup, "untimed runs per measurement")
-        ->check(CLI::NonNegativeNumber)
+        ->check(integer_in(0, 1000))
         ->capture_default_str();
     cmd.add_option("--warmup-ms", warmup_ms,
                    "repeat the warm-up until this many milliseconds have passed (the GPU's clock "
                    "settles under load)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(number_in(0, 60000))
         ->capture_default_str();
     cmd.add_option("--runs", runs, "timed runs per measurement")
-        ->check(positive_integer)
+        ->check(integer_in(1, 10000))
         ->capture_default_str();
     cmd.add_option(
            "--rounds", rounds,
            "rounds that interleave the timed runs of every shape and config (drift control; "
            "0: one run of each per round)")
-        ->check(CLI::NonNegativeNumber)
+        ->check(integer_in(0, 10000))
         ->capture_default_str();
 }
 
@@ -130,18 +184,18 @@ bool gpu_available() {
 void GridOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--seq", seqs, "comma-separated query sequence lengths")->capture_default_str();
     cmd.add_option("--seq-k", seq_k, "key/value sequence length (default: the query length)")
-        ->check(positive_integer);
+        ->check(seq_length());
     cmd.add_option("--d-head", d_heads,
                    "comma-separated head dims (default: those of the configs, else 128)");
     cmd.add_option("--dtype", dtypes,
                    "comma-separated dtypes, fp16/bf16 (default: those of the configs, else bf16)");
     cmd.add_option("--batch", batch, "batch size (default 16384/seq: 16k tokens)")
-        ->check(positive_integer);
+        ->check(batch_size());
     cmd.add_option("--heads", heads, "query heads (default 2048/d_head: hidden size 2048)")
-        ->check(positive_integer);
+        ->check(head_count());
     cmd.add_option("--heads-kv", heads_kv,
                    "key/value heads, dividing the query heads (grouped-query attention)")
-        ->check(positive_integer);
+        ->check(head_count());
     cmd.add_flag("--causal", causal, "causal masking, aligned at the bottom right");
     cmd.add_option("--scale", scale, "softmax scale (default 1/sqrt(d_head))");
 }

@@ -4,20 +4,30 @@
 // option, what was expected and what was given.
 
 #include <CLI/CLI.hpp>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "commands.hpp"
-#include "flash_attention/kernel_config.hpp"
+#include "flash_attention/flash_attention.hpp"
 #include "measurement.hpp"
 
 namespace flash_attention::cli {
 
-// A positive int option; the message names what was given.
-extern const CLI::Validator positive_integer;
+// An integer option in [minimum, maximum]; the message names the bounds and what was given.
+CLI::Validator integer_in(long long minimum, long long maximum);
+// A finite number in [minimum, maximum] (nan and inf are refused).
+CLI::Validator number_in(double minimum, double maximum);
 
-std::vector<int> parse_int_list(const std::string& text, const std::string& option);
+// The library's own limits on problem sizes (flash_attention.hpp).
+CLI::Validator batch_size();
+CLI::Validator head_count();
+CLI::Validator seq_length();
+
+// Comma-separated integers, each in [minimum, maximum].
+std::vector<int> parse_int_list(const std::string& text, const std::string& option,
+                                long long minimum = 1, long long maximum = k_max_seq);
 std::vector<DType> parse_dtype_list(const std::string& text, const std::string& option);
 
 // A config short form; UsageError naming the option and the offending token otherwise.
@@ -35,6 +45,10 @@ struct TimingOptions {
 
     void add_to(CLI::App& cmd);
 };
+
+// Opens `path` for writing before a long run, so that a bad path fails at once (UsageError
+// naming the option); the caller writes the result into it at the end.
+std::ofstream open_output(const std::string& path, const std::string& option);
 
 // --format, one of `allowed` (the first is the default already in `format`).
 void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std::string>& allowed,

@@ -98,7 +98,7 @@ int progression(const ProgressionOptions& o) {
     const std::string device = current_device_description();
     if (o.format != "table") {
         std::cout << format_report(result.measurements, o.format, device);
-        return result.interrupted ? exit_failure : exit_ok;
+        return result.exit_code();
     }
 
     // One row per step: TFLOP/s at each sequence length, their harmonic mean, and the
@@ -167,7 +167,7 @@ int progression(const ProgressionOptions& o) {
             previous = mean;
         }
     }
-    return result.interrupted ? exit_failure : exit_ok;
+    return result.exit_code();
 }
 
 }  // namespace

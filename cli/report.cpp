@@ -19,10 +19,14 @@ double harmonic_mean_tflops(const std::vector<Measurement>& measurements) {
 
 namespace {
 
+// snprintf into a string of the length it needs (a polyline of many points is long).
 std::string printf_string(const char* format, auto... args) {
-    char buffer[512];
-    std::snprintf(buffer, sizeof buffer, format, args...);
-    return buffer;
+    const int length = std::snprintf(nullptr, 0, format, args...);
+    if (length <= 0)
+        return {};
+    std::string text(static_cast<std::size_t>(length), '\0');
+    std::snprintf(text.data(), text.size() + 1, format, args...);
+    return text;
 }
 
 // Labels in first-seen order, each with its measurements.
@@ -170,9 +174,9 @@ std::string svg_chart(const std::vector<Measurement>& results, const std::string
             "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n",
             left, width - right, y(r), y(r), left - 6, y(r) + 4, r);
     }
-    for (int seq = seq_min; seq <= seq_max; seq *= 2) {
-        s += printf_string("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%d</text>\n", x(seq),
-                           height - bottom + 18, seq);
+    for (long long seq = seq_min; seq <= seq_max; seq *= 2) {
+        s += printf_string("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%lld</text>\n",
+                           x(static_cast<int>(seq)), height - bottom + 18, seq);
     }
     s +=
         printf_string("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">sequence length</text>\n",

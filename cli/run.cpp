@@ -146,31 +146,29 @@ void add_run_command(CLI::App& app, Action& action) {
                     "kernel config short form, e.g. \"(BF16, 128, 128, 64, 4): "
                     "async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax\"; default: the "
                     "library's automatic choice");
-    cmd->add_option("--batch", o->batch, "batch size")
-        ->check(positive_integer)
-        ->capture_default_str();
+    cmd->add_option("--batch", o->batch, "batch size")->check(batch_size())->capture_default_str();
     cmd->add_option("--heads", o->heads, "attention heads")
-        ->check(positive_integer)
+        ->check(head_count())
         ->capture_default_str();
     cmd->add_option("--seq", o->seq, "query sequence length (and key length unless --seq-k)")
-        ->check(positive_integer)
+        ->check(seq_length())
         ->capture_default_str();
-    cmd->add_option("--seq-k", o->seq_k, "key/value sequence length")->check(positive_integer);
+    cmd->add_option("--seq-k", o->seq_k, "key/value sequence length")->check(seq_length());
     cmd->add_option("--heads-kv", o->heads_kv, "key/value heads, dividing --heads (grouped-query)")
-        ->check(positive_integer);
+        ->check(head_count());
     cmd->add_flag("--causal", o->causal, "causal masking, aligned at the bottom right");
     cmd->add_option("--d-head", o->d_head, "head dimension (default: the config's, else 128)")
-        ->check(positive_integer);
+        ->check(integer_in(1, 1024));
     cmd->add_option("--dtype", o->dtype, "fp16 or bf16 (default: the config's, else bf16)")
         ->check(CLI::IsMember({"fp16", "bf16"}, CLI::ignore_case));
     cmd->add_option("--scale", o->scale, "softmax scale (default 1/sqrt(d_head))");
     cmd->add_option("--repeat", o->repeat, "timed runs after the warm-up")
-        ->check(positive_integer)
+        ->check(integer_in(1, 10000))
         ->capture_default_str();
     cmd->add_flag("--check", o->check, "compare with the double-precision CPU reference");
     cmd->add_option("--check-rows", o->check_rows,
                     "query rows per (batch, head) that --check samples")
-        ->check(positive_integer)
+        ->check(integer_in(1, 1 << 20))
         ->capture_default_str();
     cmd->callback([o, &action] { action = [o] { return run(*o); }; });
 }

@@ -37,6 +37,9 @@ struct SweepResult {
     std::vector<std::size_t> candidate_of;
     std::size_t planned = 0;
     bool interrupted = false;
+
+    // exit_interrupted after Ctrl-C (what was measured is still printed), else exit_ok.
+    int exit_code() const { return interrupted ? exit_interrupted : exit_ok; }
 };
 
 SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Job>& jobs,

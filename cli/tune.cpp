@@ -63,8 +63,6 @@ int tune(const TuneOptions& o) {
             candidates.push_back(built_config(s, "--config"));
     }
     const std::vector<Job> jobs = plan(candidates, o.grid);
-    if (!gpu_available())
-        return exit_failure;
     const auto default_path = tuning::default_path();
     if (o.cache.empty() && !default_path) {
         throw UsageError(
@@ -79,6 +77,8 @@ int tune(const TuneOptions& o) {
     } catch (const Error& e) {
         throw UsageError(std::string("--cache: ") + e.what());
     }
+    if (!gpu_available())
+        return exit_failure;
     for (const std::string& w : tuning::load(path).warnings)
         std::cerr << "flash_attention: warning: " << w << "\n";
 
@@ -88,7 +88,7 @@ int tune(const TuneOptions& o) {
         std::cout << format_report(result.measurements, o.format, device);
     if (result.interrupted) {
         std::cerr << "flash_attention: tuning cache " << path.string() << " left untouched\n";
-        return exit_failure;
+        return result.exit_code();
     }
 
     const auto entries = winners(result.measurements, DeviceProperties::current());

@@ -19,6 +19,13 @@ namespace flash_attention {
 
 using Stream = CUstream_st*;  // the same type as cudaStream_t; nullptr is the default stream
 
+// The largest sizes a call takes: batch and heads index grid dimensions of at most 65535;
+// lengths and positions are 32-bit ints in the kernels, and 2^30 keeps a position plus a
+// tile's overshoot far inside that range.
+inline constexpr std::int64_t k_max_batch = 65535;
+inline constexpr std::int64_t k_max_heads = 65535;
+inline constexpr std::int64_t k_max_seq = std::int64_t{1} << 30;
+
 // A 4-D tensor in device memory laid out (batch, seq, heads, d_head). Strides are in
 // elements; d_head must have unit stride, the other three are free.
 struct TensorView {

@@ -88,7 +88,8 @@ struct KernelConfig {
     constexpr std::size_t smem_bytes() const {
         if (family == Family::sm90)
             return sm90_smem_bytes(q_buffers());
-        return static_cast<std::size_t>(B_r + 2 * B_c) * d_head * element_bytes(dtype);
+        return (static_cast<std::size_t>(B_r) + 2 * static_cast<std::size_t>(B_c)) *
+               static_cast<std::size_t>(d_head) * element_bytes(dtype);
     }
     // sm90: a persistent kernel loads the next tile's Q into a second buffer while this
     // tile computes and stores its O, when an H100 has the shared memory for it.
@@ -110,8 +111,9 @@ struct KernelConfig {
   private:
     constexpr std::size_t sm90_smem_bytes(int q_tiles) const {
         const std::size_t n_stages = stages > 0 ? static_cast<std::size_t>(stages) : 0;
-        return (q_tiles * static_cast<std::size_t>(B_r) + 2 * n_stages * B_c) * d_head *
-                   element_bytes(dtype) +
+        return (q_tiles * static_cast<std::size_t>(B_r) +
+                2 * n_stages * static_cast<std::size_t>(B_c)) *
+                   static_cast<std::size_t>(d_head) * element_bytes(dtype) +
                1024 + 8 * (2 * static_cast<std::size_t>(q_tiles) + 4 * n_stages);
     }
 

@@ -5,6 +5,10 @@ using the FlashAttention rule: error <= 2 x PyTorch's own same-dtype error + 1e-
 """
 
 import math
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -119,6 +123,35 @@ def test_parse_errors_name_the_token():
         fa.KernelConfig.parse("(FP16, 128, 64, 64, 4): asyn+load_0_0_0_tiles")
     with pytest.raises(ValueError, match='"FP32"'):
         fa.KernelConfig.parse("(FP32, 128, 64, 64, 4): load_0_0_0_tiles")
+
+
+def test_version_and_typing():
+    assert fa.__version__.count(".") == 2 and all(p.isdigit() for p in fa.__version__.split("."))
+    package = os.path.dirname(fa.__file__)
+    assert os.path.exists(os.path.join(package, "py.typed"))
+    assert os.path.exists(os.path.join(package, "_C.pyi"))
+
+
+def test_extension_exports_its_entry_point_alone():
+    # Anything else it exported could capture other libraries' symbols: exporting
+    # libstdc++'s locale facet ids crashed `import torch` after this package (issue 11).
+    nm = shutil.which("nm")
+    if nm is None:
+        pytest.skip("needs nm (binutils)")
+    out = subprocess.run([nm, "-D", "--defined-only", fa._C.__file__], capture_output=True,
+                         text=True, check=True).stdout
+    assert [line.split()[-1] for line in out.splitlines()] == ["PyInit__C"]
+
+
+@pytest.mark.skipif(torch is None, reason="needs PyTorch")
+@pytest.mark.parametrize("order", [["flash_attention_scratch", "torch"], ["torch", "flash_attention_scratch"]],
+                         ids=["package_first", "torch_first"])
+def test_import_in_either_order(order):
+    # A fresh interpreter: the order in which the two are loaded is what matters.
+    code = "; ".join(f"import {m}" for m in order) + "; print(torch.zeros(2).sum().item())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    assert r.stdout.strip().endswith("0.0")
 
 
 @pytest.mark.skipif(torch is None, reason="needs PyTorch")
@@ -263,6 +296,29 @@ def test_grouped_heads_must_divide():
         fa.forward(q, kv, kv)
     with pytest.raises(ValueError, match="softmax_scale"):
         fa.forward(q, q, q, softmax_scale=-1.0)
+
+
+@needs_gpu
+def test_inputs_that_require_grad_raise_until_a_backward_exists():
+    dtype, d = built_kinds()[0]
+    q, k, v = (randn(1, 256, 2, d, dtype=torch_dtype(dtype)) for _ in range(3))
+    for name in ("q", "k", "v"):
+        args = {"q": q, "k": k, "v": v}
+        args[name] = args[name].clone().requires_grad_()
+        with pytest.raises(NotImplementedError, match=f"{name}: expected a tensor that does not require grad"):
+            fa.forward(args["q"], args["k"], args["v"])
+        with pytest.raises(NotImplementedError, match="does not require grad"):
+            torch.ops.flash_attention_scratch.forward(args["q"], args["k"], args["v"], None, False, None)
+        with torch.no_grad():  # inference: fine
+            assert_close_to_reference(fa.forward(args["q"], args["k"], args["v"]), q, k, v)
+        assert_close_to_reference(fa.forward(*(args[n].detach() for n in "qkv")), q, k, v)
+
+    @torch.compile
+    def compiled(q, k, v):
+        return fa.forward(q, k, v) * 2
+
+    with pytest.raises(Exception, match="does not require grad"):
+        compiled(q.clone().requires_grad_(), k, v)
 
 
 @needs_gpu

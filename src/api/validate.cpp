@@ -9,6 +9,7 @@
 #include <numbers>
 #include <optional>
 #include <string>
+#include <tuple>
 
 #include "config/config_space.hpp"
 #include "kernels/sm90/tensor_maps.hpp"
@@ -20,15 +21,9 @@ namespace {
 
 constexpr std::array<const char*, 4> k_dim_names = {"batch", "seq", "heads", "d_head"};
 
-// Batch and heads index the grid's y and z dimensions (at most 65535 each). Lengths and
-// positions are 32-bit ints in the kernels; 2^30 leaves every position plus a tile's
-// overshoot far inside that range.
-constexpr std::int64_t k_max_batch_or_heads = 65535;
-constexpr std::int64_t k_max_seq = std::int64_t{1} << 30;
-
 std::string limits_text() {
-    return "batch and heads at most " + std::to_string(k_max_batch_or_heads) + " and seq at most " +
-           std::to_string(k_max_seq);
+    return "batch at most " + std::to_string(k_max_batch) + ", heads at most " +
+           std::to_string(k_max_heads) + " and seq at most " + std::to_string(k_max_seq);
 }
 
 [[noreturn]] void fail(ErrorCode code, const std::string& argument, const std::string& expected,
@@ -74,8 +69,7 @@ void check_layout(const TensorView& t, const char* name) {
                  "a multiple of 8 elements (16-byte aligned rows)", std::to_string(t.stride[i]));
         }
     }
-    if (t.shape[0] > k_max_batch_or_heads || t.shape[1] > k_max_seq ||
-        t.shape[2] > k_max_batch_or_heads) {
+    if (t.shape[0] > k_max_batch || t.shape[1] > k_max_seq || t.shape[2] > k_max_heads) {
         fail(ErrorCode::invalid_argument, std::string(name) + ".shape", limits_text(),
              "(" + std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + ", " +
                  std::to_string(t.shape[2]) + ", " + std::to_string(t.shape[3]) + ")");
@@ -244,17 +238,17 @@ void validate_shape(const ProblemShape& s) {
     }
     if (!space::is_head_dim(s.d_head))
         fail(ErrorCode::unsupported, "d_head", space::head_dims_text(), std::to_string(s.d_head));
-    const std::pair<const char*, std::int64_t> sizes[] = {{"batch", s.batch},
-                                                          {"seq_q", s.seq_q},
-                                                          {"seq_k", s.seq_k},
-                                                          {"heads", s.heads},
-                                                          {"heads_kv", s.heads_kv}};
-    for (const auto& [name, value] : sizes) {
-        if (value <= 0)
-            fail(ErrorCode::invalid_argument, name, "a positive size", std::to_string(value));
-        const bool seq = name[0] == 's';
-        if (value > (seq ? k_max_seq : k_max_batch_or_heads))
-            fail(ErrorCode::invalid_argument, name, limits_text(), std::to_string(value));
+    const std::tuple<const char*, std::int64_t, std::int64_t> sizes[] = {
+        {"batch", s.batch, k_max_batch},
+        {"seq_q", s.seq_q, k_max_seq},
+        {"seq_k", s.seq_k, k_max_seq},
+        {"heads", s.heads, k_max_heads},
+        {"heads_kv", s.heads_kv, k_max_heads}};
+    for (const auto& [name, value, largest] : sizes) {
+        if (value <= 0 || value > largest) {
+            fail(ErrorCode::invalid_argument, name, "a size from 1 to " + std::to_string(largest),
+                 std::to_string(value));
+        }
     }
     if (s.heads % s.heads_kv != 0) {
         fail(ErrorCode::invalid_argument, "heads",

@@ -5,6 +5,7 @@
 
 #include "config/builtin_choice.hpp"
 #include "flash_attention/error.hpp"
+#include "kernels/config_code.hpp"
 
 namespace flash_attention::space {
 
@@ -56,6 +57,11 @@ bool has_sm90_knobs(const KernelConfig& c) {
 }
 
 constexpr std::array k_rules = {
+    // First: the rules below compute sizes from the fields.
+    Rule{"fields", RuleKind::validity,
+         "every field fits the kernel code (d_head < 1024, B_r and B_c < 512, n_warps < 32, "
+         "load tiles < 16, stages < 8, none negative)",
+         [](const KernelConfig& c) { return !fields_in_range(c); }},
     Rule{"family", RuleKind::validity, "the sm80 and sm90 families exist",
          [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
     Rule{"dtype", RuleKind::validity, "only FP16 and BF16 kernels exist",

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <bitset>
 #include <cctype>
 #include <charconv>
 #include <string>
 #include <vector>
 
 #include "flash_attention/error.hpp"
+#include "kernels/config_code.hpp"
 
 namespace flash_attention {
 
@@ -113,31 +115,34 @@ bool iequals(std::string_view a, std::string_view b) {
            });
 }
 
+// The longest short form is under 100 characters; anything much longer is not a config,
+// and a bound keeps the parser's work (and its messages) small on hostile input.
+constexpr std::size_t k_max_short_form = 256;
+
+// Shown in messages: hostile input is cut short.
+std::string excerpt(std::string_view s) {
+    constexpr std::size_t shown = 100;
+    return s.size() <= shown ? std::string(s) : std::string(s.substr(0, shown)) + "...";
+}
+
 class Parser {
   public:
     explicit Parser(std::string_view text) : text_(text) {}
 
     [[noreturn]] void fail(const std::string& what) const {
         throw Error(ErrorCode::invalid_argument,
-                    "invalid kernel config \"" + std::string(text_) + "\": " + what);
+                    "invalid kernel config \"" + excerpt(text_) + "\": " + what);
     }
 
-    int non_negative_int(std::string_view token, std::string_view what) const {
+    // A decimal integer in [minimum, maximum].
+    int bounded_int(std::string_view token, std::string_view what, int minimum, int maximum) const {
         int value = -1;
         const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
-        if (token.empty() || ec != std::errc() || end != token.data() + token.size() || value < 0) {
-            fail(std::string(what) + " \"" + std::string(token) +
-                 "\" is not a non-negative integer");
-        }
-        return value;
-    }
-
-    int positive_int(std::string_view token, std::string_view field) const {
-        int value = 0;
-        const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
-        if (ec != std::errc() || end != token.data() + token.size() || value <= 0) {
-            fail("expected a positive integer for " + std::string(field) + ", got \"" +
-                 std::string(token) + "\"");
+        if (token.empty() || ec != std::errc() || end != token.data() + token.size() ||
+            value < minimum || value > maximum) {
+            fail("expected an integer from " + std::to_string(minimum) + " to " +
+                 std::to_string(maximum) + " for " + std::string(what) + ", got \"" +
+                 excerpt(token) + "\"");
         }
         return value;
     }
@@ -151,17 +156,22 @@ class Parser {
         const auto numbers = split(body, '_');
         std::array<int, 3> tiles{};
         if (numbers.size() != 3) {
-            fail("flag \"" + std::string(token) + "\" must be load_Q_K_V_tiles with three counts");
+            fail("flag \"" + excerpt(token) + "\" must be load_Q_K_V_tiles with three counts");
         }
-        for (int i = 0; i < 3; ++i)
-            tiles[i] =
-                non_negative_int(numbers[i], "flag \"" + std::string(token) + "\": tile count");
+        for (int i = 0; i < 3; ++i) {
+            tiles[i] = bounded_int(numbers[i], "a tile count of \"" + excerpt(token) + "\"", 0,
+                                   field_max(field_bits::load_tiles));
+        }
         c.Q_mma_load_K_tiles = tiles[0];
         c.K_mma_load_K_tiles = tiles[1];
         c.V_mma_load_K_tiles = tiles[2];
     }
 
     KernelConfig parse() const {
+        if (text_.size() > k_max_short_form) {
+            fail("expected at most " + std::to_string(k_max_short_form) + " characters, got " +
+                 std::to_string(text_.size()));
+        }
         const std::string_view s = trim(text_);
         if (s.empty() || s.front() != '(')
             fail("expected \"(\" at the start");
@@ -179,12 +189,12 @@ class Parser {
         } else if (iequals(fields[0], "BF16")) {
             c.dtype = DType::BF16;
         } else {
-            fail("unknown dtype \"" + std::string(fields[0]) + "\" (expected FP16 or BF16)");
+            fail("unknown dtype \"" + excerpt(fields[0]) + "\" (expected FP16 or BF16)");
         }
-        c.d_head = positive_int(fields[1], "d_head");
-        c.B_r = positive_int(fields[2], "B_r");
-        c.B_c = positive_int(fields[3], "B_c");
-        c.n_warps = positive_int(fields[4], "n_warps");
+        c.d_head = bounded_int(fields[1], "d_head", 1, field_max(field_bits::d_head));
+        c.B_r = bounded_int(fields[2], "B_r", 1, field_max(field_bits::B_r));
+        c.B_c = bounded_int(fields[3], "B_c", 1, field_max(field_bits::B_c));
+        c.n_warps = bounded_int(fields[4], "n_warps", 1, field_max(field_bits::n_warps));
 
         std::string_view rest = trim(s.substr(close + 1));
         if (rest.empty() || rest.front() != ':')
@@ -193,49 +203,81 @@ class Parser {
         if (rest.empty())
             fail("missing flags after \":\" (at least load_Q_K_V_tiles, or sm90+stages_N)");
 
-        bool seen_load = false;
-        std::vector<std::string_view> seen;
+        // Each kind of flag once: stages_2+stages_3 or two load_ flags contradict each other.
+        enum Kind {
+            async,
+            eager,
+            swizzled,
+            buffer,
+            opt_softmax,
+            sm90,
+            stages,
+            overlap,
+            pingpong,
+            persistent,
+            qreg,
+            load,
+            kinds
+        };
+        std::bitset<kinds> seen;
+        const auto once = [&](Kind kind, std::string_view token) {
+            if (seen[kind]) {
+                fail(kind == stages || kind == load
+                         ? "more than one " +
+                               std::string(kind == stages ? "stages_N" : "load_Q_K_V_tiles") +
+                               " flag (\"" + excerpt(token) + "\" is the second)"
+                         : "flag \"" + excerpt(token) + "\" given twice");
+            }
+            seen.set(kind);
+        };
         for (const std::string_view token : split(rest, '+')) {
             if (token.empty())
                 fail("empty flag between \"+\" signs");
-            if (std::find(seen.begin(), seen.end(), token) != seen.end()) {
-                fail("flag \"" + std::string(token) + "\" given twice");
-            }
-            seen.push_back(token);
             if (token == "async") {
+                once(async, token);
                 c.async_copy = true;
             } else if (token == "eager") {
+                once(eager, token);
                 c.eager_load_blocks = true;
             } else if (token == "swizzled") {
+                once(swizzled, token);
                 c.swizzled = true;
             } else if (token == "buffer") {
+                once(buffer, token);
                 c.mma_double_buffer_loads = true;
             } else if (token == "opt_softmax") {
+                once(opt_softmax, token);
                 c.optimized_softmax = true;
             } else if (token == "sm90") {
+                once(sm90, token);
                 c.family = Family::sm90;
             } else if (token.starts_with("stages_")) {
-                c.stages = non_negative_int(token.substr(7),
-                                            "flag \"" + std::string(token) + "\": stage count");
+                once(stages, token);
+                c.stages =
+                    bounded_int(token.substr(7), "the stage count of \"" + excerpt(token) + "\"", 0,
+                                field_max(field_bits::stages));
             } else if (token == "overlap") {
+                once(overlap, token);
                 c.intra_warpgroup_overlap = true;
             } else if (token == "pingpong") {
+                once(pingpong, token);
                 c.pingpong = true;
             } else if (token == "persistent") {
+                once(persistent, token);
                 c.persistent = true;
             } else if (token == "qreg") {
+                once(qreg, token);
                 c.q_in_registers = true;
             } else if (token.starts_with("load_")) {
-                if (seen_load)
-                    fail("more than one load_Q_K_V_tiles flag");
-                seen_load = true;
+                once(load, token);
                 load_tiles(token, c);
             } else {
-                fail("unknown flag \"" + std::string(token) +
+                fail("unknown flag \"" + excerpt(token) +
                      "\" (expected async, eager, swizzled, load_Q_K_V_tiles, buffer, "
                      "opt_softmax, sm90, stages_N, overlap, pingpong, persistent or qreg)");
             }
         }
+        const bool seen_load = seen[load];
         if (!seen_load && c.family == Family::sm80)
             fail("missing the load_Q_K_V_tiles flag (or sm90 for a Hopper kernel)");
         return c;

@@ -8,9 +8,37 @@
 
 namespace flash_attention {
 
+// Bits of each field in the code: every value a config may hold (the parser and the
+// config space's "fields" rule bound them by these).
+namespace field_bits {
+inline constexpr int family = 1, dtype = 2, d_head = 10, B_r = 9, B_c = 9, n_warps = 5, flag = 1,
+                     load_tiles = 4, stages = 3;
+}  // namespace field_bits
+
+// The largest value a field of `bits` bits holds.
+constexpr int field_max(int bits) {
+    return (1 << bits) - 1;
+}
+
 inline constexpr int k_config_fields = 19;
-inline constexpr int k_field_bits[k_config_fields] = {1, 2, 10, 9, 9, 5, 1, 1, 1, 4,
-                                                      4, 4, 1,  1, 3, 1, 1, 1, 1};  // 60 bits
+inline constexpr int k_field_bits[k_config_fields] = {
+    field_bits::family, field_bits::dtype,      field_bits::d_head,     field_bits::B_r,
+    field_bits::B_c,    field_bits::n_warps,    field_bits::flag,       field_bits::flag,
+    field_bits::flag,   field_bits::load_tiles, field_bits::load_tiles, field_bits::load_tiles,
+    field_bits::flag,   field_bits::flag,       field_bits::stages,     field_bits::flag,
+    field_bits::flag,   field_bits::flag,       field_bits::flag};  // 60 bits
+
+// Whether every field fits its bits, so that pack() loses nothing and the size formulas
+// (smem_bytes(), n_threads()) cannot overflow.
+constexpr bool fields_in_range(const KernelConfig& c) {
+    const auto in = [](int value, int bits) { return value >= 0 && value <= field_max(bits); };
+    return in(static_cast<int>(c.family), field_bits::family) &&
+           in(static_cast<int>(c.dtype), field_bits::dtype) && in(c.d_head, field_bits::d_head) &&
+           in(c.B_r, field_bits::B_r) && in(c.B_c, field_bits::B_c) &&
+           in(c.n_warps, field_bits::n_warps) && in(c.Q_mma_load_K_tiles, field_bits::load_tiles) &&
+           in(c.K_mma_load_K_tiles, field_bits::load_tiles) &&
+           in(c.V_mma_load_K_tiles, field_bits::load_tiles) && in(c.stages, field_bits::stages);
+}
 
 constexpr unsigned long long pack(const KernelConfig& c) {
     const int fields[k_config_fields] = {static_cast<int>(c.family),

@@ -8,14 +8,20 @@
 #include "flash_attention/flash_attention.hpp"
 #include "options.hpp"
 #include "report.hpp"
+#include "sweep.hpp"
 
 namespace fa = flash_attention;
 namespace cli = flash_attention::cli;
 
 namespace {
 
-// Runs the program in-process; returns the exit code and what it wrote to stderr.
-std::pair<int, std::string> run(std::vector<std::string> args) {
+struct Output {
+    int code;
+    std::string out, err;
+};
+
+// Runs the program in-process; returns the exit code and what it wrote.
+Output run_program(std::vector<std::string> args) {
     args.insert(args.begin(), "flash_attention");
     std::vector<char*> argv;
     for (auto& a : args)
@@ -23,8 +29,13 @@ std::pair<int, std::string> run(std::vector<std::string> args) {
     testing::internal::CaptureStderr();
     testing::internal::CaptureStdout();
     const int code = cli::run_cli(static_cast<int>(argv.size()), argv.data());
-    testing::internal::GetCapturedStdout();
-    return {code, testing::internal::GetCapturedStderr()};
+    std::string out = testing::internal::GetCapturedStdout();
+    return {code, std::move(out), testing::internal::GetCapturedStderr()};
+}
+
+std::pair<int, std::string> run(std::vector<std::string> args) {
+    const Output o = run_program(std::move(args));
+    return {o.code, o.err};
 }
 
 void expect_usage_error(const std::vector<std::string>& args, const std::string& names) {
@@ -104,6 +115,79 @@ TEST(Cli, BadArgumentsExitWithTwoAndAOneLineMessage) {
     expect_usage_error({}, "A subcommand is required");
 }
 
+// nan and 1e308 were accepted as --warmup-ms, 2^31 - 1 as --runs (an overflow), and range
+// messages printed 309-digit numbers.
+TEST(Cli, NumbersAreBoundedByReadableLimits) {
+    expect_usage_error({"bench", "--warmup-ms", "nan"},
+                       "--warmup-ms: expected a number from 0 to 60000, got \"nan\"");
+    expect_usage_error({"bench", "--warmup-ms", "1e308"}, "got \"1e308\"");
+    expect_usage_error({"bench", "--warmup-ms", "inf"}, "--warmup-ms");
+    expect_usage_error({"bench", "--runs", "2147483647"},
+                       "--runs: expected an integer from 1 to 10000");
+    expect_usage_error({"bench", "--warmup", "99999999999999999999"}, "--warmup");
+    expect_usage_error({"bench", "--seq", "2147483647"}, "--seq");
+    expect_usage_error({"bench", "--batch", "70000"},
+                       "--batch: expected an integer from 1 to 65535");
+    expect_usage_error({"run", "--seq", "1073741825"},
+                       "--seq: expected an integer from 1 to 1073741824");
+    expect_usage_error({"run", "--repeat", "0"}, "--repeat");
+    expect_usage_error({"choose", "--heads-kv", "0"}, "--heads-kv");
+    for (const auto& args : std::vector<std::vector<std::string>>{
+             {"bench", "--warmup-ms", "1e308"}, {"bench", "--runs", "2147483647"}}) {
+        const auto [code, err] = run(args);
+        EXPECT_LT(err.size(), 200u) << err;
+    }
+}
+
+TEST(Cli, Version) {
+    const Output o = run_program({"--version"});
+    EXPECT_EQ(o.code, 0);
+    EXPECT_EQ(o.out, "flash_attention " + std::string(fa::version()) + "\n");
+}
+
+// The automatic choice for every (dtype, d_head) on a device model: an sm90 kernel of this
+// build on an H100, an sm80 one on an A100 (the default build holds both).
+TEST(Cli, ChooseNamesABuiltKernelOfTheDevicesFamily) {
+    for (const auto& [device, family] :
+         {std::pair{"h100", fa::Family::sm90}, {"a100", fa::Family::sm80}}) {
+        for (const char* dtype : {"fp16", "bf16"}) {
+            for (const int d : {64, 128, 256}) {
+                for (const int seq : {512, 4096, 16384}) {
+                    const Output o =
+                        run_program({"choose", "--device", device, "--dtype", dtype, "--d-head",
+                                     std::to_string(d), "--seq", std::to_string(seq)});
+                    ASSERT_EQ(o.code, 0) << o.err;
+                    const auto c = fa::KernelConfig::parse(o.out.substr(0, o.out.find('\n')));
+                    EXPECT_EQ(c.family, family) << device << " " << o.out;
+                    EXPECT_TRUE(fa::is_built(c)) << c.to_string();
+                    EXPECT_EQ(c.d_head, d);
+                    EXPECT_EQ(std::string(fa::to_string(c.dtype)),
+                              dtype == std::string("fp16") ? "FP16" : "BF16");
+                }
+            }
+        }
+    }
+    expect_usage_error({"choose", "--device", "v100"}, "--device");
+    expect_usage_error({"choose", "--device", "h100", "--d-head", "96"},
+                       "d_head: expected 64, 128 or 256, got 96");
+    expect_usage_error({"choose", "--device", "h100", "--heads", "6", "--heads-kv", "4"}, "heads");
+}
+
+// A failed --svg write exited 0, after the whole run; now the file is opened first.
+TEST(Cli, OutputFilesAreCheckedBeforeTheRun) {
+    expect_usage_error({"bench", "--svg", "/nonexistent-folder/chart.svg"},
+                       "--svg: expected a file that can be written");
+    expect_usage_error({"tune", "--set", "release", "--cache", "/proc/flash_attention_tuning.json"},
+                       "--cache");
+}
+
+TEST(Cli, CtrlCExitsWith130) {
+    cli::SweepResult result;
+    EXPECT_EQ(result.exit_code(), 0);
+    result.interrupted = true;
+    EXPECT_EQ(result.exit_code(), 130);
+}
+
 TEST(Cli, ShapesNoBuiltKernelSupportsAreUsageErrors) {
     const auto& c = fa::configs().front();
     expect_usage_error(
@@ -160,4 +244,28 @@ TEST(Cli, TableAndChart) {
          pos = svg.find("<polyline", pos + 1))
         ++lines;
     EXPECT_EQ(lines, 2);
+}
+
+// The polyline was cut at a 512-byte buffer (about 37 lengths): the chart lost its points.
+TEST(Cli, ChartKeepsEveryPoint) {
+    const auto c = fa::KernelConfig::parse(
+        "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+opt_softmax");
+    std::vector<cli::Measurement> many;
+    for (int seq = 128; seq < 128 + 200 * 64; seq += 64) {
+        many.push_back({c.to_string(),
+                        c,
+                        {fa::DType::BF16, 128, 1, 16, seq, seq, 16, false, std::nullopt},
+                        0.1,
+                        0.1,
+                        0.1,
+                        20,
+                        {}});
+    }
+    const std::string svg = cli::svg_chart(many, std::string(2000, 't'));
+    const auto start = svg.find("points=\"");
+    ASSERT_NE(start, std::string::npos);
+    const std::string points = svg.substr(start + 8, svg.find('"', start + 8) - start - 8);
+    EXPECT_EQ(std::count(points.begin(), points.end(), ','), 200);
+    EXPECT_NE(svg.find(std::string(2000, 't')), std::string::npos);
+    EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
 }

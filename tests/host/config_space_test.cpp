@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "config/builtin_choice.hpp"
 #include "config/config_space.hpp"
 #include "flash_attention/error.hpp"
 
@@ -29,7 +30,12 @@ TEST(ConfigSpace, EveryRuleRejectsWhatItSays) {
         change(c);
         return rejected_by(c);
     };
-    EXPECT_EQ(with([](KernelConfig& c) { c.dtype = static_cast<fa::DType>(7); }), "dtype");
+    EXPECT_EQ(with([](KernelConfig& c) { c.dtype = static_cast<fa::DType>(3); }), "dtype");
+    // Out of the code's range: caught before any rule computes a size from it.
+    EXPECT_EQ(with([](KernelConfig& c) { c.dtype = static_cast<fa::DType>(7); }), "fields");
+    EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 2'000'000'000; }), "fields");
+    EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 2'000'000'000; }), "fields");
+    EXPECT_EQ(with([](KernelConfig& c) { c.d_head = -64; }), "fields");
     EXPECT_EQ(with([](KernelConfig& c) { c.d_head = 96; }), "d_head");
     EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 2; }), "n_warps");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 256; }), "rows_per_warp");
@@ -66,7 +72,8 @@ TEST(ConfigSpace, EverySm90RuleRejectsWhatItSays) {
         change(c);
         return rejected_by(c);
     };
-    EXPECT_EQ(with([](KernelConfig& c) { c.family = static_cast<fa::Family>(5); }), "family");
+    // The family field has one bit: any other value is out of the code's range.
+    EXPECT_EQ(with([](KernelConfig& c) { c.family = static_cast<fa::Family>(5); }), "fields");
     EXPECT_EQ(with([](KernelConfig& c) { c.swizzled = true; }), "sm90_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.optimized_softmax = true; }), "sm90_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 4; }), "warpgroups");
@@ -247,5 +254,40 @@ TEST(ConfigSpace, UnknownSetNamesTheKnownOnes) {
         EXPECT_EQ(e.code(), fa::ErrorCode::invalid_argument);
         EXPECT_NE(std::string(e.what()).find("\"fast\""), std::string::npos);
         EXPECT_NE(std::string(e.what()).find("tune"), std::string::npos);
+    }
+}
+
+// The default build's set is the built-in table's configs, nothing more and nothing less:
+// the table can never name a kernel the default build lacks (the table once named an sm90
+// config that the default set did not hold, and the choice fell back to sm80).
+TEST(ConfigSpace, ReleaseSetIsTheBuiltInTable) {
+    std::vector<KernelConfig> table;
+    for (const auto& row : fa::space::builtin_choices())
+        table.push_back(row.config);
+    std::sort(table.begin(), table.end());
+    table.erase(std::unique(table.begin(), table.end()), table.end());
+    const auto release = fa::space::named_set("release");
+    EXPECT_EQ(release, table);
+    for (const auto& c : release)
+        EXPECT_EQ(rejected_by(c), "") << c.to_string();
+    // Each family covers every dtype and head dim.
+    for (const auto family : {fa::Family::sm80, fa::Family::sm90}) {
+        for (const auto dtype : {fa::DType::FP16, fa::DType::BF16}) {
+            for (const int d : fa::space::k_head_dims) {
+                EXPECT_TRUE(std::any_of(release.begin(), release.end(),
+                                        [&](const KernelConfig& c) {
+                                            return c.family == family && c.dtype == dtype &&
+                                                   c.d_head == d;
+                                        }))
+                    << fa::to_string(family) << " " << fa::to_string(dtype) << " " << d;
+            }
+        }
+    }
+    // The ci and tune sets hold it too, so their builds choose the same kernels.
+    for (const char* name : {"ci", "tune", "all"}) {
+        const auto set = fa::space::named_set(name);
+        for (const auto& c : release)
+            EXPECT_TRUE(std::binary_search(set.begin(), set.end(), c))
+                << name << ": " << c.to_string();
     }
 }

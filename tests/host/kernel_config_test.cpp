@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <set>
 #include <unordered_set>
 
@@ -142,6 +144,44 @@ TEST(KernelConfig, RejectsMalformedStringsNamingTheToken) {
     EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): load_1_1_tiles").find("three counts"),
               std::string::npos);
     parse_error("");
+}
+
+// Contradicting flags of one kind were accepted, the last one winning.
+TEST(KernelConfig, RejectsTwoFlagsOfOneKind) {
+    EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_3+stages_2")
+                  .find("more than one stages_N flag"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): load_0_0_0_tiles+load_1_1_1_tiles")
+                  .find("more than one load_Q_K_V_tiles flag"),
+              std::string::npos);
+}
+
+// Values past what a kernel code holds overflowed smem_bytes() and n_threads().
+TEST(KernelConfig, BoundsEveryNumber) {
+    EXPECT_NE(parse_error("(FP16, 128, 2000000000, 64, 4): load_0_0_0_tiles")
+                  .find("expected an integer from 1 to 511 for B_r"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 99999): load_0_0_0_tiles").find("n_warps"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 4096, 64, 64, 4): load_0_0_0_tiles").find("d_head"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_9").find("stage count"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): load_0_99_0_tiles").find("tile count"),
+              std::string::npos);
+}
+
+// A 200,000-token string took 72 s (a quadratic duplicate check) inside the automatic
+// choice, with the tuning cache's mutex held; its message echoed the whole string.
+TEST(KernelConfig, HostileLengthsAreRejectedAtOnce) {
+    std::string huge = "(FP16, 128, 64, 64, 4): load_0_0_0_tiles";
+    for (int i = 0; i < 200'000; ++i)
+        huge += "+async";
+    const auto start = std::chrono::steady_clock::now();
+    const std::string message = parse_error(huge);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+    EXPECT_NE(message.find("at most 256 characters"), std::string::npos) << message.substr(0, 300);
+    EXPECT_LT(message.size(), 400u);
 }
 
 TEST(KernelConfig, OrderEqualityAndHashAgree) {

@@ -1,5 +1,10 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
+#include <optional>
+#include <thread>
 
 #include <cstdlib>
 #include <filesystem>
@@ -123,6 +128,146 @@ TEST(TuningCache, MalformedEntriesAreSkipped) {
     EXPECT_NE(r.warnings[0].find("skipped 2"), std::string::npos) << r.warnings[0];
 }
 
+// Hostile files: each is a warning and the built-in table, within a second, never an
+// exception of another type, a hang or undefined behaviour.
+TEST(TuningCache, WronglyTypedOrHugeValuesAreMalformedNotFatal) {
+    // A string version threw nlohmann::type_error out of the first forward().
+    for (const char* text :
+         {R"({"version": "1", "entries": []})", R"({"version": 1.5, "entries": []})",
+          R"({"version": null, "entries": []})", R"({"entries": []})"}) {
+        const auto r = tuning::parse(text, "cache.json");
+        EXPECT_TRUE(r.corrupt) << text;
+        ASSERT_EQ(r.warnings.size(), 1u) << text;
+        EXPECT_NE(r.warnings[0].find("format version"), std::string::npos) << r.warnings[0];
+    }
+    auto doc = nlohmann::json::parse(tuning::to_json({entry("GPU A", 4096, k_a, 1)}));
+    const nlohmann::json base = doc["entries"][0];
+    const std::vector<std::pair<const char*, nlohmann::json>> bad = {
+        {"sm_count", 1e67},  // converted to int: undefined behaviour
+        {"sm_count", -3},
+        {"sm_count", "132"},
+        {"d_head", 128.5},
+        {"seq_bucket", nlohmann::json::array()},
+        {"causal", "yes"},
+        {"gpu", 7},
+        {"gpu", std::string(100'000, 'x')},
+        {"config", std::string(300'000, '+')},
+        {"tflops", "fast"},
+    };
+    for (const auto& [field, value] : bad) {
+        nlohmann::json e = base;
+        e[field] = value;
+        doc["entries"] = nlohmann::json::array({e, base});
+        const auto r = tuning::parse(doc.dump(), "cache.json");
+        EXPECT_FALSE(r.corrupt) << field;
+        EXPECT_EQ(r.entries.size(), 1u) << field << " = " << value.dump().substr(0, 40);
+        ASSERT_EQ(r.warnings.size(), 1u) << field;
+        EXPECT_LT(r.warnings[0].size(), 400u) << field;
+    }
+    doc["entries"] = nlohmann::json::array({1, "x", nullptr, base});
+    EXPECT_EQ(tuning::parse(doc.dump(), "cache.json").entries.size(), 1u);
+}
+
+TEST(TuningCache, OnlyRegularFilesAreRead) {
+    const TempDir dir;
+    // A FIFO with no writer: opening it for reading blocked forever, with the mutex held.
+    const auto fifo = dir.path() / "fifo.json";
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    const auto start = std::chrono::steady_clock::now();
+    const auto r = tuning::load(fifo);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+    EXPECT_TRUE(r.corrupt);
+    ASSERT_EQ(r.warnings.size(), 1u);
+    EXPECT_NE(r.warnings[0].find("not a regular file"), std::string::npos) << r.warnings[0];
+    // An endless device: read until bad_alloc.
+    EXPECT_TRUE(tuning::load("/dev/zero").corrupt);
+    EXPECT_TRUE(tuning::load(dir.path()).corrupt);  // a folder
+    // Past the size limit: not read.
+    const auto big = dir.path() / "big.json";
+    std::ofstream(big) << std::string(tuning::k_max_file_bytes + 1, ' ');
+    const auto rb = tuning::load(big);
+    EXPECT_TRUE(rb.corrupt);
+    EXPECT_NE(rb.warnings.at(0).find("limit"), std::string::npos);
+    // Through the automatic choice: a warning and the table, not a hang.
+    const CacheEnvironment env(fifo);
+    testing::internal::CaptureStderr();
+    EXPECT_FALSE(tuning::lookup({"GPU", 132, fa::DType::BF16, 128, 4096, false}).has_value());
+    EXPECT_NE(testing::internal::GetCapturedStderr().find("warning"), std::string::npos);
+}
+
+// With no HOME or XDG_CACHE_HOME the cache was ./flash_attention_tuning.json: whatever file
+// of that name the working directory held steered the kernel choice.
+TEST(TuningCache, NoDefaultPathWithoutAHome) {
+    const auto saved = [](const char* name) -> std::optional<std::string> {
+        const char* v = std::getenv(name);
+        return v ? std::optional<std::string>(v) : std::nullopt;
+    };
+    const auto home = saved("HOME");
+    const auto xdg = saved("XDG_CACHE_HOME");
+    const auto own = saved("FLASH_ATTENTION_TUNING");
+    unsetenv("HOME");
+    unsetenv("XDG_CACHE_HOME");
+    unsetenv("FLASH_ATTENTION_TUNING");
+    EXPECT_FALSE(tuning::default_path().has_value());
+    setenv("XDG_CACHE_HOME", "/x", 1);
+    EXPECT_EQ(tuning::default_path(), std::filesystem::path("/x/flash_attention/tuning.json"));
+    unsetenv("XDG_CACHE_HOME");
+    for (const auto& [name, value] :
+         {std::pair{"HOME", home}, {"XDG_CACHE_HOME", xdg}, {"FLASH_ATTENTION_TUNING", own}}) {
+        if (value)
+            setenv(name, value->c_str(), 1);
+    }
+}
+
+// Two tune runs on one cache: each read the file at its start and wrote its merge an hour
+// later, so the second writer dropped the first one's entries.
+TEST(TuningCache, ConcurrentWritersKeepEachOthersEntries) {
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    constexpr int writers = 8;
+    std::vector<std::thread> threads;
+    for (int w = 0; w < writers; ++w) {
+        threads.emplace_back([&, w] {
+            for (int i = 0; i < 5; ++i)
+                tuning::update(file, {entry("GPU " + std::to_string(w), 64 << i, k_a, w)});
+        });
+    }
+    for (auto& t : threads)
+        t.join();
+    const auto r = tuning::load(file);
+    EXPECT_FALSE(r.corrupt);
+    EXPECT_EQ(r.entries.size(), static_cast<std::size_t>(writers * 5));
+}
+
+TEST(TuningCache, WritesNeitherThroughLinksNorToPredictableNames) {
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    // A planted link where the old code's temporary file went (path.tmp.<pid>): it was
+    // opened with O_TRUNC and followed, clobbering the target.
+    const auto victim = dir.path() / "victim.txt";
+    std::ofstream(victim) << "precious";
+    std::filesystem::create_symlink(victim, file.string() + ".tmp." + std::to_string(getpid()));
+    tuning::save_atomically(file, {entry("GPU A", 4096, k_a, 1)});
+    std::ifstream in(victim);
+    std::string text;
+    in >> text;
+    EXPECT_EQ(text, "precious");
+    EXPECT_EQ(tuning::load(file).entries.size(), 1u);
+    // The old file's permissions survive the rewrite.
+    std::filesystem::permissions(file, std::filesystem::perms::owner_read |
+                                           std::filesystem::perms::owner_write |
+                                           std::filesystem::perms::group_read);
+    tuning::save_atomically(file, {entry("GPU A", 4096, k_b, 2)});
+    EXPECT_EQ(std::filesystem::status(file).permissions() & std::filesystem::perms::all,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                  std::filesystem::perms::group_read);
+    // A link as the lock file is refused, not followed.
+    const auto other = dir.path() / "other.json";
+    std::filesystem::create_symlink(victim, other.string() + ".lock");
+    EXPECT_THROW(tuning::update(other, {}), fa::Error);
+    EXPECT_THROW(tuning::check_writable(other), fa::Error);
+}
+
 TEST(TuningCache, MissingFileIsAnEmptyCache) {
     const TempDir dir;
     const auto r = tuning::load(dir.path() / "absent.json");
@@ -219,4 +364,26 @@ TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
     EXPECT_EQ(fa::heuristic_config(params(2048, 2048), hopper), short_tile);
     EXPECT_EQ(fa::heuristic_config(params(2049, 2049), hopper), long_tile);
     EXPECT_EQ(fa::heuristic_config(params(128, 8192), hopper), long_tile);  // the keys count
+}
+
+// Tensors TMA cannot address (a broadcast K/V, a stride of 2^40 bytes) run on the sm80
+// family on Hopper instead of failing in cuTensorMapEncodeTiled.
+TEST(TuningCache, TensorsBeyondTmaChooseTheSm80Family) {
+    const fa::DeviceProperties hopper = fa::DeviceProperties::model("h100");
+    for (const auto dtype : {fa::DType::FP16, fa::DType::BF16}) {
+        for (const int d : {64, 128, 256}) {
+            const auto view = [&](std::uintptr_t gib) {
+                return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 41), dtype, 2,
+                                                  1024, 4, d);
+            };
+            fa::ForwardParams p{view(1), view(2), view(3), view(4), std::nullopt};
+            const auto usual = fa::heuristic_config(fa::choice_problem(p), hopper);
+            ASSERT_TRUE(usual.has_value());
+            EXPECT_EQ(usual->family, fa::Family::sm90) << usual->to_string();
+            p.k.stride[0] = std::int64_t{1} << 39;
+            const auto fallback = fa::heuristic_config(fa::choice_problem(p), hopper);
+            ASSERT_TRUE(fallback.has_value());
+            EXPECT_EQ(fallback->family, fa::Family::sm80) << fallback->to_string();
+        }
+    }
 }

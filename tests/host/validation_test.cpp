@@ -147,7 +147,66 @@ TEST(Validation, OutputMayNotAliasInputsOrItself) {
                  "o.stride[1] (seq)", "0");
 }
 
+// (shape - 1) * stride wrapped around: o at q's address with a huge batch stride passed
+// the aliasing check.
+TEST(Validation, HugeStridesCannotWrapTheAliasingCheck) {
+    expect_error(tensor_error([](auto& p) {
+                     p.o.data = p.q.data;
+                     p.o.shape[0] = 3;
+                     p.o.stride[0] = std::int64_t{1} << 62;
+                     p.q.shape[0] = p.k.shape[0] = p.v.shape[0] = 3;
+                 }),
+                 fa::ErrorCode::invalid_argument, "o.stride", "(4611686018427387904, 512, 128, 1)");
+    // Large but representable: the ranges are exact, and the overlap is found.
+    expect_error(tensor_error([](auto& p) {
+                     p.o.data = p.q.data;
+                     p.o.stride[0] = std::int64_t{1} << 40;
+                 }),
+                 fa::ErrorCode::invalid_argument, "o", "an overlapping range");
+}
+
+// 2^31 - 1 rows passed validation, and 32-bit positions in the kernels wrapped: zeros and
+// LSE -inf with no error (K/V broadcast with stride 0 costs no memory).
+TEST(Validation, SequenceLengthsStayInsideTheKernelsRange) {
+    expect_error(tensor_error([](auto& p) {
+                     p.k.shape[1] = p.v.shape[1] = std::numeric_limits<int>::max();
+                     p.k.stride[1] = p.v.stride[1] = 0;
+                 }),
+                 fa::ErrorCode::invalid_argument, "k.shape", "(2, 2147483647, 4, 128)");
+    EXPECT_NO_THROW(fa::validate_tensors([] {
+        fa::ForwardParams p = good_params();
+        p.k.shape[1] = p.v.shape[1] = std::int64_t{1} << 30;
+        p.k.stride[1] = p.v.stride[1] = 0;
+        return p;
+    }()));
+    fa::ProblemShape shape;
+    shape.seq_k = std::int64_t{1} << 31;
+    EXPECT_THROW(fa::validate_shape(shape), fa::Error);
+}
+
+// Strides of 2^39 elements and more passed, then cuTensorMapEncodeTiled failed as a CUDA
+// error: TMA takes strides below 2^40 bytes, so the sm80 family runs such tensors.
+TEST(Validation, StridesBeyondTmaFallBackToTheSm80Family) {
+    fa::ForwardParams p = good_params();
+    EXPECT_TRUE(fa::tma_problem(p).empty());
+    p.k.stride[0] = std::int64_t{1} << 39;  // 2^40 bytes
+    const std::string problem = fa::tma_problem(p);
+    EXPECT_NE(problem.find("k.stride[0] (batch): expected a stride below 2^40 bytes"),
+              std::string::npos)
+        << problem;
+    p.k.shape[0] = p.q.shape[0] = p.v.shape[0] = p.o.shape[0] = 1;  // never stepped along
+    EXPECT_TRUE(fa::tma_problem(p).empty());
+}
+
 TEST(Validation, Scale) {
+    // scale * log2(e) overflowed to inf in the kernels: every row came out NaN.
+    expect_error(tensor_error([](auto& p) { p.softmax_scale = 3e38f; }),
+                 fa::ErrorCode::invalid_argument, "softmax_scale", "3e+38");
+    EXPECT_NO_THROW(fa::validate_tensors([] {
+        fa::ForwardParams p = good_params();
+        p.softmax_scale = 1e38f;
+        return p;
+    }()));
     expect_error(
         tensor_error([](auto& p) { p.softmax_scale = std::numeric_limits<float>::infinity(); }),
         fa::ErrorCode::invalid_argument, "softmax_scale", "inf");

@@ -1,0 +1,89 @@
+// flash_attention choose: which kernel the automatic choice runs for a problem, on the GPU
+// present or on a device model (no GPU needed). The first line is the config's short form.
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "commands.hpp"
+#include "common/device_buffer.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "options.hpp"
+
+namespace flash_attention::cli {
+
+namespace {
+
+struct ChooseOptions {
+    std::string device;  // a model; empty: the GPU present
+    std::string dtype = "bf16";
+    int d_head = 128;
+    int seq = 4096;
+    std::optional<int> seq_k;
+    int batch = 1;
+    int heads = 16;
+    std::optional<int> heads_kv;
+    bool causal = false;
+};
+
+int choose(const ChooseOptions& o) {
+    DeviceProperties device;
+    if (!o.device.empty()) {
+        device = DeviceProperties::model(o.device);
+    } else {
+        if (cuda_device_count() == 0) {
+            std::fprintf(stderr,
+                         "flash_attention: no CUDA device found (pass --device a100 or h100 to "
+                         "ask about a model)\n");
+            return exit_failure;
+        }
+        device = DeviceProperties::current();
+    }
+    const ProblemShape problem{.dtype = o.dtype == "fp16" ? DType::FP16 : DType::BF16,
+                               .d_head = o.d_head,
+                               .batch = o.batch,
+                               .seq_q = o.seq,
+                               .seq_k = o.seq_k.value_or(o.seq),
+                               .heads = o.heads,
+                               .heads_kv = o.heads_kv.value_or(o.heads),
+                               .causal = o.causal};
+    const KernelConfig config = choose_config(problem, device);
+    std::printf("%s\n", config.to_string().c_str());
+    std::printf(
+        "# %s family on %s%s (compute capability %d.%d, %d SMs); tuning cache, else the "
+        "built-in table\n",
+        std::string(to_string(config.family)).c_str(), device.name.c_str(),
+        o.device.empty() ? "" : " (model)", device.major, device.minor, device.sm_count);
+    return exit_ok;
+}
+
+}  // namespace
+
+void add_choose_command(CLI::App& app, Action& action) {
+    auto o = std::make_shared<ChooseOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "choose",
+        "Print the kernel the automatic choice runs for a problem (first line: its short form)");
+    cmd->add_option("--device", o->device,
+                    "a device model instead of the GPU present: a100 or h100 (no GPU needed)")
+        ->check(CLI::IsMember({"a100", "h100"}));
+    cmd->add_option("--dtype", o->dtype, "fp16 or bf16")
+        ->check(CLI::IsMember({"fp16", "bf16"}))
+        ->capture_default_str();
+    cmd->add_option("--d-head", o->d_head, "head dimension")
+        ->check(integer_in(1, 1024))
+        ->capture_default_str();
+    cmd->add_option("--seq", o->seq, "query sequence length (and key length unless --seq-k)")
+        ->check(seq_length())
+        ->capture_default_str();
+    cmd->add_option("--seq-k", o->seq_k, "key/value sequence length")->check(seq_length());
+    cmd->add_option("--batch", o->batch, "batch size")->check(batch_size())->capture_default_str();
+    cmd->add_option("--heads", o->heads, "query heads")->check(head_count())->capture_default_str();
+    cmd->add_option("--heads-kv", o->heads_kv, "key/value heads, dividing --heads")
+        ->check(head_count());
+    cmd->add_flag("--causal", o->causal, "causal masking, aligned at the bottom right");
+    cmd->callback([o, &action] { action = [o] { return choose(*o); }; });
+}
+
+}  // namespace flash_attention::cli
