@@ -2,7 +2,7 @@
 # Installs what the build and the tests need on Debian/Ubuntu (the CUDA toolkit,
 # with nvcc on PATH or at /usr/local/cuda/bin, must already be present).
 set -euo pipefail
-packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev clang-format)
+packages=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev)
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo=sudo; fi
 missing=()

@@ -179,6 +179,24 @@ def test_matches_reference(seq):
 
 
 @needs_gpu
+def test_automatic_choice_runs_the_devices_family_for_every_pair():
+    # On Hopper every (dtype, d_head) the build holds an sm90 kernel for runs one; the
+    # default (release) build holds both families for all six pairs.
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    kinds = built_kinds()
+    if os.environ.get("FLASH_EXPECT_RELEASE_SET"):
+        assert sorted(kinds, key=str) == sorted(((t, d) for t in (fa.DType.FP16, fa.DType.BF16)
+                                                 for d in (64, 128, 256)), key=str)
+    for dtype, d in kinds:
+        q, k, v = (randn(2, 1024, 4, d, dtype=torch_dtype(dtype)) for _ in range(3))
+        out = torch.empty_like(q)
+        chosen = fa._C.choose_config(q, k, v, out)
+        sm90_built = any(c.family == fa.Family.sm90 and c.dtype == dtype and c.d_head == d for c in fa.configs())
+        assert chosen.family == (fa.Family.sm90 if hopper and sm90_built else fa.Family.sm80), str(chosen)
+        assert_close_to_reference(fa.forward(q, k, v, out=out), q, k, v)
+
+
+@needs_gpu
 def test_every_built_config():
     for c in fa.configs():
         if not c.is_supported():  # sm90 kernels off Hopper

@@ -311,3 +311,55 @@ TEST(Forward, Deterministic) {
 }
 
 }  // namespace
+
+// The automatic choice on this GPU runs the family made for it: sm90 on compute capability
+// 9.0 when the build has it, for every dtype and head dim.
+TEST(Forward, AutomaticChoiceRunsTheDevicesFamily) {
+    const fa::DeviceProperties& device = fa::DeviceProperties::current();
+    const bool hopper = device.major == 9 && device.minor == 0;
+    for (const auto& [dtype, d] : built_problem_kinds()) {
+        Problem p(dtype, 1, 1024, 1024, 2, d);
+        const fa::KernelConfig c = fa::choose_config(p.params());
+        const bool sm90_built =
+            std::any_of(fa::configs().begin(), fa::configs().end(), [&](const auto& x) {
+                return x.family == fa::Family::sm90 && x.dtype == dtype && x.d_head == d;
+            });
+        EXPECT_EQ(c.family, hopper && sm90_built ? fa::Family::sm90 : fa::Family::sm80)
+            << c.to_string();
+    }
+}
+
+// Host memory is not the current device's: a clear error naming the pointer, before any
+// launch (the API never checked where its pointers lived).
+TEST(Forward, PointersMustBeTheCurrentDevicesMemory) {
+    const auto [dtype, d] = built_problem_kinds().front();
+    Problem p(dtype, 1, 256, 256, 2, d);
+    std::vector<std::uint16_t> host(static_cast<std::size_t>(p.k.size()) + 64);
+    fa::ForwardParams params = p.params();
+    // 16-byte aligned host memory, so that only its location is wrong.
+    params.k.data = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(host.data()) + 15) &
+                                            ~std::uintptr_t{15});
+    try {
+        fa::forward(params);
+        ADD_FAILURE() << "host memory accepted";
+    } catch (const fa::Error& e) {
+        EXPECT_EQ(e.code(), fa::ErrorCode::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("k.data: expected memory of the current device"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+// An error the caller left in CUDA's last-error state is the caller's: the old launch path
+// (<<<>>> then cudaGetLastError) reported it as ours and cleared it.
+TEST(Forward, EarlierCudaErrorsAreNeitherReportedNorCleared) {
+    const auto [dtype, d] = built_problem_kinds().front();
+    Problem p(dtype, 1, 512, 512, 2, d);
+    void* too_much = nullptr;
+    ASSERT_NE(cudaMalloc(&too_much, std::size_t{1} << 62), cudaSuccess);  // sets the last error
+    const auto result =
+        p.run_and_check([&] { fa::forward(p.params()); }, 1.0 / std::sqrt(double(d)));
+    EXPECT_TRUE(result.passed) << result.summary();
+    EXPECT_EQ(cudaGetLastError(), cudaErrorMemoryAllocation);
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+}

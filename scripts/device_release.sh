@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Issue 11's checks on the GPU machine, as a new user meets the project: a fresh clone
+# built with the README's commands and default options, the default Python package, and
+# the default build's automatic choice against a `tune` build's. Full logs under $OUT,
+# a short table last.
+#
+#   scripts/device_release.sh STAGE...
+#
+# Stages:
+#   readme    git clone, the README's first command verbatim (run --check), a 50-run
+#             repeat of it, `choose` for the six (dtype, d_head) pairs, the GPU and host
+#             tests, compute-sanitizer memcheck on two odd shapes of every built config
+#   package   pip install . (default options), the import in fresh interpreters in both
+#             orders with torch, the extension's exported symbols, the pytest suite
+#   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
+#             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
+set -uo pipefail
+OUT=${OUT:-/tmp/flash_out}
+mkdir -p "$OUT"
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+REPO=$(pwd)
+FRESH=/tmp/fresh
+summary="$OUT/summary.txt"
+: > "$summary"
+note() { echo "$*" | tee -a "$summary"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader > "$OUT/gpu.txt"
+{ date -u; g++ --version | head -1; nvcc --version | tail -1; cmake --version | head -1; } >> "$OUT/gpu.txt"
+
+fresh_clone() {
+  [ -d "$FRESH" ] && return
+  if git -C "$REPO" rev-parse HEAD >/dev/null 2>&1; then
+    git clone -q "$REPO" "$FRESH"   # committed state only, as a clone from the server would be
+  else
+    mkdir -p "$FRESH" && cp -a "$REPO"/. "$FRESH"/ && rm -rf "$FRESH"/build*
+  fi
+}
+
+for stage in "$@"; do
+  start=$(date +%s)
+  case "$stage" in
+    readme)
+      fresh_clone
+      # The README's first command, verbatim, from the clone's root.
+      (cd "$FRESH" && scripts/install_deps_debian.sh && cmake -S . -B build -G Ninja && cmake --build build &&
+        build/bin/flash_attention run --check) > "$OUT/readme.log" 2>&1
+      note "readme command: exit $? ($(( $(date +%s) - start )) s with the build)"
+      grep -E "^(config|rate|check) " "$OUT/readme.log" | tee -a "$summary"
+      B="$FRESH/build"
+      "$B/bin/flash_attention" run --check --repeat 50 > "$OUT/run_repeat.log" 2>&1
+      note "run --check --repeat 50: exit $?; $(grep -E '^rate' "$OUT/run_repeat.log")"
+      for dtype in bf16 fp16; do
+        for d in 64 128 256; do
+          printf '%s d%s: %s\n' $dtype $d "$("$B/bin/flash_attention" choose --dtype $dtype --d-head $d --seq 4096 | head -1)"
+        done
+      done | tee "$OUT/choose.txt" | tee -a "$summary"
+      "$B/tests/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
+      note "test_gpu: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
+      grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -5 | tee -a "$summary"
+      "$B/tests/test_host" --gtest_brief=1 > "$OUT/test_host.log" 2>&1
+      note "test_host: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_host.log" | tr '\n' ' ')"
+      compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/test_gpu" \
+        --gtest_filter='Built/EveryConfigOddShapes.*q129_k257*:Built/EveryConfigOddShapes.*q1000_k7_*:Forward.*' \
+        > "$OUT/memcheck.log" 2>&1
+      note "memcheck (odd shapes of every built config, Forward.*): exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/memcheck.log" | tr '\n' ' ')" ;;
+    package)
+      fresh_clone
+      (cd "$FRESH" && CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps \
+        --target /tmp/site .) > "$OUT/pip.log" 2>&1
+      note "pip install . (defaults): exit $? ($(( $(date +%s) - start )) s)"
+      export PYTHONPATH=/tmp/site
+      so=$(ls /tmp/site/flash_attention_scratch/_C*.so)
+      note "exported symbols: $(nm -D --defined-only "$so" | awk '{print $3}' | tr '\n' ' ')"
+      for code in "import flash_attention_scratch" "import flash_attention_scratch, torch" \
+                  "import torch, flash_attention_scratch" "import flash_attention_scratch as f, torch; print(f.__version__, torch.zeros(3).sum().item())"; do
+        (cd /tmp && python3 -c "$code") >> "$OUT/imports.log" 2>&1
+        note "python3 -c \"$code\": exit $?"
+      done
+      (cd /tmp && LD_DEBUG=bindings python3 -c "import flash_attention_scratch, torch" 2>&1 |
+        grep -c "to $so") > "$OUT/bindings_to_module.txt"
+      note "symbols of other libraries bound to the module: $(cat "$OUT/bindings_to_module.txt")"
+      (cd /tmp && FLASH_EXPECT_RELEASE_SET=1 python3 -m pytest -q -rs "$FRESH/python/tests") > "$OUT/pytest.log" 2>&1
+      note "pytest: exit $? $(tail -1 "$OUT/pytest.log")"
+      grep -E "^FAILED|Error" "$OUT/pytest.log" | head -8 | tee -a "$summary"
+      unset PYTHONPATH ;;
+    versus)
+      fresh_clone
+      [ -x "$FRESH/build/bin/flash_attention" ] ||
+        (cd "$FRESH" && cmake -S . -B build -G Ninja > /dev/null && cmake --build build > "$OUT/build_default.log" 2>&1)
+      (cd "$FRESH" && cmake -S . -B /tmp/tune -G Ninja -DFLASH_KERNELS=tune -DCMAKE_CUDA_ARCHITECTURES=90-real \
+        -DFLASH_BUILD_TESTS=OFF > /dev/null && cmake --build /tmp/tune) > "$OUT/build_tune.log" 2>&1
+      note "tune build: exit $? ($(( $(date +%s) - start )) s)"
+      for i in 1 2; do
+        for build in default tune; do
+          bin=$([ $build = default ] && echo "$FRESH/build/bin" || echo /tmp/tune/bin)
+          "$bin/flash_attention" bench --best --dtype bf16,fp16 --d-head 64,128,256 --runs 30 --format json \
+            > "$OUT/bench_${build}_$i.json" 2> "$OUT/bench_${build}_$i.err"
+          echo "bench $build $i: exit $?" >> "$OUT/bench.log"
+        done
+      done
+      python3 "$REPO/scripts/compare_builds.py" "$OUT"/bench_default_*.json -- "$OUT"/bench_tune_*.json |
+        tee "$OUT/versus.txt" | tee -a "$summary" ;;
+    *) note "unknown stage $stage" ;;
+  esac
+  note "[$stage: $(( $(date +%s) - start )) s]"
+done
+echo; echo "==== summary"; cat "$summary"
