@@ -7,7 +7,7 @@
 #   scripts/device_release.sh STAGE...
 #
 # Stages:
-#   readme    git clone, the README's first command verbatim (run --check), a 50-run
+#   readme    a fresh copy of the tree, the README's first command verbatim (run --check), a 50-run
 #             repeat of it, `choose` for the six (dtype, d_head) pairs, the GPU and host
 #             tests, compute-sanitizer memcheck on two odd shapes of every built config
 #   package   pip install . (default options), the import in fresh interpreters in both
@@ -26,13 +26,12 @@ note() { echo "$*" | tee -a "$summary"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader > "$OUT/gpu.txt"
 { date -u; g++ --version | head -1; nvcc --version | tail -1; cmake --version | head -1; } >> "$OUT/gpu.txt"
 
+# The tree as committed: the checkout that travels to this machine, without build folders
+# (its .git may be older than the working tree, so no `git clone` of it).
 fresh_clone() {
   [ -d "$FRESH" ] && return
-  if git -C "$REPO" rev-parse HEAD >/dev/null 2>&1; then
-    git clone -q "$REPO" "$FRESH"   # committed state only, as a clone from the server would be
-  else
-    mkdir -p "$FRESH" && cp -a "$REPO"/. "$FRESH"/ && rm -rf "$FRESH"/build*
-  fi
+  mkdir -p "$FRESH" && (cd "$REPO" && tar cf - --exclude='./build*' --exclude='./.git' --exclude='./.dev' .) |
+    (cd "$FRESH" && tar xf -)
 }
 
 for stage in "$@"; do
