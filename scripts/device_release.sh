@@ -57,7 +57,8 @@ for stage in "$@"; do
       grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -5 | tee -a "$summary"
       "$B/tests/test_host" --gtest_brief=1 > "$OUT/test_host.log" 2>&1
       note "test_host: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_host.log" | tr '\n' ' ')"
-      compute-sanitizer --tool memcheck --error-exitcode 1 "$B/tests/test_gpu" \
+      # API errors are not memory errors: one test makes cudaMalloc fail on purpose.
+      compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
         --gtest_filter='Built/EveryConfigOddShapes.*q129_k257*:Built/EveryConfigOddShapes.*q1000_k7_*:Forward.*' \
         > "$OUT/memcheck.log" 2>&1
       note "memcheck (odd shapes of every built config, Forward.*): exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/memcheck.log" | tr '\n' ' ')" ;;
@@ -102,4 +103,7 @@ for stage in "$@"; do
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"
 done
+# The device tool brings back at most 8 files: the summary, and the rest packed.
+(cd "$OUT" && tar czf /tmp/logs.tgz --exclude=summary.txt . && find . -mindepth 1 ! -name summary.txt -delete &&
+  mv /tmp/logs.tgz logs.tgz)
 echo; echo "==== summary"; cat "$summary"

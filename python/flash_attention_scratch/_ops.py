@@ -26,9 +26,9 @@ def _check(name: str, t, device=None):
         raise TypeError(f"{name}.dtype: expected torch.float16 or torch.bfloat16, got {t.dtype}")
 
 
-def _check_no_grad(q, k, v):
+def _check_no_grad(q, k, v, grad_enabled=None):
     # No backward pass yet: an output without a graph would silently lose the gradients.
-    if torch.is_grad_enabled():
+    if torch.is_grad_enabled() if grad_enabled is None else grad_enabled:
         for name, t in (("q", q), ("k", k), ("v", v)):
             if t.requires_grad:
                 raise NotImplementedError(
@@ -92,8 +92,9 @@ def _(q, k, v, out, lse, softmax_scale, causal, config):
 
 
 def _no_backward_setup(ctx, inputs, output):
-    # Runs when autograd records the op: grad mode on and an input requiring grad.
-    _check_no_grad(*inputs[:3])
+    # Runs only when autograd records the op (grad mode on, an input requiring grad), and
+    # itself under no_grad: grad mode is known to have been on.
+    _check_no_grad(*inputs[:3], grad_enabled=True)
 
 
 def _no_backward(ctx, *grads):

@@ -251,8 +251,10 @@ def test_errors():
         fa.forward(q.float(), q.float(), q.float())
     with pytest.raises(TypeError, match="k.dtype"):
         fa.forward(q, q.to(torch.float16 if t == torch.bfloat16 else torch.bfloat16), q)
-    with pytest.raises(ValueError, match=r"k.shape\[2\] \(heads\)"):
+    with pytest.raises(ValueError, match=r"q.shape\[2\] \(heads\): expected a multiple of k's heads 3"):
         fa.forward(q, randn(1, 512, 3, d, dtype=t), randn(1, 512, 3, d, dtype=t))
+    with pytest.raises(ValueError, match=r"v.shape\[2\] \(heads\)"):
+        fa.forward(q, q, randn(1, 512, 1, d, dtype=t))
     with pytest.raises(ValueError, match="4 dimensions"):
         fa.forward(q[0], q[0], q[0])
     with pytest.raises(ValueError, match=r"d_head\): expected 64, 128 or 256"):

@@ -95,6 +95,17 @@ void check_on_device(const ForwardParams& p, const DeviceProperties& device, Str
                             std::to_string(device.index) + ", got " + given);
         }
     }
+    // A stream being captured into a CUDA graph rejects cudaStreamGetDevice, and the
+    // rejection invalidates the capture: only streams not capturing are asked.
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (const cudaError_t status = cudaStreamIsCapturing(stream, &capture); status != cudaSuccess) {
+        cudaGetLastError();
+        throw Error(ErrorCode::invalid_argument,
+                    std::string("stream: expected a valid CUDA stream, got one CUDA rejects (") +
+                        cudaGetErrorString(status) + ")");
+    }
+    if (capture != cudaStreamCaptureStatusNone)
+        return;
     int stream_device = device.index;
     if (const cudaError_t status = cudaStreamGetDevice(stream, &stream_device);
         status != cudaSuccess) {
