@@ -135,9 +135,7 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return sm90(c) && c.B_r != 64 * c.consumer_warpgroups(); }},
     Rule{"wgmma_n", RuleKind::validity,
          "B_c is 64, 80 or 128 (the N of S = Q·Kᵀ's wgmma, which this library instantiates)",
-         [](const KernelConfig& c) {
-             return sm90(c) && c.B_c != 64 && c.B_c != 80 && c.B_c != 128;
-         }},
+         [](const KernelConfig& c) { return sm90(c) && !is_wgmma_n(c.B_c); }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
          [](const KernelConfig& c) { return sm90(c) && (c.stages < 1 || c.stages > 4); }},
     Rule{

@@ -24,6 +24,13 @@ constexpr bool is_head_dim(std::int64_t d) {
     return std::find(k_head_dims.begin(), k_head_dims.end(), d) != k_head_dims.end();
 }
 
+// The N of S = Q·Kᵀ's wgmma that the sm90 family instantiates: its B_c values.
+inline constexpr std::array<int, 3> k_wgmma_n{64, 80, 128};
+
+constexpr bool is_wgmma_n(int n) {
+    return std::find(k_wgmma_n.begin(), k_wgmma_n.end(), n) != k_wgmma_n.end();
+}
+
 // "64, 128 or 256", for messages.
 std::string head_dims_text();
 

@@ -66,8 +66,7 @@ template <auto* Kernel>
 KernelResources resources() {
     cudaFuncAttributes attributes{};
     cuda_check(cudaFuncGetAttributes(&attributes, Kernel), "cudaFuncGetAttributes");
-    return {attributes.numRegs, static_cast<int>(attributes.localSizeBytes),
-            static_cast<int>(attributes.sharedSizeBytes)};
+    return {attributes.numRegs, static_cast<int>(attributes.localSizeBytes)};
 }
 
 }  // namespace flash_attention

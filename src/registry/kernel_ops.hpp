@@ -3,14 +3,13 @@
 // The type-erased face of one compiled kernel, as the registry holds it.
 
 #include "flash_attention/flash_attention.hpp"
-#include "registry/kernel_args.hpp"
+#include "kernels/kernel_args.hpp"
 
 namespace flash_attention {
 
 struct KernelResources {
     int registers_per_thread;
     int local_bytes_per_thread;  // > 0 means spills or a stack frame
-    int static_smem_bytes;
 };
 
 struct KernelOps {

@@ -67,7 +67,7 @@ std::map<std::string, std::string> generate(std::string_view set_name, int shard
     for (const Family f : {Family::sm80, Family::sm90}) {
         for (int s = 0; s < shard_count(f); ++s) {
             files[shard_name(f, s)] = banner + "\n#include \"kernels/" + std::string(to_string(f)) +
-                                      "/kernel_ops.cuh\"\n\n"
+                                      "/launch.cuh\"\n\n"
                                       "namespace flash_attention::generated {\n";
         }
     }

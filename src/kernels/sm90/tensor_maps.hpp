@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "flash_attention/kernel_config.hpp"
-#include "registry/kernel_args.hpp"
+#include "kernels/kernel_args.hpp"
 
 namespace flash_attention::sm90 {
 

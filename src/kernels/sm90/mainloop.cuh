@@ -1,0 +1,285 @@
+#pragma once
+
+// The sm90 main loop: the producer warpgroup's TMA copies through a `stages`-deep ring of
+// K/V tiles, and a consumer warpgroup's steps over the K/V blocks of a tile.
+//
+//   producer (1 thread), per tile      consumer warpgroup w (128 threads, rows 64w..64w+63)
+//   wait q_empty[b]; Q -> q_full[b]    wait q_full[b] (with qreg: Q -> registers)
+//   for j: wait k_empty[s]             for j: wait k_full[s]; S = Q·K_jᵀ; arrive k_empty[s]
+//          K_j -> k_full[s]                   mask, softmax, P = S as 16-bit
+//          wait v_empty[s]                    wait v_full[s]; O += P·V_j; arrive v_empty[s]
+//          V_j -> v_full[s]
+//
+// With intra-warpgroup overlap the consumer issues S_{j+1} = Q·K_{j+1}ᵀ and O += P_j·V_j
+// together and runs the softmax of S_{j+1} while the second GEMM is in flight. With
+// ping-pong the consumers take turns issuing their GEMMs (named barriers), so one
+// warpgroup's softmax runs while another's GEMMs own the tensor cores.
+
+#include <cstdint>
+
+#include "kernels/primitives/geometry.cuh"
+#include "kernels/primitives/masking.cuh"
+#include "kernels/primitives/online_softmax.cuh"
+#include "kernels/primitives/sm80/warp_gemm.cuh"
+#include "kernels/primitives/sm90/ptx.cuh"
+#include "kernels/primitives/sm90/tma.cuh"
+#include "kernels/primitives/sm90/warpgroup_gemm.cuh"
+#include "kernels/sm90/tensor_maps.hpp"
+#include "kernels/sm90/tile_scheduler.cuh"
+#include "kernels/sm90/traits.cuh"
+
+namespace flash_attention::sm90 {
+
+// A position in the K/V ring: block j lives in stage j % stages, and each reuse of a
+// stage flips the parity of its barriers' phase.
+template <int Stages>
+struct RingSlot {
+    int stage;
+    std::uint32_t parity;
+    __device__ __forceinline__ explicit RingSlot(int j)
+        : stage(j % Stages), parity(static_cast<std::uint32_t>((j / Stages) & 1)) {}
+};
+
+// The Q buffer of the `iteration`-th tile a CTA works on, and its barriers' parity.
+template <class Tr>
+struct QSlot {
+    int buffer;
+    std::uint32_t parity;
+    __device__ __forceinline__ explicit QSlot(int iteration)
+        : buffer(iteration % Tr::q_buffers),
+          parity(static_cast<std::uint32_t>((iteration / Tr::q_buffers) & 1)) {}
+};
+
+// The producer: one thread issues every copy, tile after tile. It refills a K/V stage
+// once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
+// (across tiles too), and loads a tile's Q once the consumers have stored the previous
+// tile's O from that buffer.
+template <class Tr>
+__device__ __forceinline__ void produce(const Params& params, const SharedStorage<Tr>& smem,
+                                        Barriers<Tr::q_buffers, Tr::stages>& bars) {
+    int ring = 0;  // K/V blocks loaded so far: the ring position of the next
+    int iteration = 0;
+    for (StaticTileScheduler<Tr::B_r, Tr::B_c> tiles(params.args); tiles.valid();
+         tiles.advance(), ++iteration) {
+        const Tile t = tiles.tile();
+        // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
+        const QSlot<Tr> q(iteration);
+        bars.q_empty[q.buffer].wait(q.parity ^ 1);
+        bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
+        for (int w = 0; w < Tr::consumers; ++w) {
+            tma::load_tile<Tr::column_blocks, Tr::QTile::sub_tile_bytes>(
+                smem.q(q.buffer, w), &params.maps.q, t.q_row0 + w * Tr::rows_per_consumer, t.head,
+                t.batch, bars.q_full[q.buffer]);
+        }
+        for (int j = 0; j < t.visited; ++j) {
+            const RingSlot<Tr::stages> slot(ring + j);
+            bars.k_empty[slot.stage].wait(slot.parity ^ 1);
+            bars.k_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
+            tma::load_tile<Tr::column_blocks, Tr::KVTile::sub_tile_bytes>(
+                smem.k(slot.stage), &params.maps.k, j * Tr::B_c, t.kv_head, t.batch,
+                bars.k_full[slot.stage]);
+            bars.v_empty[slot.stage].wait(slot.parity ^ 1);
+            bars.v_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
+            tma::load_tile<Tr::column_blocks, Tr::KVTile::sub_tile_bytes>(
+                smem.v(slot.stage), &params.maps.v, j * Tr::B_c, t.kv_head, t.batch,
+                bars.v_full[slot.stage]);
+        }
+        ring += t.visited;
+    }
+}
+
+// Ping-pong: consumer w may issue GEMMs only while it holds the turn, which passes
+// w -> w + 1 -> ... -> 0 through named barriers of 256 threads (the waiting warpgroup
+// and the one handing over). The last consumer opens the first turn (at its first
+// acquire, so a CTA without GEMMs leaves every barrier untouched); every consumer hands
+// over as often as it takes the turn, and finish() lets consumer 0 absorb the last
+// consumer's final hand-over, so no barrier is left half-arrived at exit.
+template <class Tr>
+struct GemmTurns {
+    int consumer;
+    bool started = false;
+    __device__ __forceinline__ void acquire() {
+        if constexpr (Tr::pingpong) {
+            if (!started && consumer == Tr::consumers - 1)
+                ptx::named_barrier_arrive(Tr::turn_barrier(0), 2 * k_warpgroup_threads);
+            started = true;
+            ptx::named_barrier_sync(Tr::turn_barrier(consumer), 2 * k_warpgroup_threads);
+        }
+    }
+    __device__ __forceinline__ void release() const {
+        if constexpr (Tr::pingpong) {
+            ptx::named_barrier_arrive(Tr::turn_barrier((consumer + 1) % Tr::consumers),
+                                      2 * k_warpgroup_threads);
+        }
+    }
+    __device__ __forceinline__ void finish() const {
+        if (Tr::pingpong && started && consumer == 0)
+            ptx::named_barrier_sync(Tr::turn_barrier(0), 2 * k_warpgroup_threads);
+    }
+};
+
+// A consumer warpgroup's state for one tile, and the steps of its main loop; mainloop()
+// below is the algorithm.
+template <class Tr>
+struct Consumer {
+    static constexpr DType dtype = Tr::dtype;
+    static constexpr int s_tiles = Tr::B_c / 8;
+    static constexpr int o_tiles = Tr::d_head / 8;
+    using Scores = float[1][s_tiles][4];
+    using Output = float[1][o_tiles][4];
+    using Probabilities = std::uint32_t[1][s_tiles / 2][4];
+
+    const KernelArgs& args;
+    const Tile& tile;
+    Barriers<Tr::q_buffers, Tr::stages>& bars;
+    GemmTurns<Tr>& turns;
+    std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
+    int consumer;                          // 0 .. consumers - 1
+    int first_row;                         // of this warp, in the sequence
+    int unmasked;                          // blocks before this one need no mask here
+    int ring;                              // ring position of the tile's block 0
+    // Q as A fragments when the config holds it in registers (else unused, and dropped).
+    std::uint32_t q_frags[Tr::d_head / 16][4];
+
+    __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
+        return RingSlot<Tr::stages>(ring + j);
+    }
+    __device__ __forceinline__ std::uint32_t k_stage(int stage) const {
+        return k_smem + stage * Tr::kv_tile_bytes;
+    }
+    __device__ __forceinline__ std::uint32_t v_stage(int stage) const {
+        return v_smem + stage * Tr::kv_tile_bytes;
+    }
+
+    // Q -> registers, once per tile, when the config holds it there.
+    __device__ __forceinline__ void load_q_fragments() {
+        if constexpr (Tr::q_in_registers)
+            load_a_fragments_128b<typename Tr::QTile>(q_frags, q_smem, warp_in_warpgroup() * 16);
+    }
+
+    // S_j = Q·K_jᵀ, masked; with WithPv, O += P_{j-1}·V_{j-1} is issued in the same GEMM
+    // turn and left running. Waits for K_j (and V_{j-1}) before taking the turn, so a
+    // warpgroup never holds it while it waits for memory; returns once S_j is done.
+    template <bool WithPv>
+    __device__ __forceinline__ void scores(Scores& s, Output& o, Probabilities& p, int j) {
+        wait_k(j);
+        if constexpr (WithPv)
+            wait_v(j - 1);
+        turns.acquire();
+        issue_qk(s, j);
+        if constexpr (WithPv)
+            issue_pv(o, p, j - 1);
+        turns.release();
+        ptx::wgmma_wait<WithPv ? 1 : 0>();
+        ptx::fence_operands(s[0]);
+        keep_q();
+        release_k(j);
+        mask(s, j);
+    }
+
+    // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
+    __device__ __forceinline__ void retire_pv(Output& o, Probabilities& p, int j) {
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(o[0]);
+        ptx::fence_operands(p[0]);
+        release_v(j);
+    }
+
+    // O += P·V_j, from waiting for V_j to retiring the GEMM.
+    __device__ __forceinline__ void accumulate(Output& o, Probabilities& p, int j) {
+        wait_v(j);
+        turns.acquire();
+        issue_pv(o, p, j);
+        turns.release();
+        retire_pv(o, p, j);
+    }
+
+  private:
+    __device__ __forceinline__ void wait_k(int j) {
+        bars.k_full[slot(j).stage].wait(slot(j).parity);
+    }
+    __device__ __forceinline__ void wait_v(int j) {
+        bars.v_full[slot(j).stage].wait(slot(j).parity);
+    }
+
+    // The operand fences pin S's (O's) registers on both sides of the asynchronous GEMM,
+    // so nothing reads or moves them before the matching wait.
+    __device__ __forceinline__ void issue_qk(Scores& s, int j) {
+        ptx::fence_operands(s[0]);
+        ptx::wgmma_fence();
+        if constexpr (Tr::q_in_registers) {
+            warpgroup_gemm_qk<dtype, typename Tr::KVTile>(s[0], q_frags, k_stage(slot(j).stage));
+        } else {
+            warpgroup_gemm_qk<dtype, typename Tr::QTile, typename Tr::KVTile>(
+                s[0], q_smem, k_stage(slot(j).stage));
+        }
+        ptx::wgmma_commit_group();
+        ptx::fence_operands(s[0]);
+    }
+    __device__ __forceinline__ void issue_pv(Output& o, Probabilities& p, int j) {
+        ptx::fence_operands(o[0]);
+        ptx::wgmma_fence();
+        warpgroup_gemm_pv<dtype, typename Tr::KVTile>(o[0], p[0], v_stage(slot(j).stage));
+        ptx::wgmma_commit_group();
+        ptx::fence_operands(o[0]);
+    }
+
+    // After a wait that retires an S GEMM: keeps Q's fragments (which it read
+    // asynchronously) in their registers until then.
+    __device__ __forceinline__ void keep_q() {
+        if constexpr (Tr::q_in_registers)
+            ptx::fence_operands(q_frags);
+    }
+
+    // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
+    __device__ __forceinline__ void release_k(int j) {
+        __syncwarp();
+        if (lane_id() == 0)
+            bars.k_empty[slot(j).stage].arrive();
+    }
+    __device__ __forceinline__ void release_v(int j) {
+        __syncwarp();
+        if (lane_id() == 0)
+            bars.v_empty[slot(j).stage].arrive();
+    }
+
+    __device__ __forceinline__ void mask(Scores& s, int j) const {
+        if (j >= unmasked)
+            mask_scores(s, first_row, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
+    }
+};
+
+// One tile's main loop for one consumer warpgroup: the algorithm.
+template <class Tr>
+__device__ __forceinline__ void mainloop(Consumer<Tr>& c, typename Consumer<Tr>::Output& o,
+                                         OnlineSoftmax<1, true>& softmax) {
+    const int n = c.tile.visited;
+    typename Consumer<Tr>::Scores s;
+    typename Consumer<Tr>::Probabilities p;
+    if (n == 0)
+        return;
+    if constexpr (!Tr::overlap) {
+        for (int j = 0; j < n; ++j) {
+            c.template scores<false>(s, o, p, j);
+            softmax.update(s, o);
+            accumulators_to_a_fragments<Tr::dtype>(s, p);
+            c.accumulate(o, p, j);
+        }
+    } else {
+        // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
+        // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
+        c.template scores<false>(s, o, p, 0);
+        softmax.exponentiate(s);  // O is still zero: nothing to rescale
+        accumulators_to_a_fragments<Tr::dtype>(s, p);
+        for (int j = 1; j < n; ++j) {
+            c.template scores<true>(s, o, p, j);
+            softmax.exponentiate(s);
+            c.retire_pv(o, p, j - 1);
+            softmax.rescale(o);
+            accumulators_to_a_fragments<Tr::dtype>(s, p);
+        }
+        c.accumulate(o, p, n - 1);
+    }
+}
+
+}  // namespace flash_attention::sm90
