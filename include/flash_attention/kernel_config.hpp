@@ -3,6 +3,7 @@
 #include <compare>
 #include <cstddef>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,59 @@ struct DeviceLimits {
     static constexpr DeviceLimits h100() { return {233472, 232448, 1024, 2048, 32}; }
 };
 
+// Whose knob a field is, and how the short form spells it.
+enum class FieldFamily { common, sm80, sm90 };
+enum class FieldKind {
+    family,      // the family: its token ("sm90") when it is not the default
+    dtype,       // first in the parentheses, by name
+    tuple,       // a number in the parentheses, in table order
+    flag,        // a token when true
+    load_tiles,  // three consecutive fields in one token: load_Q_K_V_tiles
+    count,       // token_N
+};
+
+// The one list of KernelConfig's fields, in declaration (and packing) order:
+//   X(type, name, default, bits in the kernel code, family, kind, short-form token)
+// The struct, its printing, parsing, hashing and packing, the config space's value sets
+// and family rules, the generator and the Python binding all iterate it: a new knob is
+// one row here plus the kernel code that reads it.
+#define FLASH_ATTENTION_CONFIG_FIELDS(X)                                                 \
+    X(Family, family, Family::sm80, 1, common, family, "sm90")                           \
+    X(DType, dtype, DType::FP16, 2, common, dtype, "dtype")                              \
+    X(int, d_head, 128, 10, common, tuple, "d_head")                                     \
+    /* query rows per CTA */                                                             \
+    X(int, B_r, 64, 9, common, tuple, "B_r")                                             \
+    /* key/value rows per main-loop iteration */                                         \
+    X(int, B_c, 64, 9, common, tuple, "B_c")                                             \
+    X(int, n_warps, 4, 5, common, tuple, "n_warps")                                      \
+    /* cp.async GMEM->SMEM instead of load + store through registers */                  \
+    X(bool, async_copy, false, 1, sm80, flag, "async")                                   \
+    /* prefetch the next K (V) block while computing on this one */                      \
+    X(bool, eager_load_blocks, false, 1, sm80, flag, "eager")                            \
+    /* XOR-swizzled SMEM rows instead of plain row-major */                              \
+    X(bool, swizzled, false, 1, sm80, flag, "swizzled")                                  \
+    /* fragments loaded SMEM->registers per step of the inner GEMM loop, in 16-wide */   \
+    /* k-tiles; 0 loads the whole k extent at once (Q: once per CTA, held) */            \
+    X(int, Q_mma_load_K_tiles, 0, 4, sm80, load_tiles, "load")                           \
+    X(int, K_mma_load_K_tiles, 0, 4, sm80, load_tiles, "load")                           \
+    X(int, V_mma_load_K_tiles, 0, 4, sm80, load_tiles, "load")                           \
+    /* load step s+1's fragments before step s's MMAs */                                 \
+    X(bool, mma_double_buffer_loads, false, 1, sm80, flag, "buffer")                     \
+    /* scale folded into one FFMA per exp2, deferred row sums */                         \
+    X(bool, optimized_softmax, false, 1, sm80, flag, "opt_softmax")                      \
+    /* K/V tiles in flight: the depth of the TMA pipeline */                             \
+    X(int, stages, 0, 3, sm90, count, "stages")                                          \
+    /* issue S_{j+1} = Q·K_{j+1}ᵀ before O += P_j·V_j so the softmax of one block */ \
+    /* overlaps the GEMMs of the next within a warpgroup */                              \
+    X(bool, intra_warpgroup_overlap, false, 1, sm90, flag, "overlap")                    \
+    /* consumer warpgroups take turns issuing GEMMs: one's softmax overlaps another's */ \
+    X(bool, pingpong, false, 1, sm90, flag, "pingpong")                                  \
+    /* one CTA per SM loops over tiles: the next tile's K/V stream in during this */     \
+    /* tile's epilogue, and no CTA launch separates them */                              \
+    X(bool, persistent, false, 1, sm90, flag, "persistent")                              \
+    /* Q as register fragments for S = Q·Kᵀ: shared memory serves only K to it */     \
+    X(bool, q_in_registers, false, 1, sm90, flag, "qreg")
+
 // Every knob of one compiled forward kernel. A structural type, so a KernelConfig value
 // is itself the template argument of the kernel it names.
 //
@@ -42,46 +96,26 @@ struct DeviceLimits {
 // An sm90 kernel has one producer warpgroup (TMA) and n_warps / 4 - 1 consumer
 // warpgroups of 64 query rows each, so B_r = 64 * consumer warpgroups.
 struct KernelConfig {
-    Family family = Family::sm80;
-    DType dtype = DType::FP16;
-    int d_head = 128;
-    int B_r = 64;  // query rows per CTA
-    int B_c = 64;  // key/value rows per main-loop iteration
-    int n_warps = 4;
-    bool async_copy = false;  // cp.async GMEM->SMEM instead of load + store through registers
-    bool eager_load_blocks = false;  // prefetch the next K (V) block while computing on this one
-    bool swizzled = false;           // XOR-swizzled SMEM rows instead of plain row-major
-    // Fragments loaded SMEM->registers per step of the inner GEMM loop, in 16-wide k-tiles;
-    // 0 loads the whole k extent at once (for Q: once per CTA, held across iterations).
-    int Q_mma_load_K_tiles = 0;
-    int K_mma_load_K_tiles = 0;
-    int V_mma_load_K_tiles = 0;
-    bool mma_double_buffer_loads = false;  // load step s+1's fragments before step s's MMAs
-    bool optimized_softmax = false;        // scale folded into one FFMA per exp2, deferred row sums
-    // sm90 knobs (0/false for sm80).
-    int stages = 0;  // K/V tiles in flight: the depth of the TMA pipeline
-    // Issue S_{j+1} = Q·K_{j+1}ᵀ before O += P_j·V_j so the softmax of one block overlaps
-    // the GEMMs of the next within a warpgroup.
-    bool intra_warpgroup_overlap = false;
-    // Consumer warpgroups take turns issuing GEMMs, so one's softmax overlaps another's GEMMs.
-    bool pingpong = false;
-    // One CTA per SM loops over tiles: the next tile's K/V stream in during this tile's
-    // epilogue, and no CTA launch separates them.
-    bool persistent = false;
-    // Q as register fragments for S = Q·Kᵀ (wgmma with A from registers): shared memory
-    // then serves only K to that GEMM, a third less traffic, for d_head / 4 registers.
-    bool q_in_registers = false;
+#define FLASH_ATTENTION_CONFIG_MEMBER(type, name, init, ...) type name = init;
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_CONFIG_MEMBER)
+#undef FLASH_ATTENTION_CONFIG_MEMBER
 
     friend constexpr auto operator<=>(const KernelConfig&, const KernelConfig&) = default;
 
-    constexpr int n_threads() const { return n_warps * 32; }
-    constexpr int rows_per_warp() const { return n_warps > 0 ? B_r / n_warps : 0; }
+    constexpr int n_threads() const {
+        return n_warps * 32;
+    }
+    constexpr int rows_per_warp() const {
+        return n_warps > 0 ? B_r / n_warps : 0;
+    }
     constexpr int consumer_warpgroups() const {
         return family == Family::sm90 ? n_warps / 4 - 1 : 0;
     }
     // sm90: registers per consumer thread after setmaxnreg. The producer warpgroup drops
     // to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
-    constexpr int consumer_registers() const { return consumer_warpgroups() >= 3 ? 160 : 240; }
+    constexpr int consumer_registers() const {
+        return consumer_warpgroups() >= 3 ? 160 : 240;
+    }
     // Q, K and V tiles (sm90: `q_buffers()` Q tiles, `stages` K and V tiles, 1024 bytes to
     // align the tiles to the 128-byte swizzle's 1024-byte period, and the pipeline's
     // mbarriers); O is staged through Q's buffer at the end.
@@ -121,6 +155,56 @@ struct KernelConfig {
     // Inverse of to_string(). Throws flash_attention::Error naming the offending token.
     static KernelConfig parse(std::string_view short_form);
 };
+
+// The table's metadata, for code that walks the fields.
+struct FieldInfo {
+    std::string_view name;
+    int bits;  // in the kernel code: values from 0 to 2^bits - 1
+    FieldFamily family;
+    FieldKind kind;
+    std::string_view token;
+    int default_value;
+};
+
+inline constexpr FieldInfo k_config_fields[] = {
+#define FLASH_ATTENTION_CONFIG_INFO(type, name, init, bits, family, kind, token) \
+    {#name, bits, FieldFamily::family, FieldKind::kind, token, static_cast<int>(init)},
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_CONFIG_INFO)
+#undef FLASH_ATTENTION_CONFIG_INFO
+};
+inline constexpr int k_config_field_count = static_cast<int>(std::size(k_config_fields));
+
+// Field i (table order) of a config as an int: enums and bools by value.
+constexpr int field_value(const KernelConfig& c, int i) {
+    int index = 0;
+#define FLASH_ATTENTION_CONFIG_GET(type, name, ...) \
+    if (i == index++)                               \
+        return static_cast<int>(c.name);
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_CONFIG_GET)
+#undef FLASH_ATTENTION_CONFIG_GET
+    return 0;
+}
+
+constexpr void set_field_value(KernelConfig& c, int i, int value) {
+    int index = 0;
+#define FLASH_ATTENTION_CONFIG_SET(type, name, ...) \
+    if (i == index++) {                             \
+        c.name = static_cast<type>(value);          \
+        return;                                     \
+    }
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_CONFIG_SET)
+#undef FLASH_ATTENTION_CONFIG_SET
+}
+
+// Whether a knob of `family` (sm80 or sm90) differs from its default in c.
+constexpr bool has_knobs_of(const KernelConfig& c, FieldFamily family) {
+    for (int i = 0; i < k_config_field_count; ++i) {
+        if (k_config_fields[i].family == family &&
+            field_value(c, i) != k_config_fields[i].default_value)
+            return true;
+    }
+    return false;
+}
 
 }  // namespace flash_attention
 

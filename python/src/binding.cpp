@@ -228,29 +228,15 @@ NB_MODULE(_C, m) {
         .value("sm80", fa::Family::sm80)
         .value("sm90", fa::Family::sm90);
 
-    nb::class_<fa::KernelConfig>(m, "KernelConfig", "Every knob of one compiled kernel.")
+    nb::class_<fa::KernelConfig> config(m, "KernelConfig", "Every knob of one compiled kernel.");
+    // Every field of the table, read-only.
+#define FLASH_ATTENTION_BIND_FIELD(type, name, ...) config.def_ro(#name, &fa::KernelConfig::name);
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_BIND_FIELD)
+#undef FLASH_ATTENTION_BIND_FIELD
+    config
         .def_static("parse", &fa::KernelConfig::parse, nb::arg("short_form"),
                     "Parses a short form such as '(BF16, 128, 128, 64, 4): async+eager+swizzled+"
                     "load_1_1_1_tiles+buffer+opt_softmax'; raises ValueError naming the bad token.")
-        .def_ro("family", &fa::KernelConfig::family)
-        .def_ro("dtype", &fa::KernelConfig::dtype)
-        .def_ro("d_head", &fa::KernelConfig::d_head)
-        .def_ro("B_r", &fa::KernelConfig::B_r)
-        .def_ro("B_c", &fa::KernelConfig::B_c)
-        .def_ro("n_warps", &fa::KernelConfig::n_warps)
-        .def_ro("async_copy", &fa::KernelConfig::async_copy)
-        .def_ro("eager_load_blocks", &fa::KernelConfig::eager_load_blocks)
-        .def_ro("swizzled", &fa::KernelConfig::swizzled)
-        .def_ro("Q_mma_load_K_tiles", &fa::KernelConfig::Q_mma_load_K_tiles)
-        .def_ro("K_mma_load_K_tiles", &fa::KernelConfig::K_mma_load_K_tiles)
-        .def_ro("V_mma_load_K_tiles", &fa::KernelConfig::V_mma_load_K_tiles)
-        .def_ro("mma_double_buffer_loads", &fa::KernelConfig::mma_double_buffer_loads)
-        .def_ro("optimized_softmax", &fa::KernelConfig::optimized_softmax)
-        .def_ro("stages", &fa::KernelConfig::stages)
-        .def_ro("intra_warpgroup_overlap", &fa::KernelConfig::intra_warpgroup_overlap)
-        .def_ro("pingpong", &fa::KernelConfig::pingpong)
-        .def_ro("persistent", &fa::KernelConfig::persistent)
-        .def_ro("q_in_registers", &fa::KernelConfig::q_in_registers)
         .def("smem_bytes", &fa::KernelConfig::smem_bytes)
         .def("is_built", [](const fa::KernelConfig& c) { return fa::is_built(c); })
         .def(

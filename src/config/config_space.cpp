@@ -46,14 +46,11 @@ constexpr bool sm90(const KernelConfig& c) {
 }
 
 bool has_sm80_knobs(const KernelConfig& c) {
-    return c.async_copy || c.eager_load_blocks || c.swizzled || c.Q_mma_load_K_tiles != 0 ||
-           c.K_mma_load_K_tiles != 0 || c.V_mma_load_K_tiles != 0 || c.mma_double_buffer_loads ||
-           c.optimized_softmax;
+    return has_knobs_of(c, FieldFamily::sm80);
 }
 
 bool has_sm90_knobs(const KernelConfig& c) {
-    return c.stages != 0 || c.intra_warpgroup_overlap || c.pingpong || c.persistent ||
-           c.q_in_registers;
+    return has_knobs_of(c, FieldFamily::sm90);
 }
 
 constexpr std::array k_rules = {
@@ -237,45 +234,39 @@ std::vector<std::array<int, 3>> every_load_tiles(std::initializer_list<int> coun
 }
 
 ValueSets tune_values() {
-    return {
-        .dtypes = {DType::FP16, DType::BF16},
-        .d_heads = {64, 128, 256},
-        .B_rs = {64, 128},
-        .B_cs = {32, 64, 128},
-        .n_warps = {4, 8},
-        .async_copy = {true},
-        .eager_load_blocks = {true},
-        .swizzled = {true},
-        .load_tiles = {{0, 1, 1}, {0, 2, 2}, {1, 1, 1}, {2, 2, 2}},
-        .double_buffer = {false, true},
-        // The textbook softmax does strictly more FP32 work per score (a separate scale
-        // multiply, per-iteration row-sum shuffles); the progression ladder measures it.
-        .optimized_softmax = {true},
-    };
+    ValueSets v;
+    v.dtype = {DType::FP16, DType::BF16};
+    v.d_head = {64, 128, 256};
+    v.B_r = {64, 128};
+    v.B_c = {32, 64, 128};
+    v.n_warps = {4, 8};
+    v.async_copy = {true};
+    v.eager_load_blocks = {true};
+    v.swizzled = {true};
+    v.load_tiles = {{0, 1, 1}, {0, 2, 2}, {1, 1, 1}, {2, 2, 2}};
+    v.mma_double_buffer_loads = {false, true};
+    // The textbook softmax does strictly more FP32 work per score (a separate scale
+    // multiply, per-iteration row-sum shuffles); the progression ladder measures it.
+    v.optimized_softmax = {true};
+    return v;
 }
 
 // Hopper: 2 or 3 consumer warpgroups, 2 or 3 stages, with intra-warpgroup overlap (the
 // ladder measures it off), ping-pong on and off.
 ValueSets tune_values_sm90() {
-    return {
-        .dtypes = {DType::FP16, DType::BF16},
-        .d_heads = {64, 128, 256},
-        .B_rs = {128, 192},
-        .B_cs = {64, 128},
-        .n_warps = {12, 16},
-        .async_copy = {false},
-        .eager_load_blocks = {false},
-        .swizzled = {false},
-        .load_tiles = {{0, 0, 0}},
-        .double_buffer = {false},
-        .optimized_softmax = {false},
-        .families = {Family::sm90},
-        .stages = {2, 3},
-        .intra_warpgroup_overlap = {true},
-        .pingpong = {false, true},
-        .persistent = {false, true},
-        .q_in_registers = {false, true},
-    };
+    ValueSets v;
+    v.family = {Family::sm90};
+    v.dtype = {DType::FP16, DType::BF16};
+    v.d_head = {64, 128, 256};
+    v.B_r = {128, 192};
+    v.B_c = {64, 128};
+    v.n_warps = {12, 16};
+    v.stages = {2, 3};
+    v.intra_warpgroup_overlap = {true};
+    v.pingpong = {false, true};
+    v.persistent = {false, true};
+    v.q_in_registers = {false, true};
+    return v;
 }
 
 // d_head 256 beyond B_c 64, where S = Q·Kᵀ with both operands in shared memory moves
@@ -288,14 +279,14 @@ ValueSets tune_values_sm90() {
 // the tensor cores busy through each warpgroup's softmax instead.
 std::vector<KernelConfig> tune_configs_sm90_d256() {
     ValueSets v = tune_values_sm90();
-    v.d_heads = {256};
-    v.B_rs = {128};
-    v.B_cs = {80};
+    v.d_head = {256};
+    v.B_r = {128};
+    v.B_c = {80};
     v.n_warps = {12};
     v.stages = {2};
     v.q_in_registers = {false};
     std::vector<KernelConfig> configs = v.expand();
-    v.B_cs = {128};
+    v.B_c = {128};
     v.stages = {1};
     v.intra_warpgroup_overlap = {false};
     v.pingpong = {true};
@@ -305,8 +296,8 @@ std::vector<KernelConfig> tune_configs_sm90_d256() {
 
 ValueSets all_values_sm90() {
     ValueSets v = tune_values_sm90();
-    v.B_cs = {64, 80, 128};
-    v.B_rs = {64, 128, 192};
+    v.B_c = {64, 80, 128};
+    v.B_r = {64, 128, 192};
     v.n_warps = {8, 12, 16};
     v.stages = {1, 2, 3, 4};
     v.intra_warpgroup_overlap = {false, true};
@@ -314,19 +305,19 @@ ValueSets all_values_sm90() {
 }
 
 ValueSets all_values() {
-    return {
-        .dtypes = {DType::FP16, DType::BF16},
-        .d_heads = {64, 128, 256},
-        .B_rs = {64, 128},
-        .B_cs = {16, 32, 64, 128},
-        .n_warps = {4, 8},
-        .async_copy = {false, true},
-        .eager_load_blocks = {false, true},
-        .swizzled = {false, true},
-        .load_tiles = every_load_tiles({0, 1, 2, 4}),
-        .double_buffer = {false, true},
-        .optimized_softmax = {false, true},
-    };
+    ValueSets v;
+    v.dtype = {DType::FP16, DType::BF16};
+    v.d_head = {64, 128, 256};
+    v.B_r = {64, 128};
+    v.B_c = {16, 32, 64, 128};
+    v.n_warps = {4, 8};
+    v.async_copy = {false, true};
+    v.eager_load_blocks = {false, true};
+    v.swizzled = {false, true};
+    v.load_tiles = every_load_tiles({0, 1, 2, 4});
+    v.mma_double_buffer_loads = {false, true};
+    v.optimized_softmax = {false, true};
+    return v;
 }
 
 // What the default build compiles: every kernel the automatic choice's built-in table
@@ -441,27 +432,29 @@ auto field(T KernelConfig::*member) {
 
 std::vector<KernelConfig> ValueSets::expand() const {
     std::vector<KernelConfig> v{KernelConfig{}};
-    v = times(v, families, field(&KernelConfig::family));
-    v = times(v, dtypes, field(&KernelConfig::dtype));
-    v = times(v, d_heads, field(&KernelConfig::d_head));
-    v = times(v, B_rs, field(&KernelConfig::B_r));
-    v = times(v, B_cs, field(&KernelConfig::B_c));
-    v = times(v, n_warps, field(&KernelConfig::n_warps));
-    v = times(v, async_copy, field(&KernelConfig::async_copy));
-    v = times(v, eager_load_blocks, field(&KernelConfig::eager_load_blocks));
-    v = times(v, swizzled, field(&KernelConfig::swizzled));
+    // Every field's list in table order, the load_Q_K_V_tiles fields as one.
+#define FLASH_ATTENTION_EXPAND_family(name) v = times(v, name, field(&KernelConfig::name));
+#define FLASH_ATTENTION_EXPAND_dtype(name) v = times(v, name, field(&KernelConfig::name));
+#define FLASH_ATTENTION_EXPAND_tuple(name) v = times(v, name, field(&KernelConfig::name));
+#define FLASH_ATTENTION_EXPAND_flag(name) v = times(v, name, field(&KernelConfig::name));
+#define FLASH_ATTENTION_EXPAND_count(name) v = times(v, name, field(&KernelConfig::name));
+#define FLASH_ATTENTION_EXPAND_load_tiles(name)
+#define FLASH_ATTENTION_EXPAND(type, name, init, bits, family, kind, token) \
+    FLASH_ATTENTION_EXPAND_##kind(name)
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_EXPAND)
+#undef FLASH_ATTENTION_EXPAND
+    constexpr int first_load = [] {
+        for (int i = 0; i < k_config_field_count; ++i) {
+            if (k_config_fields[i].kind == FieldKind::load_tiles)
+                return i;
+        }
+        return -1;
+    }();
+    static_assert(first_load >= 0, "the table has the load_Q_K_V_tiles fields");
     v = times(v, load_tiles, [](KernelConfig& c, const std::array<int, 3>& t) {
-        c.Q_mma_load_K_tiles = t[0];
-        c.K_mma_load_K_tiles = t[1];
-        c.V_mma_load_K_tiles = t[2];
+        for (int k = 0; k < 3; ++k)
+            set_field_value(c, first_load + k, t[k]);
     });
-    v = times(v, double_buffer, field(&KernelConfig::mma_double_buffer_loads));
-    v = times(v, optimized_softmax, field(&KernelConfig::optimized_softmax));
-    v = times(v, stages, field(&KernelConfig::stages));
-    v = times(v, intra_warpgroup_overlap, field(&KernelConfig::intra_warpgroup_overlap));
-    v = times(v, pingpong, field(&KernelConfig::pingpong));
-    v = times(v, persistent, field(&KernelConfig::persistent));
-    v = times(v, q_in_registers, field(&KernelConfig::q_in_registers));
     std::erase_if(v, [](const KernelConfig& c) { return rejecting_rule(c) != nullptr; });
     return sorted_unique(std::move(v));
 }

@@ -57,18 +57,21 @@ const Rule* rejecting_rule(const KernelConfig& config, bool validity_only = fals
 // consumer thread).
 int estimated_registers(const KernelConfig& config);
 
-// One value list per knob; expand() is their filtered Cartesian product.
+// One value list per knob of the field table (each defaults to the field's default
+// value), except the load_Q_K_V_tiles fields, whose (Q, K, V) combinations are listed
+// together; expand() is their filtered Cartesian product.
 struct ValueSets {
-    std::vector<DType> dtypes;
-    std::vector<int> d_heads, B_rs, B_cs, n_warps;
-    std::vector<bool> async_copy, eager_load_blocks, swizzled;
-    std::vector<std::array<int, 3>> load_tiles;  // (Q, K, V) mma_load_K_tiles
-    std::vector<bool> double_buffer, optimized_softmax;
-    // sm90 knobs; the defaults give sm80 configs.
-    std::vector<Family> families{Family::sm80};
-    std::vector<int> stages{0};
-    std::vector<bool> intra_warpgroup_overlap{false}, pingpong{false}, persistent{false},
-        q_in_registers{false};
+#define FLASH_ATTENTION_VALUES_family(type, name, init) std::vector<type> name{init};
+#define FLASH_ATTENTION_VALUES_dtype(type, name, init) std::vector<type> name{init};
+#define FLASH_ATTENTION_VALUES_tuple(type, name, init) std::vector<type> name{init};
+#define FLASH_ATTENTION_VALUES_flag(type, name, init) std::vector<type> name{init};
+#define FLASH_ATTENTION_VALUES_count(type, name, init) std::vector<type> name{init};
+#define FLASH_ATTENTION_VALUES_load_tiles(type, name, init)
+#define FLASH_ATTENTION_VALUES(type, name, init, bits, family, kind, token) \
+    FLASH_ATTENTION_VALUES_##kind(type, name, init)
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_VALUES)
+#undef FLASH_ATTENTION_VALUES
+    std::vector<std::array<int, 3>> load_tiles{{0, 0, 0}};  // (Q, K, V)_mma_load_K_tiles
 
     std::vector<KernelConfig> expand() const;
 };

@@ -47,41 +47,61 @@ int KernelConfig::ctas_per_sm(const DeviceLimits& limits) const {
         std::min({by_smem, by_threads, by_registers, long{limits.max_ctas_per_sm}}));
 }
 
+namespace {
+
+// The family a field belongs to, as a config's family.
+bool belongs_to(FieldFamily field, Family family) {
+    return field == FieldFamily::common || (field == FieldFamily::sm80) == (family == Family::sm80);
+}
+
+}  // namespace
+
+// Walks the field table: the tuple fields in the parentheses, then one token per knob that
+// is set. A counted knob (stages_N, load_Q_K_V_tiles) is printed when its family is the
+// config's or it is not zero; knobs of the other family appear only in invalid configs,
+// printed so that parse(to_string()) round-trips them into the error message.
 std::string KernelConfig::to_string() const {
-    std::string s = "(" + std::string(flash_attention::to_string(dtype)) + ", " +
-                    std::to_string(d_head) + ", " + std::to_string(B_r) + ", " +
-                    std::to_string(B_c) + ", " + std::to_string(n_warps) + "): ";
+    std::vector<std::string> tuple;
     std::vector<std::string> flags;
-    const bool sm90 = family == Family::sm90;
-    if (sm90)
-        flags.push_back("sm90");
-    // sm80 knobs; set on an sm90 config only in invalid configs, printed so that
-    // parse(to_string()) still round-trips them into the error message.
-    if (async_copy)
-        flags.push_back("async");
-    if (eager_load_blocks)
-        flags.push_back("eager");
-    if (swizzled)
-        flags.push_back("swizzled");
-    if (!sm90 || Q_mma_load_K_tiles != 0 || K_mma_load_K_tiles != 0 || V_mma_load_K_tiles != 0) {
-        flags.push_back("load_" + std::to_string(Q_mma_load_K_tiles) + "_" +
-                        std::to_string(K_mma_load_K_tiles) + "_" +
-                        std::to_string(V_mma_load_K_tiles) + "_tiles");
+    for (int i = 0; i < k_config_field_count; ++i) {
+        const FieldInfo& f = k_config_fields[i];
+        const int value = field_value(*this, i);
+        switch (f.kind) {
+            case FieldKind::family:
+                if (value != f.default_value)
+                    flags.emplace_back(f.token);
+                break;
+            case FieldKind::dtype:
+                tuple.emplace_back(flash_attention::to_string(static_cast<DType>(value)));
+                break;
+            case FieldKind::tuple:
+                tuple.push_back(std::to_string(value));
+                break;
+            case FieldKind::flag:
+                if (value != 0)
+                    flags.emplace_back(f.token);
+                break;
+            case FieldKind::count:
+                if (belongs_to(f.family, family) || value != 0)
+                    flags.push_back(std::string(f.token) + "_" + std::to_string(value));
+                break;
+            case FieldKind::load_tiles:
+                // The first of the three consecutive fields prints the token for all.
+                if (i > 0 && k_config_fields[i - 1].kind == FieldKind::load_tiles)
+                    break;
+                if (belongs_to(f.family, family) || value != 0 || field_value(*this, i + 1) != 0 ||
+                    field_value(*this, i + 2) != 0) {
+                    flags.push_back(std::string(f.token) + "_" + std::to_string(value) + "_" +
+                                    std::to_string(field_value(*this, i + 1)) + "_" +
+                                    std::to_string(field_value(*this, i + 2)) + "_tiles");
+                }
+                break;
+        }
     }
-    if (mma_double_buffer_loads)
-        flags.push_back("buffer");
-    if (optimized_softmax)
-        flags.push_back("opt_softmax");
-    if (sm90 || stages != 0)
-        flags.push_back("stages_" + std::to_string(stages));
-    if (intra_warpgroup_overlap)
-        flags.push_back("overlap");
-    if (pingpong)
-        flags.push_back("pingpong");
-    if (persistent)
-        flags.push_back("persistent");
-    if (q_in_registers)
-        flags.push_back("qreg");
+    std::string s = "(";
+    for (std::size_t i = 0; i < tuple.size(); ++i)
+        s += (i ? ", " : "") + tuple[i];
+    s += "): ";
     for (std::size_t i = 0; i < flags.size(); ++i)
         s += (i ? "+" : "") + flags[i];
     return s;
@@ -147,24 +167,66 @@ class Parser {
         return value;
     }
 
-    // "load_Q_K_V_tiles" (the "_tiles" suffix may be left off).
-    void load_tiles(std::string_view token, KernelConfig& c) const {
-        std::string_view body = token.substr(5);
-        if (body.size() > 6 && body.substr(body.size() - 6) == "_tiles") {
+    // The three counts of "load_Q_K_V_tiles" (the "_tiles" suffix may be left off) into
+    // fields first .. first + 2.
+    void load_tiles(std::string_view token, KernelConfig& c, int first) const {
+        std::string_view body = token.substr(k_config_fields[first].token.size() + 1);
+        if (body.size() > 6 && body.substr(body.size() - 6) == "_tiles")
             body.remove_suffix(6);
-        }
         const auto numbers = split(body, '_');
-        std::array<int, 3> tiles{};
-        if (numbers.size() != 3) {
+        if (numbers.size() != 3)
             fail("flag \"" + excerpt(token) + "\" must be load_Q_K_V_tiles with three counts");
-        }
         for (int i = 0; i < 3; ++i) {
-            tiles[i] = bounded_int(numbers[i], "a tile count of \"" + excerpt(token) + "\"", 0,
-                                   field_max(field_bits::load_tiles));
+            set_field_value(c, first + i,
+                            bounded_int(numbers[i], "a tile count of \"" + excerpt(token) + "\"", 0,
+                                        field_max(k_config_fields[first + i].bits)));
         }
-        c.Q_mma_load_K_tiles = tiles[0];
-        c.K_mma_load_K_tiles = tiles[1];
-        c.V_mma_load_K_tiles = tiles[2];
+    }
+
+    // The table row a flag token names, with the text after "token_" for counted ones.
+    struct Match {
+        int field = -1;
+        std::string_view rest;
+    };
+    static Match match(std::string_view token) {
+        for (int i = 0; i < k_config_field_count; ++i) {
+            const FieldInfo& f = k_config_fields[i];
+            switch (f.kind) {
+                case FieldKind::family:
+                case FieldKind::flag:
+                    if (token == f.token)
+                        return {i, {}};
+                    break;
+                case FieldKind::count:
+                case FieldKind::load_tiles:
+                    if (token.size() > f.token.size() + 1 && token.starts_with(f.token) &&
+                        token[f.token.size()] == '_')
+                        return {i, token.substr(f.token.size() + 1)};
+                    break;
+                case FieldKind::dtype:
+                case FieldKind::tuple:
+                    break;
+            }
+        }
+        return {};
+    }
+
+    static std::string known_flags() {
+        std::string known;
+        for (int i = 0; i < k_config_field_count; ++i) {
+            const FieldInfo& f = k_config_fields[i];
+            std::string name;
+            if (f.kind == FieldKind::flag || f.kind == FieldKind::family)
+                name = std::string(f.token);
+            else if (f.kind == FieldKind::count)
+                name = std::string(f.token) + "_N";
+            else if (f.kind == FieldKind::load_tiles &&
+                     k_config_fields[i - 1].kind != FieldKind::load_tiles)
+                name = std::string(f.token) + "_Q_K_V_tiles";
+            if (!name.empty())
+                known += (known.empty() ? "" : ", ") + name;
+        }
+        return known;
     }
 
     KernelConfig parse() const {
@@ -179,22 +241,34 @@ class Parser {
         if (close == std::string_view::npos)
             fail("missing \")\" after the tuple");
         const auto fields = split(s.substr(1, close - 1), ',');
-        if (fields.size() != 5) {
-            fail("expected 5 tuple fields (dtype, d_head, B_r, B_c, n_warps), got " +
-                 std::to_string(fields.size()));
+        std::string tuple_names;
+        std::size_t tuple_fields = 0;
+        for (const FieldInfo& f : k_config_fields) {
+            if (f.kind == FieldKind::dtype || f.kind == FieldKind::tuple) {
+                tuple_names += (tuple_fields++ ? ", " : "") + std::string(f.name);
+            }
+        }
+        if (fields.size() != tuple_fields) {
+            fail("expected " + std::to_string(tuple_fields) + " tuple fields (" + tuple_names +
+                 "), got " + std::to_string(fields.size()));
         }
         KernelConfig c;
-        if (iequals(fields[0], "FP16")) {
-            c.dtype = DType::FP16;
-        } else if (iequals(fields[0], "BF16")) {
-            c.dtype = DType::BF16;
-        } else {
-            fail("unknown dtype \"" + excerpt(fields[0]) + "\" (expected FP16 or BF16)");
+        std::size_t position = 0;
+        for (int i = 0; i < k_config_field_count; ++i) {
+            const FieldInfo& f = k_config_fields[i];
+            if (f.kind == FieldKind::dtype) {
+                const std::string_view name = fields[position++];
+                if (iequals(name, "FP16"))
+                    c.dtype = DType::FP16;
+                else if (iequals(name, "BF16"))
+                    c.dtype = DType::BF16;
+                else
+                    fail("unknown dtype \"" + excerpt(name) + "\" (expected FP16 or BF16)");
+            } else if (f.kind == FieldKind::tuple) {
+                set_field_value(c, i,
+                                bounded_int(fields[position++], f.name, 1, field_max(f.bits)));
+            }
         }
-        c.d_head = bounded_int(fields[1], "d_head", 1, field_max(field_bits::d_head));
-        c.B_r = bounded_int(fields[2], "B_r", 1, field_max(field_bits::B_r));
-        c.B_c = bounded_int(fields[3], "B_c", 1, field_max(field_bits::B_c));
-        c.n_warps = bounded_int(fields[4], "n_warps", 1, field_max(field_bits::n_warps));
 
         std::string_view rest = trim(s.substr(close + 1));
         if (rest.empty() || rest.front() != ':')
@@ -203,82 +277,51 @@ class Parser {
         if (rest.empty())
             fail("missing flags after \":\" (at least load_Q_K_V_tiles, or sm90+stages_N)");
 
-        // Each kind of flag once: stages_2+stages_3 or two load_ flags contradict each other.
-        enum Kind {
-            async,
-            eager,
-            swizzled,
-            buffer,
-            opt_softmax,
-            sm90,
-            stages,
-            overlap,
-            pingpong,
-            persistent,
-            qreg,
-            load,
-            kinds
-        };
-        std::bitset<kinds> seen;
-        const auto once = [&](Kind kind, std::string_view token) {
-            if (seen[kind]) {
-                fail(kind == stages || kind == load
-                         ? "more than one " +
-                               std::string(kind == stages ? "stages_N" : "load_Q_K_V_tiles") +
-                               " flag (\"" + excerpt(token) + "\" is the second)"
-                         : "flag \"" + excerpt(token) + "\" given twice");
-            }
-            seen.set(kind);
-        };
+        // Each field once: stages_2+stages_3 or two load_ flags contradict each other.
+        std::bitset<k_config_field_count> seen;
         for (const std::string_view token : split(rest, '+')) {
             if (token.empty())
                 fail("empty flag between \"+\" signs");
-            if (token == "async") {
-                once(async, token);
-                c.async_copy = true;
-            } else if (token == "eager") {
-                once(eager, token);
-                c.eager_load_blocks = true;
-            } else if (token == "swizzled") {
-                once(swizzled, token);
-                c.swizzled = true;
-            } else if (token == "buffer") {
-                once(buffer, token);
-                c.mma_double_buffer_loads = true;
-            } else if (token == "opt_softmax") {
-                once(opt_softmax, token);
-                c.optimized_softmax = true;
-            } else if (token == "sm90") {
-                once(sm90, token);
-                c.family = Family::sm90;
-            } else if (token.starts_with("stages_")) {
-                once(stages, token);
-                c.stages =
-                    bounded_int(token.substr(7), "the stage count of \"" + excerpt(token) + "\"", 0,
-                                field_max(field_bits::stages));
-            } else if (token == "overlap") {
-                once(overlap, token);
-                c.intra_warpgroup_overlap = true;
-            } else if (token == "pingpong") {
-                once(pingpong, token);
-                c.pingpong = true;
-            } else if (token == "persistent") {
-                once(persistent, token);
-                c.persistent = true;
-            } else if (token == "qreg") {
-                once(qreg, token);
-                c.q_in_registers = true;
-            } else if (token.starts_with("load_")) {
-                once(load, token);
-                load_tiles(token, c);
-            } else {
-                fail("unknown flag \"" + excerpt(token) +
-                     "\" (expected async, eager, swizzled, load_Q_K_V_tiles, buffer, "
-                     "opt_softmax, sm90, stages_N, overlap, pingpong, persistent or qreg)");
+            const Match m = match(token);
+            if (m.field < 0) {
+                fail("unknown flag \"" + excerpt(token) + "\" (expected " + known_flags() + ")");
+            }
+            const FieldInfo& f = k_config_fields[m.field];
+            if (seen[m.field]) {
+                fail(f.kind == FieldKind::flag || f.kind == FieldKind::family
+                         ? "flag \"" + excerpt(token) + "\" given twice"
+                         : "more than one " +
+                               (f.kind == FieldKind::count
+                                    ? std::string(f.token) + "_N"
+                                    : std::string(f.token) + "_Q_K_V_tiles") +
+                               " flag (\"" + excerpt(token) + "\" is the second)");
+            }
+            seen.set(m.field);
+            switch (f.kind) {
+                case FieldKind::family:
+                    c.family = Family::sm90;
+                    break;
+                case FieldKind::flag:
+                    set_field_value(c, m.field, 1);
+                    break;
+                case FieldKind::count:
+                    set_field_value(c, m.field,
+                                    bounded_int(m.rest, "the count of \"" + excerpt(token) + "\"",
+                                                0, field_max(f.bits)));
+                    break;
+                case FieldKind::load_tiles:
+                    load_tiles(token, c, m.field);
+                    break;
+                case FieldKind::dtype:
+                case FieldKind::tuple:
+                    break;
             }
         }
-        const bool seen_load = seen[load];
-        if (!seen_load && c.family == Family::sm80)
+        // An sm80 config names its fragment loading (the family's one required token).
+        bool loads = false;
+        for (int i = 0; i < k_config_field_count; ++i)
+            loads = loads || (k_config_fields[i].kind == FieldKind::load_tiles && seen[i]);
+        if (!loads && c.family == Family::sm80)
             fail("missing the load_Q_K_V_tiles flag (or sm90 for a Hopper kernel)");
         return c;
     }
@@ -297,14 +340,7 @@ KernelConfig KernelConfig::parse(std::string_view short_form) {
 
 std::size_t std::hash<flash_attention::KernelConfig>::operator()(
     const flash_attention::KernelConfig& c) const noexcept {
-    // Every field is small; pack them into one word and mix.
-    std::size_t h = static_cast<std::size_t>(c.dtype);
-    for (const int v : {int(c.family), c.d_head, c.B_r, c.B_c, c.n_warps, int(c.async_copy),
-                        int(c.eager_load_blocks), int(c.swizzled), c.Q_mma_load_K_tiles,
-                        c.K_mma_load_K_tiles, c.V_mma_load_K_tiles, int(c.mma_double_buffer_loads),
-                        int(c.optimized_softmax), c.stages, int(c.intra_warpgroup_overlap),
-                        int(c.pingpong), int(c.persistent), int(c.q_in_registers)}) {
-        h = h * 1000003u ^ static_cast<std::size_t>(v);
-    }
-    return h ^ (h >> 29);
+    // Every field, through the packing the field table defines (out-of-range values are
+    // masked, as in the kernel code; equal configs always hash equal).
+    return std::hash<unsigned long long>{}(flash_attention::pack(c));
 }

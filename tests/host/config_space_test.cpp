@@ -228,22 +228,34 @@ TEST(ConfigSpace, TuneSetCoversTheRequiredAxes) {
 }
 
 TEST(ConfigSpace, ExpandAppliesEveryRule) {
-    fa::space::ValueSets values{.dtypes = {fa::DType::FP16},
-                                .d_heads = {128},
-                                .B_rs = {64},
-                                .B_cs = {64},
-                                .n_warps = {4},
-                                .async_copy = {false, true},
-                                .eager_load_blocks = {false, true},
-                                .swizzled = {true},
-                                .load_tiles = {{0, 2, 2}},
-                                .double_buffer = {false},
-                                .optimized_softmax = {true}};
+    fa::space::ValueSets values;
+    values.d_head = {128};
+    values.async_copy = {false, true};
+    values.eager_load_blocks = {false, true};
+    values.swizzled = {true};
+    values.load_tiles = {{0, 2, 2}};
+    values.optimized_softmax = {true};
     const auto configs = values.expand();
     // eager without async is dropped: 3 of the 4 copy combinations remain.
     EXPECT_EQ(configs.size(), 3u);
     for (const KernelConfig& c : configs)
         EXPECT_FALSE(c.eager_load_blocks && !c.async_copy);
+}
+
+// The field table drives the value sets: every field has a list (the load_Q_K_V_tiles
+// fields one together), defaulting to the field's default, so a new table row is a new
+// knob the space enumerates with no other change.
+TEST(ConfigSpace, ValueSetsFollowTheFieldTable) {
+    const fa::space::ValueSets defaults;
+    const auto configs = defaults.expand();
+    // The default value of every field is the one config, which the rules reject (an sm80
+    // config with load_0_0_0 and nothing else is valid).
+    ASSERT_LE(configs.size(), 1u);
+    if (!configs.empty()) {
+        EXPECT_EQ(configs[0], KernelConfig{});
+    }
+    for (int i = 0; i < fa::k_config_field_count; ++i)
+        EXPECT_EQ(fa::field_value(KernelConfig{}, i), fa::k_config_fields[i].default_value);
 }
 
 TEST(ConfigSpace, UnknownSetNamesTheKnownOnes) {

@@ -165,8 +165,9 @@ TEST(KernelConfig, BoundsEveryNumber) {
               std::string::npos);
     EXPECT_NE(parse_error("(FP16, 4096, 64, 64, 4): load_0_0_0_tiles").find("d_head"),
               std::string::npos);
-    EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_9").find("stage count"),
-              std::string::npos);
+    EXPECT_NE(
+        parse_error("(BF16, 128, 128, 128, 12): sm90+stages_9").find("the count of \"stages_9\""),
+        std::string::npos);
     EXPECT_NE(parse_error("(FP16, 128, 64, 64, 4): load_0_99_0_tiles").find("tile count"),
               std::string::npos);
 }

@@ -11,23 +11,32 @@ namespace flash_attention::generator {
 
 namespace {
 
+// A designated-initializer literal of every field, from the field table.
 std::string literal(const KernelConfig& c) {
-    const auto b = [](bool x) { return x ? "true" : "false"; };
-    return "KernelConfig{.family = Family::" + std::string(to_string(c.family)) +
-           ", .dtype = DType::" + std::string(to_string(c.dtype)) +
-           ", .d_head = " + std::to_string(c.d_head) + ", .B_r = " + std::to_string(c.B_r) +
-           ", .B_c = " + std::to_string(c.B_c) + ", .n_warps = " + std::to_string(c.n_warps) +
-           ", .async_copy = " + b(c.async_copy) +
-           ", .eager_load_blocks = " + b(c.eager_load_blocks) + ", .swizzled = " + b(c.swizzled) +
-           ", .Q_mma_load_K_tiles = " + std::to_string(c.Q_mma_load_K_tiles) +
-           ", .K_mma_load_K_tiles = " + std::to_string(c.K_mma_load_K_tiles) +
-           ", .V_mma_load_K_tiles = " + std::to_string(c.V_mma_load_K_tiles) +
-           ", .mma_double_buffer_loads = " + b(c.mma_double_buffer_loads) +
-           ", .optimized_softmax = " + b(c.optimized_softmax) +
-           ", .stages = " + std::to_string(c.stages) +
-           ", .intra_warpgroup_overlap = " + b(c.intra_warpgroup_overlap) +
-           ", .pingpong = " + b(c.pingpong) + ", .persistent = " + b(c.persistent) +
-           ", .q_in_registers = " + b(c.q_in_registers) + "}";
+    std::string s = "KernelConfig{";
+    for (int i = 0; i < k_config_field_count; ++i) {
+        const FieldInfo& f = k_config_fields[i];
+        const int value = field_value(c, i);
+        std::string text;
+        switch (f.kind) {
+            case FieldKind::family:
+                text = "Family::" + std::string(to_string(static_cast<Family>(value)));
+                break;
+            case FieldKind::dtype:
+                text = "DType::" + std::string(to_string(static_cast<DType>(value)));
+                break;
+            case FieldKind::flag:
+                text = value ? "true" : "false";
+                break;
+            case FieldKind::tuple:
+            case FieldKind::count:
+            case FieldKind::load_tiles:
+                text = std::to_string(value);
+                break;
+        }
+        s += (i ? ", ." : ".") + std::string(f.name) + " = " + text;
+    }
+    return s + "}";
 }
 
 std::string ops_name(std::size_t index) {
