@@ -3,7 +3,6 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "common/device_buffer.hpp"
 #include "options.hpp"
 #include "report.hpp"
 #include "sweep.hpp"
@@ -36,7 +35,7 @@ int bench(const BenchOptions& o) {
     if (!gpu_available())
         return exit_failure;
     const SweepResult result = sweep(candidates, jobs, o.timing);
-    const std::string device = current_device_description();
+    const std::string device = DeviceProperties::current().description();
     std::cout << format_report(result.measurements, o.format, device);
     if (svg.is_open()) {
         svg << svg_chart(result.measurements, "flash_attention bench on " + device);

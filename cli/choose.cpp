@@ -7,7 +7,6 @@
 #include <string>
 
 #include "commands.hpp"
-#include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "options.hpp"
 
@@ -32,7 +31,7 @@ int choose(const ChooseOptions& o) {
     if (!o.device.empty()) {
         device = DeviceProperties::model(o.device);
     } else {
-        if (cuda_device_count() == 0) {
+        if (device_count() == 0) {
             std::fprintf(stderr,
                          "flash_attention: no CUDA device found (pass --device a100 or h100 to "
                          "ask about a model)\n");

@@ -3,7 +3,6 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "common/device_buffer.hpp"
 #include "config/config_space.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "options.hpp"
@@ -24,13 +23,14 @@ int list(const ListOptions& options) {
     // CTAs/SM: the occupancy calculator when a GPU is here, else shared memory and
     // threads on the family's smallest target, an A100 or an H100 (registers are only
     // known on the device).
-    const bool gpu = cuda_device_count() > 0;
+    const bool gpu = device_count() > 0;
     std::cerr << "# " << listed.size() << " configs ("
               << (options.set.empty()
                       ? "built, kernel set \"" + std::string(built_kernel_set()) + "\""
                       : "set \"" + options.set + "\"")
               << "); CTAs/SM "
-              << (gpu ? "from the occupancy calculator on " + current_device_description()
+              << (gpu ? "from the occupancy calculator on " +
+                            DeviceProperties::current().description()
                       : std::string("from shared memory and threads on an A100 (sm90: an H100; "
                                     "no GPU)"))
               << "\n";

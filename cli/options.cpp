@@ -9,7 +9,6 @@
 #include <optional>
 #include <sstream>
 
-#include "common/device_buffer.hpp"
 #include "config/config_space.hpp"
 #include "flash_attention/error.hpp"
 
@@ -175,7 +174,7 @@ void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std
 }
 
 bool gpu_available() {
-    if (cuda_device_count() > 0)
+    if (device_count() > 0)
         return true;
     std::cerr << "flash_attention: no CUDA device found\n";
     return false;

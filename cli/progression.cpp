@@ -4,7 +4,6 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "common/device_buffer.hpp"
 #include "config/config_space.hpp"
 #include "registry/registry.hpp"
 #include "report.hpp"
@@ -95,7 +94,7 @@ int progression(const ProgressionOptions& o) {
         }
     }
     const SweepResult result = sweep(candidates, jobs, o.timing);
-    const std::string device = current_device_description();
+    const std::string device = DeviceProperties::current().description();
     if (o.format != "table") {
         std::cout << format_report(result.measurements, o.format, device);
         return result.exit_code();

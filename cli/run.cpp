@@ -99,7 +99,7 @@ int run(const RunOptions& opt) {
     std::printf("problem  batch %d, heads %d (k/v %d), seq_q %d, seq_k %d, d_head %d, %s%s\n",
                 opt.batch, opt.heads, heads_kv, opt.seq, seq_k, d_head,
                 std::string(to_string(dtype)).c_str(), opt.causal ? ", causal" : "");
-    std::printf("device   %s\n", current_device_description().c_str());
+    std::printf("device   %s\n", DeviceProperties::current().description().c_str());
 
     // The first run is both the warm-up and the one whose output is checked.
     launch();

@@ -57,7 +57,7 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
     std::vector<Candidate> out;
     int missing = 0;
     int elsewhere = 0;  // built, but for another GPU (sm90 kernels off Hopper)
-    const bool device = cuda_device_count() > 0;
+    const bool device = device_count() > 0;
     for (const KernelConfig& c : space::named_set(set)) {
         if (!is_built(c)) {
             ++missing;

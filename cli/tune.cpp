@@ -6,7 +6,6 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "registry/registry.hpp"
 #include "report.hpp"
@@ -83,7 +82,7 @@ int tune(const TuneOptions& o) {
         std::cerr << "flash_attention: warning: " << w << "\n";
 
     const SweepResult result = sweep(candidates, jobs, o.timing);
-    const std::string device = current_device_description();
+    const std::string device = DeviceProperties::current().description();
     if (o.format != "none")
         std::cout << format_report(result.measurements, o.format, device);
     if (result.interrupted) {

@@ -71,7 +71,13 @@ struct DeviceProperties {
     // A device model, no GPU needed: "a100" (A100-SXM4-80GB) or "h100" (H100 SXM5, 132
     // SMs). Throws ErrorCode::invalid_argument naming the known models otherwise.
     static DeviceProperties model(std::string_view name);
+
+    // "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)".
+    std::string description() const;
 };
+
+// CUDA devices this process sees: 0 without a GPU or a driver (never throws).
+int device_count();
 
 // What the automatic choice depends on, without data: dense tensors of this shape.
 struct ProblemShape {

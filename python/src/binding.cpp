@@ -10,11 +10,9 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 
-#include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
 
 namespace nb = nanobind;
@@ -252,8 +250,7 @@ NB_MODULE(_C, m) {
              [](const fa::KernelConfig& c) { return std::hash<fa::KernelConfig>{}(c); });
 
     m.def("configs", &fa::configs, "Every config compiled into this build.");
-    m.def("device_count", &fa::cuda_device_count,
-          "CUDA devices this process sees (0 without a GPU).");
+    m.def("device_count", &fa::device_count, "CUDA devices this process sees (0 without a GPU).");
     m.def("reload_tuning_cache", &fa::reload_tuning_cache);
 
     m.def(
@@ -282,38 +279,4 @@ NB_MODULE(_C, m) {
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"),
         "The config forward() would run.");
-
-    // For the overhead measurement in docs/PERF.md: host seconds per fa::forward call
-    // (automatic choice, or the given config), the arrays converted once outside the
-    // loop. Few enough calls that the launch queue never fills and blocks the host.
-    m.def(
-        "_cxx_seconds_per_call",
-        [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, int calls,
-           std::optional<fa::KernelConfig> config, std::uintptr_t stream) {
-            const fa::ForwardParams p = params_of(q, k, v, out, std::nullopt);
-            const auto s = reinterpret_cast<fa::Stream>(stream);
-            const auto start = std::chrono::steady_clock::now();
-            for (int i = 0; i < calls; ++i) {
-                if (config) {
-                    fa::forward(p, *config, s);
-                } else {
-                    fa::forward(p, s);
-                }
-            }
-            return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
-                   calls;
-        },
-        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("calls"),
-        nb::arg("config").none(), nb::arg("stream"));
-    // The cost of turning four arrays into tensor views alone, by each route.
-    m.def("_views", [](nb::handle q, nb::handle k, nb::handle v, nb::handle out) {
-        params_of(q, k, v, out, {});
-    });
-    m.def("_dlpack_views",
-          [](const CudaArray& q, const CudaArray& k, const CudaArray& v, const CudaArray& out) {
-              view_of(q, "q");
-              view_of(k, "k");
-              view_of(v, "v");
-              view_of(out, "out");
-          });
 }

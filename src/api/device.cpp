@@ -122,6 +122,20 @@ void check_on_device(const ForwardParams& p, const DeviceProperties& device, Str
     }
 }
 
+std::string DeviceProperties::description() const {
+    return name + " (sm_" + std::to_string(major) + std::to_string(minor) + ", " +
+           std::to_string(sm_count) + " SMs)";
+}
+
+int device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();  // ours: "no device" is an answer, not the caller's error
+        return 0;
+    }
+    return n;
+}
+
 DeviceProperties DeviceProperties::model(std::string_view name) {
     // The figures CUDA reports on these GPUs; shared memory from DeviceLimits, the one
     // place that states it.

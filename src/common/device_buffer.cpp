@@ -109,22 +109,4 @@ std::vector<double> LaunchTimes::elapsed_ms(int n) {
     return ms;
 }
 
-int cuda_device_count() {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError();  // clear the sticky "no device" error
-        return 0;
-    }
-    return n;
-}
-
-std::string current_device_description() {
-    int device = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    cudaDeviceProp p{};
-    cuda_check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
-    return std::string(p.name) + " (sm_" + std::to_string(p.major) + std::to_string(p.minor) +
-           ", " + std::to_string(p.multiProcessorCount) + " SMs)";
-}
-
 }  // namespace flash_attention

@@ -63,9 +63,4 @@ class LaunchTimes {
     std::vector<void*> start_, stop_;
 };
 
-// Number of CUDA devices, 0 when the driver or runtime reports none.
-int cuda_device_count();
-// "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" for the current device.
-std::string current_device_description();
-
 }  // namespace flash_attention

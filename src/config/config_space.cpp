@@ -360,10 +360,6 @@ std::string head_dims_text() {
     return text;
 }
 
-std::span<const Rule> rules() {
-    return k_rules;
-}
-
 int estimated_registers(const KernelConfig& c) {
     if (c.n_warps <= 0 || c.d_head <= 0 || c.B_c <= 0)
         return 0;

@@ -46,8 +46,6 @@ struct Rule {
     bool (*rejects)(const KernelConfig&);
 };
 
-std::span<const Rule> rules();
-
 // The first rule that rejects the config, or nullptr. With validity_only, pruning
 // rules are skipped (hand-picked sets such as the progression ladder may keep a
 // wasteful config on purpose).

@@ -63,6 +63,16 @@ void launch_kernel(dim3 grid, int threads, int smem_bytes, Stream stream, const 
 }
 
 template <auto* Kernel>
+KernelResources resources();
+
+// The registry's face of one kernel: its family's launcher, the occupancy calculator and
+// the compiled resources.
+template <auto* Kernel, void (*Launch)(const KernelArgs&, Stream), int Threads, int SmemBytes>
+constexpr KernelOps kernel_ops() {
+    return {Launch, &ctas_per_sm<Kernel, Threads, SmemBytes>, &resources<Kernel>};
+}
+
+template <auto* Kernel>
 KernelResources resources() {
     cudaFuncAttributes attributes{};
     cuda_check(cudaFuncGetAttributes(&attributes, Kernel), "cudaFuncGetAttributes");

@@ -11,11 +11,11 @@ int main(int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);
     if (GTEST_FLAG_GET(list_tests))
         return RUN_ALL_TESTS();
-    if (flash_attention::cuda_device_count() == 0) {
+    if (flash_attention::device_count() == 0) {
         std::cout << "SKIPPED: no CUDA device on this machine; the GPU tests run on the device "
                      "machine (docs/PERF.md records their results)\n";
         return 77;
     }
-    std::cout << "device: " << flash_attention::current_device_description() << "\n";
+    std::cout << "device: " << flash_attention::DeviceProperties::current().description() << "\n";
     return RUN_ALL_TESTS();
 }

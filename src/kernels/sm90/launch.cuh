@@ -42,8 +42,7 @@ void launch(const KernelArgs& args, Stream stream) {
 
 template <KernelConfig C>
 constexpr KernelOps make_ops() {
-    return {&launch<C>, &ctas_per_sm<kernel<C>, C.n_threads(), static_cast<int>(C.smem_bytes())>,
-            &resources<kernel<C>>};
+    return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(C.smem_bytes())>();
 }
 
 }  // namespace flash_attention::sm90
