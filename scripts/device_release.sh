@@ -12,6 +12,10 @@
 #             tests, compute-sanitizer memcheck on two odd shapes of every built config
 #   package   pip install . (default options), the import in fresh interpreters in both
 #             orders with torch, the extension's exported symbols, the pytest suite
+#   refactor  issue 12: the default build's GPU tests and sanitizers (memcheck, racecheck on
+#             sm90 odd shapes), then bench/compare.py over the whole grid (bf16/fp16, d_head
+#             64/128/256, causal and not) with the package built from .dev/before (a tree
+#             from before the change, carried) and from this tree, alternated
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 set -uo pipefail
@@ -99,6 +103,41 @@ for stage in "$@"; do
       done
       python3 "$REPO/scripts/compare_builds.py" "$OUT"/bench_default_*.json -- "$OUT"/bench_tune_*.json |
         tee "$OUT/versus.txt" | tee -a "$summary" ;;
+    refactor)
+      fresh_clone
+      B="$FRESH/build"
+      [ -x "$B/bin/flash_attention" ] ||
+        (cd "$FRESH" && cmake -S . -B build -G Ninja > /dev/null && cmake --build build > "$OUT/build_default.log" 2>&1)
+      "$B/tests/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
+      note "test_gpu: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
+      grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -5 | tee -a "$summary"
+      "$B/tests/test_host" --gtest_brief=1 > "$OUT/test_host.log" 2>&1
+      note "test_host: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_host.log" | tr '\n' ' ')"
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
+          --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*' \
+          > "$OUT/sm90_$tool.log" 2>&1
+        note "sm90 $tool (odd shapes): exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_$tool.log" | tr '\n' ' ')"
+      done
+      for tree in before after; do
+        src=$([ $tree = before ] && echo "$REPO/.dev/before" || echo "$FRESH")
+        (cd "$src" && CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps \
+          --target /tmp/site_$tree .) > "$OUT/pip_$tree.log" 2>&1
+        note "pip ($tree): exit $?"
+      done
+      for causal in "" --causal; do
+        for tree in before after; do
+          name=compare_${tree}${causal:+_causal}
+          (cd /tmp && PYTHONPATH=/tmp/site_$tree python3 "$FRESH/bench/compare.py" $causal --out "$OUT/$name") \
+            > "$OUT/$name.log" 2>&1
+          note "compare $tree $causal: exit $?"
+        done
+      done
+      python3 "$REPO/scripts/compare_tables.py" "$OUT"/compare_before.md "$OUT"/compare_after.md \
+        "$OUT"/compare_before_causal.md "$OUT"/compare_after_causal.md | tee "$OUT/refactor.txt" | tee -a "$summary"
+      (cd /tmp && PYTHONPATH=/tmp/site_after FLASH_EXPECT_RELEASE_SET=1 python3 -m pytest -q "$FRESH/python/tests") \
+        > "$OUT/pytest.log" 2>&1
+      note "pytest: exit $? $(tail -1 "$OUT/pytest.log")" ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"
