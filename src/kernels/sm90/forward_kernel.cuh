@@ -57,9 +57,9 @@ __device__ __forceinline__ void consume(const Params& params, const SharedStorag
             .tile = tile,
             .bars = bars,
             .turns = turns,
-            .q_smem = ptx::smem_address(q_region),
-            .k_smem = ptx::smem_address(smem.k(0)),
-            .v_smem = ptx::smem_address(smem.v(0)),
+            .q_smem = smem.q_address(q.buffer, consumer),
+            .k_smem = smem.k_address(0),
+            .v_smem = smem.v_address(0),
             .consumer = consumer,
             .first_row = consumer_row0 + warp_in_warpgroup() * 16,
             // This consumer's own rows may need fewer masked blocks than the tile's.

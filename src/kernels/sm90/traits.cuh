@@ -88,11 +88,15 @@ struct SharedStorage {
     static_assert(sizeof(tma::Barrier) == 8, "an mbarrier is 8 bytes");
 
     unsigned char* base;
+    // base in the shared state space, for wgmma descriptors and ldmatrix: computed once,
+    // so that no main loop converts a generic pointer again.
+    std::uint32_t address;
 
     // Dynamic shared memory is only guaranteed 16-byte alignment; TMA's swizzle and wgmma
     // need the tiles on the 1024-byte period.
     __device__ __forceinline__ explicit SharedStorage(unsigned char* raw)
-        : base(raw + ((1024 - ptx::smem_address(raw) % 1024) % 1024)) {}
+        : base(raw + ((1024 - ptx::smem_address(raw) % 1024) % 1024)),
+          address(ptx::smem_address(base)) {}
 
     __device__ __forceinline__ unsigned char* q(int buffer, int consumer) const {
         return base + q_offset + buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
@@ -102,6 +106,15 @@ struct SharedStorage {
     }
     __device__ __forceinline__ unsigned char* v(int stage) const {
         return base + v_offset + stage * Tr::kv_tile_bytes;
+    }
+    __device__ __forceinline__ std::uint32_t q_address(int buffer, int consumer) const {
+        return address + q_offset + buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
+    }
+    __device__ __forceinline__ std::uint32_t k_address(int stage) const {
+        return address + k_offset + stage * Tr::kv_tile_bytes;
+    }
+    __device__ __forceinline__ std::uint32_t v_address(int stage) const {
+        return address + v_offset + stage * Tr::kv_tile_bytes;
     }
     __device__ __forceinline__ BarrierSet& barriers() const {
         return *reinterpret_cast<BarrierSet*>(base + barrier_offset);
