@@ -1,11 +1,9 @@
 #pragma once
 
-// The epilogue both families share: the log-sum-exp of each row, and the output rounded
-// to 16 bits into a shared-memory tile (then to GMEM by the family's own copy).
+// Writing the output tile: accumulators -> SMEM (16-bit) -> GMEM.
 
 #include <cstdint>
 
-#include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
 
 namespace flash_attention {
@@ -16,7 +14,7 @@ namespace flash_attention {
 template <DType dtype, class Tile, int MT, int NT>
 __device__ __forceinline__ void store_accumulators_RF2SM(const float (&o)[MT][NT][4],
                                                          std::uint32_t tile_base, int warp_row0) {
-    const int lane = lane_id();
+    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
         const int row = warp_row0 + mt * 16 + lane / 4;
@@ -31,27 +29,6 @@ __device__ __forceinline__ void store_accumulators_RF2SM(const float (&o)[MT][NT
     }
 }
 
-// Writes the log-sum-exp of a warp's m16 rows (first_row + [0, 16 * MT)) into `lse`, the
-// row-0 element of this (batch, head), or nothing when `lse` is null. The quad that
-// holds a row writes it once; rows past seq_q are skipped.
-template <int MT, class Softmax>
-__device__ __forceinline__ void store_log_sum_exp(float* lse, std::int64_t row0_offset, int seq_q,
-                                                  int first_row, const Softmax& softmax) {
-    if (lse != nullptr && threadIdx.x % 4 == 0) {
-        float* rows = lse + row0_offset;
-        const int lane = lane_id();
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = first_row + mt * 16 + lane / 4 + 8 * h;
-                if (row < seq_q)
-                    rows[row] = softmax.log_sum_exp(mt, h);
-            }
-        }
-    }
-}
-
 // Copies the first `valid_rows` of `Rows` rows of a shared-memory tile, starting at
 // row0, to GMEM with one warp. Going through SMEM turns the accumulators' scattered
 // 4-byte pieces into 16-byte stores that cover whole rows: fully coalesced writes.
@@ -60,7 +37,7 @@ __device__ __forceinline__ void copy_rows_SM2GM(std::uint32_t tile_base, int row
                                                 std::int64_t gmem_row_stride, int valid_rows) {
     constexpr int chunks = Rows * Tile::chunks_per_row;
     static_assert(chunks % 32 == 0, "every lane stores the same number of chunks");
-    const int lane = lane_id();
+    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int i = 0; i < chunks / 32; ++i) {
         const int c = lane + 32 * i;

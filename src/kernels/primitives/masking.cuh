@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include "kernels/primitives/geometry.cuh"
 
 namespace flash_attention {
 
@@ -53,7 +52,7 @@ __host__ __device__ constexpr int keys_seen(int row, int seq_q, int seq_k, bool 
 template <int MT, int NT>
 __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], int first_row, int first_key,
                                             int seq_q, int seq_k, bool causal) {
-    const int lane = lane_id();
+    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll

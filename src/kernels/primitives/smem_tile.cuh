@@ -1,8 +1,7 @@
 #pragma once
 
-// Layouts of tiles of 16-bit elements in shared memory, addressed in 16-byte chunks of
-// 8 elements (one ldmatrix row, one cp.async, one vector store): the types own the
-// offset arithmetic, so callers name a (row, chunk) and never a byte.
+// Layout of a Rows x Cols tile of 16-bit elements in shared memory: row-major rows
+// of Cols*2 bytes, addressed in 16-byte chunks (one ldmatrix row, one cp.async).
 
 #include <cstdint>
 
@@ -28,37 +27,6 @@ struct SmemTile {
     __device__ static constexpr std::uint32_t chunk_offset(int row, int chunk) {
         return static_cast<std::uint32_t>(row * row_bytes +
                                           (Swizzled ? (chunk ^ (row & 7)) : chunk) * 16);
-    }
-};
-
-// The layout TMA's 128-byte swizzle writes and wgmma reads (sm90): Cols / 64 sub-tiles of
-// Rows x 64 elements, one after another, each row 128 bytes with its chunk c stored at
-// c ^ (row % 8). The 8 rows an ldmatrix phase or a quad's stores touch land in 8
-// different bank groups. Tiles start on the swizzle's 1024-byte period.
-template <int Rows, int Cols>
-struct Swizzled128Tile {
-    static constexpr int rows = Rows;
-    static constexpr int cols = Cols;
-    static constexpr int row_bytes = 128;  // of a sub-tile: the swizzle's width
-    static constexpr int sub_tiles = Cols / 64;
-    static constexpr int sub_tile_bytes = Rows * row_bytes;
-    static constexpr int bytes = sub_tiles * sub_tile_bytes;
-    static constexpr int chunks_per_row = Cols / 8;
-    static_assert(Cols % 64 == 0, "whole 64-column sub-tiles");
-
-    // Chunk `chunk` (columns 8 chunk .. 8 chunk + 7) of row `row`.
-    __host__ __device__ static constexpr std::uint32_t chunk_offset(int row, int chunk) {
-        return static_cast<std::uint32_t>((chunk / 8) * sub_tile_bytes + row * row_bytes +
-                                          ((chunk % 8) ^ (row % 8)) * 16);
-    }
-    // Where k-step kk (16 columns) of a K-major operand starts: sub-tile kk / 4, 32 bytes
-    // per step into its rows (wgmma applies the swizzle to the full address).
-    __host__ __device__ static constexpr std::uint32_t k_step_offset(int kk) {
-        return static_cast<std::uint32_t>((kk / 4) * sub_tile_bytes + (kk % 4) * 32);
-    }
-    // Where rows [row, row + 16) of sub-tile `sub_tile` start (an MN-major operand's k-step).
-    __host__ __device__ static constexpr std::uint32_t rows_offset(int sub_tile, int row) {
-        return static_cast<std::uint32_t>(sub_tile * sub_tile_bytes + row * row_bytes);
     }
 };
 

@@ -25,10 +25,10 @@ void launch(const KernelArgs& args, Stream stream) {
     constexpr int smem = static_cast<int>(C.smem_bytes());
     enable_dynamic_smem<kernel<C>, smem>();
     const Params params{args, make_tensor_maps(args, C.dtype, C.d_head, C.B_c)};
-    // One CTA per tile, or a persistent kernel's one CTA per SM (its register
-    // reallocation leaves room for no second) walking them.
+    // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
+    // runs one CTA per SM (its register reallocation leaves room for no second).
     const std::int64_t tiles =
-        StaticTileScheduler<C.B_r, C.B_c>::tiles(args.seq_q, args.heads, args.batch);
+        std::int64_t{blocks_covering(args.seq_q, C.B_r)} * args.heads * args.batch;
     // The kernel numbers tiles with ints; o's memory bounds them far below this.
     if (tiles > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,

@@ -8,10 +8,8 @@
 
 #include <cstdint>
 
-#include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/sm90/ptx.cuh"
-#include "kernels/primitives/smem_tile.cuh"
 
 namespace flash_attention {
 
@@ -41,17 +39,17 @@ __device__ __forceinline__ std::uint64_t mn_major_descriptor(std::uint32_t addre
 }
 
 // S (64 x N) = Q (this warpgroup's 64 rows x D) · K (N x D)ᵀ, both operands in shared
-// memory (Swizzled128Tile layouts); overwrites S. Issued, not waited for: the caller
-// commits and waits.
-template <DType dtype, class QTile, class KTile>
-__device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4],
-                                                  std::uint32_t q_smem, std::uint32_t k_smem) {
-    static_assert(QTile::cols == KTile::cols, "Q and K share the head dim");
+// memory; overwrites S. Issued, not waited for: the caller commits and waits.
+template <DType dtype, int D, int N>
+__device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[N / 8][4], std::uint32_t q_smem,
+                                                  std::uint32_t k_smem) {
+    static_assert(D % 64 == 0, "whole 64-column sub-tiles");
 #pragma unroll
-    for (int kk = 0; kk < QTile::cols / 16; ++kk) {
-        const std::uint64_t a = k_major_descriptor(q_smem + QTile::k_step_offset(kk));
-        const std::uint64_t b = k_major_descriptor(k_smem + KTile::k_step_offset(kk));
-        ptx::wgmma_ss<dtype, KTile::rows, false>(s, a, b, kk > 0);
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const std::uint32_t column = (kk % 4) * 32;  // bytes into the 128-byte row
+        const std::uint64_t a = k_major_descriptor(q_smem + (kk / 4) * (64 * 128) + column);
+        const std::uint64_t b = k_major_descriptor(k_smem + (kk / 4) * (N * 128) + column);
+        ptx::wgmma_ss<dtype, N, false>(s, a, b, kk > 0);
     }
 }
 
@@ -59,43 +57,46 @@ __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4]
 // m16k16 A fragments (ldmatrix.x4: lanes 0-15 address rows 0-15 at the k-tile's first 8
 // columns, lanes 16-31 at its last 8). A phase's 8 lanes read 8 rows whose 16-byte chunks
 // the swizzle puts in 8 different bank groups: no conflicts.
-template <class QTile>
-__device__ __forceinline__ void load_a_fragments_128b(std::uint32_t (&a)[QTile::cols / 16][4],
+template <int D>
+__device__ __forceinline__ void load_a_fragments_128b(std::uint32_t (&a)[D / 16][4],
                                                       std::uint32_t tile_smem, int warp_row0) {
-    const int lane = lane_id();
+    const int lane = threadIdx.x % 32;
     const int row = warp_row0 + lane % 16;
 #pragma unroll
-    for (int kk = 0; kk < QTile::cols / 16; ++kk)
-        ptx::ldmatrix_x4(a[kk], tile_smem + QTile::chunk_offset(row, 2 * kk + lane / 16));
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const int chunk = (kk % 4) * 2 + lane / 16;
+        ptx::ldmatrix_x4(
+            a[kk], tile_smem + (kk / 4) * (64 * 128) + row * 128 + ((chunk ^ (row % 8)) * 16));
+    }
 }
 
 // S (64 x N) = Q (this warp's rows as register fragments) · K (N x D)ᵀ, K from shared
 // memory: the same GEMM as above with shared memory serving only K.
-template <DType dtype, class KTile>
-__device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4],
-                                                  const std::uint32_t (&q)[KTile::cols / 16][4],
+template <DType dtype, int D, int N>
+__device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[N / 8][4],
+                                                  const std::uint32_t (&q)[D / 16][4],
                                                   std::uint32_t k_smem) {
 #pragma unroll
-    for (int kk = 0; kk < KTile::cols / 16; ++kk) {
-        const std::uint64_t b = k_major_descriptor(k_smem + KTile::k_step_offset(kk));
-        ptx::wgmma_rs<dtype, KTile::rows, false>(s, q[kk], b, kk > 0);
+    for (int kk = 0; kk < D / 16; ++kk) {
+        const std::uint64_t b = k_major_descriptor(k_smem + (kk / 4) * (N * 128) + (kk % 4) * 32);
+        ptx::wgmma_rs<dtype, N, false>(s, q[kk], b, kk > 0);
     }
 }
 
 // O (64 x D) += P (64 x K, this warp's rows as m16k16 register fragments) · V (K x D),
 // V MN-major in shared memory. N of one wgmma is at most 128 here: D = 256 takes two.
-template <DType dtype, class VTile>
-__device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4],
-                                                  const std::uint32_t (&p)[VTile::rows / 16][4],
+template <DType dtype, int D, int K>
+__device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[D / 8][4],
+                                                  const std::uint32_t (&p)[K / 16][4],
                                                   std::uint32_t v_smem) {
-    constexpr int D = VTile::cols;
     constexpr int N = D < 128 ? D : 128;
+    constexpr int sub_tile_bytes = K * 128;
 #pragma unroll
-    for (int kk = 0; kk < VTile::rows / 16; ++kk) {
+    for (int kk = 0; kk < K / 16; ++kk) {
 #pragma unroll
         for (int n0 = 0; n0 < D; n0 += N) {
             const std::uint64_t b = mn_major_descriptor(
-                v_smem + VTile::rows_offset(n0 / 64, 16 * kk), VTile::sub_tile_bytes);
+                v_smem + (n0 / 64) * sub_tile_bytes + kk * (16 * 128), sub_tile_bytes);
             auto& o_part = reinterpret_cast<float(&)[N / 8][4]>(o[n0 / 8]);
             ptx::wgmma_rs<dtype, N, true>(o_part, p[kk], b, true);
         }
