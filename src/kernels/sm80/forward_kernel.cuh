@@ -6,14 +6,14 @@
 
 #include <cstdint>
 
+#include "kernels/kernel_args.hpp"
 #include "kernels/primitives/epilogue.cuh"
-#include "kernels/primitives/sm80/gm2sm.cuh"
 #include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/sm80/gm2sm.cuh"
 #include "kernels/primitives/sm80/warp_gemm.cuh"
 #include "kernels/sm80/traits.cuh"
-#include "kernels/kernel_args.hpp"
 
 namespace flash_attention::sm80 {
 
