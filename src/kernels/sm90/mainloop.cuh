@@ -1,0 +1,277 @@
+#pragma once
+
+// The sm90 main loop: the producer warpgroup's TMA copies of Q, K and V through a
+// `stages`-deep ring, the ping-pong GEMM turns, and a consumer warpgroup's steps over the
+// K/V blocks of one tile (consume() is the algorithm; docs/hopper.md has the diagrams).
+
+#include <cstdint>
+
+#include "kernels/primitives/masking.cuh"
+#include "kernels/primitives/online_softmax.cuh"
+#include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/sm80/warp_gemm.cuh"
+#include "kernels/primitives/sm90/ptx.cuh"
+#include "kernels/primitives/sm90/tma.cuh"
+#include "kernels/primitives/sm90/warpgroup_gemm.cuh"
+#include "kernels/sm90/tensor_maps.hpp"
+#include "kernels/sm90/tile_scheduler.cuh"
+#include "kernels/sm90/traits.cuh"
+
+namespace flash_attention::sm90 {
+
+// A position in the K/V ring: block j lives in stage j % stages, and each reuse of a
+// stage flips the parity of its barriers' phase.
+template <int Stages>
+struct RingSlot {
+    int stage;
+    std::uint32_t parity;
+    __device__ __forceinline__ explicit RingSlot(int j)
+        : stage(j % Stages), parity(static_cast<std::uint32_t>((j / Stages) & 1)) {}
+};
+
+// The Q buffer of the `iteration`-th tile a CTA works on, and its barriers' parity.
+template <class Tr>
+struct QSlot {
+    int buffer;
+    std::uint32_t parity;
+    __device__ __forceinline__ explicit QSlot(int iteration)
+        : buffer(iteration % Tr::q_buffers),
+          parity(static_cast<std::uint32_t>((iteration / Tr::q_buffers) & 1)) {}
+};
+
+// The producer: one thread issues every copy, tile after tile. It refills a K/V stage
+// once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
+// (across tiles too), and loads a tile's Q once the consumers have stored the previous
+// tile's O from that buffer.
+template <class Tr>
+__device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
+                                        Barriers<Tr::q_buffers, Tr::stages>& bars) {
+    const KernelArgs& args = params.args;
+    int ring = 0;  // K/V blocks loaded so far: the ring position of the next
+    int iteration = 0;
+    for (int index = blockIdx.x; index < tile_count<Tr>(args); index += gridDim.x, ++iteration) {
+        const Tile t = tile_at<Tr>(args, index);
+        // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
+        const QSlot<Tr> q(iteration);
+        bars.q_empty[q.buffer].wait(q.parity ^ 1);
+        bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
+        for (int w = 0; w < Tr::consumers; ++w) {
+            tma::load_tile<Tr::column_blocks, Tr::q_sub_tile_bytes>(
+                smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::q_consumer_bytes,
+                &params.maps.q, t.q_row0 + w * Tr::rows_per_consumer, t.head, t.batch,
+                bars.q_full[q.buffer]);
+        }
+        for (int j = 0; j < t.visited; ++j) {
+            const RingSlot<Tr::stages> slot(ring + j);
+            bars.k_empty[slot.stage].wait(slot.parity ^ 1);
+            bars.k_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
+            tma::load_tile<Tr::column_blocks, Tr::kv_sub_tile_bytes>(
+                smem + Tr::k_offset + slot.stage * Tr::kv_tile_bytes, &params.maps.k, j * Tr::B_c,
+                t.kv_head, t.batch, bars.k_full[slot.stage]);
+            bars.v_empty[slot.stage].wait(slot.parity ^ 1);
+            bars.v_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
+            tma::load_tile<Tr::column_blocks, Tr::kv_sub_tile_bytes>(
+                smem + Tr::v_offset + slot.stage * Tr::kv_tile_bytes, &params.maps.v, j * Tr::B_c,
+                t.kv_head, t.batch, bars.v_full[slot.stage]);
+        }
+        ring += t.visited;
+    }
+}
+
+// Ping-pong: consumer w may issue GEMMs only while it holds the turn, which passes
+// w -> w + 1 -> ... -> 0 through named barriers of 256 threads (the waiting warpgroup
+// and the one handing over). The last consumer opens the first turn (at its first
+// acquire, so a CTA without GEMMs leaves every barrier untouched); every consumer hands
+// over as often as it takes the turn, and finish() lets consumer 0 absorb the last
+// consumer's final hand-over, so no barrier is left half-arrived at exit.
+template <class Tr, bool Enabled>
+struct GemmTurns {
+    int consumer;
+    bool started = false;
+    __device__ __forceinline__ void acquire() {
+        if constexpr (Enabled) {
+            if (!started && consumer == Tr::consumers - 1)
+                ptx::named_barrier_arrive(Tr::turn_barrier_base, 2 * Tr::warpgroup_threads);
+            started = true;
+            ptx::named_barrier_sync(Tr::turn_barrier_base + consumer, 2 * Tr::warpgroup_threads);
+        }
+    }
+    __device__ __forceinline__ void release() const {
+        if constexpr (Enabled) {
+            ptx::named_barrier_arrive(Tr::turn_barrier_base + (consumer + 1) % Tr::consumers,
+                                      2 * Tr::warpgroup_threads);
+        }
+    }
+    __device__ __forceinline__ void finish() const {
+        if (Enabled && started && consumer == 0)
+            ptx::named_barrier_sync(Tr::turn_barrier_base, 2 * Tr::warpgroup_threads);
+    }
+};
+
+// A consumer warpgroup's state and steps; consume() below is the algorithm.
+template <class Tr>
+struct Consumer {
+    static constexpr DType dtype = Tr::dtype;
+    static constexpr int s_tiles = Tr::B_c / 8;
+    static constexpr int o_tiles = Tr::d_head / 8;
+
+    const KernelArgs& args;
+    const Tile& tile;
+    Barriers<Tr::q_buffers, Tr::stages>& bars;
+    std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
+    int consumer;                          // 0 .. consumers - 1
+    int first_row;                         // of this warp, in the sequence
+    int unmasked;                          // blocks before this one need no mask here
+    int ring;                              // ring position of the tile's block 0
+    // Q as A fragments when the config holds it in registers (else unused, and dropped).
+    std::uint32_t q_frags[Tr::d_head / 16][4];
+
+    __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
+        return RingSlot<Tr::stages>(ring + j);
+    }
+
+    __device__ __forceinline__ std::uint32_t k_stage(int stage) const {
+        return k_smem + stage * Tr::kv_tile_bytes;
+    }
+    __device__ __forceinline__ std::uint32_t v_stage(int stage) const {
+        return v_smem + stage * Tr::kv_tile_bytes;
+    }
+
+    // Waits for K_j (V_j) to land; done before taking a GEMM turn, so a warpgroup never
+    // holds the turn while it waits for memory.
+    __device__ __forceinline__ void wait_k(int j) {
+        bars.k_full[slot(j).stage].wait(slot(j).parity);
+    }
+    __device__ __forceinline__ void wait_v(int j) {
+        bars.v_full[slot(j).stage].wait(slot(j).parity);
+    }
+
+    // Issues S = Q·K_jᵀ. The operand fences pin S's registers on both sides of the
+    // asynchronous GEMM, so nothing reads or moves them before the matching wait.
+    __device__ __forceinline__ void issue_qk(float (&s)[1][s_tiles][4], int j) {
+        ptx::fence_operands(s[0]);
+        ptx::wgmma_fence();
+        if constexpr (Tr::q_in_registers) {
+            warpgroup_gemm_qk<dtype, Tr::d_head, Tr::B_c>(s[0], q_frags, k_stage(slot(j).stage));
+        } else {
+            warpgroup_gemm_qk<dtype, Tr::d_head, Tr::B_c>(s[0], q_smem, k_stage(slot(j).stage));
+        }
+        ptx::wgmma_commit_group();
+        ptx::fence_operands(s[0]);
+    }
+
+    // Issues O += P·V_j.
+    __device__ __forceinline__ void issue_pv(float (&o)[1][o_tiles][4],
+                                             const std::uint32_t (&p)[1][s_tiles / 2][4], int j) {
+        ptx::fence_operands(o[0]);
+        ptx::wgmma_fence();
+        warpgroup_gemm_pv<dtype, Tr::d_head, Tr::B_c>(o[0], p[0], v_stage(slot(j).stage));
+        ptx::wgmma_commit_group();
+        ptx::fence_operands(o[0]);
+    }
+
+    // After a wait that retires an S GEMM: keeps Q's fragments (which it read
+    // asynchronously) in their registers until then.
+    __device__ __forceinline__ void keep_q() {
+        if constexpr (Tr::q_in_registers)
+            ptx::fence_operands(q_frags);
+    }
+
+    // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
+    __device__ __forceinline__ void release_k(int j) {
+        __syncwarp();
+        if (threadIdx.x % 32 == 0)
+            bars.k_empty[slot(j).stage].arrive();
+    }
+    __device__ __forceinline__ void release_v(int j) {
+        __syncwarp();
+        if (threadIdx.x % 32 == 0)
+            bars.v_empty[slot(j).stage].arrive();
+    }
+
+    __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
+        if (j >= unmasked) {
+            mask_scores(s, first_row, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
+        }
+    }
+};
+
+// One tile's main loop for one consumer warpgroup: the algorithm.
+template <class Tr, bool Overlap, bool Pingpong>
+__device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>& turns,
+                                        float (&o)[1][Tr::d_head / 8][4],
+                                        OnlineSoftmax<1, true>& softmax) {
+    constexpr int s_tiles = Tr::B_c / 8;
+    const int n = c.tile.visited;
+    float s[1][s_tiles][4];
+    std::uint32_t p[1][s_tiles / 2][4];
+    if (n == 0)
+        return;
+    if constexpr (!Overlap) {
+        for (int j = 0; j < n; ++j) {
+            c.wait_k(j);
+            turns.acquire();
+            c.issue_qk(s, j);
+            turns.release();
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(s[0]);
+            c.keep_q();
+            c.release_k(j);
+            c.mask(s, j);
+            softmax.update(s, o);
+            accumulators_to_a_fragments<Tr::dtype>(s, p);
+            c.wait_v(j);
+            turns.acquire();
+            c.issue_pv(o, p, j);
+            turns.release();
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(o[0]);
+            ptx::fence_operands(p[0]);
+            c.release_v(j);
+        }
+    } else {
+        // Block 0's scores first; then each iteration issues S_j and O += P_{j-1}·V_{j-1}
+        // together and exponentiates S_j while the P·V GEMM runs.
+        c.wait_k(0);
+        turns.acquire();
+        c.issue_qk(s, 0);
+        turns.release();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(s[0]);
+        c.keep_q();
+        c.release_k(0);
+        c.mask(s, 0);
+        softmax.exponentiate(s);  // O is still zero: nothing to rescale
+        accumulators_to_a_fragments<Tr::dtype>(s, p);
+        for (int j = 1; j < n; ++j) {
+            c.wait_k(j);
+            c.wait_v(j - 1);
+            turns.acquire();
+            c.issue_qk(s, j);
+            c.issue_pv(o, p, j - 1);
+            turns.release();
+            ptx::wgmma_wait<1>();  // S_j is done; P_{j-1}·V_{j-1} may still run
+            ptx::fence_operands(s[0]);
+            c.keep_q();
+            c.release_k(j);
+            c.mask(s, j);
+            softmax.exponentiate(s);
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(o[0]);
+            ptx::fence_operands(p[0]);
+            c.release_v(j - 1);
+            softmax.rescale(o);
+            accumulators_to_a_fragments<Tr::dtype>(s, p);
+        }
+        c.wait_v(n - 1);
+        turns.acquire();
+        c.issue_pv(o, p, n - 1);
+        turns.release();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(o[0]);
+        ptx::fence_operands(p[0]);
+        c.release_v(n - 1);
+    }
+}
+
+}  // namespace flash_attention::sm90
