@@ -196,6 +196,50 @@ struct Consumer {
     }
 };
 
+// S_j = Q·K_jᵀ, masked; with WithPv, O += P_{j-1}·V_{j-1} is issued in the same GEMM turn
+// and left running. K_j (and V_{j-1}) are waited for before the turn is taken, so a
+// warpgroup never holds it while it waits for memory; returns once S_j is done.
+template <bool WithPv, class Tr, class Turns>
+__device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)[1][Tr::B_c / 8][4],
+                                       float (&o)[1][Tr::d_head / 8][4],
+                                       std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
+    c.wait_k(j);
+    if constexpr (WithPv)
+        c.wait_v(j - 1);
+    turns.acquire();
+    c.issue_qk(s, j);
+    if constexpr (WithPv)
+        c.issue_pv(o, p, j - 1);
+    turns.release();
+    ptx::wgmma_wait<WithPv ? 1 : 0>();
+    ptx::fence_operands(s[0]);
+    c.keep_q();
+    c.release_k(j);
+    c.mask(s, j);
+}
+
+// Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
+template <class Tr>
+__device__ __forceinline__ void retire_pv(Consumer<Tr>& c, float (&o)[1][Tr::d_head / 8][4],
+                                          std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
+    ptx::wgmma_wait<0>();
+    ptx::fence_operands(o[0]);
+    ptx::fence_operands(p[0]);
+    c.release_v(j);
+}
+
+// O += P·V_j, from waiting for V_j to retiring the GEMM.
+template <class Tr, class Turns>
+__device__ __forceinline__ void accumulate(Consumer<Tr>& c, Turns& turns,
+                                           float (&o)[1][Tr::d_head / 8][4],
+                                           std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
+    c.wait_v(j);
+    turns.acquire();
+    c.issue_pv(o, p, j);
+    turns.release();
+    retire_pv(c, o, p, j);
+}
+
 // One tile's main loop for one consumer warpgroup: the algorithm.
 template <class Tr, bool Overlap, bool Pingpong>
 __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>& turns,
@@ -209,68 +253,25 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
         return;
     if constexpr (!Overlap) {
         for (int j = 0; j < n; ++j) {
-            c.wait_k(j);
-            turns.acquire();
-            c.issue_qk(s, j);
-            turns.release();
-            ptx::wgmma_wait<0>();
-            ptx::fence_operands(s[0]);
-            c.keep_q();
-            c.release_k(j);
-            c.mask(s, j);
+            scores<false>(c, turns, s, o, p, j);
             softmax.update(s, o);
             accumulators_to_a_fragments<Tr::dtype>(s, p);
-            c.wait_v(j);
-            turns.acquire();
-            c.issue_pv(o, p, j);
-            turns.release();
-            ptx::wgmma_wait<0>();
-            ptx::fence_operands(o[0]);
-            ptx::fence_operands(p[0]);
-            c.release_v(j);
+            accumulate(c, turns, o, p, j);
         }
     } else {
-        // Block 0's scores first; then each iteration issues S_j and O += P_{j-1}·V_{j-1}
-        // together and exponentiates S_j while the P·V GEMM runs.
-        c.wait_k(0);
-        turns.acquire();
-        c.issue_qk(s, 0);
-        turns.release();
-        ptx::wgmma_wait<0>();
-        ptx::fence_operands(s[0]);
-        c.keep_q();
-        c.release_k(0);
-        c.mask(s, 0);
+        // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
+        // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
+        scores<false>(c, turns, s, o, p, 0);
         softmax.exponentiate(s);  // O is still zero: nothing to rescale
         accumulators_to_a_fragments<Tr::dtype>(s, p);
         for (int j = 1; j < n; ++j) {
-            c.wait_k(j);
-            c.wait_v(j - 1);
-            turns.acquire();
-            c.issue_qk(s, j);
-            c.issue_pv(o, p, j - 1);
-            turns.release();
-            ptx::wgmma_wait<1>();  // S_j is done; P_{j-1}·V_{j-1} may still run
-            ptx::fence_operands(s[0]);
-            c.keep_q();
-            c.release_k(j);
-            c.mask(s, j);
+            scores<true>(c, turns, s, o, p, j);
             softmax.exponentiate(s);
-            ptx::wgmma_wait<0>();
-            ptx::fence_operands(o[0]);
-            ptx::fence_operands(p[0]);
-            c.release_v(j - 1);
+            retire_pv(c, o, p, j - 1);
             softmax.rescale(o);
             accumulators_to_a_fragments<Tr::dtype>(s, p);
         }
-        c.wait_v(n - 1);
-        turns.acquire();
-        c.issue_pv(o, p, n - 1);
-        turns.release();
-        ptx::wgmma_wait<0>();
-        ptx::fence_operands(o[0]);
-        ptx::fence_operands(p[0]);
-        c.release_v(n - 1);
+        accumulate(c, turns, o, p, n - 1);
     }
 }
 
