@@ -3,15 +3,9 @@
 // The end of a consumer's tile: O rounded to 16 bits into the consumer's Q region (which Q
 // no longer needs) in TMA's swizzled layout, then stored with TMA.
 
-#include <cstdint>
-
-#include "kernels/primitives/masking.cuh"
-#include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/ptx.cuh"
-#include "kernels/primitives/sm80/warp_gemm.cuh"
 #include "kernels/primitives/sm90/ptx.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
-#include "kernels/primitives/sm90/warpgroup_gemm.cuh"
 #include "kernels/sm90/tensor_maps.hpp"
 #include "kernels/sm90/tile_scheduler.cuh"
 #include "kernels/sm90/traits.cuh"

@@ -1,24 +1,14 @@
 #pragma once
 
-// The sm90 forward kernel (FlashAttention-3's structure): a producer warpgroup streams
-// K and V through a `stages`-deep ring of shared-memory tiles with TMA, and each consumer
-// warpgroup computes 64 query rows with wgmma, the online softmax running on the
-// accumulators in registers. Needs sm_90a (wgmma, setmaxnreg).
-//
-//   producer (1 thread), per tile      consumer warpgroup w (128 threads, rows 64w..64w+63)
-//   wait q_empty[b]; Q -> q_full[b]    wait q_full[b] (with qreg: Q -> registers)
-//   for j: wait k_empty[s]             for j: wait k_full[s]; S = Q·K_jᵀ; arrive k_empty[s]
-//          K_j -> k_full[s]                   mask, softmax, P = S as 16-bit
-//          wait v_empty[s]                    wait v_full[s]; O += P·V_j; arrive v_empty[s]
-//          V_j -> v_full[s]            O /= row sums; LSE; O -> Q's buffer -> TMA store;
-//                                      arrive q_empty[b]
-//
-// With intra-warpgroup overlap the consumer issues S_{j+1} = Q·K_{j+1}ᵀ and O += P_j·V_j
-// together and runs the softmax of S_{j+1} while the second GEMM is in flight. With
-// ping-pong the consumers take turns issuing their GEMMs (named barriers), so one
-// warpgroup's softmax runs while another's GEMMs own the tensor cores. A persistent CTA
-// repeats the tile loop over several tiles; the K/V ring (stage s) and the Q buffers
-// (b) carry on from tile to tile. docs/hopper.md has the diagrams.
+// The sm90 forward kernel (FlashAttention-3's structure): a producer warpgroup streams Q,
+// K and V with TMA, and each consumer warpgroup computes 64 query rows with wgmma, the
+// online softmax running on the accumulators in registers. Needs sm_90a (wgmma,
+// setmaxnreg). This body sets up shared memory and the barriers, splits the warpgroups
+// into roles, and walks the tiles the scheduler (tile_scheduler.cuh) hands the CTA: load Q,
+// run the main loop (mainloop.cuh: the producer, the GEMM turns, the consumer's steps),
+// store the LSE and run the epilogue (epilogue.cuh). A persistent CTA walks several
+// tiles; the K/V ring and the Q buffers carry on from tile to tile. docs/hopper.md has the
+// diagrams.
 
 #include <cstdint>
 
