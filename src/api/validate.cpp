@@ -12,8 +12,6 @@
 #include <tuple>
 
 #include "config/config_space.hpp"
-#include "kernels/sm90/tensor_maps.hpp"
-#include "registry/registry.hpp"
 
 namespace flash_attention {
 
