@@ -4,6 +4,7 @@
 
 #include "commands.hpp"
 #include "config/config_space.hpp"
+#include "config/resources.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "options.hpp"
 #include "registry/registry.hpp"
@@ -38,9 +39,9 @@ int list(const ListOptions& options) {
         const KernelOps* ops = find_kernel(c);
         const int ctas = gpu && ops
                              ? ops->ctas_per_sm()
-                             : c.ctas_per_sm(c.family == Family::sm90 ? DeviceLimits::h100()
-                                                                      : DeviceLimits::a100());
-        std::printf("%s  smem=%zu  ctas_per_sm=%d", c.to_string().c_str(), c.smem_bytes(), ctas);
+                             : ctas_per_sm(c, c.family == Family::sm90 ? DeviceLimits::h100()
+                                                                       : DeviceLimits::a100());
+        std::printf("%s  smem=%zu  ctas_per_sm=%d", c.to_string().c_str(), smem_bytes(c), ctas);
         if (!ops)
             std::printf("  (not built)");
         if (options.verbose && gpu && ops) {

@@ -22,18 +22,6 @@ constexpr std::size_t element_bytes(DType) {
     return 2;
 }
 
-// Per-SM resources that bound how many CTAs of a kernel fit at once.
-struct DeviceLimits {
-    int smem_per_sm;           // bytes of shared memory per SM usable by CTAs
-    int smem_per_block_optin;  // largest dynamic shared memory one CTA may ask for
-    int reserved_smem_per_block;
-    int max_threads_per_sm;
-    int max_ctas_per_sm;
-
-    static constexpr DeviceLimits a100() { return {167936, 166912, 1024, 2048, 32}; }
-    static constexpr DeviceLimits h100() { return {233472, 232448, 1024, 2048, 32}; }
-};
-
 // Whose knob a field is, and how the short form spells it.
 enum class FieldFamily { common, sm80, sm90 };
 enum class FieldKind {
@@ -108,50 +96,8 @@ struct KernelConfig {
     constexpr int rows_per_warp() const {
         return n_warps > 0 ? B_r / n_warps : 0;
     }
-    constexpr int consumer_warpgroups() const {
-        return family == Family::sm90 ? n_warps / 4 - 1 : 0;
-    }
-    // sm90: registers per consumer thread after setmaxnreg. The producer warpgroup drops
-    // to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
-    constexpr int consumer_registers() const {
-        return consumer_warpgroups() >= 3 ? 160 : 240;
-    }
-    // Q, K and V tiles (sm90: `q_buffers()` Q tiles, `stages` K and V tiles, 1024 bytes to
-    // align the tiles to the 128-byte swizzle's 1024-byte period, and the pipeline's
-    // mbarriers); O is staged through Q's buffer at the end.
-    constexpr std::size_t smem_bytes() const {
-        if (family == Family::sm90)
-            return sm90_smem_bytes(q_buffers());
-        return (static_cast<std::size_t>(B_r) + 2 * static_cast<std::size_t>(B_c)) *
-               static_cast<std::size_t>(d_head) * element_bytes(dtype);
-    }
-    // sm90: a persistent kernel loads the next tile's Q into a second buffer while this
-    // tile computes and stores its O, when an H100 has the shared memory for it.
-    constexpr int q_buffers() const {
-        return family == Family::sm90 && persistent &&
-                       sm90_smem_bytes(2) <=
-                           static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin)
-                   ? 2
-                   : 1;
-    }
-
-    // CTAs resident per SM as bounded by shared memory and threads, and for sm90 by its
-    // register reallocation (one CTA); sm80 registers are known only after compilation:
-    // the registry reports the device's own figure.
-    int ctas_per_sm(const DeviceLimits& limits) const;
 
     std::string to_string() const;
-
-  private:
-    constexpr std::size_t sm90_smem_bytes(int q_tiles) const {
-        const std::size_t n_stages = stages > 0 ? static_cast<std::size_t>(stages) : 0;
-        return (q_tiles * static_cast<std::size_t>(B_r) +
-                2 * n_stages * static_cast<std::size_t>(B_c)) *
-                   static_cast<std::size_t>(d_head) * element_bytes(dtype) +
-               1024 + 8 * (2 * static_cast<std::size_t>(q_tiles) + 4 * n_stages);
-    }
-
-  public:
     // Inverse of to_string(). Throws flash_attention::Error naming the offending token.
     static KernelConfig parse(std::string_view short_form);
 };

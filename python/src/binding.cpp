@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "config/resources.hpp"
 #include "flash_attention/flash_attention.hpp"
 
 namespace nb = nanobind;
@@ -235,7 +236,7 @@ NB_MODULE(_C, m) {
         .def_static("parse", &fa::KernelConfig::parse, nb::arg("short_form"),
                     "Parses a short form such as '(BF16, 128, 128, 64, 4): async+eager+swizzled+"
                     "load_1_1_1_tiles+buffer+opt_softmax'; raises ValueError naming the bad token.")
-        .def("smem_bytes", &fa::KernelConfig::smem_bytes)
+        .def("smem_bytes", [](const fa::KernelConfig& c) { return fa::smem_bytes(c); })
         .def("is_built", [](const fa::KernelConfig& c) { return fa::is_built(c); })
         .def(
             "is_supported", [](const fa::KernelConfig& c) { return fa::is_supported(c); },

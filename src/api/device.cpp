@@ -10,6 +10,7 @@
 
 #include "api/validate.hpp"
 #include "common/cuda_check.hpp"
+#include "config/resources.hpp"
 #include "flash_attention/flash_attention.hpp"
 
 namespace flash_attention {

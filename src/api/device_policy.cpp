@@ -7,6 +7,7 @@
 
 #include "api/validate.hpp"
 #include "config/config_space.hpp"
+#include "config/resources.hpp"
 #include "kernels/sm90/tensor_maps.hpp"
 #include "registry/registry.hpp"
 
@@ -42,10 +43,10 @@ std::string device_problem(const KernelConfig& c, const DeviceProperties& device
                " (compute capability " + std::to_string(device.major) + "." +
                std::to_string(device.minor) + "; sm90 kernels need 9.0)";
     }
-    if (static_cast<long>(c.smem_bytes()) > device.smem_per_block_optin) {
+    if (static_cast<long>(smem_bytes(c)) > device.smem_per_block_optin) {
         return "at most " + std::to_string(device.smem_per_block_optin) +
                " bytes of shared memory per CTA on device " + std::to_string(device.index) +
-               " (the config needs " + std::to_string(c.smem_bytes()) + ")";
+               " (the config needs " + std::to_string(smem_bytes(c)) + ")";
     }
     return {};
 }

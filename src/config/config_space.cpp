@@ -4,6 +4,7 @@
 #include <array>
 
 #include "config/builtin_choice.hpp"
+#include "config/resources.hpp"
 #include "flash_attention/error.hpp"
 #include "kernels/config_code.hpp"
 
@@ -114,8 +115,8 @@ constexpr std::array k_rules = {
     Rule{"smem", RuleKind::validity,
          "shared memory fits one CTA on an A100 (163 KB), the smallest sm_80+ target we build",
          [](const KernelConfig& c) {
-             return sm80(c) && c.smem_bytes() > static_cast<std::size_t>(
-                                                    DeviceLimits::a100().smem_per_block_optin);
+             return sm80(c) && smem_bytes(c) > static_cast<std::size_t>(
+                                                   DeviceLimits::a100().smem_per_block_optin);
          }},
     // sm90 family.
     Rule{"sm90_knobs", RuleKind::validity,
@@ -129,25 +130,24 @@ constexpr std::array k_rules = {
          }},
     Rule{"warpgroup_rows", RuleKind::validity,
          "each consumer warpgroup owns 64 query rows (one m64 wgmma tile): B_r = 64 x consumers",
-         [](const KernelConfig& c) { return sm90(c) && c.B_r != 64 * c.consumer_warpgroups(); }},
+         [](const KernelConfig& c) { return sm90(c) && c.B_r != 64 * consumer_warpgroups(c); }},
     Rule{"wgmma_n", RuleKind::validity,
          "B_c is 64, 80 or 128 (the N of S = Q·Kᵀ's wgmma, which this library instantiates)",
          [](const KernelConfig& c) { return sm90(c) && !is_wgmma_n(c.B_c); }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
          [](const KernelConfig& c) { return sm90(c) && (c.stages < 1 || c.stages > 4); }},
-    Rule{
-        "pingpong_needs_two", RuleKind::validity,
-        "ping-pong alternates two or more consumer warpgroups",
-        [](const KernelConfig& c) { return sm90(c) && c.pingpong && c.consumer_warpgroups() < 2; }},
+    Rule{"pingpong_needs_two", RuleKind::validity,
+         "ping-pong alternates two or more consumer warpgroups",
+         [](const KernelConfig& c) { return sm90(c) && c.pingpong && consumer_warpgroups(c) < 2; }},
     Rule{"sm90_smem", RuleKind::validity, "shared memory fits one CTA on an H100 (227 KB)",
          [](const KernelConfig& c) {
-             return sm90(c) && c.smem_bytes() > static_cast<std::size_t>(
-                                                    DeviceLimits::h100().smem_per_block_optin);
+             return sm90(c) && smem_bytes(c) > static_cast<std::size_t>(
+                                                   DeviceLimits::h100().smem_per_block_optin);
          }},
     Rule{"register_budget", RuleKind::pruning,
          "the live fragments and accumulators would exceed the register budget and spill",
          [](const KernelConfig& c) {
-             return estimated_registers(c) > (sm90(c) ? c.consumer_registers() : k_register_budget);
+             return estimated_registers(c) > (sm90(c) ? consumer_registers(c) : k_register_budget);
          }},
 };
 

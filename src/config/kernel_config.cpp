@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "config/resources.hpp"
 #include "flash_attention/error.hpp"
 #include "kernels/config_code.hpp"
 
@@ -33,16 +34,16 @@ std::string_view to_string(Family family) {
     return "?";
 }
 
-int KernelConfig::ctas_per_sm(const DeviceLimits& limits) const {
-    const auto smem = static_cast<long>(smem_bytes());
-    if (smem > limits.smem_per_block_optin || n_threads() <= 0) {
+int ctas_per_sm(const KernelConfig& c, const DeviceLimits& limits) {
+    const auto smem = static_cast<long>(smem_bytes(c));
+    if (smem > limits.smem_per_block_optin || c.n_threads() <= 0) {
         return 0;
     }
     const long by_smem = limits.smem_per_sm / (smem + limits.reserved_smem_per_block);
-    const long by_threads = limits.max_threads_per_sm / n_threads();
+    const long by_threads = limits.max_threads_per_sm / c.n_threads();
     // An sm90 CTA's warpgroups reallocate registers (setmaxnreg) up to the whole register
     // file between them: one CTA per SM by design.
-    const long by_registers = family == Family::sm90 ? 1 : limits.max_ctas_per_sm;
+    const long by_registers = c.family == Family::sm90 ? 1 : limits.max_ctas_per_sm;
     return static_cast<int>(
         std::min({by_smem, by_threads, by_registers, long{limits.max_ctas_per_sm}}));
 }

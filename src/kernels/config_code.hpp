@@ -23,7 +23,7 @@ constexpr int code_bits() {
 static_assert(code_bits() <= 64, "the code fits one 64-bit integer");
 
 // Whether every field fits its bits, so that pack() loses nothing and the size formulas
-// (smem_bytes(), n_threads()) cannot overflow.
+// (smem_bytes(c), c.n_threads()) cannot overflow.
 constexpr bool fields_in_range(const KernelConfig& c) {
     for (int i = 0; i < k_config_field_count; ++i) {
         const int value = field_value(c, i);

@@ -4,6 +4,7 @@
 
 #include "config/builtin_choice.hpp"
 #include "config/config_space.hpp"
+#include "config/resources.hpp"
 #include "flash_attention/error.hpp"
 
 namespace fa = flash_attention;
@@ -120,7 +121,7 @@ TEST(ConfigSpace, HopperTuneSetHasWiderKeyBlocksAtHeadDim256) {
         b_c80 += c.B_c == 80;
         b_c128 += c.B_c == 128;
         EXPECT_EQ(rejected_by(c), "") << c.to_string();
-        EXPECT_LE(c.smem_bytes(), 227u * 1024) << c.to_string();
+        EXPECT_LE(smem_bytes(c), 227u * 1024) << c.to_string();
         if (c.B_c == 128) {
             EXPECT_EQ(c.stages, 1) << c.to_string();
             EXPECT_FALSE(c.intra_warpgroup_overlap) << c.to_string();
@@ -147,7 +148,7 @@ TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
     }
     // Each step adds one technique: more consumers, more stages, overlap, ping-pong,
     // persistence, Q in registers.
-    EXPECT_LT(ladder[0].consumer_warpgroups(), ladder[1].consumer_warpgroups());
+    EXPECT_LT(consumer_warpgroups(ladder[0]), consumer_warpgroups(ladder[1]));
     EXPECT_LT(ladder[1].stages, ladder[2].stages);
     EXPECT_TRUE(!ladder[2].intra_warpgroup_overlap && ladder[3].intra_warpgroup_overlap);
     EXPECT_TRUE(!ladder[3].pingpong && ladder[4].pingpong);

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "config/config_space.hpp"
+#include "config/resources.hpp"
 #include "flash_attention/error.hpp"
 #include "flash_attention/kernel_config.hpp"
 #include "kernels/config_code.hpp"
@@ -79,19 +80,19 @@ TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
     EXPECT_EQ(c.stages, 2);
     EXPECT_TRUE(c.intra_warpgroup_overlap);
     EXPECT_TRUE(c.pingpong);
-    EXPECT_EQ(c.consumer_warpgroups(), 2);
+    EXPECT_EQ(consumer_warpgroups(c), 2);
     EXPECT_FALSE(c.async_copy || c.swizzled || c.optimized_softmax);
     EXPECT_EQ(c.to_string(), text);
     EXPECT_EQ(KernelConfig::parse("(BF16, 64, 64, 64, 8): stages_1+sm90").to_string(),
               "(BF16, 64, 64, 64, 8): sm90+stages_1");
     // Q, 2 x 2 K/V stages of 128 x 128 16-bit, the alignment pad and 10 mbarriers.
-    EXPECT_EQ(c.smem_bytes(), (128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 10);
+    EXPECT_EQ(smem_bytes(c), (128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 10);
     // Persistent: a second Q buffer when it fits an H100 (d_head 128), else one (256).
     const KernelConfig persistent =
         KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent");
-    EXPECT_EQ(persistent.q_buffers(), 2);
-    EXPECT_EQ(persistent.smem_bytes(), (2 * 128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 12);
-    EXPECT_EQ(KernelConfig::parse("(BF16, 256, 128, 64, 12): sm90+stages_2+persistent").q_buffers(),
+    EXPECT_EQ(q_buffers(persistent), 2);
+    EXPECT_EQ(smem_bytes(persistent), (2 * 128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 12);
+    EXPECT_EQ(q_buffers(KernelConfig::parse("(BF16, 256, 128, 64, 12): sm90+stages_2+persistent")),
               1);
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_x").find("stages_x"),
               std::string::npos);
@@ -206,13 +207,13 @@ TEST(KernelConfig, OrderEqualityAndHashAgree) {
 
 TEST(KernelConfig, SharedMemoryAndOccupancy) {
     const KernelConfig c = KernelConfig::parse(k_full);
-    EXPECT_EQ(c.smem_bytes(), (64u + 2 * 64) * 128 * 2);  // Q + K + V tiles of 16-bit
+    EXPECT_EQ(smem_bytes(c), (64u + 2 * 64) * 128 * 2);  // Q + K + V tiles of 16-bit
     // 48 KB + 1 KB reserved per CTA: 3 CTAs in an A100's 164 KB, 4 in an H100's 228 KB.
-    EXPECT_EQ(c.ctas_per_sm(fa::DeviceLimits::a100()), 3);
-    EXPECT_EQ(c.ctas_per_sm(fa::DeviceLimits::h100()), 4);
+    EXPECT_EQ(fa::ctas_per_sm(c, fa::DeviceLimits::a100()), 3);
+    EXPECT_EQ(fa::ctas_per_sm(c, fa::DeviceLimits::h100()), 4);
     KernelConfig huge = c;
     huge.B_r = 1024;
-    EXPECT_EQ(huge.ctas_per_sm(fa::DeviceLimits::a100()), 0);
+    EXPECT_EQ(fa::ctas_per_sm(huge, fa::DeviceLimits::a100()), 0);
 }
 
 TEST(KernelConfig, EveryConfigSurvivesTheKernelParameterPacking) {

@@ -1,12 +1,32 @@
 #pragma once
 
-// Writing the output tile: accumulators -> SMEM (16-bit) -> GMEM.
+// The end of a tile, shared by both families: each row's log-sum-exp, and O's
+// accumulators rounded to 16 bits into a shared-memory tile, then to GMEM (sm90 writes
+// its own tile type and stores it with TMA: sm90/epilogue.cuh).
 
 #include <cstdint>
 
+#include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
 
 namespace flash_attention {
+
+// Stores the log-sum-exp of a warp's rows first_row + [0, 16 * MT) that lie below seq_q
+// into lse[row]. Called by one lane of each quad: the four hold the same rows' statistics.
+template <int MT, class Softmax>
+__device__ __forceinline__ void store_lse(float* lse, int first_row, int seq_q,
+                                          const Softmax& softmax) {
+    const int lane = threadIdx.x % warp_size;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = first_row + mt * mma_m + lane / 4 + 8 * h;
+            if (row < seq_q)
+                lse[row] = softmax.log_sum_exp(mt, h);
+        }
+    }
+}
 
 // Stores a warp's m16n8 fp32 accumulators, rounded to 16 bits, into its rows of a
 // shared-memory tile. A quad writes one 16-byte chunk per row; with the swizzle the
@@ -14,10 +34,10 @@ namespace flash_attention {
 template <DType dtype, class Tile, int MT, int NT>
 __device__ __forceinline__ void store_accumulators_RF2SM(const float (&o)[MT][NT][4],
                                                          std::uint32_t tile_base, int warp_row0) {
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % warp_size;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
-        const int row = warp_row0 + mt * 16 + lane / 4;
+        const int row = warp_row0 + mt * mma_m + lane / 4;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const std::uint32_t col_bytes = (lane % 4) * 4;
@@ -36,11 +56,11 @@ template <class Tile, int Rows, class T>
 __device__ __forceinline__ void copy_rows_SM2GM(std::uint32_t tile_base, int row0, T* gmem_row0,
                                                 std::int64_t gmem_row_stride, int valid_rows) {
     constexpr int chunks = Rows * Tile::chunks_per_row;
-    static_assert(chunks % 32 == 0, "every lane stores the same number of chunks");
-    const int lane = threadIdx.x % 32;
+    static_assert(chunks % warp_size == 0, "every lane stores the same number of chunks");
+    const int lane = threadIdx.x % warp_size;
 #pragma unroll
-    for (int i = 0; i < chunks / 32; ++i) {
-        const int c = lane + 32 * i;
+    for (int i = 0; i < chunks / warp_size; ++i) {
+        const int c = lane + warp_size * i;
         const int r = c / Tile::chunks_per_row;
         const int chunk = c % Tile::chunks_per_row;
         if (r < valid_rows) {

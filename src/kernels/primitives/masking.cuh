@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/primitives/geometry.cuh"
+
 namespace flash_attention {
 
 struct KeyBlocks {
@@ -52,12 +54,12 @@ __host__ __device__ constexpr int keys_seen(int row, int seq_q, int seq_k, bool 
 template <int MT, int NT>
 __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], int first_row, int first_key,
                                             int seq_q, int seq_k, bool causal) {
-    const int lane = threadIdx.x % 32;
+    const int lane = threadIdx.x % warp_size;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int row = first_row + mt * 16 + lane / 4 + 8 * h;
+            const int row = first_row + mt * mma_m + lane / 4 + 8 * h;
             const int keys = keys_seen(row, seq_q, seq_k, causal);
             const int visible = keys - first_key - 2 * (lane % 4);  // of this lane's columns
 #pragma unroll

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     const int q_block = args.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int q_row0 = q_block * Tr::B_r;
     const int q_rows = min(Tr::B_r, args.seq_q - q_row0);  // fewer in the last, partial block
-    const int warp_row0 = (threadIdx.x / 32) * Tr::rows_per_warp;
+    const int warp_row0 = (threadIdx.x / warp_size) * Tr::rows_per_warp;
     const KeyBlocks blocks =
         key_blocks(args.seq_q, args.seq_k, args.causal, q_row0, q_rows, Tr::B_c);
     const auto rows_of_block = [&](int j) { return min(Tr::B_c, args.seq_k - j * Tr::B_c); };
@@ -150,17 +150,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     softmax.finalize(o);
 
     if (args.lse != nullptr && threadIdx.x % 4 == 0) {
-        const int lane = threadIdx.x % 32;
-        float* lse = args.lse + (std::int64_t{batch} * args.heads + head) * args.seq_q;
-#pragma unroll
-        for (int mt = 0; mt < m_tiles; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = q_row0 + warp_row0 + mt * 16 + lane / 4 + 8 * h;
-                if (row < args.seq_q)
-                    lse[row] = softmax.log_sum_exp(mt, h);
-            }
-        }
+        store_lse<m_tiles>(args.lse + (std::int64_t{batch} * args.heads + head) * args.seq_q,
+                           q_row0 + warp_row0, args.seq_q, softmax);
     }
 
     // O is staged in this warp's own rows of Q's tile: no other warp reads them, and

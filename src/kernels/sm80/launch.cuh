@@ -17,7 +17,7 @@ inline constexpr auto* kernel = &forward_kernel<pack(C)>;
 
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
-    constexpr int smem = static_cast<int>(C.smem_bytes());
+    constexpr int smem = static_cast<int>(smem_bytes(C));
     enable_dynamic_smem<kernel<C>, smem>();
     const dim3 grid(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch);
     launch_kernel<kernel<C>>(grid, C.n_threads(), smem, stream, args, "sm80 forward kernel launch");
@@ -25,7 +25,7 @@ void launch(const KernelArgs& args, Stream stream) {
 
 template <KernelConfig C>
 constexpr KernelOps make_ops() {
-    return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(C.smem_bytes())>();
+    return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(smem_bytes(C))>();
 }
 
 }  // namespace flash_attention::sm80

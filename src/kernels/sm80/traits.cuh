@@ -3,6 +3,7 @@
 // Compile-time expansion of a KernelConfig into the sm80 kernel's tile shapes,
 // shared-memory layout and fragment counts.
 
+#include "config/resources.hpp"
 #include "flash_attention/kernel_config.hpp"
 #include "kernels/config_code.hpp"
 #include "kernels/primitives/element.cuh"
@@ -43,7 +44,7 @@ struct Traits {
     static constexpr int v_smem_offset = QTile::bytes + KTile::bytes;
     static constexpr int smem_bytes = QTile::bytes + KTile::bytes + VTile::bytes;
 
-    static_assert(smem_bytes == C.smem_bytes(), "KernelConfig::smem_bytes() matches the layout");
+    static_assert(smem_bytes == flash_attention::smem_bytes(C), "smem_bytes(C) matches the layout");
     static_assert(rows_per_warp == 16 || rows_per_warp == 32, "16 or 32 query rows per warp");
     static_assert(d_head % 16 == 0 && B_c % 16 == 0, "whole k16 MMA tiles");
     static_assert(qk_k_tiles % qk_step == 0 && pv_k_tiles % pv_step == 0,

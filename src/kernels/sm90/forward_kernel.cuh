@@ -12,6 +12,8 @@
 
 #include <cstdint>
 
+#include "kernels/primitives/epilogue.cuh"
+#include "kernels/primitives/geometry.cuh"
 #include "kernels/sm90/epilogue.cuh"
 #include "kernels/sm90/mainloop.cuh"
 #include "kernels/sm90/tile_scheduler.cuh"
@@ -32,7 +34,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     unsigned char* smem = smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024);
     auto& bars = *reinterpret_cast<Barriers<Tr::q_buffers, Tr::stages>*>(smem + Tr::barrier_offset);
 
-    const int warpgroup = threadIdx.x / Tr::warpgroup_threads;
+    const int warpgroup = threadIdx.x / warpgroup_threads;
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_buffers; ++b) {
             bars.q_full[b].init(1);
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         const Tile tile = tile_at<Tr>(args, index);
         const QSlot<Tr> q(iteration);
         unsigned char* q_region =
-            smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::q_consumer_bytes;
+            smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
         const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
         Consumer<Tr> c{
             .args = args,
@@ -77,8 +79,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             .k_smem = static_cast<std::uint32_t>(smem_base + Tr::k_offset),
             .v_smem = static_cast<std::uint32_t>(smem_base + Tr::v_offset),
             .consumer = consumer,
-            .first_row =
-                consumer_row0 + static_cast<int>(threadIdx.x % Tr::warpgroup_threads) / 32 * 16,
+            .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
             // This consumer's own rows may need fewer masked blocks than the tile's.
             .unmasked =
                 key_blocks(args.seq_q, args.seq_k, args.causal, consumer_row0,
@@ -92,22 +93,15 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
         bars.q_full[q.buffer].wait(q.parity);
         if constexpr (Tr::q_in_registers) {
-            load_a_fragments_128b<Tr::d_head>(
-                c.q_frags, c.q_smem,
-                static_cast<int>(threadIdx.x % Tr::warpgroup_threads) / 32 * 16);
+            load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
         }
         consume<Tr, C.intra_warpgroup_overlap>(c, turns, o, softmax);
         softmax.finalize(o);
 
         if (args.lse != nullptr && threadIdx.x % 4 == 0) {
-            float* lse =
-                args.lse + (std::int64_t{tile.batch} * args.heads + tile.head) * args.seq_q;
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = c.first_row + (threadIdx.x % 32) / 4 + 8 * h;
-                if (row < args.seq_q)
-                    lse[row] = softmax.log_sum_exp(0, h);
-            }
+            store_lse<1>(
+                args.lse + (std::int64_t{tile.batch} * args.heads + tile.head) * args.seq_q,
+                c.first_row, args.seq_q, softmax);
         }
         // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
         // and no other warpgroup reads these rows: O may overwrite them.

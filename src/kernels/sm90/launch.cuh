@@ -22,7 +22,7 @@ inline constexpr auto* kernel = &forward_kernel<pack(C)>;
 
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
-    constexpr int smem = static_cast<int>(C.smem_bytes());
+    constexpr int smem = static_cast<int>(smem_bytes(C));
     enable_dynamic_smem<kernel<C>, smem>();
     const Params params{args, make_tensor_maps(args, C.dtype, C.d_head, C.B_c)};
     // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
@@ -42,7 +42,7 @@ void launch(const KernelArgs& args, Stream stream) {
 
 template <KernelConfig C>
 constexpr KernelOps make_ops() {
-    return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(C.smem_bytes())>();
+    return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(smem_bytes(C))>();
 }
 
 }  // namespace flash_attention::sm90

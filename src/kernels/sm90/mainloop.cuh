@@ -56,22 +56,22 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
         bars.q_empty[q.buffer].wait(q.parity ^ 1);
         bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
         for (int w = 0; w < Tr::consumers; ++w) {
-            tma::load_tile<Tr::column_blocks, Tr::q_sub_tile_bytes>(
-                smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::q_consumer_bytes,
+            tma::load_tile<typename Tr::QTile>(
+                smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::QTile::bytes,
                 &params.maps.q, t.q_row0 + w * Tr::rows_per_consumer, t.head, t.batch,
                 bars.q_full[q.buffer]);
         }
         for (int j = 0; j < t.visited; ++j) {
             const RingSlot<Tr::stages> slot(ring + j);
             bars.k_empty[slot.stage].wait(slot.parity ^ 1);
-            bars.k_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
-            tma::load_tile<Tr::column_blocks, Tr::kv_sub_tile_bytes>(
-                smem + Tr::k_offset + slot.stage * Tr::kv_tile_bytes, &params.maps.k, j * Tr::B_c,
+            bars.k_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
+            tma::load_tile<typename Tr::KVTile>(
+                smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes, &params.maps.k, j * Tr::B_c,
                 t.kv_head, t.batch, bars.k_full[slot.stage]);
             bars.v_empty[slot.stage].wait(slot.parity ^ 1);
-            bars.v_full[slot.stage].arrive_expect_tx(Tr::kv_tile_bytes);
-            tma::load_tile<Tr::column_blocks, Tr::kv_sub_tile_bytes>(
-                smem + Tr::v_offset + slot.stage * Tr::kv_tile_bytes, &params.maps.v, j * Tr::B_c,
+            bars.v_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
+            tma::load_tile<typename Tr::KVTile>(
+                smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes, &params.maps.v, j * Tr::B_c,
                 t.kv_head, t.batch, bars.v_full[slot.stage]);
         }
         ring += t.visited;
@@ -91,20 +91,24 @@ struct GemmTurns {
     __device__ __forceinline__ void acquire() {
         if constexpr (Enabled) {
             if (!started && consumer == Tr::consumers - 1)
-                ptx::named_barrier_arrive(Tr::turn_barrier_base, 2 * Tr::warpgroup_threads);
+                ptx::named_barrier_arrive(Tr::barrier_id(NamedBarrier::gemm_turn, 0),
+                                          2 * warpgroup_threads);
             started = true;
-            ptx::named_barrier_sync(Tr::turn_barrier_base + consumer, 2 * Tr::warpgroup_threads);
+            ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::gemm_turn, consumer),
+                                    2 * warpgroup_threads);
         }
     }
     __device__ __forceinline__ void release() const {
         if constexpr (Enabled) {
-            ptx::named_barrier_arrive(Tr::turn_barrier_base + (consumer + 1) % Tr::consumers,
-                                      2 * Tr::warpgroup_threads);
+            ptx::named_barrier_arrive(
+                Tr::barrier_id(NamedBarrier::gemm_turn, (consumer + 1) % Tr::consumers),
+                2 * warpgroup_threads);
         }
     }
     __device__ __forceinline__ void finish() const {
         if (Enabled && started && consumer == 0)
-            ptx::named_barrier_sync(Tr::turn_barrier_base, 2 * Tr::warpgroup_threads);
+            ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::gemm_turn, 0),
+                                    2 * warpgroup_threads);
     }
 };
 
@@ -131,10 +135,10 @@ struct Consumer {
     }
 
     __device__ __forceinline__ std::uint32_t k_stage(int stage) const {
-        return k_smem + stage * Tr::kv_tile_bytes;
+        return k_smem + stage * Tr::KVTile::bytes;
     }
     __device__ __forceinline__ std::uint32_t v_stage(int stage) const {
-        return v_smem + stage * Tr::kv_tile_bytes;
+        return v_smem + stage * Tr::KVTile::bytes;
     }
 
     // Waits for K_j (V_j) to land; done before taking a GEMM turn, so a warpgroup never
@@ -152,9 +156,10 @@ struct Consumer {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
         if constexpr (Tr::q_in_registers) {
-            warpgroup_gemm_qk<dtype, Tr::d_head, Tr::B_c>(s[0], q_frags, k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, typename Tr::KVTile>(s[0], q_frags, k_stage(slot(j).stage));
         } else {
-            warpgroup_gemm_qk<dtype, Tr::d_head, Tr::B_c>(s[0], q_smem, k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, typename Tr::QTile, typename Tr::KVTile>(
+                s[0], q_smem, k_stage(slot(j).stage));
         }
         ptx::wgmma_commit_group();
         ptx::fence_operands(s[0]);
@@ -165,7 +170,7 @@ struct Consumer {
                                              const std::uint32_t (&p)[1][s_tiles / 2][4], int j) {
         ptx::fence_operands(o[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, Tr::d_head, Tr::B_c>(o[0], p[0], v_stage(slot(j).stage));
+        warpgroup_gemm_pv<dtype, typename Tr::KVTile>(o[0], p[0], v_stage(slot(j).stage));
         ptx::wgmma_commit_group();
         ptx::fence_operands(o[0]);
     }
@@ -180,12 +185,12 @@ struct Consumer {
     // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
     __device__ __forceinline__ void release_k(int j) {
         __syncwarp();
-        if (threadIdx.x % 32 == 0)
+        if (threadIdx.x % warp_size == 0)
             bars.k_empty[slot(j).stage].arrive();
     }
     __device__ __forceinline__ void release_v(int j) {
         __syncwarp();
-        if (threadIdx.x % 32 == 0)
+        if (threadIdx.x % warp_size == 0)
             bars.v_empty[slot(j).stage].arrive();
     }
 

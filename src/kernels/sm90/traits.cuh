@@ -6,12 +6,21 @@
 #include <cstdint>
 
 #include "config/config_space.hpp"
+#include "config/resources.hpp"
 #include "flash_attention/kernel_config.hpp"
 #include "kernels/config_code.hpp"
 #include "kernels/primitives/element.cuh"
+#include "kernels/primitives/geometry.cuh"
+#include "kernels/primitives/sm90/swizzled_tile.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
 
 namespace flash_attention::sm90 {
+
+// The named barriers (bar.sync ids) of a consumer warpgroup, one of each per consumer.
+enum class NamedBarrier {
+    gemm_turn,  // ping-pong: the right to issue GEMMs passes from consumer to consumer
+    epilogue,   // a consumer's 128 threads have staged O before one of them stores it
+};
 
 template <KernelConfig C>
 struct Traits {
@@ -28,42 +37,39 @@ struct Traits {
 
     // Warpgroup 0 produces (one thread issues every TMA copy); warpgroups 1..consumers
     // each compute 64 query rows.
-    static constexpr int consumers = C.consumer_warpgroups();
-    static constexpr int warpgroup_threads = 128;
-    static constexpr int rows_per_consumer = 64;
+    static constexpr int consumers = flash_attention::consumer_warpgroups(C);
+    static constexpr int rows_per_consumer = 64;  // a wgmma's M
     // setmaxnreg: the producer needs few registers; what it gives up lets each consumer
     // hold O, S and P (64K registers per SM, 128 threads per warpgroup).
     static constexpr int producer_registers = 24;
-    static constexpr int consumer_registers = C.consumer_registers();
-    static_assert(producer_registers + consumers * consumer_registers <= 65536 / 128,
+    static constexpr int consumer_registers = flash_attention::consumer_registers(C);
+    static_assert(producer_registers + consumers * consumer_registers <= 65536 / warpgroup_threads,
                   "the register file holds every warpgroup's budget");
 
-    // 128-byte-swizzled sub-tiles of 64 columns: [d_head / 64][rows][64].
-    static constexpr int column_blocks = d_head / 64;
-    static constexpr int bytes_per_row = 64 * 2;
-    static constexpr int q_sub_tile_bytes = rows_per_consumer * bytes_per_row;
-    static constexpr int q_consumer_bytes = column_blocks * q_sub_tile_bytes;  // also O's
-    static constexpr int kv_sub_tile_bytes = B_c * bytes_per_row;
-    static constexpr int kv_tile_bytes = column_blocks * kv_sub_tile_bytes;
+    // One consumer's Q (later its O), and one K or V block, in TMA's swizzled layout.
+    using QTile = Swizzle128Tile<rows_per_consumer, d_head>;
+    using KVTile = Swizzle128Tile<B_c, d_head>;
 
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
     // per consumer in each, reused for its O), K stages, V stages, then the barriers.
-    static constexpr int q_buffers = C.q_buffers();
+    static constexpr int q_buffers = flash_attention::q_buffers(C);
     static constexpr int q_offset = 0;
-    static constexpr int q_buffer_bytes = consumers * q_consumer_bytes;
+    static constexpr int q_buffer_bytes = consumers * QTile::bytes;
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
-    static constexpr int v_offset = k_offset + stages * kv_tile_bytes;
-    static constexpr int barrier_offset = v_offset + stages * kv_tile_bytes;
+    static constexpr int v_offset = k_offset + stages * KVTile::bytes;
+    static constexpr int barrier_offset = v_offset + stages * KVTile::bytes;
     static constexpr int smem_bytes = 1024 + barrier_offset + 8 * (2 * q_buffers + 4 * stages);
-    static_assert(smem_bytes == static_cast<int>(C.smem_bytes()),
-                  "KernelConfig::smem_bytes() matches the layout");
+    static_assert(smem_bytes == static_cast<int>(flash_attention::smem_bytes(C)),
+                  "smem_bytes(C) matches the layout");
     static_assert(sizeof(tma::Barrier) == 8, "an mbarrier is 8 bytes");
 
-    // Named barriers (0 is __syncthreads): GEMM turns for ping-pong, one per consumer,
-    // then one per consumer for its epilogue.
-    static constexpr int turn_barrier_base = 1;
-    static constexpr int epilogue_barrier_base = turn_barrier_base + consumers;
-    static_assert(epilogue_barrier_base + consumers <= 16, "16 named barriers per CTA");
+    // Hardware id of a consumer's named barrier: 0 is __syncthreads, then the GEMM turns,
+    // then the epilogues.
+    static constexpr int barrier_id(NamedBarrier barrier, int consumer) {
+        return 1 + static_cast<int>(barrier) * consumers + consumer;
+    }
+    static_assert(barrier_id(NamedBarrier::epilogue, consumers - 1) < 16,
+                  "16 named barriers per CTA");
 
     static_assert(d_head % 64 == 0 && space::is_wgmma_n(B_c), "wgmma shapes instantiated");
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");

@@ -12,14 +12,11 @@
 
 #include <cstdint>
 
+#include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/smem_tile.cuh"
 
 namespace flash_attention {
-
-__device__ __forceinline__ int lane_id() {
-    return threadIdx.x % 32;
-}
 
 // A operand already in registers for the whole k extent (Q held across the main
 // loop, or P straight from the softmax): nothing to load per step.

@@ -1,9 +1,9 @@
 #pragma once
 
 // Tensor-memory-accelerator copies and the mbarriers they complete on (sm_90), through
-// CCCL's cuda::ptx. A tile of R rows x d_head columns travels as d_head / 64 boxes of
-// R x 64 elements: 128 bytes per row, the widest box the 128-byte swizzle allows, each
-// landing in its own 1024-byte-aligned sub-tile [R][64] that wgmma reads directly.
+// CCCL's cuda::ptx. A tile (a Swizzle128Tile: R rows x d_head columns) travels as
+// d_head / 64 boxes of R x 64 elements, each landing in its own sub-tile that wgmma
+// reads directly.
 
 #include <cstdint>
 #include <cuda/ptx>
@@ -46,32 +46,33 @@ __device__ __forceinline__ void fence_shared_to_async_proxy() {
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
 }
 
-// Loads rows [row, row + R) of (head, batch), all d_head columns, into ColumnBlocks
-// sub-tiles of SubTileBytes each; rows past the tensor's end arrive as zeros. `map` is a
-// 4-D tensor map (d_head, seq, heads, batch) with a box of 64 x R.
-template <int ColumnBlocks, int SubTileBytes>
+// Loads rows [row, row + R) of (head, batch), all d_head columns, into a Tile; rows past
+// the tensor's end arrive as zeros. `map` is a 4-D tensor map (d_head, seq, heads, batch)
+// with a box of 64 x R.
+template <class Tile>
 __device__ __forceinline__ void load_tile(void* smem, const void* map, int row, int head, int batch,
                                           Barrier& barrier) {
 #pragma unroll
-    for (int c = 0; c < ColumnBlocks; ++c) {
-        const std::int32_t coords[4] = {c * 64, row, head, batch};
-        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                        static_cast<unsigned char*>(smem) + c * SubTileBytes, map,
-                                        coords, barrier.get());
+    for (int c = 0; c < Tile::sub_tiles; ++c) {
+        const std::int32_t coords[4] = {c * Tile::sub_tile_cols, row, head, batch};
+        cuda::ptx::cp_async_bulk_tensor(
+            cuda::ptx::space_cluster, cuda::ptx::space_global,
+            static_cast<unsigned char*>(smem) + c * Tile::sub_tile_bytes, map, coords,
+            barrier.get());
     }
 }
 
 // Stores a tile laid out as load_tile() leaves it; rows past the tensor's end are not
 // written. Waits until the copies have read shared memory, so it may be reused.
-template <int ColumnBlocks, int SubTileBytes>
+template <class Tile>
 __device__ __forceinline__ void store_tile(const void* smem, const void* map, int row, int head,
                                            int batch) {
 #pragma unroll
-    for (int c = 0; c < ColumnBlocks; ++c) {
-        const std::int32_t coords[4] = {c * 64, row, head, batch};
-        cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map,
-                                        coords,
-                                        static_cast<const unsigned char*>(smem) + c * SubTileBytes);
+    for (int c = 0; c < Tile::sub_tiles; ++c) {
+        const std::int32_t coords[4] = {c * Tile::sub_tile_cols, row, head, batch};
+        cuda::ptx::cp_async_bulk_tensor(
+            cuda::ptx::space_global, cuda::ptx::space_shared, map, coords,
+            static_cast<const unsigned char*>(smem) + c * Tile::sub_tile_bytes);
     }
     cuda::ptx::cp_async_bulk_commit_group();
     cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});

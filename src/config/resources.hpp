@@ -1,0 +1,72 @@
+#pragma once
+
+// What a config asks of a GPU: shared memory, registers, CTAs per SM, and the limits of
+// the devices the config space is built for. Host and device code (the kernels' traits
+// check their layouts against these formulas); not part of the public API.
+
+#include <cstddef>
+
+#include "flash_attention/kernel_config.hpp"
+
+namespace flash_attention {
+
+// Per-SM resources that bound how many CTAs of a kernel fit at once.
+struct DeviceLimits {
+    int smem_per_sm;           // bytes of shared memory per SM usable by CTAs
+    int smem_per_block_optin;  // largest dynamic shared memory one CTA may ask for
+    int reserved_smem_per_block;
+    int max_threads_per_sm;
+    int max_ctas_per_sm;
+
+    static constexpr DeviceLimits a100() { return {167936, 166912, 1024, 2048, 32}; }
+    static constexpr DeviceLimits h100() { return {233472, 232448, 1024, 2048, 32}; }
+};
+
+// sm90: one producer warpgroup, the rest consume (64 query rows each).
+constexpr int consumer_warpgroups(const KernelConfig& c) {
+    return c.family == Family::sm90 ? c.n_warps / 4 - 1 : 0;
+}
+
+// sm90: registers per consumer thread after setmaxnreg. The producer warpgroup drops
+// to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
+constexpr int consumer_registers(const KernelConfig& c) {
+    return consumer_warpgroups(c) >= 3 ? 160 : 240;
+}
+
+namespace detail {
+// sm90: `q_tiles` Q tiles, `stages` K and V tiles, 1024 bytes to align the tiles to the
+// 128-byte swizzle's 1024-byte period, and the pipeline's mbarriers.
+constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles) {
+    const std::size_t n_stages = c.stages > 0 ? static_cast<std::size_t>(c.stages) : 0;
+    return (q_tiles * static_cast<std::size_t>(c.B_r) +
+            2 * n_stages * static_cast<std::size_t>(c.B_c)) *
+               static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype) +
+           1024 + 8 * (2 * static_cast<std::size_t>(q_tiles) + 4 * n_stages);
+}
+}  // namespace detail
+
+// sm90: a persistent kernel loads the next tile's Q into a second buffer while this
+// tile computes and stores its O, when an H100 has the shared memory for it.
+constexpr int q_buffers(const KernelConfig& c) {
+    return c.family == Family::sm90 && c.persistent &&
+                   detail::sm90_smem_bytes(c, 2) <=
+                       static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin)
+               ? 2
+               : 1;
+}
+
+// Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is
+// staged through Q's buffer at the end.
+constexpr std::size_t smem_bytes(const KernelConfig& c) {
+    if (c.family == Family::sm90)
+        return detail::sm90_smem_bytes(c, q_buffers(c));
+    return (static_cast<std::size_t>(c.B_r) + 2 * static_cast<std::size_t>(c.B_c)) *
+           static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype);
+}
+
+// CTAs resident per SM as bounded by shared memory and threads, and for sm90 by its
+// register reallocation (one CTA); sm80 registers are known only after compilation:
+// the registry reports the device's own figure.
+int ctas_per_sm(const KernelConfig& c, const DeviceLimits& limits);
+
+}  // namespace flash_attention

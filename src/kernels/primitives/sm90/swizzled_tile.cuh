@@ -1,0 +1,63 @@
+#pragma once
+
+// A Rows x Cols tile of 16-bit elements in shared memory as TMA's 128-byte swizzle lays it
+// out and wgmma reads it: Cols / 64 sub-tiles of [Rows][64] (rows of 128 bytes, the widest
+// box the swizzle allows), each starting on the swizzle's 1024-byte period. Inside a
+// sub-tile the 16-byte chunk c of row r sits at chunk c ^ (r % 8), so the 8 rows an
+// ldmatrix phase or a quad's stores touch fall in 8 different bank groups. The type owns
+// every offset into the tile and the wgmma descriptors that read it.
+
+#include <cstdint>
+
+namespace flash_attention {
+
+// PTX ISA "Matrix Descriptor Format" (wgmma): start address, leading and stride byte
+// offsets (all in 16-byte units), and the swizzle mode, 1 = 128-byte.
+__device__ __forceinline__ std::uint64_t smem_descriptor_128b(std::uint32_t address,
+                                                              std::uint32_t leading_bytes,
+                                                              std::uint32_t stride_bytes) {
+    return static_cast<std::uint64_t>((address & 0x3FFFF) >> 4) |
+           static_cast<std::uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16 |
+           static_cast<std::uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32 | std::uint64_t{1} << 62;
+}
+
+template <int Rows, int Cols>
+struct Swizzle128Tile {
+    static constexpr int rows = Rows;
+    static constexpr int cols = Cols;
+    static constexpr int sub_tile_cols = 64;
+    static constexpr int row_bytes = sub_tile_cols * 2;
+    static constexpr int sub_tiles = Cols / sub_tile_cols;
+    static constexpr int sub_tile_bytes = Rows * row_bytes;
+    static constexpr int bytes = sub_tiles * sub_tile_bytes;
+    static_assert(Cols % sub_tile_cols == 0, "whole 64-column sub-tiles");
+    static_assert(Rows % 8 == 0, "whole 8-row swizzle periods (1024 bytes)");
+
+    // Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in sub-tile `sub_tile`.
+    __device__ static constexpr int chunk_offset(int sub_tile, int row, int chunk) {
+        return sub_tile * sub_tile_bytes + row * row_bytes + ((chunk ^ (row % 8)) * 16);
+    }
+    // The same with `chunk` counted across the whole row (0 .. Cols / 8), as SmemTile's.
+    __device__ static constexpr int chunk_offset(int row, int chunk) {
+        return chunk_offset(chunk / 8, row, chunk % 8);
+    }
+
+    // As a K-major wgmma operand (rows of k contiguous: Q and K of S = Q·Kᵀ), k-step kk
+    // (16 columns). 8-row core-matrix groups are 1024 bytes apart; the leading offset is
+    // unused with swizzling. The k-step starts 32 bytes further into each 128-byte row:
+    // the hardware applies the swizzle to the full address, so the shifted start stays
+    // consistent with TMA's layout.
+    __device__ static std::uint64_t k_major(std::uint32_t base, int kk) {
+        return smem_descriptor_128b(base + (kk / 4) * sub_tile_bytes + (kk % 4) * 32, 16, 1024);
+    }
+
+    // As an MN-major wgmma operand (rows of n contiguous: V as the B of P·V), rows
+    // [16 kk, 16 kk + 16) and the columns from n0 (a multiple of 64): 8 k-rows of 128
+    // bytes form a 1024-byte group; the next 64 columns of n are a sub-tile further on.
+    __device__ static std::uint64_t mn_major(std::uint32_t base, int kk, int n0) {
+        return smem_descriptor_128b(base + (n0 / 64) * sub_tile_bytes + kk * (16 * row_bytes),
+                                    sub_tile_bytes, 1024);
+    }
+};
+
+}  // namespace flash_attention
