@@ -35,9 +35,9 @@ enum class FieldKind {
 
 // The one list of KernelConfig's fields, in declaration (and packing) order:
 //   X(type, name, default, bits in the kernel code, family, kind, short-form token)
-// The struct, its printing, parsing, hashing and packing, the config space's value sets
-// and family rules, the generator and the Python binding all iterate it: a new knob is
-// one row here plus the kernel code that reads it.
+// The struct (each family's knobs in its own nested part), its printing, parsing, hashing
+// and packing, the config space's value sets, the generator and the Python binding all
+// iterate it: a new knob is one row here plus the kernel code that reads it.
 #define FLASH_ATTENTION_CONFIG_FIELDS(X)                                                 \
     X(Family, family, Family::sm80, 1, common, family, "sm90")                           \
     X(DType, dtype, DType::FP16, 2, common, dtype, "dtype")                              \
@@ -75,6 +75,46 @@ enum class FieldKind {
     /* Q as register fragments for S = Q·Kᵀ: shared memory serves only K to it */     \
     X(bool, q_in_registers, false, 1, sm90, flag, "qreg")
 
+// Member access by a field's family: common fields are KernelConfig's own, each family's
+// knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).
+#define FLASH_ATTENTION_PART_common(c) (c)
+#define FLASH_ATTENTION_PART_sm80(c) (c).sm80
+#define FLASH_ATTENTION_PART_sm90(c) (c).sm90
+#define FLASH_ATTENTION_FIELD(c, family, name) FLASH_ATTENTION_PART_##family(c).name
+
+// A member declaration for the rows of one family only.
+#define FLASH_ATTENTION_MEMBER_common_common(type, name, init) type name = init;
+#define FLASH_ATTENTION_MEMBER_common_sm80(type, name, init)
+#define FLASH_ATTENTION_MEMBER_common_sm90(type, name, init)
+#define FLASH_ATTENTION_MEMBER_sm80_common(type, name, init)
+#define FLASH_ATTENTION_MEMBER_sm80_sm80(type, name, init) type name = init;
+#define FLASH_ATTENTION_MEMBER_sm80_sm90(type, name, init)
+#define FLASH_ATTENTION_MEMBER_sm90_common(type, name, init)
+#define FLASH_ATTENTION_MEMBER_sm90_sm80(type, name, init)
+#define FLASH_ATTENTION_MEMBER_sm90_sm90(type, name, init) type name = init;
+#define FLASH_ATTENTION_MEMBER_common(type, name, init, bits, family, ...) \
+    FLASH_ATTENTION_MEMBER_common_##family(type, name, init)
+#define FLASH_ATTENTION_MEMBER_sm80(type, name, init, bits, family, ...) \
+    FLASH_ATTENTION_MEMBER_sm80_##family(type, name, init)
+#define FLASH_ATTENTION_MEMBER_sm90(type, name, init, bits, family, ...) \
+    FLASH_ATTENTION_MEMBER_sm90_##family(type, name, init)
+
+// The sm80 family's knobs (mma.sync, ldmatrix, cp.async); all at their defaults in an sm90
+// config.
+struct Sm80Knobs {
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_MEMBER_sm80)
+    friend constexpr auto operator<=>(const Sm80Knobs&, const Sm80Knobs&) = default;
+    friend constexpr bool operator==(const Sm80Knobs&, const Sm80Knobs&) = default;
+};
+
+// The sm90 family's knobs (TMA, wgmma, warp specialisation); all at their defaults in an
+// sm80 config.
+struct Sm90Knobs {
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_MEMBER_sm90)
+    friend constexpr auto operator<=>(const Sm90Knobs&, const Sm90Knobs&) = default;
+    friend constexpr bool operator==(const Sm90Knobs&, const Sm90Knobs&) = default;
+};
+
 // Every knob of one compiled forward kernel. A structural type, so a KernelConfig value
 // is itself the template argument of the kernel it names.
 //
@@ -84,18 +124,14 @@ enum class FieldKind {
 // An sm90 kernel has one producer warpgroup (TMA) and n_warps / 4 - 1 consumer
 // warpgroups of 64 query rows each, so B_r = 64 * consumer warpgroups.
 struct KernelConfig {
-#define FLASH_ATTENTION_CONFIG_MEMBER(type, name, init, ...) type name = init;
-    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_CONFIG_MEMBER)
-#undef FLASH_ATTENTION_CONFIG_MEMBER
+    FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_MEMBER_common)
+    Sm80Knobs sm80{};
+    Sm90Knobs sm90{};
 
     friend constexpr auto operator<=>(const KernelConfig&, const KernelConfig&) = default;
 
-    constexpr int n_threads() const {
-        return n_warps * 32;
-    }
-    constexpr int rows_per_warp() const {
-        return n_warps > 0 ? B_r / n_warps : 0;
-    }
+    constexpr int n_threads() const { return n_warps * 32; }
+    constexpr int rows_per_warp() const { return n_warps > 0 ? B_r / n_warps : 0; }
 
     std::string to_string() const;
     // Inverse of to_string(). Throws flash_attention::Error naming the offending token.
@@ -119,13 +155,22 @@ inline constexpr FieldInfo k_config_fields[] = {
 #undef FLASH_ATTENTION_CONFIG_INFO
 };
 inline constexpr int k_config_field_count = static_cast<int>(std::size(k_config_fields));
+// The rows are grouped common, sm80, sm90: the order of KernelConfig's members (its own,
+// then the nested parts), which designated initializers and the packing follow.
+static_assert([] {
+    for (int i = 1; i < k_config_field_count; ++i) {
+        if (k_config_fields[i].family < k_config_fields[i - 1].family)
+            return false;
+    }
+    return true;
+}());
 
 // Field i (table order) of a config as an int: enums and bools by value.
 constexpr int field_value(const KernelConfig& c, int i) {
     int index = 0;
-#define FLASH_ATTENTION_CONFIG_GET(type, name, ...) \
-    if (i == index++)                               \
-        return static_cast<int>(c.name);
+#define FLASH_ATTENTION_CONFIG_GET(type, name, init, bits, family, ...) \
+    if (i == index++)                                                   \
+        return static_cast<int>(FLASH_ATTENTION_FIELD(c, family, name));
     FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_CONFIG_GET)
 #undef FLASH_ATTENTION_CONFIG_GET
     return 0;
@@ -133,23 +178,18 @@ constexpr int field_value(const KernelConfig& c, int i) {
 
 constexpr void set_field_value(KernelConfig& c, int i, int value) {
     int index = 0;
-#define FLASH_ATTENTION_CONFIG_SET(type, name, ...) \
-    if (i == index++) {                             \
-        c.name = static_cast<type>(value);          \
-        return;                                     \
+#define FLASH_ATTENTION_CONFIG_SET(type, name, init, bits, family, ...)    \
+    if (i == index++) {                                                    \
+        FLASH_ATTENTION_FIELD(c, family, name) = static_cast<type>(value); \
+        return;                                                            \
     }
     FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_CONFIG_SET)
 #undef FLASH_ATTENTION_CONFIG_SET
 }
 
-// Whether a knob of `family` (sm80 or sm90) differs from its default in c.
-constexpr bool has_knobs_of(const KernelConfig& c, FieldFamily family) {
-    for (int i = 0; i < k_config_field_count; ++i) {
-        if (k_config_fields[i].family == family &&
-            field_value(c, i) != k_config_fields[i].default_value)
-            return true;
-    }
-    return false;
+// Whether c sets a knob of the other family than its own.
+constexpr bool has_foreign_knobs(const KernelConfig& c) {
+    return c.family == Family::sm80 ? c.sm90 != Sm90Knobs{} : c.sm80 != Sm80Knobs{};
 }
 
 }  // namespace flash_attention

@@ -229,7 +229,10 @@ NB_MODULE(_C, m) {
 
     nb::class_<fa::KernelConfig> config(m, "KernelConfig", "Every knob of one compiled kernel.");
     // Every field of the table, read-only.
-#define FLASH_ATTENTION_BIND_FIELD(type, name, ...) config.def_ro(#name, &fa::KernelConfig::name);
+    // (flat names: each family's knobs are nested in C++, c.sm90.stages, and plain here)
+#define FLASH_ATTENTION_BIND_FIELD(type, name, init, bits, family, ...) \
+    config.def_prop_ro(                                                 \
+        #name, [](const fa::KernelConfig& c) { return FLASH_ATTENTION_FIELD(c, family, name); });
     FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_BIND_FIELD)
 #undef FLASH_ATTENTION_BIND_FIELD
     config

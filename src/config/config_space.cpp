@@ -25,8 +25,8 @@ constexpr int tiles_per_step(int tiles, int total) {
 }
 
 bool splits_a_gemm(const KernelConfig& c) {
-    return tiles_per_step(c.K_mma_load_K_tiles, k_tiles_total(c)) < k_tiles_total(c) ||
-           tiles_per_step(c.V_mma_load_K_tiles, v_tiles_total(c)) < v_tiles_total(c);
+    return tiles_per_step(c.sm80.K_mma_load_K_tiles, k_tiles_total(c)) < k_tiles_total(c) ||
+           tiles_per_step(c.sm80.V_mma_load_K_tiles, v_tiles_total(c)) < v_tiles_total(c);
 }
 
 // Every cooperative copy gives each thread the same whole number of 16-byte chunks.
@@ -46,14 +46,6 @@ constexpr bool sm90(const KernelConfig& c) {
     return c.family == Family::sm90;
 }
 
-bool has_sm80_knobs(const KernelConfig& c) {
-    return has_knobs_of(c, FieldFamily::sm80);
-}
-
-bool has_sm90_knobs(const KernelConfig& c) {
-    return has_knobs_of(c, FieldFamily::sm90);
-}
-
 constexpr std::array k_rules = {
     // First: the rules below compute sizes from the fields.
     Rule{"fields", RuleKind::validity,
@@ -67,10 +59,12 @@ constexpr std::array k_rules = {
     Rule{"d_head", RuleKind::validity,
          "head dims 64, 128 and 256 are instantiated (swizzling needs rows of 8 16-byte chunks)",
          [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
+    Rule{"foreign_knobs", RuleKind::validity,
+         "a config sets only its own family's knobs: async, eager, swizzled, load_Q_K_V_tiles, "
+         "buffer and opt_softmax are sm80's; stages, overlap, pingpong, persistent and qreg are "
+         "sm90's (TMA, 128-byte swizzling and the base-2 softmax are always on in sm90 kernels)",
+         [](const KernelConfig& c) { return has_foreign_knobs(c); }},
     // sm80 family.
-    Rule{"sm80_knobs", RuleKind::validity,
-         "stages, overlap, pingpong, persistent and qreg are sm90 knobs (add the sm90 flag)",
-         [](const KernelConfig& c) { return sm80(c) && has_sm90_knobs(c); }},
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
          [](const KernelConfig& c) { return sm80(c) && c.n_warps != 4 && c.n_warps != 8; }},
     Rule{"rows_per_warp", RuleKind::validity,
@@ -88,29 +82,33 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return sm80(c) && !copies_split_evenly(c); }},
     Rule{"eager_needs_async", RuleKind::validity,
          "prefetching the next block only overlaps compute when the copy is asynchronous",
-         [](const KernelConfig& c) { return sm80(c) && c.eager_load_blocks && !c.async_copy; }},
+         [](const KernelConfig& c) {
+             return sm80(c) && c.sm80.eager_load_blocks && !c.sm80.async_copy;
+         }},
     Rule{"q_tiles", RuleKind::validity,
          "Q fragments are either held whole (0) or streamed in step with K's",
          [](const KernelConfig& c) {
-             return sm80(c) && c.Q_mma_load_K_tiles != 0 &&
-                    c.Q_mma_load_K_tiles != c.K_mma_load_K_tiles;
+             return sm80(c) && c.sm80.Q_mma_load_K_tiles != 0 &&
+                    c.sm80.Q_mma_load_K_tiles != c.sm80.K_mma_load_K_tiles;
          }},
     Rule{"k_tiles", RuleKind::validity, "K's load count divides d_head/16 k-tiles",
          [](const KernelConfig& c) {
-             return sm80(c) &&
-                    (c.K_mma_load_K_tiles < 0 || c.K_mma_load_K_tiles > k_tiles_total(c) ||
-                     (c.K_mma_load_K_tiles != 0 && k_tiles_total(c) % c.K_mma_load_K_tiles != 0));
+             return sm80(c) && (c.sm80.K_mma_load_K_tiles < 0 ||
+                                c.sm80.K_mma_load_K_tiles > k_tiles_total(c) ||
+                                (c.sm80.K_mma_load_K_tiles != 0 &&
+                                 k_tiles_total(c) % c.sm80.K_mma_load_K_tiles != 0));
          }},
     Rule{"v_tiles", RuleKind::validity, "V's load count divides B_c/16 k-tiles",
          [](const KernelConfig& c) {
-             return sm80(c) &&
-                    (c.V_mma_load_K_tiles < 0 || c.V_mma_load_K_tiles > v_tiles_total(c) ||
-                     (c.V_mma_load_K_tiles != 0 && v_tiles_total(c) % c.V_mma_load_K_tiles != 0));
+             return sm80(c) && (c.sm80.V_mma_load_K_tiles < 0 ||
+                                c.sm80.V_mma_load_K_tiles > v_tiles_total(c) ||
+                                (c.sm80.V_mma_load_K_tiles != 0 &&
+                                 v_tiles_total(c) % c.sm80.V_mma_load_K_tiles != 0));
          }},
     Rule{"buffer_needs_steps", RuleKind::validity,
          "double buffering needs a GEMM whose fragments arrive in two or more steps",
          [](const KernelConfig& c) {
-             return sm80(c) && c.mma_double_buffer_loads && !splits_a_gemm(c);
+             return sm80(c) && c.sm80.mma_double_buffer_loads && !splits_a_gemm(c);
          }},
     Rule{"smem", RuleKind::validity,
          "shared memory fits one CTA on an A100 (163 KB), the smallest sm_80+ target we build",
@@ -119,10 +117,6 @@ constexpr std::array k_rules = {
                                                    DeviceLimits::a100().smem_per_block_optin);
          }},
     // sm90 family.
-    Rule{"sm90_knobs", RuleKind::validity,
-         "async, eager, swizzled, load_Q_K_V_tiles, buffer and opt_softmax are sm80 knobs "
-         "(TMA, 128-byte swizzling and the base-2 softmax are always on in sm90 kernels)",
-         [](const KernelConfig& c) { return sm90(c) && has_sm80_knobs(c); }},
     Rule{"warpgroups", RuleKind::validity,
          "8, 12 or 16 warps: one producer warpgroup and 1 to 3 consumer warpgroups",
          [](const KernelConfig& c) {
@@ -135,10 +129,12 @@ constexpr std::array k_rules = {
          "B_c is 64, 80 or 128 (the N of S = Q·Kᵀ's wgmma, which this library instantiates)",
          [](const KernelConfig& c) { return sm90(c) && !is_wgmma_n(c.B_c); }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
-         [](const KernelConfig& c) { return sm90(c) && (c.stages < 1 || c.stages > 4); }},
+         [](const KernelConfig& c) { return sm90(c) && (c.sm90.stages < 1 || c.sm90.stages > 4); }},
     Rule{"pingpong_needs_two", RuleKind::validity,
          "ping-pong alternates two or more consumer warpgroups",
-         [](const KernelConfig& c) { return sm90(c) && c.pingpong && consumer_warpgroups(c) < 2; }},
+         [](const KernelConfig& c) {
+             return sm90(c) && c.sm90.pingpong && consumer_warpgroups(c) < 2;
+         }},
     Rule{"sm90_smem", RuleKind::validity, "shared memory fits one CTA on an H100 (227 KB)",
          [](const KernelConfig& c) {
              return sm90(c) && smem_bytes(c) > static_cast<std::size_t>(
@@ -370,8 +366,8 @@ int estimated_registers(const KernelConfig& c) {
         // overlap, estimate 240, no spills; with overlap, 272, spills 284 bytes).
         // Without intra-warpgroup overlap P replaces S (converted in place, S dead); with
         // it, S of the next block is computed while P of this one feeds P·V.
-        const int p = c.intra_warpgroup_overlap ? c.B_c / 4 : 0;
-        return c.d_head / 2 + c.B_c / 2 + p + (c.q_in_registers ? c.d_head / 4 : 0) + 48;
+        const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
+        return c.d_head / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 48;
     }
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
     // Q's fragments when held whole (16-bit pairs), and the rest: fragments in flight,
@@ -387,7 +383,7 @@ int estimated_registers(const KernelConfig& c) {
     const int rows = c.rows_per_warp();
     const int o_accum = rows * c.d_head / 32;
     const int s_accum = rows * c.B_c / 32;
-    const int q_held = c.Q_mma_load_K_tiles == 0 ? rows * c.d_head / 64 : 0;
+    const int q_held = c.sm80.Q_mma_load_K_tiles == 0 ? rows * c.d_head / 64 : 0;
     const int rest = std::max(48, c.d_head / 4 + 16);
     return o_accum + s_accum + q_held + rest;
 }
@@ -419,24 +415,23 @@ std::vector<KernelConfig> times(const std::vector<KernelConfig>& partial,
     return out;
 }
 
-template <class T>
-auto field(T KernelConfig::*member) {
-    return [member](KernelConfig& c, const T& value) { c.*member = value; };
-}
-
 }  // namespace
 
 std::vector<KernelConfig> ValueSets::expand() const {
     std::vector<KernelConfig> v{KernelConfig{}};
     // Every field's list in table order, the load_Q_K_V_tiles fields as one.
-#define FLASH_ATTENTION_EXPAND_family(name) v = times(v, name, field(&KernelConfig::name));
-#define FLASH_ATTENTION_EXPAND_dtype(name) v = times(v, name, field(&KernelConfig::name));
-#define FLASH_ATTENTION_EXPAND_tuple(name) v = times(v, name, field(&KernelConfig::name));
-#define FLASH_ATTENTION_EXPAND_flag(name) v = times(v, name, field(&KernelConfig::name));
-#define FLASH_ATTENTION_EXPAND_count(name) v = times(v, name, field(&KernelConfig::name));
-#define FLASH_ATTENTION_EXPAND_load_tiles(name)
+#define FLASH_ATTENTION_EXPAND_ONE(family, name)                \
+    v = times(v, name, [](KernelConfig& c, const auto& value) { \
+        FLASH_ATTENTION_FIELD(c, family, name) = value;         \
+    });
+#define FLASH_ATTENTION_EXPAND_family(family, name) FLASH_ATTENTION_EXPAND_ONE(family, name)
+#define FLASH_ATTENTION_EXPAND_dtype(family, name) FLASH_ATTENTION_EXPAND_ONE(family, name)
+#define FLASH_ATTENTION_EXPAND_tuple(family, name) FLASH_ATTENTION_EXPAND_ONE(family, name)
+#define FLASH_ATTENTION_EXPAND_flag(family, name) FLASH_ATTENTION_EXPAND_ONE(family, name)
+#define FLASH_ATTENTION_EXPAND_count(family, name) FLASH_ATTENTION_EXPAND_ONE(family, name)
+#define FLASH_ATTENTION_EXPAND_load_tiles(family, name)
 #define FLASH_ATTENTION_EXPAND(type, name, init, bits, family, kind, token) \
-    FLASH_ATTENTION_EXPAND_##kind(name)
+    FLASH_ATTENTION_EXPAND_##kind(family, name)
     FLASH_ATTENTION_CONFIG_FIELDS(FLASH_ATTENTION_EXPAND)
 #undef FLASH_ATTENTION_EXPAND
     constexpr int first_load = [] {

@@ -37,7 +37,7 @@ namespace detail {
 // sm90: `q_tiles` Q tiles, `stages` K and V tiles, 1024 bytes to align the tiles to the
 // 128-byte swizzle's 1024-byte period, and the pipeline's mbarriers.
 constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles) {
-    const std::size_t n_stages = c.stages > 0 ? static_cast<std::size_t>(c.stages) : 0;
+    const std::size_t n_stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
     return (q_tiles * static_cast<std::size_t>(c.B_r) +
             2 * n_stages * static_cast<std::size_t>(c.B_c)) *
                static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype) +
@@ -48,7 +48,7 @@ constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles) {
 // sm90: a persistent kernel loads the next tile's Q into a second buffer while this
 // tile computes and stores its O, when an H100 has the shared memory for it.
 constexpr int q_buffers(const KernelConfig& c) {
-    return c.family == Family::sm90 && c.persistent &&
+    return c.family == Family::sm90 && c.sm90.persistent &&
                    detail::sm90_smem_bytes(c, 2) <=
                        static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin)
                ? 2

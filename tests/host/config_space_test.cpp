@@ -41,25 +41,25 @@ TEST(ConfigSpace, EveryRuleRejectsWhatItSays) {
     EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 2; }), "n_warps");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 256; }), "rows_per_warp");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_c = 48; }), "B_c");
-    EXPECT_EQ(with([](KernelConfig& c) { c.async_copy = false; }), "eager_needs_async");
-    EXPECT_EQ(with([](KernelConfig& c) { c.Q_mma_load_K_tiles = 2; }), "q_tiles");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm80.async_copy = false; }), "eager_needs_async");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm80.Q_mma_load_K_tiles = 2; }), "q_tiles");
     EXPECT_EQ(with([](KernelConfig& c) {
-                  c.Q_mma_load_K_tiles = 3;
-                  c.K_mma_load_K_tiles = 3;
+                  c.sm80.Q_mma_load_K_tiles = 3;
+                  c.sm80.K_mma_load_K_tiles = 3;
               }),
               "k_tiles");
-    EXPECT_EQ(with([](KernelConfig& c) { c.V_mma_load_K_tiles = 3; }), "v_tiles");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm80.V_mma_load_K_tiles = 3; }), "v_tiles");
     EXPECT_EQ(with([](KernelConfig& c) {
-                  c.K_mma_load_K_tiles = 0;
-                  c.Q_mma_load_K_tiles = 0;
-                  c.V_mma_load_K_tiles = 0;
+                  c.sm80.K_mma_load_K_tiles = 0;
+                  c.sm80.Q_mma_load_K_tiles = 0;
+                  c.sm80.V_mma_load_K_tiles = 0;
               }),
               "buffer_needs_steps");
     EXPECT_EQ(with([](KernelConfig& c) {
                   c.B_c = 128;
                   c.B_r = 128;
                   c.n_warps = 4;
-                  c.mma_double_buffer_loads = false;
+                  c.sm80.mma_double_buffer_loads = false;
               }),
               "register_budget");
 }
@@ -75,28 +75,28 @@ TEST(ConfigSpace, EverySm90RuleRejectsWhatItSays) {
     };
     // The family field has one bit: any other value is out of the code's range.
     EXPECT_EQ(with([](KernelConfig& c) { c.family = static_cast<fa::Family>(5); }), "fields");
-    EXPECT_EQ(with([](KernelConfig& c) { c.swizzled = true; }), "sm90_knobs");
-    EXPECT_EQ(with([](KernelConfig& c) { c.optimized_softmax = true; }), "sm90_knobs");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm80.swizzled = true; }), "foreign_knobs");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm80.optimized_softmax = true; }), "foreign_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 4; }), "warpgroups");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 192; }), "warpgroup_rows");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_c = 96; }), "wgmma_n");
-    EXPECT_EQ(with([](KernelConfig& c) { c.stages = 0; }), "stages");
-    EXPECT_EQ(with([](KernelConfig& c) { c.stages = 5; }), "stages");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm90.stages = 0; }), "stages");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm90.stages = 5; }), "stages");
     EXPECT_EQ(with([](KernelConfig& c) {
                   c.n_warps = 8;
                   c.B_r = 64;
               }),
               "pingpong_needs_two");
-    EXPECT_EQ(with([](KernelConfig& c) { c.stages = 4; }), "sm90_smem");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm90.stages = 4; }), "sm90_smem");
     EXPECT_EQ(with([](KernelConfig& c) {
                   c.d_head = 256;  // O, S and P of 128 columns: 272 registers
-                  c.stages = 1;
+                  c.sm90.stages = 1;
               }),
               "register_budget");
     // sm90 knobs on an sm80 config.
     KernelConfig sm80 = good();
-    sm80.pingpong = true;
-    EXPECT_EQ(rejected_by(sm80), "sm80_knobs");
+    sm80.sm90.pingpong = true;
+    EXPECT_EQ(rejected_by(sm80), "foreign_knobs");
 }
 
 TEST(ConfigSpace, FamilyTuneSetsSplitTheTuneSet) {
@@ -123,8 +123,8 @@ TEST(ConfigSpace, HopperTuneSetHasWiderKeyBlocksAtHeadDim256) {
         EXPECT_EQ(rejected_by(c), "") << c.to_string();
         EXPECT_LE(smem_bytes(c), 227u * 1024) << c.to_string();
         if (c.B_c == 128) {
-            EXPECT_EQ(c.stages, 1) << c.to_string();
-            EXPECT_FALSE(c.intra_warpgroup_overlap) << c.to_string();
+            EXPECT_EQ(c.sm90.stages, 1) << c.to_string();
+            EXPECT_FALSE(c.sm90.intra_warpgroup_overlap) << c.to_string();
         }
     }
     EXPECT_EQ(b_c80, 8);   // fp16/bf16 x ping-pong x persistent
@@ -149,11 +149,11 @@ TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
     // Each step adds one technique: more consumers, more stages, overlap, ping-pong,
     // persistence, Q in registers.
     EXPECT_LT(consumer_warpgroups(ladder[0]), consumer_warpgroups(ladder[1]));
-    EXPECT_LT(ladder[1].stages, ladder[2].stages);
-    EXPECT_TRUE(!ladder[2].intra_warpgroup_overlap && ladder[3].intra_warpgroup_overlap);
-    EXPECT_TRUE(!ladder[3].pingpong && ladder[4].pingpong);
-    EXPECT_TRUE(!ladder[4].persistent && ladder[5].persistent);
-    EXPECT_TRUE(!ladder[5].q_in_registers && ladder[6].q_in_registers);
+    EXPECT_LT(ladder[1].sm90.stages, ladder[2].sm90.stages);
+    EXPECT_TRUE(!ladder[2].sm90.intra_warpgroup_overlap && ladder[3].sm90.intra_warpgroup_overlap);
+    EXPECT_TRUE(!ladder[3].sm90.pingpong && ladder[4].sm90.pingpong);
+    EXPECT_TRUE(!ladder[4].sm90.persistent && ladder[5].sm90.persistent);
+    EXPECT_TRUE(!ladder[5].sm90.q_in_registers && ladder[6].sm90.q_in_registers);
 }
 
 TEST(ConfigSpace, CopySplitRule) {
@@ -165,7 +165,7 @@ TEST(ConfigSpace, CopySplitRule) {
 TEST(ConfigSpace, ValidityOnlySkipsPruning) {
     KernelConfig c = good();
     c.B_c = 128;
-    c.mma_double_buffer_loads = false;
+    c.sm80.mma_double_buffer_loads = false;
     ASSERT_EQ(rejected_by(c), "register_budget");
     EXPECT_EQ(fa::space::rejecting_rule(c, /*validity_only=*/true), nullptr);
 }
@@ -219,10 +219,10 @@ TEST(ConfigSpace, TuneSetCoversTheRequiredAxes) {
     for (const int nw : {4, 8}) {
         EXPECT_TRUE(has([&](const KernelConfig& c) { return c.n_warps == nw; }));
     }
-    EXPECT_TRUE(has([](const KernelConfig& c) { return c.mma_double_buffer_loads; }));
-    EXPECT_TRUE(has([](const KernelConfig& c) { return !c.mma_double_buffer_loads; }));
-    EXPECT_TRUE(has([](const KernelConfig& c) { return c.Q_mma_load_K_tiles == 0; }));
-    EXPECT_TRUE(has([](const KernelConfig& c) { return c.Q_mma_load_K_tiles != 0; }));
+    EXPECT_TRUE(has([](const KernelConfig& c) { return c.sm80.mma_double_buffer_loads; }));
+    EXPECT_TRUE(has([](const KernelConfig& c) { return !c.sm80.mma_double_buffer_loads; }));
+    EXPECT_TRUE(has([](const KernelConfig& c) { return c.sm80.Q_mma_load_K_tiles == 0; }));
+    EXPECT_TRUE(has([](const KernelConfig& c) { return c.sm80.Q_mma_load_K_tiles != 0; }));
     for (const KernelConfig& c : tune) {
         EXPECT_EQ(fa::space::rejecting_rule(c), nullptr) << c.to_string();
     }
@@ -240,7 +240,7 @@ TEST(ConfigSpace, ExpandAppliesEveryRule) {
     // eager without async is dropped: 3 of the 4 copy combinations remain.
     EXPECT_EQ(configs.size(), 3u);
     for (const KernelConfig& c : configs)
-        EXPECT_FALSE(c.eager_load_blocks && !c.async_copy);
+        EXPECT_FALSE(c.sm80.eager_load_blocks && !c.sm80.async_copy);
 }
 
 // The field table drives the value sets: every field has a list (the load_Q_K_V_tiles

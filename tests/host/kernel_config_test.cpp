@@ -40,26 +40,21 @@ TEST(KernelConfig, ParsesEveryField) {
     EXPECT_EQ(c.B_r, 64);
     EXPECT_EQ(c.B_c, 64);
     EXPECT_EQ(c.n_warps, 4);
-    EXPECT_TRUE(c.async_copy);
-    EXPECT_TRUE(c.eager_load_blocks);
-    EXPECT_TRUE(c.swizzled);
-    EXPECT_EQ(c.Q_mma_load_K_tiles, 2);
-    EXPECT_EQ(c.K_mma_load_K_tiles, 2);
-    EXPECT_EQ(c.V_mma_load_K_tiles, 2);
-    EXPECT_TRUE(c.mma_double_buffer_loads);
-    EXPECT_TRUE(c.optimized_softmax);
+    EXPECT_TRUE(c.sm80.async_copy);
+    EXPECT_TRUE(c.sm80.eager_load_blocks);
+    EXPECT_TRUE(c.sm80.swizzled);
+    EXPECT_EQ(c.sm80.Q_mma_load_K_tiles, 2);
+    EXPECT_EQ(c.sm80.K_mma_load_K_tiles, 2);
+    EXPECT_EQ(c.sm80.V_mma_load_K_tiles, 2);
+    EXPECT_TRUE(c.sm80.mma_double_buffer_loads);
+    EXPECT_TRUE(c.sm80.optimized_softmax);
 }
 
 TEST(KernelConfig, PrintsTheShortForm) {
     EXPECT_EQ(KernelConfig::parse(k_full).to_string(), k_full);
-    const KernelConfig plain{.dtype = fa::DType::BF16,
-                             .d_head = 64,
-                             .B_r = 128,
-                             .B_c = 32,
-                             .n_warps = 8,
-                             .Q_mma_load_K_tiles = 0,
-                             .K_mma_load_K_tiles = 1,
-                             .V_mma_load_K_tiles = 2};
+    KernelConfig plain{.dtype = fa::DType::BF16, .d_head = 64, .B_r = 128, .B_c = 32, .n_warps = 8};
+    plain.sm80.K_mma_load_K_tiles = 1;
+    plain.sm80.V_mma_load_K_tiles = 2;
     EXPECT_EQ(plain.to_string(), "(BF16, 64, 128, 32, 8): load_0_1_2_tiles");
 }
 
@@ -77,11 +72,11 @@ TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
     const char* text = "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong";
     const KernelConfig c = KernelConfig::parse(text);
     EXPECT_EQ(c.family, fa::Family::sm90);
-    EXPECT_EQ(c.stages, 2);
-    EXPECT_TRUE(c.intra_warpgroup_overlap);
-    EXPECT_TRUE(c.pingpong);
+    EXPECT_EQ(c.sm90.stages, 2);
+    EXPECT_TRUE(c.sm90.intra_warpgroup_overlap);
+    EXPECT_TRUE(c.sm90.pingpong);
     EXPECT_EQ(consumer_warpgroups(c), 2);
-    EXPECT_FALSE(c.async_copy || c.swizzled || c.optimized_softmax);
+    EXPECT_FALSE(c.sm80.async_copy || c.sm80.swizzled || c.sm80.optimized_softmax);
     EXPECT_EQ(c.to_string(), text);
     EXPECT_EQ(KernelConfig::parse("(BF16, 64, 64, 64, 8): stages_1+sm90").to_string(),
               "(BF16, 64, 64, 64, 8): sm90+stages_1");
@@ -106,7 +101,7 @@ TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
 TEST(KernelConfig, FamiliesDifferInOrderAndHash) {
     KernelConfig a = KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2");
     KernelConfig b = a;
-    b.stages = 3;
+    b.sm90.stages = 3;
     EXPECT_LT(a, b);
     EXPECT_NE(std::hash<KernelConfig>{}(a), std::hash<KernelConfig>{}(b));
     EXPECT_LT(KernelConfig::parse(k_full), a);  // sm80 sorts first
@@ -200,7 +195,7 @@ TEST(KernelConfig, OrderEqualityAndHashAgree) {
     KernelConfig b = a;
     EXPECT_EQ(a, b);
     EXPECT_EQ(std::hash<KernelConfig>{}(a), std::hash<KernelConfig>{}(b));
-    b.optimized_softmax = false;
+    b.sm80.optimized_softmax = false;
     EXPECT_NE(a, b);
     EXPECT_TRUE(b < a || a < b);
 }

@@ -322,7 +322,7 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
         }
         fa::KernelConfig unbuilt = c;
         unbuilt.B_c = 16;  // valid, never built by any set
-        unbuilt.mma_double_buffer_loads = false;
+        unbuilt.sm80.mma_double_buffer_loads = false;
         tuning::save_atomically(file, {entry("Test GPU", 1024, unbuilt, 1)});
         {
             const CacheEnvironment env(file);

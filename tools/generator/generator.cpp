@@ -11,11 +11,20 @@ namespace flash_attention::generator {
 
 namespace {
 
-// A designated-initializer literal of every field, from the field table.
+// A designated-initializer literal of every field, from the field table: the common
+// fields, then each family's nested part.
 std::string literal(const KernelConfig& c) {
     std::string s = "KernelConfig{";
+    FieldFamily part = FieldFamily::common;
     for (int i = 0; i < k_config_field_count; ++i) {
         const FieldInfo& f = k_config_fields[i];
+        if (f.family != part) {
+            s += part == FieldFamily::common ? ", ." : "}, .";
+            s += f.family == FieldFamily::sm80 ? "sm80 = {" : "sm90 = {";
+            part = f.family;
+        } else if (i > 0) {
+            s += ", ";
+        }
         const int value = field_value(c, i);
         std::string text;
         switch (f.kind) {
@@ -34,9 +43,9 @@ std::string literal(const KernelConfig& c) {
                 text = std::to_string(value);
                 break;
         }
-        s += (i ? ", ." : ".") + std::string(f.name) + " = " + text;
+        s += "." + std::string(f.name) + " = " + text;
     }
-    return s + "}";
+    return s + (part == FieldFamily::common ? "}" : "}}");
 }
 
 std::string ops_name(std::size_t index) {

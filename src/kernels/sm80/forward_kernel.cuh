@@ -39,9 +39,9 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     constexpr KernelConfig C = unpack(Code);
     using Tr = Traits<C>;
     using T = typename Tr::T;
-    constexpr bool async = C.async_copy;
-    constexpr bool eager = C.eager_load_blocks;
-    constexpr bool buffer = C.mma_double_buffer_loads;
+    constexpr bool async = C.sm80.async_copy;
+    constexpr bool eager = C.sm80.eager_load_blocks;
+    constexpr bool buffer = C.sm80.mma_double_buffer_loads;
     constexpr int m_tiles = Tr::m_tiles;
 
     extern __shared__ __align__(128) unsigned char smem[];
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
 
     float o[m_tiles][Tr::pv_n_tiles][4];  // (rows_per_warp x d_head) fp32
     zero(o);
-    OnlineSoftmax<m_tiles, C.optimized_softmax> softmax(args.softmax_scale, args.scale_log2);
+    OnlineSoftmax<m_tiles, C.sm80.optimized_softmax> softmax(args.softmax_scale, args.scale_log2);
 
     // One K/V block: S = Q·K_jᵀ, mask (from block `unmasked` on), online softmax, O += P·V_j.
     const auto process_block = [&](int j) {

@@ -28,17 +28,19 @@ struct Traits {
     // S = Q·Kᵀ: (rows_per_warp x B_c) over k = d_head.
     static constexpr int qk_k_tiles = d_head / 16;
     static constexpr int qk_n_tiles = B_c / 8;
-    static constexpr int qk_step = C.K_mma_load_K_tiles == 0 ? qk_k_tiles : C.K_mma_load_K_tiles;
-    static constexpr bool q_held_in_registers = C.Q_mma_load_K_tiles == 0;
+    static constexpr int qk_step =
+        C.sm80.K_mma_load_K_tiles == 0 ? qk_k_tiles : C.sm80.K_mma_load_K_tiles;
+    static constexpr bool q_held_in_registers = C.sm80.Q_mma_load_K_tiles == 0;
 
     // O += P·V: (rows_per_warp x d_head) over k = B_c.
     static constexpr int pv_k_tiles = B_c / 16;
     static constexpr int pv_n_tiles = d_head / 8;
-    static constexpr int pv_step = C.V_mma_load_K_tiles == 0 ? pv_k_tiles : C.V_mma_load_K_tiles;
+    static constexpr int pv_step =
+        C.sm80.V_mma_load_K_tiles == 0 ? pv_k_tiles : C.sm80.V_mma_load_K_tiles;
 
-    using QTile = SmemTile<B_r, d_head, C.swizzled>;  // also stages O at the end
-    using KTile = SmemTile<B_c, d_head, C.swizzled>;
-    using VTile = SmemTile<B_c, d_head, C.swizzled>;
+    using QTile = SmemTile<B_r, d_head, C.sm80.swizzled>;  // also stages O at the end
+    using KTile = SmemTile<B_c, d_head, C.sm80.swizzled>;
+    using VTile = SmemTile<B_c, d_head, C.sm80.swizzled>;
     static constexpr int q_smem_offset = 0;
     static constexpr int k_smem_offset = QTile::bytes;
     static constexpr int v_smem_offset = QTile::bytes + KTile::bytes;
@@ -49,9 +51,9 @@ struct Traits {
     static_assert(d_head % 16 == 0 && B_c % 16 == 0, "whole k16 MMA tiles");
     static_assert(qk_k_tiles % qk_step == 0 && pv_k_tiles % pv_step == 0,
                   "load steps divide the k extents");
-    static_assert(q_held_in_registers || C.Q_mma_load_K_tiles == C.K_mma_load_K_tiles,
+    static_assert(q_held_in_registers || C.sm80.Q_mma_load_K_tiles == C.sm80.K_mma_load_K_tiles,
                   "streamed Q fragments arrive in step with K's");
-    static_assert(!C.eager_load_blocks || C.async_copy, "eager loading needs cp.async");
+    static_assert(!C.sm80.eager_load_blocks || C.sm80.async_copy, "eager loading needs cp.async");
 };
 
 }  // namespace flash_attention::sm80

@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
     const int consumer = warpgroup - 1;
     const int smem_base = static_cast<int>(ptx::smem_address(smem));
-    GemmTurns<Tr, C.pingpong> turns{consumer};
+    GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
     int ring = 0;  // K/V blocks consumed so far, in step with the producer
     int iteration = 0;
     // One tile per CTA, or with `persistent` one CTA per SM walking the tiles.
@@ -95,7 +95,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         if constexpr (Tr::q_in_registers) {
             load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
         }
-        consume<Tr, C.intra_warpgroup_overlap>(c, turns, o, softmax);
+        consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
         softmax.finalize(o);
 
         if (args.lse != nullptr && threadIdx.x % 4 == 0) {

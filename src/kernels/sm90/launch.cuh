@@ -35,7 +35,8 @@ void launch(const KernelArgs& args, Stream stream) {
                     "q.shape: expected at most 2^31 - 1 tiles of " + std::to_string(C.B_r) +
                         " query rows (batch x heads x query blocks), got " + std::to_string(tiles));
     }
-    const std::int64_t ctas = C.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
+    const std::int64_t ctas =
+        C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
     launch_kernel<kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(), smem, stream, params,
                              "sm90 forward kernel launch");
 }

@@ -31,9 +31,9 @@ struct Traits {
     static constexpr int d_head = C.d_head;
     static constexpr int B_r = C.B_r;
     static constexpr int B_c = C.B_c;
-    static constexpr int stages = C.stages;
+    static constexpr int stages = C.sm90.stages;
     static constexpr int threads = C.n_threads();
-    static constexpr bool q_in_registers = C.q_in_registers;
+    static constexpr bool q_in_registers = C.sm90.q_in_registers;
 
     // Warpgroup 0 produces (one thread issues every TMA copy); warpgroups 1..consumers
     // each compute 64 query rows.
