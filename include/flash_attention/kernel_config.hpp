@@ -73,7 +73,11 @@ enum class FieldKind {
     /* tile's epilogue, and no CTA launch separates them */                              \
     X(bool, persistent, false, 1, sm90, flag, "persistent")                              \
     /* Q as register fragments for S = Q·Kᵀ: shared memory serves only K to it */     \
-    X(bool, q_in_registers, false, 1, sm90, flag, "qreg")
+    X(bool, q_in_registers, false, 1, sm90, flag, "qreg")                                \
+    /* persistent CTAs take their next tile from a global counter (atomicAdd) instead */ \
+    /* of a fixed stride: causal tiles differ in length, and a fixed share can leave */  \
+    /* one CTA half again the mean work (tile_scheduler.cuh) */                          \
+    X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

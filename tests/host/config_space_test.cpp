@@ -127,8 +127,9 @@ TEST(ConfigSpace, HopperTuneSetHasWiderKeyBlocksAtHeadDim256) {
             EXPECT_FALSE(c.sm90.intra_warpgroup_overlap) << c.to_string();
         }
     }
-    EXPECT_EQ(b_c80, 8);   // fp16/bf16 x ping-pong x persistent
-    EXPECT_EQ(b_c128, 4);  // fp16/bf16 x persistent, with ping-pong
+    // fp16/bf16 x ping-pong x (not persistent, persistent, persistent + dynamic schedule)
+    EXPECT_EQ(b_c80, 12);
+    EXPECT_EQ(b_c128, 6);  // fp16/bf16 x the three schedules, with ping-pong
 }
 
 TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {

@@ -51,10 +51,13 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     }
     __syncthreads();
 
+    const TileScheduler<Tr, Tr::dynamic_schedule> scheduler{
+        params.tile_counter, reinterpret_cast<int*>(smem + Tr::tile_slot_offset)};
+
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         if (threadIdx.x == 0)
-            produce<Tr>(params, smem, bars);
+            produce<Tr>(params, smem, bars, scheduler);
         return;
     }
 
@@ -64,8 +67,12 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
     int ring = 0;  // K/V blocks consumed so far, in step with the producer
     int iteration = 0;
-    // One tile per CTA, or with `persistent` one CTA per SM walking the tiles.
-    for (int index = blockIdx.x; index < tile_count<Tr>(args); index += gridDim.x, ++iteration) {
+    // One tile per CTA, or with `persistent` one CTA per SM walking the tiles: the static
+    // schedule's stride, or the tile the producer published for the dynamic one.
+    for (int index = scheduler.first();
+         (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars)) <
+         tile_count<Tr>(args);
+         index += gridDim.x, ++iteration) {
         const Tile tile = tile_at<Tr>(args, index);
         const QSlot<Tr> q(iteration);
         unsigned char* q_region =

@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 
 #include "common/cuda_check.hpp"
 #include "kernels/launch_support.cuh"
 #include "kernels/sm90/forward_kernel.cuh"
+#include "kernels/sm90/tile_counter.hpp"
 #include "registry/kernel_ops.hpp"
 
 namespace flash_attention::sm90 {
@@ -24,7 +26,7 @@ template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
     constexpr int smem = static_cast<int>(smem_bytes(C));
     enable_dynamic_smem<kernel<C>, smem>();
-    const Params params{args, make_tensor_maps(args, C.dtype, C.d_head, C.B_c)};
+    Params params{args, make_tensor_maps(args, C.dtype, C.d_head, C.B_c), nullptr};
     // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
     // runs one CTA per SM (its register reallocation leaves room for no second).
     const std::int64_t tiles =
@@ -37,6 +39,11 @@ void launch(const KernelArgs& args, Stream stream) {
     }
     const std::int64_t ctas =
         C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
+    std::optional<TileCounter> counter;  // freed in stream order after the launch
+    if constexpr (C.sm90.dynamic_schedule) {
+        counter.emplace(stream);
+        params.tile_counter = counter->get();
+    }
     launch_kernel<kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(), smem, stream, params,
                              "sm90 forward kernel launch");
 }

@@ -43,17 +43,21 @@ struct QSlot {
 // once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
 // (across tiles too), and loads a tile's Q once the consumers have stored the previous
 // tile's O from that buffer.
-template <class Tr>
+template <class Tr, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
-                                        Barriers<Tr::q_buffers, Tr::stages>& bars) {
+                                        Barriers<Tr::q_buffers, Tr::stages>& bars,
+                                        const Scheduler& scheduler) {
     const KernelArgs& args = params.args;
     int ring = 0;  // K/V blocks loaded so far: the ring position of the next
     int iteration = 0;
-    for (int index = blockIdx.x; index < tile_count<Tr>(args); index += gridDim.x, ++iteration) {
+    int index = scheduler.first();
+    int claimed = 0;
+    for (; index < tile_count<Tr>(args); index = scheduler.next(index, claimed), ++iteration) {
         const Tile t = tile_at<Tr>(args, index);
         // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
         const QSlot<Tr> q(iteration);
         bars.q_empty[q.buffer].wait(q.parity ^ 1);
+        scheduler.publish(q.buffer, index);
         bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
         for (int w = 0; w < Tr::consumers; ++w) {
             tma::load_tile<typename Tr::QTile>(
@@ -61,6 +65,7 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
                 &params.maps.q, t.q_row0 + w * Tr::rows_per_consumer, t.head, t.batch,
                 bars.q_full[q.buffer]);
         }
+        claimed = scheduler.claim();
         for (int j = 0; j < t.visited; ++j) {
             const RingSlot<Tr::stages> slot(ring + j);
             bars.k_empty[slot.stage].wait(slot.parity ^ 1);
@@ -76,6 +81,7 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
         }
         ring += t.visited;
     }
+    scheduler.finish(QSlot<Tr>(iteration), bars, index);
 }
 
 // Ping-pong: consumer w may issue GEMMs only while it holds the turn, which passes

@@ -1,8 +1,21 @@
 #pragma once
 
-// Which tiles a CTA computes, and in which order: a static round-robin over tiles numbered
-// with the query block fastest (CTA c takes c, c + gridDim.x, ...). Issue 13 adds a
-// dynamic scheduler beside it.
+// Which tiles a CTA computes, and in which order. Tiles are numbered with the query block
+// fastest, so the CTAs running at one time share the K/V of a few heads in L2; with
+// causal masking each head's longest tiles come first.
+//
+// Static schedule: CTA c takes tiles c, c + gridDim.x, ... A persistent grid (one CTA per
+// SM) then gives each CTA a fixed share, and causal tiles differ in length: with 128
+// query blocks per head and 132 CTAs, CTA c walks the blocks in steps of 132 mod 128 = 4,
+// and CTA 0 gets about 1.6 times the mean work (issue 13), so the grid waits on it.
+//
+// Dynamic schedule: CTA c starts with tile c, and whenever its producer starts loading a
+// tile it takes the next one from a global counter (atomicAdd), so a CTA that drew short
+// tiles simply takes more: the list is walked greedily, longest first within a head, and
+// the last tiles of the list are the shortest. The producer publishes each tile's index
+// beside the Q buffer it loads into, and the consumers read it there once that buffer's
+// q_full barrier completes (mbarrier arrive releases, the wait acquires); an index past
+// the last tile, published the same way, tells them to stop.
 
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/masking.cuh"
@@ -10,8 +23,6 @@
 namespace flash_attention::sm90 {
 
 // One tile of work: B_r query rows of one (batch, head) and the K/V blocks they see.
-// Tiles are numbered with the query block fastest, so the CTAs running at one time share
-// the K/V of a few heads in L2; with causal masking each head's longest tiles come first.
 struct Tile {
     int batch, head, kv_head;
     int q_row0;    // first query row of the tile
@@ -41,5 +52,62 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     t.unmasked = blocks.unmasked;
     return t;
 }
+
+// The producer's and the consumers' view of the schedule. `slots` (shared memory, one
+// int per Q buffer) and `counter` (global, zero at the launch) are used only when Dynamic.
+template <class Tr, bool Dynamic>
+struct TileScheduler {
+    int* counter;
+    int* slots;
+
+    __device__ __forceinline__ int first() const { return static_cast<int>(blockIdx.x); }
+
+    // Producer: claims the tile after the one whose Q it has just issued, so the atomic's
+    // round trip hides behind that tile's K/V copies (static: nothing to claim).
+    __device__ __forceinline__ int claim() const {
+        if constexpr (Dynamic)
+            return static_cast<int>(gridDim.x) + atomicAdd(counter, 1);
+        else
+            return 0;
+    }
+
+    // Producer: the tile after `index`.
+    __device__ __forceinline__ int next(int index, int claimed) const {
+        if constexpr (Dynamic)
+            return claimed;
+        else
+            return index + static_cast<int>(gridDim.x);
+    }
+
+    // Producer: records the tile whose Q is about to load into `q_buffer`; the Q
+    // barrier's arrival that follows makes it visible to the consumers.
+    __device__ __forceinline__ void publish(int q_buffer, int index) const {
+        if constexpr (Dynamic)
+            slots[q_buffer] = index;
+    }
+
+    // Producer, after its last tile: the consumers' next Q buffer carries an index past the
+    // last tile, and its barrier completes without a copy.
+    template <class QSlot, class Bars>
+    __device__ __forceinline__ void finish(const QSlot& q, Bars& bars, int past_end) const {
+        if constexpr (Dynamic) {
+            bars.q_empty[q.buffer].wait(q.parity ^ 1);
+            slots[q.buffer] = past_end;
+            bars.q_full[q.buffer].arrive();
+        }
+    }
+
+    // Consumer: the tile of this iteration. Static: `index` as the stride left it.
+    // Dynamic: waits for the Q buffer's barrier and reads what the producer published.
+    template <class QSlot, class Bars>
+    __device__ __forceinline__ int consumer_tile(int index, const QSlot& q, Bars& bars) const {
+        if constexpr (Dynamic) {
+            bars.q_full[q.buffer].wait(q.parity);
+            return slots[q.buffer];
+        } else {
+            return index;
+        }
+    }
+};
 
 }  // namespace flash_attention::sm90

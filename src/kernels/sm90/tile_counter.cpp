@@ -1,0 +1,62 @@
+#include "kernels/sm90/tile_counter.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/cuda_check.hpp"
+
+namespace flash_attention::sm90 {
+
+namespace {
+
+// One pool per device, created on first use and kept for the process. Its release
+// threshold keeps the few bytes it holds mapped across synchronisations, so the
+// per-launch allocation is a pool lookup, not a driver mapping; the caller's default pool
+// and its settings stay untouched.
+cudaMemPool_t pool_of_current_device() {
+    static std::mutex mutex;
+    static std::unordered_map<int, cudaMemPool_t> pools;
+    int device = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    const std::lock_guard lock(mutex);
+    if (const auto it = pools.find(device); it != pools.end())
+        return it->second;
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t pool = nullptr;
+    cuda_check(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate (tile counter)");
+    std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
+    cuda_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
+               "cudaMemPoolSetAttribute(ReleaseThreshold)");
+    pools.emplace(device, pool);
+    return pool;
+}
+
+}  // namespace
+
+TileCounter::TileCounter(Stream stream) : stream_(stream) {
+    void* p = nullptr;
+    cuda_check(cudaMallocFromPoolAsync(&p, sizeof(int), pool_of_current_device(), stream_),
+               "cudaMallocFromPoolAsync (tile counter)");
+    counter_ = static_cast<int*>(p);
+    const cudaError_t status = cudaMemsetAsync(counter_, 0, sizeof(int), stream_);
+    if (status != cudaSuccess) {
+        cudaFreeAsync(counter_, stream_);
+        cuda_check(status, "cudaMemsetAsync (tile counter)");
+    }
+}
+
+TileCounter::~TileCounter() {
+    // A destructor does not throw: a failure here leaves 4 bytes in the pool, and the
+    // stream's next call reports any sticky error.
+    if (cudaFreeAsync(counter_, stream_) != cudaSuccess)
+        cudaGetLastError();
+}
+
+}  // namespace flash_attention::sm90
