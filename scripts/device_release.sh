@@ -12,10 +12,13 @@
 #             tests, compute-sanitizer memcheck on two odd shapes of every built config
 #   package   pip install . (default options), the import in fresh interpreters in both
 #             orders with torch, the extension's exported symbols, the pytest suite
-#   refactor  issue 12: the default build's GPU tests and sanitizers (memcheck, racecheck on
-#             sm90 odd shapes), then bench/compare.py over the whole grid (bf16/fp16, d_head
-#             64/128/256, causal and not) with the package built from .dev/before (a tree
-#             from before the change, carried) and from this tree, alternated
+#   refactor  issue 12: the ci build's GPU tests and sanitizers (memcheck, racecheck on
+#             sm90 odd shapes; memcheck on the dynamic schedule's tests); starts building the
+#             Python packages of .dev/before (a tree from before the change, carried) and of
+#             this tree in the background
+#   schedule  issue 13: static against dynamic tile schedule, causal, interleaved (after refactor)
+#   compare   bench/compare.py over the whole grid (bf16/fp16, d_head 64/128/256, causal and
+#             not) with the two packages, alternated (after refactor)
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 set -uo pipefail
@@ -105,28 +108,39 @@ for stage in "$@"; do
         tee "$OUT/versus.txt" | tee -a "$summary" ;;
     refactor)
       fresh_clone
+      # The Python packages of the tree before the change (carried in .dev/before) and of
+      # this one build in the background while the ci set (release + knob coverage, the
+      # dynamic-schedule kernels among them) builds for the tests.
+      mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
+      for tree in before after; do
+        src=$([ $tree = before ] && echo "$REPO/.dev/before" || echo /tmp/fresh_pip)
+        ( (cd "$src" && CMAKE_BUILD_PARALLEL_LEVEL=8 python3 -m pip install --no-build-isolation --no-deps \
+          --target /tmp/site_$tree .) > "$OUT/pip_$tree.log" 2>&1; echo $? > "$OUT/pip_$tree.rc" ) &
+      done
       B="$FRESH/build"
-      [ -x "$B/bin/flash_attention" ] ||
-        (cd "$FRESH" && cmake -S . -B build -G Ninja > /dev/null && cmake --build build > "$OUT/build_default.log" 2>&1)
-      "$B/tests/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
+      (cd "$FRESH" && cmake -S . -B build -G Ninja -DFLASH_KERNELS=ci > /dev/null && cmake --build build) \
+        > "$OUT/build_ci.log" 2>&1
+      note "ci build: exit $? ($(( $(date +%s) - start )) s)"
+      # Bounded: a schedule that deadlocks must not take the whole call with it.
+      timeout 180 "$B/tests/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
       note "test_gpu: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
-      grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -5 | tee -a "$summary"
+      grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -8 | tee -a "$summary"
       "$B/tests/test_host" --gtest_brief=1 > "$OUT/test_host.log" 2>&1
       note "test_host: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_host.log" | tr '\n' ' ')"
-      for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
-          --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*' \
-          > "$OUT/sm90_$tool.log" 2>&1
-        note "sm90 $tool (odd shapes): exit $? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_$tool.log" | tr '\n' ' ')"
-      done
-      for tree in before after; do
-        src=$([ $tree = before ] && echo "$REPO/.dev/before" || echo "$FRESH")
-        (cd "$src" && CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps \
-          --target /tmp/site_$tree .) > "$OUT/pip_$tree.log" 2>&1
-        note "pip ($tree): exit $?"
-      done
+      timeout 90 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
+        --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*:Forward.DynamicSchedule*' \
+        > "$OUT/sm90_memcheck.log" 2>&1
+      note "sm90 memcheck (odd shapes, dynamic schedule): exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_memcheck.log" | tr '\n' ' ')"
+      timeout 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
+        --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*' \
+        > "$OUT/sm90_racecheck.log" 2>&1
+      note "sm90 racecheck (odd shapes): exit $? $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_racecheck.log" | tr '\n' ' ')" ;;
+    compare)
+      # After refactor, whose background jobs build the two packages.
+      wait
+      note "pip before: exit $(cat "$OUT/pip_before.rc"); after: exit $(cat "$OUT/pip_after.rc")"
       for causal in "" --causal; do
-        for tree in before after; do
+        for tree in after before; do
           name=compare_${tree}${causal:+_causal}
           (cd /tmp && PYTHONPATH=/tmp/site_$tree python3 "$FRESH/bench/compare.py" $causal --out "$OUT/$name") \
             > "$OUT/$name.log" 2>&1
@@ -138,6 +152,24 @@ for stage in "$@"; do
       (cd /tmp && PYTHONPATH=/tmp/site_after FLASH_EXPECT_RELEASE_SET=1 python3 -m pytest -q "$FRESH/python/tests") \
         > "$OUT/pytest.log" 2>&1
       note "pytest: exit $? $(tail -1 "$OUT/pytest.log")" ;;
+    schedule)
+      # Issue 13: the release's sm90 tiles with the static and the dynamic tile schedule,
+      # causal, interleaved in one process (bench --rounds), from the ci build above.
+      bin="$FRESH/build/bin/flash_attention"
+      for pair in "BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg" \
+                  "FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg" \
+                  "BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"; do
+        timeout 60 "$bin" bench --config "($pair" --config "($pair+dynamic" --causal --seq 1024,2048,4096,8192,16384 \
+          --runs 20 --rounds 3 --warmup-ms 200 --format csv >> "$OUT/schedule.csv" 2>> "$OUT/schedule.err"
+        echo "bench $pair: exit $?" >> "$OUT/schedule.log"
+      done
+      timeout 60 "$bin" bench --config "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg" \
+        --config "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic" --causal \
+        --seq 32768 --batch 1 --heads 32 --heads-kv 8 --runs 10 --rounds 3 --warmup-ms 200 --format csv \
+        >> "$OUT/schedule.csv" 2>> "$OUT/schedule.err"
+      echo "bench 32k GQA: exit $?" >> "$OUT/schedule.log"
+      cat "$OUT/schedule.log" >> "$summary"
+      python3 "$REPO/scripts/schedule_table.py" "$OUT/schedule.csv" | tee "$OUT/schedule.txt" | tee -a "$summary" ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"
