@@ -17,6 +17,7 @@
 #             Python packages of .dev/before (a tree from before the change, carried) and of
 #             this tree in the background
 #   schedule  issue 13: static against dynamic tile schedule, causal, interleaved (after refactor)
+#   causal    bench/compare.py --causal with this tree's package (after refactor)
 #   compare   bench/compare.py over the whole grid (bf16/fp16, d_head 64/128/256, causal and
 #             not) with the two packages, alternated (after refactor)
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
@@ -131,8 +132,8 @@ for stage in "$@"; do
         --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*:Forward.DynamicSchedule*' \
         > "$OUT/sm90_memcheck.log" 2>&1
       note "sm90 memcheck (odd shapes, dynamic schedule): exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_memcheck.log" | tr '\n' ' ')"
-      timeout 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
-        --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*' \
+      timeout 150 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
+        --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*:Built/EveryConfigOddShapes.*sm90_dynamic*q4095*' \
         > "$OUT/sm90_racecheck.log" 2>&1
       note "sm90 racecheck (odd shapes): exit $? $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_racecheck.log" | tr '\n' ' ')" ;;
     compare)
@@ -152,6 +153,14 @@ for stage in "$@"; do
       (cd /tmp && PYTHONPATH=/tmp/site_after FLASH_EXPECT_RELEASE_SET=1 python3 -m pytest -q "$FRESH/python/tests") \
         > "$OUT/pytest.log" 2>&1
       note "pytest: exit $? $(tail -1 "$OUT/pytest.log")" ;;
+    causal)
+      # After refactor: the product's causal grid (this tree's package) against cuDNN.
+      wait
+      note "pip after: exit $(cat "$OUT/pip_after.rc")"
+      (cd /tmp && PYTHONPATH=/tmp/site_after python3 "$FRESH/bench/compare.py" --causal --out "$OUT/compare_after_causal") \
+        > "$OUT/compare_after_causal.log" 2>&1
+      note "compare after --causal: exit $?"
+      grep -E "^\|" "$OUT/compare_after_causal.md" | head -60 >> "$summary" ;;
     schedule)
       # Issue 13: the release's sm90 tiles with the static and the dynamic tile schedule,
       # causal, interleaved in one process (bench --rounds), from the ci build above.

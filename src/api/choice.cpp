@@ -24,7 +24,8 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
                                              const DeviceProperties& device) {
     const std::int64_t seq = std::max(p.shape.seq_q, p.shape.seq_k);
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
-        if ((row.max_seq == 0 || seq <= row.max_seq) && can_run(row.config, p, device))
+        if ((row.max_seq == 0 || seq <= row.max_seq) && (!row.causal_only || p.shape.causal) &&
+            can_run(row.config, p, device))
             return row.config;
     }
     // A build whose set lacks the table's kernels (a tune or ladder build): the family

@@ -16,6 +16,8 @@ struct BuiltinChoice {
     KernelConfig config;
     // Only when max(seq_q, seq_k) is at most this (0: any length).
     std::int64_t max_seq = 0;
+    // Only for causal problems.
+    bool causal_only = false;
 };
 
 // Every row, in preference order: the first row that matches the problem's dtype and

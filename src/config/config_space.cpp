@@ -333,21 +333,18 @@ std::vector<KernelConfig> release() {
 // The release set plus knob coverage, so every code path is compiled and tested: a
 // plain-load unswizzled textbook-softmax kernel, a non-eager asynchronous one with 8
 // warps and Q held in registers, and sm90 kernels without pipelining (one consumer),
-// with three consumers that are not persistent, with ping-pong on top of overlap, and the
-// release's sm90 tiles with the dynamic tile schedule.
+// with three consumers that are not persistent, and with ping-pong on top of overlap (the
+// release holds the dynamic tile schedule's kernels).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
-    append_unique(
-        v, parse_all({
-               "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
-               "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
-               "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
-               "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
-               "(BF16, 256, 64, 64, 8): sm90+stages_1",
-               "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic",
-               "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg+dynamic",
-               "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent+dynamic",
-           }));
+    append_unique(v,
+                  parse_all({
+                      "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
+                      "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
+                      "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
+                      "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
+                      "(BF16, 256, 64, 64, 8): sm90+stages_1",
+                  }));
     return v;
 }
 

@@ -145,6 +145,28 @@ TEST(Cli, Version) {
     EXPECT_EQ(o.out, "flash_attention " + std::string(fa::version()) + "\n");
 }
 
+// On an H100, causal problems of every (dtype, d_head) take a dynamic tile schedule from
+// 4096 keys (d_head 256 keeps its static one-stage tile up to 2048), non-causal ones a
+// static schedule: equal-length tiles gain nothing from the counter.
+TEST(Cli, ChooseTakesTheDynamicScheduleForCausalProblemsOnHopper) {
+    for (const char* dtype : {"fp16", "bf16"}) {
+        for (const int d : {64, 128, 256}) {
+            for (const bool causal : {false, true}) {
+                std::vector<std::string> args{"choose",          "--device", "h100",
+                                              "--dtype",         dtype,      "--d-head",
+                                              std::to_string(d), "--seq",    "4096"};
+                if (causal)
+                    args.push_back("--causal");
+                const Output o = run_program(args);
+                ASSERT_EQ(o.code, 0) << o.err;
+                const auto c = fa::KernelConfig::parse(o.out.substr(0, o.out.find('\n')));
+                EXPECT_EQ(c.sm90.dynamic_schedule, causal) << o.out;
+                EXPECT_TRUE(fa::is_built(c)) << c.to_string();
+            }
+        }
+    }
+}
+
 // The automatic choice for every (dtype, d_head) on a device model: an sm90 kernel of this
 // build on an H100, an sm80 one on an A100 (the default build holds both).
 TEST(Cli, ChooseNamesABuiltKernelOfTheDevicesFamily) {

@@ -34,6 +34,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     unsigned char* smem = smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024);
     auto& bars = *reinterpret_cast<Barriers<Tr::q_buffers, Tr::stages>*>(smem + Tr::barrier_offset);
 
+    const TileScheduler<Tr, Tr::dynamic_schedule> scheduler{
+        params.tile_counter,
+        reinterpret_cast<TileSlots<Tr::q_buffers>*>(smem + Tr::tile_slot_offset)};
+
     const int warpgroup = threadIdx.x / warpgroup_threads;
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_buffers; ++b) {
@@ -47,12 +51,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             bars.k_empty[s].init(4 * Tr::consumers);
             bars.v_empty[s].init(4 * Tr::consumers);
         }
+        scheduler.init();
         tma::fence_barrier_init();
     }
     __syncthreads();
-
-    const TileScheduler<Tr, Tr::dynamic_schedule> scheduler{
-        params.tile_counter, reinterpret_cast<int*>(smem + Tr::tile_slot_offset)};
 
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();

@@ -57,7 +57,7 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
         // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
         const QSlot<Tr> q(iteration);
         bars.q_empty[q.buffer].wait(q.parity ^ 1);
-        scheduler.publish(q.buffer, index);
+        scheduler.publish(q, index);
         bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
         for (int w = 0; w < Tr::consumers; ++w) {
             tma::load_tile<typename Tr::QTile>(

@@ -18,7 +18,9 @@
 // the last tile, published the same way, tells them to stop.
 
 #include "kernels/kernel_args.hpp"
+#include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/masking.cuh"
+#include "kernels/primitives/sm90/tma.cuh"
 
 namespace flash_attention::sm90 {
 
@@ -53,12 +55,34 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     return t;
 }
 
-// The producer's and the consumers' view of the schedule. `slots` (shared memory, one
-// int per Q buffer) and `counter` (global, zero at the launch) are used only when Dynamic.
+// The dynamic schedule's shared state, after the pipeline's barriers: per Q buffer, the
+// index of the tile it holds and a barrier on which every consumer thread arrives once it
+// has read that index, before the producer may write the next one there. (The Q buffer's
+// own q_empty barrier orders the same accesses, through the warpgroup's named barrier
+// before its storing thread arrives; compute-sanitizer's racecheck does not follow that
+// chain, and a direct arrival per reader costs a few instructions per tile.)
+template <int QBuffers>
+struct TileSlots {
+    tma::Barrier read[QBuffers];
+    int index[QBuffers];
+};
+
+// The producer's and the consumers' view of the schedule. `slots` (shared memory) and
+// `counter` (global, zero at the launch) are used only when Dynamic.
 template <class Tr, bool Dynamic>
 struct TileScheduler {
+    static_assert(sizeof(TileSlots<Tr::q_buffers>) <= 16 * Tr::q_buffers,
+                  "the layout reserves 16 bytes per Q buffer");
     int* counter;
-    int* slots;
+    TileSlots<Tr::q_buffers>* slots;
+
+    // Thread 0, before the CTA's first __syncthreads.
+    __device__ __forceinline__ void init() const {
+        if constexpr (Dynamic) {
+            for (int b = 0; b < Tr::q_buffers; ++b)
+                slots->read[b].init(Tr::consumers * warpgroup_threads);
+        }
+    }
 
     __device__ __forceinline__ int first() const { return static_cast<int>(blockIdx.x); }
 
@@ -79,20 +103,24 @@ struct TileScheduler {
             return index + static_cast<int>(gridDim.x);
     }
 
-    // Producer: records the tile whose Q is about to load into `q_buffer`; the Q
-    // barrier's arrival that follows makes it visible to the consumers.
-    __device__ __forceinline__ void publish(int q_buffer, int index) const {
-        if constexpr (Dynamic)
-            slots[q_buffer] = index;
+    // Producer: records the tile whose Q is about to load into q's buffer, once the
+    // consumers have read the index it held before; the Q barrier's arrival that follows
+    // makes it visible to them.
+    template <class QSlot>
+    __device__ __forceinline__ void publish(const QSlot& q, int index) const {
+        if constexpr (Dynamic) {
+            slots->read[q.buffer].wait(q.parity ^ 1);
+            slots->index[q.buffer] = index;
+        }
     }
 
-    // Producer, after its last tile: the consumers' next Q buffer carries an index past the
-    // last tile, and its barrier completes without a copy.
+    // Producer, after its last tile: the consumers' next Q buffer carries an index past
+    // the last tile, and its barrier completes without a copy (the slot's barrier also
+    // ensures the consumers have passed the buffer's previous phase).
     template <class QSlot, class Bars>
     __device__ __forceinline__ void finish(const QSlot& q, Bars& bars, int past_end) const {
         if constexpr (Dynamic) {
-            bars.q_empty[q.buffer].wait(q.parity ^ 1);
-            slots[q.buffer] = past_end;
+            publish(q, past_end);
             bars.q_full[q.buffer].arrive();
         }
     }
@@ -103,7 +131,9 @@ struct TileScheduler {
     __device__ __forceinline__ int consumer_tile(int index, const QSlot& q, Bars& bars) const {
         if constexpr (Dynamic) {
             bars.q_full[q.buffer].wait(q.parity);
-            return slots[q.buffer];
+            const int published = slots->index[q.buffer];
+            slots->read[q.buffer].arrive();
+            return published;
         } else {
             return index;
         }

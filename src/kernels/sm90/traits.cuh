@@ -59,11 +59,12 @@ struct Traits {
     static constexpr int v_offset = k_offset + stages * KVTile::bytes;
     static constexpr int barrier_offset = v_offset + stages * KVTile::bytes;
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
-    // With the dynamic schedule, the index of the tile each Q buffer holds (the producer
-    // takes it from the global counter; the consumers read it here).
+    // With the dynamic schedule, per Q buffer the index of the tile it holds and a barrier
+    // (TileSlots: the producer takes the index from the global counter, the consumers
+    // read it there).
     static constexpr int tile_slot_offset = barrier_offset + 8 * (2 * q_buffers + 4 * stages);
     static constexpr int smem_bytes =
-        1024 + tile_slot_offset + (dynamic_schedule ? 4 * q_buffers : 0);
+        1024 + tile_slot_offset + (dynamic_schedule ? 16 * q_buffers : 0);
     static_assert(smem_bytes == static_cast<int>(flash_attention::smem_bytes(C)),
                   "smem_bytes(C) matches the layout");
     static_assert(sizeof(tma::Barrier) == 8, "an mbarrier is 8 bytes");
