@@ -23,12 +23,16 @@
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 set -uo pipefail
-OUT=${OUT:-/tmp/flash_out}
+# The device tool brings back at most 8 files: the summary, and the logs packed after every
+# stage (so a call stopped at its time limit still returns what the finished stages wrote).
+RESULTS=${OUT:-/tmp/flash_out}
+OUT=/tmp/flash_logs
 mkdir -p "$OUT"
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 REPO=$(pwd)
 FRESH=/tmp/fresh
-summary="$OUT/summary.txt"
+mkdir -p "$RESULTS"
+summary="$RESULTS/summary.txt"
 : > "$summary"
 note() { echo "$*" | tee -a "$summary"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader > "$OUT/gpu.txt"
@@ -123,7 +127,7 @@ for stage in "$@"; do
         > "$OUT/build_ci.log" 2>&1
       note "ci build: exit $? ($(( $(date +%s) - start )) s)"
       # Bounded: a schedule that deadlocks must not take the whole call with it.
-      timeout 180 "$B/tests/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
+      timeout 240 "$B/tests/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
       note "test_gpu: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
       grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -8 | tee -a "$summary"
       "$B/tests/test_host" --gtest_brief=1 > "$OUT/test_host.log" 2>&1
@@ -132,8 +136,8 @@ for stage in "$@"; do
         --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*:Forward.DynamicSchedule*' \
         > "$OUT/sm90_memcheck.log" 2>&1
       note "sm90 memcheck (odd shapes, dynamic schedule): exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_memcheck.log" | tr '\n' ' ')"
-      timeout 150 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
-        --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*:Built/EveryConfigOddShapes.*sm90_dynamic*q4095*' \
+      timeout 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
+        --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*' \
         > "$OUT/sm90_racecheck.log" 2>&1
       note "sm90 racecheck (odd shapes): exit $? $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_racecheck.log" | tr '\n' ' ')" ;;
     compare)
@@ -182,8 +186,6 @@ for stage in "$@"; do
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"
+  (cd "$OUT" && tar czf "$RESULTS/logs.tgz.part" . && mv "$RESULTS/logs.tgz.part" "$RESULTS/logs.tgz")
 done
-# The device tool brings back at most 8 files: the summary, and the rest packed.
-(cd "$OUT" && tar czf /tmp/logs.tgz --exclude=summary.txt . && find . -mindepth 1 ! -name summary.txt -delete &&
-  mv /tmp/logs.tgz logs.tgz)
 echo; echo "==== summary"; cat "$summary"
