@@ -373,22 +373,31 @@ def test_torch_compile():
 
 
 @needs_gpu
-def test_cuda_graph_replay():
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("warm_up", [True, False])
+def test_cuda_graph_replay(causal, warm_up):
+    # Causal on Hopper runs the dynamic tile schedule, whose per-launch counter becomes
+    # graph allocation and memset nodes; without a warm-up its first launch (pool creation,
+    # shared-memory opt-in) happens inside the capture.
     dtype, d = built_kinds()[0]
     t = torch_dtype(dtype)
-    q, k, v = (randn(1, 512, 2, d, dtype=t) for _ in range(3))
-    fa.forward(q, k, v)  # warm-up outside the capture (tuning cache, smem opt-in)
+    q, k, v = (randn(2, 1024, 16, d, dtype=t) for _ in range(3))
+    if warm_up:
+        fa.forward(q, k, v, causal=causal)
     graph = torch.cuda.CUDAGraph()
     stream = torch.cuda.Stream()
     with torch.cuda.stream(stream):
         with torch.cuda.graph(graph, stream=stream):
-            out = fa.forward(q, k, v)
+            out = fa.forward(q, k, v, causal=causal)
     for _ in range(2):
         for x in (q, k, v):
             x.copy_(torch.randn_like(x))
         graph.replay()
         torch.cuda.synchronize()
-        assert_close_to_reference(out, q, k, v)
+        assert torch.isfinite(out).all(), "non-finite values in the output"
+        ref, _ = masked_attention(q, k, v, 1 / math.sqrt(d), causal)
+        naive, _ = masked_attention(q, k, v, 1 / math.sqrt(d), causal, dtype=q.dtype)
+        assert (out.float() - ref).abs().max() <= 2 * (naive.float() - ref).abs().max() + 1e-3
 
 
 @needs_gpu

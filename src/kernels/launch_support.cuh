@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "common/cuda_check.hpp"
+#include "common/relaxed_capture.hpp"
 #include "registry/kernel_ops.hpp"
 
 namespace flash_attention {
@@ -23,6 +24,7 @@ void enable_dynamic_smem() {
         int device = 0;
         cuda_check(cudaGetDevice(&device), "cudaGetDevice");
         const auto set = [] {
+            const RelaxedCapture relaxed;
             cuda_check(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             SmemBytes),
                        "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "common/cuda_check.hpp"
+#include "common/relaxed_capture.hpp"
 
 namespace flash_attention::sm90 {
 
@@ -25,6 +26,7 @@ cudaMemPool_t pool_of_current_device() {
     const std::lock_guard lock(mutex);
     if (const auto it = pools.find(device); it != pools.end())
         return it->second;
+    const RelaxedCapture relaxed;
     cudaMemPoolProps props{};
     props.allocType = cudaMemAllocationTypePinned;
     props.location.type = cudaMemLocationTypeDevice;
