@@ -126,24 +126,13 @@ std::vector<std::optional<Measurement>> measure_interleaved(
     for (std::size_t e = 0; e < entries.size(); ++e) {
         if (ms[e].empty())
             continue;
-        std::vector<double> t = ms[e];
-        std::sort(t.begin(), t.end());
-        const double median =
-            t.size() % 2 ? t[t.size() / 2] : 0.5 * (t[t.size() / 2 - 1] + t[t.size() / 2]);
         const Workspace& workspace = *entries[e].workspace;
         const std::optional<KernelConfig>& config = entries[e].config;
         const KernelConfig ran = config ? *config : choose_config(workspace.params(0));
         const Shape& shape = workspace.shape();
         const std::string automatic = "automatic choice (" + std::string(to_string(shape.dtype)) +
                                       ", d_head " + std::to_string(shape.d_head) + ")";
-        out[e] = Measurement{config ? config->to_string() : automatic,
-                             ran,
-                             shape,
-                             median,
-                             t.front(),
-                             t.back(),
-                             static_cast<int>(t.size()),
-                             ms[e]};
+        out[e] = Measurement::of(config ? config->to_string() : automatic, ran, shape, ms[e]);
     }
     return out;
 }

@@ -42,6 +42,10 @@ struct Measurement {
     int runs;
     std::vector<double> times_ms;  // every timed run, in the order they ran
 
+    // From the timed runs in the order they ran: their median, min and max.
+    static Measurement of(std::string label, const KernelConfig& config, const Shape& shape,
+                          std::vector<double> times_ms);
+
     double tflops() const { return shape.flop() / (median_ms * 1e-3) / 1e12; }
     // (max - min) / median: the run-to-run spread.
     double spread() const { return (max_ms - min_ms) / median_ms; }

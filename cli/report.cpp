@@ -8,6 +8,16 @@
 
 namespace flash_attention::cli {
 
+Measurement Measurement::of(std::string label, const KernelConfig& config, const Shape& shape,
+                            std::vector<double> times_ms) {
+    std::vector<double> t = times_ms;
+    std::sort(t.begin(), t.end());
+    const std::size_t n = t.size();
+    const double median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+    return {std::move(label),   config, shape, median, t.front(), t.back(), static_cast<int>(n),
+            std::move(times_ms)};
+}
+
 double harmonic_mean_tflops(const std::vector<Measurement>& measurements) {
     if (measurements.empty())
         return 0;

@@ -6,10 +6,8 @@
 #include <optional>
 #include <random>
 
-#include <cuda_runtime_api.h>
 #include "commands.hpp"
 
-#include "common/cuda_check.hpp"
 #include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "options.hpp"
@@ -110,21 +108,18 @@ int run(const RunOptions& opt) {
         launch();
         timer.after(r, nullptr);
     }
-    std::vector<double> ms = timer.elapsed_ms(opt.repeat);
-    std::sort(ms.begin(), ms.end());
-    const double median = ms[ms.size() / 2];
-    const double flop =
-        4.0 * opt.batch * opt.heads * double(opt.seq) * seq_k * d_head / (opt.causal ? 2 : 1);
-    std::printf("time     %.4f ms (median of %d; min %.4f, max %.4f)\n", median, opt.repeat,
-                ms.front(), ms.back());
-    std::printf("rate     %.1f TFLOP/s\n", flop / (median * 1e-3) / 1e12);
+    const Shape shape{dtype, d_head,   opt.batch,  opt.heads, opt.seq,
+                      seq_k, heads_kv, opt.causal, opt.scale};
+    const Measurement m =
+        Measurement::of(config->to_string(), *config, shape, timer.elapsed_ms(opt.repeat));
+    std::printf("time     %.4f ms (median of %d; min %.4f, max %.4f)\n", m.median_ms, m.runs,
+                m.min_ms, m.max_ms);
+    std::printf("rate     %.1f TFLOP/s\n", m.tflops());
 
     if (opt.check) {
         const auto rows =
             reference::sample_rows(opt.batch, opt.heads, opt.seq, opt.check_rows, seed);
-        std::vector<float> lse_host(lse.bytes() / sizeof(float));
-        cuda_check(cudaMemcpy(lse_host.data(), lse.data(), lse.bytes(), cudaMemcpyDeviceToHost),
-                   "cudaMemcpy (lse)");
+        const std::vector<float> lse_host = lse.download_floats();
         const auto result = reference::check_attention(
             {q, k, v, out, opt.scale.value_or(1.0 / std::sqrt(double(d_head))), opt.causal,
              &lse_host},

@@ -48,6 +48,13 @@ std::vector<std::uint16_t> DeviceBuffer::download() const {
     return host;
 }
 
+std::vector<float> DeviceBuffer::download_floats() const {
+    std::vector<float> host(bytes_ / sizeof(float));
+    cuda_check(cudaMemcpy(host.data(), data_, host.size() * sizeof(float), cudaMemcpyDeviceToHost),
+               "cudaMemcpy (device to host)");
+    return host;
+}
+
 void DeviceBuffer::poison_with_nan() {
     cuda_check(cudaMemset(data_, 0xFF, bytes_), "cudaMemset");
 }
