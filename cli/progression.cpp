@@ -65,11 +65,10 @@ std::string flags_of(const KernelConfig& c) {
     return s.substr(s.find(": ") + 2);
 }
 
-int progression(const ProgressionOptions& o) {
-    const auto all = ladders(o.family, o.all_block_sizes);
-    const std::string set_name = o.family == "sm90"  ? "progression-sm90"
-                                 : o.all_block_sizes ? "progression-all"
-                                                     : "progression";
+// Every step of every ladder, as the sweep's candidates; a step this build lacks is a
+// usage error that names the kernel set to configure.
+std::vector<Candidate> ladder_candidates(const std::vector<std::vector<KernelConfig>>& all,
+                                         const std::string& set_name) {
     std::vector<Candidate> candidates;
     for (const auto& ladder : all) {
         for (const KernelConfig& c : ladder) {
@@ -83,25 +82,13 @@ int progression(const ProgressionOptions& o) {
             candidates.push_back(c);
         }
     }
-    const std::vector<Job> jobs = plan(candidates, o.grid);
-    if (!gpu_available())
-        return exit_failure;
-    for (const Candidate& c : candidates) {
-        if (!is_supported(*c)) {
-            throw UsageError("--family: expected a family this GPU runs, got " + o.family + " (" +
-                             c->to_string() +
-                             " cannot run here; sm90 kernels need compute capability 9.0)");
-        }
-    }
-    const SweepResult result = sweep(candidates, jobs, o.timing);
-    const std::string device = DeviceProperties::current().description();
-    if (o.format != "table") {
-        std::cout << format_report(result.measurements, o.format, device);
-        return result.exit_code();
-    }
+    return candidates;
+}
 
-    // One row per step: TFLOP/s at each sequence length, their harmonic mean, and the
-    // gain of that mean over the previous step.
+// One table per ladder, one row per step: TFLOP/s at each sequence length, their harmonic
+// mean, and the gain of that mean over the previous step.
+void print_ladders(const std::vector<std::vector<KernelConfig>>& all, const SweepResult& result,
+                   const std::string& device, int runs) {
     std::map<std::size_t, std::vector<Measurement>> by_candidate;
     std::vector<int> seqs;
     for (std::size_t i = 0; i < result.measurements.size(); ++i) {
@@ -114,7 +101,7 @@ int progression(const ProgressionOptions& o) {
     std::printf(
         "# device: %s; TFLOP/s, median of %d runs; spread is the largest (max-min)/median of a "
         "row\n",
-        device.c_str(), o.timing.runs);
+        device.c_str(), runs);
     std::size_t index = 0;
     for (const auto& ladder : all) {
         const KernelConfig& first = ladder.front();
@@ -166,6 +153,30 @@ int progression(const ProgressionOptions& o) {
             previous = mean;
         }
     }
+}
+
+int progression(const ProgressionOptions& o) {
+    const auto all = ladders(o.family, o.all_block_sizes);
+    const std::string set_name = o.family == "sm90"  ? "progression-sm90"
+                                 : o.all_block_sizes ? "progression-all"
+                                                     : "progression";
+    const std::vector<Candidate> candidates = ladder_candidates(all, set_name);
+    const std::vector<Job> jobs = plan(candidates, o.grid);
+    if (!gpu_available())
+        return exit_failure;
+    for (const Candidate& c : candidates) {
+        if (!is_supported(*c)) {
+            throw UsageError("--family: expected a family this GPU runs, got " + o.family + " (" +
+                             c->to_string() +
+                             " cannot run here; sm90 kernels need compute capability 9.0)");
+        }
+    }
+    const SweepResult result = sweep(candidates, jobs, o.timing);
+    const std::string device = DeviceProperties::current().description();
+    if (o.format == "table")
+        print_ladders(all, result, device, o.timing.runs);
+    else
+        std::cout << format_report(result.measurements, o.format, device);
     return result.exit_code();
 }
 
