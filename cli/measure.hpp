@@ -9,10 +9,10 @@
 #include <optional>
 #include <vector>
 
-#include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "measurement.hpp"
 #include "options.hpp"
+#include "testing/device_buffer.hpp"
 
 namespace flash_attention::cli {
 

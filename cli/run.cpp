@@ -8,11 +8,11 @@
 
 #include "commands.hpp"
 
-#include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "options.hpp"
 #include "reference/reference.hpp"
 #include "sweep.hpp"
+#include "testing/device_buffer.hpp"
 
 namespace flash_attention::cli {
 

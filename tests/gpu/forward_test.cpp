@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "common/cuda_check.hpp"
-#include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "reference/reference.hpp"
+#include "testing/device_buffer.hpp"
 
 namespace fa = flash_attention;
 using fa::reference::HostTensor;

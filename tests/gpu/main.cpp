@@ -5,7 +5,7 @@
 
 #include <iostream>
 
-#include "common/device_buffer.hpp"
+#include "testing/device_buffer.hpp"
 
 int main(int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);

@@ -11,8 +11,8 @@
 
 #include "app.hpp"
 #include "common/cuda_check.hpp"
-#include "common/device_buffer.hpp"
 #include "flash_attention/flash_attention.hpp"
+#include "testing/device_buffer.hpp"
 #include "tuning/tuning_cache.hpp"
 
 namespace fa = flash_attention;

@@ -1,4 +1,4 @@
-#include "common/device_buffer.hpp"
+#include "testing/device_buffer.hpp"
 
 #include <cuda_runtime_api.h>
 
