@@ -16,6 +16,7 @@
 #             sm90 odd shapes; memcheck on the dynamic schedule's tests); starts building the
 #             Python packages of .dev/before (a tree from before the change, carried) and of
 #             this tree in the background
+#   profile   issue 13: ncu of the static and the dynamic schedule, bf16 d128 causal 4096
 #   schedule  issue 13: static against dynamic tile schedule, causal, interleaved (after refactor)
 #   causal    bench/compare.py --causal with this tree's package (after refactor)
 #   compare   bench/compare.py over the whole grid (bf16/fp16, d_head 64/128/256, causal and
@@ -165,6 +166,22 @@ for stage in "$@"; do
         > "$OUT/compare_after_causal.log" 2>&1
       note "compare after --causal: exit $?"
       grep -E "^\|" "$OUT/compare_after_causal.md" | head -60 >> "$summary" ;;
+    profile)
+      # Issue 13's next step: where the dynamic schedule's 2-5% at mid lengths goes. ncu on
+      # the static and the dynamic kernel of bf16 d_head 128, causal, seq 4096 (16k tokens),
+      # one launch each after the warm-up run; the key metrics into the summary, the reports
+      # into the logs (after refactor: its build).
+      bin="$FRESH/build/bin/flash_attention"
+      for sched in "" "+dynamic"; do
+        name=ncu_d128_causal_4096${sched:+_dynamic}
+        timeout 120 ncu --set full -k regex:forward_kernel -s 1 -c 1 -o "$OUT/$name" \
+          "$bin" run --config "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg$sched" \
+          --seq 4096 --batch 4 --heads 16 --causal --repeat 2 > "$OUT/$name.log" 2>&1
+        note "ncu $name: exit $?"
+        ncu --import "$OUT/$name.ncu-rep" --page details --csv 2>/dev/null |
+          grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Hit Rate|DRAM Throughput|Achieved Occupancy|Issue Slots Busy)"' |
+          awk -F'","' '{print "  " $(NF-2) ": " $NF}' | tr -d '"' | head -10 | tee -a "$summary"
+      done ;;
     schedule)
       # Issue 13: the release's sm90 tiles with the static and the dynamic tile schedule,
       # causal, interleaved in one process (bench --rounds), from the ci build above.
