@@ -14,8 +14,9 @@
 // tiles simply takes more: the list is walked greedily, longest first within a head, and
 // the last tiles of the list are the shortest. The producer publishes each tile's index
 // beside the Q buffer it loads into, and the consumers read it there once that buffer's
-// q_full barrier completes (mbarrier arrive releases, the wait acquires); an index past
-// the last tile, published the same way, tells them to stop.
+// q_full barrier completes (mbarrier arrive releases, the wait acquires), then arrive on
+// the slot's own barrier, which the producer waits on before it writes the slot again; an
+// index past the last tile, published the same way, tells them to stop.
 
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/geometry.cuh"
