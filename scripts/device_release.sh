@@ -65,13 +65,15 @@ for stage in "$@"; do
           printf '%s d%s: %s\n' $dtype $d "$("$B/bin/flash_attention" choose --dtype $dtype --d-head $d --seq 4096 | head -1)"
         done
       done | tee "$OUT/choose.txt" | tee -a "$summary"
-      "$B/tests/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
+      # Not brief: after a timeout the last RUN line names the test that did not end.
+      timeout 240 "$B/tests/test_gpu" > "$OUT/test_gpu.log" 2>&1
       note "test_gpu: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
+      note "  last started: $(grep -E '^\[ RUN' "$OUT/test_gpu.log" | tail -1)"
       grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -5 | tee -a "$summary"
-      "$B/tests/test_host" --gtest_brief=1 > "$OUT/test_host.log" 2>&1
+      timeout 60 "$B/tests/test_host" --gtest_brief=1 > "$OUT/test_host.log" 2>&1
       note "test_host: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_host.log" | tr '\n' ' ')"
       # API errors are not memory errors: one test makes cudaMalloc fail on purpose.
-      compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
+      timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
         --gtest_filter='Built/EveryConfigOddShapes.*q129_k257*:Built/EveryConfigOddShapes.*q1000_k7_*:Forward.*' \
         > "$OUT/memcheck.log" 2>&1
       note "memcheck (odd shapes of every built config, Forward.*): exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/memcheck.log" | tr '\n' ' ')" ;;
@@ -91,7 +93,7 @@ for stage in "$@"; do
       (cd /tmp && LD_DEBUG=bindings python3 -c "import flash_attention_scratch, torch" 2>&1 |
         grep -c "to $so") > "$OUT/bindings_to_module.txt"
       note "symbols of other libraries bound to the module: $(cat "$OUT/bindings_to_module.txt")"
-      (cd /tmp && FLASH_EXPECT_RELEASE_SET=1 python3 -m pytest -q -rs "$FRESH/python/tests") > "$OUT/pytest.log" 2>&1
+      (cd /tmp && FLASH_EXPECT_RELEASE_SET=1 timeout 180 python3 -m pytest -q -rs "$FRESH/python/tests") > "$OUT/pytest.log" 2>&1
       note "pytest: exit $? $(tail -1 "$OUT/pytest.log")"
       grep -E "^FAILED|Error" "$OUT/pytest.log" | head -8 | tee -a "$summary"
       unset PYTHONPATH ;;
@@ -105,7 +107,7 @@ for stage in "$@"; do
       for i in 1 2; do
         for build in default tune; do
           bin=$([ $build = default ] && echo "$FRESH/build/bin" || echo /tmp/tune/bin)
-          "$bin/flash_attention" bench --best --dtype bf16,fp16 --d-head 64,128,256 --runs 30 --format json \
+          timeout 60 "$bin/flash_attention" bench --best --dtype bf16,fp16 --d-head 64,128,256 --runs 30 --format json \
             > "$OUT/bench_${build}_$i.json" 2> "$OUT/bench_${build}_$i.err"
           echo "bench $build $i: exit $?" >> "$OUT/bench.log"
         done
@@ -128,8 +130,10 @@ for stage in "$@"; do
         > "$OUT/build_ci.log" 2>&1
       note "ci build: exit $? ($(( $(date +%s) - start )) s)"
       # Bounded: a schedule that deadlocks must not take the whole call with it.
-      timeout 240 "$B/tests/test_gpu" --gtest_brief=1 > "$OUT/test_gpu.log" 2>&1
+      # Not brief: after a timeout the last RUN line names the test that did not end.
+      timeout 240 "$B/tests/test_gpu" > "$OUT/test_gpu.log" 2>&1
       note "test_gpu: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
+      note "  last started: $(grep -E '^\[ RUN' "$OUT/test_gpu.log" | tail -1)"
       grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -8 | tee -a "$summary"
       "$B/tests/test_host" --gtest_brief=1 > "$OUT/test_host.log" 2>&1
       note "test_host: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_host.log" | tr '\n' ' ')"

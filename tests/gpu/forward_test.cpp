@@ -4,11 +4,15 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 #include <ostream>
 #include <random>
 #include <sstream>
+#include <string>
+#include <thread>
 
 #include "common/cuda_check.hpp"
 #include "flash_attention/flash_attention.hpp"
@@ -378,6 +382,47 @@ TEST(Forward, DynamicScheduleReplaysAndRunsConcurrently) {
             << b_result.summary();
         for (auto& s : streams)
             cudaStreamDestroy(s);
+    }
+}
+
+// Waits for the device, failing (and ending the process, whose kernel cannot be
+// stopped) if it is still busy after `seconds`: a schedule that deadlocks fails the
+// suite instead of hanging it.
+void synchronize_or_abort(double seconds, const std::string& what) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (cudaStreamQuery(nullptr) == cudaErrorNotReady) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            ADD_FAILURE() << what << ": still running after " << seconds << " s (deadlock)";
+            std::cerr << "FATAL: " << what << " did not finish within " << seconds << " s\n";
+            std::_Exit(EXIT_FAILURE);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    fa::cuda_check(cudaDeviceSynchronize(), what.c_str());
+}
+
+// The dynamic schedule on tiles of at most one key block: the producer runs whole tiles
+// ahead of the consumers and reaches its end while they are still at work. Its final
+// "past the end" index must wait until the consumers have emptied the Q buffer; when it
+// waited only for them to read the buffer's previous index, a consumer could miss a phase
+// of q_full and wait forever (the release build's test run hung, 2026-11-24). Many
+// launches, because the hang needs the producer to win a race.
+TEST(Forward, DynamicScheduleEndsWhileConsumersWork) {
+    for (const fa::KernelConfig& c : fa::configs()) {
+        if (!c.sm90.dynamic_schedule || !fa::is_supported(c))
+            continue;
+        for (const bool causal : {false, true}) {
+            // 4 x 16 heads x 64 query blocks (22 of 192 rows): 15 to 31 tiles per CTA.
+            Problem p(c.dtype, 4, 4096 * (causal ? 2 : 1), 7, 16, c.d_head, 16, causal);
+            const auto result = p.run_and_check(
+                [&] {
+                    for (int launch = 0; launch < 100; ++launch)
+                        fa::forward(p.params(), c);
+                    synchronize_or_abort(30, c.to_string() + ", 100 launches");
+                },
+                1.0 / std::sqrt(double(c.d_head)));
+            EXPECT_TRUE(result.passed) << c.to_string() << ": " << result.summary();
+        }
     }
 }
 

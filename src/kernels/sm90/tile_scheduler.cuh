@@ -116,11 +116,15 @@ struct TileScheduler {
     }
 
     // Producer, after its last tile: the consumers' next Q buffer carries an index past
-    // the last tile, and its barrier completes without a copy (the slot's barrier also
-    // ensures the consumers have passed the buffer's previous phase).
+    // the last tile, and its barrier completes without a copy. As before any tile, it
+    // first waits until the consumers have emptied the buffer (q_empty): reading the
+    // previous index (the slot's barrier) is not enough, since a consumer that has read
+    // it may not yet have waited on that phase of q_full, and a phase completed twice
+    // over looks incomplete to a parity wait, which would then never return.
     template <class QSlot, class Bars>
     __device__ __forceinline__ void finish(const QSlot& q, Bars& bars, int past_end) const {
         if constexpr (Dynamic) {
+            bars.q_empty[q.buffer].wait(q.parity ^ 1);
             publish(q, past_end);
             bars.q_full[q.buffer].arrive();
         }
