@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "config/builtin_choice.hpp"
 #include "config/resources.hpp"
@@ -455,6 +458,50 @@ std::vector<KernelConfig> ValueSets::expand() const {
     return sorted_unique(std::move(v));
 }
 
+namespace {
+
+std::vector<KernelConfig> configs_in_file(std::string_view path) {
+    // A kernel list is a few kilobytes: a FIFO, a device or a huge file is refused, not read.
+    constexpr std::size_t max_bytes = 1 << 20;
+    const std::string where = "kernel set \"@" + std::string(path) + "\": ";
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(std::filesystem::path(path), ec))
+        throw Error(ErrorCode::invalid_argument, where + "expected a readable regular file");
+    std::ifstream in{std::string(path), std::ios::binary};
+    std::string text(max_bytes + 1, '\0');
+    if (in)
+        in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    if (!in && !in.eof())
+        throw Error(ErrorCode::invalid_argument, where + "cannot read the file");
+    text.resize(static_cast<std::size_t>(in.gcount()));
+    if (text.size() > max_bytes)
+        throw Error(ErrorCode::invalid_argument, where + "expected at most 1 MiB of short forms");
+    std::vector<KernelConfig> configs;
+    int number = 0;
+    for (std::size_t start = 0; start < text.size();) {
+        std::size_t end = text.find('\n', start);
+        if (end == std::string::npos)
+            end = text.size();
+        std::string line = text.substr(start, end - start);
+        start = end + 1;
+        ++number;
+        line = line.substr(0, line.find('#'));
+        const auto first = line.find_first_not_of(" \t\r");
+        if (first == std::string::npos)
+            continue;
+        const auto last = line.find_last_not_of(" \t\r");
+        try {
+            configs.push_back(KernelConfig::parse(line.substr(first, last - first + 1)));
+        } catch (const Error& e) {
+            throw Error(ErrorCode::invalid_argument,
+                        where + "line " + std::to_string(number) + ": " + e.what());
+        }
+    }
+    return configs;
+}
+
+}  // namespace
+
 std::vector<std::string_view> set_names() {
     return {"release",   "ci",        "progression", "progression-all", "progression-sm90", "tune",
             "tune-sm80", "tune-sm90", "all"};
@@ -472,6 +519,8 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         }
         return sorted_unique(std::move(all));
     }
+    if (name.starts_with('@'))
+        return sorted_unique(configs_in_file(name.substr(1)));
     if (name == "release")
         return release();
     if (name == "ci")

@@ -81,9 +81,11 @@ struct ValueSets {
 std::vector<std::string_view> set_names();
 
 // The configs of a named set, sorted and unique (the progression ladder in step order),
-// or of a comma-separated union of sets such as "tune,progression". Throws
-// flash_attention::Error (invalid_argument) naming the set and the known names when the name is
-// unknown.
+// of "@FILE" (a text file of short forms, one per line, "#" starting a comment: say the
+// winners of a tune, for a build of just those), or of a comma-separated union such as
+// "tune,progression" or "release,@winners.txt". Throws flash_attention::Error
+// (invalid_argument) naming the set and the known names when the name is unknown, and the
+// file and line when a file cannot be read or holds a line that is no short form.
 std::vector<KernelConfig> named_set(std::string_view name);
 
 }  // namespace flash_attention::space

@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "config/builtin_choice.hpp"
 #include "config/config_space.hpp"
@@ -110,6 +115,45 @@ TEST(ConfigSpace, FamilyTuneSetsSplitTheTuneSet) {
     for (const KernelConfig& c : sm90)
         EXPECT_EQ(c.family, fa::Family::sm90) << c.to_string();
     EXPECT_EQ(fa::space::named_set("tune-sm80,tune-sm90"), tune);
+}
+
+// "@FILE": the short forms of a file, one per line with comments and blank lines, unioned
+// like a set name; a bad line is named by its number, and what is not a regular file is
+// refused before it is read (a FIFO would block, /dev/zero never end).
+TEST(ConfigSpace, KernelSetFromAFile) {
+    const auto dir =
+        std::filesystem::temp_directory_path() / ("flash_set_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    const auto write = [&](const char* name, const std::string& text) {
+        std::ofstream(dir / name) << text;
+        return "@" + (dir / name).string();
+    };
+    const std::string a = "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg";
+    const std::string b = "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer";
+    const std::string list = write("winners.txt", "# tuned\n" + a + "  # d128\n\n  " + b + "\r\n");
+    const auto set = fa::space::named_set(list);
+    ASSERT_EQ(set.size(), 2u);
+    EXPECT_NE(std::find(set.begin(), set.end(), KernelConfig::parse(a)), set.end());
+    EXPECT_NE(std::find(set.begin(), set.end(), KernelConfig::parse(b)), set.end());
+    const auto with_release = fa::space::named_set("release," + list);
+    EXPECT_EQ(with_release.size(), fa::space::named_set("release").size() + 1);  // a is in it
+
+    const auto message = [](const std::string& name) {
+        try {
+            fa::space::named_set(name);
+        } catch (const fa::Error& e) {
+            EXPECT_EQ(e.code(), fa::ErrorCode::invalid_argument);
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message(write("bad.txt", a + "\n(BF16, 128): sm90\n")).find("line 2"),
+              std::string::npos);
+    EXPECT_NE(message("@" + (dir / "missing.txt").string()).find("regular file"),
+              std::string::npos);
+    EXPECT_NE(message("@/dev/zero").find("regular file"), std::string::npos);
+    EXPECT_NE(message("@" + dir.string()).find("regular file"), std::string::npos);
+    std::filesystem::remove_all(dir);
 }
 
 TEST(ConfigSpace, HopperTuneSetHasWiderKeyBlocksAtHeadDim256) {
