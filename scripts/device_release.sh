@@ -21,6 +21,8 @@
 #   causal    bench/compare.py --causal with this tree's package (after refactor)
 #   compare   bench/compare.py over the whole grid (bf16/fp16, d_head 64/128/256, causal and
 #             not) with the two packages, alternated (after refactor)
+#   explore   candidate configs (bench/explore/$EXPLORE) built beside the release set and
+#             timed interleaved per d_head, causal and not
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 set -uo pipefail
@@ -204,6 +206,29 @@ for stage in "$@"; do
       echo "bench 32k GQA: exit $?" >> "$OUT/schedule.log"
       cat "$OUT/schedule.log" >> "$summary"
       python3 "$REPO/scripts/schedule_table.py" "$OUT/schedule.csv" | tee "$OUT/schedule.txt" | tee -a "$summary" ;;
+    explore)
+      # Issue 13: candidate configs of bench/explore/$EXPLORE (short forms, one per line) built
+      # with the release set, then per d_head timed interleaved: without causal masking the
+      # static-schedule configs, with it the dynamic ones (the list's first of each group
+      # is the release kernel).
+      list="$REPO/bench/explore/${EXPLORE:-2026-11-24-key-blocks.txt}"
+      (cd "$FRESH" && cmake -S . -B /tmp/explore -G Ninja -DFLASH_KERNELS="release,@$list" \
+        -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="-Xptxas -v" > /dev/null &&
+        cmake --build /tmp/explore) > "$OUT/build_explore.log" 2>&1
+      note "explore build: exit $? ($(( $(date +%s) - start )) s); kernels that spill: $(grep -c 'bytes spill stores' "$OUT/build_explore.log" | head -1) (of $(grep -c 'spill stores' "$OUT/build_explore.log") reported)"
+      bin=/tmp/explore/bin/flash_attention
+      for d in $(grep -oE '^\((BF16|FP16), [0-9]+' "$list" | awk '{print $2}' | sort -un); do
+        for causal in "" --causal; do
+          args=()
+          while IFS= read -r cfg; do args+=(--config "$cfg"); done < <(grep -E "^\((BF16|FP16), $d," "$list" |
+            if [ -n "$causal" ]; then grep -- '+dynamic'; else grep -v -- '+dynamic'; fi)
+          [ ${#args[@]} -eq 0 ] && continue
+          name=explore_d${d}${causal:+_causal}
+          timeout 150 "$bin" bench "${args[@]}" $causal --runs 10 --rounds 3 --warmup-ms 200 > "$OUT/$name.txt" 2>&1
+          note "$name: exit $?"
+          cat "$OUT/$name.txt" >> "$summary"
+        done
+      done ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"

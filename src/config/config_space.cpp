@@ -132,7 +132,8 @@ constexpr std::array k_rules = {
          "each consumer warpgroup owns 64 query rows (one m64 wgmma tile): B_r = 64 x consumers",
          [](const KernelConfig& c) { return sm90(c) && c.B_r != 64 * consumer_warpgroups(c); }},
     Rule{"wgmma_n", RuleKind::validity,
-         "B_c is 64, 80 or 128 (the N of S = Q·Kᵀ's wgmma, which this library instantiates)",
+         "B_c is 64, 80, 128, 176 or 192 (the N of S = Q·Kᵀ's wgmma, which this library "
+         "instantiates)",
          [](const KernelConfig& c) { return sm90(c) && !is_wgmma_n(c.B_c); }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
          [](const KernelConfig& c) { return sm90(c) && (c.sm90.stages < 1 || c.sm90.stages > 4); }},
@@ -299,7 +300,7 @@ std::vector<KernelConfig> tune_configs_sm90_d256() {
 
 ValueSets all_values_sm90() {
     ValueSets v = tune_values_sm90();
-    v.B_c = {64, 80, 128};
+    v.B_c = {64, 80, 128, 176, 192};
     v.B_r = {64, 128, 192};
     v.n_warps = {8, 12, 16};
     v.stages = {1, 2, 3, 4};
@@ -370,12 +371,16 @@ int estimated_registers(const KernelConfig& c) {
     if (c.family == Family::sm90) {
         // A consumer thread holds its share of the warpgroup's m64 tiles: O (64 x d_head
         // fp32 over 128 threads), S (64 x B_c fp32) and P (S as 16-bit pairs), plus
-        // addresses, barrier phases and softmax state (ptxas: d_head 256, B_c 128 without
-        // overlap, estimate 240, no spills; with overlap, 272, spills 284 bytes).
-        // Without intra-warpgroup overlap P replaces S (converted in place, S dead); with
-        // it, S of the next block is computed while P of this one feeds P·V.
+        // addresses, barrier phases and softmax state, which grow with d_head (16 +
+        // d_head / 8, fitted to ptxas, nvcc 13.0: d_head 256, B_c 128 without overlap,
+        // estimate 240, no spills; with overlap, 272, spills 284 bytes; d_head 64, B_r 192,
+        // B_c 128 with overlap, 152 of 160, no spills; the same with Q in registers, 168,
+        // spills 96 bytes). Without intra-warpgroup overlap P replaces S (converted in
+        // place, S dead); with it, S of the next block is computed while P of this one
+        // feeds P·V.
         const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
-        return c.d_head / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 48;
+        return c.d_head / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 +
+               c.d_head / 8;
     }
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
     // Q's fragments when held whole (16-bit pairs), and the rest: fragments in flight,

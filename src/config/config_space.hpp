@@ -24,8 +24,9 @@ constexpr bool is_head_dim(std::int64_t d) {
     return std::find(k_head_dims.begin(), k_head_dims.end(), d) != k_head_dims.end();
 }
 
-// The N of S = Q·Kᵀ's wgmma that the sm90 family instantiates: its B_c values.
-inline constexpr std::array<int, 3> k_wgmma_n{64, 80, 128};
+// The N of S = Q·Kᵀ's wgmma that the sm90 family instantiates: its B_c values (176 and
+// 192: FlashAttention-3's key blocks for d_head 128 and 64 without causal masking).
+inline constexpr std::array<int, 5> k_wgmma_n{64, 80, 128, 176, 192};
 
 constexpr bool is_wgmma_n(int n) {
     return std::find(k_wgmma_n.begin(), k_wgmma_n.end(), n) != k_wgmma_n.end();

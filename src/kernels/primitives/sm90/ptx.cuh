@@ -56,27 +56,35 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 }
 
 // Operand lists of the wgmma wrappers below (undefined at the end of this header): the
-// accumulator registers of d[N / 8][4] in order, and their "%i" names in the PTX string.
+// accumulator registers of d[N / 8][4] in order (function-like, so that they expand only
+// inside FA_WGMMA's operand list, not as arguments on the way), and their "%i" names in
+// the PTX string.
 #define FA_WGMMA_D4(t) "+f"(d[t][0]), "+f"(d[t][1]), "+f"(d[t][2]), "+f"(d[t][3])
-#define FA_WGMMA_D32                                                                \
-    FA_WGMMA_D4(0), FA_WGMMA_D4(1), FA_WGMMA_D4(2), FA_WGMMA_D4(3), FA_WGMMA_D4(4), \
-        FA_WGMMA_D4(5), FA_WGMMA_D4(6), FA_WGMMA_D4(7)
-#define FA_WGMMA_D40 FA_WGMMA_D32, FA_WGMMA_D4(8), FA_WGMMA_D4(9)
-#define FA_WGMMA_D64                                                                  \
-    FA_WGMMA_D40, FA_WGMMA_D4(10), FA_WGMMA_D4(11), FA_WGMMA_D4(12), FA_WGMMA_D4(13), \
-        FA_WGMMA_D4(14), FA_WGMMA_D4(15)
-#define FA_WGMMA_R32                                                                              \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FA_WGMMA_R40                                                                              \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
-    "%38, %39}"
-#define FA_WGMMA_R64                                                                              \
-    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
-    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "  \
-    "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, "  \
-    "%56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA_WGMMA_D16(t) FA_WGMMA_D4(t), FA_WGMMA_D4(t + 1), FA_WGMMA_D4(t + 2), FA_WGMMA_D4(t + 3)
+#define FA_WGMMA_D32() FA_WGMMA_D16(0), FA_WGMMA_D16(4)
+#define FA_WGMMA_D40() FA_WGMMA_D32(), FA_WGMMA_D4(8), FA_WGMMA_D4(9)
+#define FA_WGMMA_D64() FA_WGMMA_D32(), FA_WGMMA_D16(8), FA_WGMMA_D16(12)
+#define FA_WGMMA_D88() FA_WGMMA_D64(), FA_WGMMA_D16(16), FA_WGMMA_D4(20), FA_WGMMA_D4(21)
+#define FA_WGMMA_D96() FA_WGMMA_D64(), FA_WGMMA_D16(16), FA_WGMMA_D16(20)
+#define FA_WGMMA_N0_31                                                                           \
+    "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+    "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define FA_WGMMA_N32_39 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define FA_WGMMA_N40_63                                                                          \
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, " \
+    "%58, %59, %60, %61, %62, %63"
+#define FA_WGMMA_N64_87                                                                          \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
+    "%82, %83, %84, %85, %86, %87"
+#define FA_WGMMA_N88_95 "%88, %89, %90, %91, %92, %93, %94, %95"
+#define FA_WGMMA_R32 "{" FA_WGMMA_N0_31 "}"
+#define FA_WGMMA_R40 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 "}"
+#define FA_WGMMA_R64 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 "}"
+#define FA_WGMMA_R88 \
+    "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 ", " FA_WGMMA_N64_87 "}"
+#define FA_WGMMA_R96                                                                  \
+    "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 ", " FA_WGMMA_N64_87 \
+    ", " FA_WGMMA_N88_95 "}"
 // One wgmma.mma_async: shape N, element type, accumulator names and registers, then the
 // names of the A and B operands, the scale-d predicate's source and the B transpose.
 #define FA_WGMMA(N, TYPE, D_NAMES, D_REGS, A, B, P, T, ...)                                  \
@@ -84,34 +92,43 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
                  ", 0;\n"                                                                    \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " D_NAMES \
                  ", " A ", %" #B ", p, 1, 1, " T ";\n}\n"                                    \
-                 : D_REGS                                                                    \
+                 : D_REGS()                                                                  \
                  : __VA_ARGS__)
+// The same for the wrapper's dtype, f16 or bf16.
+#define FA_WGMMA_TYPED(N, D_NAMES, D_REGS, A, B, P, T, ...)            \
+    if constexpr (dtype == DType::FP16) {                              \
+        FA_WGMMA(N, "f16", D_NAMES, D_REGS, A, B, P, T, __VA_ARGS__);  \
+    } else {                                                           \
+        FA_WGMMA(N, "bf16", D_NAMES, D_REGS, A, B, P, T, __VA_ARGS__); \
+    }
+// Operands after the accumulators: A and B descriptors, or A's four registers and B's
+// descriptor; then the scale-d source and the B transpose.
+#define FA_WGMMA_SS_ARGS "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB))
+#define FA_WGMMA_RS_ARGS \
+    "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB))
+
+template <int N>
+inline constexpr bool wgmma_n_wrapped = false;
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A and B in shared
 // memory — PTX ISA "wgmma.mma_async": D (64 x N fp32, m16n8 accumulator tiles per warp)
 // += A (64 x 16) · B (16 x N). B is K-major unless TransB. accumulate = false: D = A·B.
+// N: the values below (space::k_wgmma_n says which B_c the configs may use).
 template <DType dtype, int N, bool TransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a,
                                          std::uint64_t desc_b, bool accumulate) {
-    static_assert(N == 64 || N == 80 || N == 128, "wgmma N instantiated: 64, 80 and 128");
-    if constexpr (N == 64 && dtype == DType::FP16) {
-        FA_WGMMA(64, "f16", FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "0, %35", "l"(desc_a),
-                 "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
-    } else if constexpr (N == 64 && dtype == DType::BF16) {
-        FA_WGMMA(64, "bf16", FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "0, %35", "l"(desc_a),
-                 "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
-    } else if constexpr (N == 80 && dtype == DType::FP16) {
-        FA_WGMMA(80, "f16", FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "0, %43", "l"(desc_a),
-                 "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
-    } else if constexpr (N == 80 && dtype == DType::BF16) {
-        FA_WGMMA(80, "bf16", FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "0, %43", "l"(desc_a),
-                 "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
-    } else if constexpr (N == 128 && dtype == DType::FP16) {
-        FA_WGMMA(128, "f16", FA_WGMMA_R64, FA_WGMMA_D64, "%64", 65, 66, "0, %67", "l"(desc_a),
-                 "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
+    if constexpr (N == 64) {
+        FA_WGMMA_TYPED(64, FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "0, %35", FA_WGMMA_SS_ARGS)
+    } else if constexpr (N == 80) {
+        FA_WGMMA_TYPED(80, FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "0, %43", FA_WGMMA_SS_ARGS)
+    } else if constexpr (N == 128) {
+        FA_WGMMA_TYPED(128, FA_WGMMA_R64, FA_WGMMA_D64, "%64", 65, 66, "0, %67", FA_WGMMA_SS_ARGS)
+    } else if constexpr (N == 176) {
+        FA_WGMMA_TYPED(176, FA_WGMMA_R88, FA_WGMMA_D88, "%88", 89, 90, "0, %91", FA_WGMMA_SS_ARGS)
+    } else if constexpr (N == 192) {
+        FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "%96", 97, 98, "0, %99", FA_WGMMA_SS_ARGS)
     } else {
-        FA_WGMMA(128, "bf16", FA_WGMMA_R64, FA_WGMMA_D64, "%64", 65, 66, "0, %67", "l"(desc_a),
-                 "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB)));
+        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 128, 176 and 192");
     }
 }
 
@@ -121,41 +138,46 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
 template <DType dtype, int N, bool TransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32_t (&a)[4],
                                          std::uint64_t desc_b, bool accumulate) {
-    static_assert(N == 64 || N == 80 || N == 128, "wgmma N instantiated: 64, 80 and 128");
-    if constexpr (N == 64 && dtype == DType::FP16) {
-        FA_WGMMA(64, "f16", FA_WGMMA_R32, FA_WGMMA_D32, "{%32, %33, %34, %35}", 36, 37, "%38",
-                 "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
-                 "n"(int(TransB)));
-    } else if constexpr (N == 64 && dtype == DType::BF16) {
-        FA_WGMMA(64, "bf16", FA_WGMMA_R32, FA_WGMMA_D32, "{%32, %33, %34, %35}", 36, 37, "%38",
-                 "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
-                 "n"(int(TransB)));
-    } else if constexpr (N == 80 && dtype == DType::FP16) {
-        FA_WGMMA(80, "f16", FA_WGMMA_R40, FA_WGMMA_D40, "{%40, %41, %42, %43}", 44, 45, "%46",
-                 "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
-                 "n"(int(TransB)));
-    } else if constexpr (N == 80 && dtype == DType::BF16) {
-        FA_WGMMA(80, "bf16", FA_WGMMA_R40, FA_WGMMA_D40, "{%40, %41, %42, %43}", 44, 45, "%46",
-                 "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
-                 "n"(int(TransB)));
-    } else if constexpr (N == 128 && dtype == DType::FP16) {
-        FA_WGMMA(128, "f16", FA_WGMMA_R64, FA_WGMMA_D64, "{%64, %65, %66, %67}", 68, 69, "%70",
-                 "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
-                 "n"(int(TransB)));
+    if constexpr (N == 64) {
+        FA_WGMMA_TYPED(64, FA_WGMMA_R32, FA_WGMMA_D32, "{%32, %33, %34, %35}", 36, 37, "%38",
+                       FA_WGMMA_RS_ARGS)
+    } else if constexpr (N == 80) {
+        FA_WGMMA_TYPED(80, FA_WGMMA_R40, FA_WGMMA_D40, "{%40, %41, %42, %43}", 44, 45, "%46",
+                       FA_WGMMA_RS_ARGS)
+    } else if constexpr (N == 128) {
+        FA_WGMMA_TYPED(128, FA_WGMMA_R64, FA_WGMMA_D64, "{%64, %65, %66, %67}", 68, 69, "%70",
+                       FA_WGMMA_RS_ARGS)
+    } else if constexpr (N == 176) {
+        FA_WGMMA_TYPED(176, FA_WGMMA_R88, FA_WGMMA_D88, "{%88, %89, %90, %91}", 92, 93, "%94",
+                       FA_WGMMA_RS_ARGS)
+    } else if constexpr (N == 192) {
+        FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "{%96, %97, %98, %99}", 100, 101, "%102",
+                       FA_WGMMA_RS_ARGS)
     } else {
-        FA_WGMMA(128, "bf16", FA_WGMMA_R64, FA_WGMMA_D64, "{%64, %65, %66, %67}", 68, 69, "%70",
-                 "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)),
-                 "n"(int(TransB)));
+        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 128, 176 and 192");
     }
 }
 
+#undef FA_WGMMA_RS_ARGS
+#undef FA_WGMMA_SS_ARGS
+#undef FA_WGMMA_TYPED
 #undef FA_WGMMA
+#undef FA_WGMMA_R96
+#undef FA_WGMMA_R88
 #undef FA_WGMMA_R64
 #undef FA_WGMMA_R40
 #undef FA_WGMMA_R32
+#undef FA_WGMMA_N88_95
+#undef FA_WGMMA_N64_87
+#undef FA_WGMMA_N40_63
+#undef FA_WGMMA_N32_39
+#undef FA_WGMMA_N0_31
+#undef FA_WGMMA_D96
+#undef FA_WGMMA_D88
 #undef FA_WGMMA_D64
 #undef FA_WGMMA_D40
 #undef FA_WGMMA_D32
+#undef FA_WGMMA_D16
 #undef FA_WGMMA_D4
 
 // setmaxnreg.inc.sync.aligned.u32 / setmaxnreg.dec.sync.aligned.u32 — PTX ISA "setmaxnreg":
