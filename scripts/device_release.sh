@@ -139,11 +139,11 @@ for stage in "$@"; do
       grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -8 | tee -a "$summary"
       "$B/tests/test_host" --gtest_brief=1 > "$OUT/test_host.log" 2>&1
       note "test_host: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_host.log" | tr '\n' ' ')"
-      timeout 90 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
+      timeout 70 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
         --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*:Forward.DynamicSchedule*' \
         > "$OUT/sm90_memcheck.log" 2>&1
       note "sm90 memcheck (odd shapes, dynamic schedule): exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_memcheck.log" | tr '\n' ' ')"
-      timeout 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
+      timeout 80 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
         --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*' \
         > "$OUT/sm90_racecheck.log" 2>&1
       note "sm90 racecheck (odd shapes): exit $? $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/sm90_racecheck.log" | tr '\n' ' ')" ;;

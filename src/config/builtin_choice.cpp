@@ -17,6 +17,10 @@ struct Row {
 // two consumers (three at d_head 64, where O and S leave room), a two-stage K/V
 // pipeline, intra-warpgroup overlap, persistent CTAs and, where registers allow, Q held
 // in registers (a third less shared-memory traffic for S = Q·Kᵀ: +3-4% at d_head 128).
+// d_head 64 takes FlashAttention-3's 192 x 128 tile with ping-pong between its three
+// consumers: 9-17% faster than 192 x 64 from 512 to 16k keys (Q stays in shared memory:
+// in registers it spills at 160); causal up to 1024 keys, 128 x 128 with Q in registers
+// (+18-21% there; from 2048 the 192-row tile wins). H100, 2026-11-24, docs/PERF.md.
 // B_c 128 fills wgmma's N (25% faster than 64 at d_head 128); d_head 256 takes B_c 80, the
 // widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
@@ -38,12 +42,14 @@ struct Row {
 constexpr Row k_rows[] = {
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
-    {"(BF16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg+dynamic", 0, true},
-    {"(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg+dynamic", 0, true},
+    {"(BF16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 1024, true},
+    {"(FP16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 1024, true},
+    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic", 0, true},
+    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
-    {"(BF16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
-    {"(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong+persistent+qreg"},
+    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent"},
+    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent+dynamic", 0, true},

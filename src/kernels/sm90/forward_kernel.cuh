@@ -69,6 +69,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
     int ring = 0;  // K/V blocks consumed so far, in step with the producer
     int iteration = 0;
+    PendingStore pending_store;  // the previous tile's O store (epilogue.cuh)
     // One tile per CTA, or with `persistent` one CTA per SM walking the tiles: the static
     // schedule's stride, or the tile the producer published for the dynamic one.
     for (int index = scheduler.first();
@@ -95,6 +96,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
                            max(1, min(Tr::rows_per_consumer, args.seq_q - consumer_row0)), Tr::B_c)
                     .unmasked,
             .ring = ring,
+            .pending_store = pending_store,
         };
 
         float o[1][Tr::d_head / 8][4];
@@ -105,6 +107,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
         }
         consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
+        pending_store.hand_back();  // a tile without GEMMs hands it back here
         softmax.finalize(o);
 
         if (args.lse != nullptr && threadIdx.x % 4 == 0) {
@@ -114,9 +117,11 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         }
         // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
         // and no other warpgroup reads these rows: O may overwrite them.
-        store_output<Tr>(params, tile, consumer, o, q_region, bars.q_empty[q.buffer]);
+        store_output<Tr>(params, tile, consumer, o, q_region, bars.q_empty[q.buffer],
+                         pending_store);
         ring += tile.visited;
     }
+    pending_store.hand_back();  // shared memory must outlive the last store's read
     turns.finish();
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.

@@ -13,6 +13,7 @@
 #include "kernels/primitives/sm90/ptx.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
 #include "kernels/primitives/sm90/warpgroup_gemm.cuh"
+#include "kernels/sm90/epilogue.cuh"
 #include "kernels/sm90/tensor_maps.hpp"
 #include "kernels/sm90/tile_scheduler.cuh"
 #include "kernels/sm90/traits.cuh"
@@ -133,6 +134,7 @@ struct Consumer {
     int first_row;                         // of this warp, in the sequence
     int unmasked;                          // blocks before this one need no mask here
     int ring;                              // ring position of the tile's block 0
+    PendingStore& pending_store;           // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::d_head / 16][4];
 
@@ -265,6 +267,8 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
     if constexpr (!Overlap) {
         for (int j = 0; j < n; ++j) {
             scores<false>(c, turns, s, o, p, j);
+            if (j == 0)
+                c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
             softmax.update(s, o);
             accumulators_to_a_fragments<Tr::dtype>(s, p);
             accumulate(c, turns, o, p, j);
@@ -273,7 +277,8 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
         // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
         // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
         scores<false>(c, turns, s, o, p, 0);
-        softmax.exponentiate(s);  // O is still zero: nothing to rescale
+        c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
+        softmax.exponentiate(s);      // O is still zero: nothing to rescale
         accumulators_to_a_fragments<Tr::dtype>(s, p);
         for (int j = 1; j < n; ++j) {
             scores<true>(c, turns, s, o, p, j);

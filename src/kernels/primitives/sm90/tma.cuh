@@ -63,7 +63,8 @@ __device__ __forceinline__ void load_tile(void* smem, const void* map, int row, 
 }
 
 // Stores a tile laid out as load_tile() leaves it; rows past the tensor's end are not
-// written. Waits until the copies have read shared memory, so it may be reused.
+// written. Issued and committed as one bulk group: wait_stores_read() before the shared
+// memory is reused.
 template <class Tile>
 __device__ __forceinline__ void store_tile(const void* smem, const void* map, int row, int head,
                                            int batch) {
@@ -75,6 +76,10 @@ __device__ __forceinline__ void store_tile(const void* smem, const void* map, in
             static_cast<const unsigned char*>(smem) + c * Tile::sub_tile_bytes);
     }
     cuda::ptx::cp_async_bulk_commit_group();
+}
+
+// Waits until every store this thread issued has read its shared memory.
+__device__ __forceinline__ void wait_stores_read() {
     cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
 }
 
