@@ -3,6 +3,12 @@
 among copies so L2 cannot hold them. Prints one line per (dtype, d_head, backend).
 
     python3 bench/torch_sdpa.py --batch 4 --heads 16 --seq 4096 --d-head 128 64
+
+With --profile BACKEND it times nothing: after a warm-up it runs one call of that backend
+between cudaProfilerStart and cudaProfilerStop, for a profiler that starts there:
+
+    ncu --profile-from-start off --set full -o cudnn python3 bench/torch_sdpa.py \
+        --profile cudnn --batch 1 --heads 16 --seq 16384 --dtype bfloat16
 """
 
 import argparse
@@ -38,6 +44,22 @@ def time_sdpa(q, k, v, backend, warmup, runs):
     return statistics.median(times), times[0], times[-1]
 
 
+def profile(args):
+    """One SDPA call of args.profile per (dtype, d_head), inside the profiler's range."""
+    for dtype_name in args.dtype:
+        for d in args.d_head:
+            shape = (args.batch, args.heads, args.seq, d)
+            q, k, v = (torch.randn(shape, dtype=getattr(torch, dtype_name), device="cuda") for _ in range(3))
+            with sdpa_kernel(BACKENDS[args.profile]):
+                for _ in range(args.warmup):
+                    torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                torch.cuda.synchronize()
+                torch.cuda.profiler.start()
+                torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                torch.cuda.synchronize()
+                torch.cuda.profiler.stop()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4)
@@ -47,7 +69,11 @@ def main():
     parser.add_argument("--dtype", nargs="+", default=["bfloat16", "float16"])
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--profile", choices=BACKENDS, help="one call of this backend, for a profiler")
     args = parser.parse_args()
+    if args.profile:
+        profile(args)
+        return
 
     print(f"device {torch.cuda.get_device_name()} torch {torch.__version__}")
     l2_bytes = 50 * 2**20

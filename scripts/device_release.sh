@@ -16,7 +16,7 @@
 #             sm90 odd shapes; memcheck on the dynamic schedule's tests); starts building the
 #             Python packages of .dev/before (a tree from before the change, carried) and of
 #             this tree in the background
-#   profile   issue 13: ncu of the static and the dynamic schedule, bf16 d128 causal 4096
+#   profile   issue 13: ncu of the release kernel and of cuDNN's, bf16 d_head 128 and 64, 16384
 #   schedule  issue 13: static against dynamic tile schedule, causal, interleaved (after refactor)
 #   causal    bench/compare.py --causal with this tree's package (after refactor)
 #   compare   bench/compare.py over the whole grid (bf16/fp16, d_head 64/128/256, causal and
@@ -173,20 +173,28 @@ for stage in "$@"; do
       note "compare after --causal: exit $?"
       grep -E "^\|" "$OUT/compare_after_causal.md" | head -60 >> "$summary" ;;
     profile)
-      # Issue 13's next step: where the dynamic schedule's 2-5% at mid lengths goes. ncu on
-      # the static and the dynamic kernel of bf16 d_head 128, causal, seq 4096 (16k tokens),
-      # one launch each after the warm-up run; the key metrics into the summary, the reports
-      # into the logs (after refactor: its build).
+      # Issue 13: where the time goes at bf16, 16k tokens, seq 16384, without causal masking,
+      # d_head 128 and 64: ncu (full set) of this project's release kernel and of cuDNN's
+      # (PyTorch SDPA, one call inside the profiler's range), side by side. After readme or
+      # refactor (their build).
       bin="$FRESH/build/bin/flash_attention"
-      for sched in "" "+dynamic"; do
-        name=ncu_d128_causal_4096${sched:+_dynamic}
-        timeout 120 ncu --set full -k regex:forward_kernel -s 1 -c 1 -o "$OUT/$name" \
-          "$bin" run --config "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg$sched" \
-          --seq 4096 --batch 4 --heads 16 --causal --repeat 2 > "$OUT/$name.log" 2>&1
-        note "ncu $name: exit $?"
-        ncu --import "$OUT/$name.ncu-rep" --page details --csv 2>/dev/null |
-          grep -E '"(Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Hit Rate|DRAM Throughput|Achieved Occupancy|Issue Slots Busy)"' |
-          awk -F'","' '{print "  " $(NF-2) ": " $NF}' | tr -d '"' | head -10 | tee -a "$summary"
+      [ -x "$bin" ] || bin=/tmp/explore/bin/flash_attention
+      for d in 128 64; do
+        config=$("$bin" choose --dtype bf16 --d-head $d --seq 16384 | head -1)
+        timeout 120 ncu --set full -k regex:forward_kernel -s 1 -c 1 -o "$OUT/ncu_ours_d$d" \
+          "$bin" run --config "$config" --seq 16384 --batch 1 --heads $((2048 / d)) --repeat 2 \
+          > "$OUT/ncu_ours_d$d.log" 2>&1
+        note "ncu ours d$d ($config): exit $?"
+        timeout 120 ncu --set full --profile-from-start off -c 1 -o "$OUT/ncu_cudnn_d$d" \
+          python3 "$FRESH/bench/torch_sdpa.py" --profile cudnn --batch 1 --heads $((2048 / d)) \
+          --seq 16384 --d-head $d --dtype bfloat16 > "$OUT/ncu_cudnn_d$d.log" 2>&1
+        note "ncu cudnn d$d: exit $?"
+        for who in ours cudnn; do
+          ncu --import "$OUT/ncu_${who}_d$d.ncu-rep" --page details --csv > "$OUT/ncu_${who}_d${d}_details.csv" 2>/dev/null
+          ncu --import "$OUT/ncu_${who}_d$d.ncu-rep" --page raw --csv > "$OUT/ncu_${who}_d${d}_raw.csv" 2>/dev/null
+        done
+        python3 "$REPO/scripts/ncu_table.py" "ours=$OUT/ncu_ours_d${d}_details.csv" \
+          "cudnn=$OUT/ncu_cudnn_d${d}_details.csv" | tee -a "$summary"
       done ;;
     schedule)
       # Issue 13: the release's sm90 tiles with the static and the dynamic tile schedule,
@@ -207,27 +215,36 @@ for stage in "$@"; do
       cat "$OUT/schedule.log" >> "$summary"
       python3 "$REPO/scripts/schedule_table.py" "$OUT/schedule.csv" | tee "$OUT/schedule.txt" | tee -a "$summary" ;;
     explore)
-      # Issue 13: candidate configs of bench/explore/$EXPLORE (short forms, one per line) built
-      # with the release set, then per d_head timed interleaved: without causal masking the
-      # static-schedule configs, with it the dynamic ones (the list's first of each group
-      # is the release kernel).
+      # Issue 13: candidate configs of bench/explore/$EXPLORE built with the release set, then
+      # timed interleaved group by group: a "## NAME" line starts a group ("causal" in the
+      # name: with causal masking); a file without groups is timed per d_head, without
+      # causal masking for the static-schedule configs and with it for the dynamic ones.
+      fresh_clone
       list="$REPO/bench/explore/${EXPLORE:-2026-11-24-key-blocks.txt}"
       (cd "$FRESH" && cmake -S . -B /tmp/explore -G Ninja -DFLASH_KERNELS="release,@$list" \
         -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="-Xptxas -v" > /dev/null &&
         cmake --build /tmp/explore) > "$OUT/build_explore.log" 2>&1
-      note "explore build: exit $? ($(( $(date +%s) - start )) s); kernels that spill: $(grep -c 'bytes spill stores' "$OUT/build_explore.log" | head -1) (of $(grep -c 'spill stores' "$OUT/build_explore.log") reported)"
+      note "explore build: exit $? ($(( $(date +%s) - start )) s); kernels that spill: $(grep -cE '[1-9][0-9]* bytes spill stores' "$OUT/build_explore.log")"
       bin=/tmp/explore/bin/flash_attention
-      for d in $(grep -oE '^\((BF16|FP16), [0-9]+' "$list" | awk '{print $2}' | sort -un); do
-        for causal in "" --causal; do
-          args=()
-          while IFS= read -r cfg; do args+=(--config "$cfg"); done < <(grep -E "^\((BF16|FP16), $d," "$list" |
-            if [ -n "$causal" ]; then grep -- '+dynamic'; else grep -v -- '+dynamic'; fi)
-          [ ${#args[@]} -eq 0 ] && continue
-          name=explore_d${d}${causal:+_causal}
-          timeout 150 "$bin" bench "${args[@]}" $causal --runs 10 --rounds 3 --warmup-ms 200 > "$OUT/$name.txt" 2>&1
-          note "$name: exit $?"
-          cat "$OUT/$name.txt" >> "$summary"
+      groups=/tmp/explore_groups
+      rm -rf "$groups" && mkdir -p "$groups"
+      if grep -q '^## ' "$list"; then
+        awk -v dir="$groups" '/^## /{name=$2; for (i = 3; i <= NF; ++i) name = name "_" $i; next}
+          /^\(/ && name != "" {print > (dir "/" name)}' "$list"
+      else
+        for d in $(grep -oE '^\((BF16|FP16), [0-9]+' "$list" | awk '{print $2}' | sort -un); do
+          grep -E "^\((BF16|FP16), $d," "$list" | grep -v -- '+dynamic' > "$groups/d$d"
+          grep -E "^\((BF16|FP16), $d," "$list" | grep -- '+dynamic' > "$groups/d${d}_causal"
         done
+      fi
+      for group in $(ls "$groups"); do
+        args=()
+        while IFS= read -r cfg; do args+=(--config "$cfg"); done < "$groups/$group"
+        [ ${#args[@]} -eq 0 ] && continue
+        causal=$(echo "$group" | grep -q causal && echo "$group" | grep -vq non-causal && echo --causal)
+        timeout 150 "$bin" bench "${args[@]}" $causal --runs 10 --rounds 3 --warmup-ms 200 > "$OUT/explore_$group.txt" 2>&1
+        note "explore $group $causal: exit $?"
+        cat "$OUT/explore_$group.txt" >> "$summary"
       done ;;
     *) note "unknown stage $stage" ;;
   esac
