@@ -23,6 +23,7 @@
 #             not) with the two packages, alternated (after refactor)
 #   explore   candidate configs (bench/explore/$EXPLORE) built beside the release set and
 #             timed interleaved per d_head, causal and not
+#   gqa       the automatic choice at causal seq 32768, 32 query / 8 K/V heads
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 set -uo pipefail
@@ -246,6 +247,15 @@ for stage in "$@"; do
         note "explore $group $causal: exit $?"
         cat "$OUT/explore_$group.txt" >> "$summary"
       done ;;
+    gqa)
+      # Issue 13's no-cliff row: causal, seq 32768, batch 1, 32 query heads on 8 K/V heads,
+      # the automatic choice (after readme, refactor or explore: their build).
+      bin="$FRESH/build/bin/flash_attention"
+      [ -x "$bin" ] || bin=/tmp/explore/bin/flash_attention
+      timeout 120 "$bin" bench --best --causal --seq 32768 --batch 1 --heads 32 --heads-kv 8 \
+        --dtype bf16,fp16 --d-head 64,128,256 --runs 10 > "$OUT/gqa32k.txt" 2>&1
+      note "gqa 32k: exit $?"
+      cat "$OUT/gqa32k.txt" >> "$summary" ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"
