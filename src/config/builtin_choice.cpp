@@ -26,12 +26,14 @@ struct Row {
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
 // Up to 2048 keys one stage of B_c 128 with ping-pong measured 1-7% faster than B_c 80
 // (a tile has few blocks, and each costs its fixed overheads once per 128 keys, not 80).
-// The tunes of 2026-11-23 picked these (docs/PERF.md). Causal problems take the same
-// tiles with the dynamic tile schedule: causal tiles differ in length, and the static
-// stride left one CTA up to 1.7x the mean work (d_head 64 at 1k-4k keys, d_head 128 at
-// 16k, 256 at 8k-16k: dynamic 1.3-1.7x faster there, 2-5% slower at a few lengths where
-// the stride happens to balance; H100, 2026-11-24, docs/PERF.md). Off Hopper the sm90
-// rows cannot run and the sm80 rows below them are the choice.
+// The tunes of 2026-11-23 picked these (docs/PERF.md). Causal problems (rows first):
+// tiles differ in length, and the static stride left one CTA up to 1.7x the mean work,
+// so d_head 64 and 128 take the dynamic tile schedule (1.3-1.7x faster where the stride
+// was uneven). Plain CTAs, one per tile, in the order the hardware hands them out, beat
+// both at d_head 256 at every length (+6-42% over the static B_c 128 tile up to 2048 and
+// +10-23% over the dynamic B_c 80 one from 4096, B_c 128 up to 4096) and at d_head 128
+// from 16k keys (+7%). H100, 2026-11-24, docs/PERF.md. Off Hopper the sm90 rows cannot
+// run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
 // ldmatrix traffic (about 170 B/clk/SM at H100 mma.sync rates) exceeds shared
@@ -40,20 +42,24 @@ struct Row {
 // At d_head 256, O alone takes 128 registers per warp of 16 rows: B_r 64 / B_c 64 is the
 // largest tile the register rule keeps without spills (untuned).
 constexpr Row k_rows[] = {
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 8192, true},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 8192, true},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+qreg", 0, true},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+qreg", 0, true},
     {"(BF16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 1024, true},
     {"(FP16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 1024, true},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic", 0, true},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic", 0, true},
+    {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong", 4096, true},
+    {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong", 4096, true},
+    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap", 0, true},
+    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent"},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
-    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent+dynamic", 0, true},
-    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent+dynamic", 0, true},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
     {"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
