@@ -3,11 +3,6 @@
 // Online softmax over the rows a warp owns, on m16n8 fp32 accumulator tiles. Each
 // thread holds two rows per m16 tile (lane/4 and lane/4 + 8); the 4 lanes of a quad
 // share a row, so row reductions are two xor-shuffles.
-//
-// Chains: the optimized variant's row max and row sum over a thread's B_c / 4 scores
-// of a row run as this many independent partial results, combined at the end. One chain
-// is a dependent FMNMX / FADD per score (4 cycles each: 128 cycles per row at B_c 128);
-// with a few warps per scheduler, as in the sm90 consumers, nothing else hides that.
 
 #include <cmath>
 
@@ -15,10 +10,8 @@
 
 namespace flash_attention {
 
-template <int MT, bool Optimized, int Chains = 1>
+template <int MT, bool Optimized>
 class OnlineSoftmax {
-    static_assert(Chains == 1 || Chains == 2 || Chains == 4, "1, 2 or 4 partial chains");
-
   public:
     // scale: softmax_scale; scale_log2: softmax_scale * log2(e).
     __device__ __forceinline__ OnlineSoftmax(float scale, float scale_log2)
@@ -59,22 +52,9 @@ class OnlineSoftmax {
                     }
                 }
                 float row_max = max_[mt][h];
-                if constexpr (Optimized && Chains > 1) {
-                    float part[Chains];
 #pragma unroll
-                    for (int c = 0; c < Chains; ++c)
-                        part[c] = row_max;
-#pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) {
-                        part[nt % Chains] =
-                            fmaxf(part[nt % Chains], fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                    }
-                    row_max = combine(part, [](float a, float b) { return fmaxf(a, b); });
-                } else {
-#pragma unroll
-                    for (int nt = 0; nt < NT; ++nt) {
-                        row_max = fmaxf(row_max, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                    }
+                for (int nt = 0; nt < NT; ++nt) {
+                    row_max = fmaxf(row_max, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
                 }
                 row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
                 row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
@@ -88,16 +68,14 @@ class OnlineSoftmax {
                     // instead keeps exp2(-inf - ...) = 0 rather than NaN.
                     const float max_scaled = row_max == -INFINITY ? 0.0f : row_max * scale_log2_;
                     alpha = ptx::ex2(max_[mt][h] * scale_log2_ - max_scaled);
-                    float part[Chains] = {};
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; ++e) {
                             s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -max_scaled));
-                            part[nt % Chains] += s[mt][nt][e];
+                            row_sum += s[mt][nt][e];
                         }
                     }
-                    row_sum = combine(part, [](float a, float b) { return a + b; });
                     // The quad's partial sums are only combined once, in finalize().
                     sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
                 } else {
@@ -171,17 +149,6 @@ class OnlineSoftmax {
     }
 
   private:
-    // The Chains partial results as one, pairwise.
-    template <class Op>
-    __device__ __forceinline__ static float combine(float (&part)[Chains], Op op) {
-        if constexpr (Chains == 4)
-            return op(op(part[0], part[1]), op(part[2], part[3]));
-        else if constexpr (Chains == 2)
-            return op(part[0], part[1]);
-        else
-            return part[0];
-    }
-
     float scale_;
     float scale_log2_;
     float max_[MT][2];

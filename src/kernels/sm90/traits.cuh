@@ -11,7 +11,6 @@
 #include "kernels/config_code.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/geometry.cuh"
-#include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/sm90/swizzled_tile.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
 
@@ -35,10 +34,6 @@ struct Traits {
     static constexpr int stages = C.sm90.stages;
     static constexpr int threads = C.n_threads();
     static constexpr bool q_in_registers = C.sm90.q_in_registers;
-    // A consumer's online softmax: the base-2 form, with the row max and sum split into
-    // four independent chains (a scheduler holds only 2-3 consumer warps to hide each
-    // dependent FMNMX/FADD's latency).
-    using Softmax = OnlineSoftmax<1, true, 4>;
 
     // Warpgroup 0 produces (one thread issues every TMA copy); warpgroups 1..consumers
     // each compute 64 query rows.
