@@ -23,7 +23,7 @@
 #             not) with the two packages, alternated (after refactor)
 #   explore   candidate configs (bench/explore/$EXPLORE) built beside the release set and
 #             timed interleaved per d_head, causal and not
-#   gqa       the automatic choice at causal seq 32768, 32 query / 8 K/V heads
+#   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 set -uo pipefail
@@ -252,8 +252,9 @@ for stage in "$@"; do
       # the automatic choice (after readme, refactor or explore: their build).
       bin="$FRESH/build/bin/flash_attention"
       [ -x "$bin" ] || bin=/tmp/explore/bin/flash_attention
-      timeout 120 "$bin" bench --best --causal --seq 32768 --batch 1 --heads 32 --heads-kv 8 \
-        --dtype bf16,fp16 --d-head 64,128,256 --runs 10 > "$OUT/gqa32k.txt" 2>&1
+      # 16k and 32k of the same head layout, interleaved: the cliff rule compares 2S with S.
+      timeout 150 "$bin" bench --best --causal --seq 16384,32768 --batch 1 --heads 32 --heads-kv 8 \
+        --dtype bf16,fp16 --d-head 64,128,256 --runs 10 --rounds 3 --warmup-ms 200 > "$OUT/gqa32k.txt" 2>&1
       note "gqa 32k: exit $?"
       cat "$OUT/gqa32k.txt" >> "$summary" ;;
     *) note "unknown stage $stage" ;;
