@@ -119,12 +119,6 @@ struct GemmTurns {
     }
 };
 
-// Which blocks a step masks. The overlapped loop runs its unmasked blocks with `none` and
-// its masked ones with `always`: a branch between issuing P·V and waiting for it makes
-// ptxas wait at the branch's join (it did, before the row max: the SASS of the d_head 128
-// release kernel), and the softmax then no longer overlaps the GEMM.
-enum class Masking { none, when_needed, always };
-
 // A consumer warpgroup's state and steps; consume() below is the algorithm.
 template <class Tr>
 struct Consumer {
@@ -208,9 +202,8 @@ struct Consumer {
             bars.v_empty[slot(j).stage].arrive();
     }
 
-    template <Masking M>
     __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
-        if (M == Masking::always || (M == Masking::when_needed && j >= unmasked)) {
+        if (j >= unmasked) {
             mask_scores(s, first_row, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
         }
     }
@@ -219,7 +212,7 @@ struct Consumer {
 // S_j = Q·K_jᵀ, masked; with WithPv, O += P_{j-1}·V_{j-1} is issued in the same GEMM turn
 // and left running. K_j (and V_{j-1}) are waited for before the turn is taken, so a
 // warpgroup never holds it while it waits for memory; returns once S_j is done.
-template <bool WithPv, Masking M, class Tr, class Turns>
+template <bool WithPv, class Tr, class Turns>
 __device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::d_head / 8][4],
                                        std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
@@ -235,7 +228,7 @@ __device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)
     ptx::fence_operands(s[0]);
     c.keep_q();
     c.release_k(j);
-    c.template mask<M>(s, j);
+    c.mask(s, j);
 }
 
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
@@ -260,21 +253,6 @@ __device__ __forceinline__ void accumulate(Consumer<Tr>& c, Turns& turns,
     retire_pv(c, o, p, j);
 }
 
-// One block of the overlapped loop: S_j is computed with P_{j-1}·V_{j-1} in flight, and
-// exponentiated while that GEMM runs; then O is rescaled and S_j becomes P_j.
-template <Masking M, class Tr, class Turns, class Softmax>
-__device__ __forceinline__ void overlapped_step(Consumer<Tr>& c, Turns& turns,
-                                                float (&s)[1][Tr::B_c / 8][4],
-                                                float (&o)[1][Tr::d_head / 8][4],
-                                                std::uint32_t (&p)[1][Tr::B_c / 16][4],
-                                                Softmax& softmax, int j) {
-    scores<true, M>(c, turns, s, o, p, j);
-    softmax.exponentiate(s);
-    retire_pv(c, o, p, j - 1);
-    softmax.rescale(o);
-    accumulators_to_a_fragments<Tr::dtype>(s, p);
-}
-
 // One tile's main loop for one consumer warpgroup: the algorithm.
 template <class Tr, bool Overlap, bool Pingpong>
 __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>& turns,
@@ -288,7 +266,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
         return;
     if constexpr (!Overlap) {
         for (int j = 0; j < n; ++j) {
-            scores<false, Masking::when_needed>(c, turns, s, o, p, j);
+            scores<false>(c, turns, s, o, p, j);
             if (j == 0)
                 c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
             softmax.update(s, o);
@@ -297,17 +275,18 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
         }
     } else {
         // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
-        // exponentiates S_j while the P·V GEMM runs, the blocks that need no mask first
-        // (without a branch: see Masking); the last P·V closes the tile.
-        scores<false, Masking::when_needed>(c, turns, s, o, p, 0);
+        // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
+        scores<false>(c, turns, s, o, p, 0);
         c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
         softmax.exponentiate(s);      // O is still zero: nothing to rescale
         accumulators_to_a_fragments<Tr::dtype>(s, p);
-        const int unmasked = max(1, min(c.unmasked, n));
-        for (int j = 1; j < unmasked; ++j)
-            overlapped_step<Masking::none>(c, turns, s, o, p, softmax, j);
-        for (int j = unmasked; j < n; ++j)
-            overlapped_step<Masking::always>(c, turns, s, o, p, softmax, j);
+        for (int j = 1; j < n; ++j) {
+            scores<true>(c, turns, s, o, p, j);
+            softmax.exponentiate(s);
+            retire_pv(c, o, p, j - 1);
+            softmax.rescale(o);
+            accumulators_to_a_fragments<Tr::dtype>(s, p);
+        }
         accumulate(c, turns, o, p, n - 1);
     }
 }
