@@ -25,7 +25,9 @@ struct Row {
 // widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
 // Up to 2048 keys one stage of B_c 128 with ping-pong measured 1-7% faster than B_c 80
-// (a tile has few blocks, and each costs its fixed overheads once per 128 keys, not 80).
+// (a tile has few blocks, and each costs its fixed overheads once per 128 keys, not 80);
+// above, B_c 80 with ping-pong on top of overlap, 1-5% ahead of overlap alone from 4096
+// keys in three interleaved runs (2026-11-24, docs/PERF.md).
 // The tunes of 2026-11-23 picked these (docs/PERF.md). Causal problems (rows first):
 // tiles differ in length, and the static stride left one CTA up to 1.7x the mean work,
 // so d_head 64 and 128 take the dynamic tile schedule (1.3-1.7x faster where the stride
@@ -60,8 +62,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent", 2048},
-    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
-    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+persistent"},
+    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent"},
+    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent"},
     {"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
