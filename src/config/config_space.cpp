@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
+#include "common/small_file.hpp"
 #include "config/builtin_choice.hpp"
 #include "config/resources.hpp"
 #include "flash_attention/error.hpp"
@@ -469,18 +469,14 @@ std::vector<KernelConfig> configs_in_file(std::string_view path) {
     // A kernel list is a few kilobytes: a FIFO, a device or a huge file is refused, not read.
     constexpr std::size_t max_bytes = 1 << 20;
     const std::string where = "kernel set \"@" + std::string(path) + "\": ";
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(std::filesystem::path(path), ec))
-        throw Error(ErrorCode::invalid_argument, where + "expected a readable regular file");
-    std::ifstream in{std::string(path), std::ios::binary};
-    std::string text(max_bytes + 1, '\0');
-    if (in)
-        in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    if (!in && !in.eof())
-        throw Error(ErrorCode::invalid_argument, where + "cannot read the file");
-    text.resize(static_cast<std::size_t>(in.gcount()));
-    if (text.size() > max_bytes)
-        throw Error(ErrorCode::invalid_argument, where + "expected at most 1 MiB of short forms");
+    const SmallFile file = read_small_file(std::filesystem::path(path), max_bytes);
+    if (file.missing)
+        throw Error(ErrorCode::invalid_argument, where + "expected a regular file, found none");
+    if (!file.problem.empty()) {
+        throw Error(ErrorCode::invalid_argument,
+                    where + "expected a regular file of at most 1 MiB, but it " + file.problem);
+    }
+    const std::string& text = file.text;
     std::vector<KernelConfig> configs;
     int number = 0;
     for (std::size_t start = 0; start < text.size();) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "common/small_file.hpp"
 #include "flash_attention/error.hpp"
 
 namespace flash_attention::tuning {
@@ -113,24 +114,6 @@ LoadResult corrupt(const std::string& warning) {
     return r;
 }
 
-// A file descriptor closed on scope exit.
-class Fd {
-  public:
-    explicit Fd(int fd) : fd_(fd) {}
-    Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-    Fd(const Fd&) = delete;
-    Fd& operator=(const Fd&) = delete;
-    Fd& operator=(Fd&&) = delete;
-    ~Fd() {
-        if (fd_ >= 0)
-            ::close(fd_);
-    }
-    int get() const { return fd_; }
-
-  private:
-    int fd_;
-};
-
 [[noreturn]] void write_failure(const std::filesystem::path& path, const std::string& what) {
     throw Error(ErrorCode::invalid_argument,
                 "tuning cache " + path.string() + ": expected a writable file, got " + what);
@@ -215,39 +198,12 @@ LoadResult parse(const std::string& text, const std::string& source) {
 }
 
 LoadResult load(const std::filesystem::path& path) {
-    // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
-    const Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
-    if (fd.get() < 0) {
-        if (errno == ENOENT)
-            return {};
-        return corrupt("tuning cache " + path.string() + " cannot be opened (" + errno_text() +
-                       ")");
-    }
-    struct stat st {};
-    if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-        return corrupt("tuning cache " + path.string() + " is not a regular file");
-    if (static_cast<std::size_t>(st.st_size) > k_max_file_bytes) {
-        return corrupt("tuning cache " + path.string() + " has " + std::to_string(st.st_size) +
-                       " bytes, more than a tuning cache's limit of " +
-                       std::to_string(k_max_file_bytes));
-    }
-    std::string text;
-    char buffer[65536];
-    for (;;) {
-        const ssize_t n = ::read(fd.get(), buffer, sizeof buffer);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            return corrupt("tuning cache " + path.string() + " cannot be read (" + errno_text() +
-                           ")");
-        }
-        if (n == 0)
-            break;
-        text.append(buffer, static_cast<std::size_t>(n));
-        if (text.size() > k_max_file_bytes)  // grew while being read
-            return corrupt("tuning cache " + path.string() + " grew past its size limit");
-    }
-    return parse(text, path.string());
+    const SmallFile file = read_small_file(path, k_max_file_bytes);
+    if (file.missing)
+        return {};
+    if (!file.problem.empty())
+        return corrupt("tuning cache " + path.string() + " " + file.problem);
+    return parse(file.text, path.string());
 }
 
 std::string to_json(const std::vector<Entry>& entries) {

@@ -90,12 +90,7 @@ struct Problem {
         forward();
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
         const HostTensor out = dout.download(q);
-        std::vector<float> lse_host(lse.bytes() / sizeof(float));
-        if (with_lse) {
-            fa::cuda_check(
-                cudaMemcpy(lse_host.data(), lse.data(), lse.bytes(), cudaMemcpyDeviceToHost),
-                "cudaMemcpy (lse)");
-        }
+        const std::vector<float> lse_host = with_lse ? lse.download_floats() : std::vector<float>();
         const auto rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, 256, seed);
         return fa::reference::check_attention(
             {q, k, v, out, scale, causal, with_lse ? &lse_host : nullptr}, rows);
