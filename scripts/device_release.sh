@@ -238,6 +238,14 @@ for stage in "$@"; do
           grep -E "^\((BF16|FP16), $d," "$list" | grep -- '+dynamic' > "$groups/d${d}_causal"
         done
       fi
+      # Each candidate checked against the reference first, on odd lengths, causal both ways.
+      grep '^(' "$list" | while IFS= read -r cfg; do
+        for causal in "" --causal; do
+          timeout 60 "$bin" run --config "$cfg" --check --batch 2 --heads 3 --seq 1000 --seq-k 1111 $causal \
+            > /tmp/explore_check.txt 2>&1 || { note "explore check FAILED: $cfg $causal"; cat /tmp/explore_check.txt >> "$OUT/explore_checks.txt"; }
+        done
+      done
+      note "explore checks: $(grep -c '^(' "$list") configs run --check (failures listed above)"
       for group in $(ls "$groups"); do
         args=()
         while IFS= read -r cfg; do args+=(--config "$cfg"); done < "$groups/$group"

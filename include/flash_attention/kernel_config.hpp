@@ -77,7 +77,11 @@ enum class FieldKind {
     /* persistent CTAs take their next tile from a global counter (atomicAdd) instead */ \
     /* of a fixed stride: causal tiles differ in length, and a fixed share can leave */  \
     /* one CTA half again the mean work (tile_scheduler.cuh) */                          \
-    X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")
+    X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")                          \
+    /* with overlap: P in two register buffers that alternate block by block, so that */ \
+    /* the exponentials of S_j are written while P_{j-1}·V_{j-1} still reads the other */ \
+    /* buffer, and the wait for that GEMM comes after them (mainloop.cuh) */             \
+    X(bool, p_double_buffer, false, 1, sm90, flag, "pbuf2")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

@@ -5,7 +5,9 @@
 // share a row, so row reductions are two xor-shuffles.
 
 #include <cmath>
+#include <cstdint>
 
+#include "flash_attention/kernel_config.hpp"
 #include "kernels/primitives/ptx.cuh"
 
 namespace flash_attention {
@@ -51,28 +53,17 @@ class OnlineSoftmax {
                         s[mt][nt][2 * h + 1] *= scale_;
                     }
                 }
-                float row_max = max_[mt][h];
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    row_max = fmaxf(row_max, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
-                }
-                row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
-                row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
-
+                const float row_max = new_row_max(s, mt, h);
                 float alpha;
                 float row_sum = 0.0f;
                 if constexpr (Optimized) {
-                    // exp(scale * (s - m)) = 2^(s * scale_log2 - m * scale_log2): one FFMA
-                    // and one MUFU.EX2 per score. The max stays in raw score units.
-                    // A row that has seen only masked keys has max -inf; subtracting 0
-                    // instead keeps exp2(-inf - ...) = 0 rather than NaN.
-                    const float max_scaled = row_max == -INFINITY ? 0.0f : row_max * scale_log2_;
+                    const float max_scaled = scaled_max(row_max);
                     alpha = ptx::ex2(max_[mt][h] * scale_log2_ - max_scaled);
 #pragma unroll
                     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                            s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -max_scaled));
+                            s[mt][nt][e] = probability(s[mt][nt][e], max_scaled);
                             row_sum += s[mt][nt][e];
                         }
                     }
@@ -97,6 +88,49 @@ class OnlineSoftmax {
                 alpha_[mt][h] = alpha;
             }
         }
+    }
+
+    // exponentiate() of the optimized variant into P, S left as it is: the probabilities,
+    // rounded to dtype, land straight in the A fragments of P·V (the layout of
+    // accumulators_to_a_fragments()). The row sums add the unrounded values, as above.
+    template <DType dtype, int NT>
+    __device__ __forceinline__ void exponentiate_to(const float (&s)[MT][NT][4],
+                                                    std::uint32_t (&p)[MT][NT / 2][4]) {
+        static_assert(Optimized, "the textbook variant scales S in place");
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float row_max = new_row_max(s, mt, h);
+                const float max_scaled = scaled_max(row_max);
+                const float alpha = ptx::ex2(max_[mt][h] * scale_log2_ - max_scaled);
+                float row_sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    const float lo = probability(s[mt][nt][2 * h], max_scaled);
+                    const float hi = probability(s[mt][nt][2 * h + 1], max_scaled);
+                    row_sum += lo;
+                    row_sum += hi;
+                    // m16n8 tiles 2k and 2k + 1 are the two k8 halves of A fragment k;
+                    // registers 0 and 1 of a fragment hold rows h = 0 and 1.
+                    p[mt][nt / 2][(nt % 2) * 2 + h] = ptx::pack_rn<dtype>(lo, hi);
+                }
+                sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
+                max_[mt][h] = row_max;
+                alpha_[mt][h] = alpha;
+            }
+        }
+    }
+
+    // The quad's partial row sums of this thread's rows, added (finite and non-negative,
+    // or a NaN that arithmetic makes 0x7fffffff, never 0xffffffff): a value that depends
+    // on every exponential of the last exponentiate.
+    __device__ __forceinline__ float sums() const {
+        float total = 0.0f;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+            total += sum_[mt][0] + sum_[mt][1];
+        return total;
     }
 
     // O *= exp(old max - new max) of the last exponentiate().
@@ -149,6 +183,29 @@ class OnlineSoftmax {
     }
 
   private:
+    // The running max of row (mt, h) with S's scores for it, across the quad.
+    template <int NT>
+    __device__ __forceinline__ float new_row_max(const float (&s)[MT][NT][4], int mt, int h) const {
+        float row_max = max_[mt][h];
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+            row_max = fmaxf(row_max, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
+        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
+        row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
+        return row_max;
+    }
+
+    // The optimized variant's exponent offset: exp(scale * (s - m)) = 2^(s * scale_log2 -
+    // m * scale_log2), one FFMA and one MUFU.EX2 per score with the max in raw score
+    // units. A row that has seen only masked keys has max -inf; subtracting 0 instead
+    // keeps exp2(-inf - ...) = 0 rather than NaN.
+    __device__ __forceinline__ float scaled_max(float row_max) const {
+        return row_max == -INFINITY ? 0.0f : row_max * scale_log2_;
+    }
+    __device__ __forceinline__ float probability(float score, float max_scaled) const {
+        return ptx::ex2(fmaf(score, scale_log2_, -max_scaled));
+    }
+
     float scale_;
     float scale_log2_;
     float max_[MT][2];
