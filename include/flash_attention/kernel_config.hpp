@@ -78,10 +78,9 @@ enum class FieldKind {
     /* of a fixed stride: causal tiles differ in length, and a fixed share can leave */  \
     /* one CTA half again the mean work (tile_scheduler.cuh) */                          \
     X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")                          \
-    /* with overlap: P in two register buffers that alternate block by block, so that */ \
-    /* the exponentials of S_j are written while P_{j-1}·V_{j-1} still reads the other */ \
-    /* buffer, and the wait for that GEMM comes after them (mainloop.cuh) */             \
-    X(bool, p_double_buffer, false, 1, sm90, flag, "pbuf2")
+    /* eighths of the exponentials computed by a polynomial on the FMA pipe instead of */ \
+    /* the MUFU, whose 16 results per clock per SM match the tensor cores at d_head 64 */ \
+    X(int, exp2_emulated, 0, 3, sm90, count, "fmaexp")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

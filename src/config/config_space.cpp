@@ -123,11 +123,8 @@ constexpr std::array k_rules = {
     Rule{"dynamic_needs_persistent", RuleKind::validity,
          "the dynamic tile schedule hands persistent CTAs their next tile (add persistent)",
          [](const KernelConfig& c) { return c.sm90.dynamic_schedule && !c.sm90.persistent; }},
-    Rule{"pbuf2_needs_overlap", RuleKind::validity,
-         "a second P buffer serves the intra-warpgroup overlap (add overlap)",
-         [](const KernelConfig& c) {
-             return c.sm90.p_double_buffer && !c.sm90.intra_warpgroup_overlap;
-         }},
+    Rule{"fmaexp", RuleKind::validity, "0 to 4 eighths of the exponentials on the FMA pipe",
+         [](const KernelConfig& c) { return c.sm90.exp2_emulated > 4; }},
     Rule{"warpgroups", RuleKind::validity,
          "8, 12 or 16 warps: one producer warpgroup and 1 to 3 consumer warpgroups",
          [](const KernelConfig& c) {
@@ -310,7 +307,6 @@ ValueSets all_values_sm90() {
     v.n_warps = {8, 12, 16};
     v.stages = {1, 2, 3, 4};
     v.intra_warpgroup_overlap = {false, true};
-    v.p_double_buffer = {false, true};
     return v;
 }
 
@@ -383,12 +379,8 @@ int estimated_registers(const KernelConfig& c) {
         // B_c 128 with overlap, 152 of 160, no spills; the same with Q in registers, 168,
         // spills 96 bytes). Without intra-warpgroup overlap P replaces S (converted in
         // place, S dead); with it, S of the next block is computed while P of this one
-        // feeds P·V; with two P buffers, P of the next block is written while this one's
-        // feeds it (d_head 128, B_c 128: 224 without Q in registers, no spills; 256 with
-        // them, spills 48 bytes; d_head 256, B_c 80: 256, spills 180 bytes).
-        const int p = c.sm90.intra_warpgroup_overlap
-                          ? (c.sm90.p_double_buffer ? 2 : 1) * c.B_c / 4
-                          : 0;
+        // feeds P·V.
+        const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
         return c.d_head / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 +
                c.d_head / 8;
     }

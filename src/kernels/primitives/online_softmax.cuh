@@ -12,8 +12,30 @@
 
 namespace flash_attention {
 
-template <int MT, bool Optimized>
+// 2^x for x <= 0 (or -inf) without the MUFU: x = n + f with n an integer and f in
+// [-0.5, 0.5], 2^f by a cubic (minimax for relative error: 7.5e-5 in fp32, below half an
+// fp16 ulp, 4.9e-4), and n added to the exponent field. Eight instructions on the FMA and
+// integer pipes, where MUFU.EX2 is one issue but a quarter-rate pipe (16 results per clock
+// per SM on Hopper). -inf (a masked score) gives 2^-126 instead of 0: a row's sum then
+// carries at most a few 1e-38 of masked keys, and a row that saw no key at all is told apart
+// by its max (finalize()).
+__device__ __forceinline__ float exp2_polynomial(float x) {
+    x = fmaxf(x, -126.0f);
+    // Adding 1.5 * 2^23 rounds x to an integer, n, which lands in the sum's low mantissa
+    // bits (two's complement); shifting those bits by 23 puts n in the exponent field and
+    // pushes the rest out.
+    constexpr float shifter = 12582912.0f;
+    const float t = x + shifter;
+    const float f = x - (t - shifter);
+    const float p = fmaf(fmaf(fmaf(0.05517145f, f, 0.24261062f), f, 0.69326097f), f, 0.99992812f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
+// Emulated: eighths of a row's exponentials (those of m16n8 tiles nt with nt % 8 below it)
+// computed by exp2_polynomial() instead of the MUFU (optimized variant only).
+template <int MT, bool Optimized, int Emulated = 0>
 class OnlineSoftmax {
+    static_assert(Emulated == 0 || Optimized, "the textbook variant keeps __expf");
   public:
     // scale: softmax_scale; scale_log2: softmax_scale * log2(e).
     __device__ __forceinline__ OnlineSoftmax(float scale, float scale_log2)
@@ -63,7 +85,7 @@ class OnlineSoftmax {
                     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
                         for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                            s[mt][nt][e] = probability(s[mt][nt][e], max_scaled);
+                            s[mt][nt][e] = probability(s[mt][nt][e], max_scaled, nt % 8 < Emulated);
                             row_sum += s[mt][nt][e];
                         }
                     }
@@ -88,49 +110,6 @@ class OnlineSoftmax {
                 alpha_[mt][h] = alpha;
             }
         }
-    }
-
-    // exponentiate() of the optimized variant into P, S left as it is: the probabilities,
-    // rounded to dtype, land straight in the A fragments of P·V (the layout of
-    // accumulators_to_a_fragments()). The row sums add the unrounded values, as above.
-    template <DType dtype, int NT>
-    __device__ __forceinline__ void exponentiate_to(const float (&s)[MT][NT][4],
-                                                    std::uint32_t (&p)[MT][NT / 2][4]) {
-        static_assert(Optimized, "the textbook variant scales S in place");
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float row_max = new_row_max(s, mt, h);
-                const float max_scaled = scaled_max(row_max);
-                const float alpha = ptx::ex2(max_[mt][h] * scale_log2_ - max_scaled);
-                float row_sum = 0.0f;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    const float lo = probability(s[mt][nt][2 * h], max_scaled);
-                    const float hi = probability(s[mt][nt][2 * h + 1], max_scaled);
-                    row_sum += lo;
-                    row_sum += hi;
-                    // m16n8 tiles 2k and 2k + 1 are the two k8 halves of A fragment k;
-                    // registers 0 and 1 of a fragment hold rows h = 0 and 1.
-                    p[mt][nt / 2][(nt % 2) * 2 + h] = ptx::pack_rn<dtype>(lo, hi);
-                }
-                sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
-                max_[mt][h] = row_max;
-                alpha_[mt][h] = alpha;
-            }
-        }
-    }
-
-    // The quad's partial row sums of this thread's rows, added (finite and non-negative,
-    // or a NaN that arithmetic makes 0x7fffffff, never 0xffffffff): a value that depends
-    // on every exponential of the last exponentiate.
-    __device__ __forceinline__ float sums() const {
-        float total = 0.0f;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-            total += sum_[mt][0] + sum_[mt][1];
-        return total;
     }
 
     // O *= exp(old max - new max) of the last exponentiate().
@@ -162,7 +141,11 @@ class OnlineSoftmax {
                 }
                 // Approximate reciprocal: an output rounded to 16 bits does not need
                 // IEEE division and its slow path.
-                const float inv = sum_[mt][h] > 0.0f ? __fdividef(1.0f, sum_[mt][h]) : 0.0f;
+                // With emulated exponentials a row that saw no key has a sum of a few
+                // 2^-126 (exp2_polynomial()); its max, still -inf, says so.
+                const bool saw_keys =
+                    sum_[mt][h] > 0.0f && (Emulated == 0 || max_[mt][h] != -INFINITY);
+                const float inv = saw_keys ? __fdividef(1.0f, sum_[mt][h]) : 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < NTO; ++nt) {
                     o[mt][nt][2 * h] *= inv;
@@ -175,7 +158,7 @@ class OnlineSoftmax {
     // After finalize(): ln of the sum of exp(scale * score) over the row's visible keys,
     // -inf for a row that saw none.
     __device__ __forceinline__ float log_sum_exp(int mt, int h) const {
-        if (!(sum_[mt][h] > 0.0f))
+        if (!(sum_[mt][h] > 0.0f) || max_[mt][h] == -INFINITY)
             return -INFINITY;
         // The optimized variant keeps the max in raw score units, the textbook one scaled.
         const float max_term = Optimized ? max_[mt][h] * scale_ : max_[mt][h];
@@ -202,8 +185,11 @@ class OnlineSoftmax {
     __device__ __forceinline__ float scaled_max(float row_max) const {
         return row_max == -INFINITY ? 0.0f : row_max * scale_log2_;
     }
-    __device__ __forceinline__ float probability(float score, float max_scaled) const {
-        return ptx::ex2(fmaf(score, scale_log2_, -max_scaled));
+    // polynomial: a constant once the caller's loop is unrolled.
+    __device__ __forceinline__ float probability(float score, float max_scaled,
+                                                 bool polynomial) const {
+        const float x = fmaf(score, scale_log2_, -max_scaled);
+        return polynomial ? exp2_polynomial(x) : ptx::ex2(x);
     }
 
     float scale_;

@@ -253,30 +253,11 @@ __device__ __forceinline__ void accumulate(Consumer<Tr>& c, Turns& turns,
     retire_pv(c, o, p, j);
 }
 
-// One overlapped step with two P buffers: S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} issued
-// together, S_j's probabilities written into the other buffer while P·V runs, then the
-// wait for P·V and O's rescaling by the new row max.
-template <class Tr, class Turns>
-__device__ __forceinline__ void overlapped_step(Consumer<Tr>& c, Turns& turns,
-                                                float (&s)[1][Tr::B_c / 8][4],
-                                                float (&o)[1][Tr::d_head / 8][4],
-                                                OnlineSoftmax<1, true>& softmax,
-                                                std::uint32_t (&p_running)[1][Tr::B_c / 16][4],
-                                                std::uint32_t (&p_next)[1][Tr::B_c / 16][4],
-                                                int j) {
-    scores<true>(c, turns, s, o, p_running, j);
-    softmax.template exponentiate_to<Tr::dtype>(s, p_next);
-    hold_a_fragments(p_running[0], p_next[0], softmax.sums(),
-                     static_cast<std::uint32_t*>(c.args.o));
-    retire_pv(c, o, p_running, j - 1);
-    softmax.rescale(o);
-}
-
 // One tile's main loop for one consumer warpgroup: the algorithm.
 template <class Tr, bool Overlap, bool Pingpong>
 __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>& turns,
                                         float (&o)[1][Tr::d_head / 8][4],
-                                        OnlineSoftmax<1, true>& softmax) {
+                                        OnlineSoftmax<1, true, Tr::exp2_emulated>& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.tile.visited;
     float s[1][s_tiles][4];
@@ -299,32 +280,14 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
         c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
         softmax.exponentiate(s);      // O is still zero: nothing to rescale
         accumulators_to_a_fragments<Tr::dtype>(s, p);
-        if constexpr (Tr::p_double_buffer) {
-            // Steps alternate the buffers, two per iteration (no copy between them).
-            std::uint32_t p2[1][s_tiles / 2][4];
-            int j = 1;
-            for (; j + 1 < n; j += 2) {
-                overlapped_step(c, turns, s, o, softmax, p, p2, j);
-                overlapped_step(c, turns, s, o, softmax, p2, p, j + 1);
-            }
-            if (j < n) {
-                overlapped_step(c, turns, s, o, softmax, p, p2, j);
-                accumulate(c, turns, o, p2, n - 1);
-            } else {
-                accumulate(c, turns, o, p, n - 1);
-            }
-        } else {
-            // ptxas issues the wait for P·V_{j-1} before S_j's first exponential here
-            // (docs/hopper.md): the GEMMs of S_j and P·V_{j-1} still queue back to back.
-            for (int j = 1; j < n; ++j) {
-                scores<true>(c, turns, s, o, p, j);
-                softmax.exponentiate(s);
-                retire_pv(c, o, p, j - 1);
-                softmax.rescale(o);
-                accumulators_to_a_fragments<Tr::dtype>(s, p);
-            }
-            accumulate(c, turns, o, p, n - 1);
+        for (int j = 1; j < n; ++j) {
+            scores<true>(c, turns, s, o, p, j);
+            softmax.exponentiate(s);
+            retire_pv(c, o, p, j - 1);
+            softmax.rescale(o);
+            accumulators_to_a_fragments<Tr::dtype>(s, p);
         }
+        accumulate(c, turns, o, p, n - 1);
     }
 }
 

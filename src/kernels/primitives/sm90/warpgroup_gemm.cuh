@@ -74,34 +74,4 @@ __device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4]
     }
 }
 
-// ptxas does not keep the A fragments of an issued wgmma reserved until the wait that
-// retires it: values computed meanwhile may get those registers, and it then serializes
-// every wgmma (C7513). Nor does it keep a wgmma wait behind arithmetic that does not need
-// it: it issues the wait as early as it can, so that arithmetic no longer overlaps the GEMM
-// (docs/hopper.md). One branch settles both, and the caller waits right after it: its
-// condition reads `next` (the fragments computed while the GEMM runs) and `settled` (a
-// float whose bits are never 0xffffffff, such as OnlineSoftmax::sums(), which depends on
-// all of that work), so all of it comes first; its body, which never runs, reads
-// `in_flight`, so those registers stay theirs until here. Should it ever run, it traps.
-template <int KT>
-__device__ __forceinline__ void hold_a_fragments(const std::uint32_t (&in_flight)[KT][4],
-                                                 const std::uint32_t (&next)[KT][4],
-                                                 float settled, std::uint32_t* sink) {
-    std::uint32_t any = 0;
-#pragma unroll
-    for (int kt = 0; kt < KT; ++kt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            any |= next[kt][e];
-    }
-    if ((__float_as_uint(settled) == 0xffffffffu) & (any != 0u)) {
-#pragma unroll
-        for (int kt = 0; kt < KT; ++kt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-                sink[kt * 4 + e] = in_flight[kt][e];
-        }
-    }
-}
-
 }  // namespace flash_attention
