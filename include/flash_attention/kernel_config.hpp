@@ -77,10 +77,7 @@ enum class FieldKind {
     /* persistent CTAs take their next tile from a global counter (atomicAdd) instead */ \
     /* of a fixed stride: causal tiles differ in length, and a fixed share can leave */  \
     /* one CTA half again the mean work (tile_scheduler.cuh) */                          \
-    X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")                          \
-    /* eighths of the exponentials computed by a polynomial on the FMA pipe instead of */ \
-    /* the MUFU, whose 16 results per clock per SM match the tensor cores at d_head 64 */ \
-    X(int, exp2_emulated, 0, 3, sm90, count, "fmaexp")
+    X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

@@ -123,8 +123,6 @@ constexpr std::array k_rules = {
     Rule{"dynamic_needs_persistent", RuleKind::validity,
          "the dynamic tile schedule hands persistent CTAs their next tile (add persistent)",
          [](const KernelConfig& c) { return c.sm90.dynamic_schedule && !c.sm90.persistent; }},
-    Rule{"fmaexp", RuleKind::validity, "0 to 4 eighths of the exponentials on the FMA pipe",
-         [](const KernelConfig& c) { return c.sm90.exp2_emulated > 4; }},
     Rule{"warpgroups", RuleKind::validity,
          "8, 12 or 16 warps: one producer warpgroup and 1 to 3 consumer warpgroups",
          [](const KernelConfig& c) {
