@@ -101,30 +101,26 @@ class OnlineSoftmax {
     // Probabilities 2^(s * scale_log2 - m * scale_log2) against a reference max m in raw
     // score units: one FFMA and one MUFU.EX2 per score. The reference need not be the row's
     // max, only close enough that no probability overflows (the softmax does not depend on
-    // it): it moves only when some row of the warp gains more than 2^8 on it (FlashAttention-4's
-    // lazy rescaling), so most blocks skip O's rescaling (d_head / 2 FMULs a thread) and the
-    // probabilities stay below 256, far inside fp16 and bf16. A row that has seen only
+    // it): a row's reference moves only when the row gains more than 2^8 on it
+    // (FlashAttention-4's lazy rescaling), so the probabilities stay below 256, far inside
+    // fp16 and bf16, and a warp whose rows all kept theirs skips O's rescaling (d_head / 2
+    // FMULs a thread), as most blocks after a row's first do. A row that has seen only
     // masked keys has max -inf; subtracting 0 instead keeps exp2(-inf - ...) = 0 rather
     // than NaN. The quad's partial sums are only combined once, in finalize().
     template <int NT>
     __device__ __forceinline__ void exponentiate_optimized(float (&s)[MT][NT][4]) {
-        float row_max[MT][2];
-        bool moves = false;
+        bool moved = false;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                row_max[mt][h] = new_row_max(s, mt, h);
-                // NaN (both -inf: no key yet) counts as moving, and so does the first key.
-                moves |= !((row_max[mt][h] - max_[mt][h]) * scale_log2_ <= k_lazy_rescale_log2);
-            }
-        }
-        rescaled_ = __any_sync(0xffffffffu, moves);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const float reference = rescaled_ ? row_max[mt][h] : max_[mt][h];
+                const float row_max = new_row_max(s, mt, h);
+                // Each row decides for itself, so its exponentials need not wait for the
+                // warp. NaN (both -inf: no key yet) counts as moving, and so does the
+                // first key.
+                const bool moves = !((row_max - max_[mt][h]) * scale_log2_ <= k_lazy_rescale_log2);
+                moved |= moves;
+                const float reference = moves ? row_max : max_[mt][h];
                 const float max_scaled = reference == -INFINITY ? 0.0f : reference * scale_log2_;
                 const float alpha = ptx::ex2(max_[mt][h] * scale_log2_ - max_scaled);
                 float row_sum = 0.0f;
@@ -138,9 +134,12 @@ class OnlineSoftmax {
                 }
                 sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
                 max_[mt][h] = reference;
-                alpha_[mt][h] = alpha;
+                alpha_[mt][h] = alpha;  // exactly 1 for a row that kept its reference
             }
         }
+        // Read only by rescale(), after the exponentials: the vote's latency is off their
+        // path, and rows of the warp that kept their reference multiply by 1.
+        rescaled_ = __any_sync(0xffffffffu, moved);
     }
 
     // Textbook order: scale every score first (one FMUL each), exponentiate against the
