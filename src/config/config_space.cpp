@@ -270,6 +270,7 @@ ValueSets tune_values_sm90() {
     v.persistent = {false, true};
     v.q_in_registers = {false, true};
     v.dynamic_schedule = {false, true};
+    v.lazy_rescale = {false, true};
     return v;
 }
 

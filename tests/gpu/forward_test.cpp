@@ -192,6 +192,35 @@ INSTANTIATE_TEST_SUITE_P(Built, EveryConfigOddShapes, ::testing::ValuesIn(odd_ca
                          odd_case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigOddShapes);
 
+// A sharp softmax: scale 1 (8-16 times 1/sqrt(d_head)) over 4096 keys, so a row's max keeps
+// rising by more than 2^8 (log2 units) after its first blocks. Lazy rescaling (the `lazy`
+// knob) then keeps a row's reference max for some blocks and moves it in later ones; the
+// output and the LSE must not depend on when. Every built config, against the reference.
+class EveryConfigSharpSoftmax : public ::testing::TestWithParam<Case> {};
+
+std::vector<Case> sharp_cases() {
+    std::vector<Case> cases;
+    for (const fa::KernelConfig& c : fa::configs())
+        cases.push_back({c, 4096});
+    return cases;
+}
+
+TEST_P(EveryConfigSharpSoftmax, MatchesReference) {
+    const auto [config, seq_k] = GetParam();
+    if (!fa::is_supported(config))
+        GTEST_SKIP() << cannot_run(config);
+    constexpr float scale = 1.0f;
+    Problem p(config.dtype, 1, 333, seq_k, 2, config.d_head);
+    fa::ForwardParams params = p.params(true);
+    params.softmax_scale = scale;
+    const auto result = p.run_and_check([&] { fa::forward(params, config); }, scale, true);
+    EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
+}
+
+INSTANTIATE_TEST_SUITE_P(Built, EveryConfigSharpSoftmax, ::testing::ValuesIn(sharp_cases()),
+                         case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigSharpSoftmax);
+
 // One (dtype, d_head) pair per built combination, for the tests below.
 std::vector<std::pair<fa::DType, int>> built_problem_kinds() {
     std::vector<std::pair<fa::DType, int>> kinds;

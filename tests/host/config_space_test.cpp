@@ -172,8 +172,9 @@ TEST(ConfigSpace, HopperTuneSetHasWiderKeyBlocksAtHeadDim256) {
         }
     }
     // fp16/bf16 x ping-pong x (not persistent, persistent, persistent + dynamic schedule)
-    EXPECT_EQ(b_c80, 12);
-    EXPECT_EQ(b_c128, 6);  // fp16/bf16 x the three schedules, with ping-pong
+    // x lazy rescaling
+    EXPECT_EQ(b_c80, 24);
+    EXPECT_EQ(b_c128, 12);  // fp16/bf16 x the three schedules, with ping-pong, x lazy
 }
 
 TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {

@@ -10,8 +10,12 @@
 
 namespace flash_attention {
 
-template <int MT, bool Optimized>
+// Lazy (optimized variant only): a row's reference max moves only when the row gains 2^8
+// on it, so most blocks skip O's rescaling (exponentiate_optimized()).
+template <int MT, bool Optimized, bool Lazy = false>
 class OnlineSoftmax {
+    static_assert(Optimized || !Lazy, "lazy rescaling is a form of the optimized variant");
+
   public:
     // scale: softmax_scale; scale_log2: softmax_scale * log2(e).
     __device__ __forceinline__ OnlineSoftmax(float scale, float scale_log2)
@@ -46,10 +50,10 @@ class OnlineSoftmax {
     }
 
     // O *= exp(old max - new max) of the last exponentiate(); nothing to do when the
-    // optimized variant kept every reference max of the warp (a warp-uniform branch).
+    // lazy variant kept every reference max of the warp (a warp-uniform branch).
     template <int NTO>
     __device__ __forceinline__ void rescale(float (&o)[MT][NTO][4]) const {
-        if (Optimized && !rescaled_)
+        if (Lazy && !rescaled_)
             return;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
@@ -99,14 +103,16 @@ class OnlineSoftmax {
 
   private:
     // Probabilities 2^(s * scale_log2 - m * scale_log2) against a reference max m in raw
-    // score units: one FFMA and one MUFU.EX2 per score. The reference need not be the row's
-    // max, only close enough that no probability overflows (the softmax does not depend on
-    // it): a row's reference moves only when the row gains more than 2^8 on it
-    // (FlashAttention-4's lazy rescaling), so the probabilities stay below 256, far inside
-    // fp16 and bf16, and a warp whose rows all kept theirs skips O's rescaling (d_head / 2
-    // FMULs a thread), as most blocks after a row's first do. A row that has seen only
-    // masked keys has max -inf; subtracting 0 instead keeps exp2(-inf - ...) = 0 rather
-    // than NaN. The quad's partial sums are only combined once, in finalize().
+    // score units: one FFMA and one MUFU.EX2 per score. The reference is the row's max, or
+    // with Lazy any value close enough below it that no probability overflows (the softmax
+    // does not depend on it): a row's reference then moves only when the row gains more
+    // than 2^8 on it (FlashAttention-4's lazy rescaling), so the probabilities stay below
+    // 256, far inside fp16 and bf16, and a warp whose rows all kept theirs skips O's
+    // rescaling (d_head / 2 FMULs a thread), as most blocks after a row's first do. Measured
+    // (docs/PERF.md): +2-9% at d_head 256, +1-4% at 64, -2 to -4% at 128 non-causal, hence
+    // a knob. A row that has seen only masked keys has max -inf; subtracting 0 instead keeps
+    // exp2(-inf - ...) = 0 rather than NaN. The quad's partial sums are only combined once,
+    // in finalize().
     template <int NT>
     __device__ __forceinline__ void exponentiate_optimized(float (&s)[MT][NT][4]) {
         bool moved = false;
@@ -118,7 +124,8 @@ class OnlineSoftmax {
                 // Each row decides for itself, so its exponentials need not wait for the
                 // warp. NaN (both -inf: no key yet) counts as moving, and so does the
                 // first key.
-                const bool moves = !((row_max - max_[mt][h]) * scale_log2_ <= k_lazy_rescale_log2);
+                const bool moves =
+                    !Lazy || !((row_max - max_[mt][h]) * scale_log2_ <= k_lazy_rescale_log2);
                 moved |= moves;
                 const float reference = moves ? row_max : max_[mt][h];
                 const float max_scaled = reference == -INFINITY ? 0.0f : reference * scale_log2_;
@@ -139,7 +146,8 @@ class OnlineSoftmax {
         }
         // Read only by rescale(), after the exponentials: the vote's latency is off their
         // path, and rows of the warp that kept their reference multiply by 1.
-        rescaled_ = __any_sync(0xffffffffu, moved);
+        if constexpr (Lazy)
+            rescaled_ = __any_sync(0xffffffffu, moved);
     }
 
     // Textbook order: scale every score first (one FMUL each), exponentiate against the

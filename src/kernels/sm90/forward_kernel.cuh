@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
 
         float o[1][Tr::d_head / 8][4];
         zero(o);
-        OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
+        OnlineSoftmax<1, true, Tr::lazy_rescale> softmax(args.softmax_scale, args.scale_log2);
         bars.q_full[q.buffer].wait(q.parity);
         if constexpr (Tr::q_in_registers) {
             load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);

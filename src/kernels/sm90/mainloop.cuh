@@ -257,7 +257,7 @@ __device__ __forceinline__ void accumulate(Consumer<Tr>& c, Turns& turns,
 template <class Tr, bool Overlap, bool Pingpong>
 __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>& turns,
                                         float (&o)[1][Tr::d_head / 8][4],
-                                        OnlineSoftmax<1, true>& softmax) {
+                                        OnlineSoftmax<1, true, Tr::lazy_rescale>& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.tile.visited;
     float s[1][s_tiles][4];

@@ -34,6 +34,7 @@ struct Traits {
     static constexpr int stages = C.sm90.stages;
     static constexpr int threads = C.n_threads();
     static constexpr bool q_in_registers = C.sm90.q_in_registers;
+    static constexpr bool lazy_rescale = C.sm90.lazy_rescale;
 
     // Warpgroup 0 produces (one thread issues every TMA copy); warpgroups 1..consumers
     // each compute 64 query rows.
