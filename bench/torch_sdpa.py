@@ -24,19 +24,21 @@ BACKENDS = {
 }
 
 
-def time_sdpa(q, k, v, backend, warmup, runs):
+def time_sdpa(q, k, v, backend, warmup, runs, causal=False):
     """Median and spread in ms of SDPA over rotated (q, k, v) copies."""
     slots = len(q)
     with sdpa_kernel(backend):
         for i in range(warmup):
-            torch.nn.functional.scaled_dot_product_attention(q[i % slots], k[i % slots], v[i % slots])
+            torch.nn.functional.scaled_dot_product_attention(
+                q[i % slots], k[i % slots], v[i % slots], is_causal=causal)
         torch.cuda.synchronize()
         times = []
         for i in range(runs):
             start = torch.cuda.Event(enable_timing=True)
             stop = torch.cuda.Event(enable_timing=True)
             start.record()
-            torch.nn.functional.scaled_dot_product_attention(q[i % slots], k[i % slots], v[i % slots])
+            torch.nn.functional.scaled_dot_product_attention(
+                q[i % slots], k[i % slots], v[i % slots], is_causal=causal)
             stop.record()
             stop.synchronize()
             times.append(start.elapsed_time(stop))
@@ -46,16 +48,17 @@ def time_sdpa(q, k, v, backend, warmup, runs):
 
 def profile(args):
     """One SDPA call of args.profile per (dtype, d_head), inside the profiler's range."""
+    causal = args.causal
     for dtype_name in args.dtype:
         for d in args.d_head:
             shape = (args.batch, args.heads, args.seq, d)
             q, k, v = (torch.randn(shape, dtype=getattr(torch, dtype_name), device="cuda") for _ in range(3))
             with sdpa_kernel(BACKENDS[args.profile]):
                 for _ in range(args.warmup):
-                    torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                    torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 torch.cuda.synchronize()
                 torch.cuda.profiler.start()
-                torch.nn.functional.scaled_dot_product_attention(q, k, v)
+                torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 torch.cuda.synchronize()
                 torch.cuda.profiler.stop()
 
@@ -70,6 +73,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--profile", choices=BACKENDS, help="one call of this backend, for a profiler")
+    parser.add_argument("--causal", action="store_true", help="is_causal (top-left; seq_q == seq_k here)")
     args = parser.parse_args()
     if args.profile:
         profile(args)
@@ -87,13 +91,16 @@ def main():
             k = [torch.randn(shape, dtype=dtype, device="cuda") for _ in range(slots)]
             v = [torch.randn(shape, dtype=dtype, device="cuda") for _ in range(slots)]
             flop = 4 * args.batch * args.heads * args.seq * args.seq * d
+            if args.causal:
+                flop = flop * (args.seq + 1) // (2 * args.seq)  # the visible pairs
             for name, backend in BACKENDS.items():
                 try:
-                    median, low, high = time_sdpa(q, k, v, backend, args.warmup, args.runs)
+                    median, low, high = time_sdpa(q, k, v, backend, args.warmup, args.runs, args.causal)
                 except RuntimeError as error:
                     print(f"{dtype_name} d={d} {name}: unavailable ({str(error).splitlines()[0]})")
                     continue
-                print(f"{dtype_name} d={d} seq={args.seq} batch={args.batch} heads={args.heads} {name}: "
+                print(f"{dtype_name} d={d} seq={args.seq} batch={args.batch} heads={args.heads}"
+                      f"{' causal' if args.causal else ''} {name}: "
                       f"{median:.4f} ms (min {low:.4f}, max {high:.4f}) "
                       f"{flop / (median * 1e-3) / 1e12:.1f} TFLOP/s")
 

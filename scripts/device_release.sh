@@ -174,28 +174,33 @@ for stage in "$@"; do
       note "compare after --causal: exit $?"
       grep -E "^\|" "$OUT/compare_after_causal.md" | head -60 >> "$summary" ;;
     profile)
-      # Issue 13: where the time goes at bf16, 16k tokens, seq 16384, without causal masking,
-      # d_head 128 and 64: ncu (full set) of this project's release kernel and of cuDNN's
-      # (PyTorch SDPA, one call inside the profiler's range), side by side. After readme or
-      # refactor (their build).
+      # Issue 13: where the time goes, bf16, 16k tokens, hidden 2048: ncu (full set) of this
+      # project's automatic choice and of cuDNN's kernel (PyTorch SDPA, one call inside the
+      # profiler's range), side by side, for each PROFILE shape d_head:seq[:causal]
+      # (default: seq 16384 without causal masking at d_head 128 and 64). After readme,
+      # refactor or explore (their build).
       bin="$FRESH/build/bin/flash_attention"
       [ -x "$bin" ] || bin=/tmp/explore/bin/flash_attention
-      for d in 128 64; do
-        config=$("$bin" choose --dtype bf16 --d-head $d --seq 16384 | head -1)
-        timeout 120 ncu --set full -k regex:forward_kernel -s 1 -c 1 -o "$OUT/ncu_ours_d$d" \
-          "$bin" run --config "$config" --seq 16384 --batch 1 --heads $((2048 / d)) --repeat 2 \
-          > "$OUT/ncu_ours_d$d.log" 2>&1
-        note "ncu ours d$d ($config): exit $?"
-        timeout 120 ncu --set full --profile-from-start off -c 1 -o "$OUT/ncu_cudnn_d$d" \
-          python3 "$FRESH/bench/torch_sdpa.py" --profile cudnn --batch 1 --heads $((2048 / d)) \
-          --seq 16384 --d-head $d --dtype bfloat16 > "$OUT/ncu_cudnn_d$d.log" 2>&1
-        note "ncu cudnn d$d: exit $?"
+      for shape in ${PROFILE:-128:16384 64:16384}; do
+        IFS=: read -r d seq causal <<< "$shape"
+        flag=${causal:+--causal}
+        name="d${d}_s${seq}${causal:+_causal}"
+        batch=$((16384 / seq)); heads=$((2048 / d))
+        config=$("$bin" choose --dtype bf16 --d-head $d --seq $seq $flag | head -1)
+        timeout 120 ncu --set full -k regex:forward_kernel -s 1 -c 1 -o "$OUT/ncu_ours_$name" \
+          "$bin" run --config "$config" --seq $seq --batch $batch --heads $heads $flag --repeat 2 \
+          > "$OUT/ncu_ours_$name.log" 2>&1
+        note "ncu ours $name ($config): exit $?"
+        timeout 120 ncu --set full --profile-from-start off -c 1 -o "$OUT/ncu_cudnn_$name" \
+          python3 "$FRESH/bench/torch_sdpa.py" --profile cudnn --batch $batch --heads $heads \
+          --seq $seq --d-head $d --dtype bfloat16 $flag > "$OUT/ncu_cudnn_$name.log" 2>&1
+        note "ncu cudnn $name: exit $?"
         for who in ours cudnn; do
-          ncu --import "$OUT/ncu_${who}_d$d.ncu-rep" --page details --csv > "$OUT/ncu_${who}_d${d}_details.csv" 2>/dev/null
-          ncu --import "$OUT/ncu_${who}_d$d.ncu-rep" --page raw --csv > "$OUT/ncu_${who}_d${d}_raw.csv" 2>/dev/null
+          ncu --import "$OUT/ncu_${who}_$name.ncu-rep" --page details --csv > "$OUT/ncu_${who}_${name}_details.csv" 2>/dev/null
+          ncu --import "$OUT/ncu_${who}_$name.ncu-rep" --page raw --csv > "$OUT/ncu_${who}_${name}_raw.csv" 2>/dev/null
         done
-        python3 "$REPO/scripts/ncu_table.py" "ours=$OUT/ncu_ours_d${d}_details.csv" \
-          "cudnn=$OUT/ncu_cudnn_d${d}_details.csv" | tee -a "$summary"
+        python3 "$REPO/scripts/ncu_table.py" "ours=$OUT/ncu_ours_${name}_details.csv" \
+          "cudnn=$OUT/ncu_cudnn_${name}_details.csv" | tee -a "$summary"
       done ;;
     schedule)
       # Issue 13: the release's sm90 tiles with the static and the dynamic tile schedule,
