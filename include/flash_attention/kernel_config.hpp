@@ -80,10 +80,7 @@ enum class FieldKind {
     X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")                          \
     /* a row's reference max moves only when the row gains 2^8 on it, so most blocks */  \
     /* skip O's rescaling (online_softmax.cuh) */                                        \
-    X(bool, lazy_rescale, false, 1, sm90, flag, "lazy")                                  \
-    /* the softmax's row sums as P times a block of ones on the tensor cores, with P·V, */ \
-    /* instead of one FADD per probability */                                             \
-    X(bool, tensor_core_sums, false, 1, sm90, flag, "tcsum")
+    X(bool, lazy_rescale, false, 1, sm90, flag, "lazy")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

@@ -210,14 +210,20 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
 }
 
 std::string CheckResult::summary() const {
-    char text[256];
-    std::snprintf(
+    char text[320];
+    const int n = std::snprintf(
         text, sizeof text,
         "%s: max|out-ref| %.3g %s 2 x %.3g (naive same-dtype) + 1e-3 = %.3g on %lld rows; "
         "%lld non-finite outputs",
         passed ? "passed" : "FAILED", max_error, max_error <= tolerance ? "<=" : ">",
         naive_max_error, tolerance, static_cast<long long>(rows_checked),
         static_cast<long long>(non_finite));
+    // A failure the output's error does not explain is the LSE's: say so.
+    if (lse_max_error > 0 && n > 0 && static_cast<std::size_t>(n) < sizeof text) {
+        std::snprintf(text + n, sizeof text - static_cast<std::size_t>(n),
+                      "; max|lse-ref| %.3g %s %.0e", lse_max_error,
+                      lse_max_error <= k_lse_tolerance ? "<=" : ">", k_lse_tolerance);
+    }
     return text;
 }
 

@@ -11,13 +11,10 @@
 namespace flash_attention {
 
 // Lazy (optimized variant only): a row's reference max moves only when the row gains 2^8
-// on it, so most blocks skip O's rescaling (exponentiate_optimized()). ExternalSums
-// (optimized variant only): the caller accumulates the row sums (on the tensor cores, as
-// P times ones), rescales them with O and hands them over before finalize().
-template <int MT, bool Optimized, bool Lazy = false, bool ExternalSums = false>
+// on it, so most blocks skip O's rescaling (exponentiate_optimized()).
+template <int MT, bool Optimized, bool Lazy = false>
 class OnlineSoftmax {
-    static_assert(Optimized || !(Lazy || ExternalSums),
-                  "lazy rescaling and external sums are forms of the optimized variant");
+    static_assert(Optimized || !Lazy, "lazy rescaling is a form of the optimized variant");
 
   public:
     // scale: softmax_scale; scale_log2: softmax_scale * log2(e).
@@ -71,19 +68,6 @@ class OnlineSoftmax {
         }
     }
 
-    // With ExternalSums, before finalize(): the row sums as accumulated by the caller, in
-    // the m16n8 accumulator layout with every column a row's complete sum (elements 0 and
-    // 2: rows lane / 4 and lane / 4 + 8).
-    template <int NT>
-    __device__ __forceinline__ void take_row_sums(const float (&l)[MT][NT][4]) {
-        static_assert(ExternalSums, "the softmax keeps its own sums");
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
-            sum_[mt][0] = l[mt][0][0];
-            sum_[mt][1] = l[mt][0][2];
-        }
-    }
-
     // O /= row sum. A row that saw no key keeps O = 0.
     template <int NTO>
     __device__ __forceinline__ void finalize(float (&o)[MT][NTO][4]) {
@@ -91,7 +75,7 @@ class OnlineSoftmax {
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                if constexpr (Optimized && !ExternalSums) {
+                if constexpr (Optimized) {
                     sum_[mt][h] += __shfl_xor_sync(0xffffffffu, sum_[mt][h], 1);
                     sum_[mt][h] += __shfl_xor_sync(0xffffffffu, sum_[mt][h], 2);
                 }
@@ -146,18 +130,16 @@ class OnlineSoftmax {
                 const float reference = moves ? row_max : max_[mt][h];
                 const float max_scaled = reference == -INFINITY ? 0.0f : reference * scale_log2_;
                 const float alpha = ptx::ex2(max_[mt][h] * scale_log2_ - max_scaled);
-                [[maybe_unused]] float row_sum = 0.0f;
+                float row_sum = 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
                     for (int e = 2 * h; e < 2 * h + 2; ++e) {
                         s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -max_scaled));
-                        if constexpr (!ExternalSums)
-                            row_sum += s[mt][nt][e];
+                        row_sum += s[mt][nt][e];
                     }
                 }
-                if constexpr (!ExternalSums)
-                    sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
+                sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
                 max_[mt][h] = reference;
                 alpha_[mt][h] = alpha;  // exactly 1 for a row that kept its reference
             }
@@ -184,7 +166,7 @@ class OnlineSoftmax {
                 const float row_max = new_row_max(s, mt, h);
                 const float reference = row_max == -INFINITY ? 0.0f : row_max;
                 const float alpha = __expf(max_[mt][h] - reference);
-                [[maybe_unused]] float row_sum = 0.0f;
+                float row_sum = 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll

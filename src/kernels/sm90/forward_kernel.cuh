@@ -54,13 +54,6 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         scheduler.init();
         tma::fence_barrier_init();
     }
-    if constexpr (Tr::tensor_core_sums) {
-        // The B of P·1: written once, read by wgmma through the async proxy.
-        auto* ones = reinterpret_cast<std::uint32_t*>(smem + Tr::ones_offset);
-        for (int i = threadIdx.x; i < Tr::OnesTile::bytes / 4; i += blockDim.x)
-            ones[i] = ptx::pack_rn<Tr::dtype>(1.0f, 1.0f);
-        tma::fence_shared_to_async_proxy();
-    }
     __syncthreads();
 
     if (warpgroup == 0) {
@@ -95,7 +88,6 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             .q_smem = ptx::smem_address(q_region),
             .k_smem = static_cast<std::uint32_t>(smem_base + Tr::k_offset),
             .v_smem = static_cast<std::uint32_t>(smem_base + Tr::v_offset),
-            .ones_smem = static_cast<std::uint32_t>(smem_base + Tr::ones_offset),
             .consumer = consumer,
             .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
             // This consumer's own rows may need fewer masked blocks than the tile's.
@@ -109,15 +101,13 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
 
         float o[1][Tr::d_head / 8][4];
         zero(o);
-        typename Tr::Softmax softmax(args.softmax_scale, args.scale_log2);
+        OnlineSoftmax<1, true, Tr::lazy_rescale> softmax(args.softmax_scale, args.scale_log2);
         bars.q_full[q.buffer].wait(q.parity);
         if constexpr (Tr::q_in_registers) {
             load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
         }
         consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
         pending_store.hand_back();  // a tile without GEMMs hands it back here
-        if constexpr (Tr::tensor_core_sums)
-            softmax.take_row_sums(c.row_sums);
         softmax.finalize(o);
 
         if (args.lse != nullptr && threadIdx.x % 4 == 0) {

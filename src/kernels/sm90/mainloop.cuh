@@ -130,7 +130,6 @@ struct Consumer {
     const Tile& tile;
     Barriers<Tr::q_buffers, Tr::stages>& bars;
     std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
-    std::uint32_t ones_smem;               // with tensor-core row sums: the tile of ones
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence
     int unmasked;                          // blocks before this one need no mask here
@@ -138,8 +137,6 @@ struct Consumer {
     PendingStore& pending_store;           // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::d_head / 16][4];
-    // With tensor-core row sums, P·1 accumulated like O (else unused, and dropped).
-    float row_sums[1][1][4] = {};
 
     __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
         return RingSlot<Tr::stages>(ring + j);
@@ -176,33 +173,14 @@ struct Consumer {
         ptx::fence_operands(s[0]);
     }
 
-    // Issues O += P·V_j, and with tensor-core row sums L += P·1 in the same group.
+    // Issues O += P·V_j.
     __device__ __forceinline__ void issue_pv(float (&o)[1][o_tiles][4],
                                              const std::uint32_t (&p)[1][s_tiles / 2][4], int j) {
         ptx::fence_operands(o[0]);
-        fence_row_sums();
         ptx::wgmma_fence();
         warpgroup_gemm_pv<dtype, typename Tr::KVTile>(o[0], p[0], v_stage(slot(j).stage));
-        if constexpr (Tr::tensor_core_sums) {
-            warpgroup_gemm_row_sums<dtype>(row_sums[0], p[0],
-                                           Tr::OnesTile::k_major(ones_smem, 0));
-        }
         ptx::wgmma_commit_group();
         ptx::fence_operands(o[0]);
-        fence_row_sums();
-    }
-
-    __device__ __forceinline__ void fence_row_sums() {
-        if constexpr (Tr::tensor_core_sums)
-            ptx::fence_operands(row_sums[0]);
-    }
-
-    // O (and the row sums on the tensor cores) *= exp(old max - new max).
-    __device__ __forceinline__ void rescale(typename Tr::Softmax& softmax,
-                                            float (&o)[1][o_tiles][4]) {
-        softmax.rescale(o);
-        if constexpr (Tr::tensor_core_sums)
-            softmax.rescale(row_sums);
     }
 
     // After a wait that retires an S GEMM: keeps Q's fragments (which it read
@@ -259,7 +237,6 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr>& c, float (&o)[1][Tr::d_h
                                           std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     ptx::wgmma_wait<0>();
     ptx::fence_operands(o[0]);
-    c.fence_row_sums();
     ptx::fence_operands(p[0]);
     c.release_v(j);
 }
@@ -280,7 +257,7 @@ __device__ __forceinline__ void accumulate(Consumer<Tr>& c, Turns& turns,
 template <class Tr, bool Overlap, bool Pingpong>
 __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>& turns,
                                         float (&o)[1][Tr::d_head / 8][4],
-                                        typename Tr::Softmax& softmax) {
+                                        OnlineSoftmax<1, true, Tr::lazy_rescale>& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.tile.visited;
     float s[1][s_tiles][4];
@@ -292,8 +269,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
             scores<false>(c, turns, s, o, p, j);
             if (j == 0)
                 c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
-            softmax.exponentiate(s);
-            c.rescale(softmax, o);
+            softmax.update(s, o);
             accumulators_to_a_fragments<Tr::dtype>(s, p);
             accumulate(c, turns, o, p, j);
         }
@@ -308,7 +284,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
             scores<true>(c, turns, s, o, p, j);
             softmax.exponentiate(s);
             retire_pv(c, o, p, j - 1);
-            c.rescale(softmax, o);
+            softmax.rescale(o);
             accumulators_to_a_fragments<Tr::dtype>(s, p);
         }
         accumulate(c, turns, o, p, n - 1);

@@ -11,7 +11,6 @@
 #include "kernels/config_code.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/geometry.cuh"
-#include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/sm90/swizzled_tile.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
 
@@ -36,9 +35,6 @@ struct Traits {
     static constexpr int threads = C.n_threads();
     static constexpr bool q_in_registers = C.sm90.q_in_registers;
     static constexpr bool lazy_rescale = C.sm90.lazy_rescale;
-    static constexpr bool tensor_core_sums = C.sm90.tensor_core_sums;
-    // A consumer's online softmax over its warp's 16 rows (one m16 tile).
-    using Softmax = OnlineSoftmax<1, true, lazy_rescale, tensor_core_sums>;
 
     // Warpgroup 0 produces (one thread issues every TMA copy); warpgroups 1..consumers
     // each compute 64 query rows.
@@ -54,19 +50,15 @@ struct Traits {
     // One consumer's Q (later its O), and one K or V block, in TMA's swizzled layout.
     using QTile = Swizzle128Tile<rows_per_consumer, d_head>;
     using KVTile = Swizzle128Tile<B_c, d_head>;
-    // With tensor-core row sums: the B of P·1, 8 columns of ones (any layout reads ones).
-    using OnesTile = Swizzle128Tile<8, 64>;
 
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
-    // per consumer in each, reused for its O), K stages, V stages, with tensor-core row
-    // sums a tile of ones (OnesTile), then the barriers.
+    // per consumer in each, reused for its O), K stages, V stages, then the barriers.
     static constexpr int q_buffers = flash_attention::q_buffers(C);
     static constexpr int q_offset = 0;
     static constexpr int q_buffer_bytes = consumers * QTile::bytes;
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
     static constexpr int v_offset = k_offset + stages * KVTile::bytes;
-    static constexpr int ones_offset = v_offset + stages * KVTile::bytes;
-    static constexpr int barrier_offset = ones_offset + (tensor_core_sums ? OnesTile::bytes : 0);
+    static constexpr int barrier_offset = v_offset + stages * KVTile::bytes;
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
     // With the dynamic schedule, per Q buffer the index of the tile it holds and a barrier
     // (TileSlots: the producer takes the index from the global counter, the consumers

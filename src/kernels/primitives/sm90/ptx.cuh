@@ -60,7 +60,6 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 // inside FA_WGMMA's operand list, not as arguments on the way), and their "%i" names in
 // the PTX string.
 #define FA_WGMMA_D4(t) "+f"(d[t][0]), "+f"(d[t][1]), "+f"(d[t][2]), "+f"(d[t][3])
-#define FA_WGMMA_D8() FA_WGMMA_D4(0)
 #define FA_WGMMA_D16(t) FA_WGMMA_D4(t), FA_WGMMA_D4(t + 1), FA_WGMMA_D4(t + 2), FA_WGMMA_D4(t + 3)
 #define FA_WGMMA_D32() FA_WGMMA_D16(0), FA_WGMMA_D16(4)
 #define FA_WGMMA_D40() FA_WGMMA_D32(), FA_WGMMA_D4(8), FA_WGMMA_D4(9)
@@ -78,7 +77,6 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
     "%82, %83, %84, %85, %86, %87"
 #define FA_WGMMA_N88_95 "%88, %89, %90, %91, %92, %93, %94, %95"
-#define FA_WGMMA_R4 "{%0, %1, %2, %3}"
 #define FA_WGMMA_R32 "{" FA_WGMMA_N0_31 "}"
 #define FA_WGMMA_R40 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 "}"
 #define FA_WGMMA_R64 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 "}"
@@ -140,10 +138,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
 template <DType dtype, int N, bool TransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32_t (&a)[4],
                                          std::uint64_t desc_b, bool accumulate) {
-    if constexpr (N == 8) {
-        FA_WGMMA_TYPED(8, FA_WGMMA_R4, FA_WGMMA_D8, "{%4, %5, %6, %7}", 8, 9, "%10",
-                       FA_WGMMA_RS_ARGS)
-    } else if constexpr (N == 64) {
+    if constexpr (N == 64) {
         FA_WGMMA_TYPED(64, FA_WGMMA_R32, FA_WGMMA_D32, "{%32, %33, %34, %35}", 36, 37, "%38",
                        FA_WGMMA_RS_ARGS)
     } else if constexpr (N == 80) {
@@ -159,7 +154,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
         FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "{%96, %97, %98, %99}", 100, 101, "%102",
                        FA_WGMMA_RS_ARGS)
     } else {
-        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 8, 64, 80, 128, 176 and 192");
+        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 128, 176 and 192");
     }
 }
 
@@ -172,7 +167,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_R64
 #undef FA_WGMMA_R40
 #undef FA_WGMMA_R32
-#undef FA_WGMMA_R4
 #undef FA_WGMMA_N88_95
 #undef FA_WGMMA_N64_87
 #undef FA_WGMMA_N40_63
@@ -184,7 +178,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_D40
 #undef FA_WGMMA_D32
 #undef FA_WGMMA_D16
-#undef FA_WGMMA_D8
 #undef FA_WGMMA_D4
 
 // setmaxnreg.inc.sync.aligned.u32 / setmaxnreg.dec.sync.aligned.u32 — PTX ISA "setmaxnreg":

@@ -74,17 +74,4 @@ __device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4]
     }
 }
 
-// L (64 x 8) += P (64 x K, as for P·V) · 1 (K x 8): every column of L holds the row sums
-// of P, so in the m16n8 accumulator layout elements 0 and 2 are the sums of this thread's
-// rows lane / 4 and lane / 4 + 8, complete (no quad reduction). `ones` is a wgmma
-// descriptor of any shared-memory tile of ones at least 8 x 16.
-template <DType dtype, int KTiles>
-__device__ __forceinline__ void warpgroup_gemm_row_sums(float (&l)[1][4],
-                                                        const std::uint32_t (&p)[KTiles][4],
-                                                        std::uint64_t ones) {
-#pragma unroll
-    for (int kk = 0; kk < KTiles; ++kk)
-        ptx::wgmma_rs<dtype, 8, false>(l, p[kk], ones, true);
-}
-
 }  // namespace flash_attention
