@@ -268,7 +268,7 @@ for stage in "$@"; do
       [ -x "$bin" ] || bin=/tmp/explore/bin/flash_attention
       # 16k and 32k of the same head layout, interleaved: the cliff rule compares 2S with S.
       timeout 150 "$bin" bench --best --causal --seq 16384,32768 --batch 1 --heads 32 --heads-kv 8 \
-        --dtype bf16,fp16 --d-head 64,128,256 --runs 10 --rounds 3 --warmup-ms 200 > "$OUT/gqa32k.txt" 2>&1
+        --dtype bf16,fp16 --d-head 64,128,256 --runs 20 --rounds 5 --warmup-ms 200 > "$OUT/gqa32k.txt" 2>&1
       note "gqa 32k: exit $?"
       cat "$OUT/gqa32k.txt" >> "$summary" ;;
     *) note "unknown stage $stage" ;;

@@ -24,19 +24,22 @@ struct Row {
 // B_c 128 fills wgmma's N (25% faster than 64 at d_head 128); d_head 256 takes B_c 80, the
 // widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
-// Up to 2048 keys one stage of B_c 128 with ping-pong measured 1-7% faster than B_c 80
-// (a tile has few blocks, and each costs its fixed overheads once per 128 keys, not 80);
-// above, B_c 80 with ping-pong on top of overlap, 1-5% ahead of overlap alone from 4096
-// keys in three interleaved runs (2026-11-24, docs/PERF.md). At d_head 64 and 256 lazy
+// Short problems take one stage of B_c 128 with ping-pong (a tile has few blocks, and each
+// costs its fixed overheads once per 128 keys, not 80); longer ones B_c 80 with ping-pong on
+// top of overlap, 1-5% ahead of overlap alone from 4096 keys in three interleaved runs
+// (2026-11-24, docs/PERF.md). Where they cross is below. At d_head 64 and 256 lazy
 // rescaling (the reference max moves only by 2^8, so most blocks skip O's rescaling):
 // +2-9% at d_head 256 and +1-4% at 64 against the same kernels without it; at d_head 128
-// it measured 2-4% slower non-causal and level causal (2026-11-24, docs/PERF.md).
+// it measured 2-4% slower non-causal and level causal (2026-11-24, docs/PERF.md). With
+// lazy rescaling, B_c 80 (overlap) gained more than B_c 128 (one stage, no overlap): the
+// latter now wins only up to 512 keys non-causal (1024 causal); B_c 80 leads by 5-6% at
+// 1024-2048 non-causal and 3-5% at 2048-4096 causal (one run, docs/PERF.md).
 // The tunes of 2026-11-23 picked these (docs/PERF.md). Causal problems (rows first):
 // tiles differ in length, and the static stride left one CTA up to 1.7x the mean work,
 // so d_head 64 and 128 take the dynamic tile schedule (1.3-1.7x faster where the stride
 // was uneven). Plain CTAs, one per tile, in the order the hardware hands them out, beat
 // both at d_head 256 at every length (+6-42% over the static B_c 128 tile up to 2048 and
-// +10-23% over the dynamic B_c 80 one from 4096, B_c 128 up to 4096) and at d_head 128
+// +10-23% over the dynamic B_c 80 one from 4096) and at d_head 128
 // from 16k keys (+7%). H100, 2026-11-24, docs/PERF.md. Off Hopper the sm90 rows cannot
 // run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
@@ -55,16 +58,16 @@ constexpr Row k_rows[] = {
     {"(FP16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy", 0, true},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy", 0, true},
-    {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 4096, true},
-    {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 4096, true},
+    {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
+    {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy", 0, true},
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
-    {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 2048},
-    {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 2048},
+    {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
+    {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},

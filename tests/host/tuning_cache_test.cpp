@@ -343,13 +343,13 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
 }
 
 // The built-in table's d_head 256 entries on Hopper depend on the length: one stage of
-// B_c 128 up to 2048 keys, B_c 80 with overlap and ping-pong beyond (docs/PERF.md, tune of
+// B_c 128 up to 512 keys, B_c 80 with overlap and ping-pong beyond (docs/PERF.md, tune of
 // 2026-11-23, interleaved runs of 2026-11-24).
 TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
     const auto short_tile =
-        fa::KernelConfig::parse("(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent");
+        fa::KernelConfig::parse("(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy");
     const auto long_tile = fa::KernelConfig::parse(
-        "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent");
+        "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy");
     if (!fa::is_built(short_tile) || !fa::is_built(long_tile))
         GTEST_SKIP() << "this build lacks the d_head 256 sm90 configs of the built-in table";
     const fa::DeviceProperties hopper{0, "Test GPU", 9, 0, 132, 232448};
@@ -362,8 +362,8 @@ TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
                                                     view(4, seq_q), std::nullopt});
     };
     EXPECT_EQ(fa::heuristic_config(params(512, 512), hopper), short_tile);
-    EXPECT_EQ(fa::heuristic_config(params(2048, 2048), hopper), short_tile);
-    EXPECT_EQ(fa::heuristic_config(params(2049, 2049), hopper), long_tile);
+    EXPECT_EQ(fa::heuristic_config(params(513, 513), hopper), long_tile);
+    EXPECT_EQ(fa::heuristic_config(params(2048, 2048), hopper), long_tile);
     EXPECT_EQ(fa::heuristic_config(params(128, 8192), hopper), long_tile);  // the keys count
 }
 
