@@ -77,7 +77,7 @@ enum class FieldKind {
     /* persistent CTAs take their next tile from a global counter (atomicAdd) instead */ \
     /* of a fixed stride: causal tiles differ in length, and a fixed share can leave */  \
     /* one CTA half again the mean work (tile_scheduler.cuh) */                          \
-    X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")                          \
+    X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")                           \
     /* a row's reference max moves only when the row gains 2^8 on it, so most blocks */  \
     /* skip O's rescaling (online_softmax.cuh) */                                        \
     X(bool, lazy_rescale, false, 1, sm90, flag, "lazy")

@@ -346,8 +346,8 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
 // B_c 128 up to 512 keys, B_c 80 with overlap and ping-pong beyond (docs/PERF.md, tune of
 // 2026-11-23, interleaved runs of 2026-11-24).
 TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
-    const auto short_tile =
-        fa::KernelConfig::parse("(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy");
+    const auto short_tile = fa::KernelConfig::parse(
+        "(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy");
     const auto long_tile = fa::KernelConfig::parse(
         "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy");
     if (!fa::is_built(short_tile) || !fa::is_built(long_tile))
