@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "reference/reference.hpp"
 
@@ -96,7 +97,11 @@ TEST(Reference, RightAnswersPassWrongOnesFail) {
 
         std::vector<float> bad_lse = lse;
         bad_lse[c.q.seq - 1] += 0.01f;  // the last row sees keys in every case
-        EXPECT_FALSE(check(c, out, &bad_lse).passed);
+        const auto lse_failure = check(c, out, &bad_lse);
+        EXPECT_FALSE(lse_failure.passed);
+        // O is right here: the one-line summary must say what failed.
+        EXPECT_NE(lse_failure.summary().find("max|lse-ref|"), std::string::npos)
+            << lse_failure.summary();
     }
 }
 
