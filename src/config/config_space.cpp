@@ -124,11 +124,11 @@ constexpr std::array k_rules = {
          "the dynamic tile schedule hands persistent CTAs their next tile (add persistent)",
          [](const KernelConfig& c) { return c.sm90.dynamic_schedule && !c.sm90.persistent; }},
     Rule{"chain_needs_overlap", RuleKind::validity,
-         "chained tiles run the boundary as an overlapped step of a persistent CTA that "
-         "holds two Q buffers (add persistent and overlap; d_head 256 has room for one)",
+         "chained tiles run the boundary as an overlapped step of a persistent CTA with three "
+         "Q buffers (add persistent and overlap; at d_head 256 three do not fit)",
          [](const KernelConfig& c) {
              return c.sm90.chain &&
-                    (!c.sm90.persistent || !c.sm90.intra_warpgroup_overlap || q_buffers(c) != 2);
+                    (!c.sm90.persistent || !c.sm90.intra_warpgroup_overlap || q_buffers(c) != 3);
          }},
     Rule{"warpgroups", RuleKind::validity,
          "8, 12 or 16 warps: one producer warpgroup and 1 to 3 consumer warpgroups",

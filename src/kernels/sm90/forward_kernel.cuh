@@ -155,9 +155,9 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             tiles.finish(c, o, softmax);
         }
     } else {
-        // Chained tiles (mainloop.cuh, chain_into): from a tile with keys into one of two or
-        // more blocks the boundary is an overlapped step; the last tile, or one next to a
-        // shorter tile, ends and begins as above.
+        // Chained tiles (mainloop.cuh, chain_into): from one tile with keys to the next the
+        // boundary is an overlapped step; the last tile, or one next to a tile without keys,
+        // ends and begins as above.
         float s[1][Tr::B_c / 8][4];
         std::uint32_t p[1][Tr::B_c / 16][4];
         Softmax softmax(args.softmax_scale, args.scale_log2);
@@ -169,11 +169,12 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
                 softmax = Softmax(args.softmax_scale, args.scale_log2);
                 begin_tile(c, turns, s, o, p, softmax);
             }
-            overlapped_steps<true>(c, turns, s, o, p, softmax);
-            // The next tile's Q goes into the buffer of the store before c's.
+            overlapped_steps(c, turns, s, o, p, softmax);
+            // The store issued at the boundary into c (a tile ago) frees its Q buffer for
+            // the tile after next.
             pending_store.hand_back();
             Consumer<Tr> next = tiles.after(c);
-            begun = next.valid() && next.tile.visited > 1 && c.tile.visited > 0;
+            begun = next.valid() && next.tile.visited > 0 && c.tile.visited > 0;
             if (begun) {
                 Softmax next_softmax(args.softmax_scale, args.scale_log2);
                 chain_into(c, next, turns, s, o, p, next_softmax);

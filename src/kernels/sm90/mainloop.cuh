@@ -217,15 +217,14 @@ struct Consumer {
     }
 };
 
-// S_j = Q·K_jᵀ of tile c; with WithPv, O += P·V_jv of tile v (c's previous block, or at a
-// chained boundary the previous tile's last) is issued in the same GEMM turn and left
-// running. K_j (and V_jv) are waited for before the turn is taken, so a warpgroup never
-// holds it while it waits for memory.
+// S_j = Q·K_jᵀ of tile c, masked; with WithPv, O += P·V_jv of tile v (c's previous block,
+// or at a chained boundary the previous tile's last) is issued in the same GEMM turn and
+// left running. K_j (and V_jv) are waited for before the turn is taken, so a warpgroup
+// never holds it while it waits for memory; returns once S_j is done.
 template <bool WithPv, class Tr, class Turns>
-__device__ __forceinline__ void issue_scores(Consumer<Tr>& c, Turns& turns,
-                                             float (&s)[1][Tr::B_c / 8][4], int j, Consumer<Tr>& v,
-                                             float (&o)[1][Tr::d_head / 8][4],
-                                             std::uint32_t (&p)[1][Tr::B_c / 16][4], int jv) {
+__device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)[1][Tr::B_c / 8][4],
+                                       int j, Consumer<Tr>& v, float (&o)[1][Tr::d_head / 8][4],
+                                       std::uint32_t (&p)[1][Tr::B_c / 16][4], int jv) {
     c.wait_k(j);
     if constexpr (WithPv)
         v.wait_v(jv);
@@ -234,26 +233,11 @@ __device__ __forceinline__ void issue_scores(Consumer<Tr>& c, Turns& turns,
     if constexpr (WithPv)
         v.issue_pv(o, p, jv);
     turns.release();
-}
-
-// Waits for S_j (issue_scores()) and masks it; a P·V issued with it keeps running.
-template <bool WithPv, class Tr>
-__device__ __forceinline__ void await_scores(Consumer<Tr>& c, float (&s)[1][Tr::B_c / 8][4],
-                                             int j) {
     ptx::wgmma_wait<WithPv ? 1 : 0>();
     ptx::fence_operands(s[0]);
     c.keep_q();
     c.release_k(j);
     c.mask(s, j);
-}
-
-// issue_scores() and await_scores(): returns once S_j is done.
-template <bool WithPv, class Tr, class Turns>
-__device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)[1][Tr::B_c / 8][4],
-                                       int j, Consumer<Tr>& v, float (&o)[1][Tr::d_head / 8][4],
-                                       std::uint32_t (&p)[1][Tr::B_c / 16][4], int jv) {
-    issue_scores<WithPv>(c, turns, s, j, v, o, p, jv);
-    await_scores<WithPv>(c, s, j);
 }
 
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
@@ -283,19 +267,14 @@ using ConsumerSoftmax = OnlineSoftmax<1, true, Tr::lazy_rescale>;
 
 // The overlapped steps j = 1 .. n - 1 of a tile whose S_0 is already probabilities in P:
 // each issues S_j with O += P_{j-1}·V_{j-1} and exponentiates S_j while the P·V GEMM runs.
-// Chained: the previous tile's O store, issued just before this tile's first step, is
-// handed back while that step's GEMMs run (its buffer takes the tile after next's Q).
-template <bool Chained, class Tr, class Turns>
+template <class Tr, class Turns>
 __device__ __forceinline__ void overlapped_steps(Consumer<Tr>& c, Turns& turns,
                                                  float (&s)[1][Tr::B_c / 8][4],
                                                  float (&o)[1][Tr::d_head / 8][4],
                                                  std::uint32_t (&p)[1][Tr::B_c / 16][4],
                                                  ConsumerSoftmax<Tr>& softmax) {
     for (int j = 1; j < c.tile.visited; ++j) {
-        issue_scores<true>(c, turns, s, j, c, o, p, j - 1);
-        if (Chained && j == 1)
-            c.pending_store->hand_back();
-        await_scores<true>(c, s, j);
+        scores<true>(c, turns, s, j, c, o, p, j - 1);
         softmax.exponentiate(s);
         retire_pv(c, o, p, j - 1);
         softmax.rescale(o);
@@ -329,7 +308,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
         c.pending_store->hand_back();  // the previous O store read its buffer meanwhile
         softmax.exponentiate(s);       // O is still zero: nothing to rescale
         accumulators_to_a_fragments<Tr::dtype>(s, p);
-        overlapped_steps<false>(c, turns, s, o, p, softmax);
+        overlapped_steps(c, turns, s, o, p, softmax);
         accumulate(c, turns, o, p, n - 1);
     }
 }
@@ -341,9 +320,9 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
 // over. Without it the boundary runs c's last P·V alone, then the epilogue, then S_0 alone
 // and its softmax with no GEMM of the warpgroup in flight: with both consumers in step
 // (one tile, one start) the tensor cores idle through those softmax-only phases, about a
-// block's time a tile (docs/PERF.md). The caller chains only into a tile of two or more
-// blocks: c's O store, issued at the boundary, is handed back during next's first step,
-// and the Q of the tile after next waits for that buffer.
+// block's time a tile (docs/PERF.md). Both tiles have keys (the caller checks). Three Q
+// buffers (resources.hpp): next's Q must have landed before c's last P·V is issued, and
+// with two its buffer would wait for the O store issued at the boundary into c.
 template <class Tr, class Turns>
 __device__ __forceinline__ void chain_into(Consumer<Tr>& c, Consumer<Tr>& next, Turns& turns,
                                            float (&s)[1][Tr::B_c / 8][4],
