@@ -123,13 +123,6 @@ constexpr std::array k_rules = {
     Rule{"dynamic_needs_persistent", RuleKind::validity,
          "the dynamic tile schedule hands persistent CTAs their next tile (add persistent)",
          [](const KernelConfig& c) { return c.sm90.dynamic_schedule && !c.sm90.persistent; }},
-    Rule{"chain_needs_overlap", RuleKind::validity,
-         "chained tiles run the boundary as an overlapped step of a persistent CTA with three "
-         "Q buffers (add persistent and overlap; at d_head 256 three do not fit)",
-         [](const KernelConfig& c) {
-             return c.sm90.chain &&
-                    (!c.sm90.persistent || !c.sm90.intra_warpgroup_overlap || q_buffers(c) != 3);
-         }},
     Rule{"warpgroups", RuleKind::validity,
          "8, 12 or 16 warps: one producer warpgroup and 1 to 3 consumer warpgroups",
          [](const KernelConfig& c) {
@@ -345,8 +338,8 @@ std::vector<KernelConfig> release() {
 // The release set plus knob coverage, so every code path is compiled and tested: a
 // plain-load unswizzled textbook-softmax kernel, a non-eager asynchronous one with 8
 // warps and Q held in registers, and sm90 kernels without pipelining (one consumer),
-// with three consumers that are not persistent, with ping-pong on top of overlap, and with
-// chained tiles, static and dynamic (the release holds the dynamic tile schedule's kernels).
+// with three consumers that are not persistent, and with ping-pong on top of overlap (the
+// release holds the dynamic tile schedule's kernels).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(v,
@@ -356,9 +349,6 @@ std::vector<KernelConfig> ci() {
                       "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
                       "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
                       "(BF16, 256, 64, 64, 8): sm90+stages_1",
-                      "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+chain",
-                      "(FP16, 64, 192, 128, 16): "
-                      "sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+chain",
                   }));
     return v;
 }

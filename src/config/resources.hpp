@@ -47,19 +47,13 @@ constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles) {
 }  // namespace detail
 
 // sm90: a persistent kernel loads the next tile's Q into a second buffer while this
-// tile computes and stores its O, when an H100 has the shared memory for it; chained tiles
-// (mainloop.cuh) need the next tile's Q before this tile's O is stored, so they take a
-// third buffer (0 when it does not fit: the config rules reject that).
+// tile computes and stores its O, when an H100 has the shared memory for it.
 constexpr int q_buffers(const KernelConfig& c) {
-    const auto fits = [&](int q) {
-        return detail::sm90_smem_bytes(c, q) <=
-               static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin);
-    };
-    if (c.family != Family::sm90 || !c.sm90.persistent)
-        return 1;
-    if (c.sm90.chain)
-        return fits(3) ? 3 : 0;
-    return fits(2) ? 2 : 1;
+    return c.family == Family::sm90 && c.sm90.persistent &&
+                   detail::sm90_smem_bytes(c, 2) <=
+                       static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin)
+               ? 2
+               : 1;
 }
 
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is

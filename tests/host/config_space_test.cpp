@@ -93,19 +93,6 @@ TEST(ConfigSpace, EverySm90RuleRejectsWhatItSays) {
               }),
               "pingpong_needs_two");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm90.stages = 4; }), "sm90_smem");
-    EXPECT_EQ(with([](KernelConfig& c) { c.sm90.chain = true; }), "chain_needs_overlap");
-    EXPECT_EQ(with([](KernelConfig& c) {
-                  c.sm90.chain = c.sm90.persistent = true;
-                  c.sm90.intra_warpgroup_overlap = false;
-              }),
-              "chain_needs_overlap");
-    EXPECT_EQ(with([](KernelConfig& c) { c.sm90.chain = c.sm90.persistent = true; }), "");
-    EXPECT_EQ(with([](KernelConfig& c) {
-                  c.d_head = 256;  // three Q buffers do not fit beside the K/V stages
-                  c.B_c = 64;
-                  c.sm90.chain = c.sm90.persistent = true;
-              }),
-              "chain_needs_overlap");
     EXPECT_EQ(with([](KernelConfig& c) {
                   c.d_head = 256;  // O, S and P of 128 columns: 272 registers
                   c.sm90.stages = 1;

@@ -20,79 +20,6 @@
 
 namespace flash_attention::sm90 {
 
-// A consumer warpgroup's walk over its CTA's tiles: opens each (its view of the tile, once
-// the tile's Q has landed) and finishes it (the epilogue).
-template <class Tr, class Scheduler>
-struct ConsumerTiles {
-    const Params& params;
-    const Scheduler& scheduler;
-    Barriers<Tr::q_buffers, Tr::stages>& bars;
-    unsigned char* smem;
-    int consumer;
-    PendingStore& pending_store;
-    typename Consumer<Tr>::QFragments& q_frags;
-
-    __device__ __forceinline__ Consumer<Tr> first() const { return open(scheduler.first(), 0, 0); }
-
-    __device__ __forceinline__ Consumer<Tr> after(const Consumer<Tr>& c) const {
-        return open(c.index + static_cast<int>(gridDim.x), c.iteration + 1,
-                    c.ring + c.tile.visited);
-    }
-
-    // The CTA's `iteration`-th tile (`index`: where the static stride leaves it; the dynamic
-    // schedule reads the producer's choice), once its Q has landed and, with Q in
-    // registers, been loaded; not valid() past the last.
-    __device__ __forceinline__ Consumer<Tr> open(int index, int iteration, int ring) const {
-        const KernelArgs& args = params.args;
-        const QSlot<Tr> q(iteration);
-        Consumer<Tr> c{};
-        c.args = &args;
-        c.bars = &bars;
-        c.iteration = iteration;
-        c.ring = ring;
-        c.consumer = consumer;
-        c.pending_store = &pending_store;
-        c.q_frags = &q_frags;
-        c.index = scheduler.consumer_tile(index, q, bars);
-        if (!c.valid())
-            return c;
-        c.tile = tile_at<Tr>(args, c.index);
-        c.q_region =
-            smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
-        c.q_smem = ptx::smem_address(c.q_region);
-        c.k_smem = ptx::smem_address(smem + Tr::k_offset);
-        c.v_smem = ptx::smem_address(smem + Tr::v_offset);
-        const int consumer_row0 = c.tile.q_row0 + consumer * Tr::rows_per_consumer;
-        c.first_row = consumer_row0 + warp_in_warpgroup() * mma_m;
-        // This consumer's own rows may need fewer masked blocks than the tile's.
-        c.unmasked =
-            key_blocks(args.seq_q, args.seq_k, args.causal, consumer_row0,
-                       max(1, min(Tr::rows_per_consumer, args.seq_q - consumer_row0)), Tr::B_c)
-                .unmasked;
-        bars.q_full[q.buffer].wait(q.parity);
-        if constexpr (Tr::q_in_registers)
-            load_a_fragments<typename Tr::QTile>(q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
-        return c;
-    }
-
-    // The epilogue: O normalised, the LSE, and O stored through the tile's Q buffer. Every
-    // wgmma reading this consumer's Q has completed (the main loop ends on a wait), and no
-    // other warpgroup reads these rows: O may overwrite them.
-    template <class Softmax>
-    __device__ __forceinline__ void finish(const Consumer<Tr>& c, float (&o)[1][Tr::d_head / 8][4],
-                                           Softmax& softmax) const {
-        const KernelArgs& args = params.args;
-        softmax.finalize(o);
-        if (args.lse != nullptr && threadIdx.x % 4 == 0) {
-            store_lse<1>(
-                args.lse + (std::int64_t{c.tile.batch} * args.heads + c.tile.head) * args.seq_q,
-                c.first_row, args.seq_q, softmax);
-        }
-        store_output<Tr>(params, c.tile, consumer, o, c.q_region,
-                         bars.q_empty[QSlot<Tr>(c.iteration).buffer], pending_store);
-    }
-};
-
 template <unsigned long long Code>
 __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     forward_kernel(const __grid_constant__ Params params) {
@@ -111,6 +38,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         params.tile_counter,
         reinterpret_cast<TileSlots<Tr::q_buffers>*>(smem + Tr::tile_slot_offset)};
 
+    // Broadcast from lane 0, so the compiler knows it is warp-uniform: what derives from it
+    // (the consumer's Q region, hence the wgmma descriptors of every step) then stays in
+    // uniform registers instead of being rebuilt with vector ops and R2UR moves (d_head 64
+    // main loop: 637 -> 630 instructions; +2-4% at 512-2048 keys, docs/PERF.md).
     const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / warpgroup_threads, 0);
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_buffers; ++b) {
@@ -137,57 +68,62 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     }
 
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
-    GemmTurns<Tr, C.sm90.pingpong> turns{warpgroup - 1};
+    const int consumer = warpgroup - 1;
+    const int smem_base = static_cast<int>(ptx::smem_address(smem));
+    GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
+    int ring = 0;  // K/V blocks consumed so far, in step with the producer
+    int iteration = 0;
     PendingStore pending_store;  // the previous tile's O store (epilogue.cuh)
-    typename Consumer<Tr>::QFragments q_frags;
-    const ConsumerTiles<Tr, decltype(scheduler)> tiles{params,        scheduler,     bars,   smem,
-                                                       warpgroup - 1, pending_store, q_frags};
-    using Softmax = ConsumerSoftmax<Tr>;
-    float o[1][Tr::d_head / 8][4];
     // One tile per CTA, or with `persistent` one CTA per SM walking the tiles: the static
     // schedule's stride, or the tile the producer published for the dynamic one.
-    if constexpr (!C.sm90.chain) {
-        for (Consumer<Tr> c = tiles.first(); c.valid(); c = tiles.after(c)) {
-            zero(o);
-            Softmax softmax(args.softmax_scale, args.scale_log2);
-            consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
-            pending_store.hand_back();  // a tile without GEMMs hands it back here
-            tiles.finish(c, o, softmax);
+    for (int index = scheduler.first();
+         (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars)) <
+         tile_count<Tr>(args);
+         index += gridDim.x, ++iteration) {
+        const Tile tile = tile_at<Tr>(args, index);
+        const QSlot<Tr> q(iteration);
+        unsigned char* q_region =
+            smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
+        const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
+        Consumer<Tr> c{
+            .args = args,
+            .tile = tile,
+            .bars = bars,
+            .q_smem = ptx::smem_address(q_region),
+            .k_smem = static_cast<std::uint32_t>(smem_base + Tr::k_offset),
+            .v_smem = static_cast<std::uint32_t>(smem_base + Tr::v_offset),
+            .consumer = consumer,
+            .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
+            // This consumer's own rows may need fewer masked blocks than the tile's.
+            .unmasked =
+                key_blocks(args.seq_q, args.seq_k, args.causal, consumer_row0,
+                           max(1, min(Tr::rows_per_consumer, args.seq_q - consumer_row0)), Tr::B_c)
+                    .unmasked,
+            .ring = ring,
+            .pending_store = pending_store,
+        };
+
+        float o[1][Tr::d_head / 8][4];
+        zero(o);
+        OnlineSoftmax<1, true, Tr::lazy_rescale> softmax(args.softmax_scale, args.scale_log2);
+        bars.q_full[q.buffer].wait(q.parity);
+        if constexpr (Tr::q_in_registers) {
+            load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
         }
-    } else {
-        // Chained tiles (mainloop.cuh, chain_into): from one tile with keys to the next the
-        // boundary is an overlapped step; the last tile, or one next to a tile without keys,
-        // ends and begins as above.
-        float s[1][Tr::B_c / 8][4];
-        std::uint32_t p[1][Tr::B_c / 16][4];
-        Softmax softmax(args.softmax_scale, args.scale_log2);
-        Consumer<Tr> c = tiles.first();
-        bool begun = false;  // c's block 0 is already probabilities in p
-        while (c.valid()) {
-            if (!begun) {
-                zero(o);
-                softmax = Softmax(args.softmax_scale, args.scale_log2);
-                begin_tile(c, turns, s, o, p, softmax);
-            }
-            overlapped_steps(c, turns, s, o, p, softmax);
-            // The store issued at the boundary into c (a tile ago) frees its Q buffer for
-            // the tile after next.
-            pending_store.hand_back();
-            Consumer<Tr> next = tiles.after(c);
-            begun = next.valid() && next.tile.visited > 0 && c.tile.visited > 0;
-            if (begun) {
-                Softmax next_softmax(args.softmax_scale, args.scale_log2);
-                chain_into(c, next, turns, s, o, p, next_softmax);
-                tiles.finish(c, o, softmax);
-                zero(o);
-                softmax = next_softmax;
-            } else {
-                if (c.tile.visited > 0)
-                    accumulate(c, turns, o, p, c.tile.visited - 1);
-                tiles.finish(c, o, softmax);
-            }
-            c = next;
+        consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
+        pending_store.hand_back();  // a tile without GEMMs hands it back here
+        softmax.finalize(o);
+
+        if (args.lse != nullptr && threadIdx.x % 4 == 0) {
+            store_lse<1>(
+                args.lse + (std::int64_t{tile.batch} * args.heads + tile.head) * args.seq_q,
+                c.first_row, args.seq_q, softmax);
         }
+        // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
+        // and no other warpgroup reads these rows: O may overwrite them.
+        store_output<Tr>(params, tile, consumer, o, q_region, bars.q_empty[q.buffer],
+                         pending_store);
+        ring += tile.visited;
     }
     pending_store.hand_back();  // shared memory must outlive the last store's read
     turns.finish();

@@ -119,32 +119,24 @@ struct GemmTurns {
     }
 };
 
-// A consumer warpgroup's view of one tile (its state and steps; consume() below is the
-// algorithm). A value: a chained walk holds the current and the next tile's at once.
+// A consumer warpgroup's state and steps; consume() below is the algorithm.
 template <class Tr>
 struct Consumer {
     static constexpr DType dtype = Tr::dtype;
     static constexpr int s_tiles = Tr::B_c / 8;
     static constexpr int o_tiles = Tr::d_head / 8;
-    using QFragments = std::uint32_t[Tr::d_head / 16][4];
 
-    const KernelArgs* args;
-    Barriers<Tr::q_buffers, Tr::stages>* bars;
-    int index;      // of the tile; tile_count() or more: the CTA has no more tiles
-    int iteration;  // tiles the CTA started before this one (its Q buffer)
-    Tile tile;
-    unsigned char* q_region;               // this consumer's rows of the Q buffer, later O
+    const KernelArgs& args;
+    const Tile& tile;
+    Barriers<Tr::q_buffers, Tr::stages>& bars;
     std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence
     int unmasked;                          // blocks before this one need no mask here
     int ring;                              // ring position of the tile's block 0
-    PendingStore* pending_store;           // the previous tile's O store
-    // Q as A fragments when the config holds it in registers (else unused, and dropped);
-    // shared by a consumer's tiles, loaded when a tile opens.
-    QFragments* q_frags;
-
-    __device__ __forceinline__ bool valid() const { return index < tile_count<Tr>(*args); }
+    PendingStore& pending_store;           // the previous tile's O store
+    // Q as A fragments when the config holds it in registers (else unused, and dropped).
+    std::uint32_t q_frags[Tr::d_head / 16][4];
 
     __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
         return RingSlot<Tr::stages>(ring + j);
@@ -160,10 +152,10 @@ struct Consumer {
     // Waits for K_j (V_j) to land; done before taking a GEMM turn, so a warpgroup never
     // holds the turn while it waits for memory.
     __device__ __forceinline__ void wait_k(int j) {
-        bars->k_full[slot(j).stage].wait(slot(j).parity);
+        bars.k_full[slot(j).stage].wait(slot(j).parity);
     }
     __device__ __forceinline__ void wait_v(int j) {
-        bars->v_full[slot(j).stage].wait(slot(j).parity);
+        bars.v_full[slot(j).stage].wait(slot(j).parity);
     }
 
     // Issues S = Q·K_jᵀ. The operand fences pin S's registers on both sides of the
@@ -172,7 +164,7 @@ struct Consumer {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
         if constexpr (Tr::q_in_registers) {
-            warpgroup_gemm_qk<dtype, typename Tr::KVTile>(s[0], *q_frags, k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, typename Tr::KVTile>(s[0], q_frags, k_stage(slot(j).stage));
         } else {
             warpgroup_gemm_qk<dtype, typename Tr::QTile, typename Tr::KVTile>(
                 s[0], q_smem, k_stage(slot(j).stage));
@@ -195,43 +187,42 @@ struct Consumer {
     // asynchronously) in their registers until then.
     __device__ __forceinline__ void keep_q() {
         if constexpr (Tr::q_in_registers)
-            ptx::fence_operands(*q_frags);
+            ptx::fence_operands(q_frags);
     }
 
     // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
     __device__ __forceinline__ void release_k(int j) {
         __syncwarp();
         if (threadIdx.x % warp_size == 0)
-            bars->k_empty[slot(j).stage].arrive();
+            bars.k_empty[slot(j).stage].arrive();
     }
     __device__ __forceinline__ void release_v(int j) {
         __syncwarp();
         if (threadIdx.x % warp_size == 0)
-            bars->v_empty[slot(j).stage].arrive();
+            bars.v_empty[slot(j).stage].arrive();
     }
 
     __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
         if (j >= unmasked) {
-            mask_scores(s, first_row, j * Tr::B_c, args->seq_q, args->seq_k, args->causal);
+            mask_scores(s, first_row, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
         }
     }
 };
 
-// S_j = Q·K_jᵀ of tile c, masked; with WithPv, O += P·V_jv of tile v (c's previous block,
-// or at a chained boundary the previous tile's last) is issued in the same GEMM turn and
-// left running. K_j (and V_jv) are waited for before the turn is taken, so a warpgroup
-// never holds it while it waits for memory; returns once S_j is done.
+// S_j = Q·K_jᵀ, masked; with WithPv, O += P_{j-1}·V_{j-1} is issued in the same GEMM turn
+// and left running. K_j (and V_{j-1}) are waited for before the turn is taken, so a
+// warpgroup never holds it while it waits for memory; returns once S_j is done.
 template <bool WithPv, class Tr, class Turns>
 __device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)[1][Tr::B_c / 8][4],
-                                       int j, Consumer<Tr>& v, float (&o)[1][Tr::d_head / 8][4],
-                                       std::uint32_t (&p)[1][Tr::B_c / 16][4], int jv) {
+                                       float (&o)[1][Tr::d_head / 8][4],
+                                       std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     c.wait_k(j);
     if constexpr (WithPv)
-        v.wait_v(jv);
+        c.wait_v(j - 1);
     turns.acquire();
     c.issue_qk(s, j);
     if constexpr (WithPv)
-        v.issue_pv(o, p, jv);
+        c.issue_pv(o, p, j - 1);
     turns.release();
     ptx::wgmma_wait<WithPv ? 1 : 0>();
     ptx::fence_operands(s[0]);
@@ -262,31 +253,11 @@ __device__ __forceinline__ void accumulate(Consumer<Tr>& c, Turns& turns,
     retire_pv(c, o, p, j);
 }
 
-template <class Tr>
-using ConsumerSoftmax = OnlineSoftmax<1, true, Tr::lazy_rescale>;
-
-// The overlapped steps j = 1 .. n - 1 of a tile whose S_0 is already probabilities in P:
-// each issues S_j with O += P_{j-1}·V_{j-1} and exponentiates S_j while the P·V GEMM runs.
-template <class Tr, class Turns>
-__device__ __forceinline__ void overlapped_steps(Consumer<Tr>& c, Turns& turns,
-                                                 float (&s)[1][Tr::B_c / 8][4],
-                                                 float (&o)[1][Tr::d_head / 8][4],
-                                                 std::uint32_t (&p)[1][Tr::B_c / 16][4],
-                                                 ConsumerSoftmax<Tr>& softmax) {
-    for (int j = 1; j < c.tile.visited; ++j) {
-        scores<true>(c, turns, s, j, c, o, p, j - 1);
-        softmax.exponentiate(s);
-        retire_pv(c, o, p, j - 1);
-        softmax.rescale(o);
-        accumulators_to_a_fragments<Tr::dtype>(s, p);
-    }
-}
-
 // One tile's main loop for one consumer warpgroup: the algorithm.
 template <class Tr, bool Overlap, bool Pingpong>
 __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>& turns,
                                         float (&o)[1][Tr::d_head / 8][4],
-                                        ConsumerSoftmax<Tr>& softmax) {
+                                        OnlineSoftmax<1, true, Tr::lazy_rescale>& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.tile.visited;
     float s[1][s_tiles][4];
@@ -295,60 +266,29 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
         return;
     if constexpr (!Overlap) {
         for (int j = 0; j < n; ++j) {
-            scores<false>(c, turns, s, j, c, o, p, j);
+            scores<false>(c, turns, s, o, p, j);
             if (j == 0)
-                c.pending_store->hand_back();  // the previous O store read its buffer meanwhile
+                c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
             softmax.update(s, o);
             accumulators_to_a_fragments<Tr::dtype>(s, p);
             accumulate(c, turns, o, p, j);
         }
     } else {
-        // Block 0's scores first; then the overlapped steps; the last P·V closes the tile.
-        scores<false>(c, turns, s, 0, c, o, p, 0);
-        c.pending_store->hand_back();  // the previous O store read its buffer meanwhile
-        softmax.exponentiate(s);       // O is still zero: nothing to rescale
+        // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
+        // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
+        scores<false>(c, turns, s, o, p, 0);
+        c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
+        softmax.exponentiate(s);      // O is still zero: nothing to rescale
         accumulators_to_a_fragments<Tr::dtype>(s, p);
-        overlapped_steps(c, turns, s, o, p, softmax);
+        for (int j = 1; j < n; ++j) {
+            scores<true>(c, turns, s, o, p, j);
+            softmax.exponentiate(s);
+            retire_pv(c, o, p, j - 1);
+            softmax.rescale(o);
+            accumulators_to_a_fragments<Tr::dtype>(s, p);
+        }
         accumulate(c, turns, o, p, n - 1);
     }
-}
-
-// Chained tiles (the `chain` knob), for a persistent consumer that walks several: the
-// boundary from tile c to the next tile's block 0 is an overlapped step like any other.
-// S_0 of `next` is issued in the same GEMM turn as c's last P·V and exponentiated while it
-// runs; once it retires, c's O is complete (the caller's epilogue follows) and O starts
-// over. Without it the boundary runs c's last P·V alone, then the epilogue, then S_0 alone
-// and its softmax with no GEMM of the warpgroup in flight: with both consumers in step
-// (one tile, one start) the tensor cores idle through those softmax-only phases, about a
-// block's time a tile (docs/PERF.md). Both tiles have keys (the caller checks). Three Q
-// buffers (resources.hpp): next's Q must have landed before c's last P·V is issued, and
-// with two its buffer would wait for the O store issued at the boundary into c.
-template <class Tr, class Turns>
-__device__ __forceinline__ void chain_into(Consumer<Tr>& c, Consumer<Tr>& next, Turns& turns,
-                                           float (&s)[1][Tr::B_c / 8][4],
-                                           float (&o)[1][Tr::d_head / 8][4],
-                                           std::uint32_t (&p)[1][Tr::B_c / 16][4],
-                                           ConsumerSoftmax<Tr>& next_softmax) {
-    scores<true>(next, turns, s, 0, c, o, p, c.tile.visited - 1);
-    next_softmax.exponentiate(s);  // next's O is not begun: nothing to rescale
-    retire_pv(c, o, p, c.tile.visited - 1);
-    accumulators_to_a_fragments<Tr::dtype>(s, p);
-}
-
-// A chained walk's first tile, or the first after a boundary that could not chain: block
-// 0's scores alone, as consume() starts.
-template <class Tr, class Turns>
-__device__ __forceinline__ void begin_tile(Consumer<Tr>& c, Turns& turns,
-                                           float (&s)[1][Tr::B_c / 8][4],
-                                           float (&o)[1][Tr::d_head / 8][4],
-                                           std::uint32_t (&p)[1][Tr::B_c / 16][4],
-                                           ConsumerSoftmax<Tr>& softmax) {
-    if (c.tile.visited == 0)
-        return;
-    scores<false>(c, turns, s, 0, c, o, p, 0);
-    c.pending_store->hand_back();  // the previous O store read its buffer meanwhile
-    softmax.exponentiate(s);
-    accumulators_to_a_fragments<Tr::dtype>(s, p);
 }
 
 }  // namespace flash_attention::sm90
