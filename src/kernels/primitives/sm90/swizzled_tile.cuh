@@ -21,6 +21,17 @@ __device__ __forceinline__ std::uint64_t smem_descriptor_128b(std::uint32_t addr
            static_cast<std::uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32 | std::uint64_t{1} << 62;
 }
 
+// `descriptor` moved `bytes` (a multiple of 16) further into its tile. Only the start
+// address field (bits 0-13, in 16-byte units) changes: shared-memory addresses stay below
+// 256 KiB (the field's reach; an H100 has 228 KiB), so the sum never carries into the
+// other fields, and the low word takes one 32-bit add. A GEMM's k-steps are then one base
+// descriptor plus constants: one uniform add per wgmma instead of rebuilding each
+// descriptor from its address (four to five uniform-datapath instructions).
+__device__ __forceinline__ std::uint64_t advance(std::uint64_t descriptor, std::uint32_t bytes) {
+    const std::uint32_t start = static_cast<std::uint32_t>(descriptor) + (bytes >> 4);
+    return (descriptor & ~std::uint64_t{0xFFFFFFFF}) | start;
+}
+
 template <int Rows, int Cols>
 struct Swizzle128Tile {
     static constexpr int rows = Rows;
@@ -48,15 +59,16 @@ struct Swizzle128Tile {
     // the hardware applies the swizzle to the full address, so the shifted start stays
     // consistent with TMA's layout.
     __device__ static std::uint64_t k_major(std::uint32_t base, int kk) {
-        return smem_descriptor_128b(base + (kk / 4) * sub_tile_bytes + (kk % 4) * 32, 16, 1024);
+        return advance(smem_descriptor_128b(base, 16, 1024),
+                       (kk / 4) * sub_tile_bytes + (kk % 4) * 32);
     }
 
     // As an MN-major wgmma operand (rows of n contiguous: V as the B of P·V), rows
     // [16 kk, 16 kk + 16) and the columns from n0 (a multiple of 64): 8 k-rows of 128
     // bytes form a 1024-byte group; the next 64 columns of n are a sub-tile further on.
     __device__ static std::uint64_t mn_major(std::uint32_t base, int kk, int n0) {
-        return smem_descriptor_128b(base + (n0 / 64) * sub_tile_bytes + kk * (16 * row_bytes),
-                                    sub_tile_bytes, 1024);
+        return advance(smem_descriptor_128b(base, sub_tile_bytes, 1024),
+                       (n0 / 64) * sub_tile_bytes + kk * (16 * row_bytes));
     }
 };
 
