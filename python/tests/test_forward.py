@@ -38,24 +38,10 @@ def torch_dtype(dtype):
     return {fa.DType.FP16: torch.float16, fa.DType.BF16: torch.bfloat16}[dtype]
 
 
-def reference(q, k, v, scale=None):
-    """float64 SDPA on (batch, seq, heads, d) tensors."""
-    f = torch.nn.functional.scaled_dot_product_attention
-    out = f(q.double().transpose(1, 2), k.double().transpose(1, 2), v.double().transpose(1, 2), scale=scale)
-    return out.transpose(1, 2)
-
-
-def same_dtype(q, k, v, scale=None):
-    f = torch.nn.functional.scaled_dot_product_attention
-    return f(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale).transpose(1, 2)
-
-
 def assert_close_to_reference(out, q, k, v, scale=None):
-    assert torch.isfinite(out).all(), "non-finite values in the output"
-    ref = reference(q, k, v, scale)
-    ours = (out.double() - ref).abs().max().item()
-    torch_error = (same_dtype(q, k, v, scale).double() - ref).abs().max().item()
-    assert ours <= 2 * torch_error + 1e-3, f"max error {ours:.3g} > 2 x {torch_error:.3g} + 1e-3"
+    """Non-causal and without the LSE: assert_matches() at the default scale."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    assert_matches(out, None, q, k, v, scale, causal=False)
 
 
 def randn(*shape, dtype):
@@ -84,6 +70,10 @@ def masked_attention(q, k, v, scale, causal, dtype=None):
 
 
 def assert_matches(out, lse, q, k, v, scale, causal):
+    """FlashAttention's rule, as src/reference applies it: the error against float64 at
+    most twice a naive same-dtype computation's, plus 1e-3. Naive, not PyTorch's fused
+    kernels: those keep each row's largest probability exactly 1 before rounding it, which
+    lazy rescaling does not (docs/PERF.md), and their error is no bound the rule names."""
     assert torch.isfinite(out).all(), "non-finite values in the output"
     ref, ref_lse = masked_attention(q, k, v, scale, causal)
     naive, _ = masked_attention(q, k, v, scale, causal, dtype=q.dtype)
