@@ -112,7 +112,10 @@ class OnlineSoftmax {
     // (docs/PERF.md): +2-9% at d_head 256, +1-4% at 64, -2 to -4% at 128 non-causal, hence
     // a knob. A row that has seen only masked keys has max -inf; subtracting 0 instead keeps
     // exp2(-inf - ...) = 0 rather than NaN. The quad's partial sums are only combined once,
-    // in finalize().
+    // in finalize(). Accuracy: with the reference below the max, a row's largest
+    // probability is no longer exactly 1 when P is rounded to 16 bits, so at a sharp softmax
+    // the error is up to 2-3x a fused non-lazy kernel's, still a small fraction of a naive
+    // same-dtype computation's (docs/PERF.md, 2026-11-24 fourth session).
     template <int NT>
     __device__ __forceinline__ void exponentiate_optimized(float (&s)[MT][NT][4]) {
         bool moved = false;
