@@ -187,22 +187,13 @@ class OnlineSoftmax {
         }
     }
 
-    // The running max of row (mt, h) with S's scores for it, across the quad. A balanced
-    // tree over the thread's 2 * NT scores: the same FMNMX count as a running chain, but
-    // log2(2 * NT) deep instead of NT + 1, and the exponentials of the row wait on it.
+    // The running max of row (mt, h) with S's scores for it, across the quad.
     template <int NT>
     __device__ __forceinline__ float new_row_max(const float (&s)[MT][NT][4], int mt, int h) const {
-        float m[NT];
+        float row_max = max_[mt][h];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-            m[nt] = fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]);
-#pragma unroll
-        for (int width = 1; width < NT; width *= 2) {
-#pragma unroll
-            for (int nt = 0; nt + width < NT; nt += 2 * width)
-                m[nt] = fmaxf(m[nt], m[nt + width]);
-        }
-        float row_max = fmaxf(max_[mt][h], m[0]);
+            row_max = fmaxf(row_max, fmaxf(s[mt][nt][2 * h], s[mt][nt][2 * h + 1]));
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));
         row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));
         return row_max;
