@@ -39,7 +39,7 @@ def torch_dtype(dtype):
 
 
 def assert_close_to_reference(out, q, k, v, scale=None):
-    """Non-causal and without the LSE: assert_matches() at the default scale."""
+    """Non-causal and without the LSE: assert_matches(), at 1/sqrt(d_head) unless given."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     assert_matches(out, None, q, k, v, scale, causal=False)
 

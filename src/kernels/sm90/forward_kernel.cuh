@@ -40,8 +40,9 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
 
     // Broadcast from lane 0, so the compiler knows it is warp-uniform: what derives from it
     // (the consumer's Q region, hence the wgmma descriptors of every step) then stays in
-    // uniform registers instead of being rebuilt with vector ops and R2UR moves (d_head 64
-    // main loop: 637 -> 630 instructions; +2-4% at 512-2048 keys, docs/PERF.md).
+    // uniform registers instead of being rebuilt with vector ops and R2UR moves (release
+    // set: R2UR 497 -> 308, d_head 256's main loop 966 -> 924 instructions; +0.8% over the
+    // grid in the median, up to +3%, docs/PERF.md 2026-11-24 fourth session).
     const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / warpgroup_threads, 0);
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_buffers; ++b) {
