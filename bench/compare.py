@@ -15,6 +15,7 @@ host overhead of a call (C++ API, direct binding, torch custom op) on a tiny sha
 """
 
 import argparse
+import random
 import sys
 import datetime
 import statistics
@@ -47,9 +48,12 @@ def sdpa(backend, causal=False):
     return run
 
 
-def time_interleaved(impls, inputs, warmup, runs, rounds):
-    """Median, min and max ms per implementation; None where it raised."""
+def time_interleaved(impls, inputs, warmup, runs, rounds, order="fixed"):
+    """Median, min and max ms per implementation; None where it raised. order "shuffled":
+    each round takes the implementations in a new random order (as the peers' harness does),
+    so none always follows the same neighbour's power state."""
     times = {name: [] for name in impls}
+    shuffle = random.Random(0).shuffle
     dead = {}
     slot = 0
     for name, fn in impls.items():
@@ -60,7 +64,11 @@ def time_interleaved(impls, inputs, warmup, runs, rounds):
         except (RuntimeError, ValueError, TypeError) as error:  # shape not supported
             dead[name] = str(error).splitlines()[0]
     for r in range(rounds):
-        for name, fn in impls.items():
+        names = list(impls)
+        if order == "shuffled":
+            shuffle(names)
+        for name in names:
+            fn = impls[name]
             if name in dead:
                 continue
             # Queued back to back between event pairs, synchronised once per batch: the
@@ -169,6 +177,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--order", choices=["fixed", "shuffled"], default="fixed",
+                        help="the implementations' order within a round: always the same, or new each round")
     parser.add_argument("--causal", action="store_true",
                         help="causal masking (square: the same for bottom-right and top-left); FLOPs halved")
     parser.add_argument("--out", default="docs/compare", help="writes OUT.md and OUT.png")
@@ -198,7 +208,7 @@ def main():
                           for _ in range(copies)]
                 impls = {"ours": lambda q, k, v: fa.forward(q, k, v, causal=args.causal)}
                 impls.update({name: sdpa(backend, args.causal) for name, backend in PEERS.items()})
-                timing, dead = time_interleaved(impls, inputs, args.warmup, args.runs, args.rounds)
+                timing, dead = time_interleaved(impls, inputs, args.warmup, args.runs, args.rounds, args.order)
                 flop = 4 * batch * heads * seq * seq * d // (2 if args.causal else 1)
                 rates = {name: (None if t is None else flop / (t[0] * 1e-3) / 1e12) for name, t in timing.items()}
                 spreads = {name: (None if t is None else (t[2] - t[1]) / t[0]) for name, t in timing.items()}
