@@ -23,6 +23,8 @@
 #             not) with the two packages, alternated (after refactor)
 #   explore   candidate configs (bench/explore/$EXPLORE) built beside the release set and
 #             timed interleaved per d_head, causal and not
+#   ab        the configs of bench/explore/$AB_CONFIGS built from .dev/before and from this
+#             tree, `bench` alternated for three rounds (a change's effect on given kernels)
 #   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
@@ -261,6 +263,35 @@ for stage in "$@"; do
         note "explore $group $causal: exit $?"
         cat "$OUT/explore_$group.txt" >> "$summary"
       done ;;
+    ab)
+      # Issue 13: the same configs (bench/explore/$AB_CONFIGS, a file of config lines, read by
+      # both trees) built from .dev/before (carried) and from this tree side by side, then
+      # `bench` of each alternated for three rounds: a change's effect on given kernels
+      # without the whole grid (bf16 non-causal unless the file's configs say otherwise;
+      # AB_CAUSAL=1 adds --causal; AB_SEQ overrides 512..16384).
+      fresh_clone
+      list="$REPO/bench/explore/${AB_CONFIGS:?set AB_CONFIGS to a file in bench/explore/}"
+      if [ ! -d "$REPO/.dev/before" ]; then
+        note "ab: .dev/before is missing (carry .dev)"
+      else
+        for tree in before after; do
+          src=$([ $tree = before ] && echo "$REPO/.dev/before" || echo "$FRESH")
+          (cmake -S "$src" -B "/tmp/ab_$tree" -G Ninja -DFLASH_KERNELS="@$list" \
+            -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
+            cmake --build "/tmp/ab_$tree" > "$OUT/build_ab_$tree.log" 2>&1) &
+        done
+        wait
+        args=()
+        while IFS= read -r cfg; do args+=(--config "$cfg"); done < <(grep '^(' "$list")
+        for round in 1 2 3; do
+          for tree in before after; do
+            timeout 100 "/tmp/ab_$tree/bin/flash_attention" bench "${args[@]}" ${AB_CAUSAL:+--causal} \
+              --seq "${AB_SEQ:-512,1024,2048,4096,8192,16384}" --runs 10 --rounds 3 --warmup-ms 200 \
+              > "$OUT/ab_${tree}_$round.txt" 2>&1
+            note "ab round $round $tree (exit $?), TFLOP/s per config and length: $(grep -E '^\(' "$OUT/ab_${tree}_$round.txt" | awk '{print $NF}' | paste -sd' ')"
+          done
+        done
+      fi ;;
     gqa)
       # Issue 13's no-cliff row: causal, seq 32768, batch 1, 32 query heads on 8 K/V heads,
       # the automatic choice (after readme, refactor or explore: their build).
