@@ -270,8 +270,10 @@ for stage in "$@"; do
       # without the whole grid (bf16 non-causal unless the file's configs say otherwise;
       # AB_CAUSAL=1 adds --causal; AB_SEQ overrides 512..16384).
       fresh_clone
-      list="$REPO/bench/explore/${AB_CONFIGS:?set AB_CONFIGS to a file in bench/explore/}"
-      if [ ! -d "$REPO/.dev/before" ]; then
+      list="$REPO/bench/explore/${AB_CONFIGS:-}"
+      if [ -z "${AB_CONFIGS:-}" ] || [ ! -f "$list" ]; then
+        note "ab: AB_CONFIGS must name a file in bench/explore/ (got '${AB_CONFIGS:-}')"
+      elif [ ! -d "$REPO/.dev/before" ]; then
         note "ab: .dev/before is missing (carry .dev)"
       else
         for tree in before after; do
