@@ -23,8 +23,9 @@
 #             not) with the two packages, alternated (after refactor)
 #   explore   candidate configs (bench/explore/$EXPLORE) built beside the release set and
 #             timed interleaved per d_head, causal and not
-#   ab        the configs of bench/explore/$AB_CONFIGS built from .dev/before and from this
-#             tree, `bench` alternated for three rounds (a change's effect on given kernels)
+#   ab        the configs of the files bench/explore/$AB_CONFIGS built from .dev/before and
+#             from this tree, `bench` alternated for three rounds (a change's effect on
+#             given kernels; a "#! ARGS" line in a file adds bench arguments)
 #   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
@@ -264,33 +265,44 @@ for stage in "$@"; do
         cat "$OUT/explore_$group.txt" >> "$summary"
       done ;;
     ab)
-      # Issue 13: the same configs (bench/explore/$AB_CONFIGS, a file of config lines, read by
-      # both trees) built from .dev/before (carried) and from this tree side by side, then
-      # `bench` of each alternated for three rounds: a change's effect on given kernels
-      # without the whole grid (bf16 non-causal unless the file's configs say otherwise;
-      # AB_CAUSAL=1 adds --causal; AB_SEQ overrides 512..16384).
+      # Issue 13: the same configs built from .dev/before (carried) and from this tree side
+      # by side, then `bench` of each alternated for three rounds: a change's effect on given
+      # kernels without the whole grid. AB_CONFIGS names files in bench/explore/ (spaces
+      # between), each a group of config lines timed together; a line "#! ARGS" in a file
+      # adds bench arguments to its group (e.g. --causal, --seq 1024,4096), otherwise bf16
+      # non-causal 512..16384 as the configs say.
       fresh_clone
-      list="$REPO/bench/explore/${AB_CONFIGS:-}"
-      if [ -z "${AB_CONFIGS:-}" ] || [ ! -f "$list" ]; then
-        note "ab: AB_CONFIGS must name a file in bench/explore/ (got '${AB_CONFIGS:-}')"
+      files=()
+      for f in ${AB_CONFIGS:-}; do files+=("$REPO/bench/explore/$f"); done
+      if [ ${#files[@]} -eq 0 ] || ! ls "${files[@]}" > /dev/null 2>&1; then
+        note "ab: AB_CONFIGS must name files in bench/explore/ (got '${AB_CONFIGS:-}')"
       elif [ ! -d "$REPO/.dev/before" ]; then
         note "ab: .dev/before is missing (carry .dev)"
       else
+        cat "${files[@]}" | grep '^(' | sort -u > "$OUT/ab_configs.txt"
         for tree in before after; do
           src=$([ $tree = before ] && echo "$REPO/.dev/before" || echo "$FRESH")
-          (cmake -S "$src" -B "/tmp/ab_$tree" -G Ninja -DFLASH_KERNELS="@$list" \
+          (cmake -S "$src" -B "/tmp/ab_$tree" -G Ninja -DFLASH_KERNELS="@$OUT/ab_configs.txt" \
             -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
             cmake --build "/tmp/ab_$tree" > "$OUT/build_ab_$tree.log" 2>&1) &
         done
         wait
-        args=()
-        while IFS= read -r cfg; do args+=(--config "$cfg"); done < <(grep '^(' "$list")
+        note "ab builds: $(ls /tmp/ab_before/bin/flash_attention /tmp/ab_after/bin/flash_attention 2>&1 | paste -sd' ')"
         for round in 1 2 3; do
-          for tree in before after; do
-            timeout 100 "/tmp/ab_$tree/bin/flash_attention" bench "${args[@]}" ${AB_CAUSAL:+--causal} \
-              --seq "${AB_SEQ:-512,1024,2048,4096,8192,16384}" --runs 10 --rounds 3 --warmup-ms 200 \
-              > "$OUT/ab_${tree}_$round.txt" 2>&1
-            note "ab round $round $tree (exit $?), TFLOP/s per config and length: $(grep -E '^\(' "$OUT/ab_${tree}_$round.txt" | awk '{print $NF}' | paste -sd' ')"
+          for f in "${files[@]}"; do
+            group=$(basename "$f" .txt)
+            args=()
+            while IFS= read -r cfg; do args+=(--config "$cfg"); done < <(grep '^(' "$f")
+            read -r -a extra < <(sed -n 's/^#! //p' "$f" | head -1)
+            seqs=(--seq 512,1024,2048,4096,8192,16384)
+            [[ " ${extra[*]} " == *" --seq "* ]] && seqs=()
+            for tree in before after; do
+              log="$OUT/ab_${group}_${tree}_$round.txt"
+              timeout 100 "/tmp/ab_$tree/bin/flash_attention" bench "${args[@]}" "${seqs[@]}" \
+                --runs 10 --rounds 3 --warmup-ms 200 "${extra[@]}" \
+                > "$log" 2>&1
+              note "ab $group round $round $tree (exit $?), TFLOP/s per config and length: $(grep -E '^\(' "$log" | awk '{print $NF}' | paste -sd' ')"
+            done
           done
         done
       fi ;;

@@ -349,6 +349,8 @@ std::vector<KernelConfig> ci() {
                       "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
                       "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
                       "(BF16, 256, 64, 64, 8): sm90+stages_1",
+                      // One Q buffer with the dynamic schedule and ping-pong.
+                      "(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
                   }));
     return v;
 }

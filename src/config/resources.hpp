@@ -57,7 +57,7 @@ constexpr int q_buffers(const KernelConfig& c) {
 }
 
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is
-// staged through Q's buffer at the end.
+// staged through Q's buffer at the end (sm90 with one Q buffer: stored from registers).
 constexpr std::size_t smem_bytes(const KernelConfig& c) {
     if (c.family == Family::sm90)
         return detail::sm90_smem_bytes(c, q_buffers(c));

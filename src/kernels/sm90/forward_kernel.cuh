@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_buffers; ++b) {
             bars.q_full[b].init(1);
-            bars.q_empty[b].init(Tr::consumers);  // each consumer's storing thread
+            bars.q_empty[b].init(Tr::q_empty_arrivals);
         }
         for (int s = 0; s < Tr::stages; ++s) {
             bars.k_full[s].init(1);
@@ -111,6 +111,9 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         if constexpr (Tr::q_in_registers) {
             load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
         }
+        // Q in registers, or a tile without key blocks: this warp has read all of Q it will.
+        if (Tr::q_in_registers || tile.visited == 0)
+            c.release_q();
         consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
         pending_store.hand_back();  // a tile without GEMMs hands it back here
         softmax.finalize(o);
@@ -122,7 +125,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         }
         // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
         // and no other warpgroup reads these rows: O may overwrite them.
-        store_output<Tr>(params, tile, consumer, o, q_region, bars.q_empty[q.buffer],
+        store_output<Tr>(params, tile, consumer, c.first_row, o, q_region, bars.q_empty[q.buffer],
                          pending_store);
         ring += tile.visited;
     }

@@ -42,8 +42,8 @@ struct QSlot {
 
 // The producer: one thread issues every copy, tile after tile. It refills a K/V stage
 // once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
-// (across tiles too), and loads a tile's Q once the consumers have stored the previous
-// tile's O from that buffer.
+// (across tiles too), and loads a tile's Q once the consumers are done with that buffer
+// (two buffers: stored the O staged there; one: read the previous tile's Q).
 template <class Tr, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::q_buffers, Tr::stages>& bars,
@@ -202,6 +202,21 @@ struct Consumer {
             bars.v_empty[slot(j).stage].arrive();
     }
 
+    // One Q buffer (Tr::o_from_registers): each warp hands it back once its last read of Q
+    // has completed, so the producer loads the next tile's Q while this one finishes.
+    __device__ __forceinline__ void release_q() {
+        if constexpr (Tr::o_from_registers) {
+            __syncwarp();
+            if (threadIdx.x % warp_size == 0)
+                bars.q_empty[0].arrive();
+        }
+    }
+    // After S_j's wait: the tile's last S GEMM was the last read of Q in shared memory.
+    __device__ __forceinline__ void done_with_scores(int j) {
+        if (!Tr::q_in_registers && j == tile.visited - 1)
+            release_q();
+    }
+
     __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
         if (j >= unmasked) {
             mask_scores(s, first_row, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
@@ -228,6 +243,7 @@ __device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)
     ptx::fence_operands(s[0]);
     c.keep_q();
     c.release_k(j);
+    c.done_with_scores(j);
     c.mask(s, j);
 }
 

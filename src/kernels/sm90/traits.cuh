@@ -52,8 +52,15 @@ struct Traits {
     using KVTile = Swizzle128Tile<B_c, d_head>;
 
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
-    // per consumer in each, reused for its O), K stages, V stages, then the barriers.
+    // per consumer in each, reused for its O with two buffers), K stages, V stages, then the barriers.
     static constexpr int q_buffers = flash_attention::q_buffers(C);
+    // With one Q buffer the producer can load the next tile's Q only into the buffer this
+    // tile's Q occupies: staging O there (as two buffers do) would hold that load, and so
+    // the next tile's first GEMM, behind this tile's epilogue and its store. Instead O goes
+    // from registers to GMEM, and each consumer warp hands the buffer back as soon as its
+    // last read of Q has completed (q_empty counts warps, not storing threads).
+    static constexpr bool o_from_registers = q_buffers == 1;
+    static constexpr int q_empty_arrivals = o_from_registers ? 4 * consumers : consumers;
     static constexpr int q_offset = 0;
     static constexpr int q_buffer_bytes = consumers * QTile::bytes;
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
@@ -84,7 +91,8 @@ struct Traits {
 
 // The pipeline's mbarriers: a full/empty pair per Q buffer (one use per tile) and per
 // stage for K and for V. "full": the producer's TMA copies landed; "empty": every consumer is done
-// with the buffer (for Q: its O, staged there, has been stored).
+// with the buffer (for Q with two buffers: its O, staged there, has been stored; with one:
+// every consumer warp's last read of Q has completed).
 template <int QBuffers, int Stages>
 struct Barriers {
     tma::Barrier q_full[QBuffers], q_empty[QBuffers];
