@@ -342,16 +342,16 @@ std::vector<KernelConfig> release() {
 // release holds the dynamic tile schedule's kernels).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
-    append_unique(v,
-                  parse_all({
-                      "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
-                      "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
-                      "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
-                      "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
-                      "(BF16, 256, 64, 64, 8): sm90+stages_1",
-                      // One Q buffer with the dynamic schedule and ping-pong.
-                      "(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
-                  }));
+    append_unique(
+        v, parse_all({
+               "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
+               "(BF16, 64, 128, 64, 8): async+swizzled+load_0_2_2_tiles+opt_softmax",
+               "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
+               "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
+               "(BF16, 256, 64, 64, 8): sm90+stages_1",
+               // One Q buffer with the dynamic schedule and ping-pong.
+               "(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
+           }));
     return v;
 }
 

@@ -47,8 +47,8 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
                                              PendingStore& pending) {
     if constexpr (Tr::o_from_registers) {
         const KernelArgs& args = params.args;
-        typename Tr::T* out = static_cast<typename Tr::T*>(args.o) +
-                              t.batch * args.o_stride.batch + t.head * args.o_stride.head +
+        typename Tr::T* out = static_cast<typename Tr::T*>(args.o) + t.batch * args.o_stride.batch +
+                              t.head * args.o_stride.head +
                               std::int64_t{first_row} * args.o_stride.seq;
         store_accumulators_RF2GM<Tr::dtype>(o, out, args.o_stride.seq, args.seq_q - first_row);
         return;

@@ -52,7 +52,8 @@ struct Traits {
     using KVTile = Swizzle128Tile<B_c, d_head>;
 
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
-    // per consumer in each, reused for its O with two buffers), K stages, V stages, then the barriers.
+    // per consumer in each, reused for its O with two buffers), K stages, V stages, then the
+    // barriers.
     static constexpr int q_buffers = flash_attention::q_buffers(C);
     // With one Q buffer the producer can load the next tile's Q only into the buffer this
     // tile's Q occupies: staging O there (as two buffers do) would hold that load, and so
