@@ -1,9 +1,8 @@
 #pragma once
 
 // The end of a tile, shared by both families: each row's log-sum-exp, and O's
-// accumulators rounded to 16 bits into a shared-memory tile, then to GMEM, or straight
-// from registers to GMEM (sm90 writes its own tile type and stores it with TMA, or with
-// one Q buffer from registers: sm90/epilogue.cuh).
+// accumulators rounded to 16 bits into a shared-memory tile, then to GMEM (sm90 writes
+// its own tile type and stores it with TMA: sm90/epilogue.cuh).
 
 #include <cstdint>
 
@@ -46,33 +45,6 @@ __device__ __forceinline__ void store_accumulators_RF2SM(const float (&o)[MT][NT
                              ptx::pack_rn<dtype>(o[mt][nt][0], o[mt][nt][1]));
             ptx::st_shared_4(tile_base + Tile::chunk_offset(row + 8, nt) + col_bytes,
                              ptx::pack_rn<dtype>(o[mt][nt][2], o[mt][nt][3]));
-        }
-    }
-}
-
-// Stores a warp's m16n8 fp32 accumulators, rounded to 16 bits, straight to GMEM: rows
-// [0, 16 * MT) from gmem_row0, those below valid_rows. A lane writes 4 bytes per row and
-// 8-column tile, a quad 16 contiguous bytes, so each store instruction fills half of 8
-// sectors (L2 merges the halves before DRAM). No shared memory and no barrier: for
-// kernels whose shared memory is better spent elsewhere (sm90 with one Q buffer).
-template <DType dtype, int MT, int NT, class T>
-__device__ __forceinline__ void store_accumulators_RF2GM(const float (&o)[MT][NT][4], T* gmem_row0,
-                                                         std::int64_t gmem_row_stride,
-                                                         int valid_rows) {
-    const int lane = threadIdx.x % warp_size;
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int row = mt * mma_m + lane / 4 + 8 * h;
-            if (row < valid_rows) {
-                T* out = gmem_row0 + row * gmem_row_stride + (lane % 4) * 2;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    ptx::st_global_4(out + nt * 8,
-                                     ptx::pack_rn<dtype>(o[mt][nt][2 * h], o[mt][nt][2 * h + 1]));
-                }
-            }
         }
     }
 }

@@ -1,10 +1,9 @@
 #pragma once
 
 // The end of a consumer's tile: O rounded to 16 bits into the consumer's Q region (which Q
-// no longer needs) in TMA's swizzled layout, then stored with TMA; with one Q buffer,
-// straight from registers.
+// no longer needs), or with one Q buffer over V's stages (Traits::o_over_v), in TMA's
+// swizzled layout, then stored with TMA.
 
-#include "kernels/primitives/epilogue.cuh"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/sm90/ptx.cuh"
@@ -15,43 +14,40 @@
 
 namespace flash_attention::sm90 {
 
-// The Q buffer whose O store the storing thread has issued: handed back to the producer
+// The buffer whose O store the storing thread has issued: handed back to the producer
 // (q_empty) once the store has read it. With two Q buffers that waits until the next
 // tile's first GEMM has run, since the producer needs this buffer only for the tile after
 // next: the store's read of shared memory (about as long as a K/V block's GEMM at short
-// lengths) then no longer holds up the warpgroup's next wgmma. (With one buffer O is not
-// staged: see store_output.)
+// lengths) then no longer holds up the warpgroup's next wgmma. O over V's stages: the
+// producer needs them for the next tile's first P·V, handed back (o_stored) at once.
 struct PendingStore {
-    tma::Barrier* q_empty = nullptr;  // set in the storing thread only
+    tma::Barrier* empty = nullptr;  // q_empty or o_stored; set in the storing thread only
 
     __device__ __forceinline__ void hand_back() {
-        if (q_empty != nullptr) {
+        if (empty != nullptr) {
             tma::wait_stores_read();
-            q_empty->arrive();
-            q_empty = nullptr;
+            empty->arrive();
+            empty = nullptr;
         }
     }
 };
 
-// O (fp32, this warpgroup's 64 rows) rounded to 16 bits. With one Q buffer each warp
-// stores its 16 rows (from first_row) straight from registers (Traits::o_from_registers:
-// the buffer already went back to the producer). Otherwise into the consumer's Q region
-// in TMA's swizzled layout, then one thread stores it with TMA. Each quad writes 16
-// contiguous bytes of a row's 16-byte chunk; the 8 rows of a warp's store land in 8
-// different chunks (the tile's swizzle), so the 32 lanes hit 32 different banks. The
-// buffer goes back to the producer through `pending` (above).
+// O (fp32, this warpgroup's 64 rows) rounded to 16 bits into the consumer's Q region, or
+// its region over V's stages, in TMA's swizzled layout, then one thread stores it with
+// TMA. Each quad writes 16 contiguous bytes of a row's 16-byte chunk; the 8 rows of a
+// warp's store land in 8 different chunks (the tile's swizzle), so the 32 lanes hit 32
+// different banks. The buffer goes back to the producer through `pending` (above).
 template <class Tr>
 __device__ __forceinline__ void store_output(const Params& params, const Tile& t, int consumer,
-                                             int first_row, const float (&o)[1][Tr::d_head / 8][4],
-                                             unsigned char* region, tma::Barrier& q_empty,
-                                             PendingStore& pending) {
-    if constexpr (Tr::o_from_registers) {
-        const KernelArgs& args = params.args;
-        typename Tr::T* out = static_cast<typename Tr::T*>(args.o) + t.batch * args.o_stride.batch +
-                              t.head * args.o_stride.head +
-                              std::int64_t{first_row} * args.o_stride.seq;
-        store_accumulators_RF2GM<Tr::dtype>(o, out, args.o_stride.seq, args.seq_q - first_row);
-        return;
+                                             const float (&o)[1][Tr::d_head / 8][4],
+                                             unsigned char* region,
+                                             Barriers<Tr::q_buffers, Tr::stages>& bars,
+                                             int q_buffer, PendingStore& pending) {
+    if constexpr (Tr::o_over_v) {
+        // Every consumer's wgmma reads of V have completed (each ends its tile on a wait)
+        // before any O overwrites a stage.
+        ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::v_free, 0),
+                                Tr::consumers * warpgroup_threads);
     }
     const int lane = threadIdx.x % warp_size;
     const int warp_row0 = warp_in_warpgroup() * mma_m;
@@ -76,7 +72,14 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     if (threadIdx.x % warpgroup_threads == 0) {
         tma::store_tile<typename Tr::QTile>(
             region, &params.maps.o, t.q_row0 + consumer * Tr::rows_per_consumer, t.head, t.batch);
-        pending.q_empty = &q_empty;
+        if constexpr (Tr::o_over_v) {
+            pending.empty = &bars.o_stored;
+            pending.hand_back();
+        } else {
+            pending.empty = &bars.q_empty[q_buffer];
+            if constexpr (Tr::q_buffers == 1)
+                pending.hand_back();
+        }
     }
 }
 

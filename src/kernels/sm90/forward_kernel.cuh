@@ -56,6 +56,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             bars.k_empty[s].init(4 * Tr::consumers);
             bars.v_empty[s].init(4 * Tr::consumers);
         }
+        bars.o_stored.init(Tr::consumers);  // each consumer's storing thread
         scheduler.init();
         tma::fence_barrier_init();
     }
@@ -83,8 +84,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
          index += gridDim.x, ++iteration) {
         const Tile tile = tile_at<Tr>(args, index);
         const QSlot<Tr> q(iteration);
-        unsigned char* q_region =
-            smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
+        unsigned char* q_region = smem + Tr::q_region_offset(q.buffer, consumer);
         const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
         Consumer<Tr> c{
             .args = args,
@@ -124,9 +124,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
                 c.first_row, args.seq_q, softmax);
         }
         // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
-        // and no other warpgroup reads these rows: O may overwrite them.
-        store_output<Tr>(params, tile, consumer, c.first_row, o, q_region, bars.q_empty[q.buffer],
-                         pending_store);
+        // and no other warpgroup reads these rows: O may overwrite them (over V's stages:
+        // store_output waits for the other consumers' P·V).
+        store_output<Tr>(params, tile, consumer, o, smem + Tr::o_region_offset(q.buffer, consumer),
+                         bars, q.buffer, pending_store);
         ring += tile.visited;
     }
     pending_store.hand_back();  // shared memory must outlive the last store's read

@@ -43,7 +43,8 @@ struct QSlot {
 // The producer: one thread issues every copy, tile after tile. It refills a K/V stage
 // once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
 // (across tiles too), and loads a tile's Q once the consumers are done with that buffer
-// (two buffers: stored the O staged there; one: read the previous tile's Q).
+// (two buffers: stored the O staged there; one: read the previous tile's Q, and a tile's
+// first V once the previous tile's O, staged over V's stages, has been stored).
 template <class Tr, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::q_buffers, Tr::stages>& bars,
@@ -74,6 +75,9 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
             tma::load_tile<typename Tr::KVTile>(
                 smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes, &params.maps.k, j * Tr::B_c,
                 t.kv_head, t.batch, bars.k_full[slot.stage]);
+            // O over V's stages: the previous tile's O stores must have read them first.
+            if (Tr::o_over_v && j == 0)
+                bars.o_stored.wait(q.parity ^ 1);
             bars.v_empty[slot.stage].wait(slot.parity ^ 1);
             bars.v_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             tma::load_tile<typename Tr::KVTile>(
@@ -202,10 +206,11 @@ struct Consumer {
             bars.v_empty[slot(j).stage].arrive();
     }
 
-    // One Q buffer (Tr::o_from_registers): each warp hands it back once its last read of Q
-    // has completed, so the producer loads the next tile's Q while this one finishes.
+    // O over V's stages (one Q buffer, Traits::o_over_v): each warp hands Q's buffer back
+    // once its last read of Q has completed, so the producer loads the next tile's Q while
+    // this one finishes.
     __device__ __forceinline__ void release_q() {
-        if constexpr (Tr::o_from_registers) {
+        if constexpr (Tr::o_over_v) {
             __syncwarp();
             if (threadIdx.x % warp_size == 0)
                 bars.q_empty[0].arrive();
