@@ -180,30 +180,49 @@ for stage in "$@"; do
       # Issue 13: where the time goes, bf16, 16k tokens, hidden 2048: ncu (full set) of this
       # project's automatic choice and of cuDNN's kernel (PyTorch SDPA, one call inside the
       # profiler's range), side by side, for each PROFILE shape d_head:seq[:causal]
-      # (default: seq 16384 without causal masking at d_head 128 and 64). After readme,
-      # refactor or explore (their build).
+      # (default: seq 16384 without causal masking at d_head 128 and 64), and of each config
+      # in PROFILE_CONFIGS (a file in bench/explore/). Uses the readme, refactor or explore
+      # build; with PROFILE_CONFIGS, or without such a build, builds the release set and
+      # those configs on its own.
+      fresh_clone
       bin="$FRESH/build/bin/flash_attention"
       [ -x "$bin" ] || bin=/tmp/explore/bin/flash_attention
+      if [ -n "${PROFILE_CONFIGS:-}" ] || [ ! -x "$bin" ]; then
+        (cmake -S "$FRESH" -B /tmp/profile_build -G Ninja \
+          -DFLASH_KERNELS="release${PROFILE_CONFIGS:+,@$REPO/bench/explore/$PROFILE_CONFIGS}" \
+          -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
+          cmake --build /tmp/profile_build) > "$OUT/build_profile.log" 2>&1
+        note "profile build: exit $? ($(( $(date +%s) - start )) s)"
+        bin=/tmp/profile_build/bin/flash_attention
+      fi
       for shape in ${PROFILE:-128:16384 64:16384}; do
         IFS=: read -r d seq causal <<< "$shape"
         flag=${causal:+--causal}
         name="d${d}_s${seq}${causal:+_causal}"
         batch=$((16384 / seq)); heads=$((2048 / d))
         config=$("$bin" choose --dtype bf16 --d-head $d --seq $seq $flag | head -1)
-        timeout 120 ncu --set full -k regex:forward_kernel -s 1 -c 1 -o "$OUT/ncu_ours_$name" \
-          "$bin" run --config "$config" --seq $seq --batch $batch --heads $heads $flag --repeat 2 \
-          > "$OUT/ncu_ours_$name.log" 2>&1
-        note "ncu ours $name ($config): exit $?"
+        configs=("$config")
+        [ -n "${PROFILE_CONFIGS:-}" ] && mapfile -t -O 1 configs < <(grep '^(' "$REPO/bench/explore/$PROFILE_CONFIGS")
+        columns=()
+        for i in "${!configs[@]}"; do
+          who=$([ "$i" = 0 ] && echo ours || echo "c$i")
+          timeout 120 ncu --set full -k regex:forward_kernel -s 1 -c 1 -o "$OUT/ncu_${who}_$name" \
+            "$bin" run --config "${configs[$i]}" --seq $seq --batch $batch --heads $heads $flag --repeat 2 \
+            > "$OUT/ncu_${who}_$name.log" 2>&1
+          note "ncu $who $name (${configs[$i]}): exit $?"
+          columns+=("$who=$OUT/ncu_${who}_${name}_details.csv")
+        done
         timeout 120 ncu --set full --profile-from-start off -c 1 -o "$OUT/ncu_cudnn_$name" \
           python3 "$FRESH/bench/torch_sdpa.py" --profile cudnn --batch $batch --heads $heads \
           --seq $seq --d-head $d --dtype bfloat16 $flag > "$OUT/ncu_cudnn_$name.log" 2>&1
         note "ncu cudnn $name: exit $?"
-        for who in ours cudnn; do
+        columns+=("cudnn=$OUT/ncu_cudnn_${name}_details.csv")
+        for col in "${columns[@]}"; do
+          who=${col%%=*}
           ncu --import "$OUT/ncu_${who}_$name.ncu-rep" --page details --csv > "$OUT/ncu_${who}_${name}_details.csv" 2>/dev/null
           ncu --import "$OUT/ncu_${who}_$name.ncu-rep" --page raw --csv > "$OUT/ncu_${who}_${name}_raw.csv" 2>/dev/null
         done
-        python3 "$REPO/scripts/ncu_table.py" "ours=$OUT/ncu_ours_${name}_details.csv" \
-          "cudnn=$OUT/ncu_cudnn_${name}_details.csv" | tee -a "$summary"
+        python3 "$REPO/scripts/ncu_table.py" "${columns[@]}" | tee -a "$summary"
       done ;;
     schedule)
       # Issue 13: the release's sm90 tiles with the static and the dynamic tile schedule,
@@ -296,7 +315,11 @@ for stage in "$@"; do
             read -r -a extra < <(sed -n 's/^#! //p' "$f" | head -1)
             seqs=(--seq 512,1024,2048,4096,8192,16384)
             [[ " ${extra[*]} " == *" --seq "* ]] && seqs=()
-            for tree in before after; do
+            # Alternating which tree runs first: a drift within a round (clocks, heat) then
+            # favours neither.
+            order="before after"
+            [ $round = 2 ] && order="after before"
+            for tree in $order; do
               log="$OUT/ab_${group}_${tree}_$round.txt"
               timeout 100 "/tmp/ab_$tree/bin/flash_attention" bench "${args[@]}" "${seqs[@]}" \
                 --runs 10 --rounds 3 --warmup-ms 200 "${extra[@]}" \
