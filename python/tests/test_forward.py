@@ -97,13 +97,12 @@ def test_configs_and_parse_round_trip():
         assert c.is_built()
         if c.family == fa.Family.sm90:
             # One or (persistent, when it fits) two Q tiles, `stages` K and V tiles, the
-            # 1024-byte alignment pad, the mbarriers (a full/empty pair per Q buffer and K/V
-            # stage, and one for O's store) and, with the dynamic schedule, each Q buffer's
-            # tile slot (16 bytes).
+            # 1024-byte alignment pad, the mbarriers and, with the dynamic schedule, each Q
+            # buffer's tile slot (16 bytes).
             def size(q_tiles):
                 tiles = (q_tiles * c.B_r + 2 * c.stages * c.B_c) * c.d_head * 2
                 slots = 16 * q_tiles if c.dynamic_schedule else 0
-                return tiles + 1024 + 8 * (2 * q_tiles + 4 * c.stages + 1) + slots
+                return tiles + 1024 + 8 * (2 * q_tiles + 4 * c.stages) + slots
             assert c.smem_bytes() in ((size(1), size(2)) if c.persistent else (size(1),))
         else:
             assert c.smem_bytes() == (c.B_r + 2 * c.B_c) * c.d_head * 2

@@ -35,15 +35,14 @@ constexpr int consumer_registers(const KernelConfig& c) {
 
 namespace detail {
 // sm90: `q_tiles` Q tiles, `stages` K and V tiles, 1024 bytes to align the tiles to the
-// 128-byte swizzle's 1024-byte period, the pipeline's mbarriers (sm90/traits.cuh:
-// Barriers) and, with the dynamic
+// 128-byte swizzle's 1024-byte period, the pipeline's mbarriers and, with the dynamic
 // schedule, each Q buffer's tile index and its barrier (16 bytes, padded).
 constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles) {
     const std::size_t n_stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
     const std::size_t q = static_cast<std::size_t>(q_tiles);
     return (q * static_cast<std::size_t>(c.B_r) + 2 * n_stages * static_cast<std::size_t>(c.B_c)) *
                static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype) +
-           1024 + 8 * (2 * q + 4 * n_stages + 1) + (c.sm90.dynamic_schedule ? 16 * q : 0);
+           1024 + 8 * (2 * q + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0);
 }
 }  // namespace detail
 
@@ -58,7 +57,7 @@ constexpr int q_buffers(const KernelConfig& c) {
 }
 
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is
-// staged through Q's buffer at the end (sm90 with one Q buffer: over V's stages).
+// staged through Q's buffer at the end.
 constexpr std::size_t smem_bytes(const KernelConfig& c) {
     if (c.family == Family::sm90)
         return detail::sm90_smem_bytes(c, q_buffers(c));

@@ -1,8 +1,7 @@
 #pragma once
 
 // The end of a consumer's tile: O rounded to 16 bits into the consumer's Q region (which Q
-// no longer needs), or with one Q buffer over V's stages (Traits::o_over_v), in TMA's
-// swizzled layout, then stored with TMA.
+// no longer needs) in TMA's swizzled layout, then stored with TMA.
 
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
@@ -14,41 +13,34 @@
 
 namespace flash_attention::sm90 {
 
-// The buffer whose O store the storing thread has issued: handed back to the producer
+// The Q buffer whose O store the storing thread has issued: handed back to the producer
 // (q_empty) once the store has read it. With two Q buffers that waits until the next
 // tile's first GEMM has run, since the producer needs this buffer only for the tile after
 // next: the store's read of shared memory (about as long as a K/V block's GEMM at short
-// lengths) then no longer holds up the warpgroup's next wgmma. O over V's stages: the
-// producer needs them for the next tile's first P·V, handed back (o_stored) at once.
+// lengths) then no longer holds up the warpgroup's next wgmma. With one buffer the
+// producer needs it for the next tile: handed back at once.
 struct PendingStore {
-    tma::Barrier* empty = nullptr;  // q_empty or o_stored; set in the storing thread only
+    tma::Barrier* q_empty = nullptr;  // set in the storing thread only
 
     __device__ __forceinline__ void hand_back() {
-        if (empty != nullptr) {
+        if (q_empty != nullptr) {
             tma::wait_stores_read();
-            empty->arrive();
-            empty = nullptr;
+            q_empty->arrive();
+            q_empty = nullptr;
         }
     }
 };
 
-// O (fp32, this warpgroup's 64 rows) rounded to 16 bits into the consumer's Q region, or
-// its region over V's stages, in TMA's swizzled layout, then one thread stores it with
-// TMA. Each quad writes 16 contiguous bytes of a row's 16-byte chunk; the 8 rows of a
-// warp's store land in 8 different chunks (the tile's swizzle), so the 32 lanes hit 32
-// different banks. The buffer goes back to the producer through `pending` (above).
+// O (fp32, this warpgroup's 64 rows) rounded to 16 bits into the consumer's Q region in
+// TMA's swizzled layout, then one thread stores it with TMA. Each quad writes 16
+// contiguous bytes of a row's 16-byte chunk; the 8 rows of a warp's store land in 8
+// different chunks (the tile's swizzle), so the 32 lanes hit 32 different banks. The
+// buffer goes back to the producer through `pending` (above).
 template <class Tr>
 __device__ __forceinline__ void store_output(const Params& params, const Tile& t, int consumer,
                                              const float (&o)[1][Tr::d_head / 8][4],
-                                             unsigned char* region,
-                                             Barriers<Tr::q_buffers, Tr::stages>& bars,
-                                             int q_buffer, PendingStore& pending) {
-    if constexpr (Tr::o_over_v) {
-        // Every consumer's wgmma reads of V have completed (each ends its tile on a wait)
-        // before any O overwrites a stage.
-        ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::v_free, 0),
-                                Tr::consumers * warpgroup_threads);
-    }
+                                             unsigned char* region, tma::Barrier& q_empty,
+                                             PendingStore& pending) {
     const int lane = threadIdx.x % warp_size;
     const int warp_row0 = warp_in_warpgroup() * mma_m;
     // With Q in registers this warp's lanes read these rows with ldmatrix at the tile's
@@ -72,14 +64,9 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     if (threadIdx.x % warpgroup_threads == 0) {
         tma::store_tile<typename Tr::QTile>(
             region, &params.maps.o, t.q_row0 + consumer * Tr::rows_per_consumer, t.head, t.batch);
-        if constexpr (Tr::o_over_v) {
-            pending.empty = &bars.o_stored;
+        pending.q_empty = &q_empty;
+        if constexpr (Tr::q_buffers == 1)
             pending.hand_back();
-        } else {
-            pending.empty = &bars.q_empty[q_buffer];
-            if constexpr (Tr::q_buffers == 1)
-                pending.hand_back();
-        }
     }
 }
 

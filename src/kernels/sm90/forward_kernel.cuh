@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_buffers; ++b) {
             bars.q_full[b].init(1);
-            bars.q_empty[b].init(Tr::q_empty_arrivals);
+            bars.q_empty[b].init(Tr::consumers);  // each consumer's storing thread
         }
         for (int s = 0; s < Tr::stages; ++s) {
             bars.k_full[s].init(1);
@@ -56,7 +56,6 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             bars.k_empty[s].init(4 * Tr::consumers);
             bars.v_empty[s].init(4 * Tr::consumers);
         }
-        bars.o_stored.init(Tr::consumers);  // each consumer's storing thread
         scheduler.init();
         tma::fence_barrier_init();
     }
@@ -84,7 +83,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
          index += gridDim.x, ++iteration) {
         const Tile tile = tile_at<Tr>(args, index);
         const QSlot<Tr> q(iteration);
-        unsigned char* q_region = smem + Tr::q_region_offset(q.buffer, consumer);
+        unsigned char* q_region =
+            smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
         const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
         Consumer<Tr> c{
             .args = args,
@@ -111,9 +111,6 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         if constexpr (Tr::q_in_registers) {
             load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
         }
-        // Q in registers, or a tile without key blocks: this warp has read all of Q it will.
-        if (Tr::q_in_registers || tile.visited == 0)
-            c.release_q();
         consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
         pending_store.hand_back();  // a tile without GEMMs hands it back here
         softmax.finalize(o);
@@ -124,10 +121,9 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
                 c.first_row, args.seq_q, softmax);
         }
         // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
-        // and no other warpgroup reads these rows: O may overwrite them (over V's stages:
-        // store_output waits for the other consumers' P·V).
-        store_output<Tr>(params, tile, consumer, o, smem + Tr::o_region_offset(q.buffer, consumer),
-                         bars, q.buffer, pending_store);
+        // and no other warpgroup reads these rows: O may overwrite them.
+        store_output<Tr>(params, tile, consumer, o, q_region, bars.q_empty[q.buffer],
+                         pending_store);
         ring += tile.visited;
     }
     pending_store.hand_back();  // shared memory must outlive the last store's read

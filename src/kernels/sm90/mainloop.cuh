@@ -42,9 +42,8 @@ struct QSlot {
 
 // The producer: one thread issues every copy, tile after tile. It refills a K/V stage
 // once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
-// (across tiles too), and loads a tile's Q once the consumers are done with that buffer
-// (two buffers: stored the O staged there; one: read the previous tile's Q, and a tile's
-// first V once the previous tile's O, staged over V's stages, has been stored).
+// (across tiles too), and loads a tile's Q once the consumers have stored the previous
+// tile's O from that buffer.
 template <class Tr, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::q_buffers, Tr::stages>& bars,
@@ -75,9 +74,6 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
             tma::load_tile<typename Tr::KVTile>(
                 smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes, &params.maps.k, j * Tr::B_c,
                 t.kv_head, t.batch, bars.k_full[slot.stage]);
-            // O over V's stages: the previous tile's O stores must have read them first.
-            if (Tr::o_over_v && j == 0)
-                bars.o_stored.wait(q.parity ^ 1);
             bars.v_empty[slot.stage].wait(slot.parity ^ 1);
             bars.v_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             tma::load_tile<typename Tr::KVTile>(
@@ -206,22 +202,6 @@ struct Consumer {
             bars.v_empty[slot(j).stage].arrive();
     }
 
-    // O over V's stages (one Q buffer, Traits::o_over_v): each warp hands Q's buffer back
-    // once its last read of Q has completed, so the producer loads the next tile's Q while
-    // this one finishes.
-    __device__ __forceinline__ void release_q() {
-        if constexpr (Tr::o_over_v) {
-            __syncwarp();
-            if (threadIdx.x % warp_size == 0)
-                bars.q_empty[0].arrive();
-        }
-    }
-    // After S_j's wait: the tile's last S GEMM was the last read of Q in shared memory.
-    __device__ __forceinline__ void done_with_scores(int j) {
-        if (!Tr::q_in_registers && j == tile.visited - 1)
-            release_q();
-    }
-
     __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
         if (j >= unmasked) {
             mask_scores(s, first_row, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
@@ -248,7 +228,6 @@ __device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)
     ptx::fence_operands(s[0]);
     c.keep_q();
     c.release_k(j);
-    c.done_with_scores(j);
     c.mask(s, j);
 }
 

@@ -20,7 +20,6 @@ namespace flash_attention::sm90 {
 enum class NamedBarrier {
     gemm_turn,  // ping-pong: the right to issue GEMMs passes from consumer to consumer
     epilogue,   // a consumer's 128 threads have staged O before one of them stores it
-    v_free,     // O over V's stages: every consumer's last P·V has completed (one barrier)
 };
 
 template <KernelConfig C>
@@ -53,37 +52,18 @@ struct Traits {
     using KVTile = Swizzle128Tile<B_c, d_head>;
 
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
-    // per consumer in each, reused for its O with two buffers), K stages, V stages, then the
-    // barriers.
+    // per consumer in each, reused for its O), K stages, V stages, then the barriers.
     static constexpr int q_buffers = flash_attention::q_buffers(C);
     static constexpr int q_offset = 0;
     static constexpr int q_buffer_bytes = consumers * QTile::bytes;
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
     static constexpr int v_offset = k_offset + stages * KVTile::bytes;
     static constexpr int barrier_offset = v_offset + stages * KVTile::bytes;
-    // With one Q buffer the producer can load the next tile's Q only where this tile's Q
-    // is: staging O there (as two buffers do) would hold that load, and so the next tile's
-    // first GEMM, behind this tile's epilogue and store. Instead O is staged over V's
-    // stages, as FlashAttention-3 does, once every consumer's last P·V has completed; each
-    // consumer warp hands Q's buffer back when its last read of Q has completed, and the
-    // producer loads the next tile's Q and K at once, its V once the O stores have read
-    // the stages (the consumers need that V only after the tile's first S and softmax).
-    static constexpr bool o_over_v =
-        q_buffers == 1 && stages * KVTile::bytes >= consumers * QTile::bytes;
-    static constexpr int q_empty_arrivals = o_over_v ? 4 * consumers : consumers;
-
-    // A consumer's Q tile in a Q buffer, and where it stages its O.
-    static constexpr int q_region_offset(int q_buffer, int consumer) {
-        return q_offset + q_buffer * q_buffer_bytes + consumer * QTile::bytes;
-    }
-    static constexpr int o_region_offset(int q_buffer, int consumer) {
-        return o_over_v ? v_offset + consumer * QTile::bytes : q_region_offset(q_buffer, consumer);
-    }
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
     // With the dynamic schedule, per Q buffer the index of the tile it holds and a barrier
     // (TileSlots: the producer takes the index from the global counter, the consumers
     // read it there).
-    static constexpr int tile_slot_offset = barrier_offset + 8 * (2 * q_buffers + 4 * stages + 1);
+    static constexpr int tile_slot_offset = barrier_offset + 8 * (2 * q_buffers + 4 * stages);
     static constexpr int smem_bytes =
         1024 + tile_slot_offset + (dynamic_schedule ? 16 * q_buffers : 0);
     static_assert(smem_bytes == static_cast<int>(flash_attention::smem_bytes(C)),
@@ -95,7 +75,8 @@ struct Traits {
     static constexpr int barrier_id(NamedBarrier barrier, int consumer) {
         return 1 + static_cast<int>(barrier) * consumers + consumer;
     }
-    static_assert(barrier_id(NamedBarrier::v_free, 0) < 16, "16 named barriers per CTA");
+    static_assert(barrier_id(NamedBarrier::epilogue, consumers - 1) < 16,
+                  "16 named barriers per CTA");
 
     static_assert(d_head % 64 == 0 && space::is_wgmma_n(B_c), "wgmma shapes instantiated");
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");
@@ -103,15 +84,12 @@ struct Traits {
 
 // The pipeline's mbarriers: a full/empty pair per Q buffer (one use per tile) and per
 // stage for K and for V. "full": the producer's TMA copies landed; "empty": every consumer is done
-// with the buffer (for Q with two buffers: its O, staged there, has been stored; with one:
-// every consumer warp's last read of Q has completed). o_stored: with O over V's stages,
-// every consumer's O store has read them (one use per tile).
+// with the buffer (for Q: its O, staged there, has been stored).
 template <int QBuffers, int Stages>
 struct Barriers {
     tma::Barrier q_full[QBuffers], q_empty[QBuffers];
     tma::Barrier k_full[Stages], k_empty[Stages];
     tma::Barrier v_full[Stages], v_empty[Stages];
-    tma::Barrier o_stored;
 };
 
 }  // namespace flash_attention::sm90
