@@ -25,12 +25,8 @@ class Barrier {
     }
     // Waits until the phase of this parity has completed. A fresh barrier counts its
     // phase "-1" (parity 1) as complete, so the first wait for parity 1 returns at once.
-    // try_wait suspends the thread until the phase completes or a time limit passes; the
-    // hint raises that limit from the system's default to 10 ms (CUTLASS's value), so a
-    // waiting warp sleeps instead of re-issuing the test.
     __device__ __forceinline__ void wait(std::uint32_t parity) {
-        constexpr std::uint32_t suspend_time_hint_ns = 10'000'000;
-        while (!cuda::ptx::mbarrier_try_wait_parity(&state_, parity, suspend_time_hint_ns)) {
+        while (!cuda::ptx::mbarrier_try_wait_parity(&state_, parity)) {
         }
     }
     __device__ __forceinline__ std::uint64_t* get() { return &state_; }
