@@ -26,6 +26,8 @@
 #   ab        the configs of the files bench/explore/$AB_CONFIGS built from .dev/before and
 #             from this tree, `bench` alternated for three rounds (a change's effect on
 #             given kernels; a "#! ARGS" line in a file adds bench arguments)
+#   tune      `tune` over the configs of the files bench/explore/$TUNE_CONFIGS (each with its
+#             own "#! ARGS"), each shape's fastest against the release's automatic choice
 #   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
@@ -328,6 +330,52 @@ for stage in "$@"; do
             done
           done
         done
+      fi ;;
+    tune)
+      # Issue 13 (part 5): `tune` over given configs, against the release's automatic choice.
+      # TUNE_CONFIGS names files in bench/explore/ (spaces between), each a group of config
+      # lines tuned together with the tune arguments of its "#! ARGS" line (--d-head,
+      # --seq, --causal); all of them are built together (90-real). Prints, per shape, the
+      # fastest config's TFLOP/s against the release choice's (scripts/tune_summary.py).
+      fresh_clone
+      files=()
+      for f in ${TUNE_CONFIGS:-}; do files+=("$REPO/bench/explore/$f"); done
+      if [ ${#files[@]} -eq 0 ] || ! ls "${files[@]}" > /dev/null 2>&1; then
+        note "tune: TUNE_CONFIGS must name files in bench/explore/ (got '${TUNE_CONFIGS:-}')"
+      else
+        cat "${files[@]}" | grep '^(' | sort -u > "$OUT/tune_configs.txt"
+        (cmake -S "$FRESH" -B /tmp/tune_build -G Ninja -DFLASH_KERNELS="@$OUT/tune_configs.txt" \
+          -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
+          cmake --build /tmp/tune_build) > "$OUT/build_tune.log" 2>&1
+        note "tune build: exit $? ($(wc -l < "$OUT/tune_configs.txt") configs, $(( $(date +%s) - start )) s)"
+        bin=/tmp/tune_build/bin/flash_attention
+        : > "$OUT/tune_release.csv"
+        csvs=()
+        for f in "${files[@]}"; do
+          group=$(basename "$f" .txt)
+          args=()
+          while IFS= read -r cfg; do args+=(--config "$cfg"); done < <(grep '^(' "$f")
+          read -r -a extra < <(sed -n 's/^#! //p' "$f" | head -1)
+          timeout 240 "$bin" tune "${args[@]}" "${extra[@]}" --warmup-ms 30 --runs 10 --rounds 2 \
+            --format csv --cache /tmp/tune_cache.json > "$OUT/tune_$group.csv" 2>&1
+          note "tune $group: exit $? ($(( $(date +%s) - start )) s)"
+          csvs+=("$OUT/tune_$group.csv")
+        done
+        # The release's choice for every measured shape (the built-in table: no cache).
+        python3 - "${csvs[@]}" <<'PY' | sort -u > "$OUT/tune_shapes.txt"
+import csv, io, sys
+for path in sys.argv[1:]:
+    text = "".join(l for l in open(path) if l.startswith(("config,", '"(')))
+    for r in csv.DictReader(io.StringIO(text)):
+        print(r["dtype"], r["d_head"], r["seq_q"], r["causal"])
+PY
+        while read -r dtype d seq causal; do
+          choice=$(FLASH_ATTENTION_TUNING=/tmp/no_tuning_cache.json "$bin" choose --device h100 \
+            --dtype "${dtype,,}" --d-head "$d" --seq "$seq" $([ "$causal" = 1 ] && echo --causal) | head -1)
+          echo "$dtype,$d,$seq,$causal,$choice" >> "$OUT/tune_release.csv"
+        done < "$OUT/tune_shapes.txt"
+        python3 "$REPO/scripts/tune_summary.py" --release "$OUT/tune_release.csv" "${csvs[@]}" |
+          tee "$OUT/tune_summary.txt" | tee -a "$summary"
       fi ;;
     gqa)
       # Issue 13's no-cliff row: causal, seq 32768, batch 1, 32 query heads on 8 K/V heads,
