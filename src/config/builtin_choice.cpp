@@ -21,7 +21,11 @@ struct Row {
 // consumers: 9-17% faster than 192 x 64 from 512 to 16k keys (Q stays in shared memory:
 // in registers it spills at 160); causal up to 1024 keys, 128 x 128 with Q in registers
 // (+18-21% there; from 2048 the 192-row tile wins). H100, 2026-11-24, docs/PERF.md.
-// B_c 128 fills wgmma's N (25% faster than 64 at d_head 128); d_head 256 takes B_c 80, the
+// B_c 128 fills wgmma's N (25% faster than 64 at d_head 128 with two consumers); from 2048
+// keys non-causal d_head 128 takes three consumers of B_c 64 instead (192 x 64, ping-pong,
+// lazy rescaling: O, S and P fit 160 registers, and a third warpgroup's softmax overlaps
+// the other two's GEMMs): +4-7% at 2k-16k in the fifth session's tune, 2-4% slower at
+// 512-1024 (docs/PERF.md, 2026-11-24). d_head 256 takes B_c 80, the
 // widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
 // Short problems take one stage of B_c 128 with ping-pong (a tile has few blocks, and each
@@ -39,7 +43,8 @@ struct Row {
 // so d_head 64 and 128 take the dynamic tile schedule (1.3-1.7x faster where the stride
 // was uneven). Plain CTAs, one per tile, in the order the hardware hands them out, beat
 // both at d_head 256 at every length (+6-42% over the static B_c 128 tile up to 2048 and
-// +10-23% over the dynamic B_c 80 one from 4096) and at d_head 128
+// +10-23% over the dynamic B_c 80 one from 4096; ping-pong on top from 2048 to 8192 keys:
+// +1-8% in the fifth session's tune) and at d_head 128
 // from 16k keys (+7%). H100, 2026-11-24, docs/PERF.md. Off Hopper the sm90 rows cannot
 // run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
@@ -60,10 +65,14 @@ constexpr Row k_rows[] = {
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy", 0, true},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
+    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy", 8192, true},
+    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy", 8192, true},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy", 0, true},
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy", 0, true},
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
+    {"(BF16, 128, 192, 64, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(FP16, 128, 192, 64, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
