@@ -55,6 +55,23 @@ fresh_clone() {
     (cd "$FRESH" && tar xf -)
 }
 
+# Config groups (ab, tune): the files of bench/explore/ named in $2 (spaces between) into
+# `files`; false, with a note naming the variable $1, if none or one is missing.
+group_files() {
+  files=()
+  for f in $2; do files+=("$REPO/bench/explore/$f"); done
+  [ ${#files[@]} -gt 0 ] && ls "${files[@]}" > /dev/null 2>&1 && return 0
+  note "$1 must name files in bench/explore/ (got '$2')"
+  return 1
+}
+# One group file's configs as --config arguments (`args`) and its "#! ARGS" line (`extra`).
+group_args() {
+  args=()
+  while IFS= read -r cfg; do args+=(--config "$cfg"); done < <(grep '^(' "$1")
+  extra=()
+  read -r -a extra < <(sed -n 's/^#! //p' "$1" | head -1)
+}
+
 for stage in "$@"; do
   start=$(date +%s)
   case "$stage" in
@@ -293,10 +310,8 @@ for stage in "$@"; do
       # adds bench arguments to its group (e.g. --causal, --seq 1024,4096), otherwise bf16
       # non-causal 512..16384 as the configs say.
       fresh_clone
-      files=()
-      for f in ${AB_CONFIGS:-}; do files+=("$REPO/bench/explore/$f"); done
-      if [ ${#files[@]} -eq 0 ] || ! ls "${files[@]}" > /dev/null 2>&1; then
-        note "ab: AB_CONFIGS must name files in bench/explore/ (got '${AB_CONFIGS:-}')"
+      if ! group_files AB_CONFIGS "${AB_CONFIGS:-}"; then
+        :  # group_files noted why
       elif [ ! -d "$REPO/.dev/before" ]; then
         note "ab: .dev/before is missing (carry .dev)"
       else
@@ -312,9 +327,7 @@ for stage in "$@"; do
         for round in 1 2 3; do
           for f in "${files[@]}"; do
             group=$(basename "$f" .txt)
-            args=()
-            while IFS= read -r cfg; do args+=(--config "$cfg"); done < <(grep '^(' "$f")
-            read -r -a extra < <(sed -n 's/^#! //p' "$f" | head -1)
+            group_args "$f"
             seqs=(--seq 512,1024,2048,4096,8192,16384)
             [[ " ${extra[*]} " == *" --seq "* ]] && seqs=()
             # Alternating which tree runs first: a drift within a round (clocks, heat) then
@@ -338,11 +351,7 @@ for stage in "$@"; do
       # --seq, --causal); all of them are built together (90-real). Prints, per shape, the
       # fastest config's TFLOP/s against the release choice's (scripts/tune_summary.py).
       fresh_clone
-      files=()
-      for f in ${TUNE_CONFIGS:-}; do files+=("$REPO/bench/explore/$f"); done
-      if [ ${#files[@]} -eq 0 ] || ! ls "${files[@]}" > /dev/null 2>&1; then
-        note "tune: TUNE_CONFIGS must name files in bench/explore/ (got '${TUNE_CONFIGS:-}')"
-      else
+      if group_files TUNE_CONFIGS "${TUNE_CONFIGS:-}"; then
         cat "${files[@]}" | grep '^(' | sort -u > "$OUT/tune_configs.txt"
         (cmake -S "$FRESH" -B /tmp/tune_build -G Ninja -DFLASH_KERNELS="@$OUT/tune_configs.txt" \
           -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
@@ -353,9 +362,7 @@ for stage in "$@"; do
         csvs=()
         for f in "${files[@]}"; do
           group=$(basename "$f" .txt)
-          args=()
-          while IFS= read -r cfg; do args+=(--config "$cfg"); done < <(grep '^(' "$f")
-          read -r -a extra < <(sed -n 's/^#! //p' "$f" | head -1)
+          group_args "$f"
           timeout 240 "$bin" tune "${args[@]}" "${extra[@]}" --warmup-ms 30 --runs 10 --rounds 2 \
             --format csv --cache /tmp/tune_cache.json > "$OUT/tune_$group.csv" 2>&1
           note "tune $group: exit $? ($(( $(date +%s) - start )) s)"
