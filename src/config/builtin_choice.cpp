@@ -24,8 +24,9 @@ struct Row {
 // B_c 128 fills wgmma's N (25% faster than 64 at d_head 128 with two consumers); from 2048
 // keys non-causal d_head 128 takes three consumers of B_c 64 instead (192 x 64, ping-pong,
 // lazy rescaling: O, S and P fit 160 registers, and a third warpgroup's softmax overlaps
-// the other two's GEMMs): +4-7% at 2k-16k in the fifth session's tune, 2-4% slower at
-// 512-1024 (docs/PERF.md, 2026-11-24). d_head 256 takes B_c 80, the
+// the other two's GEMMs): the fifth session's tune had it first at 4k and 16k, and
+// compare.py level to +1.3% at 2k-16k; 2-4% slower at 512-1024 (docs/PERF.md,
+// 2026-11-24). d_head 256 takes B_c 80, the
 // widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
 // Short problems take one stage of B_c 128 with ping-pong (a tile has few blocks, and each
@@ -44,7 +45,7 @@ struct Row {
 // was uneven). Plain CTAs, one per tile, in the order the hardware hands them out, beat
 // both at d_head 256 at every length (+6-42% over the static B_c 128 tile up to 2048 and
 // +10-23% over the dynamic B_c 80 one from 4096; ping-pong on top from 2048 to 8192 keys:
-// +1-8% in the fifth session's tune) and at d_head 128
+// +1-3.4% in compare.py, fifth session) and at d_head 128
 // from 16k keys (+7%). H100, 2026-11-24, docs/PERF.md. Off Hopper the sm90 rows cannot
 // run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V

@@ -338,8 +338,9 @@ std::vector<KernelConfig> release() {
 // The release set plus knob coverage, so every code path is compiled and tested: a
 // plain-load unswizzled textbook-softmax kernel, a non-eager asynchronous one with 8
 // warps and Q held in registers, and sm90 kernels without pipelining (one consumer),
-// with three consumers that are not persistent, and with ping-pong on top of overlap (the
-// release holds the dynamic tile schedule's kernels).
+// with three consumers that are not persistent, with ping-pong on top of overlap, and
+// with one Q buffer under the dynamic schedule (the release holds the other dynamic
+// tile schedule's kernels).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -349,7 +350,6 @@ std::vector<KernelConfig> ci() {
                "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+qreg",
                "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
                "(BF16, 256, 64, 64, 8): sm90+stages_1",
-               // One Q buffer with the dynamic schedule and ping-pong.
                "(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
            }));
     return v;
