@@ -29,6 +29,8 @@
 #   tune      `tune` over the configs of the files bench/explore/$TUNE_CONFIGS (each with its
 #             own "#! ARGS"), each shape's fastest against the release's automatic choice
 #   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads
+#   serving   issue 14: the ci build's GPU tests (the serving ones among them), memcheck and
+#             racecheck of the serving tests, the Python package's pytest, bench/serving.py
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 set -uo pipefail
@@ -394,6 +396,38 @@ PY
         --dtype bf16,fp16 --d-head 64,128,256 --runs 20 --rounds 5 --warmup-ms 200 > "$OUT/gqa32k.txt" 2>&1
       note "gqa 32k: exit $?"
       cat "$OUT/gqa32k.txt" >> "$summary" ;;
+    serving)
+      fresh_clone
+      mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
+      ( (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=8 python3 -m pip install --no-build-isolation --no-deps \
+        --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1; echo $? > "$OUT/pip_after.rc" ) &
+      B="$FRESH/build"
+      (cd "$FRESH" && cmake -S . -B build -G Ninja -DFLASH_KERNELS=ci > /dev/null && cmake --build build) \
+        > "$OUT/build_ci.log" 2>&1
+      note "ci build: exit $? ($(( $(date +%s) - start )) s)"
+      grep -E "error|warning" "$OUT/build_ci.log" | head -5 | tee -a "$summary"
+      timeout 240 "$B/tests/test_gpu" --gtest_filter="${SERVING_FILTER:-*}" > "$OUT/test_gpu.log" 2>&1
+      note "test_gpu (${SERVING_FILTER:-*}): exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
+      note "  last started: $(grep -E '^\[ RUN' "$OUT/test_gpu.log" | tail -1)"
+      grep -E '^\[  FAILED|Failure|expected|sequence' "$OUT/test_gpu.log" | head -12 | tee -a "$summary"
+      timeout 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
+        --gtest_filter='Serving/Varlen.*/1[2-7]:Serving/KVCache.*/[0-9]:KVCachePages.*:KVCacheBatch.*' \
+        > "$OUT/serving_memcheck.log" 2>&1
+      note "serving memcheck: exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/serving_memcheck.log" | tr '\n' ' ')"
+      timeout 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
+        --gtest_filter='Serving/Varlen.*/1[2-3]:Serving/KVCache.*/[1-2]' > "$OUT/serving_racecheck.log" 2>&1
+      note "serving racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/serving_racecheck.log" | tr '\n' ' ')"
+      wait
+      note "pip: exit $(cat "$OUT/pip_after.rc")"
+      (cd /tmp && PYTHONPATH=/tmp/site_after timeout 150 python3 -m pytest -q -x "$FRESH/python/tests/test_serving.py") \
+        > "$OUT/pytest_serving.log" 2>&1
+      note "pytest test_serving: exit $? $(tail -1 "$OUT/pytest_serving.log")"
+      grep -E "^FAILED|Error|assert" "$OUT/pytest_serving.log" | head -8 | tee -a "$summary"
+      (cd /tmp && PYTHONPATH=/tmp/site_after timeout 200 python3 "$FRESH/bench/serving.py" --out "$OUT/serving.md") \
+        > "$OUT/serving_bench.log" 2>&1
+      note "bench/serving.py: exit $?"
+      tail -4 "$OUT/serving_bench.log" | grep -v "^|" | tee -a "$summary"
+      grep -E "^\|" "$OUT/serving.md" >> "$summary" ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"

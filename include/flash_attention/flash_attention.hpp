@@ -56,6 +56,88 @@ struct ForwardParams {
     float* lse = nullptr;
 };
 
+// Serving (inference engines, padding-free training): batches of sequences of different
+// lengths, a paged KV cache, and split-KV decoding. Lengths and page ids live in device
+// memory and are never read on the host, so a call does not synchronise and can be
+// captured in a CUDA graph; what the host cannot check is documented per field. The
+// query heads that share a K/V head are processed together (PackGQA), and the keys of a
+// sequence may be split across CTAs whose partial results are merged by their log-sum-exp:
+// how the keys are split depends only on the call's shape, never on another sequence's
+// length, so a row's result does not depend on the rest of the batch; it can differ in
+// the last bits between split counts (a different summation order).
+
+// The pages of a paged KV cache: k and v are then (num_pages, page_size, heads_kv, d_head)
+// TensorViews and sequence b's key i lies in page block_table[b * row_stride + i /
+// page_size], row i % page_size. page_size is k.shape[1] and must be a multiple of 16. A
+// page id outside [0, num_pages) is never dereferenced: its keys read as zeros (scores 0,
+// values 0), and KV append skips them.
+struct PageTable {
+    const std::int32_t* block_table = nullptr;  // device memory, (batch, max_pages_per_seq)
+    std::int64_t max_pages_per_seq = 0;
+    std::int64_t row_stride = 0;  // elements between sequences' rows; 0: max_pages_per_seq
+};
+
+// flash_attn_varlen_func: sequences of different lengths packed along one token axis.
+// q, o: (1, total_q, heads_q, d_head); k, v: (1, total_k, heads_kv, d_head) packed the same
+// way, or the pages of `pages`. Sequence b's queries are rows [cu_seqlens_q[b],
+// cu_seqlens_q[b+1]) and, without pages, its keys rows [cu_seqlens_k[b], cu_seqlens_k[b+1]).
+// Offsets are device int32 arrays of batch + 1 non-decreasing values from 0; a sequence
+// that reaches past its tensor is cut at the tensor's end (never read or written
+// outside it), and a query row of no sequence is left unwritten.
+struct VarlenParams {
+    TensorView q;
+    TensorView k;
+    TensorView v;
+    TensorView o;  // written; may not alias q, k or v
+    const std::int32_t* cu_seqlens_q = nullptr;
+    const std::int32_t* cu_seqlens_k = nullptr;  // required without pages; with pages optional
+    // Keys sequence b uses: seqused_k[b] of its keys, the rest ignored. Required with pages
+    // when cu_seqlens_k is not given.
+    const std::int32_t* seqused_k = nullptr;
+    std::int64_t batch = 0;         // sequences: the offsets hold batch + 1 values
+    std::int64_t max_seqlen_q = 0;  // at least every sequence's query length (sizes the grid)
+    std::int64_t max_seqlen_k = 0;  // at least every sequence's key length (chooses splits)
+    std::optional<PageTable> pages;
+    std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
+    bool causal = false;                 // per sequence, aligned at its bottom right
+    float* lse = nullptr;                // optional output, fp32 (heads_q, total_q)
+    int num_splits = 0;                  // key splits per sequence; 0: the library's choice
+};
+
+// flash_attn_with_kvcache: decoding and chunked prefill against a KV cache.
+// q, o: (batch, seq_q, heads_q, d_head). k_cache, v_cache: (batch_cache, seq_cache,
+// heads_kv, d_head) with batch_cache >= batch (sequence b uses entry b), or the pages of
+// `pages`. Sequence b attends to its first cache_seqlens[b] keys plus k_new's seq_new
+// (appended first; causal masking aligns the queries with the end of those keys).
+struct KVCacheParams {
+    TensorView q;
+    TensorView k_cache;
+    TensorView v_cache;
+    TensorView o;  // written; may not alias q or the caches
+    // Device int32, (batch): keys in the cache before this call. Null: every sequence
+    // uses all seq_cache keys (contiguous cache, no k_new only). Lengths past the cache's
+    // capacity are cut to it.
+    const std::int32_t* cache_seqlens = nullptr;
+    std::optional<PageTable> pages;
+    // KV append: (batch, seq_new, heads_kv, d_head), written into the cache at rows
+    // cache_seqlens[b] + [0, seq_new) before attention (rows past the capacity are
+    // dropped). Both or neither; needs cache_seqlens.
+    std::optional<TensorView> k_new;
+    std::optional<TensorView> v_new;
+    std::optional<float> softmax_scale;
+    bool causal = false;
+    float* lse = nullptr;  // optional output, fp32 (batch, heads_q, seq_q)
+    int num_splits = 0;    // key splits per sequence; 0: the library's choice
+};
+
+// The largest num_splits a call takes.
+inline constexpr int k_max_splits = 256;
+
+// Both throw flash_attention::Error on invalid input or a CUDA failure, before any launch
+// for everything the host can check.
+void forward_varlen(const VarlenParams& params, Stream stream = nullptr);
+void forward_kvcache(const KVCacheParams& params, Stream stream = nullptr);
+
 // A GPU as the library sees it: what decides which kernels run on it, and what the
 // tuning cache is keyed by.
 struct DeviceProperties {

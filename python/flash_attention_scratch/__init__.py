@@ -23,6 +23,8 @@ from ._C import device_count, reload_tuning_cache
 __all__ = [
     "__version__",
     "forward",
+    "forward_varlen",
+    "forward_kvcache",
     "configs",
     "KernelConfig",
     "DType",
@@ -71,3 +73,47 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, conf
         raise RuntimeError("flash_attention_scratch.forward needs PyTorch, which is not installed")
     return _ops.forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_lse,
                         config=config, out=out)
+
+
+def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
+                   causal=False, seqused_k=None, block_table=None, num_splits=0, return_lse=False):
+    """Attention over a batch of sequences of different lengths, packed along the token
+    axis (flash_attn.flash_attn_varlen_func): q (total_q, heads, d_head), k and v
+    (total_k, heads_kv, d_head), cu_seqlens_q / cu_seqlens_k int32 (batch + 1,) offsets
+    starting at 0. With block_table (int32 (batch, max_pages)) k and v are the pages of a
+    paged cache, (num_pages, page_size, heads_kv, d_head) with page_size a multiple of 16,
+    and the key lengths come from seqused_k (int32 (batch,)) or cu_seqlens_k.
+
+    causal aligns each sequence's queries with the end of its keys (bottom right).
+    max_seqlen_q must be at least every query length (it sizes the grid). num_splits: key
+    splits per sequence, 0 for the library's choice. return_lse: also the log-sum-exp,
+    float32 (heads, total_q). Offsets and lengths are not read on the host (no
+    synchronisation; CUDA graphs work): a sequence that reaches past its tensor is cut at
+    the tensor's end, and a page id outside the cache reads as zeros.
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.forward_varlen needs PyTorch, which is not installed")
+    return _ops.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               softmax_scale=softmax_scale, causal=causal, seqused_k=seqused_k,
+                               block_table=block_table, num_splits=num_splits, return_lse=return_lse)
+
+
+def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
+                    softmax_scale=None, causal=False, num_splits=0, return_lse=False):
+    """Attention against a KV cache (flash_attn.flash_attn_with_kvcache): q (batch, seq_q,
+    heads, d_head); k_cache, v_cache (batch_cache, seq_cache, heads_kv, d_head), or with
+    block_table (int32 (batch, max_pages)) a paged cache (num_pages, page_size, heads_kv,
+    d_head), page_size a multiple of 16. cache_seqlens: int or int32 (batch,) keys already
+    in the cache (None: all of a contiguous cache). k, v (batch, seq_new, heads_kv, d_head):
+    appended to the cache at cache_seqlens before attention (in place), which then sees
+    cache_seqlens + seq_new keys.
+
+    Decoding splits the keys across CTAs and merges the parts by their log-sum-exp; how a
+    row's keys are split depends on its own length and the call's shape, never on the
+    rest of the batch. return_lse: also the log-sum-exp, float32 (batch, heads, seq_q).
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.forward_kvcache needs PyTorch, which is not installed")
+    return _ops.forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
+                                block_table=block_table, softmax_scale=softmax_scale, causal=causal,
+                                num_splits=num_splits, return_lse=return_lse)

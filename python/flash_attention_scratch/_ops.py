@@ -134,3 +134,171 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, conf
     lse = _lse_like(q) if return_lse else None
     _run(q, k, v, out, lse, softmax_scale, causal, config)
     return (out, lse) if return_lse else out
+
+
+# ---- Serving: packed variable-length batches and KV caches (flash_attn's varlen and
+# with_kvcache functions, where their arguments overlap).
+
+def _index(name, t, device, shape):
+    """The address of an optional int32 index tensor of `shape` (None: any size there) on
+    `device`; 0 for None. Rows must be contiguous; a 2-D table may have a row stride."""
+    if t is None:
+        return 0
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor of int32, got {type(t).__name__}")
+    if t.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (q's device), got {t.device}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name}.dtype: expected torch.int32, got {t.dtype}")
+    if t.dim() != len(shape) or any(s is not None and s != n for s, n in zip(shape, t.shape)):
+        want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+        raise ValueError(f"{name}.shape: expected {want}, got {tuple(t.shape)}")
+    if t.stride(-1) != 1 or (t.dim() == 2 and t.shape[0] > 1 and t.stride(0) < t.shape[1]):
+        raise ValueError(f"{name}: expected contiguous rows, got strides {t.stride()}")
+    return t.data_ptr()
+
+
+def _on_device(device, fn):
+    if device.index == torch.cuda.current_device():
+        fn()
+    else:  # the library launches on the current device
+        with torch.cuda.device(device):
+            fn()
+
+
+def _table_args(block_table, device, batch):
+    if block_table is None:
+        return 0, 0, 0
+    ptr = _index("block_table", block_table, device, (batch, None))
+    return ptr, block_table.shape[1], block_table.stride(0)
+
+
+def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
+                max_seqlen_q, max_seqlen_k, softmax_scale, causal, num_splits):
+    if q.dim() != 3:
+        raise ValueError(f"q: expected 3 dimensions (total_q, heads, d_head), got {q.dim()}")
+    cu_q = _index("cu_seqlens_q", cu_seqlens_q, q.device, (None,))
+    batch = cu_seqlens_q.shape[0] - 1
+    if batch < 1:
+        raise ValueError(f"cu_seqlens_q.shape: expected (batch + 1,) with batch >= 1, got {tuple(cu_seqlens_q.shape)}")
+    cu_k = _index("cu_seqlens_k", cu_seqlens_k, q.device, (batch + 1,))
+    used = _index("seqused_k", seqused_k, q.device, (batch,))
+    table, max_pages, table_stride = _table_args(block_table, q.device, batch)
+    paged = block_table is not None
+    kd, want = (4, "(num_pages, page_size, heads_kv, d_head)") if paged else (3, "(total_k, heads_kv, d_head)")
+    for name, t in (("k", k), ("v", v)):
+        if t.dim() != kd:
+            raise ValueError(f"{name}: expected {kd} dimensions {want}, got {t.dim()}")
+    k4, v4 = (k, v) if paged else (k.unsqueeze(0), v.unsqueeze(0))
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    _on_device(q.device, lambda: _C.forward_varlen(
+        q.unsqueeze(0), k4, v4, out.unsqueeze(0), cu_q, cu_k, used, table, max_pages, table_stride,
+        batch, int(max_seqlen_q), int(max_seqlen_k), softmax_scale, causal, lse, int(num_splits), stream))
+
+
+def _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
+                 causal, num_splits):
+    if q.dim() != 4:
+        raise ValueError(f"q: expected 4 dimensions (batch, seq_q, heads, d_head), got {q.dim()}")
+    batch = q.shape[0]
+    seqlens = _index("cache_seqlens", cache_seqlens, q.device, (batch,))
+    table, max_pages, table_stride = _table_args(block_table, q.device, batch)
+    stream = torch.cuda.current_stream(q.device).cuda_stream
+    _on_device(q.device, lambda: _C.forward_kvcache(
+        q, k_cache, v_cache, out, seqlens, table, max_pages, table_stride, k, v, softmax_scale,
+        causal, lse, int(num_splits), stream))
+
+
+@torch.library.custom_op("flash_attention_scratch::forward_varlen", mutates_args=(), device_types="cuda")
+def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+               cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor],
+               block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
+               softmax_scale: Optional[float], causal: bool, num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
+                max_seqlen_k, softmax_scale, causal, num_splits)
+    return out, lse
+
+
+@_varlen_op.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
+      softmax_scale, causal, num_splits):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+# The caches are written when k and v are given (KV append); declared mutated either way.
+@torch.library.custom_op("flash_attention_scratch::forward_kvcache", mutates_args=("k_cache", "v_cache"),
+                         device_types="cuda")
+def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: Optional[torch.Tensor],
+                v: Optional[torch.Tensor], cache_seqlens: Optional[torch.Tensor],
+                block_table: Optional[torch.Tensor], softmax_scale: Optional[float], causal: bool,
+                num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = _lse_like(q)
+    _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
+                 causal, num_splits)
+    return out, lse
+
+
+@_kvcache_op.register_fake
+def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits):
+    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+for _op in (_varlen_op, _kvcache_op):
+    _op.register_autograd(_no_backward, setup_context=_no_backward_setup)
+
+
+def _scale_and_splits(softmax_scale, num_splits):
+    if softmax_scale is not None:
+        softmax_scale = float(softmax_scale)
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+        raise TypeError(f"num_splits: expected an int, got {type(num_splits).__name__}")
+    return softmax_scale, num_splits
+
+
+def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
+                   causal=False, seqused_k=None, block_table=None, num_splits=0, return_lse=False):
+    _check("q", q)
+    _check("k", k, q.device)
+    _check("v", v, q.device)
+    _check_no_grad(q, k, v)
+    softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, int(max_seqlen_q), int(max_seqlen_k),
+            softmax_scale, bool(causal), num_splits)
+    if torch.compiler.is_compiling():
+        out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args)
+    else:
+        out, lse = _eager_varlen(*args, return_lse)
+    return (out, lse) if return_lse else out
+
+
+def _eager_varlen(q, k, v, cu_q, cu_k, used, table, max_q, max_k, scale, causal, num_splits, return_lse):
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device) if return_lse else None
+    _run_varlen(q, k, v, out, lse, cu_q, cu_k, used, table, max_q, max_k, scale, causal, num_splits)
+    return out, lse
+
+
+def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
+                    softmax_scale=None, causal=False, num_splits=0, return_lse=False):
+    _check("q", q)
+    _check("k_cache", k_cache, q.device)
+    _check("v_cache", v_cache, q.device)
+    for name, t in (("k", k), ("v", v)):
+        if t is not None:
+            _check(name, t, q.device)
+    _check_no_grad(q, k_cache, v_cache)
+    softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, bool(causal), num_splits)
+    if torch.compiler.is_compiling():
+        out, lse = torch.ops.flash_attention_scratch.forward_kvcache(*args)
+    else:
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = _lse_like(q) if return_lse else None
+        _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
+                     bool(causal), num_splits)
+    return (out, lse) if return_lse else out

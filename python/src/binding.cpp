@@ -276,6 +276,78 @@ NB_MODULE(_C, m) {
         "Writes attention of (batch, seq, heads, d_head) CUDA arrays into `out` (and the\n"
         "log-sum-exp into `lse`, float32 (batch, heads, seq_q), when given) on `stream`.");
 
+    // The serving entry points. The Python layer checks the int32 index tensors (lengths,
+    // offsets, page table) and passes their addresses; null is 0.
+    m.def(
+        "forward_varlen",
+        [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, std::uintptr_t cu_seqlens_q,
+           std::uintptr_t cu_seqlens_k, std::uintptr_t seqused_k, std::uintptr_t block_table,
+           std::int64_t max_pages, std::int64_t table_stride, std::int64_t batch,
+           std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, std::optional<float> scale,
+           bool causal, nb::handle lse, int num_splits, std::uintptr_t stream) {
+            fa::VarlenParams p;
+            p.q = view_of(q, "q");
+            p.k = view_of(k, "k");
+            p.v = view_of(v, "v");
+            p.o = view_of(out, "out");
+            p.cu_seqlens_q = reinterpret_cast<const std::int32_t*>(cu_seqlens_q);
+            p.cu_seqlens_k = reinterpret_cast<const std::int32_t*>(cu_seqlens_k);
+            p.seqused_k = reinterpret_cast<const std::int32_t*>(seqused_k);
+            if (block_table != 0) {
+                p.pages = fa::PageTable{reinterpret_cast<const std::int32_t*>(block_table),
+                                        max_pages, table_stride};
+            }
+            p.batch = batch;
+            p.max_seqlen_q = max_seqlen_q;
+            p.max_seqlen_k = max_seqlen_k;
+            p.softmax_scale = scale;
+            p.causal = causal;
+            p.lse = lse_pointer(lse, static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]));
+            p.num_splits = num_splits;
+            fa::forward_varlen(p, reinterpret_cast<fa::Stream>(stream));
+        },
+        nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("cu_seqlens_q"),
+        nb::arg("cu_seqlens_k"), nb::arg("seqused_k"), nb::arg("block_table"), nb::arg("max_pages"),
+        nb::arg("table_stride"), nb::arg("batch"), nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"),
+        nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("lse").none(),
+        nb::arg("num_splits"), nb::arg("stream"),
+        "Attention over packed sequences: (1, total, heads, d_head) arrays (see VarlenParams).");
+
+    m.def(
+        "forward_kvcache",
+        [](nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle out,
+           std::uintptr_t cache_seqlens, std::uintptr_t block_table, std::int64_t max_pages,
+           std::int64_t table_stride, nb::handle k_new, nb::handle v_new,
+           std::optional<float> scale, bool causal, nb::handle lse, int num_splits,
+           std::uintptr_t stream) {
+            fa::KVCacheParams p;
+            p.q = view_of(q, "q");
+            p.k_cache = view_of(k_cache, "k_cache");
+            p.v_cache = view_of(v_cache, "v_cache");
+            p.o = view_of(out, "out");
+            p.cache_seqlens = reinterpret_cast<const std::int32_t*>(cache_seqlens);
+            if (block_table != 0) {
+                p.pages = fa::PageTable{reinterpret_cast<const std::int32_t*>(block_table),
+                                        max_pages, table_stride};
+            }
+            if (!k_new.is_none())
+                p.k_new = view_of(k_new, "k");
+            if (!v_new.is_none())
+                p.v_new = view_of(v_new, "v");
+            p.softmax_scale = scale;
+            p.causal = causal;
+            p.lse = lse_pointer(
+                lse, static_cast<std::size_t>(p.q.shape[0] * p.q.shape[1] * p.q.shape[2]));
+            p.num_splits = num_splits;
+            fa::forward_kvcache(p, reinterpret_cast<fa::Stream>(stream));
+        },
+        nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("out"),
+        nb::arg("cache_seqlens"), nb::arg("block_table"), nb::arg("max_pages"),
+        nb::arg("table_stride"), nb::arg("k_new").none(), nb::arg("v_new").none(),
+        nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("lse").none(),
+        nb::arg("num_splits"), nb::arg("stream"),
+        "Attention against a KV cache, appending k_new/v_new first (see KVCacheParams).");
+
     m.def(
         "choose_config",
         [](nb::handle q, nb::handle k, nb::handle v, nb::handle out) {

@@ -64,11 +64,16 @@ const DeviceProperties& DeviceProperties::current() {
 }
 
 void check_on_device(const ForwardParams& p, const DeviceProperties& device, Stream stream) {
-    const std::pair<const void*, const char*> pointers[] = {{p.q.data, "q.data"},
-                                                            {p.k.data, "k.data"},
-                                                            {p.v.data, "v.data"},
-                                                            {p.o.data, "o.data"},
-                                                            {p.lse, "lse"}};
+    check_on_device({{p.q.data, "q.data"},
+                     {p.k.data, "k.data"},
+                     {p.v.data, "v.data"},
+                     {p.o.data, "o.data"},
+                     {p.lse, "lse"}},
+                    device, stream);
+}
+
+void check_on_device(std::initializer_list<std::pair<const void*, const char*>> pointers,
+                     const DeviceProperties& device, Stream stream) {
     for (const auto& [pointer, name] : pointers) {
         if (pointer == nullptr)
             continue;

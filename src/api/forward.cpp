@@ -16,7 +16,7 @@ TensorStrides strides(const TensorView& t) {
 }
 
 KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
-    const float scale = softmax_scale(p);
+    const float scale = softmax_scale(p.softmax_scale, p.q.shape[3]);
     return {.q = p.q.data,
             .k = p.k.data,
             .v = p.v.data,

@@ -24,10 +24,14 @@ std::string limits_text() {
            std::to_string(k_max_heads) + " and seq at most " + std::to_string(k_max_seq);
 }
 
-[[noreturn]] void fail(ErrorCode code, const std::string& argument, const std::string& expected,
-                       const std::string& given) {
+}  // namespace
+
+void fail(ErrorCode code, const std::string& argument, const std::string& expected,
+          const std::string& given) {
     throw Error(code, argument + ": expected " + expected + ", got " + given);
 }
+
+namespace {
 
 std::string dim(const char* tensor, int i) {
     return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + k_dim_names[i] + ")";
@@ -36,6 +40,8 @@ std::string dim(const char* tensor, int i) {
 std::string stride_name(const char* tensor, int i) {
     return std::string(tensor) + ".stride[" + std::to_string(i) + "] (" + k_dim_names[i] + ")";
 }
+
+}  // namespace
 
 void check_layout(const TensorView& t, const char* name) {
     if (t.data == nullptr) {
@@ -95,6 +101,8 @@ void check_layout(const TensorView& t, const char* name) {
     }
 }
 
+namespace {
+
 // [first, last] bytes a tensor can touch.
 std::pair<std::uintptr_t, std::uintptr_t> byte_range(const TensorView& t) {
     // Cannot overflow: check_layout bounded the extent.
@@ -105,14 +113,15 @@ std::pair<std::uintptr_t, std::uintptr_t> byte_range(const TensorView& t) {
     return {first, first + static_cast<std::uintptr_t>(last + 1) * element_bytes(t.dtype) - 1};
 }
 
+}  // namespace
+
 bool overlap(const TensorView& a, const TensorView& b) {
     const auto [a0, a1] = byte_range(a);
     const auto [b0, b1] = byte_range(b);
     return a0 <= b1 && b0 <= a1;
 }
 
-// Distinct output elements must have distinct addresses, or the CTAs writing them race.
-void check_output_does_not_self_overlap(const TensorView& o) {
+void check_output_does_not_self_overlap(const TensorView& o, const char* name) {
     std::array<int, 3> order = {0, 1, 2};
     std::sort(order.begin(), order.end(), [&](int x, int y) { return o.stride[x] < o.stride[y]; });
     std::int64_t extent = o.shape[3];  // elements covered by the dims already placed
@@ -120,7 +129,7 @@ void check_output_does_not_self_overlap(const TensorView& o) {
         if (o.shape[i] == 1)
             continue;
         if (o.stride[i] < extent) {
-            fail(ErrorCode::invalid_argument, stride_name("o", i),
+            fail(ErrorCode::invalid_argument, stride_name(name, i),
                  "at least " + std::to_string(extent) + " so that output elements do not alias",
                  std::to_string(o.stride[i]));
         }
@@ -128,8 +137,6 @@ void check_output_does_not_self_overlap(const TensorView& o) {
     }
 }
 
-// Masked scores are -inf before scaling; a scale <= 0 would turn them into +inf or NaN.
-// The kernels work in base 2 with scale·log2(e), which must be a finite float too.
 void check_softmax_scale(std::optional<float> scale) {
     constexpr double largest = std::numeric_limits<float>::max() / std::numbers::log2e;
     if (scale && !(std::isfinite(*scale) && *scale > 0 && *scale < largest)) {
@@ -143,6 +150,31 @@ void check_softmax_scale(std::optional<float> scale) {
              given);
     }
 }
+
+void check_lse(const float* lse, std::int64_t count, const char* layout,
+               std::initializer_list<std::pair<const TensorView*, const char*>> tensors) {
+    if (lse == nullptr)
+        return;
+    if (reinterpret_cast<std::uintptr_t>(lse) % alignof(float) != 0)
+        fail(ErrorCode::invalid_argument, "lse", "a 4-byte aligned address", "one that is not");
+    // count is bounded by an output tensor's distinct elements: no overflow.
+    const auto first = reinterpret_cast<std::uintptr_t>(lse);
+    std::uintptr_t last = 0;
+    if (__builtin_add_overflow(first, static_cast<std::uintptr_t>(count) * 4 - 1, &last)) {
+        fail(ErrorCode::invalid_argument, "lse",
+             std::string("an address whose ") + layout + " floats fit the address space",
+             "one too close to its end");
+    }
+    for (const auto& [t, name] : tensors) {
+        const auto [t0, t1] = byte_range(*t);
+        if (first <= t1 && t0 <= last) {
+            fail(ErrorCode::invalid_argument, "lse",
+                 std::string("memory that does not overlap ") + name, "an overlapping range");
+        }
+    }
+}
+
+namespace {
 
 std::string shape_value(std::int64_t v, const char* of) {
     return std::to_string(v) + " (" + of + ")";
@@ -200,32 +232,10 @@ void validate_tensors(const ForwardParams& p) {
                  std::string("memory that does not overlap ") + name, "an overlapping range");
         }
     }
-    check_output_does_not_self_overlap(p.o);
-    if (p.lse != nullptr) {
-        if (reinterpret_cast<std::uintptr_t>(p.lse) % alignof(float) != 0) {
-            fail(ErrorCode::invalid_argument, "lse", "a 4-byte aligned address", "one that is not");
-        }
-        // (batch, heads_q, seq_q) floats.
-        // o's elements are distinct (checked above), so this count cannot overflow.
-        const auto first = reinterpret_cast<std::uintptr_t>(p.lse);
-        std::uintptr_t last = 0;
-        if (__builtin_add_overflow(
-                first,
-                static_cast<std::uintptr_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]) * 4 - 1,
-                &last)) {
-            fail(ErrorCode::invalid_argument, "lse",
-                 "an address whose (batch, heads, seq_q) floats fit the address space",
-                 "one too close to its end");
-        }
-        for (const auto& [t, name] :
-             {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
-            const auto [t0, t1] = byte_range(*t);
-            if (first <= t1 && t0 <= last) {
-                fail(ErrorCode::invalid_argument, "lse",
-                     std::string("memory that does not overlap ") + name, "an overlapping range");
-            }
-        }
-    }
+    check_output_does_not_self_overlap(p.o, "o");
+    // (batch, heads_q, seq_q) floats.
+    check_lse(p.lse, p.q.shape[0] * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
+              {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}});
     check_softmax_scale(p.softmax_scale);
 }
 
@@ -266,9 +276,8 @@ ProblemShape shape_of(const ForwardParams& p) {
             .causal = p.causal};
 }
 
-float softmax_scale(const ForwardParams& p) {
-    return p.softmax_scale ? *p.softmax_scale
-                           : static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.q.shape[3])));
+float softmax_scale(std::optional<float> given, std::int64_t d_head) {
+    return given ? *given : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_head)));
 }
 
 }  // namespace flash_attention

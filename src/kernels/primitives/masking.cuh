@@ -50,17 +50,18 @@ __host__ __device__ constexpr int keys_seen(int row, int seq_q, int seq_k, bool 
 }
 
 // Sets to -inf the scores of keys a row must not see, on a warp's m16n8 accumulator
-// tiles: rows first_row + [0, 16 * MT), keys first_key + [0, 8 * NT).
-template <int MT, int NT>
-__device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], int first_row, int first_key,
-                                            int seq_q, int seq_k, bool causal) {
+// tiles: rows first_row + [0, 16 * MT), keys first_key + [0, 8 * NT); row r sees keys
+// [0, visible_keys(r)).
+template <int MT, int NT, class VisibleKeys>
+__device__ __forceinline__ void mask_scores_by(float (&s)[MT][NT][4], int first_row, int first_key,
+                                               const VisibleKeys& visible_keys) {
     const int lane = threadIdx.x % warp_size;
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = first_row + mt * mma_m + lane / 4 + 8 * h;
-            const int keys = keys_seen(row, seq_q, seq_k, causal);
+            const int keys = visible_keys(row);
             const int visible = keys - first_key - 2 * (lane % 4);  // of this lane's columns
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
@@ -72,6 +73,14 @@ __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], int first_row
             }
         }
     }
+}
+
+// The dense problem's mask: query row `row` of seq_q sees keys_seen(row, ...) of seq_k.
+template <int MT, int NT>
+__device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], int first_row, int first_key,
+                                            int seq_q, int seq_k, bool causal) {
+    mask_scores_by(s, first_row, first_key,
+                   [&](int row) { return keys_seen(row, seq_q, seq_k, causal); });
 }
 
 }  // namespace flash_attention

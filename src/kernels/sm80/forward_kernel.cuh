@@ -161,8 +161,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     __syncwarp();
     T* out = static_cast<T*>(args.o) + batch * args.o_stride.batch + head * args.o_stride.head +
              (std::int64_t{q_row0} + warp_row0) * args.o_stride.seq;
-    copy_rows_SM2GM<typename Tr::QTile, Tr::rows_per_warp>(q_smem, warp_row0, out,
-                                                           args.o_stride.seq, q_rows - warp_row0);
+    copy_rows_SM2GM<typename Tr::QTile, Tr::rows_per_warp>(
+        q_smem, warp_row0, [&](int r) { return out + r * args.o_stride.seq; }, q_rows - warp_row0);
 }
 
 }  // namespace flash_attention::sm80

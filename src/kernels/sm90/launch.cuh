@@ -12,9 +12,9 @@
 #include <string>
 
 #include "common/cuda_check.hpp"
+#include "common/stream_scratch.hpp"
 #include "kernels/launch_support.cuh"
 #include "kernels/sm90/forward_kernel.cuh"
-#include "kernels/sm90/tile_counter.hpp"
 #include "registry/kernel_ops.hpp"
 
 namespace flash_attention::sm90 {
@@ -39,10 +39,10 @@ void launch(const KernelArgs& args, Stream stream) {
     }
     const std::int64_t ctas =
         C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
-    std::optional<TileCounter> counter;  // freed in stream order after the launch
+    std::optional<StreamScratch> counter;  // freed in stream order after the launch
     if constexpr (C.sm90.dynamic_schedule) {
-        counter.emplace(stream);
-        params.tile_counter = counter->get();
+        counter.emplace(sizeof(int), stream, true);
+        params.tile_counter = static_cast<int*>(counter->get());
     }
     launch_kernel<kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(), smem, stream, params,
                              "sm90 forward kernel launch");

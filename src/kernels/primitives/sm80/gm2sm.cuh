@@ -99,4 +99,32 @@ class TileCopyGM2SM {
     int chunk_;
 };
 
+// Cooperative GMEM -> SMEM copy (cp.async) of a tile whose rows lie anywhere: row r comes
+// from row_source(r), a T* or null for a row that reads as zeros (past a sequence's end,
+// a page id outside the cache). The thread-to-chunk mapping is TileCopyGM2SM's: whole
+// 128-byte lines per warp wherever a row is.
+template <class Tile, int Threads>
+class RowGatherCopyGM2SM {
+  public:
+    static_assert(Threads % Tile::chunks_per_row == 0, "threads cover whole rows");
+    static constexpr int row_step = Threads / Tile::chunks_per_row;
+    static_assert(Tile::rows % row_step == 0, "every thread copies the same number of chunks");
+    static constexpr int chunks_per_thread = Tile::rows / row_step;
+
+    // `fallback`: any readable address, given to the rows that read nothing.
+    template <class T, class RowSource>
+    __device__ __forceinline__ static void copy(std::uint32_t smem_tile,
+                                                const RowSource& row_source, const T* fallback) {
+        const int row = threadIdx.x / Tile::chunks_per_row;
+        const int chunk = threadIdx.x % Tile::chunks_per_row;
+#pragma unroll
+        for (int i = 0; i < chunks_per_thread; ++i) {
+            const int r = row + i * row_step;
+            const T* src = row_source(r);
+            ptx::cp_async_16_zfill(smem_tile + Tile::chunk_offset(r, chunk),
+                                   (src != nullptr ? src : fallback) + chunk * 8, src != nullptr);
+        }
+    }
+};
+
 }  // namespace flash_attention

@@ -1,4 +1,4 @@
-#include "kernels/sm90/tile_counter.hpp"
+#include "common/stream_scratch.hpp"
 
 #include <cuda_runtime.h>
 
@@ -10,12 +10,12 @@
 #include "common/cuda_check.hpp"
 #include "common/relaxed_capture.hpp"
 
-namespace flash_attention::sm90 {
+namespace flash_attention {
 
 namespace {
 
 // One pool per device, created on first use and kept for the process. Its release
-// threshold keeps the few bytes it holds mapped across synchronisations, so the
+// threshold keeps what it holds mapped across synchronisations, so the
 // per-launch allocation is a pool lookup, not a driver mapping; the caller's default pool
 // and its settings stay untouched.
 cudaMemPool_t pool_of_current_device() {
@@ -32,7 +32,7 @@ cudaMemPool_t pool_of_current_device() {
     props.location.type = cudaMemLocationTypeDevice;
     props.location.id = device;
     cudaMemPool_t pool = nullptr;
-    cuda_check(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate (tile counter)");
+    cuda_check(cudaMemPoolCreate(&pool, &props), "cudaMemPoolCreate (stream scratch)");
     std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
     cuda_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
                "cudaMemPoolSetAttribute(ReleaseThreshold)");
@@ -42,23 +42,23 @@ cudaMemPool_t pool_of_current_device() {
 
 }  // namespace
 
-TileCounter::TileCounter(Stream stream) : stream_(stream) {
-    void* p = nullptr;
-    cuda_check(cudaMallocFromPoolAsync(&p, sizeof(int), pool_of_current_device(), stream_),
-               "cudaMallocFromPoolAsync (tile counter)");
-    counter_ = static_cast<int*>(p);
-    const cudaError_t status = cudaMemsetAsync(counter_, 0, sizeof(int), stream_);
+StreamScratch::StreamScratch(std::size_t bytes, Stream stream, bool zeroed) : stream_(stream) {
+    cuda_check(cudaMallocFromPoolAsync(&data_, bytes, pool_of_current_device(), stream_),
+               "cudaMallocFromPoolAsync (stream scratch)");
+    if (!zeroed)
+        return;
+    const cudaError_t status = cudaMemsetAsync(data_, 0, bytes, stream_);
     if (status != cudaSuccess) {
-        cudaFreeAsync(counter_, stream_);
-        cuda_check(status, "cudaMemsetAsync (tile counter)");
+        cudaFreeAsync(data_, stream_);
+        cuda_check(status, "cudaMemsetAsync (stream scratch)");
     }
 }
 
-TileCounter::~TileCounter() {
-    // A destructor does not throw: a failure here leaves 4 bytes in the pool, and the
+StreamScratch::~StreamScratch() {
+    // A destructor does not throw: a failure here leaves the bytes in the pool, and the
     // stream's next call reports any sticky error.
-    if (cudaFreeAsync(counter_, stream_) != cudaSuccess)
+    if (cudaFreeAsync(data_, stream_) != cudaSuccess)
         cudaGetLastError();
 }
 
-}  // namespace flash_attention::sm90
+}  // namespace flash_attention

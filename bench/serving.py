@@ -1,0 +1,163 @@
+"""Serving shapes (issue 14) on one GPU, in one process: decoding against a contiguous and a
+paged KV cache, speculative decoding, chunked prefill and a varlen batch, with cuDNN (PyTorch
+SDPA) where it runs the same problem. Times are medians of CUDA-event-timed runs after
+warm-up; inputs rotate over copies that together exceed L2 when one copy would fit in it.
+
+    python3 bench/serving.py [--repeat 50] [--out FILE.md]
+"""
+
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flash_attention_scratch as fas
+
+L2_BYTES = 50 * 2**20
+
+
+def median_ms(fn, repeat, warmup=5):
+    for _ in range(warmup):
+        fn(0)
+    times = []
+    for i in range(repeat):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times), (max(times) - min(times)) / statistics.median(times)
+
+
+def copies_for(bytes_per_copy):
+    return 1 if bytes_per_copy > 4 * L2_BYTES else max(2, -(-4 * L2_BYTES // bytes_per_copy))
+
+
+def paged(k, v, page):
+    """(batch, seq, h, d) caches as pages in a random order and their block table."""
+    b, s, h, d = k.shape
+    pages_per_seq = -(-s // page)
+    order = torch.randperm(b * pages_per_seq, device=k.device, dtype=torch.int32)
+    table = order.view(b, pages_per_seq)
+    kp = torch.empty((b * pages_per_seq, page, h, d), dtype=k.dtype, device=k.device)
+    vp = torch.empty_like(kp)
+    pad = pages_per_seq * page - s
+    kf = F.pad(k, (0, 0, 0, 0, 0, pad)).view(b * pages_per_seq, page, h, d)
+    vf = F.pad(v, (0, 0, 0, 0, 0, pad)).view(b * pages_per_seq, page, h, d)
+    kp[order.long()] = kf
+    vp[order.long()] = vf
+    return kp, vp, table
+
+
+def decode_rows(args, rows):
+    dtype = torch.bfloat16
+    for name, batch, seq_q, seq_k, causal in (("decode", 16, 1, 8192, False),
+                                              ("decode", 1, 1, 131072, False),
+                                              ("spec decode", 16, 16, 4096, True),
+                                              ("chunked prefill", 8, 512, 8192, True)):
+        hq, hkv, d = 32, 8, 128
+        kv_bytes = 2 * batch * seq_k * hkv * d * 2
+        n = copies_for(kv_bytes)
+        qs = [torch.randn(batch, seq_q, hq, d, dtype=dtype, device="cuda") for _ in range(n)]
+        ks = [torch.randn(batch, seq_k, hkv, d, dtype=dtype, device="cuda") for _ in range(n)]
+        vs = [torch.randn(batch, seq_k, hkv, d, dtype=dtype, device="cuda") for _ in range(n)]
+        lens = torch.full((batch,), seq_k, dtype=torch.int32, device="cuda")
+        flops = 4 * batch * hq * seq_q * seq_k * d / (2 if causal and seq_q == seq_k else 1)
+        if causal and seq_q != seq_k:  # bottom-right: row i sees seq_k - seq_q + i + 1 keys
+            flops = 4 * batch * hq * d * sum(seq_k - seq_q + i + 1 for i in range(seq_q))
+
+        def report(impl, ms, spread):
+            rows.append((name, f"b{batch} q{seq_q} k{seq_k}{' causal' if causal else ''}", impl,
+                         f"{ms * 1e3:.1f}", f"{kv_bytes / ms / 1e9:.2f}", f"{flops / ms / 1e9:.1f}",
+                         f"{spread:.0%}"))
+
+        ref = fas.forward(qs[0], ks[0], vs[0], causal=causal).float()
+        out = fas.forward_kvcache(qs[0], ks[0], vs[0], cache_seqlens=lens, causal=causal)
+        err = (out.float() - ref).abs().max().item()
+        report("ours, contiguous", *median_ms(
+            lambda i: fas.forward_kvcache(qs[i % n], ks[i % n], vs[i % n], cache_seqlens=lens, causal=causal),
+            args.repeat))
+        rows[-1] = rows[-1][:2] + (rows[-1][2] + f" (max diff vs forward {err:.1e})",) + rows[-1][3:]
+        for page in (16, 64):
+            pk = [paged(ks[j], vs[j], page) for j in range(n)]
+            report(f"ours, paged {page}", *median_ms(
+                lambda i: fas.forward_kvcache(qs[i % n], pk[i % n][0], pk[i % n][1], cache_seqlens=lens,
+                                              block_table=pk[i % n][2], causal=causal), args.repeat))
+            del pk
+        if seq_q == 1:
+            report("ours, forward (dense API)", *median_ms(
+                lambda i: fas.forward(qs[i % n], ks[i % n], vs[i % n], causal=causal), args.repeat))
+            tq = [q.transpose(1, 2) for q in qs]
+            tk = [k.transpose(1, 2) for k in ks]
+            tv = [v.transpose(1, 2) for v in vs]
+            for backend, label in ((SDPBackend.CUDNN_ATTENTION, "cuDNN"), (SDPBackend.FLASH_ATTENTION, "FA2")):
+                try:
+                    with sdpa_kernel(backend):
+                        report(label, *median_ms(lambda i: F.scaled_dot_product_attention(
+                            tq[i % n], tk[i % n], tv[i % n], enable_gqa=True), args.repeat))
+                except RuntimeError as e:
+                    rows.append((name, "", label, "n/a", "", "", str(e).splitlines()[0][:60]))
+        else:
+            report("ours, forward (dense API)", *median_ms(
+                lambda i: fas.forward(qs[i % n], ks[i % n], vs[i % n], causal=causal), args.repeat))
+        del qs, ks, vs
+        torch.cuda.empty_cache()
+
+
+def varlen_rows(args, rows):
+    """64 sequences of random lengths 1-8192, causal, d_head 128, 16 heads, against a uniform
+    batch of the same total tokens through forward() and through forward_varlen()."""
+    torch.manual_seed(0)
+    dtype, h, d = torch.bfloat16, 16, 128
+    lens = torch.randint(1, 8193, (64,)).tolist()
+    total = sum(lens)
+    cu = torch.tensor([0] + list(torch.tensor(lens).cumsum(0)), dtype=torch.int32, device="cuda")
+    q = torch.randn(total, h, d, dtype=dtype, device="cuda")
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    flops = sum(4 * h * d * n * (n + 1) / 2 for n in lens)
+    ms, spread = median_ms(lambda i: fas.forward_varlen(q, k, v, cu, cu, max(lens), max(lens), causal=True),
+                           args.repeat)
+    rows.append(("varlen", f"64 seqs 1-8192 ({total} tokens) causal", "ours, forward_varlen",
+                 f"{ms * 1e3:.1f}", "", f"{flops / ms / 1e9:.1f}", f"{spread:.0%}"))
+    seq = 4096
+    batch = max(1, total // seq)
+    qu = torch.randn(batch, seq, h, d, dtype=dtype, device="cuda")
+    ku, vu = torch.randn_like(qu), torch.randn_like(qu)
+    uflops = 4 * batch * h * d * seq * seq / 2
+    ms, spread = median_ms(lambda i: fas.forward(qu, ku, vu, causal=True), args.repeat)
+    rows.append(("varlen", f"uniform b{batch} x {seq} causal", "ours, forward (dense)",
+                 f"{ms * 1e3:.1f}", "", f"{uflops / ms / 1e9:.1f}", f"{spread:.0%}"))
+    cu_u = torch.arange(0, (batch + 1) * seq, seq, dtype=torch.int32, device="cuda")
+    qp, kp, vp = (t.reshape(batch * seq, h, d) for t in (qu, ku, vu))
+    ms, spread = median_ms(lambda i: fas.forward_varlen(qp, kp, vp, cu_u, cu_u, seq, seq, causal=True),
+                           args.repeat)
+    rows.append(("varlen", f"uniform b{batch} x {seq} causal", "ours, forward_varlen",
+                 f"{ms * 1e3:.1f}", "", f"{uflops / ms / 1e9:.1f}", f"{spread:.0%}"))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    rows = []
+    decode_rows(args, rows)
+    varlen_rows(args, rows)
+    lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, heads 32/8 (varlen 16/16), d_head 128; "
+             f"median of {args.repeat}",
+             "",
+             "| shape | problem | implementation | µs | K/V TB/s | TFLOP/s | spread |",
+             "|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""forward_varlen and forward_kvcache: per-sequence results against the float64 reference
+(test_forward's rule), KV append in place, argument errors, torch.compile and a captured
+decode step replayed on new cache contents."""
+
+import pytest
+
+import flash_attention_scratch as fa
+from test_forward import assert_matches, needs_gpu, randn
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+
+def test_varlen_needs_torch_tensors():
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    with pytest.raises((TypeError, ValueError)):
+        fa.forward_varlen([1], [2], [3], None, None, 1, 1)
+
+
+@needs_gpu
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_varlen_matches_reference(paged, causal):
+    dtype, hq, hkv, d = torch.bfloat16, 8, 2, 128
+    lens_q = [5, 0, 130, 1, 64]
+    lens_k = [300, 7, 129, 0, 1000]
+    cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
+    q = randn(sum(lens_q), hq, d, dtype=dtype)
+    k = randn(sum(lens_k), hkv, d, dtype=dtype)
+    v = randn(sum(lens_k), hkv, d, dtype=dtype)
+    kwargs = {}
+    kk, vv = k, v
+    if paged:
+        page = 64
+        pages_per_seq = -(-max(lens_k) // page)
+        table = torch.randperm(len(lens_k) * pages_per_seq, dtype=torch.int32, device="cuda").view(len(lens_k), -1)
+        kk = torch.zeros(table.numel(), page, hkv, d, dtype=dtype, device="cuda")
+        vv = torch.zeros_like(kk)
+        for b, n in enumerate(lens_k):
+            for p in range(-(-n // page)):
+                rows = slice(cu_k[b].item() + p * page, cu_k[b].item() + min(n, (p + 1) * page))
+                cnt = rows.stop - rows.start
+                kk[table[b, p].item(), :cnt] = k[rows]
+                vv[table[b, p].item(), :cnt] = v[rows]
+        kwargs = dict(block_table=table, seqused_k=torch.tensor(lens_k, dtype=torch.int32, device="cuda"))
+    out, lse = fa.forward_varlen(q, kk, vv, cu_q, None if paged else cu_k, max(lens_q), max(lens_k),
+                                 causal=causal, return_lse=True, **kwargs)
+    assert lse.shape == (hq, sum(lens_q))
+    for b in range(len(lens_q)):
+        if lens_q[b] == 0:
+            continue
+        qs, qe, ks, ke = cu_q[b].item(), cu_q[b + 1].item(), cu_k[b].item(), cu_k[b + 1].item()
+        if ke == ks:
+            assert (out[qs:qe] == 0).all() and torch.isneginf(lse[:, qs:qe]).all()
+            continue
+        assert_matches(out[qs:qe][None], lse[:, qs:qe][None], q[qs:qe][None], k[ks:ke][None], v[ks:ke][None],
+                       d ** -0.5, causal)
+
+
+@needs_gpu
+@pytest.mark.parametrize("page", [None, 16])
+def test_kvcache_appends_and_matches_reference(page):
+    dtype, b, hq, hkv, d, cap = torch.float16, 3, 8, 2, 64, 512
+    q = randn(b, 1, hq, d, dtype=dtype)
+    k_cache = randn(b, cap, hkv, d, dtype=dtype)
+    v_cache = randn(b, cap, hkv, d, dtype=dtype)
+    k_new = randn(b, 2, hkv, d, dtype=dtype)
+    v_new = randn(b, 2, hkv, d, dtype=dtype)
+    lens = torch.tensor([0, 100, cap - 2], dtype=torch.int32, device="cuda")
+    expect_k = [torch.cat([k_cache[i, :lens[i]], k_new[i]]) for i in range(b)]
+    expect_v = [torch.cat([v_cache[i, :lens[i]], v_new[i]]) for i in range(b)]
+    kwargs = {}
+    kc, vc = k_cache.clone(), v_cache.clone()
+    if page:
+        table = torch.arange(b * cap // page, dtype=torch.int32, device="cuda").flip(0).view(b, -1).contiguous()
+        kc = torch.empty(b * cap // page, page, hkv, d, dtype=dtype, device="cuda")
+        vc = torch.empty_like(kc)
+        kc[table.long()] = k_cache.view(b, cap // page, page, hkv, d)
+        vc[table.long()] = v_cache.view(b, cap // page, page, hkv, d)
+        kwargs = dict(block_table=table)
+    out, lse = fa.forward_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens, causal=True, return_lse=True,
+                                  **kwargs)
+    for i in range(b):
+        assert_matches(out[i:i + 1], lse[i:i + 1], q[i:i + 1], expect_k[i][None], expect_v[i][None], d ** -0.5, True)
+    if not page:
+        for i in range(b):
+            n = lens[i].item()
+            assert torch.equal(kc[i, n:n + 2], k_new[i]) and torch.equal(vc[i, :n], v_cache[i, :n])
+
+
+@needs_gpu
+def test_kvcache_errors_name_the_argument():
+    q = randn(2, 1, 8, 128, dtype=torch.bfloat16)
+    kc = randn(2, 256, 2, 128, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="cache_seqlens.dtype"):
+        fa.forward_kvcache(q, kc, kc.clone(), cache_seqlens=torch.zeros(2, device="cuda"))
+    with pytest.raises(ValueError, match="page_size"):
+        fa.forward_kvcache(q, randn(8, 24, 2, 128, dtype=torch.bfloat16), randn(8, 24, 2, 128, dtype=torch.bfloat16),
+                           cache_seqlens=4, block_table=torch.zeros(2, 4, dtype=torch.int32, device="cuda"))
+    with pytest.raises(ValueError, match="v_new"):
+        fa.forward_kvcache(q, kc, kc.clone(), randn(2, 1, 2, 128, dtype=torch.bfloat16), cache_seqlens=3)
+    with pytest.raises(ValueError, match="num_splits"):
+        fa.forward_kvcache(q, kc, kc.clone(), cache_seqlens=3, num_splits=100000)
+
+
+@needs_gpu
+def test_kvcache_compiles_and_replays_in_a_cuda_graph():
+    dtype, b, hq, hkv, d, cap = torch.bfloat16, 4, 16, 2, 128, 4096
+    q = randn(b, 1, hq, d, dtype=dtype)
+    kc = randn(b, cap, hkv, d, dtype=dtype)
+    vc = randn(b, cap, hkv, d, dtype=dtype)
+    lens = torch.tensor([1, 4000, 17, 2048], dtype=torch.int32, device="cuda")
+
+    compiled = torch.compile(lambda q, kc, vc, lens: fa.forward_kvcache(q, kc, vc, cache_seqlens=lens), fullgraph=True)
+    eager = fa.forward_kvcache(q, kc, vc, cache_seqlens=lens)
+    assert torch.equal(compiled(q, kc, vc, lens), eager)
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fa.forward_kvcache(q, kc, vc, cache_seqlens=lens)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fa.forward_kvcache(q, kc, vc, cache_seqlens=lens)
+    for _ in range(2):
+        q.copy_(torch.randn_like(q))
+        kc.copy_(torch.randn_like(kc))
+        lens.copy_(torch.randint(1, cap, (b,), dtype=torch.int32, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for i in range(b):
+            n = lens[i].item()
+            assert_matches(out[i:i + 1], None, q[i:i + 1], kc[i:i + 1, :n], vc[i:i + 1, :n], d ** -0.5, False)

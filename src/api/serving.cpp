@@ -1,0 +1,330 @@
+// The serving entry points: forward_varlen (packed sequences) and forward_kvcache
+// (decoding against a KV cache, with append). Everything the host can see is checked
+// before any launch; the kernels (kernels/serving) cut device-side lengths and page ids
+// to the tensors they were given.
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numbers>
+#include <string>
+
+#include "api/validate.hpp"
+#include "config/config_space.hpp"
+#include "kernels/serving/launch.hpp"
+
+namespace flash_attention {
+
+namespace {
+
+using serving::AppendArgs;
+using serving::KeySource;
+using serving::SplitKvArgs;
+
+TensorStrides strides(const TensorView& t) {
+    return {t.stride[0], t.stride[1], t.stride[2]};
+}
+
+std::string shape_text(const TensorView& t) {
+    return "(" + std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + ", " +
+           std::to_string(t.shape[2]) + ", " + std::to_string(t.shape[3]) + ")";
+}
+
+void check_dtype(const TensorView& t, const char* name, DType as) {
+    if (t.dtype != DType::FP16 && t.dtype != DType::BF16) {
+        fail(ErrorCode::dtype, std::string(name) + ".dtype", "FP16 or BF16",
+             "enum value " + std::to_string(static_cast<int>(t.dtype)));
+    }
+    if (t.dtype != as) {
+        fail(ErrorCode::dtype, std::string(name) + ".dtype",
+             std::string(to_string(as)) + " (q's dtype)", std::string(to_string(t.dtype)));
+    }
+}
+
+void check_dim(const TensorView& t, const char* name, int i, const char* dim_name,
+               std::int64_t expected, const std::string& why) {
+    if (t.shape[i] != expected) {
+        fail(ErrorCode::invalid_argument,
+             std::string(name) + ".shape[" + std::to_string(i) + "] (" + dim_name + ")",
+             std::to_string(expected) + " (" + why + ")", std::to_string(t.shape[i]));
+    }
+}
+
+void check_int_array(const std::int32_t* p, const char* name, bool required,
+                     const std::string& needed_for) {
+    if (p == nullptr) {
+        if (required)
+            fail(ErrorCode::invalid_argument, name, "a device int32 array " + needed_for, "null");
+        return;
+    }
+    if (reinterpret_cast<std::uintptr_t>(p) % alignof(std::int32_t) != 0)
+        fail(ErrorCode::invalid_argument, name, "a 4-byte aligned address", "one that is not");
+}
+
+void check_range(const char* name, std::int64_t value, std::int64_t lo, std::int64_t hi) {
+    if (value < lo || value > hi) {
+        fail(ErrorCode::invalid_argument, name,
+             "a value from " + std::to_string(lo) + " to " + std::to_string(hi),
+             std::to_string(value));
+    }
+}
+
+// q (its heads and d_head) against k and v: the same d_head, a supported one, and query
+// heads a multiple of the K/V heads.
+void check_heads(const TensorView& q, const TensorView& k, const char* k_name) {
+    if (!space::is_head_dim(q.shape[3])) {
+        fail(ErrorCode::unsupported, "q.shape[3] (d_head)", space::head_dims_text(),
+             std::to_string(q.shape[3]));
+    }
+    check_dim(k, k_name, 3, "d_head", q.shape[3], "q's");
+    if (q.shape[2] % k.shape[2] != 0) {
+        fail(ErrorCode::invalid_argument, "q.shape[2] (heads)",
+             "a multiple of " + std::string(k_name) + "'s heads " + std::to_string(k.shape[2]) +
+                 " (grouped-query attention)",
+             std::to_string(q.shape[2]));
+    }
+}
+
+void check_same_shape(const TensorView& t, const char* name, const TensorView& as,
+                      const char* as_name) {
+    if (t.shape != as.shape) {
+        fail(ErrorCode::invalid_argument, std::string(name) + ".shape",
+             shape_text(as) + " (" + as_name + "'s)", shape_text(t));
+    }
+}
+
+// The pages: k and v are (num_pages, page_size, heads_kv, d_head).
+void check_pages(const PageTable& pages, const TensorView& k) {
+    if (k.shape[1] % 16 != 0) {
+        fail(ErrorCode::invalid_argument, "k.shape[1] (page_size)",
+             "a multiple of 16 (paged cache)", std::to_string(k.shape[1]));
+    }
+    check_int_array(pages.block_table, "pages.block_table", true, "(batch, max_pages_per_seq)");
+    check_range("pages.max_pages_per_seq", pages.max_pages_per_seq, 1,
+                std::numeric_limits<std::int32_t>::max() / k.shape[1]);
+    if (pages.row_stride != 0 && pages.row_stride < pages.max_pages_per_seq) {
+        fail(ErrorCode::invalid_argument, "pages.row_stride",
+             "0 or at least max_pages_per_seq " + std::to_string(pages.max_pages_per_seq),
+             std::to_string(pages.row_stride));
+    }
+}
+
+// The K/V source shared by both entry points.
+KeySource key_source(const TensorView& k, const TensorView& v, const std::optional<PageTable>& pages) {
+    KeySource ks{};
+    ks.k = k.data;
+    ks.v = v.data;
+    ks.k_stride = strides(k);
+    ks.v_stride = strides(v);
+    ks.seq = static_cast<int>(k.shape[1]);
+    ks.view_batch = static_cast<int>(k.shape[0]);
+    if (pages) {
+        ks.block_table = pages->block_table;
+        ks.block_table_stride = pages->row_stride != 0 ? pages->row_stride : pages->max_pages_per_seq;
+        ks.max_pages = static_cast<int>(pages->max_pages_per_seq);
+    }
+    return ks;
+}
+
+SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const TensorView& k,
+                           std::optional<float> given_scale, bool causal, float* lse) {
+    const float scale = softmax_scale(given_scale, q.shape[3]);
+    SplitKvArgs a{};
+    a.q = q.data;
+    a.o = o.data;
+    a.q_stride = strides(q);
+    a.o_stride = strides(o);
+    a.heads = static_cast<int>(q.shape[2]);
+    a.heads_kv = static_cast<int>(k.shape[2]);
+    a.view_seq_q = static_cast<int>(q.shape[1]);
+    a.causal = causal;
+    a.softmax_scale = scale;
+    a.scale_log2 = static_cast<float>(scale * std::numbers::log2e);
+    a.lse = lse;
+    a.partial_rows = q.shape[0] * q.shape[1] * q.shape[2];
+    return a;
+}
+
+// Packed rows (query position x query heads of a K/V head) are ints in the kernel.
+void check_packed_rows(std::int64_t seq_q, const TensorView& q, const TensorView& k) {
+    const std::int64_t group = q.shape[2] / k.shape[2];
+    if (seq_q * group > std::numeric_limits<std::int32_t>::max() - 64) {
+        fail(ErrorCode::invalid_argument, "q.shape",
+             "query length x (query heads / K/V heads) below 2^31 - 64",
+             std::to_string(seq_q) + " x " + std::to_string(group));
+    }
+}
+
+}  // namespace
+
+void forward_varlen(const VarlenParams& p, Stream stream) {
+    for (const auto& [t, name] :
+         {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
+        check_dtype(*t, name, p.q.dtype);
+        check_layout(*t, name);
+    }
+    check_dim(p.q, "q", 0, "batch", 1, "packed tokens: (1, total_q, heads, d_head)");
+    check_same_shape(p.o, "o", p.q, "q");
+    check_same_shape(p.v, "v", p.k, "k");
+    check_heads(p.q, p.k, "k");
+    check_range("batch", p.batch, 1, k_max_batch);
+    check_range("max_seqlen_q", p.max_seqlen_q, 1, p.q.shape[1]);
+    check_range("max_seqlen_k", p.max_seqlen_k, 1, k_max_seq);
+    check_range("num_splits", p.num_splits, 0, k_max_splits);
+    check_int_array(p.cu_seqlens_q, "cu_seqlens_q", true, "of batch + 1 offsets");
+    check_int_array(p.seqused_k, "seqused_k", false, "");
+    if (p.pages) {
+        check_pages(*p.pages, p.k);
+        check_int_array(p.cu_seqlens_k, "cu_seqlens_k", false, "");
+        if (p.cu_seqlens_k == nullptr && p.seqused_k == nullptr) {
+            fail(ErrorCode::invalid_argument, "seqused_k",
+                 "the key lengths (seqused_k or cu_seqlens_k) with a paged cache", "neither");
+        }
+    } else {
+        check_dim(p.k, "k", 0, "batch", 1, "packed tokens: (1, total_k, heads_kv, d_head)");
+        check_int_array(p.cu_seqlens_k, "cu_seqlens_k", true, "of batch + 1 offsets");
+    }
+    check_packed_rows(p.q.shape[1], p.q, p.k);
+    for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}) {
+        if (overlap(p.o, *t)) {
+            fail(ErrorCode::invalid_argument, "o",
+                 std::string("memory that does not overlap ") + name, "an overlapping range");
+        }
+    }
+    check_output_does_not_self_overlap(p.o, "o");
+    check_lse(p.lse, p.q.shape[1] * p.q.shape[2], "(heads, total_q)",
+              {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}});
+    check_softmax_scale(p.softmax_scale);
+
+    const DeviceProperties& device = DeviceProperties::current();
+    check_on_device({{p.q.data, "q.data"},
+                     {p.k.data, "k.data"},
+                     {p.v.data, "v.data"},
+                     {p.o.data, "o.data"},
+                     {p.lse, "lse"},
+                     {p.cu_seqlens_q, "cu_seqlens_q"},
+                     {p.cu_seqlens_k, "cu_seqlens_k"},
+                     {p.seqused_k, "seqused_k"},
+                     {p.pages ? p.pages->block_table : nullptr, "pages.block_table"}},
+                    device, stream);
+
+    SplitKvArgs a = attention_args(p.q, p.o, p.k, p.softmax_scale, p.causal, p.lse);
+    a.cu_seqlens_q = p.cu_seqlens_q;
+    a.max_seq_q = static_cast<int>(p.max_seqlen_q);
+    a.batch = static_cast<int>(p.batch);
+    a.keys = key_source(p.k, p.v, p.pages);
+    a.keys.cu_seqlens = p.cu_seqlens_k;
+    a.keys.seqlens = p.seqused_k;
+    serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), p.max_seqlen_k,
+                              p.num_splits, stream);
+}
+
+void forward_kvcache(const KVCacheParams& p, Stream stream) {
+    for (const auto& [t, name] : {std::pair{&p.q, "q"},
+                                  {&p.k_cache, "k_cache"},
+                                  {&p.v_cache, "v_cache"},
+                                  {&p.o, "o"}}) {
+        check_dtype(*t, name, p.q.dtype);
+        check_layout(*t, name);
+    }
+    check_same_shape(p.o, "o", p.q, "q");
+    check_same_shape(p.v_cache, "v_cache", p.k_cache, "k_cache");
+    check_heads(p.q, p.k_cache, "k_cache");
+    check_range("num_splits", p.num_splits, 0, k_max_splits);
+    const std::int64_t batch = p.q.shape[0];
+    if (p.pages) {
+        check_pages(*p.pages, p.k_cache);
+    } else if (p.k_cache.shape[0] < batch) {
+        fail(ErrorCode::invalid_argument, "k_cache.shape[0] (batch)",
+             "at least q's batch " + std::to_string(batch), std::to_string(p.k_cache.shape[0]));
+    }
+    check_int_array(p.cache_seqlens, "cache_seqlens", p.pages.has_value() || p.k_new.has_value(),
+                    "of batch lengths (needed with pages and with k_new)");
+    if (p.k_new.has_value() != p.v_new.has_value()) {
+        fail(ErrorCode::invalid_argument, p.k_new ? "v_new" : "k_new",
+             "a tensor when the other of k_new and v_new is given", "none");
+    }
+    std::int64_t seq_new = 0;
+    if (p.k_new) {
+        for (const auto& [t, name] : {std::pair{&*p.k_new, "k_new"}, {&*p.v_new, "v_new"}}) {
+            check_dtype(*t, name, p.q.dtype);
+            check_layout(*t, name);
+            check_dim(*t, name, 0, "batch", batch, "q's");
+            check_dim(*t, name, 2, "heads", p.k_cache.shape[2], "k_cache's");
+            check_dim(*t, name, 3, "d_head", p.q.shape[3], "q's");
+            for (const auto& [c, c_name] :
+                 {std::pair{&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}}) {
+                if (overlap(*t, *c)) {
+                    fail(ErrorCode::invalid_argument, name,
+                         std::string("memory that does not overlap ") + c_name,
+                         "an overlapping range");
+                }
+            }
+        }
+        check_same_shape(*p.v_new, "v_new", *p.k_new, "k_new");
+        seq_new = p.k_new->shape[1];
+    }
+    check_packed_rows(p.q.shape[1], p.q, p.k_cache);
+    for (const auto& [t, name] : {std::pair{&p.q, "q"},
+                                  {&p.k_cache, "k_cache"},
+                                  {&p.v_cache, "v_cache"},
+                                  {p.k_new ? &*p.k_new : nullptr, "k_new"},
+                                  {p.v_new ? &*p.v_new : nullptr, "v_new"}}) {
+        if (t != nullptr && overlap(p.o, *t)) {
+            fail(ErrorCode::invalid_argument, "o",
+                 std::string("memory that does not overlap ") + name, "an overlapping range");
+        }
+    }
+    check_output_does_not_self_overlap(p.o, "o");
+    check_lse(p.lse, batch * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
+              {{&p.q, "q"}, {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}, {&p.o, "o"}});
+    check_softmax_scale(p.softmax_scale);
+
+    const DeviceProperties& device = DeviceProperties::current();
+    check_on_device({{p.q.data, "q.data"},
+                     {p.k_cache.data, "k_cache.data"},
+                     {p.v_cache.data, "v_cache.data"},
+                     {p.o.data, "o.data"},
+                     {p.lse, "lse"},
+                     {p.cache_seqlens, "cache_seqlens"},
+                     {p.k_new ? p.k_new->data : nullptr, "k_new.data"},
+                     {p.v_new ? p.v_new->data : nullptr, "v_new.data"},
+                     {p.pages ? p.pages->block_table : nullptr, "pages.block_table"}},
+                    device, stream);
+
+    const KeySource keys = key_source(p.k_cache, p.v_cache, p.pages);
+    if (p.k_new && seq_new > 0) {
+        AppendArgs a{};
+        a.k_new = p.k_new->data;
+        a.v_new = p.v_new->data;
+        a.k_new_stride = strides(*p.k_new);
+        a.v_new_stride = strides(*p.v_new);
+        a.k_cache = p.k_cache.data;
+        a.v_cache = p.v_cache.data;
+        a.k_stride = keys.k_stride;
+        a.v_stride = keys.v_stride;
+        a.cache_seqlens = p.cache_seqlens;
+        a.seq_new = static_cast<int>(seq_new);
+        a.d_head = static_cast<int>(p.q.shape[3]);
+        a.seq = keys.seq;
+        a.view_batch = keys.view_batch;
+        a.block_table = keys.block_table;
+        a.block_table_stride = keys.block_table_stride;
+        a.max_pages = keys.max_pages;
+        serving::launch_append(a, static_cast<int>(batch), static_cast<int>(p.k_cache.shape[2]),
+                               stream);
+    }
+
+    SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.softmax_scale, p.causal, p.lse);
+    a.max_seq_q = static_cast<int>(p.q.shape[1]);
+    a.batch = static_cast<int>(batch);
+    a.keys = keys;
+    a.keys.seqlens = p.cache_seqlens;
+    a.keys.seqlens_add = static_cast<int>(seq_new);
+    const std::int64_t capacity =
+        p.pages ? p.pages->max_pages_per_seq * p.k_cache.shape[1] : p.k_cache.shape[1];
+    serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), capacity,
+                              p.num_splits, stream);
+}
+
+}  // namespace flash_attention

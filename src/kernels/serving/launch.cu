@@ -1,0 +1,90 @@
+#include "kernels/serving/launch.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "common/cuda_check.hpp"
+#include "kernels/launch_support.cuh"
+#include "kernels/primitives/masking.cuh"
+#include "kernels/primitives/ptx.cuh"
+
+namespace flash_attention::serving {
+
+SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int requested) {
+    // Splitting pays when a (sequence, K/V head) has few query tiles: decoding, and
+    // speculative decoding's few positions. Longer queries fill the GPU with their tiles,
+    // and a split would only add its fp32 partials' traffic and the merge.
+    constexpr std::int64_t most_tiles_split = 4;
+    // At least 4 blocks (256 keys at d_head <= 128) a range: the partial results (16 rows x
+    // d_head fp32) stay a few percent of the range's K/V bytes, and a CTA's loads outlast
+    // its start-up. Short ranges keep a single decoding sequence spread over the GPU.
+    constexpr int fewest_blocks = 4;
+    key_blocks = std::max(key_blocks, 1);
+    int per_split = key_blocks;
+    if (requested > 0) {
+        per_split = blocks_covering(key_blocks, requested);
+    } else if (tiles_per_head <= most_tiles_split) {
+        per_split = std::max(fewest_blocks, blocks_covering(key_blocks, k_max_splits));
+    }
+    return {blocks_covering(key_blocks, per_split), per_split};
+}
+
+void launch_attention(SplitKvArgs args, DType dtype, int d_head, std::int64_t max_seq_k,
+                      int requested_splits, Stream stream) {
+    switch (d_head) {
+        case 64:
+            return launch_d64(args, dtype, max_seq_k, requested_splits, stream);
+        case 128:
+            return launch_d128(args, dtype, max_seq_k, requested_splits, stream);
+        case 256:
+            return launch_d256(args, dtype, max_seq_k, requested_splits, stream);
+        default:
+            throw Error(ErrorCode::unsupported,
+                        "d_head: expected 64, 128 or 256, got " + std::to_string(d_head));
+    }
+}
+
+// KV append: one CTA per (new token, K/V head, sequence) copies that row of k_new and
+// v_new into the cache, 16 bytes a thread (K's chunks, then V's).
+__global__ void append_kernel(const __grid_constant__ AppendArgs args) {
+    const int t = blockIdx.x;
+    const int head = blockIdx.y;
+    const int b = blockIdx.z;
+    const int chunks = args.d_head / 8;  // 16-byte chunks of a row
+    const bool is_v = static_cast<int>(threadIdx.x) >= chunks;
+    const int chunk = threadIdx.x % chunks;
+    // Rows are 64-bit here: a corrupt length near 2^31 must not wrap into the cache.
+    const std::int64_t row = std::int64_t{args.cache_seqlens[b]} + t;
+    std::int64_t entry = b;
+    std::int64_t entry_row = row;
+    if (args.block_table != nullptr) {
+        if (row < 0 || row >= std::int64_t{args.max_pages} * args.seq)
+            return;
+        const int page = args.block_table[b * args.block_table_stride + row / args.seq];
+        if (page < 0 || page >= args.view_batch)
+            return;  // a page outside the cache is never written
+        entry = page;
+        entry_row = row % args.seq;
+    } else if (row < 0 || row >= args.seq) {
+        return;  // past the cache's capacity: dropped
+    }
+    const TensorStrides& src_stride = is_v ? args.v_new_stride : args.k_new_stride;
+    const TensorStrides& dst_stride = is_v ? args.v_stride : args.k_stride;
+    const auto* src = static_cast<const std::uint16_t*>(is_v ? args.v_new : args.k_new) +
+                      b * src_stride.batch + t * src_stride.seq + head * src_stride.head;
+    auto* dst = static_cast<std::uint16_t*>(is_v ? args.v_cache : args.k_cache) +
+                entry * dst_stride.batch + entry_row * dst_stride.seq + head * dst_stride.head;
+    ptx::st_global_16(dst + chunk * 8, ptx::ld_global_16(src + chunk * 8));
+}
+
+void launch_append(const AppendArgs& args, int batch, int heads_kv, Stream stream) {
+    launch_kernel<&append_kernel>(
+        dim3(static_cast<unsigned>(args.seq_new), static_cast<unsigned>(heads_kv),
+             static_cast<unsigned>(batch)),
+        2 * args.d_head / 8, 0, stream, args, "KV append kernel launch");
+}
+
+}  // namespace flash_attention::serving

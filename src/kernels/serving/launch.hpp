@@ -1,0 +1,40 @@
+#pragma once
+
+// Host side of the serving kernels (split_kv_kernel.cuh): the API layer fills the args,
+// these choose the kernel, the number of key splits and the scratch, and launch.
+
+#include <cstdint>
+
+#include "flash_attention/flash_attention.hpp"
+#include "kernels/serving/split_kv_args.hpp"
+
+namespace flash_attention::serving {
+
+// How a row's key blocks are divided: `splits` ranges of `blocks_per_split` blocks.
+struct SplitPlan {
+    int splits;
+    int blocks_per_split;
+};
+
+// The plan for query tiles of `tiles_per_head` tiles per (sequence, K/V head) over at most
+// key_blocks blocks. requested 0: the library's choice. Nothing here depends on the batch:
+// one row's result is the same whatever else is in it.
+SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int requested);
+
+// Attention for `args` (everything but splits and the partial buffers filled in):
+// requested_splits 0 lets choose_splits() decide from max_seq_k. Throws Error.
+void launch_attention(SplitKvArgs args, DType dtype, int d_head, std::int64_t max_seq_k,
+                      int requested_splits, Stream stream);
+
+// The launch for each d_head (split_kv_d*.cu).
+void launch_d64(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
+                Stream stream);
+void launch_d128(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
+                 Stream stream);
+void launch_d256(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
+                 Stream stream);
+
+// KV append, before the attention that reads the new rows (same stream).
+void launch_append(const AppendArgs& args, int batch, int heads_kv, Stream stream);
+
+}  // namespace flash_attention::serving

@@ -1,0 +1,84 @@
+#pragma once
+
+// The split-KV kernel's launch for one (dtype, d_head): each instantiated in its own
+// translation unit (split_kv_d*.cu) so that the build compiles them in parallel.
+
+#include <cuda_runtime.h>
+
+#include <limits>
+#include <optional>
+#include <string>
+
+#include "common/cuda_check.hpp"
+#include "common/stream_scratch.hpp"
+#include "kernels/launch_support.cuh"
+#include "kernels/serving/launch.hpp"
+#include "kernels/serving/split_kv_kernel.cuh"
+
+namespace flash_attention::serving {
+
+template <DType Dt, int D>
+void launch_combine(const CombineArgs& args, Stream stream) {
+    constexpr int threads = 128;
+    constexpr int rows_per_cta = threads / warp_size;
+    const std::int64_t ctas = (args.rows + rows_per_cta - 1) / rows_per_cta;
+    launch_kernel<&combine_kernel<Dt, D>>(dim3(static_cast<unsigned>(ctas)), threads, 0, stream,
+                                          args, "split-KV combine kernel launch");
+}
+
+template <DType Dt, int D, int Warps, bool Paged>
+void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits,
+                  Stream stream) {
+    using Tr = SplitKvTraits<Dt, D, Warps>;
+    constexpr auto* kernel = &split_kv_kernel<Dt, D, Warps, Paged>;
+    const int group = args.heads / args.heads_kv;
+    const std::int64_t tiles = blocks_covering(args.max_seq_q * group, Tr::B_r);
+    const SplitPlan plan =
+        plan_splits(tiles, blocks_covering(static_cast<int>(max_seq_k), Tr::B_c), requested_splits);
+    const int splits = plan.splits;
+    if (tiles * splits > std::numeric_limits<int>::max()) {
+        throw Error(ErrorCode::invalid_argument,
+                    "max_seqlen_q: expected at most 2^31 - 1 query tiles x splits, got " +
+                        std::to_string(tiles) + " x " + std::to_string(splits));
+    }
+    args.splits = splits;
+    args.blocks_per_split = plan.blocks_per_split;
+    std::optional<StreamScratch> partial;  // freed in stream order after the combine
+    if (splits > 1) {
+        const std::size_t rows = static_cast<std::size_t>(args.partial_rows) * splits;
+        partial.emplace(rows * (D + 1) * sizeof(float), stream, false);
+        args.o_partial = static_cast<float*>(partial->get());
+        args.lse_partial = args.o_partial + rows * D;
+    }
+    enable_dynamic_smem<kernel, Tr::smem_bytes>();
+    launch_kernel<kernel>(dim3(static_cast<unsigned>(tiles * splits),
+                               static_cast<unsigned>(args.heads_kv),
+                               static_cast<unsigned>(args.batch)),
+                          Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
+    if (splits > 1) {
+        launch_combine<Dt, D>({args.o_partial, args.lse_partial, args.partial_rows, splits,
+                               args.heads, args.view_seq_q, args.o, args.o_stride, args.lse},
+                              stream);
+    }
+}
+
+template <DType Dt, int D>
+void launch_for(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
+    const bool paged = args.keys.block_table != nullptr;
+    // A tile of one warp holds 16 packed rows: a decode step of up to 16 query heads per
+    // K/V head; anything longer runs four warps.
+    const bool one_warp = std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv) <= mma_m;
+    if (one_warp) {
+        if (paged)
+            launch_split<Dt, D, 1, true>(args, max_seq_k, splits, stream);
+        else
+            launch_split<Dt, D, 1, false>(args, max_seq_k, splits, stream);
+    } else {
+        if (paged)
+            launch_split<Dt, D, 4, true>(args, max_seq_k, splits, stream);
+        else
+            launch_split<Dt, D, 4, false>(args, max_seq_k, splits, stream);
+    }
+}
+
+}  // namespace flash_attention::serving

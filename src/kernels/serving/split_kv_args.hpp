@@ -1,0 +1,88 @@
+#pragma once
+
+// What the serving launchers hand their kernels (split-KV attention, the merge of its
+// partial results, KV append): plain data, shared by host and device code.
+//
+// Tokens are addressed in a tensor "view" (batch, seq, heads, d_head). A dense batch is
+// itself the view; a varlen batch is a view of batch 1 whose seq axis is the packed
+// tokens, sequence b starting at cu_seqlens[b]. Either way a query token has one global
+// index, view_batch * view_seq + view_row, which numbers the partial results and the
+// merge's rows.
+
+#include <cstdint>
+
+#include "kernels/kernel_args.hpp"
+
+namespace flash_attention::serving {
+
+// Where sequence b's keys lie and how many it uses.
+struct KeySource {
+    const void* k;
+    const void* v;
+    TensorStrides k_stride, v_stride;
+    const std::int32_t* cu_seqlens;  // packed keys (varlen): sequence b at row cu_seqlens[b]
+    const std::int32_t* seqlens;     // keys used per sequence; null: from cu_seqlens or seq
+    int seqlens_add;                 // added to seqlens[b]: tokens appended by this call
+    int seq;                         // rows of the K/V view: dense length, or page size
+    int view_batch;                  // entries of the K/V view: cache batch, or pages
+    // Paged: key i of sequence b is row i % seq of page block_table[b * stride + i / seq].
+    const std::int32_t* block_table;  // null: not paged
+    std::int64_t block_table_stride;
+    int max_pages;  // pages per sequence in the table
+};
+
+struct SplitKvArgs {
+    const void* q;
+    void* o;
+    TensorStrides q_stride, o_stride;
+    const std::int32_t* cu_seqlens_q;  // varlen queries; null: dense, seq_q per sequence
+    KeySource keys;
+    int batch;  // sequences
+    int heads;
+    int heads_kv;
+    int view_seq_q;  // the query view's seq: the dense seq_q, or the packed total
+    int max_seq_q;   // longest query sequence (sizes the grid)
+    bool causal;
+    float softmax_scale;
+    float scale_log2;
+    int splits;               // key ranges per (sequence, K/V head, query tile)
+    int blocks_per_split;     // key blocks in each range (the last ones may be empty)
+    float* lse;               // (view batch, heads, view_seq_q) or null
+    float* o_partial;         // splits > 1: (splits, tokens * heads, d_head) fp32
+    float* lse_partial;       // splits > 1: (splits, tokens * heads)
+    std::int64_t partial_rows;  // tokens * heads
+};
+
+// The merge of split results into O (and LSE): one row per query token and head.
+struct CombineArgs {
+    const float* o_partial;
+    const float* lse_partial;
+    std::int64_t rows;  // tokens * heads
+    int splits;
+    int heads;
+    int view_seq_q;
+    void* o;
+    TensorStrides o_stride;
+    float* lse;
+};
+
+// KV append: k_new/v_new (batch, seq_new, heads_kv, d_head) into the cache at each
+// sequence's length.
+struct AppendArgs {
+    const void* k_new;
+    const void* v_new;
+    TensorStrides k_new_stride, v_new_stride;
+    void* k_cache;
+    void* v_cache;
+    TensorStrides k_stride, v_stride;
+    const std::int32_t* cache_seqlens;
+    int seq_new;
+    int d_head;
+    int seq;         // rows of the cache view: dense length, or page size
+    int view_batch;  // cache entries, or pages
+    const std::int32_t* block_table;
+    std::int64_t block_table_stride;
+    int max_pages;
+};
+
+}  // namespace flash_attention::serving

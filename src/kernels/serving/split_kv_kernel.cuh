@@ -1,0 +1,358 @@
+#pragma once
+
+// The serving kernel: attention for varlen batches, paged KV caches and decoding, on the
+// sm80 tile primitives (mma.sync, ldmatrix, cp.async; any GPU from sm_80).
+//
+// One CTA computes one query tile of one (sequence, K/V head) over one range of its key
+// blocks. PackGQA: the tile's rows are the (query position, query head) pairs of the
+// heads that share the K/V head, position-major, so a decode step's 4-8 query heads fill
+// one m16 tile instead of 4-8 tiles of one useful row each, and each K/V byte is read
+// once for all of them. Split-KV: with few such tiles (decoding), the key blocks are
+// divided into `splits` ranges computed by different CTAs; each writes its normalised
+// partial O and its LSE in fp32, and combine_kernel merges them. Every row and key is
+// addressed through a row source (dense, packed or paged), so the main loop is the same
+// for all layouts.
+
+#include <cstdint>
+
+#include "kernels/primitives/element.cuh"
+#include "kernels/primitives/epilogue.cuh"
+#include "kernels/primitives/geometry.cuh"
+#include "kernels/primitives/masking.cuh"
+#include "kernels/primitives/online_softmax.cuh"
+#include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/sm80/gm2sm.cuh"
+#include "kernels/primitives/sm80/warp_gemm.cuh"
+#include "kernels/primitives/smem_tile.cuh"
+#include "kernels/serving/split_kv_args.hpp"
+
+namespace flash_attention::serving {
+
+template <DType Dt, int D, int Warps>
+struct SplitKvTraits {
+    using T = typename Element<Dt>::type;
+    static constexpr int threads = Warps * warp_size;
+    // One m16 tile per warp: a decode step has group (1-16) rows per K/V head, and a
+    // 16-row tile wastes the least of the MMA on them; longer query tiles use 4 warps.
+    static constexpr int B_r = Warps * mma_m;
+    // 64 keys a block; 32 at d_head 256, where O alone holds 128 fp32 registers a thread.
+    static constexpr int B_c = D <= 128 ? 64 : 32;
+
+    static constexpr int qk_k_tiles = D / 16;
+    static constexpr int qk_n_tiles = B_c / 8;
+    static constexpr int pv_k_tiles = B_c / 16;
+    static constexpr int pv_n_tiles = D / 8;
+    // Q's fragments for the whole block stay in registers up to d_head 128 (32 a thread);
+    // at 256 they are read from shared memory two k-tiles at a time.
+    static constexpr bool q_in_registers = D <= 128;
+    static constexpr int qk_step = q_in_registers ? qk_k_tiles : 2;
+
+    using QTile = SmemTile<B_r, D, true>;  // also stages O at the end
+    using KTile = SmemTile<B_c, D, true>;
+    using VTile = SmemTile<B_c, D, true>;
+    static constexpr int q_smem_offset = 0;
+    static constexpr int k_smem_offset = QTile::bytes;
+    static constexpr int v_smem_offset = QTile::bytes + KTile::bytes;
+    static constexpr int smem_bytes = QTile::bytes + KTile::bytes + VTile::bytes;
+};
+
+// A sequence's rows in its tensor view: entry view_batch, rows [row0, row0 + len).
+struct Span {
+    int view_batch;
+    int row0;
+    int len;
+};
+
+__device__ __forceinline__ int clamp_to(int x, int lo, int hi) {
+    return min(max(x, lo), hi);
+}
+
+// Sequence b's queries. Offsets come from device memory the host never checked: a
+// sequence is cut at the view's end rather than read or written past it.
+__device__ __forceinline__ Span query_span(const SplitKvArgs& a, int b) {
+    if (a.cu_seqlens_q == nullptr)
+        return {b, 0, a.view_seq_q};
+    const int begin = clamp_to(a.cu_seqlens_q[b], 0, a.view_seq_q);
+    const int end = clamp_to(a.cu_seqlens_q[b + 1], begin, a.view_seq_q);
+    return {0, begin, end - begin};
+}
+
+// Sequence b's keys, cut to what its view (or its pages) holds.
+template <bool Paged>
+__device__ __forceinline__ Span key_span(const KeySource& ks, int b) {
+    int row0 = 0;
+    int view_batch = b;
+    if (!Paged && ks.cu_seqlens != nullptr) {
+        row0 = clamp_to(ks.cu_seqlens[b], 0, ks.seq);
+        view_batch = 0;
+    }
+    // 64-bit: a corrupt length near 2^31 plus the appended tokens must not wrap.
+    std::int64_t len = ks.seq;
+    if (ks.seqlens != nullptr) {
+        len = std::int64_t{ks.seqlens[b]} + ks.seqlens_add;
+    } else if (ks.cu_seqlens != nullptr) {
+        len = std::int64_t{ks.cu_seqlens[b + 1]} - ks.cu_seqlens[b];
+    }
+    const int capacity = Paged ? ks.max_pages * ks.seq : ks.seq - row0;
+    return {view_batch, row0, static_cast<int>(min(max(len, std::int64_t{0}), std::int64_t{capacity}))};
+}
+
+// The address of key `key` of the sequence in `span` under K/V head `head` (T* into
+// `base` with `stride`), or null past the sequence's end or on a page id outside the cache.
+template <bool Paged, class T>
+__device__ __forceinline__ const T* key_row(const KeySource& ks, const void* base,
+                                            const TensorStrides& stride, int b, const Span& span,
+                                            int head, int key) {
+    if (key >= span.len)
+        return nullptr;
+    std::int64_t entry = span.view_batch;
+    std::int64_t row = span.row0 + key;
+    if constexpr (Paged) {
+        const int page = ks.block_table[b * ks.block_table_stride + key / ks.seq];
+        if (page < 0 || page >= ks.view_batch)
+            return nullptr;
+        entry = page;
+        row = key % ks.seq;
+    }
+    return static_cast<const T*>(base) + entry * stride.batch + row * stride.seq +
+           std::int64_t{head} * stride.head;
+}
+
+// Makes this thread's copies visible to the CTA (and tells the next copy's issuer that
+// every warp is done with the buffer's previous contents).
+__device__ __forceinline__ void wait_and_sync() {
+    ptx::cp_async_wait_group<0>();
+    __syncthreads();
+}
+
+template <DType Dt, int D, int Warps, bool Paged>
+__global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
+    split_kv_kernel(const __grid_constant__ SplitKvArgs args) {
+    using Tr = SplitKvTraits<Dt, D, Warps>;
+    using T = typename Tr::T;
+    using KCopy = RowGatherCopyGM2SM<typename Tr::KTile, Tr::threads>;
+    using VCopy = RowGatherCopyGM2SM<typename Tr::VTile, Tr::threads>;
+    using QCopy = RowGatherCopyGM2SM<typename Tr::QTile, Tr::threads>;
+
+    extern __shared__ __align__(128) unsigned char smem[];
+    const std::uint32_t q_smem = ptx::smem_address(smem) + Tr::q_smem_offset;
+    const std::uint32_t k_smem = ptx::smem_address(smem) + Tr::k_smem_offset;
+    const std::uint32_t v_smem = ptx::smem_address(smem) + Tr::v_smem_offset;
+
+    // The tile: (query tile, key split) x K/V head x sequence.
+    const int b = blockIdx.z;
+    const int kv_head = blockIdx.y;
+    const int split = blockIdx.x % args.splits;
+    const int group = args.heads / args.heads_kv;
+    const Span qs = query_span(args, b);
+    const int row0 = (blockIdx.x / args.splits) * Tr::B_r;  // packed (position, head) rows
+    if (row0 >= qs.len * group)
+        return;  // a shorter sequence than the grid's longest: the whole CTA leaves
+    const int tile_rows = min(Tr::B_r, qs.len * group - row0);
+    const auto position = [&](int r) { return (row0 + r) / group; };
+    const auto head_of = [&](int r) { return kv_head * group + (row0 + r) % group; };
+
+    const KeySource& ks = args.keys;
+    const Span kspan = key_span<Paged>(ks, b);
+    const int pos0 = position(0);
+    const KeyBlocks blocks = key_blocks(qs.len, kspan.len, args.causal, pos0,
+                                        position(tile_rows - 1) - pos0 + 1, Tr::B_c);
+    // This CTA's range of blocks. Ranges have a length fixed per call, not per batch, so a
+    // row's split depends on its own keys only; the ranges past a short sequence's end are
+    // empty and still write their partial result (O = 0 with LSE -inf).
+    const int first_block = min(blocks.visited, split * args.blocks_per_split);
+    const int end_block = min(blocks.visited, first_block + args.blocks_per_split);
+
+    const T* q_base = static_cast<const T*>(args.q);
+    const auto q_row = [&](int r) -> const T* {
+        if (r >= tile_rows)
+            return nullptr;
+        return q_base + std::int64_t{qs.view_batch} * args.q_stride.batch +
+               std::int64_t{qs.row0 + position(r)} * args.q_stride.seq +
+               std::int64_t{head_of(r)} * args.q_stride.head;
+    };
+    const auto copy_k = [&](int j) {
+        KCopy::copy(
+            k_smem,
+            [&](int r) {
+                return key_row<Paged, T>(ks, ks.k, ks.k_stride, b, kspan, kv_head, j * Tr::B_c + r);
+            },
+            static_cast<const T*>(ks.k));
+        ptx::cp_async_commit_group();
+    };
+    const auto copy_v = [&](int j) {
+        VCopy::copy(
+            v_smem,
+            [&](int r) {
+                return key_row<Paged, T>(ks, ks.v, ks.v_stride, b, kspan, kv_head, j * Tr::B_c + r);
+            },
+            static_cast<const T*>(ks.v));
+        ptx::cp_async_commit_group();
+    };
+
+    // Q and the first K block travel together.
+    QCopy::copy(q_smem, q_row, q_base);
+    if (first_block < end_block)
+        copy_k(first_block);
+    else
+        ptx::cp_async_commit_group();
+    wait_and_sync();
+
+    const int warp_row0 = (threadIdx.x / warp_size) * mma_m;
+    const SmemA<typename Tr::QTile, 1> q_in_smem(q_smem, warp_row0);
+    typename SmemA<typename Tr::QTile, 1>::template Frags<Tr::qk_k_tiles> q_held;
+    if constexpr (Tr::q_in_registers)
+        q_in_smem.load(q_held, 0);
+    const auto q_frags = [&] {
+        if constexpr (Tr::q_in_registers) {
+            return RegisterA<1, Tr::qk_k_tiles>{q_held.r};
+        } else {
+            return q_in_smem;
+        }
+    }();
+    const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(k_smem);
+    const SmemB<typename Tr::VTile, Tr::pv_n_tiles, true> v_frags(v_smem);
+
+    float o[1][Tr::pv_n_tiles][4];
+    zero(o);
+    OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
+    // Packed row r sees the keys its query position sees.
+    const auto visible_keys = [&](int r) {
+        return keys_seen(position(r), qs.len, kspan.len, args.causal);
+    };
+
+    // One K/V block: V_j lands while S = Q·K_jᵀ computes, K_{j+1} during the softmax and
+    // O += P·V_j (the sm80 kernel's eager order).
+    for (int j = first_block; j < end_block; ++j) {
+        copy_v(j);
+        float s[1][Tr::qk_n_tiles][4];
+        zero(s);
+        warp_gemm<Dt, Tr::qk_k_tiles, Tr::qk_step, false>(s, q_frags, k_frags);
+        if (j >= blocks.unmasked)
+            mask_scores_by(s, warp_row0, j * Tr::B_c, visible_keys);
+        // V_j has landed, and every warp is done reading K_j.
+        wait_and_sync();
+        if (j + 1 < end_block)
+            copy_k(j + 1);
+
+        softmax.update(s, o);
+        std::uint32_t p[1][Tr::pv_k_tiles][4];
+        accumulators_to_a_fragments<Dt>(s, p);
+        warp_gemm<Dt, Tr::pv_k_tiles, Tr::pv_k_tiles, false>(
+            o, RegisterA<1, Tr::pv_k_tiles>{p}, v_frags);
+        // K_{j+1} has landed, and every warp is done reading V_j.
+        if (j + 1 < end_block)
+            wait_and_sync();
+    }
+    softmax.finalize(o);
+
+    const int lane = threadIdx.x % warp_size;
+    // The global token of packed row r: numbers the partial results and the LSE.
+    const auto token = [&](int r) {
+        return std::int64_t{qs.view_batch} * args.view_seq_q + qs.row0 + position(r);
+    };
+    if (args.o_partial != nullptr) {
+        // Split: fp32 partial O straight from the accumulators (each quad writes whole
+        // 32-byte sectors) and the partial LSE; combine_kernel merges them.
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = warp_row0 + lane / 4 + 8 * h;
+            if (r >= tile_rows)
+                continue;
+            const std::int64_t row =
+                split * args.partial_rows + token(r) * args.heads + head_of(r);
+            float* out = args.o_partial + row * D + 2 * (lane % 4);
+#pragma unroll
+            for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
+                *reinterpret_cast<float2*>(out + nt * 8) = {o[0][nt][2 * h], o[0][nt][2 * h + 1]};
+            }
+            if (lane % 4 == 0)
+                args.lse_partial[row] = softmax.log_sum_exp(0, h);
+        }
+        return;
+    }
+
+    if (args.lse != nullptr && lane % 4 == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = warp_row0 + lane / 4 + 8 * h;
+            if (r < tile_rows) {
+                args.lse[(std::int64_t{qs.view_batch} * args.heads + head_of(r)) *
+                             args.view_seq_q +
+                         qs.row0 + position(r)] = softmax.log_sum_exp(0, h);
+            }
+        }
+    }
+    // O is staged in this warp's own rows of Q's tile: no other warp reads them.
+    __syncwarp();
+    store_accumulators_RF2SM<Dt, typename Tr::QTile>(o, q_smem, warp_row0);
+    __syncwarp();
+    T* o_base = static_cast<T*>(args.o);
+    copy_rows_SM2GM<typename Tr::QTile, mma_m>(
+        q_smem, warp_row0,
+        [&](int r) {
+            return o_base + std::int64_t{qs.view_batch} * args.o_stride.batch +
+                   std::int64_t{qs.row0 + position(warp_row0 + r)} * args.o_stride.seq +
+                   std::int64_t{head_of(warp_row0 + r)} * args.o_stride.head;
+        },
+        tile_rows - warp_row0);
+}
+
+// Merges the splits of each row: LSE = log Σ_s exp(LSE_s), O = Σ_s exp(LSE_s - LSE) · O_s.
+// One warp a row; each lane owns d_head / 32 consecutive columns.
+template <DType Dt, int D>
+__global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ CombineArgs args) {
+    using T = typename Element<Dt>::type;
+    constexpr int cols = D / warp_size;
+    const std::int64_t row =
+        std::int64_t{blockIdx.x} * (blockDim.x / warp_size) + threadIdx.x / warp_size;
+    if (row >= args.rows)
+        return;
+    const int lane = threadIdx.x % warp_size;
+    const float* lse_of = args.lse_partial + row;  // split s at lse_of[s * rows]
+
+    float max_lse = -INFINITY;
+    for (int s = lane; s < args.splits; s += warp_size)
+        max_lse = fmaxf(max_lse, lse_of[s * args.rows]);
+    for (int m = warp_size / 2; m > 0; m /= 2)
+        max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, m));
+    // A row that saw no key in any split: O = 0, LSE = -inf (and no -inf - -inf = NaN).
+    const float reference = max_lse == -INFINITY ? 0.0f : max_lse;
+    float sum = 0.0f;
+    for (int s = lane; s < args.splits; s += warp_size)
+        sum += __expf(lse_of[s * args.rows] - reference);
+    for (int m = warp_size / 2; m > 0; m /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    const float lse = sum > 0.0f ? reference + __logf(sum) : -INFINITY;
+
+    float acc[cols] = {};
+    for (int s = 0; s < args.splits; ++s) {
+        const float l = lse_of[s * args.rows];
+        if (l == -INFINITY)
+            continue;  // the same for every lane: an empty split adds nothing
+        const float w = __expf(l - lse);
+        const float* part = args.o_partial + (s * args.rows + row) * D + lane * cols;
+#pragma unroll
+        for (int c = 0; c < cols; c += 2) {
+            const float2 x = *reinterpret_cast<const float2*>(part + c);
+            acc[c] += w * x.x;
+            acc[c + 1] += w * x.y;
+        }
+    }
+
+    const std::int64_t token = row / args.heads;
+    const int head = static_cast<int>(row % args.heads);
+    const std::int64_t view_batch = token / args.view_seq_q;
+    const std::int64_t view_row = token % args.view_seq_q;
+    T* out = static_cast<T*>(args.o) + view_batch * args.o_stride.batch +
+             view_row * args.o_stride.seq + head * args.o_stride.head + lane * cols;
+#pragma unroll
+    for (int c = 0; c < cols; c += 2) {
+        const std::uint32_t packed = ptx::pack_rn<Dt>(acc[c], acc[c + 1]);
+        *reinterpret_cast<std::uint32_t*>(out + c) = packed;
+    }
+    if (args.lse != nullptr && lane == 0)
+        args.lse[(view_batch * args.heads + head) * args.view_seq_q + view_row] = lse;
+}
+
+}  // namespace flash_attention::serving

@@ -1,0 +1,522 @@
+// The serving entry points (forward_varlen, forward_kvcache) against the double-precision
+// reference, one sequence at a time: packed varlen batches with empty sequences, paged
+// caches of several page sizes, split-KV decoding, KV append, GQA 1/4/8, causal both ways,
+// and what must hold beyond the numbers (a row's result does not depend on the batch, bad
+// page ids read nothing, a captured decode step replays on new cache contents).
+
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.hpp"
+#include "flash_attention/flash_attention.hpp"
+#include "reference/reference.hpp"
+#include "testing/device_buffer.hpp"
+
+namespace fa = flash_attention;
+using fa::reference::HostTensor;
+
+namespace {
+
+std::uint64_t fresh_seed() {
+    return (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+}
+
+// Rows [row0, row0 + len) of entry `entry` of a host tensor, as a (1, len, heads, d) tensor.
+HostTensor rows_of(const HostTensor& t, std::int64_t entry, std::int64_t row0, std::int64_t len) {
+    const std::int64_t row = t.heads * t.d_head;
+    const auto first = t.bits.begin() + t.offset(entry, row0, 0);
+    return HostTensor::from_bits(t.dtype, 1, len, t.heads, t.d_head,
+                                 std::vector<std::uint16_t>(first, first + len * row));
+}
+
+// Tensors of (1, len_i, heads, d) packed along seq into one (1, total, heads, d).
+HostTensor pack(const std::vector<HostTensor>& parts, fa::DType dtype, std::int64_t heads,
+                std::int64_t d) {
+    std::vector<std::uint16_t> bits;
+    std::int64_t total = 0;
+    for (const HostTensor& p : parts) {
+        bits.insert(bits.end(), p.bits.begin(), p.bits.end());
+        total += p.seq;
+    }
+    return HostTensor::from_bits(dtype, 1, total, heads, d, std::move(bits));
+}
+
+fa::DeviceBuffer upload_ints(const std::vector<std::int32_t>& host) {
+    fa::DeviceBuffer buffer(std::max<std::size_t>(host.size(), 1) * sizeof(std::int32_t));
+    fa::cuda_check(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(std::int32_t),
+                              cudaMemcpyHostToDevice),
+                   "cudaMemcpy (ints)");
+    return buffer;
+}
+
+std::vector<std::uint16_t> download_bits(const fa::DeviceTensor& t) {
+    return t.buffer.download();
+}
+
+// One sequence's problem and the kernel's answer to it.
+struct SequenceCheck {
+    HostTensor q, k, v;  // (1, len, heads, d)
+    HostTensor out;
+    std::vector<float> lse;  // (1, heads, len_q)
+};
+
+// Checks one sequence against the reference; a sequence with no keys must give zeros
+// and LSE -inf.
+void expect_matches(const SequenceCheck& s, bool causal, double scale, std::uint64_t seed,
+                    const std::string& label) {
+    if (s.q.seq == 0)
+        return;
+    if (s.k.seq == 0) {
+        for (const float x : s.out.values)
+            ASSERT_EQ(x, 0.0f) << label << ": a sequence without keys gives zeros";
+        for (const float l : s.lse)
+            ASSERT_EQ(l, -INFINITY) << label << ": a sequence without keys has LSE -inf";
+        return;
+    }
+    const auto rows = fa::reference::sample_rows(1, s.q.heads, s.q.seq, 64, seed);
+    const auto result =
+        fa::reference::check_attention({s.q, s.k, s.v, s.out, scale, causal, &s.lse}, rows);
+    EXPECT_TRUE(result.passed) << label << ": " << result.summary() << "; seed " << seed;
+}
+
+// A paged copy of per-sequence keys: pages in a random order, the table's unused entries
+// -1 (never read: they lie past every sequence's end).
+struct PagedCache {
+    fa::DeviceTensor k, v;
+    fa::DeviceBuffer table;
+    std::int64_t max_pages = 0;
+    std::vector<std::int32_t> table_host;
+
+    PagedCache(const std::vector<HostTensor>& ks, const std::vector<HostTensor>& vs,
+               std::int64_t page_size, std::int64_t capacity, std::uint64_t seed) {
+        const fa::DType dtype = ks[0].dtype;
+        const std::int64_t heads = ks[0].heads, d = ks[0].d_head;
+        max_pages = (capacity + page_size - 1) / page_size;
+        const std::int64_t batch = static_cast<std::int64_t>(ks.size());
+        const std::int64_t num_pages = batch * max_pages + 3;  // a few never used
+        std::vector<std::int32_t> order(static_cast<std::size_t>(num_pages));
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+        table_host.assign(static_cast<std::size_t>(batch * max_pages), -1);
+        const std::int64_t row = heads * d;
+        std::vector<std::uint16_t> k_bits(static_cast<std::size_t>(num_pages * page_size * row),
+                                          0x7E00);  // NaN in fp16: a stray read shows
+        std::vector<std::uint16_t> v_bits = k_bits;
+        std::size_t next = 0;
+        for (std::int64_t b = 0; b < batch; ++b) {
+            for (std::int64_t pg = 0; pg * page_size < ks[b].seq; ++pg) {
+                const std::int32_t page = order[next++];
+                table_host[b * max_pages + pg] = page;
+                const std::int64_t rows = std::min(page_size, ks[b].seq - pg * page_size);
+                std::copy_n(ks[b].bits.begin() + pg * page_size * row, rows * row,
+                            k_bits.begin() + page * page_size * row);
+                std::copy_n(vs[b].bits.begin() + pg * page_size * row, rows * row,
+                            v_bits.begin() + page * page_size * row);
+            }
+        }
+        k = fa::DeviceTensor::upload(
+            HostTensor::from_bits(dtype, num_pages, page_size, heads, d, std::move(k_bits)));
+        v = fa::DeviceTensor::upload(
+            HostTensor::from_bits(dtype, num_pages, page_size, heads, d, std::move(v_bits)));
+        table = upload_ints(table_host);
+    }
+
+    fa::PageTable pages() const {
+        return {static_cast<const std::int32_t*>(table.data()), max_pages, 0};
+    }
+};
+
+// ---------------------------------------------------------------------------------------
+// forward_varlen
+
+struct VarlenCase {
+    fa::DType dtype;
+    int d;
+    int group;  // query heads per K/V head
+    bool causal;
+    int page_size;  // 0: packed K/V
+    int splits;     // 0: the library's choice
+};
+
+void PrintTo(const VarlenCase& c, std::ostream* os) {
+    *os << fa::to_string(c.dtype) << " d" << c.d << " group " << c.group
+        << (c.causal ? " causal" : "") << " page " << c.page_size << " splits " << c.splits;
+}
+
+class Varlen : public ::testing::TestWithParam<VarlenCase> {};
+
+TEST_P(Varlen, MatchesReferencePerSequence) {
+    const VarlenCase c = GetParam();
+    const std::uint64_t seed = fresh_seed();
+    std::mt19937_64 rng(seed);
+    const int heads_kv = 2, heads = heads_kv * c.group;
+    // Empty sequences (no queries; no keys), one-token ones, lengths off every tile, a
+    // query longer than its keys (causal rows that see none), and random ones.
+    std::vector<std::pair<int, int>> lengths = {{0, 5},  {3, 0},    {1, 1},   {17, 300},
+                                                {200, 33}, {129, 129}, {64, 1000}};
+    std::uniform_int_distribution<int> any(1, 700);
+    for (int i = 0; i < 3; ++i)
+        lengths.push_back({any(rng), any(rng)});
+
+    std::vector<HostTensor> qs, ks, vs;
+    std::vector<std::int32_t> cu_q = {0}, cu_k = {0}, used_k;
+    int max_q = 1, max_k = 1;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+        const auto [lq, lk] = lengths[i];
+        qs.push_back(HostTensor::random_normal(c.dtype, 1, lq, heads, c.d, seed + 3 * i));
+        ks.push_back(HostTensor::random_normal(c.dtype, 1, lk, heads_kv, c.d, seed + 3 * i + 1));
+        vs.push_back(HostTensor::random_normal(c.dtype, 1, lk, heads_kv, c.d, seed + 3 * i + 2));
+        cu_q.push_back(cu_q.back() + lq);
+        cu_k.push_back(cu_k.back() + lk);
+        used_k.push_back(lk);
+        max_q = std::max(max_q, lq);
+        max_k = std::max(max_k, lk);
+    }
+    const HostTensor q = pack(qs, c.dtype, heads, c.d);
+    const fa::DeviceTensor dq = fa::DeviceTensor::upload(q);
+    fa::DeviceTensor dout = fa::DeviceTensor::empty_like(q);
+    dout.buffer.poison_with_nan();
+    fa::DeviceBuffer lse(static_cast<std::size_t>(q.seq) * heads * sizeof(float));
+    lse.poison_with_nan();
+    const fa::DeviceBuffer d_cu_q = upload_ints(cu_q), d_cu_k = upload_ints(cu_k),
+                           d_used = upload_ints(used_k);
+
+    fa::VarlenParams p;
+    p.q = dq.view;
+    p.o = dout.view;
+    p.cu_seqlens_q = static_cast<const std::int32_t*>(d_cu_q.data());
+    p.batch = static_cast<std::int64_t>(lengths.size());
+    p.max_seqlen_q = max_q;
+    p.max_seqlen_k = max_k;
+    p.causal = c.causal;
+    p.lse = static_cast<float*>(lse.data());
+    p.num_splits = c.splits;
+    std::optional<fa::DeviceTensor> dk, dv;
+    std::optional<PagedCache> paged;
+    if (c.page_size == 0) {
+        dk = fa::DeviceTensor::upload(pack(ks, c.dtype, heads_kv, c.d));
+        dv = fa::DeviceTensor::upload(pack(vs, c.dtype, heads_kv, c.d));
+        p.k = dk->view;
+        p.v = dv->view;
+        p.cu_seqlens_k = static_cast<const std::int32_t*>(d_cu_k.data());
+    } else {
+        paged.emplace(ks, vs, c.page_size, max_k, seed);
+        p.k = paged->k.view;
+        p.v = paged->v.view;
+        p.pages = paged->pages();
+        p.seqused_k = static_cast<const std::int32_t*>(d_used.data());
+    }
+    fa::forward_varlen(p);
+    fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+
+    const HostTensor out = dout.download(q);
+    const std::vector<float> lse_host = lse.download_floats();  // (heads, total_q)
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+        const int lq = lengths[i].first;
+        SequenceCheck s{qs[i], ks[i], vs[i], rows_of(out, 0, cu_q[i], lq), {}};
+        for (int h = 0; h < heads; ++h) {
+            for (int r = 0; r < lq; ++r)
+                s.lse.push_back(lse_host[static_cast<std::size_t>(h) * q.seq + cu_q[i] + r]);
+        }
+        expect_matches(s, c.causal, 1.0 / std::sqrt(double(c.d)), seed,
+                       "sequence " + std::to_string(i) + " (" + std::to_string(lq) + " x " +
+                           std::to_string(lengths[i].second) + ")");
+    }
+}
+
+std::vector<VarlenCase> varlen_cases() {
+    std::vector<VarlenCase> cases;
+    for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
+        for (const int d : {64, 128, 256}) {
+            for (const bool causal : {false, true})
+                cases.push_back({dtype, d, dtype == fa::DType::BF16 ? 4 : 1, causal, 0, 0});
+        }
+    }
+    for (const int page : {16, 64, 256}) {
+        for (const bool causal : {false, true})
+            cases.push_back({fa::DType::BF16, 128, 8, causal, page, 0});
+    }
+    cases.push_back({fa::DType::FP16, 256, 8, true, 64, 3});
+    cases.push_back({fa::DType::BF16, 64, 1, true, 0, 5});
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Serving, Varlen, ::testing::ValuesIn(varlen_cases()));
+
+// ---------------------------------------------------------------------------------------
+// forward_kvcache
+
+struct CacheCase {
+    int seq_q;      // 1: decoding; more: speculative decoding / chunked prefill
+    int group;      // query heads per K/V head
+    int seq_new;    // tokens appended by the call (0: none)
+    int page_size;  // 0: contiguous cache
+    bool causal;
+    int splits;  // 0: the library's choice
+    fa::DType dtype = fa::DType::BF16;
+    int d = 128;
+};
+
+void PrintTo(const CacheCase& c, std::ostream* os) {
+    *os << "seq_q " << c.seq_q << " group " << c.group << " new " << c.seq_new << " page "
+        << c.page_size << (c.causal ? " causal" : "") << " splits " << c.splits << " "
+        << fa::to_string(c.dtype) << " d" << c.d;
+}
+
+// A decode problem: a cache of `capacity` rows per sequence with random lengths, q, and
+// optionally new tokens; the expected K/V per sequence (cache prefix + new tokens).
+struct CacheProblem {
+    CacheCase c;
+    std::uint64_t seed;
+    int batch, heads, heads_kv, capacity;
+    std::vector<int> lengths;
+    HostTensor q, k_cache, v_cache, k_new, v_new;
+    std::vector<HostTensor> k_seq, v_seq;  // expected keys per sequence
+
+    CacheProblem(const CacheCase& c_, int batch_, int capacity_, std::uint64_t seed_,
+                 std::vector<int> fixed_lengths = {})
+        : c(c_), seed(seed_), batch(batch_), heads_kv(2), capacity(capacity_) {
+        heads = heads_kv * c.group;
+        std::mt19937_64 rng(seed);
+        std::uniform_int_distribution<int> len(0, capacity - c.seq_new);
+        lengths = fixed_lengths;
+        while (static_cast<int>(lengths.size()) < batch)
+            lengths.push_back(len(rng));
+        q = HostTensor::random_normal(c.dtype, batch, c.seq_q, heads, c.d, seed + 1);
+        k_cache = HostTensor::random_normal(c.dtype, batch, capacity, heads_kv, c.d, seed + 2);
+        v_cache = HostTensor::random_normal(c.dtype, batch, capacity, heads_kv, c.d, seed + 3);
+        k_new = HostTensor::random_normal(c.dtype, batch, std::max(c.seq_new, 1), heads_kv, c.d,
+                                          seed + 4);
+        v_new = HostTensor::random_normal(c.dtype, batch, std::max(c.seq_new, 1), heads_kv, c.d,
+                                          seed + 5);
+        for (int b = 0; b < batch; ++b) {
+            HostTensor k = rows_of(k_cache, b, 0, lengths[b]);
+            HostTensor v = rows_of(v_cache, b, 0, lengths[b]);
+            if (c.seq_new > 0) {
+                k = pack({k, rows_of(k_new, b, 0, c.seq_new)}, c.dtype, heads_kv, c.d);
+                v = pack({v, rows_of(v_new, b, 0, c.seq_new)}, c.dtype, heads_kv, c.d);
+            }
+            k_seq.push_back(std::move(k));
+            v_seq.push_back(std::move(v));
+        }
+    }
+
+    // The whole cache rows per sequence (for the paged copy): every row, so pages hold the
+    // stale rows past each length too, as a real cache does.
+    std::vector<HostTensor> cache_rows(const HostTensor& cache) const {
+        std::vector<HostTensor> rows;
+        for (int b = 0; b < batch; ++b)
+            rows.push_back(rows_of(cache, b, 0, capacity));
+        return rows;
+    }
+};
+
+// Device state of a CacheProblem and the call that runs it.
+struct CacheRun {
+    const CacheProblem& pr;
+    fa::DeviceTensor dq, dk, dv, dk_new, dv_new, dout;
+    std::optional<PagedCache> paged;
+    fa::DeviceBuffer seqlens, lse;
+
+    explicit CacheRun(const CacheProblem& p)
+        : pr(p),
+          dq(fa::DeviceTensor::upload(p.q)),
+          dk(fa::DeviceTensor::upload(p.k_cache)),
+          dv(fa::DeviceTensor::upload(p.v_cache)),
+          dk_new(fa::DeviceTensor::upload(p.k_new)),
+          dv_new(fa::DeviceTensor::upload(p.v_new)),
+          dout(fa::DeviceTensor::empty_like(p.q)),
+          seqlens(upload_ints(std::vector<std::int32_t>(p.lengths.begin(), p.lengths.end()))),
+          lse(static_cast<std::size_t>(p.batch) * p.heads * p.c.seq_q * sizeof(float)) {
+        if (p.c.page_size > 0) {
+            paged.emplace(p.cache_rows(p.k_cache), p.cache_rows(p.v_cache), p.c.page_size,
+                          p.capacity, p.seed);
+        }
+    }
+
+    fa::KVCacheParams params() const {
+        fa::KVCacheParams k;
+        k.q = dq.view;
+        k.o = dout.view;
+        k.k_cache = paged ? paged->k.view : dk.view;
+        k.v_cache = paged ? paged->v.view : dv.view;
+        if (paged)
+            k.pages = paged->pages();
+        k.cache_seqlens = static_cast<const std::int32_t*>(seqlens.data());
+        if (pr.c.seq_new > 0) {
+            k.k_new = dk_new.view;
+            k.v_new = dv_new.view;
+        }
+        k.causal = pr.c.causal;
+        k.lse = static_cast<float*>(lse.data());
+        k.num_splits = pr.c.splits;
+        return k;
+    }
+
+    void expect_matches_reference(const std::string& label) const;
+};
+
+// Checks an output (and its LSE) of a call on `pr` against the reference.
+void expect_cache_result(const CacheProblem& pr, const fa::DeviceTensor& dout,
+                         const fa::DeviceBuffer& lse, const std::string& label) {
+    const HostTensor out = dout.download(pr.q);
+    const std::vector<float> lse_host = lse.download_floats();  // (batch, heads, seq_q)
+    const std::int64_t per_batch = std::int64_t{pr.heads} * pr.c.seq_q;
+    for (int b = 0; b < pr.batch; ++b) {
+        SequenceCheck s{rows_of(pr.q, b, 0, pr.c.seq_q), pr.k_seq[b], pr.v_seq[b],
+                        rows_of(out, b, 0, pr.c.seq_q),
+                        std::vector<float>(lse_host.begin() + b * per_batch,
+                                           lse_host.begin() + (b + 1) * per_batch)};
+        expect_matches(s, pr.c.causal, 1.0 / std::sqrt(double(pr.c.d)), pr.seed,
+                       label + ", sequence " + std::to_string(b) + " (" +
+                           std::to_string(pr.lengths[b]) + " cached keys)");
+    }
+}
+
+void CacheRun::expect_matches_reference(const std::string& label) const {
+    expect_cache_result(pr, dout, lse, label);
+}
+
+class KVCache : public ::testing::TestWithParam<CacheCase> {};
+
+TEST_P(KVCache, MatchesReferenceAndAppends) {
+    const CacheCase c = GetParam();
+    const CacheProblem pr(c, 5, 1500, fresh_seed(), {0, 1500 - c.seq_new});
+    CacheRun run(pr);
+    run.dout.buffer.poison_with_nan();
+    run.lse.poison_with_nan();
+    fa::forward_kvcache(run.params());
+    fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+    run.expect_matches_reference("kvcache");
+
+    if (c.seq_new > 0 && c.page_size == 0) {
+        // The new tokens are in the cache at each sequence's length, nothing else moved.
+        const std::vector<std::uint16_t> cache = download_bits(run.dk);
+        for (int b = 0; b < pr.batch; ++b) {
+            for (int r = 0; r < pr.capacity; ++r) {
+                const bool appended = r >= pr.lengths[b] && r < pr.lengths[b] + c.seq_new;
+                const std::int64_t row = pr.k_cache.offset(b, r, 0);
+                const std::uint16_t expected =
+                    appended ? pr.k_new.bits[pr.k_new.offset(b, r - pr.lengths[b], 0)]
+                             : pr.k_cache.bits[row];
+                ASSERT_EQ(cache[row], expected) << "cache batch " << b << " row " << r;
+            }
+        }
+    }
+}
+
+std::vector<CacheCase> cache_cases() {
+    std::vector<CacheCase> cases;
+    for (const int page : {0, 16, 64, 256}) {
+        cases.push_back({1, 8, 0, page, false, 0});
+        cases.push_back({1, 4, 1, page, true, 0});
+        cases.push_back({16, 4, 3, page, true, 0});
+    }
+    cases.push_back({1, 1, 0, 0, false, 1});
+    cases.push_back({1, 8, 0, 0, false, 7});
+    cases.push_back({5, 8, 2, 16, true, 17});
+    cases.push_back({1, 4, 0, 0, false, 0, fa::DType::FP16, 64});
+    cases.push_back({1, 4, 1, 64, true, 0, fa::DType::FP16, 256});
+    cases.push_back({40, 4, 0, 0, true, 0, fa::DType::BF16, 256});
+    return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Serving, KVCache, ::testing::ValuesIn(cache_cases()));
+
+// A sequence's result is the same, bit for bit, alone and in a batch of 16 (the split of
+// its keys may not depend on the other rows).
+TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
+    const CacheCase c{1, 4, 0, 0, false, 0};
+    const std::uint64_t seed = fresh_seed();
+    const CacheProblem big(c, 16, 4096, seed);
+    CacheRun run_big(big);
+    fa::forward_kvcache(run_big.params());
+    // The same first sequence (same seed: same data) alone.
+    const CacheProblem one(c, 1, 4096, seed, {big.lengths[0]});
+    CacheRun run_one(one);
+    fa::forward_kvcache(run_one.params());
+    fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+    const auto all = download_bits(run_big.dout);
+    const auto alone = download_bits(run_one.dout);
+    const std::size_t row = static_cast<std::size_t>(big.heads) * c.d;  // seq_q 1
+    // Same seed, same generator: batch 1's inputs are the first sequence of batch 16's.
+    ASSERT_TRUE(std::equal(alone.begin(), alone.begin() + row, all.begin()));
+}
+
+// Page ids outside the cache are never dereferenced (compute-sanitizer runs this) and do
+// not disturb the other sequences.
+TEST(KVCachePages, OutOfRangePageIdsReadNothing) {
+    const CacheCase c{1, 4, 0, 16, false, 0};
+    const CacheProblem pr(c, 3, 256, fresh_seed(), {200, 200, 200});
+    CacheRun run(pr);
+    std::vector<std::int32_t> table = run.paged->table_host;
+    const std::int64_t num_pages = run.paged->k.view.shape[0];
+    table[1 * run.paged->max_pages + 2] = -7;
+    table[1 * run.paged->max_pages + 5] = static_cast<std::int32_t>(num_pages + 1000);
+    run.paged->table = upload_ints(table);
+    run.dout.buffer.poison_with_nan();
+    fa::forward_kvcache(run.params());
+    fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+    const HostTensor out = run.dout.download(pr.q);
+    for (const float x : out.values)
+        ASSERT_TRUE(std::isfinite(x)) << "a bad page id gives a finite (meaningless) result";
+    for (const int b : {0, 2}) {
+        SequenceCheck s{rows_of(pr.q, b, 0, 1), pr.k_seq[b], pr.v_seq[b], rows_of(out, b, 0, 1),
+                        {}};
+        const auto result = fa::reference::check_attention(
+            {s.q, s.k, s.v, s.out, 1.0 / std::sqrt(128.0), false, nullptr},
+            fa::reference::sample_rows(1, pr.heads, 1, 8, pr.seed));
+        EXPECT_TRUE(result.passed) << "sequence " << b << ": " << result.summary();
+    }
+}
+
+// A decode step captured in a CUDA graph replays correctly on new cache contents and
+// lengths (what serving engines do every step).
+TEST(KVCacheGraph, CapturedDecodeStepReplaysOnNewContents) {
+    const CacheCase c{1, 8, 1, 16, true, 0};
+    cudaStream_t stream = nullptr;
+    fa::cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    const CacheProblem first(c, 4, 2048, fresh_seed());
+    CacheRun run(first);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    fa::cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+    fa::forward_kvcache(run.params(), stream);
+    fa::cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
+    fa::cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+    for (int step = 0; step < 3; ++step) {
+        // New problem data in the same buffers (same shapes; new lengths, keys, queries).
+        const CacheProblem next(c, 4, 2048, fresh_seed());
+        CacheRun fresh(next);
+        const auto copy = [&](const fa::DeviceBuffer& to, const fa::DeviceBuffer& from) {
+            fa::cuda_check(cudaMemcpy(to.data(), from.data(), from.bytes(), cudaMemcpyDefault),
+                           "cudaMemcpy");
+        };
+        copy(run.dq.buffer, fresh.dq.buffer);
+        copy(run.paged->k.buffer, fresh.paged->k.buffer);
+        copy(run.paged->v.buffer, fresh.paged->v.buffer);
+        copy(run.paged->table, fresh.paged->table);
+        copy(run.dk_new.buffer, fresh.dk_new.buffer);
+        copy(run.dv_new.buffer, fresh.dv_new.buffer);
+        copy(run.seqlens, fresh.seqlens);
+        run.dout.buffer.poison_with_nan();
+        run.lse.poison_with_nan();
+        fa::cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+        fa::cuda_check(cudaStreamSynchronize(stream), "graph replay");
+        expect_cache_result(next, run.dout, run.lse, "replay " + std::to_string(step));
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+}
+
+}  // namespace
