@@ -246,8 +246,9 @@ def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, caus
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
-for _op in (_varlen_op, _kvcache_op):
-    _op.register_autograd(_no_backward, setup_context=_no_backward_setup)
+# (An op that mutates its inputs takes no autograd formula: forward_kvcache refuses inputs
+# that require grad before it reaches the op.)
+_varlen_op.register_autograd(_no_backward, setup_context=_no_backward_setup)
 
 
 def _scale_and_splits(softmax_scale, num_splits):

@@ -110,7 +110,8 @@ void check_pages(const PageTable& pages, const TensorView& k) {
 }
 
 // The K/V source shared by both entry points.
-KeySource key_source(const TensorView& k, const TensorView& v, const std::optional<PageTable>& pages) {
+KeySource key_source(const TensorView& k, const TensorView& v,
+                     const std::optional<PageTable>& pages) {
     KeySource ks{};
     ks.k = k.data;
     ks.v = v.data;
@@ -120,7 +121,8 @@ KeySource key_source(const TensorView& k, const TensorView& v, const std::option
     ks.view_batch = static_cast<int>(k.shape[0]);
     if (pages) {
         ks.block_table = pages->block_table;
-        ks.block_table_stride = pages->row_stride != 0 ? pages->row_stride : pages->max_pages_per_seq;
+        ks.block_table_stride =
+            pages->row_stride != 0 ? pages->row_stride : pages->max_pages_per_seq;
         ks.max_pages = static_cast<int>(pages->max_pages_per_seq);
     }
     return ks;
@@ -158,8 +160,7 @@ void check_packed_rows(std::int64_t seq_q, const TensorView& q, const TensorView
 }  // namespace
 
 void forward_varlen(const VarlenParams& p, Stream stream) {
-    for (const auto& [t, name] :
-         {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
+    for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
         check_dtype(*t, name, p.q.dtype);
         check_layout(*t, name);
     }
@@ -220,10 +221,8 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
 }
 
 void forward_kvcache(const KVCacheParams& p, Stream stream) {
-    for (const auto& [t, name] : {std::pair{&p.q, "q"},
-                                  {&p.k_cache, "k_cache"},
-                                  {&p.v_cache, "v_cache"},
-                                  {&p.o, "o"}}) {
+    for (const auto& [t, name] :
+         {std::pair{&p.q, "q"}, {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}, {&p.o, "o"}}) {
         check_dtype(*t, name, p.q.dtype);
         check_layout(*t, name);
     }
@@ -323,8 +322,8 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
     a.keys.seqlens_add = static_cast<int>(seq_new);
     const std::int64_t capacity =
         p.pages ? p.pages->max_pages_per_seq * p.k_cache.shape[1] : p.k_cache.shape[1];
-    serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), capacity,
-                              p.num_splits, stream);
+    serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), capacity, p.num_splits,
+                              stream);
 }
 
 }  // namespace flash_attention

@@ -161,7 +161,7 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     const int heads_kv = 2, heads = heads_kv * c.group;
     // Empty sequences (no queries; no keys), one-token ones, lengths off every tile, a
     // query longer than its keys (causal rows that see none), and random ones.
-    std::vector<std::pair<int, int>> lengths = {{0, 5},  {3, 0},    {1, 1},   {17, 300},
+    std::vector<std::pair<int, int>> lengths = {{0, 5},    {3, 0},     {1, 1},    {17, 300},
                                                 {200, 33}, {129, 129}, {64, 1000}};
     std::uniform_int_distribution<int> any(1, 700);
     for (int i = 0; i < 3; ++i)
@@ -470,8 +470,8 @@ TEST(KVCachePages, OutOfRangePageIdsReadNothing) {
     for (const float x : out.values)
         ASSERT_TRUE(std::isfinite(x)) << "a bad page id gives a finite (meaningless) result";
     for (const int b : {0, 2}) {
-        SequenceCheck s{rows_of(pr.q, b, 0, 1), pr.k_seq[b], pr.v_seq[b], rows_of(out, b, 0, 1),
-                        {}};
+        SequenceCheck s{
+            rows_of(pr.q, b, 0, 1), pr.k_seq[b], pr.v_seq[b], rows_of(out, b, 0, 1), {}};
         const auto result = fa::reference::check_attention(
             {s.q, s.k, s.v, s.out, 1.0 / std::sqrt(128.0), false, nullptr},
             fa::reference::sample_rows(1, pr.heads, 1, 8, pr.seed));

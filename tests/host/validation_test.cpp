@@ -210,10 +210,8 @@ TEST(Validation, Scale) {
     expect_error(
         tensor_error([](auto& p) { p.softmax_scale = std::numeric_limits<float>::infinity(); }),
         fa::ErrorCode::invalid_argument, "softmax_scale", "inf");
-    fa::ForwardParams p = good_params();
-    EXPECT_FLOAT_EQ(fa::softmax_scale(p), 1.0f / std::sqrt(128.0f));
-    p.softmax_scale = 0.5f;
-    EXPECT_FLOAT_EQ(fa::softmax_scale(p), 0.5f);
+    EXPECT_FLOAT_EQ(fa::softmax_scale(std::nullopt, 128), 1.0f / std::sqrt(128.0f));
+    EXPECT_FLOAT_EQ(fa::softmax_scale(0.5f, 128), 0.5f);
 }
 
 TEST(Validation, Config) {

@@ -19,16 +19,13 @@ namespace flash_attention::serving {
 
 template <DType Dt, int D>
 void launch_combine(const CombineArgs& args, Stream stream) {
-    constexpr int threads = 128;
-    constexpr int rows_per_cta = threads / warp_size;
-    const std::int64_t ctas = (args.rows + rows_per_cta - 1) / rows_per_cta;
-    launch_kernel<&combine_kernel<Dt, D>>(dim3(static_cast<unsigned>(ctas)), threads, 0, stream,
-                                          args, "split-KV combine kernel launch");
+    launch_kernel<&combine_kernel<Dt, D>>(dim3(static_cast<unsigned>(args.rows)),
+                                          combine_warps * warp_size, 0, stream, args,
+                                          "split-KV combine kernel launch");
 }
 
 template <DType Dt, int D, int Warps, bool Paged>
-void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits,
-                  Stream stream) {
+void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits, Stream stream) {
     using Tr = SplitKvTraits<Dt, D, Warps>;
     constexpr auto* kernel = &split_kv_kernel<Dt, D, Warps, Paged>;
     const int group = args.heads / args.heads_kv;
@@ -51,10 +48,10 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
         args.lse_partial = args.o_partial + rows * D;
     }
     enable_dynamic_smem<kernel, Tr::smem_bytes>();
-    launch_kernel<kernel>(dim3(static_cast<unsigned>(tiles * splits),
-                               static_cast<unsigned>(args.heads_kv),
-                               static_cast<unsigned>(args.batch)),
-                          Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
+    launch_kernel<kernel>(
+        dim3(static_cast<unsigned>(tiles * splits), static_cast<unsigned>(args.heads_kv),
+             static_cast<unsigned>(args.batch)),
+        Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
     if (splits > 1) {
         launch_combine<Dt, D>({args.o_partial, args.lse_partial, args.partial_rows, splits,
                                args.heads, args.view_seq_q, args.o, args.o_stride, args.lse},

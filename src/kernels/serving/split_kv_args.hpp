@@ -45,11 +45,11 @@ struct SplitKvArgs {
     bool causal;
     float softmax_scale;
     float scale_log2;
-    int splits;               // key ranges per (sequence, K/V head, query tile)
-    int blocks_per_split;     // key blocks in each range (the last ones may be empty)
-    float* lse;               // (view batch, heads, view_seq_q) or null
-    float* o_partial;         // splits > 1: (splits, tokens * heads, d_head) fp32
-    float* lse_partial;       // splits > 1: (splits, tokens * heads)
+    int splits;                 // key ranges per (sequence, K/V head, query tile)
+    int blocks_per_split;       // key blocks in each range (the last ones may be empty)
+    float* lse;                 // (view batch, heads, view_seq_q) or null
+    float* o_partial;           // splits > 1: (splits, tokens * heads, d_head) fp32
+    float* lse_partial;         // splits > 1: (splits, tokens * heads)
     std::int64_t partial_rows;  // tokens * heads
 };
 

@@ -47,13 +47,17 @@ struct SplitKvTraits {
     static constexpr bool q_in_registers = D <= 128;
     static constexpr int qk_step = q_in_registers ? qk_k_tiles : 2;
 
+    // Two stages of K and V: block j+1 loads while block j computes, so a CTA always has a
+    // block in flight (decoding is a stream of K/V bytes; a single buffer left each CTA
+    // idle for a load's latency twice a block).
+    static constexpr int stages = 2;
     using QTile = SmemTile<B_r, D, true>;  // also stages O at the end
     using KTile = SmemTile<B_c, D, true>;
     using VTile = SmemTile<B_c, D, true>;
     static constexpr int q_smem_offset = 0;
     static constexpr int k_smem_offset = QTile::bytes;
-    static constexpr int v_smem_offset = QTile::bytes + KTile::bytes;
-    static constexpr int smem_bytes = QTile::bytes + KTile::bytes + VTile::bytes;
+    static constexpr int v_smem_offset = QTile::bytes + stages * KTile::bytes;
+    static constexpr int smem_bytes = QTile::bytes + stages * (KTile::bytes + VTile::bytes);
 };
 
 // A sequence's rows in its tensor view: entry view_batch, rows [row0, row0 + len).
@@ -94,35 +98,30 @@ __device__ __forceinline__ Span key_span(const KeySource& ks, int b) {
         len = std::int64_t{ks.cu_seqlens[b + 1]} - ks.cu_seqlens[b];
     }
     const int capacity = Paged ? ks.max_pages * ks.seq : ks.seq - row0;
-    return {view_batch, row0, static_cast<int>(min(max(len, std::int64_t{0}), std::int64_t{capacity}))};
+    return {view_batch, row0,
+            static_cast<int>(min(max(len, std::int64_t{0}), std::int64_t{capacity}))};
 }
 
-// The address of key `key` of the sequence in `span` under K/V head `head` (T* into
-// `base` with `stride`), or null past the sequence's end or on a page id outside the cache.
+// The address of key `key0` (a multiple of 16) of the sequence in `span` under K/V head
+// `head` (T* into `base` with `stride`): the first of 16 contiguous rows, since pages hold
+// a multiple of 16. Null on a page id outside the cache.
 template <bool Paged, class T>
-__device__ __forceinline__ const T* key_row(const KeySource& ks, const void* base,
-                                            const TensorStrides& stride, int b, const Span& span,
-                                            int head, int key) {
-    if (key >= span.len)
-        return nullptr;
+__device__ __forceinline__ const T* key_group(const KeySource& ks, const void* base,
+                                              const TensorStrides& stride, int b, const Span& span,
+                                              int head, int key0) {
+    if (key0 >= span.len)
+        return nullptr;  // past the end: no page table entry is read for it
     std::int64_t entry = span.view_batch;
-    std::int64_t row = span.row0 + key;
+    std::int64_t row = span.row0 + key0;
     if constexpr (Paged) {
-        const int page = ks.block_table[b * ks.block_table_stride + key / ks.seq];
+        const int page = ks.block_table[b * ks.block_table_stride + key0 / ks.seq];
         if (page < 0 || page >= ks.view_batch)
             return nullptr;
         entry = page;
-        row = key % ks.seq;
+        row = key0 % ks.seq;
     }
     return static_cast<const T*>(base) + entry * stride.batch + row * stride.seq +
            std::int64_t{head} * stride.head;
-}
-
-// Makes this thread's copies visible to the CTA (and tells the next copy's issuer that
-// every warp is done with the buffer's previous contents).
-__device__ __forceinline__ void wait_and_sync() {
-    ptx::cp_async_wait_group<0>();
-    __syncthreads();
 }
 
 template <DType Dt, int D, int Warps, bool Paged>
@@ -171,32 +170,37 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
                std::int64_t{qs.row0 + position(r)} * args.q_stride.seq +
                std::int64_t{head_of(r)} * args.q_stride.head;
     };
-    const auto copy_k = [&](int j) {
-        KCopy::copy(
-            k_smem,
-            [&](int r) {
-                return key_row<Paged, T>(ks, ks.k, ks.k_stride, b, kspan, kv_head, j * Tr::B_c + r);
+    // Block j's K and V into stage (j - first_block) % 2, as one cp.async group.
+    const auto copy_kv = [&](int j) {
+        const std::uint32_t stage = (j - first_block) % Tr::stages;
+        const int rows = min(Tr::B_c, kspan.len - j * Tr::B_c);
+        KCopy::copy_groups(
+            k_smem + stage * Tr::KTile::bytes,
+            [&](int g) {
+                return key_group<Paged, T>(ks, ks.k, ks.k_stride, b, kspan, kv_head,
+                                           j * Tr::B_c + 16 * g);
             },
-            static_cast<const T*>(ks.k));
-        ptx::cp_async_commit_group();
-    };
-    const auto copy_v = [&](int j) {
-        VCopy::copy(
-            v_smem,
-            [&](int r) {
-                return key_row<Paged, T>(ks, ks.v, ks.v_stride, b, kspan, kv_head, j * Tr::B_c + r);
+            ks.k_stride.seq, rows, static_cast<const T*>(ks.k));
+        VCopy::copy_groups(
+            v_smem + stage * Tr::VTile::bytes,
+            [&](int g) {
+                return key_group<Paged, T>(ks, ks.v, ks.v_stride, b, kspan, kv_head,
+                                           j * Tr::B_c + 16 * g);
             },
-            static_cast<const T*>(ks.v));
-        ptx::cp_async_commit_group();
+            ks.v_stride.seq, rows, static_cast<const T*>(ks.v));
     };
 
-    // Q and the first K block travel together.
+    // Groups: Q with the first block, then the second block (either may be empty; empty
+    // groups keep the count that cp.async.wait_group relies on).
     QCopy::copy(q_smem, q_row, q_base);
     if (first_block < end_block)
-        copy_k(first_block);
-    else
-        ptx::cp_async_commit_group();
-    wait_and_sync();
+        copy_kv(first_block);
+    ptx::cp_async_commit_group();
+    if (first_block + 1 < end_block)
+        copy_kv(first_block + 1);
+    ptx::cp_async_commit_group();
+    ptx::cp_async_wait_group<1>();  // Q and the first block
+    __syncthreads();
 
     const int warp_row0 = (threadIdx.x / warp_size) * mma_m;
     const SmemA<typename Tr::QTile, 1> q_in_smem(q_smem, warp_row0);
@@ -210,8 +214,6 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
             return q_in_smem;
         }
     }();
-    const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(k_smem);
-    const SmemB<typename Tr::VTile, Tr::pv_n_tiles, true> v_frags(v_smem);
 
     float o[1][Tr::pv_n_tiles][4];
     zero(o);
@@ -221,28 +223,32 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
         return keys_seen(position(r), qs.len, kspan.len, args.causal);
     };
 
-    // One K/V block: V_j lands while S = Q·K_jᵀ computes, K_{j+1} during the softmax and
-    // O += P·V_j (the sm80 kernel's eager order).
+    // One K/V block: S = Q·K_jᵀ, mask, online softmax, O += P·V_j, while block j+1 loads.
     for (int j = first_block; j < end_block; ++j) {
-        copy_v(j);
+        const std::uint32_t stage = (j - first_block) % Tr::stages;
+        if (j > first_block) {
+            ptx::cp_async_wait_group<1>();  // block j has landed (j+1 may still be in flight)
+            __syncthreads();
+        }
+        const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(k_smem +
+                                                                       stage * Tr::KTile::bytes);
+        const SmemB<typename Tr::VTile, Tr::pv_n_tiles, true> v_frags(v_smem +
+                                                                      stage * Tr::VTile::bytes);
         float s[1][Tr::qk_n_tiles][4];
         zero(s);
         warp_gemm<Dt, Tr::qk_k_tiles, Tr::qk_step, false>(s, q_frags, k_frags);
         if (j >= blocks.unmasked)
             mask_scores_by(s, warp_row0, j * Tr::B_c, visible_keys);
-        // V_j has landed, and every warp is done reading K_j.
-        wait_and_sync();
-        if (j + 1 < end_block)
-            copy_k(j + 1);
-
         softmax.update(s, o);
         std::uint32_t p[1][Tr::pv_k_tiles][4];
         accumulators_to_a_fragments<Dt>(s, p);
-        warp_gemm<Dt, Tr::pv_k_tiles, Tr::pv_k_tiles, false>(
-            o, RegisterA<1, Tr::pv_k_tiles>{p}, v_frags);
-        // K_{j+1} has landed, and every warp is done reading V_j.
-        if (j + 1 < end_block)
-            wait_and_sync();
+        warp_gemm<Dt, Tr::pv_k_tiles, Tr::pv_k_tiles, false>(o, RegisterA<1, Tr::pv_k_tiles>{p},
+                                                             v_frags);
+        // Every warp is done with this stage before block j+2 overwrites it.
+        __syncthreads();
+        if (j + 2 < end_block)
+            copy_kv(j + 2);
+        ptx::cp_async_commit_group();
     }
     softmax.finalize(o);
 
@@ -259,8 +265,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
             const int r = warp_row0 + lane / 4 + 8 * h;
             if (r >= tile_rows)
                 continue;
-            const std::int64_t row =
-                split * args.partial_rows + token(r) * args.heads + head_of(r);
+            const std::int64_t row = split * args.partial_rows + token(r) * args.heads + head_of(r);
             float* out = args.o_partial + row * D + 2 * (lane % 4);
 #pragma unroll
             for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
@@ -277,8 +282,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
         for (int h = 0; h < 2; ++h) {
             const int r = warp_row0 + lane / 4 + 8 * h;
             if (r < tile_rows) {
-                args.lse[(std::int64_t{qs.view_batch} * args.heads + head_of(r)) *
-                             args.view_seq_q +
+                args.lse[(std::int64_t{qs.view_batch} * args.heads + head_of(r)) * args.view_seq_q +
                          qs.row0 + position(r)] = softmax.log_sum_exp(0, h);
             }
         }
@@ -299,18 +303,22 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
 }
 
 // Merges the splits of each row: LSE = log Σ_s exp(LSE_s), O = Σ_s exp(LSE_s - LSE) · O_s.
-// One warp a row; each lane owns d_head / 32 consecutive columns.
+// One CTA a row (a long decode has few rows and up to 256 splits): its warps take every
+// combine_warps-th split, each lane d_head / 32 consecutive columns, and add their sums
+// through shared memory.
+inline constexpr int combine_warps = 4;
+
 template <DType Dt, int D>
-__global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ CombineArgs args) {
+__global__ void __launch_bounds__(combine_warps* warp_size)
+    combine_kernel(const __grid_constant__ CombineArgs args) {
     using T = typename Element<Dt>::type;
     constexpr int cols = D / warp_size;
-    const std::int64_t row =
-        std::int64_t{blockIdx.x} * (blockDim.x / warp_size) + threadIdx.x / warp_size;
-    if (row >= args.rows)
-        return;
+    const std::int64_t row = blockIdx.x;
+    const int warp = threadIdx.x / warp_size;
     const int lane = threadIdx.x % warp_size;
     const float* lse_of = args.lse_partial + row;  // split s at lse_of[s * rows]
 
+    // Every warp reduces the LSEs itself (a few hundred floats): no barrier before the sums.
     float max_lse = -INFINITY;
     for (int s = lane; s < args.splits; s += warp_size)
         max_lse = fmaxf(max_lse, lse_of[s * args.rows]);
@@ -326,11 +334,11 @@ __global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ Co
     const float lse = sum > 0.0f ? reference + __logf(sum) : -INFINITY;
 
     float acc[cols] = {};
-    for (int s = 0; s < args.splits; ++s) {
+#pragma unroll 4
+    for (int s = warp; s < args.splits; s += combine_warps) {
         const float l = lse_of[s * args.rows];
-        if (l == -INFINITY)
-            continue;  // the same for every lane: an empty split adds nothing
-        const float w = __expf(l - lse);
+        // An empty split (LSE -inf) weighs 0; its partial O is 0 too, so no branch.
+        const float w = l == -INFINITY ? 0.0f : __expf(l - lse);
         const float* part = args.o_partial + (s * args.rows + row) * D + lane * cols;
 #pragma unroll
         for (int c = 0; c < cols; c += 2) {
@@ -338,6 +346,21 @@ __global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ Co
             acc[c] += w * x.x;
             acc[c + 1] += w * x.y;
         }
+    }
+    __shared__ float partial[combine_warps - 1][D];
+    if (warp > 0) {
+#pragma unroll
+        for (int c = 0; c < cols; ++c)
+            partial[warp - 1][lane * cols + c] = acc[c];
+    }
+    __syncthreads();
+    if (warp > 0)
+        return;
+#pragma unroll
+    for (int w = 0; w < combine_warps - 1; ++w) {
+#pragma unroll
+        for (int c = 0; c < cols; ++c)
+            acc[c] += partial[w][lane * cols + c];
     }
 
     const std::int64_t token = row / args.heads;
@@ -347,10 +370,8 @@ __global__ void __launch_bounds__(128) combine_kernel(const __grid_constant__ Co
     T* out = static_cast<T*>(args.o) + view_batch * args.o_stride.batch +
              view_row * args.o_stride.seq + head * args.o_stride.head + lane * cols;
 #pragma unroll
-    for (int c = 0; c < cols; c += 2) {
-        const std::uint32_t packed = ptx::pack_rn<Dt>(acc[c], acc[c + 1]);
-        *reinterpret_cast<std::uint32_t*>(out + c) = packed;
-    }
+    for (int c = 0; c < cols; c += 2)
+        *reinterpret_cast<std::uint32_t*>(out + c) = ptx::pack_rn<Dt>(acc[c], acc[c + 1]);
     if (args.lse != nullptr && lane == 0)
         args.lse[(view_batch * args.heads + head) * args.view_seq_q + view_row] = lse;
 }
