@@ -36,11 +36,11 @@ void launch_attention(SplitKvArgs args, DType dtype, int d_head, std::int64_t ma
                       int requested_splits, Stream stream) {
     switch (d_head) {
         case 64:
-            return launch_d64(args, dtype, max_seq_k, requested_splits, stream);
+            return launch_d_head<64>(args, dtype, max_seq_k, requested_splits, stream);
         case 128:
-            return launch_d128(args, dtype, max_seq_k, requested_splits, stream);
+            return launch_d_head<128>(args, dtype, max_seq_k, requested_splits, stream);
         case 256:
-            return launch_d256(args, dtype, max_seq_k, requested_splits, stream);
+            return launch_d_head<256>(args, dtype, max_seq_k, requested_splits, stream);
         default:
             throw Error(ErrorCode::unsupported,
                         "d_head: expected 64, 128 or 256, got " + std::to_string(d_head));

@@ -26,13 +26,14 @@ SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int requested
 void launch_attention(SplitKvArgs args, DType dtype, int d_head, std::int64_t max_seq_k,
                       int requested_splits, Stream stream);
 
-// The launch for each d_head (split_kv_d*.cu).
-void launch_d64(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
-                Stream stream);
-void launch_d128(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
-                 Stream stream);
-void launch_d256(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
-                 Stream stream);
+// The launch for one d_head, both dtypes: instantiated once per d_head, each in its own
+// translation unit (split_kv_d*.cu) so that the build compiles them in parallel.
+template <int D>
+void launch_d_head(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
+                   Stream stream);
+extern template void launch_d_head<64>(const SplitKvArgs&, DType, std::int64_t, int, Stream);
+extern template void launch_d_head<128>(const SplitKvArgs&, DType, std::int64_t, int, Stream);
+extern template void launch_d_head<256>(const SplitKvArgs&, DType, std::int64_t, int, Stream);
 
 // KV append, before the attention that reads the new rows (same stream).
 void launch_append(const AppendArgs& args, int batch, int heads_kv, Stream stream);

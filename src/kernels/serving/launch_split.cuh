@@ -1,7 +1,7 @@
 #pragma once
 
-// The split-KV kernel's launch for one (dtype, d_head): each instantiated in its own
-// translation unit (split_kv_d*.cu) so that the build compiles them in parallel.
+// The split-KV kernel's launch for one d_head (declared in launch.hpp), instantiated by
+// split_kv_d*.cu.
 
 #include <cuda_runtime.h>
 
@@ -76,6 +76,15 @@ void launch_for(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Str
         else
             launch_split<Dt, D, 4, false>(args, max_seq_k, splits, stream);
     }
+}
+
+template <int D>
+void launch_d_head(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
+                   Stream stream) {
+    if (dtype == DType::BF16)
+        launch_for<DType::BF16, D>(args, max_seq_k, splits, stream);
+    else
+        launch_for<DType::FP16, D>(args, max_seq_k, splits, stream);
 }
 
 }  // namespace flash_attention::serving

@@ -1,13 +1,4 @@
 #include "kernels/serving/launch_split.cuh"
 
-namespace flash_attention::serving {
-
-void launch_d256(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
-                 Stream stream) {
-    if (dtype == DType::BF16)
-        launch_for<DType::BF16, 256>(args, max_seq_k, splits, stream);
-    else
-        launch_for<DType::FP16, 256>(args, max_seq_k, splits, stream);
-}
-
-}  // namespace flash_attention::serving
+template void flash_attention::serving::launch_d_head<256>(const SplitKvArgs&, DType, std::int64_t,
+                                                           int, Stream);
