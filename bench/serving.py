@@ -65,6 +65,8 @@ def decode_rows(args, rows):
                                               ("decode", 1, 1, 131072, False),
                                               ("spec decode", 16, 16, 4096, True),
                                               ("chunked prefill", 8, 512, 8192, True)):
+        if not name.startswith(args.only):
+            continue
         hq, hkv, d = 32, 8, 128
         kv_bytes = 2 * batch * seq_k * hkv * d * 2
         n = copies_for(kv_bytes)
@@ -88,6 +90,10 @@ def decode_rows(args, rows):
             lambda i: fas.forward_kvcache(qs[i % n], ks[i % n], vs[i % n], cache_seqlens=lens, causal=causal),
             args.repeat))
         rows[-1] = rows[-1][:2] + (rows[-1][2] + f" (max diff vs forward {err:.1e})",) + rows[-1][3:]
+        for splits in args.splits:
+            report(f"ours, contiguous, {splits} splits", *median_ms(
+                lambda i: fas.forward_kvcache(qs[i % n], ks[i % n], vs[i % n], cache_seqlens=lens, causal=causal,
+                                              num_splits=splits), args.repeat))
         for page in (16, 64):
             pk = [paged(ks[j], vs[j], page) for j in range(n)]
             report(f"ours, paged {page}", *median_ms(
@@ -149,10 +155,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--splits", default="", help="also time these split counts (comma-separated)")
+    parser.add_argument("--only", default="", help="run only the shapes whose name starts with this")
     args = parser.parse_args()
+    args.splits = [int(x) for x in args.splits.split(",") if x]
     rows = []
     decode_rows(args, rows)
-    varlen_rows(args, rows)
+    if not args.only:
+        varlen_rows(args, rows)
     lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, heads 32/8 (varlen 16/16), d_head 128; "
              f"median of {args.repeat}",
              "",

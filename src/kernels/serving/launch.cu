@@ -13,21 +13,24 @@
 
 namespace flash_attention::serving {
 
-SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int requested) {
+SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_keys, int requested) {
     // Splitting pays when a (sequence, K/V head) has few query tiles: decoding, and
     // speculative decoding's few positions. Longer queries fill the GPU with their tiles,
     // and a split would only add its fp32 partials' traffic and the merge.
     constexpr std::int64_t most_tiles_split = 4;
-    // At least 4 blocks (256 keys at d_head <= 128) a range: the partial results (16 rows x
-    // d_head fp32) stay a few percent of the range's K/V bytes, and a CTA's loads outlast
-    // its start-up. Short ranges keep a single decoding sequence spread over the GPU.
-    constexpr int fewest_blocks = 4;
+    // A range holds at least 512 keys and a row at most 32 ranges: measured on the H100
+    // (docs/PERF.md, decode b16 x 8192 and b1 x 131072, heads 32/8), 512-key ranges were
+    // fastest at 8192 keys and 4096-key ones at 131072; shorter ranges spend more of each
+    // CTA on its first load and its partial result, longer ones leave SMs idle.
+    constexpr int fewest_keys = 512;
+    constexpr int most_ranges = 32;
     key_blocks = std::max(key_blocks, 1);
     int per_split = key_blocks;
     if (requested > 0) {
         per_split = blocks_covering(key_blocks, requested);
     } else if (tiles_per_head <= most_tiles_split) {
-        per_split = std::max(fewest_blocks, blocks_covering(key_blocks, k_max_splits));
+        per_split = std::max(blocks_covering(fewest_keys, block_keys),
+                             blocks_covering(key_blocks, most_ranges));
     }
     return {blocks_covering(key_blocks, per_split), per_split};
 }

@@ -17,9 +17,9 @@ struct SplitPlan {
 };
 
 // The plan for query tiles of `tiles_per_head` tiles per (sequence, K/V head) over at most
-// key_blocks blocks. requested 0: the library's choice. Nothing here depends on the batch:
-// one row's result is the same whatever else is in it.
-SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int requested);
+// key_blocks blocks of block_keys keys. requested 0: the library's choice. Nothing here
+// depends on the batch: one row's result is the same whatever else is in it.
+SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_keys, int requested);
 
 // Attention for `args` (everything but splits and the partial buffers filled in):
 // requested_splits 0 lets choose_splits() decide from max_seq_k. Throws Error.

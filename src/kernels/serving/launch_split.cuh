@@ -30,8 +30,8 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
     constexpr auto* kernel = &split_kv_kernel<Dt, D, Warps, Paged>;
     const int group = args.heads / args.heads_kv;
     const std::int64_t tiles = blocks_covering(args.max_seq_q * group, Tr::B_r);
-    const SplitPlan plan =
-        plan_splits(tiles, blocks_covering(static_cast<int>(max_seq_k), Tr::B_c), requested_splits);
+    const SplitPlan plan = plan_splits(tiles, blocks_covering(static_cast<int>(max_seq_k), Tr::B_c),
+                                       Tr::B_c, requested_splits);
     const int splits = plan.splits;
     if (tiles * splits > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
