@@ -105,26 +105,34 @@ __device__ __forceinline__ Span key_span(const KeySource& ks, int b) {
             static_cast<int>(min(max(len, std::int64_t{0}), std::int64_t{capacity}))};
 }
 
-// The address of key `key0` (a multiple of 16) of the sequence in `span` under K/V head
-// `head` (T* into `base` with `stride`): the first of 16 contiguous rows, since pages hold
-// a multiple of 16. Null on a page id outside the cache.
-template <bool Paged, class T>
-__device__ __forceinline__ const T* key_group(const KeySource& ks, const void* base,
-                                              const TensorStrides& stride, int b, const Span& span,
-                                              int head, int key0) {
-    if (key0 >= span.len)
-        return nullptr;  // past the end: no page table entry is read for it
-    std::int64_t entry = span.view_batch;
-    std::int64_t row = span.row0 + key0;
-    if constexpr (Paged) {
-        const int page = ks.block_table[b * ks.block_table_stride + key0 / ks.seq];
-        if (page < 0 || page >= ks.view_batch)
-            return nullptr;
-        entry = page;
-        row = key0 % ks.seq;
+// Where the 16-row groups of a K/V block start in the K/V view: entry (page, or batch
+// entry) and row, entry -1 for a group that reads as zeros (past the sequence's end, or a
+// page id outside the cache). Looked up a block ahead of the copy that uses it, so a paged
+// cache's table read is off the load path.
+template <int Groups>
+struct BlockRows {
+    int entry[Groups];
+    int row[Groups];
+};
+
+template <bool Paged, int BlockKeys>
+__device__ __forceinline__ BlockRows<BlockKeys / 16> block_rows(const KeySource& ks, int b,
+                                                                const Span& span, int block) {
+    BlockRows<BlockKeys / 16> rows;
+#pragma unroll
+    for (int g = 0; g < BlockKeys / 16; ++g) {
+        const int key0 = block * BlockKeys + 16 * g;
+        rows.entry[g] = span.view_batch;
+        rows.row[g] = span.row0 + key0;
+        if (key0 >= span.len) {
+            rows.entry[g] = -1;  // no page table entry is read past the end
+        } else if constexpr (Paged) {
+            const int page = ks.block_table[b * ks.block_table_stride + key0 / ks.seq];
+            rows.entry[g] = page < 0 || page >= ks.view_batch ? -1 : page;
+            rows.row[g] = key0 % ks.seq;
+        }
     }
-    return static_cast<const T*>(base) + entry * stride.batch + row * stride.seq +
-           std::int64_t{head} * stride.head;
+    return rows;
 }
 
 template <DType Dt, int D, int Warps, bool Paged>
@@ -174,33 +182,33 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
                std::int64_t{head_of(r)} * args.q_stride.head;
     };
     // Block j's K and V into stage (j - first_block) % 2, as one cp.async group.
-    const auto copy_kv = [&](int j) {
+    using Rows = BlockRows<Tr::B_c / 16>;
+    const auto copy_kv = [&](int j, const Rows& rows) {
         const std::uint32_t stage = (j - first_block) % Tr::stages;
-        const int rows = min(Tr::B_c, kspan.len - j * Tr::B_c);
-        KCopy::copy_groups(
-            k_smem + stage * Tr::KTile::bytes,
-            [&](int g) {
-                return key_group<Paged, T>(ks, ks.k, ks.k_stride, b, kspan, kv_head,
-                                           j * Tr::B_c + 16 * g);
-            },
-            ks.k_stride.seq, rows, static_cast<const T*>(ks.k));
-        VCopy::copy_groups(
-            v_smem + stage * Tr::VTile::bytes,
-            [&](int g) {
-                return key_group<Paged, T>(ks, ks.v, ks.v_stride, b, kspan, kv_head,
-                                           j * Tr::B_c + 16 * g);
-            },
-            ks.v_stride.seq, rows, static_cast<const T*>(ks.v));
+        const int valid = min(Tr::B_c, kspan.len - j * Tr::B_c);
+        const auto group_of = [&](const void* base, const TensorStrides& stride) {
+            return [&, base](int g) -> const T* {
+                if (rows.entry[g] < 0)
+                    return nullptr;
+                return static_cast<const T*>(base) + std::int64_t{rows.entry[g]} * stride.batch +
+                       std::int64_t{rows.row[g]} * stride.seq + std::int64_t{kv_head} * stride.head;
+            };
+        };
+        KCopy::copy_groups(k_smem + stage * Tr::KTile::bytes, group_of(ks.k, ks.k_stride),
+                           ks.k_stride.seq, valid, static_cast<const T*>(ks.k));
+        VCopy::copy_groups(v_smem + stage * Tr::VTile::bytes, group_of(ks.v, ks.v_stride),
+                           ks.v_stride.seq, valid, static_cast<const T*>(ks.v));
     };
+    const auto rows_of = [&](int j) { return block_rows<Paged, Tr::B_c>(ks, b, kspan, j); };
 
     // Groups: Q with the first block, then the second block (either may be empty; empty
     // groups keep the count that cp.async.wait_group relies on).
     QCopy::copy(q_smem, q_row, q_base);
     if (first_block < end_block)
-        copy_kv(first_block);
+        copy_kv(first_block, rows_of(first_block));
     ptx::cp_async_commit_group();
     if (first_block + 1 < end_block)
-        copy_kv(first_block + 1);
+        copy_kv(first_block + 1, rows_of(first_block + 1));
     ptx::cp_async_commit_group();
     ptx::cp_async_wait_group<1>();  // Q and the first block
     __syncthreads();
@@ -229,6 +237,10 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
     // One K/V block: S = Q·K_jᵀ, mask, online softmax, O += P·V_j, while block j+1 loads.
     for (int j = first_block; j < end_block; ++j) {
         const std::uint32_t stage = (j - first_block) % Tr::stages;
+        // Block j+2's rows: the page table read is in flight while block j computes.
+        Rows ahead{};
+        if (j + 2 < end_block)
+            ahead = rows_of(j + 2);
         if (j > first_block) {
             ptx::cp_async_wait_group<1>();  // block j has landed (j+1 may still be in flight)
             __syncthreads();
@@ -250,7 +262,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
         // Every warp is done with this stage before block j+2 overwrites it.
         __syncthreads();
         if (j + 2 < end_block)
-            copy_kv(j + 2);
+            copy_kv(j + 2, ahead);
         ptx::cp_async_commit_group();
     }
     softmax.finalize(o);

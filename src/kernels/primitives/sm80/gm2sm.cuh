@@ -128,26 +128,25 @@ class RowGatherCopyGM2SM {
     // The same for a tile made of 16-row groups that are each contiguous (row_stride apart)
     // wherever the group lies: the pages of a paged KV cache, whose size is a multiple of
     // 16. group_source(g) is row 16 g's address (or null: the group reads as zeros), asked
-    // once per group a thread touches instead of once per row; rows from `valid_rows` on
-    // read as zeros.
+    // with a compile-time g once per group a thread touches; rows from `valid_rows` on read
+    // as zeros.
     template <class T, class GroupSource>
     __device__ __forceinline__ static void copy_groups(std::uint32_t smem_tile,
                                                        const GroupSource& group_source,
                                                        std::int64_t row_stride, int valid_rows,
                                                        const T* fallback) {
         constexpr int group = 16;
-        static_assert(group % row_step == 0 || row_step % group == 0,
-                      "a thread's rows fall into groups at compile-time positions");
-        const int row = threadIdx.x / Tile::chunks_per_row;  // < row_step
+        // A thread's first row is below row_step, so with row_step dividing 16 its row
+        // i * row_step + row stays in group i * row_step / 16.
+        static_assert(group % row_step == 0, "a thread's rows fall into known groups");
+        const int row = threadIdx.x / Tile::chunks_per_row;
         const int chunk = threadIdx.x % Tile::chunks_per_row;
         const T* base = nullptr;
 #pragma unroll
         for (int i = 0; i < chunks_per_thread; ++i) {
-            // With row_step dividing 16, row + i * row_step stays in group
-            // i * row_step / 16; with row_step a multiple of 16, every i starts a new one.
             const int r = row + i * row_step;
-            if (i == 0 || (i * row_step) % group == 0)
-                base = group_source(r / group);
+            if ((i * row_step) % group == 0)
+                base = group_source((i * row_step) / group);
             const T* src =
                 base == nullptr || r >= valid_rows ? nullptr : base + (r % group) * row_stride;
             ptx::cp_async_16_zfill(smem_tile + Tile::chunk_offset(r, chunk),
