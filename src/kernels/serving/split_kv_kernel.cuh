@@ -50,10 +50,11 @@ struct SplitKvTraits {
     static constexpr bool q_in_registers = D <= 128;
     static constexpr int qk_step = q_in_registers ? qk_k_tiles : 2;
 
-    // Two stages of K and V: block j+1 loads while block j computes, so a CTA always has a
-    // block in flight (decoding is a stream of K/V bytes; a single buffer left each CTA
-    // idle for a load's latency twice a block).
-    static constexpr int stages = 2;
+    // Stages of K and V: blocks j+1 .. j+stages-1 load while block j computes, so a CTA
+    // always has blocks in flight (a single buffer left each CTA idle for a load's latency
+    // twice a block). Decoding's one-warp tiles are latency-bound with two (ncu, decode
+    // b16 x 8192: no eligible warp 74% of cycles at 85% of DRAM bandwidth) and take three.
+    static constexpr int stages = Warps == 1 ? 3 : 2;
     using QTile = SmemTile<B_r, D, true>;  // also stages O at the end
     using KTile = SmemTile<B_c, D, true>;
     using VTile = SmemTile<B_c, D, true>;
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
                std::int64_t{qs.row0 + position(r)} * args.q_stride.seq +
                std::int64_t{head_of(r)} * args.q_stride.head;
     };
-    // Block j's K and V into stage (j - first_block) % 2, as one cp.async group.
+    // Block j's K and V into stage (j - first_block) % stages, as one cp.async group.
     using Rows = BlockRows<Tr::B_c / 16>;
     const auto copy_kv = [&](int j, const Rows& rows) {
         const std::uint32_t stage = (j - first_block) % Tr::stages;
@@ -201,16 +202,16 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
     };
     const auto rows_of = [&](int j) { return block_rows<Paged, Tr::B_c>(ks, b, kspan, j); };
 
-    // Groups: Q with the first block, then the second block (either may be empty; empty
+    // Groups: Q with the first block, then one per further stage (any may be empty; empty
     // groups keep the count that cp.async.wait_group relies on).
     QCopy::copy(q_smem, q_row, q_base);
-    if (first_block < end_block)
-        copy_kv(first_block, rows_of(first_block));
-    ptx::cp_async_commit_group();
-    if (first_block + 1 < end_block)
-        copy_kv(first_block + 1, rows_of(first_block + 1));
-    ptx::cp_async_commit_group();
-    ptx::cp_async_wait_group<1>();  // Q and the first block
+#pragma unroll
+    for (int i = 0; i < Tr::stages; ++i) {
+        if (first_block + i < end_block)
+            copy_kv(first_block + i, rows_of(first_block + i));
+        ptx::cp_async_commit_group();
+    }
+    ptx::cp_async_wait_group<Tr::stages - 1>();  // Q and the first block
     __syncthreads();
 
     const int warp_row0 = (threadIdx.x / warp_size) * mma_m;
@@ -234,15 +235,16 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
         return keys_seen(position(r), qs.len, kspan.len, args.causal);
     };
 
-    // One K/V block: S = Q·K_jᵀ, mask, online softmax, O += P·V_j, while block j+1 loads.
+    // One K/V block: S = Q·K_jᵀ, mask, online softmax, O += P·V_j, while the next load.
     for (int j = first_block; j < end_block; ++j) {
         const std::uint32_t stage = (j - first_block) % Tr::stages;
-        // Block j+2's rows: the page table read is in flight while block j computes.
+        const int refill = j + Tr::stages;  // the block that takes this stage next
+        // Its rows: the page table read is in flight while block j computes.
         Rows ahead{};
-        if (j + 2 < end_block)
-            ahead = rows_of(j + 2);
+        if (refill < end_block)
+            ahead = rows_of(refill);
         if (j > first_block) {
-            ptx::cp_async_wait_group<1>();  // block j has landed (j+1 may still be in flight)
+            ptx::cp_async_wait_group<Tr::stages - 1>();  // block j has landed
             __syncthreads();
         }
         const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(k_smem +
@@ -259,10 +261,10 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
         accumulators_to_a_fragments<Dt>(s, p);
         warp_gemm<Dt, Tr::pv_k_tiles, Tr::pv_k_tiles, false>(o, RegisterA<1, Tr::pv_k_tiles>{p},
                                                              v_frags);
-        // Every warp is done with this stage before block j+2 overwrites it.
+        // Every warp is done with this stage before the refill overwrites it.
         __syncthreads();
-        if (j + 2 < end_block)
-            copy_kv(j + 2, ahead);
+        if (refill < end_block)
+            copy_kv(refill, ahead);
         ptx::cp_async_commit_group();
     }
     softmax.finalize(o);
