@@ -178,6 +178,9 @@ struct ProblemShape {
 // in the tuning cache ($FLASH_ATTENTION_TUNING, else ~/.cache/flash_attention/tuning.json),
 // else a built-in table. The cache is read once per process; a missing, corrupt or stale
 // cache only means the built-in table is used.
+// Decoding shapes (at most 64 query rows per K/V head: seq_q x heads_q / heads_kv <= 64,
+// and seq_k >= 1024) run on forward_kvcache's split-KV kernels instead, which have no
+// KernelConfig: choose_config() names the kernel this call would run otherwise.
 // Throws flash_attention::Error on invalid input or a CUDA failure.
 void forward(const ForwardParams& params, Stream stream = nullptr);
 

@@ -27,6 +27,11 @@ bool can_run(const KernelConfig& config, const ChoiceProblem& problem,
 std::optional<KernelConfig> heuristic_config(const ChoiceProblem& problem,
                                              const DeviceProperties& device);
 
+// Whether forward() without a named config runs this problem on the split-KV kernels
+// (forward_kvcache's path) instead of a KernelConfig's: decoding shapes, whose few query
+// rows per K/V head leave the dense kernels one tile per (batch, head) and most SMs idle.
+bool runs_split_kv(const ProblemShape& shape);
+
 // Tuning cache, then heuristic_config. Throws Error(unsupported) when nothing fits.
 KernelConfig choose_kernel(const ChoiceProblem& problem, const DeviceProperties& device);
 

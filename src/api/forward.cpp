@@ -67,6 +67,18 @@ KernelConfig choose_config(const ProblemShape& problem, const DeviceProperties& 
 
 void forward(const ForwardParams& params, Stream stream) {
     validate_tensors(params);
+    if (runs_split_kv(shape_of(params))) {
+        KVCacheParams kv;
+        kv.q = params.q;
+        kv.k_cache = params.k;
+        kv.v_cache = params.v;
+        kv.o = params.o;
+        kv.softmax_scale = params.softmax_scale;
+        kv.causal = params.causal;
+        kv.lse = params.lse;
+        forward_kvcache(kv, stream);  // every sequence uses all seq_k keys
+        return;
+    }
     const DeviceProperties& device = DeviceProperties::current();
     launch(params, choose_kernel(choice_problem(params), device), device, stream);
 }

@@ -520,3 +520,31 @@ TEST(KVCacheGraph, CapturedDecodeStepReplaysOnNewContents) {
 }
 
 }  // namespace
+
+namespace {
+
+// forward() without a config sends decoding shapes to the split-KV kernels: the answer
+// matches the reference and is forward_kvcache's, bit for bit.
+TEST(ForwardDecode, RunsTheSplitPathAndMatchesReference) {
+    for (const bool causal : {false, true}) {
+        const CacheCase c{2, 8, 0, 0, causal, 0};  // 2 positions x 8 heads = 16 rows a K/V head
+        const CacheProblem pr(c, 3, 3000, fresh_seed(), {3000, 3000, 3000});
+        CacheRun run(pr);
+        fa::ForwardParams p{run.dq.view, run.dk.view, run.dv.view, run.dout.view, std::nullopt};
+        p.causal = causal;
+        p.lse = static_cast<float*>(run.lse.data());
+        run.dout.buffer.poison_with_nan();
+        run.lse.poison_with_nan();
+        fa::forward(p);
+        fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+        expect_cache_result(pr, run.dout, run.lse, causal ? "forward, causal" : "forward");
+        const auto via_forward = download_bits(run.dout);
+        fa::KVCacheParams kv = run.params();
+        kv.cache_seqlens = nullptr;  // all 3000 keys, as forward() sees them
+        fa::forward_kvcache(kv);
+        fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+        EXPECT_EQ(via_forward, download_bits(run.dout));
+    }
+}
+
+}  // namespace
