@@ -1,0 +1,179 @@
+// forward_varlen and forward_kvcache reject what the host can see is wrong before touching
+// a GPU, with a message naming the argument, what was expected and what was given (no GPU
+// needed: every check here precedes the device query).
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "flash_attention/flash_attention.hpp"
+
+namespace fa = flash_attention;
+
+namespace {
+
+// Distinct, aligned, never dereferenced addresses.
+template <class T = void>
+T* address(std::uintptr_t gib) {
+    return reinterpret_cast<T*>(gib << 30);
+}
+
+fa::TensorView view(std::uintptr_t gib, std::int64_t b, std::int64_t s, std::int64_t h,
+                    std::int64_t d = 128, fa::DType dtype = fa::DType::BF16) {
+    return fa::TensorView::contiguous(address(gib), dtype, b, s, h, d);
+}
+
+fa::VarlenParams good_varlen() {
+    fa::VarlenParams p;
+    p.q = view(1, 1, 1000, 32);
+    p.k = view(2, 1, 3000, 8);
+    p.v = view(3, 1, 3000, 8);
+    p.o = view(4, 1, 1000, 32);
+    p.cu_seqlens_q = address<std::int32_t>(5);
+    p.cu_seqlens_k = address<std::int32_t>(6);
+    p.batch = 4;
+    p.max_seqlen_q = 500;
+    p.max_seqlen_k = 1500;
+    return p;
+}
+
+fa::KVCacheParams good_kvcache() {
+    fa::KVCacheParams p;
+    p.q = view(1, 4, 1, 32);
+    p.k_cache = view(2, 4, 4096, 8);
+    p.v_cache = view(3, 4, 4096, 8);
+    p.o = view(4, 4, 1, 32);
+    p.cache_seqlens = address<std::int32_t>(5);
+    return p;
+}
+
+void expect_error(const std::function<void()>& call, fa::ErrorCode code,
+                  const std::string& argument, const std::string& given) {
+    try {
+        call();
+        ADD_FAILURE() << "no error for " << argument;
+    } catch (const fa::Error& e) {
+        const std::string message = e.what();
+        EXPECT_EQ(e.code(), code) << message;
+        EXPECT_EQ(message.rfind(argument + ": expected ", 0), 0u) << message;
+        EXPECT_NE(message.find(", got " + given), std::string::npos) << message;
+    }
+}
+
+void varlen_error(const std::function<void(fa::VarlenParams&)>& edit, const std::string& argument,
+                  const std::string& given, fa::ErrorCode code = fa::ErrorCode::invalid_argument) {
+    fa::VarlenParams p = good_varlen();
+    edit(p);
+    expect_error([&] { fa::forward_varlen(p); }, code, argument, given);
+}
+
+void kvcache_error(const std::function<void(fa::KVCacheParams&)>& edit, const std::string& argument,
+                   const std::string& given, fa::ErrorCode code = fa::ErrorCode::invalid_argument) {
+    fa::KVCacheParams p = good_kvcache();
+    edit(p);
+    expect_error([&] { fa::forward_kvcache(p); }, code, argument, given);
+}
+
+}  // namespace
+
+TEST(ServingValidation, Varlen) {
+    varlen_error([](auto& p) { p.q = view(1, 2, 500, 32); }, "q.shape[0] (batch)", "2");
+    varlen_error([](auto& p) { p.cu_seqlens_q = nullptr; }, "cu_seqlens_q", "null");
+    varlen_error([](auto& p) { p.cu_seqlens_k = nullptr; }, "cu_seqlens_k", "null");
+    varlen_error([](auto& p) { p.batch = 0; }, "batch", "0");
+    varlen_error([](auto& p) { p.max_seqlen_q = 1001; }, "max_seqlen_q", "1001");
+    varlen_error([](auto& p) { p.num_splits = -1; }, "num_splits", "-1");
+    varlen_error(
+        [](auto& p) {
+            p.q = view(1, 1, 1000, 30);
+            p.o = view(4, 1, 1000, 30);
+        },
+        "q.shape[2] (heads)", "30");
+    varlen_error([](auto& p) { p.o = view(4, 1, 999, 32); }, "o.shape", "(1, 999, 32, 128)");
+    varlen_error([](auto& p) { p.k = view(2, 1, 3000, 8, 128, fa::DType::FP16); }, "k.dtype",
+                 "FP16", fa::ErrorCode::dtype);
+    varlen_error([](auto& p) { p.o = p.q; }, "o", "an overlapping range");
+    varlen_error([](auto& p) { p.softmax_scale = -1.0f; }, "softmax_scale", "-1");
+    // Paged: (num_pages, page_size, heads_kv, d_head) with a table and the key lengths.
+    const auto paged = [](fa::VarlenParams& p) {
+        p.k = view(2, 64, 16, 8);
+        p.v = view(3, 64, 16, 8);
+        p.pages = fa::PageTable{address<std::int32_t>(7), 200, 0};
+        p.seqused_k = address<std::int32_t>(8);
+    };
+    varlen_error(
+        [&](auto& p) {
+            paged(p);
+            p.k = view(2, 64, 24, 8);
+            p.v = view(3, 64, 24, 8);
+        },
+        "k.shape[1] (page_size)", "24");
+    varlen_error(
+        [&](auto& p) {
+            paged(p);
+            p.pages->block_table = nullptr;
+        },
+        "pages.block_table", "null");
+    varlen_error(
+        [&](auto& p) {
+            paged(p);
+            p.pages->row_stride = 10;
+        },
+        "pages.row_stride", "10");
+    varlen_error(
+        [&](auto& p) {
+            paged(p);
+            p.seqused_k = nullptr;
+            p.cu_seqlens_k = nullptr;
+        },
+        "seqused_k", "neither");
+}
+
+TEST(ServingValidation, KVCache) {
+    kvcache_error(
+        [](auto& p) {
+            p.k_cache = view(2, 3, 4096, 8);
+            p.v_cache = view(3, 3, 4096, 8);
+        },
+        "k_cache.shape[0] (batch)", "3");
+    kvcache_error([](auto& p) { p.v_cache = view(3, 4, 4000, 8); }, "v_cache.shape",
+                  "(4, 4000, 8, 128)");
+    kvcache_error([](auto& p) { p.num_splits = 300; }, "num_splits", "300");
+    kvcache_error([](auto& p) { p.k_new = view(6, 4, 1, 8); }, "v_new", "none");
+    kvcache_error(
+        [](auto& p) {
+            p.k_new = view(6, 4, 1, 8);
+            p.v_new = view(7, 4, 1, 8);
+            p.cache_seqlens = nullptr;
+        },
+        "cache_seqlens", "null");
+    kvcache_error(
+        [](auto& p) {
+            p.k_new = view(6, 4, 1, 4);
+            p.v_new = view(7, 4, 1, 4);
+        },
+        "k_new.shape[2] (heads)", "4");
+    kvcache_error(
+        [](auto& p) {
+            p.k_new = view(6, 4, 1, 8);
+            p.v_new = p.k_cache;
+            p.v_new->shape = {4, 1, 8, 128};
+        },
+        "v_new", "an overlapping range");
+    kvcache_error(
+        [](auto& p) {
+            p.q = view(1, 4, 1, 32, 96);
+            p.o = view(4, 4, 1, 32, 96);
+        },
+        "q.shape[3] (d_head)", "96", fa::ErrorCode::unsupported);
+    kvcache_error([](auto& p) { p.lse = address<float>(1); }, "lse", "an overlapping range");
+    kvcache_error(
+        [](auto& p) {
+            p.pages = fa::PageTable{address<std::int32_t>(7), 0, 0};
+            p.k_cache = view(2, 64, 16, 8);
+            p.v_cache = view(3, 64, 16, 8);
+        },
+        "pages.max_pages_per_seq", "0");
+}
