@@ -158,6 +158,11 @@ def _index(name, t, device, shape):
     return t.data_ptr()
 
 
+def _varlen_lse_like(q):
+    # (heads, total_q) from q's (total_q, heads, d_head), as flash_attn's varlen functions
+    return q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
 def _on_device(device, fn):
     if device.index == torch.cuda.current_device():
         fn()
@@ -215,7 +220,7 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
                softmax_scale: Optional[float], causal: bool, num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    lse = _varlen_lse_like(q)
     _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
                 max_seqlen_k, softmax_scale, causal, num_splits)
     return out, lse
@@ -224,7 +229,7 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
 @_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
       softmax_scale, causal, num_splits):
-    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return q.new_empty(q.shape), _varlen_lse_like(q)
 
 
 # The caches are written when k and v are given (KV append); declared mutated either way.
@@ -271,15 +276,10 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args)
     else:
-        out, lse = _eager_varlen(*args, return_lse)
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = _varlen_lse_like(q) if return_lse else None
+        _run_varlen(q, k, v, out, lse, *args[3:])
     return (out, lse) if return_lse else out
-
-
-def _eager_varlen(q, k, v, cu_q, cu_k, used, table, max_q, max_k, scale, causal, num_splits, return_lse):
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device) if return_lse else None
-    _run_varlen(q, k, v, out, lse, cu_q, cu_k, used, table, max_q, max_k, scale, causal, num_splits)
-    return out, lse
 
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,

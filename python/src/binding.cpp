@@ -193,6 +193,14 @@ fa::ForwardParams params_of(nb::handle q, nb::handle k, nb::handle v, nb::handle
     return p;
 }
 
+// A paged cache's table from the Python layer's address (0: not paged) and its shape.
+std::optional<fa::PageTable> page_table(std::uintptr_t block_table, std::int64_t max_pages,
+                                        std::int64_t row_stride) {
+    if (block_table == 0)
+        return std::nullopt;
+    return fa::PageTable{reinterpret_cast<const std::int32_t*>(block_table), max_pages, row_stride};
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -293,10 +301,7 @@ NB_MODULE(_C, m) {
             p.cu_seqlens_q = reinterpret_cast<const std::int32_t*>(cu_seqlens_q);
             p.cu_seqlens_k = reinterpret_cast<const std::int32_t*>(cu_seqlens_k);
             p.seqused_k = reinterpret_cast<const std::int32_t*>(seqused_k);
-            if (block_table != 0) {
-                p.pages = fa::PageTable{reinterpret_cast<const std::int32_t*>(block_table),
-                                        max_pages, table_stride};
-            }
+            p.pages = page_table(block_table, max_pages, table_stride);
             p.batch = batch;
             p.max_seqlen_q = max_seqlen_q;
             p.max_seqlen_k = max_seqlen_k;
@@ -326,10 +331,7 @@ NB_MODULE(_C, m) {
             p.v_cache = view_of(v_cache, "v_cache");
             p.o = view_of(out, "out");
             p.cache_seqlens = reinterpret_cast<const std::int32_t*>(cache_seqlens);
-            if (block_table != 0) {
-                p.pages = fa::PageTable{reinterpret_cast<const std::int32_t*>(block_table),
-                                        max_pages, table_stride};
-            }
+            p.pages = page_table(block_table, max_pages, table_stride);
             if (!k_new.is_none())
                 p.k_new = view_of(k_new, "k");
             if (!v_new.is_none())

@@ -136,3 +136,16 @@ def test_kvcache_compiles_and_replays_in_a_cuda_graph():
         for i in range(b):
             n = lens[i].item()
             assert_matches(out[i:i + 1], None, q[i:i + 1], kc[i:i + 1, :n], vc[i:i + 1, :n], d ** -0.5, False)
+
+
+@needs_gpu
+def test_inputs_that_require_grad_are_refused():
+    q = randn(2, 1, 8, 128, dtype=torch.bfloat16).requires_grad_()
+    kc = randn(2, 256, 2, 128, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="q: expected a tensor that does not require grad"):
+        fa.forward_kvcache(q, kc, kc.clone(), cache_seqlens=3)
+    with pytest.raises(NotImplementedError, match="q: expected a tensor that does not require grad"):
+        fa.forward_varlen(q[:, 0], kc[0], kc[0].clone(), torch.tensor([0, 1, 2], dtype=torch.int32, device="cuda"),
+                          torch.tensor([0, 100, 256], dtype=torch.int32, device="cuda"), 1, 156)
+    with torch.no_grad():  # allowed without grad mode, as forward() is
+        fa.forward_kvcache(q, kc, kc.clone(), cache_seqlens=3)
