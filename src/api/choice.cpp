@@ -47,13 +47,18 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
     return candidates.front();
 }
 
-KernelConfig choose_kernel(const ChoiceProblem& p, const DeviceProperties& device) {
+std::optional<KernelConfig> find_kernel_for(const ChoiceProblem& p,
+                                            const DeviceProperties& device) {
     // A cached config this build lacks, or one that cannot run here, is skipped: a stale
     // cache costs speed, never a failure.
     if (const auto tuned = tuning::lookup(tuning::Key::of(device, p.shape));
         tuned && can_run(*tuned, p, device))
         return *tuned;
-    if (const auto c = heuristic_config(p, device))
+    return heuristic_config(p, device);
+}
+
+KernelConfig choose_kernel(const ChoiceProblem& p, const DeviceProperties& device) {
+    if (const auto c = find_kernel_for(p, device))
         return *c;
     throw Error(ErrorCode::unsupported,
                 "q: expected a dtype and d_head that a built kernel runs on " + device.name +

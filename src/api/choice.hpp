@@ -32,7 +32,11 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& problem,
 // rows per K/V head leave the dense kernels one tile per (batch, head) and most SMs idle.
 bool runs_split_kv(const ProblemShape& shape);
 
-// Tuning cache, then heuristic_config. Throws Error(unsupported) when nothing fits.
+// Tuning cache, then heuristic_config; nullopt when nothing fits.
+std::optional<KernelConfig> find_kernel_for(const ChoiceProblem& problem,
+                                            const DeviceProperties& device);
+
+// find_kernel_for, or throws Error(unsupported) when nothing fits.
 KernelConfig choose_kernel(const ChoiceProblem& problem, const DeviceProperties& device);
 
 }  // namespace flash_attention

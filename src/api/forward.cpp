@@ -3,6 +3,7 @@
 #include <string>
 
 #include "api/choice.hpp"
+#include "api/kernel_args.hpp"
 #include "api/validate.hpp"
 #include "registry/registry.hpp"
 #include "tuning/tuning_cache.hpp"
@@ -14,6 +15,8 @@ namespace {
 TensorStrides strides(const TensorView& t) {
     return {t.stride[0], t.stride[1], t.stride[2]};
 }
+
+}  // namespace
 
 KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
     const float scale = softmax_scale(p.softmax_scale, p.q.shape[3]);
@@ -34,8 +37,18 @@ KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
             .causal = p.causal,
             .softmax_scale = scale,
             .scale_log2 = static_cast<float>(scale * std::numbers::log2e),
-            .sm_count = sm_count};
+            .sm_count = sm_count,
+            .seqs = {.cu_seqlens_q = nullptr,
+                     .cu_seqlens_k = nullptr,
+                     .seqused_k = nullptr,
+                     .seqused_k_add = 0,
+                     .q_view_batch = static_cast<int>(p.q.shape[0]),
+                     .q_view_seq = static_cast<int>(p.q.shape[1]),
+                     .k_view_batch = static_cast<int>(p.k.shape[0]),
+                     .k_view_seq = static_cast<int>(p.k.shape[1])}};
 }
+
+namespace {
 
 // Checks the named config against these tensors and device, then launches it.
 void launch(const ForwardParams& params, const KernelConfig& config, const DeviceProperties& device,

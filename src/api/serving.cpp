@@ -9,9 +9,12 @@
 #include <numbers>
 #include <string>
 
+#include "api/choice.hpp"
+#include "api/kernel_args.hpp"
 #include "api/validate.hpp"
 #include "config/config_space.hpp"
 #include "kernels/serving/launch.hpp"
+#include "registry/registry.hpp"
 
 namespace flash_attention {
 
@@ -157,6 +160,40 @@ void check_packed_rows(std::int64_t seq_q, const TensorView& q, const TensorView
     }
 }
 
+// Sequences whose queries fill tiles (not a decoding shape) run on the sm90 family, at
+// forward()'s speed: the config forward() would choose for the longest sequence, when it
+// is an sm90 one and TMA can address the tensors. A paged cache, a requested split count,
+// decoding shapes and other GPUs take the serving kernel.
+bool run_on_sm90(const ProblemShape& shape, const ForwardParams& views, int num_splits,
+                 SequenceArgs seqs, Stream stream) {
+    if (num_splits != 0 || runs_split_kv(shape) || !tma_problem(views).empty())
+        return false;
+    const DeviceProperties& device = DeviceProperties::current();
+    const std::optional<KernelConfig> config = find_kernel_for({shape, true}, device);
+    if (!config || config->family != Family::sm90)
+        return false;
+    validate_config(views, *config, device);
+    KernelArgs args = kernel_args(views, device.sm_count);
+    args.batch = static_cast<int>(shape.batch);
+    args.seq_q = static_cast<int>(shape.seq_q);
+    args.seq_k = static_cast<int>(shape.seq_k);
+    args.seqs = seqs;
+    find_kernel(*config)->launch(args, stream);
+    return true;
+}
+
+ProblemShape shape(const TensorView& q, const TensorView& k, std::int64_t batch, std::int64_t seq_q,
+                   std::int64_t seq_k, bool causal) {
+    return {.dtype = q.dtype,
+            .d_head = static_cast<int>(q.shape[3]),
+            .batch = batch,
+            .seq_q = seq_q,
+            .seq_k = seq_k,
+            .heads = q.shape[2],
+            .heads_kv = k.shape[2],
+            .causal = causal};
+}
+
 }  // namespace
 
 void forward_varlen(const VarlenParams& p, Stream stream) {
@@ -209,6 +246,20 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
                      {p.pages ? p.pages->block_table : nullptr, "pages.block_table"}},
                     device, stream);
 
+    if (!p.pages &&
+        run_on_sm90(shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.causal),
+                    {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.lse}, p.num_splits,
+                    {.cu_seqlens_q = p.cu_seqlens_q,
+                     .cu_seqlens_k = p.cu_seqlens_k,
+                     .seqused_k = p.seqused_k,
+                     .seqused_k_add = 0,
+                     .q_view_batch = 1,
+                     .q_view_seq = static_cast<int>(p.q.shape[1]),
+                     .k_view_batch = 1,
+                     .k_view_seq = static_cast<int>(p.k.shape[1])},
+                    stream)) {
+        return;
+    }
     SplitKvArgs a = attention_args(p.q, p.o, p.k, p.softmax_scale, p.causal, p.lse);
     a.cu_seqlens_q = p.cu_seqlens_q;
     a.max_seq_q = static_cast<int>(p.max_seqlen_q);
@@ -314,14 +365,28 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
                                stream);
     }
 
+    const std::int64_t capacity =
+        p.pages ? p.pages->max_pages_per_seq * p.k_cache.shape[1] : p.k_cache.shape[1];
+    if (!p.pages && run_on_sm90(shape(p.q, p.k_cache, batch, p.q.shape[1], capacity, p.causal),
+                                {p.q, p.k_cache, p.v_cache, p.o, p.softmax_scale, p.causal, p.lse},
+                                p.num_splits,
+                                {.cu_seqlens_q = nullptr,
+                                 .cu_seqlens_k = nullptr,
+                                 .seqused_k = p.cache_seqlens,
+                                 .seqused_k_add = static_cast<int>(seq_new),
+                                 .q_view_batch = static_cast<int>(batch),
+                                 .q_view_seq = static_cast<int>(p.q.shape[1]),
+                                 .k_view_batch = static_cast<int>(p.k_cache.shape[0]),
+                                 .k_view_seq = static_cast<int>(p.k_cache.shape[1])},
+                                stream)) {
+        return;
+    }
     SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.softmax_scale, p.causal, p.lse);
     a.max_seq_q = static_cast<int>(p.q.shape[1]);
     a.batch = static_cast<int>(batch);
     a.keys = keys;
     a.keys.seqlens = p.cache_seqlens;
     a.keys.seqlens_add = static_cast<int>(seq_new);
-    const std::int64_t capacity =
-        p.pages ? p.pages->max_pages_per_seq * p.k_cache.shape[1] : p.k_cache.shape[1];
     serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), capacity, p.num_splits,
                               stream);
 }

@@ -10,6 +10,20 @@ struct TensorStrides {
     std::int64_t batch, seq, head;  // in elements; d_head has unit stride
 };
 
+// Sequences of their own lengths in one call (forward_varlen, forward_kvcache), read by the
+// sm90 family; forward() leaves the pointers null and each batch entry is one sequence of
+// seq_q queries and seq_k keys. Offsets and lengths live in device memory and are cut to
+// the views by the kernel, never trusted.
+struct SequenceArgs {
+    const std::int32_t* cu_seqlens_q;  // batch + 1 offsets into q's and o's rows (view batch 1)
+    const std::int32_t* cu_seqlens_k;  // batch + 1 offsets into k's and v's rows (view batch 1)
+    const std::int32_t* seqused_k;     // sequence b uses seqused_k[b] + seqused_k_add keys
+    int seqused_k_add;                 // tokens appended to the cache by the same call
+    // The tensors' own (batch, seq): q and o, then k and v.
+    int q_view_batch, q_view_seq;
+    int k_view_batch, k_view_seq;
+};
+
 struct KernelArgs {
     const void* q;
     const void* k;
@@ -17,15 +31,16 @@ struct KernelArgs {
     void* o;
     float* lse;  // (batch, heads, seq_q) or null
     TensorStrides q_stride, k_stride, v_stride, o_stride;
-    int batch;
+    int batch;     // sequences
     int heads;     // of q and o
     int heads_kv;  // of k and v; divides heads
-    int seq_q;
-    int seq_k;
+    int seq_q;     // the longest sequence's queries
+    int seq_k;     // and keys
     bool causal;
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e): the softmax works in base 2
     int sm_count;      // of the device: the grid of a persistent kernel
+    SequenceArgs seqs;
 };
 
 }  // namespace flash_attention

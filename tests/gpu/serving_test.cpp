@@ -164,7 +164,7 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     std::vector<std::pair<int, int>> lengths = {{0, 5},    {3, 0},     {1, 1},    {17, 300},
                                                 {200, 33}, {129, 129}, {64, 1000}};
     std::uniform_int_distribution<int> any(1, 700);
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < 13; ++i)
         lengths.push_back({any(rng), any(rng)});
 
     std::vector<HostTensor> qs, ks, vs;
@@ -181,7 +181,16 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
         max_q = std::max(max_q, lq);
         max_k = std::max(max_k, lk);
     }
-    const HostTensor q = pack(qs, c.dtype, heads, c.d);
+    // Rows of no sequence after the last one hold NaN: a kernel that reads a sequence's
+    // neighbours must not let them into its result, and must not write those rows.
+    constexpr int tail = 9;
+    const auto with_tail = [&](std::vector<HostTensor> parts, int h) {
+        parts.push_back(HostTensor::from_bits(
+            c.dtype, 1, tail, h, c.d,
+            std::vector<std::uint16_t>(static_cast<std::size_t>(tail) * h * c.d, 0xFFFF)));
+        return pack(parts, c.dtype, h, c.d);
+    };
+    const HostTensor q = with_tail(qs, heads);
     const fa::DeviceTensor dq = fa::DeviceTensor::upload(q);
     fa::DeviceTensor dout = fa::DeviceTensor::empty_like(q);
     dout.buffer.poison_with_nan();
@@ -203,8 +212,8 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     std::optional<fa::DeviceTensor> dk, dv;
     std::optional<PagedCache> paged;
     if (c.page_size == 0) {
-        dk = fa::DeviceTensor::upload(pack(ks, c.dtype, heads_kv, c.d));
-        dv = fa::DeviceTensor::upload(pack(vs, c.dtype, heads_kv, c.d));
+        dk = fa::DeviceTensor::upload(with_tail(ks, heads_kv));
+        dv = fa::DeviceTensor::upload(with_tail(vs, heads_kv));
         p.k = dk->view;
         p.v = dv->view;
         p.cu_seqlens_k = static_cast<const std::int32_t*>(d_cu_k.data());
@@ -220,6 +229,9 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
 
     const HostTensor out = dout.download(q);
     const std::vector<float> lse_host = lse.download_floats();  // (heads, total_q)
+    const std::int64_t row = std::int64_t{heads} * c.d;
+    for (std::int64_t i = cu_q.back() * row; i < q.seq * row; ++i)
+        ASSERT_EQ(out.bits[i], 0xFFFF) << "o's row " << i / row << " (no sequence's) was written";
     for (std::size_t i = 0; i < lengths.size(); ++i) {
         const int lq = lengths[i].first;
         SequenceCheck s{qs[i], ks[i], vs[i], rows_of(out, 0, cu_q[i], lq), {}};
@@ -247,6 +259,10 @@ std::vector<VarlenCase> varlen_cases() {
     }
     cases.push_back({fa::DType::FP16, 256, 8, true, 64, 3});
     cases.push_back({fa::DType::BF16, 64, 1, true, 0, 5});
+    // One range a sequence: the serving kernel without a split, where the library's
+    // choice would take the sm90 kernels on Hopper.
+    for (const bool causal : {false, true})
+        cases.push_back({fa::DType::BF16, 128, 4, causal, 0, 1});
     return cases;
 }
 
@@ -298,6 +314,16 @@ struct CacheProblem {
                                           seed + 4);
         v_new = HostTensor::random_normal(c.dtype, batch, std::max(c.seq_new, 1), heads_kv, c.d,
                                           seed + 5);
+        // The rows past each length are stale memory in a real cache; NaN here, so a kernel
+        // that lets them into a result fails.
+        for (HostTensor* cache : {&k_cache, &v_cache}) {
+            for (int b = 0; b < batch; ++b) {
+                std::fill(cache->bits.begin() + cache->offset(b, lengths[b], 0),
+                          cache->bits.begin() + cache->offset(b, capacity - 1, 0) +
+                              std::int64_t{heads_kv} * c.d,
+                          std::uint16_t{0xFFFF});
+            }
+        }
         for (int b = 0; b < batch; ++b) {
             HostTensor k = rows_of(k_cache, b, 0, lengths[b]);
             HostTensor v = rows_of(v_cache, b, 0, lengths[b]);
@@ -427,6 +453,11 @@ std::vector<CacheCase> cache_cases() {
     cases.push_back({1, 4, 0, 0, false, 0, fa::DType::FP16, 64});
     cases.push_back({1, 4, 1, 64, true, 0, fa::DType::FP16, 256});
     cases.push_back({40, 4, 0, 0, true, 0, fa::DType::BF16, 256});
+    // Chunked prefill: query tiles fill the GPU (the sm90 kernels on Hopper).
+    for (const bool causal : {false, true}) {
+        cases.push_back({200, 4, 0, 0, causal, 0});
+        cases.push_back({333, 1, 5, 0, causal, 0, fa::DType::FP16, 64});
+    }
     return cases;
 }
 

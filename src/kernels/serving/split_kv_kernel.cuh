@@ -21,6 +21,7 @@
 #include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/sequences.cuh"
 #include "kernels/primitives/sm80/gm2sm.cuh"
 #include "kernels/primitives/sm80/warp_gemm.cuh"
 #include "kernels/primitives/smem_tile.cuh"
@@ -64,46 +65,15 @@ struct SplitKvTraits {
     static constexpr int smem_bytes = QTile::bytes + stages * (KTile::bytes + VTile::bytes);
 };
 
-// A sequence's rows in its tensor view: entry view_batch, rows [row0, row0 + len).
-struct Span {
-    int view_batch;
-    int row0;
-    int len;
-};
-
-__device__ __forceinline__ int clamp_to(int x, int lo, int hi) {
-    return min(max(x, lo), hi);
-}
-
-// Sequence b's queries. Offsets come from device memory the host never checked: a
-// sequence is cut at the view's end rather than read or written past it.
+// Sequence b's queries and keys (primitives/sequences.cuh).
 __device__ __forceinline__ Span query_span(const SplitKvArgs& a, int b) {
-    if (a.cu_seqlens_q == nullptr)
-        return {b, 0, a.view_seq_q};
-    const int begin = clamp_to(a.cu_seqlens_q[b], 0, a.view_seq_q);
-    const int end = clamp_to(a.cu_seqlens_q[b + 1], begin, a.view_seq_q);
-    return {0, begin, end - begin};
+    return sequence_span(a.cu_seqlens_q, nullptr, 0, b, a.view_seq_q);
 }
 
-// Sequence b's keys, cut to what its view (or its pages) holds.
 template <bool Paged>
 __device__ __forceinline__ Span key_span(const KeySource& ks, int b) {
-    int row0 = 0;
-    int view_batch = b;
-    if (!Paged && ks.cu_seqlens != nullptr) {
-        row0 = clamp_to(ks.cu_seqlens[b], 0, ks.seq);
-        view_batch = 0;
-    }
-    // 64-bit: a corrupt length near 2^31 plus the appended tokens must not wrap.
-    std::int64_t len = ks.seq;
-    if (ks.seqlens != nullptr) {
-        len = std::int64_t{ks.seqlens[b]} + ks.seqlens_add;
-    } else if (ks.cu_seqlens != nullptr) {
-        len = std::int64_t{ks.cu_seqlens[b + 1]} - ks.cu_seqlens[b];
-    }
-    const int capacity = Paged ? ks.max_pages * ks.seq : ks.seq - row0;
-    return {view_batch, row0,
-            static_cast<int>(min(max(len, std::int64_t{0}), std::int64_t{capacity}))};
+    return sequence_span(ks.cu_seqlens, ks.seqlens, ks.seqlens_add, b, ks.seq,
+                         Paged ? ks.max_pages * ks.seq : 0);
 }
 
 // Where the 16-row groups of a K/V block start in the K/V view: entry (page, or batch
@@ -123,7 +93,7 @@ __device__ __forceinline__ BlockRows<BlockKeys / 16> block_rows(const KeySource&
 #pragma unroll
     for (int g = 0; g < BlockKeys / 16; ++g) {
         const int key0 = block * BlockKeys + 16 * g;
-        rows.entry[g] = span.view_batch;
+        rows.entry[g] = span.entry;
         rows.row[g] = span.row0 + key0;
         if (key0 >= span.len) {
             rows.entry[g] = -1;  // no page table entry is read past the end
@@ -178,7 +148,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
     const auto q_row = [&](int r) -> const T* {
         if (r >= tile_rows)
             return nullptr;
-        return q_base + std::int64_t{qs.view_batch} * args.q_stride.batch +
+        return q_base + std::int64_t{qs.entry} * args.q_stride.batch +
                std::int64_t{qs.row0 + position(r)} * args.q_stride.seq +
                std::int64_t{head_of(r)} * args.q_stride.head;
     };
@@ -272,7 +242,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
     const int lane = threadIdx.x % warp_size;
     // The global token of packed row r: numbers the partial results and the LSE.
     const auto token = [&](int r) {
-        return std::int64_t{qs.view_batch} * args.view_seq_q + qs.row0 + position(r);
+        return std::int64_t{qs.entry} * args.view_seq_q + qs.row0 + position(r);
     };
     if (args.o_partial != nullptr) {
         // Split: fp32 partial O straight from the accumulators (each quad writes whole
@@ -299,7 +269,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
         for (int h = 0; h < 2; ++h) {
             const int r = warp_row0 + lane / 4 + 8 * h;
             if (r < tile_rows) {
-                args.lse[(std::int64_t{qs.view_batch} * args.heads + head_of(r)) * args.view_seq_q +
+                args.lse[(std::int64_t{qs.entry} * args.heads + head_of(r)) * args.view_seq_q +
                          qs.row0 + position(r)] = softmax.log_sum_exp(0, h);
             }
         }
@@ -312,7 +282,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
     copy_rows_SM2GM<typename Tr::QTile, mma_m>(
         q_smem, warp_row0,
         [&](int r) {
-            return o_base + std::int64_t{qs.view_batch} * args.o_stride.batch +
+            return o_base + std::int64_t{qs.entry} * args.o_stride.batch +
                    std::int64_t{qs.row0 + position(warp_row0 + r)} * args.o_stride.seq +
                    std::int64_t{head_of(warp_row0 + r)} * args.o_stride.head;
         },

@@ -17,6 +17,13 @@ inline constexpr auto* kernel = &forward_kernel<pack(C)>;
 
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
+    // Sequences of their own lengths run on the sm90 family or the serving kernels.
+    if (args.seqs.cu_seqlens_q != nullptr || args.seqs.cu_seqlens_k != nullptr ||
+        args.seqs.seqused_k != nullptr) {
+        throw Error(ErrorCode::unsupported,
+                    "config: expected an sm90-family config for per-sequence lengths, got " +
+                        C.to_string());
+    }
     constexpr int smem = static_cast<int>(smem_bytes(C));
     enable_dynamic_smem<kernel<C>, smem>();
     const dim3 grid(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch);

@@ -35,7 +35,9 @@ struct PendingStore {
 // TMA's swizzled layout, then one thread stores it with TMA. Each quad writes 16
 // contiguous bytes of a row's 16-byte chunk; the 8 rows of a warp's store land in 8
 // different chunks (the tile's swizzle), so the 32 lanes hit 32 different banks. The
-// buffer goes back to the producer through `pending` (above).
+// buffer goes back to the producer through `pending` (above). TMA clips rows only at the
+// view's end: when the sequence ends inside the view (packed sequences), rows past it are
+// another sequence's, and a consumer whose rows cross that end stores its rows itself.
 template <class Tr>
 __device__ __forceinline__ void store_output(const Params& params, const Tile& t, int consumer,
                                              const float (&o)[1][Tr::d_head / 8][4],
@@ -43,27 +45,54 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
                                              PendingStore& pending) {
     const int lane = threadIdx.x % warp_size;
     const int warp_row0 = warp_in_warpgroup() * mma_m;
+    const int row0 = t.q_row0 + consumer * Tr::rows_per_consumer;  // in the sequence
+    const int rows = t.q.len - row0;  // of this consumer's, in the sequence
+    const bool by_tma =
+        rows >= Tr::rows_per_consumer || t.q.row0 + t.q.len == params.args.seqs.q_view_seq;
     // With Q in registers this warp's lanes read these rows with ldmatrix at the tile's
     // start; a tile that sees no key reaches here with no other warp-level sync between
     // (compute-sanitizer racecheck reported it).
     __syncwarp();
+    if (by_tma) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = warp_row0 + lane / 4 + 8 * h;
+        for (int h = 0; h < 2; ++h) {
+            const int row = warp_row0 + lane / 4 + 8 * h;
 #pragma unroll
-        for (int nt = 0; nt < Tr::d_head / 8; ++nt) {
-            const int offset = Tr::QTile::chunk_offset(nt / 8, row, nt % 8) + (lane % 4) * 4;
-            ptx::st_shared_4(ptx::smem_address(region + offset),
-                             ptx::pack_rn<Tr::dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
+            for (int nt = 0; nt < Tr::d_head / 8; ++nt) {
+                const int offset = Tr::QTile::chunk_offset(nt / 8, row, nt % 8) + (lane % 4) * 4;
+                ptx::st_shared_4(ptx::smem_address(region + offset),
+                                 ptx::pack_rn<Tr::dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
+            }
+        }
+        // The TMA store reads through the async proxy: each writer fences its own stores,
+        // then the warpgroup's barrier tells the issuing thread that all have.
+        tma::fence_shared_to_async_proxy();
+    } else {
+        // From the accumulators: 4 bytes a lane, a quad's 16 contiguous, once per
+        // sequence and head.
+        const KernelArgs& args = params.args;
+        using T = typename Tr::T;
+        T* base = static_cast<T*>(args.o) + std::int64_t{t.q.entry} * args.o_stride.batch +
+                  std::int64_t{t.q.row0 + row0} * args.o_stride.seq +
+                  std::int64_t{t.head} * args.o_stride.head + 2 * (lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int row = warp_row0 + lane / 4 + 8 * h;
+            if (row >= rows)
+                continue;
+#pragma unroll
+            for (int nt = 0; nt < Tr::d_head / 8; ++nt) {
+                ptx::st_global_4(base + std::int64_t{row} * args.o_stride.seq + nt * 8,
+                                 ptx::pack_rn<Tr::dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
+            }
         }
     }
-    // The TMA store reads through the async proxy: each writer fences its own stores,
-    // then the warpgroup's barrier tells the issuing thread that all have.
-    tma::fence_shared_to_async_proxy();
     ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer), warpgroup_threads);
     if (threadIdx.x % warpgroup_threads == 0) {
-        tma::store_tile<typename Tr::QTile>(
-            region, &params.maps.o, t.q_row0 + consumer * Tr::rows_per_consumer, t.head, t.batch);
+        if (by_tma) {
+            tma::store_tile<typename Tr::QTile>(region, &params.maps.o, t.q.row0 + row0, t.head,
+                                                t.q.entry);
+        }
         pending.q_empty = &q_empty;
         if constexpr (Tr::q_buffers == 1)
             pending.hand_back();

@@ -80,9 +80,12 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     for (int index = scheduler.first();
          (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars)) <
          tile_count<Tr>(args);
-         index += gridDim.x, ++iteration) {
+         index += gridDim.x) {
         const Tile tile = tile_at<Tr>(args, index);
-        const QSlot<Tr> q(iteration);
+        if (tile.empty())
+            continue;  // the static schedule's share of the unused numbers (the dynamic
+                       // schedule's producer publishes none)
+        const QSlot<Tr> q(iteration++);
         unsigned char* q_region =
             smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
         const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
@@ -97,9 +100,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
             // This consumer's own rows may need fewer masked blocks than the tile's.
             .unmasked =
-                key_blocks(args.seq_q, args.seq_k, args.causal, consumer_row0,
-                           max(1, min(Tr::rows_per_consumer, args.seq_q - consumer_row0)), Tr::B_c)
+                key_blocks(tile.q.len, tile.k.len, args.causal, consumer_row0,
+                           max(1, min(Tr::rows_per_consumer, tile.q.len - consumer_row0)), Tr::B_c)
                     .unmasked,
+            .key_bound = args.causal ? tile.k.len - tile.q.len : tile.k.len,
             .ring = ring,
             .pending_store = pending_store,
         };
@@ -117,8 +121,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
 
         if (args.lse != nullptr && threadIdx.x % 4 == 0) {
             store_lse<1>(
-                args.lse + (std::int64_t{tile.batch} * args.heads + tile.head) * args.seq_q,
-                c.first_row, args.seq_q, softmax);
+                args.lse +
+                    (std::int64_t{tile.q.entry} * args.heads + tile.head) * args.seqs.q_view_seq +
+                    tile.q.row0,
+                c.first_row, tile.q.len, softmax);
         }
         // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
         // and no other warpgroup reads these rows: O may overwrite them.

@@ -29,13 +29,13 @@ void launch(const KernelArgs& args, Stream stream) {
     Params params{args, make_tensor_maps(args, C.dtype, C.d_head, C.B_c), nullptr};
     // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
     // runs one CTA per SM (its register reallocation leaves room for no second).
-    const std::int64_t tiles =
-        std::int64_t{blocks_covering(args.seq_q, C.B_r)} * args.heads * args.batch;
+    const std::int64_t tiles = tile_numbers(args, C.B_r);
     // The kernel numbers tiles with ints; o's memory bounds them far below this.
     if (tiles > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
                     "q.shape: expected at most 2^31 - 1 tiles of " + std::to_string(C.B_r) +
-                        " query rows (batch x heads x query blocks), got " + std::to_string(tiles));
+                        " query rows (sequences x heads x query blocks), got " +
+                        std::to_string(tiles));
     }
     const std::int64_t ctas =
         C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;

@@ -53,32 +53,37 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
     int iteration = 0;
     int index = scheduler.first();
     int claimed = 0;
-    for (; index < tile_count<Tr>(args); index = scheduler.next(index, claimed), ++iteration) {
+    for (; index < tile_count<Tr>(args); index = scheduler.next(index, claimed)) {
         const Tile t = tile_at<Tr>(args, index);
+        if (t.empty()) {  // a number the packed numbering leaves unused
+            claimed = scheduler.claim();
+            continue;
+        }
         // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
-        const QSlot<Tr> q(iteration);
+        const QSlot<Tr> q(iteration++);
         bars.q_empty[q.buffer].wait(q.parity ^ 1);
         scheduler.publish(q, index);
         bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
         for (int w = 0; w < Tr::consumers; ++w) {
             tma::load_tile<typename Tr::QTile>(
                 smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::QTile::bytes,
-                &params.maps.q, t.q_row0 + w * Tr::rows_per_consumer, t.head, t.batch,
+                &params.maps.q, t.q.row0 + t.q_row0 + w * Tr::rows_per_consumer, t.head, t.q.entry,
                 bars.q_full[q.buffer]);
         }
         claimed = scheduler.claim();
         for (int j = 0; j < t.visited; ++j) {
             const RingSlot<Tr::stages> slot(ring + j);
+            const int key_row = t.k.row0 + j * Tr::B_c;
             bars.k_empty[slot.stage].wait(slot.parity ^ 1);
             bars.k_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             tma::load_tile<typename Tr::KVTile>(
-                smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes, &params.maps.k, j * Tr::B_c,
-                t.kv_head, t.batch, bars.k_full[slot.stage]);
+                smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes, &params.maps.k, key_row,
+                t.kv_head, t.k.entry, bars.k_full[slot.stage]);
             bars.v_empty[slot.stage].wait(slot.parity ^ 1);
             bars.v_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             tma::load_tile<typename Tr::KVTile>(
-                smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes, &params.maps.v, j * Tr::B_c,
-                t.kv_head, t.batch, bars.v_full[slot.stage]);
+                smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes, &params.maps.v, key_row,
+                t.kv_head, t.k.entry, bars.v_full[slot.stage]);
         }
         ring += t.visited;
     }
@@ -133,8 +138,13 @@ struct Consumer {
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence
     int unmasked;                          // blocks before this one need no mask here
-    int ring;                              // ring position of the tile's block 0
-    PendingStore& pending_store;           // the previous tile's O store
+    // Row r of the sequence sees keys below r + 1 + key_bound (causal: the sequence's
+    // keys minus its queries) or below key_bound (its keys): one register across the
+    // main loop instead of both lengths (two cost d_head 128's dynamic kernel a spill).
+    // Rows past the sequence's end see more, but are never stored.
+    int key_bound;
+    int ring;                     // ring position of the tile's block 0
+    PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::d_head / 16][4];
 
@@ -202,9 +212,32 @@ struct Consumer {
             bars.v_empty[slot(j).stage].arrive();
     }
 
+    // Zeroes V_j's rows past the sequence's keys when they hold another sequence's or
+    // unused memory (Tile::last_block_keys), before P·V_j reads them. Both consumers write
+    // the same zeros; each fences its writes to the async proxy wgmma reads through and
+    // syncs its warpgroup, so its own GEMM sees them.
+    __device__ __forceinline__ void zero_v_tail(int j) const {
+        if (j != tile.visited - 1 || tile.last_block_keys == Tr::B_c)
+            return;
+        using Tile = typename Tr::KVTile;
+        constexpr int chunks = Tr::d_head / 8;  // 16-byte chunks of a row
+        const std::uint32_t base = v_stage(slot(j).stage);
+        for (int i =
+                 tile.last_block_keys * chunks + static_cast<int>(threadIdx.x) % warpgroup_threads;
+             i < Tr::B_c * chunks; i += warpgroup_threads) {
+            ptx::st_shared_16(base + Tile::chunk_offset(i / chunks, i % chunks), uint4{});
+        }
+        tma::fence_shared_to_async_proxy();
+        ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer),
+                                warpgroup_threads);
+    }
+
     __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
         if (j >= unmasked) {
-            mask_scores(s, first_row, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
+            const bool causal = args.causal;
+            const int bound = key_bound;
+            mask_scores_by(s, first_row, j * Tr::B_c,
+                           [=](int row) { return causal ? row + 1 + bound : bound; });
         }
     }
 };
@@ -247,6 +280,7 @@ __device__ __forceinline__ void accumulate(Consumer<Tr>& c, Turns& turns,
                                            float (&o)[1][Tr::d_head / 8][4],
                                            std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     c.wait_v(j);
+    c.zero_v_tail(j);
     turns.acquire();
     c.issue_pv(o, p, j);
     turns.release();

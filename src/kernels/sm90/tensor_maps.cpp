@@ -74,11 +74,14 @@ CUtensorMap encode(const char* name, const void* data, DType dtype, int d_head, 
 }  // namespace
 
 TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int kv_rows) {
+    const SequenceArgs& s = a.seqs;
     return {
-        encode("q", a.q, dtype, d_head, a.seq_q, a.heads, a.batch, a.q_stride, 64),
-        encode("k", a.k, dtype, d_head, a.seq_k, a.heads_kv, a.batch, a.k_stride, kv_rows),
-        encode("v", a.v, dtype, d_head, a.seq_k, a.heads_kv, a.batch, a.v_stride, kv_rows),
-        encode("o", a.o, dtype, d_head, a.seq_q, a.heads, a.batch, a.o_stride, 64),
+        encode("q", a.q, dtype, d_head, s.q_view_seq, a.heads, s.q_view_batch, a.q_stride, 64),
+        encode("k", a.k, dtype, d_head, s.k_view_seq, a.heads_kv, s.k_view_batch, a.k_stride,
+               kv_rows),
+        encode("v", a.v, dtype, d_head, s.k_view_seq, a.heads_kv, s.k_view_batch, a.v_stride,
+               kv_rows),
+        encode("o", a.o, dtype, d_head, s.q_view_seq, a.heads, s.q_view_batch, a.o_stride, 64),
     };
 }
 

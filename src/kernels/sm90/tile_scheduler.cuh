@@ -21,38 +21,99 @@
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/masking.cuh"
+#include "kernels/primitives/sequences.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
 
 namespace flash_attention::sm90 {
 
-// One tile of work: B_r query rows of one (batch, head) and the K/V blocks they see.
+// One tile of work: B_r query rows of one (sequence, head) and the K/V blocks they see.
 struct Tile {
-    int batch, head, kv_head;
-    int q_row0;    // first query row of the tile
+    int head, kv_head;
+    Span q, k;     // the sequence's queries (and O's rows) and its keys in their views
+    int q_row0;    // first query row of the tile, in the sequence
+    int rows;      // query rows of the tile in the sequence; 0: nothing to do (see below)
     int visited;   // K/V blocks the tile streams (fully masked ones are skipped)
     int unmasked;  // blocks before this one need no mask (per consumer: its own rows)
+    // Keys of the last visited block that belong to the sequence, when rows of the view
+    // follow them (the next sequence, a cache's unused rows): those V rows are read but
+    // may hold anything, NaN included, and P·V would spread 0 · NaN over the row, so
+    // they are zeroed in shared memory first. B_c when the block ends the view (TMA
+    // fills zeros there) or lies wholly inside the sequence.
+    int last_block_keys;
+
+    __device__ __forceinline__ bool empty() const { return rows <= 0; }
 };
+
+// Tiles are numbered with the query block fastest, then the head, then the sequence, so
+// the CTAs running at one time share the K/V of a few heads in L2; with causal masking
+// each head's longest tiles come first. Packed queries (cu_seqlens_q): sequence b's
+// numbers start at heads * first_packed_tile(b), and each of its heads has
+// first_packed_tile(b + 1) - first_packed_tile(b) numbers, at least its
+// ceil(len_b / B_r) tiles (floor((x + L) / B) - floor(x / B) + 1 >= ceil(L / B)): the
+// numbering needs no prefix sum over the batch, and the few numbers past a head's tiles
+// are empty tiles the scheduler skips.
+__device__ __forceinline__ int first_packed_tile(const KernelArgs& args, int b, int B_r) {
+    return clamp_to(__ldg(args.seqs.cu_seqlens_q + b), 0, args.seqs.q_view_seq) / B_r + b;
+}
+
+// How many tile numbers there are (the grid of a non-persistent launch; the host checks
+// that it fits an int).
+__host__ __device__ inline std::int64_t tile_numbers(const KernelArgs& args, int B_r) {
+    if (args.seqs.cu_seqlens_q != nullptr)
+        return (std::int64_t{args.seqs.q_view_seq} / B_r + args.batch) * args.heads;
+    return std::int64_t{blocks_covering(args.seq_q, B_r)} * args.heads * args.batch;
+}
 
 template <class Tr>
 __device__ __forceinline__ int tile_count(const KernelArgs& args) {
-    // At most INT_MAX: the launcher checks the product.
-    return blocks_covering(args.seq_q, Tr::B_r) * args.heads * args.batch;
+    return static_cast<int>(tile_numbers(args, Tr::B_r));
 }
 
 template <class Tr>
 __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
-    const int q_blocks = blocks_covering(args.seq_q, Tr::B_r);
-    const int head_of_batch = index / q_blocks;
-    const int q_block = args.causal ? q_blocks - 1 - index % q_blocks : index % q_blocks;
+    const SequenceArgs& seqs = args.seqs;
+    int b, local;  // the sequence, and the tile's number among its head's
     Tile t;
-    t.batch = head_of_batch / args.heads;
-    t.head = head_of_batch % args.heads;
+    if (seqs.cu_seqlens_q == nullptr) {
+        const int q_blocks = blocks_covering(args.seq_q, Tr::B_r);
+        const int head_of_batch = index / q_blocks;
+        b = head_of_batch / args.heads;
+        t.head = head_of_batch % args.heads;
+        local = index % q_blocks;
+    } else {
+        // The last sequence whose numbers start at or before `index` (binary search; the
+        // offsets stay in L1 after the first tiles).
+        int lo = 0;
+        int hi = args.batch - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (first_packed_tile(args, mid, Tr::B_r) * args.heads <= index)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        b = lo;
+        const int first = first_packed_tile(args, b, Tr::B_r);
+        const int per_head = first_packed_tile(args, b + 1, Tr::B_r) - first;
+        const int r = index - first * args.heads;
+        t.head = per_head > 0 ? r / per_head : args.heads;  // non-monotone offsets: empty
+        local = per_head > 0 ? r % per_head : 0;
+    }
     t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
+    t.q = sequence_span(seqs.cu_seqlens_q, nullptr, 0, b, seqs.q_view_seq);
+    t.k = sequence_span(seqs.cu_seqlens_k, seqs.seqused_k, seqs.seqused_k_add, b, seqs.k_view_seq);
+    const int q_blocks = blocks_covering(t.q.len, Tr::B_r);
+    const int q_block = args.causal ? q_blocks - 1 - local : local;
     t.q_row0 = q_block * Tr::B_r;
-    const KeyBlocks blocks = key_blocks(args.seq_q, args.seq_k, args.causal, t.q_row0,
-                                        min(Tr::B_r, args.seq_q - t.q_row0), Tr::B_c);
-    t.visited = blocks.visited;
+    t.rows = t.head < args.heads && local < q_blocks ? min(Tr::B_r, t.q.len - t.q_row0) : 0;
+    const KeyBlocks blocks =
+        key_blocks(t.q.len, t.k.len, args.causal, t.q_row0, max(t.rows, 1), Tr::B_c);
+    t.visited = t.empty() ? 0 : blocks.visited;
     t.unmasked = blocks.unmasked;
+    const int end = t.k.row0 + t.k.len;  // the first row past the sequence's keys
+    t.last_block_keys = t.visited * Tr::B_c > t.k.len && end < seqs.k_view_seq
+                            ? t.k.len - (t.visited - 1) * Tr::B_c
+                            : Tr::B_c;
     return t;
 }
 

@@ -1,0 +1,14 @@
+#pragma once
+
+// What the API hands a registered kernel.
+
+#include "flash_attention/flash_attention.hpp"
+#include "kernels/kernel_args.hpp"
+
+namespace flash_attention {
+
+// Validated dense tensors as KernelArgs: each batch entry one sequence of the tensors'
+// lengths (SequenceArgs without offsets or lengths).
+KernelArgs kernel_args(const ForwardParams& params, int sm_count);
+
+}  // namespace flash_attention
