@@ -28,7 +28,7 @@ constexpr int consumer_warpgroups(const KernelConfig& c) {
 }
 
 // sm90: registers per consumer thread after setmaxnreg. The producer warpgroup drops
-// to 32 (sm90/traits.cuh), and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
+// to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
 constexpr int consumer_registers(const KernelConfig& c) {
     return consumer_warpgroups(c) >= 3 ? 160 : 240;
 }

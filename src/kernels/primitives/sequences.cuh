@@ -26,8 +26,8 @@ __device__ __forceinline__ int clamp_to(int x, int lo, int hi) {
 // cu_seqlens gives only the length); without, all of entry b. With seqused, only the
 // first seqused[b] + seqused_add rows are used.
 __device__ __forceinline__ Span sequence_span(const std::int32_t* cu_seqlens,
-                                              const std::int32_t* seqused, int seqused_add,
-                                              int b, int view_seq, int paged_capacity = 0) {
+                                              const std::int32_t* seqused, int seqused_add, int b,
+                                              int view_seq, int paged_capacity = 0) {
     Span s{b, 0, 0};
     int capacity = paged_capacity > 0 ? paged_capacity : view_seq;
     // 64-bit: a corrupt length near 2^31 plus the appended tokens must not wrap.

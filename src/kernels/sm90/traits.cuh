@@ -41,13 +41,18 @@ struct Traits {
     static constexpr int consumers = flash_attention::consumer_warpgroups(C);
     static constexpr int rows_per_consumer = 64;  // a wgmma's M
     // setmaxnreg: the producer needs few registers; what it gives up lets each consumer
-    // hold O, S and P (64K registers per SM, 128 threads per warpgroup). 32, not
-    // FlashAttention-3's 24: the tile of a packed batch (its sequence's offsets and
-    // lengths) spilled at 24, and 32 + 2 x 240 or 32 + 3 x 160 still fills 512 exactly.
-    static constexpr int producer_registers = 32;
+    // hold O, S and P. The registers are the CTA's own, as launched (two consumers: 384
+    // threads x 168), and 24 + 2 x 240 fills them exactly: a producer of 32 left the
+    // consumers' setmaxnreg.inc waiting forever. The dynamic schedule's producer spills
+    // 4 bytes at 24 since tiles carry their sequence's offsets (one local load per K/V
+    // block it issues, off the consumers' path).
+    static constexpr int producer_registers = 24;
     static constexpr int consumer_registers = flash_attention::consumer_registers(C);
-    static_assert(producer_registers + consumers * consumer_registers <= 65536 / warpgroup_threads,
-                  "the register file holds every warpgroup's budget");
+    // A launch gets at most 64K / threads registers a thread, in steps of 8.
+    static constexpr int launch_registers = 65536 / threads / 8 * 8;
+    static_assert(producer_registers + consumers * consumer_registers <=
+                      launch_registers * (1 + consumers),
+                  "the CTA's registers hold every warpgroup's budget");
 
     // One consumer's Q (later its O), and one K or V block, in TMA's swizzled layout.
     using QTile = Swizzle128Tile<rows_per_consumer, d_head>;
