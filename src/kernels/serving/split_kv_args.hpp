@@ -58,6 +58,10 @@ struct CombineArgs {
     const float* o_partial;
     const float* lse_partial;
     std::int64_t rows;  // tokens * heads
+    // Packed queries: rows outside [cu_seqlens_q[0], cu_seqlens_q[batch]) belong to no
+    // sequence and are left unwritten (null: every row is a sequence's).
+    const std::int32_t* cu_seqlens_q;
+    int batch;
     int splits;
     int heads;
     int view_seq_q;

@@ -301,6 +301,15 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
     using T = typename Element<Dt>::type;
     constexpr int cols = D / warp_size;
     const std::int64_t row = blockIdx.x;
+    const std::int64_t token = row / args.heads;
+    if (args.cu_seqlens_q != nullptr) {
+        // Sequences are contiguous: the rows between the first offset and the last are
+        // theirs, the others no sequence's (and their partials were never written).
+        const int first = clamp_to(args.cu_seqlens_q[0], 0, args.view_seq_q);
+        const int end = clamp_to(args.cu_seqlens_q[args.batch], first, args.view_seq_q);
+        if (token < first || token >= end)
+            return;  // the whole CTA: before any barrier
+    }
     const int warp = threadIdx.x / warp_size;
     const int lane = threadIdx.x % warp_size;
     const float* lse_of = args.lse_partial + row;  // split s at lse_of[s * rows]
@@ -350,7 +359,6 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
             acc[c] += partial[w][lane * cols + c];
     }
 
-    const std::int64_t token = row / args.heads;
     const int head = static_cast<int>(row % args.heads);
     const std::int64_t view_batch = token / args.view_seq_q;
     const std::int64_t view_row = token % args.view_seq_q;

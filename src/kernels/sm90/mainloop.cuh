@@ -71,9 +71,11 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
                 bars.q_full[q.buffer]);
         }
         claimed = scheduler.claim();
-        for (int j = 0; j < t.visited; ++j) {
-            const RingSlot<Tr::stages> slot(ring + j);
-            const int key_row = t.k.row0 + j * Tr::B_c;
+        // Walks the ring position and the key row together: as many live registers as
+        // before tiles carried a row offset (the producer has 24).
+        const int ring_end = ring + t.visited;
+        for (int key_row = t.k.row0; ring < ring_end; ++ring, key_row += Tr::B_c) {
+            const RingSlot<Tr::stages> slot(ring);
             bars.k_empty[slot.stage].wait(slot.parity ^ 1);
             bars.k_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             tma::load_tile<typename Tr::KVTile>(
@@ -85,7 +87,6 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
                 smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes, &params.maps.v, key_row,
                 t.kv_head, t.k.entry, bars.v_full[slot.stage]);
         }
-        ring += t.visited;
     }
     scheduler.finish(QSlot<Tr>(iteration), bars, index);
 }
