@@ -411,11 +411,11 @@ PY
       note "  last started: $(grep -E '^\[ RUN' "$OUT/test_gpu.log" | tail -1)"
       grep -E '^\[  FAILED|Failure|expected|sequence' "$OUT/test_gpu.log" | head -12 | tee -a "$summary"
       timeout 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
-        --gtest_filter='Serving/Varlen.*/1?:Serving/Varlen.*/3:Serving/KVCache.*/?:Serving/KVCache.*/1[789]:KVCachePages.*:KVCacheGraph.*' \
+        --gtest_filter='Serving/Varlen.*/1?:Serving/Varlen.*/3:Serving/KVCache.*/?:Serving/KVCache.*/1[789]:Serving/KVCache.*/2[0-2]:KVCachePages.*:KVCacheGraph.*' \
         > "$OUT/serving_memcheck.log" 2>&1
       note "serving memcheck: exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/serving_memcheck.log" | tr '\n' ' ')"
       timeout 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
-        --gtest_filter='Serving/Varlen.*/3:Serving/Varlen.*/10:Serving/Varlen.*/12:Serving/Varlen.*/16:Serving/KVCache.*/2:Serving/KVCache.*/13:Serving/KVCache.*/18' \
+        --gtest_filter='Serving/Varlen.*/3:Serving/Varlen.*/10:Serving/Varlen.*/13:Serving/Varlen.*/16:Serving/Varlen.*/21:Serving/KVCache.*/2:Serving/KVCache.*/13:Serving/KVCache.*/18:Serving/KVCache.*/20' \
         > "$OUT/serving_racecheck.log" 2>&1
       note "serving racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/serving_racecheck.log" | tr '\n' ' ')"
       wait

@@ -162,8 +162,8 @@ void check_packed_rows(std::int64_t seq_q, const TensorView& q, const TensorView
 
 // Sequences whose queries fill tiles (not a decoding shape) run on the sm90 family, at
 // forward()'s speed: the config forward() would choose for the longest sequence, when it
-// is an sm90 one and TMA can address the tensors. A paged cache, a requested split count,
-// decoding shapes and other GPUs take the serving kernel.
+// is an sm90 one and TMA can address the tensors (pages included). A requested split
+// count, decoding shapes and other GPUs take the serving kernel.
 bool run_on_sm90(const ProblemShape& shape, const ForwardParams& views, int num_splits,
                  SequenceArgs seqs, Stream stream) {
     if (num_splits != 0 || runs_split_kv(shape) || !tma_problem(views).empty())
@@ -246,16 +246,20 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
                      {p.pages ? p.pages->block_table : nullptr, "pages.block_table"}},
                     device, stream);
 
-    if (!p.pages &&
-        run_on_sm90(shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.causal),
+    const KeySource keys = key_source(p.k, p.v, p.pages);
+    if (run_on_sm90(shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.causal),
                     {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.lse}, p.num_splits,
                     {.cu_seqlens_q = p.cu_seqlens_q,
                      .cu_seqlens_k = p.cu_seqlens_k,
                      .seqused_k = p.seqused_k,
                      .seqused_k_add = 0,
+                     .block_table = keys.block_table,
+                     .block_table_stride = keys.block_table_stride,
+                     .max_pages = keys.max_pages,
+                     .page_copy_rows = 0,  // the launch sets it
                      .q_view_batch = 1,
                      .q_view_seq = static_cast<int>(p.q.shape[1]),
-                     .k_view_batch = 1,
+                     .k_view_batch = static_cast<int>(p.k.shape[0]),
                      .k_view_seq = static_cast<int>(p.k.shape[1])},
                     stream)) {
         return;
@@ -264,7 +268,7 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
     a.cu_seqlens_q = p.cu_seqlens_q;
     a.max_seq_q = static_cast<int>(p.max_seqlen_q);
     a.batch = static_cast<int>(p.batch);
-    a.keys = key_source(p.k, p.v, p.pages);
+    a.keys = keys;
     a.keys.cu_seqlens = p.cu_seqlens_k;
     a.keys.seqlens = p.seqused_k;
     serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), p.max_seqlen_k,
@@ -367,18 +371,22 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
 
     const std::int64_t capacity =
         p.pages ? p.pages->max_pages_per_seq * p.k_cache.shape[1] : p.k_cache.shape[1];
-    if (!p.pages && run_on_sm90(shape(p.q, p.k_cache, batch, p.q.shape[1], capacity, p.causal),
-                                {p.q, p.k_cache, p.v_cache, p.o, p.softmax_scale, p.causal, p.lse},
-                                p.num_splits,
-                                {.cu_seqlens_q = nullptr,
-                                 .cu_seqlens_k = nullptr,
-                                 .seqused_k = p.cache_seqlens,
-                                 .seqused_k_add = static_cast<int>(seq_new),
-                                 .q_view_batch = static_cast<int>(batch),
-                                 .q_view_seq = static_cast<int>(p.q.shape[1]),
-                                 .k_view_batch = static_cast<int>(p.k_cache.shape[0]),
-                                 .k_view_seq = static_cast<int>(p.k_cache.shape[1])},
-                                stream)) {
+    if (run_on_sm90(shape(p.q, p.k_cache, batch, p.q.shape[1], capacity, p.causal),
+                    {p.q, p.k_cache, p.v_cache, p.o, p.softmax_scale, p.causal, p.lse},
+                    p.num_splits,
+                    {.cu_seqlens_q = nullptr,
+                     .cu_seqlens_k = nullptr,
+                     .seqused_k = p.cache_seqlens,
+                     .seqused_k_add = static_cast<int>(seq_new),
+                     .block_table = keys.block_table,
+                     .block_table_stride = keys.block_table_stride,
+                     .max_pages = keys.max_pages,
+                     .page_copy_rows = 0,  // the launch sets it
+                     .q_view_batch = static_cast<int>(batch),
+                     .q_view_seq = static_cast<int>(p.q.shape[1]),
+                     .k_view_batch = static_cast<int>(p.k_cache.shape[0]),
+                     .k_view_seq = static_cast<int>(p.k_cache.shape[1])},
+                    stream)) {
         return;
     }
     SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.softmax_scale, p.causal, p.lse);

@@ -19,6 +19,13 @@ struct SequenceArgs {
     const std::int32_t* cu_seqlens_k;  // batch + 1 offsets into k's and v's rows (view batch 1)
     const std::int32_t* seqused_k;     // sequence b uses seqused_k[b] + seqused_k_add keys
     int seqused_k_add;                 // tokens appended to the cache by the same call
+    // A paged cache: k and v are (num_pages, page_size, heads_kv, d_head) (k_view_batch,
+    // k_view_seq), sequence b's key i in page block_table[b * block_table_stride + i /
+    // page_size]; null: no pages.
+    const std::int32_t* block_table;
+    std::int64_t block_table_stride;
+    int max_pages;       // per sequence
+    int page_copy_rows;  // rows of one TMA copy: never crosses a page
     // The tensors' own (batch, seq): q and o, then k and v.
     int q_view_batch, q_view_seq;
     int k_view_batch, k_view_seq;

@@ -261,8 +261,10 @@ std::vector<VarlenCase> varlen_cases() {
     cases.push_back({fa::DType::BF16, 64, 1, true, 0, 5});
     // One range a sequence: the serving kernel without a split, where the library's
     // choice would take the sm90 kernels on Hopper.
-    for (const bool causal : {false, true})
+    for (const bool causal : {false, true}) {
         cases.push_back({fa::DType::BF16, 128, 4, causal, 0, 1});
+        cases.push_back({fa::DType::BF16, 128, 8, causal, 16, 1});
+    }
     return cases;
 }
 
@@ -453,10 +455,14 @@ std::vector<CacheCase> cache_cases() {
     cases.push_back({1, 4, 0, 0, false, 0, fa::DType::FP16, 64});
     cases.push_back({1, 4, 1, 64, true, 0, fa::DType::FP16, 256});
     cases.push_back({40, 4, 0, 0, true, 0, fa::DType::BF16, 256});
-    // Chunked prefill: query tiles fill the GPU (the sm90 kernels on Hopper).
+    // Chunked prefill: query tiles fill the GPU (the sm90 kernels on Hopper), contiguous
+    // and paged (pages smaller than, equal to and larger than a K/V block).
     for (const bool causal : {false, true}) {
         cases.push_back({200, 4, 0, 0, causal, 0});
         cases.push_back({333, 1, 5, 0, causal, 0, fa::DType::FP16, 64});
+        cases.push_back({200, 4, 3, 16, causal, 0});
+        cases.push_back({150, 2, 0, 64, causal, 0, fa::DType::FP16, 256});
+        cases.push_back({129, 8, 1, 256, causal, 0, fa::DType::BF16, 64});
     }
     return cases;
 }
@@ -486,27 +492,34 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
 // Page ids outside the cache are never dereferenced (compute-sanitizer runs this) and do
 // not disturb the other sequences.
 TEST(KVCachePages, OutOfRangePageIdsReadNothing) {
-    const CacheCase c{1, 4, 0, 16, false, 0};
-    const CacheProblem pr(c, 3, 256, fresh_seed(), {200, 200, 200});
-    CacheRun run(pr);
-    std::vector<std::int32_t> table = run.paged->table_host;
-    const std::int64_t num_pages = run.paged->k.view.shape[0];
-    table[1 * run.paged->max_pages + 2] = -7;
-    table[1 * run.paged->max_pages + 5] = static_cast<std::int32_t>(num_pages + 1000);
-    run.paged->table = upload_ints(table);
-    run.dout.buffer.poison_with_nan();
-    fa::forward_kvcache(run.params());
-    fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
-    const HostTensor out = run.dout.download(pr.q);
-    for (const float x : out.values)
-        ASSERT_TRUE(std::isfinite(x)) << "a bad page id gives a finite (meaningless) result";
-    for (const int b : {0, 2}) {
-        SequenceCheck s{
-            rows_of(pr.q, b, 0, 1), pr.k_seq[b], pr.v_seq[b], rows_of(out, b, 0, 1), {}};
-        const auto result = fa::reference::check_attention(
-            {s.q, s.k, s.v, s.out, 1.0 / std::sqrt(128.0), false, nullptr},
-            fa::reference::sample_rows(1, pr.heads, 1, 8, pr.seed));
-        EXPECT_TRUE(result.passed) << "sequence " << b << ": " << result.summary();
+    // Decoding (serving kernel) and a chunked prefill (the sm90 kernels on Hopper).
+    for (const int seq_q : {1, 200}) {
+        const CacheCase c{seq_q, 4, 0, 16, false, 0};
+        const CacheProblem pr(c, 3, 256, fresh_seed(), {200, 200, 200});
+        CacheRun run(pr);
+        std::vector<std::int32_t> table = run.paged->table_host;
+        const std::int64_t num_pages = run.paged->k.view.shape[0];
+        table[1 * run.paged->max_pages + 2] = -7;
+        table[1 * run.paged->max_pages + 5] = static_cast<std::int32_t>(num_pages + 1000);
+        run.paged->table = upload_ints(table);
+        run.dout.buffer.poison_with_nan();
+        fa::forward_kvcache(run.params());
+        fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+        const HostTensor out = run.dout.download(pr.q);
+        for (const float x : out.values)
+            ASSERT_TRUE(std::isfinite(x)) << "a bad page id gives a finite (meaningless) result";
+        for (const int b : {0, 2}) {
+            SequenceCheck s{rows_of(pr.q, b, 0, seq_q),
+                            pr.k_seq[b],
+                            pr.v_seq[b],
+                            rows_of(out, b, 0, seq_q),
+                            {}};
+            const auto result = fa::reference::check_attention(
+                {s.q, s.k, s.v, s.out, 1.0 / std::sqrt(128.0), false, nullptr},
+                fa::reference::sample_rows(1, pr.heads, seq_q, 8, pr.seed));
+            EXPECT_TRUE(result.passed)
+                << "seq_q " << seq_q << ", sequence " << b << ": " << result.summary();
+        }
     }
 }
 

@@ -63,8 +63,12 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
 
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();
-        if (threadIdx.x == 0)
-            produce<Tr>(params, smem, bars, scheduler);
+        if (threadIdx.x == 0) {
+            if (args.seqs.block_table != nullptr)
+                produce<Tr, true>(params, smem, bars, scheduler);
+            else
+                produce<Tr, false>(params, smem, bars, scheduler);
+        }
         return;
     }
 
@@ -91,7 +95,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
         Consumer<Tr> c{
             .args = args,
-            .tile = tile,
+            .visited = tile.visited,
+            .last_block_keys = tile.last_block_keys,
             .bars = bars,
             .q_smem = ptx::smem_address(q_region),
             .k_smem = static_cast<std::uint32_t>(smem_base + Tr::k_offset),
@@ -119,18 +124,23 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         pending_store.hand_back();  // a tile without GEMMs hands it back here
         softmax.finalize(o);
 
+        // The tile again, recomputed rather than held across the main loop (the shuffle
+        // hides that it is the same): the three-consumer kernels have 160 registers a
+        // thread, and holding the sequence's offsets and lengths through it cost d_head
+        // 64 4-5% (docs/PERF.md, 2026-11-24 seventh session).
+        const Tile done = tile_at<Tr>(args, __shfl_sync(0xffffffffu, index, 0));
         if (args.lse != nullptr && threadIdx.x % 4 == 0) {
             store_lse<1>(
                 args.lse +
-                    (std::int64_t{tile.q.entry} * args.heads + tile.head) * args.seqs.q_view_seq +
-                    tile.q.row0,
-                c.first_row, tile.q.len, softmax);
+                    (std::int64_t{done.q.entry} * args.heads + done.head) * args.seqs.q_view_seq +
+                    done.q.row0,
+                c.first_row, done.q.len, softmax);
         }
         // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
         // and no other warpgroup reads these rows: O may overwrite them.
-        store_output<Tr>(params, tile, consumer, o, q_region, bars.q_empty[q.buffer],
+        store_output<Tr>(params, done, consumer, o, q_region, bars.q_empty[q.buffer],
                          pending_store);
-        ring += tile.visited;
+        ring += done.visited;
     }
     pending_store.hand_back();  // shared memory must outlive the last store's read
     turns.finish();

@@ -26,7 +26,12 @@ template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
     constexpr int smem = static_cast<int>(smem_bytes(C));
     enable_dynamic_smem<kernel<C>, smem>();
-    Params params{args, make_tensor_maps(args, C.dtype, C.d_head, C.B_c), nullptr};
+    // A paged cache's K/V copies stop at page boundaries (paged_copy_rows).
+    KernelArgs a = args;
+    if (a.seqs.block_table != nullptr)
+        a.seqs.page_copy_rows = paged_copy_rows(a.seqs.k_view_seq, C.B_c);
+    const int kv_rows = a.seqs.block_table == nullptr ? C.B_c : a.seqs.page_copy_rows;
+    Params params{a, make_tensor_maps(a, C.dtype, C.d_head, kv_rows), nullptr};
     // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
     // runs one CTA per SM (its register reallocation leaves room for no second).
     const std::int64_t tiles = tile_numbers(args, C.B_r);

@@ -40,11 +40,40 @@ struct QSlot {
           parity(static_cast<std::uint32_t>((iteration / Tr::q_buffers) & 1)) {}
 };
 
+// K or V block rows [key_row, key_row + B_c) of tile t into a stage. Paged: one copy per
+// run of page_copy_rows rows (never crossing a page) at (row in page, page), walking the
+// pages without a division per copy; keys past the sequence's end read no table entry
+// and copy page -1, which TMA fills with zeros, as it does a page id outside the cache:
+// neither is ever dereferenced.
+template <class Tr, bool Paged>
+__device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtensorMap* map,
+                                              const SequenceArgs& seqs, const Tile& t, int key_row,
+                                              tma::Barrier& full) {
+    if constexpr (!Paged) {
+        tma::load_tile<typename Tr::KVTile>(stage, map, key_row, t.kv_head, t.k.entry, full);
+    } else {
+        const std::int32_t* table = seqs.block_table + t.k.entry * seqs.block_table_stride;
+        int page = key_row / seqs.k_view_seq;
+        int row = key_row - page * seqs.k_view_seq;
+        for (int r = 0; r < Tr::B_c; r += seqs.page_copy_rows) {
+            const int id = key_row + r < t.k.len ? __ldg(table + page) : -1;
+            tma::load_rows<typename Tr::KVTile>(stage, r, map, row, t.kv_head, id, full);
+            row += seqs.page_copy_rows;
+            if (row == seqs.k_view_seq) {
+                row = 0;
+                ++page;
+            }
+        }
+    }
+}
+
 // The producer: one thread issues every copy, tile after tile. It refills a K/V stage
 // once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
 // (across tiles too), and loads a tile's Q once the consumers have stored the previous
-// tile's O from that buffer.
-template <class Tr, class Scheduler>
+// tile's O from that buffer. Paged is a separate instantiation, so the page walk's
+// registers never press on the dense loop (the producer has 24: in one loop the dense
+// kernels spilled 16-44 bytes).
+template <class Tr, bool Paged, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::q_buffers, Tr::stages>& bars,
                                         const Scheduler& scheduler) {
@@ -78,14 +107,14 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
             const RingSlot<Tr::stages> slot(ring);
             bars.k_empty[slot.stage].wait(slot.parity ^ 1);
             bars.k_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
-            tma::load_tile<typename Tr::KVTile>(
-                smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes, &params.maps.k, key_row,
-                t.kv_head, t.k.entry, bars.k_full[slot.stage]);
+            load_kv_block<Tr, Paged>(smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes,
+                                     &params.maps.k, args.seqs, t, key_row,
+                                     bars.k_full[slot.stage]);
             bars.v_empty[slot.stage].wait(slot.parity ^ 1);
             bars.v_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
-            tma::load_tile<typename Tr::KVTile>(
-                smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes, &params.maps.v, key_row,
-                t.kv_head, t.k.entry, bars.v_full[slot.stage]);
+            load_kv_block<Tr, Paged>(smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes,
+                                     &params.maps.v, args.seqs, t, key_row,
+                                     bars.v_full[slot.stage]);
         }
     }
     scheduler.finish(QSlot<Tr>(iteration), bars, index);
@@ -133,7 +162,10 @@ struct Consumer {
     static constexpr int o_tiles = Tr::d_head / 8;
 
     const KernelArgs& args;
-    const Tile& tile;
+    // Of the tile, only what the main loop needs: the rest is recomputed for the epilogue
+    // (forward_kernel.cuh).
+    int visited;          // K/V blocks
+    int last_block_keys;  // Tile::last_block_keys
     Barriers<Tr::q_buffers, Tr::stages>& bars;
     std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
     int consumer;                          // 0 .. consumers - 1
@@ -218,13 +250,12 @@ struct Consumer {
     // the same zeros; each fences its writes to the async proxy wgmma reads through and
     // syncs its warpgroup, so its own GEMM sees them.
     __device__ __forceinline__ void zero_v_tail(int j) const {
-        if (j != tile.visited - 1 || tile.last_block_keys == Tr::B_c)
+        if (j != visited - 1 || last_block_keys == Tr::B_c)
             return;
         using Tile = typename Tr::KVTile;
         constexpr int chunks = Tr::d_head / 8;  // 16-byte chunks of a row
         const std::uint32_t base = v_stage(slot(j).stage);
-        for (int i =
-                 tile.last_block_keys * chunks + static_cast<int>(threadIdx.x) % warpgroup_threads;
+        for (int i = last_block_keys * chunks + static_cast<int>(threadIdx.x) % warpgroup_threads;
              i < Tr::B_c * chunks; i += warpgroup_threads) {
             ptx::st_shared_16(base + Tile::chunk_offset(i / chunks, i % chunks), uint4{});
         }
@@ -294,7 +325,7 @@ __device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>
                                         float (&o)[1][Tr::d_head / 8][4],
                                         OnlineSoftmax<1, true, Tr::lazy_rescale>& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
-    const int n = c.tile.visited;
+    const int n = c.visited;
     float s[1][s_tiles][4];
     std::uint32_t p[1][s_tiles / 2][4];
     if (n == 0)

@@ -35,10 +35,10 @@ struct Tile {
     int visited;   // K/V blocks the tile streams (fully masked ones are skipped)
     int unmasked;  // blocks before this one need no mask (per consumer: its own rows)
     // Keys of the last visited block that belong to the sequence, when rows of the view
-    // follow them (the next sequence, a cache's unused rows): those V rows are read but
-    // may hold anything, NaN included, and P·V would spread 0 · NaN over the row, so
-    // they are zeroed in shared memory first. B_c when the block ends the view (TMA
-    // fills zeros there) or lies wholly inside the sequence.
+    // follow them (the next sequence, a cache's unused rows, a page's stale rows): those V rows are
+    // read but may hold anything, NaN included, and P·V would spread 0 · NaN over the row, so they
+    // are zeroed in shared memory first. B_c when the block ends the view (TMA fills zeros there)
+    // or lies wholly inside the sequence.
     int last_block_keys;
 
     __device__ __forceinline__ bool empty() const { return rows <= 0; }
@@ -54,6 +54,18 @@ struct Tile {
 // are empty tiles the scheduler skips.
 __device__ __forceinline__ int first_packed_tile(const KernelArgs& args, int b, int B_r) {
     return clamp_to(__ldg(args.seqs.cu_seqlens_q + b), 0, args.seqs.q_view_seq) / B_r + b;
+}
+
+// Rows of one TMA copy of a paged K/V block: the largest that never crosses a page (page
+// sizes and B_c are multiples of 16, so copies start on the swizzle's 8-row phase).
+__host__ __device__ constexpr int paged_copy_rows(int page_size, int B_c) {
+    int a = page_size, b = B_c;
+    while (b != 0) {
+        const int r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
 }
 
 // How many tile numbers there are (the grid of a non-persistent launch; the host checks
@@ -101,7 +113,10 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     }
     t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
     t.q = sequence_span(seqs.cu_seqlens_q, nullptr, 0, b, seqs.q_view_seq);
-    t.k = sequence_span(seqs.cu_seqlens_k, seqs.seqused_k, seqs.seqused_k_add, b, seqs.k_view_seq);
+    // Paged: entry b is the sequence's row of the block table.
+    const bool paged = seqs.block_table != nullptr;
+    t.k = sequence_span(seqs.cu_seqlens_k, seqs.seqused_k, seqs.seqused_k_add, b, seqs.k_view_seq,
+                        paged ? seqs.max_pages * seqs.k_view_seq : 0);
     const int q_blocks = blocks_covering(t.q.len, Tr::B_r);
     const int q_block = args.causal ? q_blocks - 1 - local : local;
     t.q_row0 = q_block * Tr::B_r;
@@ -111,7 +126,7 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     t.visited = t.empty() ? 0 : blocks.visited;
     t.unmasked = blocks.unmasked;
     const int end = t.k.row0 + t.k.len;  // the first row past the sequence's keys
-    t.last_block_keys = t.visited * Tr::B_c > t.k.len && end < seqs.k_view_seq
+    t.last_block_keys = t.visited * Tr::B_c > t.k.len && (paged || end < seqs.k_view_seq)
                             ? t.k.len - (t.visited - 1) * Tr::B_c
                             : Tr::B_c;
     return t;

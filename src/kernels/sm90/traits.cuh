@@ -41,12 +41,14 @@ struct Traits {
     static constexpr int consumers = flash_attention::consumer_warpgroups(C);
     static constexpr int rows_per_consumer = 64;  // a wgmma's M
     // setmaxnreg: the producer needs few registers; what it gives up lets each consumer
-    // hold O, S and P. The registers are the CTA's own, as launched (two consumers: 384
-    // threads x 168), and 24 + 2 x 240 fills them exactly: a producer of 32 left the
-    // consumers' setmaxnreg.inc waiting forever. The dynamic schedule's producer spills
-    // 4 bytes at 24 since tiles carry their sequence's offsets (one local load per K/V
-    // block it issues, off the consumers' path).
-    static constexpr int producer_registers = 24;
+    // hold O, S and P. The registers are the CTA's own, as launched (64K / threads a
+    // thread, in steps of 8), not the SM's: two consumers launch with 384 x 168, and
+    // 24 + 2 x 240 fills that exactly (a producer of 32 left the consumers'
+    // setmaxnreg.inc waiting forever); three launch with 512 x 128, which 32 + 3 x 160
+    // fills. At 24 the producer spilled since tiles carry their sequence's offsets; the
+    // two-consumer dynamic-schedule kernels still spill 4 bytes (one local load per K/V
+    // block the producer issues, off the consumers' path).
+    static constexpr int producer_registers = consumers >= 3 ? 32 : 24;
     static constexpr int consumer_registers = flash_attention::consumer_registers(C);
     // A launch gets at most 64K / threads registers a thread, in steps of 8.
     static constexpr int launch_registers = 65536 / threads / 8 * 8;

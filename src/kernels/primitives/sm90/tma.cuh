@@ -62,6 +62,16 @@ __device__ __forceinline__ void load_tile(void* smem, const void* map, int row, 
     }
 }
 
+// Loads the map's box of rows (fewer than the Tile's: a page of a paged cache) at `row`
+// of (head, batch) into the Tile's rows from tile_row on, all d_head columns. tile_row is
+// a multiple of 8, so the rows keep the 128-byte swizzle's phase.
+template <class Tile>
+__device__ __forceinline__ void load_rows(void* smem, int tile_row, const void* map, int row,
+                                          int head, int batch, Barrier& barrier) {
+    load_tile<Tile>(static_cast<unsigned char*>(smem) + tile_row * Tile::row_bytes, map, row, head,
+                    batch, barrier);
+}
+
 // Stores a tile laid out as load_tile() leaves it; rows past the tensor's end are not
 // written. Issued and committed as one bulk group: wait_stores_read() before the shared
 // memory is reused.
