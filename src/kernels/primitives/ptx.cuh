@@ -65,12 +65,6 @@ __device__ __forceinline__ void st_global_4(void* dst, std::uint32_t v) {
     *static_cast<std::uint32_t*>(dst) = v;
 }
 
-// prefetch.global.L1 — PTX ISA "Data Movement: prefetch": brings the line holding `p`
-// into L1 without waiting for it.
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-}
-
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16 — PTX ISA "Warp-level Matrix Load
 // Instruction: ldmatrix". Lanes 8i..8i+7 address the rows of matrix i.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t addr) {

@@ -56,7 +56,7 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
         int page = key_row / seqs.k_view_seq;
         int row = key_row - page * seqs.k_view_seq;
         for (int r = 0; r < Tr::B_c; r += seqs.page_copy_rows) {
-            const int id = key_row + r < t.k.len ? table[page] : -1;
+            const int id = key_row + r < t.k.len ? __ldg(table + page) : -1;
             tma::load_rows<typename Tr::KVTile>(stage, r, map, row, t.kv_head, id, full);
             row += seqs.page_copy_rows;
             if (row == seqs.k_view_seq) {
@@ -64,22 +64,6 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
                 ++page;
             }
         }
-    }
-}
-
-// The page ids of a paged block, into L1 while the producer waits for the stage: read one
-// after another in load_kv_block, behind each run's copy, they each cost an L2 round trip
-// otherwise (page 16: 8 a K block, which made a chunked prefill 1.9x slower than a
-// contiguous cache). A block's ids are consecutive entries of the table: its first and
-// last cover them for pages of 16 and more.
-template <class Tr>
-__device__ __forceinline__ void prefetch_block_pages(const SequenceArgs& seqs, const Tile& t,
-                                                     int key_row) {
-    const std::int32_t* table = seqs.block_table + t.k.entry * seqs.block_table_stride;
-    const int last = min(key_row + Tr::B_c, t.k.len) - 1;
-    if (last >= key_row) {
-        ptx::prefetch_l1(table + key_row / seqs.k_view_seq);
-        ptx::prefetch_l1(table + last / seqs.k_view_seq);
     }
 }
 
@@ -121,8 +105,6 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
         const int ring_end = ring + t.visited;
         for (int key_row = t.k.row0; ring < ring_end; ++ring, key_row += Tr::B_c) {
             const RingSlot<Tr::stages> slot(ring);
-            if constexpr (Paged)
-                prefetch_block_pages<Tr>(args.seqs, t, key_row);
             bars.k_empty[slot.stage].wait(slot.parity ^ 1);
             bars.k_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             load_kv_block<Tr, Paged>(smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes,
