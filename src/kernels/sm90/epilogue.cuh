@@ -38,7 +38,7 @@ struct PendingStore {
 // buffer goes back to the producer through `pending` (above). TMA clips rows only at the
 // view's end: when the sequence ends inside the view (packed sequences), rows past it are
 // another sequence's, and a consumer whose rows cross that end stores its rows itself.
-template <class Tr>
+template <class Tr, bool PerSequence>
 __device__ __forceinline__ void store_output(const Params& params, const Tile& t, int consumer,
                                              const float (&o)[1][Tr::d_head / 8][4],
                                              unsigned char* region, tma::Barrier& q_empty,
@@ -47,8 +47,8 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     const int warp_row0 = warp_in_warpgroup() * mma_m;
     const int row0 = t.q_row0 + consumer * Tr::rows_per_consumer;  // in the sequence
     const int rows = t.q.len - row0;  // of this consumer's, in the sequence
-    const bool by_tma =
-        rows >= Tr::rows_per_consumer || t.q.row0 + t.q.len == params.args.seqs.q_view_seq;
+    const bool by_tma = !PerSequence || rows >= Tr::rows_per_consumer ||
+                        t.q.row0 + t.q.len == params.args.seqs.q_view_seq;
     // With Q in registers this warp's lanes read these rows with ldmatrix at the tile's
     // start; a tile that sees no key reaches here with no other warp-level sync between
     // (compute-sanitizer racecheck reported it).

@@ -20,6 +20,85 @@
 
 namespace flash_attention::sm90 {
 
+// A consumer warpgroup's share of the tiles: one tile per CTA, or with `persistent` one
+// CTA per SM walking the tiles (the static schedule's stride, or the tile the producer
+// published for the dynamic one). PerSequence: varlen batches and KV caches (tile_at).
+template <KernelConfig C, class Tr, bool PerSequence, class Scheduler>
+__device__ __forceinline__ void consume_tiles(const Params& params, unsigned char* smem,
+                                              Barriers<Tr::q_buffers, Tr::stages>& bars,
+                                              const Scheduler& scheduler, int consumer) {
+    const KernelArgs& args = params.args;
+    const int smem_base = static_cast<int>(ptx::smem_address(smem));
+    GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
+    int ring = 0;  // K/V blocks consumed so far, in step with the producer
+    int iteration = 0;
+    PendingStore pending_store;  // the previous tile's O store (epilogue.cuh)
+    for (int index = scheduler.first();
+         (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars)) <
+         tile_count<Tr>(args);
+         index += gridDim.x) {
+        const Tile tile = tile_at<Tr, PerSequence>(args, index);
+        if (tile.empty())
+            continue;  // the static schedule's share of the unused numbers (the dynamic
+                       // schedule's producer publishes none)
+        const QSlot<Tr> q(iteration++);
+        unsigned char* q_region =
+            smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
+        const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
+        Consumer<Tr, PerSequence> c{
+            .args = args,
+            .visited = tile.visited,
+            .last_block_keys = tile.last_block_keys,
+            .bars = bars,
+            .q_smem = ptx::smem_address(q_region),
+            .k_smem = static_cast<std::uint32_t>(smem_base + Tr::k_offset),
+            .v_smem = static_cast<std::uint32_t>(smem_base + Tr::v_offset),
+            .consumer = consumer,
+            .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
+            // This consumer's own rows may need fewer masked blocks than the tile's.
+            .unmasked =
+                key_blocks(tile.q.len, tile.k.len, args.causal, consumer_row0,
+                           max(1, min(Tr::rows_per_consumer, tile.q.len - consumer_row0)), Tr::B_c)
+                    .unmasked,
+            .key_bound = args.causal ? tile.k.len - tile.q.len : tile.k.len,
+            .ring = ring,
+            .pending_store = pending_store,
+        };
+
+        float o[1][Tr::d_head / 8][4];
+        zero(o);
+        OnlineSoftmax<1, true, Tr::lazy_rescale> softmax(args.softmax_scale, args.scale_log2);
+        bars.q_full[q.buffer].wait(q.parity);
+        if constexpr (Tr::q_in_registers) {
+            load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
+        }
+        consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
+        pending_store.hand_back();  // a tile without GEMMs hands it back here
+        softmax.finalize(o);
+
+        // Per sequence, the tile again, recomputed rather than held across the main loop
+        // (the shuffle hides that it is the same): the three-consumer kernels have 160
+        // registers a thread, and holding the sequence's offsets and lengths through it
+        // cost d_head 64 4-5% (docs/PERF.md, 2026-11-24 seventh session).
+        const Tile done =
+            PerSequence ? tile_at<Tr, PerSequence>(args, __shfl_sync(0xffffffffu, index, 0)) : tile;
+        if (args.lse != nullptr && threadIdx.x % 4 == 0) {
+            store_lse<1>(
+                args.lse +
+                    (std::int64_t{done.q.entry} * args.heads + done.head) * args.seqs.q_view_seq +
+                    done.q.row0,
+                c.first_row, done.q.len, softmax);
+        }
+        // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
+        // and no other warpgroup reads these rows: O may overwrite them.
+        store_output<Tr, PerSequence>(params, done, consumer, o, q_region, bars.q_empty[q.buffer],
+                                      pending_store);
+        ring += done.visited;
+    }
+    pending_store.hand_back();  // shared memory must outlive the last store's read
+    turns.finish();
+}
+
 template <unsigned long long Code>
 __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     forward_kernel(const __grid_constant__ Params params) {
@@ -61,89 +140,30 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     }
     __syncthreads();
 
+    const SequenceArgs& seqs = args.seqs;
+    const bool per_sequence = seqs.cu_seqlens_q != nullptr || seqs.cu_seqlens_k != nullptr ||
+                              seqs.seqused_k != nullptr || seqs.block_table != nullptr;
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         if (threadIdx.x == 0) {
             if (args.seqs.block_table != nullptr)
-                produce<Tr, true>(params, smem, bars, scheduler);
+                produce<Tr, true, true>(params, smem, bars, scheduler);
+            else if (per_sequence)
+                produce<Tr, true, false>(params, smem, bars, scheduler);
             else
-                produce<Tr, false>(params, smem, bars, scheduler);
+                produce<Tr, false, false>(params, smem, bars, scheduler);
         }
         return;
     }
 
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
-    const int consumer = warpgroup - 1;
-    const int smem_base = static_cast<int>(ptx::smem_address(smem));
-    GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
-    int ring = 0;  // K/V blocks consumed so far, in step with the producer
-    int iteration = 0;
-    PendingStore pending_store;  // the previous tile's O store (epilogue.cuh)
-    // One tile per CTA, or with `persistent` one CTA per SM walking the tiles: the static
-    // schedule's stride, or the tile the producer published for the dynamic one.
-    for (int index = scheduler.first();
-         (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars)) <
-         tile_count<Tr>(args);
-         index += gridDim.x) {
-        const Tile tile = tile_at<Tr>(args, index);
-        if (tile.empty())
-            continue;  // the static schedule's share of the unused numbers (the dynamic
-                       // schedule's producer publishes none)
-        const QSlot<Tr> q(iteration++);
-        unsigned char* q_region =
-            smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
-        const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
-        Consumer<Tr> c{
-            .args = args,
-            .visited = tile.visited,
-            .last_block_keys = tile.last_block_keys,
-            .bars = bars,
-            .q_smem = ptx::smem_address(q_region),
-            .k_smem = static_cast<std::uint32_t>(smem_base + Tr::k_offset),
-            .v_smem = static_cast<std::uint32_t>(smem_base + Tr::v_offset),
-            .consumer = consumer,
-            .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
-            // This consumer's own rows may need fewer masked blocks than the tile's.
-            .unmasked =
-                key_blocks(tile.q.len, tile.k.len, args.causal, consumer_row0,
-                           max(1, min(Tr::rows_per_consumer, tile.q.len - consumer_row0)), Tr::B_c)
-                    .unmasked,
-            .key_bound = args.causal ? tile.k.len - tile.q.len : tile.k.len,
-            .ring = ring,
-            .pending_store = pending_store,
-        };
-
-        float o[1][Tr::d_head / 8][4];
-        zero(o);
-        OnlineSoftmax<1, true, Tr::lazy_rescale> softmax(args.softmax_scale, args.scale_log2);
-        bars.q_full[q.buffer].wait(q.parity);
-        if constexpr (Tr::q_in_registers) {
-            load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
-        }
-        consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
-        pending_store.hand_back();  // a tile without GEMMs hands it back here
-        softmax.finalize(o);
-
-        // The tile again, recomputed rather than held across the main loop (the shuffle
-        // hides that it is the same): the three-consumer kernels have 160 registers a
-        // thread, and holding the sequence's offsets and lengths through it cost d_head
-        // 64 4-5% (docs/PERF.md, 2026-11-24 seventh session).
-        const Tile done = tile_at<Tr>(args, __shfl_sync(0xffffffffu, index, 0));
-        if (args.lse != nullptr && threadIdx.x % 4 == 0) {
-            store_lse<1>(
-                args.lse +
-                    (std::int64_t{done.q.entry} * args.heads + done.head) * args.seqs.q_view_seq +
-                    done.q.row0,
-                c.first_row, done.q.len, softmax);
-        }
-        // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
-        // and no other warpgroup reads these rows: O may overwrite them.
-        store_output<Tr>(params, done, consumer, o, q_region, bars.q_empty[q.buffer],
-                         pending_store);
-        ring += done.visited;
-    }
-    pending_store.hand_back();  // shared memory must outlive the last store's read
-    turns.finish();
+    // forward()'s dense problems and the per-sequence ones run separate instantiations of
+    // the body, so the dense one holds nothing of the latter (a shared one cost the short
+    // lengths 5-17%, docs/PERF.md 2026-11-24 seventh session).
+    if (per_sequence)
+        consume_tiles<C, Tr, true>(params, smem, bars, scheduler, warpgroup - 1);
+    else
+        consume_tiles<C, Tr, false>(params, smem, bars, scheduler, warpgroup - 1);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)params;

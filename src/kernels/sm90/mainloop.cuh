@@ -73,7 +73,7 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
 // tile's O from that buffer. Paged is a separate instantiation, so the page walk's
 // registers never press on the dense loop (the producer has 24: in one loop the dense
 // kernels spilled 16-44 bytes).
-template <class Tr, bool Paged, class Scheduler>
+template <class Tr, bool PerSequence, bool Paged, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::q_buffers, Tr::stages>& bars,
                                         const Scheduler& scheduler) {
@@ -83,7 +83,7 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
     int index = scheduler.first();
     int claimed = 0;
     for (; index < tile_count<Tr>(args); index = scheduler.next(index, claimed)) {
-        const Tile t = tile_at<Tr>(args, index);
+        const Tile t = tile_at<Tr, PerSequence>(args, index);
         if (t.empty()) {  // a number the packed numbering leaves unused
             claimed = scheduler.claim();
             continue;
@@ -155,7 +155,9 @@ struct GemmTurns {
 };
 
 // A consumer warpgroup's state and steps; consume() below is the algorithm.
-template <class Tr>
+// PerSequence: the instantiation for varlen batches and KV caches (tile_at); the dense one
+// masks with the call's lengths and never zeroes V rows.
+template <class Tr, bool PerSequence>
 struct Consumer {
     static constexpr DType dtype = Tr::dtype;
     static constexpr int s_tiles = Tr::B_c / 8;
@@ -250,7 +252,7 @@ struct Consumer {
     // the same zeros; each fences its writes to the async proxy wgmma reads through and
     // syncs its warpgroup, so its own GEMM sees them.
     __device__ __forceinline__ void zero_v_tail(int j) const {
-        if (j != visited - 1 || last_block_keys == Tr::B_c)
+        if (!PerSequence || j != visited - 1 || last_block_keys == Tr::B_c)
             return;
         using Tile = typename Tr::KVTile;
         constexpr int chunks = Tr::d_head / 8;  // 16-byte chunks of a row
@@ -265,11 +267,15 @@ struct Consumer {
     }
 
     __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
-        if (j >= unmasked) {
+        if (j < unmasked)
+            return;
+        if constexpr (PerSequence) {
             const bool causal = args.causal;
             const int bound = key_bound;
             mask_scores_by(s, first_row, j * Tr::B_c,
                            [=](int row) { return causal ? row + 1 + bound : bound; });
+        } else {
+            mask_scores(s, first_row, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
         }
     }
 };
@@ -277,8 +283,9 @@ struct Consumer {
 // S_j = Q·K_jᵀ, masked; with WithPv, O += P_{j-1}·V_{j-1} is issued in the same GEMM turn
 // and left running. K_j (and V_{j-1}) are waited for before the turn is taken, so a
 // warpgroup never holds it while it waits for memory; returns once S_j is done.
-template <bool WithPv, class Tr, class Turns>
-__device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)[1][Tr::B_c / 8][4],
+template <bool WithPv, class Tr, bool P, class Turns>
+__device__ __forceinline__ void scores(Consumer<Tr, P>& c, Turns& turns,
+                                       float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::d_head / 8][4],
                                        std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     c.wait_k(j);
@@ -297,8 +304,8 @@ __device__ __forceinline__ void scores(Consumer<Tr>& c, Turns& turns, float (&s)
 }
 
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
-template <class Tr>
-__device__ __forceinline__ void retire_pv(Consumer<Tr>& c, float (&o)[1][Tr::d_head / 8][4],
+template <class Tr, bool P>
+__device__ __forceinline__ void retire_pv(Consumer<Tr, P>& c, float (&o)[1][Tr::d_head / 8][4],
                                           std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     ptx::wgmma_wait<0>();
     ptx::fence_operands(o[0]);
@@ -307,8 +314,8 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr>& c, float (&o)[1][Tr::d_h
 }
 
 // O += P·V_j, from waiting for V_j to retiring the GEMM.
-template <class Tr, class Turns>
-__device__ __forceinline__ void accumulate(Consumer<Tr>& c, Turns& turns,
+template <class Tr, bool P, class Turns>
+__device__ __forceinline__ void accumulate(Consumer<Tr, P>& c, Turns& turns,
                                            float (&o)[1][Tr::d_head / 8][4],
                                            std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     c.wait_v(j);
@@ -320,8 +327,8 @@ __device__ __forceinline__ void accumulate(Consumer<Tr>& c, Turns& turns,
 }
 
 // One tile's main loop for one consumer warpgroup: the algorithm.
-template <class Tr, bool Overlap, bool Pingpong>
-__device__ __forceinline__ void consume(Consumer<Tr>& c, GemmTurns<Tr, Pingpong>& turns,
+template <class Tr, bool Overlap, bool Pingpong, bool P>
+__device__ __forceinline__ void consume(Consumer<Tr, P>& c, GemmTurns<Tr, Pingpong>& turns,
                                         float (&o)[1][Tr::d_head / 8][4],
                                         OnlineSoftmax<1, true, Tr::lazy_rescale>& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;

@@ -81,8 +81,30 @@ __device__ __forceinline__ int tile_count(const KernelArgs& args) {
     return static_cast<int>(tile_numbers(args, Tr::B_r));
 }
 
-template <class Tr>
+// The tile numbered `index`. PerSequence is a separate instantiation of the kernel's body
+// (forward_kernel.cuh): in forward()'s dense problems every field comes from the call's
+// parameters, so nothing of the per-sequence machinery is held in registers there.
+template <class Tr, bool PerSequence>
 __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
+    if constexpr (!PerSequence) {
+        const int q_blocks = blocks_covering(args.seq_q, Tr::B_r);
+        const int head_of_batch = index / q_blocks;
+        const int q_block = args.causal ? q_blocks - 1 - index % q_blocks : index % q_blocks;
+        const int b = head_of_batch / args.heads;
+        Tile t;
+        t.head = head_of_batch % args.heads;
+        t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
+        t.q = {b, 0, args.seq_q};
+        t.k = {b, 0, args.seq_k};
+        t.q_row0 = q_block * Tr::B_r;
+        t.rows = min(Tr::B_r, args.seq_q - t.q_row0);
+        const KeyBlocks blocks =
+            key_blocks(args.seq_q, args.seq_k, args.causal, t.q_row0, t.rows, Tr::B_c);
+        t.visited = blocks.visited;
+        t.unmasked = blocks.unmasked;
+        t.last_block_keys = Tr::B_c;  // rows past seq_k are past the tensor: TMA's zeros
+        return t;
+    }
     const SequenceArgs& seqs = args.seqs;
     int b, local;  // the sequence, and the tile's number among its head's
     Tile t;
