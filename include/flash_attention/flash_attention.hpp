@@ -101,10 +101,10 @@ struct VarlenParams {
     std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
     bool causal = false;                 // per sequence, aligned at its bottom right
     float* lse = nullptr;                // optional output, fp32 (heads_q, total_q)
-    // 0: the library's choice: without pages, queries that fill tiles (not a decoding
-    // shape) run on the kernel forward() would choose for the longest sequence when it
-    // is an sm90 one (Hopper), anything else on the serving kernel with a key split of
-    // its choosing. n >= 1: the serving kernel with n key ranges per sequence.
+    // 0: the library's choice: queries that fill tiles (not a decoding shape) run on the
+    // kernel forward() would choose for the longest sequence when it is an sm90 one
+    // (Hopper; packed or paged K/V alike), anything else on the serving kernel with a key
+    // split of its choosing. n >= 1: the serving kernel with n key ranges per sequence.
     int num_splits = 0;
 };
 
@@ -131,7 +131,7 @@ struct KVCacheParams {
     std::optional<float> softmax_scale;
     bool causal = false;
     float* lse = nullptr;  // optional output, fp32 (batch, heads_q, seq_q)
-    int num_splits = 0;    // as VarlenParams::num_splits (a contiguous cache as "without pages")
+    int num_splits = 0;    // as VarlenParams::num_splits
 };
 
 // The largest num_splits a call takes.

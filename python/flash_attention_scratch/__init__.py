@@ -86,9 +86,8 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
 
     causal aligns each sequence's queries with the end of its keys (bottom right).
     max_seqlen_q must be at least every query length (it sizes the grid). num_splits: 0
-    for the library's choice (without pages, long queries run on the sm90 kernels on
-    Hopper, as forward() does), n >= 1 for the serving kernel with n key ranges per
-    sequence. return_lse: also the log-sum-exp,
+    for the library's choice (long queries run on the sm90 kernels on Hopper, as forward()
+    does, paged or not), n >= 1 for the serving kernel with n key ranges per sequence. return_lse: also the log-sum-exp,
     float32 (heads, total_q). Offsets and lengths are not read on the host (no
     synchronisation; CUDA graphs work): a sequence that reaches past its tensor is cut at
     the tensor's end, and a page id outside the cache reads as zeros.
