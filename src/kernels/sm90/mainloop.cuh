@@ -71,8 +71,9 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
 // once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
 // (across tiles too), and loads a tile's Q once the consumers have stored the previous
 // tile's O from that buffer. Paged is a separate instantiation, so the page walk's
-// registers never press on the dense loop (the producer has 24: in one loop the dense
-// kernels spilled 16-44 bytes).
+// registers never press on the dense loop (the producer has 24 or 32: in one loop the
+// dense kernels spilled 16-44 bytes; the paged instantiation of the two-consumer kernels
+// still spills 12-16).
 template <class Tr, bool PerSequence, bool Paged, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::q_buffers, Tr::stages>& bars,
@@ -101,7 +102,7 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
         }
         claimed = scheduler.claim();
         // Walks the ring position and the key row together: as many live registers as
-        // before tiles carried a row offset (the producer has 24).
+        // before tiles carried a row offset (the producer has 24 or 32).
         const int ring_end = ring + t.visited;
         for (int key_row = t.k.row0; ring < ring_end; ++ring, key_row += Tr::B_c) {
             const RingSlot<Tr::stages> slot(ring);

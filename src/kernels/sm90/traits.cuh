@@ -45,9 +45,9 @@ struct Traits {
     // thread, in steps of 8), not the SM's: two consumers launch with 384 x 168, and
     // 24 + 2 x 240 fills that exactly (a producer of 32 left the consumers'
     // setmaxnreg.inc waiting forever); three launch with 512 x 128, which 32 + 3 x 160
-    // fills. At 24 the producer spilled since tiles carry their sequence's offsets; the
-    // two-consumer dynamic-schedule kernels still spill 4 bytes (one local load per K/V
-    // block the producer issues, off the consumers' path).
+    // fills. At 24 the three-consumer producer spilled once tiles carried a sequence's
+    // offsets; the two-consumer ones spill only in their paged instantiation (12-16
+    // bytes, off the consumers' path).
     static constexpr int producer_registers = consumers >= 3 ? 32 : 24;
     static constexpr int consumer_registers = flash_attention::consumer_registers(C);
     // A launch gets at most 64K / threads registers a thread, in steps of 8.
