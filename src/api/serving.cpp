@@ -182,6 +182,25 @@ bool run_on_sm90(const ProblemShape& shape, const ForwardParams& views, int num_
     return true;
 }
 
+// The sm90 kernels' view of a call's sequences: its offsets and lengths, the K/V source's
+// pages, and the tensors' own shapes (page_copy_rows is the launch's to set).
+SequenceArgs sequence_args(const TensorView& q, const TensorView& k, const KeySource& keys,
+                           const std::int32_t* cu_seqlens_q, const std::int32_t* cu_seqlens_k,
+                           const std::int32_t* seqused_k, int seqused_k_add) {
+    return {.cu_seqlens_q = cu_seqlens_q,
+            .cu_seqlens_k = cu_seqlens_k,
+            .seqused_k = seqused_k,
+            .seqused_k_add = seqused_k_add,
+            .block_table = keys.block_table,
+            .block_table_stride = keys.block_table_stride,
+            .max_pages = keys.max_pages,
+            .page_copy_rows = 0,
+            .q_view_batch = static_cast<int>(q.shape[0]),
+            .q_view_seq = static_cast<int>(q.shape[1]),
+            .k_view_batch = static_cast<int>(k.shape[0]),
+            .k_view_seq = static_cast<int>(k.shape[1])};
+}
+
 ProblemShape shape(const TensorView& q, const TensorView& k, std::int64_t batch, std::int64_t seq_q,
                    std::int64_t seq_k, bool causal) {
     return {.dtype = q.dtype,
@@ -249,18 +268,7 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
     const KeySource keys = key_source(p.k, p.v, p.pages);
     if (run_on_sm90(shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.causal),
                     {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.lse}, p.num_splits,
-                    {.cu_seqlens_q = p.cu_seqlens_q,
-                     .cu_seqlens_k = p.cu_seqlens_k,
-                     .seqused_k = p.seqused_k,
-                     .seqused_k_add = 0,
-                     .block_table = keys.block_table,
-                     .block_table_stride = keys.block_table_stride,
-                     .max_pages = keys.max_pages,
-                     .page_copy_rows = 0,  // the launch sets it
-                     .q_view_batch = 1,
-                     .q_view_seq = static_cast<int>(p.q.shape[1]),
-                     .k_view_batch = static_cast<int>(p.k.shape[0]),
-                     .k_view_seq = static_cast<int>(p.k.shape[1])},
+                    sequence_args(p.q, p.k, keys, p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k, 0),
                     stream)) {
         return;
     }
@@ -374,18 +382,8 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
     if (run_on_sm90(shape(p.q, p.k_cache, batch, p.q.shape[1], capacity, p.causal),
                     {p.q, p.k_cache, p.v_cache, p.o, p.softmax_scale, p.causal, p.lse},
                     p.num_splits,
-                    {.cu_seqlens_q = nullptr,
-                     .cu_seqlens_k = nullptr,
-                     .seqused_k = p.cache_seqlens,
-                     .seqused_k_add = static_cast<int>(seq_new),
-                     .block_table = keys.block_table,
-                     .block_table_stride = keys.block_table_stride,
-                     .max_pages = keys.max_pages,
-                     .page_copy_rows = 0,  // the launch sets it
-                     .q_view_batch = static_cast<int>(batch),
-                     .q_view_seq = static_cast<int>(p.q.shape[1]),
-                     .k_view_batch = static_cast<int>(p.k_cache.shape[0]),
-                     .k_view_seq = static_cast<int>(p.k_cache.shape[1])},
+                    sequence_args(p.q, p.k_cache, keys, nullptr, nullptr, p.cache_seqlens,
+                                  static_cast<int>(seq_new)),
                     stream)) {
         return;
     }
