@@ -99,7 +99,11 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
     turns.finish();
 }
 
-template <unsigned long long Code>
+// PerSequence: varlen batches and KV caches (SequenceArgs) run their own kernel, so the
+// dense one keeps its code and registers as they were: one kernel with both bodies
+// behind a branch cost forward()'s non-persistent d_head 128 causal kernel 5-6%
+// (docs/PERF.md, 2026-11-24 seventh session).
+template <unsigned long long Code, bool PerSequence>
 __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     forward_kernel(const __grid_constant__ Params params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -140,30 +144,21 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     }
     __syncthreads();
 
-    const SequenceArgs& seqs = args.seqs;
-    const bool per_sequence = seqs.cu_seqlens_q != nullptr || seqs.cu_seqlens_k != nullptr ||
-                              seqs.seqused_k != nullptr || seqs.block_table != nullptr;
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         if (threadIdx.x == 0) {
-            if (args.seqs.block_table != nullptr)
-                produce<Tr, true, true>(params, smem, bars, scheduler);
-            else if (per_sequence)
-                produce<Tr, true, false>(params, smem, bars, scheduler);
-            else
+            if (!PerSequence)
                 produce<Tr, false, false>(params, smem, bars, scheduler);
+            else if (args.seqs.block_table != nullptr)
+                produce<Tr, true, true>(params, smem, bars, scheduler);
+            else
+                produce<Tr, true, false>(params, smem, bars, scheduler);
         }
         return;
     }
 
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
-    // forward()'s dense problems and the per-sequence ones run separate instantiations of
-    // the body, so the dense one holds nothing of the latter (a shared one cost the short
-    // lengths 5-17%, docs/PERF.md 2026-11-24 seventh session).
-    if (per_sequence)
-        consume_tiles<C, Tr, true>(params, smem, bars, scheduler, warpgroup - 1);
-    else
-        consume_tiles<C, Tr, false>(params, smem, bars, scheduler, warpgroup - 1);
+    consume_tiles<C, Tr, PerSequence>(params, smem, bars, scheduler, warpgroup - 1);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)params;

@@ -19,13 +19,22 @@
 
 namespace flash_attention::sm90 {
 
+// forward()'s dense problems, and sequences of their own lengths (forward_kernel.cuh).
 template <KernelConfig C>
-inline constexpr auto* kernel = &forward_kernel<pack(C)>;
+inline constexpr auto* kernel = &forward_kernel<pack(C), false>;
+template <KernelConfig C>
+inline constexpr auto* per_sequence_kernel = &forward_kernel<pack(C), true>;
 
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
     constexpr int smem = static_cast<int>(smem_bytes(C));
-    enable_dynamic_smem<kernel<C>, smem>();
+    const SequenceArgs& seqs = args.seqs;
+    const bool per_sequence = seqs.cu_seqlens_q != nullptr || seqs.cu_seqlens_k != nullptr ||
+                              seqs.seqused_k != nullptr || seqs.block_table != nullptr;
+    if (per_sequence)
+        enable_dynamic_smem<per_sequence_kernel<C>, smem>();
+    else
+        enable_dynamic_smem<kernel<C>, smem>();
     // A paged cache's K/V copies stop at page boundaries (paged_copy_rows).
     KernelArgs a = args;
     if (a.seqs.block_table != nullptr)
@@ -49,8 +58,13 @@ void launch(const KernelArgs& args, Stream stream) {
         counter.emplace(sizeof(int), stream, true);
         params.tile_counter = static_cast<int*>(counter->get());
     }
-    launch_kernel<kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(), smem, stream, params,
-                             "sm90 forward kernel launch");
+    if (per_sequence) {
+        launch_kernel<per_sequence_kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(),
+                                              smem, stream, params, "sm90 forward kernel launch");
+    } else {
+        launch_kernel<kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(), smem, stream,
+                                 params, "sm90 forward kernel launch");
+    }
 }
 
 template <KernelConfig C>
