@@ -14,6 +14,7 @@ namespace {
 struct BenchOptions {
     std::string set;
     std::vector<std::string> configs;
+    std::string splits;
     bool best = false;
     GridOptions grid;
     TimingOptions timing;
@@ -27,6 +28,10 @@ int bench(const BenchOptions& o) {
         candidates = built_configs_of(o.set, "--set");
     for (const std::string& s : o.configs)
         candidates.push_back(built_config(s, "--config"));
+    if (!o.splits.empty()) {
+        for (const int n : parse_int_list(o.splits, "--splits", 1, k_max_splits))
+            candidates.push_back(Candidate::with_splits(n));
+    }
     if (o.best || candidates.empty())
         candidates.push_back(std::nullopt);
     const std::vector<Job> jobs = plan(candidates, o.grid);
@@ -61,7 +66,11 @@ void add_bench_command(CLI::App& app, Action& action) {
     cmd->add_option("--config", o->configs, "a config short form (repeatable)");
     cmd->add_flag("--best", o->best,
                   "the library's automatic choice (the default without --set/--config)");
+    cmd->add_option("--splits", o->splits,
+                    "with --kvcache or --varlen: the split-KV kernel with these numbers of key "
+                    "ranges per sequence (comma-separated)");
     o->grid.add_to(*cmd);
+    o->grid.add_serving_to(*cmd);
     o->timing.add_to(*cmd);
     add_format_option(*cmd, o->format, {"table", "csv", "json"}, "output");
     cmd->add_option("--svg", o->svg, "also write a chart of TFLOP/s against sequence length");

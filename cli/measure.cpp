@@ -21,52 +21,26 @@ int Workspace::slots(const Shape& shape) {
     cuda_check(cudaGetDevice(&device), "cudaGetDevice");
     cuda_check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
                "cudaDeviceGetAttribute(L2CacheSize)");
-    const double q = double(shape.batch) * shape.seq_q * shape.heads * shape.d_head;
-    const double kv = double(shape.batch) * shape.seq_k * shape.heads_kv * shape.d_head;
-    const double slot_bytes = 2.0 * (2 * q + 2 * kv);  // Q, O, K, V at 2 bytes an element
+    const double slot_bytes = static_cast<double>(DeviceProblem::bytes(shape));
     return std::clamp(static_cast<int>(4.0 * l2_bytes / slot_bytes) + 1, min_slots, 64);
 }
 
 std::size_t Workspace::bytes(const Shape& shape) {
-    const std::size_t q = std::size_t(shape.batch) * shape.seq_q * shape.heads * shape.d_head;
-    const std::size_t kv = std::size_t(shape.batch) * shape.seq_k * shape.heads_kv * shape.d_head;
-    return slots(shape) * 2 * (2 * q + 2 * kv);
+    return slots(shape) * DeviceProblem::bytes(shape);
 }
 
 Workspace::Workspace(const Shape& shape, std::uint64_t seed) : shape_(shape) {
-    using reference::HostTensor;
-    const HostTensor q = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_q,
-                                                   shape.heads, shape.d_head, seed);
-    const HostTensor k = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k,
-                                                   shape.heads_kv, shape.d_head, seed + 1);
-    const HostTensor v = HostTensor::random_normal(shape.dtype, shape.batch, shape.seq_k,
-                                                   shape.heads_kv, shape.d_head, seed + 2);
+    const HostProblem host = HostProblem::random(shape, seed);
     const int copies = slots(shape);
-    for (int s = 0; s < copies; ++s) {
-        q_.push_back(DeviceTensor::upload(q));
-        k_.push_back(DeviceTensor::upload(k));
-        v_.push_back(DeviceTensor::upload(v));
-        o_.push_back(DeviceTensor::empty_like(q));
-    }
-}
-
-ForwardParams Workspace::params(int slot) const {
-    ForwardParams p{q_[slot].view, k_[slot].view, v_[slot].view, o_[slot].view, shape_.scale};
-    p.causal = shape_.causal;
-    return p;
+    copies_.reserve(static_cast<std::size_t>(copies));
+    for (int s = 0; s < copies; ++s)
+        copies_.emplace_back(shape, host);
 }
 
 std::vector<std::optional<Measurement>> measure_interleaved(
     const std::vector<TimedEntry>& entries, const TimingOptions& timing, bool (*stop)(),
     const std::function<void(std::size_t, std::size_t)>& progress) {
-    const auto launch = [](const TimedEntry& e) {
-        const ForwardParams params = e.workspace->next_params();
-        if (e.config) {
-            forward(params, *e.config);
-        } else {
-            forward(params);
-        }
-    };
+    const auto launch = [](const TimedEntry& e) { e.workspace->launch_next(e.candidate); };
     using clock = std::chrono::steady_clock;
     const auto warm_until =
         clock::now() + std::chrono::duration<double, std::milli>(timing.warmup_ms);
@@ -127,12 +101,17 @@ std::vector<std::optional<Measurement>> measure_interleaved(
         if (ms[e].empty())
             continue;
         const Workspace& workspace = *entries[e].workspace;
-        const std::optional<KernelConfig>& config = entries[e].config;
-        const KernelConfig ran = config ? *config : choose_config(workspace.params(0));
+        const Candidate& c = entries[e].candidate;
         const Shape& shape = workspace.shape();
-        const std::string automatic = "automatic choice (" + std::string(to_string(shape.dtype)) +
-                                      ", d_head " + std::to_string(shape.d_head) + ")";
-        out[e] = Measurement::of(config ? config->to_string() : automatic, ran, shape, ms[e]);
+        const std::string api =
+            shape.api == Api::dense ? "" : api_name(shape) + ": ";  // its own harmonic mean
+        std::string label = api + "automatic choice (" + std::string(to_string(shape.dtype)) +
+                            ", d_head " + std::to_string(shape.d_head) + ")";
+        if (c.config)
+            label = c.config->to_string();
+        else if (c.splits > 0)
+            label = api + "split-KV, " + std::to_string(c.splits) + " splits";
+        out[e] = Measurement::of(label, workspace.kernel(c), shape, ms[e]);
     }
     return out;
 }

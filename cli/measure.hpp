@@ -12,6 +12,7 @@
 #include "flash_attention/flash_attention.hpp"
 #include "measurement.hpp"
 #include "options.hpp"
+#include "problem.hpp"
 #include "testing/device_buffer.hpp"
 
 namespace flash_attention::cli {
@@ -24,22 +25,23 @@ class Workspace {
     // Device bytes such a workspace takes (every copy of the inputs and outputs).
     static std::size_t bytes(const Shape& shape);
     const Shape& shape() const { return shape_; }
-    ForwardParams params(int slot) const;
-    // The next copy's problem: successive calls rotate through the copies.
-    ForwardParams next_params() { return params(next_++ % static_cast<int>(q_.size())); }
+    // Runs the candidate on the next copy: successive calls rotate through the copies.
+    void launch_next(const Candidate& candidate) {
+        copies_[next_++ % copies_.size()].launch(candidate);
+    }
+    KernelChoice kernel(const Candidate& candidate) const { return copies_[0].kernel(candidate); }
 
   private:
     static int slots(const Shape& shape);
     Shape shape_;
-    std::vector<DeviceTensor> q_, k_, v_, o_;
-    int next_ = 0;
+    std::vector<DeviceProblem> copies_;
+    std::size_t next_ = 0;
 };
 
-// One thing to time: a config (nullopt: the automatic choice, through
-// forward(params, stream)) on a workspace.
+// One thing to time: a candidate on a workspace.
 struct TimedEntry {
     Workspace* workspace;
-    std::optional<KernelConfig> config;
+    Candidate candidate;
 };
 
 // Times every entry: `warmup` untimed runs of each, repeated until `warmup_ms` of load

@@ -199,6 +199,46 @@ void GridOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--scale", scale, "softmax scale (default 1/sqrt(d_head))");
 }
 
+void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen) {
+    cmd.add_flag("--kvcache", kvcache,
+                 "through forward_kvcache: a cache of --seq-k keys per sequence (decoding with "
+                 "--seq 1)");
+    cmd.add_option("--page-size", page_size,
+                   "a paged cache (implies --kvcache): rows per page, a multiple of 16, pages "
+                   "in a random order")
+        ->check(integer_in(16, 1 << 20));
+    cmd.add_flag("--varlen", varlen,
+                 "through forward_varlen: --batch sequences of random lengths from 1 to --seq, "
+                 "packed");
+}
+
+Api serving_api(bool kvcache, int page_size, bool varlen, bool seq_k_given) {
+    if (page_size % 16 != 0) {
+        throw UsageError("--page-size: expected a multiple of 16, got " +
+                         std::to_string(page_size));
+    }
+    if (varlen && (kvcache || page_size > 0)) {
+        throw UsageError(std::string(kvcache ? "--kvcache" : "--page-size") +
+                         ": expected no cache with --varlen (its keys are packed like its "
+                         "queries), got both");
+    }
+    if (varlen && seq_k_given) {
+        throw UsageError(
+            "--seq-k: expected none with --varlen (each sequence has as many keys as queries)");
+    }
+    if (varlen)
+        return Api::varlen;
+    return kvcache || page_size > 0 ? Api::kvcache : Api::dense;
+}
+
+void GridOptions::add_serving_to(CLI::App& cmd) {
+    add_serving_options(cmd, kvcache, page_size, varlen);
+}
+
+Api GridOptions::api() const {
+    return serving_api(kvcache, page_size, varlen, seq_k > 0);
+}
+
 Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
     const int h = heads > 0 ? heads : std::max(1, 2048 / d_head);
     const int h_kv = heads_kv > 0 ? heads_kv : h;
@@ -214,7 +254,9 @@ Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
             .seq_k = seq_k > 0 ? seq_k : seq,
             .heads_kv = h_kv,
             .causal = causal,
-            .scale = scale};
+            .scale = scale,
+            .api = api(),
+            .page_size = page_size};
 }
 
 }  // namespace flash_attention::cli

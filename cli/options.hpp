@@ -71,11 +71,24 @@ struct GridOptions {
     int seq_k = 0;     // 0: equal to the query length
     bool causal = false;
     std::optional<float> scale;
+    // The serving entry points (add_serving_to): forward_kvcache on a contiguous cache or
+    // one of pages of page_size rows, forward_varlen on sequences of random lengths.
+    bool kvcache = false;
+    int page_size = 0;
+    bool varlen = false;
 
     void add_to(CLI::App& cmd);
+    void add_serving_to(CLI::App& cmd);
+    // The entry point the options name; UsageError for contradicting ones.
+    Api api() const;
     // The shape for one (dtype, d_head, seq) of the grid; UsageError if --heads-kv does
     // not divide the heads.
     Shape shape(DType dtype, int d_head, int seq) const;
 };
+
+// --kvcache, --page-size and --varlen (GridOptions' serving fields) on a command.
+void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen);
+// The entry point those options name; UsageError for contradicting ones.
+Api serving_api(bool kvcache, int page_size, bool varlen, bool seq_k_given);
 
 }  // namespace flash_attention::cli

@@ -165,9 +165,9 @@ int progression(const ProgressionOptions& o) {
     if (!gpu_available())
         return exit_failure;
     for (const Candidate& c : candidates) {
-        if (!is_supported(*c)) {
+        if (!is_supported(*c.config)) {
             throw UsageError("--family: expected a family this GPU runs, got " + o.family + " (" +
-                             c->to_string() +
+                             c.config->to_string() +
                              " cannot run here; sm90 kernels need compute capability 9.0)");
         }
     }

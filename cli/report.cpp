@@ -5,16 +5,69 @@
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 
 namespace flash_attention::cli {
 
-Measurement Measurement::of(std::string label, const KernelConfig& config, const Shape& shape,
+std::vector<int> varlen_lengths(const Shape& shape) {
+    std::mt19937 random(0x5eed + static_cast<unsigned>(shape.batch) * 31u +
+                        static_cast<unsigned>(shape.seq_q));
+    std::uniform_int_distribution<int> length(1, std::max(1, shape.seq_q));
+    std::vector<int> lengths(static_cast<std::size_t>(shape.batch));
+    for (int& l : lengths)
+        l = length(random);
+    return lengths;
+}
+
+std::string api_name(const Shape& s) {
+    switch (s.api) {
+        case Api::kvcache:
+            return s.page_size > 0 ? "paged " + std::to_string(s.page_size) : "kvcache";
+        case Api::varlen:
+            return "varlen";
+        case Api::dense:
+            break;
+    }
+    return "dense";
+}
+
+double Shape::flop() const {
+    const double per_pair = 4.0 * heads * d_head;
+    if (api == Api::dense)
+        return per_pair * batch * double(seq_q) * seq_k / (causal ? 2 : 1);
+    if (api == Api::varlen) {
+        double pairs = 0;
+        for (const int n : varlen_lengths(*this))
+            pairs += causal ? 0.5 * n * (n + 1.0) : double(n) * n;
+        return per_pair * pairs;
+    }
+    // kvcache: query i sees min(seq_k, seq_k - seq_q + i + 1) keys with causal masking.
+    double pairs = double(seq_q) * seq_k;
+    if (causal) {
+        pairs = 0;
+        for (int i = 0; i < seq_q; ++i)
+            pairs += std::clamp(double(seq_k) - seq_q + i + 1, 0.0, double(seq_k));
+    }
+    return per_pair * batch * pairs;
+}
+
+double Shape::kv_bytes() const {
+    double keys = double(batch) * seq_k;
+    if (api == Api::varlen) {
+        keys = 0;
+        for (const int n : varlen_lengths(*this))
+            keys += n;
+    }
+    return 2.0 * keys * heads_kv * d_head * 2;  // K and V, 2 bytes an element
+}
+
+Measurement Measurement::of(std::string label, const KernelChoice& kernel, const Shape& shape,
                             std::vector<double> times_ms) {
     std::vector<double> t = times_ms;
     std::sort(t.begin(), t.end());
     const std::size_t n = t.size();
     const double median = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-    return {std::move(label),   config, shape, median, t.front(), t.back(), static_cast<int>(n),
+    return {std::move(label),   kernel, shape, median, t.front(), t.back(), static_cast<int>(n),
             std::move(times_ms)};
 }
 
@@ -85,7 +138,8 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
         j["measurements"] = nlohmann::json::array();
         for (const Measurement& m : results) {
             j["measurements"].push_back({{"config", m.label},
-                                         {"kernel", m.config.to_string()},
+                                         {"kernel", m.kernel.to_string()},
+                                         {"api", api_name(m.shape)},
                                          {"dtype", to_string(m.shape.dtype)},
                                          {"d_head", m.shape.d_head},
                                          {"batch", m.shape.batch},
@@ -99,7 +153,8 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
                                          {"max_ms", m.max_ms},
                                          {"runs", m.runs},
                                          {"times_ms", m.times_ms},
-                                         {"tflops", m.tflops()}});
+                                         {"tflops", m.tflops()},
+                                         {"kv_tbps", m.kv_tbps()}});
         }
         j["harmonic_mean_tflops"] = nlohmann::json::object();
         for (const auto& [label, ms] : groups)
@@ -109,15 +164,15 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
     std::string out;
     if (format == "csv") {
         out =
-            "config,kernel,dtype,d_head,batch,heads,heads_kv,seq_q,seq_k,causal,median_ms,min_ms,"
-            "max_ms,runs,tflops\n";
+            "config,kernel,api,dtype,d_head,batch,heads,heads_kv,seq_q,seq_k,causal,median_ms,"
+            "min_ms,max_ms,runs,tflops,kv_tbps\n";
         for (const Measurement& m : results) {
-            out += csv_field(m.label) + "," + csv_field(m.config.to_string()) + "," +
-                   std::string(to_string(m.shape.dtype)) +
-                   printf_string(",%d,%d,%d,%d,%d,%d,%d,%.5f,%.5f,%.5f,%d,%.2f\n", m.shape.d_head,
-                                 m.shape.batch, m.shape.heads, m.shape.heads_kv, m.shape.seq_q,
-                                 m.shape.seq_k, int(m.shape.causal), m.median_ms, m.min_ms,
-                                 m.max_ms, m.runs, m.tflops());
+            out += csv_field(m.label) + "," + csv_field(m.kernel.to_string()) + "," +
+                   api_name(m.shape) + "," + std::string(to_string(m.shape.dtype)) +
+                   printf_string(",%d,%d,%d,%d,%d,%d,%d,%.5f,%.5f,%.5f,%d,%.2f,%.4f\n",
+                                 m.shape.d_head, m.shape.batch, m.shape.heads, m.shape.heads_kv,
+                                 m.shape.seq_q, m.shape.seq_k, int(m.shape.causal), m.median_ms,
+                                 m.min_ms, m.max_ms, m.runs, m.tflops(), m.kv_tbps());
         }
         return out;
     }
@@ -126,22 +181,28 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
         width = std::max(width, m.label.size());
     const int w = static_cast<int>(width);
     out += "# device: " + device + "\n";
-    out += printf_string("%-*s %5s %5s %5s %7s %11s %6s %10s %8s %8s\n", w, "config", "dtype", "d",
-                         "batch", "heads", "seq", "causal", "median_ms", "spread", "TFLOP/s");
+    // K/V TB/s: the bytes of K and V over the time, the measure of a decoding kernel (a
+    // dense kernel reads them once per query tile, so the column is for the serving rows).
+    out += printf_string("%-*s %5s %5s %5s %7s %11s %6s %10s %8s %8s %9s\n", w, "config", "dtype",
+                         "d", "batch", "heads", "seq", "causal", "median_ms", "spread", "TFLOP/s",
+                         "K/V TB/s");
     for (const Measurement& m : results) {
         const std::string heads =
             m.shape.heads_kv == m.shape.heads
                 ? std::to_string(m.shape.heads)
                 : std::to_string(m.shape.heads) + "/" + std::to_string(m.shape.heads_kv);
-        const std::string seq =
-            m.shape.seq_k == m.shape.seq_q
-                ? std::to_string(m.shape.seq_q)
-                : std::to_string(m.shape.seq_q) + "x" + std::to_string(m.shape.seq_k);
-        out +=
-            printf_string("%-*s %5s %5d %5d %7s %11s %6s %10.4f %7.1f%% %8.1f\n", w,
-                          m.label.c_str(), std::string(to_string(m.shape.dtype)).c_str(),
-                          m.shape.d_head, m.shape.batch, heads.c_str(), seq.c_str(),
-                          m.shape.causal ? "yes" : "no", m.median_ms, 100 * m.spread(), m.tflops());
+        std::string seq = m.shape.seq_k == m.shape.seq_q
+                              ? std::to_string(m.shape.seq_q)
+                              : std::to_string(m.shape.seq_q) + "x" + std::to_string(m.shape.seq_k);
+        if (m.shape.api == Api::varlen)
+            seq = "1.." + seq;
+        const std::string tbps =
+            m.shape.api == Api::dense ? "-" : printf_string("%.2f", m.kv_tbps());
+        out += printf_string("%-*s %5s %5d %5d %7s %11s %6s %10.4f %7.1f%% %8.1f %9s\n", w,
+                             m.label.c_str(), std::string(to_string(m.shape.dtype)).c_str(),
+                             m.shape.d_head, m.shape.batch, heads.c_str(), seq.c_str(),
+                             m.shape.causal ? "yes" : "no", m.median_ms, 100 * m.spread(),
+                             m.tflops(), tbps.c_str());
     }
     out += printf_string("\n%-*s %8s\n", w, "harmonic mean over sequence lengths", "TFLOP/s");
     for (const auto& [label, ms] : groups) {

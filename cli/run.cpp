@@ -10,6 +10,7 @@
 
 #include "flash_attention/flash_attention.hpp"
 #include "options.hpp"
+#include "problem.hpp"
 #include "reference/reference.hpp"
 #include "sweep.hpp"
 #include "testing/device_buffer.hpp"
@@ -32,6 +33,10 @@ struct RunOptions {
     int repeat = 1;
     bool check = false;
     int check_rows = 256;
+    bool kvcache = false;
+    int page_size = 0;
+    bool varlen = false;
+    int splits = 0;
 };
 
 DType parse_dtype(const std::string& s) {
@@ -63,67 +68,73 @@ int run(const RunOptions& opt) {
         throw UsageError("--heads-kv: expected a divisor of --heads (" + std::to_string(opt.heads) +
                          "), got " + std::to_string(heads_kv));
     }
+    const Api api = serving_api(opt.kvcache, opt.page_size, opt.varlen, opt.seq_k.has_value());
+    Candidate candidate;
+    if (config)
+        candidate = *config;
+    if (opt.splits > 0)
+        candidate = Candidate::with_splits(opt.splits);
+    if (config && api != Api::dense) {
+        throw UsageError(
+            "--config: expected none with --kvcache or --varlen (their entry points choose the "
+            "kernel; --splits picks the split-KV kernel's key ranges), got " +
+            config->to_string());
+    }
+    if (opt.splits > 0 && api == Api::dense)
+        throw UsageError("--splits: expected with --kvcache or --varlen only");
     if (!gpu_available())
         return exit_failure;
 
-    const int seq_k = opt.seq_k.value_or(opt.seq);
+    const Shape shape{.dtype = dtype,
+                      .d_head = d_head,
+                      .batch = opt.batch,
+                      .heads = opt.heads,
+                      .seq_q = opt.seq,
+                      .seq_k = opt.seq_k.value_or(opt.seq),
+                      .heads_kv = heads_kv,
+                      .causal = opt.causal,
+                      .scale = opt.scale,
+                      .api = api,
+                      .page_size = opt.page_size};
     const std::uint64_t seed = std::random_device{}();
-    using reference::HostTensor;
-    const HostTensor q =
-        HostTensor::random_normal(dtype, opt.batch, opt.seq, opt.heads, d_head, seed);
-    const HostTensor k =
-        HostTensor::random_normal(dtype, opt.batch, seq_k, heads_kv, d_head, seed + 1);
-    const HostTensor v =
-        HostTensor::random_normal(dtype, opt.batch, seq_k, heads_kv, d_head, seed + 2);
-    const DeviceTensor dq = DeviceTensor::upload(q);
-    const DeviceTensor dk = DeviceTensor::upload(k);
-    const DeviceTensor dv = DeviceTensor::upload(v);
-    DeviceTensor dout = DeviceTensor::empty_like(q);
-    dout.buffer.poison_with_nan();
-    DeviceBuffer lse(static_cast<std::size_t>(opt.batch) * opt.heads * opt.seq * sizeof(float));
+    const HostProblem host = HostProblem::random(shape, seed);
+    const DeviceProblem problem(shape, host);
+    DeviceBuffer lse(static_cast<std::size_t>(host.q.batch * host.q.seq * opt.heads) *
+                     sizeof(float));
     lse.poison_with_nan();
+    float* lse_out = opt.check ? static_cast<float*>(lse.data()) : nullptr;
+    const KernelChoice kernel = problem.kernel(candidate);
 
-    ForwardParams params{dq.view, dk.view, dv.view, dout.view, opt.scale};
-    params.causal = opt.causal;
-    if (opt.check)
-        params.lse = static_cast<float*>(lse.data());
-    const bool automatic = !config;
-    if (automatic)
-        config = choose_config(params);
-    const auto launch = [&] { forward(params, *config, nullptr); };
-
-    std::printf("config   %s%s\n", config->to_string().c_str(),
-                automatic ? "  [automatic choice]" : "");
-    std::printf("problem  batch %d, heads %d (k/v %d), seq_q %d, seq_k %d, d_head %d, %s%s\n",
-                opt.batch, opt.heads, heads_kv, opt.seq, seq_k, d_head,
+    std::printf("kernel   %s%s\n", kernel.to_string().c_str(),
+                candidate.automatic() ? "  [automatic choice]" : "");
+    std::printf("problem  %s, batch %d, heads %d (k/v %d), seq_q %s%d, seq_k %d, d_head %d, %s%s\n",
+                api_name(shape).c_str(), opt.batch, opt.heads, heads_kv,
+                api == Api::varlen ? "1.." : "", shape.seq_q,
+                api == Api::varlen ? shape.seq_q : shape.seq_k, d_head,
                 std::string(to_string(dtype)).c_str(), opt.causal ? ", causal" : "");
     std::printf("device   %s\n", DeviceProperties::current().description().c_str());
 
     // The first run is both the warm-up and the one whose output is checked.
-    launch();
-    const HostTensor out = dout.download(q);
+    problem.launch(candidate, lse_out);
+    const reference::HostTensor out = problem.download_output(host);
     LaunchTimes timer(opt.repeat);
     for (int r = 0; r < opt.repeat; ++r) {
         timer.before(r, nullptr);
-        launch();
+        problem.launch(candidate, lse_out);
         timer.after(r, nullptr);
     }
-    const Shape shape{dtype, d_head,   opt.batch,  opt.heads, opt.seq,
-                      seq_k, heads_kv, opt.causal, opt.scale};
     const Measurement m =
-        Measurement::of(config->to_string(), *config, shape, timer.elapsed_ms(opt.repeat));
+        Measurement::of(kernel.to_string(), kernel, shape, timer.elapsed_ms(opt.repeat));
     std::printf("time     %.4f ms (median of %d; min %.4f, max %.4f)\n", m.median_ms, m.runs,
                 m.min_ms, m.max_ms);
-    std::printf("rate     %.1f TFLOP/s\n", m.tflops());
+    std::printf("rate     %.1f TFLOP/s", m.tflops());
+    if (api != Api::dense)
+        std::printf(", K/V read at %.2f TB/s", m.kv_tbps());
+    std::printf("\n");
 
     if (opt.check) {
-        const auto rows =
-            reference::sample_rows(opt.batch, opt.heads, opt.seq, opt.check_rows, seed);
         const std::vector<float> lse_host = lse.download_floats();
-        const auto result = reference::check_attention(
-            {q, k, v, out, opt.scale.value_or(1.0 / std::sqrt(double(d_head))), opt.causal,
-             &lse_host},
-            rows);
+        const auto result = check_output(shape, host, out, &lse_host, opt.check_rows, seed);
         std::printf("check    %s\n", result.summary().c_str());
         if (!result.passed)
             return exit_failure;
@@ -160,6 +171,11 @@ void add_run_command(CLI::App& app, Action& action) {
     cmd->add_option("--repeat", o->repeat, "timed runs after the warm-up")
         ->check(integer_in(1, 10000))
         ->capture_default_str();
+    add_serving_options(*cmd, o->kvcache, o->page_size, o->varlen);
+    cmd->add_option("--splits", o->splits,
+                    "with --kvcache or --varlen: the split-KV kernel with this many key ranges "
+                    "per sequence (default: the library's choice)")
+        ->check(integer_in(1, k_max_splits));
     cmd->add_flag("--check", o->check, "compare with the double-precision CPU reference");
     cmd->add_option("--check-rows", o->check_rows,
                     "query rows per (batch, head) that --check samples")

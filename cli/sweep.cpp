@@ -83,7 +83,7 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
     return out;
 }
 
-Candidate built_config(const std::string& short_form, const std::string& option) {
+KernelConfig built_config(const std::string& short_form, const std::string& option) {
     const KernelConfig c = parse_config(short_form, option);
     if (!is_built(c)) {
         throw UsageError(option +
@@ -102,9 +102,18 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
     const auto kept = [](const auto& filter, auto value) {
         return filter.empty() || std::find(filter.begin(), filter.end(), value) != filter.end();
     };
+    const bool serving = grid.api() != Api::dense;
     std::vector<Job> jobs;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
-        const Candidate& c = candidates[i];
+        const std::optional<KernelConfig>& c = candidates[i].config;
+        if (c && serving) {
+            throw UsageError(
+                "--config: expected none with --kvcache or --varlen (their entry points choose "
+                "the kernel; --splits picks the split-KV kernel's key ranges), got " +
+                c->to_string());
+        }
+        if (candidates[i].splits > 0 && !serving)
+            throw UsageError("--splits: expected with --kvcache or --varlen only");
         const auto dtypes =
             c ? std::vector<DType>{c->dtype}
               : (dtype_filter.empty() ? std::vector<DType>{DType::BF16} : dtype_filter);

@@ -10,17 +10,15 @@
 
 #include "measurement.hpp"
 #include "options.hpp"
+#include "problem.hpp"
 
 namespace flash_attention::cli {
-
-// A config to measure, or the library's automatic choice (nullopt).
-using Candidate = std::optional<KernelConfig>;
 
 // The configs of a set that this build holds (a note on stderr names how many are
 // missing); UsageError if it holds none.
 std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option);
 // A config this build holds; UsageError otherwise.
-Candidate built_config(const std::string& short_form, const std::string& option);
+KernelConfig built_config(const std::string& short_form, const std::string& option);
 
 struct Job {
     std::size_t candidate;
@@ -28,8 +26,10 @@ struct Job {
 };
 
 // Explicit configs run on the grid's sequence lengths at their own dtype and head dim
-// (skipped when --dtype/--d-head filter them out); the automatic choice runs on every
-// (dtype, d_head, seq) of the grid. UsageError if nothing remains.
+// (skipped when --dtype/--d-head filter them out); the automatic choice and split counts
+// run on every (dtype, d_head, seq) of the grid. UsageError if nothing remains, or for a
+// candidate the grid's entry point does not take (a config with --kvcache or --varlen,
+// split counts without).
 std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOptions& grid);
 
 struct SweepResult {

@@ -17,8 +17,11 @@ namespace flash_attention::cli {
 namespace {
 
 struct TuneOptions {
+    static constexpr const char* default_splits = "1,2,4,8,16,32,64,128";
     std::string set = "tune";
+    bool set_given = false;
     std::vector<std::string> configs;
+    std::string splits = default_splits;
     GridOptions grid;
     TimingOptions timing;
     std::string cache;
@@ -32,21 +35,42 @@ std::string utc_now() {
     return text;
 }
 
-// The winner and runner-up of every (dtype, d_head, seq) that was measured.
-std::vector<tuning::Entry> winners(const std::vector<Measurement>& measured,
+// The winner and runner-up of every key that was measured: configs of forward()'s
+// problems, split counts of the serving entry points' (Key::of_splits).
+std::vector<tuning::Entry> winners(const SweepResult& result,
+                                   const std::vector<Candidate>& candidates,
                                    const DeviceProperties& device) {
-    std::map<tuning::Key, std::vector<const Measurement*>> by_key;
-    for (const Measurement& m : measured)
-        by_key[tuning::Key::of(device, m.shape.problem())].push_back(&m);
+    struct Run {
+        const Measurement* m;
+        const Candidate* c;
+    };
+    std::map<tuning::Key, std::vector<Run>> by_key;
+    for (std::size_t i = 0; i < result.measurements.size(); ++i) {
+        const Measurement& m = result.measurements[i];
+        const ProblemShape problem = m.shape.problem();
+        const tuning::Key key = m.shape.api == Api::dense ? tuning::Key::of(device, problem)
+                                                          : tuning::Key::of_splits(device, problem);
+        by_key[key].push_back({&m, &candidates[result.candidate_of[i]]});
+    }
     std::vector<tuning::Entry> entries;
     const std::string now = utc_now();
     for (auto& [key, list] : by_key) {
         std::sort(list.begin(), list.end(),
-                  [](auto* a, auto* b) { return a->tflops() > b->tflops(); });
-        tuning::Entry e{key, list[0]->config, list[0]->tflops(), std::nullopt, 0, now};
+                  [](const Run& a, const Run& b) { return a.m->tflops() > b.m->tflops(); });
+        tuning::Entry e;
+        e.key = key;
+        e.tflops = list[0].m->tflops();
+        e.measured = now;
+        if (key.rows_bucket > 0)
+            e.splits = list[0].c->splits;
+        else
+            e.config = *list[0].m->kernel.config;
         if (list.size() > 1) {
-            e.runner_up = list[1]->config;
-            e.runner_up_tflops = list[1]->tflops();
+            e.runner_up_tflops = list[1].m->tflops();
+            if (key.rows_bucket > 0)
+                e.runner_up_splits = list[1].c->splits;
+            else
+                e.runner_up = list[1].m->kernel.config;
         }
         entries.push_back(e);
     }
@@ -55,7 +79,18 @@ std::vector<tuning::Entry> winners(const std::vector<Measurement>& measured,
 
 int tune(const TuneOptions& o) {
     std::vector<Candidate> candidates;
-    if (o.configs.empty()) {
+    if (o.grid.api() != Api::dense) {
+        // The serving entry points choose their kernel; what tuning sets is the split count.
+        if (o.set_given || !o.configs.empty()) {
+            throw UsageError(std::string(o.set_given ? "--set" : "--config") +
+                             ": expected none with --kvcache or --varlen (tune measures split "
+                             "counts there; see --splits)");
+        }
+        for (const int n : parse_int_list(o.splits, "--splits", 1, k_max_splits))
+            candidates.push_back(Candidate::with_splits(n));
+    } else if (!o.splits.empty() && o.splits != TuneOptions::default_splits) {
+        throw UsageError("--splits: expected with --kvcache or --varlen only");
+    } else if (o.configs.empty()) {
         candidates = built_configs_of(o.set, "--set");
     } else {
         for (const std::string& s : o.configs)
@@ -90,15 +125,18 @@ int tune(const TuneOptions& o) {
         return result.exit_code();
     }
 
-    const auto entries = winners(result.measurements, DeviceProperties::current());
+    const auto entries = winners(result, candidates, DeviceProperties::current());
     std::printf("\n%-48s %8s %9s  %s\n", "key", "TFLOP/s", "margin", "winner");
     for (const tuning::Entry& e : entries) {
         char margin[16] = "-";
         if (e.runner_up)
             std::snprintf(margin, sizeof margin, "+%.1f%%",
                           100 * (e.tflops / e.runner_up_tflops - 1));
+        const std::string winner = e.key.rows_bucket > 0
+                                       ? "split-KV, " + std::to_string(e.splits) + " splits"
+                                       : e.config.to_string();
         std::printf("%-48s %8.1f %9s  %s\n", e.key.to_string().c_str(), e.tflops, margin,
-                    e.config.to_string().c_str());
+                    winner.c_str());
     }
     for (const std::string& w : tuning::update(path, entries))
         std::cerr << "flash_attention: warning: " << w << "\n";
@@ -115,18 +153,28 @@ void add_tune_command(CLI::App& app, Action& action) {
         "tune",
         "Find the fastest built config per (dtype, d_head, sequence length) and record it "
         "in the tuning cache that the automatic choice reads");
-    cmd->add_option("--set", o->set, "configs to try: the built ones of this set")
-        ->check(set_name_validator())
-        ->capture_default_str();
+    CLI::Option* set =
+        cmd->add_option("--set", o->set, "configs to try: the built ones of this set")
+            ->check(set_name_validator())
+            ->capture_default_str();
     cmd->add_option("--config", o->configs, "try only these configs (repeatable)");
+    cmd->add_option("--splits", o->splits,
+                    "with --kvcache or --varlen: the split counts to try (comma-separated); the "
+                    "winner per (dtype, d_head, key-length bucket, query rows per K/V head) is "
+                    "what those calls then use")
+        ->capture_default_str();
     o->grid.add_to(*cmd);
+    o->grid.add_serving_to(*cmd);
     o->timing.add_to(*cmd);
     cmd->add_option("--cache", o->cache,
                     "tuning cache to update (default: $FLASH_ATTENTION_TUNING, else "
                     "~/.cache/flash_attention/tuning.json)");
     add_format_option(*cmd, o->format, {"table", "csv", "json", "none"},
                       "how to print every measurement");
-    cmd->callback([o, &action] { action = [o] { return tune(*o); }; });
+    cmd->callback([o, set, &action] {
+        o->set_given = set->count() > 0;
+        action = [o] { return tune(*o); };
+    });
 }
 
 }  // namespace flash_attention::cli

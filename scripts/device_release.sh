@@ -418,6 +418,18 @@ PY
         --gtest_filter='Serving/Varlen.*/3:Serving/Varlen.*/10:Serving/Varlen.*/13:Serving/Varlen.*/16:Serving/Varlen.*/21:Serving/KVCache.*/2:Serving/KVCache.*/13:Serving/KVCache.*/18:Serving/KVCache.*/20' \
         > "$OUT/serving_racecheck.log" 2>&1
       note "serving racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/serving_racecheck.log" | tr '\n' ' ')"
+      # The command line's serving shapes (issue 14, part 7): run --check on each entry point,
+      # bench of decoding (the automatic choice and split counts) and of varlen.
+      FA="$B/bin/flash_attention"
+      DEC=(--seq 1 --seq-k 8192 --batch 16 --heads 32 --heads-kv 8)
+      for args in "--kvcache ${DEC[*]}" "--page-size 16 ${DEC[*]}" "--page-size 64 --seq 512 --seq-k 8192 --batch 2 --heads 32 --heads-kv 8 --causal" \
+                  "--varlen --seq 8192 --batch 8 --heads 16 --causal"; do
+        # shellcheck disable=SC2086
+        timeout 120 "$FA" run --check --check-rows 32 $args > "$OUT/cli_run.log" 2>&1
+        note "cli run --check $args: exit $? $(grep -E '^(kernel|rate|check)' "$OUT/cli_run.log" | tr '\n' ' ' | cut -c1-260)"
+      done
+      timeout 200 "$FA" bench --kvcache "${DEC[@]}" --best --splits 8,16,32 --runs 30 > "$OUT/cli_bench_decode.txt" 2>&1
+      note "cli bench --kvcache (decode b16 x 8192): exit $?"; grep -vE "^#|^$" "$OUT/cli_bench_decode.txt" | head -8 | tee -a "$summary"
       wait
       note "pip: exit $(cat "$OUT/pip_after.rc")"
       (cd /tmp && PYTHONPATH=/tmp/site_after timeout 150 python3 -m pytest -q -x "$FRESH/python/tests/test_serving.py") \

@@ -142,6 +142,24 @@ inline constexpr int k_max_splits = 256;
 void forward_varlen(const VarlenParams& params, Stream stream = nullptr);
 void forward_kvcache(const KVCacheParams& params, Stream stream = nullptr);
 
+// The kernel a call runs: a KernelConfig's, or the split-KV serving kernel (decoding
+// shapes, a requested split count, GPUs without the sm90 family) with its number of key
+// ranges per sequence (1: unsplit). Without num_splits, the split count is the one `tune
+// --kvcache` recorded in the tuning cache for this GPU, dtype, d_head, key-length bucket
+// and query rows per K/V head, else the library's heuristic; never the batch's.
+struct KernelChoice {
+    std::optional<KernelConfig> config;
+    int splits = 0;  // the split-KV kernel's key ranges, when config is empty
+
+    // The config's short form, or "split-KV (PackGQA), N splits".
+    std::string to_string() const;
+};
+
+// What forward_varlen and forward_kvcache would run for these parameters on the current
+// device: the same checks and choice, nothing launched. Throws as the call would.
+KernelChoice chosen_kernel(const VarlenParams& params);
+KernelChoice chosen_kernel(const KVCacheParams& params);
+
 // A GPU as the library sees it: what decides which kernels run on it, and what the
 // tuning cache is keyed by.
 struct DeviceProperties {
@@ -184,7 +202,7 @@ struct ProblemShape {
 // cache only means the built-in table is used.
 // Decoding shapes (at most 64 query rows per K/V head: seq_q x heads_q / heads_kv <= 64,
 // and seq_k >= 1024) run on forward_kvcache's split-KV kernels instead, which have no
-// KernelConfig: choose_config() names the kernel this call would run otherwise.
+// KernelConfig (chosen_kernel() says which runs).
 // Throws flash_attention::Error on invalid input or a CUDA failure.
 void forward(const ForwardParams& params, Stream stream = nullptr);
 
@@ -192,7 +210,10 @@ void forward(const ForwardParams& params, Stream stream = nullptr);
 void forward(const ForwardParams& params, const KernelConfig& config, Stream stream = nullptr);
 
 // The kernel the automatic choice would run for these parameters on the current device.
+// For decoding shapes, which forward() sends to the split-KV kernel, choose_config names
+// the config it would run otherwise; chosen_kernel names the kernel that runs.
 KernelConfig choose_config(const ForwardParams& params);
+KernelChoice chosen_kernel(const ForwardParams& params);
 
 // The kernel the automatic choice would run for dense tensors of this shape on `device`
 // (a model or a real GPU), reading the tuning cache as forward() does. Throws Error for

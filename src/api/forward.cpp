@@ -82,18 +82,34 @@ KernelConfig choose_config(const ProblemShape& problem, const DeviceProperties& 
     return choose_kernel({problem}, device);
 }
 
+namespace {
+
+// A decoding shape as forward_kvcache's call: every sequence uses all seq_k keys.
+KVCacheParams as_kvcache(const ForwardParams& params) {
+    KVCacheParams kv;
+    kv.q = params.q;
+    kv.k_cache = params.k;
+    kv.v_cache = params.v;
+    kv.o = params.o;
+    kv.softmax_scale = params.softmax_scale;
+    kv.causal = params.causal;
+    kv.lse = params.lse;
+    return kv;
+}
+
+}  // namespace
+
+KernelChoice chosen_kernel(const ForwardParams& params) {
+    validate_tensors(params);
+    if (runs_split_kv(shape_of(params)))
+        return chosen_kernel(as_kvcache(params));
+    return {choose_kernel(choice_problem(params), DeviceProperties::current()), 0};
+}
+
 void forward(const ForwardParams& params, Stream stream) {
     validate_tensors(params);
     if (runs_split_kv(shape_of(params))) {
-        KVCacheParams kv;
-        kv.q = params.q;
-        kv.k_cache = params.k;
-        kv.v_cache = params.v;
-        kv.o = params.o;
-        kv.softmax_scale = params.softmax_scale;
-        kv.causal = params.causal;
-        kv.lse = params.lse;
-        forward_kvcache(kv, stream);  // every sequence uses all seq_k keys
+        forward_kvcache(as_kvcache(params), stream);
         return;
     }
     const DeviceProperties& device = DeviceProperties::current();

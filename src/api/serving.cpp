@@ -15,6 +15,7 @@
 #include "config/config_space.hpp"
 #include "kernels/serving/launch.hpp"
 #include "registry/registry.hpp"
+#include "tuning/tuning_cache.hpp"
 
 namespace flash_attention {
 
@@ -160,26 +161,46 @@ void check_packed_rows(std::int64_t seq_q, const TensorView& q, const TensorView
     }
 }
 
-// Sequences whose queries fill tiles (not a decoding shape) run on the sm90 family, at
-// forward()'s speed: the config forward() would choose for the longest sequence, when it
-// is an sm90 one and TMA can address the tensors (pages included). A requested split
-// count, decoding shapes and other GPUs take the serving kernel.
-bool run_on_sm90(const ProblemShape& shape, const ForwardParams& views, int num_splits,
-                 SequenceArgs seqs, Stream stream) {
-    if (num_splits != 0 || runs_split_kv(shape) || !tma_problem(views).empty())
-        return false;
+// Where a serving call runs. Sequences whose queries fill tiles (not a decoding shape) run
+// on the sm90 family, at forward()'s speed: the config forward() would choose for the
+// longest sequence, when it is an sm90 one and TMA can address the tensors (pages
+// included). A requested split count, decoding shapes and other GPUs take the split-KV
+// kernel, with the requested splits, else the tuning cache's, else plan_splits' own.
+struct Route {
+    std::optional<KernelConfig> sm90;
+    int requested_splits = 0;
+};
+
+Route route(const ProblemShape& shape, const ForwardParams& views, int num_splits) {
     const DeviceProperties& device = DeviceProperties::current();
-    const std::optional<KernelConfig> config = find_kernel_for({shape, true}, device);
-    if (!config || config->family != Family::sm90)
-        return false;
-    validate_config(views, *config, device);
+    if (num_splits == 0 && !runs_split_kv(shape) && tma_problem(views).empty()) {
+        const std::optional<KernelConfig> config = find_kernel_for({shape, true}, device);
+        if (config && config->family == Family::sm90)
+            return {config, 0};
+    }
+    if (num_splits != 0)
+        return {std::nullopt, num_splits};
+    return {std::nullopt, tuning::lookup_splits(tuning::Key::of_splits(device, shape)).value_or(0)};
+}
+
+KernelChoice choice_of(const Route& r, const ProblemShape& shape) {
+    if (r.sm90)
+        return {r.sm90, 0};
+    const std::int64_t rows = shape.seq_q * (shape.heads / shape.heads_kv);
+    return {std::nullopt,
+            serving::plan_for(shape.d_head, rows, shape.seq_k, r.requested_splits).splits};
+}
+
+void launch_sm90(const KernelConfig& config, const ProblemShape& shape, const ForwardParams& views,
+                 SequenceArgs seqs, Stream stream) {
+    const DeviceProperties& device = DeviceProperties::current();
+    validate_config(views, config, device);
     KernelArgs args = kernel_args(views, device.sm_count);
     args.batch = static_cast<int>(shape.batch);
     args.seq_q = static_cast<int>(shape.seq_q);
     args.seq_k = static_cast<int>(shape.seq_k);
     args.seqs = seqs;
-    find_kernel(*config)->launch(args, stream);
-    return true;
+    find_kernel(config)->launch(args, stream);
 }
 
 // The sm90 kernels' view of a call's sequences: its offsets and lengths, the K/V source's
@@ -213,9 +234,8 @@ ProblemShape shape(const TensorView& q, const TensorView& k, std::int64_t batch,
             .causal = causal};
 }
 
-}  // namespace
-
-void forward_varlen(const VarlenParams& p, Stream stream) {
+// Everything forward_varlen checks before a launch.
+void check_varlen(const VarlenParams& p, Stream stream) {
     for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}) {
         check_dtype(*t, name, p.q.dtype);
         check_layout(*t, name);
@@ -264,26 +284,18 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
                      {p.seqused_k, "seqused_k"},
                      {p.pages ? p.pages->block_table : nullptr, "pages.block_table"}},
                     device, stream);
-
-    const KeySource keys = key_source(p.k, p.v, p.pages);
-    if (run_on_sm90(shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.causal),
-                    {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.lse}, p.num_splits,
-                    sequence_args(p.q, p.k, keys, p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k, 0),
-                    stream)) {
-        return;
-    }
-    SplitKvArgs a = attention_args(p.q, p.o, p.k, p.softmax_scale, p.causal, p.lse);
-    a.cu_seqlens_q = p.cu_seqlens_q;
-    a.max_seq_q = static_cast<int>(p.max_seqlen_q);
-    a.batch = static_cast<int>(p.batch);
-    a.keys = keys;
-    a.keys.cu_seqlens = p.cu_seqlens_k;
-    a.keys.seqlens = p.seqused_k;
-    serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), p.max_seqlen_k,
-                              p.num_splits, stream);
 }
 
-void forward_kvcache(const KVCacheParams& p, Stream stream) {
+ProblemShape varlen_shape(const VarlenParams& p) {
+    return shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.causal);
+}
+
+ForwardParams varlen_views(const VarlenParams& p) {
+    return {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.lse};
+}
+
+// Everything forward_kvcache checks before a launch; returns k_new's length (0 without).
+std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     for (const auto& [t, name] :
          {std::pair{&p.q, "q"}, {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}, {&p.o, "o"}}) {
         check_dtype(*t, name, p.q.dtype);
@@ -353,7 +365,67 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
                      {p.v_new ? p.v_new->data : nullptr, "v_new.data"},
                      {p.pages ? p.pages->block_table : nullptr, "pages.block_table"}},
                     device, stream);
+    return seq_new;
+}
 
+// The keys a kvcache call's sequences may use: the cache's capacity.
+std::int64_t cache_capacity(const KVCacheParams& p) {
+    return p.pages ? p.pages->max_pages_per_seq * p.k_cache.shape[1] : p.k_cache.shape[1];
+}
+
+ProblemShape kvcache_shape(const KVCacheParams& p) {
+    return shape(p.q, p.k_cache, p.q.shape[0], p.q.shape[1], cache_capacity(p), p.causal);
+}
+
+ForwardParams kvcache_views(const KVCacheParams& p) {
+    return {p.q, p.k_cache, p.v_cache, p.o, p.softmax_scale, p.causal, p.lse};
+}
+
+}  // namespace
+
+std::string KernelChoice::to_string() const {
+    if (config)
+        return config->to_string();
+    return "split-KV (PackGQA), " + std::to_string(splits) + (splits == 1 ? " split" : " splits");
+}
+
+KernelChoice chosen_kernel(const VarlenParams& p) {
+    check_varlen(p, nullptr);
+    const ProblemShape s = varlen_shape(p);
+    return choice_of(route(s, varlen_views(p), p.num_splits), s);
+}
+
+KernelChoice chosen_kernel(const KVCacheParams& p) {
+    check_kvcache(p, nullptr);
+    const ProblemShape s = kvcache_shape(p);
+    return choice_of(route(s, kvcache_views(p), p.num_splits), s);
+}
+
+void forward_varlen(const VarlenParams& p, Stream stream) {
+    check_varlen(p, stream);
+    const KeySource keys = key_source(p.k, p.v, p.pages);
+    const ProblemShape s = varlen_shape(p);
+    const Route r = route(s, varlen_views(p), p.num_splits);
+    if (r.sm90) {
+        launch_sm90(*r.sm90, s, varlen_views(p),
+                    sequence_args(p.q, p.k, keys, p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k, 0),
+                    stream);
+        return;
+    }
+    SplitKvArgs a = attention_args(p.q, p.o, p.k, p.softmax_scale, p.causal, p.lse);
+    a.cu_seqlens_q = p.cu_seqlens_q;
+    a.max_seq_q = static_cast<int>(p.max_seqlen_q);
+    a.batch = static_cast<int>(p.batch);
+    a.keys = keys;
+    a.keys.cu_seqlens = p.cu_seqlens_k;
+    a.keys.seqlens = p.seqused_k;
+    serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), p.max_seqlen_k,
+                              r.requested_splits, stream);
+}
+
+void forward_kvcache(const KVCacheParams& p, Stream stream) {
+    const std::int64_t seq_new = check_kvcache(p, stream);
+    const std::int64_t batch = p.q.shape[0];
     const KeySource keys = key_source(p.k_cache, p.v_cache, p.pages);
     if (p.k_new && seq_new > 0) {
         AppendArgs a{};
@@ -377,14 +449,13 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
                                stream);
     }
 
-    const std::int64_t capacity =
-        p.pages ? p.pages->max_pages_per_seq * p.k_cache.shape[1] : p.k_cache.shape[1];
-    if (run_on_sm90(shape(p.q, p.k_cache, batch, p.q.shape[1], capacity, p.causal),
-                    {p.q, p.k_cache, p.v_cache, p.o, p.softmax_scale, p.causal, p.lse},
-                    p.num_splits,
+    const ProblemShape s = kvcache_shape(p);
+    const Route r = route(s, kvcache_views(p), p.num_splits);
+    if (r.sm90) {
+        launch_sm90(*r.sm90, s, kvcache_views(p),
                     sequence_args(p.q, p.k_cache, keys, nullptr, nullptr, p.cache_seqlens,
                                   static_cast<int>(seq_new)),
-                    stream)) {
+                    stream);
         return;
     }
     SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.softmax_scale, p.causal, p.lse);
@@ -393,8 +464,8 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
     a.keys = keys;
     a.keys.seqlens = p.cache_seqlens;
     a.keys.seqlens_add = static_cast<int>(seq_new);
-    serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), capacity, p.num_splits,
-                              stream);
+    serving::launch_attention(a, p.q.dtype, static_cast<int>(p.q.shape[3]), s.seq_k,
+                              r.requested_splits, stream);
 }
 
 }  // namespace flash_attention

@@ -31,14 +31,26 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     return *this;
 }
 
-void DeviceBuffer::upload(const std::vector<std::uint16_t>& host) {
-    if (host.size() * 2 > bytes_) {
+namespace {
+
+void upload_bytes(void* device, std::size_t capacity, const void* host, std::size_t bytes) {
+    if (bytes > capacity) {
         throw Error(ErrorCode::invalid_argument, "upload: expected at most " +
-                                                     std::to_string(bytes_) + " bytes, got " +
-                                                     std::to_string(host.size() * 2));
+                                                     std::to_string(capacity) + " bytes, got " +
+                                                     std::to_string(bytes));
     }
-    cuda_check(cudaMemcpy(data_, host.data(), host.size() * 2, cudaMemcpyHostToDevice),
+    cuda_check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice),
                "cudaMemcpy (host to device)");
+}
+
+}  // namespace
+
+void DeviceBuffer::upload(const std::vector<std::uint16_t>& host) {
+    upload_bytes(data_, bytes_, host.data(), host.size() * sizeof(std::uint16_t));
+}
+
+void DeviceBuffer::upload(const std::vector<std::int32_t>& host) {
+    upload_bytes(data_, bytes_, host.data(), host.size() * sizeof(std::int32_t));
 }
 
 std::vector<std::uint16_t> DeviceBuffer::download() const {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -67,9 +68,18 @@ nlohmann::json entry_json(const Entry& e) {
                         {"d_head", e.key.d_head},
                         {"seq_bucket", e.key.seq_bucket},
                         {"causal", e.key.causal},
-                        {"config", e.config.to_string()},
                         {"tflops", e.tflops},
                         {"measured", e.measured}};
+    if (e.key.rows_bucket > 0) {
+        j["rows_bucket"] = e.key.rows_bucket;
+        j["splits"] = e.splits;
+        if (e.runner_up_splits > 0) {
+            j["runner_up_splits"] = e.runner_up_splits;
+            j["runner_up_tflops"] = e.runner_up_tflops;
+        }
+        return j;
+    }
+    j["config"] = e.config.to_string();
     if (e.runner_up) {
         j["runner_up"] = e.runner_up->to_string();
         j["runner_up_tflops"] = e.runner_up_tflops;
@@ -96,14 +106,23 @@ Entry entry_from_json(const nlohmann::json& j) {
             throw std::invalid_argument("\"causal\" is not a boolean");
         e.key.causal = j.at("causal").get<bool>();
     }
-    e.config = KernelConfig::parse(string_field(j, "config", k_max_text));
     e.tflops = number_field(j, "tflops");
+    if (j.contains("measured"))
+        e.measured = string_field(j, "measured", k_max_text);
+    if (j.contains("rows_bucket")) {
+        e.key.rows_bucket = int_field(j, "rows_bucket", 1, std::numeric_limits<int>::max());
+        e.splits = int_field(j, "splits", 1, k_max_splits);
+        if (j.contains("runner_up_splits")) {
+            e.runner_up_splits = int_field(j, "runner_up_splits", 1, k_max_splits);
+            e.runner_up_tflops = number_field(j, "runner_up_tflops");
+        }
+        return e;
+    }
+    e.config = KernelConfig::parse(string_field(j, "config", k_max_text));
     if (j.contains("runner_up")) {
         e.runner_up = KernelConfig::parse(string_field(j, "runner_up", k_max_text));
         e.runner_up_tflops = number_field(j, "runner_up_tflops");
     }
-    if (j.contains("measured"))
-        e.measured = string_field(j, "measured", k_max_text);
     return e;
 }
 
@@ -128,7 +147,8 @@ std::string errno_text() {
 std::string Key::to_string() const {
     return gpu + " (" + std::to_string(sm_count) + " SMs), " +
            std::string(flash_attention::to_string(dtype)) + ", d_head " + std::to_string(d_head) +
-           ", seq <= " + std::to_string(seq_bucket) + (causal ? ", causal" : "");
+           ", seq <= " + std::to_string(seq_bucket) + (causal ? ", causal" : "") +
+           (rows_bucket > 0 ? ", split-KV rows <= " + std::to_string(rows_bucket) : "");
 }
 
 Key Key::of(const DeviceProperties& device, const ProblemShape& problem) {
@@ -138,6 +158,15 @@ Key Key::of(const DeviceProperties& device, const ProblemShape& problem) {
             problem.d_head,
             tuning::seq_bucket(problem.seq_q, problem.seq_k),
             problem.causal};
+}
+
+Key Key::of_splits(const DeviceProperties& device, const ProblemShape& problem) {
+    Key key = of(device, problem);
+    long long rows = problem.seq_q * (problem.heads / std::max<long long>(problem.heads_kv, 1));
+    key.rows_bucket = 1;
+    while (key.rows_bucket < rows && key.rows_bucket < (1 << 30))
+        key.rows_bucket *= 2;
+    return key;
 }
 
 int seq_bucket(long long seq_q, long long seq_k) {
@@ -322,7 +351,7 @@ namespace {
 struct ProcessCache {
     std::mutex mutex;
     bool loaded = false;
-    std::map<Key, KernelConfig> index;
+    std::map<Key, Entry> index;
 };
 
 ProcessCache& process_cache() {
@@ -330,9 +359,8 @@ ProcessCache& process_cache() {
     return cache;
 }
 
-}  // namespace
-
-std::optional<KernelConfig> lookup(const Key& key) {
+// The entry of `key` in the process-wide cache, read on first use.
+std::optional<Entry> cached_entry(const Key& key) {
     ProcessCache& cache = process_cache();
     const std::lock_guard lock(cache.mutex);
     if (!cache.loaded) {
@@ -343,13 +371,29 @@ std::optional<KernelConfig> lookup(const Key& key) {
                 std::cerr << "flash_attention: warning: " << w << "; using the built-in table\n";
             }
             for (const Entry& e : r.entries)
-                cache.index[e.key] = e.config;
+                cache.index[e.key] = e;
         }
     }
     const auto it = cache.index.find(key);
     if (it == cache.index.end())
         return std::nullopt;
     return it->second;
+}
+
+}  // namespace
+
+std::optional<KernelConfig> lookup(const Key& key) {
+    if (key.rows_bucket > 0)
+        return std::nullopt;
+    const std::optional<Entry> e = cached_entry(key);
+    return e ? std::optional(e->config) : std::nullopt;
+}
+
+std::optional<int> lookup_splits(const Key& key) {
+    if (key.rows_bucket == 0)
+        return std::nullopt;
+    const std::optional<Entry> e = cached_entry(key);
+    return e ? std::optional(e->splits) : std::nullopt;
 }
 
 void reload() {

@@ -1,8 +1,9 @@
 #pragma once
 
 // The tuning cache: which config `flash_attention tune` measured fastest for a
-// (GPU, dtype, d_head, sequence-length bucket) key. A JSON file shared by the command
-// line, which writes it, and the library's automatic choice, which reads it.
+// (GPU, dtype, d_head, sequence-length bucket) key, and for decoding shapes on the split-KV
+// kernel (`tune --kvcache`) which number of key ranges per sequence. A JSON file shared by
+// the command line, which writes it, and the library's automatic choice, which reads it.
 //
 // Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json,
 // else $HOME/.cache/flash_attention/tuning.json, else none (the built-in table alone).
@@ -25,16 +26,24 @@ struct Key {
     int d_head = 0;
     int seq_bucket = 0;  // see seq_bucket()
     bool causal = false;
+    // 0: a kernel config for forward()'s problems. Else a split count for the split-KV
+    // kernel, and this the bucket of its query rows per K/V head (seq_q x heads / heads_kv,
+    // the smallest power of two at least that): one key never depends on the batch.
+    int rows_bucket = 0;
 
     friend auto operator<=>(const Key&, const Key&) = default;
     std::string to_string() const;
     // The key of a problem on a device: the one place that says what a key is made of.
     static Key of(const DeviceProperties& device, const ProblemShape& problem);
+    // The key of a problem's split count on the split-KV kernel.
+    static Key of_splits(const DeviceProperties& device, const ProblemShape& problem);
 };
 
 // The bucket of a problem: the smallest power of two >= max(seq_q, seq_k), at least 64.
 int seq_bucket(long long seq_q, long long seq_k);
 
+// A key's winner: `config` when key.rows_bucket is 0, else `splits` (and the runner-up
+// likewise).
 struct Entry {
     Key key;
     KernelConfig config;
@@ -42,6 +51,8 @@ struct Entry {
     std::optional<KernelConfig> runner_up;
     double runner_up_tflops = 0;
     std::string measured;  // ISO 8601 UTC time of the measurement
+    int splits = 0;
+    int runner_up_splits = 0;  // 0: none
 };
 
 struct LoadResult {
@@ -87,6 +98,8 @@ void check_writable(const std::filesystem::path& path);
 // The process-wide cache behind forward(params, stream): read from default_path() on
 // first use (a warning on stderr if it is corrupt), then kept in memory.
 std::optional<KernelConfig> lookup(const Key& key);
+// The same for a split-count key (Key::of_splits).
+std::optional<int> lookup_splits(const Key& key);
 // Drops the in-memory copy; the next lookup reads the file again.
 void reload();
 

@@ -67,3 +67,77 @@ TEST(Tune, AutomaticChoiceRunsTheWinner) {
     fa::reload_tuning_cache();
     std::filesystem::remove(file);
 }
+
+namespace {
+
+int cli(std::vector<std::string> args) {
+    args.insert(args.begin(), "flash_attention");
+    std::vector<char*> argv;
+    for (auto& s : args)
+        argv.push_back(s.data());
+    return fa::cli::run_cli(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+// Issue 14, part 7: `run --check` through forward_kvcache (contiguous and paged) and
+// forward_varlen, against the double-precision reference (odd lengths, GQA, causal).
+TEST(ServingCli, RunCheckPassesOnEveryEntryPoint) {
+    const std::vector<std::string> shape = {"--batch", "3",       "--heads",      "8", "--heads-kv",
+                                            "2",       "--check", "--check-rows", "64"};
+    const auto with = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), "run");
+        extra.insert(extra.end(), shape.begin(), shape.end());
+        return extra;
+    };
+    EXPECT_EQ(cli(with({"--kvcache", "--seq", "1", "--seq-k", "3001"})), 0);
+    EXPECT_EQ(cli(with({"--kvcache", "--seq", "1", "--seq-k", "3001", "--splits", "5"})), 0);
+    EXPECT_EQ(cli(with({"--page-size", "16", "--seq", "7", "--seq-k", "999", "--causal"})), 0);
+    EXPECT_EQ(cli(with({"--page-size", "64", "--seq", "130", "--seq-k", "1001", "--causal"})), 0);
+    EXPECT_EQ(cli(with({"--varlen", "--seq", "777", "--causal"})), 0);
+    EXPECT_EQ(cli(with({"--varlen", "--seq", "300", "--splits", "3"})), 0);
+}
+
+// `tune --kvcache` records a split count per key; forward_kvcache's automatic choice then
+// runs it (chosen_kernel says so), whatever the batch.
+TEST(ServingCli, TuneRecordsTheSplitCountTheChoiceUses) {
+    const auto file = std::filesystem::temp_directory_path() /
+                      ("fa_tune_splits_" + std::to_string(getpid()) + ".json");
+    ASSERT_EQ(cli({"tune",     "--kvcache",   "--seq",    "1",   "--seq-k",    "4096",
+                   "--batch",  "2",           "--heads",  "8",   "--heads-kv", "2",
+                   "--splits", "3,7",         "--runs",   "5",   "--warmup",   "1",
+                   "--cache",  file.string(), "--format", "none"}),
+              0);
+    const auto cache = fa::tuning::load(file);
+    ASSERT_EQ(cache.entries.size(), 1u);
+    const fa::tuning::Entry& e = cache.entries[0];
+    EXPECT_EQ(e.key.rows_bucket, 4);
+    EXPECT_TRUE(e.splits == 3 || e.splits == 7) << e.splits;
+    EXPECT_EQ(e.runner_up_splits, e.splits == 3 ? 7 : 3);
+
+    setenv("FLASH_ATTENTION_TUNING", file.c_str(), 1);
+    fa::reload_tuning_cache();
+    for (const int batch : {1, 5}) {
+        const auto q =
+            fa::reference::HostTensor::random_normal(fa::DType::BF16, batch, 1, 8, 128, 1);
+        const auto k =
+            fa::reference::HostTensor::random_normal(fa::DType::BF16, batch, 4096, 2, 128, 2);
+        const auto dq = fa::DeviceTensor::upload(q);
+        const auto dk = fa::DeviceTensor::upload(k);
+        const auto dv = fa::DeviceTensor::upload(k);
+        const auto dout = fa::DeviceTensor::empty_like(q);
+        fa::KVCacheParams p;
+        p.q = dq.view;
+        p.k_cache = dk.view;
+        p.v_cache = dv.view;
+        p.o = dout.view;
+        const fa::KernelChoice chosen = fa::chosen_kernel(p);
+        EXPECT_FALSE(chosen.config.has_value());
+        EXPECT_EQ(chosen.splits, e.splits) << chosen.to_string();
+        const fa::ForwardParams dense{dq.view, dk.view, dv.view, dout.view, std::nullopt};
+        EXPECT_EQ(fa::chosen_kernel(dense).splits, e.splits) << "forward()'s decoding route";
+    }
+    unsetenv("FLASH_ATTENTION_TUNING");
+    fa::reload_tuning_cache();
+    std::filesystem::remove(file);
+}

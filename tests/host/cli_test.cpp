@@ -58,14 +58,27 @@ std::size_t csv_fields(const std::string& line) {
     return fields;
 }
 
+// A dense bf16 d_head 128 shape of 16 heads.
+cli::Shape dense_shape(int batch, int seq) {
+    return {.dtype = fa::DType::BF16,
+            .d_head = 128,
+            .batch = batch,
+            .heads = 16,
+            .seq_q = seq,
+            .seq_k = seq,
+            .heads_kv = 16,
+            .causal = false,
+            .scale = std::nullopt};
+}
+
 std::vector<cli::Measurement> sample() {
     const auto c = fa::KernelConfig::parse(
         "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+opt_softmax");
     std::vector<cli::Measurement> v;
     for (const int seq : {512, 1024, 2048}) {
         v.push_back({c.to_string(),
-                     c,
-                     {fa::DType::BF16, 128, 16384 / seq, 16, seq, seq, 16, false, std::nullopt},
+                     {c, 0},
+                     dense_shape(16384 / seq, seq),
                      0.1 * seq / 512,
                      0.09,
                      0.11,
@@ -73,8 +86,8 @@ std::vector<cli::Measurement> sample() {
                      {}});
     }
     v.push_back({"automatic choice (BF16, d_head 128)",
-                 c,
-                 {fa::DType::BF16, 128, 8, 16, 2048, 2048, 16, false, std::nullopt},
+                 {c, 0},
+                 dense_shape(8, 2048),
                  0.5,
                  0.5,
                  0.6,
@@ -113,6 +126,58 @@ TEST(Cli, BadArgumentsExitWithTwoAndAOneLineMessage) {
     expect_usage_error({"progression", "--family", "sm70"}, "--family");
     expect_usage_error({"nosuchcommand"}, "nosuchcommand");
     expect_usage_error({}, "A subcommand is required");
+}
+
+// The serving entry points' options (issue 14): contradictions are usage errors before
+// any GPU work, naming the option.
+TEST(Cli, ServingOptionsThatContradictAreUsageErrors) {
+    expect_usage_error({"run", "--kvcache", "--varlen"}, "--kvcache");
+    expect_usage_error({"bench", "--page-size", "24"}, "--page-size");
+    expect_usage_error({"run", "--page-size", "8"}, "--page-size");
+    expect_usage_error({"bench", "--varlen", "--page-size", "16"}, "--page-size");
+    expect_usage_error({"run", "--varlen", "--seq-k", "5"}, "--seq-k");
+    expect_usage_error({"bench", "--splits", "4"}, "--splits");
+    expect_usage_error({"run", "--splits", "4"}, "--splits");
+    expect_usage_error({"run", "--kvcache", "--splits", "0"}, "--splits");
+    expect_usage_error({"bench", "--kvcache", "--splits", "1,x"}, "--splits");
+    expect_usage_error({"tune", "--kvcache", "--set", "tune"}, "--set");
+    expect_usage_error({"tune", "--splits", "2,4"}, "--splits");
+    ASSERT_FALSE(fa::configs().empty());
+    const std::string built = fa::configs().front().to_string();
+    expect_usage_error({"run", "--kvcache", "--config", built}, "--config");
+    expect_usage_error({"bench", "--varlen", "--config", built}, "--config");
+    expect_usage_error({"tune", "--kvcache", "--config", built}, "--config");
+}
+
+// FLOPs and K/V bytes of the serving shapes: the pairs each row sees, as
+// bench/serving.py counts them.
+TEST(Cli, ServingShapesCountWhatEachRowSees) {
+    cli::Shape decode = dense_shape(16, 1);
+    decode.seq_k = 8192;
+    decode.heads = 32;
+    decode.heads_kv = 8;
+    decode.api = cli::Api::kvcache;
+    EXPECT_DOUBLE_EQ(decode.flop(), 4.0 * 16 * 32 * 8192 * 128);
+    EXPECT_DOUBLE_EQ(decode.kv_bytes(), 2.0 * 16 * 8192 * 8 * 128 * 2);
+    cli::Shape spec = decode;
+    spec.seq_q = 16;
+    spec.seq_k = 20;
+    spec.causal = true;  // row i sees 20 - 16 + i + 1 keys
+    EXPECT_DOUBLE_EQ(spec.flop(), 4.0 * 16 * 32 * 128 * (5 + 20) * 16 / 2);
+    cli::Shape varlen = dense_shape(64, 8192);
+    varlen.api = cli::Api::varlen;
+    const std::vector<int> lengths = cli::varlen_lengths(varlen);
+    ASSERT_EQ(lengths.size(), 64u);
+    EXPECT_EQ(lengths, cli::varlen_lengths(varlen));  // the same every time
+    double pairs = 0, keys = 0;
+    for (const int n : lengths) {
+        EXPECT_GE(n, 1);
+        EXPECT_LE(n, 8192);
+        pairs += double(n) * n;
+        keys += n;
+    }
+    EXPECT_DOUBLE_EQ(varlen.flop(), 4.0 * 16 * 128 * pairs);
+    EXPECT_DOUBLE_EQ(varlen.kv_bytes(), 2.0 * keys * 16 * 128 * 2);
 }
 
 // nan and 1e308 were accepted as --warmup-ms, 2^31 - 1 as --runs (an overflow), and range
@@ -227,13 +292,12 @@ TEST(Cli, CsvHasOneLinePerMeasurement) {
     std::string line;
     std::getline(csv, line);
     EXPECT_EQ(line,
-              "config,kernel,dtype,d_head,batch,heads,heads_kv,seq_q,seq_k,causal,median_ms,min_ms,"
-              "max_ms,runs,"
-              "tflops");
+              "config,kernel,api,dtype,d_head,batch,heads,heads_kv,seq_q,seq_k,causal,median_ms,"
+              "min_ms,max_ms,runs,tflops,kv_tbps");
     int rows = 0;
     while (std::getline(csv, line)) {
         ++rows;
-        EXPECT_EQ(csv_fields(line), 15u) << line;
+        EXPECT_EQ(csv_fields(line), 17u) << line;
     }
     EXPECT_EQ(rows, 4);
 }
@@ -278,14 +342,7 @@ TEST(Cli, ChartKeepsEveryPoint) {
         "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+opt_softmax");
     std::vector<cli::Measurement> many;
     for (int seq = 128; seq < 128 + 200 * 64; seq += 64) {
-        many.push_back({c.to_string(),
-                        c,
-                        {fa::DType::BF16, 128, 1, 16, seq, seq, 16, false, std::nullopt},
-                        0.1,
-                        0.1,
-                        0.1,
-                        20,
-                        {}});
+        many.push_back({c.to_string(), {c, 0}, dense_shape(1, seq), 0.1, 0.1, 0.1, 20, {}});
     }
     const std::string svg = cli::svg_chart(many, std::string(2000, 't'));
     const auto start = svg.find("points=\"");

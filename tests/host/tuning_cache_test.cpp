@@ -91,6 +91,60 @@ TEST(TuningCache, RoundTrip) {
     }
 }
 
+// Split counts of the split-KV kernel (`tune --kvcache`) live beside the configs: their
+// own keys (rows_bucket > 0), written and read back, looked up by lookup_splits only.
+TEST(TuningCache, SplitCountEntries) {
+    fa::ProblemShape decode{.dtype = fa::DType::BF16,
+                            .d_head = 128,
+                            .batch = 16,
+                            .seq_q = 1,
+                            .seq_k = 8192,
+                            .heads = 32,
+                            .heads_kv = 8};
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    const tuning::Key key = tuning::Key::of_splits(h100, decode);
+    EXPECT_EQ(key.rows_bucket, 4);  // 1 position x 4 query heads a K/V head
+    EXPECT_EQ(key.seq_bucket, 8192);
+    decode.batch = 1;
+    EXPECT_EQ(tuning::Key::of_splits(h100, decode), key) << "the batch is not in the key";
+    decode.seq_q = 5;
+    EXPECT_EQ(tuning::Key::of_splits(h100, decode).rows_bucket, 32);
+    EXPECT_EQ(tuning::Key::of(h100, decode).rows_bucket, 0);
+
+    tuning::Entry split;
+    split.key = key;
+    split.splits = 16;
+    split.runner_up_splits = 32;
+    split.tflops = 12.5;
+    split.runner_up_tflops = 12;
+    split.measured = "2026-11-24T00:00:00Z";
+    const auto back = tuning::parse(tuning::to_json({entry("GPU A", 4096, k_a, 1), split}), "t");
+    ASSERT_EQ(back.entries.size(), 2u);
+    EXPECT_TRUE(back.warnings.empty());
+    EXPECT_EQ(back.entries[1].key, key);
+    EXPECT_EQ(back.entries[1].splits, 16);
+    EXPECT_EQ(back.entries[1].runner_up_splits, 32);
+
+    auto doc = nlohmann::json::parse(tuning::to_json({split}));
+    for (const nlohmann::json& bad :
+         {nlohmann::json(0), nlohmann::json(257), nlohmann::json("8"), nlohmann::json(1e40)}) {
+        doc["entries"][0]["splits"] = bad;
+        const auto r = tuning::parse(doc.dump(), "cache.json");
+        EXPECT_TRUE(r.entries.empty()) << bad.dump();
+        EXPECT_EQ(r.warnings.size(), 1u) << bad.dump();
+    }
+
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    tuning::save_atomically(file, {entry(h100.name, 8192, k_a, 1), split});
+    const CacheEnvironment env(file);
+    EXPECT_EQ(tuning::lookup_splits(key), 16);
+    EXPECT_FALSE(tuning::lookup(key).has_value()) << "a split key names no config";
+    tuning::Key config_key = key;
+    config_key.rows_bucket = 0;
+    EXPECT_FALSE(tuning::lookup_splits(config_key).has_value());
+}
+
 TEST(TuningCache, MergeKeepsOtherKeysAndReplacesItsOwn) {
     const auto merged = tuning::merge({entry("GPU A", 4096, k_a, 1), entry("GPU B", 4096, k_a, 2)},
                                       {entry("GPU A", 4096, k_b, 3), entry("GPU A", 512, k_a, 4)});

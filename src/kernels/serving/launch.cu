@@ -8,6 +8,7 @@
 
 #include "common/cuda_check.hpp"
 #include "kernels/launch_support.cuh"
+#include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/ptx.cuh"
 
@@ -33,6 +34,16 @@ SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_key
                              blocks_covering(key_blocks, most_ranges));
     }
     return {blocks_covering(key_blocks, per_split), per_split};
+}
+
+SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k,
+                   int requested) {
+    // Both fit ints: the API checks rows (check_packed_rows) and lengths (k_max_seq).
+    const int warps = split_kv_warps(rows_per_kv_head);
+    const int block_keys = split_kv_block_keys(d_head, warps);
+    return plan_splits(blocks_covering(static_cast<int>(rows_per_kv_head), warps * mma_m),
+                       blocks_covering(static_cast<int>(max_seq_k), block_keys), block_keys,
+                       requested);
 }
 
 void launch_attention(SplitKvArgs args, DType dtype, int d_head, std::int64_t max_seq_k,

@@ -21,8 +21,13 @@ struct SplitPlan {
 // depends on the batch: one row's result is the same whatever else is in it.
 SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_keys, int requested);
 
+// plan_splits for the kernel that runs query rows of rows_per_kv_head (position, query
+// head) pairs per K/V head over at most max_seq_k keys.
+SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k,
+                   int requested);
+
 // Attention for `args` (everything but splits and the partial buffers filled in):
-// requested_splits 0 lets choose_splits() decide from max_seq_k. Throws Error.
+// requested_splits 0 lets plan_splits() decide from max_seq_k. Throws Error.
 void launch_attention(SplitKvArgs args, DType dtype, int d_head, std::int64_t max_seq_k,
                       int requested_splits, Stream stream);
 

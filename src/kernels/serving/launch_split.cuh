@@ -28,10 +28,10 @@ template <DType Dt, int D, int Warps, bool Paged>
 void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits, Stream stream) {
     using Tr = SplitKvTraits<Dt, D, Warps>;
     constexpr auto* kernel = &split_kv_kernel<Dt, D, Warps, Paged>;
-    const int group = args.heads / args.heads_kv;
-    const std::int64_t tiles = blocks_covering(args.max_seq_q * group, Tr::B_r);
-    const SplitPlan plan = plan_splits(tiles, blocks_covering(static_cast<int>(max_seq_k), Tr::B_c),
-                                       Tr::B_c, requested_splits);
+    const std::int64_t rows = std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
+    static_assert(Tr::B_c == split_kv_block_keys(D, Warps));
+    const std::int64_t tiles = blocks_covering(static_cast<int>(rows), Tr::B_r);
+    const SplitPlan plan = plan_for(D, rows, max_seq_k, requested_splits);
     const int splits = plan.splits;
     if (tiles * splits > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
@@ -63,9 +63,8 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
 template <DType Dt, int D>
 void launch_for(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
     const bool paged = args.keys.block_table != nullptr;
-    // A tile of one warp holds 16 packed rows: a decode step of up to 16 query heads per
-    // K/V head; anything longer runs four warps.
-    const bool one_warp = std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv) <= mma_m;
+    const bool one_warp =
+        split_kv_warps(std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv)) == 1;
     if (one_warp) {
         if (paged)
             launch_split<Dt, D, 1, true>(args, max_seq_k, splits, stream);

@@ -15,6 +15,20 @@
 
 namespace flash_attention::serving {
 
+// The split-KV kernel's tile, stated once for the kernel (SplitKvTraits) and the host's
+// split plan. A tile of one warp holds 16 packed (position, query head) rows: a decode
+// step of up to 16 query heads per K/V head; anything longer runs four warps.
+constexpr int split_kv_warps(std::int64_t rows_per_kv_head) {
+    return rows_per_kv_head <= 16 ? 1 : 4;
+}
+// 64 keys a block; 32 at d_head 256, where O alone holds 128 fp32 registers a thread,
+// and 32 for the one-warp (decode) tiles: two stages of 64 keys took 70 KB, 3 CTAs an
+// SM, so one of its 4 schedulers had no warp and the others issued every 3.4 cycles
+// (ncu, decode b16 x 8192: 77% of DRAM bandwidth); half the block fits 6.
+constexpr int split_kv_block_keys(int d_head, int warps) {
+    return (warps == 1 || d_head > 128) ? 32 : 64;
+}
+
 // Where sequence b's keys lie and how many it uses.
 struct KeySource {
     const void* k;

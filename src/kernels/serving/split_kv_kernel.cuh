@@ -36,11 +36,7 @@ struct SplitKvTraits {
     // One m16 tile per warp: a decode step has group (1-16) rows per K/V head, and a
     // 16-row tile wastes the least of the MMA on them; longer query tiles use 4 warps.
     static constexpr int B_r = Warps * mma_m;
-    // 64 keys a block; 32 at d_head 256, where O alone holds 128 fp32 registers a thread,
-    // and 32 for the one-warp (decode) tiles: two stages of 64 keys took 70 KB, 3 CTAs an
-    // SM, so one of its 4 schedulers had no warp and the others issued every 3.4 cycles
-    // (ncu, decode b16 x 8192: 77% of DRAM bandwidth); half the block fits 6.
-    static constexpr int B_c = (Warps == 1 || D > 128) ? 32 : 64;
+    static constexpr int B_c = split_kv_block_keys(D, Warps);
 
     static constexpr int qk_k_tiles = D / 16;
     static constexpr int qk_n_tiles = B_c / 8;
