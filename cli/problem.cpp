@@ -91,6 +91,11 @@ DeviceProblem::DeviceProblem(const Shape& shape, const HostProblem& host)
         seqlens_ = DeviceBuffer(host.seqlens.size() * sizeof(std::int32_t));
         seqlens_.upload(host.seqlens);
     }
+    if (shape.api == Api::varlen) {
+        // max_seqlen_q may not exceed the packed tokens (a batch of short draws).
+        for (std::size_t b = 0; b + 1 < host.seqlens.size(); ++b)
+            longest_ = std::max(longest_, host.seqlens[b + 1] - host.seqlens[b]);
+    }
     if (!host.block_table.empty()) {
         table_ = DeviceBuffer(host.block_table.size() * sizeof(std::int32_t));
         table_.upload(host.block_table);
@@ -140,8 +145,8 @@ VarlenParams DeviceProblem::varlen_params(int splits, float* lse) const {
     p.cu_seqlens_q = static_cast<const std::int32_t*>(seqlens_.data());
     p.cu_seqlens_k = p.cu_seqlens_q;
     p.batch = shape_.batch;
-    p.max_seqlen_q = shape_.seq_q;
-    p.max_seqlen_k = shape_.seq_q;
+    p.max_seqlen_q = longest_;
+    p.max_seqlen_k = longest_;
     p.softmax_scale = shape_.scale;
     p.causal = shape_.causal;
     p.lse = lse;

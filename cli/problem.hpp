@@ -71,6 +71,7 @@ class DeviceProblem {
     DeviceTensor q_, k_, v_, o_;
     DeviceBuffer seqlens_, table_;
     std::int64_t pages_per_seq_ = 0;
+    std::int32_t longest_ = 1;  // varlen: the longest sequence drawn
 };
 
 // The output (and the LSE, in the entry point's layout) against the reference on up to

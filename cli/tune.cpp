@@ -129,7 +129,7 @@ int tune(const TuneOptions& o) {
     std::printf("\n%-48s %8s %9s  %s\n", "key", "TFLOP/s", "margin", "winner");
     for (const tuning::Entry& e : entries) {
         char margin[16] = "-";
-        if (e.runner_up)
+        if (e.runner_up || e.runner_up_splits > 0)
             std::snprintf(margin, sizeof margin, "+%.1f%%",
                           100 * (e.tflops / e.runner_up_tflops - 1));
         const std::string winner = e.key.rows_bucket > 0
