@@ -183,9 +183,10 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
     out += "# device: " + device + "\n";
     // K/V TB/s: the bytes of K and V over the time, the measure of a decoding kernel (a
     // dense kernel reads them once per query tile, so the column is for the serving rows).
-    out += printf_string("%-*s %5s %5s %5s %7s %11s %6s %10s %8s %8s %9s\n", w, "config", "dtype",
-                         "d", "batch", "heads", "seq", "causal", "median_ms", "spread", "TFLOP/s",
-                         "K/V TB/s");
+    // TFLOP/s stays the last column, which scripts read.
+    out += printf_string("%-*s %5s %5s %5s %7s %11s %6s %10s %8s %9s %8s\n", w, "config", "dtype",
+                         "d", "batch", "heads", "seq", "causal", "median_ms", "spread", "K/V TB/s",
+                         "TFLOP/s");
     for (const Measurement& m : results) {
         const std::string heads =
             m.shape.heads_kv == m.shape.heads
@@ -198,11 +199,11 @@ std::string format_report(const std::vector<Measurement>& results, const std::st
             seq = "1.." + seq;
         const std::string tbps =
             m.shape.api == Api::dense ? "-" : printf_string("%.2f", m.kv_tbps());
-        out += printf_string("%-*s %5s %5d %5d %7s %11s %6s %10.4f %7.1f%% %8.1f %9s\n", w,
+        out += printf_string("%-*s %5s %5d %5d %7s %11s %6s %10.4f %7.1f%% %9s %8.1f\n", w,
                              m.label.c_str(), std::string(to_string(m.shape.dtype)).c_str(),
                              m.shape.d_head, m.shape.batch, heads.c_str(), seq.c_str(),
                              m.shape.causal ? "yes" : "no", m.median_ms, 100 * m.spread(),
-                             m.tflops(), tbps.c_str());
+                             tbps.c_str(), m.tflops());
     }
     out += printf_string("\n%-*s %8s\n", w, "harmonic mean over sequence lengths", "TFLOP/s");
     for (const auto& [label, ms] : groups) {

@@ -441,6 +441,39 @@ PY
       note "bench/serving.py: exit $?"
       tail -4 "$OUT/serving_bench.log" | grep -v "^|" | tee -a "$summary"
       grep -E "^\|" "$OUT/serving.md" >> "$summary" ;;
+    serving_ab)
+      # Issue 14: the serving kernels of .dev/before (carried; a tree with the command line's
+      # --kvcache) against this tree's, `bench --kvcache` alternated for three rounds on the
+      # decoding shapes of bench/serving.py (contiguous and paged) and speculative decoding.
+      fresh_clone
+      if [ ! -d "$REPO/.dev/before" ]; then
+        note "serving_ab: .dev/before is missing (carry .dev)"
+      else
+        echo "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic" > "$OUT/sab_configs.txt"
+        for tree in before after; do
+          src=$([ $tree = before ] && echo "$REPO/.dev/before" || echo "$FRESH")
+          (cmake -S "$src" -B "/tmp/sab_$tree" -G Ninja -DFLASH_KERNELS="@$OUT/sab_configs.txt" \
+            -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
+            cmake --build "/tmp/sab_$tree" > "$OUT/build_sab_$tree.log" 2>&1) &
+        done
+        wait
+        note "serving_ab builds: $(ls /tmp/sab_before/bin/flash_attention /tmp/sab_after/bin/flash_attention 2>&1 | paste -sd' ')"
+        H=(--heads 32 --heads-kv 8)
+        shapes=("--kvcache --seq 1 --seq-k 8192 --batch 16" "--kvcache --seq 1 --seq-k 131072 --batch 1"
+                "--page-size 16 --seq 1 --seq-k 131072 --batch 1" "--kvcache --seq 16 --seq-k 4096 --batch 16 --causal")
+        for round in 1 2 3; do
+          order="before after"
+          [ $round = 2 ] && order="after before"
+          for tree in $order; do
+            for shape in "${shapes[@]}"; do
+              # shellcheck disable=SC2086
+              timeout 60 "/tmp/sab_$tree/bin/flash_attention" bench $shape "${H[@]}" --runs 20 --rounds 4 \
+                --warmup-ms 300 > "$OUT/sab.txt" 2>&1
+              note "sab round $round $tree [$shape]: $(grep -E '^kvcache|^paged' "$OUT/sab.txt" | awk '{print $(NF-3)*1000 " us, " $(NF-1) " TB/s, " $NF " TFLOP/s"}' | paste -sd' ')"
+            done
+          done
+        done
+      fi ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"

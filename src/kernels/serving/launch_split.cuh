@@ -24,19 +24,21 @@ void launch_combine(const CombineArgs& args, Stream stream) {
                                           "split-KV combine kernel launch");
 }
 
-template <DType Dt, int D, int Warps, bool Paged>
+template <DType Dt, int D, int Warps, int Stages, bool Paged>
 void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits, Stream stream) {
-    using Tr = SplitKvTraits<Dt, D, Warps>;
-    constexpr auto* kernel = &split_kv_kernel<Dt, D, Warps, Paged>;
+    using Tr = SplitKvTraits<Dt, D, Warps, Stages>;
+    constexpr auto* kernel = &split_kv_kernel<Dt, D, Warps, Stages, Paged>;
     const std::int64_t rows = std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
     static_assert(Tr::B_c == split_kv_block_keys(D, Warps));
     const std::int64_t tiles = blocks_covering(static_cast<int>(rows), Tr::B_r);
     const SplitPlan plan = plan_for(D, rows, max_seq_k, requested_splits);
     const int splits = plan.splits;
-    if (tiles * splits > std::numeric_limits<int>::max()) {
+    if (tiles * splits * args.heads_kv > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
-                    "max_seqlen_q: expected at most 2^31 - 1 query tiles x splits, got " +
-                        std::to_string(tiles) + " x " + std::to_string(splits));
+                    "max_seqlen_q: expected at most 2^31 - 1 query tiles x splits x K/V heads, "
+                    "got " +
+                        std::to_string(tiles) + " x " + std::to_string(splits) + " x " +
+                        std::to_string(args.heads_kv));
     }
     args.splits = splits;
     args.blocks_per_split = plan.blocks_per_split;
@@ -48,10 +50,9 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
         args.lse_partial = args.o_partial + rows * D;
     }
     enable_dynamic_smem<kernel, Tr::smem_bytes>();
-    launch_kernel<kernel>(
-        dim3(static_cast<unsigned>(tiles * splits), static_cast<unsigned>(args.heads_kv),
-             static_cast<unsigned>(args.batch)),
-        Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
+    launch_kernel<kernel>(dim3(static_cast<unsigned>(tiles * splits * args.heads_kv),
+                               static_cast<unsigned>(args.batch)),
+                          Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
     if (splits > 1) {
         launch_combine<Dt, D>(
             {args.o_partial, args.lse_partial, args.partial_rows, args.cu_seqlens_q, args.batch,
@@ -60,21 +61,42 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
     }
 }
 
+// Four-warp tiles (speculative decoding, and every longer query off Hopper's sm90 path):
+// a third stage where two CTAs still fit an SM (Hopper's 228 KB at d_head 64 and 128), so
+// two blocks load while one computes; two stages where the third would cost a CTA (A100's
+// 164 KB, d_head 256).
+template <DType Dt, int D, bool Paged>
+void launch_four_warps(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
+    int device = 0;
+    int smem_per_sm = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    cuda_check(
+        cudaDeviceGetAttribute(&smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device),
+        "cudaDeviceGetAttribute(MaxSharedMemoryPerMultiprocessor)");
+    constexpr int reserved = 1024;  // per CTA, the runtime's
+    if (2 * (SplitKvTraits<Dt, D, 4, 3>::smem_bytes + reserved) <= smem_per_sm)
+        launch_split<Dt, D, 4, 3, Paged>(args, max_seq_k, splits, stream);
+    else
+        launch_split<Dt, D, 4, 2, Paged>(args, max_seq_k, splits, stream);
+}
+
 template <DType Dt, int D>
 void launch_for(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
     const bool paged = args.keys.block_table != nullptr;
     const bool one_warp =
         split_kv_warps(std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv)) == 1;
+    // One-warp (decoding) tiles take three stages: with two they were latency-bound (ncu,
+    // decode b16 x 8192: no eligible warp 74% of cycles at 85% of DRAM bandwidth).
     if (one_warp) {
         if (paged)
-            launch_split<Dt, D, 1, true>(args, max_seq_k, splits, stream);
+            launch_split<Dt, D, 1, 3, true>(args, max_seq_k, splits, stream);
         else
-            launch_split<Dt, D, 1, false>(args, max_seq_k, splits, stream);
+            launch_split<Dt, D, 1, 3, false>(args, max_seq_k, splits, stream);
     } else {
         if (paged)
-            launch_split<Dt, D, 4, true>(args, max_seq_k, splits, stream);
+            launch_four_warps<Dt, D, true>(args, max_seq_k, splits, stream);
         else
-            launch_split<Dt, D, 4, false>(args, max_seq_k, splits, stream);
+            launch_four_warps<Dt, D, false>(args, max_seq_k, splits, stream);
     }
 }
 

@@ -29,7 +29,7 @@
 
 namespace flash_attention::serving {
 
-template <DType Dt, int D, int Warps>
+template <DType Dt, int D, int Warps, int Stages>
 struct SplitKvTraits {
     using T = typename Element<Dt>::type;
     static constexpr int threads = Warps * warp_size;
@@ -49,9 +49,8 @@ struct SplitKvTraits {
 
     // Stages of K and V: blocks j+1 .. j+stages-1 load while block j computes, so a CTA
     // always has blocks in flight (a single buffer left each CTA idle for a load's latency
-    // twice a block). Decoding's one-warp tiles are latency-bound with two (ncu, decode
-    // b16 x 8192: no eligible warp 74% of cycles at 85% of DRAM bandwidth) and take three.
-    static constexpr int stages = Warps == 1 ? 3 : 2;
+    // twice a block). The launch picks the count (split_kv_stages).
+    static constexpr int stages = Stages;
     using QTile = SmemTile<B_r, D, true>;  // also stages O at the end
     using KTile = SmemTile<B_c, D, true>;
     using VTile = SmemTile<B_c, D, true>;
@@ -102,10 +101,10 @@ __device__ __forceinline__ BlockRows<BlockKeys / 16> block_rows(const KeySource&
     return rows;
 }
 
-template <DType Dt, int D, int Warps, bool Paged>
-__global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
+template <DType Dt, int D, int Warps, int Stages, bool Paged>
+__global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     split_kv_kernel(const __grid_constant__ SplitKvArgs args) {
-    using Tr = SplitKvTraits<Dt, D, Warps>;
+    using Tr = SplitKvTraits<Dt, D, Warps, Stages>;
     using T = typename Tr::T;
     using KCopy = RowGatherCopyGM2SM<typename Tr::KTile, Tr::threads>;
     using VCopy = RowGatherCopyGM2SM<typename Tr::VTile, Tr::threads>;
@@ -116,13 +115,16 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps>::threads)
     const std::uint32_t k_smem = ptx::smem_address(smem) + Tr::k_smem_offset;
     const std::uint32_t v_smem = ptx::smem_address(smem) + Tr::v_smem_offset;
 
-    // The tile: (query tile, key split) x K/V head x sequence.
-    const int b = blockIdx.z;
-    const int kv_head = blockIdx.y;
-    const int split = blockIdx.x % args.splits;
+    // The tile: (query tile, key split, K/V head) x sequence, the K/V head fastest. A row of
+    // the cache holds every K/V head's keys side by side (heads_kv x 256 bytes at d_head
+    // 128), so the CTAs of one key range, launched together, read whole DRAM rows between
+    // them rather than one head's 256 bytes of each.
+    const int b = blockIdx.y;
+    const int kv_head = blockIdx.x % args.heads_kv;
+    const int split = (blockIdx.x / args.heads_kv) % args.splits;
     const int group = args.heads / args.heads_kv;
     const Span qs = query_span(args, b);
-    const int row0 = (blockIdx.x / args.splits) * Tr::B_r;  // packed (position, head) rows
+    const int row0 = (blockIdx.x / args.heads_kv / args.splits) * Tr::B_r;  // packed rows
     if (row0 >= qs.len * group)
         return;  // a shorter sequence than the grid's longest: the whole CTA leaves
     const int tile_rows = min(Tr::B_r, qs.len * group - row0);
