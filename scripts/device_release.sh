@@ -474,6 +474,29 @@ PY
           done
         done
       fi ;;
+    serving_splits)
+      # Issue 14: where the split-KV kernel's time goes: split counts of the decoding shapes
+      # and speculative decoding timed by `bench --kvcache --splits`, and ncu of the split and
+      # combine kernels of speculative decoding (one config built: the serving kernels are
+      # always in the build).
+      fresh_clone
+      echo "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic" > "$OUT/ss_configs.txt"
+      (cmake -S "$FRESH" -B /tmp/ss -G Ninja -DFLASH_KERNELS="@$OUT/ss_configs.txt" \
+        -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
+        cmake --build /tmp/ss > "$OUT/build_ss.log" 2>&1)
+      note "build: exit $?"
+      FA=/tmp/ss/bin/flash_attention
+      H=(--heads 32 --heads-kv 8 --runs 20 --rounds 4 --warmup-ms 300)
+      for spec in "--seq 16 --seq-k 4096 --batch 16 --causal --splits 1,2,4,8,16" \
+                  "--seq 1 --seq-k 8192 --batch 16 --splits 4,8,16" "--seq 1 --seq-k 131072 --batch 1 --splits 16,32,64"; do
+        # shellcheck disable=SC2086
+        timeout 90 "$FA" bench --kvcache --best $spec "${H[@]}" > "$OUT/ss.txt" 2>&1
+        note "[$spec]"; grep -E '^kvcache' "$OUT/ss.txt" | tee -a "$summary"
+      done
+      timeout 120 ncu --section SpeedOfLight --section Occupancy --section LaunchStats --launch-count 2 \
+        "$FA" run --kvcache --seq 16 --seq-k 4096 --batch 16 --heads 32 --heads-kv 8 --causal > "$OUT/ncu_spec.txt" 2>&1
+      note "ncu spec decode: exit $?"
+      grep -E "split_kv_kernel|combine_kernel|Duration|DRAM Throughput|Registers Per|Achieved Occ|Block Limit (Sh|Reg)|Grid Size" "$OUT/ncu_spec.txt" | tee -a "$summary" ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"
