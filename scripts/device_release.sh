@@ -496,7 +496,16 @@ PY
       timeout 120 ncu --section SpeedOfLight --section Occupancy --section LaunchStats --launch-count 2 \
         "$FA" run --kvcache --seq 16 --seq-k 4096 --batch 16 --heads 32 --heads-kv 8 --causal > "$OUT/ncu_spec.txt" 2>&1
       note "ncu spec decode: exit $?"
-      grep -E "split_kv_kernel|combine_kernel|Duration|DRAM Throughput|Registers Per|Achieved Occ|Block Limit (Sh|Reg)|Grid Size" "$OUT/ncu_spec.txt" | tee -a "$summary" ;;
+      grep -E "split_kv_kernel|combine_kernel|Duration|DRAM Throughput|Registers Per|Achieved Occ|Block Limit (Sh|Reg)|Grid Size" "$OUT/ncu_spec.txt" | tee -a "$summary"
+      timeout 120 ncu --section SpeedOfLight --section Occupancy --section LaunchStats --launch-count 2 \
+        "$FA" run --kvcache --seq 1 --seq-k 8192 --batch 16 --heads 32 --heads-kv 8 > "$OUT/ncu_decode.txt" 2>&1
+      note "ncu decode b16 x 8192: exit $?"
+      grep -E "split_kv_kernel|combine_kernel|Duration|DRAM Throughput|Grid Size" "$OUT/ncu_decode.txt" | tee -a "$summary"
+      # The peer's kernels on the same shape (the last launches of the script's loop).
+      timeout 150 ncu --section SpeedOfLight --section Occupancy --section LaunchStats --launch-skip 12 \
+        --launch-count 4 python3 "$FRESH/scripts/cudnn_decode.py" 16 8192 > "$OUT/ncu_cudnn.txt" 2>&1
+      note "ncu cuDNN decode b16 x 8192: exit $?"
+      grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Registers Per|Achieved Occ|Block Limit (Sh|Reg)|Grid Size|Block Size|Shared Memory Config|Dynamic Shared" "$OUT/ncu_cudnn.txt" | cut -c1-150 | tee -a "$summary" ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"

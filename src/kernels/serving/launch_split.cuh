@@ -19,9 +19,17 @@ namespace flash_attention::serving {
 
 template <DType Dt, int D>
 void launch_combine(const CombineArgs& args, Stream stream) {
-    launch_kernel<&combine_kernel<Dt, D>>(dim3(static_cast<unsigned>(args.rows)),
-                                          combine_warps * warp_size, 0, stream, args,
-                                          "split-KV combine kernel launch");
+    // A warp a row, unless few rows share many splits (a long decode): then a CTA a row.
+    constexpr int most_splits_a_warp = 32;
+    if (args.splits <= most_splits_a_warp) {
+        launch_kernel<&combine_kernel<Dt, D, 1>>(
+            dim3(static_cast<unsigned>((args.rows + combine_warps - 1) / combine_warps)),
+            combine_warps * warp_size, 0, stream, args, "split-KV combine kernel launch");
+    } else {
+        launch_kernel<&combine_kernel<Dt, D, combine_warps>>(
+            dim3(static_cast<unsigned>(args.rows)), combine_warps * warp_size, 0, stream, args,
+            "split-KV combine kernel launch");
+    }
 }
 
 template <DType Dt, int D, int Warps, int Stages, bool Paged>

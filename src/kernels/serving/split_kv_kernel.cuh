@@ -288,17 +288,27 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
 }
 
 // Merges the splits of each row: LSE = log Σ_s exp(LSE_s), O = Σ_s exp(LSE_s - LSE) · O_s.
-// One CTA a row (a long decode has few rows and up to 256 splits): its warps take every
-// combine_warps-th split, each lane d_head / 32 consecutive columns, and add their sums
+// CTAs of combine_warps warps; WarpsPerRow of them take a row, each every WarpsPerRow-th
+// split with every lane d_head / 32 consecutive columns. Many rows of few splits
+// (speculative decoding: 8192 rows x 8 splits) take a warp each: a CTA a row spent 22 µs
+// of a 140 µs call there (ncu), most of it a barrier and four warps' latency per row. A
+// long decode's few rows with up to 256 splits take the whole CTA, adding its warps' sums
 // through shared memory.
 inline constexpr int combine_warps = 4;
 
-template <DType Dt, int D>
+template <DType Dt, int D, int WarpsPerRow>
 __global__ void __launch_bounds__(combine_warps* warp_size)
     combine_kernel(const __grid_constant__ CombineArgs args) {
+    static_assert(combine_warps % WarpsPerRow == 0);
     using T = typename Element<Dt>::type;
     constexpr int cols = D / warp_size;
-    const std::int64_t row = blockIdx.x;
+    const int warp = threadIdx.x / warp_size;
+    const int lane = threadIdx.x % warp_size;
+    const int part = warp % WarpsPerRow;  // this warp's share of the row's splits
+    const std::int64_t row =
+        std::int64_t{blockIdx.x} * (combine_warps / WarpsPerRow) + warp / WarpsPerRow;
+    if (row >= args.rows)
+        return;  // the grid's last CTA: whole rows (and all their warps) leave together
     const std::int64_t token = row / args.heads;
     if (args.cu_seqlens_q != nullptr) {
         // Sequences are contiguous: the rows between the first offset and the last are
@@ -306,10 +316,8 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         const int first = clamp_to(args.cu_seqlens_q[0], 0, args.view_seq_q);
         const int end = clamp_to(args.cu_seqlens_q[args.batch], first, args.view_seq_q);
         if (token < first || token >= end)
-            return;  // the whole CTA: before any barrier
+            return;  // all the row's warps: before any barrier
     }
-    const int warp = threadIdx.x / warp_size;
-    const int lane = threadIdx.x % warp_size;
     const float* lse_of = args.lse_partial + row;  // split s at lse_of[s * rows]
 
     // Every warp reduces the LSEs itself (a few hundred floats): no barrier before the sums.
@@ -329,32 +337,34 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
 
     float acc[cols] = {};
 #pragma unroll 4
-    for (int s = warp; s < args.splits; s += combine_warps) {
+    for (int s = part; s < args.splits; s += WarpsPerRow) {
         const float l = lse_of[s * args.rows];
         // An empty split (LSE -inf) weighs 0; its partial O is 0 too, so no branch.
         const float w = l == -INFINITY ? 0.0f : __expf(l - lse);
-        const float* part = args.o_partial + (s * args.rows + row) * D + lane * cols;
+        const float* o_part = args.o_partial + (s * args.rows + row) * D + lane * cols;
 #pragma unroll
         for (int c = 0; c < cols; c += 2) {
-            const float2 x = *reinterpret_cast<const float2*>(part + c);
+            const float2 x = *reinterpret_cast<const float2*>(o_part + c);
             acc[c] += w * x.x;
             acc[c + 1] += w * x.y;
         }
     }
-    __shared__ float partial[combine_warps - 1][D];
-    if (warp > 0) {
+    if constexpr (WarpsPerRow > 1) {
+        __shared__ float partial[WarpsPerRow - 1][D];
+        if (part > 0) {
 #pragma unroll
-        for (int c = 0; c < cols; ++c)
-            partial[warp - 1][lane * cols + c] = acc[c];
-    }
-    __syncthreads();
-    if (warp > 0)
-        return;
+            for (int c = 0; c < cols; ++c)
+                partial[part - 1][lane * cols + c] = acc[c];
+        }
+        __syncthreads();
+        if (part > 0)
+            return;
 #pragma unroll
-    for (int w = 0; w < combine_warps - 1; ++w) {
+        for (int w = 0; w < WarpsPerRow - 1; ++w) {
 #pragma unroll
-        for (int c = 0; c < cols; ++c)
-            acc[c] += partial[w][lane * cols + c];
+            for (int c = 0; c < cols; ++c)
+                acc[c] += partial[w][lane * cols + c];
+        }
     }
 
     const int head = static_cast<int>(row % args.heads);
