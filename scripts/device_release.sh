@@ -488,7 +488,6 @@ PY
       FA=/tmp/ss/bin/flash_attention
       H=(--heads 32 --heads-kv 8 --runs 20 --rounds 4 --warmup-ms 300)
       for spec in "--seq 16 --seq-k 4096 --batch 16 --causal --splits 1,2,4,8,16" \
-                  "--seq 16 --seq-k 4096 --batch 1 --causal --splits 2,4,8,16" \
                   "--seq 1 --seq-k 8192 --batch 16 --splits 4,8,16" "--seq 1 --seq-k 131072 --batch 1 --splits 16,32,64"; do
         # shellcheck disable=SC2086
         timeout 90 "$FA" bench --kvcache --best $spec "${H[@]}" > "$OUT/ss.txt" 2>&1

@@ -17,6 +17,21 @@
 
 namespace flash_attention::serving {
 
+template <DType Dt, int D>
+void launch_combine(const CombineArgs& args, Stream stream) {
+    // A warp a row, unless few rows share many splits (a long decode): then a CTA a row.
+    constexpr int most_splits_a_warp = 32;
+    if (args.splits <= most_splits_a_warp) {
+        launch_kernel<&combine_kernel<Dt, D, 1>>(
+            dim3(static_cast<unsigned>((args.rows + combine_warps - 1) / combine_warps)),
+            combine_warps * warp_size, 0, stream, args, "split-KV combine kernel launch");
+    } else {
+        launch_kernel<&combine_kernel<Dt, D, combine_warps>>(
+            dim3(static_cast<unsigned>(args.rows)), combine_warps * warp_size, 0, stream, args,
+            "split-KV combine kernel launch");
+    }
+}
+
 template <DType Dt, int D, int Warps, int Stages, bool Paged>
 void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits, Stream stream) {
     using Tr = SplitKvTraits<Dt, D, Warps, Stages>;
@@ -35,21 +50,23 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
     }
     args.splits = splits;
     args.blocks_per_split = plan.blocks_per_split;
-    // Freed in stream order after the kernel.
-    std::optional<StreamScratch> partial, counters;
+    std::optional<StreamScratch> partial;  // freed in stream order after the combine
     if (splits > 1) {
         const std::size_t rows = static_cast<std::size_t>(args.partial_rows) * splits;
         partial.emplace(rows * (D + 1) * sizeof(float), stream, false);
         args.o_partial = static_cast<float*>(partial->get());
         args.lse_partial = args.o_partial + rows * D;
-        counters.emplace(static_cast<std::size_t>(tiles) * args.heads_kv * args.batch * sizeof(int),
-                         stream, true);
-        args.split_counters = static_cast<int*>(counters->get());
     }
     enable_dynamic_smem<kernel, Tr::smem_bytes>();
     launch_kernel<kernel>(dim3(static_cast<unsigned>(tiles * splits * args.heads_kv),
                                static_cast<unsigned>(args.batch)),
                           Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
+    if (splits > 1) {
+        launch_combine<Dt, D>(
+            {args.o_partial, args.lse_partial, args.partial_rows, args.cu_seqlens_q, args.batch,
+             splits, args.heads, args.view_seq_q, args.o, args.o_stride, args.lse},
+            stream);
+    }
 }
 
 // Four-warp tiles (speculative decoding, and every longer query off Hopper's sm90 path):

@@ -65,9 +65,23 @@ struct SplitKvArgs {
     float* o_partial;           // splits > 1: (splits, tokens * heads, d_head) fp32
     float* lse_partial;         // splits > 1: (splits, tokens * heads)
     std::int64_t partial_rows;  // tokens * heads
-    // splits > 1: one zeroed counter per (sequence, query tile, K/V head): CTAs that
-    // finished that tile's splits; the last merges them.
-    int* split_counters;
+};
+
+// The merge of split results into O (and LSE): one row per query token and head.
+struct CombineArgs {
+    const float* o_partial;
+    const float* lse_partial;
+    std::int64_t rows;  // tokens * heads
+    // Packed queries: rows outside [cu_seqlens_q[0], cu_seqlens_q[batch]) belong to no
+    // sequence and are left unwritten (null: every row is a sequence's).
+    const std::int32_t* cu_seqlens_q;
+    int batch;
+    int splits;
+    int heads;
+    int view_seq_q;
+    void* o;
+    TensorStrides o_stride;
+    float* lse;
 };
 
 // KV append: k_new/v_new (batch, seq_new, heads_kv, d_head) into the cache at each

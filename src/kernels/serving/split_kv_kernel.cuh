@@ -9,7 +9,7 @@
 // one m16 tile instead of 4-8 tiles of one useful row each, and each K/V byte is read
 // once for all of them. Split-KV: with few such tiles (decoding), the key blocks are
 // divided into `splits` ranges computed by different CTAs; each writes its normalised
-// partial O and its LSE in fp32, and the last of a tile's CTAs merges them. Every row and key is
+// partial O and its LSE in fp32, and combine_kernel merges them. Every row and key is
 // addressed through a row source (dense, packed or paged), so the main loop is the same
 // for all layouts.
 
@@ -99,51 +99,6 @@ __device__ __forceinline__ BlockRows<BlockKeys / 16> block_rows(const KeySource&
         }
     }
     return rows;
-}
-
-// Merges the splits of one row, a warp's work: LSE = log Σ_s exp(LSE_s) and O = Σ_s
-// exp(LSE_s - LSE) · O_s, each lane d_head / 32 consecutive columns. Partials are read
-// through L2 (ld.global.cg): other CTAs wrote them.
-template <DType Dt, int D>
-__device__ __forceinline__ void merge_splits(const SplitKvArgs& args, std::int64_t row,
-                                             typename Element<Dt>::type* out, float* lse_out) {
-    constexpr int cols = D / warp_size;
-    const int lane = threadIdx.x % warp_size;
-    const float* lse_of = args.lse_partial + row;  // split s at lse_of[s * partial_rows]
-    float max_lse = -INFINITY;
-    for (int s = lane; s < args.splits; s += warp_size)
-        max_lse = fmaxf(max_lse, __ldcg(lse_of + s * args.partial_rows));
-    for (int m = warp_size / 2; m > 0; m /= 2)
-        max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, m));
-    // A row that saw no key in any split: O = 0, LSE = -inf (and no -inf - -inf = NaN).
-    const float reference = max_lse == -INFINITY ? 0.0f : max_lse;
-    float sum = 0.0f;
-    for (int s = lane; s < args.splits; s += warp_size)
-        sum += __expf(__ldcg(lse_of + s * args.partial_rows) - reference);
-    for (int m = warp_size / 2; m > 0; m /= 2)
-        sum += __shfl_xor_sync(0xffffffffu, sum, m);
-    const float lse = sum > 0.0f ? reference + __logf(sum) : -INFINITY;
-
-    float acc[cols] = {};
-#pragma unroll 8
-    for (int s = 0; s < args.splits; ++s) {
-        const float l = __ldcg(lse_of + s * args.partial_rows);
-        // An empty split (LSE -inf) weighs 0; its partial O is 0 too, so no branch.
-        const float w = l == -INFINITY ? 0.0f : __expf(l - lse);
-        const float* part = args.o_partial + (s * args.partial_rows + row) * D + lane * cols;
-#pragma unroll
-        for (int c = 0; c < cols; c += 2) {
-            const float2 x = __ldcg(reinterpret_cast<const float2*>(part + c));
-            acc[c] += w * x.x;
-            acc[c + 1] += w * x.y;
-        }
-    }
-    out += lane * cols;
-#pragma unroll
-    for (int c = 0; c < cols; c += 2)
-        *reinterpret_cast<std::uint32_t*>(out + c) = ptx::pack_rn<Dt>(acc[c], acc[c + 1]);
-    if (lse_out != nullptr && lane == 0)
-        *lse_out = lse;
 }
 
 template <DType Dt, int D, int Warps, int Stages, bool Paged>
@@ -289,7 +244,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     };
     if (args.o_partial != nullptr) {
         // Split: fp32 partial O straight from the accumulators (each quad writes whole
-        // 32-byte sectors) and the partial LSE; the tile's last CTA merges them.
+        // 32-byte sectors) and the partial LSE; combine_kernel merges them.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = warp_row0 + lane / 4 + 8 * h;
@@ -303,37 +258,6 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             }
             if (lane % 4 == 0)
                 args.lse_partial[row] = softmax.log_sum_exp(0, h);
-        }
-        // The last of the tile's CTAs to finish merges every split's rows, while they are
-        // still in L2 (a second kernel read them back from DRAM: 17-22 µs of speculative
-        // decoding's 130, ncu). Every CTA of the tile gets here: a tile's splits share its
-        // rows, so all of them or none left at the short-sequence exit above.
-        __shared__ bool merges;
-        __threadfence();  // this CTA's partials reach L2 before its ticket is taken
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            const int tile = static_cast<int>(blockIdx.x) / args.heads_kv / args.splits;
-            const int tiles = static_cast<int>(gridDim.x) / args.heads_kv / args.splits;
-            const int counter = (b * tiles + tile) * args.heads_kv + kv_head;
-            merges = atomicAdd(&args.split_counters[counter], 1) == args.splits - 1;
-        }
-        __syncthreads();
-        if (!merges)
-            return;
-        __threadfence();  // the other CTAs' partials, seen through L2 (ld.global.cg below)
-        T* o_base = static_cast<T*>(args.o);
-        for (int r = threadIdx.x / warp_size; r < tile_rows; r += Warps) {
-            const std::int64_t t = token(r);
-            merge_splits<Dt, D>(
-                args, t * args.heads + head_of(r),
-                o_base + std::int64_t{qs.entry} * args.o_stride.batch +
-                    std::int64_t{qs.row0 + position(r)} * args.o_stride.seq +
-                    std::int64_t{head_of(r)} * args.o_stride.head,
-                args.lse == nullptr
-                    ? nullptr
-                    : args.lse +
-                          (std::int64_t{qs.entry} * args.heads + head_of(r)) * args.view_seq_q +
-                          qs.row0 + position(r));
         }
         return;
     }
@@ -361,6 +285,98 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
                    std::int64_t{head_of(warp_row0 + r)} * args.o_stride.head;
         },
         tile_rows - warp_row0);
+}
+
+// Merges the splits of each row: LSE = log Σ_s exp(LSE_s), O = Σ_s exp(LSE_s - LSE) · O_s.
+// CTAs of combine_warps warps; WarpsPerRow of them take a row, each every WarpsPerRow-th
+// split with every lane d_head / 32 consecutive columns. Many rows of few splits
+// (speculative decoding: 8192 rows x 8 splits) take a warp each: a CTA a row spent 22 µs
+// of a 140 µs call there (ncu), most of it a barrier and four warps' latency per row. A
+// long decode's few rows with up to 256 splits take the whole CTA, adding its warps' sums
+// through shared memory.
+inline constexpr int combine_warps = 4;
+
+template <DType Dt, int D, int WarpsPerRow>
+__global__ void __launch_bounds__(combine_warps* warp_size)
+    combine_kernel(const __grid_constant__ CombineArgs args) {
+    static_assert(combine_warps % WarpsPerRow == 0);
+    using T = typename Element<Dt>::type;
+    constexpr int cols = D / warp_size;
+    const int warp = threadIdx.x / warp_size;
+    const int lane = threadIdx.x % warp_size;
+    const int part = warp % WarpsPerRow;  // this warp's share of the row's splits
+    const std::int64_t row =
+        std::int64_t{blockIdx.x} * (combine_warps / WarpsPerRow) + warp / WarpsPerRow;
+    if (row >= args.rows)
+        return;  // the grid's last CTA: whole rows (and all their warps) leave together
+    const std::int64_t token = row / args.heads;
+    if (args.cu_seqlens_q != nullptr) {
+        // Sequences are contiguous: the rows between the first offset and the last are
+        // theirs, the others no sequence's (and their partials were never written).
+        const int first = clamp_to(args.cu_seqlens_q[0], 0, args.view_seq_q);
+        const int end = clamp_to(args.cu_seqlens_q[args.batch], first, args.view_seq_q);
+        if (token < first || token >= end)
+            return;  // all the row's warps: before any barrier
+    }
+    const float* lse_of = args.lse_partial + row;  // split s at lse_of[s * rows]
+
+    // Every warp reduces the LSEs itself (a few hundred floats): no barrier before the sums.
+    float max_lse = -INFINITY;
+    for (int s = lane; s < args.splits; s += warp_size)
+        max_lse = fmaxf(max_lse, lse_of[s * args.rows]);
+    for (int m = warp_size / 2; m > 0; m /= 2)
+        max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, m));
+    // A row that saw no key in any split: O = 0, LSE = -inf (and no -inf - -inf = NaN).
+    const float reference = max_lse == -INFINITY ? 0.0f : max_lse;
+    float sum = 0.0f;
+    for (int s = lane; s < args.splits; s += warp_size)
+        sum += __expf(lse_of[s * args.rows] - reference);
+    for (int m = warp_size / 2; m > 0; m /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    const float lse = sum > 0.0f ? reference + __logf(sum) : -INFINITY;
+
+    float acc[cols] = {};
+#pragma unroll 4
+    for (int s = part; s < args.splits; s += WarpsPerRow) {
+        const float l = lse_of[s * args.rows];
+        // An empty split (LSE -inf) weighs 0; its partial O is 0 too, so no branch.
+        const float w = l == -INFINITY ? 0.0f : __expf(l - lse);
+        const float* o_part = args.o_partial + (s * args.rows + row) * D + lane * cols;
+#pragma unroll
+        for (int c = 0; c < cols; c += 2) {
+            const float2 x = *reinterpret_cast<const float2*>(o_part + c);
+            acc[c] += w * x.x;
+            acc[c + 1] += w * x.y;
+        }
+    }
+    if constexpr (WarpsPerRow > 1) {
+        __shared__ float partial[WarpsPerRow - 1][D];
+        if (part > 0) {
+#pragma unroll
+            for (int c = 0; c < cols; ++c)
+                partial[part - 1][lane * cols + c] = acc[c];
+        }
+        __syncthreads();
+        if (part > 0)
+            return;
+#pragma unroll
+        for (int w = 0; w < WarpsPerRow - 1; ++w) {
+#pragma unroll
+            for (int c = 0; c < cols; ++c)
+                acc[c] += partial[w][lane * cols + c];
+        }
+    }
+
+    const int head = static_cast<int>(row % args.heads);
+    const std::int64_t view_batch = token / args.view_seq_q;
+    const std::int64_t view_row = token % args.view_seq_q;
+    T* out = static_cast<T*>(args.o) + view_batch * args.o_stride.batch +
+             view_row * args.o_stride.seq + head * args.o_stride.head + lane * cols;
+#pragma unroll
+    for (int c = 0; c < cols; c += 2)
+        *reinterpret_cast<std::uint32_t*>(out + c) = ptx::pack_rn<Dt>(acc[c], acc[c + 1]);
+    if (args.lse != nullptr && lane == 0)
+        args.lse[(view_batch * args.heads + head) * args.view_seq_q + view_row] = lse;
 }
 
 }  // namespace flash_attention::serving
