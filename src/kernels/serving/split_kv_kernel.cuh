@@ -289,11 +289,10 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
 
 // Merges the splits of each row: LSE = log Σ_s exp(LSE_s), O = Σ_s exp(LSE_s - LSE) · O_s.
 // CTAs of combine_warps warps; WarpsPerRow of them take a row, each every WarpsPerRow-th
-// split with every lane d_head / 32 consecutive columns. Many rows of few splits
-// (speculative decoding: 8192 rows x 8 splits) take a warp each: a CTA a row spent 22 µs
-// of a 140 µs call there (ncu), most of it a barrier and four warps' latency per row. A
-// long decode's few rows with up to 256 splits take the whole CTA, adding its warps' sums
-// through shared memory.
+// split with every lane d_head / 32 consecutive columns, adding their sums through shared
+// memory (launch_combine picks WarpsPerRow). A second kernel, not the last CTA of a tile:
+// merging there put each tile's rows on one CTA's critical path (speculative decoding 133
+// -> 166 µs, decode b16 x 8192 195 -> 210; docs/PERF.md).
 inline constexpr int combine_warps = 4;
 
 template <DType Dt, int D, int WarpsPerRow>
