@@ -1,7 +1,7 @@
 """cuDNN (PyTorch SDPA) on a decoding shape a few times, for ncu to profile its kernels:
 how the peer reaches its K/V bandwidth (grid, threads, shared memory, DRAM throughput).
 
-    ncu --launch-skip 4 --launch-count 2 python3 scripts/cudnn_decode.py BATCH SEQ_K
+    ncu --launch-skip 5 --launch-count 4 python3 scripts/cudnn_decode.py BATCH SEQ_K
 """
 
 import sys

@@ -502,7 +502,7 @@ PY
       note "ncu decode b16 x 8192: exit $?"
       grep -E "split_kv_kernel|combine_kernel|Duration|DRAM Throughput|Grid Size" "$OUT/ncu_decode.txt" | tee -a "$summary"
       # The peer's kernels on the same shape (the last launches of the script's loop).
-      timeout 150 ncu --section SpeedOfLight --section Occupancy --section LaunchStats --launch-skip 12 \
+      timeout 150 ncu --section SpeedOfLight --section Occupancy --section LaunchStats --launch-skip 5 \
         --launch-count 4 python3 "$FRESH/scripts/cudnn_decode.py" 16 8192 > "$OUT/ncu_cudnn.txt" 2>&1
       note "ncu cuDNN decode b16 x 8192: exit $?"
       grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Registers Per|Achieved Occ|Block Limit (Sh|Reg)|Grid Size|Block Size|Shared Memory Config|Dynamic Shared" "$OUT/ncu_cudnn.txt" | cut -c1-150 | tee -a "$summary" ;;
