@@ -74,6 +74,19 @@ group_args() {
   read -r -a extra < <(sed -n 's/^#! //p' "$1" | head -1)
 }
 
+# The command line of .dev/before and of this tree, each built with the kernels of the config
+# file $2 (no tests), side by side into /tmp/$1_before and /tmp/$1_after.
+build_before_after() {
+  for tree in before after; do
+    src=$([ $tree = before ] && echo "$REPO/.dev/before" || echo "$FRESH")
+    (cmake -S "$src" -B "/tmp/$1_$tree" -G Ninja -DFLASH_KERNELS="@$2" \
+      -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
+      cmake --build "/tmp/$1_$tree" > "$OUT/build_$1_$tree.log" 2>&1) &
+  done
+  wait
+  note "$1 builds: $(ls "/tmp/$1_before/bin/flash_attention" "/tmp/$1_after/bin/flash_attention" 2>&1 | paste -sd' ')"
+}
+
 for stage in "$@"; do
   start=$(date +%s)
   case "$stage" in
@@ -318,14 +331,7 @@ for stage in "$@"; do
         note "ab: .dev/before is missing (carry .dev)"
       else
         cat "${files[@]}" | grep '^(' | sort -u > "$OUT/ab_configs.txt"
-        for tree in before after; do
-          src=$([ $tree = before ] && echo "$REPO/.dev/before" || echo "$FRESH")
-          (cmake -S "$src" -B "/tmp/ab_$tree" -G Ninja -DFLASH_KERNELS="@$OUT/ab_configs.txt" \
-            -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
-            cmake --build "/tmp/ab_$tree" > "$OUT/build_ab_$tree.log" 2>&1) &
-        done
-        wait
-        note "ab builds: $(ls /tmp/ab_before/bin/flash_attention /tmp/ab_after/bin/flash_attention 2>&1 | paste -sd' ')"
+        build_before_after ab "$OUT/ab_configs.txt"
         for round in 1 2 3; do
           for f in "${files[@]}"; do
             group=$(basename "$f" .txt)
@@ -450,14 +456,7 @@ PY
         note "serving_ab: .dev/before is missing (carry .dev)"
       else
         echo "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic" > "$OUT/sab_configs.txt"
-        for tree in before after; do
-          src=$([ $tree = before ] && echo "$REPO/.dev/before" || echo "$FRESH")
-          (cmake -S "$src" -B "/tmp/sab_$tree" -G Ninja -DFLASH_KERNELS="@$OUT/sab_configs.txt" \
-            -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
-            cmake --build "/tmp/sab_$tree" > "$OUT/build_sab_$tree.log" 2>&1) &
-        done
-        wait
-        note "serving_ab builds: $(ls /tmp/sab_before/bin/flash_attention /tmp/sab_after/bin/flash_attention 2>&1 | paste -sd' ')"
+        build_before_after sab "$OUT/sab_configs.txt"
         H=(--heads 32 --heads-kv 8)
         shapes=("--kvcache --seq 1 --seq-k 8192 --batch 16" "--kvcache --seq 1 --seq-k 131072 --batch 1"
                 "--page-size 16 --seq 1 --seq-k 131072 --batch 1" "--kvcache --seq 16 --seq-k 4096 --batch 16 --causal")
