@@ -392,6 +392,29 @@ PY
         python3 "$REPO/scripts/tune_summary.py" --release "$OUT/tune_release.csv" "${csvs[@]}" |
           tee "$OUT/tune_summary.txt" | tee -a "$summary"
       fi ;;
+    cibuild)
+      # The ci kernel set (the release's kernels among them) into the fresh copy's build/, for
+      # the stages that only need its command line (gqa, decode_stalls).
+      fresh_clone
+      (cd "$FRESH" && cmake -S . -B build -G Ninja -DFLASH_KERNELS=ci -DFLASH_BUILD_TESTS=OFF > /dev/null &&
+        cmake --build build) > "$OUT/build_ci.log" 2>&1
+      note "ci build: exit $?" ;;
+    decode_stalls)
+      # Issue 14: why the split-KV decode kernel reads K/V at 86% of DRAM bandwidth and cuDNN's
+      # at 90%: ncu's warp stall reasons and memory sections of both, decode b16 x 8192.
+      FA="$FRESH/build/bin/flash_attention"
+      SECTIONS=(--section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats)
+      timeout 120 ncu "${SECTIONS[@]}" --kernel-name regex:split_kv --launch-count 1 \
+        "$FA" run --kvcache --seq 1 --seq-k 8192 --batch 16 --heads 32 --heads-kv 8 > "$OUT/stalls_ours.txt" 2>&1
+      note "ncu ours: exit $?"
+      timeout 150 ncu "${SECTIONS[@]}" --kernel-name regex:cudnn --launch-skip 3 --launch-count 1 \
+        python3 "$FRESH/scripts/cudnn_decode.py" 16 8192 > "$OUT/stalls_cudnn.txt" 2>&1
+      note "ncu cuDNN: exit $?"
+      for f in ours cudnn; do
+        note "-- $f"
+        grep -E "Duration|DRAM Throughput|Stall|Warp Cycles Per Issued|Issued Warp|No Eligible|Active Warps Per|L2 Hit|Mem Busy|Max Bandwidth|Mem Pipes" \
+          "$OUT/stalls_$f.txt" | cut -c1-110 | tee -a "$summary"
+      done ;;
     gqa)
       # Issue 13's no-cliff row: causal, seq 32768, batch 1, 32 query heads on 8 K/V heads,
       # the automatic choice (after readme, refactor or explore: their build).
