@@ -412,8 +412,8 @@ PY
       note "ncu cuDNN: exit $?"
       for f in ours cudnn; do
         note "-- $f"
-        grep -E "Duration|DRAM Throughput|Stall|Warp Cycles Per Issued|Issued Warp|No Eligible|Active Warps Per|L2 Hit|Mem Busy|Max Bandwidth|Mem Pipes" \
-          "$OUT/stalls_$f.txt" | cut -c1-110 | tee -a "$summary"
+        grep -E "Duration|DRAM Throughput|Stall|stalled|Warp Cycles Per Issued|Issued Warp|No Eligible|Active Warps Per|L2 Hit|Mem Busy|Max Bandwidth|Mem Pipes" \
+          "$OUT/stalls_$f.txt" | cut -c1-240 | tee -a "$summary"
       done ;;
     gqa)
       # Issue 13's no-cliff row: causal, seq 32768, batch 1, 32 query heads on 8 K/V heads,
