@@ -1,5 +1,6 @@
 // flash_attention choose: which kernel the automatic choice runs for a problem, on the GPU
-// present or on a device model (no GPU needed). The first line is the config's short form.
+// present or on a device model (no GPU needed). The first line is the config's short form,
+// or for a decoding shape "split-KV (PackGQA), N splits".
 
 #include <cstdio>
 #include <memory>
@@ -47,12 +48,20 @@ int choose(const ChooseOptions& o) {
                                .heads = o.heads,
                                .heads_kv = o.heads_kv.value_or(o.heads),
                                .causal = o.causal};
-    const KernelConfig config = choose_config(problem, device);
-    std::printf("%s\n", config.to_string().c_str());
+    const KernelChoice kernel = chosen_kernel(problem, device);
+    std::printf("%s\n", kernel.to_string().c_str());
+    if (!kernel.config) {
+        // A decoding shape: forward() runs the split-KV kernel, which has no config.
+        std::printf(
+            "# decoding shape on %s%s (%d SMs): the split-KV kernel; split count from the "
+            "tuning cache (tune --kvcache), else the heuristic\n",
+            device.name.c_str(), o.device.empty() ? "" : " (model)", device.sm_count);
+        return exit_ok;
+    }
     std::printf(
         "# %s family on %s%s (compute capability %d.%d, %d SMs); tuning cache, else the "
         "built-in table\n",
-        std::string(to_string(config.family)).c_str(), device.name.c_str(),
+        std::string(to_string(kernel.config->family)).c_str(), device.name.c_str(),
         o.device.empty() ? "" : " (model)", device.major, device.minor, device.sm_count);
     return exit_ok;
 }

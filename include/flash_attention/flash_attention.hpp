@@ -219,6 +219,9 @@ KernelChoice chosen_kernel(const ForwardParams& params);
 // (a model or a real GPU), reading the tuning cache as forward() does. Throws Error for
 // an invalid shape or when no built kernel runs it there.
 KernelConfig choose_config(const ProblemShape& problem, const DeviceProperties& device);
+// The kernel forward() runs for dense tensors of this shape on `device`: choose_config's, or
+// for decoding shapes the split-KV kernel with the split count the call would use.
+KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& device);
 
 // Makes the next automatic choice read the tuning cache file again.
 void reload_tuning_cache();

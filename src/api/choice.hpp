@@ -32,6 +32,11 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& problem,
 // rows per K/V head leave the dense kernels one tile per (batch, head) and most SMs idle.
 bool runs_split_kv(const ProblemShape& shape);
 
+// The split-KV kernel's choice for a shape on `device` (serving.cpp): num_splits, else the
+// tuning cache's count, else plan_splits' own.
+KernelChoice split_kv_choice(const ProblemShape& shape, const DeviceProperties& device,
+                             int num_splits);
+
 // Tuning cache, then heuristic_config; nullopt when nothing fits.
 std::optional<KernelConfig> find_kernel_for(const ChoiceProblem& problem,
                                             const DeviceProperties& device);

@@ -99,6 +99,13 @@ KVCacheParams as_kvcache(const ForwardParams& params) {
 
 }  // namespace
 
+KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& device) {
+    validate_shape(problem);
+    if (runs_split_kv(problem))
+        return split_kv_choice(problem, device, 0);
+    return {choose_kernel({problem}, device), 0};
+}
+
 KernelChoice chosen_kernel(const ForwardParams& params) {
     validate_tensors(params);
     if (runs_split_kv(shape_of(params)))

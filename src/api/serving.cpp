@@ -171,6 +171,13 @@ struct Route {
     int requested_splits = 0;
 };
 
+// The split count to ask the split-KV kernel for: the call's, else the tuning cache's.
+int requested_splits(const ProblemShape& shape, const DeviceProperties& device, int num_splits) {
+    if (num_splits != 0)
+        return num_splits;
+    return tuning::lookup_splits(tuning::Key::of_splits(device, shape)).value_or(0);
+}
+
 Route route(const ProblemShape& shape, const ForwardParams& views, int num_splits) {
     const DeviceProperties& device = DeviceProperties::current();
     if (num_splits == 0 && !runs_split_kv(shape) && tma_problem(views).empty()) {
@@ -178,9 +185,7 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
         if (config && config->family == Family::sm90)
             return {config, 0};
     }
-    if (num_splits != 0)
-        return {std::nullopt, num_splits};
-    return {std::nullopt, tuning::lookup_splits(tuning::Key::of_splits(device, shape)).value_or(0)};
+    return {std::nullopt, requested_splits(shape, device, num_splits)};
 }
 
 KernelChoice choice_of(const Route& r, const ProblemShape& shape) {
@@ -382,6 +387,11 @@ ForwardParams kvcache_views(const KVCacheParams& p) {
 }
 
 }  // namespace
+
+KernelChoice split_kv_choice(const ProblemShape& shape, const DeviceProperties& device,
+                             int num_splits) {
+    return choice_of({std::nullopt, requested_splits(shape, device, num_splits)}, shape);
+}
 
 std::string KernelChoice::to_string() const {
     if (config)

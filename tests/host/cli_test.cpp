@@ -204,6 +204,18 @@ TEST(Cli, NumbersAreBoundedByReadableLimits) {
     }
 }
 
+// forward() sends decoding shapes to the split-KV kernel: `choose` says so (it named the
+// dense config that never ran), on a device model without a GPU.
+TEST(Cli, ChooseNamesTheSplitKvKernelForDecodingShapes) {
+    const Output o = run_program({"choose", "--device", "h100", "--seq", "1", "--seq-k", "8192",
+                                  "--heads", "32", "--heads-kv", "8"});
+    EXPECT_EQ(o.code, 0) << o.out;
+    EXPECT_EQ(o.out.rfind("split-KV (PackGQA), ", 0), 0u) << o.out;
+    const Output dense = run_program({"choose", "--device", "h100", "--seq", "4096"});
+    EXPECT_EQ(dense.code, 0);
+    EXPECT_NO_THROW(fa::KernelConfig::parse(dense.out.substr(0, dense.out.find('\n'))));
+}
+
 TEST(Cli, Version) {
     const Output o = run_program({"--version"});
     EXPECT_EQ(o.code, 0);
