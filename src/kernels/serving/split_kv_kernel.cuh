@@ -163,6 +163,17 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
                        std::int64_t{rows.row[g]} * stride.seq + std::int64_t{kv_head} * stride.head;
             };
         };
+        if constexpr (!Paged) {
+            // A whole block of a contiguous cache: its rows one stride apart, no predicates
+            // (the gather below spent most of the decode loop's instructions; ncu).
+            if (valid == Tr::B_c && rows.entry[0] >= 0) {
+                KCopy::copy_strided(k_smem + stage * Tr::KTile::bytes,
+                                    group_of(ks.k, ks.k_stride)(0), ks.k_stride.seq);
+                VCopy::copy_strided(v_smem + stage * Tr::VTile::bytes,
+                                    group_of(ks.v, ks.v_stride)(0), ks.v_stride.seq);
+                return;
+            }
+        }
         KCopy::copy_groups(k_smem + stage * Tr::KTile::bytes, group_of(ks.k, ks.k_stride),
                            ks.k_stride.seq, valid, static_cast<const T*>(ks.k));
         VCopy::copy_groups(v_smem + stage * Tr::VTile::bytes, group_of(ks.v, ks.v_stride),

@@ -125,6 +125,22 @@ class RowGatherCopyGM2SM {
         }
     }
 
+    // The same for a whole tile of rows row_stride apart from `first_row`: no predicates, and
+    // a thread's rows a constant step apart (the steady state of a contiguous K/V cache).
+    template <class T>
+    __device__ __forceinline__ static void copy_strided(std::uint32_t smem_tile, const T* first_row,
+                                                        std::int64_t row_stride) {
+        const int row = threadIdx.x / Tile::chunks_per_row;
+        const int chunk = threadIdx.x % Tile::chunks_per_row;
+        const T* src = first_row + row * row_stride + chunk * 8;
+        const std::int64_t step = row_step * row_stride;
+#pragma unroll
+        for (int i = 0; i < chunks_per_thread; ++i) {
+            ptx::cp_async_16(smem_tile + Tile::chunk_offset(row + i * row_step, chunk), src);
+            src += step;
+        }
+    }
+
     // The same for a tile made of 16-row groups that are each contiguous (row_stride apart)
     // wherever the group lies: the pages of a paged KV cache, whose size is a multiple of
     // 16. group_source(g) is row 16 g's address (or null: the group reads as zeros), asked
