@@ -31,6 +31,8 @@
 #   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads
 #   serving   issue 14: the ci build's GPU tests (the serving ones among them), memcheck and
 #             racecheck of the serving tests, the Python package's pytest, bench/serving.py
+#   paged_probe issue 14: page sizes 16-256 and split counts against the contiguous cache, ncu
+#             of the chunked prefill contiguous and paged 16
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 set -uo pipefail
@@ -528,6 +530,34 @@ PY
         --launch-count 4 python3 "$FRESH/scripts/cudnn_decode.py" 16 8192 > "$OUT/ncu_cudnn.txt" 2>&1
       note "ncu cuDNN decode b16 x 8192: exit $?"
       grep -E "^  [a-zA-Z_].*\(|Duration|DRAM Throughput|Registers Per|Achieved Occ|Block Limit (Sh|Reg)|Grid Size|Block Size|Shared Memory Config|Dynamic Shared" "$OUT/ncu_cudnn.txt" | cut -c1-150 | tee -a "$summary" ;;
+    paged_probe)
+      # Issue 14: why a 16-row page costs more than a 64-row one (b1 x 131072 decode +21% / +7%,
+      # chunked prefill +83% / +7%): page sizes and split counts timed against the contiguous
+      # cache, and ncu of the chunked prefill's sm90 kernel contiguous and paged 16.
+      fresh_clone
+      echo "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic" > "$OUT/pp_configs.txt"
+      (cmake -S "$FRESH" -B /tmp/pp -G Ninja -DFLASH_KERNELS="@$OUT/pp_configs.txt" \
+        -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
+        cmake --build /tmp/pp > "$OUT/build_pp.log" 2>&1)
+      note "build: exit $?"
+      FA=/tmp/pp/bin/flash_attention
+      H=(--heads 32 --heads-kv 8 --runs 20 --rounds 3 --warmup-ms 200)
+      for cache in "--kvcache" "--page-size 16" "--page-size 32" "--page-size 64" "--page-size 256"; do
+        for spec in "--seq 1 --seq-k 131072 --batch 1 --splits 32,64,128" "--seq 512 --seq-k 8192 --batch 8 --causal"; do
+          # shellcheck disable=SC2086
+          timeout 90 "$FA" bench $cache $spec "${H[@]}" > "$OUT/pp.txt" 2>&1
+          note "[$cache $spec]"; grep -E '^(kvcache|paged)' "$OUT/pp.txt" | tee -a "$summary"
+        done
+      done
+      SECTIONS=(--section SpeedOfLight --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats)
+      for cache in "--kvcache" "--page-size 16"; do
+        # shellcheck disable=SC2086
+        timeout 120 ncu "${SECTIONS[@]}" --kernel-name regex:forward_kernel --launch-count 1 \
+          "$FA" run $cache --seq 512 --seq-k 8192 --batch 8 --heads 32 --heads-kv 8 --causal > "$OUT/pp_ncu.txt" 2>&1
+        note "-- ncu chunked prefill $cache: exit $?"
+        grep -E "Duration|DRAM Throughput|Compute \(SM\)|Stall|Warp Cycles Per Issued|Issued Warp|No Eligible|L2 Hit|L1/TEX Hit|Mem Busy" \
+          "$OUT/pp_ncu.txt" | cut -c1-200 | tee -a "$summary"
+      done ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"
