@@ -188,12 +188,13 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
     return {std::nullopt, requested_splits(shape, device, num_splits)};
 }
 
-KernelChoice choice_of(const Route& r, const ProblemShape& shape) {
+// paged: the keys are a paged cache's (the split plan differs).
+KernelChoice choice_of(const Route& r, const ProblemShape& shape, bool paged) {
     if (r.sm90)
         return {r.sm90, 0};
     const std::int64_t rows = shape.seq_q * (shape.heads / shape.heads_kv);
     return {std::nullopt,
-            serving::plan_for(shape.d_head, rows, shape.seq_k, r.requested_splits).splits};
+            serving::plan_for(shape.d_head, rows, shape.seq_k, paged, r.requested_splits).splits};
 }
 
 void launch_sm90(const KernelConfig& config, const ProblemShape& shape, const ForwardParams& views,
@@ -390,7 +391,7 @@ ForwardParams kvcache_views(const KVCacheParams& p) {
 
 KernelChoice split_kv_choice(const ProblemShape& shape, const DeviceProperties& device,
                              int num_splits) {
-    return choice_of({std::nullopt, requested_splits(shape, device, num_splits)}, shape);
+    return choice_of({std::nullopt, requested_splits(shape, device, num_splits)}, shape, false);
 }
 
 std::string KernelChoice::to_string() const {
@@ -402,13 +403,13 @@ std::string KernelChoice::to_string() const {
 KernelChoice chosen_kernel(const VarlenParams& p) {
     check_varlen(p, nullptr);
     const ProblemShape s = varlen_shape(p);
-    return choice_of(route(s, varlen_views(p), p.num_splits), s);
+    return choice_of(route(s, varlen_views(p), p.num_splits), s, p.pages.has_value());
 }
 
 KernelChoice chosen_kernel(const KVCacheParams& p) {
     check_kvcache(p, nullptr);
     const ProblemShape s = kvcache_shape(p);
-    return choice_of(route(s, kvcache_views(p), p.num_splits), s);
+    return choice_of(route(s, kvcache_views(p), p.num_splits), s, p.pages.has_value());
 }
 
 void forward_varlen(const VarlenParams& p, Stream stream) {

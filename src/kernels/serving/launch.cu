@@ -14,7 +14,8 @@
 
 namespace flash_attention::serving {
 
-SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_keys, int requested) {
+SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_keys, bool paged,
+                      int requested) {
     // Splitting pays when a (sequence, K/V head) has few query tiles: decoding, and
     // speculative decoding's few positions. Longer queries fill the GPU with their tiles,
     // and a split would only add its fp32 partials' traffic and the merge.
@@ -22,9 +23,12 @@ SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_key
     // A range holds at least 512 keys and a row at most 32 ranges: measured on the H100
     // (docs/PERF.md, decode b16 x 8192 and b1 x 131072, heads 32/8), 512-key ranges were
     // fastest at 8192 keys and 4096-key ones at 131072; shorter ranges spend more of each
-    // CTA on its first load and its partial result, longer ones leave SMs idle.
+    // CTA on its first load and its partial result, longer ones leave SMs idle. A paged
+    // cache's blocks cost each CTA a table read and a gather, latency that twice the warps
+    // hide: b1 x 131072 on 16-row pages 224 -> 196 µs at 64 ranges (contiguous 187 -> 189;
+    // 64-row pages 200 -> 194; docs/PERF.md, ninth session).
     constexpr int fewest_keys = 512;
-    constexpr int most_ranges = 32;
+    const int most_ranges = paged ? 64 : 32;
     key_blocks = std::max(key_blocks, 1);
     int per_split = key_blocks;
     if (requested > 0) {
@@ -36,13 +40,13 @@ SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_key
     return {blocks_covering(key_blocks, per_split), per_split};
 }
 
-SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k,
+SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k, bool paged,
                    int requested) {
     // Both fit ints: the API checks rows (check_packed_rows) and lengths (k_max_seq).
     const int warps = split_kv_warps(rows_per_kv_head);
     const int block_keys = split_kv_block_keys(d_head, warps);
     return plan_splits(blocks_covering(static_cast<int>(rows_per_kv_head), warps * mma_m),
-                       blocks_covering(static_cast<int>(max_seq_k), block_keys), block_keys,
+                       blocks_covering(static_cast<int>(max_seq_k), block_keys), block_keys, paged,
                        requested);
 }
 

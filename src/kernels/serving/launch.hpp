@@ -17,13 +17,15 @@ struct SplitPlan {
 };
 
 // The plan for query tiles of `tiles_per_head` tiles per (sequence, K/V head) over at most
-// key_blocks blocks of block_keys keys. requested 0: the library's choice. Nothing here
-// depends on the batch: one row's result is the same whatever else is in it.
-SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_keys, int requested);
+// key_blocks blocks of block_keys keys, of a paged cache or not. requested 0: the
+// library's choice. Nothing here depends on the batch: one row's result is the same
+// whatever else is in it.
+SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_keys, bool paged,
+                      int requested);
 
 // plan_splits for the kernel that runs query rows of rows_per_kv_head (position, query
 // head) pairs per K/V head over at most max_seq_k keys.
-SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k,
+SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k, bool paged,
                    int requested);
 
 // Attention for `args` (everything but splits and the partial buffers filled in):

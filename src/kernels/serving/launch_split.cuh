@@ -42,7 +42,7 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
     const std::int64_t rows = std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
     static_assert(Tr::B_c == split_kv_block_keys(D, Warps));
     const std::int64_t tiles = blocks_covering(static_cast<int>(rows), Tr::B_r);
-    const SplitPlan plan = plan_for(D, rows, max_seq_k, requested_splits);
+    const SplitPlan plan = plan_for(D, rows, max_seq_k, Paged, requested_splits);
     const int splits = plan.splits;
     if (tiles * splits * args.heads_kv > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,

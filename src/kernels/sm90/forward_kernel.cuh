@@ -146,13 +146,12 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
 
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();
-        if (threadIdx.x == 0) {
-            if (!PerSequence)
-                produce<Tr, false, false>(params, smem, bars, scheduler);
-            else if (args.seqs.block_table != nullptr)
+        // One thread produces; a paged cache's producer is the whole first warp (produce()).
+        if (PerSequence && args.seqs.block_table != nullptr) {
+            if (threadIdx.x < warp_size)
                 produce<Tr, true, true>(params, smem, bars, scheduler);
-            else
-                produce<Tr, true, false>(params, smem, bars, scheduler);
+        } else if (threadIdx.x == 0) {
+            produce<Tr, PerSequence, false>(params, smem, bars, scheduler);
         }
         return;
     }

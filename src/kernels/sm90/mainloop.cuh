@@ -40,45 +40,65 @@ struct QSlot {
           parity(static_cast<std::uint32_t>((iteration / Tr::q_buffers) & 1)) {}
 };
 
-// K or V block rows [key_row, key_row + B_c) of tile t into a stage. Paged: one copy per
-// run of page_copy_rows rows (never crossing a page) at (row in page, page), walking the
-// pages without a division per copy; keys past the sequence's end read no table entry
-// and copy page -1, which TMA fills with zeros, as it does a page id outside the cache:
-// neither is ever dereferenced.
+// This producer lane's share of a paged K/V block: run `lane` of its page_copy_rows-row
+// runs (a run never crosses a page), at (row in page, page id). Keys past the sequence's
+// end read no table entry and copy page -1, which TMA fills with zeros, as it does a page
+// id outside the cache: neither is ever dereferenced. The lanes read their ids together,
+// and K and V share them: one thread reading a block's ids one after another (each copy
+// waiting on its read) ran chunked prefill on 16-row pages at 55% of the contiguous
+// cache's speed, its warps stalled on those reads (ncu; docs/PERF.md, ninth session).
+struct PageRun {
+    int tile_row;  // the run's first row in the block; B_c or more: this lane has none
+    int row;       // its first row in the page
+    int id;        // its page, or -1
+};
+
+template <class Tr>
+__device__ __forceinline__ PageRun page_run(const SequenceArgs& seqs, const Tile& t, int key_row,
+                                            int lane) {
+    PageRun run{lane * seqs.page_copy_rows, 0, -1};
+    if (run.tile_row < Tr::B_c) {
+        const int key = key_row + run.tile_row;
+        const int page = key / seqs.k_view_seq;
+        run.row = key - page * seqs.k_view_seq;
+        if (key < t.k.len)
+            run.id = __ldg(seqs.block_table + t.k.entry * seqs.block_table_stride + page);
+    }
+    return run;
+}
+
+// K or V block rows [key_row, key_row + B_c) of tile t into a stage: one copy of the whole
+// block, or (paged) this lane's run.
 template <class Tr, bool Paged>
 __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtensorMap* map,
-                                              const SequenceArgs& seqs, const Tile& t, int key_row,
+                                              const Tile& t, int key_row, const PageRun& run,
                                               tma::Barrier& full) {
     if constexpr (!Paged) {
         tma::load_tile<typename Tr::KVTile>(stage, map, key_row, t.kv_head, t.k.entry, full);
-    } else {
-        const std::int32_t* table = seqs.block_table + t.k.entry * seqs.block_table_stride;
-        int page = key_row / seqs.k_view_seq;
-        int row = key_row - page * seqs.k_view_seq;
-        for (int r = 0; r < Tr::B_c; r += seqs.page_copy_rows) {
-            const int id = key_row + r < t.k.len ? __ldg(table + page) : -1;
-            tma::load_rows<typename Tr::KVTile>(stage, r, map, row, t.kv_head, id, full);
-            row += seqs.page_copy_rows;
-            if (row == seqs.k_view_seq) {
-                row = 0;
-                ++page;
-            }
-        }
+    } else if (run.tile_row < Tr::B_c) {
+        tma::load_rows<typename Tr::KVTile>(stage, run.tile_row, map, run.row, t.kv_head, run.id,
+                                            full);
     }
 }
 
-// The producer: one thread issues every copy, tile after tile. It refills a K/V stage
-// once every consumer warp has emptied it, so up to `stages` blocks are in flight ahead
-// (across tiles too), and loads a tile's Q once the consumers have stored the previous
-// tile's O from that buffer. Paged is a separate instantiation, so the page walk's
-// registers never press on the dense loop (the producer has 24 or 32: in one loop the
-// dense kernels spilled 16-44 bytes; the paged instantiation of the two-consumer kernels
-// still spills 12-16).
+// The producer: one thread issues every copy, tile after tile (paged: the whole warp, lane 0
+// alone doing all but the K/V copies). It refills a K/V stage once every consumer warp has
+// emptied it, so up to `stages` blocks are in flight ahead (across tiles too), and loads a
+// tile's Q once the consumers have stored the previous tile's O from that buffer. Paged is a
+// separate instantiation, so the page walk's registers never press on the dense loop (the
+// producer has 24 or 32: in one loop the dense kernels spilled 16-44 bytes).
 template <class Tr, bool PerSequence, bool Paged, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::q_buffers, Tr::stages>& bars,
                                         const Scheduler& scheduler) {
     const KernelArgs& args = params.args;
+    const int lane = Paged ? static_cast<int>(threadIdx.x % warp_size) : 0;
+    const bool leader = lane == 0;
+    // Lane 0's claim, seen by every lane (the tile loop is the warp's).
+    const auto claim = [&] {
+        const int claimed = leader ? scheduler.claim() : 0;
+        return Paged ? __shfl_sync(0xffffffffu, claimed, 0) : claimed;
+    };
     int ring = 0;  // K/V blocks loaded so far: the ring position of the next
     int iteration = 0;
     int index = scheduler.first();
@@ -86,39 +106,45 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
     for (; index < tile_count<Tr>(args); index = scheduler.next(index, claimed)) {
         const Tile t = tile_at<Tr, PerSequence>(args, index);
         if (t.empty()) {  // a number the packed numbering leaves unused
-            claimed = scheduler.claim();
+            claimed = claim();
             continue;
         }
         // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
         const QSlot<Tr> q(iteration++);
         bars.q_empty[q.buffer].wait(q.parity ^ 1);
-        scheduler.publish(q, index);
-        bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
-        for (int w = 0; w < Tr::consumers; ++w) {
-            tma::load_tile<typename Tr::QTile>(
-                smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::QTile::bytes,
-                &params.maps.q, t.q.row0 + t.q_row0 + w * Tr::rows_per_consumer, t.head, t.q.entry,
-                bars.q_full[q.buffer]);
+        if (leader) {
+            scheduler.publish(q, index);
+            bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
+            for (int w = 0; w < Tr::consumers; ++w) {
+                tma::load_tile<typename Tr::QTile>(
+                    smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::QTile::bytes,
+                    &params.maps.q, t.q.row0 + t.q_row0 + w * Tr::rows_per_consumer, t.head,
+                    t.q.entry, bars.q_full[q.buffer]);
+            }
         }
-        claimed = scheduler.claim();
+        claimed = claim();
         // Walks the ring position and the key row together: as many live registers as
         // before tiles carried a row offset (the producer has 24 or 32).
         const int ring_end = ring + t.visited;
         for (int key_row = t.k.row0; ring < ring_end; ++ring, key_row += Tr::B_c) {
             const RingSlot<Tr::stages> slot(ring);
+            PageRun run{};
+            if constexpr (Paged)
+                run = page_run<Tr>(args.seqs, t, key_row, lane);  // read while the stage drains
             bars.k_empty[slot.stage].wait(slot.parity ^ 1);
-            bars.k_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
+            if (leader)
+                bars.k_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             load_kv_block<Tr, Paged>(smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes,
-                                     &params.maps.k, args.seqs, t, key_row,
-                                     bars.k_full[slot.stage]);
+                                     &params.maps.k, t, key_row, run, bars.k_full[slot.stage]);
             bars.v_empty[slot.stage].wait(slot.parity ^ 1);
-            bars.v_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
+            if (leader)
+                bars.v_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             load_kv_block<Tr, Paged>(smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes,
-                                     &params.maps.v, args.seqs, t, key_row,
-                                     bars.v_full[slot.stage]);
+                                     &params.maps.v, t, key_row, run, bars.v_full[slot.stage]);
         }
     }
-    scheduler.finish(QSlot<Tr>(iteration), bars, index);
+    if (leader)
+        scheduler.finish(QSlot<Tr>(iteration), bars, index);
 }
 
 // Ping-pong: consumer w may issue GEMMs only while it holds the turn, which passes
