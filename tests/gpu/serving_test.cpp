@@ -461,13 +461,16 @@ std::vector<CacheCase> cache_cases() {
     cases.push_back({1, 4, 1, 64, true, 0, fa::DType::FP16, 256});
     cases.push_back({40, 4, 0, 0, true, 0, fa::DType::BF16, 256});
     // Chunked prefill: query tiles fill the GPU (the sm90 kernels on Hopper), contiguous
-    // and paged (pages smaller than, equal to and larger than a K/V block).
+    // and paged (pages smaller than, equal to and larger than a K/V block; pages below 64
+    // rows copied by the producer's lanes, the others by TMA, at every d_head).
     for (const bool causal : {false, true}) {
         cases.push_back({200, 4, 0, 0, causal, 0});
         cases.push_back({333, 1, 5, 0, causal, 0, fa::DType::FP16, 64});
         cases.push_back({200, 4, 3, 16, causal, 0});
         cases.push_back({150, 2, 0, 64, causal, 0, fa::DType::FP16, 256});
         cases.push_back({129, 8, 1, 256, causal, 0, fa::DType::BF16, 64});
+        cases.push_back({177, 2, 2, 32, causal, 0, fa::DType::FP16, 64});
+        cases.push_back({150, 4, 0, 16, causal, 0, fa::DType::BF16, 256});
     }
     return cases;
 }
