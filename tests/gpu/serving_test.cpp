@@ -461,8 +461,7 @@ std::vector<CacheCase> cache_cases() {
     cases.push_back({1, 4, 1, 64, true, 0, fa::DType::FP16, 256});
     cases.push_back({40, 4, 0, 0, true, 0, fa::DType::BF16, 256});
     // Chunked prefill: query tiles fill the GPU (the sm90 kernels on Hopper), contiguous
-    // and paged (pages smaller than, equal to and larger than a K/V block; pages below 64
-    // rows copied by the producer's lanes, the others by TMA, at every d_head).
+    // and paged (pages smaller than, equal to and larger than a K/V block, at every d_head).
     for (const bool causal : {false, true}) {
         cases.push_back({200, 4, 0, 0, causal, 0});
         cases.push_back({333, 1, 5, 0, causal, 0, fa::DType::FP16, 64});

@@ -132,13 +132,9 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             bars.q_full[b].init(1);
             bars.q_empty[b].init(Tr::consumers);  // each consumer's storing thread
         }
-        // K/V land with the producer's expected bytes (TMA), or with an arrival per lane of
-        // the producer warp (a paged cache's small pages: copy_runs_by_lanes).
-        const bool by_lanes = PerSequence && args.seqs.block_table != nullptr &&
-                              paged_by_lanes(args.seqs.page_copy_rows);
         for (int s = 0; s < Tr::stages; ++s) {
-            bars.k_full[s].init(by_lanes ? warp_size : 1);
-            bars.v_full[s].init(by_lanes ? warp_size : 1);
+            bars.k_full[s].init(1);
+            bars.v_full[s].init(1);
             // One arrival per consumer warp, each after its own wgmma wait.
             bars.k_empty[s].init(4 * Tr::consumers);
             bars.v_empty[s].init(4 * Tr::consumers);

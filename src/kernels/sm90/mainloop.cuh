@@ -40,13 +40,13 @@ struct QSlot {
           parity(static_cast<std::uint32_t>((iteration / Tr::q_buffers) & 1)) {}
 };
 
-// This producer lane's share of a paged K/V block: its `rows`-row run of the block (a run
-// never crosses a page), at (row in page, page id). Keys past the sequence's end read no
-// table entry and take page -1, as does a page id outside the cache: neither is ever
-// dereferenced (TMA and cp.async fill zeros). The lanes read their ids together, and K and
-// V share them: one thread reading a block's ids one after another (each copy waiting on
-// its read) ran chunked prefill on 16-row pages at 55% of the contiguous cache's speed, its
-// warps stalled on those reads (ncu; docs/PERF.md, ninth session).
+// This producer lane's share of a paged K/V block: run `lane` of its page_copy_rows-row
+// runs (a run never crosses a page), at (row in page, page id). Keys past the sequence's
+// end read no table entry and copy page -1, which TMA fills with zeros, as it does a page
+// id outside the cache: neither is ever dereferenced. The lanes read their ids together,
+// and K and V share them: one thread reading a block's ids one after another (each copy
+// waiting on its read) ran chunked prefill on 16-row pages at 55% of the contiguous
+// cache's speed, its warps stalled on those reads (ncu; docs/PERF.md, ninth session).
 struct PageRun {
     int tile_row;  // the run's first row in the block; B_c or more: this lane has none
     int row;       // its first row in the page
@@ -55,69 +55,26 @@ struct PageRun {
 
 template <class Tr>
 __device__ __forceinline__ PageRun page_run(const SequenceArgs& seqs, const Tile& t, int key_row,
-                                            int lane, int rows) {
-    static_assert(Tr::B_c <= 16 * warp_size, "a lane for each 16-row run of a block");
-    PageRun run{lane * rows, 0, -1};
+                                            int lane) {
+    PageRun run{lane * seqs.page_copy_rows, 0, -1};
     if (run.tile_row < Tr::B_c) {
         const int key = key_row + run.tile_row;
         const int page = key / seqs.k_view_seq;
         run.row = key - page * seqs.k_view_seq;
-        if (key < t.k.len) {
-            const int id = __ldg(seqs.block_table + t.k.entry * seqs.block_table_stride + page);
-            run.id = id >= 0 && id < seqs.k_view_batch ? id : -1;
-        }
+        if (key < t.k.len)
+            run.id = __ldg(seqs.block_table + t.k.entry * seqs.block_table_stride + page);
     }
     return run;
 }
 
-// A paged block of 16-row runs by cp.async, every lane 16 bytes at a time: consecutive
-// lanes take consecutive chunks of a row, so each instruction reads whole rows; lane g
-// holds run g's page (page_run with rows 16). Pages this small cost TMA one copy of 2 KB
-// per sub-tile and run, and its per-copy cost made 16-row pages 19% slower than a
-// contiguous cache (docs/PERF.md, ninth session). The copies arrive on `full` when they
-// land (cp.async.mbarrier.arrive.noinc: its count at init holds one arrival per lane).
-template <class Tr>
-__device__ __forceinline__ void copy_runs_by_lanes(unsigned char* stage, const void* tensor,
-                                                   const TensorStrides& stride, int kv_head,
-                                                   const PageRun& run, int lane,
-                                                   tma::Barrier& full) {
-    using Tile = typename Tr::KVTile;
-    constexpr int chunks = Tr::d_head / 8;  // 16-byte chunks of a row
-    constexpr int rows_per_copy = warp_size / chunks;
-    const int chunk = lane % chunks;
-    const int lane_row = lane / chunks;
-    const auto* base =
-        static_cast<const std::uint16_t*>(tensor) + kv_head * stride.head + chunk * 8;
-    const std::uint32_t dst = ptx::smem_address(stage);
-    // Rolled loops: the producer has 24 or 32 registers, and unrolled address arithmetic
-    // spilled up to 688 bytes.
-#pragma unroll 1
-    for (int g = 0; g < Tr::B_c / 16; ++g) {
-        const int id = __shfl_sync(0xffffffffu, run.id, g);
-        const int row = __shfl_sync(0xffffffffu, run.row, g);
-        const bool valid = id >= 0;
-        const std::uint16_t* src = valid ? base + std::int64_t{id} * stride.batch +
-                                               std::int64_t{row + lane_row} * stride.seq
-                                         : base;
-        const std::int64_t step = valid ? rows_per_copy * stride.seq : 0;
-#pragma unroll 1
-        for (int r = 16 * g + lane_row; r < 16 * (g + 1); r += rows_per_copy, src += step)
-            ptx::cp_async_16_zfill(dst + Tile::chunk_offset(r, chunk), src, valid);
-    }
-    full.arrive_when_copies_land();
-}
-
-// K or V block rows [key_row, key_row + B_c) of tile t into a stage: one TMA copy of the
-// whole block, or (paged) this lane's TMA copy of its run, or every lane's cp.async share.
+// K or V block rows [key_row, key_row + B_c) of tile t into a stage: one copy of the whole
+// block, or (paged) this lane's run.
 template <class Tr, bool Paged>
 __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtensorMap* map,
-                                              const void* tensor, const TensorStrides& stride,
-                                              const SequenceArgs& seqs, const Tile& t, int key_row,
-                                              const PageRun& run, int lane, tma::Barrier& full) {
+                                              const Tile& t, int key_row, const PageRun& run,
+                                              tma::Barrier& full) {
     if constexpr (!Paged) {
         tma::load_tile<typename Tr::KVTile>(stage, map, key_row, t.kv_head, t.k.entry, full);
-    } else if (paged_by_lanes(seqs.page_copy_rows)) {
-        copy_runs_by_lanes<Tr>(stage, tensor, stride, t.kv_head, run, lane, full);
     } else if (run.tile_row < Tr::B_c) {
         tma::load_rows<typename Tr::KVTile>(stage, run.tile_row, map, run.row, t.kv_head, run.id,
                                             full);
@@ -137,8 +94,6 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
     const KernelArgs& args = params.args;
     const int lane = Paged ? static_cast<int>(threadIdx.x % warp_size) : 0;
     const bool leader = lane == 0;
-    const int copy_rows = args.seqs.page_copy_rows;
-    const bool by_lanes = Paged && paged_by_lanes(copy_rows);
     // Lane 0's claim, seen by every lane (the tile loop is the warp's).
     const auto claim = [&] {
         const int claimed = leader ? scheduler.claim() : 0;
@@ -174,20 +129,18 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
         for (int key_row = t.k.row0; ring < ring_end; ++ring, key_row += Tr::B_c) {
             const RingSlot<Tr::stages> slot(ring);
             PageRun run{};
-            if constexpr (Paged)  // read while the stage drains
-                run = page_run<Tr>(args.seqs, t, key_row, lane, by_lanes ? 16 : copy_rows);
+            if constexpr (Paged)
+                run = page_run<Tr>(args.seqs, t, key_row, lane);  // read while the stage drains
             bars.k_empty[slot.stage].wait(slot.parity ^ 1);
-            if (leader && !by_lanes)
+            if (leader)
                 bars.k_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             load_kv_block<Tr, Paged>(smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes,
-                                     &params.maps.k, args.k, args.k_stride, args.seqs, t, key_row,
-                                     run, lane, bars.k_full[slot.stage]);
+                                     &params.maps.k, t, key_row, run, bars.k_full[slot.stage]);
             bars.v_empty[slot.stage].wait(slot.parity ^ 1);
-            if (leader && !by_lanes)
+            if (leader)
                 bars.v_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
             load_kv_block<Tr, Paged>(smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes,
-                                     &params.maps.v, args.v, args.v_stride, args.seqs, t, key_row,
-                                     run, lane, bars.v_full[slot.stage]);
+                                     &params.maps.v, t, key_row, run, bars.v_full[slot.stage]);
         }
     }
     if (leader)

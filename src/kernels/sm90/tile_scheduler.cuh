@@ -68,13 +68,6 @@ __host__ __device__ constexpr int paged_copy_rows(int page_size, int B_c) {
     return a;
 }
 
-// Whether a paged block of runs of copy_rows rows is copied by the producer warp's lanes
-// with cp.async (copy_runs_by_lanes) rather than by TMA, a copy a run: below 64 rows TMA's
-// cost per copy, not the bytes, set the time (docs/PERF.md, ninth session).
-__host__ __device__ constexpr bool paged_by_lanes(int copy_rows) {
-    return copy_rows < 64;
-}
-
 // How many tile numbers there are (the grid of a non-persistent launch; the host checks
 // that it fits an int).
 __host__ __device__ inline std::int64_t tile_numbers(const KernelArgs& args, int B_r) {

@@ -29,11 +29,6 @@ class Barrier {
         while (!cuda::ptx::mbarrier_try_wait_parity(&state_, parity)) {
         }
     }
-    // This thread's arrival once every cp.async copy it has issued so far has landed (PTX
-    // ISA "cp.async.mbarrier.arrive", .noinc: the count given to init() includes it).
-    __device__ __forceinline__ void arrive_when_copies_land() {
-        cuda::ptx::cp_async_mbarrier_arrive_noinc(&state_);
-    }
     __device__ __forceinline__ std::uint64_t* get() { return &state_; }
 
   private:
