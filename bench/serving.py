@@ -1,7 +1,7 @@
 """Serving shapes (issue 14) on one GPU, in one process: decoding against a contiguous and a
 paged KV cache, speculative decoding, chunked prefill and a varlen batch, with cuDNN (PyTorch
-SDPA) where it runs the same problem. Times are medians of CUDA-event-timed batches of calls
-queued back to back after warm-up; inputs rotate over copies that together exceed L2 when
+SDPA) where it runs the same problem. Times are medians of CUDA-event-timed calls queued
+back to back after warm-up; inputs rotate over copies that together exceed L2 when
 one copy would fit in it.
 
     python3 bench/serving.py [--repeat 50] [--out FILE.md]
@@ -20,22 +20,23 @@ L2_BYTES = 50 * 2**20
 
 
 def median_ms(fn, repeat, warmup=5, inner=8):
-    """Median over `repeat` samples of the time per call of `inner` calls queued back to
-    back between two events: the GPU never waits for the host, so a call's host overhead
-    (Python checks, the launch) is hidden whenever it is shorter than the kernel, as in a
-    serving loop. Returns (ms, (max - min) / median)."""
+    """Median over `repeat` batches of `inner` calls queued back to back, each call timed
+    between its own two CUDA events (as the command line's bench times them), the first
+    call of a batch left out: it starts on an idle GPU, so its time would include the host's
+    work before the launch, which in a serving loop hides behind the previous step. Returns
+    (ms, (max - min) / median) over the per-call times."""
     for i in range(warmup):
         fn(i)
     torch.cuda.synchronize()
     times = []
     for r in range(repeat):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        events = [torch.cuda.Event(enable_timing=True) for _ in range(inner + 1)]
+        events[0].record()
         for i in range(inner):
             fn(r * inner + i)
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / inner)
+            events[i + 1].record()
+        events[-1].synchronize()
+        times += [events[i].elapsed_time(events[i + 1]) for i in range(1, inner)]
     return statistics.median(times), (max(times) - min(times)) / statistics.median(times)
 
 

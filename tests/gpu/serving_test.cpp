@@ -16,6 +16,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_check.hpp"
@@ -478,22 +479,27 @@ INSTANTIATE_TEST_SUITE_P(Serving, KVCache, ::testing::ValuesIn(cache_cases()));
 
 // A sequence's result is the same, bit for bit, alone and in a batch of 16 (the split of
 // its keys may not depend on the other rows).
+// A batch of 160 has more key ranges than the GPU holds CTAs, so its CTAs stream several
+// ranges each, where batch 1's stream one: the same bits either way.
 TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
     const CacheCase c{1, 4, 0, 0, false, 0};
-    const std::uint64_t seed = fresh_seed();
-    const CacheProblem big(c, 16, 4096, seed);
-    CacheRun run_big(big);
-    fa::forward_kvcache(run_big.params());
-    // The same first sequence (same seed: same data) alone.
-    const CacheProblem one(c, 1, 4096, seed, {big.lengths[0]});
-    CacheRun run_one(one);
-    fa::forward_kvcache(run_one.params());
-    fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
-    const auto all = download_bits(run_big.dout);
-    const auto alone = download_bits(run_one.dout);
-    const std::size_t row = static_cast<std::size_t>(big.heads) * c.d;  // seq_q 1
-    // Same seed, same generator: batch 1's inputs are the first sequence of batch 16's.
-    ASSERT_TRUE(std::equal(alone.begin(), alone.begin() + row, all.begin()));
+    for (const auto& [batch, capacity] : {std::pair{16, 4096}, std::pair{160, 2048}}) {
+        const std::uint64_t seed = fresh_seed();
+        const CacheProblem big(c, batch, capacity, seed);
+        CacheRun run_big(big);
+        fa::forward_kvcache(run_big.params());
+        // The same first sequence (same seed: same data) alone.
+        const CacheProblem one(c, 1, capacity, seed, {big.lengths[0]});
+        CacheRun run_one(one);
+        fa::forward_kvcache(run_one.params());
+        fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+        const auto all = download_bits(run_big.dout);
+        const auto alone = download_bits(run_one.dout);
+        const std::size_t row = static_cast<std::size_t>(big.heads) * c.d;  // seq_q 1
+        // Same seed, same generator: batch 1's inputs are the first sequence of the batch's.
+        ASSERT_TRUE(std::equal(alone.begin(), alone.begin() + row, all.begin()))
+            << "batch " << batch << ", seed " << seed;
+    }
 }
 
 // Page ids outside the cache are never dereferenced (compute-sanitizer runs this) and do

@@ -5,7 +5,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <array>
 #include <limits>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -35,6 +38,33 @@ void launch_combine(const CombineArgs& args, Stream stream) {
     }
 }
 
+// How many consecutive key ranges each CTA streams (SplitKvArgs::splits_per_cta): the
+// fewest that let every CTA of the launch be resident at once. A CTA that ends and hands
+// its slot to another stops streaming for its first loads and its partial results; b16 x
+// 8192's 2048 one-warp ranges of 512 keys ran in 192 µs one a CTA and 187 µs as 512
+// ranges of 2048 keys (docs/PERF.md). Only the CTAs change, never a range's arithmetic, so
+// the count may follow the batch.
+template <auto* Kernel, int Threads, int SmemBytes>
+int splits_per_cta(std::int64_t ranges, int splits) {
+    constexpr int max_devices = 64;
+    static std::array<std::once_flag, max_devices> once;
+    static std::array<std::int64_t, max_devices> resident{};
+    int device = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    if (splits == 1 || device >= max_devices)
+        return 1;
+    std::call_once(once[device], [&] {
+        int sms = 0;
+        cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+                   "cudaDeviceGetAttribute(MultiProcessorCount)");
+        resident[device] = std::int64_t{sms} * ctas_per_sm<Kernel, Threads, SmemBytes>();
+    });
+    if (resident[device] <= 0)
+        return 1;
+    const std::int64_t per_cta = (ranges + resident[device] - 1) / resident[device];
+    return static_cast<int>(std::min<std::int64_t>(per_cta, splits));
+}
+
 template <DType Dt, int D, int Warps, int Stages, bool Paged>
 void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits, Stream stream) {
     using Tr = SplitKvTraits<Dt, D, Warps, Stages>;
@@ -53,6 +83,9 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
     }
     args.splits = splits;
     args.blocks_per_split = plan.blocks_per_split;
+    args.splits_per_cta = splits_per_cta<kernel, Tr::threads, Tr::smem_bytes>(
+        tiles * splits * args.heads_kv * args.batch, splits);
+    const std::int64_t split_groups = (splits + args.splits_per_cta - 1) / args.splits_per_cta;
     std::optional<StreamScratch> partial;  // freed in stream order after the combine
     if (splits > 1) {
         const std::size_t rows = static_cast<std::size_t>(args.partial_rows) * splits;
@@ -61,7 +94,7 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
         args.lse_partial = args.o_partial + rows * D;
     }
     enable_dynamic_smem<kernel, Tr::smem_bytes>();
-    launch_kernel<kernel>(dim3(static_cast<unsigned>(tiles * splits * args.heads_kv),
+    launch_kernel<kernel>(dim3(static_cast<unsigned>(tiles * split_groups * args.heads_kv),
                                static_cast<unsigned>(args.batch)),
                           Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
     if (splits > 1) {

@@ -59,8 +59,12 @@ struct SplitKvArgs {
     bool causal;
     float softmax_scale;
     float scale_log2;
-    int splits;                 // key ranges per (sequence, K/V head, query tile)
-    int blocks_per_split;       // key blocks in each range (the last ones may be empty)
+    int splits;            // key ranges per (sequence, K/V head, query tile)
+    int blocks_per_split;  // key blocks in each range (the last ones may be empty)
+    // Consecutive ranges one CTA streams, writing each range's partial result as it ends:
+    // each range is computed as by a CTA of its own (bit for bit), so this only changes
+    // how many CTAs there are (the launch fits them to the GPU, the batch included).
+    int splits_per_cta;
     float* lse;                 // (view batch, heads, view_seq_q) or null
     float* o_partial;           // splits > 1: (splits, tokens * heads, d_head) fp32
     float* lse_partial;         // splits > 1: (splits, tokens * heads)

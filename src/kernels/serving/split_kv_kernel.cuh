@@ -115,16 +115,18 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     const std::uint32_t k_smem = ptx::smem_address(smem) + Tr::k_smem_offset;
     const std::uint32_t v_smem = ptx::smem_address(smem) + Tr::v_smem_offset;
 
-    // The tile: (query tile, key split, K/V head) x sequence, the K/V head fastest. A row of
-    // the cache holds every K/V head's keys side by side (heads_kv x 256 bytes at d_head
-    // 128), so the CTAs of one key range, launched together, read whole DRAM rows between
-    // them rather than one head's 256 bytes of each.
+    // The tile: (query tile, group of key splits, K/V head) x sequence, the K/V head
+    // fastest. A row of the cache holds every K/V head's keys side by side (heads_kv x 256
+    // bytes at d_head 128), so the CTAs of one key range, launched together, read whole
+    // DRAM rows between them rather than one head's 256 bytes of each.
     const int b = blockIdx.y;
     const int kv_head = blockIdx.x % args.heads_kv;
-    const int split = (blockIdx.x / args.heads_kv) % args.splits;
+    const int split_groups = (args.splits + args.splits_per_cta - 1) / args.splits_per_cta;
+    const int first_split = (blockIdx.x / args.heads_kv) % split_groups * args.splits_per_cta;
+    const int end_split = min(args.splits, first_split + args.splits_per_cta);
     const int group = args.heads / args.heads_kv;
     const Span qs = query_span(args, b);
-    const int row0 = (blockIdx.x / args.heads_kv / args.splits) * Tr::B_r;  // packed rows
+    const int row0 = (blockIdx.x / args.heads_kv / split_groups) * Tr::B_r;  // packed rows
     if (row0 >= qs.len * group)
         return;  // a shorter sequence than the grid's longest: the whole CTA leaves
     const int tile_rows = min(Tr::B_r, qs.len * group - row0);
@@ -136,11 +138,14 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     const int pos0 = position(0);
     const KeyBlocks blocks = key_blocks(qs.len, kspan.len, args.causal, pos0,
                                         position(tile_rows - 1) - pos0 + 1, Tr::B_c);
-    // This CTA's range of blocks. Ranges have a length fixed per call, not per batch, so a
-    // row's split depends on its own keys only; the ranges past a short sequence's end are
-    // empty and still write their partial result (O = 0 with LSE -inf).
-    const int first_block = min(blocks.visited, split * args.blocks_per_split);
-    const int end_block = min(blocks.visited, first_block + args.blocks_per_split);
+    // This CTA's blocks: its ranges', streamed as one. Ranges have a length fixed per call,
+    // not per batch, so a row's split depends on its own keys only; the ranges past a short
+    // sequence's end are empty and still write their partial result (O = 0, LSE -inf).
+    const auto range_start = [&](int split) {
+        return min(blocks.visited, split * args.blocks_per_split);
+    };
+    const int first_block = range_start(first_split);
+    const int end_block = range_start(end_split);
 
     const T* q_base = static_cast<const T*>(args.q);
     const auto q_row = [&](int r) -> const T* {
@@ -207,55 +212,85 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     }();
 
     float o[1][Tr::pv_n_tiles][4];
-    zero(o);
-    OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
     // Packed row r sees the keys its query position sees.
     const auto visible_keys = [&](int r) {
         return keys_seen(position(r), qs.len, kspan.len, args.causal);
     };
-
-    // One K/V block: S = Q·K_jᵀ, mask, online softmax, O += P·V_j, while the next load.
-    for (int j = first_block; j < end_block; ++j) {
-        const std::uint32_t stage = (j - first_block) % Tr::stages;
-        const int refill = j + Tr::stages;  // the block that takes this stage next
-        // Its rows: the page table read is in flight while block j computes.
-        Rows ahead{};
-        if (refill < end_block)
-            ahead = rows_of(refill);
-        if (j > first_block) {
-            ptx::cp_async_wait_group<Tr::stages - 1>();  // block j has landed
-            __syncthreads();
-        }
-        const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(k_smem +
-                                                                       stage * Tr::KTile::bytes);
-        const SmemB<typename Tr::VTile, Tr::pv_n_tiles, true> v_frags(v_smem +
-                                                                      stage * Tr::VTile::bytes);
-        float s[1][Tr::qk_n_tiles][4];
-        zero(s);
-        warp_gemm<Dt, Tr::qk_k_tiles, Tr::qk_step, false>(s, q_frags, k_frags);
-        if (j >= blocks.unmasked)
-            mask_scores_by(s, warp_row0, j * Tr::B_c, visible_keys);
-        softmax.update(s, o);
-        std::uint32_t p[1][Tr::pv_k_tiles][4];
-        accumulators_to_a_fragments<Dt>(s, p);
-        warp_gemm<Dt, Tr::pv_k_tiles, Tr::pv_k_tiles, false>(o, RegisterA<1, Tr::pv_k_tiles>{p},
-                                                             v_frags);
-        // Every warp is done with this stage before the refill overwrites it.
-        __syncthreads();
-        if (refill < end_block)
-            copy_kv(refill, ahead);
-        ptx::cp_async_commit_group();
-    }
-    softmax.finalize(o);
-
     const int lane = threadIdx.x % warp_size;
     // The global token of packed row r: numbers the partial results and the LSE.
     const auto token = [&](int r) {
         return std::int64_t{qs.entry} * args.view_seq_q + qs.row0 + position(r);
     };
-    if (args.o_partial != nullptr) {
-        // Split: fp32 partial O straight from the accumulators (each quad writes whole
-        // 32-byte sectors) and the partial LSE; combine_kernel merges them.
+
+    // Unsplit: O through Q's tile (this warp's own rows: no other warp reads them) and LSE.
+    const auto store_output = [&](const float(&out)[1][Tr::pv_n_tiles][4],
+                                  const OnlineSoftmax<1, true>& softmax) {
+        if (args.lse != nullptr && lane % 4 == 0) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = warp_row0 + lane / 4 + 8 * h;
+                if (r < tile_rows) {
+                    args.lse[(std::int64_t{qs.entry} * args.heads + head_of(r)) * args.view_seq_q +
+                             qs.row0 + position(r)] = softmax.log_sum_exp(0, h);
+                }
+            }
+        }
+        __syncwarp();
+        store_accumulators_RF2SM<Dt, typename Tr::QTile>(out, q_smem, warp_row0);
+        __syncwarp();
+        T* o_base = static_cast<T*>(args.o);
+        copy_rows_SM2GM<typename Tr::QTile, mma_m>(
+            q_smem, warp_row0,
+            [&](int r) {
+                return o_base + std::int64_t{qs.entry} * args.o_stride.batch +
+                       std::int64_t{qs.row0 + position(warp_row0 + r)} * args.o_stride.seq +
+                       std::int64_t{head_of(warp_row0 + r)} * args.o_stride.head;
+            },
+            tile_rows - warp_row0);
+    };
+
+    // Each range from a fresh softmax state, as a CTA of its own would compute it; the
+    // copies run ahead across range boundaries (the blocks are one stream).
+    for (int split = first_split; split < end_split; ++split) {
+        zero(o);
+        OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
+        // One K/V block: S = Q·K_jᵀ, mask, online softmax, O += P·V_j, while the next load.
+        for (int j = range_start(split); j < range_start(split + 1); ++j) {
+            const std::uint32_t stage = (j - first_block) % Tr::stages;
+            const int refill = j + Tr::stages;  // the block that takes this stage next
+            // Its rows: the page table read is in flight while block j computes.
+            Rows ahead{};
+            if (refill < end_block)
+                ahead = rows_of(refill);
+            if (j > first_block) {
+                ptx::cp_async_wait_group<Tr::stages - 1>();  // block j has landed
+                __syncthreads();
+            }
+            const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(
+                k_smem + stage * Tr::KTile::bytes);
+            const SmemB<typename Tr::VTile, Tr::pv_n_tiles, true> v_frags(v_smem +
+                                                                          stage * Tr::VTile::bytes);
+            float s[1][Tr::qk_n_tiles][4];
+            zero(s);
+            warp_gemm<Dt, Tr::qk_k_tiles, Tr::qk_step, false>(s, q_frags, k_frags);
+            if (j >= blocks.unmasked)
+                mask_scores_by(s, warp_row0, j * Tr::B_c, visible_keys);
+            softmax.update(s, o);
+            std::uint32_t p[1][Tr::pv_k_tiles][4];
+            accumulators_to_a_fragments<Dt>(s, p);
+            warp_gemm<Dt, Tr::pv_k_tiles, Tr::pv_k_tiles, false>(o, RegisterA<1, Tr::pv_k_tiles>{p},
+                                                                 v_frags);
+            // Every warp is done with this stage before the refill overwrites it.
+            __syncthreads();
+            if (refill < end_block)
+                copy_kv(refill, ahead);
+            ptx::cp_async_commit_group();
+        }
+        softmax.finalize(o);
+        if (args.o_partial == nullptr)
+            return store_output(o, softmax);
+            // Split: fp32 partial O straight from the accumulators (each quad writes whole
+            // 32-byte sectors) and the partial LSE; combine_kernel merges them.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = warp_row0 + lane / 4 + 8 * h;
@@ -270,32 +305,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             if (lane % 4 == 0)
                 args.lse_partial[row] = softmax.log_sum_exp(0, h);
         }
-        return;
     }
-
-    if (args.lse != nullptr && lane % 4 == 0) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int r = warp_row0 + lane / 4 + 8 * h;
-            if (r < tile_rows) {
-                args.lse[(std::int64_t{qs.entry} * args.heads + head_of(r)) * args.view_seq_q +
-                         qs.row0 + position(r)] = softmax.log_sum_exp(0, h);
-            }
-        }
-    }
-    // O is staged in this warp's own rows of Q's tile: no other warp reads them.
-    __syncwarp();
-    store_accumulators_RF2SM<Dt, typename Tr::QTile>(o, q_smem, warp_row0);
-    __syncwarp();
-    T* o_base = static_cast<T*>(args.o);
-    copy_rows_SM2GM<typename Tr::QTile, mma_m>(
-        q_smem, warp_row0,
-        [&](int r) {
-            return o_base + std::int64_t{qs.entry} * args.o_stride.batch +
-                   std::int64_t{qs.row0 + position(warp_row0 + r)} * args.o_stride.seq +
-                   std::int64_t{head_of(warp_row0 + r)} * args.o_stride.head;
-        },
-        tile_rows - warp_row0);
 }
 
 // Merges the splits of each row: LSE = log Σ_s exp(LSE_s), O = Σ_s exp(LSE_s - LSE) · O_s.
