@@ -47,17 +47,41 @@ int ctas_per_sm() {
     return ctas;
 }
 
+// When a launch may start relative to the stream's previous kernel: after it ends, or
+// (Hopper on) once every CTA of it has called cudaTriggerProgrammaticLaunchCompletion() or
+// exited, a programmatic dependent launch whose kernel must call
+// cudaGridDependencySynchronize() before it reads what the previous one wrote. Elsewhere
+// after_trigger is after_end.
+enum class LaunchOrder { after_end, after_trigger };
+
+// Whether the current device runs programmatic dependent launches (sm_90 on).
+inline bool programmatic_launch_supported() {
+    int device = 0;
+    int major = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+               "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
+    return major >= 9;
+}
+
 // Launches through cudaLaunchKernelEx, whose result is this launch's own: checking
 // cudaGetLastError() after <<<...>>> would also report, and clear, an earlier error of
 // the caller's. Our failure is thrown and not left behind in the last-error state.
 template <auto* Kernel, class Params>
 void launch_kernel(dim3 grid, int threads, int smem_bytes, Stream stream, const Params& params,
-                   const char* what) {
+                   const char* what, LaunchOrder order = LaunchOrder::after_end) {
     cudaLaunchConfig_t config{};
     config.gridDim = grid;
     config.blockDim = dim3(threads);
     config.dynamicSmemBytes = static_cast<std::size_t>(smem_bytes);
     config.stream = stream;
+    cudaLaunchAttribute programmatic{};
+    if (order == LaunchOrder::after_trigger && programmatic_launch_supported()) {
+        programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        programmatic.val.programmaticStreamSerializationAllowed = 1;
+        config.attrs = &programmatic;
+        config.numAttrs = 1;
+    }
     const cudaError_t status = cudaLaunchKernelEx(&config, Kernel, params);
     if (status != cudaSuccess)
         cudaGetLastError();

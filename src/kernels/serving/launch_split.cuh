@@ -20,6 +20,9 @@
 
 namespace flash_attention::serving {
 
+// The combine launches as a programmatic dependent of the split kernel on Hopper (PDL):
+// its CTAs are scheduled while the split kernel's last ones run and wait in
+// cudaGridDependencySynchronize() for all its writes, instead of launching after it ends.
 template <DType Dt, int D>
 void launch_combine(const CombineArgs& args, Stream stream) {
     // A warp a row where the rows fill the GPU several times over (speculative decoding:
@@ -30,20 +33,22 @@ void launch_combine(const CombineArgs& args, Stream stream) {
     if (args.rows >= fewest_rows_a_warp) {
         launch_kernel<&combine_kernel<Dt, D, 1>>(
             dim3(static_cast<unsigned>((args.rows + combine_warps - 1) / combine_warps)),
-            combine_warps * warp_size, 0, stream, args, "split-KV combine kernel launch");
+            combine_warps * warp_size, 0, stream, args, "split-KV combine kernel launch",
+            LaunchOrder::after_trigger);
     } else {
         launch_kernel<&combine_kernel<Dt, D, combine_warps>>(
             dim3(static_cast<unsigned>(args.rows)), combine_warps * warp_size, 0, stream, args,
-            "split-KV combine kernel launch");
+            "split-KV combine kernel launch", LaunchOrder::after_trigger);
     }
 }
 
-// How many consecutive key ranges each CTA streams (SplitKvArgs::splits_per_cta): the
-// fewest that let every CTA of the launch be resident at once. A CTA that ends and hands
-// its slot to another stops streaming for its first loads and its partial results; b16 x
-// 8192's 2048 one-warp ranges of 512 keys ran in 192 µs one a CTA and 187 µs as 512
-// ranges of 2048 keys (docs/PERF.md). Only the CTAs change, never a range's arithmetic, so
-// the count may follow the batch.
+// How many consecutive key ranges each CTA streams (SplitKvArgs::splits_per_cta): for
+// four-warp tiles, the fewest that let every CTA of the launch be resident at once, so no
+// CTA hands its slot over mid-launch and restarts its pipeline (speculative decoding b16:
+// 1024 ranges on 264 slots, 129.6 -> 135 TFLOP/s at 4 a CTA). One-warp (decoding) tiles
+// keep one: b16 x 8192's 2048 CTAs balanced themselves better than 512 of four ranges
+// (191.5 -> 192.8 µs; docs/PERF.md, ninth session). Only the CTAs change, never a range's
+// arithmetic, so the count may follow the batch.
 template <auto* Kernel, int Threads, int SmemBytes>
 int splits_per_cta(std::int64_t ranges, int splits) {
     constexpr int max_devices = 64;
@@ -83,8 +88,9 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
     }
     args.splits = splits;
     args.blocks_per_split = plan.blocks_per_split;
-    args.splits_per_cta = splits_per_cta<kernel, Tr::threads, Tr::smem_bytes>(
-        tiles * splits * args.heads_kv * args.batch, splits);
+    args.splits_per_cta = Warps == 1 ? 1
+                                     : splits_per_cta<kernel, Tr::threads, Tr::smem_bytes>(
+                                           tiles * splits * args.heads_kv * args.batch, splits);
     const std::int64_t split_groups = (splits + args.splits_per_cta - 1) / args.splits_per_cta;
     std::optional<StreamScratch> partial;  // freed in stream order after the combine
     if (splits > 1) {

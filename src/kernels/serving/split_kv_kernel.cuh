@@ -110,6 +110,11 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     using VCopy = RowGatherCopyGM2SM<typename Tr::VTile, Tr::threads>;
     using QCopy = RowGatherCopyGM2SM<typename Tr::QTile, Tr::threads>;
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The combine (a programmatic dependent launch) may be scheduled once every CTA has
+    // started: it waits for this grid's writes itself (cudaGridDependencySynchronize).
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
     extern __shared__ __align__(128) unsigned char smem[];
     const std::uint32_t q_smem = ptx::smem_address(smem) + Tr::q_smem_offset;
     const std::uint32_t k_smem = ptx::smem_address(smem) + Tr::k_smem_offset;
@@ -338,6 +343,9 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         if (token < first || token >= end)
             return;  // all the row's warps: before any barrier
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();  // the split kernel's partials (launch_combine)
+#endif
     const float* lse_of = args.lse_partial + row;  // split s at lse_of[s * rows]
 
     // Every warp reduces the LSEs itself (a few hundred floats): no barrier before the sums.
