@@ -27,6 +27,26 @@ __device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void*
                  "r"(valid ? 16 : 0));
 }
 
+// createpolicy.fractional.L2::evict_first.b64 / ...L2::evict_normal.b64 — PTX ISA
+// "createpolicy": an L2 cache policy for the accesses that carry it; evict_first marks the
+// lines they bring in as the first to go (data read once, streamed past the cache).
+__device__ __forceinline__ std::uint64_t l2_policy(bool evict_first) {
+    std::uint64_t policy;
+    if (evict_first)
+        asm volatile("createpolicy.fractional.L2::evict_first.b64 %0;\n" : "=l"(policy));
+    else
+        asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0;\n" : "=l"(policy));
+    return policy;
+}
+
+// cp.async.cg.shared.global.L2::cache_hint [dst], [src], 16, src_size, policy — PTX ISA
+// "cp.async": cp_async_16_zfill under an L2 cache policy (l2_policy).
+__device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void* src, bool valid,
+                                                  std::uint64_t policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                 "l"(src), "r"(valid ? 16 : 0), "l"(policy));
+}
+
 // cp.async.commit_group — PTX ISA "cp.async.commit_group".
 __device__ __forceinline__ void cp_async_commit_group() {
     asm volatile("cp.async.commit_group;\n" ::);

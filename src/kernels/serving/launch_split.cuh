@@ -88,6 +88,7 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
     }
     args.splits = splits;
     args.blocks_per_split = plan.blocks_per_split;
+    args.kv_read_once = tiles == 1;
     args.splits_per_cta = Warps == 1 ? 1
                                      : splits_per_cta<kernel, Tr::threads, Tr::smem_bytes>(
                                            tiles * splits * args.heads_kv * args.batch, splits);

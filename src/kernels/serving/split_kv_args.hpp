@@ -65,6 +65,9 @@ struct SplitKvArgs {
     // each range is computed as by a CTA of its own (bit for bit), so this only changes
     // how many CTAs there are (the launch fits them to the GPU, the batch included).
     int splits_per_cta;
+    // One query tile per (sequence, K/V head): each K/V byte is read by one CTA only, and
+    // streams through L2 as evict-first (set by the launch).
+    bool kv_read_once;
     float* lse;                 // (view batch, heads, view_seq_q) or null
     float* o_partial;           // splits > 1: (splits, tokens * heads, d_head) fp32
     float* lse_partial;         // splits > 1: (splits, tokens * heads)

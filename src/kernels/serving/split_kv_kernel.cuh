@@ -160,6 +160,9 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
                std::int64_t{qs.row0 + position(r)} * args.q_stride.seq +
                std::int64_t{head_of(r)} * args.q_stride.head;
     };
+    // K and V read by this CTA alone (one query tile per K/V head) stream past L2 as the
+    // first lines to evict, so that the partial results the combine reads next stay there.
+    const std::uint64_t kv_l2 = ptx::l2_policy(args.kv_read_once);
     // Block j's K and V into stage (j - first_block) % stages, as one cp.async group.
     using Rows = BlockRows<Tr::B_c / 16>;
     const auto copy_kv = [&](int j, const Rows& rows) {
@@ -178,16 +181,16 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             // (the gather below spent most of the decode loop's instructions; ncu).
             if (valid == Tr::B_c && rows.entry[0] >= 0) {
                 KCopy::copy_strided(k_smem + stage * Tr::KTile::bytes,
-                                    group_of(ks.k, ks.k_stride)(0), ks.k_stride.seq);
+                                    group_of(ks.k, ks.k_stride)(0), ks.k_stride.seq, kv_l2);
                 VCopy::copy_strided(v_smem + stage * Tr::VTile::bytes,
-                                    group_of(ks.v, ks.v_stride)(0), ks.v_stride.seq);
+                                    group_of(ks.v, ks.v_stride)(0), ks.v_stride.seq, kv_l2);
                 return;
             }
         }
         KCopy::copy_groups(k_smem + stage * Tr::KTile::bytes, group_of(ks.k, ks.k_stride),
-                           ks.k_stride.seq, valid, static_cast<const T*>(ks.k));
+                           ks.k_stride.seq, valid, static_cast<const T*>(ks.k), kv_l2);
         VCopy::copy_groups(v_smem + stage * Tr::VTile::bytes, group_of(ks.v, ks.v_stride),
-                           ks.v_stride.seq, valid, static_cast<const T*>(ks.v));
+                           ks.v_stride.seq, valid, static_cast<const T*>(ks.v), kv_l2);
     };
     const auto rows_of = [&](int j) { return block_rows<Paged, Tr::B_c>(ks, b, kspan, j); };
 

@@ -126,17 +126,19 @@ class RowGatherCopyGM2SM {
     }
 
     // The same for a whole tile of rows row_stride apart from `first_row`: no predicates, and
-    // a thread's rows a constant step apart (the steady state of a contiguous K/V cache).
+    // a thread's rows a constant step apart (the steady state of a contiguous K/V cache),
+    // under the L2 policy `l2` (ptx::l2_policy).
     template <class T>
     __device__ __forceinline__ static void copy_strided(std::uint32_t smem_tile, const T* first_row,
-                                                        std::int64_t row_stride) {
+                                                        std::int64_t row_stride, std::uint64_t l2) {
         const int row = threadIdx.x / Tile::chunks_per_row;
         const int chunk = threadIdx.x % Tile::chunks_per_row;
         const T* src = first_row + row * row_stride + chunk * 8;
         const std::int64_t step = row_step * row_stride;
 #pragma unroll
         for (int i = 0; i < chunks_per_thread; ++i) {
-            ptx::cp_async_16(smem_tile + Tile::chunk_offset(row + i * row_step, chunk), src);
+            ptx::cp_async_16_zfill(smem_tile + Tile::chunk_offset(row + i * row_step, chunk), src,
+                                   true, l2);
             src += step;
         }
     }
@@ -145,12 +147,12 @@ class RowGatherCopyGM2SM {
     // wherever the group lies: the pages of a paged KV cache, whose size is a multiple of
     // 16. group_source(g) is row 16 g's address (or null: the group reads as zeros), asked
     // with a compile-time g once per group a thread touches; rows from `valid_rows` on read
-    // as zeros.
+    // as zeros. Under the L2 policy `l2`.
     template <class T, class GroupSource>
     __device__ __forceinline__ static void copy_groups(std::uint32_t smem_tile,
                                                        const GroupSource& group_source,
                                                        std::int64_t row_stride, int valid_rows,
-                                                       const T* fallback) {
+                                                       const T* fallback, std::uint64_t l2) {
         constexpr int group = 16;
         // A thread's first row is below row_step, so with row_step dividing 16 its row
         // i * row_step + row stays in group i * row_step / 16.
@@ -166,7 +168,8 @@ class RowGatherCopyGM2SM {
             const T* src =
                 base == nullptr || r >= valid_rows ? nullptr : base + (r % group) * row_stride;
             ptx::cp_async_16_zfill(smem_tile + Tile::chunk_offset(r, chunk),
-                                   (src != nullptr ? src : fallback) + chunk * 8, src != nullptr);
+                                   (src != nullptr ? src : fallback) + chunk * 8, src != nullptr,
+                                   l2);
         }
     }
 };
