@@ -39,14 +39,12 @@ __device__ __forceinline__ std::uint64_t l2_policy(bool evict_first) {
     return policy;
 }
 
-// cp.async.cg.shared.global.L2::cache_hint.L2::256B [dst], [src], 16, src_size, policy — PTX
-// ISA "cp.async": cp_async_16_zfill under an L2 cache policy (l2_policy), a miss fetching the
-// whole 256-byte block around it (a K/V row at d_head 128, read by the same instruction).
+// cp.async.cg.shared.global.L2::cache_hint [dst], [src], 16, src_size, policy — PTX ISA
+// "cp.async": cp_async_16_zfill under an L2 cache policy (l2_policy).
 __device__ __forceinline__ void cp_async_16_zfill(std::uint32_t dst, const void* src, bool valid,
                                                   std::uint64_t policy) {
-    asm volatile(
-        "cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-        "l"(src), "r"(valid ? 16 : 0), "l"(policy));
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                 "l"(src), "r"(valid ? 16 : 0), "l"(policy));
 }
 
 // cp.async.commit_group — PTX ISA "cp.async.commit_group".
