@@ -89,6 +89,17 @@ build_before_after() {
   note "$1 builds: $(ls "/tmp/$1_before/bin/flash_attention" "/tmp/$1_after/bin/flash_attention" 2>&1 | paste -sd' ')"
 }
 
+# The fresh copy's command line built with one sm90 config into /tmp/$1, no tests: the
+# serving kernels are always in a build, and the automatic choice takes this config.
+build_one_config() {
+  fresh_clone
+  echo "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic" > "$OUT/$1_configs.txt"
+  (cmake -S "$FRESH" -B "/tmp/$1" -G Ninja -DFLASH_KERNELS="@$OUT/$1_configs.txt" \
+    -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
+    cmake --build "/tmp/$1" > "$OUT/build_$1.log" 2>&1)
+  note "build: exit $?"
+}
+
 for stage in "$@"; do
   start=$(date +%s)
   case "$stage" in
@@ -503,12 +514,7 @@ PY
       # and speculative decoding timed by `bench --kvcache --splits`, and ncu of the split and
       # combine kernels of speculative decoding (one config built: the serving kernels are
       # always in the build).
-      fresh_clone
-      echo "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic" > "$OUT/ss_configs.txt"
-      (cmake -S "$FRESH" -B /tmp/ss -G Ninja -DFLASH_KERNELS="@$OUT/ss_configs.txt" \
-        -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
-        cmake --build /tmp/ss > "$OUT/build_ss.log" 2>&1)
-      note "build: exit $?"
+      build_one_config ss
       FA=/tmp/ss/bin/flash_attention
       H=(--heads 32 --heads-kv 8 --runs 20 --rounds 4 --warmup-ms 300)
       for spec in "--seq 16 --seq-k 4096 --batch 16 --causal --splits 1,2,4,8,16" \
@@ -534,12 +540,7 @@ PY
       # Issue 14: why a 16-row page costs more than a 64-row one (b1 x 131072 decode +21% / +7%,
       # chunked prefill +83% / +7%): page sizes and split counts timed against the contiguous
       # cache, and ncu of the chunked prefill's sm90 kernel contiguous and paged 16.
-      fresh_clone
-      echo "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic" > "$OUT/pp_configs.txt"
-      (cmake -S "$FRESH" -B /tmp/pp -G Ninja -DFLASH_KERNELS="@$OUT/pp_configs.txt" \
-        -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF > /dev/null &&
-        cmake --build /tmp/pp > "$OUT/build_pp.log" 2>&1)
-      note "build: exit $?"
+      build_one_config pp
       FA=/tmp/pp/bin/flash_attention
       H=(--heads 32 --heads-kv 8 --runs 20 --rounds 3 --warmup-ms 200)
       for cache in "--kvcache" "--page-size 16" "--page-size 32" "--page-size 64" "--page-size 256"; do
