@@ -56,6 +56,8 @@ struct PageRun {
 template <class Tr>
 __device__ __forceinline__ PageRun page_run(const SequenceArgs& seqs, const Tile& t, int key_row,
                                             int lane) {
+    // Runs are at least 16 rows (page sizes and B_c are multiples of 16): a lane for each.
+    static_assert(Tr::B_c <= 16 * warp_size, "a producer lane for every run of a block");
     PageRun run{lane * seqs.page_copy_rows, 0, -1};
     if (run.tile_row < Tr::B_c) {
         const int key = key_row + run.tile_row;
