@@ -486,7 +486,9 @@ PY
     serving_ab)
       # Issue 14: the serving kernels of .dev/before (carried; a tree with the command line's
       # --kvcache) against this tree's, `bench --kvcache` alternated for three rounds on the
-      # decoding shapes of bench/serving.py (contiguous and paged) and speculative decoding.
+      # decoding shapes of bench/serving.py (contiguous and paged) and speculative decoding
+      # at batch 16, 1 and 6 (6: CTAs of several ranges, the first folded; 16: all folded), and
+      # on 16-row pages.
       fresh_clone
       if [ ! -d "$REPO/.dev/before" ]; then
         note "serving_ab: .dev/before is missing (carry .dev)"
@@ -495,7 +497,9 @@ PY
         build_before_after sab "$OUT/sab_configs.txt"
         H=(--heads 32 --heads-kv 8)
         shapes=("--kvcache --seq 1 --seq-k 8192 --batch 16" "--kvcache --seq 1 --seq-k 131072 --batch 1"
-                "--page-size 16 --seq 1 --seq-k 131072 --batch 1" "--kvcache --seq 16 --seq-k 4096 --batch 16 --causal")
+                "--page-size 16 --seq 1 --seq-k 131072 --batch 1" "--kvcache --seq 16 --seq-k 4096 --batch 16 --causal"
+                "--kvcache --seq 16 --seq-k 4096 --batch 1 --causal" "--kvcache --seq 16 --seq-k 4096 --batch 6 --causal"
+                "--page-size 16 --seq 16 --seq-k 4096 --batch 16 --causal")
         for round in 1 2 3; do
           order="before after"
           [ $round = 2 ] && order="after before"

@@ -477,13 +477,23 @@ std::vector<CacheCase> cache_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Serving, KVCache, ::testing::ValuesIn(cache_cases()));
 
-// A sequence's result is the same, bit for bit, alone and in a batch of 16 (the split of
-// its keys may not depend on the other rows).
-// A batch of 160 has more key ranges than the GPU holds CTAs, so its CTAs stream several
-// ranges each, where batch 1's stream one: the same bits either way.
+// A sequence's result is the same, bit for bit, alone and in a batch (the split of its keys
+// may not depend on the other rows), whichever way the launch spreads the batch's ranges:
+// - decoding, batch 16, and batch 160, whose CTAs outnumber what the GPU holds;
+// - decoding with 4096 rows (batch 256 x 16 heads), where the merge takes a warp a row and
+//   batch 1's takes two;
+// - speculative decoding, batch 160: each CTA streams and folds all its ranges, no merge
+//   kernel, where batch 1 merges eight ranges in the combine; batch 20: CTAs of two ranges,
+//   the first folded in the split kernel and the rest in the combine (on an H100).
 TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
-    const CacheCase c{1, 4, 0, 0, false, 0};
-    for (const auto& [batch, capacity] : {std::pair{16, 4096}, std::pair{160, 2048}}) {
+    struct Shape {
+        CacheCase c;
+        int batch, capacity;
+    };
+    for (const auto& [c, batch, capacity] :
+         {Shape{{1, 4, 0, 0, false, 0}, 16, 4096}, Shape{{1, 4, 0, 0, false, 0}, 160, 2048},
+          Shape{{1, 8, 0, 0, false, 16}, 256, 512}, Shape{{16, 4, 0, 0, true, 8}, 160, 1024},
+          Shape{{16, 4, 0, 0, true, 8}, 20, 1024}}) {
         const std::uint64_t seed = fresh_seed();
         const CacheProblem big(c, batch, capacity, seed);
         CacheRun run_big(big);
@@ -495,10 +505,10 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
         const auto all = download_bits(run_big.dout);
         const auto alone = download_bits(run_one.dout);
-        const std::size_t row = static_cast<std::size_t>(big.heads) * c.d;  // seq_q 1
+        const std::size_t sequence = static_cast<std::size_t>(c.seq_q) * big.heads * c.d;
         // Same seed, same generator: batch 1's inputs are the first sequence of the batch's.
-        ASSERT_TRUE(std::equal(alone.begin(), alone.begin() + row, all.begin()))
-            << "batch " << batch << ", seed " << seed;
+        ASSERT_TRUE(std::equal(alone.begin(), alone.begin() + sequence, all.begin()))
+            << testing::PrintToString(c) << ", batch " << batch << ", seed " << seed;
     }
 }
 

@@ -26,34 +26,46 @@ namespace flash_attention::serving {
 template <DType Dt, int D>
 void launch_combine(const CombineArgs& args, Stream stream) {
     // A warp a row where the rows fill the GPU several times over (speculative decoding:
-    // 8192 rows of 8 splits, 22 -> 17 µs in ncu); a CTA a row otherwise, whose four warps
-    // share the splits: a warp looping over one row's 16-32 splits made decoding's merge
-    // (512 or 32 rows) the longer one (b16 x 8192 192 -> 195 µs, b1 x 131072 188 -> 192).
+    // 8192 rows of 8 splits, 22 -> 17 µs in ncu); else as many warps a row as give each
+    // lane two columns, whose loads the few rows of a decode step (32 or 512) need in
+    // flight. The merge's order is the same either way (combine_kernel).
     constexpr std::int64_t fewest_rows_a_warp = 4096;
-    if (args.rows >= fewest_rows_a_warp) {
+    constexpr int few_rows_warps = std::min(combine_warps, D / (2 * warp_size));
+    if (args.rows >= fewest_rows_a_warp || few_rows_warps == 1) {
         launch_kernel<&combine_kernel<Dt, D, 1>>(
             dim3(static_cast<unsigned>((args.rows + combine_warps - 1) / combine_warps)),
             combine_warps * warp_size, 0, stream, args, "split-KV combine kernel launch",
             LaunchOrder::after_trigger);
     } else {
-        launch_kernel<&combine_kernel<Dt, D, combine_warps>>(
-            dim3(static_cast<unsigned>(args.rows)), combine_warps * warp_size, 0, stream, args,
-            "split-KV combine kernel launch", LaunchOrder::after_trigger);
+        constexpr int rows_a_cta = combine_warps / few_rows_warps;
+        launch_kernel<&combine_kernel<Dt, D, few_rows_warps>>(
+            dim3(static_cast<unsigned>((args.rows + rows_a_cta - 1) / rows_a_cta)),
+            combine_warps * warp_size, 0, stream, args, "split-KV combine kernel launch",
+            LaunchOrder::after_trigger);
     }
 }
 
-// How many consecutive key ranges each CTA streams (SplitKvArgs::splits_per_cta): for
-// four-warp tiles, the fewest that let every CTA of the launch be resident at once, so no
-// CTA hands its slot over mid-launch and restarts its pipeline (speculative decoding b16:
-// 1024 ranges on 264 slots, 129.6 -> 135 TFLOP/s at 4 a CTA). One-warp (decoding) tiles
-// keep one: b16 x 8192's 2048 CTAs balanced themselves better than 512 of four ranges
-// (191.5 -> 192.8 µs; docs/PERF.md, ninth session). Only the CTAs change, never a range's
-// arithmetic, so the count may follow the batch.
+// How many consecutive key ranges each CTA streams (SplitKvArgs::splits_per_cta), for
+// four-warp tiles. With `all_ranges` (the kernel folds ranges, contiguous cache), all of a
+// unit's (one query tile of one K/V head of one sequence) where the units alone occupy at
+// least 3/4 of the SMs: the CTA folds them and writes the final O, no partials and no
+// combine (speculative decoding b16, 128 units on 132 SMs: 134.5 -> 176 TFLOP/s; docs/PERF.md,
+// tenth session). A paged cache's gathers need the second CTA an SM that this costs (the
+// same shape on 16-row pages 136 -> 156 µs). Else the fewest that let every CTA of the
+// launch be resident at once, so no CTA hands its slot over mid-launch and restarts its
+// pipeline (b16 ranges in 4s: 129.6 -> 135 TFLOP/s). One-warp (decoding) tiles keep one:
+// b16 x 8192's 2048 CTAs balanced themselves better than 512 of four ranges (191.5 -> 192.8
+// µs; ninth session). Only the CTAs change, never a row's arithmetic, so the count may
+// follow the batch.
 template <auto* Kernel, int Threads, int SmemBytes>
-int splits_per_cta(std::int64_t ranges, int splits) {
+int splits_per_cta(std::int64_t units, int splits, bool all_ranges) {
     constexpr int max_devices = 64;
+    struct Capacity {
+        std::int64_t sms = 0;
+        std::int64_t resident = 0;  // CTAs of this kernel the GPU holds at once
+    };
     static std::array<std::once_flag, max_devices> once;
-    static std::array<std::int64_t, max_devices> resident{};
+    static std::array<Capacity, max_devices> capacity{};
     int device = 0;
     cuda_check(cudaGetDevice(&device), "cudaGetDevice");
     if (splits == 1 || device >= max_devices)
@@ -62,11 +74,15 @@ int splits_per_cta(std::int64_t ranges, int splits) {
         int sms = 0;
         cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
                    "cudaDeviceGetAttribute(MultiProcessorCount)");
-        resident[device] = std::int64_t{sms} * ctas_per_sm<Kernel, Threads, SmemBytes>();
+        capacity[device] = {sms, std::int64_t{sms} * ctas_per_sm<Kernel, Threads, SmemBytes>()};
     });
-    if (resident[device] <= 0)
+    const Capacity& c = capacity[device];
+    if (all_ranges && 4 * units >= 3 * c.sms)
+        return splits;
+    if (c.resident <= 0)
         return 1;
-    const std::int64_t per_cta = (ranges + resident[device] - 1) / resident[device];
+    const std::int64_t ranges = units * splits;
+    const std::int64_t per_cta = (ranges + c.resident - 1) / c.resident;
     return static_cast<int>(std::min<std::int64_t>(per_cta, splits));
 }
 
@@ -89,26 +105,33 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
     args.splits = splits;
     args.blocks_per_split = plan.blocks_per_split;
     args.kv_read_once = tiles == 1;
-    args.splits_per_cta = Warps == 1 ? 1
-                                     : splits_per_cta<kernel, Tr::threads, Tr::smem_bytes>(
-                                           tiles * splits * args.heads_kv * args.batch, splits);
+    args.splits_per_cta =
+        Warps == 1 ? 1
+                   : splits_per_cta<kernel, Tr::threads, Tr::smem_bytes>(
+                         tiles * args.heads_kv * args.batch, splits, Tr::folds_ranges && !Paged);
     const std::int64_t split_groups = (splits + args.splits_per_cta - 1) / args.splits_per_cta;
+    // Ranges a CTA folds into slot 0 (1: none), and whether the CTAs leave partials to merge:
+    // not where each folds all of its row's.
+    const int folded = Tr::folds_ranges ? std::min(args.splits_per_cta, splits) : 1;
+    const bool combine = splits > 1 && folded < splits;
     std::optional<StreamScratch> partial;  // freed in stream order after the combine
-    if (splits > 1) {
-        const std::size_t rows = static_cast<std::size_t>(args.partial_rows) * splits;
-        partial.emplace(rows * (D + 1) * sizeof(float), stream, false);
+    if (combine) {
+        const std::size_t rows = static_cast<std::size_t>(args.partial_rows);
+        const std::size_t slots = rows * splits;
+        partial.emplace((slots * (D + 1) + rows) * sizeof(float), stream, false);
         args.o_partial = static_cast<float*>(partial->get());
-        args.lse_partial = args.o_partial + rows * D;
+        args.lse_partial = args.o_partial + slots * D;
+        args.fold_sum = args.lse_partial + slots;
     }
     enable_dynamic_smem<kernel, Tr::smem_bytes>();
     launch_kernel<kernel>(dim3(static_cast<unsigned>(tiles * split_groups * args.heads_kv),
                                static_cast<unsigned>(args.batch)),
                           Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
-    if (splits > 1) {
-        launch_combine<Dt, D>(
-            {args.o_partial, args.lse_partial, args.partial_rows, args.cu_seqlens_q, args.batch,
-             splits, args.heads, args.view_seq_q, args.o, args.o_stride, args.lse},
-            stream);
+    if (combine) {
+        launch_combine<Dt, D>({args.o_partial, args.lse_partial, args.fold_sum, folded,
+                               args.partial_rows, args.cu_seqlens_q, args.batch, splits, args.heads,
+                               args.view_seq_q, args.o, args.o_stride, args.lse},
+                              stream);
     }
 }
 

@@ -61,16 +61,21 @@ struct SplitKvArgs {
     float scale_log2;
     int splits;            // key ranges per (sequence, K/V head, query tile)
     int blocks_per_split;  // key blocks in each range (the last ones may be empty)
-    // Consecutive ranges one CTA streams, writing each range's partial result as it ends:
-    // each range is computed as by a CTA of its own (bit for bit), so this only changes
-    // how many CTAs there are (the launch fits them to the GPU, the batch included).
+    // Consecutive ranges one CTA streams. Each range is computed as by a CTA of its own,
+    // and their merge runs in one order (RangeFold) whether the CTA holding a row's first
+    // ranges folds them or combine_kernel does, so this only changes how many CTAs there
+    // are, bit for bit (the launch fits them to the GPU, the batch included).
     int splits_per_cta;
     // One query tile per (sequence, K/V head): each K/V byte is read by one CTA only, and
     // streams through L2 as evict-first (set by the launch).
     bool kv_read_once;
-    float* lse;                 // (view batch, heads, view_seq_q) or null
-    float* o_partial;           // splits > 1: (splits, tokens * heads, d_head) fp32
-    float* lse_partial;         // splits > 1: (splits, tokens * heads)
+    float* lse;  // (view batch, heads, view_seq_q) or null
+    // Where a combine runs (splits > 1 and splits_per_cta < splits), each range's normalised
+    // O and LSE, or in slot 0 with splits_per_cta > 1 the state of the first ranges' fold
+    // (accumulators in o_partial, the max in lse_partial, the sum in fold_sum); null otherwise.
+    float* o_partial;           // (splits, tokens * heads, d_head) fp32
+    float* lse_partial;         // (splits, tokens * heads)
+    float* fold_sum;            // (tokens * heads)
     std::int64_t partial_rows;  // tokens * heads
 };
 
@@ -78,6 +83,8 @@ struct SplitKvArgs {
 struct CombineArgs {
     const float* o_partial;
     const float* lse_partial;
+    const float* fold_sum;
+    int folded;  // ranges folded into slot 0 by the split kernel (1: none, slot 0 is a range)
     std::int64_t rows;  // tokens * heads
     // Packed queries: rows outside [cu_seqlens_q[0], cu_seqlens_q[batch]) belong to no
     // sequence and are left unwritten (null: every row is a sequence's).

@@ -42,9 +42,16 @@ struct SplitKvTraits {
     static constexpr int qk_n_tiles = B_c / 8;
     static constexpr int pv_k_tiles = B_c / 16;
     static constexpr int pv_n_tiles = D / 8;
-    // Q's fragments for the whole block stay in registers up to d_head 128 (32 a thread);
-    // at 256 they are read from shared memory two k-tiles at a time.
-    static constexpr bool q_in_registers = D <= 128;
+    // Whether a CTA that streams several ranges folds them in registers (a second O, 64
+    // fp32 a thread at d_head 128). Not at d_head 256 (128 more: 800-940 bytes of spills),
+    // nor in one-warp tiles, which stream one range a CTA (launch_split).
+    static constexpr bool folds_ranges = Warps > 1 && D <= 128;
+    // Q's fragments for the whole block stay in registers (16 a thread at d_head 64, 32 at
+    // 128), except where the fold needs the room: four-warp d_head 128 reads them from shared
+    // memory two k-tiles at a time (255 registers and 32-52 bytes of spills with Q held,
+    // 234-246 and none without), as d_head 256 always does. (Four-warp d_head 64 without Q
+    // held spilled 24-28 bytes: ptxas stopped at 168 registers.)
+    static constexpr bool q_in_registers = D <= 64 || (D <= 128 && !folds_ranges);
     static constexpr int qk_step = q_in_registers ? qk_k_tiles : 2;
 
     // Stages of K and V: blocks j+1 .. j+stages-1 load while block j computes, so a CTA
@@ -100,6 +107,45 @@ __device__ __forceinline__ BlockRows<BlockKeys / 16> block_rows(const KeySource&
     }
     return rows;
 }
+
+// The merge of one row's range results (O_s normalised, LSE_s), left to right in range
+// order: the one order for every launch shape, so a row's bits depend neither on how its
+// ranges were spread over CTAs nor on how many rows the combine had (both follow the
+// batch). The state: the largest LSE so far, sum = Σ exp(LSE_s - max), and the caller's
+// accumulators Σ exp(LSE_s - max) · O_s. A left fold, so a CTA that streams a row's first
+// ranges folds them itself and hands the state on (split_kv_kernel), and combine_kernel
+// continues from it. Every operation is explicitly rounded: an FMA contraction the
+// compiler chose differently in the two kernels would change the bits.
+struct RangeFold {
+    struct Weights {
+        float keep;  // of the accumulators so far
+        float add;   // of the new range's O
+    };
+    float max = -INFINITY;
+    float sum = 0.0f;
+
+    __device__ __forceinline__ Weights add(float lse) {
+        constexpr float log2e = 1.4426950408889634f;
+        const float next = fmaxf(max, lse);
+        // No key yet anywhere: weights 0 rather than exp(-inf - -inf) = NaN.
+        const float reference = next == -INFINITY ? 0.0f : next;
+        const Weights w{ptx::ex2(__fmul_rn(__fsub_rn(max, reference), log2e)),
+                        ptx::ex2(__fmul_rn(__fsub_rn(lse, reference), log2e))};
+        sum = __fmaf_rn(sum, w.keep, w.add);
+        max = next;
+        return w;
+    }
+    __device__ __forceinline__ static float merge(float acc, float o, const Weights& w) {
+        return __fmaf_rn(acc, w.keep, __fmul_rn(o, w.add));
+    }
+    // The final O = accumulators x normaliser(); a row that saw no key: O = 0, LSE -inf.
+    __device__ __forceinline__ float normaliser() const {
+        return sum > 0.0f ? __frcp_rn(sum) : 0.0f;
+    }
+    __device__ __forceinline__ float log_sum_exp() const {
+        return sum > 0.0f ? __fadd_rn(max, __logf(sum)) : -INFINITY;
+    }
+};
 
 template <DType Dt, int D, int Warps, int Stages, bool Paged>
 __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
@@ -230,16 +276,17 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
         return std::int64_t{qs.entry} * args.view_seq_q + qs.row0 + position(r);
     };
 
-    // Unsplit: O through Q's tile (this warp's own rows: no other warp reads them) and LSE.
-    const auto store_output = [&](const float(&out)[1][Tr::pv_n_tiles][4],
-                                  const OnlineSoftmax<1, true>& softmax) {
+    // The row's final O (through Q's tile: this warp's own rows, no other warp reads them)
+    // and LSE, for the rows of this thread's two row halves: the tile's keys in one range,
+    // or all its ranges folded here.
+    const auto store_output = [&](const float(&out)[1][Tr::pv_n_tiles][4], const float(&lse)[2]) {
         if (args.lse != nullptr && lane % 4 == 0) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int r = warp_row0 + lane / 4 + 8 * h;
                 if (r < tile_rows) {
                     args.lse[(std::int64_t{qs.entry} * args.heads + head_of(r)) * args.view_seq_q +
-                             qs.row0 + position(r)] = softmax.log_sum_exp(0, h);
+                             qs.row0 + position(r)] = lse[h];
                 }
             }
         }
@@ -256,6 +303,36 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             },
             tile_rows - warp_row0);
     };
+    // fp32 partial O straight from the accumulators (each quad writes whole 32-byte
+    // sectors) and a per-row value (the range's LSE, or a fold's max) into slot `split`;
+    // combine_kernel merges the slots.
+    const auto store_partial = [&](const float(&out)[1][Tr::pv_n_tiles][4], const float(&lse)[2],
+                                   int split) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int r = warp_row0 + lane / 4 + 8 * h;
+            if (r >= tile_rows)
+                continue;
+            const std::int64_t row = split * args.partial_rows + token(r) * args.heads + head_of(r);
+            float* dst = args.o_partial + row * D + 2 * (lane % 4);
+#pragma unroll
+            for (int nt = 0; nt < Tr::pv_n_tiles; ++nt)
+                *reinterpret_cast<float2*>(dst + nt * 8) = {out[0][nt][2 * h],
+                                                            out[0][nt][2 * h + 1]};
+            if (lane % 4 == 0)
+                args.lse_partial[row] = lse[h];
+        }
+    };
+
+    // A CTA that streams a row's first ranges folds them (RangeFold) instead of writing each:
+    // with all of them, it stores the final O and no combine runs (speculative decoding b16);
+    // otherwise it leaves the fold's state in slot 0 for combine_kernel.
+    constexpr bool can_fold = Tr::folds_ranges;
+    const bool folds = can_fold && first_split == 0 && end_split - first_split > 1;
+    float o_fold[1][Tr::pv_n_tiles][4];
+    RangeFold fold[2];
+    if constexpr (can_fold)
+        zero(o_fold);
 
     // Each range from a fresh softmax state, as a CTA of its own would compute it; the
     // copies run ahead across range boundaries (the blocks are one stream).
@@ -295,33 +372,66 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             ptx::cp_async_commit_group();
         }
         softmax.finalize(o);
-        if (args.o_partial == nullptr)
-            return store_output(o, softmax);
-            // Split: fp32 partial O straight from the accumulators (each quad writes whole
-            // 32-byte sectors) and the partial LSE; combine_kernel merges them.
+        const float lse[2] = {softmax.log_sum_exp(0, 0), softmax.log_sum_exp(0, 1)};
+        if (args.splits == 1)
+            return store_output(o, lse);
+        if (!folds) {
+            store_partial(o, lse, split);
+            continue;
+        }
+        if constexpr (can_fold) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const RangeFold::Weights w = fold[h].add(lse[h]);
+#pragma unroll
+                for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float& acc = o_fold[0][nt][2 * h + e];
+                        acc = RangeFold::merge(acc, o[0][nt][2 * h + e], w);
+                    }
+                }
+            }
+        }
+    }
+    if constexpr (can_fold) {
+        if (!folds)
+            return;
+        const float max_or_lse[2][2] = {{fold[0].max, fold[1].max},
+                                        {fold[0].log_sum_exp(), fold[1].log_sum_exp()}};
+        if (end_split < args.splits) {
+            // The state for combine_kernel: accumulators and max in slot 0, the sum beside.
+            store_partial(o_fold, max_or_lse[0], 0);
+            if (lane % 4 == 0) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = warp_row0 + lane / 4 + 8 * h;
+                    if (r < tile_rows)
+                        args.fold_sum[token(r) * args.heads + head_of(r)] = fold[h].sum;
+                }
+            }
+            return;
+        }
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int r = warp_row0 + lane / 4 + 8 * h;
-            if (r >= tile_rows)
-                continue;
-            const std::int64_t row = split * args.partial_rows + token(r) * args.heads + head_of(r);
-            float* out = args.o_partial + row * D + 2 * (lane % 4);
+            const float scale = fold[h].normaliser();
 #pragma unroll
             for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
-                *reinterpret_cast<float2*>(out + nt * 8) = {o[0][nt][2 * h], o[0][nt][2 * h + 1]};
+                o_fold[0][nt][2 * h] = __fmul_rn(o_fold[0][nt][2 * h], scale);
+                o_fold[0][nt][2 * h + 1] = __fmul_rn(o_fold[0][nt][2 * h + 1], scale);
             }
-            if (lane % 4 == 0)
-                args.lse_partial[row] = softmax.log_sum_exp(0, h);
         }
+        store_output(o_fold, max_or_lse[1]);
     }
 }
 
-// Merges the splits of each row: LSE = log Σ_s exp(LSE_s), O = Σ_s exp(LSE_s - LSE) · O_s.
-// CTAs of combine_warps warps; WarpsPerRow of them take a row, each every WarpsPerRow-th
-// split with every lane d_head / 32 consecutive columns, adding their sums through shared
-// memory (launch_combine picks WarpsPerRow). A second kernel, not the last CTA of a tile:
-// merging there put each tile's rows on one CTA's critical path (speculative decoding 133
-// -> 166 µs, decode b16 x 8192 195 -> 210; docs/PERF.md).
+// Merges the ranges of each row left to right (RangeFold), from slot 0's folded state
+// where the split kernel folded the row's first ranges itself. CTAs of combine_warps warps;
+// WarpsPerRow of them take a row, each a share of its columns (every lane an even number of
+// consecutive ones), so the order of each column's merge is the same in every launch shape
+// (launch_combine picks WarpsPerRow from the row count, i.e. the batch). A second kernel,
+// not the last CTA of a tile: merging there put each tile's rows on one CTA's critical path
+// (speculative decoding 133 -> 166 µs, decode b16 x 8192 195 -> 210; docs/PERF.md).
 inline constexpr int combine_warps = 4;
 
 template <DType Dt, int D, int WarpsPerRow>
@@ -329,14 +439,15 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
     combine_kernel(const __grid_constant__ CombineArgs args) {
     static_assert(combine_warps % WarpsPerRow == 0);
     using T = typename Element<Dt>::type;
-    constexpr int cols = D / warp_size;
+    constexpr int cols = D / (warp_size * WarpsPerRow);
+    static_assert(cols >= 2 && cols % 2 == 0, "every lane stores pairs of columns");
     const int warp = threadIdx.x / warp_size;
     const int lane = threadIdx.x % warp_size;
-    const int part = warp % WarpsPerRow;  // this warp's share of the row's splits
+    const int col0 = (warp % WarpsPerRow * warp_size + lane) * cols;  // this lane's columns
     const std::int64_t row =
         std::int64_t{blockIdx.x} * (combine_warps / WarpsPerRow) + warp / WarpsPerRow;
     if (row >= args.rows)
-        return;  // the grid's last CTA: whole rows (and all their warps) leave together
+        return;  // the grid's last CTA: whole rows leave together
     const std::int64_t token = row / args.heads;
     if (args.cu_seqlens_q != nullptr) {
         // Sequences are contiguous: the rows between the first offset and the last are
@@ -344,70 +455,69 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         const int first = clamp_to(args.cu_seqlens_q[0], 0, args.view_seq_q);
         const int end = clamp_to(args.cu_seqlens_q[args.batch], first, args.view_seq_q);
         if (token < first || token >= end)
-            return;  // all the row's warps: before any barrier
+            return;
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     cudaGridDependencySynchronize();  // the split kernel's partials (launch_combine)
 #endif
-    const float* lse_of = args.lse_partial + row;  // split s at lse_of[s * rows]
-
-    // Every warp reduces the LSEs itself (a few hundred floats): no barrier before the sums.
-    float max_lse = -INFINITY;
-    for (int s = lane; s < args.splits; s += warp_size)
-        max_lse = fmaxf(max_lse, lse_of[s * args.rows]);
-    for (int m = warp_size / 2; m > 0; m /= 2)
-        max_lse = fmaxf(max_lse, __shfl_xor_sync(0xffffffffu, max_lse, m));
-    // A row that saw no key in any split: O = 0, LSE = -inf (and no -inf - -inf = NaN).
-    const float reference = max_lse == -INFINITY ? 0.0f : max_lse;
-    float sum = 0.0f;
-    for (int s = lane; s < args.splits; s += warp_size)
-        sum += __expf(lse_of[s * args.rows] - reference);
-    for (int m = warp_size / 2; m > 0; m /= 2)
-        sum += __shfl_xor_sync(0xffffffffu, sum, m);
-    const float lse = sum > 0.0f ? reference + __logf(sum) : -INFINITY;
-
+    const auto slot = [&](int s) { return args.o_partial + (s * args.rows + row) * D + col0; };
+    RangeFold fold;
     float acc[cols] = {};
-#pragma unroll 4
-    for (int s = part; s < args.splits; s += WarpsPerRow) {
-        const float l = lse_of[s * args.rows];
-        // An empty split (LSE -inf) weighs 0; its partial O is 0 too, so no branch.
-        const float w = l == -INFINITY ? 0.0f : __expf(l - lse);
-        const float* o_part = args.o_partial + (s * args.rows + row) * D + lane * cols;
+    int s = 0;
+    if (args.folded > 1) {  // slot 0: the state of the first `folded` ranges
+        fold.max = args.lse_partial[row];
+        fold.sum = args.fold_sum[row];
 #pragma unroll
         for (int c = 0; c < cols; c += 2) {
-            const float2 x = *reinterpret_cast<const float2*>(o_part + c);
-            acc[c] += w * x.x;
-            acc[c + 1] += w * x.y;
+            const float2 x = *reinterpret_cast<const float2*>(slot(0) + c);
+            acc[c] = x.x;
+            acc[c + 1] = x.y;
         }
+        s = args.folded;
     }
-    if constexpr (WarpsPerRow > 1) {
-        __shared__ float partial[WarpsPerRow - 1][D];
-        if (part > 0) {
+    // Batches of ranges whose loads are all issued before the first merge: the merges are
+    // a dependent chain, the loads are not (one L2 round trip a batch, not a range).
+    constexpr int batch = 16;
+    for (; s < args.splits; s += batch) {
+        float lse[batch];
+        float x[batch][cols];
 #pragma unroll
-            for (int c = 0; c < cols; ++c)
-                partial[part - 1][lane * cols + c] = acc[c];
+        for (int i = 0; i < batch; ++i) {
+            if (s + i < args.splits) {
+                lse[i] = args.lse_partial[(s + i) * args.rows + row];
+#pragma unroll
+                for (int c = 0; c < cols; c += 2) {
+                    const float2 v = *reinterpret_cast<const float2*>(slot(s + i) + c);
+                    x[i][c] = v.x;
+                    x[i][c + 1] = v.y;
+                }
+            }
         }
-        __syncthreads();
-        if (part > 0)
-            return;
 #pragma unroll
-        for (int w = 0; w < WarpsPerRow - 1; ++w) {
+        for (int i = 0; i < batch; ++i) {
+            if (s + i < args.splits) {
+                const RangeFold::Weights w = fold.add(lse[i]);
 #pragma unroll
-            for (int c = 0; c < cols; ++c)
-                acc[c] += partial[w][lane * cols + c];
+                for (int c = 0; c < cols; ++c)
+                    acc[c] = RangeFold::merge(acc[c], x[i][c], w);
+            }
         }
     }
 
+    const float scale = fold.normaliser();
     const int head = static_cast<int>(row % args.heads);
     const std::int64_t view_batch = token / args.view_seq_q;
     const std::int64_t view_row = token % args.view_seq_q;
     T* out = static_cast<T*>(args.o) + view_batch * args.o_stride.batch +
-             view_row * args.o_stride.seq + head * args.o_stride.head + lane * cols;
+             view_row * args.o_stride.seq + head * args.o_stride.head + col0;
 #pragma unroll
-    for (int c = 0; c < cols; c += 2)
-        *reinterpret_cast<std::uint32_t*>(out + c) = ptx::pack_rn<Dt>(acc[c], acc[c + 1]);
-    if (args.lse != nullptr && lane == 0)
-        args.lse[(view_batch * args.heads + head) * args.view_seq_q + view_row] = lse;
+    for (int c = 0; c < cols; c += 2) {
+        *reinterpret_cast<std::uint32_t*>(out + c) =
+            ptx::pack_rn<Dt>(__fmul_rn(acc[c], scale), __fmul_rn(acc[c + 1], scale));
+    }
+    if (args.lse != nullptr && col0 == 0)
+        args.lse[(view_batch * args.heads + head) * args.view_seq_q + view_row] =
+            fold.log_sum_exp();
 }
 
 }  // namespace flash_attention::serving
