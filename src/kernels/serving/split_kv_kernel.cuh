@@ -185,42 +185,6 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     const auto head_of = [&](int r) { return kv_head * group + (row0 + r) % group; };
 
     const KeySource& ks = args.keys;
-    const T* q_base = static_cast<const T*>(args.q);
-    const auto q_row = [&](int r) -> const T* {
-        if (r >= tile_rows)
-            return nullptr;
-        return q_base + std::int64_t{qs.entry} * args.q_stride.batch +
-               std::int64_t{qs.row0 + position(r)} * args.q_stride.seq +
-               std::int64_t{head_of(r)} * args.q_stride.head;
-    };
-    // K and V read by this CTA alone (one query tile per K/V head) stream past L2 as the
-    // first lines to evict, so that the partial results the combine reads next stay there.
-    const std::uint64_t kv_l2 = ptx::l2_policy(args.kv_read_once);
-
-    // A contiguous cache's blocks are addressable before the sequence's length is known, a
-    // load every CTA would otherwise wait on before its first copy: where the CTA's first
-    // `stages` blocks lie wholly inside the cache, they are issued with Q at once, as if the
-    // sequence filled the cache (decode b16 x 8192 through forward_kvcache ran 1.4% behind the
-    // same call through forward(), which has no lengths to read). Once the length is known,
-    // V's rows past it are zeroed (K's are masked) and blocks past it are never computed.
-    const int early_first = first_split * args.blocks_per_split;
-    const bool early = !Paged && ks.cu_seqlens == nullptr && ks.seqlens != nullptr &&
-                       early_first + Tr::stages <= ks.seq / Tr::B_c;
-    if (early) {
-        QCopy::copy(q_smem, q_row, q_base);
-        const auto row_of = [&](const void* base, const TensorStrides& stride, int j) {
-            return static_cast<const T*>(base) + std::int64_t{b} * stride.batch +
-                   std::int64_t{j} * Tr::B_c * stride.seq + std::int64_t{kv_head} * stride.head;
-        };
-#pragma unroll
-        for (int i = 0; i < Tr::stages; ++i) {
-            KCopy::copy_strided(k_smem + i * Tr::KTile::bytes,
-                                row_of(ks.k, ks.k_stride, early_first + i), ks.k_stride.seq, kv_l2);
-            VCopy::copy_strided(v_smem + i * Tr::VTile::bytes,
-                                row_of(ks.v, ks.v_stride, early_first + i), ks.v_stride.seq, kv_l2);
-            ptx::cp_async_commit_group();
-        }
-    }
     const Span kspan = key_span<Paged>(ks, b);
     const int pos0 = position(0);
     const KeyBlocks blocks = key_blocks(qs.len, kspan.len, args.causal, pos0,
@@ -233,10 +197,18 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     };
     const int first_block = range_start(first_split);
     const int end_block = range_start(end_split);
-    // Early blocks this CTA will not compute (a sequence shorter than the cache) land before
-    // it may leave.
-    if (early && end_block < early_first + Tr::stages)
-        ptx::cp_async_wait_group<0>();
+
+    const T* q_base = static_cast<const T*>(args.q);
+    const auto q_row = [&](int r) -> const T* {
+        if (r >= tile_rows)
+            return nullptr;
+        return q_base + std::int64_t{qs.entry} * args.q_stride.batch +
+               std::int64_t{qs.row0 + position(r)} * args.q_stride.seq +
+               std::int64_t{head_of(r)} * args.q_stride.head;
+    };
+    // K and V read by this CTA alone (one query tile per K/V head) stream past L2 as the
+    // first lines to evict, so that the partial results the combine reads next stay there.
+    const std::uint64_t kv_l2 = ptx::l2_policy(args.kv_read_once);
     // Block j's K and V into stage (j - first_block) % stages, as one cp.async group.
     using Rows = BlockRows<Tr::B_c / 16>;
     const auto copy_kv = [&](int j, const Rows& rows) {
@@ -270,31 +242,15 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
 
     // Groups: Q with the first block, then one per further stage (any may be empty; empty
     // groups keep the count that cp.async.wait_group relies on).
-    if (!early) {
-        QCopy::copy(q_smem, q_row, q_base);
+    QCopy::copy(q_smem, q_row, q_base);
 #pragma unroll
-        for (int i = 0; i < Tr::stages; ++i) {
-            if (first_block + i < end_block)
-                copy_kv(first_block + i, rows_of(first_block + i));
-            ptx::cp_async_commit_group();
-        }
+    for (int i = 0; i < Tr::stages; ++i) {
+        if (first_block + i < end_block)
+            copy_kv(first_block + i, rows_of(first_block + i));
+        ptx::cp_async_commit_group();
     }
     ptx::cp_async_wait_group<Tr::stages - 1>();  // Q and the first block
     __syncthreads();
-    // V's rows past the sequence's end in an early block (whatever the cache held there: 0 x
-    // NaN would reach O), once it has landed; the block with the end is the last computed.
-    const auto zero_early_v_tail = [&](int j) {
-        const int keys = kspan.len - j * Tr::B_c;
-        if (!early || j - first_block >= Tr::stages || keys >= Tr::B_c || keys <= 0)
-            return;
-        constexpr int chunks = D / 8;  // 16-byte chunks of a row
-        const std::uint32_t stage = v_smem + (j - first_block) % Tr::stages * Tr::VTile::bytes;
-        for (int c = keys * chunks + static_cast<int>(threadIdx.x); c < Tr::B_c * chunks;
-             c += Tr::threads) {
-            ptx::st_shared_16(stage + Tr::VTile::chunk_offset(c / chunks, c % chunks), uint4{});
-        }
-        __syncthreads();
-    };
 
     const int warp_row0 = (threadIdx.x / warp_size) * mma_m;
     const SmemA<typename Tr::QTile, 1> q_in_smem(q_smem, warp_row0);
@@ -395,7 +351,6 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
                 ptx::cp_async_wait_group<Tr::stages - 1>();  // block j has landed
                 __syncthreads();
             }
-            zero_early_v_tail(j);
             const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(
                 k_smem + stage * Tr::KTile::bytes);
             const SmemB<typename Tr::VTile, Tr::pv_n_tiles, true> v_frags(v_smem +
