@@ -39,6 +39,12 @@ struct TensorView {
                                  std::int64_t heads, std::int64_t d_head);
 };
 
+// Where the causal mask's diagonal meets the keys when seq_q != seq_k. bottom_right: query i
+// sees keys j <= i + seq_k - seq_q, the last query every key (FlashAttention >= 2.1, and
+// decoding against a cache); top_left: query i sees keys j <= i (PyTorch SDPA's
+// is_causal). The same when seq_q == seq_k.
+enum class CausalAlignment : int { bottom_right, top_left };
+
 // q, o: (batch, seq_q, heads_q, d_head); k, v: (batch, seq_k, heads_kv, d_head), with
 // heads_q a multiple of heads_kv (grouped-query and multi-query attention: query head h
 // reads K/V head h / (heads_q / heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 128 or 256.
@@ -49,8 +55,10 @@ struct ForwardParams {
     TensorView o;                        // written; may not alias q, k or v
     std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
     // Query i sees keys j <= i + seq_k - seq_q (aligned at the bottom right, as
-    // FlashAttention >= 2.1 does). A row that sees no key gets zeros and LSE -inf.
+    // FlashAttention >= 2.1 does), or j <= i with causal_alignment top_left. A row that
+    // sees no key gets zeros and LSE -inf.
     bool causal = false;
+    CausalAlignment causal_alignment = CausalAlignment::bottom_right;
     // Optional output: log-sum-exp of each row's scaled scores, natural log, fp32,
     // contiguous (batch, heads_q, seq_q), for merging partial results or a backward pass.
     float* lse = nullptr;
@@ -100,7 +108,8 @@ struct VarlenParams {
     std::optional<PageTable> pages;
     std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
     bool causal = false;                 // per sequence, aligned at its bottom right
-    float* lse = nullptr;                // optional output, fp32 (heads_q, total_q)
+    CausalAlignment causal_alignment = CausalAlignment::bottom_right;  // or its top left
+    float* lse = nullptr;  // optional output, fp32 (heads_q, total_q)
     // 0: the library's choice: queries that fill tiles (not a decoding shape) run on the
     // kernel forward() would choose for the longest sequence when it is an sm90 one
     // (Hopper; packed or paged K/V alike), anything else on the serving kernel with a key
@@ -130,6 +139,7 @@ struct KVCacheParams {
     std::optional<TensorView> v_new;
     std::optional<float> softmax_scale;
     bool causal = false;
+    CausalAlignment causal_alignment = CausalAlignment::bottom_right;
     float* lse = nullptr;  // optional output, fp32 (batch, heads_q, seq_q)
     int num_splits = 0;    // as VarlenParams::num_splits
 };

@@ -35,6 +35,10 @@ KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
             .seq_q = static_cast<int>(p.q.shape[1]),
             .seq_k = static_cast<int>(p.k.shape[1]),
             .causal = p.causal,
+            .top_left = p.causal_alignment == CausalAlignment::top_left,
+            .diagonal_seq_q =
+                diagonal_queries(static_cast<int>(p.q.shape[1]), static_cast<int>(p.k.shape[1]),
+                                 p.causal_alignment == CausalAlignment::top_left),
             .softmax_scale = scale,
             .scale_log2 = static_cast<float>(scale * std::numbers::log2e),
             .sm_count = sm_count,
@@ -93,6 +97,7 @@ KVCacheParams as_kvcache(const ForwardParams& params) {
     kv.o = params.o;
     kv.softmax_scale = params.softmax_scale;
     kv.causal = params.causal;
+    kv.causal_alignment = params.causal_alignment;
     kv.lse = params.lse;
     return kv;
 }

@@ -133,7 +133,8 @@ KeySource key_source(const TensorView& k, const TensorView& v,
 }
 
 SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const TensorView& k,
-                           std::optional<float> given_scale, bool causal, float* lse) {
+                           std::optional<float> given_scale, bool causal, CausalAlignment alignment,
+                           float* lse) {
     const float scale = softmax_scale(given_scale, q.shape[3]);
     SplitKvArgs a{};
     a.q = q.data;
@@ -144,6 +145,7 @@ SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const Tenso
     a.heads_kv = static_cast<int>(k.shape[2]);
     a.view_seq_q = static_cast<int>(q.shape[1]);
     a.causal = causal;
+    a.top_left = alignment == CausalAlignment::top_left;
     a.softmax_scale = scale;
     a.scale_log2 = static_cast<float>(scale * std::numbers::log2e);
     a.lse = lse;
@@ -278,6 +280,7 @@ void check_varlen(const VarlenParams& p, Stream stream) {
     check_lse(p.lse, p.q.shape[1] * p.q.shape[2], "(heads, total_q)",
               {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}});
     check_softmax_scale(p.softmax_scale);
+    check_causal_alignment(p.causal_alignment);
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
@@ -297,7 +300,7 @@ ProblemShape varlen_shape(const VarlenParams& p) {
 }
 
 ForwardParams varlen_views(const VarlenParams& p) {
-    return {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.lse};
+    return {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.causal_alignment, p.lse};
 }
 
 // Everything forward_kvcache checks before a launch; returns k_new's length (0 without).
@@ -359,6 +362,7 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     check_lse(p.lse, batch * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
               {{&p.q, "q"}, {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}, {&p.o, "o"}});
     check_softmax_scale(p.softmax_scale);
+    check_causal_alignment(p.causal_alignment);
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
@@ -384,7 +388,7 @@ ProblemShape kvcache_shape(const KVCacheParams& p) {
 }
 
 ForwardParams kvcache_views(const KVCacheParams& p) {
-    return {p.q, p.k_cache, p.v_cache, p.o, p.softmax_scale, p.causal, p.lse};
+    return {p.q, p.k_cache, p.v_cache, p.o, p.softmax_scale, p.causal, p.causal_alignment, p.lse};
 }
 
 }  // namespace
@@ -423,7 +427,8 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
                     stream);
         return;
     }
-    SplitKvArgs a = attention_args(p.q, p.o, p.k, p.softmax_scale, p.causal, p.lse);
+    SplitKvArgs a =
+        attention_args(p.q, p.o, p.k, p.softmax_scale, p.causal, p.causal_alignment, p.lse);
     a.cu_seqlens_q = p.cu_seqlens_q;
     a.max_seq_q = static_cast<int>(p.max_seqlen_q);
     a.batch = static_cast<int>(p.batch);
@@ -469,7 +474,8 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
                     stream);
         return;
     }
-    SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.softmax_scale, p.causal, p.lse);
+    SplitKvArgs a =
+        attention_args(p.q, p.o, p.k_cache, p.softmax_scale, p.causal, p.causal_alignment, p.lse);
     a.max_seq_q = static_cast<int>(p.q.shape[1]);
     a.batch = static_cast<int>(batch);
     a.keys = keys;

@@ -137,6 +137,13 @@ void check_output_does_not_self_overlap(const TensorView& o, const char* name) {
     }
 }
 
+void check_causal_alignment(CausalAlignment alignment) {
+    if (alignment != CausalAlignment::bottom_right && alignment != CausalAlignment::top_left) {
+        fail(ErrorCode::invalid_argument, "causal_alignment", "bottom_right or top_left",
+             "enum value " + std::to_string(static_cast<int>(alignment)));
+    }
+}
+
 void check_softmax_scale(std::optional<float> scale) {
     constexpr double largest = std::numeric_limits<float>::max() / std::numbers::log2e;
     if (scale && !(std::isfinite(*scale) && *scale > 0 && *scale < largest)) {
@@ -237,6 +244,7 @@ void validate_tensors(const ForwardParams& p) {
     check_lse(p.lse, p.q.shape[0] * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
               {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}});
     check_softmax_scale(p.softmax_scale);
+    check_causal_alignment(p.causal_alignment);
 }
 
 void validate_shape(const ProblemShape& s) {

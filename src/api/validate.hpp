@@ -31,6 +31,9 @@ void check_output_does_not_self_overlap(const TensorView& o, const char* name);
 // The kernels work in base 2 with scale·log2(e), which must be a finite float too.
 void check_softmax_scale(std::optional<float> scale);
 
+// One of the two CausalAlignment values (a C++ caller can cast any int to it).
+void check_causal_alignment(CausalAlignment alignment);
+
 // An optional LSE output of `count` floats (laid out as `layout` says): aligned, inside
 // the address space, overlapping none of `tensors`.
 void check_lse(const float* lse, std::int64_t count, const char* layout,

@@ -31,6 +31,12 @@ struct SequenceArgs {
     int k_view_batch, k_view_seq;
 };
 
+// The query length the causal diagonal is aligned to (masking.cuh): the queries' own
+// (bottom right), or the keys' (top left: row i then sees keys below min(i + 1, seq_k)).
+constexpr int diagonal_queries(int seq_q, int seq_k, bool top_left) {
+    return top_left ? seq_k : seq_q;
+}
+
 struct KernelArgs {
     const void* q;
     const void* k;
@@ -44,6 +50,12 @@ struct KernelArgs {
     int seq_q;     // the longest sequence's queries
     int seq_k;     // and keys
     bool causal;
+    // The causal diagonal's alignment: top_left for the per-sequence kernels, which apply
+    // diagonal_queries to each sequence, and for the dense ones diagonal_seq_q =
+    // diagonal_queries(seq_q, seq_k, top_left), set by the host so that their masks read one
+    // parameter, as before (a second length held across the main loop cost a spill).
+    bool top_left;
+    int diagonal_seq_q;
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e): the softmax works in base 2
     int sm_count;      // of the device: the grid of a persistent kernel

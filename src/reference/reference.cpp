@@ -61,10 +61,11 @@ RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s
     const DType dt = q.dtype;
     const std::int64_t d = q.d_head;
     const std::int64_t kv_head = r.head / (q.heads / p.k.heads);
-    // Keys this row sees: all, or with causal masking (bottom-right aligned) those up
-    // to row + seq_k - seq_q.
+    // Keys this row sees: all, or with causal masking those up to row + seq_k - seq_q
+    // (bottom-right aligned) or up to row (top left).
+    const std::int64_t diagonal = p.top_left ? 0 : p.k.seq - q.seq;
     const std::int64_t visible =
-        p.causal ? std::clamp<std::int64_t>(r.row + p.k.seq - q.seq + 1, 0, p.k.seq) : p.k.seq;
+        p.causal ? std::clamp<std::int64_t>(r.row + diagonal + 1, 0, p.k.seq) : p.k.seq;
     const float* qr = &q.values[q.offset(r.batch, r.row, r.head)];
     double max64 = -INFINITY;
     float max16 = -INFINITY;

@@ -49,8 +49,8 @@ std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::
 
 // A problem and a kernel's answer to it. K and V may have fewer heads than Q (GQA/MQA:
 // query head h reads K/V head h / (q.heads / k.heads)). With `causal`, query i sees keys
-// j <= i + seq_k - seq_q (bottom-right aligned). `lse`, when given, is the kernel's
-// log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
+// j <= i + seq_k - seq_q (bottom-right aligned), or with `top_left` j <= i. `lse`, when
+// given, is the kernel's log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
 struct Problem {
     const HostTensor& q;
     const HostTensor& k;
@@ -59,6 +59,7 @@ struct Problem {
     double scale;
     bool causal = false;
     const std::vector<float>* lse = nullptr;
+    bool top_left = false;
 };
 
 // Log-sum-exp is fp32 arithmetic on exact 16-bit inputs: far below this bound unless wrong.

@@ -55,6 +55,7 @@ std::uint64_t fresh_seed() {
 struct Problem {
     std::uint64_t seed;  // printed on failure: the inputs can be regenerated from it
     bool causal;
+    bool top_left = false;  // the causal diagonal's alignment
     HostTensor q, k, v;
     fa::DeviceTensor dq, dk, dv, dout;
     fa::DeviceBuffer lse;
@@ -77,6 +78,8 @@ struct Problem {
     fa::ForwardParams params(bool with_lse = false) {
         fa::ForwardParams p{dq.view, dk.view, dv.view, dout.view, std::nullopt};
         p.causal = causal;
+        if (top_left)
+            p.causal_alignment = fa::CausalAlignment::top_left;
         if (with_lse)
             p.lse = static_cast<float*>(lse.data());
         return p;
@@ -93,7 +96,7 @@ struct Problem {
         const std::vector<float> lse_host = with_lse ? lse.download_floats() : std::vector<float>();
         const auto rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, 256, seed);
         return fa::reference::check_attention(
-            {q, k, v, out, scale, causal, with_lse ? &lse_host : nullptr}, rows);
+            {q, k, v, out, scale, causal, with_lse ? &lse_host : nullptr, top_left}, rows);
     }
 };
 
@@ -134,17 +137,19 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfig);
 
 // Every built config on shapes real callers hand it: lengths that are no multiple of any
 // tile (1, 7, 129, 257, 1000, 4095), seq_q != seq_k both ways, causal masking with
-// seq_q > seq_k (rows that see no key: zeros, LSE -inf) and seq_q < seq_k, and
-// grouped-query ratios 1, 2 and 8. The log-sum-exp output is checked too.
+// seq_q > seq_k (rows that see no key: zeros, LSE -inf) and seq_q < seq_k, aligned at the
+// bottom right and at the top left, and grouped-query ratios 1, 2 and 8. The log-sum-exp
+// output is checked too.
 struct OddShape {
     int seq_q, seq_k, heads, heads_kv;
     bool causal;
+    bool top_left = false;
 };
 
 constexpr OddShape k_odd_shapes[] = {
-    {1, 1, 2, 2, false},      {7, 1000, 4, 2, true},  {1000, 7, 4, 4, true},
-    {257, 129, 8, 1, false},  {129, 257, 8, 8, true}, {1000, 1000, 8, 1, false},
-    {4095, 4095, 8, 1, true},
+    {1, 1, 2, 2, false},      {7, 1000, 4, 2, true},         {1000, 7, 4, 4, true},
+    {257, 129, 8, 1, false},  {129, 257, 8, 8, true},        {1000, 1000, 8, 1, false},
+    {4095, 4095, 8, 1, true}, {300, 1000, 4, 2, true, true}, {1000, 300, 4, 1, true, true},
 };
 
 struct OddCase {
@@ -164,7 +169,7 @@ std::vector<OddCase> odd_cases() {
 void PrintTo(const OddCase& c, std::ostream* os) {
     *os << c.config.to_string() << ", seq_q " << c.shape.seq_q << ", seq_k " << c.shape.seq_k
         << ", heads " << c.shape.heads << "/" << c.shape.heads_kv
-        << (c.shape.causal ? ", causal" : "");
+        << (c.shape.causal ? ", causal" : "") << (c.shape.top_left ? " top left" : "");
 }
 
 class EveryConfigOddShapes : public ::testing::TestWithParam<OddCase> {};
@@ -174,6 +179,7 @@ TEST_P(EveryConfigOddShapes, MatchesReference) {
     if (!fa::is_supported(config))
         GTEST_SKIP() << cannot_run(config);
     Problem p(config.dtype, 1, s.seq_q, s.seq_k, s.heads, config.d_head, s.heads_kv, s.causal);
+    p.top_left = s.top_left;
     const auto result = p.run_and_check([&] { fa::forward(p.params(true), config); },
                                         1.0 / std::sqrt(double(config.d_head)), true);
     EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
@@ -185,7 +191,8 @@ std::string odd_case_name(const ::testing::TestParamInfo<OddCase>& info) {
            (info.param.config.sm90.dynamic_schedule ? "_dynamic" : "") + "_config" +
            std::to_string(info.index / std::size(k_odd_shapes)) + "_q" + std::to_string(s.seq_q) +
            "_k" + std::to_string(s.seq_k) + "_h" + std::to_string(s.heads) + "_" +
-           std::to_string(s.heads_kv) + (s.causal ? "_causal" : "");
+           std::to_string(s.heads_kv) + (s.causal ? "_causal" : "") +
+           (s.top_left ? "_topleft" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Built, EveryConfigOddShapes, ::testing::ValuesIn(odd_cases()),
@@ -249,6 +256,21 @@ TEST(Forward, DifferentQueryAndKeyLengths) {
                 p.run_and_check([&] { fa::forward(p.params()); }, 1.0 / std::sqrt(double(d)));
             EXPECT_TRUE(result.passed)
                 << "seq_q " << sq << " seq_k " << sk << ": " << result.summary();
+        }
+    }
+}
+
+// forward() sends decoding shapes to the split-KV kernels: the top-left diagonal there too
+// (one query: it sees key 0 only; eight: keys 0..i).
+TEST(Forward, TopLeftCausalOnDecodingShapes) {
+    for (const auto& [dtype, d] : built_problem_kinds()) {
+        for (const int seq_q : {1, 8}) {
+            Problem p(dtype, 2, seq_q, 3000, 8, d, 2, true);
+            p.top_left = true;
+            const auto result = p.run_and_check([&] { fa::forward(p.params(true)); },
+                                                1.0 / std::sqrt(double(d)), true);
+            EXPECT_TRUE(result.passed) << "d " << d << ", seq_q " << seq_q << ": "
+                                       << result.summary() << "; seed " << p.seed;
         }
     }
 }

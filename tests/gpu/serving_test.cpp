@@ -77,8 +77,8 @@ struct SequenceCheck {
 
 // Checks one sequence against the reference; a sequence with no keys must give zeros
 // and LSE -inf.
-void expect_matches(const SequenceCheck& s, bool causal, double scale, std::uint64_t seed,
-                    const std::string& label) {
+void expect_matches(const SequenceCheck& s, bool causal, bool top_left, double scale,
+                    std::uint64_t seed, const std::string& label) {
     if (s.q.seq == 0)
         return;
     if (s.k.seq == 0) {
@@ -89,8 +89,8 @@ void expect_matches(const SequenceCheck& s, bool causal, double scale, std::uint
         return;
     }
     const auto rows = fa::reference::sample_rows(1, s.q.heads, s.q.seq, 64, seed);
-    const auto result =
-        fa::reference::check_attention({s.q, s.k, s.v, s.out, scale, causal, &s.lse}, rows);
+    const auto result = fa::reference::check_attention(
+        {s.q, s.k, s.v, s.out, scale, causal, &s.lse, top_left}, rows);
     EXPECT_TRUE(result.passed) << label << ": " << result.summary() << "; seed " << seed;
 }
 
@@ -149,13 +149,15 @@ struct VarlenCase {
     int d;
     int group;  // query heads per K/V head
     bool causal;
-    int page_size;  // 0: packed K/V
-    int splits;     // 0: the library's choice
+    int page_size;          // 0: packed K/V
+    int splits;             // 0: the library's choice
+    bool top_left = false;  // the causal diagonal's alignment
 };
 
 void PrintTo(const VarlenCase& c, std::ostream* os) {
     *os << fa::to_string(c.dtype) << " d" << c.d << " group " << c.group
-        << (c.causal ? " causal" : "") << " page " << c.page_size << " splits " << c.splits;
+        << (c.causal ? " causal" : "") << (c.top_left ? " top left" : "") << " page " << c.page_size
+        << " splits " << c.splits;
 }
 
 class Varlen : public ::testing::TestWithParam<VarlenCase> {};
@@ -213,6 +215,8 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     p.max_seqlen_q = max_q;
     p.max_seqlen_k = max_k;
     p.causal = c.causal;
+    if (c.top_left)
+        p.causal_alignment = fa::CausalAlignment::top_left;
     p.lse = static_cast<float*>(lse.data());
     p.num_splits = c.splits;
     std::optional<fa::DeviceTensor> dk, dv;
@@ -245,7 +249,7 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
             for (int r = 0; r < lq; ++r)
                 s.lse.push_back(lse_host[static_cast<std::size_t>(h) * q.seq + cu_q[i] + r]);
         }
-        expect_matches(s, c.causal, 1.0 / std::sqrt(double(c.d)), seed,
+        expect_matches(s, c.causal, c.top_left, 1.0 / std::sqrt(double(c.d)), seed,
                        "sequence " + std::to_string(i) + " (" + std::to_string(lq) + " x " +
                            std::to_string(lengths[i].second) + ")");
     }
@@ -271,6 +275,12 @@ std::vector<VarlenCase> varlen_cases() {
         cases.push_back({fa::DType::BF16, 128, 4, causal, 0, 1});
         cases.push_back({fa::DType::BF16, 128, 8, causal, 16, 1});
     }
+    // Causal aligned at the top left (queries longer and shorter than their keys): the sm90
+    // kernels on Hopper packed and paged, the serving kernel unsplit and split.
+    cases.push_back({fa::DType::BF16, 128, 4, true, 0, 0, true});
+    cases.push_back({fa::DType::FP16, 64, 2, true, 16, 0, true});
+    cases.push_back({fa::DType::BF16, 256, 1, true, 0, 1, true});
+    cases.push_back({fa::DType::FP16, 128, 8, true, 64, 3, true});
     return cases;
 }
 
@@ -288,12 +298,13 @@ struct CacheCase {
     int splits;  // 0: the library's choice
     fa::DType dtype = fa::DType::BF16;
     int d = 128;
+    bool top_left = false;  // the causal diagonal's alignment
 };
 
 void PrintTo(const CacheCase& c, std::ostream* os) {
     *os << "seq_q " << c.seq_q << " group " << c.group << " new " << c.seq_new << " page "
         << c.page_size << (c.causal ? " causal" : "") << " splits " << c.splits << " "
-        << fa::to_string(c.dtype) << " d" << c.d;
+        << fa::to_string(c.dtype) << " d" << c.d << (c.top_left ? " top left" : "");
 }
 
 // A decode problem: a cache of `capacity` rows per sequence with random lengths, q, and
@@ -391,6 +402,8 @@ struct CacheRun {
             k.v_new = dv_new.view;
         }
         k.causal = pr.c.causal;
+        if (pr.c.top_left)
+            k.causal_alignment = fa::CausalAlignment::top_left;
         k.lse = static_cast<float*>(lse.data());
         k.num_splits = pr.c.splits;
         return k;
@@ -410,7 +423,7 @@ void expect_cache_result(const CacheProblem& pr, const fa::DeviceTensor& dout,
                         rows_of(out, b, 0, pr.c.seq_q),
                         std::vector<float>(lse_host.begin() + b * per_batch,
                                            lse_host.begin() + (b + 1) * per_batch)};
-        expect_matches(s, pr.c.causal, 1.0 / std::sqrt(double(pr.c.d)), pr.seed,
+        expect_matches(s, pr.c.causal, pr.c.top_left, 1.0 / std::sqrt(double(pr.c.d)), pr.seed,
                        label + ", sequence " + std::to_string(b) + " (" +
                            std::to_string(pr.lengths[b]) + " cached keys)");
     }
@@ -472,6 +485,12 @@ std::vector<CacheCase> cache_cases() {
         cases.push_back({177, 2, 2, 32, causal, 0, fa::DType::FP16, 64});
         cases.push_back({150, 4, 0, 16, causal, 0, fa::DType::BF16, 256});
     }
+    // Causal aligned at the top left: speculative decoding and appends on the serving kernel,
+    // chunked prefill contiguous and paged (the sm90 kernels on Hopper).
+    cases.push_back({16, 4, 0, 0, true, 0, fa::DType::BF16, 128, true});
+    cases.push_back({5, 8, 2, 16, true, 0, fa::DType::FP16, 64, true});
+    cases.push_back({200, 4, 0, 0, true, 0, fa::DType::BF16, 128, true});
+    cases.push_back({150, 2, 3, 64, true, 0, fa::DType::FP16, 256, true});
     return cases;
 }
 

@@ -96,6 +96,8 @@ TEST(ServingValidation, Varlen) {
                  "FP16", fa::ErrorCode::dtype);
     varlen_error([](auto& p) { p.o = p.q; }, "o", "an overlapping range");
     varlen_error([](auto& p) { p.softmax_scale = -1.0f; }, "softmax_scale", "-1");
+    varlen_error([](auto& p) { p.causal_alignment = fa::CausalAlignment{-1}; }, "causal_alignment",
+                 "enum value -1");
     // Paged: (num_pages, page_size, heads_kv, d_head) with a table and the key lengths.
     const auto paged = [](fa::VarlenParams& p) {
         p.k = view(2, 64, 16, 8);
@@ -132,6 +134,8 @@ TEST(ServingValidation, Varlen) {
 }
 
 TEST(ServingValidation, KVCache) {
+    kvcache_error([](auto& p) { p.causal_alignment = fa::CausalAlignment{2}; }, "causal_alignment",
+                  "enum value 2");
     kvcache_error(
         [](auto& p) {
             p.k_cache = view(2, 3, 4096, 8);

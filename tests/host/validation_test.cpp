@@ -211,6 +211,11 @@ TEST(Validation, Scale) {
         tensor_error([](auto& p) { p.softmax_scale = std::numeric_limits<float>::infinity(); }),
         fa::ErrorCode::invalid_argument, "softmax_scale", "inf");
     EXPECT_FLOAT_EQ(fa::softmax_scale(std::nullopt, 128), 1.0f / std::sqrt(128.0f));
+}
+
+TEST(Validation, CausalAlignment) {
+    expect_error(tensor_error([](auto& p) { p.causal_alignment = fa::CausalAlignment{7}; }),
+                 fa::ErrorCode::invalid_argument, "causal_alignment", "enum value 7");
     EXPECT_FLOAT_EQ(fa::softmax_scale(0.5f, 128), 0.5f);
 }
 

@@ -2,11 +2,14 @@
 
 // Which keys a query row sees, per CTA and per score tile. One mask for every kernel:
 // keys past seq_k (the last, partial K/V block) and, with causal masking, keys past
-// row + seq_k - seq_q (aligned at the bottom right, as FlashAttention >= 2.1 does).
+// row + seq_k - seq_q (aligned at the bottom right, as FlashAttention >= 2.1 does). The
+// functions below take that seq_q as the diagonal's query length: aligned at the top left
+// (query i sees keys j <= i, PyTorch's is_causal) it is seq_k (diagonal_queries).
 
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kernel_args.hpp"
 #include "kernels/primitives/geometry.cuh"
 
 namespace flash_attention {

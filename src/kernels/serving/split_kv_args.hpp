@@ -57,6 +57,7 @@ struct SplitKvArgs {
     int view_seq_q;  // the query view's seq: the dense seq_q, or the packed total
     int max_seq_q;   // longest query sequence (sizes the grid)
     bool causal;
+    bool top_left;  // the causal diagonal's alignment (diagonal_queries)
     float softmax_scale;
     float scale_log2;
     int splits;            // key ranges per (sequence, K/V head, query tile)

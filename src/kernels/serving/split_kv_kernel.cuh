@@ -187,7 +187,9 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     const KeySource& ks = args.keys;
     const Span kspan = key_span<Paged>(ks, b);
     const int pos0 = position(0);
-    const KeyBlocks blocks = key_blocks(qs.len, kspan.len, args.causal, pos0,
+    // The query length the causal diagonal is aligned to (masking.cuh).
+    const int diagonal = diagonal_queries(qs.len, kspan.len, args.top_left);
+    const KeyBlocks blocks = key_blocks(diagonal, kspan.len, args.causal, pos0,
                                         position(tile_rows - 1) - pos0 + 1, Tr::B_c);
     // This CTA's blocks: its ranges', streamed as one. Ranges have a length fixed per call,
     // not per batch, so a row's split depends on its own keys only; the ranges past a short
@@ -268,7 +270,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     float o[1][Tr::pv_n_tiles][4];
     // Packed row r sees the keys its query position sees.
     const auto visible_keys = [&](int r) {
-        return keys_seen(position(r), qs.len, kspan.len, args.causal);
+        return keys_seen(position(r), diagonal, kspan.len, args.causal);
     };
     const int lane = threadIdx.x % warp_size;
     // The global token of packed row r: numbers the partial results and the LSE.

@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     const int q_rows = min(Tr::B_r, args.seq_q - q_row0);  // fewer in the last, partial block
     const int warp_row0 = (threadIdx.x / warp_size) * Tr::rows_per_warp;
     const KeyBlocks blocks =
-        key_blocks(args.seq_q, args.seq_k, args.causal, q_row0, q_rows, Tr::B_c);
+        key_blocks(args.diagonal_seq_q, args.seq_k, args.causal, q_row0, q_rows, Tr::B_c);
     const auto rows_of_block = [&](int j) { return min(Tr::B_c, args.seq_k - j * Tr::B_c); };
 
     const auto tile_start = [&](const void* base, const TensorStrides& st, int h,
@@ -108,7 +108,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         zero(s);
         warp_gemm<Tr::dtype, Tr::qk_k_tiles, Tr::qk_step, buffer>(s, q_frags, k_frags);
         if (j >= blocks.unmasked) {
-            mask_scores(s, q_row0 + warp_row0, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
+            mask_scores(s, q_row0 + warp_row0, j * Tr::B_c, args.diagonal_seq_q, args.seq_k,
+                        args.causal);
         }
 
         if constexpr (!eager) {

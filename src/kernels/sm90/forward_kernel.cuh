@@ -45,6 +45,9 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         unsigned char* q_region =
             smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
         const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
+        // The query length the causal diagonal is aligned to (masking.cuh).
+        const int diagonal = PerSequence ? diagonal_queries(tile.q.len, tile.k.len, args.top_left)
+                                         : args.diagonal_seq_q;
         Consumer<Tr, PerSequence> c{
             .args = args,
             .visited = tile.visited,
@@ -57,10 +60,10 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
             // This consumer's own rows may need fewer masked blocks than the tile's.
             .unmasked =
-                key_blocks(tile.q.len, tile.k.len, args.causal, consumer_row0,
+                key_blocks(diagonal, tile.k.len, args.causal, consumer_row0,
                            max(1, min(Tr::rows_per_consumer, tile.q.len - consumer_row0)), Tr::B_c)
                     .unmasked,
-            .key_bound = args.causal ? tile.k.len - tile.q.len : tile.k.len,
+            .key_bound = args.causal ? tile.k.len - diagonal : tile.k.len,
             .ring = ring,
             .pending_store = pending_store,
         };

@@ -304,7 +304,7 @@ struct Consumer {
             mask_scores_by(s, first_row, j * Tr::B_c,
                            [=](int row) { return causal ? row + 1 + bound : bound; });
         } else {
-            mask_scores(s, first_row, j * Tr::B_c, args.seq_q, args.seq_k, args.causal);
+            mask_scores(s, first_row, j * Tr::B_c, args.diagonal_seq_q, args.seq_k, args.causal);
         }
     }
 };

@@ -99,7 +99,7 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
         t.q_row0 = q_block * Tr::B_r;
         t.rows = min(Tr::B_r, args.seq_q - t.q_row0);
         const KeyBlocks blocks =
-            key_blocks(args.seq_q, args.seq_k, args.causal, t.q_row0, t.rows, Tr::B_c);
+            key_blocks(args.diagonal_seq_q, args.seq_k, args.causal, t.q_row0, t.rows, Tr::B_c);
         t.visited = blocks.visited;
         t.unmasked = blocks.unmasked;
         t.last_block_keys = Tr::B_c;  // rows past seq_k are past the tensor: TMA's zeros
@@ -143,8 +143,8 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     const int q_block = args.causal ? q_blocks - 1 - local : local;
     t.q_row0 = q_block * Tr::B_r;
     t.rows = t.head < args.heads && local < q_blocks ? min(Tr::B_r, t.q.len - t.q_row0) : 0;
-    const KeyBlocks blocks =
-        key_blocks(t.q.len, t.k.len, args.causal, t.q_row0, max(t.rows, 1), Tr::B_c);
+    const KeyBlocks blocks = key_blocks(diagonal_queries(t.q.len, t.k.len, args.top_left), t.k.len,
+                                        args.causal, t.q_row0, max(t.rows, 1), Tr::B_c);
     t.visited = t.empty() ? 0 : blocks.visited;
     t.unmasked = blocks.unmasked;
     const int end = t.k.row0 + t.k.len;  // the first row past the sequence's keys
