@@ -452,8 +452,8 @@ PY
       note "test_gpu (${SERVING_FILTER:-*}): exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
       note "  last started: $(grep -E '^\[ RUN' "$OUT/test_gpu.log" | tail -1)"
       grep -E '^\[  FAILED|Failure|expected|sequence' "$OUT/test_gpu.log" | head -12 | tee -a "$summary"
-      timeout 120 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
-        --gtest_filter='Serving/Varlen.*/1?:Serving/Varlen.*/3:Serving/KVCache.*/?:Serving/KVCache.*/1[789]:Serving/KVCache.*/2[0-2]:KVCachePages.*:KVCacheGraph.*' \
+      timeout 180 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
+        --gtest_filter='Serving/Varlen.*/1?:Serving/Varlen.*/3:Serving/Varlen.*/2[4-7]:Serving/KVCache.*/?:Serving/KVCache.*/1[789]:Serving/KVCache.*/2[0-2]:Serving/KVCache.*/3[2-5]:KVCachePages.*:KVCacheGraph.*' \
         > "$OUT/serving_memcheck.log" 2>&1
       note "serving memcheck: exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/serving_memcheck.log" | tr '\n' ' ')"
       timeout 90 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
@@ -474,9 +474,10 @@ PY
       note "cli bench --kvcache (decode b16 x 8192): exit $?"; grep -vE "^#|^$" "$OUT/cli_bench_decode.txt" | head -8 | tee -a "$summary"
       wait
       note "pip: exit $(cat "$OUT/pip_after.rc")"
-      (cd /tmp && PYTHONPATH=/tmp/site_after timeout 150 python3 -m pytest -q -x "$FRESH/python/tests/test_serving.py") \
+      # PYTEST_TARGET: the package's tests to run (default the serving ones; python/tests: all).
+      (cd /tmp && PYTHONPATH=/tmp/site_after timeout 240 python3 -m pytest -q -x "$FRESH/${PYTEST_TARGET:-python/tests/test_serving.py}") \
         > "$OUT/pytest_serving.log" 2>&1
-      note "pytest test_serving: exit $? $(tail -1 "$OUT/pytest_serving.log")"
+      note "pytest ${PYTEST_TARGET:-python/tests/test_serving.py}: exit $? $(tail -1 "$OUT/pytest_serving.log")"
       grep -E "^FAILED|Error|assert" "$OUT/pytest_serving.log" | head -8 | tee -a "$summary"
       (cd /tmp && PYTHONPATH=/tmp/site_after timeout 200 python3 "$FRESH/bench/serving.py" --out "$OUT/serving.md") \
         > "$OUT/serving_bench.log" 2>&1

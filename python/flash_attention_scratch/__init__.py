@@ -9,7 +9,8 @@ with a fake implementation, so torch.compile and CUDA-graph capture work.
 
 PyTorch SDPA's layout is (batch, heads, seq, d_head): pass `q.transpose(1, 2)` (a view,
 no copy). `causal=True` aligns the mask at the bottom right (flash_attn's convention),
-which differs from SDPA's `is_causal` when seq_q != seq_k.
+which differs from SDPA's `is_causal` when seq_q != seq_k; `causal_alignment="top_left"`
+gives SDPA's.
 
 Forward only: inputs that require grad under grad mode raise NotImplementedError rather
 than return an output that silently drops the gradient.
@@ -51,13 +52,15 @@ if _torch is not None:
     from . import _ops  # registers torch.ops.flash_attention_scratch.*
 
 
-def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, config=None, out=None):
+def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
+            config=None, out=None):
     """softmax(q·kᵀ·scale)·v for float16/bfloat16 CUDA tensors: q (batch, seq_q, heads,
     d_head), k and v (batch, seq_k, heads_kv, d_head) with heads a multiple of heads_kv
     (grouped-query attention); any lengths; d_head 64, 128 or 256.
 
     softmax_scale: default 1/sqrt(d_head). causal: query i sees keys j <= i + seq_k - seq_q
-    (aligned at the bottom right, unlike SDPA's is_causal); a row that sees no key gets
+    (aligned at the bottom right, unlike SDPA's is_causal), or with
+    causal_alignment="top_left" keys j <= i (SDPA's is_causal); a row that sees no key gets
     zeros. return_lse: also return the log-sum-exp, float32 (batch, heads, seq_q), natural
     log (-inf for rows that see no key). config: a KernelConfig or its short form to run
     that kernel instead of the automatic choice. out: a tensor to write the result into
@@ -71,12 +74,13 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, conf
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.forward needs PyTorch, which is not installed")
-    return _ops.forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_lse,
-                        config=config, out=out)
+    return _ops.forward(q, k, v, softmax_scale=softmax_scale, causal=causal, causal_alignment=causal_alignment,
+                        return_lse=return_lse, config=config, out=out)
 
 
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
-                   causal=False, seqused_k=None, block_table=None, num_splits=0, return_lse=False):
+                   causal=False, causal_alignment="bottom_right", seqused_k=None, block_table=None, num_splits=0,
+                   return_lse=False):
     """Attention over a batch of sequences of different lengths, packed along the token
     axis (flash_attn.flash_attn_varlen_func): q (total_q, heads, d_head), k and v
     (total_k, heads_kv, d_head), cu_seqlens_q / cu_seqlens_k int32 (batch + 1,) offsets
@@ -84,7 +88,8 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     paged cache, (num_pages, page_size, heads_kv, d_head) with page_size a multiple of 16,
     and the key lengths come from seqused_k (int32 (batch,)) or cu_seqlens_k.
 
-    causal aligns each sequence's queries with the end of its keys (bottom right).
+    causal aligns each sequence's queries with the end of its keys (bottom right), or with
+    causal_alignment="top_left" with their start.
     max_seqlen_q must be at least every query length (it sizes the grid). num_splits: 0
     for the library's choice (long queries run on the sm90 kernels on Hopper, as forward()
     does, paged or not), n >= 1 for the serving kernel with n key ranges per sequence. return_lse: also the log-sum-exp,
@@ -95,12 +100,14 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.forward_varlen needs PyTorch, which is not installed")
     return _ops.forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               softmax_scale=softmax_scale, causal=causal, seqused_k=seqused_k,
+                               softmax_scale=softmax_scale, causal=causal, causal_alignment=causal_alignment,
+                               seqused_k=seqused_k,
                                block_table=block_table, num_splits=num_splits, return_lse=return_lse)
 
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
-                    softmax_scale=None, causal=False, num_splits=0, return_lse=False):
+                    softmax_scale=None, causal=False, causal_alignment="bottom_right", num_splits=0,
+                    return_lse=False):
     """Attention against a KV cache (flash_attn.flash_attn_with_kvcache): q (batch, seq_q,
     heads, d_head); k_cache, v_cache (batch_cache, seq_cache, heads_kv, d_head), or with
     block_table (int32 (batch, max_pages)) a paged cache (num_pages, page_size, heads_kv,
@@ -111,10 +118,13 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
 
     Decoding splits the keys across CTAs and merges the parts by their log-sum-exp; how a
     row's keys are split depends on its own length and the call's shape, never on the
-    rest of the batch. return_lse: also the log-sum-exp, float32 (batch, heads, seq_q).
+    rest of the batch. causal: the queries end with the keys (bottom right), or with
+    causal_alignment="top_left" start with them. return_lse: also the log-sum-exp, float32
+    (batch, heads, seq_q).
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.forward_kvcache needs PyTorch, which is not installed")
     return _ops.forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens,
                                 block_table=block_table, softmax_scale=softmax_scale, causal=causal,
-                                num_splits=num_splits, return_lse=return_lse)
+                                causal_alignment=causal_alignment, num_splits=num_splits,
+                                return_lse=return_lse)

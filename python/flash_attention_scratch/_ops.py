@@ -54,7 +54,7 @@ def _run(q, k, v, out, lse, softmax_scale, causal, config):
 
 @torch.library.custom_op("flash_attention_scratch::forward", mutates_args=(), device_types="cuda")
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-                causal: bool, config: Optional[str]) -> torch.Tensor:
+                causal: int, config: Optional[str]) -> torch.Tensor:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     _run(q, k, v, out, None, softmax_scale, causal, config)
     return out
@@ -67,7 +67,7 @@ def _(q, k, v, softmax_scale, causal, config):
 
 @torch.library.custom_op("flash_attention_scratch::forward_lse", mutates_args=(), device_types="cuda")
 def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-                    causal: bool, config: Optional[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+                    causal: int, config: Optional[str]) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _lse_like(q)
     _run(q, k, v, out, lse, softmax_scale, causal, config)
@@ -81,7 +81,7 @@ def _(q, k, v, softmax_scale, causal, config):
 
 @torch.library.custom_op("flash_attention_scratch::forward_out", mutates_args=("out", "lse"), device_types="cuda")
 def _forward_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                    lse: Optional[torch.Tensor], softmax_scale: Optional[float], causal: bool,
+                    lse: Optional[torch.Tensor], softmax_scale: Optional[float], causal: int,
                     config: Optional[str]) -> None:
     _run(q, k, v, out, lse, softmax_scale, causal, config)
 
@@ -105,7 +105,18 @@ for _op in (_forward_op, _forward_lse_op):
     _op.register_autograd(_no_backward, setup_context=_no_backward_setup)
 
 
-def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, config=None, out=None):
+# The ops take causal masking as one int: 0 none, 1 aligned at the bottom right, 2 at the top left.
+_ALIGNMENTS = {"bottom_right": 1, "top_left": 2}
+
+
+def _causal(causal, causal_alignment):
+    if causal_alignment not in _ALIGNMENTS:
+        raise ValueError(f"causal_alignment: expected 'bottom_right' or 'top_left', got {causal_alignment!r}")
+    return _ALIGNMENTS[causal_alignment] if bool(causal) else 0
+
+
+def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
+            config=None, out=None):
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
@@ -114,7 +125,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, return_lse=False, conf
         _check("out", out, q.device)
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
-    causal = bool(causal)
+    causal = _causal(causal, causal_alignment)
     if config is not None and not isinstance(config, str):
         if not isinstance(config, _C.KernelConfig):
             raise TypeError(f"config: expected a KernelConfig or its short form, got {type(config).__name__}")
@@ -218,7 +229,7 @@ def _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table
 def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor],
                block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
-               softmax_scale: Optional[float], causal: bool, num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+               softmax_scale: Optional[float], causal: int, num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _varlen_lse_like(q)
     _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
@@ -237,7 +248,7 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
                          device_types="cuda")
 def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: Optional[torch.Tensor],
                 v: Optional[torch.Tensor], cache_seqlens: Optional[torch.Tensor],
-                block_table: Optional[torch.Tensor], softmax_scale: Optional[float], causal: bool,
+                block_table: Optional[torch.Tensor], softmax_scale: Optional[float], causal: int,
                 num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _lse_like(q)
@@ -265,14 +276,15 @@ def _scale_and_splits(softmax_scale, num_splits):
 
 
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
-                   causal=False, seqused_k=None, block_table=None, num_splits=0, return_lse=False):
+                   causal=False, causal_alignment="bottom_right", seqused_k=None, block_table=None, num_splits=0,
+                   return_lse=False):
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
     _check_no_grad(q, k, v)
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, int(max_seqlen_q), int(max_seqlen_k),
-            softmax_scale, bool(causal), num_splits)
+            softmax_scale, _causal(causal, causal_alignment), num_splits)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args)
     else:
@@ -283,7 +295,8 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
 
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
-                    softmax_scale=None, causal=False, num_splits=0, return_lse=False):
+                    softmax_scale=None, causal=False, causal_alignment="bottom_right", num_splits=0,
+                    return_lse=False):
     _check("q", q)
     _check("k_cache", k_cache, q.device)
     _check("v_cache", v_cache, q.device)
@@ -294,12 +307,13 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
-    args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, bool(causal), num_splits)
+    causal = _causal(causal, causal_alignment)
+    args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_kvcache(*args)
     else:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = _lse_like(q) if return_lse else None
         _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
-                     bool(causal), num_splits)
+                     causal, num_splits)
     return (out, lse) if return_lse else out

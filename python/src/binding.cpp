@@ -183,12 +183,26 @@ float* lse_pointer(nb::handle lse, std::size_t elements) {
     return array.data();
 }
 
+// Causal masking from the Python layer's one int: 0 none, 1 aligned at the bottom right,
+// 2 at the top left.
+template <class Params>
+void set_causal(Params& p, int causal) {
+    if (causal < 0 || causal > 2) {
+        throw fa::Error(fa::ErrorCode::invalid_argument,
+                        "causal: expected 0 (none), 1 (bottom right) or 2 (top left), got " +
+                            std::to_string(causal));
+    }
+    p.causal = causal != 0;
+    p.causal_alignment =
+        causal == 2 ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right;
+}
+
 fa::ForwardParams params_of(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
-                            std::optional<float> scale, bool causal = false,
+                            std::optional<float> scale, int causal = 0,
                             nb::handle lse = nb::none()) {
     fa::ForwardParams p{view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"),
                         scale};
-    p.causal = causal;
+    set_causal(p, causal);
     p.lse = lse_pointer(lse, static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]));
     return p;
 }
@@ -268,7 +282,7 @@ NB_MODULE(_C, m) {
     m.def(
         "forward",
         [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, std::optional<float> scale,
-           std::optional<fa::KernelConfig> config, std::uintptr_t stream, bool causal,
+           std::optional<fa::KernelConfig> config, std::uintptr_t stream, int causal,
            nb::handle lse) {
             const fa::ForwardParams p = params_of(q, k, v, out, scale, causal, lse);
             const auto s = reinterpret_cast<fa::Stream>(stream);
@@ -279,7 +293,7 @@ NB_MODULE(_C, m) {
             }
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("softmax_scale").none(),
-        nb::arg("config").none(), nb::arg("stream"), nb::arg("causal") = false,
+        nb::arg("config").none(), nb::arg("stream"), nb::arg("causal") = 0,
         nb::arg("lse").none() = nb::none(),
         "Writes attention of (batch, seq, heads, d_head) CUDA arrays into `out` (and the\n"
         "log-sum-exp into `lse`, float32 (batch, heads, seq_q), when given) on `stream`.");
@@ -292,7 +306,7 @@ NB_MODULE(_C, m) {
            std::uintptr_t cu_seqlens_k, std::uintptr_t seqused_k, std::uintptr_t block_table,
            std::int64_t max_pages, std::int64_t table_stride, std::int64_t batch,
            std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, std::optional<float> scale,
-           bool causal, nb::handle lse, int num_splits, std::uintptr_t stream) {
+           int causal, nb::handle lse, int num_splits, std::uintptr_t stream) {
             fa::VarlenParams p;
             p.q = view_of(q, "q");
             p.k = view_of(k, "k");
@@ -306,7 +320,7 @@ NB_MODULE(_C, m) {
             p.max_seqlen_q = max_seqlen_q;
             p.max_seqlen_k = max_seqlen_k;
             p.softmax_scale = scale;
-            p.causal = causal;
+            set_causal(p, causal);
             p.lse = lse_pointer(lse, static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]));
             p.num_splits = num_splits;
             fa::forward_varlen(p, reinterpret_cast<fa::Stream>(stream));
@@ -323,7 +337,7 @@ NB_MODULE(_C, m) {
         [](nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle out,
            std::uintptr_t cache_seqlens, std::uintptr_t block_table, std::int64_t max_pages,
            std::int64_t table_stride, nb::handle k_new, nb::handle v_new,
-           std::optional<float> scale, bool causal, nb::handle lse, int num_splits,
+           std::optional<float> scale, int causal, nb::handle lse, int num_splits,
            std::uintptr_t stream) {
             fa::KVCacheParams p;
             p.q = view_of(q, "q");
@@ -337,7 +351,7 @@ NB_MODULE(_C, m) {
             if (!v_new.is_none())
                 p.v_new = view_of(v_new, "v");
             p.softmax_scale = scale;
-            p.causal = causal;
+            set_causal(p, causal);
             p.lse = lse_pointer(
                 lse, static_cast<std::size_t>(p.q.shape[0] * p.q.shape[1] * p.q.shape[2]));
             p.num_splits = num_splits;

@@ -288,6 +288,24 @@ def test_any_length_causal_gqa_and_lse(shape):
 
 
 @needs_gpu
+@pytest.mark.parametrize("sq,sk", [(300, 1000), (1000, 300), (4, 3000)])
+def test_top_left_causal_is_sdpas_is_causal(sq, sk):
+    # Callers porting from SDPA: causal_alignment="top_left" is its is_causal (query i sees
+    # keys j <= i), on the dense kernels and on the split-KV path forward() takes for (4, 3000).
+    for dtype, d in built_kinds():
+        t = torch_dtype(dtype)
+        q, k, v = randn(2, sq, 4, d, dtype=t), randn(2, sk, 2, d, dtype=t), randn(2, sk, 2, d, dtype=t)
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            q.float().transpose(1, 2), k.float().repeat_interleave(2, dim=2).transpose(1, 2),
+            v.float().repeat_interleave(2, dim=2).transpose(1, 2), is_causal=True).transpose(1, 2)
+        for out in (fa.forward(q, k, v, causal=True, causal_alignment="top_left"),
+                    fa.forward_kvcache(q, k, v, causal=True, causal_alignment="top_left")):
+            assert (out.float() - expected).abs().max().item() < 2e-2
+    with pytest.raises(ValueError, match="causal_alignment"):
+        fa.forward(q, k, v, causal=True, causal_alignment="top-left")
+
+
+@needs_gpu
 def test_lse_with_out_and_scale():
     dtype, d = built_kinds()[0]
     t = torch_dtype(dtype)
