@@ -63,7 +63,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                 key_blocks(diagonal, tile.k.len, args.causal, consumer_row0,
                            max(1, min(Tr::rows_per_consumer, tile.q.len - consumer_row0)), Tr::B_c)
                     .unmasked,
-            .key_bound = args.causal ? tile.k.len - diagonal : tile.k.len,
+            .key_bound = args.causal && !args.top_left ? tile.k.len - tile.q.len : tile.k.len,
             .ring = ring,
             .pending_store = pending_store,
         };

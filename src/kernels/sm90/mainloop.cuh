@@ -202,8 +202,9 @@ struct Consumer {
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence
     int unmasked;                          // blocks before this one need no mask here
-    // Row r of the sequence sees keys below r + 1 + key_bound (causal: the sequence's
-    // keys minus its queries) or below key_bound (its keys): one register across the
+    // Row r of the sequence sees keys below r + 1 + key_bound (causal at the bottom right:
+    // the sequence's keys minus its queries), below min(r + 1, key_bound) (causal at the top
+    // left: its keys) or below key_bound (not causal: its keys): one register across the
     // main loop instead of both lengths (two cost d_head 128's dynamic kernel a spill).
     // Rows past the sequence's end see more, but are never stored.
     int key_bound;
@@ -300,9 +301,11 @@ struct Consumer {
             return;
         if constexpr (PerSequence) {
             const bool causal = args.causal;
+            const bool top_left = args.top_left;
             const int bound = key_bound;
-            mask_scores_by(s, first_row, j * Tr::B_c,
-                           [=](int row) { return causal ? row + 1 + bound : bound; });
+            mask_scores_by(s, first_row, j * Tr::B_c, [=](int row) {
+                return !causal ? bound : top_left ? min(row + 1, bound) : row + 1 + bound;
+            });
         } else {
             mask_scores(s, first_row, j * Tr::B_c, args.diagonal_seq_q, args.seq_k, args.causal);
         }
