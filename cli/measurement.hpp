@@ -28,10 +28,17 @@ struct Shape {
     std::optional<float> scale;  // softmax scale; default 1/sqrt(d_head)
     Api api = Api::dense;
     int page_size = 0;  // kvcache: 0 contiguous, else the rows of a page
+    // The attention variants (Variants): a sliding window (-1: unbounded), a softcap (0:
+    // off), random sinks per query head.
+    int window_left = -1;
+    int window_right = -1;
+    float softcap = 0;
+    bool sinks = false;
 
     // 4 * heads * d_head * (query, key) pairs (two GEMMs of 2 * M * N * K each). Dense:
     // batch * seq_q * seq_k pairs, halved with causal masking by the usual convention.
     // kvcache and varlen: the pairs each row sees (bottom-right causal), as bench/serving.py.
+    // With a sliding window: the pairs each row sees.
     double flop() const;
     // Bytes of K and V the keys take (each read once by a decoding kernel).
     double kv_bytes() const;

@@ -197,6 +197,30 @@ void GridOptions::add_to(CLI::App& cmd) {
         ->check(head_count());
     cmd.add_flag("--causal", causal, "causal masking, aligned at the bottom right");
     cmd.add_option("--scale", scale, "softmax scale (default 1/sqrt(d_head))");
+    variants.add_to(cmd);
+}
+
+void VariantOptions::add_to(CLI::App& cmd) {
+    cmd.add_option("--window", window,
+                   "sliding window LEFT,RIGHT around each query's diagonal position (-1: "
+                   "unbounded; with --causal RIGHT is -1 or 0)");
+    cmd.add_option("--softcap", softcap, "logit softcap: scores become softcap * tanh(s / softcap)")
+        ->check(number_in(0, 1e6));
+    cmd.add_flag("--sinks", sinks, "attention sinks: a random logit per query head");
+}
+
+void VariantOptions::apply(Shape& shape) const {
+    if (!window.empty()) {
+        const std::vector<int> sides = parse_int_list(window, "--window", -1, k_max_seq);
+        if (sides.size() != 2) {
+            throw UsageError("--window: expected LEFT,RIGHT (two integers, -1 unbounded), got " +
+                             window);
+        }
+        shape.window_left = sides[0];
+        shape.window_right = sides[1];
+    }
+    shape.softcap = softcap;
+    shape.sinks = sinks;
 }
 
 void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen) {
@@ -246,7 +270,7 @@ Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
         throw UsageError("--heads-kv: expected a divisor of the query heads (" + std::to_string(h) +
                          "), got " + std::to_string(h_kv));
     }
-    return {.dtype = dtype,
+    Shape s{.dtype = dtype,
             .d_head = d_head,
             .batch = batch > 0 ? batch : std::max(1, 16384 / seq),
             .heads = h,
@@ -257,6 +281,8 @@ Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
             .scale = scale,
             .api = api(),
             .page_size = page_size};
+    variants.apply(s);
+    return s;
 }
 
 }  // namespace flash_attention::cli

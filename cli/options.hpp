@@ -57,6 +57,17 @@ void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std
 // False, after a one-line message on stderr, when this machine has no CUDA device.
 bool gpu_available();
 
+// --window, --softcap and --sinks: the attention variants of a problem (Shape's fields).
+struct VariantOptions {
+    std::string window;  // "LEFT,RIGHT"
+    float softcap = 0;
+    bool sinks = false;
+
+    void add_to(CLI::App& cmd);
+    // Sets `shape`'s variant fields; UsageError for a malformed --window.
+    void apply(Shape& shape) const;
+};
+
 // The problem grid of bench and tune: sequence lengths, and head dims and dtypes
 // (filters for explicit configs, the grid itself for the automatic choice). Batch and
 // heads default to 16k tokens in total and a hidden size of 2048, as in the
@@ -76,6 +87,7 @@ struct GridOptions {
     bool kvcache = false;
     int page_size = 0;
     bool varlen = false;
+    VariantOptions variants;
 
     void add_to(CLI::App& cmd);
     void add_serving_to(CLI::App& cmd);

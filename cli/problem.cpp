@@ -76,6 +76,13 @@ HostProblem HostProblem::random(const Shape& shape, std::uint64_t seed) {
             p.v_pages = to_pages(p.v, shape.page_size, p.block_table);
         }
     }
+    if (shape.sinks) {
+        std::mt19937_64 rng(seed + 4);
+        std::normal_distribution<float> normal(0.0f, 3.0f);
+        p.sinks.resize(static_cast<std::size_t>(shape.heads));
+        for (float& x : p.sinks)
+            x = normal(rng);
+    }
     return p;
 }
 
@@ -100,6 +107,15 @@ DeviceProblem::DeviceProblem(const Shape& shape, const HostProblem& host)
         table_ = DeviceBuffer(host.block_table.size() * sizeof(std::int32_t));
         table_.upload(host.block_table);
     }
+    if (!host.sinks.empty()) {
+        sinks_ = DeviceBuffer(host.sinks.size() * sizeof(float));
+        sinks_.upload(host.sinks);
+    }
+}
+
+Variants DeviceProblem::variants() const {
+    return {shape_.window_left, shape_.window_right, shape_.softcap,
+            static_cast<const float*>(sinks_.data())};
 }
 
 std::size_t DeviceProblem::bytes(const Shape& shape) {
@@ -114,6 +130,7 @@ std::size_t DeviceProblem::bytes(const Shape& shape) {
 ForwardParams DeviceProblem::dense_params(float* lse) const {
     ForwardParams p{q_.view, k_.view, v_.view, o_.view, shape_.scale};
     p.causal = shape_.causal;
+    p.variants = variants();
     p.lse = lse;
     return p;
 }
@@ -131,6 +148,7 @@ KVCacheParams DeviceProblem::kvcache_params(int splits, float* lse) const {
     }
     p.softmax_scale = shape_.scale;
     p.causal = shape_.causal;
+    p.variants = variants();
     p.lse = lse;
     p.num_splits = splits;
     return p;
@@ -149,6 +167,7 @@ VarlenParams DeviceProblem::varlen_params(int splits, float* lse) const {
     p.max_seqlen_k = longest_;
     p.softmax_scale = shape_.scale;
     p.causal = shape_.causal;
+    p.variants = variants();
     p.lse = lse;
     p.num_splits = splits;
     return p;
@@ -200,11 +219,26 @@ reference::CheckResult check_output(const Shape& shape, const HostProblem& host,
                                     const HostTensor& out, const std::vector<float>* lse,
                                     int rows_per_head, std::uint64_t seed) {
     const double scale = softmax_scale_of(shape);
+    const std::vector<float>* sinks = host.sinks.empty() ? nullptr : &host.sinks;
+    const auto problem = [&](const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                             const HostTensor& o, const std::vector<float>* l) {
+        return reference::Problem{q,
+                                  k,
+                                  v,
+                                  o,
+                                  scale,
+                                  shape.causal,
+                                  l,
+                                  false,
+                                  shape.window_left,
+                                  shape.window_right,
+                                  shape.softcap,
+                                  sinks};
+    };
     if (shape.api != Api::varlen) {
         const auto rows =
             reference::sample_rows(shape.batch, shape.heads, shape.seq_q, rows_per_head, seed);
-        return reference::check_attention({host.q, host.k, host.v, out, scale, shape.causal, lse},
-                                          rows);
+        return reference::check_attention(problem(host.q, host.k, host.v, out, lse), rows);
     }
     // One check per sequence; the result is the one closest to its tolerance, with the
     // rows and non-finite values of all of them.
@@ -225,7 +259,7 @@ reference::CheckResult check_output(const Shape& shape, const HostProblem& host,
             }
         }
         const reference::CheckResult r = reference::check_attention(
-            {q, k, v, o, scale, shape.causal, lse ? &seq_lse : nullptr},
+            problem(q, k, v, o, lse ? &seq_lse : nullptr),
             reference::sample_rows(1, shape.heads, n, rows_per_head, seed + b));
         rows_checked += r.rows_checked;
         non_finite += r.non_finite;

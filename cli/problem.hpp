@@ -44,6 +44,8 @@ struct HostProblem {
     // kvcache: cache_seqlens (every sequence uses all seq_k keys); varlen: the offsets
     // cu_seqlens (batch + 1) of varlen_lengths(shape), for queries and keys alike.
     std::vector<std::int32_t> seqlens;
+    // Shape::sinks: one per query head, normal with a spread of 3; empty otherwise.
+    std::vector<float> sinks;
 
     static HostProblem random(const Shape& shape, std::uint64_t seed);
 };
@@ -66,10 +68,11 @@ class DeviceProblem {
     ForwardParams dense_params(float* lse) const;
     KVCacheParams kvcache_params(int splits, float* lse) const;
     VarlenParams varlen_params(int splits, float* lse) const;
+    Variants variants() const;
 
     Shape shape_;
     DeviceTensor q_, k_, v_, o_;
-    DeviceBuffer seqlens_, table_;
+    DeviceBuffer seqlens_, table_, sinks_;
     std::int64_t pages_per_seq_ = 0;
     std::int32_t longest_ = 1;  // varlen: the longest sequence drawn
 };

@@ -33,6 +33,27 @@ std::string api_name(const Shape& s) {
 
 double Shape::flop() const {
     const double per_pair = 4.0 * heads * d_head;
+    if (window_left >= 0 || window_right >= 0) {
+        // Row i (diagonal position i + keys - queries) sees [pos - left, pos + right] of the
+        // keys; varlen: each sequence its own.
+        const auto pairs_of = [&](double queries, double keys) {
+            const double right = causal ? 0 : window_right;
+            double pairs = 0;
+            for (double i = 0; i < queries; ++i) {
+                const double pos = i + keys - queries;
+                const double lo = window_left >= 0 ? std::max(0.0, pos - window_left) : 0.0;
+                const double hi = right >= 0 ? std::min(keys, pos + right + 1) : keys;
+                pairs += std::max(0.0, hi - lo);
+            }
+            return pairs;
+        };
+        if (api != Api::varlen)
+            return per_pair * batch * pairs_of(seq_q, seq_k);
+        double pairs = 0;
+        for (const int n : varlen_lengths(*this))
+            pairs += pairs_of(n, n);
+        return per_pair * pairs;
+    }
     if (api == Api::dense)
         return per_pair * batch * double(seq_q) * seq_k / (causal ? 2 : 1);
     if (api == Api::varlen) {

@@ -37,6 +37,7 @@ struct RunOptions {
     int page_size = 0;
     bool varlen = false;
     int splits = 0;
+    VariantOptions variants;
 };
 
 DType parse_dtype(const std::string& s) {
@@ -85,17 +86,18 @@ int run(const RunOptions& opt) {
     if (!gpu_available())
         return exit_failure;
 
-    const Shape shape{.dtype = dtype,
-                      .d_head = d_head,
-                      .batch = opt.batch,
-                      .heads = opt.heads,
-                      .seq_q = opt.seq,
-                      .seq_k = opt.seq_k.value_or(opt.seq),
-                      .heads_kv = heads_kv,
-                      .causal = opt.causal,
-                      .scale = opt.scale,
-                      .api = api,
-                      .page_size = opt.page_size};
+    Shape shape{.dtype = dtype,
+                .d_head = d_head,
+                .batch = opt.batch,
+                .heads = opt.heads,
+                .seq_q = opt.seq,
+                .seq_k = opt.seq_k.value_or(opt.seq),
+                .heads_kv = heads_kv,
+                .causal = opt.causal,
+                .scale = opt.scale,
+                .api = api,
+                .page_size = opt.page_size};
+    opt.variants.apply(shape);
     const std::uint64_t seed = std::random_device{}();
     const HostProblem host = HostProblem::random(shape, seed);
     const DeviceProblem problem(shape, host);
@@ -112,6 +114,11 @@ int run(const RunOptions& opt) {
                 api == Api::varlen ? "1.." : "", shape.seq_q,
                 api == Api::varlen ? shape.seq_q : shape.seq_k, d_head,
                 std::string(to_string(dtype)).c_str(), opt.causal ? ", causal" : "");
+    if (shape.window_left != -1 || shape.window_right != -1 || shape.softcap != 0 || shape.sinks) {
+        std::printf("variants window (%d, %d), softcap %g%s\n", shape.window_left,
+                    shape.window_right, static_cast<double>(shape.softcap),
+                    shape.sinks ? ", sinks" : "");
+    }
     std::printf("device   %s\n", DeviceProperties::current().description().c_str());
 
     // The first run is both the warm-up and the one whose output is checked.
@@ -168,6 +175,7 @@ void add_run_command(CLI::App& app, Action& action) {
     cmd->add_option("--dtype", o->dtype, "fp16 or bf16 (default: the config's, else bf16)")
         ->check(CLI::IsMember({"fp16", "bf16"}, CLI::ignore_case));
     cmd->add_option("--scale", o->scale, "softmax scale (default 1/sqrt(d_head))");
+    o->variants.add_to(*cmd);
     cmd->add_option("--repeat", o->repeat, "timed runs after the warm-up")
         ->check(integer_in(1, 10000))
         ->capture_default_str();

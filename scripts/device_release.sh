@@ -35,6 +35,12 @@
 #             of the chunked prefill contiguous and paged 16
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
+#   variants  issue 15: the GPU tests of sliding window, softcap and sinks (and top-left causal)
+#             on a release build (test_gpu and the command line carried prebuilt in .dev/carry
+#             when they run here, else built), memcheck of some, the bars (window (4096, 0)
+#             against causal at 32k; softcap and sinks against none at 16k, interleaved), then
+#             the default Python package (built in the background meanwhile) and its variant
+#             and Hugging Face model tests
 set -uo pipefail
 # The device tool brings back at most 8 files: the summary, and the logs packed after every
 # stage (so a call stopped at its time limit still returns what the finished stages wrote).
@@ -564,6 +570,68 @@ PY
         grep -E "Duration|DRAM Throughput|Compute \(SM\)|Stall|Warp Cycles Per Issued|Issued Warp|No Eligible|L2 Hit|L1/TEX Hit|Mem Busy" \
           "$OUT/pp_ncu.txt" | cut -c1-200 | tee -a "$summary"
       done ;;
+    variants)
+      fresh_clone
+      mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
+      ( (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=12 python3 -m pip install --no-build-isolation --no-deps \
+        --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1; echo $? > "$OUT/pip_after.rc" ) &
+      T="$REPO/.dev/carry/test_gpu"
+      FA="$REPO/.dev/carry/flash_attention"
+      if ! "$T" --gtest_list_tests > /dev/null 2>&1 || ! "$FA" list > /dev/null 2>&1; then
+        (cd "$FRESH" && cmake -S . -B build -G Ninja > /dev/null && cmake --build build) > "$OUT/build.log" 2>&1
+        note "release build: exit $? ($(( $(date +%s) - start )) s)"
+        T="$FRESH/build/tests/test_gpu"
+        FA="$FRESH/build/bin/flash_attention"
+      fi
+      note "binaries: $T ($(( $(date +%s) - start )) s)"
+      timeout 240 "$T" --gtest_filter="${VARIANTS_FILTER:-*Variants*:*OddShapes*:Serving/Varlen.*:ForwardDecode*}" \
+        > "$OUT/test_gpu_variants.log" 2>&1
+      note "test_gpu variants: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu_variants.log" | tr '\n' ' ')"
+      note "  last started: $(grep -E '^\[ RUN' "$OUT/test_gpu_variants.log" | tail -1)"
+      grep -E '^\[  FAILED|Failure|FAILED:|sequence' "$OUT/test_gpu_variants.log" | head -12 | tee -a "$summary"
+      timeout 90 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$T" \
+        --gtest_filter='Built/EveryConfigVariants.*config0_shape[0-9]:Built/EveryConfigVariants.*sm80_config2*_shape[78]' \
+        > "$OUT/variants_memcheck.log" 2>&1
+      note "variants memcheck: exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/variants_memcheck.log" | tr '\n' ' ')"
+      # The bars, interleaved: bf16 d_head 128, 32/8 heads.
+      H=(--heads 32 --heads-kv 8 --d-head 128 --dtype bf16 --runs 10 --rounds 2 --warmup-ms 300 --format json)
+      for i in 1 2; do
+        for v in causal window; do
+          extra=(--causal); [ $v = window ] && extra+=(--window 4096,0)
+          timeout 60 "$FA" bench --seq 32768 --batch 1 "${H[@]}" "${extra[@]}" > "$OUT/bars_32k_${v}_$i.json" 2>> "$OUT/bars.err"
+        done
+        for v in plain softcap sinks; do
+          extra=(); [ $v = softcap ] && extra=(--softcap 50); [ $v = sinks ] && extra=(--sinks)
+          timeout 60 "$FA" bench --seq 16384 --batch 1 "${H[@]}" "${extra[@]}" > "$OUT/bars_16k_${v}_$i.json" 2>> "$OUT/bars.err"
+        done
+      done
+      python3 - "$OUT" <<'PY' | tee -a "$summary"
+import glob, json, os, statistics, sys
+out = sys.argv[1]
+def ms(name):
+    t = []
+    for f in sorted(glob.glob(os.path.join(out, f"bars_{name}_*.json"))):
+        try:
+            t += [m["median_ms"] for m in json.load(open(f))["measurements"]]
+        except (ValueError, KeyError):
+            pass
+    return statistics.median(t) if t else float("nan")
+c, w = ms("32k_causal"), ms("32k_window")
+p, s, k = ms("16k_plain"), ms("16k_softcap"), ms("16k_sinks")
+print(f"32k causal {c:.3f} ms, window (4096, 0) {w:.3f} ms: {c / w:.2f}x faster (bar 6x)")
+print(f"16k plain {p:.3f} ms, softcap 50 {s:.3f} ms (+{100 * (s / p - 1):.1f}%, bar 10%), "
+      f"sinks {k:.3f} ms (+{100 * (k / p - 1):.1f}%, bar 3%)")
+PY
+      timeout 60 "$FA" run --check --seq 4095 --batch 1 --heads 32 --heads-kv 8 --causal --window 1000,0 --softcap 30 --sinks \
+        > "$OUT/cli_run_variants.log" 2>&1
+      note "cli run --check --window 1000,0 --softcap 30 --sinks: exit $? $(grep -E '^(kernel|check)' "$OUT/cli_run_variants.log" | tr '\n' ' ' | cut -c1-240)"
+      wait
+      note "pip: exit $(cat "$OUT/pip_after.rc") ($(( $(date +%s) - start )) s)"
+      (cd /tmp && PYTHONPATH=/tmp/site_after timeout 200 python3 -m pytest -q -rs -s \
+        "$FRESH/python/tests/test_variants.py" "$FRESH/python/tests/test_models.py" \
+        "$FRESH/python/tests/test_forward.py") > "$OUT/pytest_variants.log" 2>&1
+      note "pytest variants, models, forward: exit $? $(tail -1 "$OUT/pytest_variants.log")"
+      grep -E "^FAILED|Error|assert|top-1" "$OUT/pytest_variants.log" | head -10 | cut -c1-300 | tee -a "$summary" ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"

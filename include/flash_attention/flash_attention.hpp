@@ -45,6 +45,33 @@ struct TensorView {
 // is_causal). The same when seq_q == seq_k.
 enum class CausalAlignment : int { bottom_right, top_left };
 
+// Attention variants of today's models, shared by every entry point; the defaults leave
+// plain attention. Query i's position on the diagonal is d(i) = i + seq_k - seq_q aligned at
+// the bottom right, d(i) = i at the top left (causal_alignment, also without causal).
+struct Variants {
+    // Sliding window (flash_attn's window_size = (left, right); Mistral, Gemma-2/3 local
+    // layers, gpt-oss): query i sees keys j with d(i) - window_left <= j <= d(i) +
+    // window_right; -1 leaves that side unbounded. Causal masking is window_right 0, so with
+    // causal it must be -1 or 0. Blocks wholly outside the window are skipped: the cost
+    // grows with the window, not the sequence.
+    int window_left = -1;
+    int window_right = -1;
+    // Logit softcap (Gemma-2, Grok): scores become softcap * tanh(scores * softmax_scale /
+    // softcap) before the softmax; 0 is off.
+    float softcap = 0.0f;
+    // Attention sinks (gpt-oss; FlashAttention-4's learnable_sink): device fp32, one logit
+    // per query head, in the units of the scaled scores. It joins each row's softmax
+    // denominator and contributes no value; the LSE includes it. A row that sees no key
+    // then gets zeros and LSE sinks[head]. Null: none. Values are not checked (no host sync):
+    // a NaN sink gives NaN rows.
+    const float* sinks = nullptr;
+
+    // Whether any variant is set.
+    bool any() const {
+        return window_left != -1 || window_right != -1 || softcap != 0.0f || sinks != nullptr;
+    }
+};
+
 // q, o: (batch, seq_q, heads_q, d_head); k, v: (batch, seq_k, heads_kv, d_head), with
 // heads_q a multiple of heads_kv (grouped-query and multi-query attention: query head h
 // reads K/V head h / (heads_q / heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 128 or 256.
@@ -59,6 +86,7 @@ struct ForwardParams {
     // sees no key gets zeros and LSE -inf.
     bool causal = false;
     CausalAlignment causal_alignment = CausalAlignment::bottom_right;
+    Variants variants{};  // sliding window, softcap, sinks
     // Optional output: log-sum-exp of each row's scaled scores, natural log, fp32,
     // contiguous (batch, heads_q, seq_q), for merging partial results or a backward pass.
     float* lse = nullptr;
@@ -109,6 +137,7 @@ struct VarlenParams {
     std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
     bool causal = false;                 // per sequence, aligned at its bottom right
     CausalAlignment causal_alignment = CausalAlignment::bottom_right;  // or its top left
+    Variants variants{};   // per sequence, aligned as causal is
     float* lse = nullptr;  // optional output, fp32 (heads_q, total_q)
     // 0: the library's choice: queries that fill tiles (not a decoding shape) run on the
     // kernel forward() would choose for the longest sequence when it is an sm90 one
@@ -140,6 +169,7 @@ struct KVCacheParams {
     std::optional<float> softmax_scale;
     bool causal = false;
     CausalAlignment causal_alignment = CausalAlignment::bottom_right;
+    Variants variants{};   // per sequence, aligned as causal is
     float* lse = nullptr;  // optional output, fp32 (batch, heads_q, seq_q)
     int num_splits = 0;    // as VarlenParams::num_splits
 };

@@ -26,15 +26,53 @@ def _check(name: str, t, device=None):
         raise TypeError(f"{name}.dtype: expected torch.float16 or torch.bfloat16, got {t.dtype}")
 
 
-def _check_no_grad(q, k, v, grad_enabled=None):
+def _check_no_grad(q, k, v, grad_enabled=None, sinks=None):
     # No backward pass yet: an output without a graph would silently lose the gradients.
     if torch.is_grad_enabled() if grad_enabled is None else grad_enabled:
-        for name, t in (("q", q), ("k", k), ("v", v)):
-            if t.requires_grad:
+        for name, t in (("q", q), ("k", k), ("v", v), ("learnable_sink", sinks)):
+            if isinstance(t, torch.Tensor) and t.requires_grad:
                 raise NotImplementedError(
                     f"{name}: expected a tensor that does not require grad (flash_attention_scratch "
                     "has no backward pass yet; call it under torch.no_grad() or pass detached "
                     "inputs), got one with requires_grad=True")
+
+
+def _window(window_size):
+    """flash_attn's window_size = (left, right), -1 meaning unbounded on that side."""
+    try:
+        left, right = window_size
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size: expected a (left, right) pair of ints, got {window_size!r}") from None
+    for name, side in (("left", left), ("right", right)):
+        if isinstance(side, bool) or not isinstance(side, int):
+            raise TypeError(f"window_size[{name}]: expected an int (-1: unbounded), got {type(side).__name__}")
+    return int(left), int(right)
+
+
+def _sinks(learnable_sink, q, heads):
+    """The address of a (heads,) float32 tensor of attention sinks on q's device; 0 for None."""
+    if learnable_sink is None:
+        return 0
+    t = learnable_sink
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"learnable_sink: expected a torch.Tensor of float32, got {type(t).__name__}")
+    if t.device != q.device:
+        raise ValueError(f"learnable_sink: expected a tensor on {q.device} (q's device), got {t.device}")
+    if t.dtype != torch.float32:
+        raise TypeError(f"learnable_sink.dtype: expected torch.float32, got {t.dtype}")
+    if tuple(t.shape) != (heads,):
+        raise ValueError(f"learnable_sink.shape: expected ({heads},) (one per query head), got {tuple(t.shape)}")
+    if not t.is_contiguous():
+        raise ValueError(f"learnable_sink: expected a contiguous tensor, got strides {t.stride()}")
+    return t.data_ptr()
+
+
+def _variants(window_size, softcap, learnable_sink):
+    """The ops' variant arguments: window_left, window_right, softcap, sinks."""
+    left, right = _window(window_size)
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"softcap: expected a float (0: off), got {type(softcap).__name__}")
+    return left, right, float(softcap), learnable_sink
 
 
 def _lse_like(q):
@@ -42,59 +80,70 @@ def _lse_like(q):
     return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
 
 
-def _run(q, k, v, out, lse, softmax_scale, causal, config):
+def _variant_kwargs(q, window_left, window_right, softcap, sinks):
+    # sinks: (heads_q,) float32, q's heads on axis -2 whatever q's rank
+    return dict(window_left=window_left, window_right=window_right, softcap=softcap,
+                sinks=_sinks(sinks, q, q.shape[-2]))
+
+
+def _run(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0,
+         sinks=None):
     cfg = None if config is None else _parse(config)
+    var = _variant_kwargs(q, window_left, window_right, softcap, sinks)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     if q.device.index == torch.cuda.current_device():
-        _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse)
+        _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse, **var)
     else:  # the library launches on the current device
         with torch.cuda.device(q.device):
-            _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse)
+            _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse, **var)
 
 
 @torch.library.custom_op("flash_attention_scratch::forward", mutates_args=(), device_types="cuda")
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-                causal: int, config: Optional[str]) -> torch.Tensor:
+                causal: int, config: Optional[str], window_left: int, window_right: int, softcap: float,
+                sinks: Optional[torch.Tensor]) -> torch.Tensor:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    _run(q, k, v, out, None, softmax_scale, causal, config)
+    _run(q, k, v, out, None, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
     return out
 
 
 @_forward_op.register_fake
-def _(q, k, v, softmax_scale, causal, config):
+def _(q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks):
     return q.new_empty(q.shape)
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_lse", mutates_args=(), device_types="cuda")
 def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-                    causal: int, config: Optional[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+                    causal: int, config: Optional[str], window_left: int, window_right: int, softcap: float,
+                    sinks: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _lse_like(q)
-    _run(q, k, v, out, lse, softmax_scale, causal, config)
+    _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
     return out, lse
 
 
 @_forward_lse_op.register_fake
-def _(q, k, v, softmax_scale, causal, config):
+def _(q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_out", mutates_args=("out", "lse"), device_types="cuda")
 def _forward_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                     lse: Optional[torch.Tensor], softmax_scale: Optional[float], causal: int,
-                    config: Optional[str]) -> None:
-    _run(q, k, v, out, lse, softmax_scale, causal, config)
+                    config: Optional[str], window_left: int, window_right: int, softcap: float,
+                    sinks: Optional[torch.Tensor]) -> None:
+    _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
 
 
 @_forward_out_op.register_fake
-def _(q, k, v, out, lse, softmax_scale, causal, config):
+def _(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks):
     return None
 
 
 def _no_backward_setup(ctx, inputs, output):
     # Runs only when autograd records the op (grad mode on, an input requiring grad), and
     # itself under no_grad: grad mode is known to have been on.
-    _check_no_grad(*inputs[:3], grad_enabled=True)
+    _check_no_grad(*inputs[:3], grad_enabled=True, sinks=inputs[-1])
 
 
 def _no_backward(ctx, *grads):
@@ -116,16 +165,18 @@ def _causal(causal, causal_alignment):
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
-            config=None, out=None):
+            config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
+    var = _variants(window_size, softcap, learnable_sink)
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
-    _check_no_grad(q, k, v)
+    _check_no_grad(q, k, v, sinks=learnable_sink)
     if out is not None:
         _check("out", out, q.device)
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
     causal = _causal(causal, causal_alignment)
+    _sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     if config is not None and not isinstance(config, str):
         if not isinstance(config, _C.KernelConfig):
             raise TypeError(f"config: expected a KernelConfig or its short form, got {type(config).__name__}")
@@ -134,16 +185,16 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         # Traced: the custom ops, whose fake implementations give torch.compile shapes.
         if out is None:
             if return_lse:
-                return torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config)
-            return torch.ops.flash_attention_scratch.forward(q, k, v, softmax_scale, causal, config)
+                return torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config, *var)
+            return torch.ops.flash_attention_scratch.forward(q, k, v, softmax_scale, causal, config, *var)
         lse = _lse_like(q) if return_lse else None
-        torch.ops.flash_attention_scratch.forward_out(q, k, v, out, lse, softmax_scale, causal, config)
+        torch.ops.flash_attention_scratch.forward_out(q, k, v, out, lse, softmax_scale, causal, config, *var)
         return (out, lse) if return_lse else out
     # Eager: the same work without the dispatcher's tens of microseconds per call.
     if out is None:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _lse_like(q) if return_lse else None
-    _run(q, k, v, out, lse, softmax_scale, causal, config)
+    _run(q, k, v, out, lse, softmax_scale, causal, config, *var)
     return (out, lse) if return_lse else out
 
 
@@ -190,7 +241,8 @@ def _table_args(block_table, device, batch):
 
 
 def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
-                max_seqlen_q, max_seqlen_k, softmax_scale, causal, num_splits):
+                max_seqlen_q, max_seqlen_k, softmax_scale, causal, num_splits, window_left=-1, window_right=-1,
+                softcap=0.0, sinks=None):
     if q.dim() != 3:
         raise ValueError(f"q: expected 3 dimensions (total_q, heads, d_head), got {q.dim()}")
     cu_q = _index("cu_seqlens_q", cu_seqlens_q, q.device, (None,))
@@ -206,40 +258,44 @@ def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
         if t.dim() != kd:
             raise ValueError(f"{name}: expected {kd} dimensions {want}, got {t.dim()}")
     k4, v4 = (k, v) if paged else (k.unsqueeze(0), v.unsqueeze(0))
+    var = _variant_kwargs(q, window_left, window_right, softcap, sinks)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     _on_device(q.device, lambda: _C.forward_varlen(
         q.unsqueeze(0), k4, v4, out.unsqueeze(0), cu_q, cu_k, used, table, max_pages, table_stride,
-        batch, int(max_seqlen_q), int(max_seqlen_k), softmax_scale, causal, lse, int(num_splits), stream))
+        batch, int(max_seqlen_q), int(max_seqlen_k), softmax_scale, causal, lse, int(num_splits), stream,
+        **var))
 
 
 def _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
-                 causal, num_splits):
+                 causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
     if q.dim() != 4:
         raise ValueError(f"q: expected 4 dimensions (batch, seq_q, heads, d_head), got {q.dim()}")
     batch = q.shape[0]
     seqlens = _index("cache_seqlens", cache_seqlens, q.device, (batch,))
     table, max_pages, table_stride = _table_args(block_table, q.device, batch)
+    var = _variant_kwargs(q, window_left, window_right, softcap, sinks)
     stream = torch.cuda.current_stream(q.device).cuda_stream
     _on_device(q.device, lambda: _C.forward_kvcache(
         q, k_cache, v_cache, out, seqlens, table, max_pages, table_stride, k, v, softmax_scale,
-        causal, lse, int(num_splits), stream))
+        causal, lse, int(num_splits), stream, **var))
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_varlen", mutates_args=(), device_types="cuda")
 def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor],
                block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
-               softmax_scale: Optional[float], causal: int, num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+               softmax_scale: Optional[float], causal: int, num_splits: int, window_left: int,
+               window_right: int, softcap: float, sinks: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _varlen_lse_like(q)
     _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                max_seqlen_k, softmax_scale, causal, num_splits)
+                max_seqlen_k, softmax_scale, causal, num_splits, window_left, window_right, softcap, sinks)
     return out, lse
 
 
 @_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
-      softmax_scale, causal, num_splits):
+      softmax_scale, causal, num_splits, window_left, window_right, softcap, sinks):
     return q.new_empty(q.shape), _varlen_lse_like(q)
 
 
@@ -249,16 +305,18 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
 def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: Optional[torch.Tensor],
                 v: Optional[torch.Tensor], cache_seqlens: Optional[torch.Tensor],
                 block_table: Optional[torch.Tensor], softmax_scale: Optional[float], causal: int,
-                num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                num_splits: int, window_left: int, window_right: int, softcap: float,
+                sinks: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _lse_like(q)
     _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
-                 causal, num_splits)
+                 causal, num_splits, window_left, window_right, softcap, sinks)
     return out, lse
 
 
 @_kvcache_op.register_fake
-def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits):
+def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, window_left,
+      window_right, softcap, sinks):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
@@ -277,14 +335,16 @@ def _scale_and_splits(softmax_scale, num_splits):
 
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
                    causal=False, causal_alignment="bottom_right", seqused_k=None, block_table=None, num_splits=0,
-                   return_lse=False):
+                   return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
+    var = _variants(window_size, softcap, learnable_sink)
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
-    _check_no_grad(q, k, v)
+    _check_no_grad(q, k, v, sinks=learnable_sink)
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
+    _sinks(learnable_sink, q, q.shape[-2])  # its errors before any work
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, int(max_seqlen_q), int(max_seqlen_k),
-            softmax_scale, _causal(causal, causal_alignment), num_splits)
+            softmax_scale, _causal(causal, causal_alignment), num_splits, *var)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args)
     else:
@@ -296,24 +356,25 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
                     softmax_scale=None, causal=False, causal_alignment="bottom_right", num_splits=0,
-                    return_lse=False):
+                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
+    var = _variants(window_size, softcap, learnable_sink)
     _check("q", q)
     _check("k_cache", k_cache, q.device)
     _check("v_cache", v_cache, q.device)
     for name, t in (("k", k), ("v", v)):
         if t is not None:
             _check(name, t, q.device)
-    _check_no_grad(q, k_cache, v_cache)
+    _check_no_grad(q, k_cache, v_cache, sinks=learnable_sink)
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
+    _sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     causal = _causal(causal, causal_alignment)
-    args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits)
+    args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, *var)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_kvcache(*args)
     else:
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = _lse_like(q) if return_lse else None
-        _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
-                     causal, num_splits)
+        _run_kvcache(q, k_cache, v_cache, out, lse, *args[3:])
     return (out, lse) if return_lse else out

@@ -197,12 +197,19 @@ void set_causal(Params& p, int causal) {
         causal == 2 ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right;
 }
 
+// The attention variants from the Python layer: the window's sides, the softcap and the
+// address of its checked float32 sinks (0: none).
+fa::Variants variants_of(int window_left, int window_right, float softcap, std::uintptr_t sinks) {
+    return {window_left, window_right, softcap, reinterpret_cast<const float*>(sinks)};
+}
+
 fa::ForwardParams params_of(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
-                            std::optional<float> scale, int causal = 0,
-                            nb::handle lse = nb::none()) {
+                            std::optional<float> scale, int causal = 0, nb::handle lse = nb::none(),
+                            fa::Variants variants = {}) {
     fa::ForwardParams p{view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"),
                         scale};
     set_causal(p, causal);
+    p.variants = variants;
     p.lse = lse_pointer(lse, static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]));
     return p;
 }
@@ -283,8 +290,10 @@ NB_MODULE(_C, m) {
         "forward",
         [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, std::optional<float> scale,
            std::optional<fa::KernelConfig> config, std::uintptr_t stream, int causal,
-           nb::handle lse) {
-            const fa::ForwardParams p = params_of(q, k, v, out, scale, causal, lse);
+           nb::handle lse, int window_left, int window_right, float softcap, std::uintptr_t sinks) {
+            const fa::ForwardParams p =
+                params_of(q, k, v, out, scale, causal, lse,
+                          variants_of(window_left, window_right, softcap, sinks));
             const auto s = reinterpret_cast<fa::Stream>(stream);
             if (config) {
                 fa::forward(p, *config, s);
@@ -294,7 +303,8 @@ NB_MODULE(_C, m) {
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("softmax_scale").none(),
         nb::arg("config").none(), nb::arg("stream"), nb::arg("causal") = 0,
-        nb::arg("lse").none() = nb::none(),
+        nb::arg("lse").none() = nb::none(), nb::arg("window_left") = -1,
+        nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
         "Writes attention of (batch, seq, heads, d_head) CUDA arrays into `out` (and the\n"
         "log-sum-exp into `lse`, float32 (batch, heads, seq_q), when given) on `stream`.");
 
@@ -306,8 +316,10 @@ NB_MODULE(_C, m) {
            std::uintptr_t cu_seqlens_k, std::uintptr_t seqused_k, std::uintptr_t block_table,
            std::int64_t max_pages, std::int64_t table_stride, std::int64_t batch,
            std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, std::optional<float> scale,
-           int causal, nb::handle lse, int num_splits, std::uintptr_t stream) {
+           int causal, nb::handle lse, int num_splits, std::uintptr_t stream, int window_left,
+           int window_right, float softcap, std::uintptr_t sinks) {
             fa::VarlenParams p;
+            p.variants = variants_of(window_left, window_right, softcap, sinks);
             p.q = view_of(q, "q");
             p.k = view_of(k, "k");
             p.v = view_of(v, "v");
@@ -329,7 +341,8 @@ NB_MODULE(_C, m) {
         nb::arg("cu_seqlens_k"), nb::arg("seqused_k"), nb::arg("block_table"), nb::arg("max_pages"),
         nb::arg("table_stride"), nb::arg("batch"), nb::arg("max_seqlen_q"), nb::arg("max_seqlen_k"),
         nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("lse").none(),
-        nb::arg("num_splits"), nb::arg("stream"),
+        nb::arg("num_splits"), nb::arg("stream"), nb::arg("window_left") = -1,
+        nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
         "Attention over packed sequences: (1, total, heads, d_head) arrays (see VarlenParams).");
 
     m.def(
@@ -338,8 +351,10 @@ NB_MODULE(_C, m) {
            std::uintptr_t cache_seqlens, std::uintptr_t block_table, std::int64_t max_pages,
            std::int64_t table_stride, nb::handle k_new, nb::handle v_new,
            std::optional<float> scale, int causal, nb::handle lse, int num_splits,
-           std::uintptr_t stream) {
+           std::uintptr_t stream, int window_left, int window_right, float softcap,
+           std::uintptr_t sinks) {
             fa::KVCacheParams p;
+            p.variants = variants_of(window_left, window_right, softcap, sinks);
             p.q = view_of(q, "q");
             p.k_cache = view_of(k_cache, "k_cache");
             p.v_cache = view_of(v_cache, "v_cache");
@@ -361,7 +376,8 @@ NB_MODULE(_C, m) {
         nb::arg("cache_seqlens"), nb::arg("block_table"), nb::arg("max_pages"),
         nb::arg("table_stride"), nb::arg("k_new").none(), nb::arg("v_new").none(),
         nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("lse").none(),
-        nb::arg("num_splits"), nb::arg("stream"),
+        nb::arg("num_splits"), nb::arg("stream"), nb::arg("window_left") = -1,
+        nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
         "Attention against a KV cache, appending k_new/v_new first (see KVCacheParams).");
 
     m.def(

@@ -16,10 +16,18 @@ TensorStrides strides(const TensorView& t) {
     return {t.stride[0], t.stride[1], t.stride[2]};
 }
 
+// -1 (unbounded) and anything past every position as k_unbounded_window: the same mask.
+int window_side(int side) {
+    return side < 0 || side > k_unbounded_window ? k_unbounded_window : side;
+}
+
 }  // namespace
 
 KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
-    const float scale = softmax_scale(p.softmax_scale, p.q.shape[3]);
+    const Variants& var = p.variants;
+    // With a softcap the softmax runs on tanh(score * scale / softcap) scaled by softcap.
+    const float given_scale = softmax_scale(p.softmax_scale, p.q.shape[3]);
+    const float scale = var.softcap != 0.0f ? var.softcap : given_scale;
     return {.q = p.q.data,
             .k = p.k.data,
             .v = p.v.data,
@@ -53,7 +61,11 @@ KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
                      .q_view_batch = static_cast<int>(p.q.shape[0]),
                      .q_view_seq = static_cast<int>(p.q.shape[1]),
                      .k_view_batch = static_cast<int>(p.k.shape[0]),
-                     .k_view_seq = static_cast<int>(p.k.shape[1])}};
+                     .k_view_seq = static_cast<int>(p.k.shape[1])},
+            .variants = needs_variant_kernel(var),
+            .band = {window_side(var.window_left), p.causal ? 0 : window_side(var.window_right)},
+            .softcap_prescale = var.softcap != 0.0f ? given_scale / var.softcap : 0.0f,
+            .sinks = var.sinks};
 }
 
 namespace {
@@ -98,6 +110,7 @@ KVCacheParams as_kvcache(const ForwardParams& params) {
     kv.softmax_scale = params.softmax_scale;
     kv.causal = params.causal;
     kv.causal_alignment = params.causal_alignment;
+    kv.variants = params.variants;
     kv.lse = params.lse;
     return kv;
 }
@@ -111,16 +124,26 @@ KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& 
     return {choose_kernel({problem}, device), 0};
 }
 
+namespace {
+
+// forward()'s decoding shapes run on the split-KV kernels, which take sinks but neither a
+// sliding window nor a softcap: those stay on the configs' variant kernels.
+bool forward_runs_split_kv(const ForwardParams& params) {
+    return !needs_variant_kernel(params.variants) && runs_split_kv(shape_of(params));
+}
+
+}  // namespace
+
 KernelChoice chosen_kernel(const ForwardParams& params) {
     validate_tensors(params);
-    if (runs_split_kv(shape_of(params)))
+    if (forward_runs_split_kv(params))
         return chosen_kernel(as_kvcache(params));
     return {choose_kernel(choice_problem(params), DeviceProperties::current()), 0};
 }
 
 void forward(const ForwardParams& params, Stream stream) {
     validate_tensors(params);
-    if (runs_split_kv(shape_of(params))) {
+    if (forward_runs_split_kv(params)) {
         forward_kvcache(as_kvcache(params), stream);
         return;
     }

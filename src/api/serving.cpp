@@ -134,7 +134,7 @@ KeySource key_source(const TensorView& k, const TensorView& v,
 
 SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const TensorView& k,
                            std::optional<float> given_scale, bool causal, CausalAlignment alignment,
-                           float* lse) {
+                           const float* sinks, float* lse) {
     const float scale = softmax_scale(given_scale, q.shape[3]);
     SplitKvArgs a{};
     a.q = q.data;
@@ -146,6 +146,7 @@ SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const Tenso
     a.view_seq_q = static_cast<int>(q.shape[1]);
     a.causal = causal;
     a.top_left = alignment == CausalAlignment::top_left;
+    a.sinks = sinks;
     a.softmax_scale = scale;
     a.scale_log2 = static_cast<float>(scale * std::numbers::log2e);
     a.lse = lse;
@@ -180,12 +181,24 @@ int requested_splits(const ProblemShape& shape, const DeviceProperties& device, 
     return tuning::lookup_splits(tuning::Key::of_splits(device, shape)).value_or(0);
 }
 
+// A sliding window or a softcap runs on the sm90 family whatever the shape: the split-KV
+// kernel takes neither (sinks it does).
 Route route(const ProblemShape& shape, const ForwardParams& views, int num_splits) {
     const DeviceProperties& device = DeviceProperties::current();
-    if (num_splits == 0 && !runs_split_kv(shape) && tma_problem(views).empty()) {
+    const bool variants = needs_variant_kernel(views.variants);
+    if (num_splits == 0 && (variants || !runs_split_kv(shape)) && tma_problem(views).empty()) {
         const std::optional<KernelConfig> config = find_kernel_for({shape, true}, device);
         if (config && config->family == Family::sm90)
             return {config, 0};
+    }
+    if (variants) {
+        const Variants& v = views.variants;
+        fail(ErrorCode::unsupported, "variants",
+             "no sliding window or softcap here: forward_varlen and forward_kvcache run them on "
+             "the sm90 family only (a Hopper GPU with its kernels built, num_splits 0, "
+             "TMA-addressable K/V)",
+             "window (" + std::to_string(v.window_left) + ", " + std::to_string(v.window_right) +
+                 "), softcap " + std::to_string(v.softcap));
     }
     return {std::nullopt, requested_splits(shape, device, num_splits)};
 }
@@ -281,9 +294,11 @@ void check_varlen(const VarlenParams& p, Stream stream) {
               {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}});
     check_softmax_scale(p.softmax_scale);
     check_causal_alignment(p.causal_alignment);
+    check_variants(p.variants, p.causal, softmax_scale(p.softmax_scale, p.q.shape[3]));
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
+                     {p.variants.sinks, "variants.sinks"},
                      {p.k.data, "k.data"},
                      {p.v.data, "v.data"},
                      {p.o.data, "o.data"},
@@ -300,7 +315,7 @@ ProblemShape varlen_shape(const VarlenParams& p) {
 }
 
 ForwardParams varlen_views(const VarlenParams& p) {
-    return {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.causal_alignment, p.lse};
+    return {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.causal_alignment, p.variants, p.lse};
 }
 
 // Everything forward_kvcache checks before a launch; returns k_new's length (0 without).
@@ -363,9 +378,11 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
               {{&p.q, "q"}, {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}, {&p.o, "o"}});
     check_softmax_scale(p.softmax_scale);
     check_causal_alignment(p.causal_alignment);
+    check_variants(p.variants, p.causal, softmax_scale(p.softmax_scale, p.q.shape[3]));
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
+                     {p.variants.sinks, "variants.sinks"},
                      {p.k_cache.data, "k_cache.data"},
                      {p.v_cache.data, "v_cache.data"},
                      {p.o.data, "o.data"},
@@ -388,7 +405,8 @@ ProblemShape kvcache_shape(const KVCacheParams& p) {
 }
 
 ForwardParams kvcache_views(const KVCacheParams& p) {
-    return {p.q, p.k_cache, p.v_cache, p.o, p.softmax_scale, p.causal, p.causal_alignment, p.lse};
+    return {p.q,      p.k_cache,          p.v_cache,  p.o,  p.softmax_scale,
+            p.causal, p.causal_alignment, p.variants, p.lse};
 }
 
 }  // namespace
@@ -427,8 +445,8 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
                     stream);
         return;
     }
-    SplitKvArgs a =
-        attention_args(p.q, p.o, p.k, p.softmax_scale, p.causal, p.causal_alignment, p.lse);
+    SplitKvArgs a = attention_args(p.q, p.o, p.k, p.softmax_scale, p.causal, p.causal_alignment,
+                                   p.variants.sinks, p.lse);
     a.cu_seqlens_q = p.cu_seqlens_q;
     a.max_seq_q = static_cast<int>(p.max_seqlen_q);
     a.batch = static_cast<int>(p.batch);
@@ -443,6 +461,9 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
     const std::int64_t seq_new = check_kvcache(p, stream);
     const std::int64_t batch = p.q.shape[0];
     const KeySource keys = key_source(p.k_cache, p.v_cache, p.pages);
+    // Routed before the append, so a call refused here leaves the cache as it was.
+    const ProblemShape s = kvcache_shape(p);
+    const Route r = route(s, kvcache_views(p), p.num_splits);
     if (p.k_new && seq_new > 0) {
         AppendArgs a{};
         a.k_new = p.k_new->data;
@@ -465,8 +486,6 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
                                stream);
     }
 
-    const ProblemShape s = kvcache_shape(p);
-    const Route r = route(s, kvcache_views(p), p.num_splits);
     if (r.sm90) {
         launch_sm90(*r.sm90, s, kvcache_views(p),
                     sequence_args(p.q, p.k_cache, keys, nullptr, nullptr, p.cache_seqlens,
@@ -474,8 +493,8 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
                     stream);
         return;
     }
-    SplitKvArgs a =
-        attention_args(p.q, p.o, p.k_cache, p.softmax_scale, p.causal, p.causal_alignment, p.lse);
+    SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.softmax_scale, p.causal,
+                                   p.causal_alignment, p.variants.sinks, p.lse);
     a.max_seq_q = static_cast<int>(p.q.shape[1]);
     a.batch = static_cast<int>(batch);
     a.keys = keys;

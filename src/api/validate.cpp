@@ -158,6 +158,42 @@ void check_softmax_scale(std::optional<float> scale) {
     }
 }
 
+void check_variants(const Variants& v, bool causal, float scale) {
+    for (const auto& [side, name] : {std::pair{v.window_left, "variants.window_left"},
+                                     {v.window_right, "variants.window_right"}}) {
+        if (side < -1) {
+            fail(ErrorCode::invalid_argument, name, "-1 (unbounded) or a key count of 0 or more",
+                 std::to_string(side));
+        }
+    }
+    if (causal && v.window_right > 0) {
+        fail(ErrorCode::invalid_argument, "variants.window_right",
+             "-1 or 0 with causal (causal masking is window_right 0)",
+             std::to_string(v.window_right));
+    }
+    // The kernels take scale / softcap as a float whose 0 means "off", and softcap * log2(e)
+    // as the softmax's scale: both must be normal floats.
+    constexpr float softcap_max = 1e6f;
+    if (v.softcap != 0.0f &&
+        !(std::isfinite(v.softcap) && v.softcap > 0.0f && v.softcap <= softcap_max &&
+          scale / v.softcap >= std::numeric_limits<float>::min())) {
+        char given[32];
+        std::snprintf(given, sizeof given, "%.6g", static_cast<double>(v.softcap));
+        fail(ErrorCode::invalid_argument, "variants.softcap",
+             "0 (off) or a positive finite number up to 1e6 (and softmax_scale / softcap a normal "
+             "float)",
+             given);
+    }
+    if (reinterpret_cast<std::uintptr_t>(v.sinks) % alignof(float) != 0) {
+        fail(ErrorCode::invalid_argument, "variants.sinks", "a 4-byte aligned address",
+             "one that is not");
+    }
+}
+
+bool needs_variant_kernel(const Variants& v) {
+    return v.window_left != -1 || v.window_right != -1 || v.softcap != 0.0f;
+}
+
 void check_lse(const float* lse, std::int64_t count, const char* layout,
                std::initializer_list<std::pair<const TensorView*, const char*>> tensors) {
     if (lse == nullptr)
@@ -245,6 +281,7 @@ void validate_tensors(const ForwardParams& p) {
               {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}});
     check_softmax_scale(p.softmax_scale);
     check_causal_alignment(p.causal_alignment);
+    check_variants(p.variants, p.causal, softmax_scale(p.softmax_scale, p.q.shape[3]));
 }
 
 void validate_shape(const ProblemShape& s) {

@@ -34,6 +34,15 @@ void check_softmax_scale(std::optional<float> scale);
 // One of the two CausalAlignment values (a C++ caller can cast any int to it).
 void check_causal_alignment(CausalAlignment alignment);
 
+// Sliding-window sides of -1 or more (with causal, window_right -1 or 0), a softcap of 0
+// or a positive finite number up to 1e6 with scale / softcap a normal float (scale: the
+// call's softmax scale), and a 4-byte aligned sinks pointer.
+void check_variants(const Variants& variants, bool causal, float scale);
+
+// Whether a call runs the configs' variant kernels: a sliding window or a softcap (sinks
+// run on every kernel, in its epilogue).
+bool needs_variant_kernel(const Variants& variants);
+
 // An optional LSE output of `count` floats (laid out as `layout` says): aligned, inside
 // the address space, overlapping none of `tensors`.
 void check_lse(const float* lse, std::int64_t count, const char* layout,

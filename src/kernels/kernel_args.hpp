@@ -37,6 +37,24 @@ constexpr int diagonal_queries(int seq_q, int seq_k, bool top_left) {
     return top_left ? seq_k : seq_q;
 }
 
+// A side of a sliding window no key position reaches: windows are normalised to at most
+// this (exactly the same mask, since lengths stay below 2^30), so the kernels need no
+// "unbounded" case and row + shift + window + 1 stays inside an int.
+inline constexpr int k_unbounded_window = (1 << 30) - 1;
+
+// Row r of a sequence (at diagonal position r + shift) sees keys [r + shift - left, r +
+// shift + right], cut to [0, keys): a sliding window, or with right 0 causal masking. Read
+// by the variant kernels only (KernelArgs::variants); the plain ones keep their causal
+// flag.
+struct KeyBand {
+    int left, right;  // at most k_unbounded_window
+};
+
+// The diagonal position of row 0 (KeyBand): seq_k - diagonal_queries.
+constexpr int band_shift(int seq_q, int seq_k, bool top_left) {
+    return seq_k - diagonal_queries(seq_q, seq_k, top_left);
+}
+
 struct KernelArgs {
     const void* q;
     const void* k;
@@ -60,6 +78,16 @@ struct KernelArgs {
     float scale_log2;  // softmax_scale * log2(e): the softmax works in base 2
     int sm_count;      // of the device: the grid of a persistent kernel
     SequenceArgs seqs;
+    // Sliding window or logit softcap: the launch runs the config's variant kernel, whose
+    // main loop masks with `band` (causal included) and applies the softcap. With a softcap,
+    // scores become tanh(score * softcap_prescale) (prescale = scale / softcap, 0: off) and
+    // softmax_scale is the softcap, so the softmax and the LSE need nothing else.
+    bool variants;
+    KeyBand band;
+    float softcap_prescale;
+    // Attention sinks, fp32 per query head, or null: every kernel adds them to its rows'
+    // denominators when it finalises (OnlineSoftmax::finalize), outside the main loop.
+    const float* sinks;
 };
 
 }  // namespace flash_attention

@@ -9,6 +9,7 @@
 #include <functional>
 #include <random>
 #include <thread>
+#include <utility>
 
 namespace flash_attention::reference {
 
@@ -54,6 +55,16 @@ struct RowErrors {
     double lse = 0;
 };
 
+// The keys row r sees, [lo, hi): all, or those of its causal mask and sliding window
+// around its diagonal position (bottom right: r + seq_k - seq_q; top left: r).
+std::pair<std::int64_t, std::int64_t> visible_keys(const Problem& p, std::int64_t row) {
+    const std::int64_t pos = row + (p.top_left ? 0 : p.k.seq - p.q.seq);
+    const std::int64_t right = p.causal ? 0 : p.window_right;
+    const std::int64_t lo = p.window_left >= 0 ? pos - p.window_left : 0;
+    const std::int64_t hi = right >= 0 ? pos + right + 1 : p.k.seq;
+    return {std::clamp<std::int64_t>(lo, 0, p.k.seq), std::clamp<std::int64_t>(hi, 0, p.k.seq)};
+}
+
 // One query row, three ways: double precision, naive same-dtype, and the kernel's.
 RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s64,
                     std::vector<float>& s16) {
@@ -61,15 +72,13 @@ RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s
     const DType dt = q.dtype;
     const std::int64_t d = q.d_head;
     const std::int64_t kv_head = r.head / (q.heads / p.k.heads);
-    // Keys this row sees: all, or with causal masking those up to row + seq_k - seq_q
-    // (bottom-right aligned) or up to row (top left).
-    const std::int64_t diagonal = p.top_left ? 0 : p.k.seq - q.seq;
-    const std::int64_t visible =
-        p.causal ? std::clamp<std::int64_t>(r.row + diagonal + 1, 0, p.k.seq) : p.k.seq;
+    const auto [lo, hi] = visible_keys(p, r.row);
     const float* qr = &q.values[q.offset(r.batch, r.row, r.head)];
-    double max64 = -INFINITY;
-    float max16 = -INFINITY;
-    for (std::int64_t j = 0; j < visible; ++j) {
+    // The sink joins the denominator as a score of its own with no value.
+    const double sink = p.sinks != nullptr ? (*p.sinks)[r.head] : -INFINITY;
+    double max64 = sink;
+    float max16 = static_cast<float>(sink);
+    for (std::int64_t j = lo; j < hi; ++j) {
         const float* kr = &p.k.values[p.k.offset(r.batch, j, kv_head)];
         double acc64 = 0;
         float acc32 = 0;
@@ -79,32 +88,38 @@ RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s
         }
         s64[j] = acc64 * p.scale;
         s16[j] = round_to(dt, round_to(dt, acc32) * static_cast<float>(p.scale));
+        if (p.softcap != 0) {
+            s64[j] = p.softcap * std::tanh(s64[j] / p.softcap);
+            const auto cap = static_cast<float>(p.softcap);
+            s16[j] = round_to(dt, cap * std::tanh(s16[j] / cap));
+        }
         max64 = std::max(max64, s64[j]);
         max16 = std::max(max16, s16[j]);
     }
-    double sum64 = 0;
-    float sum16 = 0;
-    for (std::int64_t j = 0; j < visible; ++j) {
+    const bool any = max64 != -INFINITY;  // a key or a sink
+    double sum64 = any && p.sinks != nullptr ? std::exp(sink - max64) : 0;
+    float sum16 = any && p.sinks != nullptr ? std::exp(static_cast<float>(sink) - max16) : 0;
+    for (std::int64_t j = lo; j < hi; ++j) {
         s64[j] = std::exp(s64[j] - max64);
         sum64 += s64[j];
         s16[j] = std::exp(s16[j] - max16);
         sum16 += s16[j];
     }
-    for (std::int64_t j = 0; j < visible; ++j)
+    for (std::int64_t j = lo; j < hi; ++j)
         s16[j] = round_to(dt, s16[j] / sum16);
 
-    // A row that sees no key is all zeros, with log-sum-exp -inf.
+    // A row that sees no key is all zeros, with log-sum-exp -inf (its sink with one).
     RowErrors e;
     const std::uint16_t* orow = &p.out.bits[p.out.offset(r.batch, r.row, r.head)];
     for (std::int64_t x = 0; x < d; ++x) {
         double acc64 = 0;
         float acc32 = 0;
-        for (std::int64_t j = 0; j < visible; ++j) {
+        for (std::int64_t j = lo; j < hi; ++j) {
             const float vj = p.v.values[p.v.offset(r.batch, j, kv_head) + x];
             acc64 += s64[j] * vj;
             acc32 += s16[j] * vj;
         }
-        const double ref = visible > 0 ? acc64 / sum64 : 0.0;
+        const double ref = hi > lo ? acc64 / sum64 : 0.0;
         const double got = to_float(dt, orow[x]);
         // NaN compares false: make it an infinite error instead of a silent pass.
         e.kernel = std::max(e.kernel, std::isfinite(got) ? std::abs(got - ref) : INFINITY);
@@ -112,7 +127,7 @@ RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s
     }
     if (p.lse != nullptr) {
         const float got = (*p.lse)[(r.batch * q.heads + r.head) * q.seq + r.row];
-        if (visible == 0) {
+        if (!any) {
             e.lse = got == -INFINITY ? 0.0 : INFINITY;
         } else {
             const double ref = max64 + std::log(sum64);

@@ -48,9 +48,12 @@ std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::
                                    std::int64_t rows_per_head, std::uint64_t seed);
 
 // A problem and a kernel's answer to it. K and V may have fewer heads than Q (GQA/MQA:
-// query head h reads K/V head h / (q.heads / k.heads)). With `causal`, query i sees keys
-// j <= i + seq_k - seq_q (bottom-right aligned), or with `top_left` j <= i. `lse`, when
-// given, is the kernel's log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
+// query head h reads K/V head h / (q.heads / k.heads)). Query i's diagonal position is
+// d = i + seq_k - seq_q (bottom-right aligned), or with `top_left` d = i; with `causal` it
+// sees keys j <= d, and with a sliding window d - window_left <= j <= d + window_right (-1:
+// unbounded). `softcap` (0: off) turns scores s into softcap * tanh(s / softcap); `sinks`
+// (per query head) join each row's denominator. `lse`, when given, is the kernel's
+// log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
 struct Problem {
     const HostTensor& q;
     const HostTensor& k;
@@ -60,6 +63,10 @@ struct Problem {
     bool causal = false;
     const std::vector<float>* lse = nullptr;
     bool top_left = false;
+    int window_left = -1;
+    int window_right = -1;
+    double softcap = 0;
+    const std::vector<float>* sinks = nullptr;
 };
 
 // Log-sum-exp is fp32 arithmetic on exact 16-bit inputs: far below this bound unless wrong.

@@ -53,6 +53,10 @@ void DeviceBuffer::upload(const std::vector<std::int32_t>& host) {
     upload_bytes(data_, bytes_, host.data(), host.size() * sizeof(std::int32_t));
 }
 
+void DeviceBuffer::upload(const std::vector<float>& host) {
+    upload_bytes(data_, bytes_, host.data(), host.size() * sizeof(float));
+}
+
 std::vector<std::uint16_t> DeviceBuffer::download() const {
     std::vector<std::uint16_t> host(bytes_ / 2);
     cuda_check(cudaMemcpy(host.data(), data_, host.size() * 2, cudaMemcpyDeviceToHost),

@@ -27,6 +27,7 @@ class DeviceBuffer {
 
     void upload(const std::vector<std::uint16_t>& host);
     void upload(const std::vector<std::int32_t>& host);  // lengths, offsets, page tables
+    void upload(const std::vector<float>& host);         // attention sinks
     std::vector<std::uint16_t> download() const;
     std::vector<float> download_floats() const;  // a float buffer (the log-sum-exp)
     // Every byte 0xFF: NaN in both fp16 and bf16, so an element the kernel never

@@ -59,6 +59,10 @@ struct Problem {
     HostTensor q, k, v;
     fa::DeviceTensor dq, dk, dv, dout;
     fa::DeviceBuffer lse;
+    // Sliding window, softcap and sinks (the sinks' device copy is set by draw_sinks).
+    fa::Variants variants;
+    std::vector<float> sinks;
+    fa::DeviceBuffer sinks_dev;
 
     Problem(fa::DType dtype, int batch, int seq_q, int seq_k, int heads, int d, int heads_kv = 0,
             bool causal_ = false)
@@ -82,7 +86,22 @@ struct Problem {
             p.causal_alignment = fa::CausalAlignment::top_left;
         if (with_lse)
             p.lse = static_cast<float*>(lse.data());
+        p.variants = variants;
         return p;
+    }
+
+    // One sink per query head: normal around 0 with a spread of 3, the last head's far
+    // above any score (its rows' probabilities all but vanish: the rebase in finalize).
+    void draw_sinks() {
+        std::mt19937_64 rng(seed + 3);
+        std::normal_distribution<float> normal(0.0f, 3.0f);
+        sinks.assign(static_cast<std::size_t>(q.heads), 0.0f);
+        for (float& x : sinks)
+            x = normal(rng);
+        sinks.back() = 60.0f;
+        sinks_dev = fa::DeviceBuffer(sinks.size() * sizeof(float));
+        sinks_dev.upload(sinks);
+        variants.sinks = static_cast<const float*>(sinks_dev.data());
     }
 
     // Poisons O (and the LSE), runs, and checks against the reference on sampled rows.
@@ -96,7 +115,10 @@ struct Problem {
         const std::vector<float> lse_host = with_lse ? lse.download_floats() : std::vector<float>();
         const auto rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, 256, seed);
         return fa::reference::check_attention(
-            {q, k, v, out, scale, causal, with_lse ? &lse_host : nullptr, top_left}, rows);
+            {q, k, v, out, scale, causal, with_lse ? &lse_host : nullptr, top_left,
+             variants.window_left, variants.window_right, variants.softcap,
+             sinks.empty() ? nullptr : &sinks},
+            rows);
     }
 };
 
@@ -198,6 +220,101 @@ std::string odd_case_name(const ::testing::TestParamInfo<OddCase>& info) {
 INSTANTIATE_TEST_SUITE_P(Built, EveryConfigOddShapes, ::testing::ValuesIn(odd_cases()),
                          odd_case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigOddShapes);
+
+// Every built config with the attention variants (issue 15), alone and together, on odd
+// lengths: sliding windows with and without causal masking (both alignments), softcap,
+// sinks with GQA, rows that see no key, and a window far shorter than the sequence (most
+// blocks skipped). LSE checked.
+struct VariantShape {
+    int seq_q, seq_k, heads, heads_kv;
+    bool causal, top_left;
+    int window_left, window_right;
+    float softcap;
+    bool sinks;
+};
+
+constexpr VariantShape k_variant_shapes[] = {
+    {1000, 1000, 4, 2, true, false, 100, 0, 0, false},    // window + causal
+    {300, 1000, 4, 4, false, false, 64, 32, 0, false},    // window both sides, seq_q < seq_k
+    {777, 777, 4, 2, false, false, 128, 128, 10, false},  // window + softcap
+    {1000, 1000, 2, 2, true, false, -1, -1, 5, false},    // softcap + causal
+    {1000, 1000, 8, 2, true, false, -1, -1, 0, true},     // sinks + causal + GQA
+    {300, 1000, 4, 2, true, true, 50, 0, 0, false},       // top-left causal with a window
+    {129, 257, 4, 1, false, false, 17, 3, 0, false},      // window, odd lengths
+    {1000, 300, 4, 1, true, true, 10, 0, 20, true},       // all; rows past the keys see none
+    {4095, 4095, 2, 1, true, false, 1000, 0, 30, true},   // long: most blocks skipped
+    {1, 1000, 4, 4, false, false, 0, 0, 0, true},         // one row, a window of one key
+    {257, 513, 4, 2, false, false, -1, -1, 0, true},      // sinks alone (plain kernels)
+};
+
+struct VariantCase {
+    fa::KernelConfig config;
+    VariantShape shape;
+};
+
+std::vector<VariantCase> variant_cases() {
+    std::vector<VariantCase> cases;
+    for (const fa::KernelConfig& c : fa::configs()) {
+        for (const VariantShape& s : k_variant_shapes)
+            cases.push_back({c, s});
+    }
+    return cases;
+}
+
+void PrintTo(const VariantCase& c, std::ostream* os) {
+    const VariantShape& s = c.shape;
+    *os << c.config.to_string() << ", seq_q " << s.seq_q << ", seq_k " << s.seq_k << ", heads "
+        << s.heads << "/" << s.heads_kv << (s.causal ? ", causal" : "")
+        << (s.top_left ? " top left" : "") << ", window (" << s.window_left << ", "
+        << s.window_right << "), softcap " << s.softcap << (s.sinks ? ", sinks" : "");
+}
+
+class EveryConfigVariants : public ::testing::TestWithParam<VariantCase> {};
+
+TEST_P(EveryConfigVariants, MatchesReference) {
+    const auto [config, s] = GetParam();
+    if (!fa::is_supported(config))
+        GTEST_SKIP() << cannot_run(config);
+    Problem p(config.dtype, 1, s.seq_q, s.seq_k, s.heads, config.d_head, s.heads_kv, s.causal);
+    p.top_left = s.top_left;
+    p.variants.window_left = s.window_left;
+    p.variants.window_right = s.window_right;
+    p.variants.softcap = s.softcap;
+    if (s.sinks)
+        p.draw_sinks();
+    const auto result = p.run_and_check([&] { fa::forward(p.params(true), config); },
+                                        1.0 / std::sqrt(double(config.d_head)), true);
+    EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
+}
+
+std::string variant_case_name(const ::testing::TestParamInfo<VariantCase>& info) {
+    return std::string(fa::to_string(info.param.config.family)) + "_config" +
+           std::to_string(info.index / std::size(k_variant_shapes)) + "_shape" +
+           std::to_string(info.index % std::size(k_variant_shapes));
+}
+
+INSTANTIATE_TEST_SUITE_P(Built, EveryConfigVariants, ::testing::ValuesIn(variant_cases()),
+                         variant_case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigVariants);
+
+// The automatic choice with a window on a decoding shape (which forward() otherwise sends
+// to the split-KV kernel) and with sinks on it (which the split-KV kernel takes).
+TEST(Variants, AutomaticChoiceOnDecodingShapes) {
+    if (fa::device_count() == 0)
+        GTEST_SKIP() << "no GPU";
+    for (const bool window : {true, false}) {
+        Problem p(fa::DType::BF16, 2, 1, 4096, 8, 128, 2, false);
+        if (window) {
+            p.variants.window_left = 777;
+            p.variants.softcap = 15;
+        }
+        p.draw_sinks();
+        const auto result =
+            p.run_and_check([&] { fa::forward(p.params(true)); }, 1.0 / std::sqrt(128.0), true);
+        EXPECT_TRUE(result.passed) << (window ? "window + softcap + sinks: " : "sinks: ")
+                                   << result.summary() << "; seed " << p.seed;
+    }
+}
 
 // A sharp softmax: scale 1 (8-16 times 1/sqrt(d_head)) over 4096 keys, so a row's max keeps
 // rising by more than 2^8 (log2 units) after its first blocks. Lazy rescaling (the `lazy`

@@ -16,6 +16,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -75,22 +76,35 @@ struct SequenceCheck {
     std::vector<float> lse;  // (1, heads, len_q)
 };
 
+// The attention variants of a check (issue 15): none by default.
+struct VariantSpec {
+    int window_left = -1, window_right = -1;
+    float softcap = 0;
+    std::vector<float> sinks;  // per query head; empty: none
+};
+
 // Checks one sequence against the reference; a sequence with no keys must give zeros
-// and LSE -inf.
+// and LSE -inf (its head's sink with sinks).
 void expect_matches(const SequenceCheck& s, bool causal, bool top_left, double scale,
-                    std::uint64_t seed, const std::string& label) {
+                    std::uint64_t seed, const std::string& label, const VariantSpec& var = {}) {
     if (s.q.seq == 0)
         return;
     if (s.k.seq == 0) {
         for (const float x : s.out.values)
             ASSERT_EQ(x, 0.0f) << label << ": a sequence without keys gives zeros";
-        for (const float l : s.lse)
-            ASSERT_EQ(l, -INFINITY) << label << ": a sequence without keys has LSE -inf";
+        for (std::size_t i = 0; i < s.lse.size(); ++i) {
+            const float expected =
+                var.sinks.empty() ? -INFINITY : var.sinks[i / static_cast<std::size_t>(s.q.seq)];
+            ASSERT_EQ(s.lse[i], expected)
+                << label << ": a sequence without keys has LSE " << expected;
+        }
         return;
     }
     const auto rows = fa::reference::sample_rows(1, s.q.heads, s.q.seq, 64, seed);
     const auto result = fa::reference::check_attention(
-        {s.q, s.k, s.v, s.out, scale, causal, &s.lse, top_left}, rows);
+        {s.q, s.k, s.v, s.out, scale, causal, &s.lse, top_left, var.window_left, var.window_right,
+         var.softcap, var.sinks.empty() ? nullptr : &var.sinks},
+        rows);
     EXPECT_TRUE(result.passed) << label << ": " << result.summary() << "; seed " << seed;
 }
 
@@ -152,18 +166,38 @@ struct VarlenCase {
     int page_size;          // 0: packed K/V
     int splits;             // 0: the library's choice
     bool top_left = false;  // the causal diagonal's alignment
+    int window_left = -1, window_right = -1;
+    float softcap = 0;
+    bool sinks = false;
 };
 
 void PrintTo(const VarlenCase& c, std::ostream* os) {
     *os << fa::to_string(c.dtype) << " d" << c.d << " group " << c.group
         << (c.causal ? " causal" : "") << (c.top_left ? " top left" : "") << " page " << c.page_size
-        << " splits " << c.splits;
+        << " splits " << c.splits << " window (" << c.window_left << ", " << c.window_right
+        << ") softcap " << c.softcap << (c.sinks ? " sinks" : "");
+}
+
+// Sinks for `heads` query heads, normal with a spread of 3, and their device copy.
+std::pair<std::vector<float>, fa::DeviceBuffer> draw_sinks(int heads, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::vector<float> sinks(static_cast<std::size_t>(heads));
+    for (float& x : sinks)
+        x = normal(rng);
+    fa::DeviceBuffer dev(sinks.size() * sizeof(float));
+    dev.upload(sinks);
+    return {std::move(sinks), std::move(dev)};
 }
 
 class Varlen : public ::testing::TestWithParam<VarlenCase> {};
 
 TEST_P(Varlen, MatchesReferencePerSequence) {
     const VarlenCase c = GetParam();
+    if ((c.window_left != -1 || c.window_right != -1 || c.softcap != 0) &&
+        fa::DeviceProperties::current().major != 9) {
+        GTEST_SKIP() << "a sliding window or softcap per sequence runs on the sm90 family only";
+    }
     const std::uint64_t seed = fresh_seed();
     std::mt19937_64 rng(seed);
     const int heads_kv = 2, heads = heads_kv * c.group;
@@ -219,6 +253,15 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
         p.causal_alignment = fa::CausalAlignment::top_left;
     p.lse = static_cast<float*>(lse.data());
     p.num_splits = c.splits;
+    VariantSpec var{c.window_left, c.window_right, c.softcap, {}};
+    fa::DeviceBuffer sinks_dev;
+    if (c.sinks) {
+        std::tie(var.sinks, sinks_dev) = draw_sinks(heads, seed + 7);
+        p.variants.sinks = static_cast<const float*>(sinks_dev.data());
+    }
+    p.variants.window_left = c.window_left;
+    p.variants.window_right = c.window_right;
+    p.variants.softcap = c.softcap;
     std::optional<fa::DeviceTensor> dk, dv;
     std::optional<PagedCache> paged;
     if (c.page_size == 0) {
@@ -251,7 +294,8 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
         }
         expect_matches(s, c.causal, c.top_left, 1.0 / std::sqrt(double(c.d)), seed,
                        "sequence " + std::to_string(i) + " (" + std::to_string(lq) + " x " +
-                           std::to_string(lengths[i].second) + ")");
+                           std::to_string(lengths[i].second) + ")",
+                       var);
     }
 }
 
@@ -281,6 +325,13 @@ std::vector<VarlenCase> varlen_cases() {
     cases.push_back({fa::DType::FP16, 64, 2, true, 16, 0, true});
     cases.push_back({fa::DType::BF16, 256, 1, true, 0, 1, true});
     cases.push_back({fa::DType::FP16, 128, 8, true, 64, 3, true});
+    // The attention variants: a window (causal and not, packed and paged), a softcap and
+    // sinks on the sm90 kernels (Hopper); sinks on the serving kernel unsplit and split.
+    cases.push_back({fa::DType::BF16, 128, 4, true, 0, 0, false, 100, 0, 0, false});
+    cases.push_back({fa::DType::FP16, 64, 2, false, 16, 0, false, 64, 17, 10, true});
+    cases.push_back({fa::DType::BF16, 256, 1, true, 64, 0, true, 33, 0, 30, false});
+    cases.push_back({fa::DType::BF16, 128, 8, true, 0, 1, false, -1, -1, 0, true});
+    cases.push_back({fa::DType::FP16, 128, 4, true, 16, 3, false, -1, -1, 0, true});
     return cases;
 }
 

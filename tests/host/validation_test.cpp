@@ -127,6 +127,37 @@ TEST(Validation, CausalAndLogSumExp) {
                  fa::ErrorCode::invalid_argument, "lse", "an overlapping range");
 }
 
+// Sliding window, softcap and sinks (issue 15): bad values name the field.
+TEST(Validation, Variants) {
+    fa::ForwardParams p = good_params();
+    p.variants = {4096, 0, 50.0f, static_cast<const float*>(address(8))};
+    p.causal = true;
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    p.variants = {0, 0, 0.0f, nullptr};  // a window of one key
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    expect_error(tensor_error([](auto& p) { p.variants.window_left = -2; }),
+                 fa::ErrorCode::invalid_argument, "variants.window_left", "-2");
+    expect_error(tensor_error([](auto& p) { p.variants.window_right = -5; }),
+                 fa::ErrorCode::invalid_argument, "variants.window_right", "-5");
+    expect_error(tensor_error([](auto& p) {
+                     p.causal = true;
+                     p.variants.window_right = 3;
+                 }),
+                 fa::ErrorCode::invalid_argument, "variants.window_right", "3");
+    for (const float bad : {-1.0f, NAN, INFINITY, 2e6f}) {
+        const fa::Error e = tensor_error([&](auto& p) { p.variants.softcap = bad; });
+        EXPECT_EQ(std::string(e.what()).rfind("variants.softcap: expected ", 0), 0u) << e.what();
+    }
+    expect_error(tensor_error([](auto& p) {
+                     p.variants.sinks =
+                         reinterpret_cast<const float*>(static_cast<char*>(address(8)) + 2);
+                 }),
+                 fa::ErrorCode::invalid_argument, "variants.sinks", "one that is not");
+    EXPECT_TRUE(fa::needs_variant_kernel({-1, 0, 0.0f, nullptr}));
+    EXPECT_TRUE(fa::needs_variant_kernel({-1, -1, 1.0f, nullptr}));
+    EXPECT_FALSE(fa::needs_variant_kernel({-1, -1, 0.0f, static_cast<const float*>(address(8))}));
+}
+
 TEST(Validation, StridesAndAlignment) {
     expect_error(tensor_error([](auto& p) { p.q.stride[3] = 2; }), fa::ErrorCode::invalid_argument,
                  "q.stride[3] (d_head)", "2");

@@ -11,6 +11,7 @@
 
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/geometry.cuh"
+#include "kernels/primitives/ptx.cuh"
 
 namespace flash_attention {
 
@@ -74,6 +75,85 @@ __device__ __forceinline__ void mask_scores_by(float (&s)[MT][NT][4], int first_
                         s[mt][nt][2 * h + e] = -INFINITY;
                 }
             }
+        }
+    }
+}
+
+// The variant kernels' mask (KernelArgs::band): row r sits at diagonal position r + shift
+// (shift = seq_k - diagonal queries, masking.cuh's alignment) and sees keys [lo, hi).
+struct KeySpan {
+    int lo, hi;
+};
+
+// Rows reach seq_q + B_r and |shift| < 2^30, so position +- a window of at most
+// k_unbounded_window stays inside an int; hi is cut to seq_k before the sum could pass it.
+__host__ __device__ constexpr KeySpan band_keys(int row, int shift, KeyBand band, int seq_k) {
+    const int pos = row + shift;
+    return {std::max(0, pos - band.left), pos >= seq_k - band.right ? seq_k : pos + band.right + 1};
+}
+
+// The blocks of B_c keys the rows [q_row0, q_row0 + q_rows) visit, [first, end), and those
+// every one of them sees whole, [unmasked_first, unmasked_end) (empty when none): both ends
+// of a window need the mask, so the unmasked blocks are a range, not a prefix. A row's lo
+// and hi never decrease with the row, so the first row bounds the start and the last the
+// end.
+struct BandBlocks {
+    int first, end;
+    int unmasked_first, unmasked_end;
+};
+
+__host__ __device__ constexpr BandBlocks band_blocks(int shift, KeyBand band, int seq_k, int q_row0,
+                                                     int q_rows, int B_c) {
+    const KeySpan top = band_keys(q_row0, shift, band, seq_k);
+    const KeySpan bottom = band_keys(q_row0 + q_rows - 1, shift, band, seq_k);
+    if (bottom.hi <= top.lo)
+        return {0, 0, 0, 0};  // no row sees a key
+    BandBlocks b{};
+    b.first = top.lo / B_c;
+    b.end = blocks_covering(bottom.hi, B_c);
+    b.unmasked_first = blocks_covering(bottom.lo, B_c);
+    b.unmasked_end = std::max(b.unmasked_first, top.hi / B_c);
+    return b;
+}
+
+// Sets to -inf the scores of keys outside each row's [lo, hi) (band_keys), on a warp's
+// m16n8 accumulator tiles as mask_scores_by.
+template <int MT, int NT, class RowKeys>
+__device__ __forceinline__ void mask_scores_band(float (&s)[MT][NT][4], int first_row,
+                                                 int first_key, const RowKeys& row_keys) {
+    const int lane = threadIdx.x % warp_size;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const KeySpan keys = row_keys(first_row + mt * mma_m + lane / 4 + 8 * h);
+            const int column0 = first_key + 2 * (lane % 4);  // of this lane's first column
+            const int lo = keys.lo - column0;
+            const int hi = keys.hi - column0;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    if (nt * 8 + e < lo || nt * 8 + e >= hi)
+                        s[mt][nt][2 * h + e] = -INFINITY;
+                }
+            }
+        }
+    }
+}
+
+// Logit softcap (KernelArgs::softcap_prescale): s = tanh(s * prescale), the softcap itself
+// being the softmax's scale. tanh.approx's relative error (2^-11) is below the 16-bit
+// rounding the naive computation's scores already carry.
+template <int MT, int NT>
+__device__ __forceinline__ void softcap_scores(float (&s)[MT][NT][4], float prescale) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[mt][nt][e] = ptx::tanh_approx(s[mt][nt][e] * prescale);
         }
     }
 }

@@ -10,6 +10,11 @@
 
 namespace flash_attention {
 
+// OnlineSoftmax::finalize()'s default: no attention sink.
+struct NoSink {
+    __device__ __forceinline__ constexpr float operator()(int, int) const { return -INFINITY; }
+};
+
 // Lazy (optimized variant only): a row's reference max moves only when the row gains 2^8
 // on it, so most blocks skip O's rescaling (exponentiate_optimized()).
 template <int MT, bool Optimized, bool Lazy = false>
@@ -68,9 +73,12 @@ class OnlineSoftmax {
         }
     }
 
-    // O /= row sum. A row that saw no key keeps O = 0.
-    template <int NTO>
-    __device__ __forceinline__ void finalize(float (&o)[MT][NTO][4]) {
+    // O /= row sum. A row that saw no key keeps O = 0. sink_log2(mt, h): the row's attention
+    // sink (KernelArgs::sinks) times log2(e), joining its denominator, or -inf for none (the
+    // default, which compiles to nothing).
+    template <int NTO, class SinkLog2 = NoSink>
+    __device__ __forceinline__ void finalize(float (&o)[MT][NTO][4],
+                                             const SinkLog2& sink_log2 = {}) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -79,9 +87,10 @@ class OnlineSoftmax {
                     sum_[mt][h] += __shfl_xor_sync(0xffffffffu, sum_[mt][h], 1);
                     sum_[mt][h] += __shfl_xor_sync(0xffffffffu, sum_[mt][h], 2);
                 }
+                const float keep = add_sink(mt, h, sink_log2(mt, h));
                 // Approximate reciprocal: an output rounded to 16 bits does not need
                 // IEEE division and its slow path.
-                const float inv = sum_[mt][h] > 0.0f ? __fdividef(1.0f, sum_[mt][h]) : 0.0f;
+                const float inv = sum_[mt][h] > 0.0f ? __fdividef(keep, sum_[mt][h]) : 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < NTO; ++nt) {
                     o[mt][nt][2 * h] *= inv;
@@ -102,6 +111,27 @@ class OnlineSoftmax {
     }
 
   private:
+    // Adds 2^sink to row (mt, h)'s sum (after the quad's sums are combined), rebasing the
+    // row's reference to the larger of it and the sink so that neither term overflows even
+    // for a sink far above the scores; returns the factor O's accumulators, which are
+    // relative to the old reference, take (1 without a sink). The reference kept is what
+    // log_sum_exp() reads: the LSE includes the sink, and a row that saw no key gets O = 0
+    // and LSE = the sink.
+    __device__ __forceinline__ float add_sink(int mt, int h, float sink) {
+        if (sink == -INFINITY)
+            return 1.0f;
+        constexpr float log2e = 1.4426950408889634f;
+        // In base 2: the optimized variant keeps the reference in raw scores, the textbook one
+        // in scaled ones.
+        const float unit = Optimized ? scale_log2_ : log2e;
+        const float reference = max_[mt][h] == -INFINITY ? -INFINITY : max_[mt][h] * unit;
+        const float top = fmaxf(reference, sink);
+        const float keep = ptx::ex2(reference - top);  // 0 for a row without keys
+        sum_[mt][h] = sum_[mt][h] * keep + ptx::ex2(sink - top);
+        max_[mt][h] = top / unit;
+        return keep;
+    }
+
     // Probabilities 2^(s * scale_log2 - m * scale_log2) against a reference max m in raw
     // score units: one FFMA and one MUFU.EX2 per score. The reference is the row's max, or
     // with Lazy any value close enough below it that no probability overflows (the softmax

@@ -127,6 +127,14 @@ __device__ __forceinline__ float ex2(float x) {
     return y;
 }
 
+// tanh.approx.f32 — PTX ISA "Floating Point Instructions: tanh" (sm_75+): one MUFU.TANH,
+// maximum relative error 2^-11.
+__device__ __forceinline__ float tanh_approx(float x) {
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // cvt.rn.{f16x2,bf16x2}.f32 — PTX ISA "Data Movement and Conversion Instructions: cvt":
 // two fp32 values rounded into one register, lo in the low half.
 template <DType dtype>

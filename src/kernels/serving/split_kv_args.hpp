@@ -58,6 +58,9 @@ struct SplitKvArgs {
     int max_seq_q;   // longest query sequence (sizes the grid)
     bool causal;
     bool top_left;  // the causal diagonal's alignment (diagonal_queries)
+    // Attention sinks, fp32 per query head, or null: joined once, where a row's ranges end
+    // (the unsplit kernel's finalize, a fold of all ranges, or the combine).
+    const float* sinks;
     float softmax_scale;
     float scale_log2;
     int splits;            // key ranges per (sequence, K/V head, query tile)
@@ -97,6 +100,7 @@ struct CombineArgs {
     void* o;
     TensorStrides o_stride;
     float* lse;
+    const float* sinks;  // SplitKvArgs::sinks
 };
 
 // KV append: k_new/v_new (batch, seq_new, heads_kv, d_head) into the cache at each

@@ -138,6 +138,11 @@ struct RangeFold {
     __device__ __forceinline__ static float merge(float acc, float o, const Weights& w) {
         return __fmaf_rn(acc, w.keep, __fmul_rn(o, w.add));
     }
+    // An attention sink joins as a last range of LSE `sink` whose O is zero: returns the
+    // factor the accumulators take (-inf: no sink, 1).
+    __device__ __forceinline__ float add_sink(float sink) {
+        return sink == -INFINITY ? 1.0f : add(sink).keep;
+    }
     // The final O = accumulators x normaliser(); a row that saw no key: O = 0, LSE -inf.
     __device__ __forceinline__ float normaliser() const {
         return sum > 0.0f ? __frcp_rn(sum) : 0.0f;
@@ -273,6 +278,10 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
         return keys_seen(position(r), diagonal, kspan.len, args.causal);
     };
     const int lane = threadIdx.x % warp_size;
+    // Packed row r's attention sink (natural log units), -inf without.
+    const auto sink_of = [&](int r) {
+        return args.sinks != nullptr ? __ldg(args.sinks + head_of(r)) : -INFINITY;
+    };
     // The global token of packed row r: numbers the partial results and the LSE.
     const auto token = [&](int r) {
         return std::int64_t{qs.entry} * args.view_seq_q + qs.row0 + position(r);
@@ -374,9 +383,27 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             ptx::cp_async_commit_group();
         }
         softmax.finalize(o);
-        const float lse[2] = {softmax.log_sum_exp(0, 0), softmax.log_sum_exp(0, 1)};
-        if (args.splits == 1)
+        float lse[2] = {softmax.log_sum_exp(0, 0), softmax.log_sum_exp(0, 1)};
+        if (args.splits == 1) {
+            // A row's sink joins where its ranges end: here when it has one range, as a
+            // second range of LSE `sink` and O = 0 (the merge's one order, RangeFold).
+            if (args.sinks != nullptr) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    RangeFold with_sink;
+                    with_sink.add(lse[h]);
+                    const float keep = with_sink.add_sink(sink_of(warp_row0 + lane / 4 + 8 * h));
+                    const float scale = __fmul_rn(with_sink.normaliser(), keep);
+                    lse[h] = with_sink.log_sum_exp();
+#pragma unroll
+                    for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
+                        o[0][nt][2 * h] = __fmul_rn(o[0][nt][2 * h], scale);
+                        o[0][nt][2 * h + 1] = __fmul_rn(o[0][nt][2 * h + 1], scale);
+                    }
+                }
+            }
             return store_output(o, lse);
+        }
         if (!folds) {
             store_partial(o, lse, split);
             continue;
@@ -399,11 +426,10 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     if constexpr (can_fold) {
         if (!folds)
             return;
-        const float max_or_lse[2][2] = {{fold[0].max, fold[1].max},
-                                        {fold[0].log_sum_exp(), fold[1].log_sum_exp()}};
         if (end_split < args.splits) {
             // The state for combine_kernel: accumulators and max in slot 0, the sum beside.
-            store_partial(o_fold, max_or_lse[0], 0);
+            const float max[2] = {fold[0].max, fold[1].max};
+            store_partial(o_fold, max, 0);
             if (lane % 4 == 0) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
@@ -414,16 +440,19 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             }
             return;
         }
+        float lse[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const float scale = fold[h].normaliser();
+            const float keep = fold[h].add_sink(sink_of(warp_row0 + lane / 4 + 8 * h));
+            const float scale = __fmul_rn(fold[h].normaliser(), keep);
+            lse[h] = fold[h].log_sum_exp();
 #pragma unroll
             for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
                 o_fold[0][nt][2 * h] = __fmul_rn(o_fold[0][nt][2 * h], scale);
                 o_fold[0][nt][2 * h + 1] = __fmul_rn(o_fold[0][nt][2 * h + 1], scale);
             }
         }
-        store_output(o_fold, max_or_lse[1]);
+        store_output(o_fold, lse);
     }
 }
 
@@ -506,8 +535,9 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         }
     }
 
-    const float scale = fold.normaliser();
     const int head = static_cast<int>(row % args.heads);
+    const float keep = fold.add_sink(args.sinks != nullptr ? __ldg(args.sinks + head) : -INFINITY);
+    const float scale = __fmul_rn(fold.normaliser(), keep);
     const std::int64_t view_batch = token / args.view_seq_q;
     const std::int64_t view_row = token % args.view_seq_q;
     T* out = static_cast<T*>(args.o) + view_batch * args.o_stride.batch +

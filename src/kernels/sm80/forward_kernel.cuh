@@ -33,7 +33,9 @@ __device__ __forceinline__ void commit_copies() {
         ptx::cp_async_commit_group();
 }
 
-template <unsigned long long Code>
+// Variants: sliding window and softcap (KernelArgs::variants), an instantiation of its own
+// so that the plain kernel's loop stays as it was.
+template <unsigned long long Code, bool Variants = false>
 __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     forward_kernel(const __grid_constant__ KernelArgs args) {
     constexpr KernelConfig C = unpack(Code);
@@ -58,8 +60,22 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     const int q_row0 = q_block * Tr::B_r;
     const int q_rows = min(Tr::B_r, args.seq_q - q_row0);  // fewer in the last, partial block
     const int warp_row0 = (threadIdx.x / warp_size) * Tr::rows_per_warp;
-    const KeyBlocks blocks =
-        key_blocks(args.diagonal_seq_q, args.seq_k, args.causal, q_row0, q_rows, Tr::B_c);
+    // K/V blocks [first, end) are visited; those outside [unmasked_first, unmasked_end) need
+    // the mask (the plain kernel: a prefix of unmasked blocks from 0).
+    int first = 0, end, unmasked_first = 0, unmasked_end;
+    const int shift = band_shift(args.seq_q, args.seq_k, args.top_left);
+    if constexpr (Variants) {
+        const BandBlocks b = band_blocks(shift, args.band, args.seq_k, q_row0, q_rows, Tr::B_c);
+        first = b.first;
+        end = b.end;
+        unmasked_first = b.unmasked_first;
+        unmasked_end = b.unmasked_end;
+    } else {
+        const KeyBlocks b =
+            key_blocks(args.diagonal_seq_q, args.seq_k, args.causal, q_row0, q_rows, Tr::B_c);
+        end = b.visited;
+        unmasked_end = b.unmasked;
+    }
     const auto rows_of_block = [&](int j) { return min(Tr::B_c, args.seq_k - j * Tr::B_c); };
 
     const auto tile_start = [&](const void* base, const TensorStrides& st, int h,
@@ -69,13 +85,15 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     TileCopyGM2SM<typename Tr::QTile, Tr::threads, async, T> q_copy(
         tile_start(args.q, args.q_stride, head, q_row0), args.q_stride.seq, q_smem);
     TileCopyGM2SM<typename Tr::KTile, Tr::threads, async, T> k_copy(
-        tile_start(args.k, args.k_stride, kv_head, 0), args.k_stride.seq, k_smem);
+        tile_start(args.k, args.k_stride, kv_head, std::int64_t{first} * Tr::B_c),
+        args.k_stride.seq, k_smem);
     TileCopyGM2SM<typename Tr::VTile, Tr::threads, async, T> v_copy(
-        tile_start(args.v, args.v_stride, kv_head, 0), args.v_stride.seq, v_smem);
+        tile_start(args.v, args.v_stride, kv_head, std::int64_t{first} * Tr::B_c),
+        args.v_stride.seq, v_smem);
 
     // Q and the first K block travel together.
     q_copy.copy_rows(q_rows);
-    k_copy.copy_rows(rows_of_block(0));
+    k_copy.copy_rows(rows_of_block(first));
     commit_copies<async>();
     wait_copies_and_sync<async>();
 
@@ -107,7 +125,16 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         float s[m_tiles][Tr::qk_n_tiles][4];  // (rows_per_warp x B_c) fp32
         zero(s);
         warp_gemm<Tr::dtype, Tr::qk_k_tiles, Tr::qk_step, buffer>(s, q_frags, k_frags);
-        if (j >= blocks.unmasked) {
+        if constexpr (Variants) {
+            // The softcap first: tanh(-inf) would be -1, not -inf.
+            if (args.softcap_prescale != 0.0f)
+                softcap_scores(s, args.softcap_prescale);
+            if (j < unmasked_first || j >= unmasked_end) {
+                mask_scores_band(s, q_row0 + warp_row0, j * Tr::B_c, [&](int row) {
+                    return band_keys(row, shift, args.band, args.seq_k);
+                });
+            }
+        } else if (j >= unmasked_end) {
             mask_scores(s, q_row0 + warp_row0, j * Tr::B_c, args.diagonal_seq_q, args.seq_k,
                         args.causal);
         }
@@ -118,7 +145,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         }
         // V_j has landed, and every warp is done reading K_j.
         wait_copies_and_sync<async>();
-        if (eager && j + 1 < blocks.visited) {
+        if (eager && j + 1 < end) {
             k_copy.advance(Tr::B_c);
             k_copy.copy_rows(rows_of_block(j + 1));  // lands during softmax and O += P·V_j
             commit_copies<async>();
@@ -130,7 +157,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         warp_gemm<Tr::dtype, Tr::pv_k_tiles, Tr::pv_step, buffer>(
             o, RegisterA<m_tiles, Tr::pv_k_tiles>{p}, v_frags);
 
-        if (j + 1 < blocks.visited) {
+        if (j + 1 < end) {
             if constexpr (!eager) {
                 k_copy.advance(Tr::B_c);
                 k_copy.copy_rows(rows_of_block(j + 1));
@@ -145,10 +172,13 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     // masking, the partial block at the end of the keys) apply it. One loop with a
     // uniform branch rather than two loops: two copies of the body made ptxas keep more
     // values live across them and spill 172 bytes instead of 56 (B_r 128, 4 warps).
-    for (int j = 0; j < blocks.visited; ++j)
+    for (int j = first; j < end; ++j)
         process_block(j);
 
-    softmax.finalize(o);
+    // Attention sinks: one per head, the same for every row of the CTA.
+    constexpr float log2e = 1.4426950408889634f;
+    const float sink = args.sinks != nullptr ? __ldg(args.sinks + head) * log2e : -INFINITY;
+    softmax.finalize(o, [sink](int, int) { return sink; });
 
     if (args.lse != nullptr && threadIdx.x % 4 == 0) {
         store_lse<m_tiles>(args.lse + (std::int64_t{batch} * args.heads + head) * args.seq_q,

@@ -14,6 +14,9 @@ namespace flash_attention::sm80 {
 
 template <KernelConfig C>
 inline constexpr auto* kernel = &forward_kernel<pack(C)>;
+// Sliding window and softcap (KernelArgs::variants).
+template <KernelConfig C>
+inline constexpr auto* variant_kernel = &forward_kernel<pack(C), true>;
 
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
@@ -25,8 +28,14 @@ void launch(const KernelArgs& args, Stream stream) {
                         C.to_string());
     }
     constexpr int smem = static_cast<int>(smem_bytes(C));
-    enable_dynamic_smem<kernel<C>, smem>();
     const dim3 grid(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch);
+    if (args.variants) {
+        enable_dynamic_smem<variant_kernel<C>, smem>();
+        launch_kernel<variant_kernel<C>>(grid, C.n_threads(), smem, stream, args,
+                                         "sm80 forward kernel launch");
+        return;
+    }
+    enable_dynamic_smem<kernel<C>, smem>();
     launch_kernel<kernel<C>>(grid, C.n_threads(), smem, stream, args, "sm80 forward kernel launch");
 }
 

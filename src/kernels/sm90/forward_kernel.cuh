@@ -22,11 +22,13 @@ namespace flash_attention::sm90 {
 
 // A consumer warpgroup's share of the tiles: one tile per CTA, or with `persistent` one
 // CTA per SM walking the tiles (the static schedule's stride, or the tile the producer
-// published for the dynamic one). PerSequence: varlen batches and KV caches (tile_at).
-template <KernelConfig C, class Tr, bool PerSequence, class Scheduler>
+// published for the dynamic one). PerSequence: varlen batches and KV caches (tile_at);
+// Variants: sliding window and softcap (KernelArgs::variants), on the per-sequence body.
+template <KernelConfig C, class Tr, bool PerSequence, bool Variants, class Scheduler>
 __device__ __forceinline__ void consume_tiles(const Params& params, unsigned char* smem,
                                               Barriers<Tr::q_buffers, Tr::stages>& bars,
                                               const Scheduler& scheduler, int consumer) {
+    constexpr float log2e_f = 1.4426950408889634f;
     const KernelArgs& args = params.args;
     const int smem_base = static_cast<int>(ptx::smem_address(smem));
     GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
@@ -37,7 +39,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
          (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars)) <
          tile_count<Tr>(args);
          index += gridDim.x) {
-        const Tile tile = tile_at<Tr, PerSequence>(args, index);
+        const Tile tile = tile_at<Tr, PerSequence, Variants>(args, index);
         if (tile.empty())
             continue;  // the static schedule's share of the unused numbers (the dynamic
                        // schedule's producer publishes none)
@@ -48,7 +50,13 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         // The query length the causal diagonal is aligned to (masking.cuh).
         const int diagonal = PerSequence ? diagonal_queries(tile.q.len, tile.k.len, args.top_left)
                                          : args.diagonal_seq_q;
-        Consumer<Tr, PerSequence> c{
+        // Variants: the consumer's own rows' band blocks, relative to the tile's first.
+        const int consumer_rows = max(1, min(Tr::rows_per_consumer, tile.q.len - consumer_row0));
+        const int shift = tile.k.len - diagonal;
+        BandBlocks band{};
+        if constexpr (Variants)
+            band = band_blocks(shift, args.band, tile.k.len, consumer_row0, consumer_rows, Tr::B_c);
+        Consumer<Tr, PerSequence, Variants> c{
             .args = args,
             .visited = tile.visited,
             .last_block_keys = tile.last_block_keys,
@@ -59,11 +67,15 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .consumer = consumer,
             .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
             // This consumer's own rows may need fewer masked blocks than the tile's.
-            .unmasked =
-                key_blocks(diagonal, tile.k.len, args.causal, consumer_row0,
-                           max(1, min(Tr::rows_per_consumer, tile.q.len - consumer_row0)), Tr::B_c)
-                    .unmasked,
-            .key_bound = args.causal && !args.top_left ? tile.k.len - tile.q.len : tile.k.len,
+            .unmasked = Variants ? band.unmasked_end - tile.first
+                                 : key_blocks(diagonal, tile.k.len, args.causal, consumer_row0,
+                                              consumer_rows, Tr::B_c)
+                                       .unmasked,
+            .key_bound =
+                args.causal && !args.top_left && !Variants ? tile.k.len - tile.q.len : tile.k.len,
+            .first = tile.first,
+            .masked_head = band.unmasked_first - tile.first,
+            .band_shift = shift,
             .ring = ring,
             .pending_store = pending_store,
         };
@@ -77,14 +89,18 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         }
         consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
         pending_store.hand_back();  // a tile without GEMMs hands it back here
-        softmax.finalize(o);
 
         // Per sequence, the tile again, recomputed rather than held across the main loop
         // (the shuffle hides that it is the same): the three-consumer kernels have 160
         // registers a thread, and holding the sequence's offsets and lengths through it
         // cost d_head 64 4-5% (docs/PERF.md, 2026-11-24 seventh session).
-        const Tile done =
-            PerSequence ? tile_at<Tr, PerSequence>(args, __shfl_sync(0xffffffffu, index, 0)) : tile;
+        const Tile done = PerSequence ? tile_at<Tr, PerSequence, Variants>(
+                                            args, __shfl_sync(0xffffffffu, index, 0))
+                                      : tile;
+        // Attention sinks: one per head, the same for every row of the tile.
+        const float sink =
+            args.sinks != nullptr ? __ldg(args.sinks + done.head) * log2e_f : -INFINITY;
+        softmax.finalize(o, [sink](int, int) { return sink; });
         if (args.lse != nullptr && threadIdx.x % 4 == 0) {
             store_lse<1>(
                 args.lse +
@@ -105,8 +121,10 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
 // PerSequence: varlen batches and KV caches (SequenceArgs) run their own kernel, so the
 // dense one keeps its code and registers as they were: one kernel with both bodies
 // behind a branch cost forward()'s non-persistent d_head 128 causal kernel 5-6%
-// (docs/PERF.md, 2026-11-24 seventh session).
-template <unsigned long long Code, bool PerSequence>
+// (docs/PERF.md, 2026-11-24 seventh session). Variants (sliding window, softcap) are a
+// third instantiation of the per-sequence body, dense calls with them included, for the
+// same reason: the plain kernels' main loops stay as they were.
+template <unsigned long long Code, bool PerSequence, bool Variants = false>
 __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     forward_kernel(const __grid_constant__ Params params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -152,15 +170,15 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         // One thread produces; a paged cache's producer is the whole first warp (produce()).
         if (PerSequence && args.seqs.block_table != nullptr) {
             if (threadIdx.x < warp_size)
-                produce<Tr, true, true>(params, smem, bars, scheduler);
+                produce<Tr, true, true, Variants>(params, smem, bars, scheduler);
         } else if (threadIdx.x == 0) {
-            produce<Tr, PerSequence, false>(params, smem, bars, scheduler);
+            produce<Tr, PerSequence, false, Variants>(params, smem, bars, scheduler);
         }
         return;
     }
 
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
-    consume_tiles<C, Tr, PerSequence>(params, smem, bars, scheduler, warpgroup - 1);
+    consume_tiles<C, Tr, PerSequence, Variants>(params, smem, bars, scheduler, warpgroup - 1);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)params;

@@ -24,6 +24,9 @@ template <KernelConfig C>
 inline constexpr auto* kernel = &forward_kernel<pack(C), false>;
 template <KernelConfig C>
 inline constexpr auto* per_sequence_kernel = &forward_kernel<pack(C), true>;
+// Sliding window and softcap, dense or per sequence (KernelArgs::variants).
+template <KernelConfig C>
+inline constexpr auto* variant_kernel = &forward_kernel<pack(C), true, true>;
 
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
@@ -31,7 +34,9 @@ void launch(const KernelArgs& args, Stream stream) {
     const SequenceArgs& seqs = args.seqs;
     const bool per_sequence = seqs.cu_seqlens_q != nullptr || seqs.cu_seqlens_k != nullptr ||
                               seqs.seqused_k != nullptr || seqs.block_table != nullptr;
-    if (per_sequence)
+    if (args.variants)
+        enable_dynamic_smem<variant_kernel<C>, smem>();
+    else if (per_sequence)
         enable_dynamic_smem<per_sequence_kernel<C>, smem>();
     else
         enable_dynamic_smem<kernel<C>, smem>();
@@ -58,7 +63,10 @@ void launch(const KernelArgs& args, Stream stream) {
         counter.emplace(sizeof(int), stream, true);
         params.tile_counter = static_cast<int*>(counter->get());
     }
-    if (per_sequence) {
+    if (args.variants) {
+        launch_kernel<variant_kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(), smem,
+                                         stream, params, "sm90 forward kernel launch");
+    } else if (per_sequence) {
         launch_kernel<per_sequence_kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(),
                                               smem, stream, params, "sm90 forward kernel launch");
     } else {

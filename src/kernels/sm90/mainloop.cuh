@@ -88,8 +88,9 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
 // emptied it, so up to `stages` blocks are in flight ahead (across tiles too), and loads a
 // tile's Q once the consumers have stored the previous tile's O from that buffer. Paged is a
 // separate instantiation, so the page walk's registers never press on the dense loop (the
-// producer has 24 or 32: in one loop the dense kernels spilled 16-44 bytes).
-template <class Tr, bool PerSequence, bool Paged, class Scheduler>
+// producer has 24 or 32: in one loop the dense kernels spilled 16-44 bytes). Variants: a
+// sliding window's tiles start at their first visited block.
+template <class Tr, bool PerSequence, bool Paged, bool Variants, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::q_buffers, Tr::stages>& bars,
                                         const Scheduler& scheduler) {
@@ -106,7 +107,7 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
     int index = scheduler.first();
     int claimed = 0;
     for (; index < tile_count<Tr>(args); index = scheduler.next(index, claimed)) {
-        const Tile t = tile_at<Tr, PerSequence>(args, index);
+        const Tile t = tile_at<Tr, PerSequence, Variants>(args, index);
         if (t.empty()) {  // a number the packed numbering leaves unused
             claimed = claim();
             continue;
@@ -128,7 +129,8 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
         // Walks the ring position and the key row together: as many live registers as
         // before tiles carried a row offset (the producer has 24 or 32).
         const int ring_end = ring + t.visited;
-        for (int key_row = t.k.row0; ring < ring_end; ++ring, key_row += Tr::B_c) {
+        for (int key_row = t.k.row0 + t.first * Tr::B_c; ring < ring_end;
+             ++ring, key_row += Tr::B_c) {
             const RingSlot<Tr::stages> slot(ring);
             PageRun run{};
             if constexpr (Paged)
@@ -185,8 +187,10 @@ struct GemmTurns {
 
 // A consumer warpgroup's state and steps; consume() below is the algorithm.
 // PerSequence: the instantiation for varlen batches and KV caches (tile_at); the dense one
-// masks with the call's lengths and never zeroes V rows.
-template <class Tr, bool PerSequence>
+// masks with the call's lengths and never zeroes V rows. Variants (a per-sequence
+// instantiation): a sliding window's band mask on the blocks at both of its ends, and the
+// logit softcap (KernelArgs::band, softcap_prescale).
+template <class Tr, bool PerSequence, bool Variants = false>
 struct Consumer {
     static constexpr DType dtype = Tr::dtype;
     static constexpr int s_tiles = Tr::B_c / 8;
@@ -207,7 +211,13 @@ struct Consumer {
     // left: its keys) or below key_bound (not causal: its keys): one register across the
     // main loop instead of both lengths (two cost d_head 128's dynamic kernel a spill).
     // Rows past the sequence's end see more, but are never stored.
+    // Variants: the sequence's keys, and row r's diagonal position is r + band_shift.
     int key_bound;
+    // Variants: block j is block first + j of the keys, and blocks before masked_head need
+    // the mask too (a window's start).
+    int first;
+    int masked_head;
+    int band_shift;
     int ring;                     // ring position of the tile's block 0
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
@@ -296,7 +306,26 @@ struct Consumer {
                                 warpgroup_threads);
     }
 
+    // Variants: the logit softcap, on the raw scores before the mask (tanh(-inf) would be
+    // -1, not -inf); a uniform branch, so window-only calls skip it.
+    __device__ __forceinline__ void softcap(float (&s)[1][s_tiles][4]) const {
+        if constexpr (Variants) {
+            if (args.softcap_prescale != 0.0f)
+                softcap_scores(s, args.softcap_prescale);
+        }
+    }
+
     __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
+        if constexpr (Variants) {
+            if (j >= masked_head && j < unmasked)
+                return;
+            const int shift = band_shift;
+            const KeyBand band = args.band;
+            const int keys = key_bound;
+            mask_scores_band(s, first_row, (first + j) * Tr::B_c,
+                             [=](int row) { return band_keys(row, shift, band, keys); });
+            return;
+        }
         if (j < unmasked)
             return;
         if constexpr (PerSequence) {
@@ -315,8 +344,8 @@ struct Consumer {
 // S_j = Q·K_jᵀ, masked; with WithPv, O += P_{j-1}·V_{j-1} is issued in the same GEMM turn
 // and left running. K_j (and V_{j-1}) are waited for before the turn is taken, so a
 // warpgroup never holds it while it waits for memory; returns once S_j is done.
-template <bool WithPv, class Tr, bool P, class Turns>
-__device__ __forceinline__ void scores(Consumer<Tr, P>& c, Turns& turns,
+template <bool WithPv, class Tr, bool P, bool V, class Turns>
+__device__ __forceinline__ void scores(Consumer<Tr, P, V>& c, Turns& turns,
                                        float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::d_head / 8][4],
                                        std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
@@ -332,12 +361,13 @@ __device__ __forceinline__ void scores(Consumer<Tr, P>& c, Turns& turns,
     ptx::fence_operands(s[0]);
     c.keep_q();
     c.release_k(j);
+    c.softcap(s);
     c.mask(s, j);
 }
 
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
-template <class Tr, bool P>
-__device__ __forceinline__ void retire_pv(Consumer<Tr, P>& c, float (&o)[1][Tr::d_head / 8][4],
+template <class Tr, bool P, bool V>
+__device__ __forceinline__ void retire_pv(Consumer<Tr, P, V>& c, float (&o)[1][Tr::d_head / 8][4],
                                           std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     ptx::wgmma_wait<0>();
     ptx::fence_operands(o[0]);
@@ -346,8 +376,8 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr, P>& c, float (&o)[1][Tr::
 }
 
 // O += P·V_j, from waiting for V_j to retiring the GEMM.
-template <class Tr, bool P, class Turns>
-__device__ __forceinline__ void accumulate(Consumer<Tr, P>& c, Turns& turns,
+template <class Tr, bool P, bool V, class Turns>
+__device__ __forceinline__ void accumulate(Consumer<Tr, P, V>& c, Turns& turns,
                                            float (&o)[1][Tr::d_head / 8][4],
                                            std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     c.wait_v(j);
@@ -359,8 +389,8 @@ __device__ __forceinline__ void accumulate(Consumer<Tr, P>& c, Turns& turns,
 }
 
 // One tile's main loop for one consumer warpgroup: the algorithm.
-template <class Tr, bool Overlap, bool Pingpong, bool P>
-__device__ __forceinline__ void consume(Consumer<Tr, P>& c, GemmTurns<Tr, Pingpong>& turns,
+template <class Tr, bool Overlap, bool Pingpong, bool P, bool V>
+__device__ __forceinline__ void consume(Consumer<Tr, P, V>& c, GemmTurns<Tr, Pingpong>& turns,
                                         float (&o)[1][Tr::d_head / 8][4],
                                         OnlineSoftmax<1, true, Tr::lazy_rescale>& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;

@@ -32,7 +32,8 @@ struct Tile {
     Span q, k;     // the sequence's queries (and O's rows) and its keys in their views
     int q_row0;    // first query row of the tile, in the sequence
     int rows;      // query rows of the tile in the sequence; 0: nothing to do (see below)
-    int visited;   // K/V blocks the tile streams (fully masked ones are skipped)
+    int first;     // the first K/V block it streams: a sliding window's start, else 0
+    int visited;   // K/V blocks the tile streams from `first` (fully masked ones are skipped)
     int unmasked;  // blocks before this one need no mask (per consumer: its own rows)
     // Keys of the last visited block that belong to the sequence, when rows of the view
     // follow them (the next sequence, a cache's unused rows, a page's stale rows): those V rows are
@@ -84,8 +85,10 @@ __device__ __forceinline__ int tile_count(const KernelArgs& args) {
 // The tile numbered `index`. PerSequence is a separate instantiation of the kernel's body
 // (forward_kernel.cuh): in forward()'s dense problems every field comes from the call's
 // parameters, so nothing of the per-sequence machinery is held in registers there.
-template <class Tr, bool PerSequence>
+// Variants (a per-sequence instantiation of its own): the blocks of KernelArgs::band.
+template <class Tr, bool PerSequence, bool Variants = false>
 __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
+    static_assert(PerSequence || !Variants, "the variant kernels run the per-sequence body");
     if constexpr (!PerSequence) {
         const int q_blocks = blocks_covering(args.seq_q, Tr::B_r);
         const int head_of_batch = index / q_blocks;
@@ -100,6 +103,7 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
         t.rows = min(Tr::B_r, args.seq_q - t.q_row0);
         const KeyBlocks blocks =
             key_blocks(args.diagonal_seq_q, args.seq_k, args.causal, t.q_row0, t.rows, Tr::B_c);
+        t.first = 0;
         t.visited = blocks.visited;
         t.unmasked = blocks.unmasked;
         t.last_block_keys = Tr::B_c;  // rows past seq_k are past the tensor: TMA's zeros
@@ -143,13 +147,25 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     const int q_block = args.causal ? q_blocks - 1 - local : local;
     t.q_row0 = q_block * Tr::B_r;
     t.rows = t.head < args.heads && local < q_blocks ? min(Tr::B_r, t.q.len - t.q_row0) : 0;
-    const KeyBlocks blocks = key_blocks(diagonal_queries(t.q.len, t.k.len, args.top_left), t.k.len,
-                                        args.causal, t.q_row0, max(t.rows, 1), Tr::B_c);
-    t.visited = t.empty() ? 0 : blocks.visited;
-    t.unmasked = blocks.unmasked;
+    t.first = 0;
+    if constexpr (Variants) {
+        const BandBlocks blocks =
+            band_blocks(band_shift(t.q.len, t.k.len, args.top_left), args.band, t.k.len, t.q_row0,
+                        max(t.rows, 1), Tr::B_c);
+        t.first = t.empty() ? 0 : blocks.first;
+        t.visited = t.empty() ? 0 : blocks.end - blocks.first;
+        t.unmasked = blocks.unmasked_end;
+    } else {
+        const KeyBlocks blocks =
+            key_blocks(diagonal_queries(t.q.len, t.k.len, args.top_left), t.k.len, args.causal,
+                       t.q_row0, max(t.rows, 1), Tr::B_c);
+        t.visited = t.empty() ? 0 : blocks.visited;
+        t.unmasked = blocks.unmasked;
+    }
     const int end = t.k.row0 + t.k.len;  // the first row past the sequence's keys
-    t.last_block_keys = t.visited * Tr::B_c > t.k.len && (paged || end < seqs.k_view_seq)
-                            ? t.k.len - (t.visited - 1) * Tr::B_c
+    const int end_block = t.first + t.visited;
+    t.last_block_keys = end_block * Tr::B_c > t.k.len && (paged || end < seqs.k_view_seq)
+                            ? t.k.len - (end_block - 1) * Tr::B_c
                             : Tr::B_c;
     return t;
 }

@@ -1,0 +1,171 @@
+"""The attention variants (issue 15): sliding window, logit softcap, attention sinks, on
+forward(), forward_varlen() and forward_kvcache(), against a float64 torch reference with
+the FlashAttention rule (error <= 2 x a naive same-dtype computation's + 1e-3)."""
+
+import math
+
+import pytest
+
+import flash_attention_scratch as fa
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_gpu = pytest.mark.skipif(
+    torch is None or not torch.cuda.is_available() or fa.device_count() == 0,
+    reason="needs PyTorch and a CUDA GPU (run on the device machine; docs/PERF.md has the results)",
+)
+needs_torch = pytest.mark.skipif(torch is None, reason="needs PyTorch")
+
+
+def is_hopper():
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+def variant_attention(q, k, v, scale, causal, window=(-1, -1), softcap=0.0, sinks=None, dtype=None,
+                      top_left=False):
+    """(batch, seq, heads, d) attention in `dtype` (float64 by default) with the variants;
+    returns (out, lse (batch, heads, seq_q)). Rows that see nothing: zeros, lse -inf (or the
+    sink)."""
+    dtype = dtype or torch.float64
+    group = q.shape[2] // k.shape[2]
+    qt = q.to(dtype).transpose(1, 2)
+    kt = k.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
+    vt = v.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
+    s = (qt @ kt.transpose(-1, -2)).to(dtype) * scale
+    if softcap:
+        s = (softcap * torch.tanh(s / softcap)).to(dtype)
+    sq, sk = q.shape[1], k.shape[1]
+    pos = torch.arange(sq, device=q.device)[:, None] + (0 if top_left else sk - sq)
+    j = torch.arange(sk, device=q.device)[None, :]
+    left, right = window
+    right = 0 if causal else right
+    mask = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
+    if left >= 0:
+        mask |= j < pos - left
+    if right >= 0:
+        mask |= j > pos + right
+    s = s.masked_fill(mask, float("-inf")).double()
+    if sinks is not None:
+        sink = sinks.double()[None, :, None, None].expand(s.shape[0], -1, sq, 1)
+        s = torch.cat([s, sink], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    if sinks is not None:
+        p = p[..., :-1]
+    out = (p.to(dtype) @ vt).to(dtype).transpose(1, 2)
+    return out, lse
+
+
+def check(out, lse, q, k, v, scale, **variants):
+    assert torch.isfinite(out).all(), "non-finite values in the output"
+    ref, ref_lse = variant_attention(q, k, v, scale, **variants)
+    naive, _ = variant_attention(q, k, v, scale, dtype=q.dtype, **variants)
+    ours = (out.double() - ref).abs().max().item()
+    bound = 2 * (naive.double() - ref).abs().max().item() + 1e-3
+    assert ours <= bound, f"max error {ours:.3g} > {bound:.3g}"
+    if lse is not None:
+        seen = torch.isfinite(ref_lse)
+        assert torch.equal(seen, torch.isfinite(lse)), "LSE: -inf where the reference differs"
+        assert (lse.double()[seen] - ref_lse[seen]).abs().max().item() <= 1e-3
+
+
+@needs_torch
+def test_bad_variant_arguments_name_the_argument():
+    q = torch.zeros(1, 8, 2, 64, dtype=torch.float16)
+    with pytest.raises((TypeError, ValueError), match="window_size"):
+        fa.forward(q, q, q, window_size=4)
+    with pytest.raises(TypeError, match=r"window_size\[left\]"):
+        fa.forward(q, q, q, window_size=(1.5, 0))
+    with pytest.raises(TypeError, match="softcap"):
+        fa.forward(q, q, q, softcap="50")
+
+
+@needs_gpu
+def test_bad_variant_values_raise():
+    q = torch.randn(1, 64, 4, 64, dtype=torch.float16, device="cuda")
+    with pytest.raises(ValueError, match="variants.window_left: expected"):
+        fa.forward(q, q, q, window_size=(-2, 0))
+    with pytest.raises(ValueError, match="variants.window_right: expected -1 or 0 with causal"):
+        fa.forward(q, q, q, causal=True, window_size=(8, 8))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="variants.softcap: expected"):
+            fa.forward(q, q, q, softcap=bad)
+    sinks = torch.zeros(4, dtype=torch.float32, device="cuda")
+    with pytest.raises(TypeError, match="learnable_sink.dtype"):
+        fa.forward(q, q, q, learnable_sink=sinks.half())
+    with pytest.raises(ValueError, match=r"learnable_sink.shape: expected \(4,\)"):
+        fa.forward(q, q, q, learnable_sink=sinks[:3])
+    with pytest.raises(ValueError, match="learnable_sink: expected a tensor on"):
+        fa.forward(q, q, q, learnable_sink=sinks.cpu())
+    with pytest.raises(NotImplementedError, match="learnable_sink"):
+        fa.forward(q, q, q, learnable_sink=sinks.clone().requires_grad_())
+
+
+CASES = [  # seq_q, seq_k, heads, heads_kv, causal, window, softcap, sinks, top_left
+    (1000, 1000, 4, 2, True, (100, 0), 0.0, False, False),
+    (300, 1000, 4, 4, False, (64, 32), 0.0, False, False),
+    (777, 777, 4, 2, False, (128, 128), 10.0, True, False),
+    (1000, 1000, 8, 2, True, (-1, -1), 0.0, True, False),
+    (300, 1000, 4, 2, True, (50, 0), 30.0, True, True),
+    (1, 4096, 8, 2, False, (-1, -1), 0.0, True, False),  # decoding: the split-KV path
+]
+
+
+@needs_gpu
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("d", [64, 128])
+def test_forward_variants_match_reference(case, d):
+    sq, sk, h, hkv, causal, window, softcap, with_sinks, top_left = case
+    dtype = torch.bfloat16
+    q = torch.randn(2, sq, h, d, dtype=dtype, device="cuda")
+    k = torch.randn(2, sk, hkv, d, dtype=dtype, device="cuda")
+    v = torch.randn(2, sk, hkv, d, dtype=dtype, device="cuda")
+    sinks = torch.randn(h, device="cuda") * 3 if with_sinks else None
+    out, lse = fa.forward(q, k, v, causal=causal, causal_alignment="top_left" if top_left else "bottom_right",
+                          window_size=window, softcap=softcap, learnable_sink=sinks, return_lse=True)
+    check(out, lse, q, k, v, 1 / math.sqrt(d), causal=causal, window=window, softcap=softcap, sinks=sinks,
+          top_left=top_left)
+
+
+@needs_gpu
+def test_kvcache_decode_with_sinks_and_varlen_with_a_window():
+    d, h, hkv = 128, 8, 2
+    q = torch.randn(3, 1, h, d, dtype=torch.float16, device="cuda")
+    kc = torch.randn(3, 2048, hkv, d, dtype=torch.float16, device="cuda")
+    vc = torch.randn_like(kc)
+    lens = torch.tensor([2048, 700, 1], dtype=torch.int32, device="cuda")
+    sinks = torch.randn(h, device="cuda")
+    out, lse = fa.forward_kvcache(q, kc, vc, cache_seqlens=lens, learnable_sink=sinks, return_lse=True)
+    for b, n in enumerate(lens.tolist()):
+        check(out[b:b + 1], lse[b:b + 1], q[b:b + 1], kc[b:b + 1, :n], vc[b:b + 1, :n], 1 / math.sqrt(d),
+              causal=False, sinks=sinks)
+    if not is_hopper():
+        with pytest.raises(ValueError, match="variants: expected no sliding window or softcap here"):
+            fa.forward_kvcache(q, kc, vc, cache_seqlens=lens, window_size=(64, 0))
+        return
+    lengths = [300, 1, 1000]
+    cu = torch.tensor([0, 300, 301, 1301], dtype=torch.int32, device="cuda")
+    qv = torch.randn(1301, h, d, dtype=torch.bfloat16, device="cuda")
+    kv = torch.randn(1301, hkv, d, dtype=torch.bfloat16, device="cuda")
+    vv = torch.randn_like(kv)
+    out, lse = fa.forward_varlen(qv, kv, vv, cu, cu, 1000, 1000, causal=True, window_size=(77, 0), softcap=20.0,
+                                 learnable_sink=sinks, return_lse=True)
+    for b, n in enumerate(lengths):
+        r = slice(cu[b].item(), cu[b].item() + n)
+        check(out[None, r], lse[:, r][None], qv[None, r], kv[None, r], vv[None, r], 1 / math.sqrt(d),
+              causal=True, window=(77, 0), softcap=20.0, sinks=sinks)
+
+
+@needs_gpu
+def test_variants_under_torch_compile():
+    q = torch.randn(1, 256, 4, 64, dtype=torch.bfloat16, device="cuda")
+    sinks = torch.randn(4, device="cuda")
+
+    @torch.compile(fullgraph=True)
+    def f(q, sinks):
+        return fa.forward(q, q, q, causal=True, window_size=(31, 0), softcap=10.0, learnable_sink=sinks)
+
+    check(f(q, sinks), None, q, q, q, 1 / 8, causal=True, window=(31, 0), softcap=10.0, sinks=sinks)
