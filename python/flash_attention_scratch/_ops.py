@@ -49,10 +49,10 @@ def _window(window_size):
     return int(left), int(right)
 
 
-def _sinks(learnable_sink, q, heads):
-    """The address of a (heads,) float32 tensor of attention sinks on q's device; 0 for None."""
+def _check_sinks(learnable_sink, q, heads):
+    """learnable_sink: None, or a contiguous (heads,) float32 tensor on q's device."""
     if learnable_sink is None:
-        return 0
+        return
     t = learnable_sink
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"learnable_sink: expected a torch.Tensor of float32, got {type(t).__name__}")
@@ -64,7 +64,13 @@ def _sinks(learnable_sink, q, heads):
         raise ValueError(f"learnable_sink.shape: expected ({heads},) (one per query head), got {tuple(t.shape)}")
     if not t.is_contiguous():
         raise ValueError(f"learnable_sink: expected a contiguous tensor, got strides {t.stride()}")
-    return t.data_ptr()
+
+
+def _sinks(learnable_sink, q, heads):
+    """The address of checked attention sinks (_check_sinks); 0 for None. Not for fake
+    tensors (torch.compile's tracing): those have no address."""
+    _check_sinks(learnable_sink, q, heads)
+    return 0 if learnable_sink is None else learnable_sink.data_ptr()
 
 
 def _variants(window_size, softcap, learnable_sink):
@@ -176,7 +182,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
     causal = _causal(causal, causal_alignment)
-    _sinks(learnable_sink, q, q.shape[2])  # its errors before any work
+    _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     if config is not None and not isinstance(config, str):
         if not isinstance(config, _C.KernelConfig):
             raise TypeError(f"config: expected a KernelConfig or its short form, got {type(config).__name__}")
@@ -342,7 +348,7 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     _check("v", v, q.device)
     _check_no_grad(q, k, v, sinks=learnable_sink)
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
-    _sinks(learnable_sink, q, q.shape[-2])  # its errors before any work
+    _check_sinks(learnable_sink, q, q.shape[-2])  # its errors before any work
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, int(max_seqlen_q), int(max_seqlen_k),
             softmax_scale, _causal(causal, causal_alignment), num_splits, *var)
     if torch.compiler.is_compiling():
@@ -366,7 +372,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
             _check(name, t, q.device)
     _check_no_grad(q, k_cache, v_cache, sinks=learnable_sink)
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
-    _sinks(learnable_sink, q, q.shape[2])  # its errors before any work
+    _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
     causal = _causal(causal, causal_alignment)
