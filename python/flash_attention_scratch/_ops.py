@@ -86,7 +86,7 @@ def _lse_like(q):
     return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
 
 
-def _variant_kwargs(q, window_left, window_right, softcap, sinks):
+def _variant_kwargs(q, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
     # sinks: (heads_q,) float32, q's heads on axis -2 whatever q's rank
     return dict(window_left=window_left, window_right=window_right, softcap=softcap,
                 sinks=_sinks(sinks, q, q.shape[-2]))
@@ -106,22 +106,22 @@ def _run(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, windo
 
 @torch.library.custom_op("flash_attention_scratch::forward", mutates_args=(), device_types="cuda")
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-                causal: int, config: Optional[str], window_left: int, window_right: int, softcap: float,
-                sinks: Optional[torch.Tensor]) -> torch.Tensor:
+                causal: int, config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     _run(q, k, v, out, None, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
     return out
 
 
 @_forward_op.register_fake
-def _(q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks):
+def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
     return q.new_empty(q.shape)
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_lse", mutates_args=(), device_types="cuda")
 def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
-                    causal: int, config: Optional[str], window_left: int, window_right: int, softcap: float,
-                    sinks: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+                    causal: int, config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                    sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _lse_like(q)
     _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
@@ -129,20 +129,20 @@ def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
 
 
 @_forward_lse_op.register_fake
-def _(q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks):
+def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_out", mutates_args=("out", "lse"), device_types="cuda")
 def _forward_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                     lse: Optional[torch.Tensor], softmax_scale: Optional[float], causal: int,
-                    config: Optional[str], window_left: int, window_right: int, softcap: float,
-                    sinks: Optional[torch.Tensor]) -> None:
+                    config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                    sinks: Optional[torch.Tensor] = None) -> None:
     _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
 
 
 @_forward_out_op.register_fake
-def _(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks):
+def _(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
     return None
 
 
@@ -290,8 +290,8 @@ def _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table
 def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
                cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor],
                block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
-               softmax_scale: Optional[float], causal: int, num_splits: int, window_left: int,
-               window_right: int, softcap: float, sinks: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+               softmax_scale: Optional[float], causal: int, num_splits: int, window_left: int = -1,
+               window_right: int = -1, softcap: float = 0.0, sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _varlen_lse_like(q)
     _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
@@ -301,7 +301,7 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
 
 @_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
-      softmax_scale, causal, num_splits, window_left, window_right, softcap, sinks):
+      softmax_scale, causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
     return q.new_empty(q.shape), _varlen_lse_like(q)
 
 
@@ -311,8 +311,8 @@ def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
 def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k: Optional[torch.Tensor],
                 v: Optional[torch.Tensor], cache_seqlens: Optional[torch.Tensor],
                 block_table: Optional[torch.Tensor], softmax_scale: Optional[float], causal: int,
-                num_splits: int, window_left: int, window_right: int, softcap: float,
-                sinks: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+                num_splits: int, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
+                sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = _lse_like(q)
     _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
@@ -321,8 +321,8 @@ def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k
 
 
 @_kvcache_op.register_fake
-def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, window_left,
-      window_right, softcap, sinks):
+def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, window_left=-1,
+      window_right=-1, softcap=0.0, sinks=None):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
