@@ -1,10 +1,18 @@
 """Hugging Face transformers models with their attention routed to flash_attention_scratch
 (issue 15): a Gemma-2-style model (sliding window + logit softcap) and a gpt-oss-style one
 (attention sinks + sliding window), small and randomly initialised, against the same models
-on transformers' eager attention. The bar: top-1 agreement with eager at least that of a
-second PyTorch implementation of the same attention (matmuls in the model's dtype, float32
-softmax), and much closer logits than the same kernel with the variants left out (so the
-test can fail)."""
+on transformers' eager attention.
+
+The baseline is a second PyTorch implementation of the same attention (matmuls in the
+model's dtype, float32 softmax): transformers' SDPA path takes neither a softcap nor sinks,
+so two SDPA backends cannot run these models. Ours must agree with eager on the top-1 token
+as well as that implementation does, within two standard errors of the difference of two
+agreement rates over the positions (random models have near-ties: on the H200, 2026-11-25,
+one token of 192 flipped either way, docs/PERF.md), keep its logits within twice that
+implementation's distance from eager (the FlashAttention rule), and be far closer to eager
+than the same kernel with the variants left out (so the test can fail)."""
+
+import math
 
 import pytest
 
@@ -131,5 +139,9 @@ def test_model_logits_agree_with_eager(family):
           f"implementation {top1['torch_reference']:.4f}; max |logit - eager|: ours "
           f"{diff['fas_kernels']:.4g}, PyTorch {diff['torch_reference']:.4g}, ours without the "
           f"variants {diff_without:.4g}")
-    assert top1["fas_kernels"] >= top1["torch_reference"]
+    n = eager.shape[0] * eager.shape[1]
+    flip = 1 - top1["torch_reference"]
+    noise = 2 * math.sqrt(2 * max(flip, 1 / n) * (1 - flip) / n)
+    assert top1["fas_kernels"] >= top1["torch_reference"] - noise
+    assert diff["fas_kernels"] <= 2 * diff["torch_reference"] + 1e-2
     assert diff["fas_kernels"] < 0.25 * diff_without, "the variants barely change the logits"
