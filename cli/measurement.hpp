@@ -44,7 +44,9 @@ struct Shape {
     double kv_bytes() const;
     // What the automatic choice sees: varlen's longest sequence, a cache's length.
     ProblemShape problem() const {
-        return {dtype, d_head, batch, seq_q, seq_k, heads, heads_kv, causal};
+        return {dtype,    d_head, batch,
+                seq_q,    seq_k,  heads,
+                heads_kv, causal, window_left != -1 || window_right != -1 || softcap != 0};
     }
     friend auto operator<=>(const Shape&, const Shape&) = default;
 };

@@ -78,15 +78,6 @@ std::vector<tuning::Entry> winners(const SweepResult& result,
 }
 
 int tune(const TuneOptions& o) {
-    // The tuning cache's keys do not hold the attention variants yet: a winner measured
-    // with them would be read for plain problems.
-    if (const VariantOptions& v = o.grid.variants; !v.window.empty() || v.softcap != 0 || v.sinks) {
-        throw UsageError(std::string(!v.window.empty() ? "--window"
-                                     : v.softcap != 0  ? "--softcap"
-                                                       : "--sinks") +
-                         ": expected none with tune (the tuning cache is not keyed by the "
-                         "attention variants yet; bench measures them)");
-    }
     std::vector<Candidate> candidates;
     if (o.grid.api() != Api::dense) {
         // The serving entry points choose their kernel; what tuning sets is the split count.

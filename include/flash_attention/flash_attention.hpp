@@ -66,9 +66,12 @@ struct Variants {
     // a NaN sink gives NaN rows.
     const float* sinks = nullptr;
 
-    // Whether any variant is set.
-    bool any() const {
-        return window_left != -1 || window_right != -1 || softcap != 0.0f || sinks != nullptr;
+    // Whether any variant is set: forward() then runs the config's variant kernel.
+    bool any() const { return changes_scores() || sinks != nullptr; }
+    // A sliding window or a softcap, which change the scores themselves: the split-KV
+    // (decoding) kernels take neither, only sinks.
+    bool changes_scores() const {
+        return window_left != -1 || window_right != -1 || softcap != 0.0f;
     }
 };
 
@@ -233,6 +236,9 @@ struct ProblemShape {
     std::int64_t heads = 1;     // query heads
     std::int64_t heads_kv = 1;  // key/value heads, dividing the query heads
     bool causal = false;
+    // A sliding window or a softcap (Variants::changes_scores): the configs' variant kernels
+    // run, which the tuning cache keys apart, and never the split-KV kernels.
+    bool window_or_softcap = false;
 };
 
 // Runs the kernel the library chooses for this problem and device: the winner that

@@ -50,10 +50,14 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
 std::optional<KernelConfig> find_kernel_for(const ChoiceProblem& p,
                                             const DeviceProperties& device) {
     // A cached config this build lacks, or one that cannot run here, is skipped: a stale
-    // cache costs speed, never a failure.
-    if (const auto tuned = tuning::lookup(tuning::Key::of(device, p.shape));
-        tuned && can_run(*tuned, p, device))
-        return *tuned;
+    // cache costs speed, never a failure. A problem of the variant kernels without its own
+    // entry takes the plain problem's winner (the same config's other instantiation).
+    tuning::Key key = tuning::Key::of(device, p.shape);
+    for (const bool variant : {key.window_or_softcap, false}) {
+        key.window_or_softcap = variant;
+        if (const auto tuned = tuning::lookup(key); tuned && can_run(*tuned, p, device))
+            return *tuned;
+    }
     return heuristic_config(p, device);
 }
 
@@ -74,7 +78,8 @@ bool runs_split_kv(const ProblemShape& shape) {
     // positions, 4 heads a K/V head) 84 and 122 TFLOP/s.
     constexpr std::int64_t most_rows = 64;
     constexpr std::int64_t fewest_keys = 1024;
-    return shape.seq_q * (shape.heads / shape.heads_kv) <= most_rows && shape.seq_k >= fewest_keys;
+    return !shape.window_or_softcap && shape.seq_q * (shape.heads / shape.heads_kv) <= most_rows &&
+           shape.seq_k >= fewest_keys;
 }
 
 }  // namespace flash_attention

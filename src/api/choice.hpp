@@ -29,7 +29,8 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& problem,
 
 // Whether forward() without a named config runs this problem on the split-KV kernels
 // (forward_kvcache's path) instead of a KernelConfig's: decoding shapes, whose few query
-// rows per K/V head leave the dense kernels one tile per (batch, head) and most SMs idle.
+// rows per K/V head leave the dense kernels one tile per (batch, head) and most SMs idle,
+// unless they need the variant kernels (a window or softcap, which split-KV does not take).
 bool runs_split_kv(const ProblemShape& shape);
 
 // The split-KV kernel's choice for a shape on `device` (serving.cpp): num_splits, else the

@@ -62,7 +62,7 @@ KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
                      .q_view_seq = static_cast<int>(p.q.shape[1]),
                      .k_view_batch = static_cast<int>(p.k.shape[0]),
                      .k_view_seq = static_cast<int>(p.k.shape[1])},
-            .variants = needs_variant_kernel(var),
+            .variants = var.any(),
             .band = {window_side(var.window_left), p.causal ? 0 : window_side(var.window_right)},
             .softcap_prescale = var.softcap != 0.0f ? given_scale / var.softcap : 0.0f,
             .sinks = var.sinks};
@@ -124,26 +124,16 @@ KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& 
     return {choose_kernel({problem}, device), 0};
 }
 
-namespace {
-
-// forward()'s decoding shapes run on the split-KV kernels, which take sinks but neither a
-// sliding window nor a softcap: those stay on the configs' variant kernels.
-bool forward_runs_split_kv(const ForwardParams& params) {
-    return !needs_variant_kernel(params.variants) && runs_split_kv(shape_of(params));
-}
-
-}  // namespace
-
 KernelChoice chosen_kernel(const ForwardParams& params) {
     validate_tensors(params);
-    if (forward_runs_split_kv(params))
+    if (runs_split_kv(shape_of(params)))
         return chosen_kernel(as_kvcache(params));
     return {choose_kernel(choice_problem(params), DeviceProperties::current()), 0};
 }
 
 void forward(const ForwardParams& params, Stream stream) {
     validate_tensors(params);
-    if (forward_runs_split_kv(params)) {
+    if (runs_split_kv(shape_of(params))) {
         forward_kvcache(as_kvcache(params), stream);
         return;
     }

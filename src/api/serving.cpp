@@ -181,17 +181,16 @@ int requested_splits(const ProblemShape& shape, const DeviceProperties& device, 
     return tuning::lookup_splits(tuning::Key::of_splits(device, shape)).value_or(0);
 }
 
-// A sliding window or a softcap runs on the sm90 family whatever the shape: the split-KV
-// kernel takes neither (sinks it does).
+// A sliding window or a softcap runs on the sm90 family whatever the shape (runs_split_kv
+// says no to them): the split-KV kernel takes neither (sinks it does).
 Route route(const ProblemShape& shape, const ForwardParams& views, int num_splits) {
     const DeviceProperties& device = DeviceProperties::current();
-    const bool variants = needs_variant_kernel(views.variants);
-    if (num_splits == 0 && (variants || !runs_split_kv(shape)) && tma_problem(views).empty()) {
+    if (num_splits == 0 && !runs_split_kv(shape) && tma_problem(views).empty()) {
         const std::optional<KernelConfig> config = find_kernel_for({shape, true}, device);
         if (config && config->family == Family::sm90)
             return {config, 0};
     }
-    if (variants) {
+    if (shape.window_or_softcap) {
         const Variants& v = views.variants;
         fail(ErrorCode::unsupported, "variants",
              "no sliding window or softcap here: forward_varlen and forward_kvcache run them on "
@@ -244,7 +243,7 @@ SequenceArgs sequence_args(const TensorView& q, const TensorView& k, const KeySo
 }
 
 ProblemShape shape(const TensorView& q, const TensorView& k, std::int64_t batch, std::int64_t seq_q,
-                   std::int64_t seq_k, bool causal) {
+                   std::int64_t seq_k, bool causal, const Variants& variants) {
     return {.dtype = q.dtype,
             .d_head = static_cast<int>(q.shape[3]),
             .batch = batch,
@@ -252,7 +251,8 @@ ProblemShape shape(const TensorView& q, const TensorView& k, std::int64_t batch,
             .seq_k = seq_k,
             .heads = q.shape[2],
             .heads_kv = k.shape[2],
-            .causal = causal};
+            .causal = causal,
+            .window_or_softcap = variants.changes_scores()};
 }
 
 // Everything forward_varlen checks before a launch.
@@ -311,7 +311,7 @@ void check_varlen(const VarlenParams& p, Stream stream) {
 }
 
 ProblemShape varlen_shape(const VarlenParams& p) {
-    return shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.causal);
+    return shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.causal, p.variants);
 }
 
 ForwardParams varlen_views(const VarlenParams& p) {
@@ -401,7 +401,8 @@ std::int64_t cache_capacity(const KVCacheParams& p) {
 }
 
 ProblemShape kvcache_shape(const KVCacheParams& p) {
-    return shape(p.q, p.k_cache, p.q.shape[0], p.q.shape[1], cache_capacity(p), p.causal);
+    return shape(p.q, p.k_cache, p.q.shape[0], p.q.shape[1], cache_capacity(p), p.causal,
+                 p.variants);
 }
 
 ForwardParams kvcache_views(const KVCacheParams& p) {

@@ -190,10 +190,6 @@ void check_variants(const Variants& v, bool causal, float scale) {
     }
 }
 
-bool needs_variant_kernel(const Variants& v) {
-    return v.window_left != -1 || v.window_right != -1 || v.softcap != 0.0f;
-}
-
 void check_lse(const float* lse, std::int64_t count, const char* layout,
                std::initializer_list<std::pair<const TensorView*, const char*>> tensors) {
     if (lse == nullptr)
@@ -318,7 +314,8 @@ ProblemShape shape_of(const ForwardParams& p) {
             .seq_k = p.k.shape[1],
             .heads = p.q.shape[2],
             .heads_kv = p.k.shape[2],
-            .causal = p.causal};
+            .causal = p.causal,
+            .window_or_softcap = p.variants.changes_scores()};
 }
 
 float softmax_scale(std::optional<float> given, std::int64_t d_head) {

@@ -39,10 +39,6 @@ void check_causal_alignment(CausalAlignment alignment);
 // call's softmax scale), and a 4-byte aligned sinks pointer.
 void check_variants(const Variants& variants, bool causal, float scale);
 
-// Whether a call runs the configs' variant kernels: a sliding window or a softcap (sinks
-// run on every kernel, in its epilogue).
-bool needs_variant_kernel(const Variants& variants);
-
 // An optional LSE output of `count` floats (laid out as `layout` says): aligned, inside
 // the address space, overlapping none of `tensors`.
 void check_lse(const float* lse, std::int64_t count, const char* layout,

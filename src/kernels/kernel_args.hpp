@@ -78,15 +78,16 @@ struct KernelArgs {
     float scale_log2;  // softmax_scale * log2(e): the softmax works in base 2
     int sm_count;      // of the device: the grid of a persistent kernel
     SequenceArgs seqs;
-    // Sliding window or logit softcap: the launch runs the config's variant kernel, whose
-    // main loop masks with `band` (causal included) and applies the softcap. With a softcap,
-    // scores become tanh(score * softcap_prescale) (prescale = scale / softcap, 0: off) and
-    // softmax_scale is the softcap, so the softmax and the LSE need nothing else.
+    // Sliding window, logit softcap or sinks: the launch runs the config's variant kernel,
+    // whose main loop masks with `band` (causal included) and applies the softcap. With a
+    // softcap, scores become tanh(score * softcap_prescale) (prescale = scale / softcap, 0:
+    // off) and softmax_scale is the softcap, so the softmax and the LSE need nothing else.
     bool variants;
     KeyBand band;
     float softcap_prescale;
-    // Attention sinks, fp32 per query head, or null: every kernel adds them to its rows'
-    // denominators when it finalises (OnlineSoftmax::finalize), outside the main loop.
+    // Attention sinks, fp32 per query head, or null: added to the rows' denominators where
+    // they are finalised (OnlineSoftmax::finalize), by the variant kernels and the split-KV
+    // ones (which take no window or softcap).
     const float* sinks;
 };
 

@@ -70,6 +70,8 @@ nlohmann::json entry_json(const Entry& e) {
                         {"causal", e.key.causal},
                         {"tflops", e.tflops},
                         {"measured", e.measured}};
+    if (e.key.window_or_softcap)
+        j["window_or_softcap"] = true;
     if (e.key.rows_bucket > 0) {
         j["rows_bucket"] = e.key.rows_bucket;
         j["splits"] = e.splits;
@@ -105,6 +107,11 @@ Entry entry_from_json(const nlohmann::json& j) {
         if (!j.at("causal").is_boolean())
             throw std::invalid_argument("\"causal\" is not a boolean");
         e.key.causal = j.at("causal").get<bool>();
+    }
+    if (j.contains("window_or_softcap")) {
+        if (!j.at("window_or_softcap").is_boolean())
+            throw std::invalid_argument("\"window_or_softcap\" is not a boolean");
+        e.key.window_or_softcap = j.at("window_or_softcap").get<bool>();
     }
     e.tflops = number_field(j, "tflops");
     if (j.contains("measured"))
@@ -148,16 +155,19 @@ std::string Key::to_string() const {
     return gpu + " (" + std::to_string(sm_count) + " SMs), " +
            std::string(flash_attention::to_string(dtype)) + ", d_head " + std::to_string(d_head) +
            ", seq <= " + std::to_string(seq_bucket) + (causal ? ", causal" : "") +
+           (window_or_softcap ? ", window/softcap" : "") +
            (rows_bucket > 0 ? ", split-KV rows <= " + std::to_string(rows_bucket) : "");
 }
 
 Key Key::of(const DeviceProperties& device, const ProblemShape& problem) {
-    return {device.name,
+    Key key{device.name,
             device.sm_count,
             problem.dtype,
             problem.d_head,
             tuning::seq_bucket(problem.seq_q, problem.seq_k),
             problem.causal};
+    key.window_or_softcap = problem.window_or_softcap;
+    return key;
 }
 
 Key Key::of_splits(const DeviceProperties& device, const ProblemShape& problem) {

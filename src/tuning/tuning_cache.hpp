@@ -30,6 +30,9 @@ struct Key {
     // kernel, and this the bucket of its query rows per K/V head (seq_q x heads / heads_kv,
     // the smallest power of two at least that): one key never depends on the batch.
     int rows_bucket = 0;
+    // ProblemShape::window_or_softcap: a winner among the configs' variant kernels, kept
+    // apart from the plain kernels' (read as a fallback).
+    bool window_or_softcap = false;
 
     friend auto operator<=>(const Key&, const Key&) = default;
     std::string to_string() const;

@@ -396,6 +396,60 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
     }
 }
 
+// Problems of the variant kernels (a sliding window or softcap) have keys of their own
+// (`tune --window/--softcap`), written and read back; without one they take the plain
+// problem's winner, and a variant winner is never read for plain problems.
+TEST(TuningCache, VariantKernelEntries) {
+    // Two built configs of one dtype and d_head: their keys differ in the variants alone.
+    std::optional<fa::KernelConfig> plain_winner, variant_winner;
+    for (const fa::KernelConfig& a : fa::configs()) {
+        for (const fa::KernelConfig& b : fa::configs()) {
+            if (!plain_winner && a != b && a.dtype == b.dtype && a.d_head == b.d_head) {
+                plain_winner = a;
+                variant_winner = b;
+            }
+        }
+    }
+    if (!plain_winner)
+        GTEST_SKIP() << "this build has no two configs of one dtype and d_head";
+    const fa::DeviceProperties device{0, "Test GPU", 9, 0, 132, 232448};
+    tuning::Entry variant = entry(device.name, 1024, *variant_winner, 1);
+    variant.key.window_or_softcap = true;
+    const auto back = tuning::parse(tuning::to_json({variant}), "t");
+    ASSERT_EQ(back.entries.size(), 1u);
+    EXPECT_EQ(back.entries[0].key, variant.key);
+    EXPECT_NE(variant.key.to_string().find("window/softcap"), std::string::npos);
+    auto doc = nlohmann::json::parse(tuning::to_json({variant}));
+    doc["entries"][0]["window_or_softcap"] = "yes";
+    EXPECT_TRUE(tuning::parse(doc.dump(), "cache.json").entries.empty());
+
+    const auto view = [&](std::uintptr_t gib) {
+        return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), plain_winner->dtype,
+                                          1, 1024, 2, plain_winner->d_head);
+    };
+    fa::ForwardParams params{view(1), view(2), view(3), view(4), std::nullopt};
+    const fa::ChoiceProblem plain = fa::choice_problem(params);
+    params.variants.window_left = 100;
+    const fa::ChoiceProblem windowed = fa::choice_problem(params);
+    ASSERT_TRUE(windowed.shape.window_or_softcap);
+    EXPECT_TRUE(tuning::Key::of(device, windowed.shape).window_or_softcap);
+    if (!fa::can_run(*plain_winner, plain, device) || !fa::can_run(*variant_winner, plain, device))
+        GTEST_SKIP() << "the two configs do not run on the test GPU";
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    tuning::save_atomically(file, {entry(device.name, 1024, *plain_winner, 1), variant});
+    {
+        const CacheEnvironment env(file);
+        EXPECT_EQ(fa::choose_kernel(windowed, device), *variant_winner);
+        EXPECT_EQ(fa::choose_kernel(plain, device), *plain_winner);
+    }
+    tuning::save_atomically(file, {entry(device.name, 1024, *plain_winner, 1)});
+    {
+        const CacheEnvironment env(file);
+        EXPECT_EQ(fa::choose_kernel(windowed, device), *plain_winner);
+    }
+}
+
 // The built-in table's d_head 256 entries on Hopper depend on the length: one stage of
 // B_c 128 up to 512 keys, B_c 80 with overlap and ping-pong beyond (docs/PERF.md, tune of
 // 2026-11-23, interleaved runs of 2026-11-24).

@@ -153,9 +153,13 @@ TEST(Validation, Variants) {
                          reinterpret_cast<const float*>(static_cast<char*>(address(8)) + 2);
                  }),
                  fa::ErrorCode::invalid_argument, "variants.sinks", "one that is not");
-    EXPECT_TRUE(fa::needs_variant_kernel({-1, 0, 0.0f, nullptr}));
-    EXPECT_TRUE(fa::needs_variant_kernel({-1, -1, 1.0f, nullptr}));
-    EXPECT_FALSE(fa::needs_variant_kernel({-1, -1, 0.0f, static_cast<const float*>(address(8))}));
+    EXPECT_TRUE((fa::Variants{-1, 0, 0.0f, nullptr}.changes_scores()));
+    EXPECT_TRUE((fa::Variants{-1, -1, 1.0f, nullptr}.changes_scores()));
+    const fa::Variants sinks_only{-1, -1, 0.0f, static_cast<const float*>(address(8))};
+    EXPECT_FALSE(sinks_only.changes_scores());
+    EXPECT_TRUE(sinks_only.any());
+    EXPECT_TRUE(fa::shape_of(p).window_or_softcap);  // p: a window of one key
+    EXPECT_FALSE(fa::shape_of(good_params()).window_or_softcap);
 }
 
 TEST(Validation, StridesAndAlignment) {

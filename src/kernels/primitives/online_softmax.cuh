@@ -128,7 +128,7 @@ class OnlineSoftmax {
         const float top = fmaxf(reference, sink);
         const float keep = ptx::ex2(reference - top);  // 0 for a row without keys
         sum_[mt][h] = sum_[mt][h] * keep + ptx::ex2(sink - top);
-        max_[mt][h] = top / unit;
+        max_[mt][h] = __fdividef(top, unit);
         return keep;
     }
 

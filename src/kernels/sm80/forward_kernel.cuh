@@ -175,10 +175,15 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     for (int j = first; j < end; ++j)
         process_block(j);
 
-    // Attention sinks: one per head, the same for every row of the CTA.
-    constexpr float log2e = 1.4426950408889634f;
-    const float sink = args.sinks != nullptr ? __ldg(args.sinks + head) * log2e : -INFINITY;
-    softmax.finalize(o, [sink](int, int) { return sink; });
+    if constexpr (Variants) {
+        // Attention sinks: one per head, the same for every row of the CTA (the variant
+        // kernel only, as in the sm90 family).
+        constexpr float log2e = 1.4426950408889634f;
+        const float sink = args.sinks != nullptr ? __ldg(args.sinks + head) * log2e : -INFINITY;
+        softmax.finalize(o, [sink](int, int) { return sink; });
+    } else {
+        softmax.finalize(o);
+    }
 
     if (args.lse != nullptr && threadIdx.x % 4 == 0) {
         store_lse<m_tiles>(args.lse + (std::int64_t{batch} * args.heads + head) * args.seq_q,

@@ -89,6 +89,8 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         }
         consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
         pending_store.hand_back();  // a tile without GEMMs hands it back here
+        if constexpr (!Variants)
+            softmax.finalize(o);
 
         // Per sequence, the tile again, recomputed rather than held across the main loop
         // (the shuffle hides that it is the same): the three-consumer kernels have 160
@@ -97,10 +99,14 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         const Tile done = PerSequence ? tile_at<Tr, PerSequence, Variants>(
                                             args, __shfl_sync(0xffffffffu, index, 0))
                                       : tile;
-        // Attention sinks: one per head, the same for every row of the tile.
-        const float sink =
-            args.sinks != nullptr ? __ldg(args.sinks + done.head) * log2e_f : -INFINITY;
-        softmax.finalize(o, [sink](int, int) { return sink; });
+        if constexpr (Variants) {
+            // Attention sinks: one per head, the same for every row of the tile. Only here:
+            // in the plain kernels even this epilogue code moved ptxas's schedule of the main
+            // loop (SASS), which the plain kernels keep as measured.
+            const float sink =
+                args.sinks != nullptr ? __ldg(args.sinks + done.head) * log2e_f : -INFINITY;
+            softmax.finalize(o, [sink](int, int) { return sink; });
+        }
         if (args.lse != nullptr && threadIdx.x % 4 == 0) {
             store_lse<1>(
                 args.lse +
