@@ -66,7 +66,8 @@ struct Variants {
     // a NaN sink gives NaN rows.
     const float* sinks = nullptr;
 
-    // Whether any variant is set: forward() then runs the config's variant kernel.
+    // Whether any variant is set: a config then runs its variant instantiation (decoding
+    // shapes with sinks alone still take the split-KV kernels).
     bool any() const { return changes_scores() || sinks != nullptr; }
     // A sliding window or a softcap, which change the scores themselves: the split-KV
     // (decoding) kernels take neither, only sinks.
