@@ -7,16 +7,13 @@ import math
 import pytest
 
 import flash_attention_scratch as fa
+from test_forward import needs_gpu
 
 try:
     import torch
 except ImportError:
     torch = None
 
-needs_gpu = pytest.mark.skipif(
-    torch is None or not torch.cuda.is_available() or fa.device_count() == 0,
-    reason="needs PyTorch and a CUDA GPU (run on the device machine; docs/PERF.md has the results)",
-)
 needs_torch = pytest.mark.skipif(torch is None, reason="needs PyTorch")
 
 
