@@ -14,11 +14,18 @@ using fa::reference::HostTensor;
 
 namespace {
 
+// The attention variants (issue 15) of a straightforward computation.
+struct Variants {
+    int left = -1, right = -1;  // sliding window around i + seq_k - seq_q; -1: unbounded
+    double softcap = 0;
+    const std::vector<float>* sinks = nullptr;
+};
+
 // Straightforward attention in double for every row, written independently of the
 // checker's code: returns O rounded to the dtype, and the log-sum-exp.
 std::pair<HostTensor, std::vector<float>> attention(const HostTensor& q, const HostTensor& k,
-                                                    const HostTensor& v, double scale,
-                                                    bool causal) {
+                                                    const HostTensor& v, double scale, bool causal,
+                                                    const Variants& var = {}) {
     HostTensor out{q.dtype, q.batch, q.seq, q.heads, q.d_head, std::vector<std::uint16_t>(q.size()),
                    {}};
     std::vector<float> lse(q.batch * q.heads * q.seq);
@@ -27,27 +34,35 @@ std::pair<HostTensor, std::vector<float>> attention(const HostTensor& q, const H
         for (std::int64_t h = 0; h < q.heads; ++h) {
             for (std::int64_t i = 0; i < q.seq; ++i) {
                 std::vector<double> w;
+                std::vector<std::int64_t> keys;
+                const std::int64_t pos = i + k.seq - q.seq;
                 for (std::int64_t j = 0; j < k.seq; ++j) {
-                    if (causal && j > i + k.seq - q.seq)
-                        break;
+                    if ((causal && j > pos) || (var.left >= 0 && j < pos - var.left) ||
+                        (var.right >= 0 && j > pos + var.right))
+                        continue;
                     double dot = 0;
                     for (std::int64_t x = 0; x < q.d_head; ++x) {
                         dot += double(q.values[q.offset(b, i, h) + x]) *
                                k.values[k.offset(b, j, h / group) + x];
                     }
-                    w.push_back(dot * scale);
+                    const double s = dot * scale;
+                    w.push_back(var.softcap > 0 ? var.softcap * std::tanh(s / var.softcap) : s);
+                    keys.push_back(j);
                 }
-                double m = -INFINITY, sum = 0;
+                const double sink = var.sinks ? (*var.sinks)[h] : -INFINITY;
+                double m = sink, sum = 0;
                 for (const double s : w)
                     m = std::max(m, s);
+                if (sink > -INFINITY)
+                    sum += std::exp(sink - m);  // a denominator term with no value
                 for (double& s : w)
                     sum += (s = std::exp(s - m));
                 lse[(b * q.heads + h) * q.seq + i] =
-                    w.empty() ? -INFINITY : float(m + std::log(sum));
+                    sum == 0 ? -INFINITY : float(m + std::log(sum));
                 for (std::int64_t x = 0; x < q.d_head; ++x) {
                     double o = 0;
                     for (std::size_t j = 0; j < w.size(); ++j)
-                        o += w[j] * v.values[v.offset(b, j, h / group) + x];
+                        o += w[j] * v.values[v.offset(b, keys[j], h / group) + x];
                     out.bits[out.offset(b, i, h) + x] =
                         fa::reference::from_float(q.dtype, float(w.empty() ? 0 : o / sum));
                 }
@@ -139,4 +154,42 @@ TEST(Reference, RowsThatSeeNoKeyAreZeroWithLseMinusInfinity) {
     std::vector<float> finite = lse;
     finite[0] = 0.0f;
     EXPECT_FALSE(check(c, out, &finite).passed);
+}
+
+// Sliding windows, softcap and sinks: the right answer passes, each variant left out fails.
+TEST(Reference, VariantsMatter) {
+    const Case c = make(true, 70, 90, 4, 2);
+    const std::vector<float> sinks = {2.0f, -1.0f, 0.5f, 3.0f};
+    const Variants all{9, -1, 0.8, &sinks};  // a softcap small enough to bite at scale 0.125
+    const auto rows = fa::reference::sample_rows(c.q.batch, c.q.heads, c.q.seq, 1000, 5);
+    const auto check_with = [&](const HostTensor& out, const std::vector<float>& lse,
+                                const Variants& v) {
+        return fa::reference::check_attention(
+            {c.q, c.k, c.v, out, 0.125, c.causal, &lse, false, v.left, v.right, v.softcap, v.sinks},
+            rows);
+    };
+    auto [out, lse] = attention(c.q, c.k, c.v, 0.125, c.causal, all);
+    const auto good = check_with(out, lse, all);
+    EXPECT_TRUE(good.passed) << good.summary();
+    for (const Variants& missing : {Variants{-1, -1, 0.8, &sinks}, Variants{9, -1, 0, &sinks},
+                                    Variants{9, -1, 0.8, nullptr}}) {
+        auto [wrong_out, wrong_lse] = attention(c.q, c.k, c.v, 0.125, c.causal, missing);
+        EXPECT_FALSE(check_with(wrong_out, wrong_lse, all).passed)
+            << "left out: window " << missing.left << ", softcap " << missing.softcap << ", sinks "
+            << (missing.sinks != nullptr);
+    }
+    // Non-causal, a window on both sides; rows whose window lies past the keys see none.
+    const Case wide = make(false, 90, 40, 2, 2);
+    const Variants band{3, 5, 0, nullptr};
+    auto [band_out, band_lse] = attention(wide.q, wide.k, wide.v, 0.125, false, band);
+    const auto band_rows = fa::reference::sample_rows(2, 2, 90, 1000, 7);
+    EXPECT_TRUE(fa::reference::check_attention({wide.q, wide.k, wide.v, band_out, 0.125, false,
+                                                &band_lse, false, 3, 5, 0, nullptr},
+                                               band_rows)
+                    .passed);
+    EXPECT_FALSE(fa::reference::check_attention({wide.q, wide.k, wide.v, band_out, 0.125, false,
+                                                 &band_lse, false, 3, -1, 0, nullptr},
+                                                band_rows)
+                     .passed)
+        << "a right-unbounded window passed against a right side of 5";
 }
