@@ -201,23 +201,33 @@ void GridOptions::add_to(CLI::App& cmd) {
 }
 
 void VariantOptions::add_to(CLI::App& cmd) {
+    // Checked as it is parsed, so a malformed window exits 2 before anything runs.
+    const CLI::Validator window_sides(
+        [](std::string& text) -> std::string {
+            const auto comma = text.find(',');
+            const bool ok = comma != std::string::npos &&
+                            text.find(',', comma + 1) == std::string::npos &&
+                            integer(text.substr(0, comma), -1, k_max_seq) &&
+                            integer(text.substr(comma + 1), -1, k_max_seq);
+            return ok ? ""
+                      : "expected LEFT,RIGHT, two integers from -1 (unbounded) to " +
+                            std::to_string(k_max_seq) + ", got \"" + excerpt(text) + "\"";
+        },
+        "LEFT,RIGHT");
     cmd.add_option("--window", window,
                    "sliding window LEFT,RIGHT around each query's diagonal position (-1: "
-                   "unbounded; with --causal RIGHT is -1 or 0)");
+                   "unbounded; with --causal RIGHT is -1 or 0)")
+        ->check(window_sides);
     cmd.add_option("--softcap", softcap, "logit softcap: scores become softcap * tanh(s / softcap)")
         ->check(number_in(0, 1e6));
     cmd.add_flag("--sinks", sinks, "attention sinks: a random logit per query head");
 }
 
 void VariantOptions::apply(Shape& shape) const {
-    if (!window.empty()) {
+    if (!window.empty()) {  // checked when parsed (add_to)
         const std::vector<int> sides = parse_int_list(window, "--window", -1, k_max_seq);
-        if (sides.size() != 2) {
-            throw UsageError("--window: expected LEFT,RIGHT (two integers, -1 unbounded), got " +
-                             window);
-        }
-        shape.window_left = sides[0];
-        shape.window_right = sides[1];
+        shape.window_left = sides.at(0);
+        shape.window_right = sides.at(1);
     }
     shape.softcap = softcap;
     shape.sinks = sinks;

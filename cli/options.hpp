@@ -64,7 +64,7 @@ struct VariantOptions {
     bool sinks = false;
 
     void add_to(CLI::App& cmd);
-    // Sets `shape`'s variant fields; UsageError for a malformed --window.
+    // Sets `shape`'s variant fields.
     void apply(Shape& shape) const;
 };
 

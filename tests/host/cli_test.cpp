@@ -180,6 +180,25 @@ TEST(Cli, ServingShapesCountWhatEachRowSees) {
     EXPECT_DOUBLE_EQ(varlen.kv_bytes(), 2.0 * keys * 16 * 128 * 2);
 }
 
+// --window, --softcap and --sinks (issue 15): malformed values exit 2 before anything runs,
+// and TFLOP/s counts the pairs a window leaves.
+TEST(Cli, VariantOptions) {
+    expect_usage_error({"run", "--window", "5"}, "--window");
+    expect_usage_error({"bench", "--window", "5,x"}, "--window");
+    expect_usage_error({"bench", "--window", "1,2,3"}, "--window");
+    expect_usage_error({"run", "--window", "-2,0"}, "--window");
+    expect_usage_error({"bench", "--softcap", "-1"}, "--softcap");
+    cli::Shape windowed = dense_shape(1, 100);
+    windowed.causal = true;
+    windowed.window_left = 9;  // row i sees keys max(0, i - 9) .. i: min(i + 1, 10) of them
+    double pairs = 0;
+    for (int i = 0; i < 100; ++i)
+        pairs += std::min(i + 1, 10);
+    EXPECT_DOUBLE_EQ(windowed.flop(), 4.0 * windowed.heads * windowed.d_head * pairs);
+    EXPECT_TRUE(windowed.problem().window_or_softcap);
+    EXPECT_FALSE(dense_shape(1, 100).problem().window_or_softcap);
+}
+
 // nan and 1e308 were accepted as --warmup-ms, 2^31 - 1 as --runs (an overflow), and range
 // messages printed 309-digit numbers.
 TEST(Cli, NumbersAreBoundedByReadableLimits) {
