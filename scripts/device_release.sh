@@ -37,7 +37,7 @@
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 #   variants  issue 15: the GPU tests of sliding window, softcap and sinks (and top-left causal)
 #             on a release build (test_gpu and the command line carried prebuilt in .dev/carry
-#             when they run here, else built), memcheck of some, the bars (window (4096, 0)
+#             when they run here, else built), memcheck and racecheck of some, the bars (window (4096, 0)
 #             against causal at 32k; softcap and sinks against none at 16k, interleaved), then
 #             the default Python package (built in the background meanwhile) and its variant
 #             and Hugging Face model tests
@@ -597,6 +597,10 @@ PY
           --gtest_filter='Built/EveryConfigVariants.*sm90_config1?_shape7:Built/EveryConfigVariants.*sm80_config*_shape2' \
           > "$OUT/variants_memcheck.log" 2>&1
         note "variants memcheck: exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/variants_memcheck.log" | tr '\n' ' ')"
+        timeout 60 compute-sanitizer --tool racecheck --error-exitcode 1 "$T" \
+          --gtest_filter='Built/EveryConfigVariants.*sm90_config1?_shape7:Built/EveryConfigVariants.*sm90_config1?_shape10' \
+          > "$OUT/variants_racecheck.log" 2>&1
+        note "variants racecheck: exit $? $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/variants_racecheck.log" | tr '\n' ' ')"
       fi
       # The bars, interleaved: bf16 d_head 128, 32/8 heads.
       H=(--heads 32 --heads-kv 8 --d-head 128 --dtype bf16 --runs 10 --rounds 2 --warmup-ms 300 --format json)
