@@ -90,10 +90,12 @@ struct ForwardParams {
     // sees no key gets zeros and LSE -inf.
     bool causal = false;
     CausalAlignment causal_alignment = CausalAlignment::bottom_right;
-    Variants variants{};  // sliding window, softcap, sinks
     // Optional output: log-sum-exp of each row's scaled scores, natural log, fp32,
     // contiguous (batch, heads_q, seq_q), for merging partial results or a backward pass.
     float* lse = nullptr;
+    // Sliding window, softcap, sinks. Last in each parameter struct, so that positional
+    // initialisers written before it existed keep their meaning.
+    Variants variants{};
 };
 
 // Serving (inference engines, padding-free training): batches of sequences of different
@@ -141,13 +143,13 @@ struct VarlenParams {
     std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
     bool causal = false;                 // per sequence, aligned at its bottom right
     CausalAlignment causal_alignment = CausalAlignment::bottom_right;  // or its top left
-    Variants variants{};   // per sequence, aligned as causal is
     float* lse = nullptr;  // optional output, fp32 (heads_q, total_q)
     // 0: the library's choice: queries that fill tiles (not a decoding shape) run on the
     // kernel forward() would choose for the longest sequence when it is an sm90 one
     // (Hopper; packed or paged K/V alike), anything else on the serving kernel with a key
     // split of its choosing. n >= 1: the serving kernel with n key ranges per sequence.
     int num_splits = 0;
+    Variants variants{};  // per sequence, aligned as causal is
 };
 
 // flash_attn_with_kvcache: decoding and chunked prefill against a KV cache.
@@ -173,9 +175,9 @@ struct KVCacheParams {
     std::optional<float> softmax_scale;
     bool causal = false;
     CausalAlignment causal_alignment = CausalAlignment::bottom_right;
-    Variants variants{};   // per sequence, aligned as causal is
     float* lse = nullptr;  // optional output, fp32 (batch, heads_q, seq_q)
     int num_splits = 0;    // as VarlenParams::num_splits
+    Variants variants{};   // per sequence, aligned as causal is
 };
 
 // The largest num_splits a call takes.

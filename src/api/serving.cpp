@@ -315,7 +315,7 @@ ProblemShape varlen_shape(const VarlenParams& p) {
 }
 
 ForwardParams varlen_views(const VarlenParams& p) {
-    return {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.causal_alignment, p.variants, p.lse};
+    return {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.causal_alignment, p.lse, p.variants};
 }
 
 // Everything forward_kvcache checks before a launch; returns k_new's length (0 without).
@@ -406,8 +406,8 @@ ProblemShape kvcache_shape(const KVCacheParams& p) {
 }
 
 ForwardParams kvcache_views(const KVCacheParams& p) {
-    return {p.q,      p.k_cache,          p.v_cache,  p.o,  p.softmax_scale,
-            p.causal, p.causal_alignment, p.variants, p.lse};
+    return {p.q,      p.k_cache,          p.v_cache, p.o,       p.softmax_scale,
+            p.causal, p.causal_alignment, p.lse,     p.variants};
 }
 
 }  // namespace
