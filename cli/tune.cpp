@@ -48,8 +48,10 @@ std::vector<tuning::Entry> winners(const SweepResult& result,
     for (std::size_t i = 0; i < result.measurements.size(); ++i) {
         const Measurement& m = result.measurements[i];
         const ProblemShape problem = m.shape.problem();
-        const tuning::Key key = m.shape.api == Api::dense ? tuning::Key::of(device, problem)
-                                                          : tuning::Key::of_splits(device, problem);
+        const tuning::Key key =
+            m.shape.api == Api::dense
+                ? tuning::Key::of(device, problem)
+                : tuning::Key::of_splits(device, problem, m.shape.page_size > 0);
         by_key[key].push_back({&m, &candidates[result.candidate_of[i]]});
     }
     std::vector<tuning::Entry> entries;

@@ -174,16 +174,18 @@ struct Route {
     int requested_splits = 0;
 };
 
-// The split count to ask the split-KV kernel for: the call's, else the tuning cache's.
-int requested_splits(const ProblemShape& shape, const DeviceProperties& device, int num_splits) {
+// The split count to ask the split-KV kernel for: the call's, else the tuning cache's for
+// this kind of cache (paged or not).
+int requested_splits(const ProblemShape& shape, const DeviceProperties& device, int num_splits,
+                     bool paged) {
     if (num_splits != 0)
         return num_splits;
-    return tuning::lookup_splits(tuning::Key::of_splits(device, shape)).value_or(0);
+    return tuning::lookup_splits(tuning::Key::of_splits(device, shape, paged)).value_or(0);
 }
 
 // A sliding window or a softcap runs on the sm90 family whatever the shape (runs_split_kv
 // says no to them): the split-KV kernel takes neither (sinks it does).
-Route route(const ProblemShape& shape, const ForwardParams& views, int num_splits) {
+Route route(const ProblemShape& shape, const ForwardParams& views, int num_splits, bool paged) {
     const DeviceProperties& device = DeviceProperties::current();
     if (num_splits == 0 && !runs_split_kv(shape) && tma_problem(views).empty()) {
         const std::optional<KernelConfig> config = find_kernel_for({shape, true}, device);
@@ -199,7 +201,7 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
              "window (" + std::to_string(v.window_left) + ", " + std::to_string(v.window_right) +
                  "), softcap " + std::to_string(v.softcap));
     }
-    return {std::nullopt, requested_splits(shape, device, num_splits)};
+    return {std::nullopt, requested_splits(shape, device, num_splits, paged)};
 }
 
 // paged: the keys are a paged cache's (the split plan differs).
@@ -414,7 +416,8 @@ ForwardParams kvcache_views(const KVCacheParams& p) {
 
 KernelChoice split_kv_choice(const ProblemShape& shape, const DeviceProperties& device,
                              int num_splits) {
-    return choice_of({std::nullopt, requested_splits(shape, device, num_splits)}, shape, false);
+    return choice_of({std::nullopt, requested_splits(shape, device, num_splits, false)}, shape,
+                     false);
 }
 
 std::string KernelChoice::to_string() const {
@@ -426,20 +429,22 @@ std::string KernelChoice::to_string() const {
 KernelChoice chosen_kernel(const VarlenParams& p) {
     check_varlen(p, nullptr);
     const ProblemShape s = varlen_shape(p);
-    return choice_of(route(s, varlen_views(p), p.num_splits), s, p.pages.has_value());
+    return choice_of(route(s, varlen_views(p), p.num_splits, p.pages.has_value()), s,
+                     p.pages.has_value());
 }
 
 KernelChoice chosen_kernel(const KVCacheParams& p) {
     check_kvcache(p, nullptr);
     const ProblemShape s = kvcache_shape(p);
-    return choice_of(route(s, kvcache_views(p), p.num_splits), s, p.pages.has_value());
+    return choice_of(route(s, kvcache_views(p), p.num_splits, p.pages.has_value()), s,
+                     p.pages.has_value());
 }
 
 void forward_varlen(const VarlenParams& p, Stream stream) {
     check_varlen(p, stream);
     const KeySource keys = key_source(p.k, p.v, p.pages);
     const ProblemShape s = varlen_shape(p);
-    const Route r = route(s, varlen_views(p), p.num_splits);
+    const Route r = route(s, varlen_views(p), p.num_splits, p.pages.has_value());
     if (r.sm90) {
         launch_sm90(*r.sm90, s, varlen_views(p),
                     sequence_args(p.q, p.k, keys, p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k, 0),
@@ -464,7 +469,7 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
     const KeySource keys = key_source(p.k_cache, p.v_cache, p.pages);
     // Routed before the append, so a call refused here leaves the cache as it was.
     const ProblemShape s = kvcache_shape(p);
-    const Route r = route(s, kvcache_views(p), p.num_splits);
+    const Route r = route(s, kvcache_views(p), p.num_splits, p.pages.has_value());
     if (p.k_new && seq_new > 0) {
         AppendArgs a{};
         a.k_new = p.k_new->data;

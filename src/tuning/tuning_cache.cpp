@@ -72,6 +72,8 @@ nlohmann::json entry_json(const Entry& e) {
                         {"measured", e.measured}};
     if (e.key.window_or_softcap)
         j["window_or_softcap"] = true;
+    if (e.key.paged)
+        j["paged"] = true;
     if (e.key.rows_bucket > 0) {
         j["rows_bucket"] = e.key.rows_bucket;
         j["splits"] = e.splits;
@@ -107,6 +109,11 @@ Entry entry_from_json(const nlohmann::json& j) {
         if (!j.at("causal").is_boolean())
             throw std::invalid_argument("\"causal\" is not a boolean");
         e.key.causal = j.at("causal").get<bool>();
+    }
+    if (j.contains("paged")) {
+        if (!j.at("paged").is_boolean())
+            throw std::invalid_argument("\"paged\" is not a boolean");
+        e.key.paged = j.at("paged").get<bool>();
     }
     if (j.contains("window_or_softcap")) {
         if (!j.at("window_or_softcap").is_boolean())
@@ -156,7 +163,8 @@ std::string Key::to_string() const {
            std::string(flash_attention::to_string(dtype)) + ", d_head " + std::to_string(d_head) +
            ", seq <= " + std::to_string(seq_bucket) + (causal ? ", causal" : "") +
            (window_or_softcap ? ", window/softcap" : "") +
-           (rows_bucket > 0 ? ", split-KV rows <= " + std::to_string(rows_bucket) : "");
+           (rows_bucket > 0 ? ", split-KV rows <= " + std::to_string(rows_bucket) : "") +
+           (paged ? ", paged" : "");
 }
 
 Key Key::of(const DeviceProperties& device, const ProblemShape& problem) {
@@ -170,8 +178,9 @@ Key Key::of(const DeviceProperties& device, const ProblemShape& problem) {
     return key;
 }
 
-Key Key::of_splits(const DeviceProperties& device, const ProblemShape& problem) {
+Key Key::of_splits(const DeviceProperties& device, const ProblemShape& problem, bool paged) {
     Key key = of(device, problem);
+    key.paged = paged;
     long long rows = problem.seq_q * (problem.heads / std::max<long long>(problem.heads_kv, 1));
     key.rows_bucket = 1;
     while (key.rows_bucket < rows && key.rows_bucket < (1 << 30))

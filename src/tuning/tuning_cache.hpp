@@ -33,13 +33,17 @@ struct Key {
     // ProblemShape::window_or_softcap: a winner among the configs' variant kernels, kept
     // apart from the plain kernels' (read as a fallback).
     bool window_or_softcap = false;
+    // A split count for a paged cache's keys (rows_bucket > 0): its plan differs from a
+    // contiguous cache's (serving::plan_for), so their counts are kept apart.
+    bool paged = false;
 
     friend auto operator<=>(const Key&, const Key&) = default;
     std::string to_string() const;
     // The key of a problem on a device: the one place that says what a key is made of.
     static Key of(const DeviceProperties& device, const ProblemShape& problem);
-    // The key of a problem's split count on the split-KV kernel.
-    static Key of_splits(const DeviceProperties& device, const ProblemShape& problem);
+    // The key of a problem's split count on the split-KV kernel, its keys in a paged cache
+    // or not.
+    static Key of_splits(const DeviceProperties& device, const ProblemShape& problem, bool paged);
 };
 
 // The bucket of a problem: the smallest power of two >= max(seq_q, seq_k), at least 64.

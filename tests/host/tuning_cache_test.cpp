@@ -102,13 +102,13 @@ TEST(TuningCache, SplitCountEntries) {
                             .heads = 32,
                             .heads_kv = 8};
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
-    const tuning::Key key = tuning::Key::of_splits(h100, decode);
+    const tuning::Key key = tuning::Key::of_splits(h100, decode, false);
     EXPECT_EQ(key.rows_bucket, 4);  // 1 position x 4 query heads a K/V head
     EXPECT_EQ(key.seq_bucket, 8192);
     decode.batch = 1;
-    EXPECT_EQ(tuning::Key::of_splits(h100, decode), key) << "the batch is not in the key";
+    EXPECT_EQ(tuning::Key::of_splits(h100, decode, false), key) << "the batch is not in the key";
     decode.seq_q = 5;
-    EXPECT_EQ(tuning::Key::of_splits(h100, decode).rows_bucket, 32);
+    EXPECT_EQ(tuning::Key::of_splits(h100, decode, false).rows_bucket, 32);
     EXPECT_EQ(tuning::Key::of(h100, decode).rows_bucket, 0);
 
     tuning::Entry split;
@@ -143,6 +143,35 @@ TEST(TuningCache, SplitCountEntries) {
     tuning::Key config_key = key;
     config_key.rows_bucket = 0;
     EXPECT_FALSE(tuning::lookup_splits(config_key).has_value());
+}
+
+// A paged cache's split counts are kept apart from a contiguous cache's: their plans differ.
+TEST(TuningCache, PagedSplitCountsHaveTheirOwnKeys) {
+    const fa::ProblemShape decode{.dtype = fa::DType::BF16,
+                                  .d_head = 128,
+                                  .batch = 16,
+                                  .seq_q = 1,
+                                  .seq_k = 8192,
+                                  .heads = 32,
+                                  .heads_kv = 8};
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    const tuning::Key contiguous = tuning::Key::of_splits(h100, decode, false);
+    const tuning::Key paged = tuning::Key::of_splits(h100, decode, true);
+    EXPECT_NE(contiguous, paged);
+    EXPECT_NE(paged.to_string().find("paged"), std::string::npos);
+    tuning::Entry e;
+    e.key = paged;
+    e.splits = 32;
+    e.tflops = 1;
+    const auto back = tuning::parse(tuning::to_json({e}), "t");
+    ASSERT_EQ(back.entries.size(), 1u);
+    EXPECT_EQ(back.entries[0].key, paged);
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    tuning::save_atomically(file, {e});
+    const CacheEnvironment env(file);
+    EXPECT_EQ(tuning::lookup_splits(paged), 32);
+    EXPECT_FALSE(tuning::lookup_splits(contiguous).has_value());
 }
 
 TEST(TuningCache, MergeKeepsOtherKeysAndReplacesItsOwn) {
