@@ -191,8 +191,9 @@ void forward_kvcache(const KVCacheParams& params, Stream stream = nullptr);
 // The kernel a call runs: a KernelConfig's, or the split-KV serving kernel (decoding
 // shapes, a requested split count, GPUs without the sm90 family) with its number of key
 // ranges per sequence (1: unsplit). Without num_splits, the split count is the one `tune
-// --kvcache` recorded in the tuning cache for this GPU, dtype, d_head, key-length bucket
-// and query rows per K/V head, else the library's heuristic; never the batch's.
+// --kvcache` recorded in the tuning cache for this GPU, dtype, d_head, key-length bucket,
+// query rows per K/V head and kind of cache (paged or not), else the library's heuristic;
+// never the batch's.
 struct KernelChoice {
     std::optional<KernelConfig> config;
     int splits = 0;  // the split-KV kernel's key ranges, when config is empty
