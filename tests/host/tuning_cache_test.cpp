@@ -35,6 +35,17 @@ tuning::Entry entry(const std::string& gpu, int bucket, const fa::KernelConfig& 
             "2026-11-23T00:00:00Z"};
 }
 
+// A decode step: batch 16, one query, 8192 keys, 32 query heads over 8 K/V heads.
+fa::ProblemShape decode_b16() {
+    return {.dtype = fa::DType::BF16,
+            .d_head = 128,
+            .batch = 16,
+            .seq_q = 1,
+            .seq_k = 8192,
+            .heads = 32,
+            .heads_kv = 8};
+}
+
 // A fresh temporary folder per test, removed afterwards.
 class TempDir {
   public:
@@ -94,13 +105,7 @@ TEST(TuningCache, RoundTrip) {
 // Split counts of the split-KV kernel (`tune --kvcache`) live beside the configs: their
 // own keys (rows_bucket > 0), written and read back, looked up by lookup_splits only.
 TEST(TuningCache, SplitCountEntries) {
-    fa::ProblemShape decode{.dtype = fa::DType::BF16,
-                            .d_head = 128,
-                            .batch = 16,
-                            .seq_q = 1,
-                            .seq_k = 8192,
-                            .heads = 32,
-                            .heads_kv = 8};
+    fa::ProblemShape decode = decode_b16();
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
     const tuning::Key key = tuning::Key::of_splits(h100, decode, false);
     EXPECT_EQ(key.rows_bucket, 4);  // 1 position x 4 query heads a K/V head
@@ -147,13 +152,7 @@ TEST(TuningCache, SplitCountEntries) {
 
 // A paged cache's split counts are kept apart from a contiguous cache's: their plans differ.
 TEST(TuningCache, PagedSplitCountsHaveTheirOwnKeys) {
-    const fa::ProblemShape decode{.dtype = fa::DType::BF16,
-                                  .d_head = 128,
-                                  .batch = 16,
-                                  .seq_q = 1,
-                                  .seq_k = 8192,
-                                  .heads = 32,
-                                  .heads_kv = 8};
+    const fa::ProblemShape decode = decode_b16();
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
     const tuning::Key contiguous = tuning::Key::of_splits(h100, decode, false);
     const tuning::Key paged = tuning::Key::of_splits(h100, decode, true);
