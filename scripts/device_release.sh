@@ -26,6 +26,10 @@
 #   ab        the configs of the files bench/explore/$AB_CONFIGS built from .dev/before and
 #             from this tree, `bench` alternated for three rounds (a change's effect on
 #             given kernels; a "#! ARGS" line in a file adds bench arguments)
+#   abbin     command-line binaries built elsewhere from different trees, carried xz-packed as
+#             .dev/carry/ab/NAME.xz, each `bench`ed on the cases of bench/explore/$ABBIN_CASES (one
+#             line of bench arguments each), alternated for three rounds, each first checked with
+#             `run --check` on the lines of the file that start with "check:"; medians per case
 #   tune      `tune` over the configs of the files bench/explore/$TUNE_CONFIGS (each with its
 #             own "#! ARGS"), each shape's fastest against the release's automatic choice
 #   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads
@@ -434,6 +438,58 @@ PY
         grep -E "Duration|DRAM Throughput|Stall|stalled|Warp Cycles Per Issued|Issued Warp|No Eligible|Active Warps Per|L2 Hit|Mem Busy|Max Bandwidth|Mem Pipes" \
           "$OUT/stalls_$f.txt" | cut -c1-240 | tee -a "$summary"
       done ;;
+    abbin)
+      # Prebuilt binaries (a device build of two trees costs minutes of device time; these are
+      # built on the CPU machine from the trees the PERF.md entry names).
+      cases="$REPO/bench/explore/${ABBIN_CASES:-none}"
+      if [ ! -f "$cases" ] || ! ls "$REPO"/.dev/carry/ab/*.xz > /dev/null 2>&1; then
+        note "abbin: needs bench/explore/\$ABBIN_CASES (got '${ABBIN_CASES:-}') and .dev/carry/ab/*.xz"
+      else
+        mkdir -p /tmp/abbin
+        names=()
+        for x in "$REPO"/.dev/carry/ab/*.xz; do
+          n=$(basename "$x" .xz); names+=("$n")
+          xz -dc "$x" > "/tmp/abbin/$n" && chmod +x "/tmp/abbin/$n"
+        done
+        for n in "${names[@]}"; do
+          i=0
+          while IFS= read -r line; do
+            i=$((i + 1))
+            eval "a=(${line#check:})"
+            timeout 60 "/tmp/abbin/$n" run --check "${a[@]}" > "$OUT/abbin_check_${n}_$i.txt" 2>&1
+            note "abbin check $n $i: exit $? $(grep -E '^check' "$OUT/abbin_check_${n}_$i.txt" | cut -c1-120)"
+          done < <(grep '^check:' "$cases")
+        done
+        for round in 1 2 3; do
+          order=("${names[@]}")
+          [ $((round % 2)) = 0 ] && order=($(printf '%s\n' "${names[@]}" | tac))
+          c=0
+          while IFS= read -r line; do
+            c=$((c + 1))
+            eval "a=($line)"
+            for n in "${order[@]}"; do
+              timeout 100 "/tmp/abbin/$n" bench "${a[@]}" --runs 10 --rounds 2 --warmup-ms 300 --format json \
+                > "$OUT/abbin_${n}_case${c}_$round.json" 2>> "$OUT/abbin.err"
+            done
+          done < <(grep -v '^check:' "$cases" | grep -v '^#' | grep .)
+        done
+        python3 - "$OUT" "$cases" "${names[@]}" <<'PY' | tee -a "$summary"
+import glob, json, os, statistics, sys
+out, cases, names = sys.argv[1], sys.argv[2], sys.argv[3:]
+lines = [l.strip() for l in open(cases) if l.strip() and not l.startswith(("check:", "#"))]
+for c, line in enumerate(lines, 1):
+    row = []
+    for n in names:
+        t = []
+        for f in glob.glob(os.path.join(out, f"abbin_{n}_case{c}_*.json")):
+            try:
+                t += [m["median_ms"] for m in json.load(open(f))["measurements"]]
+            except (ValueError, KeyError):
+                pass
+        row.append(f"{n} {statistics.median(t):.3f}" if t else f"{n} -")
+    print(f"abbin case {c} [{line}] ms: " + ", ".join(row))
+PY
+      fi ;;
     gqa)
       # Issue 13's no-cliff row: causal, seq 32768, batch 1, 32 query heads on 8 K/V heads,
       # the automatic choice (after readme, refactor or explore: their build).

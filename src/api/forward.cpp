@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -21,6 +22,30 @@ int window_side(int side) {
     return side < 0 || side > k_unbounded_window ? k_unbounded_window : side;
 }
 
+// KernelArgs::softcap_fixed / softcap_reference for a softcap whose softmax works in base 2
+// with scale_log2 = softcap * log2(e). After the tanh a score t lies in [-1, 1], so against a
+// reference r the probabilities 2^((t - r) * scale_log2) span 2^(2 * scale_log2). They must be
+// normal numbers of fp32 and of P's type at the bottom (bf16 shares fp32's range: 2^-126;
+// fp16: 2^-14), and at the top leave a row's sum of up to 2^31 of them, and O's accumulators
+// (times |V| up to 2^64), finite in fp32; one unit of margin each side covers tanh.approx's
+// error. r puts the top at 2^0 where the span fits below it, else as low as the bottom allows:
+// bf16 takes softcaps up to 54.0 (Gemma-2's 50, Grok's 30), fp16 up to 9.35.
+struct FixedReference {
+    bool fits;
+    float reference;  // in units of t
+};
+FixedReference softcap_fixed_reference(float softcap, DType dtype) {
+    if (softcap == 0.0f)
+        return {false, 0.0f};
+    const double bottom = dtype == DType::FP16 ? -13.0 : -125.0;
+    const double top = dtype == DType::FP16 ? 14.0 : 31.0;
+    const double span = 2.0 * softcap * std::numbers::log2e;
+    if (span > top - bottom)
+        return {false, 0.0f};
+    const double high = std::max(0.0, span + bottom);  // the top's exponent
+    return {true, static_cast<float>(1.0 - high / (softcap * std::numbers::log2e))};
+}
+
 }  // namespace
 
 KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
@@ -28,6 +53,7 @@ KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
     // With a softcap the softmax runs on tanh(score * scale / softcap) scaled by softcap.
     const float given_scale = softmax_scale(p.softmax_scale, p.q.shape[3]);
     const float scale = var.softcap != 0.0f ? var.softcap : given_scale;
+    const FixedReference fixed = softcap_fixed_reference(var.softcap, p.q.dtype);
     return {.q = p.q.data,
             .k = p.k.data,
             .v = p.v.data,
@@ -65,6 +91,8 @@ KernelArgs kernel_args(const ForwardParams& p, int sm_count) {
             .variants = var.any(),
             .band = {window_side(var.window_left), p.causal ? 0 : window_side(var.window_right)},
             .softcap_prescale = var.softcap != 0.0f ? given_scale / var.softcap : 0.0f,
+            .softcap_fixed = fixed.fits,
+            .softcap_reference = fixed.reference,
             .sinks = var.sinks};
 }
 

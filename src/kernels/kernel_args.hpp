@@ -85,6 +85,12 @@ struct KernelArgs {
     bool variants;
     KeyBand band;
     float softcap_prescale;
+    // With a softcap, every score lies in [-1, 1] after the tanh. Where the probabilities of
+    // that whole range, 2^((t - softcap_reference) * scale_log2), are normal numbers of fp32
+    // and of P's type without overflowing, softcap_fixed: the sm90 variant kernels take that one
+    // reference for every row, with no row maxima and no rescaling of O (RowReference::fixed).
+    bool softcap_fixed;
+    float softcap_reference;
     // Attention sinks, fp32 per query head, or null: added to the rows' denominators where
     // they are finalised (OnlineSoftmax::finalize), by the variant kernels and the split-KV
     // ones (which take no window or softcap).

@@ -222,15 +222,16 @@ INSTANTIATE_TEST_SUITE_P(Built, EveryConfigOddShapes, ::testing::ValuesIn(odd_ca
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigOddShapes);
 
 // Every built config with the attention variants (issue 15), alone and together, on odd
-// lengths: sliding windows with and without causal masking (both alignments), softcap,
-// sinks with GQA, rows that see no key, and a window far shorter than the sequence (most
-// blocks skipped). LSE checked.
+// lengths: sliding windows with and without causal masking (both alignments), softcap (with
+// and without a fixed reference), sinks with GQA, rows that see no key, and a window far
+// shorter than the sequence (most blocks skipped). LSE checked.
 struct VariantShape {
     int seq_q, seq_k, heads, heads_kv;
     bool causal, top_left;
     int window_left, window_right;
     float softcap;
     bool sinks;
+    float scale = 0;  // softmax_scale; 0: 1 / sqrt(d_head)
 };
 
 constexpr VariantShape k_variant_shapes[] = {
@@ -245,6 +246,11 @@ constexpr VariantShape k_variant_shapes[] = {
     {4095, 4095, 2, 1, true, false, 1000, 0, 30, true},   // long: most blocks skipped
     {1, 1000, 4, 4, false, false, 0, 0, 0, true},         // one row, a window of one key
     {257, 513, 4, 2, false, false, -1, -1, 0, true},      // sinks alone (plain kernels)
+    // A softcap on a sharp softmax (scale 1: scores up to the cap), inside the fixed
+    // reference's range in bf16 (KernelArgs::softcap_fixed), past it in fp16; and a softcap
+    // past it in both (row maxima).
+    {2048, 2048, 4, 2, false, false, -1, -1, 50, false, 1.0f},
+    {1000, 1000, 4, 2, true, false, -1, -1, 60, true},
 };
 
 struct VariantCase {
@@ -282,8 +288,11 @@ TEST_P(EveryConfigVariants, MatchesReference) {
     p.variants.softcap = s.softcap;
     if (s.sinks)
         p.draw_sinks();
-    const auto result = p.run_and_check([&] { fa::forward(p.params(true), config); },
-                                        1.0 / std::sqrt(double(config.d_head)), true);
+    fa::ForwardParams params = p.params(true);
+    if (s.scale != 0)
+        params.softmax_scale = s.scale;
+    const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(config.d_head));
+    const auto result = p.run_and_check([&] { fa::forward(params, config); }, scale, true);
     EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
 }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 
+#include "api/kernel_args.hpp"
 #include "api/validate.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "registry/registry.hpp"
@@ -160,6 +161,39 @@ TEST(Validation, Variants) {
     EXPECT_TRUE(sinks_only.any());
     EXPECT_TRUE(fa::shape_of(p).window_or_softcap);  // p: a window of one key
     EXPECT_FALSE(fa::shape_of(good_params()).window_or_softcap);
+}
+
+// The softcap's fixed reference (KernelArgs::softcap_fixed): taken exactly where the
+// probabilities of every score in [-1, 1] (after the tanh), 2^((t - reference) * scale_log2),
+// stay inside P's normal range and below the overflow margin, the largest at 2^0 when the
+// span allows; row maxima otherwise.
+TEST(KernelArgs, SoftcapFixedReference) {
+    struct Range {
+        fa::DType dtype;
+        double bottom, top;  // the exponents allowed, kernel_args.hpp's margins included
+        float largest_fixed;
+    };
+    for (const Range r :
+         {Range{fa::DType::BF16, -125, 31, 54.0f}, Range{fa::DType::FP16, -13, 14, 9.3f}}) {
+        for (const float softcap :
+             {0.5f, 5.0f, 9.3f, 9.4f, 30.0f, 50.0f, 54.0f, 54.1f, 60.0f, 1e6f}) {
+            fa::ForwardParams p = good_params(r.dtype);
+            p.variants.softcap = softcap;
+            const fa::KernelArgs a = fa::kernel_args(p, 132);
+            EXPECT_EQ(a.softcap_fixed, softcap <= r.largest_fixed)
+                << fa::to_string(r.dtype) << " softcap " << softcap;
+            if (!a.softcap_fixed)
+                continue;
+            EXPECT_FLOAT_EQ(a.softmax_scale, softcap);
+            const double l = a.scale_log2;
+            const double high = (1 - a.softcap_reference) * l, low = (-1 - a.softcap_reference) * l;
+            EXPECT_LE(high, r.top + 1e-3) << softcap;
+            EXPECT_GE(low, r.bottom - 1e-3) << softcap;
+            EXPECT_GE(high, -1e-3) << softcap;  // the top probability at least 2^0
+        }
+    }
+    fa::ForwardParams p = good_params();
+    EXPECT_FALSE(fa::kernel_args(p, 132).softcap_fixed);  // no softcap
 }
 
 TEST(Validation, StridesAndAlignment) {

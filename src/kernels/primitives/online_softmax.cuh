@@ -15,21 +15,32 @@ struct NoSink {
     __device__ __forceinline__ constexpr float operator()(int, int) const { return -INFINITY; }
 };
 
-// Lazy (optimized variant only): a row's reference max moves only when the row gains 2^8
-// on it, so most blocks skip O's rescaling (exponentiate_optimized()).
-template <int MT, bool Optimized, bool Lazy = false>
+// The reference a row's probabilities are taken against (optimized variant only for the
+// last two): its running max; `lazy`, a max that moves only when the row gains 2^8 on it, so
+// most blocks skip O's rescaling (exponentiate_optimized()); or `fixed`, one value for the
+// whole row, for scores known to lie in a bounded range (a softcap's), so that no block
+// needs a row max or rescales O (exponentiate_fixed()).
+enum class RowReference { max, lazy, fixed };
+
+template <int MT, bool Optimized, RowReference Reference = RowReference::max>
 class OnlineSoftmax {
-    static_assert(Optimized || !Lazy, "lazy rescaling is a form of the optimized variant");
+    static constexpr bool Lazy = Reference == RowReference::lazy;
+    static constexpr bool Fixed = Reference == RowReference::fixed;
+    static_assert(Optimized || Reference == RowReference::max,
+                  "lazy and fixed references are forms of the optimized variant");
 
   public:
-    // scale: softmax_scale; scale_log2: softmax_scale * log2(e).
-    __device__ __forceinline__ OnlineSoftmax(float scale, float scale_log2)
+    // scale: softmax_scale; scale_log2: softmax_scale * log2(e). A fixed reference is given
+    // in raw score units (the caller guarantees no probability leaves fp32's and P's normal
+    // range against it); the others start at -inf.
+    __device__ __forceinline__ OnlineSoftmax(float scale, float scale_log2,
+                                             float fixed_reference = -INFINITY)
         : scale_(scale), scale_log2_(scale_log2) {
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                max_[mt][h] = -INFINITY;
+                max_[mt][h] = Fixed ? fixed_reference : -INFINITY;
                 sum_[mt][h] = 0.0f;
             }
         }
@@ -48,16 +59,28 @@ class OnlineSoftmax {
     // rescaled by is kept for rescale().
     template <int NT>
     __device__ __forceinline__ void exponentiate(float (&s)[MT][NT][4]) {
-        if constexpr (Optimized)
+        if constexpr (Fixed)
+            exponentiate_fixed(s);
+        else if constexpr (Optimized)
             exponentiate_optimized(s);
         else
             exponentiate_textbook(s);
     }
 
     // O *= exp(old max - new max) of the last exponentiate(); nothing to do when the
-    // lazy variant kept every reference max of the warp (a warp-uniform branch).
+    // lazy variant kept every reference max of the warp (a warp-uniform branch), or ever
+    // with a fixed reference.
     template <int NTO>
     __device__ __forceinline__ void rescale(float (&o)[MT][NTO][4]) const {
+        if constexpr (Fixed)
+            return;
+        else
+            rescale_by_alpha(o);
+    }
+
+  private:
+    template <int NTO>
+    __device__ __forceinline__ void rescale_by_alpha(float (&o)[MT][NTO][4]) const {
         if (Lazy && !rescaled_)
             return;
 #pragma unroll
@@ -73,6 +96,7 @@ class OnlineSoftmax {
         }
     }
 
+  public:
     // O /= row sum. A row that saw no key keeps O = 0. sink_log2(mt, h): the row's attention
     // sink (KernelArgs::sinks) times log2(e), joining its denominator, or -inf for none (the
     // default, which compiles to nothing).
@@ -181,6 +205,31 @@ class OnlineSoftmax {
         // path, and rows of the warp that kept their reference multiply by 1.
         if constexpr (Lazy)
             rescaled_ = __any_sync(0xffffffffu, moved);
+    }
+
+    // Against the fixed reference m (raw score units): 2^(s * scale_log2 - m * scale_log2),
+    // one FFMA and one MUFU.EX2 per score as above, but no row max (an FMNMX a score and two
+    // shuffles a row), no correction factor and no rescaling of O. Masked scores (-inf) give
+    // 0; a row that saw no key keeps a sum of 0, which finalize() and log_sum_exp() read.
+    template <int NT>
+    __device__ __forceinline__ void exponentiate_fixed(float (&s)[MT][NT][4]) {
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const float offset = max_[mt][h] * scale_log2_;
+                float row_sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -offset));
+                        row_sum += s[mt][nt][e];
+                    }
+                }
+                sum_[mt][h] += row_sum;
+            }
+        }
     }
 
     // Textbook order: scale every score first (one FMUL each), exponentiate against the

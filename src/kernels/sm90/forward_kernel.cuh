@@ -82,43 +82,56 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
 
         float o[1][Tr::d_head / 8][4];
         zero(o);
-        OnlineSoftmax<1, true, Tr::lazy_rescale> softmax(args.softmax_scale, args.scale_log2);
-        bars.q_full[q.buffer].wait(q.parity);
-        if constexpr (Tr::q_in_registers) {
-            load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
-        }
-        consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
-        pending_store.hand_back();  // a tile without GEMMs hands it back here
-        if constexpr (!Variants)
-            softmax.finalize(o);
+        // The main loop and the epilogue for one softmax: the config's, or in the variant
+        // kernels a fixed reference where the softcap bounds the scores (KernelArgs).
+        const auto run = [&](auto softmax) -> int {
+            bars.q_full[q.buffer].wait(q.parity);
+            if constexpr (Tr::q_in_registers) {
+                load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem,
+                                                     warp_in_warpgroup() * mma_m);
+            }
+            consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
+            pending_store.hand_back();  // a tile without GEMMs hands it back here
+            if constexpr (!Variants)
+                softmax.finalize(o);
 
-        // Per sequence, the tile again, recomputed rather than held across the main loop
-        // (the shuffle hides that it is the same): the three-consumer kernels have 160
-        // registers a thread, and holding the sequence's offsets and lengths through it
-        // cost d_head 64 4-5% (docs/PERF.md, 2026-11-24 seventh session).
-        const Tile done = PerSequence ? tile_at<Tr, PerSequence, Variants>(
-                                            args, __shfl_sync(0xffffffffu, index, 0))
-                                      : tile;
+            // Per sequence, the tile again, recomputed rather than held across the main loop
+            // (the shuffle hides that it is the same): the three-consumer kernels have 160
+            // registers a thread, and holding the sequence's offsets and lengths through it
+            // cost d_head 64 4-5% (docs/PERF.md, 2026-11-24 seventh session).
+            const Tile done = PerSequence ? tile_at<Tr, PerSequence, Variants>(
+                                                args, __shfl_sync(0xffffffffu, index, 0))
+                                          : tile;
+            if constexpr (Variants) {
+                // Attention sinks: one per head, the same for every row of the tile. Only here:
+                // in the plain kernels even this epilogue code moved ptxas's schedule of the main
+                // loop (SASS), which the plain kernels keep as measured.
+                const float sink =
+                    args.sinks != nullptr ? __ldg(args.sinks + done.head) * log2e_f : -INFINITY;
+                softmax.finalize(o, [sink](int, int) { return sink; });
+            }
+            if (args.lse != nullptr && threadIdx.x % 4 == 0) {
+                store_lse<1>(args.lse +
+                                 (std::int64_t{done.q.entry} * args.heads + done.head) *
+                                     args.seqs.q_view_seq +
+                                 done.q.row0,
+                             c.first_row, done.q.len, softmax);
+            }
+            // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
+            // and no other warpgroup reads these rows: O may overwrite them.
+            store_output<Tr, PerSequence>(params, done, consumer, o, q_region,
+                                          bars.q_empty[q.buffer], pending_store);
+            return done.visited;
+        };
+        using Softmax = OnlineSoftmax<1, true, Tr::row_reference>;
         if constexpr (Variants) {
-            // Attention sinks: one per head, the same for every row of the tile. Only here:
-            // in the plain kernels even this epilogue code moved ptxas's schedule of the main
-            // loop (SASS), which the plain kernels keep as measured.
-            const float sink =
-                args.sinks != nullptr ? __ldg(args.sinks + done.head) * log2e_f : -INFINITY;
-            softmax.finalize(o, [sink](int, int) { return sink; });
+            if (args.softcap_fixed) {
+                ring += run(OnlineSoftmax<1, true, RowReference::fixed>(
+                    args.softmax_scale, args.scale_log2, args.softcap_reference));
+                continue;
+            }
         }
-        if (args.lse != nullptr && threadIdx.x % 4 == 0) {
-            store_lse<1>(
-                args.lse +
-                    (std::int64_t{done.q.entry} * args.heads + done.head) * args.seqs.q_view_seq +
-                    done.q.row0,
-                c.first_row, done.q.len, softmax);
-        }
-        // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
-        // and no other warpgroup reads these rows: O may overwrite them.
-        store_output<Tr, PerSequence>(params, done, consumer, o, q_region, bars.q_empty[q.buffer],
-                                      pending_store);
-        ring += done.visited;
+        ring += run(Softmax(args.softmax_scale, args.scale_log2));
     }
     pending_store.hand_back();  // shared memory must outlive the last store's read
     turns.finish();

@@ -388,11 +388,11 @@ __device__ __forceinline__ void accumulate(Consumer<Tr, P, V>& c, Turns& turns,
     retire_pv(c, o, p, j);
 }
 
-// One tile's main loop for one consumer warpgroup: the algorithm.
-template <class Tr, bool Overlap, bool Pingpong, bool P, bool V>
+// One tile's main loop for one consumer warpgroup: the algorithm. Softmax: an
+// OnlineSoftmax of the config's row reference (or a fixed one, softcap variants).
+template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, class Softmax>
 __device__ __forceinline__ void consume(Consumer<Tr, P, V>& c, GemmTurns<Tr, Pingpong>& turns,
-                                        float (&o)[1][Tr::d_head / 8][4],
-                                        OnlineSoftmax<1, true, Tr::lazy_rescale>& softmax) {
+                                        float (&o)[1][Tr::d_head / 8][4], Softmax& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.visited;
     float s[1][s_tiles][4];

@@ -11,6 +11,7 @@
 #include "kernels/config_code.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/geometry.cuh"
+#include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/sm90/swizzled_tile.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
 
@@ -34,7 +35,8 @@ struct Traits {
     static constexpr int stages = C.sm90.stages;
     static constexpr int threads = C.n_threads();
     static constexpr bool q_in_registers = C.sm90.q_in_registers;
-    static constexpr bool lazy_rescale = C.sm90.lazy_rescale;
+    static constexpr RowReference row_reference =
+        C.sm90.lazy_rescale ? RowReference::lazy : RowReference::max;
 
     // Warpgroup 0 produces (one thread issues every TMA copy); warpgroups 1..consumers
     // each compute 64 query rows.
