@@ -39,6 +39,8 @@
 #             of the chunked prefill contiguous and paged 16
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
+#   pyvariants the default package (pip install .), both import orders, its variant, model and
+#             forward tests, bench/serving.py
 #   variants  issue 15: the GPU tests of sliding window, softcap and sinks (and top-left causal)
 #             on a release build (test_gpu and the command line carried prebuilt in .dev/carry
 #             when they run here, else built), memcheck and racecheck of some, the bars (window (4096, 0)
@@ -628,18 +630,26 @@ PY
       done ;;
     variants)
       fresh_clone
-      mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
-      ( (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=12 python3 -m pip install --no-build-isolation --no-deps \
-        --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1; echo $? > "$OUT/pip_after.rc" ) &
+      python_part=${VARIANTS_PYTHON:-1}
+      if [ "$python_part" = 1 ]; then
+        mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
+        ( (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=12 python3 -m pip install --no-build-isolation --no-deps \
+          --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1; echo $? > "$OUT/pip_after.rc" ) &
+      fi
       # Prebuilt here (the release set, stripped, tar.xz: a minute or more of device time saved).
       mkdir -p /tmp/carry && tar xJf "$REPO/.dev/carry/bin.tar.xz" -C /tmp/carry 2> /dev/null
       T=/tmp/carry/test_gpu
       FA=/tmp/carry/flash_attention
       if ! "$T" --gtest_list_tests > /dev/null 2>&1 || ! "$FA" list > /dev/null 2>&1; then
-        (cd "$FRESH" && cmake -S . -B build -G Ninja > /dev/null && cmake --build build) > "$OUT/build.log" 2>&1
+        # The two binaries only; packed for the next call's carry (bin.tar.xz).
+        (cd "$FRESH" && cmake -S . -B build -G Ninja > /dev/null &&
+          cmake --build build --target test_gpu flash_attention_cli) > "$OUT/build.log" 2>&1
         note "release build: exit $? ($(( $(date +%s) - start )) s)"
+        grep -E "error|spill" "$OUT/build.log" | head -8 | tee -a "$summary"
         T="$FRESH/build/tests/test_gpu"
         FA="$FRESH/build/bin/flash_attention"
+        mkdir -p /tmp/pack && cp "$T" "$FA" /tmp/pack/ && strip /tmp/pack/* &&
+          (cd /tmp/pack && tar cf - test_gpu flash_attention | xz -T0 -6 > "$RESULTS/bin.tar.xz") &
       fi
       note "binaries: $T ($(( $(date +%s) - start )) s)"
       note "$(cat "$OUT/gpu.txt" | head -1)"
@@ -666,8 +676,10 @@ PY
           timeout 60 "$FA" bench --seq 32768 --batch 1 "${H[@]}" "${extra[@]}" > "$OUT/bars_32k_${v}_$i.json" 2>> "$OUT/bars.err"
         done
         # noop: the variant kernel with a window past every key (its cost without a softcap).
-        for v in plain noop softcap sinks; do
+        # softcap60: past the fixed reference's range in bf16 (row maxima, KernelArgs::softcap_fixed).
+        for v in plain noop softcap sinks softcap60; do
           extra=(); [ $v = softcap ] && extra=(--softcap 50); [ $v = sinks ] && extra=(--sinks)
+          [ $v = softcap60 ] && extra=(--softcap 60)
           [ $v = noop ] && extra=(--window 1073741823,-1)
           timeout 60 "$FA" bench --seq 16384 --batch 1 "${H[@]}" "${extra[@]}" > "$OUT/bars_16k_${v}_$i.json" 2>> "$OUT/bars.err"
         done
@@ -684,22 +696,47 @@ def ms(name):
             pass
     return statistics.median(t) if t else float("nan")
 c, w = ms("32k_causal"), ms("32k_window")
-p, n, s, k = ms("16k_plain"), ms("16k_noop"), ms("16k_softcap"), ms("16k_sinks")
+p, n, s, k, s60 = ms("16k_plain"), ms("16k_noop"), ms("16k_softcap"), ms("16k_sinks"), ms("16k_softcap60")
 print(f"32k causal {c:.3f} ms, window (4096, 0) {w:.3f} ms: {c / w:.2f}x faster (bar 6x)")
 print(f"16k plain {p:.3f} ms, softcap 50 {s:.3f} ms (+{100 * (s / p - 1):.1f}%, bar 10%), "
       f"sinks {k:.3f} ms (+{100 * (k / p - 1):.1f}%, bar 3%), variant kernel without a softcap "
-      f"{n:.3f} ms (+{100 * (n / p - 1):.1f}%)")
+      f"{n:.3f} ms (+{100 * (n / p - 1):.1f}%), softcap 60 (row maxima) {s60:.3f} ms (+{100 * (s60 / p - 1):.1f}%)")
 PY
       timeout 60 "$FA" run --check --seq 4095 --batch 1 --heads 32 --heads-kv 8 --causal --window 1000,0 --softcap 30 --sinks \
         > "$OUT/cli_run_variants.log" 2>&1
       note "cli run --check --window 1000,0 --softcap 30 --sinks: exit $? $(grep -E '^(kernel|check)' "$OUT/cli_run_variants.log" | tr '\n' ' ' | cut -c1-240)"
       wait
+      [ "$python_part" = 1 ] || note "variants: the Python part skipped (VARIANTS_PYTHON=0)"
+      if [ "$python_part" = 1 ]; then
       note "pip: exit $(cat "$OUT/pip_after.rc") ($(( $(date +%s) - start )) s)"
       (cd /tmp && PYTHONPATH=/tmp/site_after timeout 200 python3 -m pytest -q -rs -s \
         "$FRESH/python/tests/test_variants.py" "$FRESH/python/tests/test_models.py" \
         "$FRESH/python/tests/test_forward.py") > "$OUT/pytest_variants.log" 2>&1
       note "pytest variants, models, forward: exit $? $(tail -1 "$OUT/pytest_variants.log")"
-      grep -E "^FAILED|Error|assert|top-1" "$OUT/pytest_variants.log" | head -10 | cut -c1-300 | tee -a "$summary" ;;
+      grep -E "^FAILED|Error|assert|top-1" "$OUT/pytest_variants.log" | head -10 | cut -c1-300 | tee -a "$summary"
+      fi ;;
+    pyvariants)
+      # The default package (pip install .), imported in fresh interpreters in both orders with
+      # torch, its variant, model and forward tests, and bench/serving.py (issue 14's numbers).
+      fresh_clone
+      mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
+      (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-build-isolation \
+        --no-deps --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1
+      note "pip: exit $? ($(( $(date +%s) - start )) s)"
+      for order in "import flash_attention_scratch, torch" "import torch, flash_attention_scratch"; do
+        (cd /tmp && PYTHONPATH=/tmp/site_after timeout 60 python3 -c "$order; print('ok')") > "$OUT/import.log" 2>&1
+        note "python -c '$order': exit $? $(tail -1 "$OUT/import.log")"
+      done
+      (cd /tmp && PYTHONPATH=/tmp/site_after timeout 200 python3 -m pytest -q -rs -s \
+        "$FRESH/python/tests/test_variants.py" "$FRESH/python/tests/test_models.py" \
+        "$FRESH/python/tests/test_forward.py") > "$OUT/pytest_variants.log" 2>&1
+      note "pytest variants, models, forward: exit $? $(tail -1 "$OUT/pytest_variants.log")"
+      grep -E "^FAILED|Error|assert|top-1" "$OUT/pytest_variants.log" | head -10 | cut -c1-300 | tee -a "$summary"
+      (cd /tmp && PYTHONPATH=/tmp/site_after timeout 150 python3 "$FRESH/bench/serving.py" --out "$OUT/serving.md") \
+        > "$OUT/serving_bench.log" 2>&1
+      note "bench/serving.py: exit $?"
+      tail -4 "$OUT/serving_bench.log" | grep -v "^|" | tee -a "$summary"
+      grep -E "^\|" "$OUT/serving.md" >> "$summary" ;;
     *) note "unknown stage $stage" ;;
   esac
   note "[$stage: $(( $(date +%s) - start )) s]"
