@@ -39,6 +39,8 @@
 #             of the chunked prefill contiguous and paged 16
 #   versus    a `tune` build (90-real), then `bench --best` of the default build and of the
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
+#   tunevariants `tune` of the carried release CLI's bf16 d_head 128 configs at 16k: plain,
+#             softcap 50, causal softcap 50
 #   pyvariants the default package (pip install .), both import orders, its variant, model and
 #             forward tests, bench/serving.py
 #   variants  issue 15: the GPU tests of sliding window, softcap and sinks (and top-left causal)
@@ -715,6 +717,18 @@ PY
       note "pytest variants, models, forward: exit $? $(tail -1 "$OUT/pytest_variants.log")"
       grep -E "^FAILED|Error|assert|top-1" "$OUT/pytest_variants.log" | head -10 | cut -c1-300 | tee -a "$summary"
       fi ;;
+    tunevariants)
+      # Issue 15: every built bf16 d_head 128 config of the release set (the carried CLI) on the
+      # bars' 16k problem, plain, with softcap 50 and causal with softcap 50: does another
+      # config than the automatic choice's suit the softcap?
+      mkdir -p /tmp/carry && tar xJf "$REPO/.dev/carry/bin.tar.xz" -C /tmp/carry 2> /dev/null
+      for v in plain softcap causal_softcap; do
+        extra=(); [ $v = softcap ] && extra=(--softcap 50); [ $v = causal_softcap ] && extra=(--softcap 50 --causal)
+        timeout 150 /tmp/carry/flash_attention tune --set release --d-head 128 --dtype bf16 --seq 16384 --batch 1 \
+          --heads 32 --heads-kv 8 --runs 10 --rounds 2 --warmup-ms 300 --cache /tmp/tune_$v.json "${extra[@]}" \
+          > "$OUT/tune_variants_$v.txt" 2>&1
+        note "tune $v: exit $?"; grep -E "^\(|^config|TFLOP" "$OUT/tune_variants_$v.txt" | head -14 | tee -a "$summary"
+      done ;;
     pyvariants)
       # The default package (pip install .), imported in fresh interpreters in both orders with
       # torch, its variant, model and forward tests, and bench/serving.py (issue 14's numbers).
