@@ -41,6 +41,8 @@
 #             tune build, alternated twice, bf16/fp16 x d_head 64/128/256 x seq 512..16384
 #   tunevariants `tune` of the carried release CLI's bf16 d_head 128 configs at 16k: plain,
 #             softcap 50, causal softcap 50
+#   models    the Hugging Face model tests with the default package
+#   grid      bench/compare.py over the whole grid with the default package (GRID_ARGS: --causal)
 #   pyvariants the default package (pip install .), both import orders, its variant, model and
 #             forward tests, bench/serving.py
 #   variants  issue 15: the GPU tests of sliding window, softcap and sinks (and top-left causal)
@@ -729,6 +731,31 @@ PY
           > "$OUT/tune_variants_$v.txt" 2>&1
         note "tune $v: exit $?"; grep -E "^\(|^config|TFLOP" "$OUT/tune_variants_$v.txt" | head -14 | tee -a "$summary"
       done ;;
+    models|grid)
+      # models: the Hugging Face model tests with the default package. grid: bench/compare.py
+      # (the whole grid against cuDNN and FA2 with the default package; GRID_ARGS, e.g. --causal)
+      # and the carried CLI's 32k causal GQA row.
+      fresh_clone
+      if [ ! -d /tmp/site_after ]; then
+        mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
+        (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-build-isolation \
+          --no-deps --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1
+        note "pip: exit $? ($(( $(date +%s) - start )) s)"
+      fi
+      if [ "$stage" = models ]; then
+        (cd /tmp && PYTHONPATH=/tmp/site_after timeout 200 python3 -m pytest -q -rs -s \
+          "$FRESH/python/tests/test_models.py") > "$OUT/pytest_models.log" 2>&1
+        note "pytest models: exit $? $(tail -1 "$OUT/pytest_models.log")"
+        grep -E "^FAILED|Error|assert|top-1" "$OUT/pytest_models.log" | head -10 | cut -c1-300 | tee -a "$summary"
+      else
+        tag=grid${GRID_ARGS:+_causal}
+        # shellcheck disable=SC2086
+        (cd /tmp && PYTHONPATH=/tmp/site_after timeout 400 python3 "$FRESH/bench/compare.py" ${GRID_ARGS:-} \
+          --out "$OUT/$tag") > "$OUT/$tag.log" 2>&1
+        note "compare.py ${GRID_ARGS:-}: exit $?"
+        grep -E "^\|" "$OUT/$tag.md" | head -60 >> "$summary"
+        cp "$OUT/$tag.md" "$OUT/$tag.png" "$RESULTS/" 2> /dev/null
+      fi ;;
     pyvariants)
       # The default package (pip install .), imported in fresh interpreters in both orders with
       # torch, its variant, model and forward tests, and bench/serving.py (issue 14's numbers).
