@@ -250,6 +250,10 @@ for stage in "$@"; do
       fresh_clone
       bin="$FRESH/build/bin/flash_attention"
       [ -x "$bin" ] || bin=/tmp/explore/bin/flash_attention
+      if [ ! -x "$bin" ]; then  # else the release CLI carried in .dev/carry
+        mkdir -p /tmp/carry && tar xJf "$REPO/.dev/carry/bin.tar.xz" -C /tmp/carry 2> /dev/null
+        bin=/tmp/carry/flash_attention
+      fi
       if [ -n "${PROFILE_CONFIGS:-}" ] || [ ! -x "$bin" ]; then
         (cmake -S "$FRESH" -B /tmp/profile_build -G Ninja \
           -DFLASH_KERNELS="release${PROFILE_CONFIGS:+,@$REPO/bench/explore/$PROFILE_CONFIGS}" \
