@@ -250,10 +250,6 @@ for stage in "$@"; do
       fresh_clone
       bin="$FRESH/build/bin/flash_attention"
       [ -x "$bin" ] || bin=/tmp/explore/bin/flash_attention
-      if [ ! -x "$bin" ]; then  # else the release CLI carried in .dev/carry
-        mkdir -p /tmp/carry && tar xJf "$REPO/.dev/carry/bin.tar.xz" -C /tmp/carry 2> /dev/null
-        bin=/tmp/carry/flash_attention
-      fi
       if [ -n "${PROFILE_CONFIGS:-}" ] || [ ! -x "$bin" ]; then
         (cmake -S "$FRESH" -B /tmp/profile_build -G Ninja \
           -DFLASH_KERNELS="release${PROFILE_CONFIGS:+,@$REPO/bench/explore/$PROFILE_CONFIGS}" \
@@ -505,6 +501,10 @@ PY
       # the automatic choice (after readme, refactor or explore: their build).
       bin="$FRESH/build/bin/flash_attention"
       [ -x "$bin" ] || bin=/tmp/explore/bin/flash_attention
+      if [ ! -x "$bin" ]; then  # else the release CLI carried in .dev/carry
+        mkdir -p /tmp/carry && tar xJf "$REPO/.dev/carry/bin.tar.xz" -C /tmp/carry 2> /dev/null
+        bin=/tmp/carry/flash_attention
+      fi
       # 16k and 32k of the same head layout, interleaved: the cliff rule compares 2S with S.
       timeout 150 "$bin" bench --best --causal --seq 16384,32768 --batch 1 --heads 32 --heads-kv 8 \
         --dtype bf16,fp16 --d-head 64,128,256 --runs 20 --rounds 5 --warmup-ms 200 > "$OUT/gqa32k.txt" 2>&1
