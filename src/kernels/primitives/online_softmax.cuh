@@ -72,31 +72,23 @@ class OnlineSoftmax {
     // with a fixed reference.
     template <int NTO>
     __device__ __forceinline__ void rescale(float (&o)[MT][NTO][4]) const {
-        if constexpr (Fixed)
-            return;
-        else
-            rescale_by_alpha(o);
-    }
-
-  private:
-    template <int NTO>
-    __device__ __forceinline__ void rescale_by_alpha(float (&o)[MT][NTO][4]) const {
-        if (Lazy && !rescaled_)
-            return;
+        if constexpr (!Fixed) {
+            if (Lazy && !rescaled_)
+                return;
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) {
+            for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
+                for (int h = 0; h < 2; ++h) {
 #pragma unroll
-                for (int nt = 0; nt < NTO; ++nt) {
-                    o[mt][nt][2 * h] *= alpha_[mt][h];
-                    o[mt][nt][2 * h + 1] *= alpha_[mt][h];
+                    for (int nt = 0; nt < NTO; ++nt) {
+                        o[mt][nt][2 * h] *= alpha_[mt][h];
+                        o[mt][nt][2 * h + 1] *= alpha_[mt][h];
+                    }
                 }
             }
         }
     }
 
-  public:
     // O /= row sum. A row that saw no key keeps O = 0. sink_log2(mt, h): the row's attention
     // sink (KernelArgs::sinks) times log2(e), joining its denominator, or -inf for none (the
     // default, which compiles to nothing).

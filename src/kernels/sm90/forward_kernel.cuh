@@ -123,7 +123,6 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                                           bars.q_empty[q.buffer], pending_store);
             return done.visited;
         };
-        using Softmax = OnlineSoftmax<1, true, Tr::row_reference>;
         if constexpr (Variants) {
             if (args.softcap_fixed) {
                 ring += run(OnlineSoftmax<1, true, RowReference::fixed>(
@@ -131,7 +130,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                 continue;
             }
         }
-        ring += run(Softmax(args.softmax_scale, args.scale_log2));
+        ring += run(OnlineSoftmax<1, true, Tr::row_reference>(args.softmax_scale, args.scale_log2));
     }
     pending_store.hand_back();  // shared memory must outlive the last store's read
     turns.finish();
