@@ -48,9 +48,8 @@
 #   variants  issue 15: the GPU tests of sliding window, softcap and sinks (and top-left causal)
 #             on a release build (test_gpu and the command line carried prebuilt in .dev/carry
 #             when they run here, else built), memcheck and racecheck of some, the bars (window (4096, 0)
-#             against causal at 32k; softcap and sinks against none at 16k, interleaved), then
-#             the default Python package (built in the background meanwhile) and its variant
-#             and Hugging Face model tests
+#             against causal at 32k; softcap and sinks against none at 16k, interleaved); the
+#             Python side is pyvariants
 set -uo pipefail
 # The device tool brings back at most 8 files: the summary, and the logs packed after every
 # stage (so a call stopped at its time limit still returns what the finished stages wrote).
@@ -73,6 +72,16 @@ fresh_clone() {
   [ -d "$FRESH" ] && return
   mkdir -p "$FRESH" && (cd "$REPO" && tar cf - --exclude='./build*' --exclude='./.git' --exclude='./.dev' .) |
     (cd "$FRESH" && tar xf -)
+}
+
+# The default Python package (pip install . of the fresh tree) in /tmp/site_after, once a call
+# (pyvariants, models, grid).
+default_package() {
+  [ -d /tmp/site_after ] && return
+  mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
+  (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-build-isolation \
+    --no-deps --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1
+  note "pip: exit $? ($(( $(date +%s) - start )) s)"
 }
 
 # Config groups (ab, tune): the files of bench/explore/ named in $2 (spaces between) into
@@ -638,12 +647,6 @@ PY
       done ;;
     variants)
       fresh_clone
-      python_part=${VARIANTS_PYTHON:-1}
-      if [ "$python_part" = 1 ]; then
-        mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
-        ( (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=12 python3 -m pip install --no-build-isolation --no-deps \
-          --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1; echo $? > "$OUT/pip_after.rc" ) &
-      fi
       # Prebuilt here (the release set, stripped, tar.xz: a minute or more of device time saved).
       mkdir -p /tmp/carry && tar xJf "$REPO/.dev/carry/bin.tar.xz" -C /tmp/carry 2> /dev/null
       T=/tmp/carry/test_gpu
@@ -713,16 +716,7 @@ PY
       timeout 60 "$FA" run --check --seq 4095 --batch 1 --heads 32 --heads-kv 8 --causal --window 1000,0 --softcap 30 --sinks \
         > "$OUT/cli_run_variants.log" 2>&1
       note "cli run --check --window 1000,0 --softcap 30 --sinks: exit $? $(grep -E '^(kernel|check)' "$OUT/cli_run_variants.log" | tr '\n' ' ' | cut -c1-240)"
-      wait
-      [ "$python_part" = 1 ] || note "variants: the Python part skipped (VARIANTS_PYTHON=0)"
-      if [ "$python_part" = 1 ]; then
-      note "pip: exit $(cat "$OUT/pip_after.rc") ($(( $(date +%s) - start )) s)"
-      (cd /tmp && PYTHONPATH=/tmp/site_after timeout 200 python3 -m pytest -q -rs -s \
-        "$FRESH/python/tests/test_variants.py" "$FRESH/python/tests/test_models.py" \
-        "$FRESH/python/tests/test_forward.py") > "$OUT/pytest_variants.log" 2>&1
-      note "pytest variants, models, forward: exit $? $(tail -1 "$OUT/pytest_variants.log")"
-      grep -E "^FAILED|Error|assert|top-1" "$OUT/pytest_variants.log" | head -10 | cut -c1-300 | tee -a "$summary"
-      fi ;;
+      wait ;;
     tunevariants)
       # Issue 15: every built bf16 d_head 128 config of the release set (the carried CLI) on the
       # bars' 16k problem, plain, with softcap 50 and causal with softcap 50: does another
@@ -740,12 +734,7 @@ PY
       # (the whole grid against cuDNN and FA2 with the default package; GRID_ARGS, e.g. --causal)
       # and the carried CLI's 32k causal GQA row.
       fresh_clone
-      if [ ! -d /tmp/site_after ]; then
-        mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
-        (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-build-isolation \
-          --no-deps --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1
-        note "pip: exit $? ($(( $(date +%s) - start )) s)"
-      fi
+      default_package
       if [ "$stage" = models ]; then
         (cd /tmp && PYTHONPATH=/tmp/site_after timeout 200 python3 -m pytest -q -rs -s \
           "$FRESH/python/tests/test_models.py") > "$OUT/pytest_models.log" 2>&1
@@ -764,10 +753,7 @@ PY
       # The default package (pip install .), imported in fresh interpreters in both orders with
       # torch, its variant, model and forward tests, and bench/serving.py (issue 14's numbers).
       fresh_clone
-      mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
-      (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-build-isolation \
-        --no-deps --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1
-      note "pip: exit $? ($(( $(date +%s) - start )) s)"
+      default_package
       for order in "import flash_attention_scratch, torch" "import torch, flash_attention_scratch"; do
         (cd /tmp && PYTHONPATH=/tmp/site_after timeout 60 python3 -c "$order; print('ok')") > "$OUT/import.log" 2>&1
         note "python -c '$order': exit $? $(tail -1 "$OUT/import.log")"
