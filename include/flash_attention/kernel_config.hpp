@@ -74,10 +74,6 @@ enum class FieldKind {
     X(bool, persistent, false, 1, sm90, flag, "persistent")                              \
     /* Q as register fragments for S = Q·Kᵀ: shared memory serves only K to it */     \
     X(bool, q_in_registers, false, 1, sm90, flag, "qreg")                                \
-    /* the first half of Q's k-tiles as register fragments, the rest read from shared */ \
-    /* memory: where all of Q does not fit (three consumers' 160 registers), half */     \
-    /* still takes a quarter off S = Q·Kᵀ's shared-memory reads at B_c 64 */            \
-    X(bool, q_half_in_registers, false, 1, sm90, flag, "qhalf")                          \
     /* persistent CTAs take their next tile from a global counter (atomicAdd) instead */ \
     /* of a fixed stride: causal tiles differ in length, and a fixed share can leave */  \
     /* one CTA half again the mean work (tile_scheduler.cuh) */                          \

@@ -64,7 +64,7 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
     Rule{"foreign_knobs", RuleKind::validity,
          "a config sets only its own family's knobs: async, eager, swizzled, load_Q_K_V_tiles, "
-         "buffer and opt_softmax are sm80's; stages, overlap, pingpong, persistent, qreg and qhalf are "
+         "buffer and opt_softmax are sm80's; stages, overlap, pingpong, persistent and qreg are "
          "sm90's (TMA, 128-byte swizzling and the base-2 softmax are always on in sm90 kernels)",
          [](const KernelConfig& c) { return has_foreign_knobs(c); }},
     // sm80 family.
@@ -135,11 +135,6 @@ constexpr std::array k_rules = {
          "B_c is 64, 80, 128, 176 or 192 (the N of S = Q·Kᵀ's wgmma, which this library "
          "instantiates)",
          [](const KernelConfig& c) { return sm90(c) && !is_wgmma_n(c.B_c); }},
-    Rule{"q_registers", RuleKind::validity,
-         "Q is held in registers whole (qreg) or by half (qhalf), not both",
-         [](const KernelConfig& c) {
-             return sm90(c) && c.sm90.q_in_registers && c.sm90.q_half_in_registers;
-         }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
          [](const KernelConfig& c) { return sm90(c) && (c.sm90.stages < 1 || c.sm90.stages > 4); }},
     Rule{"pingpong_needs_two", RuleKind::validity,
@@ -387,8 +382,8 @@ int estimated_registers(const KernelConfig& c) {
         // place, S dead); with it, S of the next block is computed while P of this one
         // feeds P·V.
         const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
-        const int q = c.sm90.q_in_registers ? c.d_head / 4 : c.sm90.q_half_in_registers ? c.d_head / 8 : 0;
-        return c.d_head / 2 + c.B_c / 2 + p + q + 16 + c.d_head / 8;
+        return c.d_head / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 +
+               c.d_head / 8;
     }
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
     // Q's fragments when held whole (16-bit pairs), and the rest: fragments in flight,

@@ -86,9 +86,9 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         // kernels a fixed reference where the softcap bounds the scores (KernelArgs).
         const auto run = [&](auto softmax) -> int {
             bars.q_full[q.buffer].wait(q.parity);
-            if constexpr (Tr::q_register_tiles > 0) {
-                load_a_fragments<typename Tr::QTile, Tr::q_register_tiles>(
-                    c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
+            if constexpr (Tr::q_in_registers) {
+                load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem,
+                                                     warp_in_warpgroup() * mma_m);
             }
             consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
             pending_store.hand_back();  // a tile without GEMMs hands it back here

@@ -220,9 +220,8 @@ struct Consumer {
     int band_shift;
     int ring;                     // ring position of the tile's block 0
     PendingStore& pending_store;  // the previous tile's O store
-    // Q's first k-tiles as A fragments when the config holds them in registers (else
-    // unused, and dropped).
-    std::uint32_t q_frags[Tr::q_register_tiles > 0 ? Tr::q_register_tiles : 1][4];
+    // Q as A fragments when the config holds it in registers (else unused, and dropped).
+    std::uint32_t q_frags[Tr::d_head / 16][4];
 
     __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
         return RingSlot<Tr::stages>(ring + j);
@@ -249,9 +248,8 @@ struct Consumer {
     __device__ __forceinline__ void issue_qk(float (&s)[1][s_tiles][4], int j) {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
-        if constexpr (Tr::q_register_tiles > 0) {
-            warpgroup_gemm_qk<dtype, Tr::q_register_tiles, typename Tr::QTile,
-                              typename Tr::KVTile>(s[0], q_frags, q_smem, k_stage(slot(j).stage));
+        if constexpr (Tr::q_in_registers) {
+            warpgroup_gemm_qk<dtype, typename Tr::KVTile>(s[0], q_frags, k_stage(slot(j).stage));
         } else {
             warpgroup_gemm_qk<dtype, typename Tr::QTile, typename Tr::KVTile>(
                 s[0], q_smem, k_stage(slot(j).stage));
@@ -273,7 +271,7 @@ struct Consumer {
     // After a wait that retires an S GEMM: keeps Q's fragments (which it read
     // asynchronously) in their registers until then.
     __device__ __forceinline__ void keep_q() {
-        if constexpr (Tr::q_register_tiles > 0)
+        if constexpr (Tr::q_in_registers)
             ptx::fence_operands(q_frags);
     }
 

@@ -34,11 +34,7 @@ struct Traits {
     static constexpr int B_c = C.B_c;
     static constexpr int stages = C.sm90.stages;
     static constexpr int threads = C.n_threads();
-    // Q's k-tiles (16 columns each) held as register fragments for S = Q·Kᵀ: all (qreg),
-    // the first half (qhalf) or none; the rest are read from shared memory.
-    static constexpr int q_register_tiles = C.sm90.q_in_registers        ? d_head / 16
-                                            : C.sm90.q_half_in_registers ? d_head / 32
-                                                                         : 0;
+    static constexpr bool q_in_registers = C.sm90.q_in_registers;
     static constexpr RowReference row_reference =
         C.sm90.lazy_rescale ? RowReference::lazy : RowReference::max;
 

@@ -32,38 +32,27 @@ __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4]
 // This warp's 16 rows of a warpgroup's 64 x D tile as m16k16 A fragments (ldmatrix.x4:
 // lanes 0-15 address rows 0-15 at the k-tile's first 8 columns, lanes 16-31 at its last
 // 8). A phase's 8 lanes read 8 rows whose chunks the swizzle spreads over 8 bank groups.
-// Tiles: the first k-tiles loaded (all, by default).
-template <class Tile, int Tiles = Tile::cols / 16>
-__device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[Tiles][4],
+template <class Tile>
+__device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[Tile::cols / 16][4],
                                                  std::uint32_t tile_smem, int warp_row0) {
-    static_assert(Tiles > 0 && Tiles <= Tile::cols / 16, "k-tiles of the tile");
     const int lane = threadIdx.x % warp_size;
     const int row = warp_row0 + lane % 16;
 #pragma unroll
-    for (int kk = 0; kk < Tiles; ++kk) {
+    for (int kk = 0; kk < Tile::cols / 16; ++kk) {
         ptx::ldmatrix_x4(a[kk],
                          tile_smem + Tile::chunk_offset(kk / 4, row, (kk % 4) * 2 + lane / 16));
     }
 }
 
-// The same GEMM with Q's first RegTiles k-tiles as this warp's register fragments
-// (load_a_fragments) and the rest from shared memory: each k-step Q serves from registers
-// is one that shared memory serves only K (at B_c 64, 2 KB instead of 4 KB a 131-kFLOP
-// step, whose 32 clocks at the tensor cores' rate otherwise take all of shared memory's
-// 128 bytes a clock).
-template <DType dtype, int RegTiles, class QTile, class KTile>
+// S (64 x N) = Q (this warp's rows as register fragments) · K (N x D)ᵀ, K from shared
+// memory: the same GEMM as above with shared memory serving only K.
+template <DType dtype, class KTile>
 __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4],
-                                                  const std::uint32_t (&q)[RegTiles][4],
-                                                  std::uint32_t q_smem, std::uint32_t k_smem) {
-    static_assert(QTile::rows == 64 && QTile::cols == KTile::cols, "Q (64 x D), K (N x D)");
-    static_assert(RegTiles > 0 && RegTiles <= QTile::cols / 16, "k-tiles of Q in registers");
+                                                  const std::uint32_t (&q)[KTile::cols / 16][4],
+                                                  std::uint32_t k_smem) {
 #pragma unroll
-    for (int kk = 0; kk < QTile::cols / 16; ++kk) {
-        const std::uint64_t b = KTile::k_major(k_smem, kk);
-        if (kk < RegTiles)
-            ptx::wgmma_rs<dtype, KTile::rows, false>(s, q[kk], b, kk > 0);
-        else
-            ptx::wgmma_ss<dtype, KTile::rows, false>(s, QTile::k_major(q_smem, kk), b, kk > 0);
+    for (int kk = 0; kk < KTile::cols / 16; ++kk) {
+        ptx::wgmma_rs<dtype, KTile::rows, false>(s, q[kk], KTile::k_major(k_smem, kk), kk > 0);
     }
 }
 
