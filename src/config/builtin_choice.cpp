@@ -22,11 +22,12 @@ struct Row {
 // in registers it spills at 160); causal up to 1024 keys, 128 x 128 with Q in registers
 // (+18-21% there; from 2048 the 192-row tile wins). H100, 2026-11-24, docs/PERF.md.
 // B_c 128 fills wgmma's N (25% faster than 64 at d_head 128 with two consumers); from 2048
-// keys non-causal d_head 128 takes three consumers of B_c 64 instead (192 x 64, ping-pong,
-// lazy rescaling: O, S and P fit 160 registers, and a third warpgroup's softmax overlaps
-// the other two's GEMMs): the fifth session's tune had it first at 4k and 16k, and
-// compare.py level to +1.3% at 2k-16k; 2-4% slower at 512-1024 (docs/PERF.md,
-// 2026-11-24). d_head 256 takes B_c 80, the
+// keys non-causal d_head 128 takes three consumers instead (ping-pong, lazy rescaling: a
+// third warpgroup's softmax overlaps the other two's GEMMs) at B_c 80, the widest key block
+// whose O, S and P fit their 160 registers: 2-5% ahead of B_c 64 from 2048 keys in two
+// runs (a fifth fewer blocks, and S's shared-memory reads at 112 B/clk instead of 128;
+// H200, 2026-11-25, docs/PERF.md); 3% behind at 512, whose last block is ragged.
+// d_head 256 takes B_c 80, the
 // widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
 // Short problems take one stage of B_c 128 with ping-pong (a tile has few blocks, and each
@@ -45,9 +46,10 @@ struct Row {
 // was uneven). Plain CTAs, one per tile, in the order the hardware hands them out, beat
 // both at d_head 256 at every length (+6-42% over the static B_c 128 tile up to 2048 and
 // +10-23% over the dynamic B_c 80 one from 4096; ping-pong on top from 2048 to 8192 keys:
-// +1-3.4% in compare.py, fifth session) and at d_head 128
-// from 16k keys (+7%). H100, 2026-11-24, docs/PERF.md. Off Hopper the sm90 rows cannot
-// run and the sm80 rows below them are the choice.
+// +1-3.4% in compare.py, fifth session) and at d_head 128 from 8192 keys, where the
+// three-consumer 192 x 80 tile leads 128 x 128 (dynamic up to 4096 keys: level at 4096,
+// ahead below) by 3-5% (H100, 2026-11-24, and H200, 2026-11-25, docs/PERF.md). Off Hopper
+// the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
 // ldmatrix traffic (about 170 B/clk/SM at H100 mma.sync rates) exceeds shared
@@ -56,10 +58,10 @@ struct Row {
 // At d_head 256, O alone takes 128 registers per warp of 16 rows: B_r 64 / B_c 64 is the
 // largest tile the register rule keeps without spills (untuned).
 constexpr Row k_rows[] = {
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 8192, true},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 8192, true},
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+qreg", 0, true},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+qreg", 0, true},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 4096, true},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 4096, true},
+    {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
+    {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
     {"(BF16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(FP16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy", 0, true},
@@ -72,8 +74,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
-    {"(BF16, 128, 192, 64, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
-    {"(FP16, 128, 192, 64, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},

@@ -299,6 +299,20 @@ std::vector<KernelConfig> tune_configs_sm90_d256() {
     return configs;
 }
 
+// d_head 128's three-consumer tile at B_c 80: O (64 registers), S (40) and P (20) fit the
+// 160 of three consumers; S = Q·Kᵀ reads 4.5 KB per 164 kFLOP (112 B/clk against B_c 64's
+// 128) and a tile has a fifth fewer blocks. 2-5% ahead of B_c 64 from 2048 keys, causal or
+// not (H200, 2026-11-25, docs/PERF.md).
+std::vector<KernelConfig> tune_configs_sm90_d128_bc80() {
+    ValueSets v = tune_values_sm90();
+    v.d_head = {128};
+    v.B_r = {192};
+    v.B_c = {80};
+    v.n_warps = {16};
+    v.q_in_registers = {false};
+    return v.expand();
+}
+
 ValueSets all_values_sm90() {
     ValueSets v = tune_values_sm90();
     v.B_c = {64, 80, 128, 176, 192};
@@ -540,6 +554,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
     if (name == "tune-sm90") {
         std::vector<KernelConfig> v = tune_values_sm90().expand();
         append_unique(v, tune_configs_sm90_d256());
+        append_unique(v, tune_configs_sm90_d128_bc80());
         return sorted_unique(std::move(v));
     }
     if (name == "tune") {
