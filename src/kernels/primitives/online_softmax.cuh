@@ -42,6 +42,7 @@ class OnlineSoftmax {
             for (int h = 0; h < 2; ++h) {
                 max_[mt][h] = Fixed ? fixed_reference : -INFINITY;
                 sum_[mt][h] = 0.0f;
+                rounded_sum_[mt][h] = 0.0f;
             }
         }
     }
@@ -89,6 +90,33 @@ class OnlineSoftmax {
         }
     }
 
+    // After P = S rounded to 16 bits (accumulators_to_a_fragments()): with a fixed reference,
+    // adds P as rounded, which is what O accumulates, to the sums O is divided by; nothing
+    // otherwise. Against a row max the row's largest probability is exactly 1 in 16 bits,
+    // so a row dominated by a few keys gets their values back to fp32's precision; against
+    // a fixed reference it is 2^x for any x, and dividing the rounded sum of P·V by the
+    // unrounded sum would miss by P's rounding (up to 2^-8 in bf16): a row that sees one
+    // key returned V off by a unit in the last place (GPU tests, docs/PERF.md, 2026-11-25).
+    // The unrounded sum stays for the LSE, whose bound the rounded one would break on such
+    // rows. Two more instructions a probability, on a loop the MUFU bounds (tanh and
+    // exp2 each).
+    template <DType dtype, int KT>
+    __device__ __forceinline__ void add_rounded(const std::uint32_t (&p)[MT][KT][4]) {
+        if constexpr (Fixed) {
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                for (int kt = 0; kt < KT; ++kt) {
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {  // A fragment registers: row h = r % 2
+                        const float2 pair = ptx::unpack<dtype>(p[mt][kt][r]);
+                        rounded_sum_[mt][r % 2] += pair.x + pair.y;
+                    }
+                }
+            }
+        }
+    }
+
     // O /= row sum. A row that saw no key keeps O = 0. sink_log2(mt, h): the row's attention
     // sink (KernelArgs::sinks) times log2(e), joining its denominator, or -inf for none (the
     // default, which compiles to nothing).
@@ -103,10 +131,15 @@ class OnlineSoftmax {
                     sum_[mt][h] += __shfl_xor_sync(0xffffffffu, sum_[mt][h], 1);
                     sum_[mt][h] += __shfl_xor_sync(0xffffffffu, sum_[mt][h], 2);
                 }
+                if constexpr (Fixed) {
+                    rounded_sum_[mt][h] += __shfl_xor_sync(0xffffffffu, rounded_sum_[mt][h], 1);
+                    rounded_sum_[mt][h] += __shfl_xor_sync(0xffffffffu, rounded_sum_[mt][h], 2);
+                }
                 const float keep = add_sink(mt, h, sink_log2(mt, h));
+                const float divisor = Fixed ? rounded_sum_[mt][h] : sum_[mt][h];
                 // Approximate reciprocal: an output rounded to 16 bits does not need
                 // IEEE division and its slow path.
-                const float inv = sum_[mt][h] > 0.0f ? __fdividef(keep, sum_[mt][h]) : 0.0f;
+                const float inv = divisor > 0.0f ? __fdividef(keep, divisor) : 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < NTO; ++nt) {
                     o[mt][nt][2 * h] *= inv;
@@ -143,7 +176,10 @@ class OnlineSoftmax {
         const float reference = max_[mt][h] == -INFINITY ? -INFINITY : max_[mt][h] * unit;
         const float top = fmaxf(reference, sink);
         const float keep = ptx::ex2(reference - top);  // 0 for a row without keys
-        sum_[mt][h] = sum_[mt][h] * keep + ptx::ex2(sink - top);
+        const float added = ptx::ex2(sink - top);
+        sum_[mt][h] = sum_[mt][h] * keep + added;
+        if constexpr (Fixed)
+            rounded_sum_[mt][h] = rounded_sum_[mt][h] * keep + added;
         max_[mt][h] = __fdividef(top, unit);
         return keep;
     }
@@ -277,6 +313,7 @@ class OnlineSoftmax {
     float scale_log2_;
     float max_[MT][2];
     float sum_[MT][2];
+    float rounded_sum_[MT][2];  // fixed reference only: add_rounded()
     float alpha_[MT][2];
     bool rescaled_ = true;  // whether the last exponentiate() moved the reference
 };

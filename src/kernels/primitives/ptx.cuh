@@ -148,4 +148,21 @@ __device__ __forceinline__ std::uint32_t pack_rn(float lo, float hi) {
     return r;
 }
 
+// The two 16-bit values of pack_rn() back as fp32 (exact), lo first: bf16 is fp32's upper
+// half; cvt.f32.f16 — PTX ISA "Data Movement and Conversion Instructions: cvt".
+template <DType dtype>
+__device__ __forceinline__ float2 unpack(std::uint32_t packed) {
+    float2 r;
+    if constexpr (dtype == DType::FP16) {
+        asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.f32.f16 %0, lo;\ncvt.f32.f16 %1, "
+            "hi;\n}\n"
+            : "=f"(r.x), "=f"(r.y)
+            : "r"(packed));
+    } else {
+        r.x = __uint_as_float(packed << 16);
+        r.y = __uint_as_float(packed & 0xffff0000u);
+    }
+    return r;
+}
+
 }  // namespace flash_attention::ptx

@@ -388,6 +388,15 @@ __device__ __forceinline__ void accumulate(Consumer<Tr, P, V>& c, Turns& turns,
     retire_pv(c, o, p, j);
 }
 
+// P = S rounded to 16 bits as the A fragments of P·V; the softmax counts P as rounded where
+// its sums need it (OnlineSoftmax::add_rounded()).
+template <DType dtype, class Softmax, int NT>
+__device__ __forceinline__ void to_a_fragments(Softmax& softmax, const float (&s)[1][NT][4],
+                                               std::uint32_t (&p)[1][NT / 2][4]) {
+    accumulators_to_a_fragments<dtype>(s, p);
+    softmax.template add_rounded<dtype>(p);
+}
+
 // One tile's main loop for one consumer warpgroup: the algorithm. Softmax: an
 // OnlineSoftmax of the config's row reference (or a fixed one, softcap variants).
 template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, class Softmax>
@@ -405,7 +414,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V>& c, GemmTurns<Tr, Pin
             if (j == 0)
                 c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
             softmax.update(s, o);
-            accumulators_to_a_fragments<Tr::dtype>(s, p);
+            to_a_fragments<Tr::dtype>(softmax, s, p);
             accumulate(c, turns, o, p, j);
         }
     } else {
@@ -414,13 +423,13 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V>& c, GemmTurns<Tr, Pin
         scores<false>(c, turns, s, o, p, 0);
         c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
         softmax.exponentiate(s);      // O is still zero: nothing to rescale
-        accumulators_to_a_fragments<Tr::dtype>(s, p);
+        to_a_fragments<Tr::dtype>(softmax, s, p);
         for (int j = 1; j < n; ++j) {
             scores<true>(c, turns, s, o, p, j);
             softmax.exponentiate(s);
             retire_pv(c, o, p, j - 1);
             softmax.rescale(o);
-            accumulators_to_a_fragments<Tr::dtype>(s, p);
+            to_a_fragments<Tr::dtype>(softmax, s, p);
         }
         accumulate(c, turns, o, p, n - 1);
     }
