@@ -221,7 +221,8 @@ def main():
     lines = [f"# flash_attention vs PyTorch SDPA backends\n",
              f"{datetime.date.today()}, {device}, torch {torch.__version__}. Command: "
              f"`python3 bench/compare.py {' '.join(sys.argv[1:])}` (the automatic "
-             f"choice reading the tuning cache that `flash_attention tune` wrote). TFLOP/s = "
+             f"choice: the tuning cache where `flash_attention tune` wrote one, else the "
+             f"built-in table). TFLOP/s = "
              f"4·batch·heads·seq²·d_head{' / 2' if args.causal else ''} / median time; "
              f"16k tokens (batch = 16384/seq), hidden 2048 (heads = 2048/d_head), "
              f"{'causal' if args.causal else 'non-causal'}. "
