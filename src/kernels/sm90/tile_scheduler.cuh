@@ -90,20 +90,13 @@ template <class Tr, bool PerSequence, bool Variants = false>
 __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     static_assert(PerSequence || !Variants, "the variant kernels run the per-sequence body");
     if constexpr (!PerSequence) {
-        // Grouped-query attention: the query heads of one K/V head are numbered fastest, then
-        // the query block, so the CTAs running together read the same K/V blocks at the same
-        // time instead of leaving them to L2 between heads (with one head per K/V head, the
-        // numbering above).
-        const int group = args.heads / args.heads_kv;
         const int q_blocks = blocks_covering(args.seq_q, Tr::B_r);
-        const int local = index % (q_blocks * group);  // within (sequence, K/V head)
-        const int kv_head_of_batch = index / (q_blocks * group);
-        const int q_block_number = local / group;
-        const int q_block = args.causal ? q_blocks - 1 - q_block_number : q_block_number;
-        const int b = kv_head_of_batch / args.heads_kv;
+        const int head_of_batch = index / q_blocks;
+        const int q_block = args.causal ? q_blocks - 1 - index % q_blocks : index % q_blocks;
+        const int b = head_of_batch / args.heads;
         Tile t;
-        t.kv_head = kv_head_of_batch % args.heads_kv;
-        t.head = t.kv_head * group + local % group;
+        t.head = head_of_batch % args.heads;
+        t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
         t.q = {b, 0, args.seq_q};
         t.k = {b, 0, args.seq_k};
         t.q_row0 = q_block * Tr::B_r;
