@@ -98,8 +98,8 @@ class OnlineSoftmax {
     // unrounded sum would miss by P's rounding (up to 2^-8 in bf16): a row that sees one
     // key returned V off by a unit in the last place (GPU tests, docs/PERF.md, 2026-11-25).
     // The unrounded sum stays for the LSE, whose bound the rounded one would break on such
-    // rows. Two more instructions a probability, on a loop the MUFU bounds (tanh and
-    // exp2 each).
+    // rows. Two more instructions a probability: 4.7-5.8% of a softcap kernel's time, its
+    // loop being bound by issue slots (H200, docs/PERF.md, 2026-11-25).
     template <DType dtype, int KT>
     __device__ __forceinline__ void add_rounded(const std::uint32_t (&p)[MT][KT][4]) {
         if constexpr (Fixed) {

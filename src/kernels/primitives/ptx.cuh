@@ -154,8 +154,12 @@ template <DType dtype>
 __device__ __forceinline__ float2 unpack(std::uint32_t packed) {
     float2 r;
     if constexpr (dtype == DType::FP16) {
-        asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.f32.f16 %0, lo;\ncvt.f32.f16 %1, "
-            "hi;\n}\n"
+        asm("{\n"
+            ".reg .b16 lo, hi;\n"
+            "mov.b32 {lo, hi}, %2;\n"
+            "cvt.f32.f16 %0, lo;\n"
+            "cvt.f32.f16 %1, hi;\n"
+            "}\n"
             : "=f"(r.x), "=f"(r.y)
             : "r"(packed));
     } else {
