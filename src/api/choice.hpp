@@ -4,6 +4,7 @@
 // when there is one that this build can run, else the built-in table, else any built
 // kernel that fits (the sm90 family first where it runs, then the largest tiles).
 
+#include <cstdint>
 #include <optional>
 
 #include "api/validate.hpp"
@@ -15,6 +16,8 @@ struct ChoiceProblem {
     ProblemShape shape;
     // The sm90 family's TMA can address the tensors (tma_problem is empty).
     bool tma_addressable = true;
+    // Rows per page of a paged K/V cache; 0: contiguous keys.
+    std::int64_t page_size = 0;
 };
 
 ChoiceProblem choice_problem(const ForwardParams& params);
@@ -23,7 +26,10 @@ ChoiceProblem choice_problem(const ForwardParams& params);
 bool can_run(const KernelConfig& config, const ChoiceProblem& problem,
              const DeviceProperties& device);
 
-// The built-in table's choice, else the built kernel that fits, the sm90 family first.
+// The built-in table's choice, else the built kernel that fits, the sm90 family first. On a
+// paged cache a table row whose key block and pages cut each other into shorter runs than
+// either (B_c 80 on 64-row pages: 16-row TMA copies) gives way to a later row of its family
+// that runs whole pages or whole blocks, where the table has one.
 std::optional<KernelConfig> heuristic_config(const ChoiceProblem& problem,
                                              const DeviceProperties& device);
 

@@ -185,10 +185,14 @@ int requested_splits(const ProblemShape& shape, const DeviceProperties& device, 
 
 // A sliding window or a softcap runs on the sm90 family whatever the shape (runs_split_kv
 // says no to them): the split-KV kernel takes neither (sinks it does).
-Route route(const ProblemShape& shape, const ForwardParams& views, int num_splits, bool paged) {
+// page_size: rows per page of a paged cache, 0 for contiguous keys.
+Route route(const ProblemShape& shape, const ForwardParams& views, int num_splits,
+            std::int64_t page_size) {
     const DeviceProperties& device = DeviceProperties::current();
+    const bool paged = page_size != 0;
     if (num_splits == 0 && !runs_split_kv(shape) && tma_problem(views).empty()) {
-        const std::optional<KernelConfig> config = find_kernel_for({shape, true}, device);
+        const std::optional<KernelConfig> config =
+            find_kernel_for({shape, true, page_size}, device);
         if (config && config->family == Family::sm90)
             return {config, 0};
     }
@@ -202,6 +206,11 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
                  "), softcap " + std::to_string(v.softcap));
     }
     return {std::nullopt, requested_splits(shape, device, num_splits, paged)};
+}
+
+// Rows per page of the keys' cache, 0 without pages (k is then the keys themselves).
+std::int64_t rows_per_page(const TensorView& k, const std::optional<PageTable>& pages) {
+    return pages ? k.shape[1] : 0;
 }
 
 // paged: the keys are a paged cache's (the split plan differs).
@@ -429,14 +438,14 @@ std::string KernelChoice::to_string() const {
 KernelChoice chosen_kernel(const VarlenParams& p) {
     check_varlen(p, nullptr);
     const ProblemShape s = varlen_shape(p);
-    return choice_of(route(s, varlen_views(p), p.num_splits, p.pages.has_value()), s,
+    return choice_of(route(s, varlen_views(p), p.num_splits, rows_per_page(p.k, p.pages)), s,
                      p.pages.has_value());
 }
 
 KernelChoice chosen_kernel(const KVCacheParams& p) {
     check_kvcache(p, nullptr);
     const ProblemShape s = kvcache_shape(p);
-    return choice_of(route(s, kvcache_views(p), p.num_splits, p.pages.has_value()), s,
+    return choice_of(route(s, kvcache_views(p), p.num_splits, rows_per_page(p.k_cache, p.pages)), s,
                      p.pages.has_value());
 }
 
@@ -444,7 +453,7 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
     check_varlen(p, stream);
     const KeySource keys = key_source(p.k, p.v, p.pages);
     const ProblemShape s = varlen_shape(p);
-    const Route r = route(s, varlen_views(p), p.num_splits, p.pages.has_value());
+    const Route r = route(s, varlen_views(p), p.num_splits, rows_per_page(p.k, p.pages));
     if (r.sm90) {
         launch_sm90(*r.sm90, s, varlen_views(p),
                     sequence_args(p.q, p.k, keys, p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k, 0),
@@ -469,7 +478,7 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
     const KeySource keys = key_source(p.k_cache, p.v_cache, p.pages);
     // Routed before the append, so a call refused here leaves the cache as it was.
     const ProblemShape s = kvcache_shape(p);
-    const Route r = route(s, kvcache_views(p), p.num_splits, p.pages.has_value());
+    const Route r = route(s, kvcache_views(p), p.num_splits, rows_per_page(p.k_cache, p.pages));
     if (p.k_new && seq_new > 0) {
         AppendArgs a{};
         a.k_new = p.k_new->data;

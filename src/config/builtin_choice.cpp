@@ -48,7 +48,9 @@ struct Row {
 // +10-23% over the dynamic B_c 80 one from 4096; ping-pong on top from 2048 to 8192 keys:
 // +1-3.4% in compare.py, fifth session) and at d_head 128 from 8192 keys, where the
 // three-consumer 192 x 80 tile leads 128 x 128 (dynamic up to 4096 keys: level at 4096,
-// ahead below) by 3-5% (H100, 2026-11-24, and H200, 2026-11-25, docs/PERF.md). Off Hopper
+// ahead below) by 3-5% (H100, 2026-11-24, and H200, 2026-11-25, docs/PERF.md). A paged
+// cache whose pages B_c 80 does not divide (64, 256 rows) takes the 128 x 128 rows that
+// follow the 192 x 80 ones instead (heuristic_config(): whole-page copies). Off Hopper
 // the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
@@ -62,6 +64,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 4096, true},
     {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
     {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
     {"(BF16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(FP16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy", 0, true},
@@ -76,6 +80,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
     {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},

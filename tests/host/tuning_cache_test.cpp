@@ -503,6 +503,49 @@ TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
     EXPECT_EQ(fa::heuristic_config(params(128, 8192), hopper), long_tile);  // the keys count
 }
 
+// On a paged cache the table prefers rows whose key blocks and pages divide one another:
+// d_head 128's B_c 80 on 64- or 256-row pages would copy 16-row runs, so the 128 x 128 rows
+// after it run; 16-row pages divide 80 and keep it; d_head 256 has no such later row and
+// keeps B_c 80 (heuristic_config()).
+TEST(TuningCache, BuiltInTableCopiesWholePages) {
+    const auto wide = fa::KernelConfig::parse(
+        "(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy");
+    const auto wide_causal =
+        fa::KernelConfig::parse("(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy");
+    const auto square =
+        fa::KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg");
+    const auto square_causal = fa::KernelConfig::parse(
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic");
+    for (const auto& c : {wide, wide_causal, square, square_causal}) {
+        if (!fa::is_built(c))
+            GTEST_SKIP() << "this build lacks " << c.to_string();
+    }
+    const fa::DeviceProperties hopper{0, "Test GPU", 9, 0, 132, 232448};
+    const auto problem = [](int d, bool causal, std::int64_t page_size) {
+        const auto view = [d](std::uintptr_t gib) {
+            return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), fa::DType::BF16,
+                                              1, 8192, 2, d);
+        };
+        fa::ChoiceProblem p =
+            fa::choice_problem(fa::ForwardParams{view(1), view(2), view(3), view(4), std::nullopt});
+        p.shape.causal = causal;
+        p.page_size = page_size;
+        return p;
+    };
+    for (const bool causal : {false, true}) {
+        const auto& keep = causal ? wide_causal : wide;
+        const auto& whole = causal ? square_causal : square;
+        EXPECT_EQ(fa::heuristic_config(problem(128, causal, 0), hopper), keep);
+        EXPECT_EQ(fa::heuristic_config(problem(128, causal, 16), hopper), keep);
+        EXPECT_EQ(fa::heuristic_config(problem(128, causal, 64), hopper), whole);
+        EXPECT_EQ(fa::heuristic_config(problem(128, causal, 256), hopper), whole);
+        const auto d256 = fa::heuristic_config(problem(256, causal, 64), hopper);
+        ASSERT_TRUE(d256.has_value());
+        EXPECT_EQ(d256->family, fa::Family::sm90) << d256->to_string();
+        EXPECT_EQ(d256->B_c, 80) << d256->to_string();
+    }
+}
+
 // Tensors TMA cannot address (a broadcast K/V, a stride of 2^40 bytes) run on the sm80
 // family on Hopper instead of failing in cuTensorMapEncodeTiled.
 TEST(TuningCache, TensorsBeyondTmaChooseTheSm80Family) {
