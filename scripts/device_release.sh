@@ -32,7 +32,7 @@
 #             `run --check` on the lines of the file that start with "check:"; medians per case
 #   tune      `tune` over the configs of the files bench/explore/$TUNE_CONFIGS (each with its
 #             own "#! ARGS"), each shape's fastest against the release's automatic choice
-#   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads
+#   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads, each (dtype, d_head) timed alone
 #   serving   issue 14: the ci build's GPU tests (the serving ones among them), memcheck and
 #             racecheck of the serving tests, the Python package's pytest, bench/serving.py
 #   paged_probe issue 14: page sizes 16-256 and split counts against the contiguous cache, ncu
@@ -515,9 +515,17 @@ PY
         bin=/tmp/carry/flash_attention
       fi
       # 16k and 32k of the same head layout, interleaved: the cliff rule compares 2S with S.
-      timeout 150 "$bin" bench --best --causal --seq 16384,32768 --batch 1 --heads 32 --heads-kv 8 \
-        --dtype bf16,fp16 --d-head 64,128,256 --runs 20 --rounds 5 --warmup-ms 200 > "$OUT/gqa32k.txt" 2>&1
-      note "gqa 32k: exit $?"
+      # One (dtype, d_head) pair a run: interleaving all six pairs put the 16k launches of
+      # d_head 256 at cooler moments under the power cap than its 32k ones (docs/PERF.md,
+      # 2026-11-25: 0.93-0.95 there, 1.02 timed alone).
+      : > "$OUT/gqa32k.txt"
+      for dtype in bf16 fp16; do
+        for d in 64 128 256; do
+          timeout 60 "$bin" bench --best --causal --seq 16384,32768 --batch 1 --heads 32 --heads-kv 8 \
+            --dtype $dtype --d-head $d --runs 20 --rounds 5 --warmup-ms 200 >> "$OUT/gqa32k.txt" 2>&1
+          note "gqa 32k $dtype d$d: exit $?"
+        done
+      done
       cat "$OUT/gqa32k.txt" >> "$summary" ;;
     serving)
       fresh_clone
