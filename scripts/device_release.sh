@@ -32,7 +32,8 @@
 #             `run --check` on the lines of the file that start with "check:"; medians per case
 #   tune      `tune` over the configs of the files bench/explore/$TUNE_CONFIGS (each with its
 #             own "#! ARGS"), each shape's fastest against the release's automatic choice
-#   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads, each (dtype, d_head) timed alone
+#   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads,
+#             each (dtype, d_head) pair timed alone
 #   serving   issue 14: the ci build's GPU tests (the serving ones among them), memcheck and
 #             racecheck of the serving tests, the Python package's pytest, bench/serving.py
 #   paged_probe issue 14: page sizes 16-256 and split counts against the contiguous cache, ncu
