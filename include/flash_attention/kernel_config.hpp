@@ -80,7 +80,10 @@ enum class FieldKind {
     X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")                           \
     /* a row's reference max moves only when the row gains 2^8 on it, so most blocks */  \
     /* skip O's rescaling (online_softmax.cuh) */                                        \
-    X(bool, lazy_rescale, false, 1, sm90, flag, "lazy")
+    X(bool, lazy_rescale, false, 1, sm90, flag, "lazy")                                  \
+    /* each consumer computes only the K/V blocks its own rows see and passes the */     \
+    /* rest (causal: a tile's later rows reach further; rows past the sequence) */       \
+    X(bool, trim_blocks, false, 1, sm90, flag, "trim")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

@@ -56,9 +56,18 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         BandBlocks band{};
         if constexpr (Variants)
             band = band_blocks(shift, args.band, tile.k.len, consumer_row0, consumer_rows, Tr::B_c);
+        const KeyBlocks own =
+            key_blocks(diagonal, tile.k.len, args.causal, consumer_row0, consumer_rows, Tr::B_c);
+        // With trim_blocks this consumer's blocks end where its own rows' keys do (rows past
+        // the sequence are never stored: none); the tile's may go on for later rows.
+        const int computed = !Tr::trim_blocks              ? tile.visited
+                             : consumer_row0 >= tile.q.len ? 0
+                             : Variants                    ? max(0, band.end - tile.first)
+                                                           : min(own.visited, tile.visited);
         Consumer<Tr, PerSequence, Variants> c{
             .args = args,
-            .visited = tile.visited,
+            .visited = computed,
+            .passed = tile.visited - computed,
             .last_block_keys = tile.last_block_keys,
             .bars = bars,
             .q_smem = ptx::smem_address(q_region),
@@ -67,10 +76,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .consumer = consumer,
             .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
             // This consumer's own rows may need fewer masked blocks than the tile's.
-            .unmasked = Variants ? band.unmasked_end - tile.first
-                                 : key_blocks(diagonal, tile.k.len, args.causal, consumer_row0,
-                                              consumer_rows, Tr::B_c)
-                                       .unmasked,
+            .unmasked = Variants ? band.unmasked_end - tile.first : own.unmasked,
             .key_bound =
                 args.causal && !args.top_left && !Variants ? tile.k.len - tile.q.len : tile.k.len,
             .first = tile.first,

@@ -178,6 +178,12 @@ struct GemmTurns {
                 2 * warpgroup_threads);
         }
     }
+    // Takes the turn and hands it on at once: a consumer with nothing to issue keeps the
+    // rotation in step (pass()).
+    __device__ __forceinline__ void skip() {
+        acquire();
+        release();
+    }
     __device__ __forceinline__ void finish() const {
         if (Enabled && started && consumer == 0)
             ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::gemm_turn, 0),
@@ -199,7 +205,8 @@ struct Consumer {
     const KernelArgs& args;
     // Of the tile, only what the main loop needs: the rest is recomputed for the epilogue
     // (forward_kernel.cuh).
-    int visited;          // K/V blocks
+    int visited;  // K/V blocks this consumer computes (trim_blocks: up to its own rows' keys)
+    int passed;   // the tile's blocks after those (trim_blocks: pass())
     int last_block_keys;  // Tile::last_block_keys
     Barriers<Tr::q_buffers, Tr::stages>& bars;
     std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
@@ -292,7 +299,8 @@ struct Consumer {
     // the same zeros; each fences its writes to the async proxy wgmma reads through and
     // syncs its warpgroup, so its own GEMM sees them.
     __device__ __forceinline__ void zero_v_tail(int j) const {
-        if (!PerSequence || j != visited - 1 || last_block_keys == Tr::B_c)
+        if (!PerSequence || j != visited - 1 || (Tr::trim_blocks && passed != 0) ||
+            last_block_keys == Tr::B_c)
             return;
         using Tile = typename Tr::KVTile;
         constexpr int chunks = Tr::d_head / 8;  // 16-byte chunks of a row
@@ -397,6 +405,29 @@ __device__ __forceinline__ void to_a_fragments(Softmax& softmax, const float (&s
     softmax.template add_rounded<dtype>(p);
 }
 
+// trim_blocks: the tile's blocks after this consumer's own (`passed` of them) hold no key
+// its rows see (causal: the rows of the tile's later consumers reach further; or rows past
+// the sequence). It computes nothing there, hands each stage back as it lands, and passes
+// the GEMM turns it would have taken, so the ping-pong rotation stays in step: one a block
+// with overlap (plus block 0's S turn when it computed none), two without. At B_r 192 and
+// B_c 128 a causal tile's first consumer passes a block a tile on average and the second
+// half of one: 6% of the work at 2k keys (docs/PERF.md, 2026-11-26). A knob, not always on:
+// the extra count moved ptxas's schedule of some main loops, d_head 128's by 1-1.5%.
+template <bool Overlap, class Tr, bool P, bool V, class Turns>
+__device__ __forceinline__ void pass(Consumer<Tr, P, V>& c, Turns& turns) {
+    if constexpr (Tr::trim_blocks) {  // else a consumer computes every block of its tile
+        for (int j = c.visited; j < c.visited + c.passed; ++j) {
+            c.wait_k(j);
+            c.release_k(j);
+            if (!Overlap || j == 0)
+                turns.skip();
+            c.wait_v(j);
+            c.release_v(j);
+            turns.skip();
+        }
+    }
+}
+
 // One tile's main loop for one consumer warpgroup: the algorithm. Softmax: an
 // OnlineSoftmax of the config's row reference (or a fixed one, softcap variants).
 template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, class Softmax>
@@ -406,8 +437,10 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V>& c, GemmTurns<Tr, Pin
     const int n = c.visited;
     float s[1][s_tiles][4];
     std::uint32_t p[1][s_tiles / 2][4];
-    if (n == 0)
+    if (n == 0) {
+        pass<Overlap>(c, turns);
         return;
+    }
     if constexpr (!Overlap) {
         for (int j = 0; j < n; ++j) {
             scores<false>(c, turns, s, o, p, j);
@@ -433,6 +466,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V>& c, GemmTurns<Tr, Pin
         }
         accumulate(c, turns, o, p, n - 1);
     }
+    pass<Overlap>(c, turns);
 }
 
 }  // namespace flash_attention::sm90

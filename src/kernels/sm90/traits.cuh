@@ -71,6 +71,7 @@ struct Traits {
     static constexpr int v_offset = k_offset + stages * KVTile::bytes;
     static constexpr int barrier_offset = v_offset + stages * KVTile::bytes;
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
+    static constexpr bool trim_blocks = C.sm90.trim_blocks;
     // With the dynamic schedule, per Q buffer the index of the tile it holds and a barrier
     // (TileSlots: the producer takes the index from the global counter, the consumers
     // read it there).
