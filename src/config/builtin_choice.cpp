@@ -50,7 +50,11 @@ struct Row {
 // three-consumer 192 x 80 tile leads 128 x 128 (dynamic up to 4096 keys: level at 4096,
 // ahead below) by 3-5% (H100, 2026-11-24, and H200, 2026-11-25, docs/PERF.md). A paged
 // cache whose pages B_c 80 does not divide (64, 256 rows) takes the 128 x 128 rows that
-// follow the 192 x 80 ones instead (heuristic_config(): whole-page copies). Off Hopper
+// follow the 192 x 80 ones instead (heuristic_config(): whole-page copies). Causal d_head
+// 64 (192 x 128) and every d_head 256 row (128 x 80) trim each consumer's blocks to its own
+// rows' keys (`trim`): +6.7/+4.8/+1.4% at 2k/4k/8k causal d_head 64, +1-2.7% causal and
+// +0.5-1% non-causal d_head 256; d_head 128's 192 x 80 and d_head 64's non-causal rows lose
+// 0.2-1.6% with it and keep the plain kernels (H200, 2026-11-26, docs/PERF.md). Off Hopper
 // the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
@@ -68,14 +72,16 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
     {"(BF16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(FP16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
-    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy", 0, true},
-    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy", 0, true},
+    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
+     true},
+    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
+     true},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
-    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy", 8192, true},
-    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy", 8192, true},
-    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy", 0, true},
-    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy", 0, true},
+    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 8192, true},
+    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 8192, true},
+    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy+trim", 0, true},
+    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy+trim", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
     {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
@@ -86,8 +92,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
-    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy"},
-    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},
+    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},
     {"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},

@@ -313,6 +313,21 @@ std::vector<KernelConfig> tune_configs_sm90_d128_bc80() {
     return v.expand();
 }
 
+// With trim_blocks, the configs of `configs` whose consumers' rows can end in different K/V
+// blocks of a causal tile: all but B_c = B_r, where on an aligned diagonal every consumer's
+// last key lies in the tile's last block and the knob would only move ptxas's schedule of
+// the main loop (docs/PERF.md, 2026-11-26).
+std::vector<KernelConfig> trimmed(const std::vector<KernelConfig>& configs) {
+    std::vector<KernelConfig> v;
+    for (KernelConfig c : configs) {
+        if (c.family == Family::sm90 && c.B_c != c.B_r) {
+            c.sm90.trim_blocks = true;
+            v.push_back(c);
+        }
+    }
+    return v;
+}
+
 ValueSets all_values_sm90() {
     ValueSets v = tune_values_sm90();
     v.B_c = {64, 80, 128, 176, 192};
@@ -320,6 +335,7 @@ ValueSets all_values_sm90() {
     v.n_warps = {8, 12, 16};
     v.stages = {1, 2, 3, 4};
     v.intra_warpgroup_overlap = {false, true};
+    v.trim_blocks = {false, true};
     return v;
 }
 
@@ -352,9 +368,10 @@ std::vector<KernelConfig> release() {
 // The release set plus knob coverage, so every code path is compiled and tested: a
 // plain-load unswizzled textbook-softmax kernel, a non-eager asynchronous one with 8
 // warps and Q held in registers, and sm90 kernels without pipelining (one consumer),
-// with three consumers that are not persistent, with ping-pong on top of overlap, and
-// with one Q buffer under the dynamic schedule (the release holds the other dynamic
-// tile schedule's kernels).
+// with three consumers that are not persistent, with ping-pong on top of overlap, with
+// one Q buffer under the dynamic schedule (the release holds the other dynamic tile
+// schedule's kernels), and trimmed consumer blocks passing two GEMM turns a block (ping-pong
+// without overlap; the release's trimmed kernels overlap).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -365,6 +382,7 @@ std::vector<KernelConfig> ci() {
                "(FP16, 64, 192, 64, 16): sm90+stages_3+overlap+pingpong",
                "(BF16, 256, 64, 64, 8): sm90+stages_1",
                "(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
+               "(BF16, 128, 192, 64, 16): sm90+stages_2+pingpong+persistent+dynamic+trim",
            }));
     return v;
 }
@@ -555,6 +573,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         std::vector<KernelConfig> v = tune_values_sm90().expand();
         append_unique(v, tune_configs_sm90_d256());
         append_unique(v, tune_configs_sm90_d128_bc80());
+        append_unique(v, trimmed(v));
         return sorted_unique(std::move(v));
     }
     if (name == "tune") {

@@ -172,9 +172,32 @@ TEST(ConfigSpace, HopperTuneSetHasWiderKeyBlocksAtHeadDim256) {
         }
     }
     // fp16/bf16 x ping-pong x (not persistent, persistent, persistent + dynamic schedule)
-    // x lazy rescaling
-    EXPECT_EQ(b_c80, 24);
+    // x lazy rescaling x trimmed consumer blocks
+    EXPECT_EQ(b_c80, 48);
     EXPECT_EQ(b_c128, 12);  // fp16/bf16 x the three schedules, with ping-pong, x lazy
+}
+
+// trim_blocks comes as a copy of every tune config whose consumers can end in different
+// K/V blocks (B_c != B_r), and only there.
+TEST(ConfigSpace, HopperTuneSetTrimsWhereConsumersEndApart) {
+    const auto sm90 = fa::space::named_set("tune-sm90");
+    int trimmed = 0;
+    for (const KernelConfig& c : sm90) {
+        if (!c.sm90.trim_blocks)
+            continue;
+        ++trimmed;
+        EXPECT_NE(c.B_c, c.B_r) << c.to_string();
+        KernelConfig plain = c;
+        plain.sm90.trim_blocks = false;
+        EXPECT_NE(std::find(sm90.begin(), sm90.end(), plain), sm90.end()) << c.to_string();
+    }
+    EXPECT_GT(trimmed, 0);
+    for (const KernelConfig& c : sm90) {
+        KernelConfig trim = c;
+        trim.sm90.trim_blocks = true;
+        EXPECT_EQ(std::find(sm90.begin(), sm90.end(), trim) != sm90.end(), c.B_c != c.B_r)
+            << c.to_string();
+    }
 }
 
 TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
