@@ -19,8 +19,9 @@ struct Row {
 // in registers (a third less shared-memory traffic for S = Q·Kᵀ: +3-4% at d_head 128).
 // d_head 64 takes FlashAttention-3's 192 x 128 tile with ping-pong between its three
 // consumers: 9-17% faster than 192 x 64 from 512 to 16k keys (Q stays in shared memory:
-// in registers it spills at 160); causal up to 1024 keys, 128 x 128 with Q in registers
-// (+18-21% there; from 2048 the 192-row tile wins). H100, 2026-11-24, docs/PERF.md.
+// in registers it spills at 160), causal too since its consumers' blocks are trimmed (below:
+// 1.7-1.8% ahead of 128 x 128 with Q in registers at 512-1024 keys, 8% from 2048; H200,
+// 2026-11-26). H100, 2026-11-24, docs/PERF.md.
 // B_c 128 fills wgmma's N (25% faster than 64 at d_head 128 with two consumers); from 2048
 // keys non-causal d_head 128 takes three consumers instead (ping-pong, lazy rescaling: a
 // third warpgroup's softmax overlaps the other two's GEMMs) at B_c 80, the widest key block
@@ -30,7 +31,7 @@ struct Row {
 // d_head 256 takes B_c 80, the
 // widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
-// Short problems take one stage of B_c 128 with ping-pong (a tile has few blocks, and each
+// Short non-causal problems take one stage of B_c 128 with ping-pong (a tile has few blocks, each
 // costs its fixed overheads once per 128 keys, not 80); longer ones B_c 80 with ping-pong on
 // top of overlap, 1-5% ahead of overlap alone from 4096 keys in three interleaved runs
 // (2026-11-24, docs/PERF.md). Where they cross is below. At d_head 64 and 256 lazy
@@ -54,7 +55,9 @@ struct Row {
 // 64 (192 x 128) and every d_head 256 row (128 x 80) trim each consumer's blocks to its own
 // rows' keys (`trim`): +6.7/+4.8/+1.4% at 2k/4k/8k causal d_head 64, +1-2.7% causal and
 // +0.5-1% non-causal d_head 256; d_head 128's 192 x 80 and d_head 64's non-causal rows lose
-// 0.2-1.6% with it and keep the plain kernels (H200, 2026-11-26, docs/PERF.md). Off Hopper
+// 0.2-1.6% with it and keep the plain kernels. Causal d_head 256 up to 1024 keys then takes
+// B_c 64, whose first consumer passes the diagonal block a 128 x 128 tile's computes half
+// masked: 2.4-2.9% ahead of that one-stage tile (H200, 2026-11-26, docs/PERF.md). Off Hopper
 // the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
@@ -70,14 +73,12 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
-    {"(BF16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
-    {"(FP16, 64, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
      true},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
      true},
-    {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
-    {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+lazy", 1024, true},
+    {"(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 1024, true},
+    {"(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 1024, true},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 8192, true},
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 8192, true},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy+trim", 0, true},
