@@ -55,9 +55,9 @@ struct Row {
 // 64 (192 x 128) and every d_head 256 row (128 x 80) trim each consumer's blocks to its own
 // rows' keys (`trim`): +6.7/+4.8/+1.4% at 2k/4k/8k causal d_head 64, +1-2.7% causal and
 // +0.5-1% non-causal d_head 256; d_head 128's 192 x 80 and d_head 64's non-causal rows lose
-// 0.2-1.6% with it and keep the plain kernels, but causal d_head 128 at 2048-4096 keys takes a
-// trimmed three-consumer 192 x 64 tile with lazy rescaling (+1.9 / +1.2% over 128 x 128, which
-// keeps 512-1024; 192 x 80 stays from 8192). Causal d_head 256 up to 1024 keys then takes
+// 0.2-1.6% with it and keep the plain kernels (and a trimmed 192 x 64 tile for causal d_head
+// 128 at 2k-4k keys, 1-2% ahead in `bench`, lost 1-2.4% in compare.py: not taken). Causal
+// d_head 256 up to 1024 keys then takes
 // B_c 64, whose first consumer passes the diagonal block a 128 x 128 tile's computes half
 // masked: 2.4-2.9% ahead of that one-stage tile (H200, 2026-11-26, docs/PERF.md). Off Hopper
 // the sm90 rows cannot run and the sm80 rows below them are the choice.
@@ -69,12 +69,8 @@ struct Row {
 // At d_head 256, O alone takes 128 registers per warp of 16 rows: B_r 64 / B_c 64 is the
 // largest tile the register rule keeps without spills (untuned).
 constexpr Row k_rows[] = {
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 1024, true},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 1024, true},
-    {"(BF16, 128, 192, 64, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 4096,
-     true},
-    {"(FP16, 128, 192, 64, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 4096,
-     true},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 4096, true},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 4096, true},
     {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
     {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
