@@ -52,7 +52,7 @@ struct Row {
 // ahead below) by 3-5% (H100, 2026-11-24, and H200, 2026-11-25, docs/PERF.md). A paged
 // cache whose pages B_c 80 does not divide (64, 256 rows) takes the 128 x 128 rows that
 // follow the 192 x 80 ones instead (heuristic_config(): whole-page copies). Causal d_head
-// 64 (192 x 128) and every d_head 256 row (128 x 80) trim each consumer's blocks to its own
+// 64 (192 x 128) and the d_head 256 rows of B_c 80 trim each consumer's blocks to its own
 // rows' keys (`trim`): +6.7/+4.8/+1.4% at 2k/4k/8k causal d_head 64, +1-2.7% causal and
 // +0.5-1% non-causal d_head 256; d_head 128's 192 x 80 and d_head 64's non-causal rows lose
 // 0.2-1.6% with it and keep the plain kernels (and a trimmed 192 x 64 tile for causal d_head
