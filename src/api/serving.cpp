@@ -294,18 +294,9 @@ void check_varlen(const VarlenParams& p, Stream stream) {
         check_int_array(p.cu_seqlens_k, "cu_seqlens_k", true, "of batch + 1 offsets");
     }
     check_packed_rows(p.q.shape[1], p.q, p.k);
-    for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}) {
-        if (overlap(p.o, *t)) {
-            fail(ErrorCode::invalid_argument, "o",
-                 std::string("memory that does not overlap ") + name, "an overlapping range");
-        }
-    }
-    check_output_does_not_self_overlap(p.o, "o");
-    check_lse(p.lse, p.q.shape[1] * p.q.shape[2], "(heads, total_q)",
-              {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}});
-    check_softmax_scale(p.softmax_scale);
-    check_causal_alignment(p.causal_alignment);
-    check_variants(p.variants, p.causal, softmax_scale(p.softmax_scale, p.q.shape[3]));
+    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.lse,
+                              p.q.shape[1] * p.q.shape[2], "(heads, total_q)", p.softmax_scale,
+                              p.causal_alignment, p.variants, p.causal);
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
@@ -374,22 +365,14 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
         seq_new = p.k_new->shape[1];
     }
     check_packed_rows(p.q.shape[1], p.q, p.k_cache);
-    for (const auto& [t, name] : {std::pair{&p.q, "q"},
-                                  {&p.k_cache, "k_cache"},
-                                  {&p.v_cache, "v_cache"},
-                                  {p.k_new ? &*p.k_new : nullptr, "k_new"},
-                                  {p.v_new ? &*p.v_new : nullptr, "v_new"}}) {
-        if (t != nullptr && overlap(p.o, *t)) {
-            fail(ErrorCode::invalid_argument, "o",
-                 std::string("memory that does not overlap ") + name, "an overlapping range");
-        }
-    }
-    check_output_does_not_self_overlap(p.o, "o");
-    check_lse(p.lse, batch * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
-              {{&p.q, "q"}, {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}, {&p.o, "o"}});
-    check_softmax_scale(p.softmax_scale);
-    check_causal_alignment(p.causal_alignment);
-    check_variants(p.variants, p.causal, softmax_scale(p.softmax_scale, p.q.shape[3]));
+    check_outputs_and_options(p.o,
+                              {{&p.q, "q"},
+                               {&p.k_cache, "k_cache"},
+                               {&p.v_cache, "v_cache"},
+                               {p.k_new ? &*p.k_new : nullptr, "k_new"},
+                               {p.v_new ? &*p.v_new : nullptr, "v_new"}},
+                              p.lse, batch * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
+                              p.softmax_scale, p.causal_alignment, p.variants, p.causal);
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},

@@ -121,6 +121,8 @@ bool overlap(const TensorView& a, const TensorView& b) {
     return a0 <= b1 && b0 <= a1;
 }
 
+namespace {
+
 void check_output_does_not_self_overlap(const TensorView& o, const char* name) {
     std::array<int, 3> order = {0, 1, 2};
     std::sort(order.begin(), order.end(), [&](int x, int y) { return o.stride[x] < o.stride[y]; });
@@ -205,12 +207,35 @@ void check_lse(const float* lse, std::int64_t count, const char* layout,
              "one too close to its end");
     }
     for (const auto& [t, name] : tensors) {
+        if (t == nullptr)
+            continue;
         const auto [t0, t1] = byte_range(*t);
         if (first <= t1 && t0 <= last) {
             fail(ErrorCode::invalid_argument, "lse",
                  std::string("memory that does not overlap ") + name, "an overlapping range");
         }
     }
+}
+
+}  // namespace
+
+void check_outputs_and_options(
+    const TensorView& o, std::initializer_list<std::pair<const TensorView*, const char*>> inputs,
+    const float* lse, std::int64_t lse_count, const char* lse_layout,
+    std::optional<float> softmax_scale_arg, CausalAlignment alignment, const Variants& variants,
+    bool causal) {
+    for (const auto& [t, name] : inputs) {
+        if (t != nullptr && overlap(o, *t)) {
+            fail(ErrorCode::invalid_argument, "o",
+                 std::string("memory that does not overlap ") + name, "an overlapping range");
+        }
+    }
+    check_output_does_not_self_overlap(o, "o");
+    check_lse(lse, lse_count, lse_layout, inputs);
+    check_lse(lse, lse_count, lse_layout, {{&o, "o"}});
+    check_softmax_scale(softmax_scale_arg);
+    check_causal_alignment(alignment);
+    check_variants(variants, causal, softmax_scale(softmax_scale_arg, o.shape[3]));
 }
 
 namespace {
@@ -265,19 +290,9 @@ void validate_tensors(const ForwardParams& p) {
         fail(ErrorCode::unsupported, dim("q", 3), space::head_dims_text(),
              std::to_string(p.q.shape[3]));
     }
-    for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}) {
-        if (overlap(p.o, *t)) {
-            fail(ErrorCode::invalid_argument, "o",
-                 std::string("memory that does not overlap ") + name, "an overlapping range");
-        }
-    }
-    check_output_does_not_self_overlap(p.o, "o");
-    // (batch, heads_q, seq_q) floats.
-    check_lse(p.lse, p.q.shape[0] * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
-              {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}});
-    check_softmax_scale(p.softmax_scale);
-    check_causal_alignment(p.causal_alignment);
-    check_variants(p.variants, p.causal, softmax_scale(p.softmax_scale, p.q.shape[3]));
+    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.lse,
+                              p.q.shape[0] * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
+                              p.softmax_scale, p.causal_alignment, p.variants, p.causal);
 }
 
 void validate_shape(const ProblemShape& s) {

@@ -24,25 +24,21 @@ void check_layout(const TensorView& t, const char* name);
 // Whether two checked tensors can touch a common byte.
 bool overlap(const TensorView& a, const TensorView& b);
 
-// Distinct output elements must have distinct addresses, or the CTAs writing them race.
-void check_output_does_not_self_overlap(const TensorView& o, const char* name);
-
-// Masked scores are -inf before scaling; a scale <= 0 would turn them into +inf or NaN.
-// The kernels work in base 2 with scale·log2(e), which must be a finite float too.
-void check_softmax_scale(std::optional<float> scale);
-
-// One of the two CausalAlignment values (a C++ caller can cast any int to it).
-void check_causal_alignment(CausalAlignment alignment);
-
-// Sliding-window sides of -1 or more (with causal, window_right -1 or 0), a softcap of 0
-// or a positive finite number up to 1e6 with scale / softcap a normal float (scale: the
-// call's softmax scale), and a 4-byte aligned sinks pointer.
-void check_variants(const Variants& variants, bool causal, float scale);
-
-// An optional LSE output of `count` floats (laid out as `layout` says): aligned, inside
-// the address space, overlapping none of `tensors`.
-void check_lse(const float* lse, std::int64_t count, const char* layout,
-               std::initializer_list<std::pair<const TensorView*, const char*>> tensors);
+// What every entry point checks of its output and options once its tensors are valid:
+// o overlaps none of `inputs` (null entries skipped) nor itself (distinct output elements
+// must have distinct addresses, or the CTAs writing them race); the optional LSE of
+// `lse_count` floats (laid out as `lse_layout` says) is aligned, inside the address space
+// and overlaps none of the inputs nor o; the softmax scale is positive with scale·log2(e) a
+// finite float (masked scores are -inf before scaling; the kernels work in base 2); the
+// causal alignment is one of the two values (a C++ caller can cast any int to it); and the
+// variants have window sides of -1 or more (with causal, window_right -1 or 0), a softcap
+// of 0 or a positive finite number up to 1e6 with scale / softcap a normal float, and a
+// 4-byte aligned sinks pointer. d_head (the scale's default) is o's last dimension.
+void check_outputs_and_options(
+    const TensorView& o, std::initializer_list<std::pair<const TensorView*, const char*>> inputs,
+    const float* lse, std::int64_t lse_count, const char* lse_layout,
+    std::optional<float> softmax_scale, CausalAlignment alignment, const Variants& variants,
+    bool causal);
 
 // Shapes, dtypes, strides, alignment, aliasing and the scale; needs no GPU.
 void validate_tensors(const ForwardParams& params);
