@@ -311,12 +311,13 @@ INSTANTIATE_TEST_SUITE_P(Built, EveryConfigVariants, ::testing::ValuesIn(variant
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigVariants);
 
 // The automatic choice with a window on a decoding shape (which forward() otherwise sends
-// to the split-KV kernel) and with sinks on it (which the split-KV kernel takes).
+// to the split-KV kernel) and with sinks on it (which the split-KV kernel takes: batch 64's
+// 128 rows run its key warps on a GPU of up to 170 SMs, batch 2's a CTA a range).
 TEST(Variants, AutomaticChoiceOnDecodingShapes) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
-    for (const bool window : {true, false}) {
-        Problem p(fa::DType::BF16, 2, 1, 4096, 8, 128, 2, false);
+    for (const auto& [window, batch] : {std::pair{true, 2}, std::pair{false, 2}, std::pair{false, 64}}) {
+        Problem p(fa::DType::BF16, batch, 1, 4096, 8, 128, 2, false);
         if (window) {
             p.variants.window_left = 777;
             p.variants.softcap = 15;
@@ -325,7 +326,8 @@ TEST(Variants, AutomaticChoiceOnDecodingShapes) {
         const auto result =
             p.run_and_check([&] { fa::forward(p.params(true)); }, 1.0 / std::sqrt(128.0), true);
         EXPECT_TRUE(result.passed) << (window ? "window + softcap + sinks: " : "sinks: ")
-                                   << result.summary() << "; seed " << p.seed;
+                                   << "batch " << batch << ": " << result.summary() << "; seed "
+                                   << p.seed;
     }
 }
 

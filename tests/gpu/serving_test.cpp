@@ -558,7 +558,11 @@ INSTANTIATE_TEST_SUITE_P(Serving, KVCache, ::testing::ValuesIn(cache_cases()));
 //   batch 1's takes two;
 // - speculative decoding, batch 160: each CTA streams and folds all its ranges, no merge
 //   kernel, where batch 1 merges eight ranges in the combine; batch 20: CTAs of two ranges,
-//   the first folded in the split kernel and the rest in the combine (on an H100).
+//   the first folded in the split kernel and the rest in the combine (on an H100);
+// - decoding with key warps (batches of at least 100 rows on an H100 or H200: a CTA a row,
+//   its warps each folding a group of ranges, no merge kernel) where batch 1 merges the
+//   groups in the combine: groups of one range (4 ranges), of two (8) and of four (16 on
+//   16-row pages; d_head 64 fp16).
 TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
     struct Shape {
         CacheCase c;
@@ -567,7 +571,9 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
     for (const auto& [c, batch, capacity] :
          {Shape{{1, 4, 0, 0, false, 0}, 16, 4096}, Shape{{1, 4, 0, 0, false, 0}, 160, 2048},
           Shape{{1, 8, 0, 0, false, 16}, 256, 512}, Shape{{16, 4, 0, 0, true, 8}, 160, 1024},
-          Shape{{16, 4, 0, 0, true, 8}, 20, 1024}}) {
+          Shape{{16, 4, 0, 0, true, 8}, 20, 1024}, Shape{{1, 4, 0, 0, false, 0}, 160, 4096},
+          Shape{{1, 8, 0, 16, false, 16}, 50, 4096},
+          Shape{{1, 4, 0, 0, true, 8, fa::DType::FP16, 64}, 64, 4096}}) {
         const std::uint64_t seed = fresh_seed();
         const CacheProblem big(c, batch, capacity, seed);
         CacheRun run_big(big);
@@ -583,6 +589,24 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
         // Same seed, same generator: batch 1's inputs are the first sequence of the batch's.
         ASSERT_TRUE(std::equal(alone.begin(), alone.begin() + sequence, all.begin()))
             << testing::PrintToString(c) << ", batch " << batch << ", seed " << seed;
+    }
+}
+
+// Key warps (decoding batches whose rows fill the GPU: a CTA a row, four warps each folding
+// a group of its ranges) against the reference, every sequence of the batch: odd cache
+// lengths with sequences of 0, 1 and all keys, groups of two ranges (3000 keys: 6 ranges) and
+// of four (16-row pages, 16 ranges), new tokens appended, LSE.
+TEST(KVCacheBatch, KeyWarpsMatchTheReference) {
+    for (const auto& [c, capacity] :
+         {std::pair{CacheCase{1, 4, 0, 0, false, 0}, 3000},
+          std::pair{CacheCase{1, 8, 1, 16, true, 16, fa::DType::FP16, 64}, 2500}}) {
+        const CacheProblem pr(c, 64, capacity, fresh_seed(), {0, 1, capacity - c.seq_new});
+        CacheRun run(pr);
+        run.dout.buffer.poison_with_nan();
+        run.lse.poison_with_nan();
+        fa::forward_kvcache(run.params());
+        fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+        run.expect_matches_reference("key warps, " + testing::PrintToString(c));
     }
 }
 

@@ -14,6 +14,7 @@ namespace flash_attention::serving {
 struct SplitPlan {
     int splits;
     int blocks_per_split;
+    int ranges_per_group = 1;  // SplitKvArgs::ranges_per_group
 };
 
 // The plan for query tiles of `tiles_per_head` tiles per (sequence, K/V head) over at most

@@ -86,10 +86,10 @@ int splits_per_cta(std::int64_t units, int splits, bool all_ranges) {
     return static_cast<int>(std::min<std::int64_t>(per_cta, splits));
 }
 
-template <DType Dt, int D, int Warps, int Stages, bool Paged>
+template <DType Dt, int D, int Warps, int Stages, bool Paged, int KeyWarps = 1>
 void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits, Stream stream) {
-    using Tr = SplitKvTraits<Dt, D, Warps, Stages>;
-    constexpr auto* kernel = &split_kv_kernel<Dt, D, Warps, Stages, Paged>;
+    using Tr = SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>;
+    constexpr auto* kernel = &split_kv_kernel<Dt, D, Warps, Stages, Paged, KeyWarps>;
     const std::int64_t rows = std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
     static_assert(Tr::B_c == split_kv_block_keys(D, Warps));
     const std::int64_t tiles = blocks_covering(static_cast<int>(rows), Tr::B_r);
@@ -104,15 +104,21 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
     }
     args.splits = splits;
     args.blocks_per_split = plan.blocks_per_split;
+    args.ranges_per_group = plan.ranges_per_group;
     args.kv_read_once = tiles == 1;
+    // Key warps: a CTA a row, its warps the row's groups. One-warp tiles without: a CTA a
+    // range.
     args.splits_per_cta =
-        Warps == 1 ? 1
-                   : splits_per_cta<kernel, Tr::threads, Tr::smem_bytes>(
-                         tiles * args.heads_kv * args.batch, splits, Tr::folds_ranges && !Paged);
+        KeyWarps > 1 ? splits
+        : Warps == 1 ? 1
+                     : splits_per_cta<kernel, Tr::threads, Tr::smem_bytes>(
+                           tiles * args.heads_kv * args.batch, splits, Tr::folds_ranges && !Paged);
     const std::int64_t split_groups = (splits + args.splits_per_cta - 1) / args.splits_per_cta;
     // Ranges a CTA folds into slot 0 (1: none), and whether the CTAs leave partials to merge:
     // not where each folds all of its row's.
     const int folded = Tr::folds_ranges ? std::min(args.splits_per_cta, splits) : 1;
+    // (A CTA folds a row's first ranges into slot 0 only in four-warp tiles, whose merge
+    // takes no groups: plan_for.)
     const bool combine = splits > 1 && folded < splits;
     std::optional<StreamScratch> partial;  // freed in stream order after the combine
     if (combine) {
@@ -129,8 +135,9 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
                           Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
     if (combine) {
         launch_combine<Dt, D>({args.o_partial, args.lse_partial, args.fold_sum, folded,
-                               args.partial_rows, args.cu_seqlens_q, args.batch, splits, args.heads,
-                               args.view_seq_q, args.o, args.o_stride, args.lse, args.sinks},
+                               args.ranges_per_group, args.partial_rows, args.cu_seqlens_q,
+                               args.batch, splits, args.heads, args.view_seq_q, args.o,
+                               args.o_stride, args.lse, args.sinks},
                               stream);
     }
 }
@@ -154,18 +161,38 @@ void launch_four_warps(const SplitKvArgs& args, std::int64_t max_seq_k, int spli
         launch_split<Dt, D, 4, 2, Paged>(args, max_seq_k, splits, stream);
 }
 
+// One-warp (decoding) tiles, three stages: with two they were latency-bound (ncu, decode
+// b16 x 8192: no eligible warp 74% of cycles at 85% of DRAM bandwidth). Key warps (one CTA
+// a row, no partials, no merge kernel) where the rows alone fill at least 3/4 of the SMs
+// once, a row has ranges for more than one warp and the CTA's stages fit (not on an A100 at
+// d_head 128): decode b16 x 8192's 128 rows on 132 SMs (docs/PERF.md, fifteenth session);
+// fewer rows keep a CTA a range, which spreads a row over many SMs.
+template <DType Dt, int D, bool Paged>
+void launch_one_warp(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
+    constexpr int key_warps = split_kv_key_warps(D, 1);
+    if constexpr (key_warps > 1) {
+        const DeviceProperties& device = DeviceProperties::current();
+        const std::int64_t rows = std::int64_t{args.batch} * args.heads_kv;  // a tile each
+        const std::int64_t rows_per_kv_head =
+            std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
+        if (plan_for(D, rows_per_kv_head, max_seq_k, Paged, splits).splits > 1 &&
+            4 * rows >= 3 * std::int64_t{device.sm_count} &&
+            SplitKvTraits<Dt, D, 1, 3, key_warps>::smem_bytes <= device.smem_per_block_optin)
+            return launch_split<Dt, D, 1, 3, Paged, key_warps>(args, max_seq_k, splits, stream);
+    }
+    launch_split<Dt, D, 1, 3, Paged>(args, max_seq_k, splits, stream);
+}
+
 template <DType Dt, int D>
 void launch_for(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
     const bool paged = args.keys.block_table != nullptr;
     const bool one_warp =
         split_kv_warps(std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv)) == 1;
-    // One-warp (decoding) tiles take three stages: with two they were latency-bound (ncu,
-    // decode b16 x 8192: no eligible warp 74% of cycles at 85% of DRAM bandwidth).
     if (one_warp) {
         if (paged)
-            launch_split<Dt, D, 1, 3, true>(args, max_seq_k, splits, stream);
+            launch_one_warp<Dt, D, true>(args, max_seq_k, splits, stream);
         else
-            launch_split<Dt, D, 1, 3, false>(args, max_seq_k, splits, stream);
+            launch_one_warp<Dt, D, false>(args, max_seq_k, splits, stream);
     } else {
         if (paged)
             launch_four_warps<Dt, D, true>(args, max_seq_k, splits, stream);

@@ -28,6 +28,16 @@ constexpr int split_kv_warps(std::int64_t rows_per_kv_head) {
 constexpr int split_kv_block_keys(int d_head, int warps) {
     return (warps == 1 || d_head > 128) ? 32 : 64;
 }
+// Key warps: a CTA of one-warp tiles may run this many warps side by side, each streaming
+// its own group of the row's key ranges from its own stages, and merge the groups itself
+// (one CTA a row: cuDNN's decode shape, no partials and no merge kernel). Three stages of
+// 32-key blocks a warp take 196 KB at d_head 128 (one CTA an SM); d_head 256's would not fit.
+// A row's ranges are merged in groups of ceil(splits / key warps) (SplitKvArgs::
+// ranges_per_group) whichever kernel runs it, so the choice, which follows the batch, never
+// changes a row's bits.
+constexpr int split_kv_key_warps(int d_head, int warps) {
+    return warps == 1 && d_head <= 128 ? 4 : 1;
+}
 
 // Where sequence b's keys lie and how many it uses.
 struct KeySource {
@@ -65,6 +75,9 @@ struct SplitKvArgs {
     float scale_log2;
     int splits;            // key ranges per (sequence, K/V head, query tile)
     int blocks_per_split;  // key blocks in each range (the last ones may be empty)
+    // A row's merge: each run of ranges_per_group consecutive ranges folded from scratch (a
+    // group), then the groups folded in order (RangeFold); 1: the ranges folded in order.
+    int ranges_per_group;
     // Consecutive ranges one CTA streams. Each range is computed as by a CTA of its own,
     // and their merge runs in one order (RangeFold) whether the CTA holding a row's first
     // ranges folds them or combine_kernel does, so this only changes how many CTAs there
@@ -89,6 +102,7 @@ struct CombineArgs {
     const float* lse_partial;
     const float* fold_sum;
     int folded;  // ranges folded into slot 0 by the split kernel (1: none, slot 0 is a range)
+    int ranges_per_group;  // SplitKvArgs::ranges_per_group (1 wherever folded > 1)
     std::int64_t rows;  // tokens * heads
     // Packed queries: rows outside [cu_seqlens_q[0], cu_seqlens_q[batch]) belong to no
     // sequence and are left unwritten (null: every row is a sequence's).

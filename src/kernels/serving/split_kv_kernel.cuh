@@ -9,9 +9,11 @@
 // one m16 tile instead of 4-8 tiles of one useful row each, and each K/V byte is read
 // once for all of them. Split-KV: with few such tiles (decoding), the key blocks are
 // divided into `splits` ranges computed by different CTAs; each writes its normalised
-// partial O and its LSE in fp32, and combine_kernel merges them. Every row and key is
-// addressed through a row source (dense, packed or paged), so the main loop is the same
-// for all layouts.
+// partial O and its LSE in fp32, and combine_kernel merges them. Key warps (decoding
+// batches that fill the GPU with their rows): one CTA takes all of a row's ranges, four
+// warps each streaming a group of them from its own stages, and merges the groups itself,
+// in the order combine_kernel merges them. Every row and key is addressed through a row
+// source (dense, packed or paged), so the main loop is the same for all layouts.
 
 #include <cstdint>
 
@@ -29,10 +31,15 @@
 
 namespace flash_attention::serving {
 
-template <DType Dt, int D, int Warps, int Stages>
+template <DType Dt, int D, int Warps, int Stages, int KeyWarps = 1>
 struct SplitKvTraits {
+    static_assert(KeyWarps == 1 || (Warps == 1 && KeyWarps == split_kv_key_warps(D, Warps)),
+                  "key warps stream one-warp tiles");
     using T = typename Element<Dt>::type;
-    static constexpr int threads = Warps * warp_size;
+    // The threads of one stream of key blocks (its copies and its barrier): the CTA's, or
+    // one key warp's.
+    static constexpr int stream_threads = Warps * warp_size;
+    static constexpr int threads = KeyWarps * stream_threads;
     // One m16 tile per warp: a decode step has group (1-16) rows per K/V head, and a
     // 16-row tile wastes the least of the MMA on them; longer query tiles use 4 warps.
     static constexpr int B_r = Warps * mma_m;
@@ -44,8 +51,8 @@ struct SplitKvTraits {
     static constexpr int pv_n_tiles = D / 8;
     // Whether a CTA that streams several ranges folds them in registers (a second O, 64
     // fp32 a thread at d_head 128). Not at d_head 256 (128 more: 800-940 bytes of spills),
-    // nor in one-warp tiles, which stream one range a CTA (launch_split).
-    static constexpr bool folds_ranges = Warps > 1 && D <= 128;
+    // nor in one-warp tiles without key warps, which stream one range a CTA (launch_split).
+    static constexpr bool folds_ranges = (Warps > 1 || KeyWarps > 1) && D <= 128;
     // Q's fragments for the whole block stay in registers (16 a thread at d_head 64, 32 at
     // 128), except where the fold needs the room: four-warp d_head 128 reads them from shared
     // memory two k-tiles at a time (255 registers and 32-52 bytes of spills with Q held,
@@ -61,10 +68,21 @@ struct SplitKvTraits {
     using QTile = SmemTile<B_r, D, true>;  // also stages O at the end
     using KTile = SmemTile<B_c, D, true>;
     using VTile = SmemTile<B_c, D, true>;
+    // Q (shared by the key warps), then each stream's K stages and V stages.
+    static constexpr int stream_bytes = stages * (KTile::bytes + VTile::bytes);
     static constexpr int q_smem_offset = 0;
-    static constexpr int k_smem_offset = QTile::bytes;
+    static constexpr int k_smem_offset = QTile::bytes;  // + key warp x stream_bytes
     static constexpr int v_smem_offset = QTile::bytes + stages * KTile::bytes;
-    static constexpr int smem_bytes = QTile::bytes + stages * (KTile::bytes + VTile::bytes);
+    static constexpr int smem_bytes = QTile::bytes + KeyWarps * stream_bytes;
+
+    // Every thread of a stream has finished with a stage before it is refilled, and sees
+    // the stage's copies once they have landed: the CTA's barrier, or a key warp's own.
+    __device__ __forceinline__ static void sync_stream() {
+        if constexpr (KeyWarps > 1)
+            __syncwarp();
+        else
+            __syncthreads();
+    }
 };
 
 // Sequence b's queries and keys (primitives/sequences.cuh).
@@ -114,24 +132,28 @@ __device__ __forceinline__ BlockRows<BlockKeys / 16> block_rows(const KeySource&
 // batch). The state: the largest LSE so far, sum = Σ exp(LSE_s - max), and the caller's
 // accumulators Σ exp(LSE_s - max) · O_s. A left fold, so a CTA that streams a row's first
 // ranges folds them itself and hands the state on (split_kv_kernel), and combine_kernel
-// continues from it. Every operation is explicitly rounded: an FMA contraction the
-// compiler chose differently in the two kernels would change the bits.
+// continues from it. With ranges_per_group > 1 each group of ranges is folded from scratch
+// and the groups' states are folded in order (add(max, sum) with their accumulators).
+// Every operation is explicitly rounded: an FMA contraction the compiler chose differently
+// in the two kernels would change the bits.
 struct RangeFold {
     struct Weights {
         float keep;  // of the accumulators so far
-        float add;   // of the new range's O
+        float add;   // of the new range's O, or the new group's accumulators
     };
     float max = -INFINITY;
     float sum = 0.0f;
 
-    __device__ __forceinline__ Weights add(float lse) {
+    // A range (its LSE; sum 1: O is normalised) or a group's state (max, sum).
+    __device__ __forceinline__ Weights add(float other_max, float other_sum = 1.0f) {
         constexpr float log2e = 1.4426950408889634f;
-        const float next = fmaxf(max, lse);
+        const float next = fmaxf(max, other_max);
         // No key yet anywhere: weights 0 rather than exp(-inf - -inf) = NaN.
         const float reference = next == -INFINITY ? 0.0f : next;
         const Weights w{ptx::ex2(__fmul_rn(__fsub_rn(max, reference), log2e)),
-                        ptx::ex2(__fmul_rn(__fsub_rn(lse, reference), log2e))};
-        sum = __fmaf_rn(sum, w.keep, w.add);
+                        ptx::ex2(__fmul_rn(__fsub_rn(other_max, reference), log2e))};
+        // other_sum 1: x 1 is exact, so a range adds as it did before groups existed.
+        sum = __fmaf_rn(sum, w.keep, __fmul_rn(other_sum, w.add));
         max = next;
         return w;
     }
@@ -152,13 +174,13 @@ struct RangeFold {
     }
 };
 
-template <DType Dt, int D, int Warps, int Stages, bool Paged>
-__global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
+template <DType Dt, int D, int Warps, int Stages, bool Paged, int KeyWarps>
+__global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>::threads)
     split_kv_kernel(const __grid_constant__ SplitKvArgs args) {
-    using Tr = SplitKvTraits<Dt, D, Warps, Stages>;
+    using Tr = SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>;
     using T = typename Tr::T;
-    using KCopy = RowGatherCopyGM2SM<typename Tr::KTile, Tr::threads>;
-    using VCopy = RowGatherCopyGM2SM<typename Tr::VTile, Tr::threads>;
+    using KCopy = RowGatherCopyGM2SM<typename Tr::KTile, Tr::stream_threads>;
+    using VCopy = RowGatherCopyGM2SM<typename Tr::VTile, Tr::stream_threads>;
     using QCopy = RowGatherCopyGM2SM<typename Tr::QTile, Tr::threads>;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -167,9 +189,12 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     cudaTriggerProgrammaticLaunchCompletion();
 #endif
     extern __shared__ __align__(128) unsigned char smem[];
+    // This thread's stream of key blocks: key warp w's stages are its own.
+    const int key_warp = KeyWarps > 1 ? static_cast<int>(threadIdx.x) / Tr::stream_threads : 0;
+    const std::uint32_t stream_smem = ptx::smem_address(smem) + key_warp * Tr::stream_bytes;
     const std::uint32_t q_smem = ptx::smem_address(smem) + Tr::q_smem_offset;
-    const std::uint32_t k_smem = ptx::smem_address(smem) + Tr::k_smem_offset;
-    const std::uint32_t v_smem = ptx::smem_address(smem) + Tr::v_smem_offset;
+    const std::uint32_t k_smem = stream_smem + Tr::k_smem_offset;
+    const std::uint32_t v_smem = stream_smem + Tr::v_smem_offset;
 
     // The tile: (query tile, group of key splits, K/V head) x sequence, the K/V head
     // fastest. A row of the cache holds every K/V head's keys side by side (heads_kv x 256
@@ -178,8 +203,13 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
     const int b = blockIdx.y;
     const int kv_head = blockIdx.x % args.heads_kv;
     const int split_groups = (args.splits + args.splits_per_cta - 1) / args.splits_per_cta;
-    const int first_split = (blockIdx.x / args.heads_kv) % split_groups * args.splits_per_cta;
-    const int end_split = min(args.splits, first_split + args.splits_per_cta);
+    // With key warps the CTA takes all of the row's ranges (splits_per_cta = splits), warp
+    // w those of its group w.
+    const int first_split =
+        KeyWarps > 1 ? min(args.splits, key_warp * args.ranges_per_group)
+                     : (blockIdx.x / args.heads_kv) % split_groups * args.splits_per_cta;
+    const int end_split =
+        min(args.splits, first_split + (KeyWarps > 1 ? args.ranges_per_group : args.splits_per_cta));
     const int group = args.heads / args.heads_kv;
     const Span qs = query_span(args, b);
     const int row0 = (blockIdx.x / args.heads_kv / split_groups) * Tr::B_r;  // packed rows
@@ -257,9 +287,9 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
         ptx::cp_async_commit_group();
     }
     ptx::cp_async_wait_group<Tr::stages - 1>();  // Q and the first block
-    __syncthreads();
+    __syncthreads();  // the key warps read the Q that all of them copied
 
-    const int warp_row0 = (threadIdx.x / warp_size) * mma_m;
+    const int warp_row0 = KeyWarps > 1 ? 0 : static_cast<int>(threadIdx.x) / warp_size * mma_m;
     const SmemA<typename Tr::QTile, 1> q_in_smem(q_smem, warp_row0);
     typename SmemA<typename Tr::QTile, 1>::template Frags<Tr::qk_k_tiles> q_held;
     if constexpr (Tr::q_in_registers)
@@ -337,13 +367,48 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
 
     // A CTA that streams a row's first ranges folds them (RangeFold) instead of writing each:
     // with all of them, it stores the final O and no combine runs (speculative decoding b16);
-    // otherwise it leaves the fold's state in slot 0 for combine_kernel.
+    // otherwise it leaves the fold's state in slot 0 for combine_kernel. A key warp folds
+    // its group of ranges.
     constexpr bool can_fold = Tr::folds_ranges;
-    const bool folds = can_fold && first_split == 0 && end_split - first_split > 1;
+    const bool folds =
+        can_fold && (KeyWarps > 1 || (first_split == 0 && end_split - first_split > 1));
     float o_fold[1][Tr::pv_n_tiles][4];
     RangeFold fold[2];
     if constexpr (can_fold)
         zero(o_fold);
+    // Adds a range (LSE, sum 1) or a group's state, with its O or accumulators x, to a fold
+    // and its accumulators, for this thread's two row halves.
+    const auto fold_in = [](RangeFold(&into)[2], float(&acc)[1][Tr::pv_n_tiles][4],
+                            const RangeFold(&other)[2], const float(&x)[1][Tr::pv_n_tiles][4]) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const RangeFold::Weights w = into[h].add(other[h].max, other[h].sum);
+#pragma unroll
+            for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float& a = acc[0][nt][2 * h + e];
+                    a = RangeFold::merge(a, x[0][nt][2 * h + e], w);
+                }
+            }
+        }
+    };
+    // A whole row's fold: the sink joins, O normalised and stored with its LSE.
+    const auto store_folded = [&](RangeFold(&row)[2], float(&acc)[1][Tr::pv_n_tiles][4]) {
+        float lse[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const float keep = row[h].add_sink(sink_of(warp_row0 + lane / 4 + 8 * h));
+            const float scale = __fmul_rn(row[h].normaliser(), keep);
+            lse[h] = row[h].log_sum_exp();
+#pragma unroll
+            for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
+                acc[0][nt][2 * h] = __fmul_rn(acc[0][nt][2 * h], scale);
+                acc[0][nt][2 * h + 1] = __fmul_rn(acc[0][nt][2 * h + 1], scale);
+            }
+        }
+        store_output(acc, lse);
+    };
 
     // Each range from a fresh softmax state, as a CTA of its own would compute it; the
     // copies run ahead across range boundaries (the blocks are one stream).
@@ -360,7 +425,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
                 ahead = rows_of(refill);
             if (j > first_block) {
                 ptx::cp_async_wait_group<Tr::stages - 1>();  // block j has landed
-                __syncthreads();
+                Tr::sync_stream();
             }
             const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(
                 k_smem + stage * Tr::KTile::bytes);
@@ -377,14 +442,14 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             warp_gemm<Dt, Tr::pv_k_tiles, Tr::pv_k_tiles, false>(o, RegisterA<1, Tr::pv_k_tiles>{p},
                                                                  v_frags);
             // Every warp is done with this stage before the refill overwrites it.
-            __syncthreads();
+            Tr::sync_stream();
             if (refill < end_block)
                 copy_kv(refill, ahead);
             ptx::cp_async_commit_group();
         }
         softmax.finalize(o);
         float lse[2] = {softmax.log_sum_exp(0, 0), softmax.log_sum_exp(0, 1)};
-        if (args.splits == 1) {
+        if (KeyWarps == 1 && args.splits == 1) {
             // A row's sink joins where its ranges end: here when it has one range, as a
             // second range of LSE `sink` and O = 0 (the merge's one order, RangeFold).
             if (args.sinks != nullptr) {
@@ -409,19 +474,70 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             continue;
         }
         if constexpr (can_fold) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const RangeFold::Weights w = fold[h].add(lse[h]);
+            const RangeFold range[2] = {{lse[0], 1.0f}, {lse[1], 1.0f}};  // O is normalised
+            if (KeyWarps > 1 && args.ranges_per_group == 1) {
+                // A group of one range is the range itself, as combine_kernel adds it.
+                fold[0] = range[0];
+                fold[1] = range[1];
 #pragma unroll
                 for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
 #pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        float& acc = o_fold[0][nt][2 * h + e];
-                        acc = RangeFold::merge(acc, o[0][nt][2 * h + e], w);
-                    }
+                    for (int e = 0; e < 4; ++e)
+                        o_fold[0][nt][e] = o[0][nt][e];
                 }
+            } else {
+                fold_in(fold, o_fold, range, o);
             }
         }
+    }
+    if constexpr (KeyWarps > 1) {
+        // The row's groups in order, as combine_kernel folds them: each key warp leaves its
+        // group's state in its own stages (every copy has landed and been read), and warp 0
+        // folds them into the row and stores O.
+        ptx::cp_async_wait_group<0>();
+        __syncthreads();
+        const int groups = blocks_covering(args.splits, args.ranges_per_group);
+        // A key warp's state: the accumulators, then max and sum of both row halves, one
+        // float a lane at a time (conflict-free).
+        const auto state = [&](int w, int i) -> float& {
+            return reinterpret_cast<float*>(smem + Tr::k_smem_offset +
+                                            w * Tr::stream_bytes)[i * warp_size + lane];
+        };
+        constexpr int acc_floats = Tr::pv_n_tiles * 4;
+        if (key_warp > 0 && key_warp < groups) {
+#pragma unroll
+            for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    state(key_warp, nt * 4 + e) = o_fold[0][nt][e];
+            }
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                state(key_warp, acc_floats + 2 * h) = fold[h].max;
+                state(key_warp, acc_floats + 2 * h + 1) = fold[h].sum;
+            }
+        }
+        __syncthreads();
+        if (key_warp > 0)
+            return;
+        RangeFold row[2];
+        float o_row[1][Tr::pv_n_tiles][4];
+        zero(o_row);
+        for (int w = 0; w < groups; ++w) {
+            if (w > 0) {
+#pragma unroll
+                for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        o_fold[0][nt][e] = state(w, nt * 4 + e);
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    fold[h] = {state(w, acc_floats + 2 * h), state(w, acc_floats + 2 * h + 1)};
+            }
+            fold_in(row, o_row, fold, o_fold);
+        }
+        return store_folded(row, o_row);
     }
     if constexpr (can_fold) {
         if (!folds)
@@ -440,24 +556,13 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages>::threads)
             }
             return;
         }
-        float lse[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const float keep = fold[h].add_sink(sink_of(warp_row0 + lane / 4 + 8 * h));
-            const float scale = __fmul_rn(fold[h].normaliser(), keep);
-            lse[h] = fold[h].log_sum_exp();
-#pragma unroll
-            for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
-                o_fold[0][nt][2 * h] = __fmul_rn(o_fold[0][nt][2 * h], scale);
-                o_fold[0][nt][2 * h + 1] = __fmul_rn(o_fold[0][nt][2 * h + 1], scale);
-            }
-        }
-        store_output(o_fold, lse);
+        store_folded(fold, o_fold);
     }
 }
 
 // Merges the ranges of each row left to right (RangeFold), from slot 0's folded state
-// where the split kernel folded the row's first ranges itself. CTAs of combine_warps warps;
+// where the split kernel folded the row's first ranges itself, or (ranges_per_group > 1)
+// each group of ranges from scratch and the groups left to right. CTAs of combine_warps warps;
 // WarpsPerRow of them take a row, each a share of its columns (every lane an even number of
 // consecutive ones), so the order of each column's merge is the same in every launch shape
 // (launch_combine picks WarpsPerRow from the row count, i.e. the batch). A second kernel,
@@ -506,6 +611,9 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         }
         s = args.folded;
     }
+    // The open group's fold (ranges_per_group > 1), added to the row's where it ends.
+    RangeFold group;
+    float group_acc[cols] = {};
     // Batches of ranges whose loads are all issued before the first merge: the merges are
     // a dependent chain, the loads are not (one L2 round trip a batch, not a range).
     constexpr int batch = 16;
@@ -526,11 +634,27 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         }
 #pragma unroll
         for (int i = 0; i < batch; ++i) {
-            if (s + i < args.splits) {
+            if (s + i >= args.splits)
+                continue;
+            if (args.ranges_per_group == 1) {
                 const RangeFold::Weights w = fold.add(lse[i]);
 #pragma unroll
                 for (int c = 0; c < cols; ++c)
                     acc[c] = RangeFold::merge(acc[c], x[i][c], w);
+                continue;
+            }
+            const RangeFold::Weights w = group.add(lse[i]);
+#pragma unroll
+            for (int c = 0; c < cols; ++c)
+                group_acc[c] = RangeFold::merge(group_acc[c], x[i][c], w);
+            if ((s + i + 1) % args.ranges_per_group == 0 || s + i + 1 == args.splits) {
+                const RangeFold::Weights g = fold.add(group.max, group.sum);
+#pragma unroll
+                for (int c = 0; c < cols; ++c) {
+                    acc[c] = RangeFold::merge(acc[c], group_acc[c], g);
+                    group_acc[c] = 0.0f;
+                }
+                group = {};
             }
         }
     }

@@ -101,21 +101,32 @@ class TileCopyGM2SM {
 
 // Cooperative GMEM -> SMEM copy (cp.async) of a tile whose rows lie anywhere: row r comes
 // from row_source(r), a T* or null for a row that reads as zeros. The thread-to-chunk
-// mapping is TileCopyGM2SM's: whole 128-byte lines per warp wherever a row is.
+// mapping is TileCopyGM2SM's: whole 128-byte lines per warp wherever a row is. Threads:
+// the CTA's, or a power of two of them that copies alone (thread index modulo Threads: a
+// split-KV key warp streams its own tiles).
 template <class Tile, int Threads>
 class RowGatherCopyGM2SM {
   public:
     static_assert(Threads % Tile::chunks_per_row == 0, "threads cover whole rows");
+    static_assert((Threads & (Threads - 1)) == 0, "a power of two: the modulo is a mask");
     static constexpr int row_step = Threads / Tile::chunks_per_row;
     static_assert(Tile::rows % row_step == 0, "every thread copies the same number of chunks");
     static constexpr int chunks_per_thread = Tile::rows / row_step;
+
+    // This thread's first row (the others follow row_step apart) and its chunk of each.
+    __device__ __forceinline__ static int thread_row() {
+        return static_cast<int>(threadIdx.x) % Threads / Tile::chunks_per_row;
+    }
+    __device__ __forceinline__ static int thread_chunk() {
+        return static_cast<int>(threadIdx.x) % Tile::chunks_per_row;
+    }
 
     // `fallback`: any readable address, given to the rows that read nothing.
     template <class T, class RowSource>
     __device__ __forceinline__ static void copy(std::uint32_t smem_tile,
                                                 const RowSource& row_source, const T* fallback) {
-        const int row = threadIdx.x / Tile::chunks_per_row;
-        const int chunk = threadIdx.x % Tile::chunks_per_row;
+        const int row = thread_row();
+        const int chunk = thread_chunk();
 #pragma unroll
         for (int i = 0; i < chunks_per_thread; ++i) {
             const int r = row + i * row_step;
@@ -131,8 +142,8 @@ class RowGatherCopyGM2SM {
     template <class T>
     __device__ __forceinline__ static void copy_strided(std::uint32_t smem_tile, const T* first_row,
                                                         std::int64_t row_stride, std::uint64_t l2) {
-        const int row = threadIdx.x / Tile::chunks_per_row;
-        const int chunk = threadIdx.x % Tile::chunks_per_row;
+        const int row = thread_row();
+        const int chunk = thread_chunk();
         const T* src = first_row + row * row_stride + chunk * 8;
         const std::int64_t step = row_step * row_stride;
 #pragma unroll
@@ -157,8 +168,8 @@ class RowGatherCopyGM2SM {
         // A thread's first row is below row_step, so with row_step dividing 16 its row
         // i * row_step + row stays in group i * row_step / 16.
         static_assert(group % row_step == 0, "a thread's rows fall into known groups");
-        const int row = threadIdx.x / Tile::chunks_per_row;
-        const int chunk = threadIdx.x % Tile::chunks_per_row;
+        const int row = thread_row();
+        const int chunk = thread_chunk();
         const T* base = nullptr;
 #pragma unroll
         for (int i = 0; i < chunks_per_thread; ++i) {
