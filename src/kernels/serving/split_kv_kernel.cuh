@@ -179,8 +179,8 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
     split_kv_kernel(const __grid_constant__ SplitKvArgs args) {
     using Tr = SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>;
     using T = typename Tr::T;
-    using KCopy = RowGatherCopyGM2SM<typename Tr::KTile, Tr::stream_threads>;
-    using VCopy = RowGatherCopyGM2SM<typename Tr::VTile, Tr::stream_threads>;
+    using KCopy = RowGatherCopyGM2SM<typename Tr::KTile, Tr::stream_threads, Tr::threads>;
+    using VCopy = RowGatherCopyGM2SM<typename Tr::VTile, Tr::stream_threads, Tr::threads>;
     using QCopy = RowGatherCopyGM2SM<typename Tr::QTile, Tr::threads>;
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
 #endif
     extern __shared__ __align__(128) unsigned char smem[];
     // This thread's stream of key blocks: key warp w's stages are its own.
-    const int key_warp = KeyWarps > 1 ? static_cast<int>(threadIdx.x) / Tr::stream_threads : 0;
+    const int key_warp = KeyWarps > 1 ? static_cast<int>(threadIdx.x / Tr::stream_threads) : 0;
     const std::uint32_t stream_smem = ptx::smem_address(smem) + key_warp * Tr::stream_bytes;
     const std::uint32_t q_smem = ptx::smem_address(smem) + Tr::q_smem_offset;
     const std::uint32_t k_smem = stream_smem + Tr::k_smem_offset;
@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
     ptx::cp_async_wait_group<Tr::stages - 1>();  // Q and the first block
     __syncthreads();  // the key warps read the Q that all of them copied
 
-    const int warp_row0 = KeyWarps > 1 ? 0 : static_cast<int>(threadIdx.x) / warp_size * mma_m;
+    const int warp_row0 = KeyWarps > 1 ? 0 : static_cast<int>(threadIdx.x / warp_size) * mma_m;
     const SmemA<typename Tr::QTile, 1> q_in_smem(q_smem, warp_row0);
     typename SmemA<typename Tr::QTile, 1>::template Frags<Tr::qk_k_tiles> q_held;
     if constexpr (Tr::q_in_registers)

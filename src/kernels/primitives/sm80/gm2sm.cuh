@@ -101,24 +101,30 @@ class TileCopyGM2SM {
 
 // Cooperative GMEM -> SMEM copy (cp.async) of a tile whose rows lie anywhere: row r comes
 // from row_source(r), a T* or null for a row that reads as zeros. The thread-to-chunk
-// mapping is TileCopyGM2SM's: whole 128-byte lines per warp wherever a row is. Threads:
-// the CTA's, or a power of two of them that copies alone (thread index modulo Threads: a
-// split-KV key warp streams its own tiles).
-template <class Tile, int Threads>
+// mapping is TileCopyGM2SM's: whole 128-byte lines per warp wherever a row is. Threads of
+// the CTA's CtaThreads copy together: all of them, or each power-of-two group of Threads
+// its own tile (a split-KV key warp's stream; thread index modulo Threads).
+template <class Tile, int Threads, int CtaThreads = Threads>
 class RowGatherCopyGM2SM {
   public:
     static_assert(Threads % Tile::chunks_per_row == 0, "threads cover whole rows");
-    static_assert((Threads & (Threads - 1)) == 0, "a power of two: the modulo is a mask");
+    static_assert(CtaThreads % Threads == 0 && (Threads & (Threads - 1)) == 0,
+                  "groups of a power of two threads: the modulo is a mask");
     static constexpr int row_step = Threads / Tile::chunks_per_row;
     static_assert(Tile::rows % row_step == 0, "every thread copies the same number of chunks");
     static constexpr int chunks_per_thread = Tile::rows / row_step;
 
     // This thread's first row (the others follow row_step apart) and its chunk of each.
+    // Without groups the thread index is used as it is: nvcc 13.0's ptxas, given the modulo
+    // in the one-warp d_head 256 paged split-KV kernel, put the copies' L2 policy in an odd
+    // uniform register (LDGSTS desc[UR1]), an illegal instruction at run time.
+    // (Unsigned: a signed division costs its sign fix-up in every address.)
     __device__ __forceinline__ static int thread_row() {
-        return static_cast<int>(threadIdx.x) % Threads / Tile::chunks_per_row;
+        const unsigned t = threadIdx.x;
+        return static_cast<int>((CtaThreads == Threads ? t : t % Threads) / Tile::chunks_per_row);
     }
     __device__ __forceinline__ static int thread_chunk() {
-        return static_cast<int>(threadIdx.x) % Tile::chunks_per_row;
+        return static_cast<int>(threadIdx.x % Tile::chunks_per_row);
     }
 
     // `fallback`: any readable address, given to the rows that read nothing.
