@@ -611,18 +611,21 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         }
         s = args.folded;
     }
-    // The open group's fold (ranges_per_group > 1), added to the row's where it ends.
+    // The open group's fold (ranges_per_group > 1) and its ranges so far, added to the
+    // row's where the group ends.
     RangeFold group;
     float group_acc[cols] = {};
+    int in_group = 0;
     // Batches of ranges whose loads are all issued before the first merge: the merges are
     // a dependent chain, the loads are not (one L2 round trip a batch, not a range).
     constexpr int batch = 16;
     for (; s < args.splits; s += batch) {
+        const int n = min(batch, args.splits - s);
         float lse[batch];
         float x[batch][cols];
 #pragma unroll
         for (int i = 0; i < batch; ++i) {
-            if (s + i < args.splits) {
+            if (i < n) {
                 lse[i] = args.lse_partial[(s + i) * args.rows + row];
 #pragma unroll
                 for (int c = 0; c < cols; c += 2) {
@@ -632,29 +635,35 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
                 }
             }
         }
+        if (args.ranges_per_group == 1) {
+#pragma unroll
+            for (int i = 0; i < batch; ++i) {
+                if (i < n) {
+                    const RangeFold::Weights w = fold.add(lse[i]);
+#pragma unroll
+                    for (int c = 0; c < cols; ++c)
+                        acc[c] = RangeFold::merge(acc[c], x[i][c], w);
+                }
+            }
+            continue;
+        }
 #pragma unroll
         for (int i = 0; i < batch; ++i) {
-            if (s + i >= args.splits)
-                continue;
-            if (args.ranges_per_group == 1) {
-                const RangeFold::Weights w = fold.add(lse[i]);
+            if (i < n) {
+                const RangeFold::Weights w = group.add(lse[i]);
 #pragma unroll
                 for (int c = 0; c < cols; ++c)
-                    acc[c] = RangeFold::merge(acc[c], x[i][c], w);
-                continue;
-            }
-            const RangeFold::Weights w = group.add(lse[i]);
+                    group_acc[c] = RangeFold::merge(group_acc[c], x[i][c], w);
+                if (++in_group == args.ranges_per_group || s + i + 1 == args.splits) {
+                    const RangeFold::Weights g = fold.add(group.max, group.sum);
 #pragma unroll
-            for (int c = 0; c < cols; ++c)
-                group_acc[c] = RangeFold::merge(group_acc[c], x[i][c], w);
-            if ((s + i + 1) % args.ranges_per_group == 0 || s + i + 1 == args.splits) {
-                const RangeFold::Weights g = fold.add(group.max, group.sum);
-#pragma unroll
-                for (int c = 0; c < cols; ++c) {
-                    acc[c] = RangeFold::merge(acc[c], group_acc[c], g);
-                    group_acc[c] = 0.0f;
+                    for (int c = 0; c < cols; ++c) {
+                        acc[c] = RangeFold::merge(acc[c], group_acc[c], g);
+                        group_acc[c] = 0.0f;
+                    }
+                    group = {};
+                    in_group = 0;
                 }
-                group = {};
             }
         }
     }
