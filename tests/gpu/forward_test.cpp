@@ -316,7 +316,8 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigVariants);
 TEST(Variants, AutomaticChoiceOnDecodingShapes) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
-    for (const auto& [window, batch] : {std::pair{true, 2}, std::pair{false, 2}, std::pair{false, 64}}) {
+    for (const auto& [window, batch] :
+         {std::pair{true, 2}, std::pair{false, 2}, std::pair{false, 64}}) {
         Problem p(fa::DType::BF16, batch, 1, 4096, 8, 128, 2, false);
         if (window) {
             p.variants.window_left = 777;
@@ -325,9 +326,9 @@ TEST(Variants, AutomaticChoiceOnDecodingShapes) {
         p.draw_sinks();
         const auto result =
             p.run_and_check([&] { fa::forward(p.params(true)); }, 1.0 / std::sqrt(128.0), true);
-        EXPECT_TRUE(result.passed) << (window ? "window + softcap + sinks: " : "sinks: ")
-                                   << "batch " << batch << ": " << result.summary() << "; seed "
-                                   << p.seed;
+        EXPECT_TRUE(result.passed)
+            << (window ? "window + softcap + sinks: " : "sinks: ") << "batch " << batch << ": "
+            << result.summary() << "; seed " << p.seed;
     }
 }
 

@@ -45,10 +45,9 @@ SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_s
     // Both fit ints: the API checks rows (check_packed_rows) and lengths (k_max_seq).
     const int warps = split_kv_warps(rows_per_kv_head);
     const int block_keys = split_kv_block_keys(d_head, warps);
-    SplitPlan plan =
-        plan_splits(blocks_covering(static_cast<int>(rows_per_kv_head), warps * mma_m),
-                    blocks_covering(static_cast<int>(max_seq_k), block_keys), block_keys, paged,
-                    requested);
+    SplitPlan plan = plan_splits(blocks_covering(static_cast<int>(rows_per_kv_head), warps * mma_m),
+                                 blocks_covering(static_cast<int>(max_seq_k), block_keys),
+                                 block_keys, paged, requested);
     const int key_warps = split_kv_key_warps(d_head, warps);
     plan.ranges_per_group = key_warps > 1 ? blocks_covering(plan.splits, key_warps) : 1;
     return plan;

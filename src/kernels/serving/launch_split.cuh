@@ -134,11 +134,11 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
                                static_cast<unsigned>(args.batch)),
                           Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
     if (combine) {
-        launch_combine<Dt, D>({args.o_partial, args.lse_partial, args.fold_sum, folded,
-                               args.ranges_per_group, args.partial_rows, args.cu_seqlens_q,
-                               args.batch, splits, args.heads, args.view_seq_q, args.o,
-                               args.o_stride, args.lse, args.sinks},
-                              stream);
+        launch_combine<Dt, D>(
+            {args.o_partial, args.lse_partial, args.fold_sum, folded, args.ranges_per_group,
+             args.partial_rows, args.cu_seqlens_q, args.batch, splits, args.heads, args.view_seq_q,
+             args.o, args.o_stride, args.lse, args.sinks},
+            stream);
     }
 }
 

@@ -103,7 +103,7 @@ struct CombineArgs {
     const float* fold_sum;
     int folded;  // ranges folded into slot 0 by the split kernel (1: none, slot 0 is a range)
     int ranges_per_group;  // SplitKvArgs::ranges_per_group (1 wherever folded > 1)
-    std::int64_t rows;  // tokens * heads
+    std::int64_t rows;     // tokens * heads
     // Packed queries: rows outside [cu_seqlens_q[0], cu_seqlens_q[batch]) belong to no
     // sequence and are left unwritten (null: every row is a sequence's).
     const std::int32_t* cu_seqlens_q;

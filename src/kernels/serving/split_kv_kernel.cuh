@@ -205,11 +205,11 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
     const int split_groups = (args.splits + args.splits_per_cta - 1) / args.splits_per_cta;
     // With key warps the CTA takes all of the row's ranges (splits_per_cta = splits), warp
     // w those of its group w.
-    const int first_split =
-        KeyWarps > 1 ? min(args.splits, key_warp * args.ranges_per_group)
-                     : (blockIdx.x / args.heads_kv) % split_groups * args.splits_per_cta;
-    const int end_split =
-        min(args.splits, first_split + (KeyWarps > 1 ? args.ranges_per_group : args.splits_per_cta));
+    const int first_split = KeyWarps > 1
+                                ? min(args.splits, key_warp * args.ranges_per_group)
+                                : (blockIdx.x / args.heads_kv) % split_groups * args.splits_per_cta;
+    const int end_split = min(
+        args.splits, first_split + (KeyWarps > 1 ? args.ranges_per_group : args.splits_per_cta));
     const int group = args.heads / args.heads_kv;
     const Span qs = query_span(args, b);
     const int row0 = (blockIdx.x / args.heads_kv / split_groups) * Tr::B_r;  // packed rows
@@ -286,8 +286,9 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
             copy_kv(first_block + i, rows_of(first_block + i));
         ptx::cp_async_commit_group();
     }
-    ptx::cp_async_wait_group<Tr::stages - 1>();  // Q and the first block
-    __syncthreads();  // the key warps read the Q that all of them copied
+    // Q and the first block; the key warps read the Q that all of them copied.
+    ptx::cp_async_wait_group<Tr::stages - 1>();
+    __syncthreads();
 
     const int warp_row0 = KeyWarps > 1 ? 0 : static_cast<int>(threadIdx.x / warp_size) * mma_m;
     const SmemA<typename Tr::QTile, 1> q_in_smem(q_smem, warp_row0);
