@@ -559,10 +559,11 @@ INSTANTIATE_TEST_SUITE_P(Serving, KVCache, ::testing::ValuesIn(cache_cases()));
 // - speculative decoding, batch 160: each CTA streams and folds all its ranges, no merge
 //   kernel, where batch 1 merges eight ranges in the combine; batch 20: CTAs of two ranges,
 //   the first folded in the split kernel and the rest in the combine (on an H100);
-// - decoding with key warps (batches of at least 100 rows on an H100 or H200: a CTA a row,
-//   its warps each folding a group of ranges, no merge kernel) where batch 1 merges the
-//   groups in the combine: groups of one range (4 ranges), of two (8) and of four (16 on
-//   16-row pages; d_head 64 fp16).
+// - decoding with key warps (batch 64's 128 rows on an H100 or H200: a CTA a row, its warps
+//   each folding a group of ranges, no merge kernel) where batch 1 merges the groups in the
+//   combine: groups of one range (4 ranges), of two (8) and of four (16 on 16-row pages;
+//   d_head 64 fp16);
+//   batch 160 (320 rows) a CTA a range, its merge kernel folding groups of one range.
 TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
     struct Shape {
         CacheCase c;
@@ -571,8 +572,8 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
     for (const auto& [c, batch, capacity] :
          {Shape{{1, 4, 0, 0, false, 0}, 16, 4096}, Shape{{1, 4, 0, 0, false, 0}, 160, 2048},
           Shape{{1, 8, 0, 0, false, 16}, 256, 512}, Shape{{16, 4, 0, 0, true, 8}, 160, 1024},
-          Shape{{16, 4, 0, 0, true, 8}, 20, 1024}, Shape{{1, 4, 0, 0, false, 0}, 160, 4096},
-          Shape{{1, 8, 0, 16, false, 16}, 50, 4096},
+          Shape{{16, 4, 0, 0, true, 8}, 20, 1024}, Shape{{1, 4, 0, 0, false, 0}, 64, 2048},
+          Shape{{1, 4, 0, 0, false, 0}, 64, 4096}, Shape{{1, 8, 0, 16, false, 16}, 64, 4096},
           Shape{{1, 4, 0, 0, true, 8, fa::DType::FP16, 64}, 64, 4096}}) {
         const std::uint64_t seed = fresh_seed();
         const CacheProblem big(c, batch, capacity, seed);

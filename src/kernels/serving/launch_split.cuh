@@ -163,10 +163,11 @@ void launch_four_warps(const SplitKvArgs& args, std::int64_t max_seq_k, int spli
 
 // One-warp (decoding) tiles, three stages: with two they were latency-bound (ncu, decode
 // b16 x 8192: no eligible warp 74% of cycles at 85% of DRAM bandwidth). Key warps (one CTA
-// a row, no partials, no merge kernel) where the rows alone fill at least 3/4 of the SMs
-// once, a row has ranges for more than one warp and the CTA's stages fit (not on an A100 at
-// d_head 128): decode b16 x 8192's 128 rows on 132 SMs (docs/PERF.md, fifteenth session);
-// fewer rows keep a CTA a range, which spreads a row over many SMs.
+// a row, no partials, no merge kernel) where the rows fill whole waves of the SMs to at
+// least 90%, a row has ranges for more than one warp and the CTA's stages fit (not on an
+// A100 at d_head 128). H200, 8192 keys, 8 K/V heads (docs/PERF.md, fifteenth session): 128,
+// 256 and 512 rows (batch 16, 32, 64) 2-5% faster than a CTA a range, 104 rows (79% of the
+// SMs) and 192 (1.45 waves) 3% slower; a CTA a range spreads a row over many SMs.
 template <DType Dt, int D, bool Paged>
 void launch_one_warp(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
     constexpr int key_warps = split_kv_key_warps(D, 1);
@@ -175,8 +176,10 @@ void launch_one_warp(const SplitKvArgs& args, std::int64_t max_seq_k, int splits
         const std::int64_t rows = std::int64_t{args.batch} * args.heads_kv;  // a tile each
         const std::int64_t rows_per_kv_head =
             std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
+        const std::int64_t sms = device.sm_count;
+        const std::int64_t waves = (rows + sms - 1) / sms;
         if (plan_for(D, rows_per_kv_head, max_seq_k, Paged, splits).splits > 1 &&
-            4 * rows >= 3 * std::int64_t{device.sm_count} &&
+            10 * rows >= 9 * waves * sms &&
             SplitKvTraits<Dt, D, 1, 3, key_warps>::smem_bytes <= device.smem_per_block_optin)
             return launch_split<Dt, D, 1, 3, Paged, key_warps>(args, max_seq_k, splits, stream);
     }
