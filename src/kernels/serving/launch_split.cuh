@@ -87,13 +87,12 @@ int splits_per_cta(std::int64_t units, int splits, bool all_ranges) {
 }
 
 template <DType Dt, int D, int Warps, int Stages, bool Paged, int KeyWarps = 1>
-void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits, Stream stream) {
+void launch_split(SplitKvArgs args, const SplitPlan& plan, Stream stream) {
     using Tr = SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>;
     constexpr auto* kernel = &split_kv_kernel<Dt, D, Warps, Stages, Paged, KeyWarps>;
     const std::int64_t rows = std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
     static_assert(Tr::B_c == split_kv_block_keys(D, Warps));
     const std::int64_t tiles = blocks_covering(static_cast<int>(rows), Tr::B_r);
-    const SplitPlan plan = plan_for(D, rows, max_seq_k, Paged, requested_splits);
     const int splits = plan.splits;
     if (tiles * splits * args.heads_kv > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
@@ -147,7 +146,7 @@ void launch_split(SplitKvArgs args, std::int64_t max_seq_k, int requested_splits
 // two blocks load while one computes; two stages where the third would cost a CTA (A100's
 // 164 KB, d_head 256).
 template <DType Dt, int D, bool Paged>
-void launch_four_warps(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
+void launch_four_warps(const SplitKvArgs& args, const SplitPlan& plan, Stream stream) {
     int device = 0;
     int smem_per_sm = 0;
     cuda_check(cudaGetDevice(&device), "cudaGetDevice");
@@ -156,9 +155,9 @@ void launch_four_warps(const SplitKvArgs& args, std::int64_t max_seq_k, int spli
         "cudaDeviceGetAttribute(MaxSharedMemoryPerMultiprocessor)");
     constexpr int reserved = 1024;  // per CTA, the runtime's
     if (2 * (SplitKvTraits<Dt, D, 4, 3>::smem_bytes + reserved) <= smem_per_sm)
-        launch_split<Dt, D, 4, 3, Paged>(args, max_seq_k, splits, stream);
+        launch_split<Dt, D, 4, 3, Paged>(args, plan, stream);
     else
-        launch_split<Dt, D, 4, 2, Paged>(args, max_seq_k, splits, stream);
+        launch_split<Dt, D, 4, 2, Paged>(args, plan, stream);
 }
 
 // One-warp (decoding) tiles, three stages: with two they were latency-bound (ncu, decode
@@ -169,38 +168,37 @@ void launch_four_warps(const SplitKvArgs& args, std::int64_t max_seq_k, int spli
 // 256 and 512 rows (batch 16, 32, 64) 2-5% faster than a CTA a range, 104 rows (79% of the
 // SMs) and 192 (1.45 waves) 3% slower; a CTA a range spreads a row over many SMs.
 template <DType Dt, int D, bool Paged>
-void launch_one_warp(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
+void launch_one_warp(const SplitKvArgs& args, const SplitPlan& plan, Stream stream) {
     constexpr int key_warps = split_kv_key_warps(D, 1);
     if constexpr (key_warps > 1) {
         const DeviceProperties& device = DeviceProperties::current();
         const std::int64_t rows = std::int64_t{args.batch} * args.heads_kv;  // a tile each
-        const std::int64_t rows_per_kv_head =
-            std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
         const std::int64_t sms = device.sm_count;
         const std::int64_t waves = (rows + sms - 1) / sms;
-        if (plan_for(D, rows_per_kv_head, max_seq_k, Paged, splits).splits > 1 &&
-            10 * rows >= 9 * waves * sms &&
+        if (plan.splits > 1 && 10 * rows >= 9 * waves * sms &&
             SplitKvTraits<Dt, D, 1, 3, key_warps>::smem_bytes <= device.smem_per_block_optin)
-            return launch_split<Dt, D, 1, 3, Paged, key_warps>(args, max_seq_k, splits, stream);
+            return launch_split<Dt, D, 1, 3, Paged, key_warps>(args, plan, stream);
     }
-    launch_split<Dt, D, 1, 3, Paged>(args, max_seq_k, splits, stream);
+    launch_split<Dt, D, 1, 3, Paged>(args, plan, stream);
 }
 
 template <DType Dt, int D>
 void launch_for(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Stream stream) {
     const bool paged = args.keys.block_table != nullptr;
-    const bool one_warp =
-        split_kv_warps(std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv)) == 1;
+    const std::int64_t rows_per_kv_head =
+        std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
+    const SplitPlan plan = plan_for(D, rows_per_kv_head, max_seq_k, paged, splits);
+    const bool one_warp = split_kv_warps(rows_per_kv_head) == 1;
     if (one_warp) {
         if (paged)
-            launch_one_warp<Dt, D, true>(args, max_seq_k, splits, stream);
+            launch_one_warp<Dt, D, true>(args, plan, stream);
         else
-            launch_one_warp<Dt, D, false>(args, max_seq_k, splits, stream);
+            launch_one_warp<Dt, D, false>(args, plan, stream);
     } else {
         if (paged)
-            launch_four_warps<Dt, D, true>(args, max_seq_k, splits, stream);
+            launch_four_warps<Dt, D, true>(args, plan, stream);
         else
-            launch_four_warps<Dt, D, false>(args, max_seq_k, splits, stream);
+            launch_four_warps<Dt, D, false>(args, plan, stream);
     }
 }
 
