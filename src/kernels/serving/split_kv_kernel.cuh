@@ -612,6 +612,14 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         }
         s = args.folded;
     }
+    // Adds a range (its LSE, sum 1) or a group's state, with its O or accumulators x.
+    const auto fold_in = [](RangeFold& into, float(&a)[cols], float max, float sum,
+                            const float(&x)[cols]) {
+        const RangeFold::Weights w = into.add(max, sum);
+#pragma unroll
+        for (int c = 0; c < cols; ++c)
+            a[c] = RangeFold::merge(a[c], x[c], w);
+    };
     // The open group's fold (ranges_per_group > 1) and its ranges so far, added to the
     // row's where the group ends.
     RangeFold group;
@@ -639,29 +647,20 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         if (args.ranges_per_group == 1) {
 #pragma unroll
             for (int i = 0; i < batch; ++i) {
-                if (i < n) {
-                    const RangeFold::Weights w = fold.add(lse[i]);
-#pragma unroll
-                    for (int c = 0; c < cols; ++c)
-                        acc[c] = RangeFold::merge(acc[c], x[i][c], w);
-                }
+                if (i < n)
+                    fold_in(fold, acc, lse[i], 1.0f, x[i]);
             }
             continue;
         }
 #pragma unroll
         for (int i = 0; i < batch; ++i) {
             if (i < n) {
-                const RangeFold::Weights w = group.add(lse[i]);
-#pragma unroll
-                for (int c = 0; c < cols; ++c)
-                    group_acc[c] = RangeFold::merge(group_acc[c], x[i][c], w);
+                fold_in(group, group_acc, lse[i], 1.0f, x[i]);
                 if (++in_group == args.ranges_per_group || s + i + 1 == args.splits) {
-                    const RangeFold::Weights g = fold.add(group.max, group.sum);
+                    fold_in(fold, acc, group.max, group.sum, group_acc);
 #pragma unroll
-                    for (int c = 0; c < cols; ++c) {
-                        acc[c] = RangeFold::merge(acc[c], group_acc[c], g);
+                    for (int c = 0; c < cols; ++c)
                         group_acc[c] = 0.0f;
-                    }
                     group = {};
                     in_group = 0;
                 }
