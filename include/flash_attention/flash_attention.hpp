@@ -112,7 +112,10 @@ struct ForwardParams {
 // TensorViews and sequence b's key i lies in page block_table[b * row_stride + i /
 // page_size], row i % page_size. page_size is k.shape[1] and must be a multiple of 16. A
 // page id outside [0, num_pages) is never dereferenced: its keys read as zeros (scores 0,
-// values 0), and KV append skips them.
+// values 0), and KV append skips them. The strides are free; on Hopper the fast path
+// (the sm90 kernels, for prefill-sized query counts) copies each run of a page's rows
+// with all of a head's columns in one TMA box and needs the heads d_head elements apart
+// (k.stride[2] == d_head, as in a packed cache): other caches run the split-KV kernel.
 struct PageTable {
     const std::int32_t* block_table = nullptr;  // device memory, (batch, max_pages_per_seq)
     std::int64_t max_pages_per_seq = 0;

@@ -14,6 +14,7 @@
 #include "api/validate.hpp"
 #include "config/config_space.hpp"
 #include "kernels/serving/launch.hpp"
+#include "kernels/sm90/tensor_maps.hpp"
 #include "registry/registry.hpp"
 #include "tuning/tuning_cache.hpp"
 
@@ -190,7 +191,15 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
             std::int64_t page_size) {
     const DeviceProperties& device = DeviceProperties::current();
     const bool paged = page_size != 0;
-    if (num_splits == 0 && !runs_split_kv(shape) && tma_problem(views).empty()) {
+    // A paged cache's K and V need their heads d_head apart too (sm90::paged_maps_problem).
+    const auto paged_maps_fit = [&](const TensorView& cache, const char* name) {
+        return sm90::paged_maps_problem(name, cache.shape[2], cache.shape[3], cache.stride[2])
+            .empty();
+    };
+    const bool tma_fits =
+        tma_problem(views).empty() &&
+        (!paged || (paged_maps_fit(views.k, "k") && paged_maps_fit(views.v, "v")));
+    if (num_splits == 0 && !runs_split_kv(shape) && tma_fits) {
         const std::optional<KernelConfig> config =
             find_kernel_for({shape, true, page_size}, device);
         if (config && config->family == Family::sm90)

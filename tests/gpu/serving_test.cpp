@@ -645,6 +645,54 @@ TEST(KVCachePages, OutOfRangePageIdsReadNothing) {
     }
 }
 
+// The paged cache `t` (pages, page_size, heads, d) copied into memory laid out wider than
+// it is viewed: each page pad_rows rows longer and the heads head_stride elements apart,
+// the gaps NaN.
+fa::DeviceTensor widened(const fa::DeviceTensor& t, std::int64_t pad_rows,
+                         std::int64_t head_stride) {
+    const auto [pages, page_size, heads, d] = t.view.shape;
+    const std::int64_t row = heads * head_stride, page = (page_size + pad_rows) * row;
+    const std::vector<std::uint16_t> bits = t.buffer.download();
+    std::vector<std::uint16_t> wide(static_cast<std::size_t>(pages * page), 0x7E00);
+    for (std::int64_t p = 0; p < pages; ++p) {
+        for (std::int64_t r = 0; r < page_size; ++r) {
+            for (std::int64_t h = 0; h < heads; ++h) {
+                std::copy_n(bits.begin() + ((p * page_size + r) * heads + h) * d, d,
+                            wide.begin() + p * page + r * row + h * head_stride);
+            }
+        }
+    }
+    fa::DeviceTensor out{fa::DeviceBuffer(wide.size() * sizeof(std::uint16_t)), t.view};
+    out.buffer.upload(wide);
+    out.view.data = out.buffer.data();
+    out.view.stride = {page, row, head_stride, 1};
+    return out;
+}
+
+// Paged caches whose memory is not packed: pages further apart than their rows (the sm90
+// kernels' copies take any page stride), and heads further apart than d_head (the sm90
+// kernels' copies cannot: such calls take the split-KV kernel). Decoding and a chunked
+// prefill, 16-row pages, against the reference.
+TEST(KVCachePages, StridedCachesMatchTheReference) {
+    for (const auto& [pad_rows, head_gap] : {std::pair{16, 0}, std::pair{0, 64}}) {
+        for (const int seq_q : {1, 200}) {
+            const CacheCase c{seq_q, 4, 0, 16, true, 0};
+            const CacheProblem pr(c, 3, 700, fresh_seed(), {0, 333});
+            CacheRun run(pr);
+            const std::int64_t head_stride = c.d + head_gap;
+            run.paged->k = widened(run.paged->k, pad_rows, head_stride);
+            run.paged->v = widened(run.paged->v, pad_rows, head_stride);
+            run.dout.buffer.poison_with_nan();
+            run.lse.poison_with_nan();
+            fa::forward_kvcache(run.params());
+            fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
+            run.expect_matches_reference("pages " + std::to_string(pad_rows) +
+                                         " rows apart, heads " + std::to_string(head_stride) +
+                                         " apart, seq_q " + std::to_string(seq_q));
+        }
+    }
+}
+
 // A decode step captured in a CUDA graph replays correctly on new cache contents and
 // lengths (what serving engines do every step).
 TEST(KVCacheGraph, CapturedDecodeStepReplaysOnNewContents) {

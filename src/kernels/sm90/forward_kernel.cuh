@@ -23,8 +23,9 @@ namespace flash_attention::sm90 {
 // A consumer warpgroup's share of the tiles: one tile per CTA, or with `persistent` one
 // CTA per SM walking the tiles (the static schedule's stride, or the tile the producer
 // published for the dynamic one). PerSequence: varlen batches and KV caches (tile_at);
-// Variants: sliding window and softcap (KernelArgs::variants), on the per-sequence body.
-template <KernelConfig C, class Tr, bool PerSequence, bool Variants, class Scheduler>
+// Variants: sliding window and softcap (KernelArgs::variants), on the per-sequence body;
+// Paged: a paged KV cache (group-major K/V tiles), on the per-sequence body.
+template <KernelConfig C, class Tr, bool PerSequence, bool Variants, bool Paged, class Scheduler>
 __device__ __forceinline__ void consume_tiles(const Params& params, unsigned char* smem,
                                               Barriers<Tr::q_buffers, Tr::stages>& bars,
                                               const Scheduler& scheduler, int consumer) {
@@ -64,7 +65,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                              : consumer_row0 >= tile.q.len ? 0
                              : Variants                    ? max(0, band.end - tile.first)
                                                            : min(own.visited, tile.visited);
-        Consumer<Tr, PerSequence, Variants> c{
+        Consumer<Tr, PerSequence, Variants, Paged> c{
             .args = args,
             .visited = computed,
             .passed = tile.visited - computed,
@@ -147,14 +148,15 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
 // behind a branch cost forward()'s non-persistent d_head 128 causal kernel 5-6%
 // (docs/PERF.md, 2026-11-24 seventh session). Variants (sliding window, softcap) are a
 // third instantiation of the per-sequence body, dense calls with them included, for the
-// same reason: the plain kernels' main loops stay as they were.
-template <unsigned long long Code, bool PerSequence, bool Variants = false>
+// same reason: the plain kernels' main loops stay as they were. Paged caches, with and
+// without variants, are instantiations of their own: their K/V tiles are laid out
+// differently (Traits::PagedKVTile), and their producer is a warp walking pages.
+template <unsigned long long Code, bool PerSequence, bool Variants = false, bool Paged = false>
 __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     forward_kernel(const __grid_constant__ Params params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using Tr = Traits<unpack(Code)>;
     constexpr KernelConfig C = unpack(Code);
-    const KernelArgs& args = params.args;
 
     extern __shared__ unsigned char smem_raw[];
     // TMA's 128-byte swizzle repeats every 1024 bytes and wgmma assumes tiles start on
@@ -192,17 +194,15 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         // One thread produces; a paged cache's producer is the whole first warp (produce()).
-        if (PerSequence && args.seqs.block_table != nullptr) {
-            if (threadIdx.x < warp_size)
-                produce<Tr, true, true, Variants>(params, smem, bars, scheduler);
-        } else if (threadIdx.x == 0) {
-            produce<Tr, PerSequence, false, Variants>(params, smem, bars, scheduler);
-        }
+        static_assert(PerSequence || !Paged, "a paged cache runs the per-sequence body");
+        if (threadIdx.x < (Paged ? warp_size : 1))
+            produce<Tr, PerSequence, Paged, Variants>(params, smem, bars, scheduler);
         return;
     }
 
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
-    consume_tiles<C, Tr, PerSequence, Variants>(params, smem, bars, scheduler, warpgroup - 1);
+    consume_tiles<C, Tr, PerSequence, Variants, Paged>(params, smem, bars, scheduler,
+                                                       warpgroup - 1);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)params;

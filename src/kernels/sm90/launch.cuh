@@ -27,25 +27,32 @@ inline constexpr auto* per_sequence_kernel = &forward_kernel<pack(C), true>;
 // Sliding window and softcap, dense or per sequence (KernelArgs::variants).
 template <KernelConfig C>
 inline constexpr auto* variant_kernel = &forward_kernel<pack(C), true, true>;
+// A paged KV cache, without and with variants.
+template <KernelConfig C>
+inline constexpr auto* paged_kernel = &forward_kernel<pack(C), true, false, true>;
+template <KernelConfig C>
+inline constexpr auto* paged_variant_kernel = &forward_kernel<pack(C), true, true, true>;
+
+template <auto* Kernel, int Smem>
+void launch_instance(std::int64_t ctas, int threads, Stream stream, const Params& params) {
+    enable_dynamic_smem<Kernel, Smem>();
+    launch_kernel<Kernel>(dim3(static_cast<unsigned>(ctas)), threads, Smem, stream, params,
+                          "sm90 forward kernel launch");
+}
 
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
     constexpr int smem = static_cast<int>(smem_bytes(C));
     const SequenceArgs& seqs = args.seqs;
+    const bool paged = seqs.block_table != nullptr;
     const bool per_sequence = seqs.cu_seqlens_q != nullptr || seqs.cu_seqlens_k != nullptr ||
-                              seqs.seqused_k != nullptr || seqs.block_table != nullptr;
-    if (args.variants)
-        enable_dynamic_smem<variant_kernel<C>, smem>();
-    else if (per_sequence)
-        enable_dynamic_smem<per_sequence_kernel<C>, smem>();
-    else
-        enable_dynamic_smem<kernel<C>, smem>();
+                              seqs.seqused_k != nullptr || paged;
     // A paged cache's K/V copies stop at page boundaries (paged_copy_rows).
     KernelArgs a = args;
-    if (a.seqs.block_table != nullptr)
+    if (paged)
         a.seqs.page_copy_rows = paged_copy_rows(a.seqs.k_view_seq, C.B_c);
-    const int kv_rows = a.seqs.block_table == nullptr ? C.B_c : a.seqs.page_copy_rows;
-    Params params{a, make_tensor_maps(a, C.dtype, C.d_head, kv_rows), nullptr};
+    Params params{a, make_tensor_maps(a, C.dtype, C.d_head, paged ? a.seqs.page_copy_rows : C.B_c),
+                  nullptr};
     // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
     // runs one CTA per SM (its register reallocation leaves room for no second).
     const std::int64_t tiles = tile_numbers(args, C.B_r);
@@ -63,16 +70,17 @@ void launch(const KernelArgs& args, Stream stream) {
         counter.emplace(sizeof(int), stream, true);
         params.tile_counter = static_cast<int*>(counter->get());
     }
-    if (args.variants) {
-        launch_kernel<variant_kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(), smem,
-                                         stream, params, "sm90 forward kernel launch");
-    } else if (per_sequence) {
-        launch_kernel<per_sequence_kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(),
-                                              smem, stream, params, "sm90 forward kernel launch");
-    } else {
-        launch_kernel<kernel<C>>(dim3(static_cast<unsigned>(ctas)), C.n_threads(), smem, stream,
-                                 params, "sm90 forward kernel launch");
-    }
+    constexpr int threads = C.n_threads();
+    if (args.variants && paged)
+        launch_instance<paged_variant_kernel<C>, smem>(ctas, threads, stream, params);
+    else if (args.variants)
+        launch_instance<variant_kernel<C>, smem>(ctas, threads, stream, params);
+    else if (paged)
+        launch_instance<paged_kernel<C>, smem>(ctas, threads, stream, params);
+    else if (per_sequence)
+        launch_instance<per_sequence_kernel<C>, smem>(ctas, threads, stream, params);
+    else
+        launch_instance<kernel<C>, smem>(ctas, threads, stream, params);
 }
 
 template <KernelConfig C>

@@ -5,6 +5,7 @@
 // K/V blocks of one tile (consume() is the algorithm; docs/hopper.md has the diagrams).
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/online_softmax.cuh"
@@ -69,8 +70,8 @@ __device__ __forceinline__ PageRun page_run(const SequenceArgs& seqs, const Tile
     return run;
 }
 
-// K or V block rows [key_row, key_row + B_c) of tile t into a stage: one copy of the whole
-// block, or (paged) this lane's run.
+// K or V block rows [key_row, key_row + B_c) of tile t into a stage: one copy a 64-column
+// sub-tile of the whole block, or (paged) one copy of this lane's run, all its columns.
 template <class Tr, bool Paged>
 __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtensorMap* map,
                                               const Tile& t, int key_row, const PageRun& run,
@@ -78,8 +79,8 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
     if constexpr (!Paged) {
         tma::load_tile<typename Tr::KVTile>(stage, map, key_row, t.kv_head, t.k.entry, full);
     } else if (run.tile_row < Tr::B_c) {
-        tma::load_rows<typename Tr::KVTile>(stage, run.tile_row, map, run.row, t.kv_head, run.id,
-                                            full);
+        tma::load_group_rows<typename Tr::PagedKVTile>(stage, run.tile_row, map, run.row, t.kv_head,
+                                                       run.id, full);
     }
 }
 
@@ -195,10 +196,13 @@ struct GemmTurns {
 // PerSequence: the instantiation for varlen batches and KV caches (tile_at); the dense one
 // masks with the call's lengths and never zeroes V rows. Variants (a per-sequence
 // instantiation): a sliding window's band mask on the blocks at both of its ends, and the
-// logit softcap (KernelArgs::band, softcap_prescale).
-template <class Tr, bool PerSequence, bool Variants = false>
+// logit softcap (KernelArgs::band, softcap_prescale). Paged (a per-sequence instantiation):
+// K and V come from a paged cache, in group-major tiles.
+template <class Tr, bool PerSequence, bool Variants = false, bool Paged = false>
 struct Consumer {
     static constexpr DType dtype = Tr::dtype;
+    // K and V blocks as the producer lays them out (a paged cache's: group-major).
+    using KVTile = std::conditional_t<Paged, typename Tr::PagedKVTile, typename Tr::KVTile>;
     static constexpr int s_tiles = Tr::B_c / 8;
     static constexpr int o_tiles = Tr::d_head / 8;
 
@@ -235,10 +239,10 @@ struct Consumer {
     }
 
     __device__ __forceinline__ std::uint32_t k_stage(int stage) const {
-        return k_smem + stage * Tr::KVTile::bytes;
+        return k_smem + stage * KVTile::bytes;
     }
     __device__ __forceinline__ std::uint32_t v_stage(int stage) const {
-        return v_smem + stage * Tr::KVTile::bytes;
+        return v_smem + stage * KVTile::bytes;
     }
 
     // Waits for K_j (V_j) to land; done before taking a GEMM turn, so a warpgroup never
@@ -256,10 +260,10 @@ struct Consumer {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
         if constexpr (Tr::q_in_registers) {
-            warpgroup_gemm_qk<dtype, typename Tr::KVTile>(s[0], q_frags, k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, KVTile>(s[0], q_frags, k_stage(slot(j).stage));
         } else {
-            warpgroup_gemm_qk<dtype, typename Tr::QTile, typename Tr::KVTile>(
-                s[0], q_smem, k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, typename Tr::QTile, KVTile>(s[0], q_smem,
+                                                                 k_stage(slot(j).stage));
         }
         ptx::wgmma_commit_group();
         ptx::fence_operands(s[0]);
@@ -270,7 +274,7 @@ struct Consumer {
                                              const std::uint32_t (&p)[1][s_tiles / 2][4], int j) {
         ptx::fence_operands(o[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, typename Tr::KVTile>(o[0], p[0], v_stage(slot(j).stage));
+        warpgroup_gemm_pv<dtype, KVTile>(o[0], p[0], v_stage(slot(j).stage));
         ptx::wgmma_commit_group();
         ptx::fence_operands(o[0]);
     }
@@ -302,12 +306,11 @@ struct Consumer {
         if (!PerSequence || j != visited - 1 || (Tr::trim_blocks && passed != 0) ||
             last_block_keys == Tr::B_c)
             return;
-        using Tile = typename Tr::KVTile;
         constexpr int chunks = Tr::d_head / 8;  // 16-byte chunks of a row
         const std::uint32_t base = v_stage(slot(j).stage);
         for (int i = last_block_keys * chunks + static_cast<int>(threadIdx.x) % warpgroup_threads;
              i < Tr::B_c * chunks; i += warpgroup_threads) {
-            ptx::st_shared_16(base + Tile::chunk_offset(i / chunks, i % chunks), uint4{});
+            ptx::st_shared_16(base + KVTile::chunk_offset(i / chunks, i % chunks), uint4{});
         }
         tma::fence_shared_to_async_proxy();
         ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer),
@@ -352,8 +355,8 @@ struct Consumer {
 // S_j = Q·K_jᵀ, masked; with WithPv, O += P_{j-1}·V_{j-1} is issued in the same GEMM turn
 // and left running. K_j (and V_{j-1}) are waited for before the turn is taken, so a
 // warpgroup never holds it while it waits for memory; returns once S_j is done.
-template <bool WithPv, class Tr, bool P, bool V, class Turns>
-__device__ __forceinline__ void scores(Consumer<Tr, P, V>& c, Turns& turns,
+template <bool WithPv, class Tr, bool P, bool V, bool Pg, class Turns>
+__device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
                                        float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::d_head / 8][4],
                                        std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
@@ -374,8 +377,9 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V>& c, Turns& turns,
 }
 
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
-template <class Tr, bool P, bool V>
-__device__ __forceinline__ void retire_pv(Consumer<Tr, P, V>& c, float (&o)[1][Tr::d_head / 8][4],
+template <class Tr, bool P, bool V, bool Pg>
+__device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg>& c,
+                                          float (&o)[1][Tr::d_head / 8][4],
                                           std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     ptx::wgmma_wait<0>();
     ptx::fence_operands(o[0]);
@@ -384,8 +388,8 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V>& c, float (&o)[1][T
 }
 
 // O += P·V_j, from waiting for V_j to retiring the GEMM.
-template <class Tr, bool P, bool V, class Turns>
-__device__ __forceinline__ void accumulate(Consumer<Tr, P, V>& c, Turns& turns,
+template <class Tr, bool P, bool V, bool Pg, class Turns>
+__device__ __forceinline__ void accumulate(Consumer<Tr, P, V, Pg>& c, Turns& turns,
                                            float (&o)[1][Tr::d_head / 8][4],
                                            std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     c.wait_v(j);
@@ -413,8 +417,8 @@ __device__ __forceinline__ void to_a_fragments(Softmax& softmax, const float (&s
 // B_c 128 a causal tile's first consumer passes a block a tile on average and the second
 // half of one: 6% of the work at 2k keys (docs/PERF.md, 2026-11-26). A knob, not always on:
 // the extra count moved ptxas's schedule of some main loops, d_head 128's by 1-1.5%.
-template <bool Overlap, class Tr, bool P, bool V, class Turns>
-__device__ __forceinline__ void pass(Consumer<Tr, P, V>& c, Turns& turns) {
+template <bool Overlap, class Tr, bool P, bool V, bool Pg, class Turns>
+__device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg>& c, Turns& turns) {
     if constexpr (Tr::trim_blocks) {  // else a consumer computes every block of its tile
         for (int j = c.visited; j < c.visited + c.passed; ++j) {
             c.wait_k(j);
@@ -430,8 +434,8 @@ __device__ __forceinline__ void pass(Consumer<Tr, P, V>& c, Turns& turns) {
 
 // One tile's main loop for one consumer warpgroup: the algorithm. Softmax: an
 // OnlineSoftmax of the config's row reference (or a fixed one, softcap variants).
-template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, class Softmax>
-__device__ __forceinline__ void consume(Consumer<Tr, P, V>& c, GemmTurns<Tr, Pingpong>& turns,
+template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, bool Pg, class Softmax>
+__device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr, Pingpong>& turns,
                                         float (&o)[1][Tr::d_head / 8][4], Softmax& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.visited;

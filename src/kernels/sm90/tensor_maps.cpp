@@ -32,33 +32,27 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
     return function;
 }
 
-CUtensorMap encode(const char* name, const void* data, DType dtype, int d_head, int seq, int heads,
-                   int batch, const TensorStrides& stride, int box_rows) {
-    constexpr std::uint64_t element = 2;
-    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d_head), static_cast<cuuint64_t>(seq),
-                                static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+// One map of `rank` dimensions (dims[0] the contiguous one, strides in bytes of the others),
+// 16-bit elements in the 128-byte swizzle.
+CUtensorMap encode_map(const char* name, const void* data, DType dtype, int rank,
+                       const cuuint64_t* dims, std::uint64_t* strides, const cuuint32_t* box) {
     // A dimension of size 1 is never stepped along, so its stride is free; TMA wants every
     // stride a non-zero multiple of 16 bytes, which the largest stride of the others is.
-    std::uint64_t strides[3] = {static_cast<std::uint64_t>(stride.seq) * element,
-                                static_cast<std::uint64_t>(stride.head) * element,
-                                static_cast<std::uint64_t>(stride.batch) * element};
-    std::uint64_t widest = static_cast<std::uint64_t>(d_head) * element;
-    for (int i = 0; i < 3; ++i) {
-        if (dims[i + 1] > 1)
-            widest = std::max(widest, strides[i]);
+    std::uint64_t widest = dims[0] * 2;
+    for (int i = 1; i < rank; ++i) {
+        if (dims[i] > 1)
+            widest = std::max(widest, strides[i - 1]);
     }
-    for (int i = 0; i < 3; ++i) {
-        if (dims[i + 1] == 1)
-            strides[i] = widest;
+    for (int i = 1; i < rank; ++i) {
+        if (dims[i] == 1)
+            strides[i - 1] = widest;
     }
-    const cuuint64_t global_strides[3] = {strides[0], strides[1], strides[2]};
-    const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
-    const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+    const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
     CUtensorMap map{};
     const CUresult result = encode_function()(
         &map,
         dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-        4, const_cast<void*>(data), dims, global_strides, box, element_strides,
+        static_cast<cuuint32_t>(rank), const_cast<void*>(data), dims, strides, box, element_strides,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) {
@@ -71,16 +65,70 @@ CUtensorMap encode(const char* name, const void* data, DType dtype, int d_head, 
     return map;
 }
 
+// (d_head, seq, heads, batch), boxes of 64 columns x box_rows (tma::load_tile).
+CUtensorMap encode(const char* name, const void* data, DType dtype, int d_head, int seq, int heads,
+                   int batch, const TensorStrides& stride, int box_rows) {
+    constexpr std::uint64_t element = 2;
+    const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d_head), static_cast<cuuint64_t>(seq),
+                                static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+    std::uint64_t strides[3] = {static_cast<std::uint64_t>(stride.seq) * element,
+                                static_cast<std::uint64_t>(stride.head) * element,
+                                static_cast<std::uint64_t>(stride.batch) * element};
+    const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+    return encode_map(name, data, dtype, 4, dims, strides, box);
+}
+
+// A paged cache (pages, page_size, heads, d_head) for group-major tiles
+// (tma::load_group_rows): (64 columns, 8 rows, heads x 64-column sub-tiles, 8-row groups
+// of a page, pages), boxes of one run of run_rows rows with all its columns. The third
+// dimension steps 128 bytes through a head's sub-tiles and on into the next head's, which
+// start there only when the heads are d_head apart (paged_maps_problem()).
+CUtensorMap encode_paged(const char* name, const void* data, DType dtype, int d_head, int page_size,
+                         int heads, int pages, const TensorStrides& stride, int run_rows) {
+    constexpr std::uint64_t element = 2;
+    const int sub_tiles = d_head / 64;
+    const cuuint64_t dims[5] = {64, 8, static_cast<cuuint64_t>(heads) * sub_tiles,
+                                static_cast<cuuint64_t>(page_size / 8),
+                                static_cast<cuuint64_t>(pages)};
+    std::uint64_t strides[4] = {static_cast<std::uint64_t>(stride.seq) * element, 64 * element,
+                                8 * static_cast<std::uint64_t>(stride.seq) * element,
+                                static_cast<std::uint64_t>(stride.batch) * element};
+    const cuuint32_t box[5] = {64, 8, static_cast<cuuint32_t>(sub_tiles),
+                               static_cast<cuuint32_t>(run_rows / 8), 1};
+    return encode_map(name, data, dtype, 5, dims, strides, box);
+}
+
 }  // namespace
+
+std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_t d_head,
+                               std::int64_t head_stride) {
+    if (heads > 1 && head_stride != d_head) {
+        return std::string(name) + ".stride[2] (heads): expected d_head " + std::to_string(d_head) +
+               " (the sm90 family copies a run of a paged cache's rows with every column "
+               "of a head in one box), got " +
+               std::to_string(head_stride);
+    }
+    return {};
+}
 
 TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int kv_rows) {
     const SequenceArgs& s = a.seqs;
+    const auto key_map = [&](const char* name, const void* data, const TensorStrides& stride) {
+        if (s.block_table == nullptr) {
+            return encode(name, data, dtype, d_head, s.k_view_seq, a.heads_kv, s.k_view_batch,
+                          stride, kv_rows);
+        }
+        // The API routes such caches elsewhere; a map would read other heads' columns.
+        if (const std::string problem = paged_maps_problem(name, a.heads_kv, d_head, stride.head);
+            !problem.empty())
+            throw Error(ErrorCode::unsupported, problem);
+        return encode_paged(name, data, dtype, d_head, s.k_view_seq, a.heads_kv, s.k_view_batch,
+                            stride, kv_rows);
+    };
     return {
         encode("q", a.q, dtype, d_head, s.q_view_seq, a.heads, s.q_view_batch, a.q_stride, 64),
-        encode("k", a.k, dtype, d_head, s.k_view_seq, a.heads_kv, s.k_view_batch, a.k_stride,
-               kv_rows),
-        encode("v", a.v, dtype, d_head, s.k_view_seq, a.heads_kv, s.k_view_batch, a.v_stride,
-               kv_rows),
+        key_map("k", a.k, a.k_stride),
+        key_map("v", a.v, a.v_stride),
         encode("o", a.o, dtype, d_head, s.q_view_seq, a.heads, s.q_view_batch, a.o_stride, 64),
     };
 }

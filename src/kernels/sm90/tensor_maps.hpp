@@ -4,11 +4,13 @@
 // kernel as __grid_constant__ parameters. Each views its tensor as 4-D (d_head, seq,
 // heads, batch) with the caller's strides, so partial tiles, GQA head sharing and
 // strided layouts need no special cases in the kernel: TMA zero-fills reads past seq
-// and drops writes past it.
+// and drops writes past it. A paged cache's K and V are 5-D views of their own
+// (encode_paged in tensor_maps.cpp).
 
 #include <cuda.h>
 
 #include <cstdint>
+#include <string>
 
 #include "flash_attention/kernel_config.hpp"
 #include "kernels/kernel_args.hpp"
@@ -31,7 +33,15 @@ struct Params {
 };
 
 // Boxes: 64 columns (128 bytes, the 128-byte swizzle's width) x 64 rows for Q and O,
-// x kv_rows for K and V. Throws Error(ErrorCode::cuda) if the driver rejects a map.
+// x kv_rows for K and V; a paged cache's K and V (args.seqs.block_table set): runs of
+// kv_rows rows, all columns in one box (group-major tiles). Throws Error(ErrorCode::cuda)
+// if the driver rejects a map.
 TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int kv_rows);
+
+// Why the paged maps cannot address a cache (k or v: pages, page_size, heads, d_head) named
+// `name` whose heads are head_stride elements apart: heads that are not d_head apart.
+// Empty if they can.
+std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_t d_head,
+                               std::int64_t head_stride);
 
 }  // namespace flash_attention::sm90

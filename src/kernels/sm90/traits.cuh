@@ -61,6 +61,11 @@ struct Traits {
     // One consumer's Q (later its O), and one K or V block, in TMA's swizzled layout.
     using QTile = Swizzle128Tile<rows_per_consumer, d_head>;
     using KVTile = Swizzle128Tile<B_c, d_head>;
+    // A paged cache's K or V block: the same bytes, 8-row groups outermost, so that each run
+    // of a page's rows is one TMA copy of all d_head columns instead of one a sub-tile
+    // (16-row pages at d_head 128: 5 copies a block of 80 keys instead of 10; chunked
+    // prefill ran 9-11% behind the contiguous cache with 10, docs/PERF.md 2026-11-26).
+    using PagedKVTile = Swizzle128Tile<B_c, d_head, true>;
 
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
     // per consumer in each, reused for its O), K stages, V stages, then the barriers.

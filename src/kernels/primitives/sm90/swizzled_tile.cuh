@@ -32,43 +32,61 @@ __device__ __forceinline__ std::uint64_t advance(std::uint64_t descriptor, std::
     return (descriptor & ~std::uint64_t{0xFFFFFFFF}) | start;
 }
 
-template <int Rows, int Cols>
+// GroupMajor: the 8-row groups outermost instead, each holding its rows of every sub-tile
+// ([Rows / 8][Cols / 64][8][64]): a run of whole groups is then one contiguous region, which
+// one TMA box of a 5-D map fills with all d_head columns (a paged cache's run of rows,
+// tma::load_group_rows()). wgmma reads it as well: only the strides of its descriptors
+// change, the groups of a sub-tile being a group further apart instead of adjacent.
+template <int Rows, int Cols, bool GroupMajor = false>
 struct Swizzle128Tile {
     static constexpr int rows = Rows;
     static constexpr int cols = Cols;
+    static constexpr bool group_major = GroupMajor;
     static constexpr int sub_tile_cols = 64;
     static constexpr int row_bytes = sub_tile_cols * 2;
     static constexpr int sub_tiles = Cols / sub_tile_cols;
-    static constexpr int sub_tile_bytes = Rows * row_bytes;
-    static constexpr int bytes = sub_tiles * sub_tile_bytes;
+    static constexpr int group_rows = 8;  // the swizzle's period: 8 rows of 128 bytes
+    static constexpr int bytes = sub_tiles * Rows * row_bytes;
     static_assert(Cols % sub_tile_cols == 0, "whole 64-column sub-tiles");
-    static_assert(Rows % 8 == 0, "whole 8-row swizzle periods (1024 bytes)");
+    static_assert(Rows % group_rows == 0, "whole 8-row swizzle periods (1024 bytes)");
+    // From row r of sub-tile t to the same row of sub-tile t + 1, and from an 8-row group
+    // of a sub-tile to its next group.
+    static constexpr int sub_tile_stride = GroupMajor ? group_rows * row_bytes : Rows * row_bytes;
+    static constexpr int group_stride =
+        GroupMajor ? sub_tiles * group_rows * row_bytes : group_rows * row_bytes;
 
     // Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in sub-tile `sub_tile`.
     __device__ static constexpr int chunk_offset(int sub_tile, int row, int chunk) {
-        return sub_tile * sub_tile_bytes + row * row_bytes + ((chunk ^ (row % 8)) * 16);
+        const int row_offset =
+            GroupMajor ? (row / group_rows) * group_stride + (row % group_rows) * row_bytes
+                       : row * row_bytes;
+        return sub_tile * sub_tile_stride + row_offset + ((chunk ^ (row % 8)) * 16);
     }
     // The same with `chunk` counted across the whole row (0 .. Cols / 8), as SmemTile's.
     __device__ static constexpr int chunk_offset(int row, int chunk) {
         return chunk_offset(chunk / 8, row, chunk % 8);
     }
+    // Where row `row` (a multiple of 8) of the tile's first sub-tile starts.
+    __device__ static constexpr int group_offset(int row) {
+        return (row / group_rows) * group_stride;
+    }
 
     // As a K-major wgmma operand (rows of k contiguous: Q and K of S = Q·Kᵀ), k-step kk
-    // (16 columns). 8-row core-matrix groups are 1024 bytes apart; the leading offset is
-    // unused with swizzling. The k-step starts 32 bytes further into each 128-byte row:
-    // the hardware applies the swizzle to the full address, so the shifted start stays
-    // consistent with TMA's layout.
+    // (16 columns). 8-row core-matrix groups are group_stride bytes apart; the leading
+    // offset is unused with swizzling. The k-step starts 32 bytes further into each
+    // 128-byte row: the hardware applies the swizzle to the full address, so the shifted
+    // start stays consistent with TMA's layout.
     __device__ static std::uint64_t k_major(std::uint32_t base, int kk) {
-        return advance(smem_descriptor_128b(base, 16, 1024),
-                       (kk / 4) * sub_tile_bytes + (kk % 4) * 32);
+        return advance(smem_descriptor_128b(base, 16, group_stride),
+                       (kk / 4) * sub_tile_stride + (kk % 4) * 32);
     }
 
     // As an MN-major wgmma operand (rows of n contiguous: V as the B of P·V), rows
     // [16 kk, 16 kk + 16) and the columns from n0 (a multiple of 64): 8 k-rows of 128
     // bytes form a 1024-byte group; the next 64 columns of n are a sub-tile further on.
     __device__ static std::uint64_t mn_major(std::uint32_t base, int kk, int n0) {
-        return advance(smem_descriptor_128b(base, sub_tile_bytes, 1024),
-                       (n0 / 64) * sub_tile_bytes + kk * (16 * row_bytes));
+        return advance(smem_descriptor_128b(base, sub_tile_stride, group_stride),
+                       (n0 / 64) * sub_tile_stride + kk * (2 * group_stride));
     }
 };
 

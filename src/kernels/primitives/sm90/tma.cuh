@@ -52,24 +52,33 @@ __device__ __forceinline__ void fence_shared_to_async_proxy() {
 template <class Tile>
 __device__ __forceinline__ void load_tile(void* smem, const void* map, int row, int head, int batch,
                                           Barrier& barrier) {
+    static_assert(!Tile::group_major, "a tile of whole sub-tiles");
 #pragma unroll
     for (int c = 0; c < Tile::sub_tiles; ++c) {
         const std::int32_t coords[4] = {c * Tile::sub_tile_cols, row, head, batch};
         cuda::ptx::cp_async_bulk_tensor(
             cuda::ptx::space_cluster, cuda::ptx::space_global,
-            static_cast<unsigned char*>(smem) + c * Tile::sub_tile_bytes, map, coords,
+            static_cast<unsigned char*>(smem) + c * Tile::sub_tile_stride, map, coords,
             barrier.get());
     }
 }
 
-// Loads the map's box of rows (fewer than the Tile's: a page of a paged cache) at `row`
-// of (head, batch) into the Tile's rows from tile_row on, all d_head columns. tile_row is
-// a multiple of 8, so the rows keep the 128-byte swizzle's phase.
+// Loads a run of a paged cache's rows into a group-major Tile (GroupMajor: its 8-row
+// groups hold every column) from tile_row (a multiple of 8) on: rows [row, row + R) of page
+// `page`, head `head`, all d_head columns, in one copy. `map` is 5-D (64 columns, 8 rows,
+// heads x sub-tiles, 8-row groups of a page, pages) with a box of (64, 8, sub-tiles, R / 8,
+// 1): its third dimension steps 128 bytes, so a head's sub-tiles and the next head's follow
+// each other (the cache's heads are d_head apart), and the box lands as the run's groups,
+// each with its sub-tiles in turn, as the Tile lays them out.
 template <class Tile>
-__device__ __forceinline__ void load_rows(void* smem, int tile_row, const void* map, int row,
-                                          int head, int batch, Barrier& barrier) {
-    load_tile<Tile>(static_cast<unsigned char*>(smem) + tile_row * Tile::row_bytes, map, row, head,
-                    batch, barrier);
+__device__ __forceinline__ void load_group_rows(void* smem, int tile_row, const void* map, int row,
+                                                int head, int page, Barrier& barrier) {
+    static_assert(Tile::group_major, "a tile whose 8-row groups hold every column");
+    const std::int32_t coords[5] = {0, 0, head * Tile::sub_tiles, row / Tile::group_rows, page};
+    cuda::ptx::cp_async_bulk_tensor(
+        cuda::ptx::space_cluster, cuda::ptx::space_global,
+        static_cast<unsigned char*>(smem) + Tile::group_offset(tile_row), map, coords,
+        barrier.get());
 }
 
 // Stores a tile laid out as load_tile() leaves it; rows past the tensor's end are not
@@ -83,7 +92,7 @@ __device__ __forceinline__ void store_tile(const void* smem, const void* map, in
         const std::int32_t coords[4] = {c * Tile::sub_tile_cols, row, head, batch};
         cuda::ptx::cp_async_bulk_tensor(
             cuda::ptx::space_global, cuda::ptx::space_shared, map, coords,
-            static_cast<const unsigned char*>(smem) + c * Tile::sub_tile_bytes);
+            static_cast<const unsigned char*>(smem) + c * Tile::sub_tile_stride);
     }
     cuda::ptx::cp_async_bulk_commit_group();
 }
