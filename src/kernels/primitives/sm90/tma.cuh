@@ -3,7 +3,7 @@
 // Tensor-memory-accelerator copies and the mbarriers they complete on (sm_90), through
 // CCCL's cuda::ptx. A tile (a Swizzle128Tile: R rows x d_head columns) travels as
 // d_head / 64 boxes of R x 64 elements, each landing in its own sub-tile that wgmma
-// reads directly.
+// reads directly; a group-major tile's run of rows as one box of all its columns.
 
 #include <cstdint>
 #include <cuda/ptx>
