@@ -104,6 +104,14 @@ template <int Groups>
 struct BlockRows {
     int entry[Groups];
     int row[Groups];
+    // Every group's rows lie in the cache (none past the sequence's end or a bad page id).
+    __device__ __forceinline__ bool all_in_cache() const {
+        bool all = true;
+#pragma unroll
+        for (int g = 0; g < Groups; ++g)
+            all = all && entry[g] >= 0;
+        return all;
+    }
 };
 
 template <bool Paged, int BlockKeys>
@@ -267,6 +275,16 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
                                     group_of(ks.k, ks.k_stride)(0), ks.k_stride.seq, kv_l2);
                 VCopy::copy_strided(v_smem + stage * Tr::VTile::bytes,
                                     group_of(ks.v, ks.v_stride)(0), ks.v_stride.seq, kv_l2);
+                return;
+            }
+        } else {
+            // A whole block whose pages all lie in the cache: each page's rows without
+            // predicates.
+            if (valid == Tr::B_c && rows.all_in_cache()) {
+                KCopy::copy_whole_groups(k_smem + stage * Tr::KTile::bytes,
+                                         group_of(ks.k, ks.k_stride), ks.k_stride.seq, kv_l2);
+                VCopy::copy_whole_groups(v_smem + stage * Tr::VTile::bytes,
+                                         group_of(ks.v, ks.v_stride), ks.v_stride.seq, kv_l2);
                 return;
             }
         }
