@@ -23,9 +23,10 @@ bool can_run(const KernelConfig& c, const ChoiceProblem& p, const DeviceProperti
 namespace {
 
 // Whether the sm90 kernels copy each K/V block of `config` from pages of `page_size` rows
-// in runs as long as the page or the block (the one dividing the other). Measured: chunked
-// prefill (q512 k8192 b8 causal, d_head 128) on 64-row pages ran 10% behind the contiguous
-// cache with B_c 80 (16-row runs) and level with B_c 128 (H200, 2026-11-25, docs/PERF.md).
+// in long runs: the page and the block dividing one another (else runs shrink to their
+// common divisor, 16 rows with B_c 80). Measured: chunked prefill (q512 k8192 b8 causal,
+// d_head 128) on 64-row pages ran 10% behind the contiguous cache with B_c 80 (16-row runs)
+// and level with B_c 128 (H200, 2026-11-25, docs/PERF.md; a copy a run and sub-tile then).
 bool copies_whole_runs(const KernelConfig& config, std::int64_t page_size) {
     return page_size == 0 || config.family != Family::sm90 || page_size % config.B_c == 0 ||
            config.B_c % page_size == 0;

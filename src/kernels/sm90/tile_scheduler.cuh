@@ -57,8 +57,12 @@ __device__ __forceinline__ int first_packed_tile(const KernelArgs& args, int b, 
     return clamp_to(__ldg(args.seqs.cu_seqlens_q + b), 0, args.seqs.q_view_seq) / B_r + b;
 }
 
-// Rows of one TMA copy of a paged K/V block: the largest that never crosses a page (page
-// sizes and B_c are multiples of 16, so copies start on the swizzle's 8-row phase).
+// Rows of one TMA copy of a paged K/V block (a run: one box of all its columns, group-major
+// tiles): runs never cross a page and tile the block, so they divide both the page size and
+// B_c (multiples of 16: runs start on the swizzle's 8-row phase); of those, 32 rows where 32
+// divides both, else 16. Measured at d_head 128 (chunked prefill, H200, docs/PERF.md
+// 2026-11-26): 64-row pages ran 1-2% slower in 64-row boxes than in 32-row ones, and
+// 16-row boxes 2-4% slower still; 256-row pages the same in 128- and 32-row boxes.
 __host__ __device__ constexpr int paged_copy_rows(int page_size, int B_c) {
     int a = page_size, b = B_c;
     while (b != 0) {
@@ -66,7 +70,7 @@ __host__ __device__ constexpr int paged_copy_rows(int page_size, int B_c) {
         a = b;
         b = r;
     }
-    return a;
+    return a % 32 == 0 ? 32 : 16;
 }
 
 // How many tile numbers there are (the grid of a non-persistent launch; the host checks
