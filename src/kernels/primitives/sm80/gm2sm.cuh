@@ -163,9 +163,9 @@ class RowGatherCopyGM2SM {
     // The same for a whole tile of 16-row groups that are each contiguous (row_stride apart)
     // wherever the group lies, every group in memory: a paged KV cache's block whose pages
     // all exist (group_source(g) is row 16 g's address, asked once per group a thread
-    // touches). No predicates, and a thread's rows in a group a constant step apart: the
-    // gather below spent 1.7x the contiguous cache's instructions on speculative decoding
-    // over 16-row pages (ncu, H200, 2026-11-26).
+    // touches). No predicates, and a thread's rows in a group a constant step apart: with
+    // the gather below for every block, decoding b16 x 8192 on 16-row pages took 140 µs,
+    // with this 133 (contiguous 128; H200, docs/PERF.md 2026-11-26).
     template <class GroupSource>
     __device__ __forceinline__ static void copy_whole_groups(std::uint32_t smem_tile,
                                                              const GroupSource& group_source,
