@@ -335,7 +335,10 @@ TEST(Variants, AutomaticChoiceOnDecodingShapes) {
 // A sharp softmax: scale 1 (8-16 times 1/sqrt(d_head)) over 4096 keys, so a row's max keeps
 // rising by more than 2^8 (log2 units) after its first blocks. Lazy rescaling (the `lazy`
 // knob) then keeps a row's reference max for some blocks and moves it in later ones; the
-// output and the LSE must not depend on when. Every built config, against the reference.
+// output and the LSE must not depend on when. And scale 100, where a later block's scores
+// outgrow a kept reference by more than 2^128: the sm90 kernels' exponentials against it
+// overflow to inf, and the block must be computed again against its row max
+// (exponentiate_kept()). Every built config, against the reference.
 class EveryConfigSharpSoftmax : public ::testing::TestWithParam<Case> {};
 
 std::vector<Case> sharp_cases() {
@@ -349,12 +352,14 @@ TEST_P(EveryConfigSharpSoftmax, MatchesReference) {
     const auto [config, seq_k] = GetParam();
     if (!fa::is_supported(config))
         GTEST_SKIP() << cannot_run(config);
-    constexpr float scale = 1.0f;
-    Problem p(config.dtype, 1, 333, seq_k, 2, config.d_head);
-    fa::ForwardParams params = p.params(true);
-    params.softmax_scale = scale;
-    const auto result = p.run_and_check([&] { fa::forward(params, config); }, scale, true);
-    EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
+    for (const float scale : {1.0f, 100.0f}) {
+        Problem p(config.dtype, 1, 333, seq_k, 2, config.d_head);
+        fa::ForwardParams params = p.params(true);
+        params.softmax_scale = scale;
+        const auto result = p.run_and_check([&] { fa::forward(params, config); }, scale, true);
+        EXPECT_TRUE(result.passed) << "scale " << scale << ": " << result.summary() << "; seed "
+                                   << p.seed;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Built, EveryConfigSharpSoftmax, ::testing::ValuesIn(sharp_cases()),

@@ -30,6 +30,8 @@ class OnlineSoftmax {
                   "lazy and fixed references are forms of the optimized variant");
 
   public:
+    static constexpr bool lazy = Lazy;
+
     // scale: softmax_scale; scale_log2: softmax_scale * log2(e). A fixed reference is given
     // in raw score units (the caller guarantees no probability leaves fp32's and P's normal
     // range against it); the others start at -inf.
@@ -66,6 +68,59 @@ class OnlineSoftmax {
             exponentiate_optimized(s);
         else
             exponentiate_textbook(s);
+    }
+
+    // Lazy, on a row's later blocks: the probabilities against the references the rows hold,
+    // without taking the row max first (an FMNMX a score, and a dependent chain of them and
+    // two shuffles a row before the first exponential). Valid where no probability outgrew
+    // its reference by more than k_kept_sum_limit: each thread checks its partial sums of
+    // the block, which bound every probability it added and fail for inf and NaN (and for a
+    // row that has no reference yet), and agree(kept) makes the answer its warpgroup's.
+    // Returns false having changed nothing but S: the caller computes S again and calls
+    // exponentiate_to_max().
+    template <int NT, class Agree>
+    __device__ __forceinline__ bool exponentiate_kept(float (&s)[MT][NT][4], const Agree& agree) {
+        static_assert(Lazy, "only a lazy reference can be kept without a row max");
+        float block_sum[MT][2];
+        bool kept = true;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                // -inf before a row's first key: the sums become inf or NaN, not kept.
+                const float offset = max_[mt][h] * scale_log2_;
+                float row_sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                        s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -offset));
+                        row_sum += s[mt][nt][e];
+                    }
+                }
+                block_sum[mt][h] = row_sum;
+                kept = kept && row_sum <= k_kept_sum_limit;
+            }
+        }
+        if (!agree(kept))
+            return false;
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                sum_[mt][h] += block_sum[mt][h];
+                alpha_[mt][h] = 1.0f;
+            }
+        }
+        rescaled_ = false;
+        return true;
+    }
+
+    // Lazy, after exponentiate_kept() failed: against each row's max, every reference moving
+    // to it (a reference kept within 2^8 would let the next blocks fail the same check).
+    template <int NT>
+    __device__ __forceinline__ void exponentiate_to_max(float (&s)[MT][NT][4]) {
+        exponentiate_optimized<true>(s);
     }
 
     // O *= exp(old max - new max) of the last exponentiate(); nothing to do when the
@@ -198,7 +253,7 @@ class OnlineSoftmax {
     // probability is no longer exactly 1 when P is rounded to 16 bits, so at a sharp softmax
     // the error is up to 2-3x a fused non-lazy kernel's, still a small fraction of a naive
     // same-dtype computation's (docs/PERF.md, 2026-11-24 fourth session).
-    template <int NT>
+    template <bool Move = false, int NT>
     __device__ __forceinline__ void exponentiate_optimized(float (&s)[MT][NT][4]) {
         bool moved = false;
 #pragma unroll
@@ -209,8 +264,8 @@ class OnlineSoftmax {
                 // Each row decides for itself, so its exponentials need not wait for the
                 // warp. NaN (both -inf: no key yet) counts as moving, and so does the
                 // first key.
-                const bool moves =
-                    !Lazy || !((row_max - max_[mt][h]) * scale_log2_ <= k_lazy_rescale_log2);
+                const bool moves = !Lazy || Move ||
+                                   !((row_max - max_[mt][h]) * scale_log2_ <= k_lazy_rescale_log2);
                 moved |= moves;
                 const float reference = moves ? row_max : max_[mt][h];
                 const float max_scaled = reference == -INFINITY ? 0.0f : reference * scale_log2_;
@@ -308,6 +363,9 @@ class OnlineSoftmax {
 
     // How far (log2 units) a row's max may rise above the reference before it moves.
     static constexpr float k_lazy_rescale_log2 = 8.0f;
+    // The most a thread's probabilities of one row and block may add up to against a kept
+    // reference (exponentiate_kept()): each then stays below 2^12, inside fp16 as P.
+    static constexpr float k_kept_sum_limit = 4096.0f;
 
     float scale_;
     float scale_log2_;

@@ -298,6 +298,24 @@ struct Consumer {
             bars.v_empty[slot(j).stage].arrive();
     }
 
+    // S_j once more, for a lazy step whose rows did not all keep their references (K_j is
+    // still held): out of turn, and it waits for every GEMM of this warpgroup, P·V_{j-1}'s
+    // too. Rare (a block outgrowing a row's reference by 2^12), so ping-pong can afford it.
+    __device__ __forceinline__ void rescore(float (&s)[1][s_tiles][4], int j) {
+        issue_qk(s, j);
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(s[0]);
+        keep_q();
+        softcap(s);
+        mask(s, j);
+    }
+
+    // Whether `value` holds in every thread of this consumer warpgroup (its named barrier).
+    __device__ __forceinline__ bool warpgroup_all(bool value) const {
+        return ptx::named_barrier_all(Tr::barrier_id(NamedBarrier::vote, consumer),
+                                      warpgroup_threads, value);
+    }
+
     // Zeroes V_j's rows past the sequence's keys when they hold another sequence's or
     // unused memory (Tile::last_block_keys), before P·V_j reads them. Both consumers write
     // the same zeros; each fences its writes to the async proxy wgmma reads through and
@@ -354,8 +372,9 @@ struct Consumer {
 
 // S_j = Q·K_jᵀ, masked; with WithPv, O += P_{j-1}·V_{j-1} is issued in the same GEMM turn
 // and left running. K_j (and V_{j-1}) are waited for before the turn is taken, so a
-// warpgroup never holds it while it waits for memory; returns once S_j is done.
-template <bool WithPv, class Tr, bool P, bool V, bool Pg, class Turns>
+// warpgroup never holds it while it waits for memory; returns once S_j is done, K_j handed
+// back unless HoldK (exponentiate() may need it again).
+template <bool WithPv, bool HoldK = false, class Tr, bool P, bool V, bool Pg, class Turns>
 __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
                                        float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::d_head / 8][4],
@@ -371,9 +390,28 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
     ptx::wgmma_wait<WithPv ? 1 : 0>();
     ptx::fence_operands(s[0]);
     c.keep_q();
-    c.release_k(j);
+    if constexpr (!HoldK)
+        c.release_k(j);
     c.softcap(s);
     c.mask(s, j);
+}
+
+// S_j becomes probabilities, K_j handed back. Lazy: first against the references the rows
+// hold, without the row max; a warpgroup in which a row outgrew its reference computes S_j
+// again and takes the row max (exponentiate_kept()). Random inputs never take that path
+// after a row's first block; a row of a real model moves its reference a few times.
+template <class Tr, bool P, bool V, bool Pg, class Softmax>
+__device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax& softmax,
+                                             float (&s)[1][Tr::B_c / 8][4], int j) {
+    if constexpr (Softmax::lazy) {
+        if (!softmax.exponentiate_kept(s, [&c](bool kept) { return c.warpgroup_all(kept); })) {
+            c.rescore(s, j);
+            softmax.exponentiate_to_max(s);
+        }
+        c.release_k(j);
+    } else {
+        softmax.exponentiate(s);
+    }
 }
 
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
@@ -462,8 +500,8 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         softmax.exponentiate(s);      // O is still zero: nothing to rescale
         to_a_fragments<Tr::dtype>(softmax, s, p);
         for (int j = 1; j < n; ++j) {
-            scores<true>(c, turns, s, o, p, j);
-            softmax.exponentiate(s);
+            scores<true, Softmax::lazy>(c, turns, s, o, p, j);
+            exponentiate(c, softmax, s, j);
             retire_pv(c, o, p, j - 1);
             softmax.rescale(o);
             to_a_fragments<Tr::dtype>(softmax, s, p);

@@ -21,6 +21,7 @@ namespace flash_attention::sm90 {
 enum class NamedBarrier {
     gemm_turn,  // ping-pong: the right to issue GEMMs passes from consumer to consumer
     epilogue,   // a consumer's 128 threads have staged O before one of them stores it
+    vote,       // lazy: whether every row of a consumer kept its reference (bar.red)
 };
 
 template <KernelConfig C>
@@ -92,7 +93,7 @@ struct Traits {
     static constexpr int barrier_id(NamedBarrier barrier, int consumer) {
         return 1 + static_cast<int>(barrier) * consumers + consumer;
     }
-    static_assert(barrier_id(NamedBarrier::epilogue, consumers - 1) < 16,
+    static_assert(barrier_id(NamedBarrier::vote, consumers - 1) < 16,
                   "16 named barriers per CTA");
 
     static_assert(d_head % 64 == 0 && space::is_wgmma_n(B_c), "wgmma shapes instantiated");

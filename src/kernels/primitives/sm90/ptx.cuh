@@ -201,4 +201,18 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int count) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// bar.red.and.pred — PTX ISA "Parallel Synchronization and Communication Instructions: bar,
+// barrier": a named barrier among `count` threads that also returns whether `value` holds
+// in every one of them.
+__device__ __forceinline__ bool named_barrier_all(int id, int count, bool value) {
+    std::uint32_t all;
+    asm volatile(
+        "{\n .reg .pred v, a;\n setp.ne.u32 v, %1, 0;\n bar.red.and.pred a, %2, %3, v;\n"
+        " selp.u32 %0, 1, 0, a;\n}\n"
+        : "=r"(all)
+        : "r"(static_cast<std::uint32_t>(value)), "r"(id), "r"(count)
+        : "memory");
+    return all != 0;
+}
+
 }  // namespace flash_attention::ptx
