@@ -47,7 +47,9 @@ struct Row {
 // was uneven). Plain CTAs, one per tile, in the order the hardware hands them out, beat
 // both at d_head 256 at every length (+6-42% over the static B_c 128 tile up to 2048 and
 // +10-23% over the dynamic B_c 80 one from 4096; ping-pong on top from 2048 to 8192 keys:
-// +1-3.4% in compare.py, fifth session) and at d_head 128 from 8192 keys, where the
+// +1-3.4% in compare.py, fifth session, and at 16k too since lazy steps skip the row max
+// with ping-pong only: +1.2% over the tile without it, H200, 2026-11-26, docs/PERF.md) and
+// at d_head 128 from 8192 keys, where the
 // three-consumer 192 x 80 tile leads 128 x 128 (dynamic up to 4096 keys: level at 4096,
 // ahead below) by 3-5% (H100, 2026-11-24, and H200, 2026-11-25, docs/PERF.md). A paged
 // cache whose pages B_c 80 does not divide (64, 256 rows) takes the 128 x 128 rows that
@@ -81,10 +83,8 @@ constexpr Row k_rows[] = {
      true},
     {"(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 1024, true},
     {"(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 1024, true},
-    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 8192, true},
-    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 8192, true},
-    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy+trim", 0, true},
-    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+lazy+trim", 0, true},
+    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
+    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
     {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},

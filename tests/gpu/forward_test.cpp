@@ -90,6 +90,23 @@ struct Problem {
         return p;
     }
 
+    // Every K element of keys [first, seq_k) becomes `value` (uploaded again): those keys
+    // score value x (the sum of the row's q), far above the others' for many rows.
+    void set_keys_from(std::int64_t first, float value) {
+        const std::uint16_t bits = fa::reference::from_float(k.dtype, value);
+        for (std::int64_t b = 0; b < k.batch; ++b) {
+            for (std::int64_t key = first; key < k.seq; ++key) {
+                for (std::int64_t h = 0; h < k.heads; ++h) {
+                    for (std::int64_t i = 0; i < k.d_head; ++i) {
+                        k.bits[k.offset(b, key, h) + i] = bits;
+                        k.values[k.offset(b, key, h) + i] = fa::reference::to_float(k.dtype, bits);
+                    }
+                }
+            }
+        }
+        dk = fa::DeviceTensor::upload(k);
+    }
+
     // One sink per query head: normal around 0 with a spread of 3, the last head's far
     // above any score (its rows' probabilities all but vanish: the rebase in finalize).
     void draw_sinks() {
@@ -335,10 +352,11 @@ TEST(Variants, AutomaticChoiceOnDecodingShapes) {
 // A sharp softmax: scale 1 (8-16 times 1/sqrt(d_head)) over 4096 keys, so a row's max keeps
 // rising by more than 2^8 (log2 units) after its first blocks. Lazy rescaling (the `lazy`
 // knob) then keeps a row's reference max for some blocks and moves it in later ones; the
-// output and the LSE must not depend on when. And scale 100, where a later block's scores
-// outgrow a kept reference by more than 2^128: the sm90 kernels' exponentials against it
-// overflow to inf, and the block must be computed again against its row max
-// (exponentiate_kept()). Every built config, against the reference.
+// output and the LSE must not depend on when. And a spike: from key 3000 on every K element
+// is 128, so those keys score 128 x (the sum of the row's q) / sqrt(d_head), for a fifth of
+// the rows more than 2^128 above the reference kept from the keys before: the sm90 kernels'
+// exponentials against it overflow to inf, and the block must be computed again against its
+// row max (exponentiate_kept()). Every built config, against the reference.
 class EveryConfigSharpSoftmax : public ::testing::TestWithParam<Case> {};
 
 std::vector<Case> sharp_cases() {
@@ -352,13 +370,16 @@ TEST_P(EveryConfigSharpSoftmax, MatchesReference) {
     const auto [config, seq_k] = GetParam();
     if (!fa::is_supported(config))
         GTEST_SKIP() << cannot_run(config);
-    for (const float scale : {1.0f, 100.0f}) {
+    for (const bool spike : {false, true}) {
         Problem p(config.dtype, 1, 333, seq_k, 2, config.d_head);
+        const float scale = spike ? 1.0f / std::sqrt(static_cast<float>(config.d_head)) : 1.0f;
+        if (spike)
+            p.set_keys_from(3000, 128.0f);
         fa::ForwardParams params = p.params(true);
         params.softmax_scale = scale;
         const auto result = p.run_and_check([&] { fa::forward(params, config); }, scale, true);
-        EXPECT_TRUE(result.passed) << "scale " << scale << ": " << result.summary() << "; seed "
-                                   << p.seed;
+        EXPECT_TRUE(result.passed)
+            << (spike ? "spike: " : "scale 1: ") << result.summary() << "; seed " << p.seed;
     }
 }
 

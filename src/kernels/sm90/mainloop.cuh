@@ -396,14 +396,14 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
     c.mask(s, j);
 }
 
-// S_j becomes probabilities, K_j handed back. Lazy: first against the references the rows
+// S_j becomes probabilities, K_j handed back. Kept: first against the references the rows
 // hold, without the row max; a warpgroup in which a row outgrew its reference computes S_j
 // again and takes the row max (exponentiate_kept()). Random inputs never take that path
 // after a row's first block; a row of a real model moves its reference a few times.
-template <class Tr, bool P, bool V, bool Pg, class Softmax>
+template <bool Kept, class Tr, bool P, bool V, bool Pg, class Softmax>
 __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax& softmax,
                                              float (&s)[1][Tr::B_c / 8][4], int j) {
-    if constexpr (Softmax::lazy) {
+    if constexpr (Kept) {
         if (!softmax.exponentiate_kept(s, [&c](bool kept) { return c.warpgroup_all(kept); })) {
             c.rescore(s, j);
             softmax.exponentiate_to_max(s);
@@ -493,6 +493,11 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
             accumulate(c, turns, o, p, j);
         }
     } else {
+        // Lazy steps exponentiate against the kept references first (exponentiate()) where
+        // the consumers ping-pong: 1-10% faster there (d_head 64 to 256). Without ping-pong
+        // d_head 256's two consumers lost 8-10% with it (d_head 128's 128 x 128 gained 7%,
+        // reason not known; H200, docs/PERF.md, 2026-11-26).
+        constexpr bool kept = Softmax::lazy && Pingpong;
         // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
         // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
         scores<false>(c, turns, s, o, p, 0);
@@ -500,8 +505,8 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         softmax.exponentiate(s);      // O is still zero: nothing to rescale
         to_a_fragments<Tr::dtype>(softmax, s, p);
         for (int j = 1; j < n; ++j) {
-            scores<true, Softmax::lazy>(c, turns, s, o, p, j);
-            exponentiate(c, softmax, s, j);
+            scores<true, kept>(c, turns, s, o, p, j);
+            exponentiate<kept>(c, softmax, s, j);
             retire_pv(c, o, p, j - 1);
             softmax.rescale(o);
             to_a_fragments<Tr::dtype>(softmax, s, p);

@@ -93,8 +93,7 @@ struct Traits {
     static constexpr int barrier_id(NamedBarrier barrier, int consumer) {
         return 1 + static_cast<int>(barrier) * consumers + consumer;
     }
-    static_assert(barrier_id(NamedBarrier::vote, consumers - 1) < 16,
-                  "16 named barriers per CTA");
+    static_assert(barrier_id(NamedBarrier::vote, consumers - 1) < 16, "16 named barriers per CTA");
 
     static_assert(d_head % 64 == 0 && space::is_wgmma_n(B_c), "wgmma shapes instantiated");
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");
