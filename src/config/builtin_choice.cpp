@@ -37,7 +37,9 @@ struct Row {
 // (2026-11-24, docs/PERF.md). Where they cross is below. At d_head 64 and 256 lazy
 // rescaling (the reference max moves only by 2^8, so most blocks skip O's rescaling):
 // +2-9% at d_head 256 and +1-4% at 64 against the same kernels without it; at d_head 128
-// it measured 2-4% slower non-causal and level causal (2026-11-24, docs/PERF.md). With
+// it measured 2-4% slower non-causal and level causal (2026-11-24, docs/PERF.md); since lazy
+// steps skip the row max, d_head 128's 128 x 128 rows take it too (+2-6% at 512-4096 keys,
+// H200, 2026-11-26). With
 // lazy rescaling, B_c 80 (overlap) gained more than B_c 128 (one stage, no overlap): the
 // latter now wins only up to 512 keys non-causal (1024 causal); B_c 80 leads by 5-6% at
 // 1024-2048 non-causal and 3-5% at 2048-4096 causal (one run, docs/PERF.md).
@@ -71,12 +73,12 @@ struct Row {
 // At d_head 256, O alone takes 128 registers per warp of 16 rows: B_r 64 / B_c 64 is the
 // largest tile the register rule keeps without spills (untuned).
 constexpr Row k_rows[] = {
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 4096, true},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 4096, true},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 4096, true},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 4096, true},
     {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
     {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic", 0, true},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
      true},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
@@ -85,12 +87,12 @@ constexpr Row k_rows[] = {
     {"(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 1024, true},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg", 1024},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy", 1024},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy", 1024},
     {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg"},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
     {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},

@@ -128,7 +128,7 @@ TEST(ConfigSpace, KernelSetFromAFile) {
         std::ofstream(dir / name) << text;
         return "@" + (dir / name).string();
     };
-    const std::string a = "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg";
+    const std::string a = "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy";
     const std::string b = "(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer";
     const std::string list = write("winners.txt", "# tuned\n" + a + "  # d128\n\n  " + b + "\r\n");
     const auto set = fa::space::named_set(list);

@@ -531,10 +531,10 @@ TEST(TuningCache, BuiltInTableCopiesWholePages) {
         "(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy");
     const auto wide_causal =
         fa::KernelConfig::parse("(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy");
-    const auto square =
-        fa::KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg");
+    const auto square = fa::KernelConfig::parse(
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy");
     const auto square_causal = fa::KernelConfig::parse(
-        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic");
+        "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy");
     for (const auto& c : {wide, wide_causal, square, square_causal}) {
         if (!fa::is_built(c))
             GTEST_SKIP() << "this build lacks " << c.to_string();

@@ -404,7 +404,10 @@ template <bool Kept, class Tr, bool P, bool V, bool Pg, class Softmax>
 __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax& softmax,
                                              float (&s)[1][Tr::B_c / 8][4], int j) {
     if constexpr (Kept) {
-        if (!softmax.exponentiate_kept(s, [&c](bool kept) { return c.warpgroup_all(kept); })) {
+        if (j == 0) {
+            softmax.exponentiate(s);  // no reference yet
+        } else if (!softmax.exponentiate_kept(s,
+                                              [&c](bool kept) { return c.warpgroup_all(kept); })) {
             c.rescore(s, j);
             softmax.exponentiate_to_max(s);
         }
@@ -484,6 +487,9 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         return;
     }
     if constexpr (!Overlap) {
+        // The row max every block: d_head 256's one-stage tile, the only one without overlap
+        // the table takes, spilled and lost 3.6% with kept references (H200, docs/PERF.md,
+        // 2026-11-26).
         for (int j = 0; j < n; ++j) {
             scores<false>(c, turns, s, o, p, j);
             if (j == 0)
@@ -493,16 +499,16 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
             accumulate(c, turns, o, p, j);
         }
     } else {
-        // Lazy steps exponentiate against the kept references first (exponentiate()) where
-        // the consumers ping-pong: 1-10% faster there (d_head 64 to 256). Without ping-pong
-        // d_head 256's two consumers lost 8-10% with it (d_head 128's 128 x 128 gained 7%,
-        // reason not known; H200, docs/PERF.md, 2026-11-26).
-        constexpr bool kept = Softmax::lazy && Pingpong;
+        // Lazy steps exponentiate against the kept references first (exponentiate()):
+        // +1-10% from d_head 64 to 256 where the consumers ping-pong, +3-7% at d_head 128's
+        // two consumers without it, but -8-10% at d_head 256's (O's 128 registers beside the
+        // path that takes the row max; H200, docs/PERF.md, 2026-11-26).
+        constexpr bool kept = Softmax::lazy && (Pingpong || Tr::d_head < 256);
         // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
         // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
-        scores<false>(c, turns, s, o, p, 0);
-        c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
-        softmax.exponentiate(s);      // O is still zero: nothing to rescale
+        scores<false, kept>(c, turns, s, o, p, 0);
+        c.pending_store.hand_back();           // the previous O store read its buffer meanwhile
+        exponentiate<kept>(c, softmax, s, 0);  // O is still zero: nothing to rescale
         to_a_fragments<Tr::dtype>(softmax, s, p);
         for (int j = 1; j < n; ++j) {
             scores<true, kept>(c, turns, s, o, p, j);
