@@ -300,7 +300,8 @@ struct Consumer {
 
     // S_j once more, for a lazy step whose rows did not all keep their references (K_j is
     // still held): out of turn, and it waits for every GEMM of this warpgroup, P·V_{j-1}'s
-    // too. Rare (a block outgrowing a row's reference by 2^12), so ping-pong can afford it.
+    // too. Rare (a thread's probabilities of a row adding up to more than 2^12 in one
+    // block), so ping-pong can afford it.
     __device__ __forceinline__ void rescore(float (&s)[1][s_tiles][4], int j) {
         issue_qk(s, j);
         ptx::wgmma_wait<0>();
@@ -398,8 +399,9 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
 
 // S_j becomes probabilities, K_j handed back. Kept: first against the references the rows
 // hold, without the row max; a warpgroup in which a row outgrew its reference computes S_j
-// again and takes the row max (exponentiate_kept()). Random inputs never take that path
-// after a row's first block; a row of a real model moves its reference a few times.
+// again and takes the row max (exponentiate_kept()). Random inputs at the default scale do
+// not take that path after a row's first block; a row of a real model moves its reference a
+// few times.
 template <bool Kept, class Tr, bool P, bool V, bool Pg, class Softmax>
 __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax& softmax,
                                              float (&s)[1][Tr::B_c / 8][4], int j) {
@@ -501,8 +503,8 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
     } else {
         // Lazy steps exponentiate against the kept references first (exponentiate()):
         // +1-10% from d_head 64 to 256 where the consumers ping-pong, +3-7% at d_head 128's
-        // two consumers without it, but -8-10% at d_head 256's (O's 128 registers beside the
-        // path that takes the row max; H200, docs/PERF.md, 2026-11-26).
+        // two consumers without it, but -8-10% at d_head 256's (why is not known; the loop
+        // does not spill; H200, docs/PERF.md, 2026-11-26).
         constexpr bool kept = Softmax::lazy && (Pingpong || Tr::d_head < 256);
         // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
         // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
