@@ -88,18 +88,8 @@ class OnlineSoftmax {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 // -inf before a row's first key: the sums become inf or NaN, not kept.
-                const float offset = max_[mt][h] * scale_log2_;
-                float row_sum = 0.0f;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -offset));
-                        row_sum += s[mt][nt][e];
-                    }
-                }
-                block_sum[mt][h] = row_sum;
-                kept = kept && row_sum <= k_kept_sum_limit;
+                block_sum[mt][h] = exponentiate_row(s, mt, h, max_[mt][h] * scale_log2_);
+                kept = kept && block_sum[mt][h] <= k_kept_sum_limit;
             }
         }
         if (!agree(kept))
@@ -270,15 +260,7 @@ class OnlineSoftmax {
                 const float reference = moves ? row_max : max_[mt][h];
                 const float max_scaled = reference == -INFINITY ? 0.0f : reference * scale_log2_;
                 const float alpha = ptx::ex2(max_[mt][h] * scale_log2_ - max_scaled);
-                float row_sum = 0.0f;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -max_scaled));
-                        row_sum += s[mt][nt][e];
-                    }
-                }
+                const float row_sum = exponentiate_row(s, mt, h, max_scaled);
                 sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
                 max_[mt][h] = reference;
                 alpha_[mt][h] = alpha;  // exactly 1 for a row that kept its reference
@@ -300,17 +282,7 @@ class OnlineSoftmax {
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const float offset = max_[mt][h] * scale_log2_;
-                float row_sum = 0.0f;
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-                    for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                        s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -offset));
-                        row_sum += s[mt][nt][e];
-                    }
-                }
-                sum_[mt][h] += row_sum;
+                sum_[mt][h] += exponentiate_row(s, mt, h, max_[mt][h] * scale_log2_);
             }
         }
     }
@@ -347,6 +319,23 @@ class OnlineSoftmax {
                 alpha_[mt][h] = alpha;
             }
         }
+    }
+
+    // Row (mt, h)'s scores in place as 2^(s * scale_log2 - offset): one FFMA and one MUFU.EX2
+    // a score. Returns this thread's sum of them.
+    template <int NT>
+    __device__ __forceinline__ float exponentiate_row(float (&s)[MT][NT][4], int mt, int h,
+                                                      float offset) const {
+        float row_sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 2 * h; e < 2 * h + 2; ++e) {
+                s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -offset));
+                row_sum += s[mt][nt][e];
+            }
+        }
+        return row_sum;
     }
 
     // The running max of row (mt, h) with S's scores for it, across the quad.
