@@ -9,6 +9,6 @@ namespace flash_attention {
 
 // Validated dense tensors as KernelArgs: each batch entry one sequence of the tensors'
 // lengths (SequenceArgs without offsets or lengths).
-KernelArgs kernel_args(const ForwardParams& params, int sm_count);
+KernelArgs kernel_args(const ForwardParams& params, const DeviceProperties& device);
 
 }  // namespace flash_attention

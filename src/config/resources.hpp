@@ -17,9 +17,10 @@ struct DeviceLimits {
     int reserved_smem_per_block;
     int max_threads_per_sm;
     int max_ctas_per_sm;
+    int l2_bytes;
 
-    static constexpr DeviceLimits a100() { return {167936, 166912, 1024, 2048, 32}; }
-    static constexpr DeviceLimits h100() { return {233472, 232448, 1024, 2048, 32}; }
+    static constexpr DeviceLimits a100() { return {167936, 166912, 1024, 2048, 32, 40 << 20}; }
+    static constexpr DeviceLimits h100() { return {233472, 232448, 1024, 2048, 32, 50 << 20}; }
 };
 
 // sm90: one producer warpgroup, the rest consume (64 query rows each).

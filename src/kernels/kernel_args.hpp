@@ -77,6 +77,11 @@ struct KernelArgs {
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e): the softmax works in base 2
     int sm_count;      // of the device: the grid of a persistent kernel
+    // Tiles are numbered in sections of this many heads (batch entries times heads, query heads
+    // of one K/V head together), the query block slowest within a section (tile_scheduler.cuh):
+    // 1 numbers each head's tiles together; more balances causal tiles' lengths across the
+    // CTAs while the section's K/V still fits in L2. At least 1.
+    int section_heads;
     SequenceArgs seqs;
     // Sliding window, logit softcap or sinks: the launch runs the config's variant kernel,
     // whose main loop masks with `band` (causal included) and applies the softcap. With a

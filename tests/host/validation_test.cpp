@@ -179,7 +179,7 @@ TEST(KernelArgs, SoftcapFixedReference) {
              {0.5f, 5.0f, 9.3f, 9.4f, 30.0f, 50.0f, 54.0f, 54.1f, 60.0f, 1e6f}) {
             fa::ForwardParams p = good_params(r.dtype);
             p.variants.softcap = softcap;
-            const fa::KernelArgs a = fa::kernel_args(p, 132);
+            const fa::KernelArgs a = fa::kernel_args(p, fa::DeviceProperties::model("h100"));
             EXPECT_EQ(a.softcap_fixed, softcap <= r.largest_fixed)
                 << fa::to_string(r.dtype) << " softcap " << softcap;
             if (!a.softcap_fixed)
@@ -193,7 +193,32 @@ TEST(KernelArgs, SoftcapFixedReference) {
         }
     }
     fa::ForwardParams p = good_params();
-    EXPECT_FALSE(fa::kernel_args(p, 132).softcap_fixed);  // no softcap
+    EXPECT_FALSE(fa::kernel_args(p, fa::DeviceProperties::model("h100")).softcap_fixed);  // no softcap
+}
+
+// Causal tiles are numbered in sections of heads whose K/V fits half the L2 (H100: 25 MiB),
+// whole K/V groups, at most every head of the batch; non-causal ones head after head.
+TEST(KernelArgs, SectionHeads) {
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    const auto sections = [&](std::int64_t batch, std::int64_t seq, std::int64_t heads,
+                              std::int64_t heads_kv, std::int64_t d, bool causal) {
+        fa::ForwardParams p = good_params();
+        p.q = fa::TensorView::contiguous(address(1), fa::DType::BF16, batch, seq, heads, d);
+        p.k = fa::TensorView::contiguous(address(2), fa::DType::BF16, batch, seq, heads_kv, d);
+        p.v = p.k;
+        p.o = p.q;
+        p.causal = causal;
+        return fa::kernel_args(p, h100).section_heads;
+    };
+    EXPECT_EQ(sections(2, 8192, 8, 8, 256, false), 1);
+    EXPECT_EQ(sections(2, 8192, 8, 8, 256, true), 3);     // 8 MiB a head
+    EXPECT_EQ(sections(1, 16384, 8, 8, 256, true), 1);    // 16 MiB
+    EXPECT_EQ(sections(1, 65536, 8, 8, 256, true), 1);    // 64 MiB: never below one head
+    EXPECT_EQ(sections(4, 4096, 16, 16, 128, true), 12);  // 2 MiB
+    EXPECT_EQ(sections(32, 512, 32, 32, 64, true), 200);  // 128 KiB
+    EXPECT_EQ(sections(2, 512, 32, 32, 64, true), 64);    // every head of the batch
+    EXPECT_EQ(sections(1, 32768, 32, 8, 128, true), 4);   // one K/V head's four query heads
+    EXPECT_EQ(sections(1, 8192, 32, 8, 128, true), 24);   // 4 MiB: six K/V heads
 }
 
 TEST(Validation, StridesAndAlignment) {

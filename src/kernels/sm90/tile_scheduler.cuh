@@ -1,8 +1,9 @@
 #pragma once
 
-// Which tiles a CTA computes, and in which order. Tiles are numbered with the query block
-// fastest, so the CTAs running at one time share the K/V of a few heads in L2; with
-// causal masking each head's longest tiles come first.
+// Which tiles a CTA computes, and in which order. Tiles are numbered in sections of heads
+// whose K/V fits in L2 (KernelArgs::section_heads), so the CTAs running at one time share
+// it; within a section the query block is slowest, so with causal masking every head's
+// longest tiles come first and the last to start are the shortest of the section.
 //
 // Static schedule: CTA c takes tiles c, c + gridDim.x, ... A persistent grid (one CTA per
 // SM) then gives each CTA a fixed share, and causal tiles differ in length: with 128
@@ -45,9 +46,28 @@ struct Tile {
     __device__ __forceinline__ bool empty() const { return rows <= 0; }
 };
 
-// Tiles are numbered with the query block fastest, then the head, then the sequence, so
-// the CTAs running at one time share the K/V of a few heads in L2; with causal masking
-// each head's longest tiles come first. Packed queries (cu_seqlens_q): sequence b's
+// A dense problem's tile: its head of the batch (sequence * heads + head) and its query
+// block's rank in the head, the longest first with causal masking. Tile numbers run over
+// sections of args.section_heads heads of the batch (the last may have fewer), each
+// section's heads in turn at one rank before the next rank: with sections of one head the
+// query block is fastest.
+struct DensePosition {
+    int head_of_batch, rank;
+};
+__device__ __forceinline__ DensePosition dense_position(const KernelArgs& args, int index,
+                                                        int q_blocks) {
+    const int per_section = args.section_heads * q_blocks;
+    const int section = index / per_section;
+    const int first = section * args.section_heads;
+    const int heads = min(args.section_heads, args.batch * args.heads - first);
+    const int in_section = index - section * per_section;
+    const int rank = in_section / heads;
+    return {first + in_section - rank * heads, rank};
+}
+
+// Packed queries (cu_seqlens_q): tiles are numbered with the query block fastest, then the
+// head, then the sequence, so the CTAs running at one time share the K/V of a few heads in
+// L2, each head's longest tiles first with causal masking. Sequence b's
 // numbers start at heads * first_packed_tile(b), and each of its heads has
 // first_packed_tile(b + 1) - first_packed_tile(b) numbers, at least its
 // ceil(len_b / B_r) tiles (floor((x + L) / B) - floor(x / B) + 1 >= ceil(L / B)): the
@@ -95,11 +115,11 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     static_assert(PerSequence || !Variants, "the variant kernels run the per-sequence body");
     if constexpr (!PerSequence) {
         const int q_blocks = blocks_covering(args.seq_q, Tr::B_r);
-        const int head_of_batch = index / q_blocks;
-        const int q_block = args.causal ? q_blocks - 1 - index % q_blocks : index % q_blocks;
-        const int b = head_of_batch / args.heads;
+        const DensePosition at = dense_position(args, index, q_blocks);
+        const int q_block = args.causal ? q_blocks - 1 - at.rank : at.rank;
+        const int b = at.head_of_batch / args.heads;
         Tile t;
-        t.head = head_of_batch % args.heads;
+        t.head = at.head_of_batch % args.heads;
         t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
         t.q = {b, 0, args.seq_q};
         t.k = {b, 0, args.seq_k};
@@ -117,11 +137,11 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     int b, local;  // the sequence, and the tile's number among its head's
     Tile t;
     if (seqs.cu_seqlens_q == nullptr) {
-        const int q_blocks = blocks_covering(args.seq_q, Tr::B_r);
-        const int head_of_batch = index / q_blocks;
-        b = head_of_batch / args.heads;
-        t.head = head_of_batch % args.heads;
-        local = index % q_blocks;
+        const DensePosition at =
+            dense_position(args, index, blocks_covering(args.seq_q, Tr::B_r));
+        b = at.head_of_batch / args.heads;
+        t.head = at.head_of_batch % args.heads;
+        local = at.rank;
     } else {
         // The last sequence whose numbers start at or before `index` (binary search; the
         // offsets stay in L1 after the first tiles).
