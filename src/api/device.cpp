@@ -145,15 +145,15 @@ int device_count() {
 }
 
 DeviceProperties DeviceProperties::model(std::string_view name) {
-    // The figures CUDA reports on these GPUs; shared memory from DeviceLimits, the one
-    // place that states it.
+    // The figures CUDA reports on these GPUs; shared memory and L2 from DeviceLimits, the one
+    // place that states them.
     if (name == "a100") {
-        return {-1, "NVIDIA A100-SXM4-80GB", 8, 0, 108, DeviceLimits::a100().smem_per_block_optin,
-                DeviceLimits::a100().l2_bytes};
+        constexpr DeviceLimits l = DeviceLimits::a100();
+        return {-1, "NVIDIA A100-SXM4-80GB", 8, 0, 108, l.smem_per_block_optin, l.l2_bytes};
     }
     if (name == "h100") {
-        return {-1, "NVIDIA H100 80GB HBM3", 9, 0, 132, DeviceLimits::h100().smem_per_block_optin,
-                DeviceLimits::h100().l2_bytes};
+        constexpr DeviceLimits l = DeviceLimits::h100();
+        return {-1, "NVIDIA H100 80GB HBM3", 9, 0, 132, l.smem_per_block_optin, l.l2_bytes};
     }
     throw Error(ErrorCode::invalid_argument,
                 "device: expected a100 or h100, got \"" + std::string(name) + "\"");

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -47,18 +48,23 @@ FixedReference softcap_fixed_reference(float softcap, DType dtype) {
 }
 
 // KernelArgs::section_heads. A causal head's tiles differ in length, longest first: numbered
-// head after head, the tiles that start last are a head's longest, and the grid waits on them
-// (a simulation of greedy CTAs over the grid's causal shapes: 87-91% of the work's mean at d_head
-// 256, 2-8k keys, 90-93% at d_head 128 with B_r 192). Sections of heads, their query blocks
-// taken in turn, put every head's longest tiles first (98-100%), and the K/V the CTAs
-// stream at one time is the section's, held to half the L2. Non-causal tiles are of one
-// length and keep a head's tiles together.
+// head after head, the tiles that start last are the last head's longest, and the grid waits on
+// them (a simulation of greedy CTAs over the grid's causal shapes: 87-89% of the mean work at
+// d_head 256 from 1k to 8k keys, 90-94% at d_head 128). Sections of heads, their query blocks taken
+// in turn, put every head's longest tiles first (97-100%), while the K/V that the CTAs stream at
+// one time stays the section's. Measured on the H200 (2026-11-26, docs/PERF.md): sections a power
+// of two of K/V heads whose K/V fits a third of the L2 (16 MiB) gained 6-11% at d_head 256 from 1k
+// to 8k keys and 2-5% at d_head 64 and 128 from 2k; 8 MiB gained less, 32 MiB less at d_head 256;
+// sections of uneven size (the last one short) lost up to 5%: the last section's own longest tile
+// starts last again. Heads whose K/V is under 512 KiB (a few query blocks a head) lost 1-4% in
+// sections and keep a head's tiles together, as do non-causal tiles, all of one length.
 int section_heads(const ForwardParams& p, const DeviceProperties& device) {
-    if (!p.causal)
-        return 1;
     const std::int64_t kv_head_bytes =
         2 * p.k.shape[1] * p.k.shape[3] * static_cast<std::int64_t>(element_bytes(p.k.dtype));
-    const std::int64_t kv_heads = std::max<std::int64_t>(1, device.l2_bytes / 2 / kv_head_bytes);
+    if (!p.causal || kv_head_bytes < (std::int64_t{512} << 10))
+        return 1;
+    const auto kv_heads = static_cast<std::int64_t>(std::bit_floor(static_cast<std::uint64_t>(
+        std::max<std::int64_t>(1, device.l2_bytes / 3 / kv_head_bytes))));
     const std::int64_t group = p.q.shape[2] / p.k.shape[2];
     return static_cast<int>(std::min(kv_heads * group, p.q.shape[0] * p.q.shape[2]));
 }

@@ -193,11 +193,13 @@ TEST(KernelArgs, SoftcapFixedReference) {
         }
     }
     fa::ForwardParams p = good_params();
-    EXPECT_FALSE(fa::kernel_args(p, fa::DeviceProperties::model("h100")).softcap_fixed);  // no softcap
+    EXPECT_FALSE(
+        fa::kernel_args(p, fa::DeviceProperties::model("h100")).softcap_fixed);  // no softcap
 }
 
-// Causal tiles are numbered in sections of heads whose K/V fits half the L2 (H100: 25 MiB),
-// whole K/V groups, at most every head of the batch; non-causal ones head after head.
+// Causal tiles are numbered in sections of a power of two of K/V heads whose K/V fits a third of
+// the L2 (H100: 16.7 MiB), whole K/V groups, at most every head of the batch; heads whose K/V is
+// under 512 KiB, and non-causal tiles, head after head.
 TEST(KernelArgs, SectionHeads) {
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
     const auto sections = [&](std::int64_t batch, std::int64_t seq, std::int64_t heads,
@@ -211,14 +213,15 @@ TEST(KernelArgs, SectionHeads) {
         return fa::kernel_args(p, h100).section_heads;
     };
     EXPECT_EQ(sections(2, 8192, 8, 8, 256, false), 1);
-    EXPECT_EQ(sections(2, 8192, 8, 8, 256, true), 3);     // 8 MiB a head
-    EXPECT_EQ(sections(1, 16384, 8, 8, 256, true), 1);    // 16 MiB
-    EXPECT_EQ(sections(1, 65536, 8, 8, 256, true), 1);    // 64 MiB: never below one head
-    EXPECT_EQ(sections(4, 4096, 16, 16, 128, true), 12);  // 2 MiB
-    EXPECT_EQ(sections(32, 512, 32, 32, 64, true), 200);  // 128 KiB
-    EXPECT_EQ(sections(2, 512, 32, 32, 64, true), 64);    // every head of the batch
-    EXPECT_EQ(sections(1, 32768, 32, 8, 128, true), 4);   // one K/V head's four query heads
-    EXPECT_EQ(sections(1, 8192, 32, 8, 128, true), 24);   // 4 MiB: six K/V heads
+    EXPECT_EQ(sections(2, 8192, 8, 8, 256, true), 2);    // 8 MiB a head
+    EXPECT_EQ(sections(1, 16384, 8, 8, 256, true), 1);   // 16 MiB
+    EXPECT_EQ(sections(1, 65536, 8, 8, 256, true), 1);   // 64 MiB: never below one head
+    EXPECT_EQ(sections(4, 4096, 16, 16, 128, true), 8);  // 2 MiB: 8, not 8.3
+    EXPECT_EQ(sections(8, 2048, 32, 32, 64, true), 32);  // 512 KiB: 32, not 33
+    EXPECT_EQ(sections(32, 512, 32, 32, 64, true), 1);   // 128 KiB: a head's tiles together
+    EXPECT_EQ(sections(1, 1024, 8, 8, 128, true), 8);    // every head of the batch
+    EXPECT_EQ(sections(1, 32768, 32, 8, 128, true), 4);  // one K/V head's four query heads
+    EXPECT_EQ(sections(1, 8192, 32, 8, 128, true), 16);  // 4 MiB: four K/V heads
 }
 
 TEST(Validation, StridesAndAlignment) {

@@ -137,8 +137,7 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     int b, local;  // the sequence, and the tile's number among its head's
     Tile t;
     if (seqs.cu_seqlens_q == nullptr) {
-        const DensePosition at =
-            dense_position(args, index, blocks_covering(args.seq_q, Tr::B_r));
+        const DensePosition at = dense_position(args, index, blocks_covering(args.seq_q, Tr::B_r));
         b = at.head_of_batch / args.heads;
         t.head = at.head_of_batch % args.heads;
         local = at.rank;
