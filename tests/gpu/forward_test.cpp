@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "api/kernel_args.hpp"
 #include "common/cuda_check.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "reference/reference.hpp"
@@ -529,6 +530,25 @@ TEST(Forward, PersistentSchedulesCoverEveryTileOnce) {
             continue;
         // 2 x 8 heads x 16 query blocks of 128 rows (11 of 192): 176 to 256 tiles.
         Problem p(c.dtype, 2, 2048, 2048, 8, c.d_head, 2, true);
+        const auto result = p.run_and_check([&] { fa::forward(p.params(true), c); },
+                                            1.0 / std::sqrt(double(c.d_head)), true);
+        EXPECT_TRUE(result.passed)
+            << c.to_string() << ": " << result.summary() << "; seed " << p.seed;
+    }
+}
+
+// Causal tiles numbered in sections of heads (KernelArgs::section_heads), the last section
+// shorter than the others (18 heads of 3 x 6 over 3 K/V heads: sections of 16, 8 or 4 at d_head
+// 64, 128 or 256 on 50-64 MiB of L2), odd lengths: every sm90 config computes every tile once.
+TEST(Forward, CausalSectionsCoverEveryTileOnce) {
+    for (const fa::KernelConfig& c : fa::configs()) {
+        if (c.family != fa::Family::sm90 || !fa::is_supported(c))
+            continue;
+        Problem p(c.dtype, 3, 8191, 8191, 6, c.d_head, 3, true);
+        const int sections =
+            fa::kernel_args(p.params(), fa::DeviceProperties::current()).section_heads;
+        ASSERT_GT(sections, 1) << c.to_string();
+        ASSERT_NE(18 % sections, 0) << c.to_string() << ": sections of " << sections;
         const auto result = p.run_and_check([&] { fa::forward(p.params(true), c); },
                                             1.0 / std::sqrt(double(c.d_head)), true);
         EXPECT_TRUE(result.passed)
