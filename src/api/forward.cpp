@@ -47,22 +47,24 @@ FixedReference softcap_fixed_reference(float softcap, DType dtype) {
     return {true, static_cast<float>(1.0 - high / (softcap * std::numbers::log2e))};
 }
 
-// KernelArgs::section_heads. A causal head's tiles differ in length, longest first: numbered
-// head after head, the tiles that start last are the last head's longest, and the grid waits on
-// them (a simulation of greedy CTAs over the grid's causal shapes: 87-89% of the mean work at
-// d_head 256 from 1k to 8k keys, 90-94% at d_head 128). Sections of heads, their query blocks taken
-// in turn, put every head's longest tiles first (97-100%), while the K/V that the CTAs stream at
-// one time stays the section's. Measured on the H200 (2026-11-26, docs/PERF.md): sections a power
-// of two of K/V heads whose K/V fits a third of the L2 (16 MiB) gained 6-11% at d_head 256 from 1k
-// to 8k keys and 2-5% at d_head 64 and 128 from 2k; 8 MiB gained less, 32 MiB less at d_head 256;
-// sections of uneven size (the last one short) lost up to 5%: the last section's own longest tile
-// starts last again. Heads whose K/V is under 512 KiB (a few query blocks a head) lost 1-4% in
-// sections and keep a head's tiles together, as do non-causal tiles, all of one length.
-int section_heads(const ForwardParams& p, const DeviceProperties& device) {
+// KernelArgs::section_heads for tiles of B_r query rows. A causal head's tiles differ in length,
+// longest first: numbered head after head, the tiles that start last are the last head's longest,
+// and the grid waits on them (a simulation of greedy CTAs over the grid's causal shapes: 87-89% of
+// the mean work at d_head 256 from 1k to 8k keys, 90-94% at d_head 128). Sections of heads, their
+// query blocks taken in turn, put every head's longest tiles first (97-100%), while the K/V that
+// the CTAs stream at one time stays the section's. Measured on the H200 (2026-11-26,
+// docs/PERF.md): sections a power of two of K/V heads whose K/V fits a third of the L2 (16 MiB)
+// gained 4-11% at d_head 256 from 1k to 8k keys and 3-6% at d_head 64 and 128 from 2k; 8 MiB
+// gained less, 32 MiB less at d_head 256; sections of uneven size (the last one short) lost up to
+// 5%: the last section's own longest tile starts last again. Heads of fewer than 8 query blocks
+// (512 keys, and 1024 at B_r 192) lost 1-4% in sections: their few tiles run side by side
+// anyway, reading their K/V together. Those, and non-causal tiles (all of one length), keep a
+// head's tiles together.
+int section_heads(const ForwardParams& p, int B_r, const DeviceProperties& device) {
+    if (!p.causal || p.q.shape[1] < 8 * std::int64_t{B_r})
+        return 1;
     const std::int64_t kv_head_bytes =
         2 * p.k.shape[1] * p.k.shape[3] * static_cast<std::int64_t>(element_bytes(p.k.dtype));
-    if (!p.causal || kv_head_bytes < (std::int64_t{512} << 10))
-        return 1;
     const auto kv_heads = static_cast<std::int64_t>(std::bit_floor(static_cast<std::uint64_t>(
         std::max<std::int64_t>(1, device.l2_bytes / 3 / kv_head_bytes))));
     const std::int64_t group = p.q.shape[2] / p.k.shape[2];
@@ -71,7 +73,8 @@ int section_heads(const ForwardParams& p, const DeviceProperties& device) {
 
 }  // namespace
 
-KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
+KernelArgs kernel_args(const ForwardParams& p, const KernelConfig& config,
+                       const DeviceProperties& device) {
     const Variants& var = p.variants;
     // With a softcap the softmax runs on tanh(score * scale / softcap) scaled by softcap.
     const float given_scale = softmax_scale(p.softmax_scale, p.q.shape[3]);
@@ -99,7 +102,7 @@ KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
             .softmax_scale = scale,
             .scale_log2 = static_cast<float>(scale * std::numbers::log2e),
             .sm_count = device.sm_count,
-            .section_heads = section_heads(p, device),
+            .section_heads = section_heads(p, config.B_r, device),
             .seqs = {.cu_seqlens_q = nullptr,
                      .cu_seqlens_k = nullptr,
                      .seqused_k = nullptr,
@@ -127,7 +130,7 @@ void launch(const ForwardParams& params, const KernelConfig& config, const Devic
             Stream stream) {
     validate_config(params, config, device);
     check_on_device(params, device, stream);
-    find_kernel(config)->launch(kernel_args(params, device), stream);
+    find_kernel(config)->launch(kernel_args(params, config, device), stream);
 }
 
 }  // namespace

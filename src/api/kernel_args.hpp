@@ -7,8 +7,9 @@
 
 namespace flash_attention {
 
-// Validated dense tensors as KernelArgs: each batch entry one sequence of the tensors'
-// lengths (SequenceArgs without offsets or lengths).
-KernelArgs kernel_args(const ForwardParams& params, const DeviceProperties& device);
+// Validated dense tensors as KernelArgs for `config` on `device`: each batch entry one sequence
+// of the tensors' lengths (SequenceArgs without offsets or lengths).
+KernelArgs kernel_args(const ForwardParams& params, const KernelConfig& config,
+                       const DeviceProperties& device);
 
 }  // namespace flash_attention

@@ -235,7 +235,7 @@ void launch_sm90(const KernelConfig& config, const ProblemShape& shape, const Fo
                  SequenceArgs seqs, Stream stream) {
     const DeviceProperties& device = DeviceProperties::current();
     validate_config(views, config, device);
-    KernelArgs args = kernel_args(views, device);
+    KernelArgs args = kernel_args(views, config, device);
     args.batch = static_cast<int>(shape.batch);
     args.seq_q = static_cast<int>(shape.seq_q);
     args.seq_k = static_cast<int>(shape.seq_k);

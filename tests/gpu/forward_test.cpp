@@ -546,7 +546,7 @@ TEST(Forward, CausalSectionsCoverEveryTileOnce) {
             continue;
         Problem p(c.dtype, 3, 8191, 8191, 6, c.d_head, 3, true);
         const int sections =
-            fa::kernel_args(p.params(), fa::DeviceProperties::current()).section_heads;
+            fa::kernel_args(p.params(), c, fa::DeviceProperties::current()).section_heads;
         ASSERT_GT(sections, 1) << c.to_string();
         ASSERT_NE(18 % sections, 0) << c.to_string() << ": sections of " << sections;
         const auto result = p.run_and_check([&] { fa::forward(p.params(true), c); },

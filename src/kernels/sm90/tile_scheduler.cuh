@@ -56,6 +56,8 @@ struct DensePosition {
 };
 __device__ __forceinline__ DensePosition dense_position(const KernelArgs& args, int index,
                                                         int q_blocks) {
+    if (args.section_heads == 1)  // one division a tile, as before sections (non-causal, short)
+        return {index / q_blocks, index % q_blocks};
     const int per_section = args.section_heads * q_blocks;
     const int section = index / per_section;
     const int first = section * args.section_heads;
