@@ -218,7 +218,7 @@ struct DeviceProperties {
     int major = 0, minor = 0;      // compute capability
     int sm_count = 0;              // streaming multiprocessors
     int smem_per_block_optin = 0;  // bytes of shared memory one CTA may opt into
-    int l2_bytes = 0;              // of the L2 cache: how many heads' K/V causal tiles share
+    int l2_bytes = 0;              // of L2 cache: sizes the causal tile order's sections of heads
 
     // The current CUDA device, queried once per device and process. Throws
     // ErrorCode::no_device when there is none or it is older than compute capability 8.0.
