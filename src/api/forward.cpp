@@ -49,7 +49,7 @@ FixedReference softcap_fixed_reference(float softcap, DType dtype) {
 
 // KernelArgs::section_heads for tiles of B_r query rows. A causal head's tiles differ in length,
 // longest first: numbered head after head, the tiles that start last are the last head's longest,
-// and the grid waits on them (a simulation of greedy CTAs over the grid's causal shapes: 87-89% of
+// and the grid waits on them (bench/tile_order.py, a model of greedy CTAs over the grid: 87-89% of
 // the mean work at d_head 256 from 1k to 8k keys, 90-94% at d_head 128). Sections of heads, their
 // query blocks taken in turn, put every head's longest tiles first (97-100%), while the K/V that
 // the CTAs stream at one time stays the section's. Measured on the H200 (2026-11-26,
