@@ -51,7 +51,7 @@ FixedReference softcap_fixed_reference(float softcap, DType dtype) {
 // longest first: numbered head after head, the tiles that start last are the last head's longest,
 // and the grid waits on them (bench/tile_order.py, a model of greedy CTAs over the grid: 87-89% of
 // the mean work at d_head 256 from 1k to 8k keys, 90-94% at d_head 128). Sections of heads, their
-// query blocks taken in turn, put every head's longest tiles first (97-100%), while the K/V that
+// query blocks taken in turn, put every head's longest tiles first (96-100%), while the K/V that
 // the CTAs stream at one time stays the section's. Measured on the H200 (2026-11-26,
 // docs/PERF.md): sections a power of two of K/V heads whose K/V fits a third of the L2 (16 MiB)
 // gained 4-11% at d_head 256 from 1k to 8k keys and 3-6% at d_head 64 and 128 from 2k; 8 MiB
