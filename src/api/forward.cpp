@@ -47,6 +47,8 @@ FixedReference softcap_fixed_reference(float softcap, DType dtype) {
     return {true, static_cast<float>(1.0 - high / (softcap * std::numbers::log2e))};
 }
 
+}  // namespace
+
 // KernelArgs::section_heads for tiles of B_r query rows. A causal head's tiles differ in length,
 // longest first: numbered head after head, the tiles that start last are the last head's longest,
 // and the grid waits on them (bench/tile_order.py, a model of greedy CTAs over the grid: 87-89% of
@@ -71,10 +73,7 @@ int section_heads(const ForwardParams& p, int B_r, const DeviceProperties& devic
     return static_cast<int>(std::min(kv_heads * group, p.q.shape[0] * p.q.shape[2]));
 }
 
-}  // namespace
-
-KernelArgs kernel_args(const ForwardParams& p, const KernelConfig& config,
-                       const DeviceProperties& device) {
+KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
     const Variants& var = p.variants;
     // With a softcap the softmax runs on tanh(score * scale / softcap) scaled by softcap.
     const float given_scale = softmax_scale(p.softmax_scale, p.q.shape[3]);
@@ -102,7 +101,7 @@ KernelArgs kernel_args(const ForwardParams& p, const KernelConfig& config,
             .softmax_scale = scale,
             .scale_log2 = static_cast<float>(scale * std::numbers::log2e),
             .sm_count = device.sm_count,
-            .section_heads = section_heads(p, config.B_r, device),
+            .section_heads = 1,
             .seqs = {.cu_seqlens_q = nullptr,
                      .cu_seqlens_k = nullptr,
                      .seqused_k = nullptr,
@@ -130,7 +129,9 @@ void launch(const ForwardParams& params, const KernelConfig& config, const Devic
             Stream stream) {
     validate_config(params, config, device);
     check_on_device(params, device, stream);
-    find_kernel(config)->launch(kernel_args(params, config, device), stream);
+    KernelArgs args = kernel_args(params, device);
+    args.section_heads = section_heads(params, config.B_r, device);
+    find_kernel(config)->launch(args, stream);
 }
 
 }  // namespace

@@ -7,9 +7,15 @@
 
 namespace flash_attention {
 
-// Validated dense tensors as KernelArgs for `config` on `device`: each batch entry one sequence
-// of the tensors' lengths (SequenceArgs without offsets or lengths).
-KernelArgs kernel_args(const ForwardParams& params, const KernelConfig& config,
-                       const DeviceProperties& device);
+// Validated dense tensors as KernelArgs on `device`: each batch entry one sequence of the
+// tensors' lengths (SequenceArgs without offsets or lengths), a head's tiles numbered together
+// (section_heads 1).
+KernelArgs kernel_args(const ForwardParams& params, const DeviceProperties& device);
+
+// KernelArgs::section_heads for forward()'s dense problems on tiles of B_r query rows: sized by
+// a head's K/V, read off the key tensor. forward_varlen and forward_kvcache keep one head a
+// section: their key tensor is a paged cache's pages or a cache's capacity, not the sequences'
+// keys, and sections were measured on dense problems only.
+int section_heads(const ForwardParams& params, int B_r, const DeviceProperties& device);
 
 }  // namespace flash_attention

@@ -235,16 +235,11 @@ void launch_sm90(const KernelConfig& config, const ProblemShape& shape, const Fo
                  SequenceArgs seqs, Stream stream) {
     const DeviceProperties& device = DeviceProperties::current();
     validate_config(views, config, device);
-    KernelArgs args = kernel_args(views, config, device);
+    KernelArgs args = kernel_args(views, device);
     args.batch = static_cast<int>(shape.batch);
     args.seq_q = static_cast<int>(shape.seq_q);
     args.seq_k = static_cast<int>(shape.seq_k);
     args.seqs = seqs;
-    // Sections of heads (KernelArgs::section_heads) are sized by a head's K/V, which kernel_args
-    // reads off the dense key tensor: here that is a paged cache's page or a cache's capacity,
-    // not the sequences' keys, and sections were measured on dense problems only. A head's tiles
-    // stay together, as before sections.
-    args.section_heads = 1;
     find_kernel(config)->launch(args, stream);
 }
 

@@ -545,8 +545,7 @@ TEST(Forward, CausalSectionsCoverEveryTileOnce) {
         if (c.family != fa::Family::sm90 || !fa::is_supported(c))
             continue;
         Problem p(c.dtype, 3, 8191, 8191, 6, c.d_head, 3, true);
-        const int sections =
-            fa::kernel_args(p.params(), c, fa::DeviceProperties::current()).section_heads;
+        const int sections = fa::section_heads(p.params(), c.B_r, fa::DeviceProperties::current());
         ASSERT_GT(sections, 1) << c.to_string();
         ASSERT_NE(18 % sections, 0) << c.to_string() << ": sections of " << sections;
         const auto result = p.run_and_check([&] { fa::forward(p.params(true), c); },

@@ -30,10 +30,6 @@ fa::ForwardParams good_params(fa::DType dtype = fa::DType::BF16, std::int64_t d 
             fa::TensorView::contiguous(address(4), dtype, b, s, h, d), std::nullopt};
 }
 
-// A B_r 128 sm90 config: kernel_args reads its B_r.
-const fa::KernelConfig k_sm90_config = fa::KernelConfig::parse(
-    "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy");
-
 // Applies `change` to good params and returns the validation error it causes.
 fa::Error tensor_error(const std::function<void(fa::ForwardParams&)>& change) {
     fa::ForwardParams p = good_params();
@@ -183,8 +179,7 @@ TEST(KernelArgs, SoftcapFixedReference) {
              {0.5f, 5.0f, 9.3f, 9.4f, 30.0f, 50.0f, 54.0f, 54.1f, 60.0f, 1e6f}) {
             fa::ForwardParams p = good_params(r.dtype);
             p.variants.softcap = softcap;
-            const fa::KernelArgs a =
-                fa::kernel_args(p, k_sm90_config, fa::DeviceProperties::model("h100"));
+            const fa::KernelArgs a = fa::kernel_args(p, fa::DeviceProperties::model("h100"));
             EXPECT_EQ(a.softcap_fixed, softcap <= r.largest_fixed)
                 << fa::to_string(r.dtype) << " softcap " << softcap;
             if (!a.softcap_fixed)
@@ -198,8 +193,8 @@ TEST(KernelArgs, SoftcapFixedReference) {
         }
     }
     fa::ForwardParams p = good_params();
-    EXPECT_FALSE(fa::kernel_args(p, k_sm90_config, fa::DeviceProperties::model("h100"))
-                     .softcap_fixed);  // no softcap
+    EXPECT_FALSE(
+        fa::kernel_args(p, fa::DeviceProperties::model("h100")).softcap_fixed);  // no softcap
 }
 
 // Causal tiles are numbered in sections of a power of two of K/V heads whose K/V fits a third of
@@ -207,32 +202,28 @@ TEST(KernelArgs, SoftcapFixedReference) {
 // query blocks, and non-causal tiles, head after head.
 TEST(KernelArgs, SectionHeads) {
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
-    const fa::KernelConfig rows_192 =
-        fa::KernelConfig::parse("(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+lazy");
     const auto sections = [&](std::int64_t batch, std::int64_t seq, std::int64_t heads,
-                              std::int64_t heads_kv, std::int64_t d, bool causal,
-                              const fa::KernelConfig& config = k_sm90_config) {
+                              std::int64_t heads_kv, std::int64_t d, bool causal, int B_r = 128) {
         fa::ForwardParams p = good_params();
         p.q = fa::TensorView::contiguous(address(1), fa::DType::BF16, batch, seq, heads, d);
         p.k = fa::TensorView::contiguous(address(2), fa::DType::BF16, batch, seq, heads_kv, d);
         p.v = p.k;
         p.o = p.q;
         p.causal = causal;
-        return fa::kernel_args(p, config, h100).section_heads;
+        return fa::section_heads(p, B_r, h100);
     };
     EXPECT_EQ(sections(2, 8192, 8, 8, 256, false), 1);
-    EXPECT_EQ(sections(2, 8192, 8, 8, 256, true), 2);    // 8 MiB a head
-    EXPECT_EQ(sections(1, 16384, 8, 8, 256, true), 1);   // 16 MiB
-    EXPECT_EQ(sections(1, 65536, 8, 8, 256, true), 1);   // 64 MiB: never below one head
-    EXPECT_EQ(sections(4, 4096, 16, 16, 128, true), 8);  // 2 MiB: 8, not 8.3
-    EXPECT_EQ(sections(8, 2048, 32, 32, 64, true), 32);  // 512 KiB: 32, not 33
-    EXPECT_EQ(sections(1, 1024, 8, 8, 128, true), 8);    // every head of the batch
-    EXPECT_EQ(sections(32, 1000, 32, 32, 64, true),
-              1);                                                  // 7.8 query blocks of 128 rows
-    EXPECT_EQ(sections(16, 1024, 32, 32, 64, true, rows_192), 1);  // 6 blocks of 192 rows
-    EXPECT_EQ(sections(8, 2048, 32, 32, 64, true, rows_192), 32);  // 11
-    EXPECT_EQ(sections(1, 32768, 32, 8, 128, true), 4);  // one K/V head's four query heads
-    EXPECT_EQ(sections(1, 8192, 32, 8, 128, true), 16);  // 4 MiB: four K/V heads
+    EXPECT_EQ(sections(2, 8192, 8, 8, 256, true), 2);         // 8 MiB a head
+    EXPECT_EQ(sections(1, 16384, 8, 8, 256, true), 1);        // 16 MiB
+    EXPECT_EQ(sections(1, 65536, 8, 8, 256, true), 1);        // 64 MiB: never below one head
+    EXPECT_EQ(sections(4, 4096, 16, 16, 128, true), 8);       // 2 MiB: 8, not 8.3
+    EXPECT_EQ(sections(8, 2048, 32, 32, 64, true), 32);       // 512 KiB: 32, not 33
+    EXPECT_EQ(sections(1, 1024, 8, 8, 128, true), 8);         // every head of the batch
+    EXPECT_EQ(sections(32, 1000, 32, 32, 64, true), 1);       // 7.8 query blocks of 128 rows
+    EXPECT_EQ(sections(16, 1024, 32, 32, 64, true, 192), 1);  // 6 blocks of 192 rows
+    EXPECT_EQ(sections(8, 2048, 32, 32, 64, true, 192), 32);  // 11
+    EXPECT_EQ(sections(1, 32768, 32, 8, 128, true), 4);       // one K/V head's four query heads
+    EXPECT_EQ(sections(1, 8192, 32, 8, 128, true), 16);       // 4 MiB: four K/V heads
 }
 
 TEST(Validation, StridesAndAlignment) {
