@@ -21,7 +21,9 @@ struct Row {
 // consumers: 9-17% faster than 192 x 64 from 512 to 16k keys (Q stays in shared memory:
 // in registers it spills at 160), causal too since its consumers' blocks are trimmed (below:
 // 1.7-1.8% ahead of 128 x 128 with Q in registers at 512-1024 keys, 8% from 2048; H200,
-// 2026-11-26). H100, 2026-11-24, docs/PERF.md.
+// 2026-11-26), with three K/V stages: +2.5-3.5% at 512-1024 keys, +1-2.7% at 2k-4k, level
+// above, causal and not, in two runs; a fourth stage adds nothing (H200, 2026-11-26). H100,
+// 2026-11-24, docs/PERF.md.
 // B_c 128 fills wgmma's N (25% faster than 64 at d_head 128 with two consumers); from 2048
 // keys non-causal d_head 128 takes three consumers instead (ping-pong, lazy rescaling: a
 // third warpgroup's softmax overlaps the other two's GEMMs) at B_c 80, the widest key block
@@ -79,9 +81,9 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
-    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
+    {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
      true},
-    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
+    {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
      true},
     {"(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 1024, true},
     {"(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 1024, true},
@@ -93,8 +95,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
-    {"(BF16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
-    {"(FP16, 64, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
+    {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},
