@@ -29,7 +29,10 @@ struct Row {
 // third warpgroup's softmax overlaps the other two's GEMMs) at B_c 80, the widest key block
 // whose O, S and P fit their 160 registers: 2-5% ahead of B_c 64 from 2048 keys in two
 // runs (a fifth fewer blocks, and S's shared-memory reads at 112 B/clk instead of 128;
-// H200, 2026-11-25, docs/PERF.md); 3% behind at 512, whose last block is ragged.
+// H200, 2026-11-25, docs/PERF.md); 3% behind at 512, whose last block is ragged. Its ring
+// holds three blocks of 80 keys (217 KB of shared memory with two Q buffers): +5-7% at 2k-4k keys non-causal,
+// +1.5-3.4% from 8k, +1-3% causal (H200, 2026-11-26); the 128 x 128 tiles lose 10-20% with a
+// third stage (their second Q buffer no longer fits) and keep two.
 // d_head 256 takes B_c 80, the
 // widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
@@ -77,8 +80,8 @@ struct Row {
 constexpr Row k_rows[] = {
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 4096, true},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 4096, true},
-    {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
-    {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+lazy", 0, true},
+    {"(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+lazy", 0, true},
+    {"(FP16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+lazy", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
@@ -91,8 +94,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy", 1024},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy", 1024},
-    {"(BF16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
-    {"(FP16, 128, 192, 80, 16): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
+    {"(FP16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
     {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
