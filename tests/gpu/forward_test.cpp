@@ -122,16 +122,18 @@ struct Problem {
         variants.sinks = static_cast<const float*>(sinks_dev.data());
     }
 
-    // Poisons O (and the LSE), runs, and checks against the reference on sampled rows.
+    // Poisons O (and the LSE), runs, and checks against the reference on sampled rows
+    // (every element of O is checked to be finite, whatever the sample).
     fa::reference::CheckResult run_and_check(const std::function<void()>& forward, double scale,
-                                             bool with_lse = false) {
+                                             bool with_lse = false,
+                                             std::int64_t rows_per_head = 256) {
         dout.buffer.poison_with_nan();
         lse.poison_with_nan();
         forward();
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
         const HostTensor out = dout.download(q);
         const std::vector<float> lse_host = with_lse ? lse.download_floats() : std::vector<float>();
-        const auto rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, 256, seed);
+        const auto rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, rows_per_head, seed);
         return fa::reference::check_attention(
             {q, k, v, out, scale, causal, with_lse ? &lse_host : nullptr, top_left,
              variants.window_left, variants.window_right, variants.softcap,
@@ -548,8 +550,10 @@ TEST(Forward, CausalSectionsCoverEveryTileOnce) {
         const int sections = fa::section_heads(p.params(), c.B_r, fa::DeviceProperties::current());
         ASSERT_GT(sections, 1) << c.to_string();
         ASSERT_NE(18 % sections, 0) << c.to_string() << ": sections of " << sections;
+        // A tile computed by no CTA stays NaN, which the finiteness check over all of O finds;
+        // 32 sampled rows a head check the values (256 took 66-76 s over the ci set's configs).
         const auto result = p.run_and_check([&] { fa::forward(p.params(true), c); },
-                                            1.0 / std::sqrt(double(c.d_head)), true);
+                                            1.0 / std::sqrt(double(c.d_head)), true, 32);
         EXPECT_TRUE(result.passed)
             << c.to_string() << ": " << result.summary() << "; seed " << p.seed;
     }
