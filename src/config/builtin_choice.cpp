@@ -30,11 +30,10 @@ struct Row {
 // whose O, S and P fit their 160 registers: 2-5% ahead of B_c 64 from 2048 keys in two
 // runs (a fifth fewer blocks, and S's shared-memory reads at 112 B/clk instead of 128;
 // H200, 2026-11-25, docs/PERF.md); 3% behind at 512, whose last block is ragged. Its ring
-// holds three blocks of 80 keys (217 KB of shared memory with two Q buffers): +5-7% at 2k-4k keys non-causal,
-// +1.5-3.4% from 8k, +1-3% causal (H200, 2026-11-26); the 128 x 128 tiles lose 10-20% with a
-// third stage (their second Q buffer no longer fits) and keep two.
-// d_head 256 takes B_c 80, the
-// widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
+// holds three blocks of 80 keys (217 KB of shared memory with two Q buffers): +5-7% at 2k-4k keys
+// non-causal, +1.5-3.4% from 8k, +1-3% causal (H200, 2026-11-26); the 128 x 128 tiles lose 10-20%
+// with a third stage (their second Q buffer no longer fits) and keep two. d_head 256 takes B_c 80,
+// the widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
 // than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
 // Short non-causal problems take one stage of B_c 128 with ping-pong (a tile has few blocks, each
 // costs its fixed overheads once per 128 keys, not 80); longer ones B_c 80 with ping-pong on
