@@ -135,6 +135,9 @@ for stage in "$@"; do
   case "$stage" in
     readme)
       fresh_clone
+      # A new user has no build folder: an earlier stage of a call on a warm machine may have
+      # left one (refactor's ci set), which `cmake -B build` would otherwise reuse.
+      rm -rf "$FRESH/build"
       # The README's first command, verbatim, from the clone's root.
       (cd "$FRESH" && scripts/install_deps_debian.sh && cmake -S . -B build -G Ninja && cmake --build build &&
         build/bin/flash_attention run --check) > "$OUT/readme.log" 2>&1
