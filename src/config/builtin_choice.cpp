@@ -21,20 +21,20 @@ struct Row {
 // consumers: 9-17% faster than 192 x 64 from 512 to 16k keys (Q stays in shared memory:
 // in registers it spills at 160), causal too since its consumers' blocks are trimmed (below:
 // 1.7-1.8% ahead of 128 x 128 with Q in registers at 512-1024 keys, 8% from 2048; H200,
-// 2026-11-26), with three K/V stages: +2.5-3.5% at 512-1024 keys, +1-2.7% at 2k-4k, level
-// above, causal and not, in two runs; a fourth stage adds nothing (H200, 2026-11-26). H100,
-// 2026-11-24, docs/PERF.md.
+// 2026-11-26), with three K/V stages: +3.5-3.9% at 512-2048 keys, +2.6% at 4k, level above
+// non-causal, +1.7-3.4% causal up to 2k (compare.py); a fourth stage adds nothing (H200,
+// 2026-11-26). H100, 2026-11-24, docs/PERF.md.
 // B_c 128 fills wgmma's N (25% faster than 64 at d_head 128 with two consumers); from 2048
 // keys non-causal d_head 128 takes three consumers instead (ping-pong, lazy rescaling: a
 // third warpgroup's softmax overlaps the other two's GEMMs) at B_c 80, the widest key block
 // whose O, S and P fit their 160 registers: 2-5% ahead of B_c 64 from 2048 keys in two
 // runs (a fifth fewer blocks, and S's shared-memory reads at 112 B/clk instead of 128;
 // H200, 2026-11-25, docs/PERF.md); 3% behind at 512, whose last block is ragged. Its ring
-// holds three blocks of 80 keys (217 KB of shared memory with two Q buffers): +5-7% at 2k-4k keys
-// non-causal, +1.5-3.4% from 8k, +1-3% causal (H200, 2026-11-26); the 128 x 128 tiles lose 10-20%
-// with a third stage (their second Q buffer no longer fits) and keep two. d_head 256 takes B_c 80,
-// the widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16% faster
-// than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
+// holds three blocks of 80 keys (217 KB of shared memory with two Q buffers): +4-5% at 2k-4k keys
+// non-causal, +1-1.5% from 8k and causal (compare.py, H200, 2026-11-26); the 128 x 128 tiles lose
+// 7-20% with a third stage (their second Q buffer no longer fits) and keep two. d_head 256 takes
+// B_c 80, the widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16%
+// faster than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
 // Short non-causal problems take one stage of B_c 128 with ping-pong (a tile has few blocks, each
 // costs its fixed overheads once per 128 keys, not 80); longer ones B_c 80 with ping-pong on
 // top of overlap, 1-5% ahead of overlap alone from 4096 keys in three interleaved runs
