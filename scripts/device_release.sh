@@ -28,8 +28,9 @@
 #             given kernels; a "#! ARGS" line in a file adds bench arguments)
 #   abbin     command-line binaries built elsewhere from different trees, carried xz-packed as
 #             .dev/carry/ab/NAME.xz, each `bench`ed on the cases of bench/explore/$ABBIN_CASES (one
-#             line of bench arguments each), alternated for three rounds, each first checked with
-#             `run --check` on the lines of the file that start with "check:"; medians per case
+#             line of bench arguments each; several files comma-separated), alternated for three
+#             rounds, each first checked with `run --check` on the lines that start with
+#             "check:"; a case runs on the binaries that hold its --config; medians per case
 #   tune      `tune` over the configs of the files bench/explore/$TUNE_CONFIGS (each with its
 #             own "#! ARGS"), each shape's fastest against the release's automatic choice
 #   gqa       the automatic choice at causal seq 16384 and 32768, 32 query / 8 K/V heads,
@@ -464,21 +465,36 @@ PY
     abbin)
       # Prebuilt binaries (a device build of two trees costs minutes of device time; these are
       # built on the CPU machine from the trees the PERF.md entry names).
-      cases="$REPO/bench/explore/${ABBIN_CASES:-none}"
-      if [ ! -f "$cases" ] || ! ls "$REPO"/.dev/carry/ab/*.xz > /dev/null 2>&1; then
+      # Several case files, comma-separated, run as one.
+      mkdir -p /tmp/abbin
+      cases=/tmp/abbin/cases.txt
+      : > "$cases"
+      for f in ${ABBIN_CASES//,/ }; do cat "$REPO/bench/explore/$f" >> "$cases" || { : > "$cases"; break; }; done
+      if [ ! -s "$cases" ] || ! ls "$REPO"/.dev/carry/ab/*.xz > /dev/null 2>&1; then
         note "abbin: needs bench/explore/\$ABBIN_CASES (got '${ABBIN_CASES:-}') and .dev/carry/ab/*.xz"
       else
-        mkdir -p /tmp/abbin
         names=()
         for x in "$REPO"/.dev/carry/ab/*.xz; do
           n=$(basename "$x" .xz); names+=("$n")
           xz -dc "$x" > "/tmp/abbin/$n" && chmod +x "/tmp/abbin/$n"
         done
+        # A case runs on the binaries that hold its --config (several experiments, each
+        # with its own binaries, share one call).
+        has_config() {  # binary, then the case's arguments
+          local b=$1 prev=
+          shift
+          for arg in "$@"; do
+            [ "$prev" = --config ] && { grep -qF -- "$arg" "/tmp/abbin/$b.list"; return; }
+            prev=$arg
+          done
+        }
         for n in "${names[@]}"; do
+          "/tmp/abbin/$n" list > "/tmp/abbin/$n.list" 2>&1
           i=0
           while IFS= read -r line; do
             i=$((i + 1))
             eval "a=(${line#check:})"
+            has_config "$n" "${a[@]}" || continue
             timeout 60 "/tmp/abbin/$n" run --check "${a[@]}" > "$OUT/abbin_check_${n}_$i.txt" 2>&1
             note "abbin check $n $i: exit $? $(grep -E '^check' "$OUT/abbin_check_${n}_$i.txt" | cut -c1-120)"
           done < <(grep '^check:' "$cases")
@@ -491,6 +507,7 @@ PY
             c=$((c + 1))
             eval "a=($line)"
             for n in "${order[@]}"; do
+              has_config "$n" "${a[@]}" || continue
               timeout 100 "/tmp/abbin/$n" bench "${a[@]}" --runs 10 --rounds 2 --warmup-ms 300 --format json \
                 > "$OUT/abbin_${n}_case${c}_$round.json" 2>> "$OUT/abbin.err"
             done
