@@ -28,8 +28,8 @@
 #             given kernels; a "#! ARGS" line in a file adds bench arguments)
 #   abbin     command-line binaries built elsewhere from different trees, carried xz-packed as
 #             .dev/carry/ab/NAME.xz, each `bench`ed on the cases of bench/explore/$ABBIN_CASES (one
-#             line of bench arguments each; several files comma-separated), alternated for three
-#             rounds, each first checked with `run --check` on the lines that start with
+#             line of bench arguments each; several files comma-separated), alternated for
+#             $ABBIN_ROUNDS rounds (3), each first checked with `run --check` on the lines that start with
 #             "check:"; a case runs on the binaries that hold its --config; medians per case
 #   tune      `tune` over the configs of the files bench/explore/$TUNE_CONFIGS (each with its
 #             own "#! ARGS"), each shape's fastest against the release's automatic choice
@@ -496,10 +496,10 @@ PY
             eval "a=(${line#check:})"
             has_config "$n" "${a[@]}" || continue
             timeout 60 "/tmp/abbin/$n" run --check "${a[@]}" > "$OUT/abbin_check_${n}_$i.txt" 2>&1
-            note "abbin check $n $i: exit $? $(grep -E '^check' "$OUT/abbin_check_${n}_$i.txt" | cut -c1-120)"
+            note "abbin check $n $i: exit $? $(grep -E '^check' "$OUT/abbin_check_${n}_$i.txt" | sed 's/(naive same-dtype) //')"
           done < <(grep '^check:' "$cases")
         done
-        for round in 1 2 3; do
+        for round in $(seq "${ABBIN_ROUNDS:-3}"); do
           order=("${names[@]}")
           [ $((round % 2)) = 0 ] && order=($(printf '%s\n' "${names[@]}" | tac))
           c=0

@@ -49,9 +49,9 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     const int rows = t.q.len - row0;  // of this consumer's, in the sequence
     // Released early (Traits::q_released_early), the region may already hold the next
     // tile's Q: O goes out from the accumulators.
-    const bool by_tma = !Tr::q_released_early &&
-                        (!PerSequence || rows >= Tr::rows_per_consumer ||
-                         t.q.row0 + t.q.len == params.args.seqs.q_view_seq);
+    const bool by_tma =
+        !Tr::q_released_early && (!PerSequence || rows >= Tr::rows_per_consumer ||
+                                  t.q.row0 + t.q.len == params.args.seqs.q_view_seq);
     // With Q in registers this warp's lanes read these rows with ldmatrix at the tile's
     // start; a tile that sees no key reaches here with no other warp-level sync between
     // (compute-sanitizer racecheck reported it).

@@ -489,9 +489,9 @@ __device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg>& c, GTurns& turns,
         for (int j = c.visited; j < c.visited + c.passed; ++j) {
             c.wait_k(j);
             c.release_k(j);
-            softmax_turns.skip();
             if (!Overlap || j == 0)
                 turns.skip();
+            softmax_turns.skip();  // after block j's S turn, as a computing consumer's
             c.wait_v(j);
             c.release_v(j);
             turns.skip();
@@ -544,7 +544,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
         // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
         scores<false, kept>(c, turns, s, o, p, 0);
-        c.pending_store.hand_back();           // the previous O store read its buffer meanwhile
+        c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
         softmax_turns.acquire();
         exponentiate<kept>(c, softmax, s, 0);  // O is still zero: nothing to rescale
         softmax_turns.release();

@@ -19,9 +19,9 @@ namespace flash_attention::sm90 {
 
 // The named barriers (bar.sync ids) of a consumer warpgroup, one of each per consumer.
 enum class NamedBarrier {
-    gemm_turn,  // ping-pong: the right to issue GEMMs passes from consumer to consumer
-    epilogue,   // a consumer's 128 threads have staged O before one of them stores it
-    vote,       // lazy: whether every row of a consumer kept its reference (bar.red)
+    gemm_turn,     // ping-pong: the right to issue GEMMs passes from consumer to consumer
+    epilogue,      // a consumer's 128 threads have staged O before one of them stores it
+    vote,          // lazy: whether every row of a consumer kept its reference (bar.red)
     softmax_turn,  // (SoftmaxTurns) the right to exponentiate passes from consumer to consumer
 };
 
@@ -102,7 +102,8 @@ struct Traits {
     static constexpr int barrier_id(NamedBarrier barrier, int consumer) {
         return 1 + static_cast<int>(barrier) * consumers + consumer;
     }
-    static_assert(barrier_id(NamedBarrier::softmax_turn, consumers - 1) < 16, "16 named barriers per CTA");
+    static_assert(barrier_id(NamedBarrier::softmax_turn, consumers - 1) < 16,
+                  "16 named barriers per CTA");
 
     static_assert(d_head % 64 == 0 && space::is_wgmma_n(B_c), "wgmma shapes instantiated");
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");
