@@ -47,11 +47,8 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     const int warp_row0 = warp_in_warpgroup() * mma_m;
     const int row0 = t.q_row0 + consumer * Tr::rows_per_consumer;  // in the sequence
     const int rows = t.q.len - row0;  // of this consumer's, in the sequence
-    // Released early (Traits::q_released_early), the region may already hold the next
-    // tile's Q: O goes out from the accumulators.
-    const bool by_tma =
-        !Tr::q_released_early && (!PerSequence || rows >= Tr::rows_per_consumer ||
-                                  t.q.row0 + t.q.len == params.args.seqs.q_view_seq);
+    const bool by_tma = !PerSequence || rows >= Tr::rows_per_consumer ||
+                        t.q.row0 + t.q.len == params.args.seqs.q_view_seq;
     // With Q in registers this warp's lanes read these rows with ldmatrix at the tile's
     // start; a tile that sees no key reaches here with no other warp-level sync between
     // (compute-sanitizer racecheck reported it).
@@ -90,8 +87,6 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
             }
         }
     }
-    if constexpr (Tr::q_released_early)
-        return;  // the buffer went back with the last S GEMM
     ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer), warpgroup_threads);
     if (threadIdx.x % warpgroup_threads == 0) {
         if (by_tma) {

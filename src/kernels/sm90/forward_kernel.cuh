@@ -33,7 +33,6 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
     const KernelArgs& args = params.args;
     const int smem_base = static_cast<int>(ptx::smem_address(smem));
     GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
-    SoftmaxTurns<Tr, C.sm90.pingpong> softmax_turns{consumer};
     int ring = 0;  // K/V blocks consumed so far, in step with the producer
     int iteration = 0;
     PendingStore pending_store;  // the previous tile's O store (epilogue.cuh)
@@ -85,7 +84,6 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .masked_head = band.unmasked_first - tile.first,
             .band_shift = shift,
             .ring = ring,
-            .q_buffer = q.buffer,
             .pending_store = pending_store,
         };
 
@@ -98,9 +96,8 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             if constexpr (Tr::q_in_registers) {
                 load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem,
                                                      warp_in_warpgroup() * mma_m);
-                c.release_q();  // the S GEMMs read Q from registers
             }
-            consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, softmax_turns, o, softmax);
+            consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
             pending_store.hand_back();  // a tile without GEMMs hands it back here
             if constexpr (!Variants)
                 softmax.finalize(o);
@@ -144,7 +141,6 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
     }
     pending_store.hand_back();  // shared memory must outlive the last store's read
     turns.finish();
-    softmax_turns.finish();
 }
 
 // PerSequence: varlen batches and KV caches (SequenceArgs) run their own kernel, so the
@@ -181,7 +177,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_buffers; ++b) {
             bars.q_full[b].init(1);
-            bars.q_empty[b].init(Tr::q_empty_arrivals);
+            bars.q_empty[b].init(Tr::consumers);  // each consumer's storing thread
         }
         for (int s = 0; s < Tr::stages; ++s) {
             bars.k_full[s].init(1);

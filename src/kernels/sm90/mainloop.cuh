@@ -157,28 +157,29 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
 // and the one handing over). The last consumer opens the first turn (at its first
 // acquire, so a CTA without GEMMs leaves every barrier untouched); every consumer hands
 // over as often as it takes the turn, and finish() lets consumer 0 absorb the last
-// consumer's final hand-over, so no barrier is left half-arrived at exit. The same
-// rotation, on barriers of its own (Kind), orders the consumers' exponentials
-// (SoftmaxTurns).
-template <class Tr, NamedBarrier Kind, bool Enabled>
-struct Turns {
+// consumer's final hand-over, so no barrier is left half-arrived at exit.
+template <class Tr, bool Enabled>
+struct GemmTurns {
     int consumer;
     bool started = false;
     __device__ __forceinline__ void acquire() {
         if constexpr (Enabled) {
             if (!started && consumer == Tr::consumers - 1)
-                ptx::named_barrier_arrive(Tr::barrier_id(Kind, 0), 2 * warpgroup_threads);
+                ptx::named_barrier_arrive(Tr::barrier_id(NamedBarrier::gemm_turn, 0),
+                                          2 * warpgroup_threads);
             started = true;
-            ptx::named_barrier_sync(Tr::barrier_id(Kind, consumer), 2 * warpgroup_threads);
+            ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::gemm_turn, consumer),
+                                    2 * warpgroup_threads);
         }
     }
     __device__ __forceinline__ void release() const {
         if constexpr (Enabled) {
-            ptx::named_barrier_arrive(Tr::barrier_id(Kind, (consumer + 1) % Tr::consumers),
-                                      2 * warpgroup_threads);
+            ptx::named_barrier_arrive(
+                Tr::barrier_id(NamedBarrier::gemm_turn, (consumer + 1) % Tr::consumers),
+                2 * warpgroup_threads);
         }
     }
-    // Takes the turn and hands it on at once: a consumer with nothing to do keeps the
+    // Takes the turn and hands it on at once: a consumer with nothing to issue keeps the
     // rotation in step (pass()).
     __device__ __forceinline__ void skip() {
         acquire();
@@ -186,21 +187,10 @@ struct Turns {
     }
     __device__ __forceinline__ void finish() const {
         if (Enabled && started && consumer == 0)
-            ptx::named_barrier_sync(Tr::barrier_id(Kind, 0), 2 * warpgroup_threads);
+            ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::gemm_turn, 0),
+                                    2 * warpgroup_threads);
     }
 };
-
-template <class Tr, bool Enabled>
-using GemmTurns = Turns<Tr, NamedBarrier::gemm_turn, Enabled>;
-
-// EXPERIMENT (FLASH_SOFTMAX_TURNS): three ping-pong consumers exponentiate one at a time,
-// in the GEMM turns' order, so each has the quadrants' MUFUs to itself.
-#ifndef FLASH_SOFTMAX_TURNS
-#define FLASH_SOFTMAX_TURNS 0
-#endif
-template <class Tr, bool Pingpong>
-using SoftmaxTurns = Turns<Tr, NamedBarrier::softmax_turn,
-                           FLASH_SOFTMAX_TURNS != 0 && Pingpong && Tr::consumers >= 3>;
 
 // A consumer warpgroup's state and steps; consume() below is the algorithm.
 // PerSequence: the instantiation for varlen batches and KV caches (tile_at); the dense one
@@ -240,7 +230,6 @@ struct Consumer {
     int masked_head;
     int band_shift;
     int ring;                     // ring position of the tile's block 0
-    int q_buffer;                 // the Q buffer of the tile
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::d_head / 16][4];
@@ -307,17 +296,6 @@ struct Consumer {
         __syncwarp();
         if (threadIdx.x % warp_size == 0)
             bars.v_empty[slot(j).stage].arrive();
-    }
-
-    // Traits::q_released_early: each warp hands Q's buffer back to the producer once no
-    // GEMM of its will read it again (after the wgmma wait of its last S GEMM, or once Q is
-    // in registers).
-    __device__ __forceinline__ void release_q() {
-        if constexpr (Tr::q_released_early) {
-            __syncwarp();
-            if (threadIdx.x % warp_size == 0)
-                bars.q_empty[q_buffer].arrive();
-        }
     }
 
     // S_j once more, for a lazy step whose rows did not all keep their references (K_j is
@@ -482,16 +460,14 @@ __device__ __forceinline__ void to_a_fragments(Softmax& softmax, const float (&s
 // B_c 128 a causal tile's first consumer passes a block a tile on average and the second
 // half of one: 6% of the work at 2k keys (docs/PERF.md, 2026-11-26). A knob, not always on:
 // the extra count moved ptxas's schedule of some main loops, d_head 128's by 1-1.5%.
-template <bool Overlap, class Tr, bool P, bool V, bool Pg, class GTurns, class STurns>
-__device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg>& c, GTurns& turns,
-                                     STurns& softmax_turns) {
+template <bool Overlap, class Tr, bool P, bool V, bool Pg, class Turns>
+__device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg>& c, Turns& turns) {
     if constexpr (Tr::trim_blocks) {  // else a consumer computes every block of its tile
         for (int j = c.visited; j < c.visited + c.passed; ++j) {
             c.wait_k(j);
             c.release_k(j);
             if (!Overlap || j == 0)
                 turns.skip();
-            softmax_turns.skip();  // after block j's S turn, as a computing consumer's
             c.wait_v(j);
             c.release_v(j);
             turns.skip();
@@ -503,20 +479,13 @@ __device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg>& c, GTurns& turns,
 // OnlineSoftmax of the config's row reference (or a fixed one, softcap variants).
 template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, bool Pg, class Softmax>
 __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr, Pingpong>& turns,
-                                        SoftmaxTurns<Tr, Pingpong>& softmax_turns,
                                         float (&o)[1][Tr::d_head / 8][4], Softmax& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.visited;
     float s[1][s_tiles][4];
     std::uint32_t p[1][s_tiles / 2][4];
-    // Q in shared memory: read for the last time by S_{n-1} (or its rescore()).
-    const auto q_read = [&c] {
-        if constexpr (!Tr::q_in_registers)
-            c.release_q();
-    };
     if (n == 0) {
-        pass<Overlap>(c, turns, softmax_turns);
-        q_read();
+        pass<Overlap>(c, turns);
         return;
     }
     if constexpr (!Overlap) {
@@ -527,11 +496,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
             scores<false>(c, turns, s, o, p, j);
             if (j == 0)
                 c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
-            if (j == n - 1)
-                q_read();
-            softmax_turns.acquire();
             softmax.update(s, o);
-            softmax_turns.release();
             to_a_fragments<Tr::dtype>(softmax, s, p);
             accumulate(c, turns, o, p, j);
         }
@@ -544,24 +509,19 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
         // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
         scores<false, kept>(c, turns, s, o, p, 0);
-        c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
-        softmax_turns.acquire();
+        c.pending_store.hand_back();           // the previous O store read its buffer meanwhile
         exponentiate<kept>(c, softmax, s, 0);  // O is still zero: nothing to rescale
-        softmax_turns.release();
         to_a_fragments<Tr::dtype>(softmax, s, p);
         for (int j = 1; j < n; ++j) {
             scores<true, kept>(c, turns, s, o, p, j);
-            softmax_turns.acquire();
             exponentiate<kept>(c, softmax, s, j);
-            softmax_turns.release();
             retire_pv(c, o, p, j - 1);
             softmax.rescale(o);
             to_a_fragments<Tr::dtype>(softmax, s, p);
         }
-        q_read();
         accumulate(c, turns, o, p, n - 1);
     }
-    pass<Overlap>(c, turns, softmax_turns);
+    pass<Overlap>(c, turns);
 }
 
 }  // namespace flash_attention::sm90

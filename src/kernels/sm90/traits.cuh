@@ -19,10 +19,9 @@ namespace flash_attention::sm90 {
 
 // The named barriers (bar.sync ids) of a consumer warpgroup, one of each per consumer.
 enum class NamedBarrier {
-    gemm_turn,     // ping-pong: the right to issue GEMMs passes from consumer to consumer
-    epilogue,      // a consumer's 128 threads have staged O before one of them stores it
-    vote,          // lazy: whether every row of a consumer kept its reference (bar.red)
-    softmax_turn,  // (SoftmaxTurns) the right to exponentiate passes from consumer to consumer
+    gemm_turn,  // ping-pong: the right to issue GEMMs passes from consumer to consumer
+    epilogue,   // a consumer's 128 threads have staged O before one of them stores it
+    vote,       // lazy: whether every row of a consumer kept its reference (bar.red)
 };
 
 template <KernelConfig C>
@@ -72,14 +71,6 @@ struct Traits {
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
     // per consumer in each, reused for its O), K stages, V stages, then the barriers.
     static constexpr int q_buffers = flash_attention::q_buffers(C);
-    // A persistent CTA with one Q buffer waits for it between tiles: there each consumer
-    // warp hands the buffer back as soon as its last S GEMM has read it (Consumer::
-    // release_q()), so the next tile's Q loads during the last P·V and the epilogue, which
-    // then stores O from registers instead of staging it where the next Q is landing.
-    static constexpr bool q_released_early = q_buffers == 1 && C.sm90.persistent;
-    // q_empty's arrivals a tile: each consumer warp's (released early) or each consumer's
-    // storing thread (after its O store has read the buffer).
-    static constexpr int q_empty_arrivals = q_released_early ? 4 * consumers : consumers;
     static constexpr int q_offset = 0;
     static constexpr int q_buffer_bytes = consumers * QTile::bytes;
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
@@ -102,8 +93,7 @@ struct Traits {
     static constexpr int barrier_id(NamedBarrier barrier, int consumer) {
         return 1 + static_cast<int>(barrier) * consumers + consumer;
     }
-    static_assert(barrier_id(NamedBarrier::softmax_turn, consumers - 1) < 16,
-                  "16 named barriers per CTA");
+    static_assert(barrier_id(NamedBarrier::vote, consumers - 1) < 16, "16 named barriers per CTA");
 
     static_assert(d_head % 64 == 0 && space::is_wgmma_n(B_c), "wgmma shapes instantiated");
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");
