@@ -120,6 +120,32 @@ TEST(Reference, RightAnswersPassWrongOnesFail) {
     }
 }
 
+// At a scale of 100 a row's LSE is in the hundreds to thousands, where fp32 alone rounds by
+// more than the fixed slack: the bound follows a naive fp32 LSE's error there, yet a wrong
+// LSE still fails, and at ordinary scales the bound stays at the slack.
+TEST(Reference, LseBoundFollowsFp32Rounding) {
+    const Case c = make(false, 40, 300, 4, 4);
+    const auto rows = fa::reference::sample_rows(c.q.batch, c.q.heads, c.q.seq, 1000, 5);
+    const auto check_at = [&](double scale, const std::vector<float>& lse, const HostTensor& out) {
+        return fa::reference::check_attention({c.q, c.k, c.v, out, scale, false, &lse}, rows);
+    };
+    auto [out, lse] = attention(c.q, c.k, c.v, 100.0, false);
+    std::vector<float> rounded = lse;  // the exact LSE, off by the fp32 rounding of a row max
+    for (float& x : rounded)
+        x = std::nextafter(std::nextafter(x, INFINITY), INFINITY);
+    const auto good = check_at(100.0, rounded, out);
+    EXPECT_TRUE(good.passed) << good.summary();
+    EXPECT_GT(good.lse_tolerance, fa::reference::k_lse_tolerance) << good.summary();
+    std::vector<float> wrong = lse;
+    wrong[7] += 0.05f;
+    EXPECT_FALSE(check_at(100.0, wrong, out).passed);
+
+    auto [plain_out, plain_lse] = attention(c.q, c.k, c.v, 0.125, false);
+    const auto plain = check_at(0.125, plain_lse, plain_out);
+    EXPECT_TRUE(plain.passed) << plain.summary();
+    EXPECT_LT(plain.lse_tolerance, 1.01 * fa::reference::k_lse_tolerance) << plain.summary();
+}
+
 TEST(Reference, MaskAndGroupingMatter) {
     const Case causal = make(true, 64, 64, 4, 2);
     auto [unmasked_out, unmasked_lse] = attention(causal.q, causal.k, causal.v, 0.125, false);
