@@ -84,6 +84,8 @@ fresh_clone() {
 # (pyvariants, models, grid).
 default_package() {
   [ -d /tmp/site_after ] && return
+  # The package stage's install is the same default package.
+  [ -d /tmp/site ] && ln -s /tmp/site /tmp/site_after && return
   mkdir -p /tmp/fresh_pip && (cd "$FRESH" && tar cf - .) | (cd /tmp/fresh_pip && tar xf -)
   (cd /tmp/fresh_pip && CMAKE_BUILD_PARALLEL_LEVEL=16 timeout 400 python3 -m pip install --no-build-isolation \
     --no-deps --target /tmp/site_after .) > "$OUT/pip_after.log" 2>&1
