@@ -93,8 +93,7 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
 // sliding window's tiles start at their first visited block.
 template <class Tr, bool PerSequence, bool Paged, bool Variants, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
-                                        Barriers<Tr::q_buffers, Tr::stages>& bars,
-                                        const Scheduler& scheduler) {
+                                        typename Tr::Bars& bars, const Scheduler& scheduler) {
     const KernelArgs& args = params.args;
     const int lane = Paged ? static_cast<int>(threadIdx.x % warp_size) : 0;
     const bool leader = lane == 0;
@@ -113,17 +112,19 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
             claimed = claim();
             continue;
         }
-        // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
+        // Q buffers are a ring too, each consumer's region loaded as soon as that consumer is
+        // done with it. Parity ^ 1: the first pass finds each region empty.
         const QSlot<Tr> q(iteration++);
-        bars.q_empty[q.buffer].wait(q.parity ^ 1);
-        if (leader) {
-            scheduler.publish(q, index);
-            bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
-            for (int w = 0; w < Tr::consumers; ++w) {
+        for (int w = 0; w < Tr::consumers; ++w) {
+            bars.q_empty[q.buffer][w].wait(q.parity ^ 1);
+            if (leader) {
+                if (w == 0)
+                    scheduler.publish(q, index);
+                bars.q_full[q.buffer][w].arrive_expect_tx(Tr::QTile::bytes);
                 tma::load_tile<typename Tr::QTile>(
                     smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::QTile::bytes,
                     &params.maps.q, t.q.row0 + t.q_row0 + w * Tr::rows_per_consumer, t.head,
-                    t.q.entry, bars.q_full[q.buffer]);
+                    t.q.entry, bars.q_full[q.buffer][w]);
             }
         }
         claimed = claim();
@@ -212,7 +213,7 @@ struct Consumer {
     int visited;  // K/V blocks this consumer computes (trim_blocks: up to its own rows' keys)
     int passed;   // the tile's blocks after those (trim_blocks: pass())
     int last_block_keys;  // Tile::last_block_keys
-    Barriers<Tr::q_buffers, Tr::stages>& bars;
+    typename Tr::Bars& bars;
     std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence
