@@ -36,15 +36,14 @@ constexpr int consumer_registers(const KernelConfig& c) {
 
 namespace detail {
 // sm90: `q_tiles` Q tiles, `stages` K and V tiles, 1024 bytes to align the tiles to the
-// 128-byte swizzle's 1024-byte period, the pipeline's mbarriers (Q's per consumer) and, with the
-// dynamic schedule, each Q buffer's tile index and its barrier (16 bytes, padded).
+// 128-byte swizzle's 1024-byte period, the pipeline's mbarriers and, with the dynamic
+// schedule, each Q buffer's tile index and its barrier (16 bytes, padded).
 constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles) {
     const std::size_t n_stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
     const std::size_t q = static_cast<std::size_t>(q_tiles);
     return (q * static_cast<std::size_t>(c.B_r) + 2 * n_stages * static_cast<std::size_t>(c.B_c)) *
                static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype) +
-           1024 + 8 * (2 * q * static_cast<std::size_t>(consumer_warpgroups(c)) + 4 * n_stages) +
-           (c.sm90.dynamic_schedule ? 16 * q : 0);
+           1024 + 8 * (2 * q + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0);
 }
 }  // namespace detail
 

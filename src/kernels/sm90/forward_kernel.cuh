@@ -27,8 +27,8 @@ namespace flash_attention::sm90 {
 // Paged: a paged KV cache (group-major K/V tiles), on the per-sequence body.
 template <KernelConfig C, class Tr, bool PerSequence, bool Variants, bool Paged, class Scheduler>
 __device__ __forceinline__ void consume_tiles(const Params& params, unsigned char* smem,
-                                              typename Tr::Bars& bars, const Scheduler& scheduler,
-                                              int consumer) {
+                                              Barriers<Tr::q_buffers, Tr::stages>& bars,
+                                              const Scheduler& scheduler, int consumer) {
     constexpr float log2e_f = 1.4426950408889634f;
     const KernelArgs& args = params.args;
     const int smem_base = static_cast<int>(ptx::smem_address(smem));
@@ -37,7 +37,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
     int iteration = 0;
     PendingStore pending_store;  // the previous tile's O store (epilogue.cuh)
     for (int index = scheduler.first();
-         (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars, consumer)) <
+         (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars)) <
          tile_count<Tr>(args);
          index += gridDim.x) {
         const Tile tile = tile_at<Tr, PerSequence, Variants>(args, index);
@@ -92,7 +92,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         // The main loop and the epilogue for one softmax: the config's, or in the variant
         // kernels a fixed reference where the softcap bounds the scores (KernelArgs).
         const auto run = [&](auto softmax) -> int {
-            bars.q_full[q.buffer][consumer].wait(q.parity);
+            bars.q_full[q.buffer].wait(q.parity);
             if constexpr (Tr::q_in_registers) {
                 load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem,
                                                      warp_in_warpgroup() * mma_m);
@@ -127,7 +127,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
             // and no other warpgroup reads these rows: O may overwrite them.
             store_output<Tr, PerSequence>(params, done, consumer, o, q_region,
-                                          bars.q_empty[q.buffer][consumer], pending_store);
+                                          bars.q_empty[q.buffer], pending_store);
             return done.visited;
         };
         if constexpr (Variants) {
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     // TMA's 128-byte swizzle repeats every 1024 bytes and wgmma assumes tiles start on
     // that period; dynamic shared memory is only guaranteed 16-byte alignment.
     unsigned char* smem = smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024);
-    auto& bars = *reinterpret_cast<typename Tr::Bars*>(smem + Tr::barrier_offset);
+    auto& bars = *reinterpret_cast<Barriers<Tr::q_buffers, Tr::stages>*>(smem + Tr::barrier_offset);
 
     const TileScheduler<Tr, Tr::dynamic_schedule> scheduler{
         params.tile_counter,
@@ -176,10 +176,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / warpgroup_threads, 0);
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_buffers; ++b) {
-            for (int w = 0; w < Tr::consumers; ++w) {
-                bars.q_full[b][w].init(1);
-                bars.q_empty[b][w].init(1);  // the consumer's storing thread
-            }
+            bars.q_full[b].init(1);
+            bars.q_empty[b].init(Tr::consumers);  // each consumer's storing thread
         }
         for (int s = 0; s < Tr::stages; ++s) {
             bars.k_full[s].init(1);

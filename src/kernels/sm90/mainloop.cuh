@@ -93,7 +93,8 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
 // sliding window's tiles start at their first visited block.
 template <class Tr, bool PerSequence, bool Paged, bool Variants, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
-                                        typename Tr::Bars& bars, const Scheduler& scheduler) {
+                                        Barriers<Tr::q_buffers, Tr::stages>& bars,
+                                        const Scheduler& scheduler) {
     const KernelArgs& args = params.args;
     const int lane = Paged ? static_cast<int>(threadIdx.x % warp_size) : 0;
     const bool leader = lane == 0;
@@ -112,19 +113,17 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
             claimed = claim();
             continue;
         }
-        // Q buffers are a ring too, each consumer's region loaded as soon as that consumer is
-        // done with it. Parity ^ 1: the first pass finds each region empty.
+        // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
         const QSlot<Tr> q(iteration++);
-        for (int w = 0; w < Tr::consumers; ++w) {
-            bars.q_empty[q.buffer][w].wait(q.parity ^ 1);
-            if (leader) {
-                if (w == 0)
-                    scheduler.publish(q, index);
-                bars.q_full[q.buffer][w].arrive_expect_tx(Tr::QTile::bytes);
+        bars.q_empty[q.buffer].wait(q.parity ^ 1);
+        if (leader) {
+            scheduler.publish(q, index);
+            bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
+            for (int w = 0; w < Tr::consumers; ++w) {
                 tma::load_tile<typename Tr::QTile>(
                     smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::QTile::bytes,
                     &params.maps.q, t.q.row0 + t.q_row0 + w * Tr::rows_per_consumer, t.head,
-                    t.q.entry, bars.q_full[q.buffer][w]);
+                    t.q.entry, bars.q_full[q.buffer]);
             }
         }
         claimed = claim();
@@ -213,7 +212,7 @@ struct Consumer {
     int visited;  // K/V blocks this consumer computes (trim_blocks: up to its own rows' keys)
     int passed;   // the tile's blocks after those (trim_blocks: pass())
     int last_block_keys;  // Tile::last_block_keys
-    typename Tr::Bars& bars;
+    Barriers<Tr::q_buffers, Tr::stages>& bars;
     std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence

@@ -263,21 +263,18 @@ struct TileScheduler {
     template <class QSlot, class Bars>
     __device__ __forceinline__ void finish(const QSlot& q, Bars& bars, int past_end) const {
         if constexpr (Dynamic) {
-            for (int w = 0; w < Tr::consumers; ++w)
-                bars.q_empty[q.buffer][w].wait(q.parity ^ 1);
+            bars.q_empty[q.buffer].wait(q.parity ^ 1);
             publish(q, past_end);
-            for (int w = 0; w < Tr::consumers; ++w)
-                bars.q_full[q.buffer][w].arrive();
+            bars.q_full[q.buffer].arrive();
         }
     }
 
     // Consumer: the tile of this iteration. Static: `index` as the stride left it.
     // Dynamic: waits for the Q buffer's barrier and reads what the producer published.
     template <class QSlot, class Bars>
-    __device__ __forceinline__ int consumer_tile(int index, const QSlot& q, Bars& bars,
-                                                 int consumer) const {
+    __device__ __forceinline__ int consumer_tile(int index, const QSlot& q, Bars& bars) const {
         if constexpr (Dynamic) {
-            bars.q_full[q.buffer][consumer].wait(q.parity);
+            bars.q_full[q.buffer].wait(q.parity);
             const int published = slots->index[q.buffer];
             slots->read[q.buffer].arrive();
             return published;

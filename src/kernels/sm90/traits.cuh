@@ -24,18 +24,6 @@ enum class NamedBarrier {
     vote,       // lazy: whether every row of a consumer kept its reference (bar.red)
 };
 
-// The pipeline's mbarriers: a full/empty pair per consumer's region of each Q buffer (one
-// use per tile) and per stage for K and for V. "full": the producer's TMA copies landed;
-// "empty": the consumers are done with it (for Q: its O, staged there, has been stored).
-// Q's pairs are per consumer so that, with one Q buffer, the consumer that finishes its
-// tile first gets its next rows without waiting for the others' epilogues.
-template <int QBuffers, int Consumers, int Stages>
-struct Barriers {
-    tma::Barrier q_full[QBuffers][Consumers], q_empty[QBuffers][Consumers];
-    tma::Barrier k_full[Stages], k_empty[Stages];
-    tma::Barrier v_full[Stages], v_empty[Stages];
-};
-
 template <KernelConfig C>
 struct Traits {
     static_assert(unpack(pack(C)) == C, "every field fits the packed kernel parameter");
@@ -93,8 +81,7 @@ struct Traits {
     // With the dynamic schedule, per Q buffer the index of the tile it holds and a barrier
     // (TileSlots: the producer takes the index from the global counter, the consumers
     // read it there).
-    using Bars = Barriers<q_buffers, consumers, stages>;
-    static constexpr int tile_slot_offset = barrier_offset + static_cast<int>(sizeof(Bars));
+    static constexpr int tile_slot_offset = barrier_offset + 8 * (2 * q_buffers + 4 * stages);
     static constexpr int smem_bytes =
         1024 + tile_slot_offset + (dynamic_schedule ? 16 * q_buffers : 0);
     static_assert(smem_bytes == static_cast<int>(flash_attention::smem_bytes(C)),
@@ -110,6 +97,16 @@ struct Traits {
 
     static_assert(d_head % 64 == 0 && space::is_wgmma_n(B_c), "wgmma shapes instantiated");
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");
+};
+
+// The pipeline's mbarriers: a full/empty pair per Q buffer (one use per tile) and per
+// stage for K and for V. "full": the producer's TMA copies landed; "empty": every consumer is done
+// with the buffer (for Q: its O, staged there, has been stored).
+template <int QBuffers, int Stages>
+struct Barriers {
+    tma::Barrier q_full[QBuffers], q_empty[QBuffers];
+    tma::Barrier k_full[Stages], k_empty[Stages];
+    tma::Barrier v_full[Stages], v_empty[Stages];
 };
 
 }  // namespace flash_attention::sm90
