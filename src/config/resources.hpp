@@ -36,14 +36,17 @@ constexpr int consumer_registers(const KernelConfig& c) {
 
 namespace detail {
 // sm90: `q_tiles` Q tiles, `stages` K and V tiles, 1024 bytes to align the tiles to the
-// 128-byte swizzle's 1024-byte period, the pipeline's mbarriers and, with the dynamic
-// schedule, each Q buffer's tile index and its barrier (16 bytes, padded).
-constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles) {
+// 128-byte swizzle's 1024-byte period, the pipeline's mbarriers, with the dynamic
+// schedule each Q buffer's tile index and its barrier (16 bytes, padded), and with
+// `o_apart` one consumer's O staging region (64 rows) and its barrier.
+constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o_apart = false) {
     const std::size_t n_stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
     const std::size_t q = static_cast<std::size_t>(q_tiles);
+    const std::size_t row_bytes = static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype);
     return (q * static_cast<std::size_t>(c.B_r) + 2 * n_stages * static_cast<std::size_t>(c.B_c)) *
-               static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype) +
-           1024 + 8 * (2 * q + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0);
+               row_bytes +
+           1024 + 8 * (2 * q + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
+           (o_apart ? 64 * row_bytes + 8 : 0);
 }
 }  // namespace detail
 
@@ -57,11 +60,21 @@ constexpr int q_buffers(const KernelConfig& c) {
                : 1;
 }
 
+// sm90: a persistent kernel with one Q buffer stages O in a region of its own, one
+// consumer's 64 rows that the consumers take in turn, when an H100 has the shared memory
+// for it: the buffer then goes back to the producer after the tile's last S GEMM, and the
+// next tile's Q loads during the last P·V and the epilogue instead of after them.
+constexpr bool o_staged_apart(const KernelConfig& c) {
+    return c.family == Family::sm90 && c.sm90.persistent && q_buffers(c) == 1 &&
+           detail::sm90_smem_bytes(c, 1, true) <=
+               static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin);
+}
+
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is
-// staged through Q's buffer at the end.
+// staged through Q's buffer at the end (sm90: or apart, o_staged_apart()).
 constexpr std::size_t smem_bytes(const KernelConfig& c) {
     if (c.family == Family::sm90)
-        return detail::sm90_smem_bytes(c, q_buffers(c));
+        return detail::sm90_smem_bytes(c, q_buffers(c), o_staged_apart(c));
     return (static_cast<std::size_t>(c.B_r) + 2 * static_cast<std::size_t>(c.B_c)) *
            static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype);
 }

@@ -1,7 +1,8 @@
 #pragma once
 
 // The end of a consumer's tile: O rounded to 16 bits into the consumer's Q region (which Q
-// no longer needs) in TMA's swizzled layout, then stored with TMA.
+// no longer needs) or a region of its own (Traits::o_apart) in TMA's swizzled layout, then
+// stored with TMA.
 
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
@@ -13,36 +14,57 @@
 
 namespace flash_attention::sm90 {
 
-// The Q buffer whose O store the storing thread has issued: handed back to the producer
-// (q_empty) once the store has read it. With two Q buffers that waits until the next
-// tile's first GEMM has run, since the producer needs this buffer only for the tile after
-// next: the store's read of shared memory (about as long as a K/V block's GEMM at short
-// lengths) then no longer holds up the warpgroup's next wgmma. With one buffer the
-// producer needs it for the next tile: handed back at once.
+// The buffer whose O store the storing thread has issued: handed back (its empty barrier)
+// once the store has read it. With two Q buffers that waits until the next tile's first
+// GEMM has run, since the producer needs this buffer only for the tile after next: the
+// store's read of shared memory (about as long as a K/V block's GEMM at short lengths) then
+// no longer holds up the warpgroup's next wgmma. With one buffer, or O's own region (the
+// next consumer's store waits for it), handed back at once.
 struct PendingStore {
-    tma::Barrier* q_empty = nullptr;  // set in the storing thread only
+    tma::Barrier* empty = nullptr;  // set in the storing thread only
 
     __device__ __forceinline__ void hand_back() {
-        if (q_empty != nullptr) {
+        if (empty != nullptr) {
             tma::wait_stores_read();
-            q_empty->arrive();
-            q_empty = nullptr;
+            empty->arrive();
+            empty = nullptr;
         }
     }
 };
 
-// O (fp32, this warpgroup's 64 rows) rounded to 16 bits into the consumer's Q region in
+// O apart (Traits::o_apart): the barrier of O's region, after the pipeline's.
+template <class Tr>
+__device__ __forceinline__ tma::Barrier* o_region_empty(unsigned char* smem) {
+    return reinterpret_cast<tma::Barrier*>(smem + Tr::o_barrier_offset);
+}
+
+// Where a consumer stages its O: its Q region, handed back through that buffer's q_empty,
+// or (O apart) the one O region, whose uses run each tile's consumers in turn: use `use`
+// waits until the store of use - 1 has read the region (its barrier's phase use - 1).
+template <class Tr>
+struct OStaging {
+    unsigned char* region;
+    tma::Barrier* empty;
+    int use;
+
+    __device__ __forceinline__ void wait_free() const {
+        if (Tr::o_apart && use > 0)
+            empty->wait(static_cast<std::uint32_t>((use - 1) & 1));
+    }
+};
+
+// O (fp32, this warpgroup's 64 rows) rounded to 16 bits into its staging region (above) in
 // TMA's swizzled layout, then one thread stores it with TMA. Each quad writes 16
 // contiguous bytes of a row's 16-byte chunk; the 8 rows of a warp's store land in 8
 // different chunks (the tile's swizzle), so the 32 lanes hit 32 different banks. The
-// buffer goes back to the producer through `pending` (above). TMA clips rows only at the
+// region goes back through `pending` (above). TMA clips rows only at the
 // view's end: when the sequence ends inside the view (packed sequences), rows past it are
 // another sequence's, and a consumer whose rows cross that end stores its rows itself.
 template <class Tr, bool PerSequence>
 __device__ __forceinline__ void store_output(const Params& params, const Tile& t, int consumer,
                                              const float (&o)[1][Tr::d_head / 8][4],
-                                             unsigned char* region, tma::Barrier& q_empty,
-                                             PendingStore& pending) {
+                                             const OStaging<Tr>& staging, PendingStore& pending) {
+    unsigned char* const region = staging.region;
     const int lane = threadIdx.x % warp_size;
     const int warp_row0 = warp_in_warpgroup() * mma_m;
     const int row0 = t.q_row0 + consumer * Tr::rows_per_consumer;  // in the sequence
@@ -53,6 +75,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     // start; a tile that sees no key reaches here with no other warp-level sync between
     // (compute-sanitizer racecheck reported it).
     __syncwarp();
+    staging.wait_free();
     if (by_tma) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -93,7 +116,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
             tma::store_tile<typename Tr::QTile>(region, &params.maps.o, t.q.row0 + row0, t.head,
                                                 t.q.entry);
         }
-        pending.q_empty = &q_empty;
+        pending.empty = staging.empty;
         if constexpr (Tr::q_buffers == 1)
             pending.hand_back();
     }

@@ -44,7 +44,8 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         if (tile.empty())
             continue;  // the static schedule's share of the unused numbers (the dynamic
                        // schedule's producer publishes none)
-        const QSlot<Tr> q(iteration++);
+        const int tile_number = iteration++;  // of this CTA's non-empty tiles
+        const QSlot<Tr> q(tile_number);
         unsigned char* q_region =
             smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
         const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
@@ -84,6 +85,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .masked_head = band.unmasked_first - tile.first,
             .band_shift = shift,
             .ring = ring,
+            .q_buffer = q.buffer,
             .pending_store = pending_store,
         };
 
@@ -96,6 +98,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             if constexpr (Tr::q_in_registers) {
                 load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem,
                                                      warp_in_warpgroup() * mma_m);
+                c.release_q();  // the S GEMMs read Q from registers
             }
             consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);
             pending_store.hand_back();  // a tile without GEMMs hands it back here
@@ -125,9 +128,14 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                              c.first_row, done.q.len, softmax);
             }
             // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
-            // and no other warpgroup reads these rows: O may overwrite them.
-            store_output<Tr, PerSequence>(params, done, consumer, o, q_region,
-                                          bars.q_empty[q.buffer], pending_store);
+            // and no other warpgroup reads these rows: O may overwrite them, unless staged
+            // apart (its region's uses: each tile's consumers in turn).
+            store_output<Tr, PerSequence>(
+                params, done, consumer, o,
+                OStaging<Tr>{Tr::o_apart ? smem + Tr::o_offset : q_region,
+                             Tr::o_apart ? o_region_empty<Tr>(smem) : &bars.q_empty[q.buffer],
+                             tile_number * Tr::consumers + consumer},
+                pending_store);
             return done.visited;
         };
         if constexpr (Variants) {
@@ -177,7 +185,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_buffers; ++b) {
             bars.q_full[b].init(1);
-            bars.q_empty[b].init(Tr::consumers);  // each consumer's storing thread
+            bars.q_empty[b].init(Tr::q_empty_arrivals);
         }
         for (int s = 0; s < Tr::stages; ++s) {
             bars.k_full[s].init(1);
@@ -186,6 +194,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             bars.k_empty[s].init(4 * Tr::consumers);
             bars.v_empty[s].init(4 * Tr::consumers);
         }
+        if constexpr (Tr::o_apart)
+            o_region_empty<Tr>(smem)->init(1);  // the storing thread, after the store's read
         scheduler.init();
         tma::fence_barrier_init();
     }

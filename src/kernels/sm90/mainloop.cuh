@@ -230,6 +230,7 @@ struct Consumer {
     int masked_head;
     int band_shift;
     int ring;                     // ring position of the tile's block 0
+    int q_buffer;                 // the tile's Q buffer
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::d_head / 16][4];
@@ -296,6 +297,17 @@ struct Consumer {
         __syncwarp();
         if (threadIdx.x % warp_size == 0)
             bars.v_empty[slot(j).stage].arrive();
+    }
+
+    // O staged apart (Traits::o_apart): each warp hands Q's buffer back to the producer once
+    // no GEMM of its reads Q again (after its last S GEMM's wait and a possible rescore, or
+    // once Q is in registers), so the next tile's Q loads during this one's last steps.
+    __device__ __forceinline__ void release_q() {
+        if constexpr (Tr::o_apart) {
+            __syncwarp();
+            if (threadIdx.x % warp_size == 0)
+                bars.q_empty[q_buffer].arrive();
+        }
     }
 
     // S_j once more, for a lazy step whose rows did not all keep their references (K_j is
@@ -484,7 +496,13 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
     const int n = c.visited;
     float s[1][s_tiles][4];
     std::uint32_t p[1][s_tiles / 2][4];
+    // Q in shared memory is read for the last time by S_{n-1} (or its rescore).
+    const auto q_read = [&c] {
+        if constexpr (!Tr::q_in_registers)
+            c.release_q();
+    };
     if (n == 0) {
+        q_read();
         pass<Overlap>(c, turns);
         return;
     }
@@ -496,6 +514,8 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
             scores<false>(c, turns, s, o, p, j);
             if (j == 0)
                 c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
+            if (j == n - 1)
+                q_read();
             softmax.update(s, o);
             to_a_fragments<Tr::dtype>(softmax, s, p);
             accumulate(c, turns, o, p, j);
@@ -519,6 +539,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
             softmax.rescale(o);
             to_a_fragments<Tr::dtype>(softmax, s, p);
         }
+        q_read();
         accumulate(c, turns, o, p, n - 1);
     }
     pass<Overlap>(c, turns);

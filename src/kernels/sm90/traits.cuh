@@ -69,21 +69,32 @@ struct Traits {
     using PagedKVTile = Swizzle128Tile<B_c, d_head, true>;
 
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
-    // per consumer in each, reused for its O), K stages, V stages, then the barriers.
+    // per consumer in each, reused for its O unless O is staged apart), K stages, V stages,
+    // O's region (apart), then the barriers.
     static constexpr int q_buffers = flash_attention::q_buffers(C);
+    // O staged apart (o_staged_apart()): each consumer warp hands Q's one buffer back once
+    // its last S GEMM has read it (Consumer::release_q()), and the consumers stage their O
+    // in turn in a region after the V stages, whose barrier (o_empty) completes a phase per
+    // store that has read it.
+    static constexpr bool o_apart = flash_attention::o_staged_apart(C);
+    // q_empty's arrivals a tile: each consumer warp's (O apart) or each consumer's storing
+    // thread (after its O store has read the buffer).
+    static constexpr int q_empty_arrivals = o_apart ? 4 * consumers : consumers;
     static constexpr int q_offset = 0;
     static constexpr int q_buffer_bytes = consumers * QTile::bytes;
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
     static constexpr int v_offset = k_offset + stages * KVTile::bytes;
-    static constexpr int barrier_offset = v_offset + stages * KVTile::bytes;
+    static constexpr int o_offset = v_offset + stages * KVTile::bytes;  // O apart: its region
+    static constexpr int barrier_offset = o_offset + (o_apart ? QTile::bytes : 0);
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
     static constexpr bool trim_blocks = C.sm90.trim_blocks;
     // With the dynamic schedule, per Q buffer the index of the tile it holds and a barrier
     // (TileSlots: the producer takes the index from the global counter, the consumers
     // read it there).
     static constexpr int tile_slot_offset = barrier_offset + 8 * (2 * q_buffers + 4 * stages);
-    static constexpr int smem_bytes =
-        1024 + tile_slot_offset + (dynamic_schedule ? 16 * q_buffers : 0);
+    static constexpr int o_barrier_offset =
+        tile_slot_offset + (dynamic_schedule ? 16 * q_buffers : 0);
+    static constexpr int smem_bytes = 1024 + o_barrier_offset + (o_apart ? 8 : 0);
     static_assert(smem_bytes == static_cast<int>(flash_attention::smem_bytes(C)),
                   "smem_bytes(C) matches the layout");
     static_assert(sizeof(tma::Barrier) == 8, "an mbarrier is 8 bytes");
