@@ -9,7 +9,8 @@
 # Stages:
 #   readme    a fresh copy of the tree, the README's first command verbatim (run --check), a 50-run
 #             repeat of it, `choose` for the six (dtype, d_head) pairs, the GPU and host
-#             tests, compute-sanitizer memcheck on two odd shapes of every built config
+#             tests, compute-sanitizer memcheck on two odd shapes of every built config, racecheck on
+#             the sm90 ones
 #   package   pip install . (default options), the import in fresh interpreters in both
 #             orders with torch, the extension's exported symbols, the pytest suite
 #   refactor  issue 12: the ci build's GPU tests and sanitizers (memcheck, racecheck on
@@ -165,7 +166,12 @@ for stage in "$@"; do
       timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 "$B/tests/test_gpu" \
         --gtest_filter='Built/EveryConfigOddShapes.*q129_k257*:Built/EveryConfigOddShapes.*q1000_k7_*:Forward.*' \
         > "$OUT/memcheck.log" 2>&1
-      note "memcheck (odd shapes of every built config, Forward.*): exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/memcheck.log" | tr '\n' ' ')" ;;
+      note "memcheck (odd shapes of every built config, Forward.*): exit $? $(grep -E 'ERROR SUMMARY|^\[  (PASSED|FAILED)' "$OUT/memcheck.log" | tr '\n' ' ')"
+      # The sm90 kernels' barriers (O apart's region among them) on the default build.
+      timeout 80 compute-sanitizer --tool racecheck --error-exitcode 1 "$B/tests/test_gpu" \
+        --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*' \
+        > "$OUT/racecheck.log" 2>&1
+      note "racecheck (sm90 odd shapes): exit $? $(grep -E 'RACECHECK SUMMARY|^\[  (PASSED|FAILED)' "$OUT/racecheck.log" | tr '\n' ' ')" ;;
     package)
       fresh_clone
       (cd "$FRESH" && CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip install --no-build-isolation --no-deps \

@@ -97,13 +97,16 @@ def test_configs_and_parse_round_trip():
         assert c.is_built()
         if c.family == fa.Family.sm90:
             # One or (persistent, when it fits) two Q tiles, `stages` K and V tiles, the
-            # 1024-byte alignment pad, the mbarriers and, with the dynamic schedule, each Q
-            # buffer's tile slot (16 bytes).
-            def size(q_tiles):
+            # 1024-byte alignment pad, the mbarriers, with the dynamic schedule each Q
+            # buffer's tile slot (16 bytes) and (persistent with one Q tile, when it fits) a
+            # region of 64 rows for O and its barrier.
+            def size(q_tiles, o_apart=False):
                 tiles = (q_tiles * c.B_r + 2 * c.stages * c.B_c) * c.d_head * 2
                 slots = 16 * q_tiles if c.dynamic_schedule else 0
-                return tiles + 1024 + 8 * (2 * q_tiles + 4 * c.stages) + slots
-            assert c.smem_bytes() in ((size(1), size(2)) if c.persistent else (size(1),))
+                o_region = 64 * c.d_head * 2 + 8 if o_apart else 0
+                return tiles + 1024 + 8 * (2 * q_tiles + 4 * c.stages) + slots + o_region
+            persistent = (size(1), size(1, True), size(2))
+            assert c.smem_bytes() in (persistent if c.persistent else (size(1),))
         else:
             assert c.smem_bytes() == (c.B_r + 2 * c.B_c) * c.d_head * 2
     assert len({hash(c) for c in configs}) == len(configs)

@@ -32,21 +32,22 @@ struct Row {
 // H200, 2026-11-25, docs/PERF.md); 3% behind at 512, whose last block is ragged. Its ring
 // holds three blocks of 80 keys (217 KB of shared memory with two Q buffers): +4-5% at 2k-4k keys
 // non-causal, +1-1.5% from 8k and causal (compare.py, H200, 2026-11-26); the 128 x 128 tiles lose
-// 7-20% with a third stage (their second Q buffer no longer fits) and keep two. d_head 256 takes
-// B_c 80, the widest key block whose O (128 registers), S and P fit 240 with two K/V stages (16%
-// faster than B_c 64 at seq 8192: S's shared-memory operands no longer saturate shared memory).
-// Short non-causal problems take one stage of B_c 128 with ping-pong (a tile has few blocks, each
-// costs its fixed overheads once per 128 keys, not 80); longer ones B_c 80 with ping-pong on
-// top of overlap, 1-5% ahead of overlap alone from 4096 keys in three interleaved runs
-// (2026-11-24, docs/PERF.md). Where they cross is below. At d_head 64 and 256 lazy
+// 7-20% with a third stage (their second Q buffer no longer fits) and keep two. d_head 256's
+// causal tiles from 2048 keys take B_c 80, the widest key block whose O (128 registers), S and
+// P fit 240 with two K/V stages (16% faster than B_c 64 at seq 8192 then: S's shared-memory
+// operands no longer saturate shared memory). Short non-causal problems take one stage of B_c
+// 128 with ping-pong (a tile has few blocks, each costs its fixed overheads once per 128 keys);
+// longer ones B_c 64 with ping-pong on top of overlap (1-5% ahead of overlap alone from 4096
+// keys at B_c 80, 2026-11-24). Both leave room for O's own staging region, where B_c 80's
+// 224 KB does not (resources.hpp, o_staged_apart(): the one Q buffer goes back after the last
+// S GEMM, +6% at 512 keys, +4.5% at 1k); with it B_c 64 leads B_c 80 by 3-6% at 1k-2k and 2%
+// at 4k, level (±1%) at 16k (H200, 2026-11-26, docs/PERF.md). At d_head 64 and 256 lazy
 // rescaling (the reference max moves only by 2^8, so most blocks skip O's rescaling):
 // +2-9% at d_head 256 and +1-4% at 64 against the same kernels without it; at d_head 128
 // it measured 2-4% slower non-causal and level causal (2026-11-24, docs/PERF.md); since lazy
 // steps skip the row max, d_head 128's 128 x 128 rows take it too (+2-6% at 512-4096 keys,
-// H200, 2026-11-26). With
-// lazy rescaling, B_c 80 (overlap) gained more than B_c 128 (one stage, no overlap): the
-// latter now wins only up to 512 keys non-causal (1024 causal); B_c 80 leads by 5-6% at
-// 1024-2048 non-causal and 3-5% at 2048-4096 causal (one run, docs/PERF.md).
+// H200, 2026-11-26). With lazy rescaling, two stages with overlap gained more than B_c 128
+// (one stage, no overlap): the latter wins only up to 512 keys non-causal (1024 causal).
 // The tunes of 2026-11-23 picked these (docs/PERF.md). Causal problems (rows first):
 // tiles differ in length, and the static stride left one CTA up to 1.7x the mean work,
 // so d_head 64 and 128 take the dynamic tile schedule (1.3-1.7x faster where the stride
@@ -60,10 +61,10 @@ struct Row {
 // ahead below) by 3-5% (H100, 2026-11-24, and H200, 2026-11-25, docs/PERF.md). A paged
 // cache whose pages B_c 80 does not divide (64, 256 rows) takes the 128 x 128 rows that
 // follow the 192 x 80 ones instead (heuristic_config(): whole-page copies). Causal d_head
-// 64 (192 x 128) and the d_head 256 rows of B_c 80 trim each consumer's blocks to its own
+// 64 (192 x 128) and the d_head 256 rows of two stages trim each consumer's blocks to its own
 // rows' keys (`trim`): +6.7/+4.8/+1.4% at 2k/4k/8k causal d_head 64, +1-2.7% causal and
-// +0.5-1% non-causal d_head 256; d_head 128's 192 x 80 and d_head 64's non-causal rows lose
-// 0.2-1.6% with it and keep the plain kernels (and a trimmed 192 x 64 tile for causal d_head
+// +0.5-1% non-causal d_head 256 (at B_c 80); d_head 128's 192 x 80 and d_head 64's non-causal rows
+// lose 0.2-1.6% with it and keep the plain kernels (and a trimmed 192 x 64 tile for causal d_head
 // 128 at 2k-4k keys, 1-2% ahead in `bench`, lost 1-2.4% in compare.py: not taken). Causal
 // d_head 256 up to 1024 keys then takes B_c 64, whose first consumer passes the diagonal
 // block a 128 x 128 tile's computes half masked: 2.4-2.9% ahead of that one-stage tile (H200,
@@ -101,8 +102,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
-    {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},
-    {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},
+    {"(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},
+    {"(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},
     {"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},

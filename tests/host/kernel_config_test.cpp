@@ -87,8 +87,19 @@ TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
         KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent");
     EXPECT_EQ(q_buffers(persistent), 2);
     EXPECT_EQ(smem_bytes(persistent), (2 * 128u + 2 * 2 * 128) * 128 * 2 + 1024 + 8 * 12);
-    EXPECT_EQ(q_buffers(KernelConfig::parse("(BF16, 256, 128, 64, 12): sm90+stages_2+persistent")),
-              1);
+    const KernelConfig one_buffer =
+        KernelConfig::parse("(BF16, 256, 128, 64, 12): sm90+stages_2+persistent");
+    EXPECT_EQ(q_buffers(one_buffer), 1);
+    // Its O gets a region of its own (64 rows and a barrier) where that fits an H100: at B_c 64,
+    // not at B_c 80 (224 KB of Q, K and V), nor without persistence (no next tile's Q).
+    EXPECT_TRUE(fa::o_staged_apart(one_buffer));
+    EXPECT_EQ(smem_bytes(one_buffer),
+              (128u + 2 * 2 * 64) * 256 * 2 + 1024 + 8 * 10 + 64 * 256 * 2 + 8);
+    EXPECT_FALSE(fa::o_staged_apart(
+        KernelConfig::parse("(BF16, 256, 128, 80, 12): sm90+stages_2+persistent")));
+    EXPECT_FALSE(
+        fa::o_staged_apart(KernelConfig::parse("(BF16, 256, 128, 64, 12): sm90+stages_2")));
+    EXPECT_FALSE(fa::o_staged_apart(persistent));
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_x").find("stages_x"),
               std::string::npos);
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_-1").find("stages_-1"),

@@ -481,14 +481,14 @@ TEST(TuningCache, VariantKernelEntries) {
 }
 
 // The built-in table's d_head 256 entries on Hopper depend on the length: one stage of
-// B_c 128 up to 512 keys, B_c 80 with overlap and ping-pong beyond (docs/PERF.md, tune of
-// 2026-11-23, interleaved runs of 2026-11-24); causal, trimmed B_c 64 up to 1024 keys, then
+// B_c 128 up to 512 keys, trimmed B_c 64 with overlap and ping-pong beyond (docs/PERF.md,
+// 2026-11-26: both stage O apart from Q); causal, trimmed B_c 64 up to 1024 keys, then
 // trimmed B_c 80 one CTA a tile (2026-11-26).
 TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
     const auto short_tile = fa::KernelConfig::parse(
         "(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy");
     const auto long_tile = fa::KernelConfig::parse(
-        "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim");
+        "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim");
     const auto short_causal = fa::KernelConfig::parse(
         "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim");
     const auto long_causal = fa::KernelConfig::parse(
