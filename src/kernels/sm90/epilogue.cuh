@@ -40,16 +40,25 @@ __device__ __forceinline__ tma::Barrier* o_region_empty(unsigned char* smem) {
 
 // Where a consumer stages its O: its Q region, handed back through that buffer's q_empty,
 // or (O apart) the one O region, whose uses run each tile's consumers in turn: use `use`
-// waits until the store of use - 1 has read the region (its barrier's phase use - 1).
+// waits until the store of use - 1 has read the region (its barrier's phase use - 1). The
+// storing thread waits, the one that completed this consumer's previous phase: a parity
+// names a phase only while the barrier is at most one phase behind, and the consumer's
+// other warps can reach here before that thread has arrived (a tile without GEMMs has no
+// warpgroup-wide step; racecheck found their writes under the previous store's read).
 template <class Tr>
 struct OStaging {
     unsigned char* region;
     tma::Barrier* empty;
     int use;
+    int consumer;
 
     __device__ __forceinline__ void wait_free() const {
-        if (Tr::o_apart && use > 0)
-            empty->wait(static_cast<std::uint32_t>((use - 1) & 1));
+        if constexpr (Tr::o_apart) {
+            if (threadIdx.x % warpgroup_threads == 0 && use > 0)
+                empty->wait(static_cast<std::uint32_t>((use - 1) & 1));
+            ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer),
+                                    warpgroup_threads);
+        }
     }
 };
 
