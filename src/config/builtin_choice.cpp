@@ -66,9 +66,10 @@ struct Row {
 // +0.5-1% non-causal d_head 256 (at B_c 80); d_head 128's 192 x 80 and d_head 64's non-causal rows
 // lose 0.2-1.6% with it and keep the plain kernels (and a trimmed 192 x 64 tile for causal d_head
 // 128 at 2k-4k keys, 1-2% ahead in `bench`, lost 1-2.4% in compare.py: not taken). Causal
-// d_head 256 up to 1024 keys then takes B_c 64, whose first consumer passes the diagonal
-// block a 128 x 128 tile's computes half masked: 2.4-2.9% ahead of that one-stage tile (H200,
-// 2026-11-26, docs/PERF.md). Off Hopper the sm90 rows cannot run and the sm80 rows below them
+// d_head 256 up to 8192 keys then takes B_c 64, whose first consumer passes the diagonal
+// block a 128 x 128 tile's computes half masked: 2.4-2.9% ahead of that one-stage tile up to 1k
+// keys, and of B_c 80 by 1.5-2% at 2k-4k and 0.2-0.4% at 8k, level at 16k (H200, 2026-11-26,
+// docs/PERF.md). Off Hopper the sm90 rows cannot run and the sm80 rows below them
 // are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
@@ -88,8 +89,8 @@ constexpr Row k_rows[] = {
      true},
     {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
      true},
-    {"(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 1024, true},
-    {"(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 1024, true},
+    {"(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 8192, true},
+    {"(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 8192, true},
     {"(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy", 1024},
