@@ -50,9 +50,8 @@ struct OStaging {
     unsigned char* region;
     tma::Barrier* empty;
     int use;
-    int consumer;
 
-    __device__ __forceinline__ void wait_free() const {
+    __device__ __forceinline__ void wait_free(int consumer) const {
         if constexpr (Tr::o_apart) {
             if (threadIdx.x % warpgroup_threads == 0 && use > 0)
                 empty->wait(static_cast<std::uint32_t>((use - 1) & 1));
@@ -84,7 +83,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     // start; a tile that sees no key reaches here with no other warp-level sync between
     // (compute-sanitizer racecheck reported it).
     __syncwarp();
-    staging.wait_free();
+    staging.wait_free(consumer);
     if (by_tma) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {

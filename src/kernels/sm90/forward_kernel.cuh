@@ -134,7 +134,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                 params, done, consumer, o,
                 OStaging<Tr>{Tr::o_apart ? smem + Tr::o_offset : q_region,
                              Tr::o_apart ? o_region_empty<Tr>(smem) : &bars.q_empty[q.buffer],
-                             tile_number * Tr::consumers + consumer, consumer},
+                             tile_number * Tr::consumers + consumer},
                 pending_store);
             return done.visited;
         };
