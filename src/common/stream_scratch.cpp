@@ -4,7 +4,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <unordered_map>
 
 #include "common/cuda_check.hpp"
@@ -59,6 +61,35 @@ StreamScratch::~StreamScratch() {
     // stream's next call reports any sticky error.
     if (cudaFreeAsync(data_, stream_) != cudaSuccess)
         cudaGetLastError();
+}
+
+StreamCounters::StreamCounters(int count, Stream stream) {
+    const std::size_t bytes = sizeof(int) * static_cast<std::size_t>(count);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    cuda_check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing");
+    if (capture != cudaStreamCaptureStatusNone) {
+        captured_.emplace(bytes, stream, true);
+        data_ = static_cast<int*>(captured_->get());
+        return;
+    }
+    int device = 0;
+    unsigned long long id = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    cuda_check(cudaStreamGetId(stream, &id), "cudaStreamGetId");
+    static std::mutex mutex;
+    static std::map<std::tuple<int, unsigned long long, int>, int*> counters;
+    const std::lock_guard lock(mutex);
+    int*& held = counters[{device, id, count}];
+    if (held == nullptr) {
+        // Stream-ordered, like the launches that use them. Never freed: they are a few
+        // bytes, and a launch on the stream may still be queued when it is destroyed.
+        void* fresh = nullptr;
+        cuda_check(cudaMallocFromPoolAsync(&fresh, bytes, pool_of_current_device(), stream),
+                   "cudaMallocFromPoolAsync (stream counters)");
+        cuda_check(cudaMemsetAsync(fresh, 0, bytes, stream), "cudaMemsetAsync (stream counters)");
+        held = static_cast<int*>(fresh);
+    }
+    data_ = held;
 }
 
 }  // namespace flash_attention

@@ -8,6 +8,7 @@
 // (allocation, memset, free), so a captured launch gets its own memory on every replay.
 
 #include <cstddef>
+#include <optional>
 
 #include "flash_attention/flash_attention.hpp"
 
@@ -27,6 +28,26 @@ class StreamScratch {
   private:
     Stream stream_;
     void* data_ = nullptr;
+};
+
+// `count` ints that are zero when a launch on `stream` starts and that the launch leaves zero
+// when it ends (the dynamic tile schedule's counters: its last CTA zeroes them). Outside
+// stream capture they are the stream's own (keyed by its unique id, so a destroyed stream's
+// handle reused by a new one gets new counters), allocated and zeroed on the stream's first
+// launch and kept for the process: a StreamScratch per launch put an allocation, a memset and
+// a free into every call's GPU time, about 2 us (docs/PERF.md, twenty-second session). Under
+// capture a launch has its own zeroed StreamScratch, so every replay of the graph starts
+// from zero, and graphs instantiated twice share nothing.
+class StreamCounters {
+  public:
+    // Throws Error(ErrorCode::cuda).
+    StreamCounters(int count, Stream stream);
+
+    int* get() const { return data_; }
+
+  private:
+    std::optional<StreamScratch> captured_;
+    int* data_ = nullptr;
 };
 
 }  // namespace flash_attention

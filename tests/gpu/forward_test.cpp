@@ -559,9 +559,9 @@ TEST(Forward, CausalSectionsCoverEveryTileOnce) {
     }
 }
 
-// The dynamic schedule's counter is a stream-ordered allocation per launch: a captured
-// launch replays correctly (its counter is zeroed on every replay), and launches on two
-// streams at once do not share one.
+// The dynamic schedule's counters under capture are a stream-ordered allocation of the
+// launch's own, zeroed on every replay; outside capture each stream has its own: launches on
+// two streams at once do not share them.
 TEST(Forward, DynamicScheduleReplaysAndRunsConcurrently) {
     for (const fa::KernelConfig& c : fa::configs()) {
         if (!c.sm90.dynamic_schedule || !fa::is_supported(c))
@@ -610,6 +610,47 @@ TEST(Forward, DynamicScheduleReplaysAndRunsConcurrently) {
             << b_result.summary();
         for (auto& s : streams)
             cudaStreamDestroy(s);
+    }
+}
+
+// Outside capture a stream's launches share its counters, which each launch's last CTA zeroes
+// for the next (StreamCounters): launches in a row on one stream, with a captured graph's
+// replays between them, and on a stream created after the first was destroyed, each compute
+// every tile (counters left past zero would skip tiles, whose NaN poison the check finds).
+TEST(Forward, DynamicScheduleLeavesItsCountersZero) {
+    for (const fa::KernelConfig& c : fa::configs()) {
+        if (!c.sm90.dynamic_schedule || !fa::is_supported(c))
+            continue;
+        const double scale = 1.0 / std::sqrt(double(c.d_head));
+        Problem p(c.dtype, 2, 2048, 2048, 8, c.d_head, 2, true);
+        for (int stream_number = 0; stream_number < 2; ++stream_number) {
+            cudaStream_t stream = nullptr;
+            fa::cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+            cudaGraph_t graph = nullptr;
+            cudaGraphExec_t exec = nullptr;
+            fa::cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal),
+                           "cudaStreamBeginCapture");
+            fa::forward(p.params(), c, stream);
+            fa::cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+            fa::cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+            for (int launch = 0; launch < 4; ++launch) {
+                const bool replay = launch == 2;
+                const auto result = p.run_and_check(
+                    [&] {
+                        if (replay)
+                            fa::cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+                        else
+                            fa::forward(p.params(), c, stream);
+                    },
+                    scale);
+                EXPECT_TRUE(result.passed)
+                    << c.to_string() << ", stream " << stream_number << ", launch " << launch
+                    << (replay ? " (graph)" : "") << ": " << result.summary();
+            }
+            cudaGraphExecDestroy(exec);
+            cudaGraphDestroy(graph);
+            fa::cuda_check(cudaStreamDestroy(stream), "cudaStreamDestroy");
+        }
     }
 }
 

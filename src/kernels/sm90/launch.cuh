@@ -65,10 +65,10 @@ void launch(const KernelArgs& args, Stream stream) {
     }
     const std::int64_t ctas =
         C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
-    std::optional<StreamScratch> counter;  // freed in stream order after the launch
+    std::optional<StreamCounters> counters;  // the next tile, the CTAs done (TileScheduler)
     if constexpr (C.sm90.dynamic_schedule) {
-        counter.emplace(sizeof(int), stream, true);
-        params.tile_counter = static_cast<int*>(counter->get());
+        counters.emplace(2, stream);
+        params.tile_counter = counters->get();
     }
     constexpr int threads = C.n_threads();
     if (args.variants && paged)

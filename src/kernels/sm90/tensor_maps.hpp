@@ -29,7 +29,7 @@ struct TensorMaps {
 struct Params {
     KernelArgs args;
     TensorMaps maps;
-    int* tile_counter;  // the dynamic schedule's: zero at the launch (else null)
+    int* tile_counter;  // the dynamic schedule's two (TileScheduler), else null
 };
 
 // Boxes: 64 columns (128 bytes, the 128-byte swizzle's width) x 64 rows for Q and O,

@@ -208,7 +208,8 @@ struct TileSlots {
 };
 
 // The producer's and the consumers' view of the schedule. `slots` (shared memory) and
-// `counter` (global, zero at the launch) are used only when Dynamic.
+// `counter` (global: the next tile to claim and the CTAs done claiming; zero at the launch,
+// and left zero for the stream's next launch, StreamCounters) are used only when Dynamic.
 template <class Tr, bool Dynamic>
 struct TileScheduler {
     static_assert(sizeof(TileSlots<Tr::q_buffers>) <= 16 * Tr::q_buffers,
@@ -260,9 +261,17 @@ struct TileScheduler {
     // previous index (the slot's barrier) is not enough, since a consumer that has read
     // it may not yet have waited on that phase of q_full, and a phase completed twice
     // over looks incomplete to a parity wait, which would then never return.
+    // Also counts the CTA done claiming; the launch's last to be done zeroes both counters.
+    // The fences order each CTA's claims before its count, and that count before the reset.
     template <class QSlot, class Bars>
     __device__ __forceinline__ void finish(const QSlot& q, Bars& bars, int past_end) const {
         if constexpr (Dynamic) {
+            __threadfence();
+            if (atomicAdd(counter + 1, 1) == static_cast<int>(gridDim.x) - 1) {
+                __threadfence();
+                counter[0] = 0;
+                counter[1] = 0;
+            }
             bars.q_empty[q.buffer].wait(q.parity ^ 1);
             publish(q, past_end);
             bars.q_full[q.buffer].arrive();
