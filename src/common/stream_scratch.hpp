@@ -1,7 +1,8 @@
 #pragma once
 
-// Scratch memory for one launch, in stream order: the dynamic tile schedule's counter, the
-// partial results of split-KV attention. Memory per launch (not one buffer per device)
+// Scratch memory for one launch, in stream order: the partial results of split-KV attention,
+// and the dynamic tile schedule's counters under stream capture (StreamCounters below, each
+// stream's own otherwise). Memory per launch (not one buffer per device)
 // keeps launches on different streams, and replays of one CUDA graph on several streams,
 // from sharing it; allocating from the library's own stream-ordered pool keeps that cheap
 // and needs no host synchronisation. Under stream capture the calls become graph nodes
