@@ -464,6 +464,46 @@ __device__ __forceinline__ void to_a_fragments(Softmax& softmax, const float (&s
     softmax.template add_rounded<dtype>(p);
 }
 
+// score_lookahead, block j's step: S_j (issued a step earlier, into `cur`, and done) is
+// masked, O += P_{j-1}·V_{j-1} and S_{j+1} (into `next`) are issued in one GEMM turn, and S_j
+// is exponentiated while both run; then both are retired and P_j takes P_{j-1}'s place. A
+// warpgroup's softmax no longer waits for a GEMM it issued in the same step: one warp a
+// scheduler exponentiating alone keeps the MUFU 73% busy and two 96% (micro-benchmark, H200,
+// docs/PERF.md, 2026-11-26), so two consumers whose softmax phases overlap each other can keep
+// the MUFU and the tensor cores busy at once. Every step retires all its GEMMs before P and O
+// are written: with S_{j+1} left in flight across the step, ptxas serialized every wgmma of
+// the kernel (C7513: non-wgmma instructions defining a wgmma's inputs within its stage).
+template <bool Kept, class Tr, bool P, bool V, bool Pg, class Turns, class Softmax>
+__device__ __forceinline__ void lookahead_step(Consumer<Tr, P, V, Pg>& c, Turns& turns,
+                                               Softmax& softmax, float (&o)[1][Tr::d_head / 8][4],
+                                               float (&cur)[1][Tr::B_c / 8][4],
+                                               float (&next)[1][Tr::B_c / 8][4],
+                                               std::uint32_t (&p)[1][Tr::B_c / 16][4], int j,
+                                               int n) {
+    const bool ahead = j + 1 < n;
+    if constexpr (!Kept)
+        c.release_k(j);
+    c.softcap(cur);
+    c.mask(cur, j);
+    c.wait_v(j - 1);
+    if (ahead)
+        c.wait_k(j + 1);
+    turns.acquire();
+    c.issue_pv(o, p, j - 1);
+    if (ahead)
+        c.issue_qk(next, j + 1);
+    turns.release();
+    exponentiate<Kept>(c, softmax, cur, j);
+    ptx::wgmma_wait<0>();  // P_{j-1}·V_{j-1} and S_{j+1}
+    ptx::fence_operands(o[0]);
+    ptx::fence_operands(p[0]);
+    ptx::fence_operands(next[0]);
+    c.keep_q();
+    c.release_v(j - 1);
+    softmax.rescale(o);
+    to_a_fragments<Tr::dtype>(softmax, cur, p);
+}
+
 // trim_blocks: the tile's blocks after this consumer's own (`passed` of them) hold no key
 // its rows see (causal: the rows of the tile's later consumers reach further; or rows past
 // the sequence). It computes nothing there, hands each stage back as it lands, and passes
@@ -506,7 +546,43 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         pass<Overlap>(c, turns);
         return;
     }
-    if constexpr (!Overlap) {
+    if constexpr (Overlap && Tr::score_lookahead) {
+        constexpr bool kept = Softmax::lazy && (Pingpong || Tr::d_head < 256);
+        // S_0 and S_1 in one turn; then block j's step finds S_j in s_even or s_odd (j's
+        // parity: the buffers are registers, so the loop is unrolled by two).
+        float s_odd[1][s_tiles][4];
+        c.wait_k(0);
+        if (n > 1)
+            c.wait_k(1);
+        turns.acquire();
+        c.issue_qk(s, 0);
+        if (n > 1)
+            c.issue_qk(s_odd, 1);
+        turns.release();
+        if (n > 1)
+            ptx::wgmma_wait<1>();
+        else
+            ptx::wgmma_wait<0>();
+        ptx::fence_operands(s[0]);
+        c.keep_q();
+        if constexpr (!kept)
+            c.release_k(0);
+        c.softcap(s);
+        c.mask(s, 0);
+        c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
+        exponentiate<kept>(c, softmax, s, 0);
+        ptx::wgmma_wait<0>();  // S_1
+        ptx::fence_operands(s_odd[0]);
+        c.keep_q();
+        to_a_fragments<Tr::dtype>(softmax, s, p);
+        for (int j = 1; j < n; j += 2) {
+            lookahead_step<kept>(c, turns, softmax, o, s_odd, s, p, j, n);
+            if (j + 1 < n)
+                lookahead_step<kept>(c, turns, softmax, o, s, s_odd, p, j + 1, n);
+        }
+        q_read();
+        accumulate(c, turns, o, p, n - 1);
+    } else if constexpr (!Overlap) {
         // The row max every block: d_head 256's one-stage tile, the only one without overlap
         // the table takes, spilled and lost 3.6% with kept references (H200, docs/PERF.md,
         // 2026-11-26).
