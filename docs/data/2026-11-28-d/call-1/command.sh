@@ -1,0 +1,1 @@
+nvcc -O3 -arch=sm_90a -o $OUT/softmax_rate softmax_rate.cu && $OUT/softmax_rate
