@@ -83,10 +83,7 @@ enum class FieldKind {
     X(bool, lazy_rescale, false, 1, sm90, flag, "lazy")                                  \
     /* each consumer computes only the K/V blocks its own rows see and passes the */     \
     /* rest (causal: a tile's later rows reach further; rows past the sequence) */       \
-    X(bool, trim_blocks, false, 1, sm90, flag, "trim")                                 \
-    /* with overlap, S_{j+1} = Q·K_{j+1}ᵀ is issued into a second S before block j's */ \
-    /* softmax, so a warpgroup's own GEMMs run under its exponentials (mainloop.cuh) */  \
-    X(bool, score_lookahead, false, 1, sm90, flag, "lookahead")
+    X(bool, trim_blocks, false, 1, sm90, flag, "trim")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

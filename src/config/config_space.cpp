@@ -137,11 +137,6 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return sm90(c) && !is_wgmma_n(c.B_c); }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
          [](const KernelConfig& c) { return sm90(c) && (c.sm90.stages < 1 || c.sm90.stages > 4); }},
-    Rule{"lookahead_needs_overlap", RuleKind::validity,
-         "the score lookahead deepens intra-warpgroup overlap (add overlap)",
-         [](const KernelConfig& c) {
-             return sm90(c) && c.sm90.score_lookahead && !c.sm90.intra_warpgroup_overlap;
-         }},
     Rule{"pingpong_needs_two", RuleKind::validity,
          "ping-pong alternates two or more consumer warpgroups",
          [](const KernelConfig& c) {
@@ -417,10 +412,9 @@ int estimated_registers(const KernelConfig& c) {
         // B_c 128 with overlap, 152 of 160, no spills; the same with Q in registers, 168,
         // spills 96 bytes). Without intra-warpgroup overlap P replaces S (converted in
         // place, S dead); with it, S of the next block is computed while P of this one
-        // feeds P·V; with the score lookahead a second S is in flight as well.
+        // feeds P·V.
         const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
-        const int s = c.sm90.score_lookahead ? c.B_c : c.B_c / 2;
-        return c.d_head / 2 + s + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 +
+        return c.d_head / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 +
                c.d_head / 8;
     }
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),

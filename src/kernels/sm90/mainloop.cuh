@@ -464,76 +464,6 @@ __device__ __forceinline__ void to_a_fragments(Softmax& softmax, const float (&s
     softmax.template add_rounded<dtype>(p);
 }
 
-// x = S as plain registers, apart from the accumulators (the fence keeps them apart).
-template <int NT>
-__device__ __forceinline__ void copy_scores(const float (&acc)[1][NT][4], float (&x)[1][NT][4]) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            x[0][nt][e] = acc[0][nt][e];
-    }
-    ptx::fence_operands(x[0]);
-}
-
-// score_lookahead, block j's step: S_j (computed a step earlier into `acc`, and done) is copied
-// out and masked, O += P_{j-1}·V_{j-1} and S_{j+1} (into `acc`) are issued in one GEMM turn,
-// and the copy is exponentiated while both run; then both are retired and P_j takes P_{j-1}'s
-// place. A warpgroup's softmax no longer waits for a GEMM it issued in the same step: one warp
-// a scheduler exponentiating alone keeps the MUFU 73% busy and two 96% (micro-benchmark,
-// H200, docs/PERF.md, 2026-11-26). The copy is what ptxas needs: it serializes every wgmma of
-// a kernel that reads or writes a wgmma's accumulators while another wgmma is in flight,
-// unless that wgmma was issued and retired in the same stage (C7514, C7515); and with S_{j+1}
-// in flight across steps it does so for P's fragments (C7513). The kept references' vote is
-// also what holds the exponentials before the wait: without it ptxas moved them after the
-// wait, and nothing overlapped. A block whose rows outgrew their references computes S_j
-// again into `acc` after the wait, S_{j+1} parked in the copy meanwhile (rare; in flight
-// there, the branch made ptxas serialize again).
-template <class Tr, bool P, bool V, bool Pg, class Turns, class Softmax>
-__device__ __forceinline__ void lookahead_step(Consumer<Tr, P, V, Pg>& c, Turns& turns,
-                                               Softmax& softmax, float (&o)[1][Tr::d_head / 8][4],
-                                               float (&acc)[1][Tr::B_c / 8][4],
-                                               float (&x)[1][Tr::B_c / 8][4],
-                                               std::uint32_t (&p)[1][Tr::B_c / 16][4], int j,
-                                               int n) {
-    const bool ahead = j + 1 < n;
-    copy_scores(acc, x);
-    c.softcap(x);
-    c.mask(x, j);
-    c.wait_v(j - 1);
-    if (ahead)
-        c.wait_k(j + 1);
-    turns.acquire();
-    c.issue_pv(o, p, j - 1);
-    if (ahead)
-        c.issue_qk(acc, j + 1);
-    turns.release();
-    // The variant kernels' fixed reference (softcap) has nothing to keep.
-    bool kept = true;
-    if constexpr (Softmax::lazy)
-        kept = softmax.exponentiate_kept(x, [&c](bool k) { return c.warpgroup_all(k); });
-    else
-        softmax.exponentiate(x);
-    ptx::wgmma_wait<0>();  // P_{j-1}·V_{j-1} and S_{j+1}
-    ptx::fence_operands(o[0]);
-    ptx::fence_operands(p[0]);
-    ptx::fence_operands(acc[0]);
-    c.keep_q();
-    c.release_v(j - 1);
-    if (kept) {
-        softmax.rescale(o);
-        to_a_fragments<Tr::dtype>(softmax, x, p);
-    } else {  // nothing in flight: S_{j+1} waits in the copy while S_j is computed again
-        copy_scores(acc, x);
-        c.rescore(acc, j);
-        softmax.exponentiate_to_max(acc);
-        softmax.rescale(o);
-        to_a_fragments<Tr::dtype>(softmax, acc, p);
-        copy_scores(x, acc);
-    }
-    c.release_k(j);
-}
-
 // trim_blocks: the tile's blocks after this consumer's own (`passed` of them) hold no key
 // its rows see (causal: the rows of the tile's later consumers reach further; or rows past
 // the sequence). It computes nothing there, hands each stage back as it lands, and passes
@@ -576,37 +506,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         pass<Overlap>(c, turns);
         return;
     }
-    if constexpr (Overlap && Tr::score_lookahead) {
-        // Block 0 as a step without a P·V before it; then S_j is in s at each step's start.
-        float x[1][s_tiles][4];
-        c.wait_k(0);
-        turns.acquire();
-        c.issue_qk(s, 0);
-        turns.release();
-        ptx::wgmma_wait<0>();
-        ptx::fence_operands(s[0]);
-        c.keep_q();
-        copy_scores(s, x);
-        c.release_k(0);
-        c.softcap(x);
-        c.mask(x, 0);
-        c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
-        softmax.exponentiate(x);  // no reference yet
-        if (n > 1) {
-            c.wait_k(1);
-            turns.acquire();
-            c.issue_qk(s, 1);
-            turns.release();
-        }
-        ptx::wgmma_wait<0>();
-        ptx::fence_operands(s[0]);
-        c.keep_q();
-        to_a_fragments<Tr::dtype>(softmax, x, p);
-        for (int j = 1; j < n; ++j)
-            lookahead_step(c, turns, softmax, o, s, x, p, j, n);
-        q_read();
-        accumulate(c, turns, o, p, n - 1);
-    } else if constexpr (!Overlap) {
+    if constexpr (!Overlap) {
         // The row max every block: d_head 256's one-stage tile, the only one without overlap
         // the table takes, spilled and lost 3.6% with kept references (H200, docs/PERF.md,
         // 2026-11-26).

@@ -88,7 +88,6 @@ struct Traits {
     static constexpr int barrier_offset = o_offset + (o_apart ? QTile::bytes : 0);
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
     static constexpr bool trim_blocks = C.sm90.trim_blocks;
-    static constexpr bool score_lookahead = C.sm90.score_lookahead;
     // With the dynamic schedule, per Q buffer the index of the tile it holds and a barrier
     // (TileSlots: the producer takes the index from the global counter, the consumers
     // read it there).
