@@ -72,10 +72,11 @@ int main() {
                 for (int w = 0; w < warps; ++w)
                     worst = host[b * 32 + w] > worst ? host[b * 32 + w] : worst;
             const double per_step = double(worst) / iters;
-            printf("%d warp(s) a scheduler: %.0f cycles a step a warp; MUFU busy %.0f%% "
-                   "(bound %d cycles)\n",
-                   per_scheduler, per_step, 100.0 * 512 * per_scheduler / per_step,
-                   512 * per_scheduler);
+            printf(
+                "%d warp(s) a scheduler: %.0f cycles a step a warp; MUFU busy %.0f%% "
+                "(bound %d cycles)\n",
+                per_scheduler, per_step, 100.0 * 512 * per_scheduler / per_step,
+                512 * per_scheduler);
         }
     }
     return 0;
