@@ -1,0 +1,217 @@
+// How long is a round of d_head 64's main loop when nothing but the consumers runs?
+// Each consumer warpgroup repeats the release kernel's overlapped step on shared-memory
+// tiles that never change (no producer, no mbarrier waits, no masks): take the GEMM turn,
+// issue S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1}, hand the turn on, wait for S_j, exponentiate
+// it against the kept references (the vote included), retire P·V, pack P. The library's own
+// primitives do the work (warpgroup GEMMs, OnlineSoftmax, the A-fragment packing), so the
+// instruction stream is the kernel's less its memory pipeline. Variants: the GEMMs alone,
+// the softmax alone, ping-pong off, the turn handed on between S and P·V, the row max every
+// block instead of the kept references, two consumers. Cycles a round (each consumer one
+// block), the worst warp of all CTAs, and the units' shares: tensor cores at 512 cycles a
+// consumer's block (2 x 64 x 128 x 64 x 2 flops at 4096 a clock), the MUFU at 512 (8192
+// exponentials at 16 a clock).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "kernels/primitives/online_softmax.cuh"
+#include "kernels/primitives/sm80/warp_gemm.cuh"
+#include "kernels/primitives/sm90/ptx.cuh"
+#include "kernels/primitives/sm90/warpgroup_gemm.cuh"
+
+using namespace flash_attention;
+
+constexpr int D = 64;
+constexpr int BC = 128;
+constexpr int stages = 2;
+using QTile = Swizzle128Tile<64, D>;
+using KVTile = Swizzle128Tile<BC, D>;
+constexpr DType dt = DType::BF16;
+
+enum Mode { full, gemms_only, softmax_only };
+enum Turn { pingpong, none, split };  // split: the turn goes on after S, before P·V
+enum Ref { kept, row_max };
+
+template <int Consumers>
+constexpr int smem_bytes = Consumers * QTile::bytes + 2 * stages * KVTile::bytes;
+
+template <int Consumers, Turn T>
+struct Turns {
+    int consumer;
+    bool started = false;
+    __device__ void acquire() {
+        if constexpr (T != none) {
+            if (!started && consumer == Consumers - 1)
+                ptx::named_barrier_arrive(1, 256);
+            started = true;
+            ptx::named_barrier_sync(1 + consumer, 256);
+        }
+    }
+    __device__ void release() const {
+        if constexpr (T != none)
+            ptx::named_barrier_arrive(1 + (consumer + 1) % Consumers, 256);
+    }
+    __device__ void finish() const {
+        if (T != none && started && consumer == 0)
+            ptx::named_barrier_sync(1, 256);
+    }
+};
+
+template <int Consumers, Mode M, Turn T, Ref R>
+__global__ void __launch_bounds__(128 * (Consumers + 1), 1)
+    rounds(int iters, long long* clk, float* out) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    for (int i = threadIdx.x; i < smem_bytes<Consumers> / 4; i += blockDim.x)
+        reinterpret_cast<std::uint32_t*>(smem)[i] = 0x3c243c24u;  // bf16 0.01 pairs
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    const int wg = threadIdx.x / 128;
+    if (wg == Consumers) {
+        ptx::setmaxnreg_dec<Consumers >= 3 ? 32 : 24>();
+        return;
+    }
+    ptx::setmaxnreg_inc<Consumers >= 3 ? 160 : 240>();
+    const std::uint32_t base = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+    const std::uint32_t q = base + wg * QTile::bytes;
+    const std::uint32_t k0 = base + Consumers * QTile::bytes;
+    const std::uint32_t v0 = k0 + stages * KVTile::bytes;
+    const auto k = [&](int j) { return k0 + (j % stages) * KVTile::bytes; };
+    const auto v = [&](int j) { return v0 + (j % stages) * KVTile::bytes; };
+    const int vote_id = 1 + Consumers + wg;
+    const auto agree = [&](bool value) { return ptx::named_barrier_all(vote_id, 128, value); };
+
+    float s[1][BC / 8][4];
+    float o[1][D / 8][4];
+    std::uint32_t p[1][BC / 16][4];
+    zero(o);
+    zero(s);
+    accumulators_to_a_fragments<dt>(s, p);
+    using Softmax = OnlineSoftmax<1, true, R == kept ? RowReference::lazy : RowReference::max>;
+    Softmax softmax(0.125f, 0.125f * 1.4426950408889634f);
+    Turns<Consumers, T> turns{wg};
+
+    const auto issue_qk = [&](int j) {
+        ptx::fence_operands(s[0]);
+        ptx::wgmma_fence();
+        warpgroup_gemm_qk<dt, QTile, KVTile>(s[0], q, k(j));
+        ptx::wgmma_commit_group();
+        ptx::fence_operands(s[0]);
+    };
+    const auto issue_pv = [&](int j) {
+        ptx::fence_operands(o[0]);
+        ptx::wgmma_fence();
+        warpgroup_gemm_pv<dt, KVTile>(o[0], p[0], v(j));
+        ptx::wgmma_commit_group();
+        ptx::fence_operands(o[0]);
+    };
+    const auto exponentiate = [&](int j) {
+        if constexpr (M != gemms_only) {
+            if constexpr (R == kept) {
+                if (j == 0 || !softmax.exponentiate_kept(s, agree))
+                    softmax.exponentiate_to_max(s);
+            } else {
+                softmax.exponentiate(s);
+            }
+        }
+    };
+
+    if constexpr (M != softmax_only) {
+        turns.acquire();
+        issue_qk(0);
+        turns.release();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(s[0]);
+    }
+    exponentiate(0);
+    accumulators_to_a_fragments<dt>(s, p);
+    __syncwarp();
+    const long long t0 = clock64();
+    for (int j = 1; j <= iters; ++j) {
+        if constexpr (M != softmax_only) {
+            turns.acquire();
+            issue_qk(j);
+            if constexpr (T == split)
+                turns.release();
+            issue_pv(j - 1);
+            if constexpr (T != split)
+                turns.release();
+            ptx::wgmma_wait<1>();
+            ptx::fence_operands(s[0]);
+        }
+        exponentiate(j);
+        if constexpr (M != softmax_only) {
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(o[0]);
+            ptx::fence_operands(p[0]);
+        }
+        softmax.rescale(o);
+        accumulators_to_a_fragments<dt>(s, p);
+    }
+    __syncwarp();
+    const long long t1 = clock64();
+    if constexpr (M != softmax_only) {
+        turns.acquire();
+        issue_pv(iters);
+        turns.release();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(o[0]);
+        turns.finish();
+    }
+    softmax.finalize(o);
+    float acc = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt)
+        acc += o[0][nt][0] + o[0][nt][1] + o[0][nt][2] + o[0][nt][3];
+#pragma unroll
+    for (int kt = 0; kt < BC / 16; ++kt)
+        acc += __uint_as_float(p[0][kt][0] & 0x3fffffffu);
+    out[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+    if (threadIdx.x % 32 == 0)
+        clk[blockIdx.x * 16 + threadIdx.x / 32] = t1 - t0;
+}
+
+template <int Consumers, Mode M, Turn T, Ref R>
+void measure(const char* name, int sms, long long* clk, float* out) {
+    const auto kernel = rounds<Consumers, M, T, R>;
+    constexpr int bytes = smem_bytes<Consumers>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    const int iters = 1000;
+    double best = 1e30;
+    for (int rep = 0; rep < 3; ++rep) {
+        kernel<<<sms, 128 * (Consumers + 1), bytes>>>(iters, clk, out);
+        if (cudaDeviceSynchronize() != cudaSuccess) {
+            printf("%s: error %s\n", name, cudaGetErrorString(cudaGetLastError()));
+            std::exit(1);
+        }
+        static long long host[16 * 1024];
+        cudaMemcpy(host, clk, sizeof(long long) * sms * 16, cudaMemcpyDeviceToHost);
+        long long worst = 0;
+        for (int b = 0; b < sms; ++b)
+            for (int w = 0; w < 4 * Consumers; ++w)
+                worst = host[b * 16 + w] > worst ? host[b * 16 + w] : worst;
+        best = std::min(best, double(worst) / iters);
+    }
+    const double bound = 512.0 * Consumers;
+    printf("%-44s %6.0f cycles a round; tensor/MUFU work %4.0f%% of it\n", name, best,
+           100.0 * bound / best);
+}
+
+int main() {
+    int sms;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    float* out;
+    long long* clk;
+    cudaMalloc(&out, sizeof(float) * sms * 512);
+    cudaMalloc(&clk, sizeof(long long) * sms * 16);
+    measure<3, full, pingpong, kept>("3 consumers, the release step", sms, clk, out);
+    measure<3, gemms_only, pingpong, kept>("3 consumers, GEMMs only (ping-pong)", sms, clk, out);
+    measure<3, gemms_only, none, kept>("3 consumers, GEMMs only (no turns)", sms, clk, out);
+    measure<3, softmax_only, none, kept>("3 consumers, softmax only", sms, clk, out);
+    measure<3, full, none, kept>("3 consumers, no ping-pong", sms, clk, out);
+    measure<3, full, split, kept>("3 consumers, turn handed on after S", sms, clk, out);
+    measure<3, full, pingpong, row_max>("3 consumers, row max every block", sms, clk, out);
+    measure<2, full, pingpong, kept>("2 consumers, the release step", sms, clk, out);
+    measure<2, gemms_only, pingpong, kept>("2 consumers, GEMMs only", sms, clk, out);
+    measure<2, full, none, kept>("2 consumers, no ping-pong", sms, clk, out);
+    return 0;
+}
