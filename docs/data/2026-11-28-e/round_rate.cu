@@ -57,7 +57,14 @@ struct Turns {
     }
 };
 
-template <int Consumers, Mode M, Turn T, Ref R>
+// Trace: warp w's clock at each event of rounds [trace_from, trace_from + trace_rounds), CTA 0.
+constexpr int trace_from = 500;
+constexpr int trace_rounds = 6;
+constexpr int trace_events = 6;  // turn held, GEMMs issued, S_j ready, exponentiated,
+                                 // P·V retired, P packed (round j; its start: the previous end)
+__device__ long long g_trace[16][trace_rounds][trace_events];
+
+template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false>
 __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     rounds(int iters, long long* clk, float* out) {
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -126,26 +133,40 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     accumulators_to_a_fragments<dt>(s, p);
     __syncwarp();
     const long long t0 = clock64();
+    const bool tracer = Trace && blockIdx.x == 0 && threadIdx.x % 32 == 0;
+    const auto stamp = [&](int j, int event) {
+        if constexpr (Trace) {
+            const int r = j - trace_from;
+            if (tracer && r >= 0 && r < trace_rounds)
+                g_trace[threadIdx.x / 32][r][event] = clock64();
+        }
+    };
     for (int j = 1; j <= iters; ++j) {
         if constexpr (M != softmax_only) {
             turns.acquire();
+            stamp(j, 0);
             issue_qk(j);
             if constexpr (T == split)
                 turns.release();
             issue_pv(j - 1);
             if constexpr (T != split)
                 turns.release();
+            stamp(j, 1);
             ptx::wgmma_wait<1>();
             ptx::fence_operands(s[0]);
+            stamp(j, 2);
         }
         exponentiate(j);
+        stamp(j, 3);
         if constexpr (M != softmax_only) {
             ptx::wgmma_wait<0>();
             ptx::fence_operands(o[0]);
             ptx::fence_operands(p[0]);
         }
+        stamp(j, 4);
         softmax.rescale(o);
         accumulators_to_a_fragments<dt>(s, p);
+        stamp(j, 5);
     }
     __syncwarp();
     const long long t1 = clock64();
@@ -170,19 +191,28 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         clk[blockIdx.x * 16 + threadIdx.x / 32] = t1 - t0;
 }
 
-template <int Consumers, Mode M, Turn T, Ref R>
+template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false>
 void measure(const char* name, int sms, long long* clk, float* out) {
-    const auto kernel = rounds<Consumers, M, T, R>;
+    const auto kernel = rounds<Consumers, M, T, R, Trace>;
     constexpr int bytes = smem_bytes<Consumers>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     const int iters = 1000;
     double best = 1e30;
+    float best_ms = 1e30f;
+    cudaEvent_t start, stop;
+    cudaEventCreate(&start);
+    cudaEventCreate(&stop);
     for (int rep = 0; rep < 3; ++rep) {
+        cudaEventRecord(start);
         kernel<<<sms, 128 * (Consumers + 1), bytes>>>(iters, clk, out);
+        cudaEventRecord(stop);
         if (cudaDeviceSynchronize() != cudaSuccess) {
             printf("%s: error %s\n", name, cudaGetErrorString(cudaGetLastError()));
             std::exit(1);
         }
+        float ms = 0.0f;
+        cudaEventElapsedTime(&ms, start, stop);
+        best_ms = std::min(best_ms, ms);
         static long long host[16 * 1024];
         cudaMemcpy(host, clk, sizeof(long long) * sms * 16, cudaMemcpyDeviceToHost);
         long long worst = 0;
@@ -192,8 +222,27 @@ void measure(const char* name, int sms, long long* clk, float* out) {
         best = std::min(best, double(worst) / iters);
     }
     const double bound = 512.0 * Consumers;
-    printf("%-44s %6.0f cycles a round; tensor/MUFU work %4.0f%% of it\n", name, best,
-           100.0 * bound / best);
+    // Wall-clock cross-check: the GEMMs' flops over the kernel's time (prologue included).
+    const double flops = 2.0 * 2 * 64 * BC * D * double(Consumers) * (iters + 1) * sms;
+    printf("%-40s %6.0f cycles a round; tensor/MUFU work %4.0f%% of it; %.3f ms, %.0f GEMM TFLOP/s\n",
+           name, best, 100.0 * bound / best, best_ms, flops / (best_ms * 1e-3) / 1e12);
+    if constexpr (Trace) {
+        // Each consumer's warp on scheduler 0 (warp 4c), cycles from the first stamp.
+        static long long t[16][trace_rounds][trace_events];
+        cudaMemcpyFromSymbol(t, g_trace, sizeof(t));
+        long long origin = t[0][0][0];
+        for (int c = 0; c < Consumers; ++c)
+            origin = std::min(origin, t[4 * c][0][0]);
+        printf("  trace (CTA 0, scheduler 0's warps; cycles): round: consumer: turn held / "
+               "issued / S ready / exponentiated / P.V retired / packed\n");
+        for (int r = 0; r < trace_rounds; ++r)
+            for (int c = 0; c < Consumers; ++c) {
+                printf("  %d: c%d:", r, c);
+                for (int e = 0; e < trace_events; ++e)
+                    printf(" %6lld", t[4 * c][r][e] - origin);
+                printf("\n");
+            }
+    }
 }
 
 int main() {
@@ -204,14 +253,13 @@ int main() {
     cudaMalloc(&out, sizeof(float) * sms * 512);
     cudaMalloc(&clk, sizeof(long long) * sms * 16);
     measure<3, full, pingpong, kept>("3 consumers, the release step", sms, clk, out);
-    measure<3, gemms_only, pingpong, kept>("3 consumers, GEMMs only (ping-pong)", sms, clk, out);
-    measure<3, gemms_only, none, kept>("3 consumers, GEMMs only (no turns)", sms, clk, out);
+    measure<3, full, pingpong, kept, true>("3 consumers, the release step, traced", sms, clk, out);
+    measure<2, full, pingpong, kept, true>("2 consumers, the release step, traced", sms, clk, out);
     measure<3, softmax_only, none, kept>("3 consumers, softmax only", sms, clk, out);
     measure<3, full, none, kept>("3 consumers, no ping-pong", sms, clk, out);
     measure<3, full, split, kept>("3 consumers, turn handed on after S", sms, clk, out);
     measure<3, full, pingpong, row_max>("3 consumers, row max every block", sms, clk, out);
     measure<2, full, pingpong, kept>("2 consumers, the release step", sms, clk, out);
-    measure<2, gemms_only, pingpong, kept>("2 consumers, GEMMs only", sms, clk, out);
     measure<2, full, none, kept>("2 consumers, no ping-pong", sms, clk, out);
     return 0;
 }
