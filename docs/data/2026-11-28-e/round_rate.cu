@@ -28,7 +28,10 @@ using QTile = Swizzle128Tile<64, D>;
 using KVTile = Swizzle128Tile<BC, D>;
 constexpr DType dt = DType::BF16;
 
-enum Mode { full, gemms_only, softmax_only };
+// softmax_beside_gemms: the consumers' softmax alone while the fourth warpgroup issues
+// S-sized GEMMs (m64n64k16 from shared memory) back to back until they finish.
+enum Mode { full, softmax_only, softmax_beside_gemms };
+enum Vote { vote, no_vote };  // no_vote: each warp trusts its own kept check (timing only)
 enum Turn { pingpong, none, split };  // split: the turn goes on after S, before P·V
 enum Ref { kept, row_max };
 
@@ -64,7 +67,7 @@ constexpr int trace_events = 6;  // turn held, GEMMs issued, S_j ready, exponent
                                  // P·V retired, P packed (round j; its start: the previous end)
 __device__ long long g_trace[16][trace_rounds][trace_events];
 
-template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false>
+template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote>
 __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     rounds(int iters, long long* clk, float* out) {
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -73,19 +76,51 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     const int wg = threadIdx.x / 128;
+    const std::uint32_t base = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+    __shared__ int consumers_done;
+    if (threadIdx.x == 0)
+        consumers_done = 0;
+    __syncthreads();
     if (wg == Consumers) {
-        ptx::setmaxnreg_dec<Consumers >= 3 ? 32 : 24>();
+        if constexpr (M == softmax_beside_gemms) {
+            ptx::setmaxnreg_dec<56>();
+            float d[1][64 / 8][4];
+            zero(d);
+            long long groups = 0;
+            const long long h0 = clock64();
+            while (*static_cast<volatile int*>(&consumers_done) < Consumers) {
+                ptx::fence_operands(d[0]);
+                ptx::wgmma_fence();
+                warpgroup_gemm_qk<dt, QTile, Swizzle128Tile<64, D>>(d[0], base,
+                                                                    base + QTile::bytes);
+                ptx::wgmma_commit_group();
+                ptx::wgmma_wait<1>();
+                ++groups;
+            }
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(d[0]);
+            const long long h1 = clock64();
+            out[blockIdx.x * blockDim.x + threadIdx.x] = d[0][0][0];
+            if (threadIdx.x % 128 == 0)  // GEMM cycles a group of 4 x m64n64k16 (128 at peak)
+                clk[blockIdx.x * 16 + 15] = (h1 - h0) * 1000 / (groups > 0 ? groups : 1);
+        } else {
+            ptx::setmaxnreg_dec<Consumers >= 3 ? 32 : 24>();
+        }
         return;
     }
-    ptx::setmaxnreg_inc<Consumers >= 3 ? 160 : 240>();
-    const std::uint32_t base = static_cast<std::uint32_t>(__cvta_generic_to_shared(smem));
+    if constexpr (M == softmax_beside_gemms)
+        ptx::setmaxnreg_inc<152>();
+    else
+        ptx::setmaxnreg_inc<Consumers >= 3 ? 160 : 240>();
     const std::uint32_t q = base + wg * QTile::bytes;
     const std::uint32_t k0 = base + Consumers * QTile::bytes;
     const std::uint32_t v0 = k0 + stages * KVTile::bytes;
     const auto k = [&](int j) { return k0 + (j % stages) * KVTile::bytes; };
     const auto v = [&](int j) { return v0 + (j % stages) * KVTile::bytes; };
     const int vote_id = 1 + Consumers + wg;
-    const auto agree = [&](bool value) { return ptx::named_barrier_all(vote_id, 128, value); };
+    const auto agree = [&](bool value) {
+        return V == vote ? ptx::named_barrier_all(vote_id, 128, value) : value;
+    };
 
     float s[1][BC / 8][4];
     float o[1][D / 8][4];
@@ -112,7 +147,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         ptx::fence_operands(o[0]);
     };
     const auto exponentiate = [&](int j) {
-        if constexpr (M != gemms_only) {
+        {
             if constexpr (R == kept) {
                 if (j == 0 || !softmax.exponentiate_kept(s, agree))
                     softmax.exponentiate_to_max(s);
@@ -122,7 +157,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         }
     };
 
-    if constexpr (M != softmax_only) {
+    if constexpr (M == full) {
         turns.acquire();
         issue_qk(0);
         turns.release();
@@ -142,7 +177,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         }
     };
     for (int j = 1; j <= iters; ++j) {
-        if constexpr (M != softmax_only) {
+        if constexpr (M == full) {
             turns.acquire();
             stamp(j, 0);
             issue_qk(j);
@@ -158,7 +193,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         }
         exponentiate(j);
         stamp(j, 3);
-        if constexpr (M != softmax_only) {
+        if constexpr (M == full) {
             ptx::wgmma_wait<0>();
             ptx::fence_operands(o[0]);
             ptx::fence_operands(p[0]);
@@ -170,7 +205,9 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     }
     __syncwarp();
     const long long t1 = clock64();
-    if constexpr (M != softmax_only) {
+    if (threadIdx.x % 128 == 0)
+        atomicAdd(&consumers_done, 1);
+    if constexpr (M == full) {
         turns.acquire();
         issue_pv(iters);
         turns.release();
@@ -191,9 +228,9 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         clk[blockIdx.x * 16 + threadIdx.x / 32] = t1 - t0;
 }
 
-template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false>
+template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote>
 void measure(const char* name, int sms, long long* clk, float* out) {
-    const auto kernel = rounds<Consumers, M, T, R, Trace>;
+    const auto kernel = rounds<Consumers, M, T, R, Trace, V>;
     constexpr int bytes = smem_bytes<Consumers>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     const int iters = 1000;
@@ -226,6 +263,12 @@ void measure(const char* name, int sms, long long* clk, float* out) {
     const double flops = 2.0 * 2 * 64 * BC * D * double(Consumers) * (iters + 1) * sms;
     printf("%-40s %6.0f cycles a round; tensor/MUFU work %4.0f%% of it; %.3f ms, %.0f GEMM TFLOP/s\n",
            name, best, 100.0 * bound / best, best_ms, flops / (best_ms * 1e-3) / 1e12);
+    if constexpr (M == softmax_beside_gemms) {
+        static long long h[16];
+        cudaMemcpy(h, clk, sizeof(h), cudaMemcpyDeviceToHost);
+        printf("  beside them, CTA 0's GEMM warpgroup: %.1f cycles a group of 4 m64n64k16 "
+               "(128 at the tensor cores' peak)\n", h[15] / 1000.0);
+    }
     if constexpr (Trace) {
         // Each consumer's warp on scheduler 0 (warp 4c), cycles from the first stamp.
         static long long t[16][trace_rounds][trace_events];
@@ -256,6 +299,10 @@ int main() {
     measure<3, full, pingpong, kept, true>("3 consumers, the release step, traced", sms, clk, out);
     measure<2, full, pingpong, kept, true>("2 consumers, the release step, traced", sms, clk, out);
     measure<3, softmax_only, none, kept>("3 consumers, softmax only", sms, clk, out);
+    measure<3, softmax_beside_gemms, none, kept>("3 consumers, softmax beside GEMMs", sms, clk,
+                                                 out);
+    measure<3, full, pingpong, kept, false, no_vote>("3 consumers, release step without the vote",
+                                                     sms, clk, out);
     measure<3, full, none, kept>("3 consumers, no ping-pong", sms, clk, out);
     measure<3, full, split, kept>("3 consumers, turn handed on after S", sms, clk, out);
     measure<3, full, pingpong, row_max>("3 consumers, row max every block", sms, clk, out);
