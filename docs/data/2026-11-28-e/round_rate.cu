@@ -83,12 +83,17 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     __syncthreads();
     if (wg == Consumers) {
         if constexpr (M == softmax_beside_gemms) {
-            ptx::setmaxnreg_dec<56>();
+            // No setmaxnreg here: ptxas does not bound a path's registers by it, so every
+            // warpgroup keeps the launch's 128.
             float d[1][64 / 8][4];
             zero(d);
             long long groups = 0;
             const long long h0 = clock64();
-            while (*static_cast<volatile int*>(&consumers_done) < Consumers) {
+            // wgmma is warpgroup-wide: the warps agree on when to stop (bar.red), every 16
+            // groups.
+            while (groups % 16 != 0 ||
+                   !ptx::named_barrier_all(
+                       15, 128, *static_cast<volatile int*>(&consumers_done) == Consumers)) {
                 ptx::fence_operands(d[0]);
                 ptx::wgmma_fence();
                 warpgroup_gemm_qk<dt, QTile, Swizzle128Tile<64, D>>(d[0], base,
@@ -108,9 +113,7 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         }
         return;
     }
-    if constexpr (M == softmax_beside_gemms)
-        ptx::setmaxnreg_inc<152>();
-    else
+    if constexpr (M != softmax_beside_gemms)
         ptx::setmaxnreg_inc<Consumers >= 3 ? 160 : 240>();
     const std::uint32_t q = base + wg * QTile::bytes;
     const std::uint32_t k0 = base + Consumers * QTile::bytes;
