@@ -29,9 +29,18 @@ using KVTile = Swizzle128Tile<BC, D>;
 constexpr DType dt = DType::BF16;
 
 // softmax_beside_gemms: the consumers' softmax alone while the fourth warpgroup issues
-// S-sized GEMMs (m64n64k16 from shared memory) back to back until they finish.
+// GEMMs (Hog) back to back until they finish.
 enum Mode { full, softmax_only, softmax_beside_gemms };
 enum Vote { vote, no_vote };  // no_vote: each warp trusts its own kept check (timing only)
+// The GEMM warpgroup: groups of four m64nNk16 (K = 64), A from shared memory or registers
+// (rs), one group in flight behind the one running or none (drained); alone: the consumers
+// idle meanwhile.
+struct Hog {
+    int n = 64;
+    bool rs = false;
+    bool drained = false;
+    bool alone = false;
+};
 enum Turn { pingpong, none, split };  // split: the turn goes on after S, before P·V
 enum Ref { kept, row_max };
 
@@ -67,7 +76,8 @@ constexpr int trace_events = 6;  // turn held, GEMMs issued, S_j ready, exponent
                                  // P·V retired, P packed (round j; its start: the previous end)
 __device__ long long g_trace[16][trace_rounds][trace_events];
 
-template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote>
+template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote,
+          Hog H = Hog{}, bool QReg = false>
 __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     rounds(int iters, long long* clk, float* out) {
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -85,8 +95,13 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         if constexpr (M == softmax_beside_gemms) {
             // No setmaxnreg here: ptxas does not bound a path's registers by it, so every
             // warpgroup keeps the launch's 128.
-            float d[1][64 / 8][4];
+            constexpr int N = H.n;
+            using BTile = Swizzle128Tile<N, D>;
+            float d[1][N / 8][4];
             zero(d);
+            std::uint32_t a[D / 16][4];
+            if constexpr (H.rs)
+                load_a_fragments<QTile>(a, base, (threadIdx.x / 32 % 4) * 16);
             long long groups = 0;
             const long long h0 = clock64();
             // wgmma is warpgroup-wide: the warps agree on when to stop (bar.red), every 16
@@ -96,17 +111,22 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
                        15, 128, *static_cast<volatile int*>(&consumers_done) == Consumers)) {
                 ptx::fence_operands(d[0]);
                 ptx::wgmma_fence();
-                warpgroup_gemm_qk<dt, QTile, Swizzle128Tile<64, D>>(d[0], base,
-                                                                    base + QTile::bytes);
+                if constexpr (H.rs)
+                    warpgroup_gemm_qk<dt, BTile>(d[0], a, base);
+                else
+                    warpgroup_gemm_qk<dt, QTile, BTile>(d[0], base, base);
                 ptx::wgmma_commit_group();
-                ptx::wgmma_wait<1>();
+                if constexpr (H.drained)
+                    ptx::wgmma_wait<0>();
+                else
+                    ptx::wgmma_wait<1>();
                 ++groups;
             }
             ptx::wgmma_wait<0>();
             ptx::fence_operands(d[0]);
             const long long h1 = clock64();
             out[blockIdx.x * blockDim.x + threadIdx.x] = d[0][0][0];
-            if (threadIdx.x % 128 == 0)  // GEMM cycles a group of 4 x m64n64k16 (128 at peak)
+            if (threadIdx.x % 128 == 0)  // GEMM cycles a group of 4 x m64nNk16
                 clk[blockIdx.x * 16 + 15] = (h1 - h0) * 1000 / (groups > 0 ? groups : 1);
         } else {
             ptx::setmaxnreg_dec<Consumers >= 3 ? 32 : 24>();
@@ -125,6 +145,14 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         return V == vote ? ptx::named_barrier_all(vote_id, 128, value) : value;
     };
 
+    if constexpr (H.alone) {
+        const long long i0 = clock64();
+        while (clock64() - i0 < 1500000) {
+        }
+        if (threadIdx.x % 128 == 0)
+            atomicAdd(&consumers_done, 1);
+        return;
+    }
     float s[1][BC / 8][4];
     float o[1][D / 8][4];
     std::uint32_t p[1][BC / 16][4];
@@ -135,10 +163,17 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     Softmax softmax(0.125f, 0.125f * 1.4426950408889634f);
     Turns<Consumers, T> turns{wg};
 
+    // QReg: Q as A fragments (S from registers and K), as the qreg knob does.
+    std::uint32_t qf[D / 16][4];
+    if constexpr (QReg)
+        load_a_fragments<QTile>(qf, q, (threadIdx.x / 32 % 4) * 16);
     const auto issue_qk = [&](int j) {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_qk<dt, QTile, KVTile>(s[0], q, k(j));
+        if constexpr (QReg)
+            warpgroup_gemm_qk<dt, KVTile>(s[0], qf, k(j));
+        else
+            warpgroup_gemm_qk<dt, QTile, KVTile>(s[0], q, k(j));
         ptx::wgmma_commit_group();
         ptx::fence_operands(s[0]);
     };
@@ -192,6 +227,8 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
             stamp(j, 1);
             ptx::wgmma_wait<1>();
             ptx::fence_operands(s[0]);
+            if constexpr (QReg)
+                ptx::fence_operands(qf);
             stamp(j, 2);
         }
         exponentiate(j);
@@ -231,9 +268,10 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         clk[blockIdx.x * 16 + threadIdx.x / 32] = t1 - t0;
 }
 
-template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote>
+template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote,
+          Hog H = Hog{}, bool QReg = false>
 void measure(const char* name, int sms, long long* clk, float* out) {
-    const auto kernel = rounds<Consumers, M, T, R, Trace, V>;
+    const auto kernel = rounds<Consumers, M, T, R, Trace, V, H, QReg>;
     constexpr int bytes = smem_bytes<Consumers>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     const int iters = 1000;
@@ -269,8 +307,9 @@ void measure(const char* name, int sms, long long* clk, float* out) {
     if constexpr (M == softmax_beside_gemms) {
         static long long h[16];
         cudaMemcpy(h, clk, sizeof(h), cudaMemcpyDeviceToHost);
-        printf("  beside them, CTA 0's GEMM warpgroup: %.1f cycles a group of 4 m64n64k16 "
-               "(128 at the tensor cores' peak)\n", h[15] / 1000.0);
+        const int n = H.n;
+        printf("  beside them, CTA 0's GEMM warpgroup: %.1f cycles a group of 4 m64n%dk16 "
+               "(%d at the tensor cores' peak)\n", h[15] / 1000.0, n, 2 * n);
     }
     if constexpr (Trace) {
         // Each consumer's warp on scheduler 0 (warp 4c), cycles from the first stamp.
@@ -299,11 +338,34 @@ int main() {
     cudaMalloc(&out, sizeof(float) * sms * 512);
     cudaMalloc(&clk, sizeof(long long) * sms * 16);
     measure<3, full, pingpong, kept>("3 consumers, the release step", sms, clk, out);
+    measure<3, full, pingpong, kept, false, vote, Hog{}, true>("3 consumers, Q in registers", sms,
+                                                              clk, out);
     measure<3, full, pingpong, kept, true>("3 consumers, the release step, traced", sms, clk, out);
     measure<2, full, pingpong, kept, true>("2 consumers, the release step, traced", sms, clk, out);
     measure<3, softmax_only, none, kept>("3 consumers, softmax only", sms, clk, out);
     measure<3, softmax_beside_gemms, none, kept>("3 consumers, softmax beside GEMMs", sms, clk,
                                                  out);
+    measure<3, softmax_beside_gemms, none, kept, false, vote, Hog{.drained = true}>(
+        "3 consumers, softmax beside drained GEMMs", sms, clk, out);
+    measure<3, softmax_beside_gemms, none, kept, false, vote, Hog{.n = 192}>(
+        "3 consumers, softmax beside wide GEMMs", sms, clk, out);
+    measure<3, softmax_beside_gemms, none, kept, false, vote, Hog{.rs = true}>(
+        "3 consumers, softmax beside RS GEMMs", sms, clk, out);
+    // The GEMM shapes alone: S = Q·Kᵀ (N = B_c = 128, Q from shared memory or registers),
+    // P·V (A from registers, N = d_head = 64), and both at N = 64 and 192.
+    measure<3, softmax_beside_gemms, none, kept, false, vote, Hog{.alone = true}>(
+        "GEMMs alone: SS N=64", sms, clk, out);
+    measure<3, softmax_beside_gemms, none, kept, false, vote, Hog{.n = 128, .alone = true}>(
+        "GEMMs alone: SS N=128 (S)", sms, clk, out);
+    measure<3, softmax_beside_gemms, none, kept, false, vote,
+            Hog{.n = 128, .rs = true, .alone = true}>("GEMMs alone: RS N=128 (S, Q in registers)",
+                                                     sms, clk, out);
+    measure<3, softmax_beside_gemms, none, kept, false, vote, Hog{.rs = true, .alone = true}>(
+        "GEMMs alone: RS N=64 (P.V)", sms, clk, out);
+    measure<3, softmax_beside_gemms, none, kept, false, vote, Hog{.n = 192, .alone = true}>(
+        "GEMMs alone: SS N=192", sms, clk, out);
+    measure<3, softmax_beside_gemms, none, kept, false, vote,
+            Hog{.n = 192, .rs = true, .alone = true}>("GEMMs alone: RS N=192", sms, clk, out);
     measure<3, full, pingpong, kept, false, no_vote>("3 consumers, release step without the vote",
                                                      sms, clk, out);
     measure<3, full, none, kept>("3 consumers, no ping-pong", sms, clk, out);
