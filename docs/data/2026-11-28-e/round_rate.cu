@@ -42,7 +42,9 @@ struct Hog {
     bool alone = false;
 };
 enum Turn { pingpong, none, split };  // split: the turn goes on after S, before P·V
-enum Ref { kept, row_max };
+// bare: FFMA + MUFU.EX2 a score against a fixed reference, no sums, no vote (timing only);
+// bare_7_8: every eighth score not exponentiated; bare_poly: every eighth on the FMA pipe.
+enum Ref { kept, row_max, bare, bare_7_8, bare_poly };
 
 template <int Consumers>
 constexpr int smem_bytes = Consumers * QTile::bytes + 2 * stages * KVTile::bytes;
@@ -189,8 +191,30 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
             if constexpr (R == kept) {
                 if (j == 0 || !softmax.exponentiate_kept(s, agree))
                     softmax.exponentiate_to_max(s);
-            } else {
+            } else if constexpr (R == row_max) {
                 softmax.exponentiate(s);
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < BC / 8; ++nt) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float x = fmaf(s[0][nt][e], 0.18f, -0.5f);
+                        if ((R == bare_7_8 || R == bare_poly) && (nt * 4 + e) % 8 == 7) {
+                            if constexpr (R == bare_poly) {
+                                const float fl = floorf(x);
+                                const float f = x - fl;
+                                const float p2 = fmaf(
+                                    fmaf(fmaf(0.0790209f, f, 0.2249044f), f, 0.6960656f), f, 1.0f);
+                                s[0][nt][e] = __int_as_float(__float_as_int(p2) +
+                                                             (__float2int_rn(fl) << 23));
+                            } else {
+                                s[0][nt][e] = x;
+                            }
+                        } else {
+                            s[0][nt][e] = ptx::ex2(x);
+                        }
+                    }
+                }
             }
         }
     };
@@ -239,7 +263,8 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
             ptx::fence_operands(p[0]);
         }
         stamp(j, 4);
-        softmax.rescale(o);
+        if constexpr (R == kept || R == row_max)
+            softmax.rescale(o);
         accumulators_to_a_fragments<dt>(s, p);
         stamp(j, 5);
     }
@@ -338,8 +363,10 @@ int main() {
     cudaMalloc(&out, sizeof(float) * sms * 512);
     cudaMalloc(&clk, sizeof(long long) * sms * 16);
     measure<3, full, pingpong, kept>("3 consumers, the release step", sms, clk, out);
-    measure<3, full, pingpong, kept, false, vote, Hog{}, true>("3 consumers, Q in registers", sms,
-                                                              clk, out);
+    measure<3, full, pingpong, bare>("3 consumers, bare exponentials", sms, clk, out);
+    measure<3, full, pingpong, bare_7_8>("3 consumers, bare, 7/8 exponentiated", sms, clk, out);
+    measure<3, full, pingpong, bare_poly>("3 consumers, bare, 1/8 on the FMA pipe", sms, clk, out);
+    measure<3, softmax_only, none, bare>("3 consumers, bare exponentials only", sms, clk, out);
     measure<3, full, pingpong, kept, true>("3 consumers, the release step, traced", sms, clk, out);
     measure<2, full, pingpong, kept, true>("2 consumers, the release step, traced", sms, clk, out);
     measure<3, softmax_only, none, kept>("3 consumers, softmax only", sms, clk, out);
