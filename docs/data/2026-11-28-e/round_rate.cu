@@ -43,8 +43,22 @@ struct Hog {
 };
 enum Turn { pingpong, none, split };  // split: the turn goes on after S, before P·V
 // bare: FFMA + MUFU.EX2 a score against a fixed reference, no sums, no vote (timing only);
-// bare_7_8: every eighth score not exponentiated; bare_poly: every eighth on the FMA pipe.
-enum Ref { kept, row_max, bare, bare_7_8, bare_poly };
+// bare_7_8: every eighth score not exponentiated; bare_poly: every eighth on the FMA pipe
+// (floor and F2I); magic3 / magic2: the same with a cubic / quadratic behind 1.5 * 2^23's
+// rounding (FADD and integer ops only; the fmaexp knob's of 2026-11-24 is magic3), an eighth
+// or (magic2_4) a quarter.
+enum Ref { kept, row_max, bare, bare_7_8, bare_poly, magic3, magic2, magic2_4 };
+
+__device__ __forceinline__ float exp2_magic(float x, bool cubic) {
+    x = fmaxf(x, -126.0f);
+    constexpr float shifter = 12582912.0f;
+    const float t = x + shifter;
+    const float f = x - (t - shifter);
+    const float p = cubic ? fmaf(fmaf(fmaf(0.05517145f, f, 0.24261062f), f, 0.69326097f), f,
+                                 0.99992812f)
+                          : fmaf(fmaf(0.2402265f, f, 0.6931472f), f, 1.0f);
+    return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
 
 template <int Consumers>
 constexpr int smem_bytes = Consumers * QTile::bytes + 2 * stages * KVTile::bytes;
@@ -199,7 +213,12 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const float x = fmaf(s[0][nt][e], 0.18f, -0.5f);
-                        if ((R == bare_7_8 || R == bare_poly) && (nt * 4 + e) % 8 == 7) {
+                        const int share = R == magic2_4 ? 2 : 1;  // eighths on the FMA pipe
+                        if constexpr (R == magic3 || R == magic2 || R == magic2_4) {
+                            s[0][nt][e] = (nt * 4 + e) % 8 >= 8 - share
+                                              ? exp2_magic(x, R == magic3)
+                                              : ptx::ex2(x);
+                        } else if ((R == bare_7_8 || R == bare_poly) && (nt * 4 + e) % 8 == 7) {
                             if constexpr (R == bare_poly) {
                                 const float fl = floorf(x);
                                 const float f = x - fl;
@@ -366,7 +385,9 @@ int main() {
     measure<3, full, pingpong, bare>("3 consumers, bare exponentials", sms, clk, out);
     measure<3, full, pingpong, bare_7_8>("3 consumers, bare, 7/8 exponentiated", sms, clk, out);
     measure<3, full, pingpong, bare_poly>("3 consumers, bare, 1/8 on the FMA pipe", sms, clk, out);
-    measure<3, softmax_only, none, bare>("3 consumers, bare exponentials only", sms, clk, out);
+    measure<3, full, pingpong, magic3>("3 consumers, bare, 1/8 magic cubic", sms, clk, out);
+    measure<3, full, pingpong, magic2>("3 consumers, bare, 1/8 magic quadratic", sms, clk, out);
+    measure<3, full, pingpong, magic2_4>("3 consumers, bare, 1/4 magic quadratic", sms, clk, out);
     measure<3, full, pingpong, kept, true>("3 consumers, the release step, traced", sms, clk, out);
     measure<2, full, pingpong, kept, true>("2 consumers, the release step, traced", sms, clk, out);
     measure<3, softmax_only, none, kept>("3 consumers, softmax only", sms, clk, out);
