@@ -45,9 +45,9 @@ enum Turn { pingpong, none, split };  // split: the turn goes on after S, before
 // bare: FFMA + MUFU.EX2 a score against a fixed reference, no sums, no vote (timing only);
 // bare_7_8: every eighth score not exponentiated; bare_poly: every eighth on the FMA pipe
 // (floor and F2I); magic3 / magic2: the same with a cubic / quadratic behind 1.5 * 2^23's
-// rounding (FADD and integer ops only; the fmaexp knob's of 2026-11-24 is magic3), an eighth
-// or (magic2_4) a quarter.
-enum Ref { kept, row_max, bare, bare_7_8, bare_poly, magic3, magic2, magic2_4 };
+// rounding (FADD and integer ops only; the fmaexp knob's of 2026-11-24 is magic3), Emu
+// eighths of the scores (an eighth when Emu is 0).
+enum Ref { kept, row_max, bare, bare_7_8, bare_poly, magic3, magic2 };
 
 __device__ __forceinline__ float exp2_magic(float x, bool cubic) {
     x = fmaxf(x, -126.0f);
@@ -56,7 +56,7 @@ __device__ __forceinline__ float exp2_magic(float x, bool cubic) {
     const float f = x - (t - shifter);
     const float p = cubic ? fmaf(fmaf(fmaf(0.05517145f, f, 0.24261062f), f, 0.69326097f), f,
                                  0.99992812f)
-                          : fmaf(fmaf(0.2402265f, f, 0.6931472f), f, 1.0f);
+                          : fmaf(fmaf(0.23842697f, f, 0.7034453f), f, 1.00044307f);
     return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
@@ -93,7 +93,7 @@ constexpr int trace_events = 6;  // turn held, GEMMs issued, S_j ready, exponent
 __device__ long long g_trace[16][trace_rounds][trace_events];
 
 template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote,
-          Hog H = Hog{}, bool QReg = false>
+          Hog H = Hog{}, bool QReg = false, int Emu = 0>
 __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     rounds(int iters, long long* clk, float* out) {
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -213,8 +213,8 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
 #pragma unroll
                     for (int e = 0; e < 4; ++e) {
                         const float x = fmaf(s[0][nt][e], 0.18f, -0.5f);
-                        const int share = R == magic2_4 ? 2 : 1;  // eighths on the FMA pipe
-                        if constexpr (R == magic3 || R == magic2 || R == magic2_4) {
+                        const int share = Emu == 0 ? 1 : Emu;  // eighths on the FMA pipe
+                        if constexpr (R == magic3 || R == magic2) {
                             s[0][nt][e] = (nt * 4 + e) % 8 >= 8 - share
                                               ? exp2_magic(x, R == magic3)
                                               : ptx::ex2(x);
@@ -313,9 +313,9 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
 }
 
 template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote,
-          Hog H = Hog{}, bool QReg = false>
+          Hog H = Hog{}, bool QReg = false, int Emu = 0>
 void measure(const char* name, int sms, long long* clk, float* out) {
-    const auto kernel = rounds<Consumers, M, T, R, Trace, V, H, QReg>;
+    const auto kernel = rounds<Consumers, M, T, R, Trace, V, H, QReg, Emu>;
     constexpr int bytes = smem_bytes<Consumers>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     const int iters = 1000;
@@ -387,7 +387,16 @@ int main() {
     measure<3, full, pingpong, bare_poly>("3 consumers, bare, 1/8 on the FMA pipe", sms, clk, out);
     measure<3, full, pingpong, magic3>("3 consumers, bare, 1/8 magic cubic", sms, clk, out);
     measure<3, full, pingpong, magic2>("3 consumers, bare, 1/8 magic quadratic", sms, clk, out);
-    measure<3, full, pingpong, magic2_4>("3 consumers, bare, 1/4 magic quadratic", sms, clk, out);
+    measure<3, full, pingpong, magic2, false, vote, Hog{}, false, 2>(
+        "3 consumers, bare, 2/8 magic quadratic", sms, clk, out);
+    measure<3, full, pingpong, magic2, false, vote, Hog{}, false, 3>(
+        "3 consumers, bare, 3/8 magic quadratic", sms, clk, out);
+    measure<3, full, pingpong, magic2, false, vote, Hog{}, false, 4>(
+        "3 consumers, bare, 4/8 magic quadratic", sms, clk, out);
+    measure<3, full, pingpong, magic3, false, vote, Hog{}, false, 2>(
+        "3 consumers, bare, 2/8 magic cubic", sms, clk, out);
+    measure<3, full, pingpong, magic3, false, vote, Hog{}, false, 3>(
+        "3 consumers, bare, 3/8 magic cubic", sms, clk, out);
     measure<3, full, pingpong, kept, true>("3 consumers, the release step, traced", sms, clk, out);
     measure<2, full, pingpong, kept, true>("2 consumers, the release step, traced", sms, clk, out);
     measure<3, softmax_only, none, kept>("3 consumers, softmax only", sms, clk, out);
