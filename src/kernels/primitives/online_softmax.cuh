@@ -184,12 +184,7 @@ class OnlineSoftmax {
                 const float divisor = Fixed ? rounded_sum_[mt][h] : sum_[mt][h];
                 // Approximate reciprocal: an output rounded to 16 bits does not need
                 // IEEE division and its slow path.
-#if FLASH_EXP2_FMA
-                const bool seen = Fixed ? divisor > 0.0f : divisor >= 0.5f;
-                const float inv = seen ? __fdividef(keep, divisor) : 0.0f;
-#else
                 const float inv = divisor > 0.0f ? __fdividef(keep, divisor) : 0.0f;
-#endif
 #pragma unroll
                 for (int nt = 0; nt < NTO; ++nt) {
                     o[mt][nt][2 * h] *= inv;
@@ -336,32 +331,12 @@ class OnlineSoftmax {
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                const float x = fmaf(s[mt][nt][e], scale_log2_, -offset);
-#if FLASH_EXP2_FMA
-                s[mt][nt][e] = !Fixed && h == 1 && nt % 2 == 1 ? exp2_fma(x) : ptx::ex2(x);
-#else
-                s[mt][nt][e] = ptx::ex2(x);
-#endif
+                s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -offset));
                 row_sum += s[mt][nt][e];
             }
         }
         return row_sum;
     }
-
-#if FLASH_EXP2_FMA
-    // 2^x on the FMA pipe: adding 1.5 * 2^23 rounds x to an integer n in the sum's low
-    // mantissa bits; 2^(x - n) by a quadratic (minimax relative error 1.7e-3 on [-1/2, 1/2]);
-    // n shifted into the exponent field. Below -126 the clamp gives a denormal near 2^-127
-    // (not 0): finalize() counts a row whose sum stays below 1 as having seen no key.
-    __device__ __forceinline__ static float exp2_fma(float x) {
-        x = fmaxf(x, -127.0f);
-        constexpr float shifter = 12582912.0f;
-        const float t = x + shifter;
-        const float f = x - (t - shifter);
-        const float p = fmaf(fmaf(0.23842697f, f, 0.7034453f), f, 1.00044307f);
-        return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-    }
-#endif
 
     // The running max of row (mt, h) with S's scores for it, across the quad.
     template <int NT>
