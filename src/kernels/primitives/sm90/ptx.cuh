@@ -66,6 +66,7 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 #define FA_WGMMA_D64() FA_WGMMA_D32(), FA_WGMMA_D16(8), FA_WGMMA_D16(12)
 #define FA_WGMMA_D88() FA_WGMMA_D64(), FA_WGMMA_D16(16), FA_WGMMA_D4(20), FA_WGMMA_D4(21)
 #define FA_WGMMA_D96() FA_WGMMA_D64(), FA_WGMMA_D16(16), FA_WGMMA_D16(20)
+#define FA_WGMMA_D128() FA_WGMMA_D96(), FA_WGMMA_D16(24), FA_WGMMA_D16(28)
 #define FA_WGMMA_N0_31                                                                           \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -77,6 +78,10 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
     "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
     "%82, %83, %84, %85, %86, %87"
 #define FA_WGMMA_N88_95 "%88, %89, %90, %91, %92, %93, %94, %95"
+#define FA_WGMMA_N96_127                                                                           \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "   \
+    "%127"
 #define FA_WGMMA_R32 "{" FA_WGMMA_N0_31 "}"
 #define FA_WGMMA_R40 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 "}"
 #define FA_WGMMA_R64 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 "}"
@@ -85,6 +90,9 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 #define FA_WGMMA_R96                                                                  \
     "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 ", " FA_WGMMA_N64_87 \
     ", " FA_WGMMA_N88_95 "}"
+#define FA_WGMMA_R128                                                                 \
+    "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 ", " FA_WGMMA_N64_87 \
+    ", " FA_WGMMA_N88_95 ", " FA_WGMMA_N96_127 "}"
 // One wgmma.mma_async: shape N, element type, accumulator names and registers, then the
 // names of the A and B operands, the scale-d predicate's source and the B transpose.
 #define FA_WGMMA(N, TYPE, D_NAMES, D_REGS, A, B, P, T, ...)                                  \
@@ -153,8 +161,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
     } else if constexpr (N == 192) {
         FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "{%96, %97, %98, %99}", 100, 101, "%102",
                        FA_WGMMA_RS_ARGS)
+    } else if constexpr (N == 256) {
+        FA_WGMMA_TYPED(256, FA_WGMMA_R128, FA_WGMMA_D128, "{%128, %129, %130, %131}", 132, 133,
+                       "%134", FA_WGMMA_RS_ARGS)
     } else {
-        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 128, 176 and 192");
+        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 128, 176, 192 and 256");
     }
 }
 
@@ -162,16 +173,19 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_SS_ARGS
 #undef FA_WGMMA_TYPED
 #undef FA_WGMMA
+#undef FA_WGMMA_R128
 #undef FA_WGMMA_R96
 #undef FA_WGMMA_R88
 #undef FA_WGMMA_R64
 #undef FA_WGMMA_R40
 #undef FA_WGMMA_R32
+#undef FA_WGMMA_N96_127
 #undef FA_WGMMA_N88_95
 #undef FA_WGMMA_N64_87
 #undef FA_WGMMA_N40_63
 #undef FA_WGMMA_N32_39
 #undef FA_WGMMA_N0_31
+#undef FA_WGMMA_D128
 #undef FA_WGMMA_D96
 #undef FA_WGMMA_D88
 #undef FA_WGMMA_D64

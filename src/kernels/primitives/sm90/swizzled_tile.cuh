@@ -82,11 +82,11 @@ struct Swizzle128Tile {
     }
 
     // As an MN-major wgmma operand (rows of n contiguous: V as the B of P·V), rows
-    // [16 kk, 16 kk + 16) and the columns from n0 (a multiple of 64): 8 k-rows of 128
-    // bytes form a 1024-byte group; the next 64 columns of n are a sub-tile further on.
-    __device__ static std::uint64_t mn_major(std::uint32_t base, int kk, int n0) {
+    // [16 kk, 16 kk + 16) and every column: 8 k-rows of 128 bytes form a 1024-byte group;
+    // the next 64 columns of n are a sub-tile further on (the leading offset).
+    __device__ static std::uint64_t mn_major(std::uint32_t base, int kk) {
         return advance(smem_descriptor_128b(base, sub_tile_stride, group_stride),
-                       (n0 / 64) * sub_tile_stride + kk * (2 * group_stride));
+                       kk * (2 * group_stride));
     }
 };
 

@@ -57,21 +57,17 @@ __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4]
 }
 
 // O (64 x D) += P (64 x K, this warp's rows as m16k16 register fragments) · V (K x D),
-// V MN-major in shared memory. N of one wgmma is at most 128 here: D = 256 takes two.
+// V MN-major in shared memory: one wgmma of N = D a k-step. At D = 256 that is half the
+// instructions of two N = 128 halves, each of which read P's fragments again: 0.6-1.4%
+// faster where the spread allows a reading (16k non-causal, 1k both ways, causal 16k),
+// level elsewhere (H200, 2026-11-26, docs/PERF.md).
 template <DType dtype, class VTile>
 __device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4],
                                                   const std::uint32_t (&p)[VTile::rows / 16][4],
                                                   std::uint32_t v_smem) {
-    constexpr int D = VTile::cols;
-    constexpr int N = D < 128 ? D : 128;
 #pragma unroll
-    for (int kk = 0; kk < VTile::rows / 16; ++kk) {
-#pragma unroll
-        for (int n0 = 0; n0 < D; n0 += N) {
-            auto& o_part = reinterpret_cast<float(&)[N / 8][4]>(o[n0 / 8]);
-            ptx::wgmma_rs<dtype, N, true>(o_part, p[kk], VTile::mn_major(v_smem, kk, n0), true);
-        }
-    }
+    for (int kk = 0; kk < VTile::rows / 16; ++kk)
+        ptx::wgmma_rs<dtype, VTile::cols, true>(o, p[kk], VTile::mn_major(v_smem, kk), true);
 }
 
 }  // namespace flash_attention
