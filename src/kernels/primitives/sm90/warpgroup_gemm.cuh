@@ -58,9 +58,9 @@ __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4]
 
 // O (64 x D) += P (64 x K, this warp's rows as m16k16 register fragments) · V (K x D),
 // V MN-major in shared memory: one wgmma of N = D a k-step. At D = 256 that is half the
-// instructions of two N = 128 halves, each of which read P's fragments again: 0.6-1.4%
-// faster where the spread allows a reading (16k non-causal, 1k both ways, causal 16k),
-// level elsewhere (H200, 2026-11-26, docs/PERF.md).
+// instructions of two N = 128 halves, each of which read P's fragments again: 0.6-1.3%
+// faster where every round agreed (16k keys non-causal, 1k both ways), level inside the
+// rounds' spread elsewhere (H200, 2026-11-26, docs/PERF.md).
 template <DType dtype, class VTile>
 __device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4],
                                                   const std::uint32_t (&p)[VTile::rows / 16][4],
