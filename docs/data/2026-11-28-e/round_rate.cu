@@ -54,14 +54,14 @@ __device__ __forceinline__ float exp2_magic(float x, bool cubic) {
     constexpr float shifter = 12582912.0f;
     const float t = x + shifter;
     const float f = x - (t - shifter);
-    const float p = cubic ? fmaf(fmaf(fmaf(0.05517145f, f, 0.24261062f), f, 0.69326097f), f,
-                                 0.99992812f)
-                          : fmaf(fmaf(0.23842697f, f, 0.7034453f), f, 1.00044307f);
+    const float p =
+        cubic ? fmaf(fmaf(fmaf(0.05517145f, f, 0.24261062f), f, 0.69326097f), f, 0.99992812f)
+              : fmaf(fmaf(0.23842697f, f, 0.7034453f), f, 1.00044307f);
     return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
 }
 
 template <int Consumers>
-constexpr int smem_bytes = Consumers * QTile::bytes + 2 * stages * KVTile::bytes;
+constexpr int smem_bytes = Consumers* QTile::bytes + 2 * stages* KVTile::bytes;
 
 template <int Consumers, Turn T>
 struct Turns {
@@ -92,8 +92,8 @@ constexpr int trace_events = 6;  // turn held, GEMMs issued, S_j ready, exponent
                                  // P·V retired, P packed (round j; its start: the previous end)
 __device__ long long g_trace[16][trace_rounds][trace_events];
 
-template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote,
-          Hog H = Hog{}, bool QReg = false, int Emu = 0>
+template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote, Hog H = Hog{},
+          bool QReg = false, int Emu = 0>
 __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
     rounds(int iters, long long* clk, float* out) {
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -215,17 +215,16 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
                         const float x = fmaf(s[0][nt][e], 0.18f, -0.5f);
                         const int share = Emu == 0 ? 1 : Emu;  // eighths on the FMA pipe
                         if constexpr (R == magic3 || R == magic2) {
-                            s[0][nt][e] = (nt * 4 + e) % 8 >= 8 - share
-                                              ? exp2_magic(x, R == magic3)
-                                              : ptx::ex2(x);
+                            s[0][nt][e] = (nt * 4 + e) % 8 >= 8 - share ? exp2_magic(x, R == magic3)
+                                                                        : ptx::ex2(x);
                         } else if ((R == bare_7_8 || R == bare_poly) && (nt * 4 + e) % 8 == 7) {
                             if constexpr (R == bare_poly) {
                                 const float fl = floorf(x);
                                 const float f = x - fl;
                                 const float p2 = fmaf(
                                     fmaf(fmaf(0.0790209f, f, 0.2249044f), f, 0.6960656f), f, 1.0f);
-                                s[0][nt][e] = __int_as_float(__float_as_int(p2) +
-                                                             (__float2int_rn(fl) << 23));
+                                s[0][nt][e] =
+                                    __int_as_float(__float_as_int(p2) + (__float2int_rn(fl) << 23));
                             } else {
                                 s[0][nt][e] = x;
                             }
@@ -312,8 +311,8 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
         clk[blockIdx.x * 16 + threadIdx.x / 32] = t1 - t0;
 }
 
-template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote,
-          Hog H = Hog{}, bool QReg = false, int Emu = 0>
+template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote, Hog H = Hog{},
+          bool QReg = false, int Emu = 0>
 void measure(const char* name, int sms, long long* clk, float* out) {
     const auto kernel = rounds<Consumers, M, T, R, Trace, V, H, QReg, Emu>;
     constexpr int bytes = smem_bytes<Consumers>;
@@ -346,14 +345,17 @@ void measure(const char* name, int sms, long long* clk, float* out) {
     const double bound = 512.0 * Consumers;
     // Wall-clock cross-check: the GEMMs' flops over the kernel's time (prologue included).
     const double flops = 2.0 * 2 * 64 * BC * D * double(Consumers) * (iters + 1) * sms;
-    printf("%-40s %6.0f cycles a round; tensor/MUFU work %4.0f%% of it; %.3f ms, %.0f GEMM TFLOP/s\n",
-           name, best, 100.0 * bound / best, best_ms, flops / (best_ms * 1e-3) / 1e12);
+    printf(
+        "%-40s %6.0f cycles a round; tensor/MUFU work %4.0f%% of it; %.3f ms, %.0f GEMM TFLOP/s\n",
+        name, best, 100.0 * bound / best, best_ms, flops / (best_ms * 1e-3) / 1e12);
     if constexpr (M == softmax_beside_gemms) {
         static long long h[16];
         cudaMemcpy(h, clk, sizeof(h), cudaMemcpyDeviceToHost);
         const int n = H.n;
-        printf("  beside them, CTA 0's GEMM warpgroup: %.1f cycles a group of 4 m64n%dk16 "
-               "(%d at the tensor cores' peak)\n", h[15] / 1000.0, n, 2 * n);
+        printf(
+            "  beside them, CTA 0's GEMM warpgroup: %.1f cycles a group of 4 m64n%dk16 "
+            "(%d at the tensor cores' peak)\n",
+            h[15] / 1000.0, n, 2 * n);
     }
     if constexpr (Trace) {
         // Each consumer's warp on scheduler 0 (warp 4c), cycles from the first stamp.
@@ -362,8 +364,9 @@ void measure(const char* name, int sms, long long* clk, float* out) {
         long long origin = t[0][0][0];
         for (int c = 0; c < Consumers; ++c)
             origin = std::min(origin, t[4 * c][0][0]);
-        printf("  trace (CTA 0, scheduler 0's warps; cycles): round: consumer: turn held / "
-               "issued / S ready / exponentiated / P.V retired / packed\n");
+        printf(
+            "  trace (CTA 0, scheduler 0's warps; cycles): round: consumer: turn held / "
+            "issued / S ready / exponentiated / P.V retired / packed\n");
         for (int r = 0; r < trace_rounds; ++r)
             for (int c = 0; c < Consumers; ++c) {
                 printf("  %d: c%d:", r, c);
@@ -416,7 +419,7 @@ int main() {
         "GEMMs alone: SS N=128 (S)", sms, clk, out);
     measure<3, softmax_beside_gemms, none, kept, false, vote,
             Hog{.n = 128, .rs = true, .alone = true}>("GEMMs alone: RS N=128 (S, Q in registers)",
-                                                     sms, clk, out);
+                                                      sms, clk, out);
     measure<3, softmax_beside_gemms, none, kept, false, vote, Hog{.rs = true, .alone = true}>(
         "GEMMs alone: RS N=64 (P.V)", sms, clk, out);
     measure<3, softmax_beside_gemms, none, kept, false, vote, Hog{.n = 192, .alone = true}>(
