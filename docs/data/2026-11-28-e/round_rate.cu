@@ -313,11 +313,10 @@ __global__ void __launch_bounds__(128 * (Consumers + 1), 1)
 
 template <int Consumers, Mode M, Turn T, Ref R, bool Trace = false, Vote V = vote, Hog H = Hog{},
           bool QReg = false, int Emu = 0>
-void measure(const char* name, int sms, long long* clk, float* out) {
+void measure(const char* name, int sms, long long* clk, float* out, int iters = 1000) {
     const auto kernel = rounds<Consumers, M, T, R, Trace, V, H, QReg, Emu>;
     constexpr int bytes = smem_bytes<Consumers>;
     cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    const int iters = 1000;
     double best = 1e30;
     float best_ms = 1e30f;
     cudaEvent_t start, stop;
@@ -348,6 +347,8 @@ void measure(const char* name, int sms, long long* clk, float* out) {
     printf(
         "%-40s %6.0f cycles a round; tensor/MUFU work %4.0f%% of it; %.3f ms, %.0f GEMM TFLOP/s\n",
         name, best, 100.0 * bound / best, best_ms, flops / (best_ms * 1e-3) / 1e12);
+    // Cycles over wall time: the clock the SMs ran at (in a sustained run, the power-capped one).
+    printf("  clock: %.0f MHz\n", best * iters / (best_ms * 1e3));
     if constexpr (M == softmax_beside_gemms) {
         static long long h[16];
         cudaMemcpy(h, clk, sizeof(h), cudaMemcpyDeviceToHost);
@@ -377,13 +378,18 @@ void measure(const char* name, int sms, long long* clk, float* out) {
     }
 }
 
-int main() {
+int main(int argc, char** argv) {
     int sms;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
     float* out;
     long long* clk;
     cudaMalloc(&out, sizeof(float) * sms * 512);
     cudaMalloc(&clk, sizeof(long long) * sms * 16);
+    if (argc > 1) {  // sustained: the release step for argv[1] rounds (seconds, to reach the cap)
+        measure<3, full, pingpong, kept>("3 consumers, the release step, sustained", sms, clk, out,
+                                         std::atoi(argv[1]));
+        return 0;
+    }
     measure<3, full, pingpong, kept>("3 consumers, the release step", sms, clk, out);
     measure<3, full, pingpong, bare>("3 consumers, bare exponentials", sms, clk, out);
     measure<3, full, pingpong, bare_7_8>("3 consumers, bare, 7/8 exponentiated", sms, clk, out);
