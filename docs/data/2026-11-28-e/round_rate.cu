@@ -406,6 +406,8 @@ int main(int argc, char** argv) {
         "3 consumers, bare, 2/8 magic cubic", sms, clk, out);
     measure<3, full, pingpong, magic3, false, vote, Hog{}, false, 3>(
         "3 consumers, bare, 3/8 magic cubic", sms, clk, out);
+    measure<3, full, pingpong, kept, false, vote, Hog{}, true>("3 consumers, Q in registers", sms,
+                                                               clk, out);
     measure<3, full, pingpong, kept, true>("3 consumers, the release step, traced", sms, clk, out);
     measure<2, full, pingpong, kept, true>("2 consumers, the release step, traced", sms, clk, out);
     measure<3, softmax_only, none, kept>("3 consumers, softmax only", sms, clk, out);
