@@ -66,7 +66,11 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                              : consumer_row0 >= tile.q.len ? 0
                              : Variants                    ? max(0, band.end - tile.first)
                                                            : min(own.visited, tile.visited);
-        Consumer<Tr, PerSequence, Variants, Paged> c{
+        using ConsumerT = Consumer<Tr, PerSequence, Variants, Paged>;
+        // The keys this consumer's last row sees (a row past the sequence: all of them).
+        const int last_row_keys =
+            keys_seen(consumer_row0 + consumer_rows - 1, diagonal, tile.k.len, args.causal);
+        ConsumerT c{
             .args = args,
             .visited = computed,
             .passed = tile.visited - computed,
@@ -79,6 +83,8 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
             // This consumer's own rows may need fewer masked blocks than the tile's.
             .unmasked = Variants ? band.unmasked_end - tile.first : own.unmasked,
+            .half_last = ConsumerT::half_blocks && computed > 0 &&
+                         last_row_keys - (computed - 1) * Tr::B_c <= Tr::B_c / 2,
             .key_bound =
                 args.causal && !args.top_left && !Variants ? tile.k.len - tile.q.len : tile.k.len,
             .first = tile.first,

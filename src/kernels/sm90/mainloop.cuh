@@ -21,6 +21,14 @@
 
 namespace flash_attention::sm90 {
 
+// The first W tiles of a register tile array (S's accumulators, P's fragments) as an array of
+// their own, in the same registers: a half block's softmax and P·V take them (consume()).
+template <int W, class T, int N>
+__device__ __forceinline__ auto first_tiles(T (&tiles)[1][N][4]) -> T (&)[1][W][4] {
+    static_assert(W <= N, "a prefix of the tiles");
+    return reinterpret_cast<T(&)[1][W][4]>(tiles);
+}
+
 // A position in the K/V ring: block j lives in stage j % stages, and each reuse of a
 // stage flips the parity of its barriers' phase.
 template <int Stages>
@@ -205,6 +213,14 @@ struct Consumer {
     using KVTile = std::conditional_t<Paged, typename Tr::PagedKVTile, typename Tr::KVTile>;
     static constexpr int s_tiles = Tr::B_c / 8;
     static constexpr int o_tiles = Tr::d_head / 8;
+    // Whether a last block whose keys this consumer's rows see all lie in its first half
+    // runs as a half block (half_last): in trimmed tiles of B_c 128, where each consumer's
+    // blocks end with its own rows' keys (causal d_head 64: +0.8-1.9% from 512 to 16k keys).
+    // The code alone moved ptxas's schedule of the other loops, 1-4% slower where no block
+    // was half (d_head 128's 128 x 128 tiles, d_head 256's non-causal B_c 64 one; H200,
+    // docs/PERF.md, 2026-11-26). The block's first rows must be a prefix of the stage (not
+    // so in a paged tile), and a window's blocks are masked at their start too.
+    static constexpr bool half_blocks = Tr::trim_blocks && Tr::B_c == 128 && !Variants && !Paged;
 
     const KernelArgs& args;
     // Of the tile, only what the main loop needs: the rest is recomputed for the epilogue
@@ -217,6 +233,11 @@ struct Consumer {
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence
     int unmasked;                          // blocks before this one need no mask here
+    // The last block's keys that this consumer's rows see lie in its first B_c / 2 (or it
+    // sees none there): with half_blocks, the softmax and P·V of that block cover only
+    // those keys (consume()). Causal tiles of 64-row consumers and B_c 128 end so on every
+    // other consumer: a tenth of the blocks at 512 keys (docs/PERF.md, 2026-11-26).
+    bool half_last;
     // Row r of the sequence sees keys below r + 1 + key_bound (causal at the bottom right:
     // the sequence's keys minus its queries), below min(r + 1, key_bound) (causal at the top
     // left: its keys) or below key_bound (not causal: its keys): one register across the
@@ -270,12 +291,13 @@ struct Consumer {
         ptx::fence_operands(s[0]);
     }
 
-    // Issues O += P·V_j.
+    // Issues O += P·V_j over the block's first 16 KT keys.
+    template <int KT>
     __device__ __forceinline__ void issue_pv(float (&o)[1][o_tiles][4],
-                                             const std::uint32_t (&p)[1][s_tiles / 2][4], int j) {
+                                             const std::uint32_t (&p)[1][KT][4], int j) {
         ptx::fence_operands(o[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, KVTile>(o[0], p[0], v_stage(slot(j).stage));
+        warpgroup_gemm_pv<dtype, KVTile, 16 * KT>(o[0], p[0], v_stage(slot(j).stage));
         ptx::wgmma_commit_group();
         ptx::fence_operands(o[0]);
     }
@@ -357,7 +379,8 @@ struct Consumer {
         }
     }
 
-    __device__ __forceinline__ void mask(float (&s)[1][s_tiles][4], int j) const {
+    template <int NT>
+    __device__ __forceinline__ void mask(float (&s)[1][NT][4], int j) const {
         if constexpr (Variants) {
             if (j >= masked_head && j < unmasked)
                 return;
@@ -387,7 +410,9 @@ struct Consumer {
 // and left running. K_j (and V_{j-1}) are waited for before the turn is taken, so a
 // warpgroup never holds it while it waits for memory; returns once S_j is done, K_j handed
 // back unless HoldK (exponentiate() may need it again).
-template <bool WithPv, bool HoldK = false, class Tr, bool P, bool V, bool Pg, class Turns>
+// W: the tiles of S the softmax takes, B_c / 8 or a half block's B_c / 16 (the mask
+// needs no more).
+template <bool WithPv, bool HoldK = false, int W, class Tr, bool P, bool V, bool Pg, class Turns>
 __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
                                        float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::d_head / 8][4],
@@ -406,7 +431,7 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
     if constexpr (!HoldK)
         c.release_k(j);
     c.softcap(s);
-    c.mask(s, j);
+    c.mask(first_tiles<W>(s), j);
 }
 
 // S_j becomes probabilities, K_j handed back. Kept: first against the references the rows
@@ -414,28 +439,29 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
 // again and takes the row max (exponentiate_kept()). Random inputs at the default scale do
 // not take that path after a row's first block; a row of a real model moves its reference a
 // few times.
-template <bool Kept, class Tr, bool P, bool V, bool Pg, class Softmax>
+template <bool Kept, int W, class Tr, bool P, bool V, bool Pg, class Softmax>
 __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax& softmax,
                                              float (&s)[1][Tr::B_c / 8][4], int j) {
+    auto& sw = first_tiles<W>(s);
     if constexpr (Kept) {
         if (j == 0) {
-            softmax.exponentiate(s);  // no reference yet
-        } else if (!softmax.exponentiate_kept(s,
+            softmax.exponentiate(sw);  // no reference yet
+        } else if (!softmax.exponentiate_kept(sw,
                                               [&c](bool kept) { return c.warpgroup_all(kept); })) {
             c.rescore(s, j);
-            softmax.exponentiate_to_max(s);
+            softmax.exponentiate_to_max(sw);
         }
         c.release_k(j);
     } else {
-        softmax.exponentiate(s);
+        softmax.exponentiate(sw);
     }
 }
 
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
-template <class Tr, bool P, bool V, bool Pg>
+template <class Tr, bool P, bool V, bool Pg, int KT>
 __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg>& c,
                                           float (&o)[1][Tr::d_head / 8][4],
-                                          std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
+                                          std::uint32_t (&p)[1][KT][4], int j) {
     ptx::wgmma_wait<0>();
     ptx::fence_operands(o[0]);
     ptx::fence_operands(p[0]);
@@ -443,10 +469,10 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg>& c,
 }
 
 // O += P·V_j, from waiting for V_j to retiring the GEMM.
-template <class Tr, bool P, bool V, bool Pg, class Turns>
+template <class Tr, bool P, bool V, bool Pg, class Turns, int KT>
 __device__ __forceinline__ void accumulate(Consumer<Tr, P, V, Pg>& c, Turns& turns,
                                            float (&o)[1][Tr::d_head / 8][4],
-                                           std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
+                                           std::uint32_t (&p)[1][KT][4], int j) {
     c.wait_v(j);
     c.zero_v_tail(j);
     turns.acquire();
@@ -511,7 +537,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         // the table takes, spilled and lost 3.6% with kept references (H200, docs/PERF.md,
         // 2026-11-26).
         for (int j = 0; j < n; ++j) {
-            scores<false>(c, turns, s, o, p, j);
+            scores<false, false, s_tiles>(c, turns, s, o, p, j);
             if (j == 0)
                 c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
             if (j == n - 1)
@@ -526,21 +552,53 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         // two consumers without it, but -8-10% at d_head 256's (why is not known; the loop
         // does not spill; H200, docs/PERF.md, 2026-11-26).
         constexpr bool kept = Softmax::lazy && (Pingpong || Tr::d_head < 256);
-        // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} and
-        // exponentiates S_j while the P·V GEMM runs; the last P·V closes the tile.
-        scores<false, kept>(c, turns, s, o, p, 0);
-        c.pending_store.hand_back();           // the previous O store read its buffer meanwhile
-        exponentiate<kept>(c, softmax, s, 0);  // O is still zero: nothing to rescale
-        to_a_fragments<Tr::dtype>(softmax, s, p);
-        for (int j = 1; j < n; ++j) {
-            scores<true, kept>(c, turns, s, o, p, j);
-            exponentiate<kept>(c, softmax, s, j);
+        // A half block (Consumer::half_last, only ever a consumer's last)
+        // runs the softmax and P·V on the first W tiles of S and P: its mask, exponentials and
+        // P·V's k-steps halve, while S stays one GEMM of the whole block (S GEMMs of two widths
+        // in one kernel made ptxas serialize the wgmmas of the three-consumer d_head 64 kernels,
+        // which have 160 registers; docs/PERF.md, 2026-11-26). Without half blocks W is the
+        // whole block and the loops below are the plain ones.
+        constexpr int W = Consumer<Tr, P, V, Pg>::half_blocks ? s_tiles / 2 : s_tiles;
+        const bool half = Consumer<Tr, P, V, Pg>::half_blocks && c.half_last;
+        const int whole = half ? n - 1 : n;  // blocks at the whole width
+        // The width a step runs at, as a type: `whole_width` or `half_width`.
+        using whole_width = std::integral_constant<int, s_tiles>;
+        using half_width = std::integral_constant<int, W>;
+        // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} (a
+        // whole block's: only the last can be half) and exponentiates S_j while the P·V GEMM
+        // runs; the last P·V closes the tile.
+        const auto first = [&](auto width) {
+            constexpr int w = decltype(width)::value;
+            scores<false, kept, w>(c, turns, s, o, p, 0);
+            c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
+            exponentiate<kept, w>(c, softmax, s, 0);  // O is still zero: nothing to rescale
+            to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s), first_tiles<w / 2>(p));
+        };
+        const auto step = [&](auto width, int j) {
+            constexpr int w = decltype(width)::value;
+            constexpr bool kept_here = kept && w == s_tiles;  // holds K_j until it is exponentiated
+            scores<true, kept_here, w>(c, turns, s, o, p, j);
+            exponentiate<kept_here, w>(c, softmax, s, j);
             retire_pv(c, o, p, j - 1);
             softmax.rescale(o);
-            to_a_fragments<Tr::dtype>(softmax, s, p);
+            to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s), first_tiles<w / 2>(p));
+        };
+        if (half && n == 1) {
+            first(half_width{});
+            q_read();
+            accumulate(c, turns, o, first_tiles<W / 2>(p), 0);
+        } else {
+            first(whole_width{});
+            for (int j = 1; j < whole; ++j)
+                step(whole_width{}, j);
+            if (half)
+                step(half_width{}, n - 1);
+            q_read();
+            if (half)
+                accumulate(c, turns, o, first_tiles<W / 2>(p), n - 1);
+            else
+                accumulate(c, turns, o, p, n - 1);
         }
-        q_read();
-        accumulate(c, turns, o, p, n - 1);
     }
     pass<Overlap>(c, turns);
 }

@@ -60,13 +60,15 @@ __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4]
 // V MN-major in shared memory: one wgmma of N = D a k-step. At D = 256 that is half the
 // instructions of two N = 128 halves, each of which read P's fragments again: 0.6-1.3%
 // faster where every round agreed (16k keys non-causal, 1k both ways), level inside the
-// rounds' spread elsewhere (H200, 2026-11-26, docs/PERF.md).
-template <DType dtype, class VTile>
+// rounds' spread elsewhere (H200, 2026-11-26, docs/PERF.md). K may stop short of V's rows:
+// the block's first K keys (a half block's, mainloop.cuh).
+template <DType dtype, class VTile, int K = VTile::rows>
 __device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4],
-                                                  const std::uint32_t (&p)[VTile::rows / 16][4],
+                                                  const std::uint32_t (&p)[K / 16][4],
                                                   std::uint32_t v_smem) {
+    static_assert(K <= VTile::rows, "P covers at most V's rows");
 #pragma unroll
-    for (int kk = 0; kk < VTile::rows / 16; ++kk)
+    for (int kk = 0; kk < K / 16; ++kk)
         ptx::wgmma_rs<dtype, VTile::cols, true>(o, p[kk], VTile::mn_major(v_smem, kk), true);
 }
 
