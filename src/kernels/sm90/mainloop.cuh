@@ -215,7 +215,8 @@ struct Consumer {
     static constexpr int o_tiles = Tr::d_head / 8;
     // Whether a last block whose keys this consumer's rows see all lie in its first half
     // runs as a half block (half_last): in trimmed tiles of B_c 128, where each consumer's
-    // blocks end with its own rows' keys (causal d_head 64: +0.8-1.9% from 512 to 16k keys).
+    // blocks end with its own rows' keys (causal d_head 64: +1.4-1.9% at 512-4k keys, level
+    // from 8k).
     // The code alone moved ptxas's schedule of the other loops, 1-4% slower where no block
     // was half (d_head 128's 128 x 128 tiles, d_head 256's non-causal B_c 64 one; H200,
     // docs/PERF.md, 2026-11-26). The block's first rows must be a prefix of the stage (not
@@ -552,12 +553,13 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         // two consumers without it, but -8-10% at d_head 256's (why is not known; the loop
         // does not spill; H200, docs/PERF.md, 2026-11-26).
         constexpr bool kept = Softmax::lazy && (Pingpong || Tr::d_head < 256);
-        // A half block (Consumer::half_last, only ever a consumer's last)
-        // runs the softmax and P·V on the first W tiles of S and P: its mask, exponentials and
-        // P·V's k-steps halve, while S stays one GEMM of the whole block (S GEMMs of two widths
-        // in one kernel made ptxas serialize the wgmmas of the three-consumer d_head 64 kernels,
-        // which have 160 registers; docs/PERF.md, 2026-11-26). Without half blocks W is the
-        // whole block and the loops below are the plain ones.
+        // A half block (Consumer::half_last, only ever a consumer's last) runs the mask, the
+        // softmax and P·V on the first W tiles of S and P, while S stays one GEMM of the whole
+        // block, and takes the row max, not the kept references. Each is what ptxas accepts:
+        // S GEMMs of two widths, a kept step at half width (its rescore leaves half of S dead)
+        // and a half block's P flowing into the loop (a tile whose only block is half: it runs
+        // its own steps below) each made it serialize every wgmma of a kernel (docs/PERF.md,
+        // 2026-11-26). Without half blocks W is the whole block and the loops are the plain ones.
         constexpr int W = Consumer<Tr, P, V, Pg>::half_blocks ? s_tiles / 2 : s_tiles;
         const bool half = Consumer<Tr, P, V, Pg>::half_blocks && c.half_last;
         const int whole = half ? n - 1 : n;  // blocks at the whole width
