@@ -569,16 +569,19 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         // Block 0's scores first; then each step issues S_j with O += P_{j-1}·V_{j-1} (a
         // whole block's: only the last can be half) and exponentiates S_j while the P·V GEMM
         // runs; the last P·V closes the tile.
+        // Kept references at the whole width only; a kept step holds K_j until it has
+        // exponentiated (its rescore may need it), any other hands it back at once.
         const auto first = [&](auto width) {
             constexpr int w = decltype(width)::value;
-            scores<false, kept, w>(c, turns, s, o, p, 0);
+            constexpr bool kept_here = kept && w == s_tiles;
+            scores<false, kept_here, w>(c, turns, s, o, p, 0);
             c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
-            exponentiate<kept, w>(c, softmax, s, 0);  // O is still zero: nothing to rescale
+            exponentiate<kept_here, w>(c, softmax, s, 0);  // O is still zero: nothing to rescale
             to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s), first_tiles<w / 2>(p));
         };
         const auto step = [&](auto width, int j) {
             constexpr int w = decltype(width)::value;
-            constexpr bool kept_here = kept && w == s_tiles;  // holds K_j until it is exponentiated
+            constexpr bool kept_here = kept && w == s_tiles;
             scores<true, kept_here, w>(c, turns, s, o, p, j);
             exponentiate<kept_here, w>(c, softmax, s, j);
             retire_pv(c, o, p, j - 1);
