@@ -56,12 +56,6 @@ __host__ __device__ constexpr int keys_seen(int row, int seq_q, int seq_k, bool 
 // Sets to -inf the scores of keys a row must not see, on a warp's m16n8 accumulator
 // tiles: rows first_row + [0, 16 * MT), keys first_key + [0, 8 * NT); row r sees keys
 // [0, visible_keys(r)).
-// A lane holds, for each row, the scores of columns nt * 8 + e (e < 2) past its own
-// 2 * (lane % 4): in (nt, e) order the visible ones are a prefix, of 2 * (v / 8) +
-// min(v % 8, 2) scores for v visible columns. Tested bit by bit, a mask of that prefix
-// compiles to R2P (a byte of the mask into predicates at once) and an FSEL a score, where
-// a compare a score took an ISETP and an FSEL: 104 instead of 128 instructions for a
-// row pair of 64 scores (nvcc 13.0, sm_90a). FlashAttention-4 masks the same way.
 template <int MT, int NT, class VisibleKeys>
 __device__ __forceinline__ void mask_scores_by(float (&s)[MT][NT][4], int first_row, int first_key,
                                                const VisibleKeys& visible_keys) {
@@ -72,19 +66,13 @@ __device__ __forceinline__ void mask_scores_by(float (&s)[MT][NT][4], int first_
         for (int h = 0; h < 2; ++h) {
             const int row = first_row + mt * mma_m + lane / 4 + 8 * h;
             const int keys = visible_keys(row);
-            // Of this lane's columns, clamped to the tiles' 8 * NT.
-            const int visible = min(max(keys - first_key - 2 * (lane % 4), 0), 8 * NT);
-            const int prefix = visible / 8 * 2 + min(visible % 8, 2);
+            const int visible = keys - first_key - 2 * (lane % 4);  // of this lane's columns
 #pragma unroll
-            for (int word = 0; word < (2 * NT + 31) / 32; ++word) {
-                // The low min(prefix - 32 * word, 32) bits set: shf.l.clamp shifts ones in.
-                const unsigned bits =
-                    __funnelshift_lc(~0u, 0u, static_cast<unsigned>(max(prefix - 32 * word, 0)));
+            for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-                for (int bit = 0; bit < 32 && 32 * word + bit < 2 * NT; ++bit) {
-                    const int i = 32 * word + bit;
-                    if (!(bits >> bit & 1u))
-                        s[mt][i / 2][2 * h + i % 2] = -INFINITY;
+                for (int e = 0; e < 2; ++e) {
+                    if (nt * 8 + e >= visible)
+                        s[mt][nt][2 * h + e] = -INFINITY;
                 }
             }
         }
