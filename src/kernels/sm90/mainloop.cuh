@@ -155,24 +155,6 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
             load_kv_block<Tr, Paged>(smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes,
                                      &params.maps.v, t, key_row, run, bars.v_full[slot.stage]);
         }
-        // One Q buffer (the persistent d_head 256 tiles): the next tile's Q loads only once
-        // this tile's last S GEMM has handed the buffer back, and then comes from memory
-        // while the last softmax, P·V and O store run. Prefetched into L2 here, with this
-        // tile's last K/V blocks (a DRAM round trip or two before that load), it lands from
-        // there. Here rather than beside this tile's Q: with the tile's fields dead the
-        // producer's 24 registers hold the next tile's (beside them it spilled 8 bytes).
-        // Dense tiles only: a packed batch's tile_at() is a search.
-        if constexpr (Tr::q_buffers == 1 && Tr::persistent && !PerSequence) {
-            const int next = scheduler.next(index, claimed);
-            if (leader && next < tile_count<Tr>(args)) {
-                const Tile n = tile_at<Tr, PerSequence, Variants>(args, next);
-                for (int w = 0; w < Tr::consumers; ++w) {
-                    tma::prefetch_tile_l2<typename Tr::QTile>(
-                        &params.maps.q, n.q.row0 + n.q_row0 + w * Tr::rows_per_consumer, n.head,
-                        n.q.entry);
-                }
-            }
-        }
     }
     if (leader)
         scheduler.finish(QSlot<Tr>(iteration), bars, index);

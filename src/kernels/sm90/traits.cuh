@@ -34,7 +34,6 @@ struct Traits {
     static constexpr int B_r = C.B_r;
     static constexpr int B_c = C.B_c;
     static constexpr int stages = C.sm90.stages;
-    static constexpr bool persistent = C.sm90.persistent;
     static constexpr int threads = C.n_threads();
     static constexpr bool q_in_registers = C.sm90.q_in_registers;
     static constexpr RowReference row_reference =

@@ -63,21 +63,6 @@ __device__ __forceinline__ void load_tile(void* smem, const void* map, int row, 
     }
 }
 
-// Brings the rows load_tile() would load into L2, without a barrier or shared memory:
-// cp.async.bulk.prefetch.tensor (PTX ISA "Data Movement and Conversion Instructions:
-// cp.async.bulk.prefetch.tensor", sm_90), which CCCL's cuda::ptx does not wrap.
-template <class Tile>
-__device__ __forceinline__ void prefetch_tile_l2(const void* map, int row, int head, int batch) {
-    static_assert(!Tile::group_major, "a tile of whole sub-tiles");
-#pragma unroll
-    for (int c = 0; c < Tile::sub_tiles; ++c) {
-        asm volatile(
-            "cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(map),
-            "r"(c * Tile::sub_tile_cols), "r"(row), "r"(head), "r"(batch)
-            : "memory");
-    }
-}
-
 // Loads a run of a paged cache's rows into a group-major Tile (GroupMajor: its 8-row
 // groups hold every column) from tile_row (a multiple of 8) on: rows [row, row + R) of page
 // `page`, head `head`, all d_head columns, in one copy. `map` is 5-D (64 columns, 8 rows,
