@@ -95,10 +95,13 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
 // The producer: one thread issues every copy, tile after tile (paged: the whole warp, lane 0
 // alone doing all but the K/V copies). It refills a K/V stage once every consumer warp has
 // emptied it, so up to `stages` blocks are in flight ahead (across tiles too), and loads a
-// tile's Q once the consumers have stored the previous tile's O from that buffer. Paged is a
-// separate instantiation, so the page walk's registers never press on the dense loop (the
-// producer has 24 or 32: in one loop the dense kernels spilled 16-44 bytes). Variants: a
-// sliding window's tiles start at their first visited block.
+// tile's Q once the consumers have stored the previous tile's O from that buffer (or, O
+// staged apart, handed the buffer back after their last S GEMM: the load is then hidden, and
+// an L2 prefetch of the next tile's Q measured level to -1.5% at d_head 256, docs/PERF.md
+// 2026-11-26 twenty-eighth session). Paged is a separate instantiation, so the page walk's
+// registers never press on the dense loop (the producer has 24 or 32: in one loop the dense
+// kernels spilled 16-44 bytes). Variants: a sliding window's tiles start at their first
+// visited block.
 template <class Tr, bool PerSequence, bool Paged, bool Variants, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
                                         Barriers<Tr::q_buffers, Tr::stages>& bars,
