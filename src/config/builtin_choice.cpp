@@ -69,8 +69,13 @@ struct Row {
 // d_head 256 up to 8192 keys then takes B_c 64, whose first consumer passes the diagonal
 // block a 128 x 128 tile's computes half masked: 2.4-2.9% ahead of that one-stage tile up to 1k
 // keys, and of B_c 80 by 1.5-2% at 2k-4k and 0.2-0.4% at 8k, level at 16k (H200, 2026-11-26,
-// docs/PERF.md). Off Hopper the sm90 rows cannot run and the sm80 rows below them
-// are the choice.
+// docs/PERF.md). Non-causal d_head 64 up to 1024 keys takes the causal rows' kernel: a head's
+// last 192-row tile holds 128 rows at 512 keys and 64 at 1k, and with `trim` its idle consumers
+// compute nothing, but only the dynamic schedule hands the time saved to other tiles (3 and 6
+// query blocks a head divide 132, so the static stride gives every CTA the same query block in
+// every round): +1.2% at 512, +3.5% at 1k, level from 2k, where `dynamic` alone costs 0.5-1%
+// (H200, 2026-11-28, docs/PERF.md; d_head 128's 192 x 80 lost 0.2-1.6% with both from 2k).
+// Off Hopper the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
 // ldmatrix traffic (about 170 B/clk/SM at H100 mma.sync rates) exceeds shared
@@ -99,6 +104,8 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
+    {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 1024},
+    {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 1024},
     {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
     {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
