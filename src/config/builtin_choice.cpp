@@ -73,8 +73,8 @@ struct Row {
 // last 192-row tile holds 128 rows at 512 keys and 64 at 1k, and with `trim` its idle consumers
 // compute nothing, but only the dynamic schedule hands the time saved to other tiles (3 and 6
 // query blocks a head divide 132, so the static stride gives every CTA the same query block in
-// every round): +1.2% at 512, +3.5% at 1k, level from 2k, where `dynamic` alone costs 0.5-1%
-// (H200, 2026-11-28, docs/PERF.md; d_head 128's 192 x 80 lost 0.2-1.6% with both from 2k).
+// every round): +1.2% at 512, +3.5% at 1k, level from 2k, where `dynamic` alone costs 0-1.5%
+// (H200, 2026-11-28, docs/PERF.md; d_head 128's 192 x 80 lost 0.5-1.6% with both from 2k).
 // Off Hopper the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
