@@ -8,36 +8,29 @@ Prints one line a cell (ok / MISS, ours and cuDNN TFLOP/s, the ratio, the target
 import re
 import sys
 
+from compare_tables import rows  # (dtype, d_head, seq) -> (ours, cuDNN) of a compare.py table
+
 
 def targets(path):
     """{(causal, d_head, seq): target} from the two tables (non-causal first) of targets-h100.md."""
-    out, causal = {}, None
-    for line in open(path):
-        if line.startswith("## "):
-            causal = "causal" in line and "non-causal" not in line
-        m = re.match(r"\|\s*(\d+)\s*\|(.*)\|\s*$", line)
-        if m and causal is not None:
-            cells = [float(c.split()[0]) for c in m.group(2).split("|")]
-            for seq, t in zip([512, 1024, 2048, 4096, 8192, 16384], cells):
-                out[(causal, int(m.group(1)), seq)] = t
-    return out
-
-
-def grid(path):
-    """Rows (dtype, d_head, seq, ours, cuDNN) of a compare.py table."""
-    rows = []
+    out, causal, seqs = {}, None, []
     for line in open(path):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 6 and cells[0] in ("bfloat16", "float16"):
-            rows.append((cells[0], int(cells[1]), int(cells[2]), float(cells[3]), float(cells[5])))
-    return rows
+        if line.startswith("## "):
+            causal = "causal" in line and "non-causal" not in line
+        elif cells[0] == "d_head":  # the header row names the lengths
+            seqs = [int(c) for c in cells[1:]]
+        elif causal is not None and re.fullmatch(r"\d+", cells[0]):
+            for seq, cell in zip(seqs, cells[1:]):
+                out[(causal, int(cells[0]), seq)] = float(cell.split()[0])
+    return out
 
 
 def main():
     t = targets(sys.argv[1])
     met = total = 0
     for causal, path in zip([False, True], sys.argv[2:4]):
-        for dtype, d, seq, ours, cudnn in grid(path):
+        for (dtype, d, seq), (ours, cudnn) in rows(path).items():
             ratio, target = ours / cudnn, t[(causal, d, seq)]
             ok = ratio >= target
             met, total = met + ok, total + 1
