@@ -119,7 +119,8 @@ KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
             .softcap_prescale = var.softcap != 0.0f ? given_scale / var.softcap : 0.0f,
             .softcap_fixed = fixed.fits,
             .softcap_reference = fixed.reference,
-            .sinks = var.sinks};
+            .sinks = var.sinks,
+            .tile_divisors = {}};  // the sm90 launcher's, for its B_r
 }
 
 namespace {

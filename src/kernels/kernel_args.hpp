@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/fast_divisor.hpp"
+
 namespace flash_attention {
 
 struct TensorStrides {
@@ -100,6 +102,9 @@ struct KernelArgs {
     // they are finalised (OnlineSoftmax::finalize), by the variant kernels and the split-KV
     // ones (which take no window or softcap).
     const float* sinks;
+    // The divisions of a dense problem's tile numbers (section_heads among them), set by the
+    // sm90 launcher for its B_r. Last, so that the fields before keep their offsets.
+    TileDivisors tile_divisors;
 };
 
 }  // namespace flash_attention

@@ -49,6 +49,7 @@ void launch(const KernelArgs& args, Stream stream) {
                               seqs.seqused_k != nullptr || paged;
     // A paged cache's K/V copies stop at page boundaries (paged_copy_rows).
     KernelArgs a = args;
+    a.tile_divisors = tile_divisors(args, C.B_r);
     if (paged)
         a.seqs.page_copy_rows = paged_copy_rows(a.seqs.k_view_seq, C.B_c);
     Params params{a, make_tensor_maps(a, C.dtype, C.d_head, paged ? a.seqs.page_copy_rows : C.B_c),

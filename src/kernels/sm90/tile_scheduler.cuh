@@ -66,6 +66,30 @@ __device__ __forceinline__ DensePosition dense_position(const KernelArgs& args, 
     const int rank = in_section / heads;
     return {first + in_section - rank * heads, rank};
 }
+// The same through the launch's divisors (args.tile_divisors), for forward()'s dense tiles.
+__device__ __forceinline__ DensePosition dense_position_fast(const KernelArgs& args, int index) {
+    const TileDivisors& d = args.tile_divisors;
+    if (d.section_heads.divisor == 1) {
+        const int head_of_batch = d.q_blocks.quotient(index);
+        return {head_of_batch, index - head_of_batch * d.q_blocks.divisor};
+    }
+    const int section = d.section_tiles.quotient(index);
+    const int first = section * d.section_heads.divisor;
+    const int in_section = index - section * d.section_tiles.divisor;
+    // The last section may hold fewer heads: a division of its own.
+    const int heads = min(d.section_heads.divisor, args.batch * args.heads - first);
+    const int rank = heads == d.section_heads.divisor ? d.section_heads.quotient(in_section)
+                                                      : in_section / heads;
+    return {first + in_section - rank * heads, rank};
+}
+
+// The launch's divisors for tiles of B_r query rows (launch.cuh).
+inline TileDivisors tile_divisors(const KernelArgs& args, int B_r) {
+    const int q_blocks = blocks_covering(args.seq_q, B_r);
+    return {FastDivisor(q_blocks), FastDivisor(args.section_heads),
+            FastDivisor(args.section_heads * q_blocks), FastDivisor(args.heads),
+            FastDivisor(args.heads / args.heads_kv)};
+}
 
 // Packed queries (cu_seqlens_q): tiles are numbered with the query block fastest, then the
 // head, then the sequence, so the CTAs running at one time share the K/V of a few heads in
@@ -116,13 +140,20 @@ template <class Tr, bool PerSequence, bool Variants = false>
 __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     static_assert(PerSequence || !Variants, "the variant kernels run the per-sequence body");
     if constexpr (!PerSequence) {
-        const int q_blocks = blocks_covering(args.seq_q, Tr::B_r);
-        const DensePosition at = dense_position(args, index, q_blocks);
+        const TileDivisors& d = args.tile_divisors;
+        const int q_blocks =
+            Tr::fast_tile_decode ? d.q_blocks.divisor : blocks_covering(args.seq_q, Tr::B_r);
+        const DensePosition at = Tr::fast_tile_decode ? dense_position_fast(args, index)
+                                                      : dense_position(args, index, q_blocks);
         const int q_block = args.causal ? q_blocks - 1 - at.rank : at.rank;
-        const int b = at.head_of_batch / args.heads;
+        const int b = Tr::fast_tile_decode ? d.heads.quotient(at.head_of_batch)
+                                           : at.head_of_batch / args.heads;
         Tile t;
-        t.head = at.head_of_batch % args.heads;
-        t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
+        t.head = Tr::fast_tile_decode ? at.head_of_batch - b * args.heads
+                                      : at.head_of_batch % args.heads;
+        // Grouped-query attention: the K/V head of a group of query heads.
+        t.kv_head =
+            Tr::fast_tile_decode ? d.group.quotient(t.head) : t.head / (args.heads / args.heads_kv);
         t.q = {b, 0, args.seq_q};
         t.k = {b, 0, args.seq_k};
         t.q_row0 = q_block * Tr::B_r;

@@ -88,6 +88,14 @@ struct Traits {
     static constexpr int barrier_offset = o_offset + (o_apart ? QTile::bytes : 0);
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
     static constexpr bool trim_blocks = C.sm90.trim_blocks;
+    // Dense tile numbers decoded through the launch's divisors (tile_at()): +1.4-2.9% at
+    // 512-1k keys, where a tile is a few blocks (H100, docs/PERF.md, 2026-11-28). Not where
+    // ptxas (CUDA 13.0) then scheduled the main loop slower, at long lengths where the decode is
+    // one tile in 100 blocks or more: d_head 128's B_c 80 tiles (-12% at 16k keys) and d_head
+    // 64's statically scheduled tile (-0.6% and -2.7% at 16k in two calls). Those keep the
+    // divisions, and their SASS as measured.
+    static constexpr bool fast_tile_decode =
+        !(d_head == 128 && B_c == 80) && !(d_head == 64 && !dynamic_schedule);
     // With the dynamic schedule, per Q buffer the index of the tile it holds and a barrier
     // (TileSlots: the producer takes the index from the global counter, the consumers
     // read it there).
