@@ -47,13 +47,6 @@ void launch(const KernelArgs& args, Stream stream) {
     const bool paged = seqs.block_table != nullptr;
     const bool per_sequence = seqs.cu_seqlens_q != nullptr || seqs.cu_seqlens_k != nullptr ||
                               seqs.seqused_k != nullptr || paged;
-    // A paged cache's K/V copies stop at page boundaries (paged_copy_rows).
-    KernelArgs a = args;
-    a.tile_divisors = tile_divisors(args, C.B_r);
-    if (paged)
-        a.seqs.page_copy_rows = paged_copy_rows(a.seqs.k_view_seq, C.B_c);
-    Params params{a, make_tensor_maps(a, C.dtype, C.d_head, paged ? a.seqs.page_copy_rows : C.B_c),
-                  nullptr};
     // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
     // runs one CTA per SM (its register reallocation leaves room for no second).
     const std::int64_t tiles = tile_numbers(args, C.B_r);
@@ -64,6 +57,16 @@ void launch(const KernelArgs& args, Stream stream) {
                         " query rows (sequences x heads x query blocks), got " +
                         std::to_string(tiles));
     }
+    KernelArgs a = args;
+    // Dense tiles: the divisions of their numbers, once here (their products are at most
+    // `tiles`, checked above).
+    if (!per_sequence)
+        a.tile_divisors = tile_divisors(args, C.B_r);
+    // A paged cache's K/V copies stop at page boundaries (paged_copy_rows).
+    if (paged)
+        a.seqs.page_copy_rows = paged_copy_rows(a.seqs.k_view_seq, C.B_c);
+    Params params{a, make_tensor_maps(a, C.dtype, C.d_head, paged ? a.seqs.page_copy_rows : C.B_c),
+                  nullptr};
     const std::int64_t ctas =
         C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
     std::optional<StreamCounters> counters;  // the next tile, the CTAs done (TileScheduler)
