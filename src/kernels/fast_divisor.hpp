@@ -2,9 +2,9 @@
 
 // Division by a divisor known at launch but not at compile time, as a multiply-high, an add
 // and a shift (the round-up method of Granlund and Montgomery, "Division by Invariant Integers
-// using Multiplication", PLDI 1994, with N = 32): an integer division by a runtime value is
-// about twenty dependent instructions, one of them a MUFU.RCP, on every tile a persistent
-// CTA's warpgroups decode (tile_scheduler.cuh).
+// using Multiplication", PLDI 1994, with N = 32) instead of nvcc's integer division by a
+// runtime value (a reciprocal estimate and its corrections, a chain of dependent instructions),
+// on every tile a persistent CTA's warpgroups decode (tile_scheduler.cuh).
 
 #include <cstdint>
 
@@ -13,8 +13,8 @@ namespace flash_attention {
 struct FastDivisor {
     // l = ceil(log2 d) and m = floor(2^32 (2^l - d) / d) + 1; then n / d = (mulhi(m, n) + n) >> l
     // for every n < 2^32, and the sum does not overflow 32 bits for n < 2^31 (mulhi(m, n) <= n).
-    // constexpr, so device code calls it too (--expt-relaxed-constexpr); the 64-bit product's
-    // high word is one IMAD.WIDE.U32 there.
+    // constexpr, so device code calls it too (--expt-relaxed-constexpr): a 32 x 32 -> 64-bit
+    // multiply, an add and a shift there.
     std::uint32_t multiplier = 1;  // d = 1: mulhi(1, n) = 0, so n itself
     int shift = 0;
     int divisor = 1;
