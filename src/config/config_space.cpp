@@ -123,19 +123,6 @@ constexpr std::array k_rules = {
     Rule{"dynamic_needs_persistent", RuleKind::validity,
          "the dynamic tile schedule hands persistent CTAs their next tile (add persistent)",
          [](const KernelConfig& c) { return c.sm90.dynamic_schedule && !c.sm90.persistent; }},
-    Rule{"chain_needs_persistent_overlap", RuleKind::validity,
-         "chained tiles carry a tile's last P·V into the next tile's first GEMM turn: a "
-         "persistent CTA with intra-warpgroup overlap (add persistent and overlap)",
-         [](const KernelConfig& c) {
-             return c.sm90.chain_tiles && (!c.sm90.persistent || !c.sm90.intra_warpgroup_overlap);
-         }},
-    Rule{"chain_needs_q_buffer", RuleKind::validity,
-         "chained tiles store a tile's O after the next tile's first S GEMM has read its Q: "
-         "two Q buffers or O staged apart (the shared memory of a smaller tile)",
-         [](const KernelConfig& c) {
-             return c.sm90.chain_tiles && c.sm90.persistent && q_buffers(c) == 1 &&
-                    !o_staged_apart(c);
-         }},
     Rule{"warpgroups", RuleKind::validity,
          "8, 12 or 16 warps: one producer warpgroup and 1 to 3 consumer warpgroups",
          [](const KernelConfig& c) {

@@ -157,115 +157,6 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
     turns.finish();
 }
 
-// Chained tiles (KernelConfig::chain_tiles), dense calls: consume_tiles()'s walk, with each
-// tile's last P·V and its epilogue carried into the next tile's first step
-// (consume_chained()). A tile whose consumer computes no block stores its O (zero) at once.
-template <KernelConfig C, class Tr, class Scheduler>
-__device__ __forceinline__ void consume_tiles_chained(const Params& params, unsigned char* smem,
-                                                      Barriers<Tr::q_buffers, Tr::stages>& bars,
-                                                      const Scheduler& scheduler, int consumer) {
-    using Softmax = OnlineSoftmax<1, true, Tr::row_reference>;
-    using ConsumerT = Consumer<Tr, false>;
-    const KernelArgs& args = params.args;
-    const std::uint32_t k_smem = ptx::smem_address(smem + Tr::k_offset);
-    const std::uint32_t v_smem = ptx::smem_address(smem + Tr::v_offset);
-    GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
-    int ring = 0;  // K/V blocks consumed so far, in step with the producer
-    int iteration = 0;
-    PendingStore pending_store;
-    float o[1][Tr::d_head / 8][4];
-    zero(o);
-    std::uint32_t p[1][Tr::B_c / 16][4];
-    Carried<Tr, Softmax> carried{.softmax = Softmax(args.softmax_scale, args.scale_log2)};
-    // The carried tile's epilogue (consume_tiles()' run()), O zeroed for the next.
-    const auto finish = [&] {
-        carried.softmax.finalize(o);
-        const Tile done = tile_at<Tr, false, false>(args, carried.index);
-        const int consumer_row0 = done.q_row0 + consumer * Tr::rows_per_consumer;
-        if (args.lse != nullptr && threadIdx.x % 4 == 0) {
-            store_lse<1>(
-                args.lse +
-                    (std::int64_t{done.q.entry} * args.heads + done.head) * args.seqs.q_view_seq +
-                    done.q.row0,
-                consumer_row0 + warp_in_warpgroup() * mma_m, done.q.len, carried.softmax);
-        }
-        const QSlot<Tr> q(carried.tile_number);
-        pending_store.hand_back();  // a tile without blocks stores twice in one step
-        store_output<Tr, false>(
-            params, done, consumer, o,
-            OStaging<Tr>{Tr::o_apart ? smem + Tr::o_offset
-                                     : smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes +
-                                           consumer * Tr::QTile::bytes,
-                         Tr::o_apart ? o_region_empty<Tr>(smem) : &bars.q_empty[q.buffer],
-                         carried.tile_number * Tr::consumers + consumer},
-            pending_store);
-        zero(o);
-    };
-    for (int index = scheduler.first();
-         (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars)) <
-         tile_count<Tr>(args);
-         index += gridDim.x) {
-        const Tile tile = tile_at<Tr, false, false>(args, index);
-        if (tile.empty())
-            continue;
-        const int tile_number = iteration++;
-        const QSlot<Tr> q(tile_number);
-        const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
-        const int consumer_rows = max(1, min(Tr::rows_per_consumer, tile.q.len - consumer_row0));
-        const KeyBlocks own = key_blocks(args.diagonal_seq_q, tile.k.len, args.causal,
-                                         consumer_row0, consumer_rows, Tr::B_c);
-        const int computed = !Tr::trim_blocks              ? tile.visited
-                             : consumer_row0 >= tile.q.len ? 0
-                                                           : min(own.visited, tile.visited);
-        ConsumerT c{
-            .args = args,
-            .visited = computed,
-            .passed = tile.visited - computed,
-            .last_block_keys = tile.last_block_keys,
-            .bars = bars,
-            .q_smem = ptx::smem_address(smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes +
-                                        consumer * Tr::QTile::bytes),
-            .k_smem = k_smem,
-            .v_smem = v_smem,
-            .consumer = consumer,
-            .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
-            .unmasked = own.unmasked,
-            .half_last = false,
-            .key_bound = args.causal && !args.top_left ? tile.k.len - tile.q.len : tile.k.len,
-            .ring = ring,
-            .q_buffer = q.buffer,
-            .pending_store = pending_store,
-        };
-        Softmax softmax(args.softmax_scale, args.scale_log2);
-        bars.q_full[q.buffer].wait(q.parity);
-        if constexpr (Tr::q_in_registers) {
-            load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem, warp_in_warpgroup() * mma_m);
-            c.release_q();  // the S GEMMs read Q from registers
-        }
-        consume_chained(c, turns, o, p, softmax, carried, finish);
-        carried.index = index;
-        carried.tile_number = tile_number;
-        carried.softmax = softmax;
-        if (computed == 0)
-            finish();  // O is zero: no key of this consumer's rows
-        ring += tile.visited;
-    }
-    if (carried.pending) {
-        ConsumerT c{.args = args,
-                    .bars = bars,
-                    .k_smem = k_smem,
-                    .v_smem = v_smem,
-                    .consumer = consumer,
-                    .pending_store = pending_store};
-        accumulate(c, turns, o, p, carried.pv_ring);
-        finish();
-    } else {
-        turns.skip();  // every consumer takes one turn here
-    }
-    pending_store.hand_back();  // shared memory must outlive the last store's read
-    turns.finish();
-}
-
 // PerSequence: varlen batches and KV caches (SequenceArgs) run their own kernel, so the
 // dense one keeps its code and registers as they were: one kernel with both bodies
 // behind a branch cost forward()'s non-persistent d_head 128 causal kernel 5-6%
@@ -326,11 +217,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     }
 
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
-    if constexpr (C.sm90.chain_tiles && !PerSequence)
-        consume_tiles_chained<C, Tr>(params, smem, bars, scheduler, warpgroup - 1);
-    else
-        consume_tiles<C, Tr, PerSequence, Variants, Paged>(params, smem, bars, scheduler,
-                                                           warpgroup - 1);
+    consume_tiles<C, Tr, PerSequence, Variants, Paged>(params, smem, bars, scheduler,
+                                                       warpgroup - 1);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)params;

@@ -410,11 +410,10 @@ struct Consumer {
     }
 };
 
-// S_j = Q·K_jᵀ, masked; with WithPv, O += P·V_{pv} (block pv = j - 1 unless given: a
-// chained tile's first step issues the previous tile's last, at a negative block) is issued
-// in the same GEMM turn and left running. K_j (and V_pv) are waited for before the turn is
-// taken, so a warpgroup never holds it while it waits for memory; returns once S_j is
-// done, K_j handed back unless HoldK (exponentiate() may need it again).
+// S_j = Q·K_jᵀ, masked; with WithPv, O += P_{j-1}·V_{j-1} is issued in the same GEMM turn
+// and left running. K_j (and V_{j-1}) are waited for before the turn is taken, so a
+// warpgroup never holds it while it waits for memory; returns once S_j is done, K_j handed
+// back unless HoldK (exponentiate() may need it again).
 // W: the tiles of S the softmax takes, B_c / 8 or a half block's B_c / 16 (the mask
 // needs no more).
 template <bool WithPv, bool HoldK = false, int W, class Tr, bool P, bool V, bool Pg, class Turns>
@@ -422,21 +421,13 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
                                        float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::d_head / 8][4],
                                        std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
-    scores<WithPv, HoldK, W>(c, turns, s, o, p, j, j - 1);
-}
-
-template <bool WithPv, bool HoldK = false, int W, class Tr, bool P, bool V, bool Pg, class Turns>
-__device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
-                                       float (&s)[1][Tr::B_c / 8][4],
-                                       float (&o)[1][Tr::d_head / 8][4],
-                                       std::uint32_t (&p)[1][Tr::B_c / 16][4], int j, int pv) {
     c.wait_k(j);
     if constexpr (WithPv)
-        c.wait_v(pv);
+        c.wait_v(j - 1);
     turns.acquire();
     c.issue_qk(s, j);
     if constexpr (WithPv)
-        c.issue_pv(o, p, pv);
+        c.issue_pv(o, p, j - 1);
     turns.release();
     ptx::wgmma_wait<WithPv ? 1 : 0>();
     ptx::fence_operands(s[0]);
@@ -618,99 +609,6 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         }
     }
     pass<Overlap>(c, turns);
-}
-
-// Chained tiles (KernelConfig::chain_tiles): what a consumer's tile leaves to its next one.
-// Its last P·V is issued in the next tile's first GEMM turn, and its epilogue runs once that
-// GEMM retires, under the next tile's first softmax. The tile's turn without an S GEMM and
-// the one without a P·V become one, and the epilogue is no longer a stretch in which this
-// consumer issues nothing while its first block's softmax waits for it.
-template <class Tr, class Softmax>
-struct Carried {
-    bool pending = false;  // a tile's last P·V is still to issue, P in the consumer's fragments
-    int pv_ring = 0;       // that block's ring position (its V stage)
-    int index = 0;         // the tile's number, for its epilogue
-    int tile_number = 0;   // of the CTA's non-empty tiles (its Q buffer, O's staging)
-    Softmax softmax;       // its rows' sums and references, for finalize()
-};
-
-// trim_blocks, chained: the tile's blocks after this consumer's own, one GEMM turn each (a
-// chained consumer takes `visited` turns a tile: its first S GEMM's turn also issues the
-// carried P·V). turn_taken: the consumer computed no block of the tile but issued the carried
-// P·V alone, in block 0's turn.
-template <class Tr, bool P, bool V, bool Pg, class Turns>
-__device__ __forceinline__ void pass_chained(Consumer<Tr, P, V, Pg>& c, Turns& turns,
-                                             bool turn_taken) {
-    if constexpr (Tr::trim_blocks) {
-        for (int j = c.visited; j < c.visited + c.passed; ++j) {
-            c.wait_k(j);
-            c.release_k(j);
-            c.wait_v(j);
-            c.release_v(j);
-            if (!turn_taken || j != 0)
-                turns.skip();
-        }
-    }
-}
-
-// One chained tile's main loop for one consumer warpgroup (dense calls; consume() is the
-// algorithm, this its form across tiles). finish(): the carried tile's epilogue, with O in
-// `o` once its last P·V has retired; it leaves `o` zero. The tile's own last P·V is left in
-// `carried` (P in `p`), the whole width: no half blocks here.
-template <class Tr, bool Pingpong, class Softmax, class Finish>
-__device__ __forceinline__ void consume_chained(Consumer<Tr, false>& c,
-                                                GemmTurns<Tr, Pingpong>& turns,
-                                                float (&o)[1][Tr::d_head / 8][4],
-                                                std::uint32_t (&p)[1][Tr::B_c / 16][4],
-                                                Softmax& softmax, Carried<Tr, Softmax>& carried,
-                                                const Finish& finish) {
-    constexpr int s_tiles = Tr::B_c / 8;
-    constexpr bool kept = Softmax::lazy && (Pingpong || Tr::d_head < 256);
-    const int n = c.visited;
-    // The carried P·V's block, relative to this tile's first (negative).
-    const int pv = carried.pv_ring - c.ring;
-    float s[1][s_tiles][4];
-    if (n == 0) {
-        if constexpr (!Tr::q_in_registers)
-            c.release_q();  // (O apart) no S GEMM of this tile reads Q
-        // Every consumer takes `visited` turns a tile, and one a tile without blocks.
-        const bool issued = carried.pending;
-        if (issued) {
-            accumulate(c, turns, o, p, pv);
-            finish();
-            carried.pending = false;
-        } else if (c.visited + c.passed == 0) {
-            turns.skip();
-        }
-        pass_chained(c, turns, issued);
-        return;
-    }
-    if (carried.pending) {
-        scores<true, kept, s_tiles>(c, turns, s, o, p, 0, pv);
-        exponentiate<kept, s_tiles>(c, softmax, s, 0);  // O is the carried tile's: no rescale
-        retire_pv(c, o, p, pv);
-        finish();
-    } else {
-        scores<false, kept, s_tiles>(c, turns, s, o, p, 0);
-        exponentiate<kept, s_tiles>(c, softmax, s, 0);
-    }
-    to_a_fragments<Tr::dtype>(softmax, s, p);
-    for (int j = 1; j < n; ++j) {
-        scores<true, kept, s_tiles>(c, turns, s, o, p, j);
-        // The previous tile's O store has read its buffer meanwhile: the producer may load
-        // the next tile's Q there (two Q buffers), during this tile.
-        c.pending_store.hand_back();
-        exponentiate<kept, s_tiles>(c, softmax, s, j);
-        retire_pv(c, o, p, j - 1);
-        softmax.rescale(o);
-        to_a_fragments<Tr::dtype>(softmax, s, p);
-    }
-    c.pending_store.hand_back();  // a tile of one block
-    if constexpr (!Tr::q_in_registers)
-        c.release_q();  // S_{n-1} (or its rescore) read Q for the last time
-    carried.pending = true;
-    carried.pv_ring = c.ring + n - 1;
-    pass_chained(c, turns, false);
 }
 
 }  // namespace flash_attention::sm90
