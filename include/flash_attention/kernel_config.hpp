@@ -41,7 +41,7 @@ enum class FieldKind {
 #define FLASH_ATTENTION_CONFIG_FIELDS(X)                                                 \
     X(Family, family, Family::sm80, 1, common, family, "sm90")                           \
     X(DType, dtype, DType::FP16, 2, common, dtype, "dtype")                              \
-    X(int, d_head, 128, 10, common, tuple, "d_head")                                     \
+    X(int, d_head, 128, 9, common, tuple, "d_head")                                      \
     /* query rows per CTA */                                                             \
     X(int, B_r, 64, 9, common, tuple, "B_r")                                             \
     /* key/value rows per main-loop iteration */                                         \
@@ -83,7 +83,10 @@ enum class FieldKind {
     X(bool, lazy_rescale, false, 1, sm90, flag, "lazy")                                  \
     /* each consumer computes only the K/V blocks its own rows see and passes the */     \
     /* rest (causal: a tile's later rows reach further; rows past the sequence) */       \
-    X(bool, trim_blocks, false, 1, sm90, flag, "trim")
+    X(bool, trim_blocks, false, 1, sm90, flag, "trim")                                   \
+    /* trimmed, B_c 128: a consumer whose rows see only the first half of its last */    \
+    /* block computes that half alone (pays in short causal tiles only) */               \
+    X(bool, half_blocks, false, 1, sm90, flag, "half")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

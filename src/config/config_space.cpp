@@ -123,6 +123,13 @@ constexpr std::array k_rules = {
     Rule{"dynamic_needs_persistent", RuleKind::validity,
          "the dynamic tile schedule hands persistent CTAs their next tile (add persistent)",
          [](const KernelConfig& c) { return c.sm90.dynamic_schedule && !c.sm90.persistent; }},
+    Rule{"half_needs_trim", RuleKind::validity,
+         "half blocks end a trimmed consumer's overlapped loop on the first half of a B_c 128 "
+         "block (add trim and overlap; B_c 128)",
+         [](const KernelConfig& c) {
+             return c.sm90.half_blocks &&
+                    (!c.sm90.trim_blocks || !c.sm90.intra_warpgroup_overlap || c.B_c != 128);
+         }},
     Rule{"warpgroups", RuleKind::validity,
          "8, 12 or 16 warps: one producer warpgroup and 1 to 3 consumer warpgroups",
          [](const KernelConfig& c) {
@@ -328,6 +335,20 @@ std::vector<KernelConfig> trimmed(const std::vector<KernelConfig>& configs) {
     return v;
 }
 
+// With half_blocks, the trimmed, overlapped B_c 128 configs of `configs`: there a consumer's
+// last block can end in its first half (docs/PERF.md, 2026-11-26 and 2026-11-28).
+std::vector<KernelConfig> halved(const std::vector<KernelConfig>& configs) {
+    std::vector<KernelConfig> v;
+    for (KernelConfig c : configs) {
+        if (c.family == Family::sm90 && c.sm90.trim_blocks && c.sm90.intra_warpgroup_overlap &&
+            c.B_c == 128) {
+            c.sm90.half_blocks = true;
+            v.push_back(c);
+        }
+    }
+    return v;
+}
+
 ValueSets all_values_sm90() {
     ValueSets v = tune_values_sm90();
     v.B_c = {64, 80, 128, 176, 192};
@@ -336,6 +357,7 @@ ValueSets all_values_sm90() {
     v.stages = {1, 2, 3, 4};
     v.intra_warpgroup_overlap = {false, true};
     v.trim_blocks = {false, true};
+    v.half_blocks = {false, true};
     return v;
 }
 
@@ -574,6 +596,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         append_unique(v, tune_configs_sm90_d256());
         append_unique(v, tune_configs_sm90_d128_bc80());
         append_unique(v, trimmed(v));
+        append_unique(v, halved(v));
         return sorted_unique(std::move(v));
     }
     if (name == "tune") {

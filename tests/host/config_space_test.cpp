@@ -200,6 +200,26 @@ TEST(ConfigSpace, HopperTuneSetTrimsWhereConsumersEndApart) {
     }
 }
 
+// half_blocks comes as a copy of every trimmed, overlapped B_c 128 tune config, and only there.
+TEST(ConfigSpace, HopperTuneSetHalvesTrimmedB_c128) {
+    const auto sm90 = fa::space::named_set("tune-sm90");
+    int halved = 0;
+    for (const KernelConfig& c : sm90) {
+        KernelConfig half = c;
+        half.sm90.half_blocks = true;
+        const bool eligible = !c.sm90.half_blocks && c.sm90.trim_blocks &&
+                              c.sm90.intra_warpgroup_overlap && c.B_c == 128;
+        if (!c.sm90.half_blocks)
+            EXPECT_EQ(std::find(sm90.begin(), sm90.end(), half) != sm90.end(), eligible)
+                << c.to_string();
+        halved += c.sm90.half_blocks ? 1 : 0;
+    }
+    EXPECT_GT(halved, 0);
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+half")),
+              "half_needs_trim");
+}
+
 TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
     const auto tune = fa::space::named_set("tune");
     for (const fa::DType dtype : {fa::DType::FP16, fa::DType::BF16}) {

@@ -217,14 +217,13 @@ struct Consumer {
     static constexpr int s_tiles = Tr::B_c / 8;
     static constexpr int o_tiles = Tr::d_head / 8;
     // Whether a last block whose keys this consumer's rows see all lie in its first half
-    // runs as a half block (half_last): in trimmed tiles of B_c 128, where each consumer's
-    // blocks end with its own rows' keys (causal d_head 64: +1.4-1.9% at 512-4k keys, level
-    // from 8k).
-    // The code alone moved ptxas's schedule of the other loops, 1-4% slower where no block
-    // was half (d_head 128's 128 x 128 tiles, d_head 256's non-causal B_c 64 one; H200,
-    // docs/PERF.md, 2026-11-26). The block's first rows must be a prefix of the stage (not
-    // so in a paged tile), and a window's blocks are masked at their start too.
-    static constexpr bool half_blocks = Tr::trim_blocks && Tr::B_c == 128 && !Variants && !Paged;
+    // runs as a half block (half_last): the half_blocks knob, in trimmed tiles of B_c 128,
+    // where each consumer's blocks end with its own rows' keys. The code costs the loop
+    // itself: d_head 64's causal tile gains 2.2-3.6% with it at 512 keys, is level at 1k-4k
+    // and loses 1.3-2.8% at 8k-16k, and non-causal (where no block is half) 1-2% at 512-1k
+    // (H200, docs/PERF.md, 2026-11-28). The block's first rows must be a prefix of the stage
+    // (not so in a paged tile), and a window's blocks are masked at their start too.
+    static constexpr bool half_blocks = Tr::half_blocks && !Variants && !Paged;
 
     const KernelArgs& args;
     // Of the tile, only what the main loop needs: the rest is recomputed for the epilogue

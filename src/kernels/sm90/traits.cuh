@@ -88,6 +88,7 @@ struct Traits {
     static constexpr int barrier_offset = o_offset + (o_apart ? QTile::bytes : 0);
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
     static constexpr bool trim_blocks = C.sm90.trim_blocks;
+    static constexpr bool half_blocks = C.sm90.half_blocks;
     // Dense tile numbers decoded through the launch's divisors (tile_at()): +1.4-2.9% at
     // 512-1k keys, where a tile is a few blocks (H100, docs/PERF.md, 2026-11-28). Not where
     // ptxas (CUDA 13.0) then scheduled the main loop slower, at long lengths where the decode is
