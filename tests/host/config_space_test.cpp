@@ -209,9 +209,10 @@ TEST(ConfigSpace, HopperTuneSetHalvesTrimmedB_c128) {
         half.sm90.half_blocks = true;
         const bool eligible = !c.sm90.half_blocks && c.sm90.trim_blocks &&
                               c.sm90.intra_warpgroup_overlap && c.B_c == 128;
-        if (!c.sm90.half_blocks)
+        if (!c.sm90.half_blocks) {
             EXPECT_EQ(std::find(sm90.begin(), sm90.end(), half) != sm90.end(), eligible)
                 << c.to_string();
+        }
         halved += c.sm90.half_blocks ? 1 : 0;
     }
     EXPECT_GT(halved, 0);
