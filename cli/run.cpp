@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -33,6 +34,7 @@ struct RunOptions {
     int repeat = 1;
     bool check = false;
     int check_rows = 256;
+    std::optional<std::uint64_t> seed;
     bool kvcache = false;
     int page_size = 0;
     bool varlen = false;
@@ -98,7 +100,9 @@ int run(const RunOptions& opt) {
                 .api = api,
                 .page_size = opt.page_size};
     opt.variants.apply(shape);
-    const std::uint64_t seed = std::random_device{}();
+    // Fresh inputs each run unless --seed names them (printed either way: a failing check can
+    // be rerun, on this kernel or another, with the same data).
+    const std::uint64_t seed = opt.seed.value_or(std::random_device{}());
     const HostProblem host = HostProblem::random(shape, seed);
     const DeviceProblem problem(shape, host);
     DeviceBuffer lse(static_cast<std::size_t>(host.q.batch * host.q.seq * opt.heads) *
@@ -119,6 +123,7 @@ int run(const RunOptions& opt) {
                     shape.window_right, static_cast<double>(shape.softcap),
                     shape.sinks ? ", sinks" : "");
     }
+    std::printf("inputs   random, seed %llu\n", static_cast<unsigned long long>(seed));
     std::printf("device   %s\n", DeviceProperties::current().description().c_str());
 
     // The first run is both the warm-up and the one whose output is checked.
@@ -189,6 +194,9 @@ void add_run_command(CLI::App& app, Action& action) {
                     "query rows per (batch, head) that --check samples")
         ->check(integer_in(1, 1 << 20))
         ->capture_default_str();
+    cmd->add_option("--seed", o->seed,
+                    "seed of the random inputs, as `run` prints it (default: a fresh one each run)")
+        ->check(integer_in(0, std::numeric_limits<long long>::max()));
     cmd->callback([o, &action] { action = [o] { return run(*o); }; });
 }
 

@@ -215,6 +215,9 @@ TEST(Cli, NumbersAreBoundedByReadableLimits) {
     expect_usage_error({"run", "--seq", "1073741825"},
                        "--seq: expected an integer from 1 to 1073741824");
     expect_usage_error({"run", "--repeat", "0"}, "--repeat");
+    expect_usage_error({"run", "--seed", "abc"}, "--seed");
+    expect_usage_error({"run", "--seed", "-1"}, "--seed");
+    expect_usage_error({"run", "--seed", "9223372036854775808"}, "--seed");
     expect_usage_error({"choose", "--heads-kv", "0"}, "--heads-kv");
     for (const auto& args : std::vector<std::vector<std::string>>{
              {"bench", "--warmup-ms", "1e308"}, {"bench", "--runs", "2147483647"}}) {
