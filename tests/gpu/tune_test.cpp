@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <sstream>
 
 #include "app.hpp"
 #include "common/cuda_check.hpp"
@@ -79,6 +80,33 @@ int cli(std::vector<std::string> args) {
 }
 
 }  // namespace
+
+// `run --seed` draws the inputs it names: the same seed twice gives the same check (the kernel
+// is deterministic), and the printed seed is the one given.
+TEST(Cli, RunSeedRepeatsTheInputs) {
+    // The seed line and the check line (its errors, which depend on the inputs) of one run.
+    const auto run_with = [](const std::string& seed) -> std::pair<std::string, std::string> {
+        testing::internal::CaptureStdout();
+        const int code = cli({"run", "--seed", seed, "--check", "--batch", "2", "--heads", "4",
+                              "--seq", "1000", "--causal"});
+        const std::string out = testing::internal::GetCapturedStdout();
+        EXPECT_EQ(code, 0) << out;
+        std::pair<std::string, std::string> lines;
+        std::istringstream in(out);
+        for (std::string line; std::getline(in, line);) {
+            if (line.rfind("inputs", 0) == 0)
+                lines.first = line;
+            if (line.rfind("check", 0) == 0)
+                lines.second = line;
+        }
+        return lines;
+    };
+    const auto [seed_line, check_line] = run_with("20261128");
+    EXPECT_NE(seed_line.find("seed 20261128"), std::string::npos) << seed_line;
+    EXPECT_NE(check_line.find("passed"), std::string::npos) << check_line;
+    EXPECT_EQ(run_with("20261128").second, check_line);
+    EXPECT_NE(run_with("20261129").second, check_line);  // other inputs, other errors
+}
 
 // Issue 14, part 7: `run --check` through forward_kvcache (contiguous and paged) and
 // forward_varlen, against the double-precision reference (odd lengths, GQA, causal).
