@@ -49,6 +49,12 @@ constexpr bool sm90(const KernelConfig& c) {
     return c.family == Family::sm90;
 }
 
+// Where half blocks can apply: a trimmed consumer's overlapped loop over B_c 128 blocks, whose
+// last block can end in its first half (the half_needs_trim rule; halved() below).
+constexpr bool can_halve(const KernelConfig& c) {
+    return c.sm90.trim_blocks && c.sm90.intra_warpgroup_overlap && c.B_c == 128;
+}
+
 constexpr std::array k_rules = {
     // First: the rules below compute sizes from the fields.
     Rule{"fields", RuleKind::validity,
@@ -126,10 +132,7 @@ constexpr std::array k_rules = {
     Rule{"half_needs_trim", RuleKind::validity,
          "half blocks end a trimmed consumer's overlapped loop on the first half of a B_c 128 "
          "block (add trim and overlap; B_c 128)",
-         [](const KernelConfig& c) {
-             return c.sm90.half_blocks &&
-                    (!c.sm90.trim_blocks || !c.sm90.intra_warpgroup_overlap || c.B_c != 128);
-         }},
+         [](const KernelConfig& c) { return c.sm90.half_blocks && !can_halve(c); }},
     Rule{"warpgroups", RuleKind::validity,
          "8, 12 or 16 warps: one producer warpgroup and 1 to 3 consumer warpgroups",
          [](const KernelConfig& c) {
@@ -335,13 +338,12 @@ std::vector<KernelConfig> trimmed(const std::vector<KernelConfig>& configs) {
     return v;
 }
 
-// With half_blocks, the trimmed, overlapped B_c 128 configs of `configs`: there a consumer's
-// last block can end in its first half (docs/PERF.md, 2026-11-26 and 2026-11-28).
+// With half_blocks, the configs of `configs` where they can apply (can_halve(); docs/PERF.md,
+// 2026-11-26 and 2026-11-28).
 std::vector<KernelConfig> halved(const std::vector<KernelConfig>& configs) {
     std::vector<KernelConfig> v;
     for (KernelConfig c : configs) {
-        if (c.family == Family::sm90 && c.sm90.trim_blocks && c.sm90.intra_warpgroup_overlap &&
-            c.B_c == 128) {
+        if (c.family == Family::sm90 && can_halve(c)) {
             c.sm90.half_blocks = true;
             v.push_back(c);
         }
