@@ -88,7 +88,7 @@ class OnlineSoftmax {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 // -inf before a row's first key: the sums become inf or NaN, not kept.
-                block_sum[mt][h] = exponentiate_row(s, mt, h, max_[mt][h] * scale_log2_);
+                block_sum[mt][h] = exponentiate_row(s, mt, h, offset(max_[mt][h]));
                 kept = kept && block_sum[mt][h] <= k_kept_sum_limit;
             }
         }
@@ -199,8 +199,10 @@ class OnlineSoftmax {
     __device__ __forceinline__ float log_sum_exp(int mt, int h) const {
         if (!(sum_[mt][h] > 0.0f))
             return -INFINITY;
-        // The optimized variant keeps the max in raw score units, the textbook one scaled.
-        const float max_term = Optimized ? max_[mt][h] * scale_ : max_[mt][h];
+        // The optimized variant's sum is relative to 2^offset(max), the textbook one's to
+        // e^max (its max is in scaled units).
+        constexpr float ln2 = 0.6931471805599453f;
+        const float max_term = Optimized ? offset(max_[mt][h]) * ln2 : max_[mt][h];
         return max_term + __logf(sum_[mt][h]);
     }
 
@@ -218,7 +220,9 @@ class OnlineSoftmax {
         // In base 2: the optimized variant keeps the reference in raw scores, the textbook one
         // in scaled ones.
         const float unit = Optimized ? scale_log2_ : log2e;
-        const float reference = max_[mt][h] == -INFINITY ? -INFINITY : max_[mt][h] * unit;
+        const float reference = max_[mt][h] == -INFINITY ? -INFINITY
+                                : Optimized             ? offset(max_[mt][h])
+                                                        : max_[mt][h] * log2e;
         const float top = fmaxf(reference, sink);
         const float keep = ptx::ex2(reference - top);  // 0 for a row without keys
         const float added = ptx::ex2(sink - top);
@@ -258,8 +262,8 @@ class OnlineSoftmax {
                                    !((row_max - max_[mt][h]) * scale_log2_ <= k_lazy_rescale_log2);
                 moved |= moves;
                 const float reference = moves ? row_max : max_[mt][h];
-                const float max_scaled = reference == -INFINITY ? 0.0f : reference * scale_log2_;
-                const float alpha = ptx::ex2(max_[mt][h] * scale_log2_ - max_scaled);
+                const float max_scaled = reference == -INFINITY ? 0.0f : offset(reference);
+                const float alpha = ptx::ex2(offset(max_[mt][h]) - max_scaled);
                 const float row_sum = exponentiate_row(s, mt, h, max_scaled);
                 sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
                 max_[mt][h] = reference;
@@ -282,7 +286,7 @@ class OnlineSoftmax {
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                sum_[mt][h] += exponentiate_row(s, mt, h, max_[mt][h] * scale_log2_);
+                sum_[mt][h] += exponentiate_row(s, mt, h, offset(max_[mt][h]));
             }
         }
     }
@@ -320,6 +324,15 @@ class OnlineSoftmax {
             }
         }
     }
+
+    // The exponent offset of reference m (raw score units), m * scale_log2 rounded once and
+    // explicitly: every exponent taken against m, the factor between two references and the
+    // LSE read this one value, so a row's sum is relative to exactly 2^offset(m). Left to the
+    // compiler, `m * scale_log2 - offset` was fused into one FFMA in some copies of the loop
+    // and not in others; each fused reference move then put up to half a unit in the last
+    // place of m * scale_log2 (2.4e-4 at scale 100) into the row's sum, and the LSE at scale
+    // 100 came out 2-3x less exact (docs/PERF.md, 2026-11-28, thirty-second session).
+    __device__ __forceinline__ float offset(float m) const { return __fmul_rn(m, scale_log2_); }
 
     // Row (mt, h)'s scores in place as 2^(s * scale_log2 - offset): one FFMA and one MUFU.EX2
     // a score. Returns this thread's sum of them.
