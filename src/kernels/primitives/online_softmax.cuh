@@ -199,10 +199,10 @@ class OnlineSoftmax {
     __device__ __forceinline__ float log_sum_exp(int mt, int h) const {
         if (!(sum_[mt][h] > 0.0f))
             return -INFINITY;
-        // The optimized variant's sum is relative to 2^offset(max), the textbook one's to
-        // e^max (its max is in scaled units).
-        constexpr float ln2 = 0.6931471805599453f;
-        const float max_term = Optimized ? offset(max_[mt][h]) * ln2 : max_[mt][h];
+        // The optimized variant keeps the max in raw score units, the textbook one scaled.
+        // offset(max) * ln 2, the sum's own reference, is no more exact: it trades the offset's
+        // rounding for scale_log2's, both ~1e-4 at scale 100 (docs/PERF.md, 2026-11-28).
+        const float max_term = Optimized ? max_[mt][h] * scale_ : max_[mt][h];
         return max_term + __logf(sum_[mt][h]);
     }
 
@@ -221,8 +221,8 @@ class OnlineSoftmax {
         // in scaled ones.
         const float unit = Optimized ? scale_log2_ : log2e;
         const float reference = max_[mt][h] == -INFINITY ? -INFINITY
-                                : Optimized             ? offset(max_[mt][h])
-                                                        : max_[mt][h] * log2e;
+                                : Optimized              ? offset(max_[mt][h])
+                                                         : max_[mt][h] * log2e;
         const float top = fmaxf(reference, sink);
         const float keep = ptx::ex2(reference - top);  // 0 for a row without keys
         const float added = ptx::ex2(sink - top);
@@ -326,13 +326,15 @@ class OnlineSoftmax {
     }
 
     // The exponent offset of reference m (raw score units), m * scale_log2 rounded once and
-    // explicitly: every exponent taken against m, the factor between two references and the
-    // LSE read this one value, so a row's sum is relative to exactly 2^offset(m). Left to the
+    // explicitly: every exponent taken against m and the factor between two references read
+    // this one value, so a row's sum is relative to exactly 2^offset(m). Left to the
     // compiler, `m * scale_log2 - offset` was fused into one FFMA in some copies of the loop
     // and not in others; each fused reference move then put up to half a unit in the last
     // place of m * scale_log2 (2.4e-4 at scale 100) into the row's sum, and the LSE at scale
     // 100 came out 2-3x less exact (docs/PERF.md, 2026-11-28, thirty-second session).
-    __device__ __forceinline__ float offset(float m) const { return __fmul_rn(m, scale_log2_); }
+    __device__ __forceinline__ float offset(float m) const {
+        return __fmul_rn(m, scale_log2_);
+    }
 
     // Row (mt, h)'s scores in place as 2^(s * scale_log2 - offset): one FFMA and one MUFU.EX2
     // a score. Returns this thread's sum of them.

@@ -338,14 +338,16 @@ struct Consumer {
     // S_j once more, for a lazy step whose rows did not all keep their references (K_j is
     // still held): out of turn, and it waits for every GEMM of this warpgroup, P·V_{j-1}'s
     // too. Rare (a thread's probabilities of a row adding up to more than 2^12 in one
-    // block), so ping-pong can afford it.
+    // block), so ping-pong can afford it. Masked: as the step's scores().
+    template <bool Masked>
     __device__ __forceinline__ void rescore(float (&s)[1][s_tiles][4], int j) {
         issue_qk(s, j);
         ptx::wgmma_wait<0>();
         ptx::fence_operands(s[0]);
         keep_q();
         softcap(s);
-        mask(s, j);
+        if constexpr (Masked)
+            mask(s, j);
     }
 
     // Whether `value` holds in every thread of this consumer warpgroup (its named barrier).
@@ -414,8 +416,10 @@ struct Consumer {
 // warpgroup never holds it while it waits for memory; returns once S_j is done, K_j handed
 // back unless HoldK (exponentiate() may need it again).
 // W: the tiles of S the softmax takes, B_c / 8 or a half block's B_c / 16 (the mask
-// needs no more).
-template <bool WithPv, bool HoldK = false, int W, class Tr, bool P, bool V, bool Pg, class Turns>
+// needs no more). Masked: whether the step carries the mask's code (consume(): a block before
+// Consumer::unmasked needs none).
+template <bool WithPv, bool HoldK = false, int W, bool Masked = true, class Tr, bool P, bool V,
+          bool Pg, class Turns>
 __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
                                        float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::d_head / 8][4],
@@ -434,7 +438,8 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
     if constexpr (!HoldK)
         c.release_k(j);
     c.softcap(s);
-    c.mask(first_tiles<W>(s), j);
+    if constexpr (Masked)
+        c.mask(first_tiles<W>(s), j);
 }
 
 // S_j becomes probabilities, K_j handed back. Kept: first against the references the rows
@@ -442,7 +447,7 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
 // again and takes the row max (exponentiate_kept()). Random inputs at the default scale do
 // not take that path after a row's first block; a row of a real model moves its reference a
 // few times.
-template <bool Kept, int W, class Tr, bool P, bool V, bool Pg, class Softmax>
+template <bool Kept, int W, bool Masked = true, class Tr, bool P, bool V, bool Pg, class Softmax>
 __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax& softmax,
                                              float (&s)[1][Tr::B_c / 8][4], int j) {
     auto& sw = first_tiles<W>(s);
@@ -451,7 +456,7 @@ __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax&
             softmax.exponentiate(sw);  // no reference yet
         } else if (!softmax.exponentiate_kept(sw,
                                               [&c](bool kept) { return c.warpgroup_all(kept); })) {
-            c.rescore(s, j);
+            c.template rescore<Masked>(s, j);
             softmax.exponentiate_to_max(sw);
         }
         c.release_k(j);
@@ -581,11 +586,15 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
             exponentiate<kept_here, w>(c, softmax, s, 0);  // O is still zero: nothing to rescale
             to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s), first_tiles<w / 2>(p));
         };
-        const auto step = [&](auto width, int j) {
+        // A step before Consumer::unmasked runs without the mask's code: the code alone, never
+        // run, cost d_head 64's static tile 2-3% at 2k-16k keys; peeled, the rest level (H200,
+        // docs/PERF.md, 2026-11-28). A window's blocks are masked at their start too: every
+        // step of the variant kernels keeps it.
+        const auto step = [&](auto width, auto masked, int j) {
             constexpr int w = decltype(width)::value;
             constexpr bool kept_here = kept && w == s_tiles;
-            scores<true, kept_here, w>(c, turns, s, o, p, j);
-            exponentiate<kept_here, w>(c, softmax, s, j);
+            scores<true, kept_here, w, decltype(masked)::value>(c, turns, s, o, p, j);
+            exponentiate<kept_here, w, decltype(masked)::value>(c, softmax, s, j);
             retire_pv(c, o, p, j - 1);
             softmax.rescale(o);
             to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s), first_tiles<w / 2>(p));
@@ -596,10 +605,13 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
             accumulate(c, turns, o, first_tiles<W / 2>(p), 0);
         } else {
             first(whole_width{});
-            for (int j = 1; j < whole; ++j)
-                step(whole_width{}, j);
+            const int plain_end = V ? 1 : max(1, min(c.unmasked, whole));
+            for (int j = 1; j < plain_end; ++j)
+                step(whole_width{}, std::false_type{}, j);
+            for (int j = plain_end; j < whole; ++j)
+                step(whole_width{}, std::true_type{}, j);
             if (half)
-                step(half_width{}, n - 1);
+                step(half_width{}, std::true_type{}, n - 1);
             q_read();
             if (half)
                 accumulate(c, turns, o, first_tiles<W / 2>(p), n - 1);
