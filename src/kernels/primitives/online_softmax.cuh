@@ -262,7 +262,7 @@ class OnlineSoftmax {
                                    !((row_max - max_[mt][h]) * scale_log2_ <= k_lazy_rescale_log2);
                 moved |= moves;
                 const float reference = moves ? row_max : max_[mt][h];
-                const float max_scaled = reference == -INFINITY ? 0.0f : offset(reference);
+                const float max_scaled = offset(reference == -INFINITY ? 0.0f : reference);
                 const float alpha = ptx::ex2(offset(max_[mt][h]) - max_scaled);
                 const float row_sum = exponentiate_row(s, mt, h, max_scaled);
                 sum_[mt][h] = sum_[mt][h] * alpha + row_sum;
