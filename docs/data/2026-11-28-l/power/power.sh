@@ -8,9 +8,9 @@ nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_eve
 SMI=$!
 for seq in ${SEQS:-512 16384}; do
   b=$((16384 / seq))
-  runs=$([ $seq = 512 ] && echo 20000 || echo 1500)
+  runs=$([ $seq = 512 ] && echo 10000 || echo 1500)
   for r in 1 2; do
-    t0=$(date +%s.%N); $bin bench --causal --d-head 64 --seq $seq --batch $b --heads 32 --runs $runs --warmup-ms 500 > $OUT/ours_${seq}_$r.txt 2>&1; t1=$(date +%s.%N)
+    t0=$(date +%s.%N); $bin bench --causal --d-head 64 --seq $seq --batch $b --heads 32 --runs $runs --rounds 2 --warmup-ms 500 > $OUT/ours_${seq}_$r.txt 2>&1; t1=$(date +%s.%N)
     echo "ours $seq window $t0 $t1 $(grep -E 'automatic' $OUT/ours_${seq}_$r.txt | tail -1 | awk '{print $(NF-3), $NF}')"
     python3 $here/cudnn_loop.py $seq 64 3 causal
   done
