@@ -8,16 +8,13 @@ the timed runs (queued back to back, each between its own pair of events), inter
 across implementations in rounds so clock drift falls on all alike, inputs rotated among
 copies so L2 cannot hold them.
 
-Writes a markdown table (TFLOP/s and our ratio to each peer) and a PNG plot, the SM clock
-and board power each implementation ran at (NVML, read while its timed calls run: under the
-power cap the clock is where a kernel's energy shows), and the host overhead of a call (C++
-API, direct binding, torch custom op) on a tiny shape.
+Writes a markdown table (TFLOP/s and our ratio to each peer) and a PNG plot, and the
+host overhead of a call (C++ API, direct binding, torch custom op) on a tiny shape.
 
     python3 bench/compare.py --out docs/compare
 """
 
 import argparse
-import ctypes
 import random
 import sys
 import datetime
@@ -51,51 +48,11 @@ def sdpa(backend, causal=False):
     return run
 
 
-class Clocks:
-    """The GPU's SM clock (MHz) and board power (W) from NVML, through the driver's own
-    libnvidia-ml by ctypes (no Python package needed); sample() gives (None, None) where NVML
-    or the device cannot be found. The CUDA device is matched to NVML's by UUID, so
-    CUDA_VISIBLE_DEVICES cannot pair it with another GPU's readings."""
-
-    NVML_CLOCK_SM = 1
-
-    def __init__(self, cuda_device):
-        self.handle = None
-        try:
-            nvml = ctypes.CDLL("libnvidia-ml.so.1")
-            if nvml.nvmlInit_v2() != 0:
-                return
-            want = str(torch.cuda.get_device_properties(cuda_device).uuid).lower().removeprefix("gpu-")
-            count = ctypes.c_uint()
-            nvml.nvmlDeviceGetCount_v2(ctypes.byref(count))
-            for i in range(count.value):
-                handle = ctypes.c_void_p()
-                uuid = ctypes.create_string_buffer(96)
-                if (nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle)) == 0
-                        and nvml.nvmlDeviceGetUUID(handle, uuid, 96) == 0
-                        and uuid.value.decode().lower().removeprefix("gpu-") == want):
-                    self.nvml, self.handle = nvml, handle
-                    return
-        except (OSError, AttributeError, RuntimeError):  # no driver library, or an old one
-            self.handle = None
-
-    def sample(self):
-        if self.handle is None:
-            return None, None
-        mhz, milliwatts = ctypes.c_uint(), ctypes.c_uint()
-        ok_clock = self.nvml.nvmlDeviceGetClockInfo(self.handle, self.NVML_CLOCK_SM, ctypes.byref(mhz)) == 0
-        ok_power = self.nvml.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(milliwatts)) == 0
-        return (mhz.value if ok_clock else None), (milliwatts.value / 1000 if ok_power else None)
-
-
-def time_interleaved(impls, inputs, warmup, runs, rounds, order="fixed", clocks=None):
+def time_interleaved(impls, inputs, warmup, runs, rounds, order="fixed"):
     """Median, min and max ms per implementation; None where it raised. order "shuffled":
     each round takes the implementations in a new random order (as the peers' harness does),
-    so none always follows the same neighbour's power state. Also {name: (MHz, W)}: with
-    `clocks` (a Clocks), the median SM clock and board power read once a batch, after its
-    calls are queued and while the GPU runs them; else (None, None)."""
+    so none always follows the same neighbour's power state."""
     times = {name: [] for name in impls}
-    readings = {name: [] for name in impls}
     shuffle = random.Random(0).shuffle
     dead = {}
     slot = 0
@@ -125,15 +82,9 @@ def time_interleaved(impls, inputs, warmup, runs, rounds, order="fixed", clocks=
                 start.record()
                 fn(q, k, v)
                 stop.record()
-            if clocks is not None:
-                readings[name].append(clocks.sample())
             events[-1][1].synchronize()
             times[name] += [start.elapsed_time(stop) for start, stop in events]
-    timing = {name: (None if name in dead else (statistics.median(t), min(t), max(t))) for name, t in times.items()}
-    median = lambda values: statistics.median(values) if values else None
-    state = {name: tuple(median([r[i] for r in rs if r[i] is not None]) for i in range(2))
-             for name, rs in readings.items()}
-    return timing, dead, state
+    return {name: (None if name in dead else (statistics.median(t), min(t), max(t))) for name, t in times.items()}, dead
 
 
 def overhead(dtype):
@@ -245,8 +196,7 @@ def main():
         return
 
     device = torch.cuda.get_device_name()
-    clocks = Clocks(torch.cuda.current_device())
-    rows, states = [], []
+    rows = []
     for dtype_name in args.dtypes:
         dtype = getattr(torch, dtype_name)
         for d in args.d_heads:
@@ -258,9 +208,7 @@ def main():
                           for _ in range(copies)]
                 impls = {"ours": lambda q, k, v: fa.forward(q, k, v, causal=args.causal)}
                 impls.update({name: sdpa(backend, args.causal) for name, backend in PEERS.items()})
-                timing, dead, state = time_interleaved(impls, inputs, args.warmup, args.runs, args.rounds,
-                                                       args.order, clocks)
-                states.append(state)
+                timing, dead = time_interleaved(impls, inputs, args.warmup, args.runs, args.rounds, args.order)
                 flop = 4 * batch * heads * seq * seq * d // (2 if args.causal else 1)
                 rates = {name: (None if t is None else flop / (t[0] * 1e-3) / 1e12) for name, t in timing.items()}
                 spreads = {name: (None if t is None else (t[2] - t[1]) / t[0]) for name, t in timing.items()}
@@ -289,17 +237,6 @@ def main():
                      f"{fmt(rates['cuDNN'])} | {fmt(rates['efficient'])} | {ratio(rates['ours'], rates['FA2'])} | "
                      f"{ratio(rates['ours'], rates['cuDNN'])} | {ratio(rates['ours'], rates['efficient'])} | "
                      f"{100 * spread:.1f}% |")
-
-    # Nine columns, so that the TFLOP/s table's readers (eleven) never take these rows.
-    names = ["ours", "cuDNN", "FA2"]
-    lines += ["", "## SM clock and board power while timed (NVML, median of one reading a batch)", "",
-              "| dtype | d_head | seq | " + " | ".join(f"{n} MHz" for n in names) + " | "
-              + " | ".join(f"{n} W" for n in names) + " |", "|---" * 9 + "|"]
-    reading = lambda v, f: "n/a" if v is None else f.format(v)
-    for (dtype_name, d, seq, *_), state in zip(rows, states):
-        lines.append(f"| {dtype_name} | {d} | {seq} | "
-                     + " | ".join(reading(state[n][0], "{:.0f}") for n in names) + " | "
-                     + " | ".join(reading(state[n][1], "{:.0f}") for n in names) + " |")
 
     dtype0 = fa.configs()[0].dtype
     shape, costs = overhead(dtype0)

@@ -790,7 +790,7 @@ PY
         (cd /tmp && PYTHONPATH=/tmp/site_after timeout 400 python3 "$FRESH/bench/compare.py" ${GRID_ARGS:-} \
           --out "$OUT/$tag") > "$OUT/$tag.log" 2>&1
         note "compare.py ${GRID_ARGS:-}: exit $?"
-        grep -E "^\|" "$OUT/$tag.md" | head -100 >> "$summary"
+        grep -E "^\|" "$OUT/$tag.md" | head -60 >> "$summary"
         cp "$OUT/$tag.md" "$OUT/$tag.png" "$RESULTS/" 2> /dev/null
       fi ;;
     pyvariants)
