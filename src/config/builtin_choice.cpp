@@ -78,7 +78,12 @@ struct Row {
 // Half blocks (`half`: a trimmed consumer whose rows see only the first half of its last
 // block computes that half) only up to 1024 causal keys: +2.2-3.6% at 512 causal, level at
 // 1k-4k, but their code costs the loop 1.3-2.8% at 8k-16k causal and 1-2% non-causal at
-// 512-1k, where no block is half (H200, 2026-11-28, docs/PERF.md).
+// 512-1k, where no block is half (H200, 2026-11-28, docs/PERF.md). Those short causal tiles also
+// run without ping-pong: free-running consumers drift apart across tiles of one to four blocks (a
+// trimmed consumer with fewer blocks starts the next tile first), so their tile boundaries stop
+// coinciding and one's first softmax and last P·V overlap another's blocks: +4.7-5.3% at 512
+// causal keys and +1-2% at 1k in both dtypes, while from 2k ping-pong is level or ahead (H200,
+// 2026-11-28, docs/PERF.md, thirty-fourth session).
 // Off Hopper the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
@@ -94,10 +99,10 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+lazy", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
-    {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim+half",
-     1024, true},
-    {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim+half",
-     1024, true},
+    {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+persistent+dynamic+lazy+trim+half", 1024,
+     true},
+    {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+persistent+dynamic+lazy+trim+half", 1024,
+     true},
     {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
      true},
     {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
