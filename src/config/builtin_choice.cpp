@@ -56,16 +56,20 @@ struct Row {
 // +10-23% over the dynamic B_c 80 one from 4096; ping-pong on top from 2048 to 8192 keys:
 // +1-3.4% in compare.py, fifth session, and at 16k too since lazy steps skip the row max
 // with ping-pong only: +1.2% over the tile without it, H200, 2026-11-26, docs/PERF.md) and
-// at d_head 128 from 8192 keys, where the
-// three-consumer 192 x 80 tile leads 128 x 128 (dynamic up to 4096 keys: level at 4096,
-// ahead below) by 3-5% (H100, 2026-11-24, and H200, 2026-11-25, docs/PERF.md). A paged
+// at d_head 128 from 2048 keys, where the
+// three-consumer 192 x 80 tile leads 128 x 128 by 3-5% from 8192 keys (H100, 2026-11-24, and
+// H200, 2026-11-25, docs/PERF.md); trimmed and without ping-pong (its consumers then run
+// free, each to its own rows' last block) it leads the ping-pong tile by 0.5-1% from 8k and
+// the dynamic 128 x 128 one by 1.9% at 2k and 4.1% at 4k, and trails it by 9% at 1k (bf16,
+// H200, 2026-11-28, docs/PERF.md, thirty-fourth session). A paged
 // cache whose pages B_c 80 does not divide (64, 256 rows) takes the 128 x 128 rows that
 // follow the 192 x 80 ones instead (heuristic_config(): whole-page copies). Causal d_head
 // 64 (192 x 128) and the d_head 256 rows of two stages trim each consumer's blocks to its own
 // rows' keys (`trim`): +6.7/+4.8/+1.4% at 2k/4k/8k causal d_head 64, +1-2.7% causal and
 // +0.5-1% non-causal d_head 256 (at B_c 80); d_head 128's 192 x 80 and d_head 64's non-causal rows
-// lose 0.2-1.6% with it and keep the plain kernels (and a trimmed 192 x 64 tile for causal d_head
-// 128 at 2k-4k keys, 1-2% ahead in `bench`, lost 1-2.4% in compare.py: not taken). Causal
+// lose 0.2-1.6% with it under ping-pong and keep the plain kernels; causal d_head 128's 192 x 80
+// gains with it once ping-pong goes (above). A trimmed 192 x 64 tile for causal d_head 128 at
+// 2k-4k keys, 1-2% ahead in `bench`, lost 1-2.4% in compare.py: not taken. Causal
 // d_head 256 up to 8192 keys then takes B_c 64, whose first consumer passes the diagonal
 // block a 128 x 128 tile's computes half masked: 2.4-2.9% ahead of that one-stage tile up to 1k
 // keys, and of B_c 80 by 1.5-2% at 2k-4k and 0.2-0.4% at 8k, level at 16k (H200, 2026-11-26,
@@ -93,10 +97,10 @@ struct Row {
 // At d_head 256, O alone takes 128 registers per warp of 16 rows: B_r 64 / B_c 64 is the
 // largest tile the register rule keeps without spills (untuned).
 constexpr Row k_rows[] = {
-    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 4096, true},
-    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 4096, true},
-    {"(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+lazy", 0, true},
-    {"(FP16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+lazy", 0, true},
+    {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
+    {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
+    {"(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim", 0, true},
+    {"(FP16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+persistent+dynamic+lazy+trim+half", 1024,

@@ -530,7 +530,7 @@ TEST(TuningCache, BuiltInTableCopiesWholePages) {
     const auto wide = fa::KernelConfig::parse(
         "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy");
     const auto wide_causal =
-        fa::KernelConfig::parse("(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+lazy");
+        fa::KernelConfig::parse("(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim");
     const auto square = fa::KernelConfig::parse(
         "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy");
     const auto square_causal = fa::KernelConfig::parse(
