@@ -87,7 +87,9 @@ struct Row {
 // trimmed consumer with fewer blocks starts the next tile first), so their tile boundaries stop
 // coinciding and one's first softmax and last P·V overlap another's blocks: +4.7-5.3% at 512
 // causal keys and +1-2% at 1k in both dtypes, while from 2k ping-pong is level or ahead (H200,
-// 2026-11-28, docs/PERF.md, thirty-fourth session).
+// 2026-11-28, docs/PERF.md, thirty-fourth session). Causal d_head 256 keeps ping-pong: its two
+// consumers' GEMMs (P·V alone is m64n256) collide without turns, -1.2-2.7% at 2k-16k
+// free-running (H200, 2026-11-28, docs/PERF.md, thirty-fifth session).
 // Off Hopper the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
