@@ -35,6 +35,15 @@ constexpr int consumer_registers(const KernelConfig& c) {
 }
 
 namespace detail {
+// sm90: the full/empty mbarrier pairs of `q_tiles` Q buffers. A persistent CTA with one
+// buffer has a pair per consumer (its 64 rows): each consumer's next Q then loads once its
+// own last S GEMM (or O store) is done with its rows, not the slowest consumer's. d_head
+// 256's consumers waited for the next tile's Q (a probe that skipped the copy ran 2.4-2.5%
+// faster at 1k-2k keys); the pairs gained 0.5-2% at 512-16k (H200, docs/PERF.md, 2026-11-28).
+constexpr int sm90_q_barrier_pairs(const KernelConfig& c, int q_tiles) {
+    return c.sm90.persistent && q_tiles == 1 ? consumer_warpgroups(c) : q_tiles;
+}
+
 // sm90: `q_tiles` Q tiles, `stages` K and V tiles, 1024 bytes to align the tiles to the
 // 128-byte swizzle's 1024-byte period, the pipeline's mbarriers, with the dynamic
 // schedule each Q buffer's tile index and its barrier (16 bytes, padded), and with
@@ -42,10 +51,11 @@ namespace detail {
 constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o_apart = false) {
     const std::size_t n_stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
     const std::size_t q = static_cast<std::size_t>(q_tiles);
+    const std::size_t q_pairs = static_cast<std::size_t>(sm90_q_barrier_pairs(c, q_tiles));
     const std::size_t row_bytes = static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype);
     return (q * static_cast<std::size_t>(c.B_r) + 2 * n_stages * static_cast<std::size_t>(c.B_c)) *
                row_bytes +
-           1024 + 8 * (2 * q + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
+           1024 + 8 * (2 * q_pairs + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
            (o_apart ? 64 * row_bytes + 8 : 0);
 }
 }  // namespace detail
@@ -68,6 +78,11 @@ constexpr bool o_staged_apart(const KernelConfig& c) {
     return c.family == Family::sm90 && c.sm90.persistent && q_buffers(c) == 1 &&
            detail::sm90_smem_bytes(c, 1, true) <=
                static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin);
+}
+
+// sm90: Q's full/empty mbarrier pairs (detail::sm90_q_barrier_pairs()).
+constexpr int q_barrier_pairs(const KernelConfig& c) {
+    return detail::sm90_q_barrier_pairs(c, q_buffers(c));
 }
 
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is

@@ -93,8 +93,12 @@ TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
     // Its O gets a region of its own (64 rows and a barrier) where that fits an H100: at B_c 64,
     // not at B_c 80 (224 KB of Q, K and V), nor without persistence (no next tile's Q).
     EXPECT_TRUE(fa::o_staged_apart(one_buffer));
+    // Its one buffer has a pair of Q barriers per consumer (12 mbarriers with the K/V ones).
+    EXPECT_EQ(fa::q_barrier_pairs(one_buffer), 2);
+    EXPECT_EQ(fa::q_barrier_pairs(persistent), 2);  // one per buffer
+    EXPECT_EQ(fa::q_barrier_pairs(c), 1);           // one tile per CTA: one pair
     EXPECT_EQ(smem_bytes(one_buffer),
-              (128u + 2 * 2 * 64) * 256 * 2 + 1024 + 8 * 10 + 64 * 256 * 2 + 8);
+              (128u + 2 * 2 * 64) * 256 * 2 + 1024 + 8 * 12 + 64 * 256 * 2 + 8);
     EXPECT_FALSE(fa::o_staged_apart(
         KernelConfig::parse("(BF16, 256, 128, 80, 12): sm90+stages_2+persistent")));
     EXPECT_FALSE(

@@ -38,7 +38,7 @@ __device__ __forceinline__ tma::Barrier* o_region_empty(unsigned char* smem) {
     return reinterpret_cast<tma::Barrier*>(smem + Tr::o_barrier_offset);
 }
 
-// Where a consumer stages its O: its Q region, handed back through that buffer's q_empty,
+// Where a consumer stages its O: its Q region, handed back through its rows' q_empty,
 // or (O apart) the one O region, whose uses run each tile's consumers in turn: use `use`
 // waits until the store of use - 1 has read the region (its barrier's phase use - 1). The
 // storing thread waits, the one that completed this consumer's previous phase: a parity

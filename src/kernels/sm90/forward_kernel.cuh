@@ -27,7 +27,7 @@ namespace flash_attention::sm90 {
 // Paged: a paged KV cache (group-major K/V tiles), on the per-sequence body.
 template <KernelConfig C, class Tr, bool PerSequence, bool Variants, bool Paged, class Scheduler>
 __device__ __forceinline__ void consume_tiles(const Params& params, unsigned char* smem,
-                                              Barriers<Tr::q_buffers, Tr::stages>& bars,
+                                              Barriers<Tr::q_pairs, Tr::stages>& bars,
                                               const Scheduler& scheduler, int consumer) {
     constexpr float log2e_f = 1.4426950408889634f;
     const KernelArgs& args = params.args;
@@ -37,7 +37,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
     int iteration = 0;
     PendingStore pending_store;  // the previous tile's O store (epilogue.cuh)
     for (int index = scheduler.first();
-         (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), bars)) <
+         (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), consumer, bars)) <
          tile_count<Tr>(args);
          index += gridDim.x) {
         const Tile tile = tile_at<Tr, PerSequence, Variants>(args, index);
@@ -46,6 +46,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                        // schedule's producer publishes none)
         const int tile_number = iteration++;  // of this CTA's non-empty tiles
         const QSlot<Tr> q(tile_number);
+        const int q_pair = Tr::q_pair(q.buffer, consumer);  // its barriers
         unsigned char* q_region =
             smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + consumer * Tr::QTile::bytes;
         const int consumer_row0 = tile.q_row0 + consumer * Tr::rows_per_consumer;
@@ -91,7 +92,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .masked_head = band.unmasked_first - tile.first,
             .band_shift = shift,
             .ring = ring,
-            .q_buffer = q.buffer,
+            .q_pair = q_pair,
             .pending_store = pending_store,
         };
 
@@ -100,7 +101,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         // The main loop and the epilogue for one softmax: the config's, or in the variant
         // kernels a fixed reference where the softcap bounds the scores (KernelArgs).
         const auto run = [&](auto softmax) -> int {
-            bars.q_full[q.buffer].wait(q.parity);
+            bars.q_full[q_pair].wait(q.parity);
             if constexpr (Tr::q_in_registers) {
                 load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem,
                                                      warp_in_warpgroup() * mma_m);
@@ -139,7 +140,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             store_output<Tr, PerSequence>(
                 params, done, consumer, o,
                 OStaging<Tr>{Tr::o_apart ? smem + Tr::o_offset : q_region,
-                             Tr::o_apart ? o_region_empty<Tr>(smem) : &bars.q_empty[q.buffer],
+                             Tr::o_apart ? o_region_empty<Tr>(smem) : &bars.q_empty[q_pair],
                              tile_number * Tr::consumers + consumer},
                 pending_store);
             return done.visited;
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     // TMA's 128-byte swizzle repeats every 1024 bytes and wgmma assumes tiles start on
     // that period; dynamic shared memory is only guaranteed 16-byte alignment.
     unsigned char* smem = smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024);
-    auto& bars = *reinterpret_cast<Barriers<Tr::q_buffers, Tr::stages>*>(smem + Tr::barrier_offset);
+    auto& bars = *reinterpret_cast<Barriers<Tr::q_pairs, Tr::stages>*>(smem + Tr::barrier_offset);
 
     const TileScheduler<Tr, Tr::dynamic_schedule> scheduler{
         params.tile_counter,
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     // grid in the median, up to +3%, docs/PERF.md 2026-11-24 fourth session).
     const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / warpgroup_threads, 0);
     if (threadIdx.x == 0) {
-        for (int b = 0; b < Tr::q_buffers; ++b) {
+        for (int b = 0; b < Tr::q_pairs; ++b) {
             bars.q_full[b].init(1);
             bars.q_empty[b].init(Tr::q_empty_arrivals);
         }

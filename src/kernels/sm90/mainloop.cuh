@@ -104,7 +104,7 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
 // visited block.
 template <class Tr, bool PerSequence, bool Paged, bool Variants, class Scheduler>
 __device__ __forceinline__ void produce(const Params& params, unsigned char* smem,
-                                        Barriers<Tr::q_buffers, Tr::stages>& bars,
+                                        Barriers<Tr::q_pairs, Tr::stages>& bars,
                                         const Scheduler& scheduler) {
     const KernelArgs& args = params.args;
     const int lane = Paged ? static_cast<int>(threadIdx.x % warp_size) : 0;
@@ -124,17 +124,23 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
             claimed = claim();
             continue;
         }
-        // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty.
+        // Q buffers are a ring too. Parity ^ 1: the first pass finds each buffer empty. With
+        // a pair of barriers per consumer (Traits::q_split) each consumer's rows load as soon
+        // as that consumer is done with them, in the consumers' order.
         const QSlot<Tr> q(iteration++);
-        bars.q_empty[q.buffer].wait(q.parity ^ 1);
-        if (leader) {
-            scheduler.publish(q, index);
-            bars.q_full[q.buffer].arrive_expect_tx(Tr::q_buffer_bytes);
-            for (int w = 0; w < Tr::consumers; ++w) {
+        for (int w0 = 0; w0 < Tr::consumers; w0 += Tr::consumers_per_q_pair) {
+            tma::Barrier& full = bars.q_full[Tr::q_pair(q.buffer, w0)];
+            bars.q_empty[Tr::q_pair(q.buffer, w0)].wait(q.parity ^ 1);
+            if (!leader)
+                continue;
+            if (w0 == 0)  // the pairs' arrivals that follow make it visible
+                scheduler.publish(q, index);
+            full.arrive_expect_tx(Tr::q_pair_bytes);
+            for (int w = w0; w < w0 + Tr::consumers_per_q_pair; ++w) {
                 tma::load_tile<typename Tr::QTile>(
                     smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::QTile::bytes,
                     &params.maps.q, t.q.row0 + t.q_row0 + w * Tr::rows_per_consumer, t.head,
-                    t.q.entry, bars.q_full[q.buffer]);
+                    t.q.entry, full);
             }
         }
         claimed = claim();
@@ -231,7 +237,7 @@ struct Consumer {
     int visited;  // K/V blocks this consumer computes (trim_blocks: up to its own rows' keys)
     int passed;   // the tile's blocks after those (trim_blocks: pass())
     int last_block_keys;  // Tile::last_block_keys
-    Barriers<Tr::q_buffers, Tr::stages>& bars;
+    Barriers<Tr::q_pairs, Tr::stages>& bars;
     std::uint32_t q_smem, k_smem, v_smem;  // shared-state-space addresses
     int consumer;                          // 0 .. consumers - 1
     int first_row;                         // of this warp, in the sequence
@@ -254,7 +260,7 @@ struct Consumer {
     int masked_head;
     int band_shift;
     int ring;                     // ring position of the tile's block 0
-    int q_buffer;                 // the tile's Q buffer
+    int q_pair;                   // the barriers of this consumer's Q rows (Traits::q_pair())
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::d_head / 16][4];
@@ -331,7 +337,7 @@ struct Consumer {
         if constexpr (Tr::o_apart) {
             __syncwarp();
             if (threadIdx.x % warp_size == 0)
-                bars.q_empty[q_buffer].arrive();
+                bars.q_empty[q_pair].arrive();
         }
     }
 

@@ -303,18 +303,21 @@ struct TileScheduler {
                 counter[0] = 0;
                 counter[1] = 0;
             }
-            bars.q_empty[q.buffer].wait(q.parity ^ 1);
+            for (int w0 = 0; w0 < Tr::consumers; w0 += Tr::consumers_per_q_pair)
+                bars.q_empty[Tr::q_pair(q.buffer, w0)].wait(q.parity ^ 1);
             publish(q, past_end);
-            bars.q_full[q.buffer].arrive();
+            for (int w0 = 0; w0 < Tr::consumers; w0 += Tr::consumers_per_q_pair)
+                bars.q_full[Tr::q_pair(q.buffer, w0)].arrive();
         }
     }
 
-    // Consumer: the tile of this iteration. Static: `index` as the stride left it.
-    // Dynamic: waits for the Q buffer's barrier and reads what the producer published.
+    // Consumer `consumer`: the tile of this iteration. Static: `index` as the stride left it.
+    // Dynamic: waits for its Q rows' barrier and reads what the producer published.
     template <class QSlot, class Bars>
-    __device__ __forceinline__ int consumer_tile(int index, const QSlot& q, Bars& bars) const {
+    __device__ __forceinline__ int consumer_tile(int index, const QSlot& q, int consumer,
+                                                 Bars& bars) const {
         if constexpr (Dynamic) {
-            bars.q_full[q.buffer].wait(q.parity);
+            bars.q_full[Tr::q_pair(q.buffer, consumer)].wait(q.parity);
             const int published = slots->index[q.buffer];
             slots->read[q.buffer].arrive();
             return published;

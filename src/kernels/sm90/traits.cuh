@@ -77,9 +77,17 @@ struct Traits {
     // in turn in a region after the V stages, whose barrier (o_empty) completes a phase per
     // store that has read it.
     static constexpr bool o_apart = flash_attention::o_staged_apart(C);
-    // q_empty's arrivals a tile: each consumer warp's (O apart) or each consumer's storing
-    // thread (after its O store has read the buffer).
-    static constexpr int q_empty_arrivals = o_apart ? 4 * consumers : consumers;
+    // Q's full/empty pairs (q_barrier_pairs()): one per buffer, or with one buffer in a
+    // persistent CTA one per consumer, each guarding that consumer's rows (q_pair()).
+    static constexpr int q_pairs = flash_attention::q_barrier_pairs(C);
+    static constexpr bool q_split = q_pairs != q_buffers;
+    static constexpr int consumers_per_q_pair = q_split ? 1 : consumers;
+    static constexpr int q_pair_bytes = consumers_per_q_pair * QTile::bytes;
+    // The pair of consumer w's rows in Q buffer b.
+    __device__ static constexpr int q_pair(int b, int w) { return q_split ? w : b; }
+    // q_empty's arrivals a tile: each of its consumers' warps (O apart) or each of its
+    // consumers' storing thread (after its O store has read the rows).
+    static constexpr int q_empty_arrivals = (o_apart ? 4 : 1) * consumers_per_q_pair;
     static constexpr int q_offset = 0;
     static constexpr int q_buffer_bytes = consumers * QTile::bytes;
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
@@ -100,7 +108,7 @@ struct Traits {
     // With the dynamic schedule, per Q buffer the index of the tile it holds and a barrier
     // (TileSlots: the producer takes the index from the global counter, the consumers
     // read it there).
-    static constexpr int tile_slot_offset = barrier_offset + 8 * (2 * q_buffers + 4 * stages);
+    static constexpr int tile_slot_offset = barrier_offset + 8 * (2 * q_pairs + 4 * stages);
     static constexpr int o_barrier_offset =
         tile_slot_offset + (dynamic_schedule ? 16 * q_buffers : 0);
     static constexpr int smem_bytes = 1024 + o_barrier_offset + (o_apart ? 8 : 0);
@@ -119,12 +127,13 @@ struct Traits {
     static_assert(B_r == consumers * rows_per_consumer, "64 query rows per consumer");
 };
 
-// The pipeline's mbarriers: a full/empty pair per Q buffer (one use per tile) and per
-// stage for K and for V. "full": the producer's TMA copies landed; "empty": every consumer is done
-// with the buffer (for Q: its O, staged there, has been stored).
-template <int QBuffers, int Stages>
+// The pipeline's mbarriers: a full/empty pair per Q buffer or per consumer's rows of it
+// (Traits::q_pair(); one use per tile) and per stage for K and for V. "full": the producer's
+// TMA copies landed; "empty": every consumer is done with the buffer (for Q: its O, staged
+// there, has been stored).
+template <int QPairs, int Stages>
 struct Barriers {
-    tma::Barrier q_full[QBuffers], q_empty[QBuffers];
+    tma::Barrier q_full[QPairs], q_empty[QPairs];
     tma::Barrier k_full[Stages], k_empty[Stages];
     tma::Barrier v_full[Stages], v_empty[Stages];
 };
