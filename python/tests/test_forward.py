@@ -97,14 +97,16 @@ def test_configs_and_parse_round_trip():
         assert c.is_built()
         if c.family == fa.Family.sm90:
             # One or (persistent, when it fits) two Q tiles, `stages` K and V tiles, the
-            # 1024-byte alignment pad, the mbarriers, with the dynamic schedule each Q
-            # buffer's tile slot (16 bytes) and (persistent with one Q tile, when it fits) a
-            # region of 64 rows for O and its barrier.
+            # 1024-byte alignment pad, the mbarriers (persistent with one Q tile: a Q pair per
+            # consumer warpgroup), with the dynamic schedule each Q buffer's tile slot (16 bytes)
+            # and (persistent with one Q tile, when it fits) a region of 64 rows for O and its
+            # barrier.
             def size(q_tiles, o_apart=False):
                 tiles = (q_tiles * c.B_r + 2 * c.stages * c.B_c) * c.d_head * 2
+                q_pairs = c.n_warps // 4 - 1 if c.persistent and q_tiles == 1 else q_tiles
                 slots = 16 * q_tiles if c.dynamic_schedule else 0
                 o_region = 64 * c.d_head * 2 + 8 if o_apart else 0
-                return tiles + 1024 + 8 * (2 * q_tiles + 4 * c.stages) + slots + o_region
+                return tiles + 1024 + 8 * (2 * q_pairs + 4 * c.stages) + slots + o_region
             persistent = (size(1), size(1, True), size(2))
             assert c.smem_bytes() in (persistent if c.persistent else (size(1),))
         else:
