@@ -83,7 +83,7 @@ struct Traits {
     static constexpr bool q_split = q_pairs != q_buffers;
     static constexpr int consumers_per_q_pair = q_split ? 1 : consumers;
     static constexpr int q_pair_bytes = consumers_per_q_pair * QTile::bytes;
-    // The pair of consumer w's rows in Q buffer b.
+    // The pair of consumer w's rows in Q buffer b (split only with one buffer: b is 0).
     __device__ static constexpr int q_pair(int b, int w) { return q_split ? w : b; }
     // q_empty's arrivals a tile: each of its consumers' warps (O apart) or each of its
     // consumers' storing thread (after its O store has read the rows).
