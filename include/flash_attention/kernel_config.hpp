@@ -86,7 +86,10 @@ enum class FieldKind {
     X(bool, trim_blocks, false, 1, sm90, flag, "trim")                                   \
     /* trimmed, B_c 128: a consumer whose rows see only the first half of its last */    \
     /* block computes that half alone (pays in short causal tiles only) */               \
-    X(bool, half_blocks, false, 1, sm90, flag, "half")
+    X(bool, half_blocks, false, 1, sm90, flag, "half")                                   \
+    /* stream-K: the static schedule's last, part-filled round of a dense non-causal */  \
+    /* problem split along the keys, so every CTA ends together (tile_scheduler.cuh) */  \
+    X(bool, stream_k, false, 1, sm90, flag, "streamk")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

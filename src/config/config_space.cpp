@@ -129,6 +129,12 @@ constexpr std::array k_rules = {
     Rule{"dynamic_needs_persistent", RuleKind::validity,
          "the dynamic tile schedule hands persistent CTAs their next tile (add persistent)",
          [](const KernelConfig& c) { return c.sm90.dynamic_schedule && !c.sm90.persistent; }},
+    Rule{"streamk_needs_static_persistent", RuleKind::validity,
+         "stream-K splits the last round of the static schedule's persistent CTAs (add "
+         "persistent; not with dynamic)",
+         [](const KernelConfig& c) {
+             return c.sm90.stream_k && (!c.sm90.persistent || c.sm90.dynamic_schedule);
+         }},
     Rule{"half_needs_trim", RuleKind::validity,
          "half blocks end a trimmed consumer's overlapped loop on the first half of a B_c 128 "
          "block (add trim and overlap; B_c 128)",
@@ -351,6 +357,20 @@ std::vector<KernelConfig> halved(const std::vector<KernelConfig>& configs) {
     return v;
 }
 
+// With stream_k, the persistent configs of `configs` on the static schedule (the
+// streamk_needs_static_persistent rule): the last round split along the keys pays only where
+// a tile has many blocks (docs/PERF.md, 2026-11-28), which `tune` finds per shape.
+std::vector<KernelConfig> streamed(const std::vector<KernelConfig>& configs) {
+    std::vector<KernelConfig> v;
+    for (KernelConfig c : configs) {
+        if (c.family == Family::sm90 && c.sm90.persistent && !c.sm90.dynamic_schedule) {
+            c.sm90.stream_k = true;
+            v.push_back(c);
+        }
+    }
+    return v;
+}
+
 ValueSets all_values_sm90() {
     ValueSets v = tune_values_sm90();
     v.B_c = {64, 80, 128, 176, 192};
@@ -360,6 +380,7 @@ ValueSets all_values_sm90() {
     v.intra_warpgroup_overlap = {false, true};
     v.trim_blocks = {false, true};
     v.half_blocks = {false, true};
+    v.stream_k = {false, true};
     return v;
 }
 
@@ -599,6 +620,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         append_unique(v, tune_configs_sm90_d128_bc80());
         append_unique(v, trimmed(v));
         append_unique(v, halved(v));
+        append_unique(v, streamed(v));
         return sorted_unique(std::move(v));
     }
     if (name == "tune") {

@@ -556,6 +556,83 @@ TEST(Forward, PersistentSchedulesCoverEveryTileOnce) {
     }
 }
 
+// Stream-K configs on dense non-causal problems whose tiles leave the grid's last round part
+// filled: its tiles split along the keys, partials merged by the CTA that ends each tile
+// (tile_scheduler.cuh). Ragged last key blocks, seq_q above and below seq_k, grouped-query
+// heads, a sharp softmax (scale 100), one tile split over every CTA (a merge of as many
+// partials), and key ranges too short to split (the static stride then). The LSE too; every
+// element of O finite (a piece lost leaves NaN poison); launches in a row on one stream, a
+// captured graph's replays and two streams at once (the flags are the stream's own, left zero).
+TEST(Forward, StreamKSplitsTheLastRound) {
+    struct Shape {
+        int batch, seq_q, seq_k, heads, heads_kv;
+        float scale;        // 0: 1 / sqrt(d_head)
+        int rows_per_head;  // the reference's sample
+    };
+    const int sms = fa::DeviceProperties::current().sm_count;
+    const Shape shapes[] = {
+        {8, 1000, 1111, 8, 8, 0, 64},
+        {3, 2000, 700, 8, 2, 0, 64},
+        {4, 777, 1500, 8, 1, 0, 64},
+        {8, 1000, 1000, 8, 8, 100, 64},
+        // One tile past whole rounds: a piece or two on every CTA (141-281 key blocks).
+        {1, 64, 128 * 140 + 5, sms + 1, 1, 0, 4},
+        {1, 64, 50, sms + 5, 1, 0, 16},  // fewer key blocks to split than CTAs: not split
+    };
+    for (const fa::KernelConfig& c : fa::configs()) {
+        if (!c.sm90.stream_k || !fa::is_supported(c))
+            continue;
+        for (const Shape& s : shapes) {
+            Problem p(c.dtype, s.batch, s.seq_q, s.seq_k, s.heads, c.d_head, s.heads_kv);
+            fa::ForwardParams params = p.params(true);
+            if (s.scale != 0)
+                params.softmax_scale = s.scale;
+            const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(c.d_head));
+            const auto result = p.run_and_check([&] { fa::forward(params, c); }, scale, true,
+                                                s.rows_per_head);
+            EXPECT_TRUE(result.passed) << c.to_string() << ", " << s.batch << " x " << s.seq_q
+                                       << " x " << s.seq_k << ", heads " << s.heads << "/"
+                                       << s.heads_kv << ": " << result.summary() << "; seed "
+                                       << p.seed;
+        }
+        cudaStream_t streams[2];
+        for (auto& st : streams)
+            fa::cuda_check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
+        const double scale = 1.0 / std::sqrt(double(c.d_head));
+        Problem a(c.dtype, 8, 1000, 1111, 8, c.d_head, 8);
+        Problem b(c.dtype, 8, 1000, 1111, 8, c.d_head, 2);
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        fa::cuda_check(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeGlobal),
+                       "cudaStreamBeginCapture");
+        fa::forward(a.params(), c, streams[0]);
+        fa::cuda_check(cudaStreamEndCapture(streams[0], &graph), "cudaStreamEndCapture");
+        fa::cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+        for (int launch = 0; launch < 4; ++launch) {
+            b.dout.buffer.poison_with_nan();
+            const auto a_result = a.run_and_check(
+                [&] {
+                    if (launch == 2)
+                        fa::cuda_check(cudaGraphLaunch(exec, streams[0]), "cudaGraphLaunch");
+                    else
+                        fa::forward(a.params(), c, streams[0]);
+                    fa::forward(b.params(), c, streams[1]);
+                },
+                scale);
+            const auto b_result = fa::reference::check_attention(
+                {b.q, b.k, b.v, b.dout.download(b.q), scale, false, nullptr},
+                fa::reference::sample_rows(8, 8, 1000, 64, b.seed));
+            EXPECT_TRUE(a_result.passed && b_result.passed)
+                << c.to_string() << ", launch " << launch << (launch == 2 ? " (graph)" : "")
+                << ": " << a_result.summary() << " / " << b_result.summary();
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        for (auto& st : streams)
+            cudaStreamDestroy(st);
+    }
+}
+
 // Causal tiles numbered in sections of heads (KernelArgs::section_heads), the last section
 // shorter than the others (18 heads of 3 x 6 over 3 K/V heads: sections of 16, 8 or 4 at d_head
 // 64, 128 or 256 on 50-64 MiB of L2), odd lengths: every sm90 config computes every tile once.

@@ -171,10 +171,10 @@ TEST(ConfigSpace, HopperTuneSetHasWiderKeyBlocksAtHeadDim256) {
             EXPECT_FALSE(c.sm90.intra_warpgroup_overlap) << c.to_string();
         }
     }
-    // fp16/bf16 x ping-pong x (not persistent, persistent, persistent + dynamic schedule)
-    // x lazy rescaling x trimmed consumer blocks
-    EXPECT_EQ(b_c80, 48);
-    EXPECT_EQ(b_c128, 12);  // fp16/bf16 x the three schedules, with ping-pong, x lazy
+    // fp16/bf16 x ping-pong x (not persistent, persistent, persistent + dynamic schedule,
+    // persistent + stream-K) x lazy rescaling x trimmed consumer blocks
+    EXPECT_EQ(b_c80, 64);
+    EXPECT_EQ(b_c128, 16);  // fp16/bf16 x the four schedules, with ping-pong, x lazy
 }
 
 // trim_blocks comes as a copy of every tune config whose consumers can end in different
@@ -220,6 +220,33 @@ TEST(ConfigSpace, HopperTuneSetHalvesTrimmedB_c128) {
     EXPECT_EQ(rejected_by(KernelConfig::parse(
                   "(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+half")),
               "half_needs_trim");
+}
+
+// stream_k comes as a copy of every persistent tune config on the static schedule, and only
+// there; the rule names what it needs.
+TEST(ConfigSpace, HopperTuneSetSplitsStaticPersistentRounds) {
+    const auto sm90 = fa::space::named_set("tune-sm90");
+    int streamed = 0;
+    for (const KernelConfig& c : sm90) {
+        if (c.sm90.stream_k) {
+            ++streamed;
+            continue;
+        }
+        KernelConfig split = c;
+        split.sm90.stream_k = true;
+        EXPECT_EQ(std::find(sm90.begin(), sm90.end(), split) != sm90.end(),
+                  c.sm90.persistent && !c.sm90.dynamic_schedule)
+            << c.to_string();
+    }
+    EXPECT_GT(streamed, 0);
+    EXPECT_EQ(rejected_by(KernelConfig::parse("(BF16, 256, 128, 64, 12): sm90+stages_2+streamk")),
+              "streamk_needs_static_persistent");
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 256, 128, 64, 12): sm90+stages_2+persistent+dynamic+streamk")),
+              "streamk_needs_static_persistent");
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+streamk")),
+              "");
 }
 
 TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {

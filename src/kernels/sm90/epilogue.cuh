@@ -4,8 +4,13 @@
 // no longer needs) or a region of its own (Traits::o_apart) in TMA's swizzled layout, then
 // stored with TMA.
 
+#include <cuda/atomic>
+
+#include <cstdint>
+
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/range_fold.cuh"
 #include "kernels/primitives/sm90/ptx.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
 #include "kernels/sm90/tensor_maps.hpp"
@@ -68,10 +73,13 @@ struct OStaging {
 // region goes back through `pending` (above). TMA clips rows only at the
 // view's end: when the sequence ends inside the view (packed sequences), rows past it are
 // another sequence's, and a consumer whose rows cross that end stores its rows itself.
+// write false: a stream-K partial (below), which stores no O but takes the region and hands
+// it back in turn, as the barriers' phases count.
 template <class Tr, bool PerSequence>
 __device__ __forceinline__ void store_output(const Params& params, const Tile& t, int consumer,
                                              const float (&o)[1][Tr::d_head / 8][4],
-                                             const OStaging<Tr>& staging, PendingStore& pending) {
+                                             const OStaging<Tr>& staging, PendingStore& pending,
+                                             bool write = true) {
     unsigned char* const region = staging.region;
     const int lane = threadIdx.x % warp_size;
     const int warp_row0 = warp_in_warpgroup() * mma_m;
@@ -84,7 +92,8 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     // (compute-sanitizer racecheck reported it).
     __syncwarp();
     staging.wait_free(consumer);
-    if (by_tma) {
+    if (!write) {
+    } else if (by_tma) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = warp_row0 + lane / 4 + 8 * h;
@@ -120,13 +129,118 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     }
     ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer), warpgroup_threads);
     if (threadIdx.x % warpgroup_threads == 0) {
-        if (by_tma) {
+        if (write && by_tma) {
             tma::store_tile<typename Tr::QTile>(region, &params.maps.o, t.q.row0 + row0, t.head,
                                                 t.q.entry);
         }
         pending.empty = staging.empty;
         if constexpr (Tr::q_buffers == 1)
             pending.hand_back();
+    }
+}
+
+// Stream-K (tile_scheduler.cuh): the LSE of a thread's two rows (its m16 tile's rows lane / 4
+// and + 8), as store_lse() reads a softmax's.
+struct RowLse {
+    float v[2];
+    template <class Softmax>
+    __device__ __forceinline__ static RowLse of(const Softmax& softmax) {
+        return {{softmax.log_sum_exp(0, 0), softmax.log_sum_exp(0, 1)}};
+    }
+    __device__ __forceinline__ float log_sum_exp(int, int h) const { return v[h]; }
+};
+
+// A consumer's partial-result slot of CTA `cta` (StreamKSplit): thread t's float4 nt of O at
+// nt x 128 + t, so a warp's stores and loads are 512 contiguous bytes, then, past every
+// slot's O, its rows' LSE as one float2 a thread.
+template <class Tr>
+struct PartialSlot {
+    static_assert(partial_lse_floats == 2 * warpgroup_threads, "a float2 a thread");
+    static constexpr int o_float4s = partial_o_floats(Tr::d_head) / 4;
+    float4* o;
+    float2* lse;
+    int* flag;
+
+    __device__ __forceinline__ PartialSlot(const StreamKSplit& split, int cta, int consumer) {
+        const int slots = static_cast<int>(gridDim.x) * Tr::consumers;
+        const int slot = cta * Tr::consumers + consumer;
+        float4* const base = reinterpret_cast<float4*>(split.partials);
+        o = base + std::int64_t{slot} * o_float4s;
+        lse = reinterpret_cast<float2*>(base + std::int64_t{slots} * o_float4s) +
+              slot * warpgroup_threads;
+        flag = split.flags + slot;
+    }
+};
+
+// A piece that does not end its tile: O (normalised) and the LSE into this CTA's slot, then
+// its flag. The flag's release by one thread publishes every thread's stores, which precede
+// it through the warpgroup's barrier (the pattern of CUTLASS's split-K semaphores).
+template <class Tr>
+__device__ __forceinline__ void store_partial(const StreamKSplit& split, int consumer,
+                                              const float (&o)[1][Tr::d_head / 8][4],
+                                              const RowLse& lse) {
+    const int t = static_cast<int>(threadIdx.x) % warpgroup_threads;
+    const PartialSlot<Tr> slot(split, static_cast<int>(blockIdx.x), consumer);
+#pragma unroll
+    for (int nt = 0; nt < Tr::d_head / 8; ++nt)
+        __stcg(slot.o + nt * warpgroup_threads + t,
+               make_float4(o[0][nt][0], o[0][nt][1], o[0][nt][2], o[0][nt][3]));
+    __stcg(slot.lse + t, make_float2(lse.v[0], lse.v[1]));
+    ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer), warpgroup_threads);
+    if (t == 0)
+        cuda::atomic_ref<int, cuda::thread_scope_device>(*slot.flag)
+            .store(1, cuda::memory_order_release);
+}
+
+// The piece that ends a split tile: merges the partials of CTAs first_cta .. blockIdx.x - 1
+// (the tile's earlier pieces, in key order) into its own O (normalised) and LSE, after its own
+// (RangeFold). One thread waits for each slot's flag and zeroes it for the stream's next launch;
+// the warpgroup's barrier hands the acquired stores on to the others, which read past L1.
+template <class Tr>
+__device__ __forceinline__ void merge_partials(const StreamKSplit& split, int consumer,
+                                               int first_cta, float (&o)[1][Tr::d_head / 8][4],
+                                               RowLse& lse) {
+    const int t = static_cast<int>(threadIdx.x) % warpgroup_threads;
+    RangeFold fold[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float own = fold[h].add(lse.v[h]).add;  // 1, or 0 for a row that saw no key
+#pragma unroll
+        for (int nt = 0; nt < Tr::d_head / 8; ++nt) {
+            o[0][nt][2 * h] *= own;
+            o[0][nt][2 * h + 1] *= own;
+        }
+    }
+    for (int cta = first_cta; cta < static_cast<int>(blockIdx.x); ++cta) {
+        const PartialSlot<Tr> slot(split, cta, consumer);
+        if (t == 0) {
+            cuda::atomic_ref<int, cuda::thread_scope_device> flag(*slot.flag);
+            while (flag.load(cuda::memory_order_acquire) == 0) {
+            }
+            flag.store(0, cuda::memory_order_relaxed);
+        }
+        ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer),
+                                warpgroup_threads);
+        const float2 other = __ldcg(slot.lse + t);
+        const RangeFold::Weights w[2] = {fold[0].add(other.x), fold[1].add(other.y)};
+#pragma unroll
+        for (int nt = 0; nt < Tr::d_head / 8; ++nt) {
+            const float4 x = __ldcg(slot.o + nt * warpgroup_threads + t);
+            o[0][nt][0] = RangeFold::merge(o[0][nt][0], x.x, w[0]);
+            o[0][nt][1] = RangeFold::merge(o[0][nt][1], x.y, w[0]);
+            o[0][nt][2] = RangeFold::merge(o[0][nt][2], x.z, w[1]);
+            o[0][nt][3] = RangeFold::merge(o[0][nt][3], x.w, w[1]);
+        }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const float normaliser = fold[h].normaliser();
+#pragma unroll
+        for (int nt = 0; nt < Tr::d_head / 8; ++nt) {
+            o[0][nt][2 * h] *= normaliser;
+            o[0][nt][2 * h + 1] *= normaliser;
+        }
+        lse.v[h] = fold[h].log_sum_exp();
     }
 }
 

@@ -30,6 +30,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                                               Barriers<Tr::q_pairs, Tr::stages>& bars,
                                               const Scheduler& scheduler, int consumer) {
     constexpr float log2e_f = 1.4426950408889634f;
+    constexpr bool split = Scheduler::split_tiles;  // stream-K pieces (tile_scheduler.cuh)
     const KernelArgs& args = params.args;
     const int smem_base = static_cast<int>(ptx::smem_address(smem));
     GemmTurns<Tr, C.sm90.pingpong> turns{consumer};
@@ -38,9 +39,9 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
     PendingStore pending_store;  // the previous tile's O store (epilogue.cuh)
     for (int index = scheduler.first();
          (index = scheduler.consumer_tile(index, QSlot<Tr>(iteration), consumer, bars)) <
-         tile_count<Tr>(args);
+         scheduler.count(args);
          index += gridDim.x) {
-        const Tile tile = tile_at<Tr, PerSequence, Variants>(args, index);
+        const Tile tile = scheduler.template tile<PerSequence, Variants>(args, index);
         if (tile.empty())
             continue;  // the static schedule's share of the unused numbers (the dynamic
                        // schedule's producer publishes none)
@@ -62,11 +63,12 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         const KeyBlocks own =
             key_blocks(diagonal, tile.k.len, args.causal, consumer_row0, consumer_rows, Tr::B_c);
         // With trim_blocks this consumer's blocks end where its own rows' keys do (rows past
-        // the sequence are never stored: none); the tile's may go on for later rows.
+        // the sequence are never stored: none); the tile's may go on for later rows. Blocks
+        // count from the tile's first (a window's start, a stream-K piece's; else 0).
         const int computed = !Tr::trim_blocks              ? tile.visited
                              : consumer_row0 >= tile.q.len ? 0
                              : Variants                    ? max(0, band.end - tile.first)
-                                                           : min(own.visited, tile.visited);
+                                                : min(own.visited - tile.first, tile.visited);
         using ConsumerT = Consumer<Tr, PerSequence, Variants, Paged>;
         // The keys this consumer's last row sees (a row past the sequence: all of them).
         const int last_row_keys =
@@ -83,9 +85,9 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .consumer = consumer,
             .first_row = consumer_row0 + warp_in_warpgroup() * mma_m,
             // This consumer's own rows may need fewer masked blocks than the tile's.
-            .unmasked = Variants ? band.unmasked_end - tile.first : own.unmasked,
+            .unmasked = (Variants ? band.unmasked_end : own.unmasked) - tile.first,
             .half_last = ConsumerT::half_blocks && computed > 0 &&
-                         last_row_keys - (computed - 1) * Tr::B_c <= Tr::B_c / 2,
+                         last_row_keys - (tile.first + computed - 1) * Tr::B_c <= Tr::B_c / 2,
             .key_bound =
                 args.causal && !args.top_left && !Variants ? tile.k.len - tile.q.len : tile.k.len,
             .first = tile.first,
@@ -127,12 +129,29 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                     args.sinks != nullptr ? __ldg(args.sinks + done.head) * log2e_f : -INFINITY;
                 softmax.finalize(o, [sink](int, int) { return sink; });
             }
-            if (args.lse != nullptr && threadIdx.x % 4 == 0) {
-                store_lse<1>(args.lse +
-                                 (std::int64_t{done.q.entry} * args.heads + done.head) *
-                                     args.seqs.q_view_seq +
-                                 done.q.row0,
-                             c.first_row, done.q.len, softmax);
+            // The tile's rows of the LSE output (this thread's rows: store_lse()).
+            const auto lse_rows = [&] {
+                return args.lse +
+                       (std::int64_t{done.q.entry} * args.heads + done.head) *
+                           args.seqs.q_view_seq +
+                       done.q.row0;
+            };
+            // Stream-K: a piece that does not end its tile leaves O and the LSE as a partial
+            // result and writes neither; the piece that ends it merges the others' first.
+            bool write = true;
+            if constexpr (split) {
+                RowLse rows = RowLse::of(softmax);
+                if (done.part == Part::partial) {
+                    store_partial<Tr>(params.split, consumer, o, rows);
+                    write = false;
+                } else if (done.part == Part::merging) {
+                    merge_partials<Tr>(params.split, consumer,
+                                       stream_k_first_owner<Tr>(args, params.split), o, rows);
+                }
+                if (write && args.lse != nullptr && threadIdx.x % 4 == 0)
+                    store_lse<1>(lse_rows(), c.first_row, done.q.len, rows);
+            } else if (args.lse != nullptr && threadIdx.x % 4 == 0) {
+                store_lse<1>(lse_rows(), c.first_row, done.q.len, softmax);
             }
             // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
             // and no other warpgroup reads these rows: O may overwrite them, unless staged
@@ -142,7 +161,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                 OStaging<Tr>{Tr::o_apart ? smem + Tr::o_offset : q_region,
                              Tr::o_apart ? o_region_empty<Tr>(smem) : &bars.q_empty[q_pair],
                              tile_number * Tr::consumers + consumer},
-                pending_store);
+                pending_store, write);
             return done.visited;
         };
         if constexpr (Variants) {
@@ -179,9 +198,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     unsigned char* smem = smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024);
     auto& bars = *reinterpret_cast<Barriers<Tr::q_pairs, Tr::stages>*>(smem + Tr::barrier_offset);
 
-    const TileScheduler<Tr, Tr::dynamic_schedule> scheduler{
+    // Stream-K splits only forward()'s dense problems (launch.cuh).
+    const TileScheduler<Tr, Tr::dynamic_schedule, Tr::stream_k && !PerSequence> scheduler{
         params.tile_counter,
-        reinterpret_cast<TileSlots<Tr::q_buffers>*>(smem + Tr::tile_slot_offset)};
+        reinterpret_cast<TileSlots<Tr::q_buffers>*>(smem + Tr::tile_slot_offset), params.split};
 
     // Broadcast from lane 0, so the compiler knows it is warp-uniform: what derives from it
     // (the consumer's Q region, hence the wgmma descriptors of every step) then stays in

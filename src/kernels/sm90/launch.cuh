@@ -66,13 +66,31 @@ void launch(const KernelArgs& args, Stream stream) {
     if (paged)
         a.seqs.page_copy_rows = paged_copy_rows(a.seqs.k_view_seq, C.B_c);
     Params params{a, make_tensor_maps(a, C.dtype, C.d_head, paged ? a.seqs.page_copy_rows : C.B_c),
-                  nullptr};
+                  nullptr, {}};
     const std::int64_t ctas =
         C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
     std::optional<StreamCounters> counters;  // the next tile, the CTAs done (TileScheduler)
     if constexpr (C.sm90.dynamic_schedule) {
         counters.emplace(2, stream);
         params.tile_counter = counters->get();
+    }
+    // Stream-K: the dense kernel splits a non-causal problem's last, part-filled round; its
+    // partial results live in memory of this launch, their flags in the stream's counters.
+    std::optional<StreamScratch> partials;
+    std::optional<StreamCounters> partial_flags;
+    if constexpr (C.sm90.stream_k) {
+        const StreamKPlan plan =
+            per_sequence || args.variants || args.causal
+                ? StreamKPlan{0, 0}
+                : stream_k_plan(tiles, ctas, blocks_covering(args.seq_k, C.B_c));
+        if (plan.units > 0) {
+            const int slots = static_cast<int>(ctas) * consumer_warpgroups(C);
+            const std::size_t slot_floats = partial_o_floats(C.d_head) + partial_lse_floats;
+            partials.emplace(sizeof(float) * slot_floats * slots, stream, false);
+            partial_flags.emplace(slots, stream);
+            params.split = {static_cast<float*>(partials->get()), partial_flags->get(), plan.whole,
+                            plan.units};
+        }
     }
     constexpr int threads = C.n_threads();
     if (args.variants && paged)

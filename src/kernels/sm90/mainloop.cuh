@@ -118,8 +118,8 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
     int iteration = 0;
     int index = scheduler.first();
     int claimed = 0;
-    for (; index < tile_count<Tr>(args); index = scheduler.next(index, claimed)) {
-        const Tile t = tile_at<Tr, PerSequence, Variants>(args, index);
+    for (; index < scheduler.count(args); index = scheduler.next(index, claimed)) {
+        const Tile t = scheduler.template tile<PerSequence, Variants>(args, index);
         if (t.empty()) {  // a number the packed numbering leaves unused
             claimed = claim();
             continue;
@@ -254,8 +254,8 @@ struct Consumer {
     // Rows past the sequence's end see more, but are never stored.
     // Variants: the sequence's keys, and row r's diagonal position is r + band_shift.
     int key_bound;
-    // Variants: block j is block first + j of the keys, and blocks before masked_head need
-    // the mask too (a window's start).
+    // Block j is block first + j of the keys (a window's start, a stream-K piece's; else 0),
+    // and with Variants blocks before masked_head need the mask too (a window's start).
     int first;
     int masked_head;
     int band_shift;
@@ -412,7 +412,8 @@ struct Consumer {
                 return !causal ? bound : top_left ? min(row + 1, bound) : row + 1 + bound;
             });
         } else {
-            mask_scores(s, first_row, j * Tr::B_c, args.diagonal_seq_q, args.seq_k, args.causal);
+            mask_scores(s, first_row, (first + j) * Tr::B_c, args.diagonal_seq_q, args.seq_k,
+                        args.causal);
         }
     }
 };

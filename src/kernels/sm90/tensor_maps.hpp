@@ -26,10 +26,29 @@ struct TensorMaps {
     CUtensorMap q, k, v, o;
 };
 
+// Stream-K (Traits::stream_k, tile_scheduler.cuh): how the launch splits its last round of
+// tiles, set by the launcher; partials null when it splits none.
+struct StreamKSplit {
+    // A slot per CTA and consumer: its partial O (normalised, fp32, in the fragments' order),
+    // after every slot's O the rows' LSE (epilogue.cuh, PartialSlot).
+    float* partials;
+    int* flags;  // per slot: its partial is stored (zero at the launch, and left zero)
+    int whole;   // tiles in whole rounds of the grid: below, the static stride's
+    int units;   // key blocks of the tiles from `whole` on, dealt out to the CTAs in order
+};
+
+// A partial-result slot's floats: a consumer's O (64 rows x d_head), then its 128 threads'
+// LSE, two rows each.
+constexpr int partial_o_floats(int d_head) {
+    return 64 * d_head;
+}
+inline constexpr int partial_lse_floats = 2 * 128;
+
 struct Params {
     KernelArgs args;
     TensorMaps maps;
     int* tile_counter;  // the dynamic schedule's two (TileScheduler), else null
+    StreamKSplit split;
 };
 
 // Boxes: 64 columns (128 bytes, the 128-byte swizzle's width) x 64 rows for Q and O,

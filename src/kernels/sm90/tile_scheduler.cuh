@@ -18,14 +18,33 @@
 // q_full barrier completes (mbarrier arrive releases, the wait acquires), then arrive on
 // the slot's own barrier, which the producer waits on before it writes the slot again; an
 // index past the last tile, published the same way, tells them to stop.
+//
+// Stream-K (Traits::stream_k, dense non-causal problems): the static stride for the whole
+// rounds of the grid, then the last, part-filled round's tiles split along their keys: their
+// key blocks, tile after tile, are dealt out to the CTAs as equal contiguous ranges, so every
+// CTA ends together instead of a part of them idling through a whole tile. A range is
+// shorter than a tile, so it holds at most two pieces: the end of one tile and the start of
+// the next. A piece that does not end its tile leaves its O and LSE as a partial result in
+// its CTA's slot (StreamKSplit) and runs first; the piece that ends a tile runs last and
+// merges the partials of the lower-numbered CTAs that hold the tile's earlier pieces, each
+// stored before its CTA's own merge: a CTA waits only on lower-numbered ones, which the
+// hardware dispatches first, so the waits cannot cycle.
+
+#include <cstdint>
+#include <limits>
 
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/sequences.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
+#include "kernels/sm90/tensor_maps.hpp"
 
 namespace flash_attention::sm90 {
+
+// A tile's share of a stream-K piece (above): all of it, a part whose O is left as a partial
+// result, or the part that ends it and merges the others' partials.
+enum class Part : int { whole, partial, merging };
 
 // One tile of work: B_r query rows of one (sequence, head) and the K/V blocks they see.
 struct Tile {
@@ -42,6 +61,7 @@ struct Tile {
     // are zeroed in shared memory first. B_c when the block ends the view (TMA fills zeros there)
     // or lies wholly inside the sequence.
     int last_block_keys;
+    Part part;  // stream-K: which piece of the tile (blocks [first, first + visited))
 
     __device__ __forceinline__ bool empty() const { return rows <= 0; }
 };
@@ -164,6 +184,7 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
         t.visited = blocks.visited;
         t.unmasked = blocks.unmasked;
         t.last_block_keys = Tr::B_c;  // rows past seq_k are past the tensor: TMA's zeros
+        t.part = Part::whole;
         return t;
     }
     const SequenceArgs& seqs = args.seqs;
@@ -223,7 +244,70 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     t.last_block_keys = end_block * Tr::B_c > t.k.len && (paged || end < seqs.k_view_seq)
                             ? t.k.len - (end_block - 1) * Tr::B_c
                             : Tr::B_c;
+    t.part = Part::whole;
     return t;
+}
+
+// Stream-K's split of a launch of `ctas` persistent CTAs over `tiles` dense tiles of `blocks`
+// key blocks each (launch.cuh): none (units 0) when the tiles fill whole rounds, or when a
+// CTA's range would be empty (fewer key blocks than CTAs), or when c x units would overflow
+// the kernel's ints (key ranges past 2^31 / ctas^2 blocks a tile).
+struct StreamKPlan {
+    int whole, units;
+};
+inline StreamKPlan stream_k_plan(std::int64_t tiles, std::int64_t ctas, int blocks) {
+    const std::int64_t whole = tiles / ctas * ctas;
+    const std::int64_t units = (tiles - whole) * blocks;
+    if (units < ctas || units * ctas > std::numeric_limits<int>::max())
+        return {static_cast<int>(tiles), 0};
+    return {static_cast<int>(whole), static_cast<int>(units)};
+}
+
+// The first key block (a unit) of CTA c's range: ranges are [start(c), start(c + 1)).
+__device__ __forceinline__ int stream_k_start(const StreamKSplit& split, int c) {
+    return c * split.units / static_cast<int>(gridDim.x);
+}
+
+// The CTA whose range holds unit u: the last c with start(c) <= u, which is the last with
+// c x units < (u + 1) x gridDim.x.
+__device__ __forceinline__ int stream_k_owner(const StreamKSplit& split, int u) {
+    return ((u + 1) * static_cast<int>(gridDim.x) - 1) / split.units;
+}
+
+// The first CTA holding a piece of the tile this CTA's range starts in (its merging piece's).
+template <class Tr>
+__device__ __forceinline__ int stream_k_first_owner(const KernelArgs& args,
+                                                    const StreamKSplit& split) {
+    const int n = blocks_covering(args.seq_k, Tr::B_c);
+    return stream_k_owner(split, stream_k_start(split, static_cast<int>(blockIdx.x)) / n * n);
+}
+
+// This CTA's piece `second` (0 or 1) of the split tiles, as a dense tile of its blocks
+// [first, first + visited); an empty tile where the CTA has no such piece. Two pieces: the
+// start of the next tile first (a partial), then the end of the tile the range starts in.
+template <class Tr>
+__device__ __forceinline__ Tile stream_k_piece(const KernelArgs& args, const StreamKSplit& split,
+                                               bool second) {
+    const int c = static_cast<int>(blockIdx.x);
+    const int n = blocks_covering(args.seq_k, Tr::B_c);
+    const int s = stream_k_start(split, c);
+    const int e = stream_k_start(split, c + 1);
+    const int t0 = s / n;
+    const int t0_end = (t0 + 1) * n;
+    const bool spans = e > t0_end;
+    int t = t0, first = s - t0 * n, end = min(e, t0_end) - t0 * n;
+    if (spans && !second) {
+        t = t0 + 1;
+        first = 0;
+        end = e - t0_end;
+    }
+    Tile tile = tile_at<Tr, false>(args, split.whole + t);
+    tile.first = first;
+    tile.visited = end - first;
+    tile.part = end < n ? Part::partial : first > 0 ? Part::merging : Part::whole;
+    if (second && !spans)
+        tile.rows = 0;
+    return tile;
 }
 
 // The dynamic schedule's shared state, after the pipeline's barriers: per Q buffer, the
@@ -240,13 +324,34 @@ struct TileSlots {
 
 // The producer's and the consumers' view of the schedule. `slots` (shared memory) and
 // `counter` (global: the next tile to claim and the CTAs done claiming; zero at the launch,
-// and left zero for the stream's next launch, StreamCounters) are used only when Dynamic.
-template <class Tr, bool Dynamic>
+// and left zero for the stream's next launch, StreamCounters) are used only when Dynamic;
+// `split` only when Split (Traits::stream_k, in the dense kernel), where numbers from
+// split.whole on are the CTA's two pieces: whole + blockIdx.x and the one a round later.
+template <class Tr, bool Dynamic, bool Split = false>
 struct TileScheduler {
     static_assert(sizeof(TileSlots<Tr::q_buffers>) <= 16 * Tr::q_buffers,
                   "the layout reserves 16 bytes per Q buffer");
+    static_assert(!(Dynamic && Split), "stream-K splits the static schedule's last round");
+    static constexpr bool split_tiles = Split;
     int* counter;
     TileSlots<Tr::q_buffers>* slots;
+    const StreamKSplit& split;
+
+    // The loops' bound: the tile numbers, or the split's two pieces a CTA.
+    __device__ __forceinline__ int count(const KernelArgs& args) const {
+        if (Split && split.partials != nullptr)
+            return split.whole + 2 * static_cast<int>(gridDim.x);
+        return tile_count<Tr>(args);
+    }
+
+    // The tile (or piece) numbered `index`.
+    template <bool PerSequence, bool Variants>
+    __device__ __forceinline__ Tile tile(const KernelArgs& args, int index) const {
+        if (Split && split.partials != nullptr && index >= split.whole)
+            return stream_k_piece<Tr>(args, split,
+                                      index >= split.whole + static_cast<int>(gridDim.x));
+        return tile_at<Tr, PerSequence, Variants>(args, index);
+    }
 
     // Thread 0, before the CTA's first __syncthreads.
     __device__ __forceinline__ void init() const {

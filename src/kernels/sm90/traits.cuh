@@ -95,6 +95,9 @@ struct Traits {
     static constexpr int o_offset = v_offset + stages * KVTile::bytes;  // O apart: its region
     static constexpr int barrier_offset = o_offset + (o_apart ? QTile::bytes : 0);
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
+    // The static schedule's last round split along the keys (tile_scheduler.cuh), in the
+    // dense kernel's non-causal launches (launch.cuh).
+    static constexpr bool stream_k = C.sm90.stream_k;
     static constexpr bool trim_blocks = C.sm90.trim_blocks;
     static constexpr bool half_blocks = C.sm90.half_blocks;
     // Dense tile numbers decoded through the launch's divisors (tile_at()): +1.4-2.9% at
