@@ -90,6 +90,13 @@ struct Row {
 // 2026-11-28, docs/PERF.md, thirty-fourth session). Causal d_head 256 keeps ping-pong: its two
 // consumers' GEMMs (P·V alone is m64n256) collide without turns, -1.2-2.7% at 2k-16k
 // free-running (H200, 2026-11-28, docs/PERF.md, thirty-fifth session).
+// The non-causal persistent rows of d_head 64 and 128 split a part-filled last round along
+// the keys (`streamk`) where it leaves a third of the CTAs or more idle (stream_k_plan()):
+// +1.4-1.7% at 8k-16k keys for d_head 128 (56 of 132 tiles in the last round), +1.6% at 4k for
+// d_head 64 (44 of 132); elsewhere on the grid the plan does not split and the kernels run as
+// without it. d_head 256's rows do not take it: with 100 of 132 tiles in its grid's last
+// rounds it measured -1.2% at 8k and +0.8% at 16k (bf16, H200, 2026-11-28, docs/PERF.md,
+// thirty-seventh session).
 // Off Hopper the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the
@@ -119,14 +126,14 @@ constexpr Row k_rows[] = {
     {"(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy", 1024},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy", 1024},
-    {"(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
-    {"(FP16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
+    {"(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy+streamk"},
+    {"(FP16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy+streamk"},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
     {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 1024},
     {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 1024},
-    {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
-    {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy"},
+    {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy+streamk"},
+    {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy+streamk"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},

@@ -415,8 +415,9 @@ std::vector<KernelConfig> release() {
 // warps and Q held in registers, and sm90 kernels without pipelining (one consumer),
 // with three consumers that are not persistent, with ping-pong on top of overlap, with
 // one Q buffer under the dynamic schedule (the release holds the other dynamic tile
-// schedule's kernels), and trimmed consumer blocks passing two GEMM turns a block (ping-pong
-// without overlap; the release's trimmed kernels overlap).
+// schedule's kernels), trimmed consumer blocks passing two GEMM turns a block (ping-pong
+// without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
+// CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -428,6 +429,8 @@ std::vector<KernelConfig> ci() {
                "(BF16, 256, 64, 64, 8): sm90+stages_1",
                "(FP16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
                "(BF16, 128, 192, 64, 16): sm90+stages_2+pingpong+persistent+dynamic+trim",
+               "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim+"
+               "streamk",
            }));
     return v;
 }

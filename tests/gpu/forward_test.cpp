@@ -4,8 +4,10 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <ostream>
@@ -17,6 +19,7 @@
 #include "api/kernel_args.hpp"
 #include "common/cuda_check.hpp"
 #include "flash_attention/flash_attention.hpp"
+#include "kernels/sm90/tensor_maps.hpp"
 #include "reference/reference.hpp"
 #include "testing/device_buffer.hpp"
 
@@ -556,51 +559,74 @@ TEST(Forward, PersistentSchedulesCoverEveryTileOnce) {
     }
 }
 
-// Stream-K configs on dense non-causal problems whose tiles leave the grid's last round part
-// filled: its tiles split along the keys, partials merged by the CTA that ends each tile
-// (tile_scheduler.cuh). Ragged last key blocks, seq_q above and below seq_k, grouped-query
-// heads, a sharp softmax (scale 100), one tile split over every CTA (a merge of as many
-// partials), and key ranges too short to split (the static stride then). The LSE too; every
-// element of O finite (a piece lost leaves NaN poison); launches in a row on one stream, a
-// captured graph's replays and two streams at once (the flags are the stream's own, left zero).
+// Stream-K configs on dense non-causal problems whose tiles leave the grid's last round at
+// most two thirds full (stream_k_plan()): its tiles split along the keys, partials merged by the
+// CTA that ends each tile (tile_scheduler.cuh). The heads are chosen per config so that the
+// tiles come to about 1.25 rounds. Ragged last key blocks, seq_q above and below seq_k,
+// grouped-query heads, a sharp softmax (scale 100), one tile past whole rounds split over every
+// CTA (a merge of as many partials), and launches the plan leaves unsplit (a last round too
+// full; fewer key blocks than CTAs). The LSE too; every element of O finite (a piece lost
+// leaves NaN poison); launches in a row on one stream, a captured graph's replays and two
+// streams at once (the flags are the stream's own, left zero).
 TEST(Forward, StreamKSplitsTheLastRound) {
     struct Shape {
-        int batch, seq_q, seq_k, heads, heads_kv;
+        int batch, seq_q, seq_k;
+        double rounds;      // tiles / SMs: the heads follow
+        int heads_kv;       // 0: as many as the query heads
         float scale;        // 0: 1 / sqrt(d_head)
         int rows_per_head;  // the reference's sample
+        bool splits;        // what stream_k_plan() makes of it
     };
     const int sms = fa::DeviceProperties::current().sm_count;
     const Shape shapes[] = {
-        {8, 1000, 1111, 8, 8, 0, 64},
-        {3, 2000, 700, 8, 2, 0, 64},
-        {4, 777, 1500, 8, 1, 0, 64},
-        {8, 1000, 1000, 8, 8, 100, 64},
-        // One tile past whole rounds: a piece or two on every CTA (141-281 key blocks).
-        {1, 64, 128 * 140 + 5, sms + 1, 1, 0, 4},
-        {1, 64, 50, sms + 5, 1, 0, 16},  // fewer key blocks to split than CTAs: not split
+        {1, 1000, 1111, 1.25, 0, 0, 64, true}, {2, 2000, 700, 1.3, 1, 0, 64, true},
+        {1, 777, 1500, 1.2, 1, 0, 64, true},   {1, 1000, 1000, 1.25, 0, 100, 64, true},
+        {1, 1000, 1000, 1.9, 0, 0, 16, false},  // the last round too full to split
     };
     for (const fa::KernelConfig& c : fa::configs()) {
         if (!c.sm90.stream_k || !fa::is_supported(c))
             continue;
-        for (const Shape& s : shapes) {
-            Problem p(c.dtype, s.batch, s.seq_q, s.seq_k, s.heads, c.d_head, s.heads_kv);
+        const auto check = [&](int batch, int seq_q, int seq_k, int heads, int heads_kv,
+                               float scale_arg, int rows_per_head, bool splits) {
+            // The launcher's plan for it (launch.cuh): the shape tests what it is meant to.
+            const std::int64_t tiles = std::int64_t{(seq_q + c.B_r - 1) / c.B_r} * heads * batch;
+            EXPECT_EQ(fa::sm90::stream_k_plan(tiles, std::min<std::int64_t>(tiles, sms),
+                                              (seq_k + c.B_c - 1) / c.B_c)
+                              .units > 0,
+                      splits)
+                << c.to_string() << ", " << tiles << " tiles";
+            Problem p(c.dtype, batch, seq_q, seq_k, heads, c.d_head, heads_kv);
             fa::ForwardParams params = p.params(true);
-            if (s.scale != 0)
-                params.softmax_scale = s.scale;
-            const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(c.d_head));
-            const auto result = p.run_and_check([&] { fa::forward(params, c); }, scale, true,
-                                                s.rows_per_head);
-            EXPECT_TRUE(result.passed) << c.to_string() << ", " << s.batch << " x " << s.seq_q
-                                       << " x " << s.seq_k << ", heads " << s.heads << "/"
-                                       << s.heads_kv << ": " << result.summary() << "; seed "
-                                       << p.seed;
+            if (scale_arg != 0)
+                params.softmax_scale = scale_arg;
+            const double scale = scale_arg != 0 ? scale_arg : 1.0 / std::sqrt(double(c.d_head));
+            const auto result =
+                p.run_and_check([&] { fa::forward(params, c); }, scale, true, rows_per_head);
+            EXPECT_TRUE(result.passed)
+                << c.to_string() << ", " << batch << " x " << seq_q << " x " << seq_k << ", heads "
+                << heads << "/" << heads_kv << ": " << result.summary() << "; seed " << p.seed;
+        };
+        const auto heads_for = [&](const Shape& s) {
+            const int q_blocks = (s.seq_q + c.B_r - 1) / c.B_r;
+            return static_cast<int>(std::ceil(s.rounds * sms / (s.batch * q_blocks)));
+        };
+        for (const Shape& s : shapes) {
+            const int heads = heads_for(s);
+            check(s.batch, s.seq_q, s.seq_k, heads, s.heads_kv ? s.heads_kv : heads, s.scale,
+                  s.rows_per_head, s.splits);
         }
+        // One tile past whole rounds, split over every CTA (141 key blocks and more).
+        check(1, 64, 128 * 140 + 5, sms + 1, 1, 0, 4, true);
+        // A tail of 5 tiles of one key block: fewer units than CTAs, not split.
+        check(1, 64, 50, sms + 5, 1, 0, 16, false);
+
         cudaStream_t streams[2];
         for (auto& st : streams)
             fa::cuda_check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
         const double scale = 1.0 / std::sqrt(double(c.d_head));
-        Problem a(c.dtype, 8, 1000, 1111, 8, c.d_head, 8);
-        Problem b(c.dtype, 8, 1000, 1111, 8, c.d_head, 2);
+        const int heads = heads_for(shapes[0]);
+        Problem a(c.dtype, 1, 1000, 1111, heads, c.d_head, heads);
+        Problem b(c.dtype, 1, 1000, 1111, heads, c.d_head, 1);
         cudaGraph_t graph = nullptr;
         cudaGraphExec_t exec = nullptr;
         fa::cuda_check(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeGlobal),
@@ -621,10 +647,10 @@ TEST(Forward, StreamKSplitsTheLastRound) {
                 scale);
             const auto b_result = fa::reference::check_attention(
                 {b.q, b.k, b.v, b.dout.download(b.q), scale, false, nullptr},
-                fa::reference::sample_rows(8, 8, 1000, 64, b.seed));
+                fa::reference::sample_rows(1, heads, 1000, 64, b.seed));
             EXPECT_TRUE(a_result.passed && b_result.passed)
-                << c.to_string() << ", launch " << launch << (launch == 2 ? " (graph)" : "")
-                << ": " << a_result.summary() << " / " << b_result.summary();
+                << c.to_string() << ", launch " << launch << (launch == 2 ? " (graph)" : "") << ": "
+                << a_result.summary() << " / " << b_result.summary();
         }
         cudaGraphExecDestroy(exec);
         cudaGraphDestroy(graph);

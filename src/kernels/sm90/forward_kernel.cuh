@@ -65,10 +65,11 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         // With trim_blocks this consumer's blocks end where its own rows' keys do (rows past
         // the sequence are never stored: none); the tile's may go on for later rows. Blocks
         // count from the tile's first (a window's start, a stream-K piece's; else 0).
+        const int own_blocks =
+            Variants ? max(0, band.end - tile.first) : min(own.visited - tile.first, tile.visited);
         const int computed = !Tr::trim_blocks              ? tile.visited
                              : consumer_row0 >= tile.q.len ? 0
-                             : Variants                    ? max(0, band.end - tile.first)
-                                                : min(own.visited - tile.first, tile.visited);
+                                                           : own_blocks;
         using ConsumerT = Consumer<Tr, PerSequence, Variants, Paged>;
         // The keys this consumer's last row sees (a row past the sequence: all of them).
         const int last_row_keys =

@@ -65,8 +65,10 @@ void launch(const KernelArgs& args, Stream stream) {
     // A paged cache's K/V copies stop at page boundaries (paged_copy_rows).
     if (paged)
         a.seqs.page_copy_rows = paged_copy_rows(a.seqs.k_view_seq, C.B_c);
-    Params params{a, make_tensor_maps(a, C.dtype, C.d_head, paged ? a.seqs.page_copy_rows : C.B_c),
-                  nullptr, {}};
+    Params params{a,
+                  make_tensor_maps(a, C.dtype, C.d_head, paged ? a.seqs.page_copy_rows : C.B_c),
+                  nullptr,
+                  {}};
     const std::int64_t ctas =
         C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
     std::optional<StreamCounters> counters;  // the next tile, the CTAs done (TileScheduler)

@@ -10,6 +10,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "flash_attention/kernel_config.hpp"
@@ -36,6 +37,27 @@ struct StreamKSplit {
     int whole;   // tiles in whole rounds of the grid: below, the static stride's
     int units;   // key blocks of the tiles from `whole` on, dealt out to the CTAs in order
 };
+
+// Stream-K's split of a launch of `ctas` persistent CTAs over `tiles` dense tiles of `blocks`
+// key blocks each (launch.cuh), or none (units 0). It splits only a last round that leaves at
+// least a third of the CTAs idle: the idle time it recovers must outweigh a second piece's
+// start (Q, the pipeline's ramp) and the partials' stores and merges, and under the power cap
+// the CTAs that do run a part-filled round run faster. Measured (bf16, H200, docs/PERF.md
+// 2026-11-28, thirty-seventh session), last rounds 1/3 full: d_head 64 +1.6% at 4k keys; 0.42:
+// d_head 128 +1.4-1.7% at 8k-16k; 2/3: d_head 128 level to +1.9% at 2k-4k; 0.76: d_head 256
+// -1.2% at 8k, +0.8% at 16k; 0.85: d_head 64 level. Also none when a CTA's range would be
+// empty (fewer key blocks than CTAs) or c x units would overflow the kernel's ints.
+struct StreamKPlan {
+    int whole, units;
+};
+inline StreamKPlan stream_k_plan(std::int64_t tiles, std::int64_t ctas, int blocks) {
+    const std::int64_t whole = tiles / ctas * ctas;
+    const std::int64_t tail = tiles - whole;
+    const std::int64_t units = tail * blocks;
+    if (3 * tail > 2 * ctas || units < ctas || units * ctas > std::numeric_limits<int>::max())
+        return {static_cast<int>(tiles), 0};
+    return {static_cast<int>(whole), static_cast<int>(units)};
+}
 
 // A partial-result slot's floats: a consumer's O (64 rows x d_head), then its 128 threads'
 // LSE, two rows each.

@@ -30,9 +30,6 @@
 // stored before its CTA's own merge: a CTA waits only on lower-numbered ones, which the
 // hardware dispatches first, so the waits cannot cycle.
 
-#include <cstdint>
-#include <limits>
-
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/masking.cuh"
@@ -246,21 +243,6 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
                             : Tr::B_c;
     t.part = Part::whole;
     return t;
-}
-
-// Stream-K's split of a launch of `ctas` persistent CTAs over `tiles` dense tiles of `blocks`
-// key blocks each (launch.cuh): none (units 0) when the tiles fill whole rounds, or when a
-// CTA's range would be empty (fewer key blocks than CTAs), or when c x units would overflow
-// the kernel's ints (key ranges past 2^31 / ctas^2 blocks a tile).
-struct StreamKPlan {
-    int whole, units;
-};
-inline StreamKPlan stream_k_plan(std::int64_t tiles, std::int64_t ctas, int blocks) {
-    const std::int64_t whole = tiles / ctas * ctas;
-    const std::int64_t units = (tiles - whole) * blocks;
-    if (units < ctas || units * ctas > std::numeric_limits<int>::max())
-        return {static_cast<int>(tiles), 0};
-    return {static_cast<int>(whole), static_cast<int>(units)};
 }
 
 // The first key block (a unit) of CTA c's range: ranges are [start(c), start(c + 1)).
