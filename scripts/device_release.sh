@@ -156,7 +156,7 @@ for stage in "$@"; do
         done
       done | tee "$OUT/choose.txt" | tee -a "$summary"
       # Not brief: after a timeout the last RUN line names the test that did not end.
-      timeout 240 "$B/tests/test_gpu" > "$OUT/test_gpu.log" 2>&1
+      timeout 330 "$B/tests/test_gpu" > "$OUT/test_gpu.log" 2>&1
       note "test_gpu: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
       note "  last started: $(grep -E '^\[ RUN' "$OUT/test_gpu.log" | tail -1)"
       grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -5 | tee -a "$summary"
@@ -226,7 +226,7 @@ for stage in "$@"; do
       note "ci build: exit $? ($(( $(date +%s) - start )) s)"
       # Bounded: a schedule that deadlocks must not take the whole call with it.
       # Not brief: after a timeout the last RUN line names the test that did not end.
-      timeout 240 "$B/tests/test_gpu" > "$OUT/test_gpu.log" 2>&1
+      timeout 330 "$B/tests/test_gpu" > "$OUT/test_gpu.log" 2>&1
       note "test_gpu: exit $? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/test_gpu.log" | tr '\n' ' ')"
       note "  last started: $(grep -E '^\[ RUN' "$OUT/test_gpu.log" | tail -1)"
       grep -E '^\[  FAILED' "$OUT/test_gpu.log" | head -8 | tee -a "$summary"

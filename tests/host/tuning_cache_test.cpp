@@ -528,7 +528,7 @@ TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
 // which 64-row pages divide (heuristic_config()).
 TEST(TuningCache, BuiltInTableCopiesWholePages) {
     const auto wide = fa::KernelConfig::parse(
-        "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy");
+        "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+pingpong+persistent+lazy+streamk");
     const auto wide_causal =
         fa::KernelConfig::parse("(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim");
     const auto square = fa::KernelConfig::parse(
