@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <ostream>
 #include <random>
 #include <sstream>
@@ -559,6 +560,32 @@ TEST(Forward, PersistentSchedulesCoverEveryTileOnce) {
     }
 }
 
+// One forward() captured on `stream` and instantiated as a graph, whose replays launch() runs.
+class CapturedForward {
+  public:
+    CapturedForward(const fa::ForwardParams& params, const fa::KernelConfig& c,
+                    cudaStream_t stream) {
+        cudaGraph_t graph = nullptr;
+        fa::cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal),
+                       "cudaStreamBeginCapture");
+        fa::forward(params, c, stream);
+        fa::cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+        const cudaError_t status = cudaGraphInstantiate(&exec_, graph, 0);
+        cudaGraphDestroy(graph);
+        fa::cuda_check(status, "cudaGraphInstantiate");
+    }
+    ~CapturedForward() { cudaGraphExecDestroy(exec_); }
+    CapturedForward(const CapturedForward&) = delete;
+    CapturedForward& operator=(const CapturedForward&) = delete;
+
+    void launch(cudaStream_t stream) const {
+        fa::cuda_check(cudaGraphLaunch(exec_, stream), "cudaGraphLaunch");
+    }
+
+  private:
+    cudaGraphExec_t exec_ = nullptr;
+};
+
 // Stream-K configs on dense non-causal problems whose tiles leave the grid's last round at
 // most two thirds full (stream_k_plan()): its tiles split along the keys, partials merged by the
 // CTA that ends each tile (tile_scheduler.cuh). The heads are chosen per config so that the
@@ -627,19 +654,13 @@ TEST(Forward, StreamKSplitsTheLastRound) {
         const int heads = heads_for(shapes[0]);
         Problem a(c.dtype, 1, 1000, 1111, heads, c.d_head, heads);
         Problem b(c.dtype, 1, 1000, 1111, heads, c.d_head, 1);
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        fa::cuda_check(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeGlobal),
-                       "cudaStreamBeginCapture");
-        fa::forward(a.params(), c, streams[0]);
-        fa::cuda_check(cudaStreamEndCapture(streams[0], &graph), "cudaStreamEndCapture");
-        fa::cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+        const CapturedForward graph(a.params(), c, streams[0]);
         for (int launch = 0; launch < 4; ++launch) {
             b.dout.buffer.poison_with_nan();
             const auto a_result = a.run_and_check(
                 [&] {
                     if (launch == 2)
-                        fa::cuda_check(cudaGraphLaunch(exec, streams[0]), "cudaGraphLaunch");
+                        graph.launch(streams[0]);
                     else
                         fa::forward(a.params(), c, streams[0]);
                     fa::forward(b.params(), c, streams[1]);
@@ -652,8 +673,6 @@ TEST(Forward, StreamKSplitsTheLastRound) {
                 << c.to_string() << ", launch " << launch << (launch == 2 ? " (graph)" : "") << ": "
                 << a_result.summary() << " / " << b_result.summary();
         }
-        cudaGraphExecDestroy(exec);
-        cudaGraphDestroy(graph);
         for (auto& st : streams)
             cudaStreamDestroy(st);
     }
@@ -694,20 +713,12 @@ TEST(Forward, DynamicScheduleReplaysAndRunsConcurrently) {
         const auto graph_result = graphed.run_and_check(
             [&] {
                 fa::forward(graphed.params(), c, streams[0]);  // warm-up, as before any capture
-                cudaGraph_t graph = nullptr;
-                cudaGraphExec_t exec = nullptr;
-                fa::cuda_check(cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeGlobal),
-                               "cudaStreamBeginCapture");
-                fa::forward(graphed.params(), c, streams[0]);
-                fa::cuda_check(cudaStreamEndCapture(streams[0], &graph), "cudaStreamEndCapture");
-                fa::cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+                const CapturedForward graph(graphed.params(), c, streams[0]);
                 fa::cuda_check(cudaStreamSynchronize(streams[0]), "sync");
                 graphed.dout.buffer.poison_with_nan();
                 for (int replay = 0; replay < 3; ++replay)
-                    fa::cuda_check(cudaGraphLaunch(exec, streams[0]), "cudaGraphLaunch");
+                    graph.launch(streams[0]);
                 fa::cuda_check(cudaStreamSynchronize(streams[0]), "graph replays");
-                cudaGraphExecDestroy(exec);
-                cudaGraphDestroy(graph);
             },
             scale);
         EXPECT_TRUE(graph_result.passed) << c.to_string() << " (graph): " << graph_result.summary();
@@ -746,19 +757,14 @@ TEST(Forward, DynamicScheduleLeavesItsCountersZero) {
         for (int stream_number = 0; stream_number < 2; ++stream_number) {
             cudaStream_t stream = nullptr;
             fa::cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
-            cudaGraph_t graph = nullptr;
-            cudaGraphExec_t exec = nullptr;
-            fa::cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal),
-                           "cudaStreamBeginCapture");
-            fa::forward(p.params(), c, stream);
-            fa::cuda_check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
-            fa::cuda_check(cudaGraphInstantiate(&exec, graph, 0), "cudaGraphInstantiate");
+            std::optional<CapturedForward> graph;
+            graph.emplace(p.params(), c, stream);
             for (int launch = 0; launch < 4; ++launch) {
                 const bool replay = launch == 2;
                 const auto result = p.run_and_check(
                     [&] {
                         if (replay)
-                            fa::cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+                            graph->launch(stream);
                         else
                             fa::forward(p.params(), c, stream);
                     },
@@ -767,8 +773,7 @@ TEST(Forward, DynamicScheduleLeavesItsCountersZero) {
                     << c.to_string() << ", stream " << stream_number << ", launch " << launch
                     << (replay ? " (graph)" : "") << ": " << result.summary();
             }
-            cudaGraphExecDestroy(exec);
-            cudaGraphDestroy(graph);
+            graph.reset();  // before its stream
             fa::cuda_check(cudaStreamDestroy(stream), "cudaStreamDestroy");
         }
     }
