@@ -358,8 +358,9 @@ std::vector<KernelConfig> halved(const std::vector<KernelConfig>& configs) {
 }
 
 // With stream_k, the persistent configs of `configs` on the static schedule (the
-// streamk_needs_static_persistent rule): the last round split along the keys pays only where
-// a tile has many blocks (docs/PERF.md, 2026-11-28), which `tune` finds per shape.
+// streamk_needs_static_persistent rule): whether splitting a part-filled last round pays
+// depends on the tile as well as on how full that round is (d_head 256 lost where d_head 64
+// and 128 gained, docs/PERF.md, 2026-11-28), which `tune` finds per shape.
 std::vector<KernelConfig> streamed(const std::vector<KernelConfig>& configs) {
     std::vector<KernelConfig> v;
     for (KernelConfig c : configs) {
