@@ -201,16 +201,12 @@ __device__ __forceinline__ void merge_partials(const StreamKSplit& split, int co
                                                int first_cta, float (&o)[1][Tr::d_head / 8][4],
                                                RowLse& lse) {
     const int t = static_cast<int>(threadIdx.x) % warpgroup_threads;
+    // Its own O first: the fold's first weight is 1 (0 for a row that saw no key, whose O is
+    // already 0), so O is the accumulator as it stands.
     RangeFold fold[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const float own = fold[h].add(lse.v[h]).add;  // 1, or 0 for a row that saw no key
-#pragma unroll
-        for (int nt = 0; nt < Tr::d_head / 8; ++nt) {
-            o[0][nt][2 * h] *= own;
-            o[0][nt][2 * h + 1] *= own;
-        }
-    }
+    for (int h = 0; h < 2; ++h)
+        fold[h].add(lse.v[h]);
     for (int cta = first_cta; cta < static_cast<int>(blockIdx.x); ++cta) {
         const PartialSlot<Tr> slot(split, cta, consumer);
         if (t == 0) {
