@@ -10,6 +10,22 @@ from . import _C
 _DTYPES = (torch.float16, torch.bfloat16)
 
 
+try:  # The getter Inductor's generated code calls: the stream's address, no Stream object.
+    from torch._C import _cuda_getCurrentRawStream as _raw_stream
+except ImportError:  # a PyTorch without it: the public route
+    _raw_stream = None
+
+
+def _current_stream(device) -> int:
+    """The address of `device`'s current CUDA stream, where the library launches. Building a
+    torch.cuda.Stream for it (torch.cuda.current_stream()) costs about 6 µs a call on the H200's
+    host, most of what this wrapper adds to a call (docs/PERF.md, 2026-11-28 thirty-eighth
+    session); the raw getter under a microsecond."""
+    if _raw_stream is not None:
+        return _raw_stream(device.index)
+    return torch.cuda.current_stream(device).cuda_stream
+
+
 @functools.lru_cache(maxsize=256)
 def _parse(short_form: str) -> "_C.KernelConfig":
     return _C.KernelConfig.parse(short_form)
@@ -96,7 +112,7 @@ def _run(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, windo
          sinks=None):
     cfg = None if config is None else _parse(config)
     var = _variant_kwargs(q, window_left, window_right, softcap, sinks)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
+    stream = _current_stream(q.device)
     if q.device.index == torch.cuda.current_device():
         _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse, **var)
     else:  # the library launches on the current device
@@ -265,7 +281,7 @@ def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
             raise ValueError(f"{name}: expected {kd} dimensions {want}, got {t.dim()}")
     k4, v4 = (k, v) if paged else (k.unsqueeze(0), v.unsqueeze(0))
     var = _variant_kwargs(q, window_left, window_right, softcap, sinks)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
+    stream = _current_stream(q.device)
     _on_device(q.device, lambda: _C.forward_varlen(
         q.unsqueeze(0), k4, v4, out.unsqueeze(0), cu_q, cu_k, used, table, max_pages, table_stride,
         batch, int(max_seqlen_q), int(max_seqlen_k), softmax_scale, causal, lse, int(num_splits), stream,
@@ -280,7 +296,7 @@ def _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table
     seqlens = _index("cache_seqlens", cache_seqlens, q.device, (batch,))
     table, max_pages, table_stride = _table_args(block_table, q.device, batch)
     var = _variant_kwargs(q, window_left, window_right, softcap, sinks)
-    stream = torch.cuda.current_stream(q.device).cuda_stream
+    stream = _current_stream(q.device)
     _on_device(q.device, lambda: _C.forward_kvcache(
         q, k_cache, v_cache, out, seqlens, table, max_pages, table_stride, k, v, softmax_scale,
         causal, lse, int(num_splits), stream, **var))

@@ -416,12 +416,19 @@ def test_cuda_graph_replay(causal, warm_up):
 
 
 @needs_gpu
-def test_runs_on_the_current_stream():
+@pytest.mark.parametrize("raw_getter", [True, False], ids=["raw_getter", "public_fallback"])
+def test_runs_on_the_current_stream(monkeypatch, raw_getter):
+    from flash_attention_scratch import _ops
+
+    if not raw_getter:  # a PyTorch without torch._C._cuda_getCurrentRawStream
+        monkeypatch.setattr(_ops, "_raw_stream", None)
     dtype, d = built_kinds()[0]
     q, k, v = (randn(4, 2048, 8, d, dtype=torch_dtype(dtype)) for _ in range(3))
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
+        # The address every launch takes is this stream's, not the default one's.
+        assert _ops._current_stream(q.device) == stream.cuda_stream
         out = fa.forward(q, k, v)
         total = out.float().sum()  # ordered after the kernel on the same stream
     torch.cuda.synchronize()
