@@ -219,11 +219,15 @@ def test_non_contiguous_views():
         # (batch, heads, seq, d) storage seen as (batch, seq, heads, d)
         q, k, v = (randn(2, 4, 512, d, dtype=t).transpose(1, 2) for _ in range(3))
         assert not q.is_contiguous()
-        assert_close_to_reference(fa.forward(q, k, v), q, k, v)
+        out = fa.forward(q, k, v)
+        assert out.is_contiguous(), "the output is contiguous whatever q's strides"
+        assert_close_to_reference(out, q, k, v)
         # slices of a packed (batch, seq, 3, heads, d) QKV tensor
         qkv = randn(2, 512, 3, 4, d, dtype=t)
         q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        assert_close_to_reference(fa.forward(q, k, v), q, k, v)
+        out = fa.forward(q, k, v)
+        assert out.is_contiguous()
+        assert_close_to_reference(out, q, k, v)
 
 
 @needs_gpu
