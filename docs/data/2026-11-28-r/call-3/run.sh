@@ -19,7 +19,7 @@ for seq in 16384 2048; do
   for r in 1 2; do
     t0=$(date +%s.%N); $bin bench --config "$cfg" --d-head 256 --seq $seq --batch $b --heads 8 --runs $runs --rounds 2 --warmup-ms 500 > $OUT/ours_${seq}_$r.txt 2>&1; t1=$(date +%s.%N)
     echo "ours $seq $t0 $t1 $(grep -E 'BF16' $OUT/ours_${seq}_$r.txt | tail -1 | awk '{print $(NF-3), $NF}')" | tee -a $OUT/windows.txt
-    python3 $here/cudnn_loop.py $seq 256 4 | tee -a $OUT/cudnn_${seq}.txt | awk -v s=$seq '{print "cudnn", s, $(NF-1), $NF, $(NF-7) "us", $(NF-4) "TFLOP/s"}' | tee -a $OUT/windows.txt
+    python3 docs/data/2026-11-28-l/power/cudnn_loop.py $seq 256 4 | tee -a $OUT/cudnn_${seq}.txt | awk -v s=$seq '{print "cudnn", s, $(NF-1), $NF, $(NF-7) "us", $(NF-4) "TFLOP/s"}' | tee -a $OUT/windows.txt
   done
 done
 kill $SMI
