@@ -3,11 +3,9 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "config/config_space.hpp"
-#include "config/resources.hpp"
 #include "flash_attention/flash_attention.hpp"
+#include "flash_attention/tools.hpp"
 #include "options.hpp"
-#include "registry/registry.hpp"
 
 namespace flash_attention::cli {
 
@@ -20,14 +18,14 @@ struct ListOptions {
 
 int list(const ListOptions& options) {
     const std::vector<KernelConfig> listed =
-        options.set.empty() ? configs() : space::named_set(options.set);
+        options.set.empty() ? configs() : tools::kernel_set(options.set);
     // CTAs/SM: the occupancy calculator when a GPU is here, else shared memory and
     // threads on the family's smallest target, an A100 or an H100 (registers are only
     // known on the device).
     const bool gpu = device_count() > 0;
     std::cerr << "# " << listed.size() << " configs ("
               << (options.set.empty()
-                      ? "built, kernel set \"" + std::string(built_kernel_set()) + "\""
+                      ? "built, kernel set \"" + std::string(tools::built_kernel_set()) + "\""
                       : "set \"" + options.set + "\"")
               << "); CTAs/SM "
               << (gpu ? "from the occupancy calculator on " +
@@ -36,18 +34,14 @@ int list(const ListOptions& options) {
                                     "no GPU)"))
               << "\n";
     for (const KernelConfig& c : listed) {
-        const KernelOps* ops = find_kernel(c);
-        const int ctas = gpu && ops
-                             ? ops->ctas_per_sm()
-                             : ctas_per_sm(c, c.family == Family::sm90 ? DeviceLimits::h100()
-                                                                       : DeviceLimits::a100());
-        std::printf("%s  smem=%zu  ctas_per_sm=%d", c.to_string().c_str(), smem_bytes(c), ctas);
-        if (!ops)
+        const tools::KernelInfo info = tools::kernel_info(c);
+        std::printf("%s  smem=%zu  ctas_per_sm=%d", c.to_string().c_str(), info.smem_bytes,
+                    info.ctas_per_sm);
+        if (!info.built)
             std::printf("  (not built)");
-        if (options.verbose && gpu && ops) {
-            const KernelResources r = ops->resources();
-            std::printf("  registers=%d  local_bytes=%d", r.registers_per_thread,
-                        r.local_bytes_per_thread);
+        if (options.verbose && info.registers_per_thread >= 0) {
+            std::printf("  registers=%d  local_bytes=%d", info.registers_per_thread,
+                        info.local_bytes_per_thread);
         }
         std::printf("\n");
     }

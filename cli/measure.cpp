@@ -1,13 +1,9 @@
 #include "measure.hpp"
 
-#include <cuda_runtime_api.h>
-
 #include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <random>
-
-#include "common/cuda_check.hpp"
 
 namespace flash_attention::cli {
 
@@ -16,11 +12,7 @@ int Workspace::slots(const Shape& shape) {
     // again: at least 4x the L2 size in total, and at least 4 copies even when each
     // exceeds L2, so that no one allocation's placement in DRAM dominates the median.
     constexpr int min_slots = 4;
-    int device = 0;
-    int l2_bytes = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    cuda_check(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device),
-               "cudaDeviceGetAttribute(L2CacheSize)");
+    const int l2_bytes = DeviceProperties::current().l2_bytes;
     const double slot_bytes = static_cast<double>(DeviceProblem::bytes(shape));
     return std::clamp(static_cast<int>(4.0 * l2_bytes / slot_bytes) + 1, min_slots, 64);
 }
@@ -49,7 +41,7 @@ std::vector<std::optional<Measurement>> measure_interleaved(
             for (int i = 0; i < timing.warmup; ++i)
                 launch(e);
         }
-        cuda_check(cudaDeviceSynchronize(), "warm-up");
+        tools::synchronize();
     } while (timing.warmup > 0 && clock::now() < warm_until && !stop());
 
     const int rounds = timing.rounds > 0 ? std::clamp(timing.rounds, 1, timing.runs) : timing.runs;

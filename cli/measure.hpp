@@ -13,7 +13,6 @@
 #include "measurement.hpp"
 #include "options.hpp"
 #include "problem.hpp"
-#include "testing/device_buffer.hpp"
 
 namespace flash_attention::cli {
 

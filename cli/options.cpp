@@ -9,8 +9,8 @@
 #include <optional>
 #include <sstream>
 
-#include "config/config_space.hpp"
 #include "flash_attention/error.hpp"
+#include "flash_attention/tools.hpp"
 
 namespace flash_attention::cli {
 
@@ -132,7 +132,7 @@ CLI::Validator set_name_validator() {
     return CLI::Validator(
         [](std::string& name) -> std::string {
             try {
-                space::named_set(name);
+                tools::kernel_set(name);
             } catch (const Error& e) {
                 return e.what();
             }

@@ -45,7 +45,7 @@ HostTensor rows_of(const HostTensor& t, std::int64_t first, std::int64_t n) {
 }
 
 double softmax_scale_of(const Shape& shape) {
-    return shape.scale.value_or(1.0 / std::sqrt(double(shape.d_head)));
+    return AttentionOptions{.softmax_scale = shape.scale}.scale(shape.d_head);
 }
 
 }  // namespace
@@ -113,9 +113,12 @@ DeviceProblem::DeviceProblem(const Shape& shape, const HostProblem& host)
     }
 }
 
-Variants DeviceProblem::variants() const {
-    return {shape_.window_left, shape_.window_right, shape_.softcap,
-            static_cast<const float*>(sinks_.data())};
+AttentionOptions DeviceProblem::options(float* lse) const {
+    return {.softmax_scale = shape_.scale,
+            .causal = shape_.causal,
+            .lse = lse,
+            .variants = {shape_.window_left, shape_.window_right, shape_.softcap,
+                         static_cast<const float*>(sinks_.data())}};
 }
 
 std::size_t DeviceProblem::bytes(const Shape& shape) {
@@ -128,11 +131,7 @@ std::size_t DeviceProblem::bytes(const Shape& shape) {
 }
 
 ForwardParams DeviceProblem::dense_params(float* lse) const {
-    ForwardParams p{q_.view, k_.view, v_.view, o_.view, shape_.scale};
-    p.causal = shape_.causal;
-    p.variants = variants();
-    p.lse = lse;
-    return p;
+    return {q_.view, k_.view, v_.view, o_.view, options(lse)};
 }
 
 KVCacheParams DeviceProblem::kvcache_params(int splits, float* lse) const {
@@ -146,10 +145,7 @@ KVCacheParams DeviceProblem::kvcache_params(int splits, float* lse) const {
         p.pages = PageTable{.block_table = static_cast<const std::int32_t*>(table_.data()),
                             .max_pages_per_seq = pages_per_seq_};
     }
-    p.softmax_scale = shape_.scale;
-    p.causal = shape_.causal;
-    p.variants = variants();
-    p.lse = lse;
+    p.options = options(lse);
     p.num_splits = splits;
     return p;
 }
@@ -165,10 +161,7 @@ VarlenParams DeviceProblem::varlen_params(int splits, float* lse) const {
     p.batch = shape_.batch;
     p.max_seqlen_q = longest_;
     p.max_seqlen_k = longest_;
-    p.softmax_scale = shape_.scale;
-    p.causal = shape_.causal;
-    p.variants = variants();
-    p.lse = lse;
+    p.options = options(lse);
     p.num_splits = splits;
     return p;
 }

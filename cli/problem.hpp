@@ -9,11 +9,14 @@
 #include <vector>
 
 #include "flash_attention/flash_attention.hpp"
+#include "flash_attention/tools.hpp"
 #include "measurement.hpp"
-#include "reference/reference.hpp"
-#include "testing/device_buffer.hpp"
 
 namespace flash_attention::cli {
+
+using tools::DeviceBuffer;
+using tools::DeviceTensor;
+using tools::LaunchTimes;
 
 // What to run: a config (forward() only), the split-KV kernel with `splits` key ranges
 // per sequence (forward_kvcache and forward_varlen only), or neither: the library's
@@ -68,7 +71,7 @@ class DeviceProblem {
     ForwardParams dense_params(float* lse) const;
     KVCacheParams kvcache_params(int splits, float* lse) const;
     VarlenParams varlen_params(int splits, float* lse) const;
-    Variants variants() const;
+    AttentionOptions options(float* lse) const;
 
     Shape shape_;
     DeviceTensor q_, k_, v_, o_;

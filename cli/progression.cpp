@@ -4,8 +4,7 @@
 #include <memory>
 
 #include "commands.hpp"
-#include "config/config_space.hpp"
-#include "registry/registry.hpp"
+#include "flash_attention/tools.hpp"
 #include "report.hpp"
 #include "sweep.hpp"
 
@@ -27,7 +26,7 @@ struct ProgressionOptions {
 std::vector<std::vector<KernelConfig>> ladders(const std::string& family, bool all_block_sizes) {
     const bool sm90 = family == "sm90";
     const std::vector<KernelConfig> steps =
-        space::named_set(sm90 ? "progression-sm90" : "progression");
+        tools::kernel_set(sm90 ? "progression-sm90" : "progression");
     if (!all_block_sizes)
         return {steps};
     std::vector<std::vector<KernelConfig>> out;
@@ -35,7 +34,7 @@ std::vector<std::vector<KernelConfig>> ladders(const std::string& family, bool a
         std::vector<KernelConfig> ladder;
         for (KernelConfig c : steps) {
             reshape(c);
-            if (!space::rejecting_rule(c, /*validity_only=*/true))
+            if (tools::instantiable(c))
                 ladder.push_back(c);
         }
         if (ladder.size() == steps.size())
@@ -75,7 +74,7 @@ std::vector<Candidate> ladder_candidates(const std::vector<std::vector<KernelCon
             if (!is_built(c)) {
                 throw UsageError(
                     std::string("progression: expected the ladder's configs in this build, got ") +
-                    "kernel set \"" + std::string(built_kernel_set()) + "\" without " +
+                    "kernel set \"" + std::string(tools::built_kernel_set()) + "\" without " +
                     c.to_string() + " (configure with -DFLASH_KERNELS=" + set_name +
                     ", or add it to a list such as tune," + set_name + ")");
             }

@@ -12,9 +12,7 @@
 #include "flash_attention/flash_attention.hpp"
 #include "options.hpp"
 #include "problem.hpp"
-#include "reference/reference.hpp"
 #include "sweep.hpp"
-#include "testing/device_buffer.hpp"
 
 namespace flash_attention::cli {
 

@@ -1,6 +1,5 @@
 #include "sweep.hpp"
 
-#include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,11 +11,9 @@
 #include <map>
 #include <random>
 
-#include "common/cuda_check.hpp"
-#include "config/config_space.hpp"
 #include "flash_attention/flash_attention.hpp"
+#include "flash_attention/tools.hpp"
 #include "measure.hpp"
-#include "registry/registry.hpp"
 
 namespace flash_attention::cli {
 
@@ -58,7 +55,7 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
     int missing = 0;
     int elsewhere = 0;  // built, but for another GPU (sm90 kernels off Hopper)
     const bool device = device_count() > 0;
-    for (const KernelConfig& c : space::named_set(set)) {
+    for (const KernelConfig& c : tools::kernel_set(set)) {
         if (!is_built(c)) {
             ++missing;
         } else if (device && !is_supported(c)) {
@@ -73,12 +70,14 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
     }
     if (out.empty()) {
         throw UsageError(option + ": expected a set with configs in this build (kernel set \"" +
-                         std::string(built_kernel_set()) + "\"; configure with -DFLASH_KERNELS=" +
-                         set + " to build it), got \"" + set + "\"");
+                         std::string(tools::built_kernel_set()) +
+                         "\"; configure with -DFLASH_KERNELS=" + set + " to build it), got \"" +
+                         set + "\"");
     }
     if (missing > 0) {
         std::cerr << "flash_attention: note: " << missing << " configs of set \"" << set
-                  << "\" are not in this build (kernel set \"" << built_kernel_set() << "\")\n";
+                  << "\" are not in this build (kernel set \"" << tools::built_kernel_set()
+                  << "\")\n";
     }
     return out;
 }
@@ -150,9 +149,7 @@ SweepResult sweep(const std::vector<Candidate>& candidates, const std::vector<Jo
     // Every shape's inputs at once where they fit in half the free device memory, so that
     // the rounds of measure_interleaved cover the whole sweep; otherwise in groups of
     // shapes that fit, one after another.
-    std::size_t free_bytes = 0;
-    std::size_t total_bytes = 0;
-    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const std::size_t free_bytes = tools::free_device_bytes();
     std::vector<std::vector<Shape>> groups;
     std::size_t group_bytes = 0;
     for (const auto& [shape, list] : by_shape) {

@@ -7,10 +7,9 @@
 
 #include "commands.hpp"
 #include "flash_attention/flash_attention.hpp"
-#include "registry/registry.hpp"
+#include "flash_attention/tools.hpp"
 #include "report.hpp"
 #include "sweep.hpp"
-#include "tuning/tuning_cache.hpp"
 
 namespace flash_attention::cli {
 

@@ -1,8 +1,9 @@
-# Install rules: the static library (and the config-space archive it links), the public
-# headers, the flash_attention program, and a CMake package so that consumers write
+# Install rules: the static libraries (the library, the tools library and the config-space
+# archive they link), the public headers, the flash_attention program, and a CMake package
+# so that consumers write
 #
-#   find_package(flash_attention 0.1 REQUIRED)
-#   target_link_libraries(app PRIVATE flash_attention::flash_attention)
+#   find_package(flash_attention 0.2 REQUIRED)
+#   target_link_libraries(app PRIVATE flash_attention::flash_attention)  # or ::tools too
 #
 # Components: `dev` (library, headers, package files) and `cli`. The Python build
 # installs only its own component (pyproject.toml), none of these.
@@ -12,7 +13,8 @@ include(CMakePackageConfigHelpers)
 set(flash_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/flash_attention)
 
 set_target_properties(fa_config PROPERTIES EXPORT_NAME config_space)
-install(TARGETS flash_attention fa_config
+set_target_properties(flash_attention_tools PROPERTIES EXPORT_NAME tools)
+install(TARGETS flash_attention flash_attention_tools fa_config
   EXPORT flash_attention_targets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT dev
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

@@ -4,6 +4,7 @@
 // Plain C++: no CUDA headers are needed to include this file.
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -76,6 +77,25 @@ struct Variants {
     }
 };
 
+// What every entry point takes besides its tensors: the scale, causal masking, the LSE
+// output and the variants. One struct, so that a forward's options serve its backward too.
+struct AttentionOptions {
+    std::optional<float> softmax_scale;  // default 1/sqrt(d_head): see scale()
+    // Query i sees keys j <= i + seq_k - seq_q (aligned at the bottom right, as
+    // FlashAttention >= 2.1 does), or j <= i with causal_alignment top_left. A row that
+    // sees no key gets zeros and LSE -inf. Varlen and KV-cache calls align each sequence.
+    bool causal = false;
+    CausalAlignment causal_alignment = CausalAlignment::bottom_right;
+    // Optional output: log-sum-exp of each row's scaled scores, natural log, fp32,
+    // contiguous; its layout is the entry point's (ForwardParams: (batch, heads_q, seq_q)).
+    float* lse = nullptr;
+    // Sliding window, softcap, sinks.
+    Variants variants{};
+
+    // The softmax scale the kernels use: softmax_scale, or 1/sqrt(d_head) when not given.
+    float scale(std::int64_t d_head) const;
+};
+
 // q, o: (batch, seq_q, heads_q, d_head); k, v: (batch, seq_k, heads_kv, d_head), with
 // heads_q a multiple of heads_kv (grouped-query and multi-query attention: query head h
 // reads K/V head h / (heads_q / heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 128 or 256.
@@ -83,19 +103,8 @@ struct ForwardParams {
     TensorView q;
     TensorView k;
     TensorView v;
-    TensorView o;                        // written; may not alias q, k or v
-    std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
-    // Query i sees keys j <= i + seq_k - seq_q (aligned at the bottom right, as
-    // FlashAttention >= 2.1 does), or j <= i with causal_alignment top_left. A row that
-    // sees no key gets zeros and LSE -inf.
-    bool causal = false;
-    CausalAlignment causal_alignment = CausalAlignment::bottom_right;
-    // Optional output: log-sum-exp of each row's scaled scores, natural log, fp32,
-    // contiguous (batch, heads_q, seq_q), for merging partial results or a backward pass.
-    float* lse = nullptr;
-    // Sliding window, softcap, sinks. Last in each parameter struct, so that positional
-    // initialisers written before it existed keep their meaning.
-    Variants variants{};
+    TensorView o;  // written; may not alias q, k or v
+    AttentionOptions options{};
 };
 
 // Serving (inference engines, padding-free training): batches of sequences of different
@@ -143,16 +152,13 @@ struct VarlenParams {
     std::int64_t max_seqlen_q = 0;  // at least every sequence's query length (sizes the grid)
     std::int64_t max_seqlen_k = 0;  // at least every sequence's key length (chooses splits)
     std::optional<PageTable> pages;
-    std::optional<float> softmax_scale;  // default 1/sqrt(d_head)
-    bool causal = false;                 // per sequence, aligned at its bottom right
-    CausalAlignment causal_alignment = CausalAlignment::bottom_right;  // or its top left
-    float* lse = nullptr;  // optional output, fp32 (heads_q, total_q)
     // 0: the library's choice: queries that fill tiles (not a decoding shape) run on the
     // kernel forward() would choose for the longest sequence when it is an sm90 one
     // (Hopper; packed or paged K/V alike), anything else on the serving kernel with a key
     // split of its choosing. n >= 1: the serving kernel with n key ranges per sequence.
     int num_splits = 0;
-    Variants variants{};  // per sequence, aligned as causal is
+    // Causal masking and the variants per sequence; the LSE output is (heads_q, total_q).
+    AttentionOptions options{};
 };
 
 // flash_attn_with_kvcache: decoding and chunked prefill against a KV cache.
@@ -175,12 +181,9 @@ struct KVCacheParams {
     // dropped). Both or neither; needs cache_seqlens.
     std::optional<TensorView> k_new;
     std::optional<TensorView> v_new;
-    std::optional<float> softmax_scale;
-    bool causal = false;
-    CausalAlignment causal_alignment = CausalAlignment::bottom_right;
-    float* lse = nullptr;  // optional output, fp32 (batch, heads_q, seq_q)
-    int num_splits = 0;    // as VarlenParams::num_splits
-    Variants variants{};   // per sequence, aligned as causal is
+    int num_splits = 0;  // as VarlenParams::num_splits
+    // Causal masking and the variants per sequence; the LSE output is (batch, heads_q, seq_q).
+    AttentionOptions options{};
 };
 
 // The largest num_splits a call takes.
@@ -292,5 +295,8 @@ bool is_built(const KernelConfig& config);
 // Whether the config is built and the current device can run it (sm90-family kernels
 // need compute capability 9.0; the CTA's shared memory must fit the device).
 bool is_supported(const KernelConfig& config);
+
+// Dynamic shared memory one CTA of the config's kernel takes, in bytes (built or not).
+std::size_t shared_memory_bytes(const KernelConfig& config);
 
 }  // namespace flash_attention

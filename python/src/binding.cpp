@@ -13,7 +13,6 @@
 #include <cstdint>
 #include <string>
 
-#include "config/resources.hpp"
 #include "flash_attention/flash_attention.hpp"
 
 namespace nb = nanobind;
@@ -183,35 +182,25 @@ float* lse_pointer(nb::handle lse, std::size_t elements) {
     return array.data();
 }
 
-// Causal masking from the Python layer's one int: 0 none, 1 aligned at the bottom right,
-// 2 at the top left.
-template <class Params>
-void set_causal(Params& p, int causal) {
+// The options of a call from the Python layer's arguments: causal masking as one int (0
+// none, 1 aligned at the bottom right, 2 at the top left), the variants (the window's sides,
+// the softcap, the address of its checked float32 sinks, 0: none) and the optional LSE of
+// `lse_elements` floats.
+fa::AttentionOptions options_of(std::optional<float> scale, int causal, nb::handle lse,
+                                std::size_t lse_elements, int window_left, int window_right,
+                                float softcap, std::uintptr_t sinks) {
     if (causal < 0 || causal > 2) {
         throw fa::Error(fa::ErrorCode::invalid_argument,
                         "causal: expected 0 (none), 1 (bottom right) or 2 (top left), got " +
                             std::to_string(causal));
     }
-    p.causal = causal != 0;
-    p.causal_alignment =
-        causal == 2 ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right;
-}
-
-// The attention variants from the Python layer: the window's sides, the softcap and the
-// address of its checked float32 sinks (0: none).
-fa::Variants variants_of(int window_left, int window_right, float softcap, std::uintptr_t sinks) {
-    return {window_left, window_right, softcap, reinterpret_cast<const float*>(sinks)};
-}
-
-fa::ForwardParams params_of(nb::handle q, nb::handle k, nb::handle v, nb::handle out,
-                            std::optional<float> scale, int causal = 0, nb::handle lse = nb::none(),
-                            fa::Variants variants = {}) {
-    fa::ForwardParams p{view_of(q, "q"), view_of(k, "k"), view_of(v, "v"), view_of(out, "out"),
-                        scale};
-    set_causal(p, causal);
-    p.variants = variants;
-    p.lse = lse_pointer(lse, static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]));
-    return p;
+    return {
+        .softmax_scale = scale,
+        .causal = causal != 0,
+        .causal_alignment =
+            causal == 2 ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right,
+        .lse = lse_pointer(lse, lse_elements),
+        .variants = {window_left, window_right, softcap, reinterpret_cast<const float*>(sinks)}};
 }
 
 // A paged cache's table from the Python layer's address (0: not paged) and its shape.
@@ -268,7 +257,8 @@ NB_MODULE(_C, m) {
         .def_static("parse", &fa::KernelConfig::parse, nb::arg("short_form"),
                     "Parses a short form such as '(BF16, 128, 128, 64, 4): async+eager+swizzled+"
                     "load_1_1_1_tiles+buffer+opt_softmax'; raises ValueError naming the bad token.")
-        .def("smem_bytes", [](const fa::KernelConfig& c) { return fa::smem_bytes(c); })
+        .def("smem_bytes", &fa::shared_memory_bytes,
+             "Dynamic shared memory one CTA of this kernel takes, in bytes.")
         .def("is_built", [](const fa::KernelConfig& c) { return fa::is_built(c); })
         .def(
             "is_supported", [](const fa::KernelConfig& c) { return fa::is_supported(c); },
@@ -291,9 +281,12 @@ NB_MODULE(_C, m) {
         [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, std::optional<float> scale,
            std::optional<fa::KernelConfig> config, std::uintptr_t stream, int causal,
            nb::handle lse, int window_left, int window_right, float softcap, std::uintptr_t sinks) {
-            const fa::ForwardParams p =
-                params_of(q, k, v, out, scale, causal, lse,
-                          variants_of(window_left, window_right, softcap, sinks));
+            fa::ForwardParams p{view_of(q, "q"), view_of(k, "k"), view_of(v, "v"),
+                                view_of(out, "out")};
+            p.options =
+                options_of(scale, causal, lse,
+                           static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]),
+                           window_left, window_right, softcap, sinks);
             const auto s = reinterpret_cast<fa::Stream>(stream);
             if (config) {
                 fa::forward(p, *config, s);
@@ -319,7 +312,6 @@ NB_MODULE(_C, m) {
            int causal, nb::handle lse, int num_splits, std::uintptr_t stream, int window_left,
            int window_right, float softcap, std::uintptr_t sinks) {
             fa::VarlenParams p;
-            p.variants = variants_of(window_left, window_right, softcap, sinks);
             p.q = view_of(q, "q");
             p.k = view_of(k, "k");
             p.v = view_of(v, "v");
@@ -331,9 +323,9 @@ NB_MODULE(_C, m) {
             p.batch = batch;
             p.max_seqlen_q = max_seqlen_q;
             p.max_seqlen_k = max_seqlen_k;
-            p.softmax_scale = scale;
-            set_causal(p, causal);
-            p.lse = lse_pointer(lse, static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]));
+            p.options = options_of(scale, causal, lse,
+                                   static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]),
+                                   window_left, window_right, softcap, sinks);
             p.num_splits = num_splits;
             fa::forward_varlen(p, reinterpret_cast<fa::Stream>(stream));
         },
@@ -354,7 +346,6 @@ NB_MODULE(_C, m) {
            std::uintptr_t stream, int window_left, int window_right, float softcap,
            std::uintptr_t sinks) {
             fa::KVCacheParams p;
-            p.variants = variants_of(window_left, window_right, softcap, sinks);
             p.q = view_of(q, "q");
             p.k_cache = view_of(k_cache, "k_cache");
             p.v_cache = view_of(v_cache, "v_cache");
@@ -365,10 +356,10 @@ NB_MODULE(_C, m) {
                 p.k_new = view_of(k_new, "k");
             if (!v_new.is_none())
                 p.v_new = view_of(v_new, "v");
-            p.softmax_scale = scale;
-            set_causal(p, causal);
-            p.lse = lse_pointer(
-                lse, static_cast<std::size_t>(p.q.shape[0] * p.q.shape[1] * p.q.shape[2]));
+            p.options =
+                options_of(scale, causal, lse,
+                           static_cast<std::size_t>(p.q.shape[0] * p.q.shape[1] * p.q.shape[2]),
+                           window_left, window_right, softcap, sinks);
             p.num_splits = num_splits;
             fa::forward_kvcache(p, reinterpret_cast<fa::Stream>(stream));
         },
@@ -383,7 +374,8 @@ NB_MODULE(_C, m) {
     m.def(
         "choose_config",
         [](nb::handle q, nb::handle k, nb::handle v, nb::handle out) {
-            return fa::choose_config(params_of(q, k, v, out, std::nullopt));
+            return fa::choose_config(fa::ForwardParams{view_of(q, "q"), view_of(k, "k"),
+                                                       view_of(v, "v"), view_of(out, "out")});
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"),
         "The config forward() would run.");

@@ -69,8 +69,8 @@ void check_on_device(const ForwardParams& p, const DeviceProperties& device, Str
                      {p.k.data, "k.data"},
                      {p.v.data, "v.data"},
                      {p.o.data, "o.data"},
-                     {p.lse, "lse"},
-                     {p.variants.sinks, "variants.sinks"}},
+                     {p.options.lse, "lse"},
+                     {p.options.variants.sinks, "variants.sinks"}},
                     device, stream);
 }
 

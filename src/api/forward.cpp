@@ -7,16 +7,25 @@
 #include "api/choice.hpp"
 #include "api/kernel_args.hpp"
 #include "api/validate.hpp"
+#include "config/resources.hpp"
 #include "registry/registry.hpp"
 #include "tuning/tuning_cache.hpp"
 
 namespace flash_attention {
 
-namespace {
-
 TensorStrides strides(const TensorView& t) {
     return {t.stride[0], t.stride[1], t.stride[2]};
 }
+
+SoftmaxScale softmax_scale(const AttentionOptions& options, std::int64_t d_head) {
+    const float given = options.scale(d_head);
+    const float softcap = options.variants.softcap;
+    const float scale = softcap != 0.0f ? softcap : given;
+    return {scale, static_cast<float>(scale * std::numbers::log2e),
+            softcap != 0.0f ? given / softcap : 0.0f};
+}
+
+namespace {
 
 // -1 (unbounded) and anything past every position as k_unbounded_window: the same mask.
 int window_side(int side) {
@@ -63,7 +72,7 @@ FixedReference softcap_fixed_reference(float softcap, DType dtype) {
 // anyway, reading their K/V together. Those, and non-causal tiles (all of one length), keep a
 // head's tiles together.
 int section_heads(const ForwardParams& p, int B_r, const DeviceProperties& device) {
-    if (!p.causal || p.q.shape[1] < 8 * std::int64_t{B_r})
+    if (!p.options.causal || p.q.shape[1] < 8 * std::int64_t{B_r})
         return 1;
     const std::int64_t kv_head_bytes =
         2 * p.k.shape[1] * p.k.shape[3] * static_cast<std::int64_t>(element_bytes(p.k.dtype));
@@ -74,16 +83,16 @@ int section_heads(const ForwardParams& p, int B_r, const DeviceProperties& devic
 }
 
 KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
-    const Variants& var = p.variants;
-    // With a softcap the softmax runs on tanh(score * scale / softcap) scaled by softcap.
-    const float given_scale = softmax_scale(p.softmax_scale, p.q.shape[3]);
-    const float scale = var.softcap != 0.0f ? var.softcap : given_scale;
+    const AttentionOptions& opt = p.options;
+    const Variants& var = opt.variants;
+    const SoftmaxScale scale = softmax_scale(opt, p.q.shape[3]);
     const FixedReference fixed = softcap_fixed_reference(var.softcap, p.q.dtype);
+    const bool top_left = opt.causal_alignment == CausalAlignment::top_left;
     return {.q = p.q.data,
             .k = p.k.data,
             .v = p.v.data,
             .o = p.o.data,
-            .lse = p.lse,
+            .lse = opt.lse,
             .q_stride = strides(p.q),
             .k_stride = strides(p.k),
             .v_stride = strides(p.v),
@@ -93,13 +102,12 @@ KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
             .heads_kv = static_cast<int>(p.k.shape[2]),
             .seq_q = static_cast<int>(p.q.shape[1]),
             .seq_k = static_cast<int>(p.k.shape[1]),
-            .causal = p.causal,
-            .top_left = p.causal_alignment == CausalAlignment::top_left,
-            .diagonal_seq_q =
-                diagonal_queries(static_cast<int>(p.q.shape[1]), static_cast<int>(p.k.shape[1]),
-                                 p.causal_alignment == CausalAlignment::top_left),
-            .softmax_scale = scale,
-            .scale_log2 = static_cast<float>(scale * std::numbers::log2e),
+            .causal = opt.causal,
+            .top_left = top_left,
+            .diagonal_seq_q = diagonal_queries(static_cast<int>(p.q.shape[1]),
+                                               static_cast<int>(p.k.shape[1]), top_left),
+            .softmax_scale = scale.scale,
+            .scale_log2 = scale.scale_log2,
             .sm_count = device.sm_count,
             .section_heads = 1,
             .seqs = {.cu_seqlens_q = nullptr,
@@ -115,8 +123,8 @@ KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
                      .k_view_batch = static_cast<int>(p.k.shape[0]),
                      .k_view_seq = static_cast<int>(p.k.shape[1])},
             .variants = var.any(),
-            .band = {window_side(var.window_left), p.causal ? 0 : window_side(var.window_right)},
-            .softcap_prescale = var.softcap != 0.0f ? given_scale / var.softcap : 0.0f,
+            .band = {window_side(var.window_left), opt.causal ? 0 : window_side(var.window_right)},
+            .softcap_prescale = scale.softcap_prescale,
             .softcap_fixed = fixed.fits,
             .softcap_reference = fixed.reference,
             .sinks = var.sinks,
@@ -164,11 +172,7 @@ KVCacheParams as_kvcache(const ForwardParams& params) {
     kv.k_cache = params.k;
     kv.v_cache = params.v;
     kv.o = params.o;
-    kv.softmax_scale = params.softmax_scale;
-    kv.causal = params.causal;
-    kv.causal_alignment = params.causal_alignment;
-    kv.variants = params.variants;
-    kv.lse = params.lse;
+    kv.options = params.options;
     return kv;
 }
 
@@ -200,6 +204,10 @@ void forward(const ForwardParams& params, Stream stream) {
 
 bool is_supported(const KernelConfig& config) {
     return device_problem(config, DeviceProperties::current()).empty();
+}
+
+std::size_t shared_memory_bytes(const KernelConfig& config) {
+    return smem_bytes(config);
 }
 
 std::string_view version() {

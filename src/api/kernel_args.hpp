@@ -7,6 +7,20 @@
 
 namespace flash_attention {
 
+// A tensor's batch, sequence and head strides, as the kernels take them.
+TensorStrides strides(const TensorView& t);
+
+// The softmax's scale as every kernel takes it, computed here alone: the scores' scale and its
+// base-2 form (the kernels exponentiate with exp2). With a softcap the softmax runs on
+// tanh(score * scale / softcap) scaled by the softcap: `scale` is then the softcap and
+// `softcap_prescale` the given scale over it (0 without a softcap).
+struct SoftmaxScale {
+    float scale;
+    float scale_log2;
+    float softcap_prescale;
+};
+SoftmaxScale softmax_scale(const AttentionOptions& options, std::int64_t d_head);
+
 // Validated dense tensors as KernelArgs on `device`: each batch entry one sequence of the
 // tensors' lengths (SequenceArgs without offsets or lengths), a head's tiles numbered together
 // (section_heads 1).

@@ -26,10 +26,6 @@ using serving::AppendArgs;
 using serving::KeySource;
 using serving::SplitKvArgs;
 
-TensorStrides strides(const TensorView& t) {
-    return {t.stride[0], t.stride[1], t.stride[2]};
-}
-
 std::string shape_text(const TensorView& t) {
     return "(" + std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + ", " +
            std::to_string(t.shape[2]) + ", " + std::to_string(t.shape[3]) + ")";
@@ -133,10 +129,11 @@ KeySource key_source(const TensorView& k, const TensorView& v,
     return ks;
 }
 
+// The split-KV kernel's arguments of a call: its tensors and options (sinks, no window or
+// softcap: the route refused those).
 SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const TensorView& k,
-                           std::optional<float> given_scale, bool causal, CausalAlignment alignment,
-                           const float* sinks, float* lse) {
-    const float scale = softmax_scale(given_scale, q.shape[3]);
+                           const AttentionOptions& options) {
+    const SoftmaxScale scale = softmax_scale(options, q.shape[3]);
     SplitKvArgs a{};
     a.q = q.data;
     a.o = o.data;
@@ -145,12 +142,12 @@ SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const Tenso
     a.heads = static_cast<int>(q.shape[2]);
     a.heads_kv = static_cast<int>(k.shape[2]);
     a.view_seq_q = static_cast<int>(q.shape[1]);
-    a.causal = causal;
-    a.top_left = alignment == CausalAlignment::top_left;
-    a.sinks = sinks;
-    a.softmax_scale = scale;
-    a.scale_log2 = static_cast<float>(scale * std::numbers::log2e);
-    a.lse = lse;
+    a.causal = options.causal;
+    a.top_left = options.causal_alignment == CausalAlignment::top_left;
+    a.sinks = options.variants.sinks;
+    a.softmax_scale = scale.scale;
+    a.scale_log2 = scale.scale_log2;
+    a.lse = options.lse;
     a.partial_rows = q.shape[0] * q.shape[1] * q.shape[2];
     return a;
 }
@@ -206,7 +203,7 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
             return {config, 0};
     }
     if (shape.window_or_softcap) {
-        const Variants& v = views.variants;
+        const Variants& v = views.options.variants;
         fail(ErrorCode::unsupported, "variants",
              "no sliding window or softcap here: forward_varlen and forward_kvcache run them on "
              "the sm90 family only (a Hopper GPU with its kernels built, num_splits 0, "
@@ -263,7 +260,7 @@ SequenceArgs sequence_args(const TensorView& q, const TensorView& k, const KeySo
 }
 
 ProblemShape shape(const TensorView& q, const TensorView& k, std::int64_t batch, std::int64_t seq_q,
-                   std::int64_t seq_k, bool causal, const Variants& variants) {
+                   std::int64_t seq_k, const AttentionOptions& options) {
     return {.dtype = q.dtype,
             .d_head = static_cast<int>(q.shape[3]),
             .batch = batch,
@@ -271,8 +268,8 @@ ProblemShape shape(const TensorView& q, const TensorView& k, std::int64_t batch,
             .seq_k = seq_k,
             .heads = q.shape[2],
             .heads_kv = k.shape[2],
-            .causal = causal,
-            .window_or_softcap = variants.changes_scores()};
+            .causal = options.causal,
+            .window_or_softcap = options.variants.changes_scores()};
 }
 
 // Everything forward_varlen checks before a launch.
@@ -303,17 +300,16 @@ void check_varlen(const VarlenParams& p, Stream stream) {
         check_int_array(p.cu_seqlens_k, "cu_seqlens_k", true, "of batch + 1 offsets");
     }
     check_packed_rows(p.q.shape[1], p.q, p.k);
-    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.lse,
-                              p.q.shape[1] * p.q.shape[2], "(heads, total_q)", p.softmax_scale,
-                              p.causal_alignment, p.variants, p.causal);
+    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.options,
+                              p.q.shape[1] * p.q.shape[2], "(heads, total_q)");
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
-                     {p.variants.sinks, "variants.sinks"},
+                     {p.options.variants.sinks, "variants.sinks"},
                      {p.k.data, "k.data"},
                      {p.v.data, "v.data"},
                      {p.o.data, "o.data"},
-                     {p.lse, "lse"},
+                     {p.options.lse, "lse"},
                      {p.cu_seqlens_q, "cu_seqlens_q"},
                      {p.cu_seqlens_k, "cu_seqlens_k"},
                      {p.seqused_k, "seqused_k"},
@@ -322,11 +318,11 @@ void check_varlen(const VarlenParams& p, Stream stream) {
 }
 
 ProblemShape varlen_shape(const VarlenParams& p) {
-    return shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.causal, p.variants);
+    return shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.options);
 }
 
 ForwardParams varlen_views(const VarlenParams& p) {
-    return {p.q, p.k, p.v, p.o, p.softmax_scale, p.causal, p.causal_alignment, p.lse, p.variants};
+    return {p.q, p.k, p.v, p.o, p.options};
 }
 
 // Everything forward_kvcache checks before a launch; returns k_new's length (0 without).
@@ -380,16 +376,16 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
                                {&p.v_cache, "v_cache"},
                                {p.k_new ? &*p.k_new : nullptr, "k_new"},
                                {p.v_new ? &*p.v_new : nullptr, "v_new"}},
-                              p.lse, batch * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
-                              p.softmax_scale, p.causal_alignment, p.variants, p.causal);
+                              p.options, batch * p.q.shape[2] * p.q.shape[1],
+                              "(batch, heads, seq_q)");
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
-                     {p.variants.sinks, "variants.sinks"},
+                     {p.options.variants.sinks, "variants.sinks"},
                      {p.k_cache.data, "k_cache.data"},
                      {p.v_cache.data, "v_cache.data"},
                      {p.o.data, "o.data"},
-                     {p.lse, "lse"},
+                     {p.options.lse, "lse"},
                      {p.cache_seqlens, "cache_seqlens"},
                      {p.k_new ? p.k_new->data : nullptr, "k_new.data"},
                      {p.v_new ? p.v_new->data : nullptr, "v_new.data"},
@@ -404,13 +400,11 @@ std::int64_t cache_capacity(const KVCacheParams& p) {
 }
 
 ProblemShape kvcache_shape(const KVCacheParams& p) {
-    return shape(p.q, p.k_cache, p.q.shape[0], p.q.shape[1], cache_capacity(p), p.causal,
-                 p.variants);
+    return shape(p.q, p.k_cache, p.q.shape[0], p.q.shape[1], cache_capacity(p), p.options);
 }
 
 ForwardParams kvcache_views(const KVCacheParams& p) {
-    return {p.q,      p.k_cache,          p.v_cache, p.o,       p.softmax_scale,
-            p.causal, p.causal_alignment, p.lse,     p.variants};
+    return {p.q, p.k_cache, p.v_cache, p.o, p.options};
 }
 
 }  // namespace
@@ -452,8 +446,7 @@ void forward_varlen(const VarlenParams& p, Stream stream) {
                     stream);
         return;
     }
-    SplitKvArgs a = attention_args(p.q, p.o, p.k, p.softmax_scale, p.causal, p.causal_alignment,
-                                   p.variants.sinks, p.lse);
+    SplitKvArgs a = attention_args(p.q, p.o, p.k, p.options);
     a.cu_seqlens_q = p.cu_seqlens_q;
     a.max_seq_q = static_cast<int>(p.max_seqlen_q);
     a.batch = static_cast<int>(p.batch);
@@ -500,8 +493,7 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
                     stream);
         return;
     }
-    SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.softmax_scale, p.causal,
-                                   p.causal_alignment, p.variants.sinks, p.lse);
+    SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.options);
     a.max_seq_q = static_cast<int>(p.q.shape[1]);
     a.batch = static_cast<int>(batch);
     a.keys = keys;

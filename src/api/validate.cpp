@@ -221,9 +221,7 @@ void check_lse(const float* lse, std::int64_t count, const char* layout,
 
 void check_outputs_and_options(
     const TensorView& o, std::initializer_list<std::pair<const TensorView*, const char*>> inputs,
-    const float* lse, std::int64_t lse_count, const char* lse_layout,
-    std::optional<float> softmax_scale_arg, CausalAlignment alignment, const Variants& variants,
-    bool causal) {
+    const AttentionOptions& options, std::int64_t lse_count, const char* lse_layout) {
     for (const auto& [t, name] : inputs) {
         if (t != nullptr && overlap(o, *t)) {
             fail(ErrorCode::invalid_argument, "o",
@@ -231,11 +229,11 @@ void check_outputs_and_options(
         }
     }
     check_output_does_not_self_overlap(o, "o");
-    check_lse(lse, lse_count, lse_layout, inputs);
-    check_lse(lse, lse_count, lse_layout, {{&o, "o"}});
-    check_softmax_scale(softmax_scale_arg);
-    check_causal_alignment(alignment);
-    check_variants(variants, causal, softmax_scale(softmax_scale_arg, o.shape[3]));
+    check_lse(options.lse, lse_count, lse_layout, inputs);
+    check_lse(options.lse, lse_count, lse_layout, {{&o, "o"}});
+    check_softmax_scale(options.softmax_scale);
+    check_causal_alignment(options.causal_alignment);
+    check_variants(options.variants, options.causal, options.scale(o.shape[3]));
 }
 
 namespace {
@@ -290,9 +288,8 @@ void validate_tensors(const ForwardParams& p) {
         fail(ErrorCode::unsupported, dim("q", 3), space::head_dims_text(),
              std::to_string(p.q.shape[3]));
     }
-    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.lse,
-                              p.q.shape[0] * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
-                              p.softmax_scale, p.causal_alignment, p.variants, p.causal);
+    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.options,
+                              p.q.shape[0] * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)");
 }
 
 void validate_shape(const ProblemShape& s) {
@@ -329,12 +326,13 @@ ProblemShape shape_of(const ForwardParams& p) {
             .seq_k = p.k.shape[1],
             .heads = p.q.shape[2],
             .heads_kv = p.k.shape[2],
-            .causal = p.causal,
-            .window_or_softcap = p.variants.changes_scores()};
+            .causal = p.options.causal,
+            .window_or_softcap = p.options.variants.changes_scores()};
 }
 
-float softmax_scale(std::optional<float> given, std::int64_t d_head) {
-    return given ? *given : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_head)));
+float AttentionOptions::scale(std::int64_t d_head) const {
+    return softmax_scale ? *softmax_scale
+                         : static_cast<float>(1.0 / std::sqrt(static_cast<double>(d_head)));
 }
 
 }  // namespace flash_attention

@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <initializer_list>
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -36,9 +35,7 @@ bool overlap(const TensorView& a, const TensorView& b);
 // 4-byte aligned sinks pointer. d_head (the scale's default) is o's last dimension.
 void check_outputs_and_options(
     const TensorView& o, std::initializer_list<std::pair<const TensorView*, const char*>> inputs,
-    const float* lse, std::int64_t lse_count, const char* lse_layout,
-    std::optional<float> softmax_scale, CausalAlignment alignment, const Variants& variants,
-    bool causal);
+    const AttentionOptions& options, std::int64_t lse_count, const char* lse_layout);
 
 // Shapes, dtypes, strides, alignment, aliasing and the scale; needs no GPU.
 void validate_tensors(const ForwardParams& params);
@@ -67,8 +64,5 @@ std::string device_problem(const KernelConfig& config, const DeviceProperties& d
 // Why the sm90 family's TMA cannot address these tensors (a zero stride along a
 // dimension of size > 1, e.g. a broadcast K/V), or an empty string.
 std::string tma_problem(const ForwardParams& params);
-
-// The problem's softmax scale: the given one or 1/sqrt(d_head).
-float softmax_scale(std::optional<float> given, std::int64_t d_head);
 
 }  // namespace flash_attention

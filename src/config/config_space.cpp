@@ -7,9 +7,9 @@
 
 #include "common/small_file.hpp"
 #include "config/builtin_choice.hpp"
+#include "config/config_code.hpp"
 #include "config/resources.hpp"
 #include "flash_attention/error.hpp"
-#include "kernels/config_code.hpp"
 
 namespace flash_attention::space {
 

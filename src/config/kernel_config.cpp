@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "config/config_code.hpp"
 #include "config/resources.hpp"
 #include "flash_attention/error.hpp"
-#include "kernels/config_code.hpp"
 
 namespace flash_attention {
 

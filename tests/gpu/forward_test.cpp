@@ -20,9 +20,8 @@
 #include "api/kernel_args.hpp"
 #include "common/cuda_check.hpp"
 #include "flash_attention/flash_attention.hpp"
+#include "flash_attention/tools.hpp"
 #include "kernels/sm90/tensor_maps.hpp"
-#include "reference/reference.hpp"
-#include "testing/device_buffer.hpp"
 
 namespace fa = flash_attention;
 using fa::reference::HostTensor;
@@ -62,12 +61,12 @@ struct Problem {
     bool causal;
     bool top_left = false;  // the causal diagonal's alignment
     HostTensor q, k, v;
-    fa::DeviceTensor dq, dk, dv, dout;
-    fa::DeviceBuffer lse;
+    fa::tools::DeviceTensor dq, dk, dv, dout;
+    fa::tools::DeviceBuffer lse;
     // Sliding window, softcap and sinks (the sinks' device copy is set by draw_sinks).
     fa::Variants variants;
     std::vector<float> sinks;
-    fa::DeviceBuffer sinks_dev;
+    fa::tools::DeviceBuffer sinks_dev;
 
     Problem(fa::DType dtype, int batch, int seq_q, int seq_k, int heads, int d, int heads_kv = 0,
             bool causal_ = false)
@@ -78,20 +77,20 @@ struct Problem {
                                       seed + 1)),
           v(HostTensor::random_normal(dtype, batch, seq_k, heads_kv ? heads_kv : heads, d,
                                       seed + 2)),
-          dq(fa::DeviceTensor::upload(q)),
-          dk(fa::DeviceTensor::upload(k)),
-          dv(fa::DeviceTensor::upload(v)),
-          dout(fa::DeviceTensor::empty_like(q)),
+          dq(fa::tools::DeviceTensor::upload(q)),
+          dk(fa::tools::DeviceTensor::upload(k)),
+          dv(fa::tools::DeviceTensor::upload(v)),
+          dout(fa::tools::DeviceTensor::empty_like(q)),
           lse(static_cast<std::size_t>(batch) * heads * seq_q * sizeof(float)) {}
 
     fa::ForwardParams params(bool with_lse = false) {
-        fa::ForwardParams p{dq.view, dk.view, dv.view, dout.view, std::nullopt};
-        p.causal = causal;
+        fa::ForwardParams p{dq.view, dk.view, dv.view, dout.view};
+        p.options.causal = causal;
         if (top_left)
-            p.causal_alignment = fa::CausalAlignment::top_left;
+            p.options.causal_alignment = fa::CausalAlignment::top_left;
         if (with_lse)
-            p.lse = static_cast<float*>(lse.data());
-        p.variants = variants;
+            p.options.lse = static_cast<float*>(lse.data());
+        p.options.variants = variants;
         return p;
     }
 
@@ -109,7 +108,7 @@ struct Problem {
                 }
             }
         }
-        dk = fa::DeviceTensor::upload(k);
+        dk = fa::tools::DeviceTensor::upload(k);
     }
 
     // One sink per query head: normal around 0 with a spread of 3, the last head's far
@@ -121,7 +120,7 @@ struct Problem {
         for (float& x : sinks)
             x = normal(rng);
         sinks.back() = 60.0f;
-        sinks_dev = fa::DeviceBuffer(sinks.size() * sizeof(float));
+        sinks_dev = fa::tools::DeviceBuffer(sinks.size() * sizeof(float));
         sinks_dev.upload(sinks);
         variants.sinks = static_cast<const float*>(sinks_dev.data());
     }
@@ -318,7 +317,7 @@ TEST_P(EveryConfigVariants, MatchesReference) {
         p.draw_sinks();
     fa::ForwardParams params = p.params(true);
     if (s.scale != 0)
-        params.softmax_scale = s.scale;
+        params.options.softmax_scale = s.scale;
     const double scale = s.scale != 0 ? s.scale : 1.0 / std::sqrt(double(config.d_head));
     const auto result = p.run_and_check([&] { fa::forward(params, config); }, scale, true);
     EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
@@ -383,7 +382,7 @@ TEST_P(EveryConfigSharpSoftmax, MatchesReference) {
         if (spike)
             p.set_keys_from(3000, 128.0f);
         fa::ForwardParams params = p.params(true);
-        params.softmax_scale = scale;
+        params.options.softmax_scale = scale;
         const auto result = p.run_and_check([&] { fa::forward(params, config); }, scale, true);
         EXPECT_TRUE(result.passed)
             << (spike ? "spike: " : "scale 1: ") << result.summary() << "; seed " << p.seed;
@@ -401,7 +400,7 @@ TEST_P(EveryConfigSharpSoftmax, LseAtScale100) {
         GTEST_SKIP() << cannot_run(config);
     Problem p(config.dtype, 4, 700, 1500, 4, config.d_head);
     fa::ForwardParams params = p.params(true);
-    params.softmax_scale = 100.0f;
+    params.options.softmax_scale = 100.0f;
     const auto result =
         p.run_and_check([&] { fa::forward(params, config); }, 100.0f, true, /*rows_per_head=*/700);
     EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
@@ -462,7 +461,7 @@ TEST(Forward, CustomScale) {
     for (const auto& [dtype, d] : built_problem_kinds()) {
         Problem p(dtype, 1, 512, 512, 2, d);
         fa::ForwardParams params = p.params();
-        params.softmax_scale = 0.3f;
+        params.options.softmax_scale = 0.3f;
         const auto result = p.run_and_check([&] { fa::forward(params); }, 0.3);
         EXPECT_TRUE(result.passed) << result.summary();
     }
@@ -474,7 +473,7 @@ TEST(Forward, StridedViews) {
     for (const auto& [dtype, d] : built_problem_kinds()) {
         const int b = 2, s = 512, h = 3;
         const HostTensor qkv = HostTensor::random_normal(dtype, b, s, 3 * h, d, fresh_seed());
-        const fa::DeviceTensor packed = fa::DeviceTensor::upload(qkv);
+        const fa::tools::DeviceTensor packed = fa::tools::DeviceTensor::upload(qkv);
         const auto slice = [&](int which) {
             fa::TensorView t = packed.view;
             t.data = static_cast<char*>(t.data) + std::int64_t{which} * h * d * 2;
@@ -482,11 +481,11 @@ TEST(Forward, StridedViews) {
             return t;  // strides stay those of the packed tensor
         };
         const std::int64_t padded_row = std::int64_t{h} * d + 64;
-        fa::DeviceBuffer out_buffer(static_cast<std::size_t>(b) * s * padded_row * 2);
+        fa::tools::DeviceBuffer out_buffer(static_cast<std::size_t>(b) * s * padded_row * 2);
         out_buffer.poison_with_nan();
         const fa::TensorView o{
             out_buffer.data(), dtype, {b, s, h, d}, {s * padded_row, padded_row, d, 1}};
-        fa::forward({slice(0), slice(1), slice(2), o, std::nullopt});
+        fa::forward({slice(0), slice(1), slice(2), o});
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
 
         // Unpack to contiguous host tensors and check.
@@ -625,7 +624,7 @@ TEST(Forward, StreamKSplitsTheLastRound) {
             Problem p(c.dtype, batch, seq_q, seq_k, heads, c.d_head, heads_kv);
             fa::ForwardParams params = p.params(true);
             if (scale_arg != 0)
-                params.softmax_scale = scale_arg;
+                params.options.softmax_scale = scale_arg;
             const double scale = scale_arg != 0 ? scale_arg : 1.0 / std::sqrt(double(c.d_head));
             const auto result =
                 p.run_and_check([&] { fa::forward(params, c); }, scale, true, rows_per_head);

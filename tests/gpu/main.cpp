@@ -5,7 +5,7 @@
 
 #include <iostream>
 
-#include "testing/device_buffer.hpp"
+#include "flash_attention/tools.hpp"
 
 int main(int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);

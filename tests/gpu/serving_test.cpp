@@ -22,8 +22,7 @@
 
 #include "common/cuda_check.hpp"
 #include "flash_attention/flash_attention.hpp"
-#include "reference/reference.hpp"
-#include "testing/device_buffer.hpp"
+#include "flash_attention/tools.hpp"
 
 namespace fa = flash_attention;
 using fa::reference::HostTensor;
@@ -57,15 +56,15 @@ HostTensor pack(const std::vector<HostTensor>& parts, fa::DType dtype, std::int6
     return HostTensor::from_bits(dtype, 1, total, heads, d, std::move(bits));
 }
 
-fa::DeviceBuffer upload_ints(const std::vector<std::int32_t>& host) {
-    fa::DeviceBuffer buffer(std::max<std::size_t>(host.size(), 1) * sizeof(std::int32_t));
+fa::tools::DeviceBuffer upload_ints(const std::vector<std::int32_t>& host) {
+    fa::tools::DeviceBuffer buffer(std::max<std::size_t>(host.size(), 1) * sizeof(std::int32_t));
     fa::cuda_check(cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(std::int32_t),
                               cudaMemcpyHostToDevice),
                    "cudaMemcpy (ints)");
     return buffer;
 }
 
-std::vector<std::uint16_t> download_bits(const fa::DeviceTensor& t) {
+std::vector<std::uint16_t> download_bits(const fa::tools::DeviceTensor& t) {
     return t.buffer.download();
 }
 
@@ -115,8 +114,8 @@ void expect_matches(const SequenceCheck& s, bool causal, bool top_left, double s
 // A paged copy of per-sequence keys: pages in a random order, the table's unused entries
 // -1 (never read: they lie past every sequence's end).
 struct PagedCache {
-    fa::DeviceTensor k, v;
-    fa::DeviceBuffer table;
+    fa::tools::DeviceTensor k, v;
+    fa::tools::DeviceBuffer table;
     std::int64_t max_pages = 0;
     std::vector<std::int32_t> table_host;
 
@@ -147,9 +146,9 @@ struct PagedCache {
                             v_bits.begin() + page * page_size * row);
             }
         }
-        k = fa::DeviceTensor::upload(
+        k = fa::tools::DeviceTensor::upload(
             HostTensor::from_bits(dtype, num_pages, page_size, heads, d, std::move(k_bits)));
-        v = fa::DeviceTensor::upload(
+        v = fa::tools::DeviceTensor::upload(
             HostTensor::from_bits(dtype, num_pages, page_size, heads, d, std::move(v_bits)));
         table = upload_ints(table_host);
     }
@@ -183,13 +182,13 @@ void PrintTo(const VarlenCase& c, std::ostream* os) {
 }
 
 // Sinks for `heads` query heads, normal with a spread of 3, and their device copy.
-std::pair<std::vector<float>, fa::DeviceBuffer> draw_sinks(int heads, std::uint64_t seed) {
+std::pair<std::vector<float>, fa::tools::DeviceBuffer> draw_sinks(int heads, std::uint64_t seed) {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> normal(0.0f, 3.0f);
     std::vector<float> sinks(static_cast<std::size_t>(heads));
     for (float& x : sinks)
         x = normal(rng);
-    fa::DeviceBuffer dev(sinks.size() * sizeof(float));
+    fa::tools::DeviceBuffer dev(sinks.size() * sizeof(float));
     dev.upload(sinks);
     return {std::move(sinks), std::move(dev)};
 }
@@ -237,13 +236,13 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
         return pack(parts, c.dtype, h, c.d);
     };
     const HostTensor q = with_tail(qs, heads);
-    const fa::DeviceTensor dq = fa::DeviceTensor::upload(q);
-    fa::DeviceTensor dout = fa::DeviceTensor::empty_like(q);
+    const fa::tools::DeviceTensor dq = fa::tools::DeviceTensor::upload(q);
+    fa::tools::DeviceTensor dout = fa::tools::DeviceTensor::empty_like(q);
     dout.buffer.poison_with_nan();
-    fa::DeviceBuffer lse(static_cast<std::size_t>(q.seq) * heads * sizeof(float));
+    fa::tools::DeviceBuffer lse(static_cast<std::size_t>(q.seq) * heads * sizeof(float));
     lse.poison_with_nan();
-    const fa::DeviceBuffer d_cu_q = upload_ints(cu_q), d_cu_k = upload_ints(cu_k),
-                           d_used = upload_ints(used_k);
+    const fa::tools::DeviceBuffer d_cu_q = upload_ints(cu_q), d_cu_k = upload_ints(cu_k),
+                                  d_used = upload_ints(used_k);
 
     fa::VarlenParams p;
     p.q = dq.view;
@@ -252,25 +251,25 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     p.batch = static_cast<std::int64_t>(lengths.size());
     p.max_seqlen_q = max_q;
     p.max_seqlen_k = max_k;
-    p.causal = c.causal;
+    p.options.causal = c.causal;
     if (c.top_left)
-        p.causal_alignment = fa::CausalAlignment::top_left;
-    p.lse = static_cast<float*>(lse.data());
+        p.options.causal_alignment = fa::CausalAlignment::top_left;
+    p.options.lse = static_cast<float*>(lse.data());
     p.num_splits = c.splits;
     VariantSpec var{c.window_left, c.window_right, c.softcap, {}};
-    fa::DeviceBuffer sinks_dev;
+    fa::tools::DeviceBuffer sinks_dev;
     if (c.sinks) {
         std::tie(var.sinks, sinks_dev) = draw_sinks(heads, seed + 7);
-        p.variants.sinks = static_cast<const float*>(sinks_dev.data());
+        p.options.variants.sinks = static_cast<const float*>(sinks_dev.data());
     }
-    p.variants.window_left = c.window_left;
-    p.variants.window_right = c.window_right;
-    p.variants.softcap = c.softcap;
-    std::optional<fa::DeviceTensor> dk, dv;
+    p.options.variants.window_left = c.window_left;
+    p.options.variants.window_right = c.window_right;
+    p.options.variants.softcap = c.softcap;
+    std::optional<fa::tools::DeviceTensor> dk, dv;
     std::optional<PagedCache> paged;
     if (c.page_size == 0) {
-        dk = fa::DeviceTensor::upload(with_tail(ks, heads_kv));
-        dv = fa::DeviceTensor::upload(with_tail(vs, heads_kv));
+        dk = fa::tools::DeviceTensor::upload(with_tail(ks, heads_kv));
+        dv = fa::tools::DeviceTensor::upload(with_tail(vs, heads_kv));
         p.k = dk->view;
         p.v = dv->view;
         p.cu_seqlens_k = static_cast<const std::int32_t*>(d_cu_k.data());
@@ -423,18 +422,18 @@ struct CacheProblem {
 // Device state of a CacheProblem and the call that runs it.
 struct CacheRun {
     const CacheProblem& pr;
-    fa::DeviceTensor dq, dk, dv, dk_new, dv_new, dout;
+    fa::tools::DeviceTensor dq, dk, dv, dk_new, dv_new, dout;
     std::optional<PagedCache> paged;
-    fa::DeviceBuffer seqlens, lse;
+    fa::tools::DeviceBuffer seqlens, lse;
 
     explicit CacheRun(const CacheProblem& p)
         : pr(p),
-          dq(fa::DeviceTensor::upload(p.q)),
-          dk(fa::DeviceTensor::upload(p.k_cache)),
-          dv(fa::DeviceTensor::upload(p.v_cache)),
-          dk_new(fa::DeviceTensor::upload(p.k_new)),
-          dv_new(fa::DeviceTensor::upload(p.v_new)),
-          dout(fa::DeviceTensor::empty_like(p.q)),
+          dq(fa::tools::DeviceTensor::upload(p.q)),
+          dk(fa::tools::DeviceTensor::upload(p.k_cache)),
+          dv(fa::tools::DeviceTensor::upload(p.v_cache)),
+          dk_new(fa::tools::DeviceTensor::upload(p.k_new)),
+          dv_new(fa::tools::DeviceTensor::upload(p.v_new)),
+          dout(fa::tools::DeviceTensor::empty_like(p.q)),
           seqlens(upload_ints(std::vector<std::int32_t>(p.lengths.begin(), p.lengths.end()))),
           lse(static_cast<std::size_t>(p.batch) * p.heads * p.c.seq_q * sizeof(float)) {
         if (p.c.page_size > 0) {
@@ -456,10 +455,10 @@ struct CacheRun {
             k.k_new = dk_new.view;
             k.v_new = dv_new.view;
         }
-        k.causal = pr.c.causal;
+        k.options.causal = pr.c.causal;
         if (pr.c.top_left)
-            k.causal_alignment = fa::CausalAlignment::top_left;
-        k.lse = static_cast<float*>(lse.data());
+            k.options.causal_alignment = fa::CausalAlignment::top_left;
+        k.options.lse = static_cast<float*>(lse.data());
         k.num_splits = pr.c.splits;
         return k;
     }
@@ -468,8 +467,8 @@ struct CacheRun {
 };
 
 // Checks an output (and its LSE) of a call on `pr` against the reference.
-void expect_cache_result(const CacheProblem& pr, const fa::DeviceTensor& dout,
-                         const fa::DeviceBuffer& lse, const std::string& label) {
+void expect_cache_result(const CacheProblem& pr, const fa::tools::DeviceTensor& dout,
+                         const fa::tools::DeviceBuffer& lse, const std::string& label) {
     const HostTensor out = dout.download(pr.q);
     const std::vector<float> lse_host = lse.download_floats();  // (batch, heads, seq_q)
     const std::int64_t per_batch = std::int64_t{pr.heads} * pr.c.seq_q;
@@ -648,8 +647,8 @@ TEST(KVCachePages, OutOfRangePageIdsReadNothing) {
 // The paged cache `t` (pages, page_size, heads, d) copied into memory laid out wider than
 // it is viewed: each page pad_rows rows longer and the heads head_stride elements apart,
 // the gaps NaN.
-fa::DeviceTensor widened(const fa::DeviceTensor& t, std::int64_t pad_rows,
-                         std::int64_t head_stride) {
+fa::tools::DeviceTensor widened(const fa::tools::DeviceTensor& t, std::int64_t pad_rows,
+                                std::int64_t head_stride) {
     const auto [pages, page_size, heads, d] = t.view.shape;
     const std::int64_t row = heads * head_stride, page = (page_size + pad_rows) * row;
     const std::vector<std::uint16_t> bits = t.buffer.download();
@@ -662,7 +661,8 @@ fa::DeviceTensor widened(const fa::DeviceTensor& t, std::int64_t pad_rows,
             }
         }
     }
-    fa::DeviceTensor out{fa::DeviceBuffer(wide.size() * sizeof(std::uint16_t)), t.view};
+    fa::tools::DeviceTensor out{fa::tools::DeviceBuffer(wide.size() * sizeof(std::uint16_t)),
+                                t.view};
     out.buffer.upload(wide);
     out.view.data = out.buffer.data();
     out.view.stride = {page, row, head_stride, 1};
@@ -711,7 +711,8 @@ TEST(KVCacheGraph, CapturedDecodeStepReplaysOnNewContents) {
         // New problem data in the same buffers (same shapes; new lengths, keys, queries).
         const CacheProblem next(c, 4, 2048, fresh_seed());
         CacheRun fresh(next);
-        const auto copy = [&](const fa::DeviceBuffer& to, const fa::DeviceBuffer& from) {
+        const auto copy = [&](const fa::tools::DeviceBuffer& to,
+                              const fa::tools::DeviceBuffer& from) {
             fa::cuda_check(cudaMemcpy(to.data(), from.data(), from.bytes(), cudaMemcpyDefault),
                            "cudaMemcpy");
         };
@@ -744,9 +745,9 @@ TEST(ForwardDecode, RunsTheSplitPathAndMatchesReference) {
         const CacheCase c{2, 8, 0, 0, causal, 0};  // 2 positions x 8 heads = 16 rows a K/V head
         const CacheProblem pr(c, 3, 3000, fresh_seed(), {3000, 3000, 3000});
         CacheRun run(pr);
-        fa::ForwardParams p{run.dq.view, run.dk.view, run.dv.view, run.dout.view, std::nullopt};
-        p.causal = causal;
-        p.lse = static_cast<float*>(run.lse.data());
+        fa::ForwardParams p{run.dq.view, run.dk.view, run.dv.view, run.dout.view};
+        p.options.causal = causal;
+        p.options.lse = static_cast<float*>(run.lse.data());
         run.dout.buffer.poison_with_nan();
         run.lse.poison_with_nan();
         fa::forward(p);

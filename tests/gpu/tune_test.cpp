@@ -13,7 +13,7 @@
 #include "app.hpp"
 #include "common/cuda_check.hpp"
 #include "flash_attention/flash_attention.hpp"
-#include "testing/device_buffer.hpp"
+#include "flash_attention/tools.hpp"
 #include "tuning/tuning_cache.hpp"
 
 namespace fa = flash_attention;
@@ -55,11 +55,11 @@ TEST(Tune, AutomaticChoiceRunsTheWinner) {
     setenv("FLASH_ATTENTION_TUNING", file.c_str(), 1);
     fa::reload_tuning_cache();
     const auto q = fa::reference::HostTensor::random_normal(a.dtype, 2, seq, 4, a.d_head, 1);
-    const auto dq = fa::DeviceTensor::upload(q);
-    const auto dk = fa::DeviceTensor::upload(q);
-    const auto dv = fa::DeviceTensor::upload(q);
-    const auto dout = fa::DeviceTensor::empty_like(q);
-    const fa::ForwardParams params{dq.view, dk.view, dv.view, dout.view, std::nullopt};
+    const auto dq = fa::tools::DeviceTensor::upload(q);
+    const auto dk = fa::tools::DeviceTensor::upload(q);
+    const auto dv = fa::tools::DeviceTensor::upload(q);
+    const auto dout = fa::tools::DeviceTensor::empty_like(q);
+    const fa::ForwardParams params{dq.view, dk.view, dv.view, dout.view};
     EXPECT_EQ(fa::choose_config(params), winner);
     fa::forward(params);
     fa::cuda_check(cudaDeviceSynchronize(), "forward with the tuned choice");
@@ -150,10 +150,10 @@ TEST(ServingCli, TuneRecordsTheSplitCountTheChoiceUses) {
             fa::reference::HostTensor::random_normal(fa::DType::BF16, batch, 1, 8, 128, 1);
         const auto k =
             fa::reference::HostTensor::random_normal(fa::DType::BF16, batch, 4096, 2, 128, 2);
-        const auto dq = fa::DeviceTensor::upload(q);
-        const auto dk = fa::DeviceTensor::upload(k);
-        const auto dv = fa::DeviceTensor::upload(k);
-        const auto dout = fa::DeviceTensor::empty_like(q);
+        const auto dq = fa::tools::DeviceTensor::upload(q);
+        const auto dk = fa::tools::DeviceTensor::upload(k);
+        const auto dv = fa::tools::DeviceTensor::upload(k);
+        const auto dout = fa::tools::DeviceTensor::empty_like(q);
         fa::KVCacheParams p;
         p.q = dq.view;
         p.k_cache = dk.view;
@@ -162,7 +162,7 @@ TEST(ServingCli, TuneRecordsTheSplitCountTheChoiceUses) {
         const fa::KernelChoice chosen = fa::chosen_kernel(p);
         EXPECT_FALSE(chosen.config.has_value());
         EXPECT_EQ(chosen.splits, e.splits) << chosen.to_string();
-        const fa::ForwardParams dense{dq.view, dk.view, dv.view, dout.view, std::nullopt};
+        const fa::ForwardParams dense{dq.view, dk.view, dv.view, dout.view};
         EXPECT_EQ(fa::chosen_kernel(dense).splits, e.splits) << "forward()'s decoding route";
     }
     unsetenv("FLASH_ATTENTION_TUNING");

@@ -5,11 +5,11 @@
 #include <set>
 #include <unordered_set>
 
+#include "config/config_code.hpp"
 #include "config/config_space.hpp"
 #include "config/resources.hpp"
 #include "flash_attention/error.hpp"
 #include "flash_attention/kernel_config.hpp"
-#include "kernels/config_code.hpp"
 
 namespace fa = flash_attention;
 using fa::KernelConfig;

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <string>
 
-#include "reference/reference.hpp"
+#include "flash_attention/tools.hpp"
 
 namespace fa = flash_attention;
 using fa::reference::HostTensor;

@@ -95,9 +95,9 @@ TEST(ServingValidation, Varlen) {
     varlen_error([](auto& p) { p.k = view(2, 1, 3000, 8, 128, fa::DType::FP16); }, "k.dtype",
                  "FP16", fa::ErrorCode::dtype);
     varlen_error([](auto& p) { p.o = p.q; }, "o", "an overlapping range");
-    varlen_error([](auto& p) { p.softmax_scale = -1.0f; }, "softmax_scale", "-1");
-    varlen_error([](auto& p) { p.causal_alignment = fa::CausalAlignment{-1}; }, "causal_alignment",
-                 "enum value -1");
+    varlen_error([](auto& p) { p.options.softmax_scale = -1.0f; }, "softmax_scale", "-1");
+    varlen_error([](auto& p) { p.options.causal_alignment = fa::CausalAlignment{-1}; },
+                 "causal_alignment", "enum value -1");
     // Paged: (num_pages, page_size, heads_kv, d_head) with a table and the key lengths.
     const auto paged = [](fa::VarlenParams& p) {
         p.k = view(2, 64, 16, 8);
@@ -134,8 +134,8 @@ TEST(ServingValidation, Varlen) {
 }
 
 TEST(ServingValidation, KVCache) {
-    kvcache_error([](auto& p) { p.causal_alignment = fa::CausalAlignment{2}; }, "causal_alignment",
-                  "enum value 2");
+    kvcache_error([](auto& p) { p.options.causal_alignment = fa::CausalAlignment{2}; },
+                  "causal_alignment", "enum value 2");
     kvcache_error(
         [](auto& p) {
             p.k_cache = view(2, 3, 4096, 8);
@@ -172,7 +172,8 @@ TEST(ServingValidation, KVCache) {
             p.o = view(4, 4, 1, 32, 96);
         },
         "q.shape[3] (d_head)", "96", fa::ErrorCode::unsupported);
-    kvcache_error([](auto& p) { p.lse = address<float>(1); }, "lse", "an overlapping range");
+    kvcache_error([](auto& p) { p.options.lse = address<float>(1); }, "lse",
+                  "an overlapping range");
     kvcache_error(
         [](auto& p) {
             p.pages = fa::PageTable{address<std::int32_t>(7), 0, 0};

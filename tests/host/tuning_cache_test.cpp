@@ -395,8 +395,7 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
             return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), c.dtype, 1, seq,
                                               2, c.d_head);
         };
-        const fa::ChoiceProblem p =
-            fa::choice_problem({view(1), view(2), view(3), view(4), std::nullopt});
+        const fa::ChoiceProblem p = fa::choice_problem({view(1), view(2), view(3), view(4)});
         const fa::KernelConfig table_choice = *fa::heuristic_config(p, device);
 
         tuning::save_atomically(file, {entry("Test GPU", 1024, c, 1)});
@@ -457,9 +456,9 @@ TEST(TuningCache, VariantKernelEntries) {
         return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), plain_winner->dtype,
                                           1, 1024, 2, plain_winner->d_head);
     };
-    fa::ForwardParams params{view(1), view(2), view(3), view(4), std::nullopt};
+    fa::ForwardParams params{view(1), view(2), view(3), view(4)};
     const fa::ChoiceProblem plain = fa::choice_problem(params);
-    params.variants.window_left = 100;
+    params.options.variants.window_left = 100;
     const fa::ChoiceProblem windowed = fa::choice_problem(params);
     ASSERT_TRUE(windowed.shape.window_or_softcap);
     EXPECT_TRUE(tuning::Key::of(device, windowed.shape).window_or_softcap);
@@ -509,9 +508,8 @@ TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
             return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), fa::DType::BF16,
                                               1, seq, 2, 256);
         };
-        fa::ForwardParams p{view(1, seq_q), view(2, seq_k), view(3, seq_k), view(4, seq_q),
-                            std::nullopt};
-        p.causal = causal;
+        fa::ForwardParams p{view(1, seq_q), view(2, seq_k), view(3, seq_k), view(4, seq_q)};
+        p.options.causal = causal;
         return fa::choice_problem(p);
     };
     EXPECT_EQ(fa::heuristic_config(params(512, 512), hopper), short_tile);
@@ -551,7 +549,7 @@ TEST(TuningCache, BuiltInTableCopiesWholePages) {
                                               1, 8192, 2, d);
         };
         fa::ChoiceProblem p =
-            fa::choice_problem(fa::ForwardParams{view(1), view(2), view(3), view(4), std::nullopt});
+            fa::choice_problem(fa::ForwardParams{view(1), view(2), view(3), view(4)});
         p.shape.causal = causal;
         p.page_size = page_size;
         return p;
@@ -580,7 +578,7 @@ TEST(TuningCache, TensorsBeyondTmaChooseTheSm80Family) {
                 return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 41), dtype, 2,
                                                   1024, 4, d);
             };
-            fa::ForwardParams p{view(1), view(2), view(3), view(4), std::nullopt};
+            fa::ForwardParams p{view(1), view(2), view(3), view(4)};
             const auto usual = fa::heuristic_config(fa::choice_problem(p), hopper);
             ASSERT_TRUE(usual.has_value());
             EXPECT_EQ(usual->family, fa::Family::sm90) << usual->to_string();

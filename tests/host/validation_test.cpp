@@ -27,7 +27,7 @@ fa::ForwardParams good_params(fa::DType dtype = fa::DType::BF16, std::int64_t d 
     return {fa::TensorView::contiguous(address(1), dtype, b, s, h, d),
             fa::TensorView::contiguous(address(2), dtype, b, s, h, d),
             fa::TensorView::contiguous(address(3), dtype, b, s, h, d),
-            fa::TensorView::contiguous(address(4), dtype, b, s, h, d), std::nullopt};
+            fa::TensorView::contiguous(address(4), dtype, b, s, h, d)};
 }
 
 // Applies `change` to good params and returns the validation error it causes.
@@ -115,42 +115,42 @@ TEST(Validation, GroupedQueryHeads) {
 
 TEST(Validation, CausalAndLogSumExp) {
     fa::ForwardParams p = good_params();
-    p.causal = true;
+    p.options.causal = true;
     p.k.shape[1] = p.v.shape[1] = 100;  // seq_q > seq_k: some rows see no key, which is allowed
     EXPECT_NO_THROW(fa::validate_tensors(p));
-    p.lse = static_cast<float*>(address(8));
+    p.options.lse = static_cast<float*>(address(8));
     EXPECT_NO_THROW(fa::validate_tensors(p));
     expect_error(tensor_error([](auto& p) {
-                     p.lse = reinterpret_cast<float*>(static_cast<char*>(address(8)) + 2);
+                     p.options.lse = reinterpret_cast<float*>(static_cast<char*>(address(8)) + 2);
                  }),
                  fa::ErrorCode::invalid_argument, "lse", "one that is not");
-    expect_error(tensor_error([](auto& p) { p.lse = static_cast<float*>(p.o.data); }),
+    expect_error(tensor_error([](auto& p) { p.options.lse = static_cast<float*>(p.o.data); }),
                  fa::ErrorCode::invalid_argument, "lse", "an overlapping range");
 }
 
 // Sliding window, softcap and sinks (issue 15): bad values name the field.
 TEST(Validation, Variants) {
     fa::ForwardParams p = good_params();
-    p.variants = {4096, 0, 50.0f, static_cast<const float*>(address(8))};
-    p.causal = true;
+    p.options.variants = {4096, 0, 50.0f, static_cast<const float*>(address(8))};
+    p.options.causal = true;
     EXPECT_NO_THROW(fa::validate_tensors(p));
-    p.variants = {0, 0, 0.0f, nullptr};  // a window of one key
+    p.options.variants = {0, 0, 0.0f, nullptr};  // a window of one key
     EXPECT_NO_THROW(fa::validate_tensors(p));
-    expect_error(tensor_error([](auto& p) { p.variants.window_left = -2; }),
+    expect_error(tensor_error([](auto& p) { p.options.variants.window_left = -2; }),
                  fa::ErrorCode::invalid_argument, "variants.window_left", "-2");
-    expect_error(tensor_error([](auto& p) { p.variants.window_right = -5; }),
+    expect_error(tensor_error([](auto& p) { p.options.variants.window_right = -5; }),
                  fa::ErrorCode::invalid_argument, "variants.window_right", "-5");
     expect_error(tensor_error([](auto& p) {
-                     p.causal = true;
-                     p.variants.window_right = 3;
+                     p.options.causal = true;
+                     p.options.variants.window_right = 3;
                  }),
                  fa::ErrorCode::invalid_argument, "variants.window_right", "3");
     for (const float bad : {-1.0f, NAN, INFINITY, 2e6f}) {
-        const fa::Error e = tensor_error([&](auto& p) { p.variants.softcap = bad; });
+        const fa::Error e = tensor_error([&](auto& p) { p.options.variants.softcap = bad; });
         EXPECT_EQ(std::string(e.what()).rfind("variants.softcap: expected ", 0), 0u) << e.what();
     }
     expect_error(tensor_error([](auto& p) {
-                     p.variants.sinks =
+                     p.options.variants.sinks =
                          reinterpret_cast<const float*>(static_cast<char*>(address(8)) + 2);
                  }),
                  fa::ErrorCode::invalid_argument, "variants.sinks", "one that is not");
@@ -178,7 +178,7 @@ TEST(KernelArgs, SoftcapFixedReference) {
         for (const float softcap :
              {0.5f, 5.0f, 9.3f, 9.4f, 30.0f, 50.0f, 54.0f, 54.1f, 60.0f, 1e6f}) {
             fa::ForwardParams p = good_params(r.dtype);
-            p.variants.softcap = softcap;
+            p.options.variants.softcap = softcap;
             const fa::KernelArgs a = fa::kernel_args(p, fa::DeviceProperties::model("h100"));
             EXPECT_EQ(a.softcap_fixed, softcap <= r.largest_fixed)
                 << fa::to_string(r.dtype) << " softcap " << softcap;
@@ -209,7 +209,7 @@ TEST(KernelArgs, SectionHeads) {
         p.k = fa::TensorView::contiguous(address(2), fa::DType::BF16, batch, seq, heads_kv, d);
         p.v = p.k;
         p.o = p.q;
-        p.causal = causal;
+        p.options.causal = causal;
         return fa::section_heads(p, B_r, h100);
     };
     EXPECT_EQ(sections(2, 8192, 8, 8, 256, false), 1);
@@ -299,23 +299,24 @@ TEST(Validation, StridesBeyondTmaFallBackToTheSm80Family) {
 
 TEST(Validation, Scale) {
     // scale * log2(e) overflowed to inf in the kernels: every row came out NaN.
-    expect_error(tensor_error([](auto& p) { p.softmax_scale = 3e38f; }),
+    expect_error(tensor_error([](auto& p) { p.options.softmax_scale = 3e38f; }),
                  fa::ErrorCode::invalid_argument, "softmax_scale", "3e+38");
     EXPECT_NO_THROW(fa::validate_tensors([] {
         fa::ForwardParams p = good_params();
-        p.softmax_scale = 1e38f;
+        p.options.softmax_scale = 1e38f;
         return p;
     }()));
-    expect_error(
-        tensor_error([](auto& p) { p.softmax_scale = std::numeric_limits<float>::infinity(); }),
-        fa::ErrorCode::invalid_argument, "softmax_scale", "inf");
-    EXPECT_FLOAT_EQ(fa::softmax_scale(std::nullopt, 128), 1.0f / std::sqrt(128.0f));
+    expect_error(tensor_error([](auto& p) {
+                     p.options.softmax_scale = std::numeric_limits<float>::infinity();
+                 }),
+                 fa::ErrorCode::invalid_argument, "softmax_scale", "inf");
+    EXPECT_FLOAT_EQ(fa::AttentionOptions{}.scale(128), 1.0f / std::sqrt(128.0f));
 }
 
 TEST(Validation, CausalAlignment) {
-    expect_error(tensor_error([](auto& p) { p.causal_alignment = fa::CausalAlignment{7}; }),
+    expect_error(tensor_error([](auto& p) { p.options.causal_alignment = fa::CausalAlignment{7}; }),
                  fa::ErrorCode::invalid_argument, "causal_alignment", "enum value 7");
-    EXPECT_FLOAT_EQ(fa::softmax_scale(0.5f, 128), 0.5f);
+    EXPECT_FLOAT_EQ(fa::AttentionOptions{.softmax_scale = 0.5f}.scale(128), 0.5f);
 }
 
 TEST(Validation, Config) {

@@ -3,9 +3,9 @@
 // Compile-time expansion of a KernelConfig into the sm80 kernel's tile shapes,
 // shared-memory layout and fragment counts.
 
+#include "config/config_code.hpp"
 #include "config/resources.hpp"
 #include "flash_attention/kernel_config.hpp"
-#include "kernels/config_code.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/smem_tile.cuh"
 

@@ -5,10 +5,10 @@
 
 #include <cstdint>
 
+#include "config/config_code.hpp"
 #include "config/config_space.hpp"
 #include "config/resources.hpp"
 #include "flash_attention/kernel_config.hpp"
-#include "kernels/config_code.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/online_softmax.cuh"

@@ -1,4 +1,4 @@
-#include "reference/reference.hpp"
+#include "flash_attention/tools.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

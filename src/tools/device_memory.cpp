@@ -1,4 +1,4 @@
-#include "testing/device_buffer.hpp"
+#include "flash_attention/tools.hpp"
 
 #include <cuda_runtime_api.h>
 
@@ -7,7 +7,7 @@
 
 #include "common/cuda_check.hpp"
 
-namespace flash_attention {
+namespace flash_attention::tools {
 
 DeviceBuffer::DeviceBuffer(std::size_t bytes) : bytes_(bytes) {
     cuda_check(cudaMalloc(&data_, bytes), "cudaMalloc");
@@ -132,4 +132,14 @@ std::vector<double> LaunchTimes::elapsed_ms(int n) {
     return ms;
 }
 
-}  // namespace flash_attention
+void synchronize() {
+    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+std::size_t free_device_bytes() {
+    std::size_t free_bytes = 0, total_bytes = 0;
+    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    return free_bytes;
+}
+
+}  // namespace flash_attention::tools

@@ -1,0 +1,312 @@
+#pragma once
+
+// The tools API: what the flash_attention command line, the tests and benchmarks use beyond
+// forward(), for programs that measure, check or tune the library. Link
+// flash_attention::tools. Plain C++: no CUDA headers are needed to include this file.
+//
+//   flash_attention::tools      the kernel sets and what a kernel asks of a GPU; device
+//                               tensors and launch timers
+//   flash_attention::reference  attention in double precision on the CPU, and the
+//                               FlashAttention error rule that `run --check` and the tests apply
+//   flash_attention::tuning     the tuning cache's file: what `tune` writes and the automatic
+//                               choice reads
+//
+// The automatic choice itself is the public API's choose_config() / chosen_kernel().
+
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "flash_attention/flash_attention.hpp"
+
+namespace flash_attention::reference {
+
+// CPU reference attention in double precision, and the FlashAttention test rule: a kernel
+// passes when max|out - ref| <= 2 * max|naive - ref| + 1e-3, where "naive" is the textbook
+// computation in the same 16-bit dtype (matmul rounded to dtype, softmax rounded to dtype,
+// matmul rounded to dtype), as PyTorch would do it.
+
+float to_float(DType dtype, std::uint16_t bits);
+std::uint16_t from_float(DType dtype, float value);  // round to nearest even
+
+// A contiguous (batch, seq, heads, d_head) tensor on the host: its 16-bit encoding and
+// the exact float value of each element.
+struct HostTensor {
+    DType dtype = DType::FP16;
+    std::int64_t batch = 0, seq = 0, heads = 0, d_head = 0;
+    std::vector<std::uint16_t> bits;
+    std::vector<float> values;
+
+    std::int64_t size() const { return batch * seq * heads * d_head; }
+    std::int64_t offset(std::int64_t b, std::int64_t s, std::int64_t h) const {
+        return ((b * seq + s) * heads + h) * d_head;
+    }
+
+    // Standard normal values rounded to dtype, drawn in parallel from `seed`.
+    static HostTensor random_normal(DType dtype, std::int64_t batch, std::int64_t seq,
+                                    std::int64_t heads, std::int64_t d_head, std::uint64_t seed);
+    static HostTensor from_bits(DType dtype, std::int64_t batch, std::int64_t seq,
+                                std::int64_t heads, std::int64_t d_head,
+                                std::vector<std::uint16_t> bits);
+};
+
+struct RowSample {
+    std::int64_t batch, head, row;
+};
+
+// Up to rows_per_head query rows per (batch, head), one drawn from each of
+// rows_per_head equal strata so every part of the sequence (every warp's and every
+// CTA's rows, over many draws) gets checked; all rows when seq <= rows_per_head.
+std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::int64_t seq,
+                                   std::int64_t rows_per_head, std::uint64_t seed);
+
+// A problem and a kernel's answer to it. K and V may have fewer heads than Q (GQA/MQA:
+// query head h reads K/V head h / (q.heads / k.heads)). Query i's diagonal position is
+// d = i + seq_k - seq_q (bottom-right aligned), or with `top_left` d = i; with `causal` it
+// sees keys j <= d, and with a sliding window d - window_left <= j <= d + window_right (-1:
+// unbounded). `softcap` (0: off) turns scores s into softcap * tanh(s / softcap); `sinks`
+// (per query head) join each row's denominator. `lse`, when given, is the kernel's
+// log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
+struct Problem {
+    const HostTensor& q;
+    const HostTensor& k;
+    const HostTensor& v;
+    const HostTensor& out;
+    double scale;
+    bool causal = false;
+    const std::vector<float>* lse = nullptr;
+    bool top_left = false;
+    int window_left = -1;
+    int window_right = -1;
+    double softcap = 0;
+    const std::vector<float>* sinks = nullptr;
+};
+
+// The LSE's slack: its error bound is 2 x the error of a naive fp32 LSE (scores accumulated
+// and scaled in fp32) + this. The naive error carries the fp32 rounding of the scaled scores,
+// which alone exceeds a fixed bound where a row's LSE is large (thousands at a scale of 100:
+// one unit in the last place is 2.4e-4 to 4.9e-4 there, and the kernels' row max is fp32);
+// at ordinary scales the kernels' error is about 1e-6.
+inline constexpr double k_lse_tolerance = 1e-3;
+
+struct CheckResult {
+    double max_error = 0;        // max |out - ref| over the sampled rows
+    double naive_max_error = 0;  // max |naive same-dtype - ref| over the same rows
+    double tolerance = 0;        // 2 * naive_max_error + 1e-3
+    std::int64_t rows_checked = 0;
+    std::int64_t non_finite = 0;  // NaN/Inf anywhere in out: unwritten (poisoned) or broken
+    double lse_max_error = 0;     // max |lse - ref| (0 when not checked; -inf must match exactly)
+    double lse_naive_max_error = 0;  // max |naive fp32 lse - ref| over the same rows
+    double lse_tolerance = 0;        // 2 * lse_naive_max_error + k_lse_tolerance
+    bool passed = false;
+
+    std::string summary() const;
+};
+
+// Compares the kernel's output (and LSE) with the double-precision reference on the
+// sampled rows and checks every element of the output is finite. Runs on all hardware
+// threads.
+CheckResult check_attention(const Problem& problem, const std::vector<RowSample>& rows);
+// Full attention, no mask, equal heads.
+CheckResult check_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                            const HostTensor& out, double softmax_scale,
+                            const std::vector<RowSample>& rows);
+
+}  // namespace flash_attention::reference
+
+namespace flash_attention::tuning {
+
+// The tuning cache: which config `flash_attention tune` measured fastest for a
+// (GPU, dtype, d_head, sequence-length bucket) key, and for decoding shapes on the split-KV
+// kernel (`tune --kvcache`) which number of key ranges per sequence. A JSON file shared by
+// the command line, which writes it, and the library's automatic choice, which reads it.
+//
+// Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json,
+// else $HOME/.cache/flash_attention/tuning.json, else none (the built-in table alone).
+
+struct Key {
+    std::string gpu;  // device name as CUDA reports it
+    int sm_count = 0;
+    DType dtype = DType::FP16;
+    int d_head = 0;
+    int seq_bucket = 0;  // see seq_bucket()
+    bool causal = false;
+    // 0: a kernel config for forward()'s problems. Else a split count for the split-KV
+    // kernel, and this the bucket of its query rows per K/V head (seq_q x heads / heads_kv,
+    // the smallest power of two at least that): one key never depends on the batch.
+    int rows_bucket = 0;
+    // ProblemShape::window_or_softcap: a winner among the configs' variant kernels, kept
+    // apart from the plain kernels' (read as a fallback).
+    bool window_or_softcap = false;
+    // A split count for a paged cache's keys (rows_bucket > 0): its plan differs from a
+    // contiguous cache's (serving::plan_for), so their counts are kept apart.
+    bool paged = false;
+
+    friend auto operator<=>(const Key&, const Key&) = default;
+    std::string to_string() const;
+    // The key of a problem on a device: the one place that says what a key is made of.
+    static Key of(const DeviceProperties& device, const ProblemShape& problem);
+    // The key of a problem's split count on the split-KV kernel, its keys in a paged cache
+    // or not.
+    static Key of_splits(const DeviceProperties& device, const ProblemShape& problem, bool paged);
+};
+
+// The bucket of a problem: the smallest power of two >= max(seq_q, seq_k), at least 64.
+int seq_bucket(long long seq_q, long long seq_k);
+
+// A key's winner: `config` when key.rows_bucket is 0, else `splits` (and the runner-up
+// likewise).
+struct Entry {
+    Key key;
+    KernelConfig config;
+    double tflops = 0;
+    std::optional<KernelConfig> runner_up;
+    double runner_up_tflops = 0;
+    std::string measured;  // ISO 8601 UTC time of the measurement
+    int splits = 0;
+    int runner_up_splits = 0;  // 0: none
+};
+
+struct LoadResult {
+    std::vector<Entry> entries;
+    // One line per problem: unreadable or corrupt file, malformed entries skipped.
+    std::vector<std::string> warnings;
+    bool corrupt = false;  // the file exists but is not a tuning cache: nothing was read
+};
+
+// $FLASH_ATTENTION_TUNING, else under $XDG_CACHE_HOME, else under $HOME; none when none
+// of them is set (never a file of the working directory, which may be anyone's).
+std::optional<std::filesystem::path> default_path();
+
+// The largest cache file read: a real one holds a few hundred entries of ~300 bytes.
+inline constexpr std::size_t k_max_file_bytes = 4 << 20;
+
+// A missing file is an empty cache without warnings. Anything but a regular file (a FIFO,
+// a device, a folder) and files over k_max_file_bytes are corrupt, read without blocking.
+LoadResult load(const std::filesystem::path& path);
+LoadResult parse(const std::string& json_text, const std::string& source_name);
+std::string to_json(const std::vector<Entry>& entries);
+
+// `existing` with every entry whose key `updates` holds replaced; other keys kept.
+std::vector<Entry> merge(std::vector<Entry> existing, const std::vector<Entry>& updates);
+
+// Writes through a fresh temporary file in the same folder (a random name, created
+// exclusively: never an existing file or a link), flushed to disk, with the old file's
+// permissions, then renamed over it: readers and a crash mid-write see either the old
+// file or the new one. Throws Error on failure.
+void save_atomically(const std::filesystem::path& path, const std::vector<Entry>& entries);
+
+// Merges `entries` into the file as it is now: under an exclusive lock on `path`.lock,
+// reads the file, merges, saves atomically. Concurrent writers (two tune runs) keep each
+// other's entries. A corrupt file is first moved to `path`.corrupt. Returns the warnings
+// of reading the file. Throws Error if the lock or the write fails.
+std::vector<std::string> update(const std::filesystem::path& path,
+                                const std::vector<Entry>& entries);
+
+// Throws the Error update() would, before a long tune rather than after it: the folder
+// can be created and written, the lock taken, and the path is no folder or device.
+void check_writable(const std::filesystem::path& path);
+
+}  // namespace flash_attention::tuning
+
+namespace flash_attention::tools {
+
+// Names accepted by kernel_set(): release (the built-in table's kernels: the default
+// build), ci, progression, progression-all, progression-sm90, tune, tune-sm80, tune-sm90, all.
+std::vector<std::string_view> kernel_set_names();
+
+// The configs of a named set, sorted and unique (the progression ladders in step order), of
+// "@FILE" (short forms, one per line, "#" starting a comment) or of a comma-separated union
+// such as "tune,progression". Throws Error (invalid_argument) naming the set and the known
+// names, or the file and line that is no short form.
+std::vector<KernelConfig> kernel_set(std::string_view name);
+
+// The name of the kernel set this build was generated from (-DFLASH_KERNELS).
+std::string_view built_kernel_set();
+
+// Whether the kernel template can be instantiated for the config (the config space's validity
+// rules; its pruning rules, which drop configs not worth building, are not asked).
+bool instantiable(const KernelConfig& config);
+
+// What one config asks of a GPU, as `flash_attention list` shows it.
+struct KernelInfo {
+    bool built = false;
+    std::size_t smem_bytes = 0;  // dynamic shared memory of one CTA
+    // CTAs per SM: the occupancy calculator's on the current GPU for a built kernel
+    // (measured), else bounded by shared memory and threads on the family's smallest
+    // target, an A100 (sm90: an H100).
+    int ctas_per_sm = 0;
+    bool measured = false;
+    // Registers and local memory (spills, stack) per thread: known only for a built kernel
+    // with a GPU present, else -1.
+    int registers_per_thread = -1;
+    int local_bytes_per_thread = -1;
+};
+KernelInfo kernel_info(const KernelConfig& config);
+
+class DeviceBuffer {
+  public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(std::size_t bytes);
+    ~DeviceBuffer();
+    DeviceBuffer(DeviceBuffer&& other) noexcept;
+    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+    DeviceBuffer(const DeviceBuffer&) = delete;
+    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+    void* data() const { return data_; }
+    std::size_t bytes() const { return bytes_; }
+
+    void upload(const std::vector<std::uint16_t>& host);
+    void upload(const std::vector<std::int32_t>& host);  // lengths, offsets, page tables
+    void upload(const std::vector<float>& host);         // attention sinks
+    std::vector<std::uint16_t> download() const;
+    std::vector<float> download_floats() const;  // a float buffer (the log-sum-exp)
+    // Every byte 0xFF: NaN in both fp16 and bf16, so an element the kernel never
+    // writes fails the check instead of passing as a stale value.
+    void poison_with_nan();
+
+  private:
+    void* data_ = nullptr;
+    std::size_t bytes_ = 0;
+};
+
+// A device copy of a contiguous host tensor, and a view of it.
+struct DeviceTensor {
+    DeviceBuffer buffer;
+    TensorView view;
+
+    static DeviceTensor upload(const reference::HostTensor& host);
+    static DeviceTensor empty_like(const reference::HostTensor& host);
+    reference::HostTensor download(const reference::HostTensor& shape_of) const;
+};
+
+// Times up to `capacity` launches queued back to back on one stream: events around each,
+// one synchronisation at the end, so the GPU never idles between the timed kernels.
+class LaunchTimes {
+  public:
+    explicit LaunchTimes(int capacity);
+    ~LaunchTimes();
+    LaunchTimes(const LaunchTimes&) = delete;
+    LaunchTimes& operator=(const LaunchTimes&) = delete;
+    void before(int i, Stream stream);
+    void after(int i, Stream stream);
+    // Waits for launch n-1 to finish; milliseconds of launches 0..n-1.
+    std::vector<double> elapsed_ms(int n);
+
+  private:
+    std::vector<void*> start_, stop_;
+};
+
+// Waits for the current device's work; throws Error (cuda) if any of it failed.
+void synchronize();
+
+// Device memory free on the current device, in bytes.
+std::size_t free_device_bytes();
+
+}  // namespace flash_attention::tools
