@@ -19,8 +19,8 @@ except ImportError:  # a PyTorch without it: the public route
 def _current_stream(device) -> int:
     """The address of `device`'s current CUDA stream, where the library launches. Building a
     torch.cuda.Stream for it (torch.cuda.current_stream()) cost 3-6 µs a call on the H200's
-    hosts, the largest single cost of the eager wrapper; the raw getter 0.2 µs (docs/PERF.md,
-    2026-11-28 thirty-eighth session)."""
+    hosts, the largest single cost of the eager wrapper; the raw getter 0.2 µs (H200,
+    2026-11-28, docs/PERF.md)."""
     if _raw_stream is not None:
         return _raw_stream(device.index)
     return torch.cuda.current_stream(device).cuda_stream
@@ -100,7 +100,7 @@ def _variants(window_size, softcap, learnable_sink):
 def _out_like(q):
     # A contiguous tensor of q's shape, dtype and device, whatever q's strides: empty_like
     # takes them from q in one call, about 2 µs less than torch.empty's separate arguments
-    # (docs/PERF.md, 2026-11-28 thirty-eighth session).
+    # (H200, 2026-11-28, docs/PERF.md).
     return torch.empty_like(q, memory_format=torch.contiguous_format)
 
 

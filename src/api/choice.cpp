@@ -94,7 +94,7 @@ KernelConfig choose_kernel(const ChoiceProblem& p, const DeviceProperties& devic
 
 bool runs_split_kv(const ProblemShape& shape) {
     // At most one 64-row tile of (position, head) rows per K/V head, over at least 1024 keys:
-    // measured on the H100 (docs/PERF.md, 2026-11-24 sixth session), decode b16 x 8192 ran
+    // measured on the H100 (2026-11-24, docs/PERF.md), decode b16 x 8192 ran
     // 522 µs dense and 196 µs split, b1 x 131072 2008 and 192, speculative decode (16
     // positions, 4 heads a K/V head) 84 and 122 TFLOP/s.
     constexpr std::int64_t most_rows = 64;

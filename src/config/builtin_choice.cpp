@@ -33,9 +33,10 @@ struct Row {
 // holds three blocks of 80 keys (217 KB of shared memory with two Q buffers): +4-5% at 2k-4k keys
 // non-causal, +1-1.5% from 8k and causal (compare.py, H200, 2026-11-26); the 128 x 128 tiles lose
 // 7-20% with a third stage (their second Q buffer no longer fits) and keep two. d_head 256's
-// causal tiles from 2048 keys take B_c 80, the widest key block whose O (128 registers), S and
-// P fit 240 with two K/V stages (16% faster than B_c 64 at seq 8192 then: S's shared-memory
-// operands no longer saturate shared memory). Short non-causal problems take one stage of B_c
+// causal tiles above 8192 keys take B_c 80, the widest key block whose O (128 registers), S and
+// P fit 240 with two K/V stages (16% faster than an untrimmed B_c 64 at seq 8192: S's
+// shared-memory operands no longer saturate shared memory); up to 8192 keys the trimmed B_c 64
+// tile with ping-pong is the table's row. Short non-causal problems take one stage of B_c
 // 128 with ping-pong (a tile has few blocks, each costs its fixed overheads once per 128 keys);
 // longer ones B_c 64 with ping-pong on top of overlap (1-5% ahead of overlap alone from 4096
 // keys at B_c 80, 2026-11-24). Both leave room for O's own staging region, where B_c 80's
@@ -54,14 +55,14 @@ struct Row {
 // was uneven). Plain CTAs, one per tile, in the order the hardware hands them out, beat
 // both at d_head 256 at every length (+6-42% over the static B_c 128 tile up to 2048 and
 // +10-23% over the dynamic B_c 80 one from 4096; ping-pong on top from 2048 to 8192 keys:
-// +1-3.4% in compare.py, fifth session, and at 16k too since lazy steps skip the row max
+// +1-3.4% in compare.py (H100, 2026-11-24), and at 16k too since lazy steps skip the row max
 // with ping-pong only: +1.2% over the tile without it, H200, 2026-11-26, docs/PERF.md) and
 // at d_head 128 from 2048 keys, where the
 // three-consumer 192 x 80 tile leads 128 x 128 by 3-5% from 8192 keys (H100, 2026-11-24, and
 // H200, 2026-11-25, docs/PERF.md); trimmed and without ping-pong (its consumers then run
 // free, each to its own rows' last block) it leads the ping-pong tile by 0.5-1% from 8k and
 // the dynamic 128 x 128 one by 1.9% at 2k and 4.1% at 4k, and trails it by 9% at 1k (bf16,
-// H200, 2026-11-28, docs/PERF.md, thirty-fourth session). A paged
+// H200, 2026-11-28, docs/PERF.md). A paged
 // cache whose pages B_c 80 does not divide (64, 256 rows) takes the 128 x 128 rows that
 // follow the 192 x 80 ones instead (heuristic_config(): whole-page copies). Causal d_head
 // 64 (192 x 128) and the d_head 256 rows of two stages trim each consumer's blocks to its own
@@ -87,16 +88,16 @@ struct Row {
 // trimmed consumer with fewer blocks starts the next tile first), so their tile boundaries stop
 // coinciding and one's first softmax and last P·V overlap another's blocks: +4.7-5.3% at 512
 // causal keys and +1-2% at 1k in both dtypes, while from 2k ping-pong is level or ahead (H200,
-// 2026-11-28, docs/PERF.md, thirty-fourth session). Causal d_head 256 keeps ping-pong: its two
+// 2026-11-28, docs/PERF.md). Causal d_head 256 keeps ping-pong: its two
 // consumers' GEMMs (P·V alone is m64n256) collide without turns, -1.2-2.7% at 2k-16k
-// free-running (H200, 2026-11-28, docs/PERF.md, thirty-fifth session).
+// free-running (H200, 2026-11-28, docs/PERF.md).
 // The non-causal persistent rows of d_head 64 and 128 split a part-filled last round along
 // the keys (`streamk`) where it leaves a third of the CTAs or more idle (stream_k_plan()):
 // +1.4-1.7% at 8k-16k keys for d_head 128 (56 of 132 tiles in the last round), +1.6% at 4k for
 // d_head 64 (44 of 132); elsewhere on the grid the plan does not split and the kernels run as
 // without it. d_head 256's rows do not take it: with 100 of 132 tiles in its grid's last
-// rounds it measured -1.2% at 8k and +0.8% at 16k (bf16, H200, 2026-11-28, docs/PERF.md,
-// thirty-seventh session).
+// rounds it measured -1.2% at 8k and +0.8% at 16k (bf16, H200, 2026-11-28,
+// docs/PERF.md).
 // Off Hopper the sm90 rows cannot run and the sm80 rows below them are the choice.
 // sm80: B_r = 128 with 4 warps gives each warp two m16 tiles, so every K and V
 // fragment read from shared memory feeds two MMAs; with 16 rows per warp the

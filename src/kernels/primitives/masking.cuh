@@ -57,8 +57,8 @@ __host__ __device__ constexpr int keys_seen(int row, int seq_q, int seq_k, bool 
 // tiles: rows first_row + [0, 16 * MT), keys first_key + [0, 8 * NT); row r sees keys
 // [0, visible_keys(r)). A compare and a select a score: FlashAttention-4's form, a bit mask
 // of the row's kept prefix read into predicates 7 at a time (R2P), took a fifth of the
-// mask's instructions away and measured level on every sm90 kernel (docs/PERF.md,
-// 2026-11-26 twenty-eighth session): the mask's ALU slots are not what a tile waits on.
+// mask's instructions away and measured level on every sm90 kernel (H200,
+// 2026-11-26, docs/PERF.md): the mask's ALU slots are not what a tile waits on.
 template <int MT, int NT, class VisibleKeys>
 __device__ __forceinline__ void mask_scores_by(float (&s)[MT][NT][4], int first_row, int first_key,
                                                const VisibleKeys& visible_keys) {

@@ -246,7 +246,7 @@ class OnlineSoftmax {
     // in finalize(). Accuracy: with the reference below the max, a row's largest
     // probability is no longer exactly 1 when P is rounded to 16 bits, so at a sharp softmax
     // the error is up to 2-3x a fused non-lazy kernel's, still a small fraction of a naive
-    // same-dtype computation's (docs/PERF.md, 2026-11-24 fourth session).
+    // same-dtype computation's (H100, 2026-11-24, docs/PERF.md).
     template <bool Move = false, int NT>
     __device__ __forceinline__ void exponentiate_optimized(float (&s)[MT][NT][4]) {
         bool moved = false;
@@ -331,7 +331,7 @@ class OnlineSoftmax {
     // compiler, `m * scale_log2 - offset` was fused into one FFMA in some copies of the loop
     // and not in others; each fused reference move then put up to half a unit in the last
     // place of m * scale_log2 (2.4e-4 at scale 100) into the row's sum, and the LSE at scale
-    // 100 came out 2-3x less exact (docs/PERF.md, 2026-11-28, thirty-second session).
+    // 100 came out 2-3x less exact (H200, 2026-11-28, docs/PERF.md).
     __device__ __forceinline__ float offset(float m) const {
         return __fmul_rn(m, scale_log2_);
     }

@@ -26,7 +26,7 @@ SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_key
     // CTA on its first load and its partial result, longer ones leave SMs idle. A paged
     // cache's blocks cost each CTA a table read and a gather, latency that twice the warps
     // hide: b1 x 131072 on 16-row pages 224 -> 196 µs at 64 ranges (contiguous 187 -> 189;
-    // 64-row pages 200 -> 194; docs/PERF.md, ninth session).
+    // 64-row pages 200 -> 194; H100, 2026-11-24, docs/PERF.md).
     constexpr int fewest_keys = 512;
     const int most_ranges = paged ? 64 : 32;
     key_blocks = std::max(key_blocks, 1);

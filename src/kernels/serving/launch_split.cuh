@@ -49,13 +49,13 @@ void launch_combine(const CombineArgs& args, Stream stream) {
 // four-warp tiles. With `all_ranges` (the kernel folds ranges, contiguous cache), all of a
 // unit's (one query tile of one K/V head of one sequence) where the units alone occupy at
 // least 3/4 of the SMs: the CTA folds them and writes the final O, no partials and no
-// combine (speculative decoding b16, 128 units on 132 SMs: 134.5 -> 176 TFLOP/s; docs/PERF.md,
-// tenth session). A paged cache's gathers need the second CTA an SM that this costs (the
+// combine (speculative decoding b16, 128 units on 132 SMs: 134.5 -> 176 TFLOP/s; 2026-11-24,
+// docs/PERF.md). A paged cache's gathers need the second CTA an SM that this costs (the
 // same shape on 16-row pages 136 -> 156 µs). Else the fewest that let every CTA of the
 // launch be resident at once, so no CTA hands its slot over mid-launch and restarts its
 // pipeline (b16 ranges in 4s: 129.6 -> 135 TFLOP/s). One-warp (decoding) tiles keep one:
 // b16 x 8192's 2048 CTAs balanced themselves better than 512 of four ranges (191.5 -> 192.8
-// µs; ninth session). Only the CTAs change, never a row's arithmetic, so the count may
+// µs; H100, 2026-11-24). Only the CTAs change, never a row's arithmetic, so the count may
 // follow the batch.
 template <auto* Kernel, int Threads, int SmemBytes>
 int splits_per_cta(std::int64_t units, int splits, bool all_ranges) {
@@ -164,7 +164,7 @@ void launch_four_warps(const SplitKvArgs& args, const SplitPlan& plan, Stream st
 // b16 x 8192: no eligible warp 74% of cycles at 85% of DRAM bandwidth). Key warps (one CTA
 // a row, no partials, no merge kernel) where the rows fill whole waves of the SMs to at
 // least 90%, a row has ranges for more than one warp and the CTA's stages fit (not on an
-// A100 at d_head 128). H200, 8192 keys, 8 K/V heads (docs/PERF.md, fifteenth session): 128,
+// A100 at d_head 128). H200, 8192 keys, 8 K/V heads (2026-11-26, docs/PERF.md): 128,
 // 256 and 512 rows (batch 16, 32, 64) 2-5% faster than a CTA a range, 104 rows (79% of the
 // SMs) and 192 (1.45 waves) 3% slower; a CTA a range spreads a row over many SMs.
 template <DType Dt, int D, bool Paged>

@@ -7,8 +7,8 @@
 // into roles, and walks the tiles the scheduler (tile_scheduler.cuh) hands the CTA: load Q,
 // run the main loop (mainloop.cuh: the producer, the GEMM turns, the consumer's steps),
 // store the LSE and run the epilogue (epilogue.cuh). A persistent CTA walks several
-// tiles; the K/V ring and the Q buffers carry on from tile to tile. docs/hopper.md has the
-// diagrams.
+// tiles; the K/V ring and the Q buffers carry on from tile to tile. docs/design.md describes
+// the roles and the pipeline.
 
 #include <cstdint>
 
@@ -118,7 +118,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             // Per sequence, the tile again, recomputed rather than held across the main loop
             // (the shuffle hides that it is the same): the three-consumer kernels have 160
             // registers a thread, and holding the sequence's offsets and lengths through it
-            // cost d_head 64 4-5% (docs/PERF.md, 2026-11-24 seventh session).
+            // cost d_head 64 4-5% (H100, 2026-11-24, docs/PERF.md).
             const Tile done = PerSequence ? tile_at<Tr, PerSequence, Variants>(
                                                 args, __shfl_sync(0xffffffffu, index, 0))
                                           : tile;
@@ -181,7 +181,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
 // PerSequence: varlen batches and KV caches (SequenceArgs) run their own kernel, so the
 // dense one keeps its code and registers as they were: one kernel with both bodies
 // behind a branch cost forward()'s non-persistent d_head 128 causal kernel 5-6%
-// (docs/PERF.md, 2026-11-24 seventh session). Variants (sliding window, softcap) are a
+// (H100, 2026-11-24, docs/PERF.md). Variants (sliding window, softcap) are a
 // third instantiation of the per-sequence body, dense calls with them included, for the
 // same reason: the plain kernels' main loops stay as they were. Paged caches, with and
 // without variants, are instantiations of their own: their K/V tiles are laid out
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     // (the consumer's Q region, hence the wgmma descriptors of every step) then stays in
     // uniform registers instead of being rebuilt with vector ops and R2UR moves (release
     // set: R2UR 497 -> 308, d_head 256's main loop 966 -> 924 instructions; +0.8% over the
-    // grid in the median, up to +3%, docs/PERF.md 2026-11-24 fourth session).
+    // grid in the median, up to +3%, H100, 2026-11-24, docs/PERF.md).
     const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / warpgroup_threads, 0);
     if (threadIdx.x == 0) {
         for (int b = 0; b < Tr::q_pairs; ++b) {

@@ -2,7 +2,7 @@
 
 // The sm90 main loop: the producer warpgroup's TMA copies of Q, K and V through a
 // `stages`-deep ring, the ping-pong GEMM turns, and a consumer warpgroup's steps over the
-// K/V blocks of one tile (consume() is the algorithm; docs/hopper.md has the diagrams).
+// K/V blocks of one tile (consume() is the algorithm; docs/design.md describes it).
 
 #include <cstdint>
 #include <type_traits>
@@ -55,7 +55,7 @@ struct QSlot {
 // id outside the cache: neither is ever dereferenced. The lanes read their ids together,
 // and K and V share them: one thread reading a block's ids one after another (each copy
 // waiting on its read) ran chunked prefill on 16-row pages at 55% of the contiguous
-// cache's speed, its warps stalled on those reads (ncu; docs/PERF.md, ninth session).
+// cache's speed, its warps stalled on those reads (ncu, H100, 2026-11-24, docs/PERF.md).
 struct PageRun {
     int tile_row;  // the run's first row in the block; B_c or more: this lane has none
     int row;       // its first row in the page
@@ -97,8 +97,8 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
 // emptied it, so up to `stages` blocks are in flight ahead (across tiles too), and loads a
 // tile's Q once the consumers have stored the previous tile's O from that buffer (or, O
 // staged apart, handed the buffer back after their last S GEMM: the load is then hidden, and
-// an L2 prefetch of the next tile's Q measured level to -1.5% at d_head 256, docs/PERF.md
-// 2026-11-26 twenty-eighth session). Paged is a separate instantiation, so the page walk's
+// an L2 prefetch of the next tile's Q measured level to -1.5% at d_head 256, H200,
+// 2026-11-26, docs/PERF.md). Paged is a separate instantiation, so the page walk's
 // registers never press on the dense loop (the producer has 24 or 32: in one loop the dense
 // kernels spilled 16-44 bytes). Variants: a sliding window's tiles start at their first
 // visited block.

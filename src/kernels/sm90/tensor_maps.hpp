@@ -42,8 +42,8 @@ struct StreamKSplit {
 // key blocks each (launch.cuh), or none (units 0). It splits only a last round that leaves at
 // least a third of the CTAs idle: the idle time it recovers must outweigh a second piece's
 // start (Q, the pipeline's ramp) and the partials' stores and merges, and under the power cap
-// the CTAs that do run a part-filled round run faster. Measured (bf16, H200, docs/PERF.md
-// 2026-11-28, thirty-seventh session), last rounds 1/3 full: d_head 64 +1.6% at 4k keys; 0.42:
+// the CTAs that do run a part-filled round run faster. Measured (bf16, H200,
+// 2026-11-28, docs/PERF.md), last rounds 1/3 full: d_head 64 +1.6% at 4k keys; 0.42:
 // d_head 128 +1.4-1.7% at 8k-16k; 2/3: d_head 128 level to +1.9% at 2k-4k; 0.76: d_head 256
 // -1.2% at 8k, +0.8% at 16k; 0.85: d_head 64 level. Also none when a CTA's range would be
 // empty (fewer key blocks than CTAs) or c x units would overflow the kernel's ints.
