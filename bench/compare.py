@@ -1,81 +1,91 @@
-"""This project against PyTorch's attention backends, in one process, on the same inputs.
+"""This library against cuDNN, FlashAttention-4 and FlashAttention-2, in one process, on the same inputs.
 
-For every (dtype, d_head, seq) of the grid (16k tokens, hidden 2048, as in the
-FlashAttention benchmarks) times flash_attention_scratch.forward (the automatic choice, which
-reads the tuning cache) and torch's scaled_dot_product_attention with one backend forced
-at a time: FlashAttention-2, cuDNN, memory-efficient. CUDA events, warm-up, median of
-the timed runs (queued back to back, each between its own pair of events), interleaved
-across implementations in rounds so clock drift falls on all alike, inputs rotated among
-copies so L2 cannot hold them.
+The grid of targets-h200.md: bf16 and fp16, d_head 64/128/256, causal and not, seq 512 to 16384 at 16k
+tokens (batch = 16384/seq) and hidden 2048 (heads = 2048/d_head); then model-shaped rows (GQA prefill,
+32k causal, chunked prefill, decode, speculative decode, short keys). Peers: cuDNN and FlashAttention-2
+through PyTorch SDPA (each backend forced), FlashAttention-4 (`flash_attn.cute`, its sm90 path) when it
+imports. Ours is flash_attention_scratch.forward, the automatic choice of the installed package.
 
-Writes a markdown table (TFLOP/s and our ratio to each peer) and a PNG plot, and the
-host overhead of a call (C++ API, direct binding, torch custom op) on a tiny shape.
+Timing: every (shape, implementation) is warmed up, then timed in rounds; each round takes the
+implementations in a new random order and times a batch of calls queued back to back, each between its
+own pair of CUDA events; inputs rotate among copies that together exceed L2; the result is the median.
+The GPU runs at its power cap under this load, so only ratios measured in one run hold.
 
-    python3 bench/compare.py --out docs/compare
+    python3 bench/compare.py --out /tmp/grid            # writes /tmp/grid.md and /tmp/grid.png
+    python3 bench/compare.py --replot /tmp/grid.md --out docs/grid   # the plot again, no GPU needed
 """
 
 import argparse
-import random
-import sys
 import datetime
+import math
+import random
 import statistics
-import time
+import sys
 from pathlib import Path
 
-try:
-    import torch
+L2_BYTES = 60 * 2**20  # the H200's L2 (H100: 50 MiB); a bound, so the larger
+SEQS = [512, 1024, 2048, 4096, 8192, 16384]
+PEERS = ["cuDNN", "FA4", "FA2"]
+BAR = 1.02  # ours / max(cuDNN, FA4), targets-h200.md
+
+# name, batch, heads_q, heads_kv, d_head, seq_q, seq_k, causal
+MODEL_ROWS = [
+    ("llama3-8b prefill 8k", 1, 32, 8, 128, 8192, 8192, True),
+    ("llama-70b prefill 2k x4", 4, 64, 8, 128, 2048, 2048, True),
+    ("long 32k causal", 1, 32, 8, 128, 32768, 32768, True),
+    ("chunked prefill 512/8k", 8, 32, 8, 128, 512, 8192, True),
+    ("decode q=1 k=8k", 16, 32, 8, 128, 1, 8192, True),
+    ("spec-decode q=16 k=4k", 16, 32, 8, 128, 16, 4096, True),
+    ("odd 4000", 2, 16, 16, 128, 4000, 4000, False),
+    ("vit/dit d64 H24", 1, 24, 24, 64, 4096, 4096, False),
+    ("cross-attn k=77", 2, 16, 16, 64, 4096, 77, False),
+]
+
+
+def implementations(torch, fa, causal, fa4_func):
+    """name -> fn(q, k, v) for (batch, seq, heads, d_head) tensors. Causal masks align at the
+    bottom right (flash_attn's convention) for every implementation; SDPA's is_causal aligns at
+    the top left, so SDPA runs only where the two agree (seq_q == seq_k) or there is no mask."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    import flash_attention_scratch as fa
-    from flash_attention_scratch import _C
+    def sdpa(backend):
+        def run(q, k, v):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
+                    enable_gqa=q.shape[2] != k.shape[2])
+        return run
 
-    PEERS = {
-        "FA2": SDPBackend.FLASH_ATTENTION,
-        "cuDNN": SDPBackend.CUDNN_ATTENTION,
-        "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    }
-except ImportError:  # --replot needs neither PyTorch nor a GPU
-    PEERS = {"FA2": None, "cuDNN": None, "efficient": None}
-L2_BYTES = 50 * 2**20
-
-
-def sdpa(backend, causal=False):
-    def run(q, k, v):
-        with sdpa_kernel(backend):
-            # SDPA wants (batch, heads, seq, d): transposed views of the same storage.
-            return torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal)
-    return run
+    impls = {"ours": lambda q, k, v: fa.forward(q, k, v, causal=causal),
+             "cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION),
+             "FA2": sdpa(SDPBackend.FLASH_ATTENTION)}
+    if fa4_func is not None:
+        impls["FA4"] = lambda q, k, v: fa4_func(q, k, v, causal=causal)
+    return impls
 
 
-def time_interleaved(impls, inputs, warmup, runs, rounds, order="fixed"):
-    """Median, min and max ms per implementation; None where it raised. order "shuffled":
-    each round takes the implementations in a new random order (as the peers' harness does),
-    so none always follows the same neighbour's power state."""
-    times = {name: [] for name in impls}
-    shuffle = random.Random(0).shuffle
-    dead = {}
-    slot = 0
+def time_shape(torch, impls, make_inputs, flop, args):
+    """TFLOP/s (median) per implementation, None where it raised on this shape."""
+    inputs = make_inputs()
+    dead = set()
     for name, fn in impls.items():
         try:
-            for i in range(warmup):
+            for i in range(args.warmup):
                 fn(*inputs[i % len(inputs)])
             torch.cuda.synchronize()
-        except (RuntimeError, ValueError, TypeError) as error:  # shape not supported
-            dead[name] = str(error).splitlines()[0]
-    for r in range(rounds):
-        names = list(impls)
-        if order == "shuffled":
-            shuffle(names)
+        except (RuntimeError, ValueError, TypeError, NotImplementedError, AssertionError):
+            dead.add(name)
+            torch.cuda.synchronize()
+    times = {name: [] for name in impls if name not in dead}
+    shuffle = random.Random(0).shuffle
+    slot = 0
+    for _ in range(args.rounds):
+        names = list(times)
+        shuffle(names)
         for name in names:
             fn = impls[name]
-            if name in dead:
-                continue
-            # Queued back to back between event pairs, synchronised once per batch: the
-            # host's per-call overhead (tens of µs for PyTorch's dispatcher) overlaps the
-            # previous kernel instead of being timed as GPU idle.
-            n = runs // rounds
-            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+            events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(args.calls)]
             for start, stop in events:
                 q, k, v = inputs[slot % len(inputs)]
                 slot += 1
@@ -84,173 +94,208 @@ def time_interleaved(impls, inputs, warmup, runs, rounds, order="fixed"):
                 stop.record()
             events[-1][1].synchronize()
             times[name] += [start.elapsed_time(stop) for start, stop in events]
-    return {name: (None if name in dead else (statistics.median(t), min(t), max(t))) for name, t in times.items()}, dead
+    return {name: (flop / (statistics.median(times[name]) * 1e-3) / 1e12 if name in times else None)
+            for name in impls}
 
 
-def overhead(dtype):
-    """Host microseconds per call on a tiny problem. Batches of 200 calls, synchronised in
-    between, so the launch queue never fills (a full queue would time the GPU instead)."""
-    c = next(c for c in fa.configs() if c.dtype == dtype)
-    shape = (1, max(c.B_r, c.B_c), 1, c.d_head)
-    t = {fa.DType.FP16: torch.float16, fa.DType.BF16: torch.bfloat16}[dtype]
-    q, k, v, out = (torch.randn(shape, dtype=t, device="cuda") for _ in range(4))
-    stream = torch.cuda.current_stream().cuda_stream
-    batch = 200
-
-    def per_call(fn):
-        fn()
-        torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(20):
-            start = time.perf_counter()
-            for _ in range(batch):
-                fn()
-            best = min(best, (time.perf_counter() - start) / batch)
-            torch.cuda.synchronize()
-        return 1e6 * best
-
-    # The C++ API's own cost: build/bin/flash_attention_overhead (bench/overhead.cpp).
-    results = {
-        "direct binding, _C.forward (automatic choice)": per_call(lambda: _C.forward(q, k, v, out, None, None, stream)),
-        "flash_attention_scratch.forward(q, k, v, out=out)": per_call(lambda: fa.forward(q, k, v, out=out)),
-        "flash_attention_scratch.forward(q, k, v)": per_call(lambda: fa.forward(q, k, v)),
-        "torch.ops.flash_attention_scratch.forward (custom op)": per_call(
-            lambda: torch.ops.flash_attention_scratch.forward(q, k, v, None, False, None)),
-        "torch SDPA, FLASH_ATTENTION backend (for scale)": per_call(lambda: sdpa(SDPBackend.FLASH_ATTENTION)(q, k, v)),
-    }
-    return shape, results
+def inputs_for(torch, dtype, batch, heads, heads_kv, d, seq_q, seq_k):
+    def make():
+        per_copy = 2 * d * (2 * batch * seq_q * heads + 2 * batch * seq_k * heads_kv)
+        copies = max(3, math.ceil(2 * L2_BYTES / per_copy))
+        return [(torch.randn(batch, seq_q, heads, d, dtype=dtype, device="cuda"),
+                 torch.randn(batch, seq_k, heads_kv, d, dtype=dtype, device="cuda"),
+                 torch.randn(batch, seq_k, heads_kv, d, dtype=dtype, device="cuda")) for _ in range(copies)]
+    return make
 
 
-COLORS = {"ours": "#1f77b4", "FA2": "#ff7f0e", "cuDNN": "#2ca02c", "efficient": "#d62728"}
+def attention_flop(batch, heads, d, seq_q, seq_k, causal):
+    """4·B·H·Sq·Sk·d, and for causal the (query, key) pairs a bottom-right mask keeps."""
+    if not causal:
+        return 4 * batch * heads * seq_q * seq_k * d
+    pairs = sum(min(seq_k, max(0, seq_k - seq_q + i + 1)) for i in range(seq_q)) if seq_q != seq_k \
+        else seq_q * seq_k / 2
+    return 4 * batch * heads * pairs * d
 
 
-def plot(rows, device, path, causal=False):
-    """TFLOP/s against sequence length, one panel per (dtype, d_head), one colour per
-    implementation in every panel."""
+def ratio(rates):
+    best = max((rates.get(p) or 0) for p in ("cuDNN", "FA4"))
+    return rates["ours"] / best if rates.get("ours") and best else None
+
+
+def fmt(x, digits=0):
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def grid_table(rows):
+    lines = ["| dtype | d | causal | seq | ours | cuDNN | FA4 | FA2 | ours / max(cuDNN, FA4) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for dtype, d, causal, seq, rates in rows:
+        r = ratio(rates)
+        mark = "**" if r is not None and r < BAR else ""
+        lines.append(f"| {dtype} | {d} | {'yes' if causal else 'no'} | {seq} | " +
+                     " | ".join(fmt(rates.get(n)) for n in ["ours", *PEERS]) + f" | {mark}{fmt(r, 3)}{mark} |")
+    return lines
+
+
+def ratio_table(rows):
+    """The grid in one table: ours / max(cuDNN, FA4) per sequence length, and our TFLOP/s at the
+    longest (the README's table)."""
+    seqs = sorted({r[3] for r in rows})
+    lines = ["| dtype | d_head | causal | " + " | ".join(f"{s // 1024}k" if s >= 1024 else str(s) for s in seqs) +
+             f" | ours at {seqs[-1] // 1024}k, TFLOP/s |", "|---|---|---|" + "---|" * (len(seqs) + 1)]
+    for key in sorted({r[:3] for r in rows}, key=lambda k: (k[0], k[1], k[2])):
+        cells = {r[3]: r[4] for r in rows if r[:3] == key}
+        text = []
+        for s in seqs:
+            r = ratio(cells[s]) if s in cells else None
+            text.append(f"**{fmt(r, 3)}**" if r is not None and r < BAR else fmt(r, 3))
+        longest = cells.get(seqs[-1], {}).get("ours")
+        lines.append(f"| {key[0]} | {key[1]} | {'yes' if key[2] else 'no'} | " + " | ".join(text) +
+                     f" | {fmt(longest)} |")
+    return lines
+
+
+def model_table(rows):
+    lines = ["| shape | ours | cuDNN | FA4 | FA2 | ours / best peer |", "|---|---|---|---|---|---|"]
+    for name, rates in rows:
+        best = max((rates.get(p) or 0) for p in PEERS)
+        r = rates["ours"] / best if rates.get("ours") and best else None
+        lines.append(f"| {name} | " + " | ".join(fmt(rates.get(n), 1) for n in ["ours", *PEERS]) +
+                     f" | {fmt(r, 3)} |")
+    return lines
+
+
+def plot(rows, title, path):
+    """TFLOP/s against sequence length, one panel per (d_head, causal) for each dtype."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    kinds = sorted({(r[0], r[1]) for r in rows}, key=lambda k: (k[0], k[1]))
-    columns = 3
-    lines = (len(kinds) + columns - 1) // columns
-    fig, axes = plt.subplots(lines, columns, figsize=(4.6 * columns, 3.6 * lines), squeeze=False)
-    for ax, (dtype_name, d) in zip(axes.flat, kinds):
-        sel = [r for r in rows if r[0] == dtype_name and r[1] == d]
-        for name in ["ours", *PEERS]:
-            pts = [(r[2], r[5][name]) for r in sel if r[5][name] is not None]
-            label = name if pts else f"{name} (n/a)"
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label, color=COLORS[name])
-        ax.set_xscale("log", base=2)
-        ax.set_ylim(bottom=0)
-        ax.set_title(f"{dtype_name}, d_head {d}")
-        ax.set_xlabel("sequence length")
-        ax.set_ylabel("TFLOP/s")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
-    for ax in list(axes.flat)[len(kinds):]:
-        ax.axis("off")
-    fig.suptitle(f"flash_attention vs PyTorch SDPA ({'causal' if causal else 'non-causal'}, 16k tokens, "
-                 f"hidden 2048), {device}", fontsize=10)
+    dtypes = sorted({r[0] for r in rows})
+    panels = sorted({(r[1], r[2]) for r in rows})
+    fig, axes = plt.subplots(len(dtypes), len(panels), figsize=(3.2 * len(panels), 3.0 * len(dtypes)),
+                             squeeze=False)
+    top = 1.08 * max(v for r in rows for v in r[4].values() if v)
+    seqs = sorted({r[3] for r in rows})
+    colors = {"ours": "#1f77b4", "cuDNN": "#2ca02c", "FA4": "#d62728", "FA2": "#ff7f0e"}
+    for i, dtype in enumerate(dtypes):
+        for j, (d, causal) in enumerate(panels):
+            ax = axes[i][j]
+            sel = sorted((r for r in rows if r[0] == dtype and r[1] == d and r[2] == causal), key=lambda r: r[3])
+            for name in ["ours", *PEERS]:
+                pts = [(r[3], r[4][name]) for r in sel if r[4].get(name)]
+                if pts:
+                    ax.plot(*zip(*pts), marker="o", ms=3, label=name, color=colors[name],
+                            lw=2 if name == "ours" else 1)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(seqs, [f"{s // 1024}k" if s >= 1024 else str(s) for s in seqs], fontsize=7)
+            ax.set_ylim(0, top)
+            ax.set_title(f"{dtype} d{d} {'causal' if causal else 'non-causal'}", fontsize=9)
+            ax.grid(alpha=0.3)
+            if j == 0:
+                ax.set_ylabel("TFLOP/s")
+            if i == len(dtypes) - 1:
+                ax.set_xlabel("sequence length")
+    axes[0][0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
 
 
 def rows_from_markdown(path):
-    """The rows of a table this script wrote, to re-plot it without a GPU."""
-    rows, device = [], ""
+    rows, title = [], ""
     for line in Path(path).read_text().splitlines():
-        if ", torch " in line and not device:
-            device = line.split(",")[1].strip()
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 11 and cells[1].isdigit():
-            rate = lambda c: None if c == "n/a" else float(c)
-            rates = dict(zip(["ours", "FA2", "cuDNN", "efficient"], map(rate, cells[3:7])))
-            rows.append((cells[0], int(cells[1]), int(cells[2]), None, None, rates, {}, {}))
-    return rows, device
+        if line.startswith("Measured "):
+            title = line.split(". Command")[0]
+        cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[1].isdigit():
+            rate = lambda c: None if c == "–" else float(c)
+            rows.append((cells[0], int(cells[1]), cells[2] == "yes", int(cells[3]),
+                         dict(zip(["ours", *PEERS], map(rate, cells[4:8])))))
+    return rows, title
+
+
+def fa4():
+    try:
+        from flash_attn.cute import flash_attn_func
+    except ImportError as error:
+        print(f"FlashAttention-4 not importable ({error}): its column stays empty", file=sys.stderr)
+        return None
+
+    def run(q, k, v, causal):
+        return flash_attn_func(q, k, v, causal=causal)[0]
+    return run
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seqs", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--seqs", type=int, nargs="+", default=SEQS)
     parser.add_argument("--d-heads", type=int, nargs="+", default=[64, 128, 256])
     parser.add_argument("--dtypes", nargs="+", default=["bfloat16", "float16"])
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--order", choices=["fixed", "shuffled"], default="fixed",
-                        help="the implementations' order within a round: always the same, or new each round")
-    parser.add_argument("--causal", action="store_true",
-                        help="causal masking (square: the same for bottom-right and top-left); FLOPs halved")
-    parser.add_argument("--out", default="docs/compare", help="writes OUT.md and OUT.png")
-    parser.add_argument("--overhead-only", action="store_true", help="only the host-overhead table")
-    parser.add_argument("--replot", metavar="MD", help="re-draw OUT.png from a table this script wrote")
+    parser.add_argument("--causal", choices=["no", "yes", "both"], default="both")
+    parser.add_argument("--models", action=argparse.BooleanOptionalAction, default=True,
+                        help="the model-shaped rows after the grid")
+    parser.add_argument("--warmup", type=int, default=10, help="calls per implementation before timing")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--calls", type=int, default=5, help="calls timed per implementation and round")
+    parser.add_argument("--out", default="grid", help="writes OUT.md and OUT.png")
+    parser.add_argument("--replot", metavar="MD", help="draw OUT.png again from a table this script wrote")
     args = parser.parse_args()
     if args.replot:
-        rows, device = rows_from_markdown(args.replot)
-        plot(rows, device, Path(args.out + ".png"))
-        return
-    if args.overhead_only:
-        shape, costs = overhead(fa.configs()[0].dtype)
-        for name, us in costs.items():
-            print(f"{us:8.2f} us  {name}")
+        rows, title = rows_from_markdown(args.replot)
+        plot(rows, title, Path(args.out + ".png"))
         return
 
+    import torch
+    import flash_attention_scratch as fa
+    fa4_func = fa4()
     device = torch.cuda.get_device_name()
+    dtypes = {"bfloat16": "bf16", "float16": "fp16"}
+    causals = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
     rows = []
     for dtype_name in args.dtypes:
         dtype = getattr(torch, dtype_name)
         for d in args.d_heads:
-            for seq in args.seqs:
-                batch, heads = max(1, 16384 // seq), 2048 // d
-                slot_bytes = 4 * batch * seq * heads * d * 2
-                copies = max(4, 4 * L2_BYTES // slot_bytes + 1)
-                inputs = [tuple(torch.randn(batch, seq, heads, d, dtype=dtype, device="cuda") for _ in range(3))
-                          for _ in range(copies)]
-                impls = {"ours": lambda q, k, v: fa.forward(q, k, v, causal=args.causal)}
-                impls.update({name: sdpa(backend, args.causal) for name, backend in PEERS.items()})
-                timing, dead = time_interleaved(impls, inputs, args.warmup, args.runs, args.rounds, args.order)
-                flop = 4 * batch * heads * seq * seq * d // (2 if args.causal else 1)
-                rates = {name: (None if t is None else flop / (t[0] * 1e-3) / 1e12) for name, t in timing.items()}
-                spreads = {name: (None if t is None else (t[2] - t[1]) / t[0]) for name, t in timing.items()}
-                rows.append((dtype_name, d, seq, batch, heads, rates, spreads, dead))
-                print(dtype_name, d, seq, {k: (None if r is None else round(r, 1)) for k, r in rates.items()},
-                      flush=True)
+            for causal in causals:
+                impls = implementations(torch, fa, causal, fa4_func)
+                for seq in args.seqs:
+                    batch, heads = max(1, 16384 // seq), 2048 // d
+                    rates = time_shape(torch, impls, inputs_for(torch, dtype, batch, heads, heads, d, seq, seq),
+                                       attention_flop(batch, heads, d, seq, seq, causal), args)
+                    rows.append((dtypes[dtype_name], d, causal, seq, rates))
+                    print(*rows[-1][:4], {k: fmt(v) for k, v in rates.items()}, fmt(ratio(rates), 3), flush=True)
+    model_rows = []
+    if args.models:
+        for name, batch, heads, heads_kv, d, seq_q, seq_k, causal in MODEL_ROWS:
+            impls = implementations(torch, fa, causal, fa4_func)
+            if causal and seq_q != seq_k:  # SDPA's is_causal aligns at the top left
+                impls = {n: f for n, f in impls.items() if n not in ("cuDNN", "FA2")}
+            rates = time_shape(torch, impls, inputs_for(torch, torch.bfloat16, batch, heads, heads_kv, d, seq_q, seq_k),
+                               attention_flop(batch, heads, d, seq_q, seq_k, causal), args)
+            model_rows.append((name, rates))
+            print(name, {k: fmt(v, 1) for k, v in rates.items()}, flush=True)
 
+    met = [r for r in (ratio(x[4]) for x in rows) if r is not None]
+    title = (f"Measured {datetime.date.today()} on {device}, torch {torch.__version__}, "
+             f"flash_attention_scratch {fa.__version__}")
+    lines = [f"# Forward: this library against cuDNN, FlashAttention-4 and FlashAttention-2", "",
+             f"{title}. Command: `python3 bench/compare.py {' '.join(sys.argv[1:])}`. TFLOP/s = "
+             f"4·batch·heads·seq_q·seq_k·d_head / median time, causal counting the pairs the mask keeps; "
+             f"{args.rounds} shuffled rounds of {args.calls} calls; inputs rotated past L2. "
+             f"Cells below {BAR} in bold; –: the implementation does not run the shape.", "",
+             f"Ahead of both peers in {sum(r > 1 for r in met)} of {len(met)} cells, at {BAR} or more in "
+             f"{sum(r >= BAR for r in met)}.", ""]
+    lines += ratio_table(rows) + [""] if rows else []
+    lines += grid_table(rows)
+    if model_rows:
+        lines += ["", "Model-shaped rows (bf16; causal with seq_q != seq_k aligns at the bottom right, which "
+                  "SDPA's is_causal does not do, so cuDNN and FA2 sit those out):", ""]
+        lines += model_table(model_rows)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    lines = [f"# flash_attention vs PyTorch SDPA backends\n",
-             f"{datetime.date.today()}, {device}, torch {torch.__version__}. Command: "
-             f"`python3 bench/compare.py {' '.join(sys.argv[1:])}` (the automatic "
-             f"choice: the tuning cache where `flash_attention tune` wrote one, else the "
-             f"built-in table). TFLOP/s = "
-             f"4·batch·heads·seq²·d_head{' / 2' if args.causal else ''} / median time; "
-             f"16k tokens (batch = 16384/seq), hidden 2048 (heads = 2048/d_head), "
-             f"{'causal' if args.causal else 'non-causal'}. "
-             f"n/a: the implementation does not support the shape.\n",
-             "| dtype | d_head | seq | ours | FA2 | cuDNN | efficient | ours/FA2 | ours/cuDNN | ours/efficient | max spread |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    fmt = lambda r: "n/a" if r is None else f"{r:.1f}"
-    ratio = lambda a, b: "" if a is None or b is None else f"{a / b:.2f}"
-    for dtype_name, d, seq, batch, heads, rates, spreads, dead in rows:
-        spread = max((s for s in spreads.values() if s is not None), default=0)
-        lines.append(f"| {dtype_name} | {d} | {seq} | {fmt(rates['ours'])} | {fmt(rates['FA2'])} | "
-                     f"{fmt(rates['cuDNN'])} | {fmt(rates['efficient'])} | {ratio(rates['ours'], rates['FA2'])} | "
-                     f"{ratio(rates['ours'], rates['cuDNN'])} | {ratio(rates['ours'], rates['efficient'])} | "
-                     f"{100 * spread:.1f}% |")
-
-    dtype0 = fa.configs()[0].dtype
-    shape, costs = overhead(dtype0)
-    lines += ["", f"## Host overhead per call (shape {shape}, {dtype0}; best of 20 batches of 200 calls)", "",
-              "| path | µs per call |", "|---|---|"]
-    lines += [f"| {name} | {us:.2f} |" for name, us in costs.items()]
-    binding = costs["direct binding, _C.forward (automatic choice)"]
-    custom = costs["torch.ops.flash_attention_scratch.forward (custom op)"]
-    lines.append(f"\nThe custom-op path adds {custom - binding:.2f} µs over the direct binding "
-                 "(the C++ API's own cost: build/bin/flash_attention_overhead).")
-    (out.parent / (out.name + ".md")).write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[-8:]))
-
-    plot(rows, device, out.parent / (out.name + ".png"), args.causal)
+    Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+    if rows:
+        plot(rows, title, Path(args.out + ".png"))
+    print("\n".join(lines[4:5]))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# The checks that need a GPU, in stages, from the repository's root. The results a stage
+# makes (the grid's table and plot) and the full logs, packed as logs.tgz, go under $OUT; a
+# short summary is printed last. Stages run in the order given:
+#
+#   scripts/gpu_check.sh build sanitize package grid
+#
+#   build    the README's build (default options: the release set) with warnings as errors, the
+#            README's main job (`run --check`), the host and GPU tests
+#   sanitize compute-sanitizer on build's tests: memcheck on odd shapes of every built config,
+#            racecheck on the sm90 ones (build and sanitize together take about 10 minutes on an
+#            H200 host of 16 cores: the device tool's limit for one command)
+#   package  the default Python package (pip install .), its import in fresh interpreters
+#            before and after torch, and the pytest suite
+#   grid     bench/compare.py: the forward grid and the model-shaped rows against cuDNN,
+#            FlashAttention-4 and FlashAttention-2 in one process (needs package). FlashAttention-4
+#            comes from $PEERS (default .peers/fa4: a copy of ../shared/peers/fa4-wheels, carried)
+#   bench F  a build of the release set plus the short forms of file F, then `flash_attention bench`
+#            of F's configs (F's "#! ARGS" line adds bench arguments)
+#
+# A stage's failure is reported and the next stage still runs; the exit code is 1 if any
+# stage failed. On the device machine: `run` with carry [".peers"] for the grid.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO=$(pwd)
+OUT=${OUT:-/tmp/gpu_check}
+LOGS=${LOGS:-/tmp/gpu_check_logs}
+PEERS=${PEERS:-$REPO/.peers/fa4}
+BUILD=${BUILD:-$REPO/build}
+SITE=${SITE:-/tmp/gpu_check_site}
+mkdir -p "$OUT" "$LOGS"
+export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
+jobs=$(nproc)
+summary=()
+failed=0
+note() { summary+=("$*"); echo "$*"; }
+# check NAME COMMAND...: runs the command with its output in $LOGS/NAME.log, notes the exit code.
+check() {
+  local name=$1
+  shift
+  local t0=$SECONDS
+  "$@" > "$LOGS/$name.log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || failed=1
+  note "$(printf '%-10s exit %-3s %4ss  %s' "$name" $rc $((SECONDS - t0)) "$(summary_of "$name")")"
+  return $rc
+}
+# The line of a log that says how it went.
+summary_of() {
+  local log=$LOGS/$1.log
+  grep -hE '^\[  (PASSED|FAILED) |ERROR SUMMARY|RACECHECK SUMMARY|^(rate|check) |passed|failed|Ahead of' "$log" |
+    tail -3 | tr '\n' ' ' | cut -c1-200
+}
+
+stage_build() {
+  check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON || return
+  check compile cmake --build "$BUILD" -j "$jobs" || return
+  check readme "$BUILD/bin/flash_attention" run --check
+  check test_host "$BUILD/tests/test_host" --gtest_brief=1
+  check test_gpu timeout 600 "$BUILD/tests/test_gpu" --gtest_brief=1
+}
+
+stage_sanitize() {
+  [ -x "$BUILD/tests/test_gpu" ] || stage_build
+  # API errors are not memory errors: one test makes cudaMalloc fail on purpose.
+  check memcheck timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
+    "$BUILD/tests/test_gpu" --gtest_brief=1 \
+    --gtest_filter='Built/EveryConfigOddShapes.*q129_k257*:Built/EveryConfigOddShapes.*q1000_k7_*:Forward.*'
+  check racecheck timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 \
+    "$BUILD/tests/test_gpu" --gtest_brief=1 \
+    --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*'
+}
+
+stage_package() {
+  rm -rf "$SITE"
+  check pip env CMAKE_BUILD_PARALLEL_LEVEL="$jobs" python3 -m pip install --no-build-isolation --no-deps \
+    --target "$SITE" . || return
+  export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+  check imports bash -c 'cd /tmp && python3 -c "import flash_attention_scratch" &&
+    python3 -c "import flash_attention_scratch, torch" && python3 -c "import torch, flash_attention_scratch"'
+  check pytest env FLASH_EXPECT_RELEASE_SET=1 bash -c "cd /tmp && timeout 600 python3 -m pytest -q -rs '$REPO/python/tests'"
+}
+
+peers() {
+  [ -d "$PEERS" ] || { note "grid: no FlashAttention-4 wheels at $PEERS: its column stays empty"; return; }
+  local dir=/tmp/gpu_check_peers
+  if [ ! -d "$dir/flash_attn" ]; then
+    mkdir -p "$dir" && python3 -m pip install -q --no-index --no-deps --no-compile --target "$dir" "$PEERS"/*.whl &&
+      tar -C "$dir" -xJf "$PEERS/cu13.tar.xz" || note "grid: FlashAttention-4 did not install"
+  fi
+  export PYTHONPATH=$PYTHONPATH:$dir:$dir/nvidia_cutlass_dsl/dsl_packages
+}
+
+stage_grid() {
+  [ -d "$SITE/flash_attention_scratch" ] || stage_package
+  export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+  peers
+  check grid python3 bench/compare.py --out "$OUT/grid"
+  cat "$OUT/grid.md"
+}
+
+stage_bench() {
+  local file=$1
+  [ -f "$file" ] || { note "bench: no file $file"; failed=1; return; }
+  check bench_build bash -c "cmake -S . -B '$BUILD-bench' -G Ninja -DFLASH_KERNELS='release,@$file' \
+    -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF && cmake --build '$BUILD-bench' -j $jobs" || return
+  local args=()
+  while IFS= read -r c; do args+=(--config "$c"); done < <(grep '^(' "$file")
+  local extra=()
+  read -r -a extra < <(sed -n 's/^#! //p' "$file" | head -1)
+  check bench "$BUILD-bench/bin/flash_attention" bench "${args[@]}" "${extra[@]}"
+  cat "$LOGS/bench.log"
+}
+
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
+note "$(date -u +%F) $(head -1 "$LOGS/gpu.txt")"
+while [ $# -gt 0 ]; do
+  case $1 in
+    build | sanitize | package | grid) "stage_$1" ;;
+    bench) stage_bench "${2:?bench needs a file of short forms}"; shift ;;
+    *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, grid, bench FILE)" >&2; exit 2 ;;
+  esac
+  shift
+done
+tar czf "$OUT/logs.tgz" -C "$LOGS" .
+echo
+echo "== summary"
+printf '%s\n' "${summary[@]}"
+exit $failed
