@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <string_view>
 #include <utility>
 
 #include "common/small_file.hpp"
@@ -140,6 +141,37 @@ Entry entry_from_json(const nlohmann::json& j) {
     return e;
 }
 
+// A cache nests three levels (the document, its entries, an entry). nlohmann's parser
+// builds any depth, but dump(), copies and comparisons recurse once per level (and so does
+// the destructor in older releases): a "version" nested 100,000 levels deep overflowed the
+// stack in dump(). Counting brackets before parsing bounds every later walk of the
+// document.
+constexpr int k_max_depth = 32;
+
+// Whether arrays and objects in `text` nest deeper than `limit` (brackets inside strings
+// are text). Only a bound: the parser still judges whether the text is JSON.
+bool nests_deeper_than(std::string_view text, int limit) {
+    int depth = 0;
+    bool in_string = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                ++i;  // the escaped character cannot end the string
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit)
+                return true;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return false;
+}
+
 LoadResult corrupt(const std::string& warning) {
     LoadResult r;
     r.corrupt = true;
@@ -207,6 +239,10 @@ std::optional<std::filesystem::path> default_path() {
 }
 
 LoadResult parse(const std::string& text, const std::string& source) {
+    if (nests_deeper_than(text, k_max_depth)) {
+        return corrupt("tuning cache " + source + " is nested more than " +
+                       std::to_string(k_max_depth) + " levels deep");
+    }
     nlohmann::json doc;
     try {
         doc = nlohmann::json::parse(text);

@@ -77,7 +77,8 @@ std::optional<std::filesystem::path> default_path();
 inline constexpr std::size_t k_max_file_bytes = 4 << 20;
 
 // A missing file is an empty cache without warnings. Anything but a regular file (a FIFO,
-// a device, a folder) and files over k_max_file_bytes are corrupt, read without blocking.
+// a device, a folder) and files over k_max_file_bytes are corrupt, read without blocking;
+// so is text whose arrays and objects nest more than 32 levels deep (a cache has three).
 LoadResult load(const std::filesystem::path& path);
 LoadResult parse(const std::string& json_text, const std::string& source_name);
 std::string to_json(const std::vector<Entry>& entries);

@@ -252,6 +252,45 @@ TEST(TuningCache, WronglyTypedOrHugeValuesAreMalformedNotFatal) {
     EXPECT_EQ(tuning::parse(doc.dump(), "cache.json").entries.size(), 1u);
 }
 
+// A cache nested 100,000 levels deep under "version" crashed `choose`: dump() recursed
+// once per level (as copies and comparisons do). Any file nested deeper than a cache ever
+// is, wherever the nesting is, is one warning and the built-in table.
+TEST(TuningCache, DeeplyNestedFilesAreCorruptNotFatal) {
+    constexpr int depth = 100'000;
+    const std::string arrays = std::string(depth, '[') + std::string(depth, ']');
+    std::string objects;
+    for (int i = 0; i < depth; ++i)
+        objects += R"({"a":)";
+    objects += "1" + std::string(depth, '}');
+    const std::string entry_text = tuning::to_json({entry("GPU A", 4096, k_a, 1)});
+    for (const std::string& deep : {arrays, objects}) {
+        std::string in_entry = entry_text;
+        in_entry.replace(in_entry.find("\"GPU A\""), 7, deep);
+        for (const std::string& text : {deep, R"({"version": 1, "entries": )" + deep + "}",
+                                        R"({"entries": [], "version": )" + deep + "}", in_entry}) {
+            const auto r = tuning::parse(text, "cache.json");
+            EXPECT_TRUE(r.corrupt);
+            ASSERT_EQ(r.warnings.size(), 1u) << text.substr(0, 80);
+            EXPECT_NE(r.warnings[0].find("nested"), std::string::npos) << r.warnings[0];
+            EXPECT_LT(r.warnings[0].size(), 200u);
+        }
+    }
+    // Brackets inside strings are text, not nesting.
+    const std::string in_string =
+        R"({"version": 1, "entries": [], "x": "\\\")" + std::string(depth, '[') + R"("})";
+    EXPECT_TRUE(tuning::parse(in_string, "cache.json").warnings.empty());
+    // Through the automatic choice: one warning, then the built-in table.
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    std::ofstream(file) << R"({"entries": [], "version": )" + arrays + "}";
+    const CacheEnvironment env(file);
+    testing::internal::CaptureStderr();
+    EXPECT_FALSE(tuning::lookup({"GPU", 132, fa::DType::BF16, 128, 4096, false}).has_value());
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_NE(err.find("warning"), std::string::npos) << err;
+}
+
 TEST(TuningCache, OnlyRegularFilesAreRead) {
     const TempDir dir;
     // A FIFO with no writer: opening it for reading blocked forever, with the mutex held.
