@@ -62,18 +62,22 @@ void add_bench_command(CLI::App& app, Action& action) {
         "Time configs over sequence lengths: median of timed runs on L2-cold random inputs");
     cmd->add_option("--set", o->set,
                     "the built configs of a named set (e.g. tune, or tune,progression)")
+        ->check(non_empty("a set name"))
         ->check(set_name_validator());
-    cmd->add_option("--config", o->configs, "a config short form (repeatable)");
+    cmd->add_option("--config", o->configs, "a config short form (repeatable)")
+        ->check(non_empty("a config short form"));
     cmd->add_flag("--best", o->best,
                   "the library's automatic choice (the default without --set/--config)");
     cmd->add_option("--splits", o->splits,
                     "with --kvcache or --varlen: the split-KV kernel with these numbers of key "
-                    "ranges per sequence (comma-separated)");
+                    "ranges per sequence (comma-separated)")
+        ->check(non_empty("comma-separated split counts"));
     o->grid.add_to(*cmd);
     o->grid.add_serving_to(*cmd);
     o->timing.add_to(*cmd);
     add_format_option(*cmd, o->format, {"table", "csv", "json"}, "output");
-    cmd->add_option("--svg", o->svg, "also write a chart of TFLOP/s against sequence length");
+    cmd->add_option("--svg", o->svg, "also write a chart of TFLOP/s against sequence length")
+        ->check(non_empty("a file name"));
     cmd->callback([o, &action] { action = [o] { return bench(*o); }; });
 }
 

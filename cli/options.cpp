@@ -65,6 +65,14 @@ CLI::Validator number_in(double minimum, double maximum) {
         "NUMBER in [" + readable(minimum) + ", " + readable(maximum) + "]");
 }
 
+CLI::Validator non_empty(const std::string& expected) {
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            return text.empty() ? "expected " + expected + ", got \"\"" : "";
+        },
+        "");
+}
+
 CLI::Validator batch_size() {
     return integer_in(1, k_max_batch);
 }
@@ -169,6 +177,7 @@ void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std
     for (const auto& a : allowed)
         names += (names.empty() ? "" : ", ") + a;
     cmd.add_option("--format", format, what + ": " + names)
+        ->check(non_empty("one of " + names))
         ->check(CLI::IsMember(allowed))
         ->capture_default_str();
 }
@@ -181,13 +190,17 @@ bool gpu_available() {
 }
 
 void GridOptions::add_to(CLI::App& cmd) {
-    cmd.add_option("--seq", seqs, "comma-separated query sequence lengths")->capture_default_str();
+    cmd.add_option("--seq", seqs, "comma-separated query sequence lengths")
+        ->check(non_empty("comma-separated sequence lengths"))
+        ->capture_default_str();
     cmd.add_option("--seq-k", seq_k, "key/value sequence length (default: the query length)")
         ->check(seq_length());
     cmd.add_option("--d-head", d_heads,
-                   "comma-separated head dims (default: those of the configs, else 128)");
+                   "comma-separated head dims (default: those of the configs, else 128)")
+        ->check(non_empty("comma-separated head dims"));
     cmd.add_option("--dtype", dtypes,
-                   "comma-separated dtypes, fp16/bf16 (default: those of the configs, else bf16)");
+                   "comma-separated dtypes, fp16/bf16 (default: those of the configs, else bf16)")
+        ->check(non_empty("comma-separated dtypes"));
     cmd.add_option("--batch", batch, "batch size (default 16384/seq: 16k tokens)")
         ->check(batch_size());
     cmd.add_option("--heads", heads, "query heads (default 2048/d_head: hidden size 2048)")

@@ -19,6 +19,10 @@ namespace flash_attention::cli {
 CLI::Validator integer_in(long long minimum, long long maximum);
 // A finite number in [minimum, maximum] (nan and inf are refused).
 CLI::Validator number_in(double minimum, double maximum);
+// A string option's value, which may not be empty: the commands read an empty string as
+// the option not given (`run --config ""` ran the automatic choice). The message names
+// `expected`.
+CLI::Validator non_empty(const std::string& expected);
 
 // The library's own limits on problem sizes (flash_attention.hpp).
 CLI::Validator batch_size();

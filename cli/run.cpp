@@ -163,7 +163,8 @@ void add_run_command(CLI::App& app, Action& action) {
     cmd->add_option("--config", o->config,
                     "kernel config short form, e.g. \"(BF16, 128, 128, 64, 4): "
                     "async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax\"; default: the "
-                    "library's automatic choice");
+                    "library's automatic choice")
+        ->check(non_empty("a config short form"));
     cmd->add_option("--batch", o->batch, "batch size")->check(batch_size())->capture_default_str();
     cmd->add_option("--heads", o->heads, "attention heads")
         ->check(head_count())
@@ -178,6 +179,7 @@ void add_run_command(CLI::App& app, Action& action) {
     cmd->add_option("--d-head", o->d_head, "head dimension (default: the config's, else 128)")
         ->check(integer_in(1, 1024));
     cmd->add_option("--dtype", o->dtype, "fp16 or bf16 (default: the config's, else bf16)")
+        ->check(non_empty("fp16 or bf16"))
         ->check(CLI::IsMember({"fp16", "bf16"}, CLI::ignore_case));
     cmd->add_option("--scale", o->scale, "softmax scale (default 1/sqrt(d_head))");
     o->variants.add_to(*cmd);

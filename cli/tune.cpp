@@ -157,20 +157,24 @@ void add_tune_command(CLI::App& app, Action& action) {
         "in the tuning cache that the automatic choice reads");
     CLI::Option* set =
         cmd->add_option("--set", o->set, "configs to try: the built ones of this set")
+            ->check(non_empty("a set name"))
             ->check(set_name_validator())
             ->capture_default_str();
-    cmd->add_option("--config", o->configs, "try only these configs (repeatable)");
+    cmd->add_option("--config", o->configs, "try only these configs (repeatable)")
+        ->check(non_empty("a config short form"));
     cmd->add_option("--splits", o->splits,
                     "with --kvcache or --varlen: the split counts to try (comma-separated); the "
                     "winner per (dtype, d_head, key-length bucket, query rows per K/V head) is "
                     "what those calls then use")
+        ->check(non_empty("comma-separated split counts"))
         ->capture_default_str();
     o->grid.add_to(*cmd);
     o->grid.add_serving_to(*cmd);
     o->timing.add_to(*cmd);
     cmd->add_option("--cache", o->cache,
                     "tuning cache to update (default: $FLASH_ATTENTION_TUNING, else "
-                    "~/.cache/flash_attention/tuning.json)");
+                    "~/.cache/flash_attention/tuning.json)")
+        ->check(non_empty("a file name"));
     add_format_option(*cmd, o->format, {"table", "csv", "json", "none"},
                       "how to print every measurement");
     cmd->callback([o, set, &action] {

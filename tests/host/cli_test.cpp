@@ -391,3 +391,28 @@ TEST(Cli, ChartKeepsEveryPoint) {
     EXPECT_NE(svg.find(std::string(2000, 't')), std::string::npos);
     EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
 }
+
+// An empty value was taken for an option not given: `run --config ""` ran the automatic
+// choice, `bench --svg ""` wrote no chart, `tune --cache ""` wrote the default cache.
+TEST(Cli, EmptyValuesAreUsageErrors) {
+    const std::vector<std::vector<std::string>> commands = {
+        {"run", "--config"},         {"run", "--dtype"},          {"run", "--window"},
+        {"bench", "--svg"},          {"bench", "--config"},       {"bench", "--set"},
+        {"bench", "--splits"},       {"bench", "--seq"},          {"bench", "--d-head"},
+        {"bench", "--dtype"},        {"bench", "--window"},       {"bench", "--format"},
+        {"tune", "--cache"},         {"tune", "--config"},        {"tune", "--set"},
+        {"tune", "--splits"},        {"tune", "--d-head"},        {"tune", "--dtype"},
+        {"progression", "--d-head"}, {"progression", "--family"}, {"list", "--set"},
+        {"choose", "--device"},      {"choose", "--dtype"}};
+    for (std::vector<std::string> args : commands) {
+        const std::string option = args[1];
+        args.push_back("");
+        const auto [code, err] = run(args);
+        EXPECT_EQ(code, 2) << args[0] << " " << option << ": " << err;
+        EXPECT_EQ(err.rfind("flash_attention: " + option + ": expected ", 0), 0u)
+            << args[0] << " " << option << ": " << err;
+        EXPECT_NE(err.find("got \"\""), std::string::npos)
+            << args[0] << " " << option << ": " << err;
+        EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    }
+}
