@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "common/text.hpp"
 #include "config/config_space.hpp"
 #include "flash_attention/error.hpp"
 
@@ -34,7 +35,7 @@ std::string readable(double x) {
 }
 
 std::string excerpt(const std::string& text) {
-    return text.size() <= 40 ? text : text.substr(0, 40) + "...";
+    return printable(text, 40);
 }
 
 }  // namespace
@@ -120,7 +121,7 @@ std::vector<DType> parse_dtype_list(const std::string& text, const std::string& 
             values.push_back(DType::BF16);
         } else {
             throw UsageError(option + ": expected a comma-separated list of fp16 and bf16, got \"" +
-                             text + "\"");
+                             excerpt(text) + "\"");
         }
     }
     if (values.empty())

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "common/cuda_check.hpp"
+#include "common/text.hpp"
 #include "config/config_space.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "measure.hpp"
@@ -74,7 +75,7 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
     if (out.empty()) {
         throw UsageError(option + ": expected a set with configs in this build (kernel set \"" +
                          std::string(built_kernel_set()) + "\"; configure with -DFLASH_KERNELS=" +
-                         set + " to build it), got \"" + set + "\"");
+                         printable(set) + " to build it), got \"" + printable(set) + "\"");
     }
     if (missing > 0) {
         std::cerr << "flash_attention: note: " << missing << " configs of set \"" << set
@@ -88,7 +89,7 @@ KernelConfig built_config(const std::string& short_form, const std::string& opti
     if (!is_built(c)) {
         throw UsageError(option +
                          ": expected a config in this build (see flash_attention list), got " +
-                         short_form);
+                         c.to_string());
     }
     return c;
 }
@@ -133,8 +134,9 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
         throw UsageError(
             "--seq/--d-head/--dtype: expected shapes that a selected, built kernel "
             "supports, got --seq " +
-            grid.seqs + (grid.d_heads.empty() ? "" : " --d-head " + grid.d_heads) +
-            (grid.dtypes.empty() ? "" : " --dtype " + grid.dtypes));
+            printable(grid.seqs) +
+            (grid.d_heads.empty() ? "" : " --d-head " + printable(grid.d_heads)) +
+            (grid.dtypes.empty() ? "" : " --dtype " + printable(grid.dtypes)));
     }
     return jobs;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/text.hpp"
 #include "config/resources.hpp"
 #include "flash_attention/error.hpp"
 #include "kernels/config_code.hpp"
@@ -140,10 +141,9 @@ bool iequals(std::string_view a, std::string_view b) {
 // and a bound keeps the parser's work (and its messages) small on hostile input.
 constexpr std::size_t k_max_short_form = 256;
 
-// Shown in messages: hostile input is cut short.
+// Shown in messages: hostile input is cut short, control characters escaped.
 std::string excerpt(std::string_view s) {
-    constexpr std::size_t shown = 100;
-    return s.size() <= shown ? std::string(s) : std::string(s.substr(0, shown)) + "...";
+    return printable(s, 100);
 }
 
 class Parser {

@@ -416,3 +416,13 @@ TEST(Cli, EmptyValuesAreUsageErrors) {
         EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
     }
 }
+
+// Text the user gave was echoed raw: a newline in --config made a message of two lines.
+TEST(Cli, MessagesEscapeControlCharacters) {
+    expect_usage_error({"run", "--config", "(BF16, 64, 128, 64, 4): asy\nnc+load_1_1_1_tiles"},
+                       "asy\\nnc");
+    expect_usage_error({"bench", "--dtype", "bf16,fp\n32"}, "fp\\n32");
+    expect_usage_error({"bench", "--seq", "512\r"}, "512\\r");
+    expect_usage_error({"list", "--set", "tu\tne"}, "tu\\tne");
+    expect_usage_error({"tune\n"}, "tune\\n");
+}

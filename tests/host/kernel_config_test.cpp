@@ -167,6 +167,25 @@ TEST(KernelConfig, RejectsTwoFlagsOfOneKind) {
               std::string::npos);
 }
 
+// A message quoted the input's first 100 bytes, which could end inside a UTF-8 character
+// (Python then raised UnicodeDecodeError, not ValueError), and echoed control characters
+// raw: a newline split the message in two, a NUL ended Python's copy of it.
+TEST(KernelConfig, MessagesQuoteTheInputAsOneLineOfValidUtf8) {
+    const std::string cut = parse_error("(" + std::string(98, 'a') + "\xC3\xA9");  // é
+    EXPECT_NE(cut.find("(" + std::string(98, 'a') + "...\""), std::string::npos) << cut;
+    const std::string whole = parse_error("(" + std::string(97, 'a') + "\xC3\xA9");
+    EXPECT_NE(whole.find(std::string(97, 'a') + "\xC3\xA9\""), std::string::npos) << whole;
+    const std::string newline = parse_error("(BF16, 64, 128, 64, 4): asy\nnc+load_1_1_1_tiles");
+    EXPECT_EQ(newline.find('\n'), std::string::npos) << newline;
+    EXPECT_NE(newline.find("\"asy\\nnc\""), std::string::npos) << newline;
+    const std::string nul =
+        parse_error(std::string("(BF16, 64, 128, 64, 4): asy\0nc+load_1_1_1_tiles", 47));
+    EXPECT_EQ(nul.find('\0'), std::string::npos) << nul;
+    EXPECT_NE(nul.find("asy\\x00nc"), std::string::npos) << nul;
+    const std::string invalid = parse_error("(BF16, 64, 128, 64, 4): \xFF+load_1_1_1_tiles");
+    EXPECT_NE(invalid.find("\"\\xff\""), std::string::npos) << invalid;
+}
+
 // Values past what a kernel code holds overflowed smem_bytes() and n_threads().
 TEST(KernelConfig, BoundsEveryNumber) {
     EXPECT_NE(parse_error("(FP16, 128, 2000000000, 64, 4): load_0_0_0_tiles")
