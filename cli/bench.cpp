@@ -1,8 +1,9 @@
-#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "commands.hpp"
+#include "common/small_file.hpp"
+#include "common/text.hpp"
 #include "options.hpp"
 #include "report.hpp"
 #include "sweep.hpp"
@@ -36,17 +37,20 @@ int bench(const BenchOptions& o) {
         candidates.push_back(std::nullopt);
     const std::vector<Job> jobs = plan(candidates, o.grid);
     // Before the run: a chart that cannot be written fails now, not after it.
-    std::ofstream svg = o.svg.empty() ? std::ofstream() : open_output(o.svg, "--svg");
+    if (!o.svg.empty())
+        check_output_path(o.svg, "--svg");
     if (!gpu_available())
         return exit_failure;
     const SweepResult result = sweep(candidates, jobs, o.timing);
     const std::string device = DeviceProperties::current().description();
     std::cout << format_report(result.measurements, o.format, device);
-    if (svg.is_open()) {
-        svg << svg_chart(result.measurements, "flash_attention bench on " + device);
-        svg.close();
-        if (!svg) {
-            std::cerr << "flash_attention: --svg: writing " << o.svg << " failed\n";
+    if (!o.svg.empty()) {
+        // Replaced in one step: a failure leaves the last chart as it was.
+        const std::string problem = write_file_atomically(
+            o.svg, svg_chart(result.measurements, "flash_attention bench on " + device));
+        if (!problem.empty()) {
+            std::cerr << "flash_attention: --svg: writing " << printable(o.svg, 4096)
+                      << " failed: " << problem << "\n";
             return exit_failure;
         }
     }

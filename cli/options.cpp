@@ -1,14 +1,13 @@
 #include "options.hpp"
 
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <optional>
 #include <sstream>
 
+#include "common/small_file.hpp"
 #include "common/text.hpp"
 #include "config/config_space.hpp"
 #include "flash_attention/error.hpp"
@@ -102,13 +101,11 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
     return values;
 }
 
-std::ofstream open_output(const std::string& path, const std::string& option) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) {
+void check_output_path(const std::string& path, const std::string& option) {
+    if (const std::string problem = write_problem(path, false); !problem.empty()) {
         throw UsageError(option + ": expected a file that can be written, got \"" + excerpt(path) +
-                         "\" (" + std::strerror(errno) + ")");
+                         "\" (" + problem + ")");
     }
-    return out;
 }
 
 std::vector<DType> parse_dtype_list(const std::string& text, const std::string& option) {

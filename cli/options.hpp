@@ -4,7 +4,6 @@
 // option, what was expected and what was given.
 
 #include <CLI/CLI.hpp>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,9 +49,10 @@ struct TimingOptions {
     void add_to(CLI::App& cmd);
 };
 
-// Opens `path` for writing before a long run, so that a bad path fails at once (UsageError
-// naming the option); the caller writes the result into it at the end.
-std::ofstream open_output(const std::string& path, const std::string& option);
+// Before a long run whose result goes to `path`: a UsageError naming the option if it
+// cannot be written, judged without creating anything (a run that fails leaves an existing
+// file as it was). write_file_atomically (common/small_file.hpp) writes it at the end.
+void check_output_path(const std::string& path, const std::string& option);
 
 // --format, one of `allowed` (the first is the default already in `format`).
 void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std::string>& allowed,

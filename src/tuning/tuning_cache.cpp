@@ -313,43 +313,8 @@ void save_atomically(const std::filesystem::path& path, const std::vector<Entry>
         std::filesystem::create_directories(path.parent_path(), ec);
     if (ec)
         write_failure(path, "a folder that cannot be created (" + ec.message() + ")");
-    // The new file gets the old one's permissions, else what a new file of this user gets.
-    mode_t mode = 0;
-    if (struct stat old{}; ::stat(path.c_str(), &old) == 0) {
-        if (!S_ISREG(old.st_mode))
-            write_failure(path, "a path that is not a regular file");
-        mode = old.st_mode & 07777;
-    } else {
-        const mode_t mask = ::umask(0);
-        ::umask(mask);
-        mode = 0666 & ~mask;
-    }
-    std::string tmp = path.string() + ".tmp.XXXXXX";
-    const Fd fd(::mkstemp(tmp.data()));  // O_CREAT | O_EXCL, mode 0600, random name
-    if (fd.get() < 0)
-        write_failure(path, "no temporary file beside it (" + errno_text() + ")");
-    const auto give_up = [&](const std::string& what) {
-        ::unlink(tmp.c_str());
-        write_failure(path, what);
-    };
-    const std::string text = to_json(entries);
-    for (std::size_t done = 0; done < text.size();) {
-        const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            give_up("a write error on " + tmp + " (" + errno_text() + ")");
-        done += static_cast<std::size_t>(n);
-    }
-    if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0)
-        give_up("a failed fchmod/fsync of " + tmp + " (" + errno_text() + ")");
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-        give_up("a failed rename (" + errno_text() + ")");
-    // The rename itself reaches the disk with the folder.
-    const Fd folder(::open(path.has_parent_path() ? path.parent_path().c_str() : ".",
-                           O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (folder.get() >= 0)
-        ::fsync(folder.get());
+    if (const std::string problem = write_file_atomically(path, to_json(entries)); !problem.empty())
+        write_failure(path, problem);
 }
 
 namespace {

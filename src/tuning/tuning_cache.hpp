@@ -86,10 +86,9 @@ std::string to_json(const std::vector<Entry>& entries);
 // `existing` with every entry whose key `updates` holds replaced; other keys kept.
 std::vector<Entry> merge(std::vector<Entry> existing, const std::vector<Entry>& updates);
 
-// Writes through a fresh temporary file in the same folder (a random name, created
-// exclusively: never an existing file or a link), flushed to disk, with the old file's
-// permissions, then renamed over it: readers and a crash mid-write see either the old
-// file or the new one. Throws Error on failure.
+// Creates the folders it goes in, then writes through write_file_atomically
+// (common/small_file.hpp): readers and a crash mid-write see either the old file or the
+// new one. Throws Error on failure.
 void save_atomically(const std::filesystem::path& path, const std::vector<Entry>& entries);
 
 // Merges `entries` into the file as it is now: under an exclusive lock on `path`.lock,

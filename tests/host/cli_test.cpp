@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -31,6 +35,34 @@ Output run_program(std::vector<std::string> args) {
     const int code = cli::run_cli(static_cast<int>(argv.size()), argv.data());
     std::string out = testing::internal::GetCapturedStdout();
     return {code, std::move(out), testing::internal::GetCapturedStderr()};
+}
+
+// A fresh temporary folder, removed afterwards.
+class TempDir {
+  public:
+    TempDir()
+        : path_(std::filesystem::temp_directory_path() /
+                ("fa_cli_test_" + std::to_string(getpid()) + "_" + std::to_string(counter_++))) {
+        std::filesystem::create_directories(path_);
+    }
+    ~TempDir() { std::filesystem::remove_all(path_); }
+    const std::filesystem::path& path() const { return path_; }
+    // The names in the folder, recursively.
+    std::vector<std::string> contents() const {
+        std::vector<std::string> names;
+        for (const auto& e : std::filesystem::recursive_directory_iterator(path_))
+            names.push_back(std::filesystem::relative(e.path(), path_).string());
+        return names;
+    }
+
+  private:
+    static inline int counter_ = 0;
+    std::filesystem::path path_;
+};
+
+std::string file_text(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::pair<int, std::string> run(std::vector<std::string> args) {
@@ -303,7 +335,7 @@ TEST(Cli, ChooseNamesABuiltKernelOfTheDevicesFamily) {
     expect_usage_error({"choose", "--device", "h100", "--heads", "6", "--heads-kv", "4"}, "heads");
 }
 
-// A failed --svg write exited 0, after the whole run; now the file is opened first.
+// A failed --svg write exited 0, after the whole run; now the path is checked first.
 TEST(Cli, OutputFilesAreCheckedBeforeTheRun) {
     expect_usage_error({"bench", "--svg", "/nonexistent-folder/chart.svg"},
                        "--svg: expected a file that can be written");
@@ -425,4 +457,22 @@ TEST(Cli, MessagesEscapeControlCharacters) {
     expect_usage_error({"bench", "--seq", "512\r"}, "512\\r");
     expect_usage_error({"list", "--set", "tu\tne"}, "tu\\tne");
     expect_usage_error({"tune\n"}, "tune\\n");
+}
+
+// --svg emptied an existing file before the GPU check, so a run that failed destroyed it.
+TEST(Cli, AFailedBenchLeavesAnExistingChartUntouched) {
+    if (fa::device_count() > 0)
+        GTEST_SKIP() << "a run that fails before measuring needs a machine without a GPU";
+    const TempDir dir;
+    const auto chart = dir.path() / "chart.svg";
+    std::ofstream(chart) << "the last chart";
+    const Output o = run_program({"bench", "--svg", chart.string()});
+    EXPECT_EQ(o.code, 1) << o.err;
+    EXPECT_EQ(file_text(chart), "the last chart");
+    EXPECT_EQ(dir.contents(), std::vector<std::string>{"chart.svg"});
+    // Nor is a new chart's file made before the run.
+    const Output fresh = run_program({"bench", "--svg", (dir.path() / "new.svg").string()});
+    EXPECT_EQ(fresh.code, 1) << fresh.err;
+    EXPECT_EQ(dir.contents(), std::vector<std::string>{"chart.svg"});
+    expect_usage_error({"bench", "--svg", dir.path().string()}, "--svg: expected");
 }
