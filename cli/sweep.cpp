@@ -25,21 +25,6 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 
-// Ctrl-C sets a flag the sweep checks between measurements, for as long as it lives.
-class InterruptGuard {
-  public:
-    InterruptGuard() {
-        g_interrupted = false;
-        previous_ = std::signal(SIGINT, [](int) { g_interrupted = true; });
-    }
-    ~InterruptGuard() { std::signal(SIGINT, previous_); }
-    InterruptGuard(const InterruptGuard&) = delete;
-    InterruptGuard& operator=(const InterruptGuard&) = delete;
-
-  private:
-    void (*previous_)(int);
-};
-
 void show_progress(std::size_t done, std::size_t total) {
     if (!isatty(STDERR_FILENO))
         return;
@@ -53,6 +38,19 @@ void show_progress(std::size_t done, std::size_t total) {
 }
 
 }  // namespace
+
+InterruptGuard::InterruptGuard() {
+    g_interrupted = false;
+    previous_ = std::signal(SIGINT, [](int) { g_interrupted = true; });
+}
+
+InterruptGuard::~InterruptGuard() {
+    std::signal(SIGINT, previous_);
+}
+
+bool interrupted() {
+    return g_interrupted;
+}
 
 std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option) {
     std::vector<Candidate> out;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string_view>
+#include <thread>
 #include <utility>
 
 #include "common/small_file.hpp"
@@ -319,30 +320,65 @@ void save_atomically(const std::filesystem::path& path, const std::vector<Entry>
 
 namespace {
 
-// An exclusive lock on `path`.lock (never a link), held while the descriptor lives.
-Fd lock_file(const std::filesystem::path& path) {
+std::string lock_path_of(const std::filesystem::path& path) {
+    return path.string() + ".lock";
+}
+
+void create_folders(const std::filesystem::path& path) {
     std::error_code ec;
     if (path.has_parent_path())
         std::filesystem::create_directories(path.parent_path(), ec);
     if (ec)
         write_failure(path, "a folder that cannot be created (" + ec.message() + ")");
-    const std::string lock_path = path.string() + ".lock";
+}
+
+// An exclusive lock on `path`.lock (never a link), held while the descriptor lives. A lock
+// another process holds is waited for as `wait` says: flock() alone would wait forever,
+// silently, and Ctrl-C could not end the wait with the caller's exit code.
+Fd lock_file(const std::filesystem::path& path, const LockWait& wait) {
+    create_folders(path);
+    const std::string lock_path = lock_path_of(path);
     Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
     if (lock.get() < 0)
         write_failure(path, "no lock file " + lock_path + " (" + errno_text() + ")");
-    while (::flock(lock.get(), LOCK_EX) != 0) {
-        if (errno != EINTR)
+    const auto deadline = std::chrono::steady_clock::now() + wait.timeout;
+    bool told = false;
+    while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EINTR)
+            continue;
+        if (errno != EWOULDBLOCK)
             write_failure(path, "no lock on " + lock_path + " (" + errno_text() + ")");
+        if (!told && wait.waiting)
+            wait.waiting(lock_path);
+        told = true;
+        if (wait.interrupted && wait.interrupted())
+            throw LockNotTaken("interrupted while waiting for the lock " + lock_path, true);
+        if (std::chrono::steady_clock::now() >= deadline) {
+            throw LockNotTaken(
+                "gave up waiting for the lock " + lock_path + " after " +
+                    std::to_string(
+                        std::chrono::duration_cast<std::chrono::seconds>(wait.timeout).count()) +
+                    " s (another process holds it)",
+                false);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return lock;
 }
 
 }  // namespace
 
+void check_path(const std::filesystem::path& path) {
+    if (const std::string problem = write_problem(path, true); !problem.empty())
+        write_failure(path, problem);
+    const std::string lock_path = lock_path_of(path);
+    if (struct stat st{}; ::lstat(lock_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        write_failure(path, "a lock file " + lock_path + " that is not a regular file");
+}
+
 void check_writable(const std::filesystem::path& path) {
-    const Fd lock = lock_file(path);
-    if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-        write_failure(path, "a path that is not a regular file");
+    check_path(path);
+    create_folders(path);
     std::string tmp = path.string() + ".tmp.XXXXXX";
     const Fd fd(::mkstemp(tmp.data()));
     if (fd.get() < 0)
@@ -351,8 +387,8 @@ void check_writable(const std::filesystem::path& path) {
 }
 
 std::vector<std::string> update(const std::filesystem::path& path,
-                                const std::vector<Entry>& entries) {
-    const Fd lock = lock_file(path);
+                                const std::vector<Entry>& entries, const LockWait& wait) {
+    const Fd lock = lock_file(path, wait);
     // Under the lock: the file as the last writer left it.
     LoadResult current = load(path);
     if (current.corrupt) {

@@ -8,10 +8,13 @@
 // Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json,
 // else $HOME/.cache/flash_attention/tuning.json, else none (the built-in table alone).
 
+#include <chrono>
 #include <compare>
 #include <cstddef>
 #include <filesystem>
+#include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -91,15 +94,41 @@ std::vector<Entry> merge(std::vector<Entry> existing, const std::vector<Entry>& 
 // new one. Throws Error on failure.
 void save_atomically(const std::filesystem::path& path, const std::vector<Entry>& entries);
 
-// Merges `entries` into the file as it is now: under an exclusive lock on `path`.lock,
-// reads the file, merges, saves atomically. Concurrent writers (two tune runs) keep each
-// other's entries. A corrupt file is first moved to `path`.corrupt. Returns the warnings
-// of reading the file. Throws Error if the lock or the write fails.
-std::vector<std::string> update(const std::filesystem::path& path,
-                                const std::vector<Entry>& entries);
+// How update() waits while another process (another tune run) holds the lock.
+struct LockWait {
+    std::chrono::milliseconds timeout = std::chrono::seconds(60);
+    // Called once, with the lock file's path, when the lock is found taken.
+    std::function<void(const std::string& lock_path)> waiting;
+    // Polled while waiting (every 50 ms): true gives up at once (Ctrl-C).
+    std::function<bool()> interrupted;
+};
 
-// Throws the Error update() would, before a long tune rather than after it: the folder
-// can be created and written, the lock taken, and the path is no folder or device.
+// update() gave up waiting for the lock: `timeout` passed, or `interrupted` said so.
+// Nothing was written.
+class LockNotTaken : public std::runtime_error {
+  public:
+    LockNotTaken(const std::string& message, bool interrupted)
+        : std::runtime_error(message), interrupted(interrupted) {}
+    bool interrupted;
+};
+
+// Merges `entries` into the file as it is now: under an exclusive lock on `path`.lock
+// (creating the folders and the lock file if missing), reads the file, merges, saves
+// atomically. Concurrent writers (two tune runs) keep each other's entries. A corrupt file
+// is first moved to `path`.corrupt. Returns the warnings of reading the file. Throws
+// LockNotTaken as `wait` says, Error if the lock or the write fails.
+std::vector<std::string> update(const std::filesystem::path& path,
+                                const std::vector<Entry>& entries, const LockWait& wait = {});
+
+// Throws the Error update() would for what can be told without creating anything (a run
+// that fails before it measures leaves no folder or lock file behind): the path is no
+// folder or device, the nearest existing folder above it can be written, and its lock file
+// is not a link or anything but a regular file.
+void check_path(const std::filesystem::path& path);
+
+// check_path, then what only trying tells, before a long tune rather than after it:
+// creates the folders and a temporary file in them, which it removes. Takes no lock and
+// creates no lock file.
 void check_writable(const std::filesystem::path& path);
 
 // The process-wide cache behind forward(params, stream): read from default_path() on

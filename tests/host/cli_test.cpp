@@ -339,8 +339,9 @@ TEST(Cli, ChooseNamesABuiltKernelOfTheDevicesFamily) {
 TEST(Cli, OutputFilesAreCheckedBeforeTheRun) {
     expect_usage_error({"bench", "--svg", "/nonexistent-folder/chart.svg"},
                        "--svg: expected a file that can be written");
-    expect_usage_error({"tune", "--set", "release", "--cache", "/proc/flash_attention_tuning.json"},
-                       "--cache");
+    // Judged without creating anything: a path under a file. (A folder where nothing can be
+    // created, such as /proc for root, only shows when trying, after the GPU check.)
+    expect_usage_error({"tune", "--set", "release", "--cache", "/dev/null/tuning.json"}, "--cache");
 }
 
 TEST(Cli, CtrlCExitsWith130) {
@@ -476,3 +477,22 @@ TEST(Cli, AFailedBenchLeavesAnExistingChartUntouched) {
     EXPECT_EQ(dir.contents(), std::vector<std::string>{"chart.svg"});
     expect_usage_error({"bench", "--svg", dir.path().string()}, "--svg: expected");
 }
+
+// tune created the cache's missing folders and a lock file before finding no GPU, and left
+// them behind.
+TEST(Cli, TuneCreatesNothingBeforeTheGpuCheck) {
+    if (fa::device_count() > 0)
+        GTEST_SKIP() << "a run that fails before measuring needs a machine without a GPU";
+    const TempDir dir;
+    const std::string built = fa::configs().front().to_string();
+    for (const auto& cache : {dir.path() / "tuning.json", dir.path() / "a" / "b" / "tuning.json"}) {
+        const Output o = run_program({"tune", "--config", built, "--cache", cache.string()});
+        EXPECT_EQ(o.code, 1) << o.err;
+        EXPECT_TRUE(dir.contents().empty()) << dir.contents().front();
+    }
+    // What can be judged without creating anything still is, before the GPU.
+    expect_usage_error({"tune", "--config", built, "--cache", dir.path().string()}, "--cache");
+    expect_usage_error({"tune", "--lock-timeout", "-1"}, "--lock-timeout");
+    EXPECT_NE(run_program({"tune", "--help"}).out.find("--lock-timeout"), std::string::npos);
+}
+

@@ -1,4 +1,6 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -360,6 +362,65 @@ TEST(TuningCache, ConcurrentWritersKeepEachOthersEntries) {
     const auto r = tuning::load(file);
     EXPECT_FALSE(r.corrupt);
     EXPECT_EQ(r.entries.size(), static_cast<std::size_t>(writers * 5));
+}
+
+// While another process held the lock, update() waited forever and said nothing.
+TEST(TuningCache, UpdateWaitsForAHeldLockBoundedlyAndSaysSo) {
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    const std::string lock_path = file.string() + ".lock";
+    // A lock on another open file description conflicts as another process's would.
+    const int held = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(held, 0);
+    ASSERT_EQ(::flock(held, LOCK_EX), 0);
+    std::vector<std::string> notices;
+    tuning::LockWait wait;
+    wait.timeout = std::chrono::milliseconds(300);
+    wait.waiting = [&](const std::string& path) { notices.push_back(path); };
+    const auto update_throws = [&](bool interrupted) {
+        const auto start = std::chrono::steady_clock::now();
+        try {
+            tuning::update(file, {entry("GPU A", 4096, k_a, 1)}, wait);
+            ADD_FAILURE() << "update() took a lock that was held";
+        } catch (const tuning::LockNotTaken& e) {
+            EXPECT_EQ(e.interrupted, interrupted);
+            EXPECT_NE(std::string(e.what()).find(lock_path), std::string::npos) << e.what();
+        }
+        return std::chrono::steady_clock::now() - start;
+    };
+    const auto waited = update_throws(false);
+    EXPECT_GE(waited, std::chrono::milliseconds(300));
+    EXPECT_LT(waited, std::chrono::seconds(5));
+    EXPECT_EQ(notices, std::vector<std::string>{lock_path});
+    EXPECT_FALSE(std::filesystem::exists(file));
+    // Ctrl-C (what `interrupted` reports) ends the wait at once.
+    wait.timeout = std::chrono::minutes(10);
+    wait.interrupted = [] { return true; };
+    EXPECT_LT(update_throws(true), std::chrono::seconds(5));
+    // Released: the update goes through, without a notice.
+    notices.clear();
+    wait.interrupted = [] { return false; };
+    ASSERT_EQ(::flock(held, LOCK_UN), 0);
+    EXPECT_TRUE(tuning::update(file, {entry("GPU A", 4096, k_a, 1)}, wait).empty());
+    EXPECT_TRUE(notices.empty());
+    EXPECT_EQ(tuning::load(file).entries.size(), 1u);
+    ::close(held);
+}
+
+// tune's checks before a GPU is looked for create nothing: no folder, no lock file.
+TEST(TuningCache, PathChecksCreateNothing) {
+    const TempDir dir;
+    const auto deep = dir.path() / "a" / "b" / "tuning.json";
+    EXPECT_NO_THROW(tuning::check_path(deep));
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+    EXPECT_THROW(tuning::check_path(dir.path()), fa::Error);  // a folder
+    std::ofstream(dir.path() / "file") << "x";
+    EXPECT_THROW(tuning::check_path(dir.path() / "file" / "tuning.json"), fa::Error);
+    EXPECT_THROW(tuning::check_path("/dev/null"), fa::Error);
+    // The check after the GPU's creates the folders the cache goes in, and no lock file.
+    tuning::check_writable(deep);
+    EXPECT_TRUE(std::filesystem::is_directory(deep.parent_path()));
+    EXPECT_TRUE(std::filesystem::is_empty(deep.parent_path()));
 }
 
 TEST(TuningCache, WritesNeitherThroughLinksNorToPredictableNames) {
