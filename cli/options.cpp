@@ -73,6 +73,22 @@ CLI::Validator non_empty(const std::string& expected) {
         "");
 }
 
+CLI::Validator softmax_scale_bounds() {
+    char bound[32];
+    std::snprintf(bound, sizeof bound, "%.4g", k_max_softmax_scale);  // as the library says it
+    const std::string expected = std::string("a positive finite number below ") + bound;
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            double value = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+            const bool ok = !text.empty() && ec == std::errc() &&
+                            end == text.data() + text.size() && std::isfinite(value) && value > 0 &&
+                            value < k_max_softmax_scale;
+            return ok ? "" : "expected " + expected + ", got \"" + excerpt(text) + "\"";
+        },
+        "NUMBER in (0, " + std::string(bound) + ")");
+}
+
 CLI::Validator batch_size() {
     return integer_in(1, k_max_batch);
 }
@@ -207,7 +223,8 @@ void GridOptions::add_to(CLI::App& cmd) {
                    "key/value heads, dividing the query heads (grouped-query attention)")
         ->check(head_count());
     cmd.add_flag("--causal", causal, "causal masking, aligned at the bottom right");
-    cmd.add_option("--scale", scale, "softmax scale (default 1/sqrt(d_head))");
+    cmd.add_option("--scale", scale, "softmax scale, positive (default 1/sqrt(d_head))")
+        ->check(softmax_scale_bounds());
     variants.add_to(cmd);
 }
 
@@ -242,6 +259,10 @@ void VariantOptions::apply(Shape& shape) const {
     }
     shape.softcap = softcap;
     shape.sinks = sinks;
+}
+
+void validate_shape(const Shape& shape) {
+    validate(shape.problem(), shape.scale, {shape.window_left, shape.window_right, shape.softcap});
 }
 
 void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen) {
@@ -303,6 +324,7 @@ Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
             .api = api(),
             .page_size = page_size};
     variants.apply(s);
+    validate_shape(s);
     return s;
 }
 

@@ -23,6 +23,9 @@ CLI::Validator number_in(double minimum, double maximum);
 // `expected`.
 CLI::Validator non_empty(const std::string& expected);
 
+// --scale: positive, finite and below the library's k_max_softmax_scale.
+CLI::Validator softmax_scale_bounds();
+
 // The library's own limits on problem sizes (flash_attention.hpp).
 CLI::Validator batch_size();
 CLI::Validator head_count();
@@ -101,6 +104,10 @@ struct GridOptions {
     // not divide the heads.
     Shape shape(DType dtype, int d_head, int seq) const;
 };
+
+// The library's Error for a shape its entry point refuses whatever the GPU (head dim,
+// sizes, scale, window, softcap): the commands call it before they look for a GPU.
+void validate_shape(const Shape& shape);
 
 // --kvcache, --page-size and --varlen (GridOptions' serving fields) on a command.
 void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen);

@@ -5,6 +5,8 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
+#include <numbers>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +27,10 @@ using Stream = CUstream_st*;  // the same type as cudaStream_t; nullptr is the d
 inline constexpr std::int64_t k_max_batch = 65535;
 inline constexpr std::int64_t k_max_heads = 65535;
 inline constexpr std::int64_t k_max_seq = std::int64_t{1} << 30;
+// The softmax scale a call takes is positive, finite and below this: the kernels work in
+// base 2, and scale * log2(e) must be a finite float.
+inline constexpr double k_max_softmax_scale =
+    std::numeric_limits<float>::max() / std::numbers::log2e;
 
 // A 4-D tensor in device memory laid out (batch, seq, heads, d_head). Strides are in
 // elements; d_head must have unit stride, the other three are free.
@@ -248,6 +254,14 @@ struct ProblemShape {
     // run, which the tuning cache keys apart, and never the split-KV kernels.
     bool window_or_softcap = false;
 };
+
+// Throws the Error forward() would for dense tensors of this shape with these options,
+// without data or a GPU: dtype, head dim and sizes (as choose_config), the softmax scale,
+// and the variants' bounds (the window with problem.causal, the softcap; sinks are device
+// memory and not read). A command line judges its arguments with it before it looks for a
+// GPU.
+void validate(const ProblemShape& problem, std::optional<float> softmax_scale = std::nullopt,
+              const Variants& variants = {});
 
 // Runs the kernel the library chooses for this problem and device: the winner that
 // `flash_attention tune` recorded for this GPU, dtype, d_head and sequence-length bucket

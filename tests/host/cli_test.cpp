@@ -496,3 +496,27 @@ TEST(Cli, TuneCreatesNothingBeforeTheGpuCheck) {
     EXPECT_NE(run_program({"tune", "--help"}).out.find("--lock-timeout"), std::string::npos);
 }
 
+// Values a GPU is not needed to judge were judged after the GPU check: exit 1, "no CUDA
+// device", instead of 2 naming the argument.
+TEST(Cli, ArgumentsAreCheckedBeforeTheGpu) {
+    for (const char* scale : {"nan", "inf", "-inf", "0", "-1", "1e39", "x"}) {
+        expect_usage_error({"run", "--scale", scale}, "--scale");
+        expect_usage_error({"bench", "--scale", scale}, "--scale");
+    }
+    expect_usage_error({"run", "--d-head", "100"}, "d_head: expected 64, 128 or 256, got 100");
+    expect_usage_error({"bench", "--d-head", "100"}, "d_head: expected 64, 128 or 256, got 100");
+    expect_usage_error({"bench", "--d-head", "64,100"}, "d_head");
+    expect_usage_error({"run", "--window", "5,5", "--causal"}, "window_right");
+    expect_usage_error({"bench", "--window", "5,5", "--causal"}, "window_right");
+    // scale / softcap must be a normal float.
+    expect_usage_error({"run", "--scale", "1e-33", "--softcap", "1e6"}, "softcap");
+    for (const char* command : {"run", "bench", "tune", "progression"}) {
+        const Output help = run_program({command, "--help"});
+        const auto line = help.out.find("--scale");
+        ASSERT_NE(line, std::string::npos) << command;
+        const std::string text = help.out.substr(line, help.out.find("\n  -", line) - line);
+        EXPECT_NE(text.find("positive"), std::string::npos) << text;
+        EXPECT_NE(text.find("2.359e+38"), std::string::npos) << text;
+    }
+}
+
