@@ -304,7 +304,8 @@ const std::vector<KernelConfig>& configs();
 bool is_built(const KernelConfig& config);
 
 // Whether the config is built and the current device can run it (sm90-family kernels
-// need compute capability 9.0; the CTA's shared memory must fit the device).
+// need compute capability 9.0; the CTA's shared memory must fit the device). False when
+// there is no device (or none of compute capability 8.0 or later).
 bool is_supported(const KernelConfig& config);
 
 }  // namespace flash_attention

@@ -405,3 +405,11 @@ TEST(Validation, ProblemShapeAndOptionsWithoutTensors) {
               0u);
 }
 
+// "Supported on the current device" is false when there is no device; it threw.
+TEST(Validation, NothingIsSupportedWithoutADevice) {
+    if (fa::device_count() > 0)
+        GTEST_SKIP() << "needs a machine without a GPU";
+    ASSERT_FALSE(fa::configs().empty());
+    for (const fa::KernelConfig& c : fa::configs())
+        EXPECT_FALSE(fa::is_supported(c)) << c.to_string();
+}
