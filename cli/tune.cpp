@@ -192,6 +192,7 @@ void add_tune_command(CLI::App& app, Action& action) {
     o->timing.add_to(*cmd);
     cmd->add_option("--cache", o->cache,
                     "tuning cache to update (default: $FLASH_ATTENTION_TUNING, else "
+                    "$XDG_CACHE_HOME/flash_attention/tuning.json, else "
                     "~/.cache/flash_attention/tuning.json)")
         ->check(non_empty("a file name"));
     cmd->add_option("--lock-timeout", o->lock_timeout_s,

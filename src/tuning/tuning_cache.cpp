@@ -232,7 +232,9 @@ int seq_bucket(long long seq_q, long long seq_k) {
 std::optional<std::filesystem::path> default_path() {
     if (const char* p = std::getenv("FLASH_ATTENTION_TUNING"); p && *p)
         return std::filesystem::path(p);
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    // The XDG Base Directory spec: a relative path is invalid and ignored (it would name a
+    // file of whatever the working directory is).
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/')
         return std::filesystem::path(x) / "flash_attention" / "tuning.json";
     if (const char* h = std::getenv("HOME"); h && *h)
         return std::filesystem::path(h) / ".cache" / "flash_attention" / "tuning.json";

@@ -5,8 +5,9 @@
 // kernel (`tune --kvcache`) which number of key ranges per sequence. A JSON file shared by
 // the command line, which writes it, and the library's automatic choice, which reads it.
 //
-// Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json,
-// else $HOME/.cache/flash_attention/tuning.json, else none (the built-in table alone).
+// Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json
+// (an absolute XDG_CACHE_HOME: the XDG spec ignores a relative one), else
+// $HOME/.cache/flash_attention/tuning.json, else none (the built-in table alone).
 
 #include <chrono>
 #include <compare>
@@ -72,8 +73,9 @@ struct LoadResult {
     bool corrupt = false;  // the file exists but is not a tuning cache: nothing was read
 };
 
-// $FLASH_ATTENTION_TUNING, else under $XDG_CACHE_HOME, else under $HOME; none when none
-// of them is set (never a file of the working directory, which may be anyone's).
+// $FLASH_ATTENTION_TUNING, else under $XDG_CACHE_HOME (if absolute), else under $HOME;
+// none when none of them is set (never a file of the working directory, which may be
+// anyone's).
 std::optional<std::filesystem::path> default_path();
 
 // The largest cache file read: a real one holds a few hundred entries of ~300 bytes.

@@ -520,3 +520,9 @@ TEST(Cli, ArgumentsAreCheckedBeforeTheGpu) {
     }
 }
 
+// The help names every place the default tuning cache is looked for.
+TEST(Cli, TuneHelpNamesTheDefaultCachePaths) {
+    const Output help = run_program({"tune", "--help"});
+    for (const char* name : {"FLASH_ATTENTION_TUNING", "XDG_CACHE_HOME", ".cache"})
+        EXPECT_NE(help.out.find(name), std::string::npos) << name;
+}

@@ -336,6 +336,14 @@ TEST(TuningCache, NoDefaultPathWithoutAHome) {
     EXPECT_FALSE(tuning::default_path().has_value());
     setenv("XDG_CACHE_HOME", "/x", 1);
     EXPECT_EQ(tuning::default_path(), std::filesystem::path("/x/flash_attention/tuning.json"));
+    // A relative XDG_CACHE_HOME is ignored, as the XDG Base Directory spec says: it was
+    // read relative to whatever the working directory was.
+    setenv("XDG_CACHE_HOME", "relative/cache", 1);
+    EXPECT_FALSE(tuning::default_path().has_value());
+    setenv("HOME", "/h", 1);
+    EXPECT_EQ(tuning::default_path(),
+              std::filesystem::path("/h/.cache/flash_attention/tuning.json"));
+    unsetenv("HOME");
     unsetenv("XDG_CACHE_HOME");
     for (const auto& [name, value] :
          {std::pair{"HOME", home}, {"XDG_CACHE_HOME", xdg}, {"FLASH_ATTENTION_TUNING", own}}) {
