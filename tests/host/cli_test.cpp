@@ -341,7 +341,9 @@ TEST(Cli, OutputFilesAreCheckedBeforeTheRun) {
                        "--svg: expected a file that can be written");
     // Judged without creating anything: a path under a file. (A folder where nothing can be
     // created, such as /proc for root, only shows when trying, after the GPU check.)
-    expect_usage_error({"tune", "--set", "release", "--cache", "/dev/null/tuning.json"}, "--cache");
+    expect_usage_error(
+        {"tune", "--config", fa::configs().front().to_string(), "--cache", "/dev/null/tuning.json"},
+        "--cache");
 }
 
 TEST(Cli, CtrlCExitsWith130) {
