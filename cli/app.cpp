@@ -6,10 +6,17 @@
 #include "commands.hpp"
 #include "flash_attention/error.hpp"
 #include "flash_attention/flash_attention.hpp"
+#include "flash_attention/tools.hpp"
 
 namespace flash_attention::cli {
 
 namespace {
+
+// A message as one line: the places that build messages escape the text they quote, and
+// this catches any that did not (CLI11's own quote values as given).
+std::string one_line(std::string_view message) {
+    return tools::printable(message, std::string_view::npos);
+}
 
 bool is_bad_argument(ErrorCode code) {
     return code == ErrorCode::invalid_argument || code == ErrorCode::dtype ||
@@ -39,7 +46,7 @@ int run_cli(int argc, char** argv) {
         const auto commands = app.get_subcommands({});
         if (std::none_of(commands.begin(), commands.end(),
                          [&](const CLI::App* c) { return c->get_name() == name; })) {
-            std::cerr << "flash_attention: unknown command \"" << name
+            std::cerr << "flash_attention: unknown command \"" << tools::printable(name, 40)
                       << "\" (expected list, choose, run, bench, tune or progression)\n";
             return exit_usage;
         }
@@ -54,20 +61,21 @@ int run_cli(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
-        std::cerr << "flash_attention: " << e.what() << " (see flash_attention --help)\n";
+        // CLI11's messages quote the values given as they are.
+        std::cerr << "flash_attention: " << one_line(e.what()) << " (see flash_attention --help)\n";
         return exit_usage;
     }
 
     try {
         return action();
     } catch (const UsageError& e) {
-        std::cerr << "flash_attention: " << e.what() << "\n";
+        std::cerr << "flash_attention: " << one_line(e.what()) << "\n";
         return exit_usage;
     } catch (const Error& e) {
-        std::cerr << "flash_attention: " << e.what() << "\n";
+        std::cerr << "flash_attention: " << one_line(e.what()) << "\n";
         return is_bad_argument(e.code()) ? exit_usage : exit_failure;
     } catch (const std::exception& e) {
-        std::cerr << "flash_attention: " << e.what() << "\n";
+        std::cerr << "flash_attention: " << one_line(e.what()) << "\n";
         return exit_failure;
     }
 }

@@ -1,8 +1,8 @@
-#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "commands.hpp"
+#include "flash_attention/tools.hpp"
 #include "options.hpp"
 #include "report.hpp"
 #include "sweep.hpp"
@@ -36,17 +36,20 @@ int bench(const BenchOptions& o) {
         candidates.push_back(std::nullopt);
     const std::vector<Job> jobs = plan(candidates, o.grid);
     // Before the run: a chart that cannot be written fails now, not after it.
-    std::ofstream svg = o.svg.empty() ? std::ofstream() : open_output(o.svg, "--svg");
+    if (!o.svg.empty())
+        check_output_path(o.svg, "--svg");
     if (!gpu_available())
         return exit_failure;
     const SweepResult result = sweep(candidates, jobs, o.timing);
     const std::string device = DeviceProperties::current().description();
     std::cout << format_report(result.measurements, o.format, device);
-    if (svg.is_open()) {
-        svg << svg_chart(result.measurements, "flash_attention bench on " + device);
-        svg.close();
-        if (!svg) {
-            std::cerr << "flash_attention: --svg: writing " << o.svg << " failed\n";
+    if (!o.svg.empty()) {
+        // Replaced in one step: a failure leaves the last chart as it was.
+        const std::string problem = tools::write_file_atomically(
+            o.svg, svg_chart(result.measurements, "flash_attention bench on " + device));
+        if (!problem.empty()) {
+            std::cerr << "flash_attention: --svg: writing " << tools::printable(o.svg, 4096)
+                      << " failed: " << problem << "\n";
             return exit_failure;
         }
     }
@@ -62,18 +65,22 @@ void add_bench_command(CLI::App& app, Action& action) {
         "Time configs over sequence lengths: median of timed runs on L2-cold random inputs");
     cmd->add_option("--set", o->set,
                     "the built configs of a named set (e.g. tune, or tune,progression)")
+        ->check(non_empty("a set name"))
         ->check(set_name_validator());
-    cmd->add_option("--config", o->configs, "a config short form (repeatable)");
+    cmd->add_option("--config", o->configs, "a config short form (repeatable)")
+        ->check(non_empty("a config short form"));
     cmd->add_flag("--best", o->best,
                   "the library's automatic choice (the default without --set/--config)");
     cmd->add_option("--splits", o->splits,
                     "with --kvcache or --varlen: the split-KV kernel with these numbers of key "
-                    "ranges per sequence (comma-separated)");
+                    "ranges per sequence (comma-separated)")
+        ->check(non_empty("comma-separated split counts"));
     o->grid.add_to(*cmd);
     o->grid.add_serving_to(*cmd);
     o->timing.add_to(*cmd);
     add_format_option(*cmd, o->format, {"table", "csv", "json"}, "output");
-    cmd->add_option("--svg", o->svg, "also write a chart of TFLOP/s against sequence length");
+    cmd->add_option("--svg", o->svg, "also write a chart of TFLOP/s against sequence length")
+        ->check(non_empty("a file name"));
     cmd->callback([o, &action] { action = [o] { return bench(*o); }; });
 }
 

@@ -75,8 +75,10 @@ void add_choose_command(CLI::App& app, Action& action) {
         "Print the kernel the automatic choice runs for a problem (first line: its short form)");
     cmd->add_option("--device", o->device,
                     "a device model instead of the GPU present: a100 or h100 (no GPU needed)")
+        ->check(non_empty("a100 or h100"))
         ->check(CLI::IsMember({"a100", "h100"}));
     cmd->add_option("--dtype", o->dtype, "fp16 or bf16")
+        ->check(non_empty("fp16 or bf16"))
         ->check(CLI::IsMember({"fp16", "bf16"}))
         ->capture_default_str();
     cmd->add_option("--d-head", o->d_head, "head dimension")

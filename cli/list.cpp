@@ -57,6 +57,7 @@ void add_list_command(CLI::App& app, Action& action) {
     cmd->add_option("--set", options->set,
                     "named set to list instead of the built configs (ci, progression, "
                     "progression-all, tune, all, or a comma-separated union)")
+        ->check(non_empty("a set name"))
         ->check(set_name_validator());
     cmd->add_flag("--verbose", options->verbose, "also show registers and local memory per thread");
     cmd->callback([options, &action] { action = [options] { return list(*options); }; });

@@ -1,10 +1,8 @@
 #include "options.hpp"
 
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <iostream>
 #include <optional>
 #include <sstream>
@@ -34,7 +32,7 @@ std::string readable(double x) {
 }
 
 std::string excerpt(const std::string& text) {
-    return text.size() <= 40 ? text : text.substr(0, 40) + "...";
+    return tools::printable(text, 40);
 }
 
 }  // namespace
@@ -65,6 +63,30 @@ CLI::Validator number_in(double minimum, double maximum) {
         "NUMBER in [" + readable(minimum) + ", " + readable(maximum) + "]");
 }
 
+CLI::Validator non_empty(const std::string& expected) {
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            return text.empty() ? "expected " + expected + ", got \"\"" : "";
+        },
+        "");
+}
+
+CLI::Validator softmax_scale_bounds() {
+    char bound[32];
+    std::snprintf(bound, sizeof bound, "%.4g", k_max_softmax_scale);  // as the library says it
+    const std::string expected = std::string("a positive finite number below ") + bound;
+    return CLI::Validator(
+        [=](std::string& text) -> std::string {
+            double value = 0;
+            const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+            const bool ok = !text.empty() && ec == std::errc() &&
+                            end == text.data() + text.size() && std::isfinite(value) && value > 0 &&
+                            value < k_max_softmax_scale;
+            return ok ? "" : "expected " + expected + ", got \"" + excerpt(text) + "\"";
+        },
+        "NUMBER in (0, " + std::string(bound) + ")");
+}
+
 CLI::Validator batch_size() {
     return integer_in(1, k_max_batch);
 }
@@ -93,13 +115,11 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
     return values;
 }
 
-std::ofstream open_output(const std::string& path, const std::string& option) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) {
+void check_output_path(const std::string& path, const std::string& option) {
+    if (const std::string problem = tools::write_problem(path, false); !problem.empty()) {
         throw UsageError(option + ": expected a file that can be written, got \"" + excerpt(path) +
-                         "\" (" + std::strerror(errno) + ")");
+                         "\" (" + problem + ")");
     }
-    return out;
 }
 
 std::vector<DType> parse_dtype_list(const std::string& text, const std::string& option) {
@@ -112,7 +132,7 @@ std::vector<DType> parse_dtype_list(const std::string& text, const std::string& 
             values.push_back(DType::BF16);
         } else {
             throw UsageError(option + ": expected a comma-separated list of fp16 and bf16, got \"" +
-                             text + "\"");
+                             excerpt(text) + "\"");
         }
     }
     if (values.empty())
@@ -169,6 +189,7 @@ void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std
     for (const auto& a : allowed)
         names += (names.empty() ? "" : ", ") + a;
     cmd.add_option("--format", format, what + ": " + names)
+        ->check(non_empty("one of " + names))
         ->check(CLI::IsMember(allowed))
         ->capture_default_str();
 }
@@ -181,13 +202,17 @@ bool gpu_available() {
 }
 
 void GridOptions::add_to(CLI::App& cmd) {
-    cmd.add_option("--seq", seqs, "comma-separated query sequence lengths")->capture_default_str();
+    cmd.add_option("--seq", seqs, "comma-separated query sequence lengths")
+        ->check(non_empty("comma-separated sequence lengths"))
+        ->capture_default_str();
     cmd.add_option("--seq-k", seq_k, "key/value sequence length (default: the query length)")
         ->check(seq_length());
     cmd.add_option("--d-head", d_heads,
-                   "comma-separated head dims (default: those of the configs, else 128)");
+                   "comma-separated head dims (default: those of the configs, else 128)")
+        ->check(non_empty("comma-separated head dims"));
     cmd.add_option("--dtype", dtypes,
-                   "comma-separated dtypes, fp16/bf16 (default: those of the configs, else bf16)");
+                   "comma-separated dtypes, fp16/bf16 (default: those of the configs, else bf16)")
+        ->check(non_empty("comma-separated dtypes"));
     cmd.add_option("--batch", batch, "batch size (default 16384/seq: 16k tokens)")
         ->check(batch_size());
     cmd.add_option("--heads", heads, "query heads (default 2048/d_head: hidden size 2048)")
@@ -196,7 +221,8 @@ void GridOptions::add_to(CLI::App& cmd) {
                    "key/value heads, dividing the query heads (grouped-query attention)")
         ->check(head_count());
     cmd.add_flag("--causal", causal, "causal masking, aligned at the bottom right");
-    cmd.add_option("--scale", scale, "softmax scale (default 1/sqrt(d_head))");
+    cmd.add_option("--scale", scale, "softmax scale, positive (default 1/sqrt(d_head))")
+        ->check(softmax_scale_bounds());
     variants.add_to(cmd);
 }
 
@@ -231,6 +257,10 @@ void VariantOptions::apply(Shape& shape) const {
     }
     shape.softcap = softcap;
     shape.sinks = sinks;
+}
+
+void validate_shape(const Shape& shape) {
+    validate(shape.problem(), shape.scale, {shape.window_left, shape.window_right, shape.softcap});
 }
 
 void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen) {
@@ -292,6 +322,7 @@ Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
             .api = api(),
             .page_size = page_size};
     variants.apply(s);
+    validate_shape(s);
     return s;
 }
 

@@ -4,7 +4,6 @@
 // option, what was expected and what was given.
 
 #include <CLI/CLI.hpp>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -19,6 +18,13 @@ namespace flash_attention::cli {
 CLI::Validator integer_in(long long minimum, long long maximum);
 // A finite number in [minimum, maximum] (nan and inf are refused).
 CLI::Validator number_in(double minimum, double maximum);
+// A string option's value, which may not be empty: the commands read an empty string as
+// the option not given (`run --config ""` ran the automatic choice). The message names
+// `expected`.
+CLI::Validator non_empty(const std::string& expected);
+
+// --scale: positive, finite and below the library's k_max_softmax_scale.
+CLI::Validator softmax_scale_bounds();
 
 // The library's own limits on problem sizes (flash_attention.hpp).
 CLI::Validator batch_size();
@@ -46,9 +52,10 @@ struct TimingOptions {
     void add_to(CLI::App& cmd);
 };
 
-// Opens `path` for writing before a long run, so that a bad path fails at once (UsageError
-// naming the option); the caller writes the result into it at the end.
-std::ofstream open_output(const std::string& path, const std::string& option);
+// Before a long run whose result goes to `path`: a UsageError naming the option if it
+// cannot be written, judged without creating anything (a run that fails leaves an existing
+// file as it was). tools::write_file_atomically writes it at the end.
+void check_output_path(const std::string& path, const std::string& option);
 
 // --format, one of `allowed` (the first is the default already in `format`).
 void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std::string>& allowed,
@@ -97,6 +104,10 @@ struct GridOptions {
     // not divide the heads.
     Shape shape(DType dtype, int d_head, int seq) const;
 };
+
+// The library's Error for a shape its entry point refuses whatever the GPU (head dim,
+// sizes, scale, window, softcap): the commands call it before they look for a GPU.
+void validate_shape(const Shape& shape);
 
 // --kvcache, --page-size and --varlen (GridOptions' serving fields) on a command.
 void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen);

@@ -190,6 +190,7 @@ void add_progression_command(CLI::App& app, Action& action) {
     cmd->add_option("--family", o->family,
                     "sm80 (mma.sync ladder) or sm90 (Hopper ladder: TMA + wgmma, warpgroups, "
                     "pipeline, overlap, ping-pong)")
+        ->check(non_empty("sm80 or sm90"))
         ->check(CLI::IsMember({"sm80", "sm90"}))
         ->capture_default_str();
     cmd->add_flag("--all-block-sizes", o->all_block_sizes,

@@ -83,8 +83,6 @@ int run(const RunOptions& opt) {
     }
     if (opt.splits > 0 && api == Api::dense)
         throw UsageError("--splits: expected with --kvcache or --varlen only");
-    if (!gpu_available())
-        return exit_failure;
 
     Shape shape{.dtype = dtype,
                 .d_head = d_head,
@@ -98,6 +96,9 @@ int run(const RunOptions& opt) {
                 .api = api,
                 .page_size = opt.page_size};
     opt.variants.apply(shape);
+    validate_shape(shape);
+    if (!gpu_available())
+        return exit_failure;
     // Fresh inputs each run unless --seed names them (printed either way: a failing check can
     // be rerun, on this kernel or another, with the same data).
     const std::uint64_t seed = opt.seed.value_or(std::random_device{}());
@@ -161,7 +162,8 @@ void add_run_command(CLI::App& app, Action& action) {
     cmd->add_option("--config", o->config,
                     "kernel config short form, e.g. \"(BF16, 128, 128, 64, 4): "
                     "async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax\"; default: the "
-                    "library's automatic choice");
+                    "library's automatic choice")
+        ->check(non_empty("a config short form"));
     cmd->add_option("--batch", o->batch, "batch size")->check(batch_size())->capture_default_str();
     cmd->add_option("--heads", o->heads, "attention heads")
         ->check(head_count())
@@ -176,8 +178,10 @@ void add_run_command(CLI::App& app, Action& action) {
     cmd->add_option("--d-head", o->d_head, "head dimension (default: the config's, else 128)")
         ->check(integer_in(1, 1024));
     cmd->add_option("--dtype", o->dtype, "fp16 or bf16 (default: the config's, else bf16)")
+        ->check(non_empty("fp16 or bf16"))
         ->check(CLI::IsMember({"fp16", "bf16"}, CLI::ignore_case));
-    cmd->add_option("--scale", o->scale, "softmax scale (default 1/sqrt(d_head))");
+    cmd->add_option("--scale", o->scale, "softmax scale, positive (default 1/sqrt(d_head))")
+        ->check(softmax_scale_bounds());
     o->variants.add_to(*cmd);
     cmd->add_option("--repeat", o->repeat, "timed runs after the warm-up")
         ->check(integer_in(1, 10000))

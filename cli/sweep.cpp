@@ -21,21 +21,6 @@ namespace {
 
 std::atomic<bool> g_interrupted{false};
 
-// Ctrl-C sets a flag the sweep checks between measurements, for as long as it lives.
-class InterruptGuard {
-  public:
-    InterruptGuard() {
-        g_interrupted = false;
-        previous_ = std::signal(SIGINT, [](int) { g_interrupted = true; });
-    }
-    ~InterruptGuard() { std::signal(SIGINT, previous_); }
-    InterruptGuard(const InterruptGuard&) = delete;
-    InterruptGuard& operator=(const InterruptGuard&) = delete;
-
-  private:
-    void (*previous_)(int);
-};
-
 void show_progress(std::size_t done, std::size_t total) {
     if (!isatty(STDERR_FILENO))
         return;
@@ -49,6 +34,19 @@ void show_progress(std::size_t done, std::size_t total) {
 }
 
 }  // namespace
+
+InterruptGuard::InterruptGuard() {
+    g_interrupted = false;
+    previous_ = std::signal(SIGINT, [](int) { g_interrupted = true; });
+}
+
+InterruptGuard::~InterruptGuard() {
+    std::signal(SIGINT, previous_);
+}
+
+bool interrupted() {
+    return g_interrupted;
+}
 
 std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option) {
     std::vector<Candidate> out;
@@ -71,8 +69,8 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
     if (out.empty()) {
         throw UsageError(option + ": expected a set with configs in this build (kernel set \"" +
                          std::string(tools::built_kernel_set()) +
-                         "\"; configure with -DFLASH_KERNELS=" + set + " to build it), got \"" +
-                         set + "\"");
+                         "\"; configure with -DFLASH_KERNELS=" + tools::printable(set) +
+                         " to build it), got \"" + tools::printable(set) + "\"");
     }
     if (missing > 0) {
         std::cerr << "flash_attention: note: " << missing << " configs of set \"" << set
@@ -87,7 +85,7 @@ KernelConfig built_config(const std::string& short_form, const std::string& opti
     if (!is_built(c)) {
         throw UsageError(option +
                          ": expected a config in this build (see flash_attention list), got " +
-                         short_form);
+                         c.to_string());
     }
     return c;
 }
@@ -132,8 +130,9 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
         throw UsageError(
             "--seq/--d-head/--dtype: expected shapes that a selected, built kernel "
             "supports, got --seq " +
-            grid.seqs + (grid.d_heads.empty() ? "" : " --d-head " + grid.d_heads) +
-            (grid.dtypes.empty() ? "" : " --dtype " + grid.dtypes));
+            tools::printable(grid.seqs) +
+            (grid.d_heads.empty() ? "" : " --d-head " + tools::printable(grid.d_heads)) +
+            (grid.dtypes.empty() ? "" : " --dtype " + tools::printable(grid.dtypes)));
     }
     return jobs;
 }

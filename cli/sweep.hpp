@@ -14,6 +14,20 @@
 
 namespace flash_attention::cli {
 
+// Ctrl-C sets a flag that interrupted() reads, for as long as the guard lives; Ctrl-C's
+// default action (ending the process) is back afterwards. One guard at a time.
+class InterruptGuard {
+  public:
+    InterruptGuard();
+    ~InterruptGuard();
+    InterruptGuard(const InterruptGuard&) = delete;
+    InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+  private:
+    void (*previous_)(int);
+};
+bool interrupted();
+
 // The configs of a set that this build holds (a note on stderr names how many are
 // missing); UsageError if it holds none.
 std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option);

@@ -24,6 +24,7 @@ struct TuneOptions {
     GridOptions grid;
     TimingOptions timing;
     std::string cache;
+    int lock_timeout_s = 60;
     std::string format = "table";
 };
 
@@ -106,14 +107,16 @@ int tune(const TuneOptions& o) {
     }
     const std::filesystem::path path =
         o.cache.empty() ? *default_path : std::filesystem::path(o.cache);
-    // Before an hour of tuning: a cache that cannot be written, or a corrupt one.
+    // Before an hour of tuning: a cache that cannot be written. What can be told without
+    // creating anything is told first, so that a machine without a GPU is left as it was.
     try {
+        tuning::check_path(path);
+        if (!gpu_available())
+            return exit_failure;
         tuning::check_writable(path);
     } catch (const Error& e) {
         throw UsageError(std::string("--cache: ") + e.what());
     }
-    if (!gpu_available())
-        return exit_failure;
     for (const std::string& w : tuning::load(path).warnings)
         std::cerr << "flash_attention: warning: " << w << "\n";
 
@@ -139,7 +142,23 @@ int tune(const TuneOptions& o) {
         std::printf("%-48s %8.1f %9s  %s\n", e.key.to_string().c_str(), e.tflops, margin,
                     winner.c_str());
     }
-    for (const std::string& w : tuning::update(path, entries))
+    tuning::LockWait wait;
+    wait.timeout = std::chrono::seconds(o.lock_timeout_s);
+    wait.waiting = [](const std::string& lock_path) {
+        std::cerr << "flash_attention: waiting for the lock " << lock_path
+                  << " (another tune run is writing the cache; up to --lock-timeout)\n";
+    };
+    wait.interrupted = [] { return interrupted(); };
+    std::vector<std::string> warnings;
+    try {
+        const InterruptGuard guard;
+        warnings = tuning::update(path, entries, wait);
+    } catch (const tuning::LockNotTaken& e) {
+        std::cerr << "flash_attention: " << e.what() << "; tuning cache " << path.string()
+                  << " left untouched\n";
+        return e.interrupted ? exit_interrupted : exit_failure;
+    }
+    for (const std::string& w : warnings)
         std::cerr << "flash_attention: warning: " << w << "\n";
     reload_tuning_cache();
     std::printf("wrote %zu entries to %s\n", entries.size(), path.string().c_str());
@@ -156,20 +175,29 @@ void add_tune_command(CLI::App& app, Action& action) {
         "in the tuning cache that the automatic choice reads");
     CLI::Option* set =
         cmd->add_option("--set", o->set, "configs to try: the built ones of this set")
+            ->check(non_empty("a set name"))
             ->check(set_name_validator())
             ->capture_default_str();
-    cmd->add_option("--config", o->configs, "try only these configs (repeatable)");
+    cmd->add_option("--config", o->configs, "try only these configs (repeatable)")
+        ->check(non_empty("a config short form"));
     cmd->add_option("--splits", o->splits,
                     "with --kvcache or --varlen: the split counts to try (comma-separated); the "
                     "winner per (dtype, d_head, key-length bucket, query rows per K/V head) is "
                     "what those calls then use")
+        ->check(non_empty("comma-separated split counts"))
         ->capture_default_str();
     o->grid.add_to(*cmd);
     o->grid.add_serving_to(*cmd);
     o->timing.add_to(*cmd);
     cmd->add_option("--cache", o->cache,
                     "tuning cache to update (default: $FLASH_ATTENTION_TUNING, else "
-                    "~/.cache/flash_attention/tuning.json)");
+                    "$XDG_CACHE_HOME/flash_attention/tuning.json, else "
+                    "~/.cache/flash_attention/tuning.json)")
+        ->check(non_empty("a file name"));
+    cmd->add_option("--lock-timeout", o->lock_timeout_s,
+                    "seconds to wait, at the end, for another tune run's lock on the cache")
+        ->check(integer_in(0, 24 * 3600))
+        ->capture_default_str();
     add_format_option(*cmd, o->format, {"table", "csv", "json", "none"},
                       "how to print every measurement");
     cmd->callback([o, set, &action] {

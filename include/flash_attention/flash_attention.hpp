@@ -6,6 +6,8 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <numbers>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +28,10 @@ using Stream = CUstream_st*;  // the same type as cudaStream_t; nullptr is the d
 inline constexpr std::int64_t k_max_batch = 65535;
 inline constexpr std::int64_t k_max_heads = 65535;
 inline constexpr std::int64_t k_max_seq = std::int64_t{1} << 30;
+// The softmax scale a call takes is positive, finite and below this: the kernels work in
+// base 2, and scale * log2(e) must be a finite float.
+inline constexpr double k_max_softmax_scale =
+    std::numeric_limits<float>::max() / std::numbers::log2e;
 
 // A 4-D tensor in device memory laid out (batch, seq, heads, d_head). Strides are in
 // elements; d_head must have unit stride, the other three are free.
@@ -252,6 +258,14 @@ struct ProblemShape {
     bool window_or_softcap = false;
 };
 
+// Throws the Error forward() would for dense tensors of this shape with these options,
+// without data or a GPU: dtype, head dim and sizes (as choose_config), the softmax scale,
+// and the variants' bounds (the window with problem.causal, the softcap; sinks are device
+// memory and not read). A command line judges its arguments with it before it looks for a
+// GPU.
+void validate(const ProblemShape& problem, std::optional<float> softmax_scale = std::nullopt,
+              const Variants& variants = {});
+
 // Runs the kernel the library chooses for this problem and device: the winner that
 // `flash_attention tune` recorded for this GPU, dtype, d_head and sequence-length bucket
 // in the tuning cache ($FLASH_ATTENTION_TUNING, else ~/.cache/flash_attention/tuning.json),
@@ -293,7 +307,8 @@ const std::vector<KernelConfig>& configs();
 bool is_built(const KernelConfig& config);
 
 // Whether the config is built and the current device can run it (sm90-family kernels
-// need compute capability 9.0; the CTA's shared memory must fit the device).
+// need compute capability 9.0; the CTA's shared memory must fit the device). False when
+// there is no device (or none of compute capability 8.0 or later).
 bool is_supported(const KernelConfig& config);
 
 // Dynamic shared memory one CTA of the config's kernel takes, in bytes (built or not).

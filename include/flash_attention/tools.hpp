@@ -13,11 +13,14 @@
 //
 // The automatic choice itself is the public API's choose_config() / chosen_kernel().
 
+#include <chrono>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -126,8 +129,9 @@ namespace flash_attention::tuning {
 // kernel (`tune --kvcache`) which number of key ranges per sequence. A JSON file shared by
 // the command line, which writes it, and the library's automatic choice, which reads it.
 //
-// Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json,
-// else $HOME/.cache/flash_attention/tuning.json, else none (the built-in table alone).
+// Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json
+// (an absolute XDG_CACHE_HOME: the XDG spec ignores a relative one), else
+// $HOME/.cache/flash_attention/tuning.json, else none (the built-in table alone).
 
 struct Key {
     std::string gpu;  // device name as CUDA reports it
@@ -179,15 +183,17 @@ struct LoadResult {
     bool corrupt = false;  // the file exists but is not a tuning cache: nothing was read
 };
 
-// $FLASH_ATTENTION_TUNING, else under $XDG_CACHE_HOME, else under $HOME; none when none
-// of them is set (never a file of the working directory, which may be anyone's).
+// $FLASH_ATTENTION_TUNING, else under $XDG_CACHE_HOME (if absolute), else under $HOME;
+// none when none of them is set (never a file of the working directory, which may be
+// anyone's).
 std::optional<std::filesystem::path> default_path();
 
 // The largest cache file read: a real one holds a few hundred entries of ~300 bytes.
 inline constexpr std::size_t k_max_file_bytes = 4 << 20;
 
 // A missing file is an empty cache without warnings. Anything but a regular file (a FIFO,
-// a device, a folder) and files over k_max_file_bytes are corrupt, read without blocking.
+// a device, a folder) and files over k_max_file_bytes are corrupt, read without blocking;
+// so is text whose arrays and objects nest more than 32 levels deep (a cache has three).
 LoadResult load(const std::filesystem::path& path);
 LoadResult parse(const std::string& json_text, const std::string& source_name);
 std::string to_json(const std::vector<Entry>& entries);
@@ -195,21 +201,46 @@ std::string to_json(const std::vector<Entry>& entries);
 // `existing` with every entry whose key `updates` holds replaced; other keys kept.
 std::vector<Entry> merge(std::vector<Entry> existing, const std::vector<Entry>& updates);
 
-// Writes through a fresh temporary file in the same folder (a random name, created
-// exclusively: never an existing file or a link), flushed to disk, with the old file's
-// permissions, then renamed over it: readers and a crash mid-write see either the old
-// file or the new one. Throws Error on failure.
+// Creates the folders it goes in, then writes through write_file_atomically
+// (tools::write_file_atomically): readers and a crash mid-write see either the old file or the
+// new one. Throws Error on failure.
 void save_atomically(const std::filesystem::path& path, const std::vector<Entry>& entries);
 
-// Merges `entries` into the file as it is now: under an exclusive lock on `path`.lock,
-// reads the file, merges, saves atomically. Concurrent writers (two tune runs) keep each
-// other's entries. A corrupt file is first moved to `path`.corrupt. Returns the warnings
-// of reading the file. Throws Error if the lock or the write fails.
-std::vector<std::string> update(const std::filesystem::path& path,
-                                const std::vector<Entry>& entries);
+// How update() waits while another process (another tune run) holds the lock.
+struct LockWait {
+    std::chrono::milliseconds timeout = std::chrono::seconds(60);
+    // Called once, with the lock file's path, when the lock is found taken.
+    std::function<void(const std::string& lock_path)> waiting;
+    // Polled while waiting (every 50 ms): true gives up at once (Ctrl-C).
+    std::function<bool()> interrupted;
+};
 
-// Throws the Error update() would, before a long tune rather than after it: the folder
-// can be created and written, the lock taken, and the path is no folder or device.
+// update() gave up waiting for the lock: `timeout` passed, or `interrupted` said so.
+// Nothing was written.
+class LockNotTaken : public std::runtime_error {
+  public:
+    LockNotTaken(const std::string& message, bool interrupted)
+        : std::runtime_error(message), interrupted(interrupted) {}
+    bool interrupted;
+};
+
+// Merges `entries` into the file as it is now: under an exclusive lock on `path`.lock
+// (creating the folders and the lock file if missing), reads the file, merges, saves
+// atomically. Concurrent writers (two tune runs) keep each other's entries. A corrupt file
+// is first moved to `path`.corrupt. Returns the warnings of reading the file. Throws
+// LockNotTaken as `wait` says, Error if the lock or the write fails.
+std::vector<std::string> update(const std::filesystem::path& path,
+                                const std::vector<Entry>& entries, const LockWait& wait = {});
+
+// Throws the Error update() would for what can be told without creating anything (a run
+// that fails before it measures leaves no folder or lock file behind): the path is no
+// folder or device, the nearest existing folder above it can be written, and its lock file
+// is not a link or anything but a regular file.
+void check_path(const std::filesystem::path& path);
+
+// check_path, then what only trying tells, before a long tune rather than after it:
+// creates the folders and a temporary file in them, which it removes. Takes no lock and
+// creates no lock file.
 void check_writable(const std::filesystem::path& path);
 
 }  // namespace flash_attention::tuning
@@ -302,6 +333,21 @@ class LaunchTimes {
   private:
     std::vector<void*> start_, stop_;
 };
+
+// `text` fit to quote in a one-line message: control characters written as escapes
+// (\n, \t, \x00, ...) and bytes that are not UTF-8 as \xNN, cut after at most max_bytes at a
+// character boundary with "..." appended when cut.
+std::string printable(std::string_view text, std::size_t max_bytes = 100);
+
+// Writes `text` to `path` through a fresh temporary file in the same folder, renamed over
+// `path` when complete: readers and a crash mid-write see the old file or the new one, and a
+// failure leaves the old file and no temporary file. Returns why it failed, or "".
+std::string write_file_atomically(const std::filesystem::path& path, std::string_view text);
+
+// Why write_file_atomically(path) would fail, as far as can be told without creating
+// anything (with create_folders, the nearest existing folder above a missing one is
+// checked), or "".
+std::string write_problem(const std::filesystem::path& path, bool create_folders);
 
 // Waits for the current device's work; throws Error (cuda) if any of it failed.
 void synchronize();

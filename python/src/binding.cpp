@@ -262,13 +262,23 @@ NB_MODULE(_C, m) {
         .def("is_built", [](const fa::KernelConfig& c) { return fa::is_built(c); })
         .def(
             "is_supported", [](const fa::KernelConfig& c) { return fa::is_supported(c); },
-            "Built, and the current GPU can run it (sm90 kernels need compute capability 9.0).")
+            "Built, and the current GPU can run it (sm90 kernels need compute capability 9.0); "
+            "False without a GPU.")
         .def("__str__", &fa::KernelConfig::to_string)
         .def(
             "__repr__",
             [](const fa::KernelConfig& c) { return "KernelConfig.parse('" + c.to_string() + "')"; })
-        .def("__eq__", [](const fa::KernelConfig& a, const fa::KernelConfig& b) { return a == b; })
-        .def("__lt__", [](const fa::KernelConfig& a, const fa::KernelConfig& b) { return a < b; })
+        // Operators: another type's operand gets NotImplemented rather than TypeError, so
+        // that Python falls back to identity (cfg == None is False, cfg in [None, cfg] works).
+        .def(
+            "__eq__", [](const fa::KernelConfig& a, const fa::KernelConfig& b) { return a == b; },
+            nb::is_operator())
+        .def(
+            "__ne__", [](const fa::KernelConfig& a, const fa::KernelConfig& b) { return a != b; },
+            nb::is_operator())
+        .def(
+            "__lt__", [](const fa::KernelConfig& a, const fa::KernelConfig& b) { return a < b; },
+            nb::is_operator())
         .def("__hash__",
              [](const fa::KernelConfig& c) { return std::hash<fa::KernelConfig>{}(c); });
 

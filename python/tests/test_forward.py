@@ -122,6 +122,40 @@ def test_parse_errors_name_the_token():
         fa.KernelConfig.parse("(FP32, 128, 64, 64, 4): load_0_0_0_tiles")
 
 
+def test_parse_errors_are_value_errors_with_a_printable_message():
+    # The message quoted the input's first 100 bytes, cutting "é" in two: Python could not
+    # decode it and raised UnicodeDecodeError. Control characters were echoed raw: a
+    # newline split the message, a NUL ended Python's copy of it.
+    with pytest.raises(ValueError, match="a" * 98 + r"\.\.\."):
+        fa.KernelConfig.parse("(" + "a" * 98 + "é")
+    with pytest.raises(ValueError) as newline:
+        fa.KernelConfig.parse("(BF16, 64, 128, 64, 4): asy\nnc+load_1_1_1_tiles")
+    assert "\n" not in str(newline.value) and r'"asy\nnc"' in str(newline.value)
+    with pytest.raises(ValueError) as nul:
+        fa.KernelConfig.parse("(BF16, 64, 128, 64, 4): asy\0nc+load_1_1_1_tiles")
+    message = str(nul.value)
+    assert r"asy\x00nc+load_1_1_1_tiles" in message and "\0" not in message
+    assert message.endswith("at position 27")  # the whole message, past the NUL
+
+
+def test_configs_compare_with_other_objects():
+    # Comparing with None or a string raised TypeError.
+    c = fa.configs()[0]
+    assert not (c == None)  # noqa: E711 (the operator is what is tested)
+    assert c != None  # noqa: E711
+    assert not (c == "x") and c != "x"
+    assert c in [None, c] and None not in [c]
+    assert c == fa.KernelConfig.parse(str(c)) and not (c != fa.KernelConfig.parse(str(c)))
+    with pytest.raises(TypeError):
+        c < None  # noqa: B015 (an order with None has no meaning)
+
+
+@pytest.mark.skipif(fa.device_count() > 0, reason="only without a GPU")
+def test_nothing_is_supported_without_a_gpu():
+    # "Supported on the current device" is false when there is none; it raised.
+    assert not any(c.is_supported() for c in fa.configs())
+
+
 def test_version_and_typing():
     assert fa.__version__.count(".") == 2 and all(p.isdigit() for p in fa.__version__.split("."))
     package = os.path.dirname(fa.__file__)

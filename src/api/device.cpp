@@ -10,6 +10,7 @@
 
 #include "api/validate.hpp"
 #include "common/cuda_check.hpp"
+#include "common/text.hpp"
 #include "config/resources.hpp"
 #include "flash_attention/flash_attention.hpp"
 
@@ -156,7 +157,7 @@ DeviceProperties DeviceProperties::model(std::string_view name) {
         return {-1, "NVIDIA H100 80GB HBM3", 9, 0, 132, l.smem_per_block_optin, l.l2_bytes};
     }
     throw Error(ErrorCode::invalid_argument,
-                "device: expected a100 or h100, got \"" + std::string(name) + "\"");
+                "device: expected a100 or h100, got \"" + printable(name) + "\"");
 }
 
 }  // namespace flash_attention

@@ -147,12 +147,11 @@ void check_causal_alignment(CausalAlignment alignment) {
 }
 
 void check_softmax_scale(std::optional<float> scale) {
-    constexpr double largest = std::numeric_limits<float>::max() / std::numbers::log2e;
-    if (scale && !(std::isfinite(*scale) && *scale > 0 && *scale < largest)) {
+    if (scale && !(std::isfinite(*scale) && *scale > 0 && *scale < k_max_softmax_scale)) {
         char given[32];
         std::snprintf(given, sizeof given, "%.6g", static_cast<double>(*scale));
         char bound[32];
-        std::snprintf(bound, sizeof bound, "%.4g", largest);
+        std::snprintf(bound, sizeof bound, "%.4g", k_max_softmax_scale);
         fail(ErrorCode::invalid_argument, "softmax_scale",
              std::string("a positive finite number below ") + bound +
                  " (scale * log2(e) must be a finite float)",
@@ -316,6 +315,13 @@ void validate_shape(const ProblemShape& s) {
              "a multiple of heads_kv " + std::to_string(s.heads_kv) + " (grouped-query attention)",
              std::to_string(s.heads));
     }
+}
+
+void validate(const ProblemShape& problem, std::optional<float> scale, const Variants& variants) {
+    validate_shape(problem);
+    check_softmax_scale(scale);
+    check_variants(variants, problem.causal,
+                   AttentionOptions{.softmax_scale = scale}.scale(problem.d_head));
 }
 
 ProblemShape shape_of(const ForwardParams& p) {

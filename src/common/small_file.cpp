@@ -8,6 +8,8 @@
 #include <cstring>
 #include <utility>
 
+#include "common/text.hpp"
+
 namespace flash_attention {
 
 Fd::Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
@@ -55,6 +57,86 @@ SmallFile read_small_file(const std::filesystem::path& path, std::size_t max_byt
             file.text.clear();
             return file;
         }
+    }
+}
+
+namespace {
+
+std::string errno_text() {
+    return std::strerror(errno);
+}
+
+}  // namespace
+
+std::string write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+    // The new file gets the old one's permissions, else what a new file of this user gets.
+    mode_t mode = 0;
+    if (struct stat old{}; ::stat(path.c_str(), &old) == 0) {
+        if (!S_ISREG(old.st_mode))
+            return "a path that is not a regular file";
+        mode = old.st_mode & 07777;
+    } else {
+        const mode_t mask = ::umask(0);
+        ::umask(mask);
+        mode = 0666 & ~mask;
+    }
+    std::string tmp = path.string() + ".tmp.XXXXXX";
+    const Fd fd(::mkstemp(tmp.data()));  // O_CREAT | O_EXCL, mode 0600, random name
+    if (fd.get() < 0)
+        return "no temporary file beside it (" + errno_text() + ")";
+    const auto give_up = [&](const std::string& what) {
+        ::unlink(tmp.c_str());
+        return what;
+    };
+    for (std::size_t done = 0; done < text.size();) {
+        const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return give_up("a write error on " + printable(tmp, 4096) + " (" + errno_text() + ")");
+        done += static_cast<std::size_t>(n);
+    }
+    if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0) {
+        return give_up("a failed fchmod/fsync of " + printable(tmp, 4096) + " (" + errno_text() +
+                       ")");
+    }
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+        return give_up("a failed rename (" + errno_text() + ")");
+    // The rename itself reaches the disk with the folder.
+    const Fd folder(::open(path.has_parent_path() ? path.parent_path().c_str() : ".",
+                           O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (folder.get() >= 0)
+        ::fsync(folder.get());
+    return {};
+}
+
+std::string write_problem(const std::filesystem::path& path, bool create_folders) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        return "a path that is not a regular file";
+    std::filesystem::path folder = path.parent_path();
+    for (;;) {
+        const std::filesystem::path shown = folder.empty() ? "." : folder;
+        if (::stat(shown.c_str(), &st) == 0) {
+            if (!S_ISDIR(st.st_mode)) {
+                return "a path under " + printable(shown.string(), 4096) +
+                       ", which is not a folder";
+            }
+            if (::access(shown.c_str(), W_OK | X_OK) != 0) {
+                return "a folder " + printable(shown.string(), 4096) + " that cannot be written (" +
+                       errno_text() + ")";
+            }
+            return {};
+        }
+        if (errno == ENOTDIR)
+            return "a path under a file that is not a folder";
+        if (errno != ENOENT) {
+            return "a folder " + printable(shown.string(), 4096) + " that cannot be used (" +
+                   errno_text() + ")";
+        }
+        if (!create_folders || folder.empty() || folder == folder.parent_path())
+            return "no folder " + printable(shown.string(), 4096);
+        folder = folder.parent_path();
     }
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/small_file.hpp"
+#include "common/text.hpp"
 #include "config/builtin_choice.hpp"
 #include "config/config_code.hpp"
 #include "config/resources.hpp"
@@ -552,7 +553,7 @@ namespace {
 std::vector<KernelConfig> configs_in_file(std::string_view path) {
     // A kernel list is a few kilobytes: a FIFO, a device or a huge file is refused, not read.
     constexpr std::size_t max_bytes = 1 << 20;
-    const std::string where = "kernel set \"@" + std::string(path) + "\": ";
+    const std::string where = "kernel set \"@" + printable(path, 200) + "\": ";
     const SmallFile file = read_small_file(std::filesystem::path(path), max_bytes);
     if (file.missing)
         throw Error(ErrorCode::invalid_argument, where + "expected a regular file, found none");
@@ -644,7 +645,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
     for (const auto n : set_names())
         known += (known.empty() ? "" : ", ") + std::string(n);
     throw Error(ErrorCode::invalid_argument,
-                "unknown config set \"" + std::string(name) + "\" (expected one of " + known + ")");
+                "unknown config set \"" + printable(name) + "\" (expected one of " + known + ")");
 }
 
 }  // namespace flash_attention::space

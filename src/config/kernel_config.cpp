@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/text.hpp"
 #include "config/config_code.hpp"
 #include "config/resources.hpp"
 #include "flash_attention/error.hpp"
@@ -59,8 +60,8 @@ bool belongs_to(FieldFamily field, Family family) {
 
 // Walks the field table: the tuple fields in the parentheses, then one token per knob that
 // is set. A counted knob (stages_N, load_Q_K_V_tiles) is printed when its family is the
-// config's or it is not zero; knobs of the other family appear only in invalid configs,
-// printed so that parse(to_string()) round-trips them into the error message.
+// config's or it is not zero; knobs of the other family appear only in invalid configs
+// (which parse() refuses), printed so that a message about such a config shows them.
 std::string KernelConfig::to_string() const {
     std::vector<std::string> tuple;
     std::vector<std::string> flags;
@@ -129,6 +130,10 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
     }
 }
 
+bool is_space(char c) {
+    return std::isspace(static_cast<unsigned char>(c)) != 0;
+}
+
 bool iequals(std::string_view a, std::string_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
                return std::tolower(static_cast<unsigned char>(x)) ==
@@ -140,10 +145,9 @@ bool iequals(std::string_view a, std::string_view b) {
 // and a bound keeps the parser's work (and its messages) small on hostile input.
 constexpr std::size_t k_max_short_form = 256;
 
-// Shown in messages: hostile input is cut short.
+// Shown in messages: hostile input is cut short, control characters escaped.
 std::string excerpt(std::string_view s) {
-    constexpr std::size_t shown = 100;
-    return s.size() <= shown ? std::string(s) : std::string(s.substr(0, shown)) + "...";
+    return printable(s, 100);
 }
 
 class Parser {
@@ -155,11 +159,14 @@ class Parser {
                     "invalid kernel config \"" + excerpt(text_) + "\": " + what);
     }
 
-    // A decimal integer in [minimum, maximum].
+    // A decimal integer in [minimum, maximum], digits only: from_chars alone takes "-0".
     int bounded_int(std::string_view token, std::string_view what, int minimum, int maximum) const {
         int value = -1;
         const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
-        if (token.empty() || ec != std::errc() || end != token.data() + token.size() ||
+        const bool digits = std::all_of(token.begin(), token.end(), [](char c) {
+            return std::isdigit(static_cast<unsigned char>(c)) != 0;
+        });
+        if (token.empty() || !digits || ec != std::errc() || end != token.data() + token.size() ||
             value < minimum || value > maximum) {
             fail("expected an integer from " + std::to_string(minimum) + " to " +
                  std::to_string(maximum) + " for " + std::string(what) + ", got \"" +
@@ -212,6 +219,12 @@ class Parser {
         return {};
     }
 
+    // Whitespace may surround a token, never split one ("load_1_ 1_1_tiles").
+    void check_unbroken(std::string_view token) const {
+        if (std::any_of(token.begin(), token.end(), is_space))
+            fail("whitespace inside \"" + excerpt(token) + "\"");
+    }
+
     static std::string known_flags() {
         std::string known;
         for (int i = 0; i < k_config_field_count; ++i) {
@@ -235,6 +248,15 @@ class Parser {
             fail("expected at most " + std::to_string(k_max_short_form) + " characters, got " +
                  std::to_string(text_.size()));
         }
+        // A NUL or another control character is never part of a config (a C caller's copy of
+        // the text would end at a NUL and read a different config).
+        for (std::size_t i = 0; i < text_.size(); ++i) {
+            const auto c = static_cast<unsigned char>(text_[i]);
+            if ((c < 0x20 || c == 0x7F) && !is_space(text_[i])) {
+                fail("unexpected control character " + printable(text_.substr(i, 1)) +
+                     " at position " + std::to_string(i));
+            }
+        }
         const std::string_view s = trim(text_);
         if (s.empty() || s.front() != '(')
             fail("expected \"(\" at the start");
@@ -253,6 +275,8 @@ class Parser {
             fail("expected " + std::to_string(tuple_fields) + " tuple fields (" + tuple_names +
                  "), got " + std::to_string(fields.size()));
         }
+        for (const std::string_view field : fields)
+            check_unbroken(field);
         KernelConfig c;
         std::size_t position = 0;
         for (int i = 0; i < k_config_field_count; ++i) {
@@ -280,9 +304,11 @@ class Parser {
 
         // Each field once: stages_2+stages_3 or two load_ flags contradict each other.
         std::bitset<k_config_field_count> seen;
+        std::array<std::string_view, k_config_field_count> tokens;
         for (const std::string_view token : split(rest, '+')) {
             if (token.empty())
                 fail("empty flag between \"+\" signs");
+            check_unbroken(token);
             const Match m = match(token);
             if (m.field < 0) {
                 fail("unknown flag \"" + excerpt(token) + "\" (expected " + known_flags() + ")");
@@ -298,6 +324,7 @@ class Parser {
                                " flag (\"" + excerpt(token) + "\" is the second)");
             }
             seen.set(m.field);
+            tokens[m.field] = token;
             switch (f.kind) {
                 case FieldKind::family:
                     c.family = Family::sm90;
@@ -324,6 +351,17 @@ class Parser {
             loads = loads || (k_config_fields[i].kind == FieldKind::load_tiles && seen[i]);
         if (!loads && c.family == Family::sm80)
             fail("missing the load_Q_K_V_tiles flag (or sm90 for a Hopper kernel)");
+        // A config is of one family (sm90 may come anywhere among the flags): the other
+        // family's knobs belong to no kernel (the config space's foreign_knobs rule).
+        for (int i = 0; i < k_config_field_count; ++i) {
+            const FieldInfo& f = k_config_fields[i];
+            if (seen[i] && !belongs_to(f.family, c.family)) {
+                fail("flag \"" + excerpt(tokens[i]) + "\" is an " +
+                     (f.family == FieldFamily::sm80 ? "sm80 knob, but the config is sm90"
+                                                    : "sm90 knob, but the config is sm80 (no sm90 "
+                                                      "flag)"));
+            }
+        }
         return c;
     }
 

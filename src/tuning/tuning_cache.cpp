@@ -14,6 +14,8 @@
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <string_view>
+#include <thread>
 #include <utility>
 
 #include "common/small_file.hpp"
@@ -140,6 +142,37 @@ Entry entry_from_json(const nlohmann::json& j) {
     return e;
 }
 
+// A cache nests three levels (the document, its entries, an entry). nlohmann's parser
+// builds any depth, but dump(), copies and comparisons recurse once per level (and so does
+// the destructor in older releases): a "version" nested 100,000 levels deep overflowed the
+// stack in dump(). Counting brackets before parsing bounds every later walk of the
+// document.
+constexpr int k_max_depth = 32;
+
+// Whether arrays and objects in `text` nest deeper than `limit` (brackets inside strings
+// are text). Only a bound: the parser still judges whether the text is JSON.
+bool nests_deeper_than(std::string_view text, int limit) {
+    int depth = 0;
+    bool in_string = false;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+        const char c = text[i];
+        if (in_string) {
+            if (c == '\\')
+                ++i;  // the escaped character cannot end the string
+            else if (c == '"')
+                in_string = false;
+        } else if (c == '"') {
+            in_string = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > limit)
+                return true;
+        } else if (c == ']' || c == '}') {
+            --depth;
+        }
+    }
+    return false;
+}
+
 LoadResult corrupt(const std::string& warning) {
     LoadResult r;
     r.corrupt = true;
@@ -199,7 +232,9 @@ int seq_bucket(long long seq_q, long long seq_k) {
 std::optional<std::filesystem::path> default_path() {
     if (const char* p = std::getenv("FLASH_ATTENTION_TUNING"); p && *p)
         return std::filesystem::path(p);
-    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x)
+    // The XDG Base Directory spec: a relative path is invalid and ignored (it would name a
+    // file of whatever the working directory is).
+    if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x == '/')
         return std::filesystem::path(x) / "flash_attention" / "tuning.json";
     if (const char* h = std::getenv("HOME"); h && *h)
         return std::filesystem::path(h) / ".cache" / "flash_attention" / "tuning.json";
@@ -207,6 +242,10 @@ std::optional<std::filesystem::path> default_path() {
 }
 
 LoadResult parse(const std::string& text, const std::string& source) {
+    if (nests_deeper_than(text, k_max_depth)) {
+        return corrupt("tuning cache " + source + " is nested more than " +
+                       std::to_string(k_max_depth) + " levels deep");
+    }
     nlohmann::json doc;
     try {
         doc = nlohmann::json::parse(text);
@@ -277,71 +316,71 @@ void save_atomically(const std::filesystem::path& path, const std::vector<Entry>
         std::filesystem::create_directories(path.parent_path(), ec);
     if (ec)
         write_failure(path, "a folder that cannot be created (" + ec.message() + ")");
-    // The new file gets the old one's permissions, else what a new file of this user gets.
-    mode_t mode = 0;
-    if (struct stat old{}; ::stat(path.c_str(), &old) == 0) {
-        if (!S_ISREG(old.st_mode))
-            write_failure(path, "a path that is not a regular file");
-        mode = old.st_mode & 07777;
-    } else {
-        const mode_t mask = ::umask(0);
-        ::umask(mask);
-        mode = 0666 & ~mask;
-    }
-    std::string tmp = path.string() + ".tmp.XXXXXX";
-    const Fd fd(::mkstemp(tmp.data()));  // O_CREAT | O_EXCL, mode 0600, random name
-    if (fd.get() < 0)
-        write_failure(path, "no temporary file beside it (" + errno_text() + ")");
-    const auto give_up = [&](const std::string& what) {
-        ::unlink(tmp.c_str());
-        write_failure(path, what);
-    };
-    const std::string text = to_json(entries);
-    for (std::size_t done = 0; done < text.size();) {
-        const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            give_up("a write error on " + tmp + " (" + errno_text() + ")");
-        done += static_cast<std::size_t>(n);
-    }
-    if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0)
-        give_up("a failed fchmod/fsync of " + tmp + " (" + errno_text() + ")");
-    if (::rename(tmp.c_str(), path.c_str()) != 0)
-        give_up("a failed rename (" + errno_text() + ")");
-    // The rename itself reaches the disk with the folder.
-    const Fd folder(::open(path.has_parent_path() ? path.parent_path().c_str() : ".",
-                           O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (folder.get() >= 0)
-        ::fsync(folder.get());
+    if (const std::string problem = write_file_atomically(path, to_json(entries)); !problem.empty())
+        write_failure(path, problem);
 }
 
 namespace {
 
-// An exclusive lock on `path`.lock (never a link), held while the descriptor lives.
-Fd lock_file(const std::filesystem::path& path) {
+std::string lock_path_of(const std::filesystem::path& path) {
+    return path.string() + ".lock";
+}
+
+void create_folders(const std::filesystem::path& path) {
     std::error_code ec;
     if (path.has_parent_path())
         std::filesystem::create_directories(path.parent_path(), ec);
     if (ec)
         write_failure(path, "a folder that cannot be created (" + ec.message() + ")");
-    const std::string lock_path = path.string() + ".lock";
+}
+
+// An exclusive lock on `path`.lock (never a link), held while the descriptor lives. A lock
+// another process holds is waited for as `wait` says: flock() alone would wait forever,
+// silently, and Ctrl-C could not end the wait with the caller's exit code.
+Fd lock_file(const std::filesystem::path& path, const LockWait& wait) {
+    create_folders(path);
+    const std::string lock_path = lock_path_of(path);
     Fd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644));
     if (lock.get() < 0)
         write_failure(path, "no lock file " + lock_path + " (" + errno_text() + ")");
-    while (::flock(lock.get(), LOCK_EX) != 0) {
-        if (errno != EINTR)
+    const auto deadline = std::chrono::steady_clock::now() + wait.timeout;
+    bool told = false;
+    while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+        if (errno == EINTR)
+            continue;
+        if (errno != EWOULDBLOCK)
             write_failure(path, "no lock on " + lock_path + " (" + errno_text() + ")");
+        if (!told && wait.waiting)
+            wait.waiting(lock_path);
+        told = true;
+        if (wait.interrupted && wait.interrupted())
+            throw LockNotTaken("interrupted while waiting for the lock " + lock_path, true);
+        if (std::chrono::steady_clock::now() >= deadline) {
+            throw LockNotTaken(
+                "gave up waiting for the lock " + lock_path + " after " +
+                    std::to_string(
+                        std::chrono::duration_cast<std::chrono::seconds>(wait.timeout).count()) +
+                    " s (another process holds it)",
+                false);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return lock;
 }
 
 }  // namespace
 
+void check_path(const std::filesystem::path& path) {
+    if (const std::string problem = write_problem(path, true); !problem.empty())
+        write_failure(path, problem);
+    const std::string lock_path = lock_path_of(path);
+    if (struct stat st{}; ::lstat(lock_path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+        write_failure(path, "a lock file " + lock_path + " that is not a regular file");
+}
+
 void check_writable(const std::filesystem::path& path) {
-    const Fd lock = lock_file(path);
-    if (struct stat st{}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-        write_failure(path, "a path that is not a regular file");
+    check_path(path);
+    create_folders(path);
     std::string tmp = path.string() + ".tmp.XXXXXX";
     const Fd fd(::mkstemp(tmp.data()));
     if (fd.get() < 0)
@@ -350,8 +389,8 @@ void check_writable(const std::filesystem::path& path) {
 }
 
 std::vector<std::string> update(const std::filesystem::path& path,
-                                const std::vector<Entry>& entries) {
-    const Fd lock = lock_file(path);
+                                const std::vector<Entry>& entries, const LockWait& wait) {
+    const Fd lock = lock_file(path, wait);
     // Under the lock: the file as the last writer left it.
     LoadResult current = load(path);
     if (current.corrupt) {

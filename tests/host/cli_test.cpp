@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -31,6 +35,34 @@ Output run_program(std::vector<std::string> args) {
     const int code = cli::run_cli(static_cast<int>(argv.size()), argv.data());
     std::string out = testing::internal::GetCapturedStdout();
     return {code, std::move(out), testing::internal::GetCapturedStderr()};
+}
+
+// A fresh temporary folder, removed afterwards.
+class TempDir {
+  public:
+    TempDir()
+        : path_(std::filesystem::temp_directory_path() /
+                ("fa_cli_test_" + std::to_string(getpid()) + "_" + std::to_string(counter_++))) {
+        std::filesystem::create_directories(path_);
+    }
+    ~TempDir() { std::filesystem::remove_all(path_); }
+    const std::filesystem::path& path() const { return path_; }
+    // The names in the folder, recursively.
+    std::vector<std::string> contents() const {
+        std::vector<std::string> names;
+        for (const auto& e : std::filesystem::recursive_directory_iterator(path_))
+            names.push_back(std::filesystem::relative(e.path(), path_).string());
+        return names;
+    }
+
+  private:
+    static inline int counter_ = 0;
+    std::filesystem::path path_;
+};
+
+std::string file_text(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 std::pair<int, std::string> run(std::vector<std::string> args) {
@@ -303,12 +335,15 @@ TEST(Cli, ChooseNamesABuiltKernelOfTheDevicesFamily) {
     expect_usage_error({"choose", "--device", "h100", "--heads", "6", "--heads-kv", "4"}, "heads");
 }
 
-// A failed --svg write exited 0, after the whole run; now the file is opened first.
+// A failed --svg write exited 0, after the whole run; now the path is checked first.
 TEST(Cli, OutputFilesAreCheckedBeforeTheRun) {
     expect_usage_error({"bench", "--svg", "/nonexistent-folder/chart.svg"},
                        "--svg: expected a file that can be written");
-    expect_usage_error({"tune", "--set", "release", "--cache", "/proc/flash_attention_tuning.json"},
-                       "--cache");
+    // Judged without creating anything: a path under a file. (A folder where nothing can be
+    // created, such as /proc for root, only shows when trying, after the GPU check.)
+    expect_usage_error(
+        {"tune", "--config", fa::configs().front().to_string(), "--cache", "/dev/null/tuning.json"},
+        "--cache");
 }
 
 TEST(Cli, CtrlCExitsWith130) {
@@ -390,4 +425,106 @@ TEST(Cli, ChartKeepsEveryPoint) {
     EXPECT_EQ(std::count(points.begin(), points.end(), ','), 200);
     EXPECT_NE(svg.find(std::string(2000, 't')), std::string::npos);
     EXPECT_EQ(svg.substr(svg.size() - 7), "</svg>\n");
+}
+
+// An empty value was taken for an option not given: `run --config ""` ran the automatic
+// choice, `bench --svg ""` wrote no chart, `tune --cache ""` wrote the default cache.
+TEST(Cli, EmptyValuesAreUsageErrors) {
+    const std::vector<std::vector<std::string>> commands = {
+        {"run", "--config"},         {"run", "--dtype"},          {"run", "--window"},
+        {"bench", "--svg"},          {"bench", "--config"},       {"bench", "--set"},
+        {"bench", "--splits"},       {"bench", "--seq"},          {"bench", "--d-head"},
+        {"bench", "--dtype"},        {"bench", "--window"},       {"bench", "--format"},
+        {"tune", "--cache"},         {"tune", "--config"},        {"tune", "--set"},
+        {"tune", "--splits"},        {"tune", "--d-head"},        {"tune", "--dtype"},
+        {"progression", "--d-head"}, {"progression", "--family"}, {"list", "--set"},
+        {"choose", "--device"},      {"choose", "--dtype"}};
+    for (std::vector<std::string> args : commands) {
+        const std::string option = args[1];
+        args.push_back("");
+        const auto [code, err] = run(args);
+        EXPECT_EQ(code, 2) << args[0] << " " << option << ": " << err;
+        EXPECT_EQ(err.rfind("flash_attention: " + option + ": expected ", 0), 0u)
+            << args[0] << " " << option << ": " << err;
+        EXPECT_NE(err.find("got \"\""), std::string::npos)
+            << args[0] << " " << option << ": " << err;
+        EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    }
+}
+
+// Text the user gave was echoed raw: a newline in --config made a message of two lines.
+TEST(Cli, MessagesEscapeControlCharacters) {
+    expect_usage_error({"run", "--config", "(BF16, 64, 128, 64, 4): asy\nnc+load_1_1_1_tiles"},
+                       "asy\\nnc");
+    expect_usage_error({"bench", "--dtype", "bf16,fp\n32"}, "fp\\n32");
+    expect_usage_error({"bench", "--seq", "512\r"}, "512\\r");
+    expect_usage_error({"list", "--set", "tu\tne"}, "tu\\tne");
+    expect_usage_error({"tune\n"}, "tune\\n");
+}
+
+// --svg emptied an existing file before the GPU check, so a run that failed destroyed it.
+TEST(Cli, AFailedBenchLeavesAnExistingChartUntouched) {
+    if (fa::device_count() > 0)
+        GTEST_SKIP() << "a run that fails before measuring needs a machine without a GPU";
+    const TempDir dir;
+    const auto chart = dir.path() / "chart.svg";
+    std::ofstream(chart) << "the last chart";
+    const Output o = run_program({"bench", "--svg", chart.string()});
+    EXPECT_EQ(o.code, 1) << o.err;
+    EXPECT_EQ(file_text(chart), "the last chart");
+    EXPECT_EQ(dir.contents(), std::vector<std::string>{"chart.svg"});
+    // Nor is a new chart's file made before the run.
+    const Output fresh = run_program({"bench", "--svg", (dir.path() / "new.svg").string()});
+    EXPECT_EQ(fresh.code, 1) << fresh.err;
+    EXPECT_EQ(dir.contents(), std::vector<std::string>{"chart.svg"});
+    expect_usage_error({"bench", "--svg", dir.path().string()}, "--svg: expected");
+}
+
+// tune created the cache's missing folders and a lock file before finding no GPU, and left
+// them behind.
+TEST(Cli, TuneCreatesNothingBeforeTheGpuCheck) {
+    if (fa::device_count() > 0)
+        GTEST_SKIP() << "a run that fails before measuring needs a machine without a GPU";
+    const TempDir dir;
+    const std::string built = fa::configs().front().to_string();
+    for (const auto& cache : {dir.path() / "tuning.json", dir.path() / "a" / "b" / "tuning.json"}) {
+        const Output o = run_program({"tune", "--config", built, "--cache", cache.string()});
+        EXPECT_EQ(o.code, 1) << o.err;
+        EXPECT_TRUE(dir.contents().empty()) << dir.contents().front();
+    }
+    // What can be judged without creating anything still is, before the GPU.
+    expect_usage_error({"tune", "--config", built, "--cache", dir.path().string()}, "--cache");
+    expect_usage_error({"tune", "--lock-timeout", "-1"}, "--lock-timeout");
+    EXPECT_NE(run_program({"tune", "--help"}).out.find("--lock-timeout"), std::string::npos);
+}
+
+// Values a GPU is not needed to judge were judged after the GPU check: exit 1, "no CUDA
+// device", instead of 2 naming the argument.
+TEST(Cli, ArgumentsAreCheckedBeforeTheGpu) {
+    for (const char* scale : {"nan", "inf", "-inf", "0", "-1", "1e39", "x"}) {
+        expect_usage_error({"run", "--scale", scale}, "--scale");
+        expect_usage_error({"bench", "--scale", scale}, "--scale");
+    }
+    expect_usage_error({"run", "--d-head", "100"}, "d_head: expected 64, 128 or 256, got 100");
+    expect_usage_error({"bench", "--d-head", "100"}, "d_head: expected 64, 128 or 256, got 100");
+    expect_usage_error({"bench", "--d-head", "64,100"}, "d_head");
+    expect_usage_error({"run", "--window", "5,5", "--causal"}, "window_right");
+    expect_usage_error({"bench", "--window", "5,5", "--causal"}, "window_right");
+    // scale / softcap must be a normal float.
+    expect_usage_error({"run", "--scale", "1e-33", "--softcap", "1e6"}, "softcap");
+    for (const char* command : {"run", "bench", "tune", "progression"}) {
+        const Output help = run_program({command, "--help"});
+        const auto line = help.out.find("--scale");
+        ASSERT_NE(line, std::string::npos) << command;
+        const std::string text = help.out.substr(line, help.out.find("\n  -", line) - line);
+        EXPECT_NE(text.find("positive"), std::string::npos) << text;
+        EXPECT_NE(text.find("2.359e+38"), std::string::npos) << text;
+    }
+}
+
+// The help names every place the default tuning cache is looked for.
+TEST(Cli, TuneHelpNamesTheDefaultCachePaths) {
+    const Output help = run_program({"tune", "--help"});
+    for (const char* name : {"FLASH_ATTENTION_TUNING", "XDG_CACHE_HOME", ".cache"})
+        EXPECT_NE(help.out.find(name), std::string::npos) << name;
 }

@@ -167,6 +167,60 @@ TEST(KernelConfig, RejectsTwoFlagsOfOneKind) {
               std::string::npos);
 }
 
+// Knobs of both families in one form were accepted (the config then failed later, as
+// "foreign_knobs"), as were a signed tile count, whitespace inside a token and text after
+// a NUL.
+TEST(KernelConfig, RejectsMixedFamiliesSignsInnerWhitespaceAndControlCharacters) {
+    EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_2+swizzled")
+                  .find("\"swizzled\" is an sm80 knob"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_2+load_0_0_0_tiles")
+                  .find("\"load_0_0_0_tiles\" is an sm80 knob"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(BF16, 64, 128, 64, 4): async+load_1_1_1_tiles+pingpong")
+                  .find("\"pingpong\" is an sm90 knob"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(BF16, 64, 128, 64, 4): load_1_1_1_tiles+stages_0")
+                  .find("\"stages_0\" is an sm90 knob"),
+              std::string::npos);
+    EXPECT_NE(parse_error("(BF16, 64, 128, 64, 4): load_-0_1_1_tiles").find("got \"-0\""),
+              std::string::npos);
+    EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_-0").find("got \"-0\""),
+              std::string::npos);
+    EXPECT_NE(parse_error("(BF16, -0128, 128, 64, 4): load_1_1_1_tiles").find("got \"-0128\""),
+              std::string::npos);
+    for (const char* spaced :
+         {"(BF16, 64, 128, 64, 4): load_1_ 1_1_tiles", "(BF16, 64, 128, 64, 4): load_1_1_1 _tiles",
+          "(BF16, 6 4, 128, 64, 4): load_1_1_1_tiles",
+          "(BF16, 64, 128, 64, 4): load_1_1_1_tiles+opt_\tsoftmax"}) {
+        EXPECT_NE(parse_error(spaced).find("whitespace inside"), std::string::npos) << spaced;
+    }
+    const std::string with_nul("(BF16, 64, 128, 64, 4): load_1_1_1_tiles\0+pingpong", 50);
+    EXPECT_NE(parse_error(with_nul).find("control character"), std::string::npos);
+    EXPECT_NE(parse_error(with_nul.substr(0, 41)).find("control character"), std::string::npos);
+    // Whitespace around tokens is still fine (AcceptsWhitespaceCaseFlagOrder...).
+    EXPECT_NO_THROW(KernelConfig::parse("(BF16, 64, 128, 64, 4):\tload_1_1_1_tiles + async\n"));
+}
+
+// A message quoted the input's first 100 bytes, which could end inside a UTF-8 character
+// (Python then raised UnicodeDecodeError, not ValueError), and echoed control characters
+// raw: a newline split the message in two, a NUL ended Python's copy of it.
+TEST(KernelConfig, MessagesQuoteTheInputAsOneLineOfValidUtf8) {
+    const std::string cut = parse_error("(" + std::string(98, 'a') + "\xC3\xA9");  // é
+    EXPECT_NE(cut.find("(" + std::string(98, 'a') + "...\""), std::string::npos) << cut;
+    const std::string whole = parse_error("(" + std::string(97, 'a') + "\xC3\xA9");
+    EXPECT_NE(whole.find(std::string(97, 'a') + "\xC3\xA9\""), std::string::npos) << whole;
+    const std::string newline = parse_error("(BF16, 64, 128, 64, 4): asy\nnc+load_1_1_1_tiles");
+    EXPECT_EQ(newline.find('\n'), std::string::npos) << newline;
+    EXPECT_NE(newline.find("\"asy\\nnc\""), std::string::npos) << newline;
+    const std::string nul =
+        parse_error(std::string("(BF16, 64, 128, 64, 4): asy\0nc+load_1_1_1_tiles", 47));
+    EXPECT_EQ(nul.find('\0'), std::string::npos) << nul;
+    EXPECT_NE(nul.find("asy\\x00nc"), std::string::npos) << nul;
+    const std::string invalid = parse_error("(BF16, 64, 128, 64, 4): \xFF+load_1_1_1_tiles");
+    EXPECT_NE(invalid.find("\"\\xff\""), std::string::npos) << invalid;
+}
+
 // Values past what a kernel code holds overflowed smem_bytes() and n_threads().
 TEST(KernelConfig, BoundsEveryNumber) {
     EXPECT_NE(parse_error("(FP16, 128, 2000000000, 64, 4): load_0_0_0_tiles")

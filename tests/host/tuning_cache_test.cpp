@@ -1,4 +1,6 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -252,6 +254,45 @@ TEST(TuningCache, WronglyTypedOrHugeValuesAreMalformedNotFatal) {
     EXPECT_EQ(tuning::parse(doc.dump(), "cache.json").entries.size(), 1u);
 }
 
+// A cache nested 100,000 levels deep under "version" crashed `choose`: dump() recursed
+// once per level (as copies and comparisons do). Any file nested deeper than a cache ever
+// is, wherever the nesting is, is one warning and the built-in table.
+TEST(TuningCache, DeeplyNestedFilesAreCorruptNotFatal) {
+    constexpr int depth = 100'000;
+    const std::string arrays = std::string(depth, '[') + std::string(depth, ']');
+    std::string objects;
+    for (int i = 0; i < depth; ++i)
+        objects += R"({"a":)";
+    objects += "1" + std::string(depth, '}');
+    const std::string entry_text = tuning::to_json({entry("GPU A", 4096, k_a, 1)});
+    for (const std::string& deep : {arrays, objects}) {
+        std::string in_entry = entry_text;
+        in_entry.replace(in_entry.find("\"GPU A\""), 7, deep);
+        for (const std::string& text : {deep, R"({"version": 1, "entries": )" + deep + "}",
+                                        R"({"entries": [], "version": )" + deep + "}", in_entry}) {
+            const auto r = tuning::parse(text, "cache.json");
+            EXPECT_TRUE(r.corrupt);
+            ASSERT_EQ(r.warnings.size(), 1u) << text.substr(0, 80);
+            EXPECT_NE(r.warnings[0].find("nested"), std::string::npos) << r.warnings[0];
+            EXPECT_LT(r.warnings[0].size(), 200u);
+        }
+    }
+    // Brackets inside strings are text, not nesting.
+    const std::string in_string =
+        R"({"version": 1, "entries": [], "x": "\\\")" + std::string(depth, '[') + R"("})";
+    EXPECT_TRUE(tuning::parse(in_string, "cache.json").warnings.empty());
+    // Through the automatic choice: one warning, then the built-in table.
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    std::ofstream(file) << R"({"entries": [], "version": )" + arrays + "}";
+    const CacheEnvironment env(file);
+    testing::internal::CaptureStderr();
+    EXPECT_FALSE(tuning::lookup({"GPU", 132, fa::DType::BF16, 128, 4096, false}).has_value());
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_NE(err.find("warning"), std::string::npos) << err;
+}
+
 TEST(TuningCache, OnlyRegularFilesAreRead) {
     const TempDir dir;
     // A FIFO with no writer: opening it for reading blocked forever, with the mutex held.
@@ -295,6 +336,14 @@ TEST(TuningCache, NoDefaultPathWithoutAHome) {
     EXPECT_FALSE(tuning::default_path().has_value());
     setenv("XDG_CACHE_HOME", "/x", 1);
     EXPECT_EQ(tuning::default_path(), std::filesystem::path("/x/flash_attention/tuning.json"));
+    // A relative XDG_CACHE_HOME is ignored, as the XDG Base Directory spec says: it was
+    // read relative to whatever the working directory was.
+    setenv("XDG_CACHE_HOME", "relative/cache", 1);
+    EXPECT_FALSE(tuning::default_path().has_value());
+    setenv("HOME", "/h", 1);
+    EXPECT_EQ(tuning::default_path(),
+              std::filesystem::path("/h/.cache/flash_attention/tuning.json"));
+    unsetenv("HOME");
     unsetenv("XDG_CACHE_HOME");
     for (const auto& [name, value] :
          {std::pair{"HOME", home}, {"XDG_CACHE_HOME", xdg}, {"FLASH_ATTENTION_TUNING", own}}) {
@@ -321,6 +370,65 @@ TEST(TuningCache, ConcurrentWritersKeepEachOthersEntries) {
     const auto r = tuning::load(file);
     EXPECT_FALSE(r.corrupt);
     EXPECT_EQ(r.entries.size(), static_cast<std::size_t>(writers * 5));
+}
+
+// While another process held the lock, update() waited forever and said nothing.
+TEST(TuningCache, UpdateWaitsForAHeldLockBoundedlyAndSaysSo) {
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    const std::string lock_path = file.string() + ".lock";
+    // A lock on another open file description conflicts as another process's would.
+    const int held = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(held, 0);
+    ASSERT_EQ(::flock(held, LOCK_EX), 0);
+    std::vector<std::string> notices;
+    tuning::LockWait wait;
+    wait.timeout = std::chrono::milliseconds(300);
+    wait.waiting = [&](const std::string& path) { notices.push_back(path); };
+    const auto update_throws = [&](bool interrupted) {
+        const auto start = std::chrono::steady_clock::now();
+        try {
+            tuning::update(file, {entry("GPU A", 4096, k_a, 1)}, wait);
+            ADD_FAILURE() << "update() took a lock that was held";
+        } catch (const tuning::LockNotTaken& e) {
+            EXPECT_EQ(e.interrupted, interrupted);
+            EXPECT_NE(std::string(e.what()).find(lock_path), std::string::npos) << e.what();
+        }
+        return std::chrono::steady_clock::now() - start;
+    };
+    const auto waited = update_throws(false);
+    EXPECT_GE(waited, std::chrono::milliseconds(300));
+    EXPECT_LT(waited, std::chrono::seconds(5));
+    EXPECT_EQ(notices, std::vector<std::string>{lock_path});
+    EXPECT_FALSE(std::filesystem::exists(file));
+    // Ctrl-C (what `interrupted` reports) ends the wait at once.
+    wait.timeout = std::chrono::minutes(10);
+    wait.interrupted = [] { return true; };
+    EXPECT_LT(update_throws(true), std::chrono::seconds(5));
+    // Released: the update goes through, without a notice.
+    notices.clear();
+    wait.interrupted = [] { return false; };
+    ASSERT_EQ(::flock(held, LOCK_UN), 0);
+    EXPECT_TRUE(tuning::update(file, {entry("GPU A", 4096, k_a, 1)}, wait).empty());
+    EXPECT_TRUE(notices.empty());
+    EXPECT_EQ(tuning::load(file).entries.size(), 1u);
+    ::close(held);
+}
+
+// tune's checks before a GPU is looked for create nothing: no folder, no lock file.
+TEST(TuningCache, PathChecksCreateNothing) {
+    const TempDir dir;
+    const auto deep = dir.path() / "a" / "b" / "tuning.json";
+    EXPECT_NO_THROW(tuning::check_path(deep));
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+    EXPECT_THROW(tuning::check_path(dir.path()), fa::Error);  // a folder
+    std::ofstream(dir.path() / "file") << "x";
+    EXPECT_THROW(tuning::check_path(dir.path() / "file" / "tuning.json"), fa::Error);
+    EXPECT_THROW(tuning::check_path("/dev/null"), fa::Error);
+    // The check after the GPU's creates the folders the cache goes in, and no lock file.
+    tuning::check_writable(deep);
+    EXPECT_TRUE(std::filesystem::is_directory(deep.parent_path()));
+    EXPECT_TRUE(std::filesystem::is_empty(deep.parent_path()));
 }
 
 TEST(TuningCache, WritesNeitherThroughLinksNorToPredictableNames) {

@@ -374,3 +374,43 @@ TEST(Validation, ConfigNotBuilt) {
         EXPECT_NE(std::string(e.what()).find("flash_attention list"), std::string::npos);
     }
 }
+
+// The checks of a problem that need neither tensors nor a GPU, through the public API: a
+// command line judges its arguments with them before it looks for a GPU.
+TEST(Validation, ProblemShapeAndOptionsWithoutTensors) {
+    const fa::ProblemShape shape{.dtype = fa::DType::BF16, .d_head = 128, .seq_q = 64, .seq_k = 64};
+    EXPECT_NO_THROW(fa::validate(shape));
+    EXPECT_NO_THROW(fa::validate(shape, 0.5f, {.window_left = 8, .window_right = 8}));
+    const auto message = [&](fa::ProblemShape s, std::optional<float> scale, fa::Variants v) {
+        try {
+            fa::validate(s, scale, v);
+        } catch (const fa::Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    fa::ProblemShape d100 = shape;
+    d100.d_head = 100;
+    EXPECT_EQ(message(d100, std::nullopt, {}), "d_head: expected 64, 128 or 256, got 100");
+    EXPECT_GT(fa::k_max_softmax_scale, 2.35e38);  // float max / log2(e)
+    EXPECT_LT(fa::k_max_softmax_scale, 2.36e38);
+    for (const float scale : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::quiet_NaN(), 2.36e38f}) {
+        EXPECT_EQ(message(shape, scale, {}).rfind("softmax_scale: expected", 0), 0u) << scale;
+    }
+    EXPECT_NO_THROW(fa::validate(shape, 2.35e38f));
+    fa::ProblemShape causal = shape;
+    causal.causal = true;
+    EXPECT_EQ(message(causal, std::nullopt, {.window_left = 5, .window_right = 5})
+                  .rfind("variants.window_right: expected -1 or 0 with causal", 0),
+              0u);
+}
+
+// "Supported on the current device" is false when there is no device; it threw.
+TEST(Validation, NothingIsSupportedWithoutADevice) {
+    if (fa::device_count() > 0)
+        GTEST_SKIP() << "needs a machine without a GPU";
+    ASSERT_FALSE(fa::configs().empty());
+    for (const fa::KernelConfig& c : fa::configs())
+        EXPECT_FALSE(fa::is_supported(c)) << c.to_string();
+}
