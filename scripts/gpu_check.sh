@@ -53,11 +53,12 @@ summary_of() {
 }
 
 stage_build() {
+  check deps scripts/install_deps_debian.sh || return
   check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON || return
   check compile cmake --build "$BUILD" -j "$jobs" || return
   check readme "$BUILD/bin/flash_attention" run --check
   check test_host "$BUILD/tests/test_host" --gtest_brief=1
-  check test_gpu timeout 600 "$BUILD/tests/test_gpu" --gtest_brief=1
+  check test_gpu timeout 420 "$BUILD/tests/test_gpu" --gtest_brief=1
 }
 
 stage_sanitize() {
