@@ -1,6 +1,6 @@
 #pragma once
 
-// Public API: attention forward, O = softmax(Q·Kᵀ·scale)·V, fp16/bf16.
+// Public API: attention, O = softmax(Q·Kᵀ·scale)·V, fp16/bf16, and its gradients.
 // Plain C++: no CUDA headers are needed to include this file.
 
 #include <array>
@@ -293,6 +293,50 @@ KernelConfig choose_config(const ProblemShape& problem, const DeviceProperties& 
 // The kernel forward() runs for dense tensors of this shape on `device`: choose_config's, or
 // for decoding shapes the split-KV kernel with the split count the call would use.
 KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& device);
+
+// The gradients of forward(): given dO = ∂loss/∂O, writes dQ, dK and dV. P is recomputed from
+// Q, K and the forward's log-sum-exp, so the forward must have written its LSE (options.lse).
+// Shapes as ForwardParams': q, o, d_o, dq (batch, seq_q, heads_q, d_head); k, v, dk, dv
+// (batch, seq_k, heads_kv, d_head). With grouped-query attention a K/V head's dK and dV are
+// summed over the query heads that share it, without expanding K and V. Any strides (unit
+// d_head stride); the outputs may not overlap each other or the inputs.
+struct BackwardParams {
+    TensorView q;
+    TensorView k;
+    TensorView v;
+    TensorView o;    // the forward's output
+    TensorView d_o;  // ∂loss/∂O
+    TensorView dq;   // written
+    TensorView dk;   // written
+    TensorView dv;   // written
+    // The forward's options: the same scale and causal masking. options.lse is the forward's
+    // LSE, (batch, heads_q, seq_q) fp32, read; it is required. Variants (window, softcap,
+    // sinks) are not supported by the backward yet.
+    AttentionOptions options{};
+    // Optional: ∂loss/∂LSE, (batch, heads_q, seq_q) fp32, where the forward's LSE output feeds
+    // the loss too (its gradient joins dS = P ∘ (dP - D + dLSE)). Null: zero.
+    const float* d_lse = nullptr;
+};
+
+// Runs the backward kernels the library chooses (the built-in table's for this GPU, dtype and
+// head dim), on `stream`. Every backward kernel of this library is deterministic: dQ has a
+// kernel of its own and no gradient is accumulated with atomics, so the gradients are bitwise
+// identical from run to run and a row's do not depend on the rest of the batch. Extra device
+// memory: backward_workspace_bytes(), O(seq), from the library's stream-ordered pool; no host
+// synchronisation (CUDA-graph capturable). Throws flash_attention::Error on invalid input or a
+// CUDA failure, before any launch for everything the host can check.
+void backward(const BackwardParams& params, Stream stream = nullptr);
+
+// Runs exactly the named backward kernel (a config with `bwd`); throws ErrorCode::not_built if
+// it was not compiled.
+void backward(const BackwardParams& params, const KernelConfig& config, Stream stream = nullptr);
+
+// The backward kernel the automatic choice runs for dense tensors of this shape on `device`.
+KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device);
+
+// Device memory a backward call of this shape takes besides its tensors, in bytes: D =
+// rowsum(dO ∘ O), one float per query row and head.
+std::size_t backward_workspace_bytes(const ProblemShape& problem);
 
 // Makes the next automatic choice read the tuning cache file again.
 void reload_tuning_cache();

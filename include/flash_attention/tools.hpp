@@ -248,7 +248,8 @@ void check_writable(const std::filesystem::path& path);
 namespace flash_attention::tools {
 
 // Names accepted by kernel_set(): release (the built-in table's kernels: the default
-// build), ci, progression, progression-all, progression-sm90, tune, tune-sm80, tune-sm90, all.
+// build), ci, progression, progression-all, progression-sm90, tune, tune-sm80, tune-sm90,
+// tune-backward, all.
 std::vector<std::string_view> kernel_set_names();
 
 // The configs of a named set, sorted and unique (the progression ladders in step order), of

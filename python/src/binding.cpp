@@ -155,8 +155,9 @@ fa::TensorView view_of(nb::handle t, const char* name) {
     return view_of(array, name);
 }
 
-// The optional log-sum-exp output: a contiguous float32 CUDA array of `elements` values.
-float* lse_pointer(nb::handle lse, std::size_t elements) {
+// An optional log-sum-exp (or its gradient): a contiguous float32 CUDA array of `elements`
+// values.
+float* lse_pointer(nb::handle lse, std::size_t elements, const char* name = "lse") {
     if (lse.is_none())
         return nullptr;
     if (const TorchTypes* torch = torch_types();
@@ -167,7 +168,7 @@ float* lse_pointer(nb::handle lse, std::size_t elements) {
                         nb::cast<std::size_t>(lse.attr("numel")()) == elements;
         if (!ok) {
             throw fa::Error(fa::ErrorCode::invalid_argument,
-                            "lse: expected a contiguous float32 CUDA tensor of " +
+                            std::string(name) + ": expected a contiguous float32 CUDA tensor of " +
                                 std::to_string(elements) + " elements (batch, heads, seq_q), got " +
                                 nb::cast<std::string>(nb::repr(lse)).substr(0, 120));
         }
@@ -176,7 +177,7 @@ float* lse_pointer(nb::handle lse, std::size_t elements) {
     nb::ndarray<float, nb::device::cuda, nb::c_contig> array;
     if (!nb::try_cast(lse, array) || array.size() != elements) {
         throw fa::Error(fa::ErrorCode::invalid_argument,
-                        "lse: expected a contiguous float32 CUDA array of " +
+                        std::string(name) + ": expected a contiguous float32 CUDA array of " +
                             std::to_string(elements) + " elements (batch, heads, seq_q)");
     }
     return array.data();
@@ -380,6 +381,37 @@ NB_MODULE(_C, m) {
         nb::arg("num_splits"), nb::arg("stream"), nb::arg("window_left") = -1,
         nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
         "Attention against a KV cache, appending k_new/v_new first (see KVCacheParams).");
+
+    m.def(
+        "backward",
+        [](nb::handle d_o, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+           nb::handle dq, nb::handle dk, nb::handle dv, std::optional<float> scale, int causal,
+           std::uintptr_t stream, nb::handle d_lse, std::optional<fa::KernelConfig> config) {
+            fa::BackwardParams p{view_of(q, "q"),     view_of(k, "k"),      view_of(v, "v"),
+                                 view_of(out, "out"), view_of(d_o, "dout"), view_of(dq, "dq"),
+                                 view_of(dk, "dk"),   view_of(dv, "dv")};
+            const auto rows = static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]);
+            p.options = options_of(scale, causal, lse, rows, -1, -1, 0.0f, 0);
+            if (p.options.lse == nullptr) {
+                throw fa::Error(fa::ErrorCode::invalid_argument,
+                                "lse: expected the forward's log-sum-exp (float32 (batch, heads, "
+                                "seq_q)), got None");
+            }
+            p.d_lse = lse_pointer(d_lse, rows, "dlse");
+            const auto s = reinterpret_cast<fa::Stream>(stream);
+            if (config) {
+                fa::backward(p, *config, s);
+            } else {
+                fa::backward(p, s);
+            }
+        },
+        nb::arg("dout"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"),
+        nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("softmax_scale").none(),
+        nb::arg("causal"), nb::arg("stream"), nb::arg("dlse").none() = nb::none(),
+        nb::arg("config").none() = nb::none(),
+        "Writes the gradients of attention into dq, dk and dv (see BackwardParams): dout, q, k, "
+        "v,\n"
+        "out as the forward's, lse its float32 (batch, heads, seq_q) log-sum-exp, dlse optional.");
 
     m.def(
         "choose_config",

@@ -16,7 +16,7 @@ ChoiceProblem choice_problem(const ForwardParams& p) {
 }
 
 bool can_run(const KernelConfig& c, const ChoiceProblem& p, const DeviceProperties& device) {
-    return c.dtype == p.shape.dtype && c.d_head == p.shape.d_head &&
+    return !c.backward && c.dtype == p.shape.dtype && c.d_head == p.shape.d_head &&
            device_problem(c, device).empty() && (c.family != Family::sm90 || p.tma_addressable);
 }
 

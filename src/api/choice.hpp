@@ -22,7 +22,7 @@ struct ChoiceProblem {
 
 ChoiceProblem choice_problem(const ForwardParams& params);
 
-// Whether `config` was built and runs this problem on `device`.
+// Whether `config` is a forward config that was built and runs this problem on `device`.
 bool can_run(const KernelConfig& config, const ChoiceProblem& problem,
              const DeviceProperties& device);
 

@@ -76,6 +76,9 @@ std::string tma_problem(const ForwardParams& p) {
 
 void validate_config(const ForwardParams& p, const KernelConfig& c,
                      const DeviceProperties& device) {
+    if (c.backward)
+        throw_config_error(ErrorCode::invalid_argument, "a forward config (without bwd)",
+                           c.to_string());
     if (c.dtype != p.q.dtype) {
         throw_config_error(ErrorCode::invalid_argument,
                            "dtype " + std::string(to_string(p.q.dtype)) + " (the tensors')",

@@ -191,17 +191,20 @@ void check_variants(const Variants& v, bool causal, float scale) {
     }
 }
 
-void check_lse(const float* lse, std::int64_t count, const char* layout,
-               std::initializer_list<std::pair<const TensorView*, const char*>> tensors) {
+}  // namespace
+
+void check_float_rows(const float* lse, const char* argument, std::int64_t count,
+                      const char* layout,
+                      std::initializer_list<std::pair<const TensorView*, const char*>> tensors) {
     if (lse == nullptr)
         return;
     if (reinterpret_cast<std::uintptr_t>(lse) % alignof(float) != 0)
-        fail(ErrorCode::invalid_argument, "lse", "a 4-byte aligned address", "one that is not");
+        fail(ErrorCode::invalid_argument, argument, "a 4-byte aligned address", "one that is not");
     // count is bounded by an output tensor's distinct elements: no overflow.
     const auto first = reinterpret_cast<std::uintptr_t>(lse);
     std::uintptr_t last = 0;
     if (__builtin_add_overflow(first, static_cast<std::uintptr_t>(count) * 4 - 1, &last)) {
-        fail(ErrorCode::invalid_argument, "lse",
+        fail(ErrorCode::invalid_argument, argument,
              std::string("an address whose ") + layout + " floats fit the address space",
              "one too close to its end");
     }
@@ -210,29 +213,36 @@ void check_lse(const float* lse, std::int64_t count, const char* layout,
             continue;
         const auto [t0, t1] = byte_range(*t);
         if (first <= t1 && t0 <= last) {
-            fail(ErrorCode::invalid_argument, "lse",
+            fail(ErrorCode::invalid_argument, argument,
                  std::string("memory that does not overlap ") + name, "an overlapping range");
         }
     }
 }
 
-}  // namespace
+void check_output(const TensorView& out, const char* name,
+                  std::initializer_list<std::pair<const TensorView*, const char*>> others) {
+    for (const auto& [t, other] : others) {
+        if (t != nullptr && overlap(out, *t)) {
+            fail(ErrorCode::invalid_argument, name,
+                 std::string("memory that does not overlap ") + other, "an overlapping range");
+        }
+    }
+    check_output_does_not_self_overlap(out, name);
+}
+
+void check_options(const AttentionOptions& options, std::int64_t d_head) {
+    check_softmax_scale(options.softmax_scale);
+    check_causal_alignment(options.causal_alignment);
+    check_variants(options.variants, options.causal, options.scale(d_head));
+}
 
 void check_outputs_and_options(
     const TensorView& o, std::initializer_list<std::pair<const TensorView*, const char*>> inputs,
     const AttentionOptions& options, std::int64_t lse_count, const char* lse_layout) {
-    for (const auto& [t, name] : inputs) {
-        if (t != nullptr && overlap(o, *t)) {
-            fail(ErrorCode::invalid_argument, "o",
-                 std::string("memory that does not overlap ") + name, "an overlapping range");
-        }
-    }
-    check_output_does_not_self_overlap(o, "o");
-    check_lse(options.lse, lse_count, lse_layout, inputs);
-    check_lse(options.lse, lse_count, lse_layout, {{&o, "o"}});
-    check_softmax_scale(options.softmax_scale);
-    check_causal_alignment(options.causal_alignment);
-    check_variants(options.variants, options.causal, options.scale(o.shape[3]));
+    check_output(o, "o", inputs);
+    check_float_rows(options.lse, "lse", lse_count, lse_layout, inputs);
+    check_float_rows(options.lse, "lse", lse_count, lse_layout, {{&o, "o"}});
+    check_options(options, o.shape[3]);
 }
 
 namespace {

@@ -37,6 +37,20 @@ void check_outputs_and_options(
     const TensorView& o, std::initializer_list<std::pair<const TensorView*, const char*>> inputs,
     const AttentionOptions& options, std::int64_t lse_count, const char* lse_layout);
 
+// An output tensor: no element aliases another (distinct output elements must have distinct
+// addresses, or the CTAs writing them race) and none overlaps the `others` (null skipped).
+void check_output(const TensorView& out, const char* name,
+                  std::initializer_list<std::pair<const TensorView*, const char*>> others);
+
+// `count` floats at `rows` (an LSE or its gradient, laid out as `layout` says; null: none
+// given): 4-byte aligned, inside the address space, overlapping none of `tensors`.
+void check_float_rows(const float* rows, const char* argument, std::int64_t count,
+                      const char* layout,
+                      std::initializer_list<std::pair<const TensorView*, const char*>> tensors);
+
+// The softmax scale, the causal alignment and the variants' bounds (check_outputs_and_options).
+void check_options(const AttentionOptions& options, std::int64_t d_head);
+
 // Shapes, dtypes, strides, alignment, aliasing and the scale; needs no GPU.
 void validate_tensors(const ForwardParams& params);
 

@@ -145,6 +145,15 @@ constexpr Row k_rows[] = {
     {"(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    // The backward pass (choose_backward_config: the first row of the dtype and head dim):
+    // 64 x 64 tiles over 8 warps, whose dK and dV (d_head 256: 128 fp32 registers a thread)
+    // leave room for the score tiles; the sm80 family on every GPU. Untuned.
+    {"(BF16, 64, 64, 64, 8): bwd+async+swizzled"},
+    {"(FP16, 64, 64, 64, 8): bwd+async+swizzled"},
+    {"(BF16, 128, 64, 64, 8): bwd+async+swizzled"},
+    {"(FP16, 128, 64, 64, 8): bwd+async+swizzled"},
+    {"(BF16, 256, 64, 64, 8): bwd+async+swizzled"},
+    {"(FP16, 256, 64, 64, 8): bwd+async+swizzled"},
 };
 
 }  // namespace

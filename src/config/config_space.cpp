@@ -56,10 +56,28 @@ constexpr bool can_halve(const KernelConfig& c) {
     return c.sm90.trim_blocks && c.sm90.intra_warpgroup_overlap && c.B_c == 128;
 }
 
+// The backward kernels' warps (sm80/backward_kernel.cuh, WarpLayout): 16-row groups over a
+// tile's rows, the rest of the warps over its columns, each warp's share of the columns whole
+// pairs of n8 tiles (one ldmatrix.x4 loads two).
+constexpr bool backward_layout_fits(int rows, int cols, int warps) {
+    const int groups = rows / 16;
+    return rows % 16 == 0 && groups > 0 && warps % groups == 0 &&
+           cols % (16 * (warps / groups)) == 0;
+}
+
+// Both backward kernels' tiles: the dK/dV kernel's scores (B_c x B_r) and gradients (B_c x
+// d_head), the dQ kernel's scores (B_r x B_c) and gradient (B_r x d_head).
+constexpr bool backward_tiles_fit(const KernelConfig& c) {
+    return backward_layout_fits(c.B_c, c.B_r, c.n_warps) &&
+           backward_layout_fits(c.B_c, c.d_head, c.n_warps) &&
+           backward_layout_fits(c.B_r, c.B_c, c.n_warps) &&
+           backward_layout_fits(c.B_r, c.d_head, c.n_warps);
+}
+
 constexpr std::array k_rules = {
     // First: the rules below compute sizes from the fields.
     Rule{"fields", RuleKind::validity,
-         "every field fits the kernel code (d_head < 1024, B_r and B_c < 512, n_warps < 32, "
+         "every field fits the kernel code (d_head and B_c < 512, B_r < 256, n_warps < 32, "
          "load tiles < 16, stages < 8, none negative)",
          [](const KernelConfig& c) { return !fields_in_range(c); }},
     Rule{"family", RuleKind::validity, "the sm80 and sm90 families exist",
@@ -74,14 +92,35 @@ constexpr std::array k_rules = {
          "buffer and opt_softmax are sm80's; stages, overlap, pingpong, persistent and qreg are "
          "sm90's (TMA, 128-byte swizzling and the base-2 softmax are always on in sm90 kernels)",
          [](const KernelConfig& c) { return has_foreign_knobs(c); }},
+    // The backward pass.
+    Rule{"backward_family", RuleKind::validity,
+         "backward kernels exist in the sm80 family (mma.sync; they run on every GPU from sm_80)",
+         [](const KernelConfig& c) { return c.backward && !sm80(c); }},
+    Rule{"backward_knobs", RuleKind::validity,
+         "a backward config sets async and swizzled only (its GEMMs load whole k extents; "
+         "eager, load_Q_K_V_tiles, buffer and opt_softmax are the forward's)",
+         [](const KernelConfig& c) {
+             return c.backward &&
+                    (c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
+                     c.sm80.K_mma_load_K_tiles != 0 || c.sm80.V_mma_load_K_tiles != 0 ||
+                     c.sm80.mma_double_buffer_loads || c.sm80.optimized_softmax);
+         }},
+    Rule{"backward_tiles", RuleKind::validity,
+         "backward tiles: B_r and B_c 64 or 128, whose 16-row warp groups divide the warps and "
+         "leave each warp whole pairs of n8 columns of every tile",
+         [](const KernelConfig& c) {
+             return c.backward && ((c.B_r != 64 && c.B_r != 128) || (c.B_c != 64 && c.B_c != 128) ||
+                                   !backward_tiles_fit(c));
+         }},
     // sm80 family.
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
          [](const KernelConfig& c) { return sm80(c) && c.n_warps != 4 && c.n_warps != 8; }},
     Rule{"rows_per_warp", RuleKind::validity,
          "each warp owns 16 or 32 query rows (one or two m16 MMA tiles)",
          [](const KernelConfig& c) {
-             return sm80(c) && (c.B_r % c.n_warps != 0 ||
-                                (c.rows_per_warp() != 16 && c.rows_per_warp() != 32));
+             return sm80(c) && !c.backward &&
+                    (c.B_r % c.n_warps != 0 ||
+                     (c.rows_per_warp() != 16 && c.rows_per_warp() != 32));
          }},
     Rule{"B_c", RuleKind::validity, "B_c is 16, 32, 64 or 128 (a whole number of k16 MMA tiles)",
          [](const KernelConfig& c) {
@@ -386,6 +425,22 @@ ValueSets all_values_sm90() {
     return v;
 }
 
+// The backward kernels' tiles: 64 or 128 query rows (B_r) and key rows (B_c), 4 or 8 warps,
+// cp.async into swizzled tiles; the rules keep the ones whose warps split every tile evenly and
+// whose dK and dV fit the registers.
+ValueSets tune_values_backward() {
+    ValueSets v;
+    v.backward = {true};
+    v.dtype = {DType::FP16, DType::BF16};
+    v.d_head = {64, 128, 256};
+    v.B_r = {64, 128};
+    v.B_c = {64, 128};
+    v.n_warps = {4, 8};
+    v.async_copy = {true};
+    v.swizzled = {true};
+    return v;
+}
+
 ValueSets all_values() {
     ValueSets v;
     v.dtype = {DType::FP16, DType::BF16};
@@ -466,6 +521,16 @@ int estimated_registers(const KernelConfig& c) {
         const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
         return c.d_head / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 +
                c.d_head / 8;
+    }
+    if (c.backward) {
+        // The dK/dV kernel, the larger: a warp's 16 key rows of dK and dV over its share of
+        // d_head (fp32, live through the loop), of Sᵀ and dPᵀ over its share of B_r, the B
+        // fragments of one k16 tile of the gradient GEMMs (16-bit pairs), and addresses.
+        // An estimate, not yet fitted to ptxas.
+        const int groups = c.B_c / 16;
+        const int column_groups = groups > 0 && c.n_warps >= groups ? c.n_warps / groups : 1;
+        const int d = c.d_head / column_groups;
+        return d + c.B_r / column_groups + d / 4 + 48;
     }
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),
     // Q's fragments when held whole (16-bit pairs), and the rest: fragments in flight,
@@ -589,8 +654,8 @@ std::vector<KernelConfig> configs_in_file(std::string_view path) {
 }  // namespace
 
 std::vector<std::string_view> set_names() {
-    return {"release",   "ci",        "progression", "progression-all", "progression-sm90", "tune",
-            "tune-sm80", "tune-sm90", "all"};
+    return {"release", "ci",        "progression", "progression-all", "progression-sm90",
+            "tune",    "tune-sm80", "tune-sm90",   "tune-backward",   "all"};
 }
 
 std::vector<KernelConfig> named_set(std::string_view name) {
@@ -628,13 +693,20 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         append_unique(v, streamed(v));
         return sorted_unique(std::move(v));
     }
+    if (name == "tune-backward")
+        return tune_values_backward().expand();
     if (name == "tune") {
         std::vector<KernelConfig> v = tune_values().expand();
         append_unique(v, named_set("tune-sm90"));
+        append_unique(v, tune_values_backward().expand());
         return sorted_unique(std::move(v));
     }
     if (name == "all") {
+        ValueSets backward = tune_values_backward();
+        backward.async_copy = {false, true};
+        backward.swizzled = {false, true};
         std::vector<KernelConfig> v = all_values().expand();
+        append_unique(v, backward.expand());
         append_unique(v, all_values_sm90().expand());
         append_unique(v, progression_sm90());
         append_unique(v, progression_all_block_sizes());

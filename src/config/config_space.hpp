@@ -77,8 +77,9 @@ struct ValueSets {
 
 // Names accepted by named_set(): release (the built-in table's kernels: the default
 // build), ci (release plus knob coverage), progression, progression-all, progression-sm90,
-// tune, tune-sm80 and tune-sm90 (the tune set's configs of one family: tuning or measuring
-// the sm80 family on a Hopper GPU, Hopper-only builds), all.
+// tune, tune-sm80 and tune-sm90 (the tune set's forward configs of one family: tuning or
+// measuring the sm80 family on a Hopper GPU, Hopper-only builds), tune-backward (its
+// backward configs), all.
 std::vector<std::string_view> set_names();
 
 // The configs of a named set, sorted and unique (the progression ladder in step order),

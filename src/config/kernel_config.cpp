@@ -91,8 +91,9 @@ std::string KernelConfig::to_string() const {
                 // The first of the three consecutive fields prints the token for all.
                 if (i > 0 && k_config_fields[i - 1].kind == FieldKind::load_tiles)
                     break;
-                if (belongs_to(f.family, family) || value != 0 || field_value(*this, i + 1) != 0 ||
-                    field_value(*this, i + 2) != 0) {
+                // A backward config's GEMMs load whole k extents: no token unless set.
+                if ((belongs_to(f.family, family) && !backward) || value != 0 ||
+                    field_value(*this, i + 1) != 0 || field_value(*this, i + 2) != 0) {
                     flags.push_back(std::string(f.token) + "_" + std::to_string(value) + "_" +
                                     std::to_string(field_value(*this, i + 1)) + "_" +
                                     std::to_string(field_value(*this, i + 2)) + "_tiles");
@@ -299,8 +300,11 @@ class Parser {
         if (rest.empty() || rest.front() != ':')
             fail("expected \":\" after the tuple");
         rest = trim(rest.substr(1));
-        if (rest.empty())
-            fail("missing flags after \":\" (at least load_Q_K_V_tiles, or sm90+stages_N)");
+        if (rest.empty()) {
+            fail(
+                "missing flags after \":\" (at least load_Q_K_V_tiles, sm90+stages_N or "
+                "bwd)");
+        }
 
         // Each field once: stages_2+stages_3 or two load_ flags contradict each other.
         std::bitset<k_config_field_count> seen;
@@ -345,12 +349,15 @@ class Parser {
                     break;
             }
         }
-        // An sm80 config names its fragment loading (the family's one required token).
+        // An sm80 forward config names its fragment loading (the family's one required token;
+        // a backward config's GEMMs load whole k extents).
         bool loads = false;
         for (int i = 0; i < k_config_field_count; ++i)
             loads = loads || (k_config_fields[i].kind == FieldKind::load_tiles && seen[i]);
-        if (!loads && c.family == Family::sm80)
-            fail("missing the load_Q_K_V_tiles flag (or sm90 for a Hopper kernel)");
+        if (!loads && c.family == Family::sm80 && !c.backward)
+            fail(
+                "missing the load_Q_K_V_tiles flag (or sm90 for a Hopper kernel, bwd for a "
+                "backward one)");
         // A config is of one family (sm90 may come anywhere among the flags): the other
         // family's knobs belong to no kernel (the config space's foreign_knobs rule).
         for (int i = 0; i < k_config_field_count; ++i) {

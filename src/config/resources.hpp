@@ -4,6 +4,7 @@
 // the devices the config space is built for. Host and device code (the kernels' traits
 // check their layouts against these formulas); not part of the public API.
 
+#include <algorithm>
 #include <cstddef>
 
 #include "flash_attention/kernel_config.hpp"
@@ -85,9 +86,24 @@ constexpr int q_barrier_pairs(const KernelConfig& c) {
     return detail::sm90_q_barrier_pairs(c, q_buffers(c));
 }
 
+// The backward kernels (sm80/backward_kernel.cuh), 16-bit tiles: the dK/dV kernel holds its K
+// and V block (B_c rows), a Q and a dO tile (B_r rows), Pᵀ and dSᵀ (B_c x B_r) and the Q
+// tile's LSE and D (fp32); the dQ kernel its Q and dO tile, a K and a V block and dS.
+constexpr std::size_t backward_dkdv_smem_bytes(const KernelConfig& c) {
+    const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
+    return 2 * ((2 * r + 2 * k) * static_cast<std::size_t>(c.d_head) + 2 * k * r) + 8 * r;
+}
+constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
+    const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
+    return 2 * ((2 * r + 2 * k) * static_cast<std::size_t>(c.d_head) + k * r);
+}
+
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is
-// staged through Q's buffer at the end (sm90: or apart, o_staged_apart()).
+// staged through Q's buffer at the end (sm90: or apart, o_staged_apart()). A backward config:
+// the larger of its kernels'.
 constexpr std::size_t smem_bytes(const KernelConfig& c) {
+    if (c.backward)
+        return std::max(backward_dkdv_smem_bytes(c), backward_dq_smem_bytes(c));
     if (c.family == Family::sm90)
         return detail::sm90_smem_bytes(c, q_buffers(c), o_staged_apart(c));
     return (static_cast<std::size_t>(c.B_r) + 2 * static_cast<std::size_t>(c.B_c)) *

@@ -107,4 +107,32 @@ struct KernelArgs {
     TileDivisors tile_divisors;
 };
 
+// What a backward launcher hands its kernels (sm80/backward_kernel.cuh): the forward's
+// tensors, dO, the gradients it writes, and D = rowsum(dO ∘ O) - dLSE, which the
+// preprocess kernel writes into workspace.
+struct BackwardArgs {
+    const void* q;
+    const void* k;
+    const void* v;
+    const void* o;
+    const void* d_o;
+    void* dq;
+    void* dk;
+    void* dv;
+    const float* lse;    // the forward's, natural log, (batch, heads, seq_q)
+    const float* d_lse;  // ∂loss/∂LSE, (batch, heads, seq_q), or null
+    float* d;            // workspace, (batch, heads, seq_q)
+    TensorStrides q_stride, k_stride, v_stride, o_stride, d_o_stride;
+    TensorStrides dq_stride, dk_stride, dv_stride;
+    int batch;
+    int heads;     // of q, o, d_o, dq
+    int heads_kv;  // of k, v, dk, dv; divides heads
+    int seq_q;
+    int seq_k;
+    bool causal;
+    int diagonal_seq_q;  // as KernelArgs': diagonal_queries(seq_q, seq_k, top_left)
+    float softmax_scale;
+    float scale_log2;  // softmax_scale * log2(e)
+};
+
 }  // namespace flash_attention

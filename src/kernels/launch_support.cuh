@@ -95,7 +95,13 @@ KernelResources resources();
 // the compiled resources.
 template <auto* Kernel, void (*Launch)(const KernelArgs&, Stream), int Threads, int SmemBytes>
 constexpr KernelOps kernel_ops() {
-    return {Launch, &ctas_per_sm<Kernel, Threads, SmemBytes>, &resources<Kernel>};
+    return {Launch, nullptr, &ctas_per_sm<Kernel, Threads, SmemBytes>, &resources<Kernel>};
+}
+
+// A backward config's: Kernel is its main kernel (the one `list` reports).
+template <auto* Kernel, void (*Launch)(const BackwardArgs&, Stream), int Threads, int SmemBytes>
+constexpr KernelOps backward_kernel_ops() {
+    return {nullptr, Launch, &ctas_per_sm<Kernel, Threads, SmemBytes>, &resources<Kernel>};
 }
 
 template <auto* Kernel>

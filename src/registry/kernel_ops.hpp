@@ -13,8 +13,11 @@ struct KernelResources {
 };
 
 struct KernelOps {
-    // Launches on `stream`; throws Error(ErrorCode::cuda) if the launch fails.
+    // Launches on `stream`; throws Error(ErrorCode::cuda) if the launch fails. A forward
+    // config's kernel has `launch`, a backward config's (KernelConfig::backward) `launch_backward`;
+    // the other is null.
     void (*launch)(const KernelArgs& args, Stream stream);
+    void (*launch_backward)(const BackwardArgs& args, Stream stream);
     // CTAs per SM on the current device, from the CUDA occupancy calculator.
     int (*ctas_per_sm)();
     KernelResources (*resources)();

@@ -22,6 +22,7 @@
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/tools.hpp"
 #include "kernels/sm90/tensor_maps.hpp"
+#include "support/built_configs.hpp"
 
 namespace fa = flash_attention;
 using fa::reference::HostTensor;
@@ -44,7 +45,7 @@ struct Case {
 
 std::vector<Case> all_cases() {
     std::vector<Case> cases;
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         for (const int seq : test_seqs())
             cases.push_back({c, seq});
     }
@@ -204,7 +205,7 @@ struct OddCase {
 
 std::vector<OddCase> odd_cases() {
     std::vector<OddCase> cases;
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         for (const OddShape& s : k_odd_shapes)
             cases.push_back({c, s});
     }
@@ -287,7 +288,7 @@ struct VariantCase {
 
 std::vector<VariantCase> variant_cases() {
     std::vector<VariantCase> cases;
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         for (const VariantShape& s : k_variant_shapes)
             cases.push_back({c, s});
     }
@@ -367,7 +368,7 @@ class EveryConfigSharpSoftmax : public ::testing::TestWithParam<Case> {};
 
 std::vector<Case> sharp_cases() {
     std::vector<Case> cases;
-    for (const fa::KernelConfig& c : fa::configs())
+    for (const fa::KernelConfig& c : fa::testing::forward_configs())
         cases.push_back({c, 4096});
     return cases;
 }
@@ -413,7 +414,7 @@ GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigSharpSoftmax);
 // One (dtype, d_head) pair per built combination, for the tests below.
 std::vector<std::pair<fa::DType, int>> built_problem_kinds() {
     std::vector<std::pair<fa::DType, int>> kinds;
-    for (const auto& c : fa::configs()) {
+    for (const auto& c : fa::testing::forward_configs()) {
         const std::pair kind{c.dtype, c.d_head};
         if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
             kinds.push_back(kind);
@@ -530,7 +531,7 @@ TEST(Forward, StridedViews) {
 
 // The same inputs give bit-identical outputs: a race would make them differ.
 TEST(Forward, Deterministic) {
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         if (!fa::is_supported(c))
             continue;
         Problem p(c.dtype, 1, 1024, 1024, 4, c.d_head);
@@ -547,7 +548,7 @@ TEST(Forward, Deterministic) {
 // SMs, of lengths from 1 to 16 key blocks, with grouped-query heads: every tile is
 // computed exactly once (a tile lost or done twice leaves NaN poison or a wrong row).
 TEST(Forward, PersistentSchedulesCoverEveryTileOnce) {
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         if (!c.sm90.persistent || !fa::is_supported(c))
             continue;
         // 2 x 8 heads x 16 query blocks of 128 rows (11 of 192): 176 to 256 tiles.
@@ -609,7 +610,7 @@ TEST(Forward, StreamKSplitsTheLastRound) {
         {1, 777, 1500, 1.2, 1, 0, 16, true},   {1, 1000, 1000, 1.25, 0, 100, 16, true},
         {1, 1000, 1000, 1.9, 0, 0, 16, false},  // the last round too full to split
     };
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         if (!c.sm90.stream_k || !fa::is_supported(c))
             continue;
         const auto check = [&](int batch, int seq_q, int seq_k, int heads, int heads_kv,
@@ -681,7 +682,7 @@ TEST(Forward, StreamKSplitsTheLastRound) {
 // shorter than the others (18 heads of 3 x 6 over 3 K/V heads: sections of 16, 8 or 4 at d_head
 // 64, 128 or 256 on 50-64 MiB of L2), odd lengths: every sm90 config computes every tile once.
 TEST(Forward, CausalSectionsCoverEveryTileOnce) {
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         if (c.family != fa::Family::sm90 || !fa::is_supported(c))
             continue;
         Problem p(c.dtype, 3, 8191, 8191, 6, c.d_head, 3, true);
@@ -701,7 +702,7 @@ TEST(Forward, CausalSectionsCoverEveryTileOnce) {
 // launch's own, zeroed on every replay; outside capture each stream has its own: launches on
 // two streams at once do not share them.
 TEST(Forward, DynamicScheduleReplaysAndRunsConcurrently) {
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         if (!c.sm90.dynamic_schedule || !fa::is_supported(c))
             continue;
         const double scale = 1.0 / std::sqrt(double(c.d_head));
@@ -748,7 +749,7 @@ TEST(Forward, DynamicScheduleReplaysAndRunsConcurrently) {
 // replays between them, and on a stream created after the first was destroyed, each compute
 // every tile (counters left past zero would skip tiles, whose NaN poison the check finds).
 TEST(Forward, DynamicScheduleLeavesItsCountersZero) {
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         if (!c.sm90.dynamic_schedule || !fa::is_supported(c))
             continue;
         const double scale = 1.0 / std::sqrt(double(c.d_head));
@@ -801,7 +802,7 @@ void synchronize_or_abort(double seconds, const std::string& what) {
 // of q_full and wait forever (the release build's test run hung, 2026-11-24). Many
 // launches, because the hang needs the producer to win a race.
 TEST(Forward, DynamicScheduleEndsWhileConsumersWork) {
-    for (const fa::KernelConfig& c : fa::configs()) {
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         if (!c.sm90.dynamic_schedule || !fa::is_supported(c))
             continue;
         for (const bool causal : {false, true}) {
@@ -829,8 +830,9 @@ TEST(Forward, AutomaticChoiceRunsTheDevicesFamily) {
     for (const auto& [dtype, d] : built_problem_kinds()) {
         Problem p(dtype, 1, 1024, 1024, 2, d);
         const fa::KernelConfig c = fa::choose_config(p.params());
-        const bool sm90_built =
-            std::any_of(fa::configs().begin(), fa::configs().end(), [&](const auto& x) {
+        const bool sm90_built = std::any_of(
+            fa::testing::forward_configs().begin(), fa::testing::forward_configs().end(),
+            [&](const auto& x) {
                 return x.family == fa::Family::sm90 && x.dtype == dtype && x.d_head == d;
             });
         EXPECT_EQ(c.family, hopper && sm90_built ? fa::Family::sm90 : fa::Family::sm80)

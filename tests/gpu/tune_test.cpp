@@ -14,6 +14,7 @@
 #include "common/cuda_check.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/tools.hpp"
+#include "support/built_configs.hpp"
 #include "tuning/tuning_cache.hpp"
 
 namespace fa = flash_attention;
@@ -22,7 +23,7 @@ TEST(Tune, AutomaticChoiceRunsTheWinner) {
     constexpr int seq = 1024;
     // Two built configs of one (dtype, d_head) that both divide the sequence length.
     std::map<std::pair<fa::DType, int>, std::vector<fa::KernelConfig>> groups;
-    for (const auto& c : fa::configs()) {
+    for (const auto& c : fa::testing::forward_configs()) {
         if (seq % c.B_r == 0 && seq % c.B_c == 0 && fa::is_supported(c))
             groups[{c.dtype, c.d_head}].push_back(c);
     }

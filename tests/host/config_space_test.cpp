@@ -44,7 +44,8 @@ TEST(ConfigSpace, EveryRuleRejectsWhatItSays) {
     EXPECT_EQ(with([](KernelConfig& c) { c.d_head = -64; }), "fields");
     EXPECT_EQ(with([](KernelConfig& c) { c.d_head = 96; }), "d_head");
     EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 2; }), "n_warps");
-    EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 256; }), "rows_per_warp");
+    EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 256; }), "fields");  // 8 bits
+    EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 192; }), "rows_per_warp");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_c = 48; }), "B_c");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.async_copy = false; }), "eager_needs_async");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.Q_mma_load_K_tiles = 2; }), "q_tiles");
@@ -67,6 +68,42 @@ TEST(ConfigSpace, EveryRuleRejectsWhatItSays) {
                   c.sm80.mma_double_buffer_loads = false;
               }),
               "register_budget");
+}
+
+TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
+    const KernelConfig backward = KernelConfig::parse("(BF16, 128, 64, 64, 8): bwd+async+swizzled");
+    EXPECT_EQ(rejected_by(backward), "");
+    EXPECT_EQ(backward.to_string(), "(BF16, 128, 64, 64, 8): bwd+async+swizzled");
+    auto with = [&](auto change) {
+        KernelConfig c = backward;
+        change(c);
+        return rejected_by(c);
+    };
+    EXPECT_EQ(with([](KernelConfig& c) {
+                  c = KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2");
+                  c.backward = true;
+              }),
+              "backward_family");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm80.optimized_softmax = true; }), "backward_knobs");
+    EXPECT_EQ(with([](KernelConfig& c) { c.sm80.K_mma_load_K_tiles = 2; }), "backward_knobs");
+    EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 32; }), "backward_tiles");
+    // 8 key-row groups of 16 rows for 4 warps.
+    EXPECT_EQ(with([](KernelConfig& c) {
+                  c.B_c = 128;
+                  c.n_warps = 4;
+              }),
+              "backward_tiles");
+    // dK and dV of 16 rows x 256 columns a warp: 256 fp32 registers alone.
+    EXPECT_EQ(with([](KernelConfig& c) {
+                  c.d_head = 256;
+                  c.n_warps = 4;
+              }),
+              "register_budget");
+    // Backward configs need no fragment-loading token; forward sm80 configs do.
+    EXPECT_THROW(KernelConfig::parse("(BF16, 128, 64, 64, 8): async+swizzled"), fa::Error);
+    // Every set's backward configs pass their rules, and tune covers the release's.
+    for (const KernelConfig& c : fa::space::named_set("tune-backward"))
+        EXPECT_TRUE(c.backward && rejected_by(c).empty()) << c.to_string();
 }
 
 TEST(ConfigSpace, EverySm90RuleRejectsWhatItSays) {
@@ -110,11 +147,15 @@ TEST(ConfigSpace, FamilyTuneSetsSplitTheTuneSet) {
     const auto sm90 = fa::space::named_set("tune-sm90");
     ASSERT_FALSE(sm80.empty());
     ASSERT_FALSE(sm90.empty());
+    const auto backward = fa::space::named_set("tune-backward");
+    ASSERT_FALSE(backward.empty());
     for (const KernelConfig& c : sm80)
-        EXPECT_EQ(c.family, fa::Family::sm80) << c.to_string();
+        EXPECT_TRUE(c.family == fa::Family::sm80 && !c.backward) << c.to_string();
     for (const KernelConfig& c : sm90)
-        EXPECT_EQ(c.family, fa::Family::sm90) << c.to_string();
-    EXPECT_EQ(fa::space::named_set("tune-sm80,tune-sm90"), tune);
+        EXPECT_TRUE(c.family == fa::Family::sm90 && !c.backward) << c.to_string();
+    for (const KernelConfig& c : backward)
+        EXPECT_TRUE(c.backward) << c.to_string();
+    EXPECT_EQ(fa::space::named_set("tune-sm80,tune-sm90,tune-backward"), tune);
 }
 
 // "@FILE": the short forms of a file, one per line with comments and blank lines, unioned

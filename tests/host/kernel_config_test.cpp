@@ -224,7 +224,7 @@ TEST(KernelConfig, MessagesQuoteTheInputAsOneLineOfValidUtf8) {
 // Values past what a kernel code holds overflowed smem_bytes() and n_threads().
 TEST(KernelConfig, BoundsEveryNumber) {
     EXPECT_NE(parse_error("(FP16, 128, 2000000000, 64, 4): load_0_0_0_tiles")
-                  .find("expected an integer from 1 to 511 for B_r"),
+                  .find("expected an integer from 1 to 255 for B_r"),
               std::string::npos);
     EXPECT_NE(parse_error("(FP16, 128, 64, 64, 99999): load_0_0_0_tiles").find("n_warps"),
               std::string::npos);

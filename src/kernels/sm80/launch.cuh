@@ -7,6 +7,7 @@
 
 #include "common/cuda_check.hpp"
 #include "kernels/launch_support.cuh"
+#include "kernels/sm80/backward_kernel.cuh"
 #include "kernels/sm80/forward_kernel.cuh"
 #include "registry/kernel_ops.hpp"
 
@@ -40,8 +41,37 @@ void launch(const KernelArgs& args, Stream stream) {
 }
 
 template <KernelConfig C>
+inline constexpr auto* dkdv_kernel = &backward_dkdv_kernel<pack(C)>;
+template <KernelConfig C>
+inline constexpr auto* dq_kernel = &backward_dq_kernel<pack(C)>;
+
+// The backward pass: D's preprocess, then the dK/dV and the dQ kernels, in stream order.
+template <KernelConfig C>
+void launch_backward(const BackwardArgs& args, Stream stream) {
+    constexpr int preprocess_rows = 128 / (C.d_head / 8);
+    launch_kernel<&backward_preprocess_kernel<C.dtype, C.d_head>>(
+        dim3(blocks_covering(args.seq_q, preprocess_rows), args.heads, args.batch), 128, 0, stream,
+        args, "sm80 backward preprocess launch");
+    constexpr int dkdv_smem = static_cast<int>(backward_dkdv_smem_bytes(C));
+    enable_dynamic_smem<dkdv_kernel<C>, dkdv_smem>();
+    launch_kernel<dkdv_kernel<C>>(
+        dim3(blocks_covering(args.seq_k, C.B_c), args.heads_kv, args.batch), C.n_threads(),
+        dkdv_smem, stream, args, "sm80 backward dK/dV kernel launch");
+    constexpr int dq_smem = static_cast<int>(backward_dq_smem_bytes(C));
+    enable_dynamic_smem<dq_kernel<C>, dq_smem>();
+    launch_kernel<dq_kernel<C>>(dim3(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch),
+                                C.n_threads(), dq_smem, stream, args,
+                                "sm80 backward dQ kernel launch");
+}
+
+template <KernelConfig C>
 constexpr KernelOps make_ops() {
-    return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(smem_bytes(C))>();
+    if constexpr (C.backward) {
+        return backward_kernel_ops<dkdv_kernel<C>, &launch_backward<C>, C.n_threads(),
+                                   static_cast<int>(backward_dkdv_smem_bytes(C))>();
+    } else {
+        return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(smem_bytes(C))>();
+    }
 }
 
 }  // namespace flash_attention::sm80

@@ -1,0 +1,217 @@
+// The backward entry point: checks, the automatic choice of a backward kernel, and its launch
+// with D's workspace from the stream-ordered pool.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "api/choice.hpp"
+#include "api/kernel_args.hpp"
+#include "api/validate.hpp"
+#include "common/stream_scratch.hpp"
+#include "config/builtin_choice.hpp"
+#include "config/config_space.hpp"
+#include "registry/registry.hpp"
+
+namespace flash_attention {
+
+namespace {
+
+std::string dim_name(const char* tensor, int i) {
+    static constexpr std::array<const char*, 4> names = {"batch", "seq", "heads", "d_head"};
+    return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + names[i] + ")";
+}
+
+void check_same_shape(const TensorView& t, const char* name, const TensorView& as,
+                      const char* as_name) {
+    for (int i = 0; i < 4; ++i) {
+        if (t.shape[i] != as.shape[i]) {
+            fail(ErrorCode::invalid_argument, dim_name(name, i),
+                 std::to_string(as.shape[i]) + " (" + as_name + "'s)", std::to_string(t.shape[i]));
+        }
+    }
+}
+
+// Shapes, dtypes, strides, alignment, aliasing and options; needs no GPU.
+void validate_backward(const BackwardParams& p) {
+    const std::array<std::pair<const TensorView*, const char*>, 8> tensors = {{{&p.q, "q"},
+                                                                               {&p.k, "k"},
+                                                                               {&p.v, "v"},
+                                                                               {&p.o, "o"},
+                                                                               {&p.d_o, "d_o"},
+                                                                               {&p.dq, "dq"},
+                                                                               {&p.dk, "dk"},
+                                                                               {&p.dv, "dv"}}};
+    for (const auto& [t, name] : tensors) {
+        if (t->dtype != DType::FP16 && t->dtype != DType::BF16) {
+            fail(ErrorCode::dtype, std::string(name) + ".dtype", "FP16 or BF16",
+                 "enum value " + std::to_string(static_cast<int>(t->dtype)));
+        }
+        if (t->dtype != p.q.dtype) {
+            fail(ErrorCode::dtype, std::string(name) + ".dtype",
+                 std::string(to_string(p.q.dtype)) + " (q's dtype)",
+                 std::string(to_string(t->dtype)));
+        }
+    }
+    for (const auto& [t, name] : tensors)
+        check_layout(*t, name);
+    // The forward's shapes (validate_tensors), then the gradients' and dO's.
+    validate_tensors(ForwardParams{p.q, p.k, p.v, p.o, {.softmax_scale = p.options.softmax_scale}});
+    check_same_shape(p.d_o, "d_o", p.q, "q");
+    check_same_shape(p.dq, "dq", p.q, "q");
+    check_same_shape(p.dk, "dk", p.k, "k");
+    check_same_shape(p.dv, "dv", p.k, "k");
+
+    const std::initializer_list<std::pair<const TensorView*, const char*>> inputs = {
+        {&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}, {&p.d_o, "d_o"}};
+    check_output(p.dq, "dq", inputs);
+    check_output(p.dk, "dk", inputs);
+    check_output(p.dk, "dk", {{&p.dq, "dq"}});
+    check_output(p.dv, "dv", inputs);
+    check_output(p.dv, "dv", {{&p.dq, "dq"}, {&p.dk, "dk"}});
+
+    const std::int64_t rows = p.q.shape[0] * p.q.shape[2] * p.q.shape[1];
+    if (p.options.lse == nullptr) {
+        fail(ErrorCode::invalid_argument, "options.lse",
+             "the forward's log-sum-exp ((batch, heads, seq_q) fp32, which forward() writes "
+             "where options.lse points)",
+             "a null pointer");
+    }
+    const std::initializer_list<std::pair<const TensorView*, const char*>> outputs = {
+        {&p.dq, "dq"}, {&p.dk, "dk"}, {&p.dv, "dv"}};
+    check_float_rows(p.options.lse, "options.lse", rows, "(batch, heads, seq_q)", outputs);
+    check_float_rows(p.d_lse, "d_lse", rows, "(batch, heads, seq_q)", outputs);
+    check_options(p.options, p.q.shape[3]);
+    if (p.options.variants.any()) {
+        const Variants& v = p.options.variants;
+        fail(ErrorCode::unsupported, "options.variants",
+             "none: the backward pass takes no sliding window, softcap or sinks yet",
+             "window (" + std::to_string(v.window_left) + ", " + std::to_string(v.window_right) +
+                 "), softcap " + std::to_string(v.softcap) + (v.sinks != nullptr ? ", sinks" : ""));
+    }
+}
+
+ProblemShape backward_shape(const BackwardParams& p) {
+    return {.dtype = p.q.dtype,
+            .d_head = static_cast<int>(p.q.shape[3]),
+            .batch = p.q.shape[0],
+            .seq_q = p.q.shape[1],
+            .seq_k = p.k.shape[1],
+            .heads = p.q.shape[2],
+            .heads_kv = p.k.shape[2],
+            .causal = p.options.causal,
+            .window_or_softcap = false};
+}
+
+void validate_backward_config(const BackwardParams& p, const KernelConfig& c,
+                              const DeviceProperties& device) {
+    const auto wrong = [&](ErrorCode code, const std::string& expected) {
+        throw Error(code, "config: expected " + expected + ", got " + c.to_string());
+    };
+    if (!c.backward)
+        wrong(ErrorCode::invalid_argument, "a backward config (with bwd)");
+    if (c.dtype != p.q.dtype)
+        wrong(ErrorCode::invalid_argument, "dtype " + std::string(to_string(p.q.dtype)));
+    if (c.d_head != p.q.shape[3])
+        wrong(ErrorCode::invalid_argument, "d_head " + std::to_string(p.q.shape[3]));
+    if (const std::string problem = device_problem(c, device); !problem.empty())
+        wrong(find_kernel(c) == nullptr ? ErrorCode::not_built : ErrorCode::unsupported, problem);
+}
+
+BackwardArgs backward_args(const BackwardParams& p) {
+    const SoftmaxScale scale = softmax_scale(p.options, p.q.shape[3]);
+    const auto seq_q = static_cast<int>(p.q.shape[1]);
+    const auto seq_k = static_cast<int>(p.k.shape[1]);
+    return {.q = p.q.data,
+            .k = p.k.data,
+            .v = p.v.data,
+            .o = p.o.data,
+            .d_o = p.d_o.data,
+            .dq = p.dq.data,
+            .dk = p.dk.data,
+            .dv = p.dv.data,
+            .lse = p.options.lse,
+            .d_lse = p.d_lse,
+            .d = nullptr,
+            .q_stride = strides(p.q),
+            .k_stride = strides(p.k),
+            .v_stride = strides(p.v),
+            .o_stride = strides(p.o),
+            .d_o_stride = strides(p.d_o),
+            .dq_stride = strides(p.dq),
+            .dk_stride = strides(p.dk),
+            .dv_stride = strides(p.dv),
+            .batch = static_cast<int>(p.q.shape[0]),
+            .heads = static_cast<int>(p.q.shape[2]),
+            .heads_kv = static_cast<int>(p.k.shape[2]),
+            .seq_q = seq_q,
+            .seq_k = seq_k,
+            .causal = p.options.causal,
+            .diagonal_seq_q = diagonal_queries(
+                seq_q, seq_k, p.options.causal_alignment == CausalAlignment::top_left),
+            .softmax_scale = scale.scale,
+            .scale_log2 = scale.scale_log2};
+}
+
+void launch_backward(const BackwardParams& p, const KernelConfig& config,
+                     const DeviceProperties& device, Stream stream) {
+    validate_backward_config(p, config, device);
+    check_on_device({{p.q.data, "q.data"},
+                     {p.k.data, "k.data"},
+                     {p.v.data, "v.data"},
+                     {p.o.data, "o.data"},
+                     {p.d_o.data, "d_o.data"},
+                     {p.dq.data, "dq.data"},
+                     {p.dk.data, "dk.data"},
+                     {p.dv.data, "dv.data"},
+                     {p.options.lse, "options.lse"},
+                     {p.d_lse, "d_lse"}},
+                    device, stream);
+    BackwardArgs args = backward_args(p);
+    const StreamScratch d(backward_workspace_bytes(backward_shape(p)), stream, false);
+    args.d = static_cast<float*>(d.get());
+    find_kernel(config)->launch_backward(args, stream);
+}
+
+}  // namespace
+
+KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device) {
+    validate_shape(problem);
+    for (const space::BuiltinChoice& row : space::builtin_choices()) {
+        const KernelConfig& c = row.config;
+        if (c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
+            device_problem(c, device).empty()) {
+            return c;
+        }
+    }
+    // A build without the table's backward kernels: any built one that runs here.
+    for (const KernelConfig& c : configs()) {
+        if (c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
+            device_problem(c, device).empty()) {
+            return c;
+        }
+    }
+    throw Error(ErrorCode::unsupported,
+                "q: expected a dtype and d_head that a built backward kernel runs on " +
+                    device.name + " (kernel set \"" + std::string(built_kernel_set()) +
+                    "\"; see flash_attention list), got " + std::string(to_string(problem.dtype)) +
+                    " d_head " + std::to_string(problem.d_head));
+}
+
+std::size_t backward_workspace_bytes(const ProblemShape& problem) {
+    return static_cast<std::size_t>(problem.batch * problem.heads * problem.seq_q) * sizeof(float);
+}
+
+void backward(const BackwardParams& params, Stream stream) {
+    validate_backward(params);
+    const DeviceProperties& device = DeviceProperties::current();
+    launch_backward(params, choose_backward_config(backward_shape(params), device), device, stream);
+}
+
+void backward(const BackwardParams& params, const KernelConfig& config, Stream stream) {
+    validate_backward(params);
+    launch_backward(params, config, DeviceProperties::current(), stream);
+}
+
+}  // namespace flash_attention

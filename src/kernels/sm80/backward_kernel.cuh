@@ -1,0 +1,459 @@
+#pragma once
+
+// The sm80 backward pass (mma.sync, ldmatrix, cp.async; runs on sm_80 and later), in three
+// kernels:
+//  - preprocess: D = rowsum(dO ∘ O) - dLSE per query row and head, into workspace;
+//  - dK/dV: one CTA per (key block, K/V head, batch) holds its B_c rows of K and V and walks
+//    every query tile that sees them, for each query head of the K/V head (GQA sums without
+//    expanding K and V): Sᵀ = K·Qᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE·log2e), dPᵀ = V·dOᵀ,
+//    dSᵀ = Pᵀ ∘ (dPᵀ - D), dV += Pᵀ·dO, dK += dSᵀ·Q; dK scaled at the end;
+//  - dQ: one CTA per (query tile, head, batch) walks the key blocks its rows see: S, P, dP
+//    and dS again, dQ += dS·K.
+// dQ has a kernel of its own rather than atomics from the dK/dV kernel: every gradient is
+// summed in one fixed order (deterministic, a row's independent of the batch) at the cost of
+// computing S and dP twice (seven GEMMs where one kernel with atomics has five).
+//
+// In both main kernels the score tiles (S, dP) are split over the warps in 16-row groups and
+// column groups (WarpLayout); P and dS go through shared memory as 16-bit tiles, from where the
+// gradient GEMMs read them as A operands with their own split of the output's columns.
+
+#include <cstdint>
+
+#include "kernels/kernel_args.hpp"
+#include "kernels/primitives/element.cuh"
+#include "kernels/primitives/geometry.cuh"
+#include "kernels/primitives/mask.cuh"
+#include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/sm80/gm2sm.cuh"
+#include "kernels/primitives/sm80/warp_gemm.cuh"
+#include "kernels/primitives/smem_tile.cuh"
+#include "kernels/sm80/traits.cuh"
+
+namespace flash_attention::sm80 {
+
+// A Rows x Cols tile split over Warps warps: 16-row groups, and the warps of a group over the
+// columns (config space rule "backward_tiles" keeps each warp's columns whole n8 pairs).
+template <int Rows, int Cols, int Warps>
+struct WarpLayout {
+    static constexpr int row_groups = Rows / mma_m;
+    static constexpr int column_groups = Warps / row_groups;
+    static constexpr int cols = Cols / column_groups;  // per warp
+    static constexpr int n_tiles = cols / 8;
+    static_assert(row_groups * column_groups == Warps && n_tiles % 2 == 0);
+
+    __device__ static int row0() { return (threadIdx.x / warp_size) % row_groups * mma_m; }
+    __device__ static int col0() { return (threadIdx.x / warp_size) / row_groups * cols; }
+};
+
+template <KernelConfig C>
+struct BackwardTraits {
+    static_assert(unpack(pack(C)) == C, "every field fits the packed kernel parameter");
+    using T = typename Element<C.dtype>::type;
+    static constexpr DType dtype = C.dtype;
+    static constexpr int d_head = C.d_head;
+    static constexpr int B_r = C.B_r;  // query rows of a tile
+    static constexpr int B_c = C.B_c;  // key rows of a block
+    static constexpr int warps = C.n_warps;
+    static constexpr int threads = C.n_threads();
+    static constexpr bool async = C.sm80.async_copy;
+
+    using QTile = SmemTile<B_r, d_head, C.sm80.swizzled>;  // Q and dO
+    using KTile = SmemTile<B_c, d_head, C.sm80.swizzled>;  // K and V, then dK and dV
+    using PtTile = SmemTile<B_c, B_r, C.sm80.swizzled>;    // Pᵀ and dSᵀ
+    using DsTile = SmemTile<B_r, B_c, C.sm80.swizzled>;    // dS
+    static constexpr int k_tiles_d = d_head / 16;          // k extent of S and dP
+    static constexpr int step_d = k_tiles_d >= 4 ? 2 : 1;  // k16 tiles of fragments per load
+
+    // The dK/dV kernel's shared memory (its size is backward_dkdv_smem_bytes(C)).
+    struct DkDvSmem {
+        alignas(128) unsigned char k[KTile::bytes];
+        alignas(128) unsigned char v[KTile::bytes];
+        alignas(128) unsigned char q[QTile::bytes];
+        alignas(128) unsigned char d_o[QTile::bytes];
+        alignas(128) unsigned char p_t[PtTile::bytes];
+        alignas(128) unsigned char ds_t[PtTile::bytes];
+        float lse2[B_r];  // the Q tile's LSE in base 2 (+inf past seq_q: P = 0)
+        float d[B_r];     // and D
+    };
+    // The dQ kernel's.
+    struct DqSmem {
+        alignas(128) unsigned char q[QTile::bytes];
+        alignas(128) unsigned char d_o[QTile::bytes];
+        alignas(128) unsigned char k[KTile::bytes];
+        alignas(128) unsigned char v[KTile::bytes];
+        alignas(128) unsigned char ds[DsTile::bytes];
+    };
+    static_assert(sizeof(DkDvSmem) == backward_dkdv_smem_bytes(C));
+    static_assert(sizeof(DqSmem) == backward_dq_smem_bytes(C));
+};
+
+// B operand of a gradient GEMM read from a (k x n) row-major tile (dO, Q, K: k runs over the
+// tile's rows), n over this warp's columns [chunk0 * 8, chunk0 * 8 + 8 * NTiles): SmemB's
+// transposed loads shifted by a column offset.
+template <class Tile, int NTiles>
+struct SmemBColumns {
+    static_assert(NTiles % 2 == 0, "ldmatrix.x4 loads n8 tiles in pairs");
+    LaneRowPointer<Tile> lane_row;
+    int chunk0;
+
+    __device__ __forceinline__ SmemBColumns(std::uint32_t tile_base, int col0)
+        : lane_row(tile_base, (lane_id() / 8 % 2) * 8 + lane_id() % 8, lane_id() / 16),
+          chunk0(col0 / 8) {}
+
+    template <int Step>
+    struct Frags {
+        std::uint32_t r[Step][NTiles][2];
+    };
+
+    template <int Step>
+    __device__ __forceinline__ void load(Frags<Step>& f, int step) const {
+#pragma unroll
+        for (int kt = 0; kt < Step; ++kt) {
+#pragma unroll
+            for (int pair = 0; pair < NTiles / 2; ++pair) {
+                std::uint32_t x[4];
+                ptx::ldmatrix_x4_trans(x, lane_row.at(16 * (step * Step + kt), chunk0 + 2 * pair));
+                f.r[kt][2 * pair][0] = x[0];
+                f.r[kt][2 * pair][1] = x[1];
+                f.r[kt][2 * pair + 1][0] = x[2];
+                f.r[kt][2 * pair + 1][1] = x[3];
+            }
+        }
+    }
+};
+
+// Stores a warp's 16 x (8 * NT) fp32 accumulators, rounded to 16 bits, at rows row0 + [0, 16)
+// and columns col0 + [0, 8 * NT) of a shared-memory tile.
+template <DType dtype, class Tile, int NT>
+__device__ __forceinline__ void store_tile_RF2SM(const float (&a)[1][NT][4], std::uint32_t tile,
+                                                 int row0, int col0) {
+    const int lane = lane_id();
+    const int row = row0 + lane / 4;
+    const std::uint32_t col_bytes = (lane % 4) * 4;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+        const int chunk = col0 / 8 + nt;
+        ptx::st_shared_4(tile + Tile::chunk_offset(row, chunk) + col_bytes,
+                         ptx::pack_rn<dtype>(a[0][nt][0], a[0][nt][1]));
+        ptx::st_shared_4(tile + Tile::chunk_offset(row + 8, chunk) + col_bytes,
+                         ptx::pack_rn<dtype>(a[0][nt][2], a[0][nt][3]));
+    }
+}
+
+// Copies the first `rows` rows of a shared-memory tile to GMEM with every thread of the CTA;
+// row r goes to gmem_row(r), a T*.
+template <class Tile, int Threads, class GmemRow>
+__device__ __forceinline__ void copy_tile_SM2GM(std::uint32_t tile, const GmemRow& gmem_row,
+                                                int rows) {
+    for (int c = threadIdx.x; c < Tile::rows * Tile::chunks_per_row; c += Threads) {
+        const int r = c / Tile::chunks_per_row;
+        const int chunk = c % Tile::chunks_per_row;
+        if (r < rows)
+            ptx::st_global_16(gmem_row(r) + chunk * 8,
+                              ptx::ld_shared_16(tile + Tile::chunk_offset(r, chunk)));
+    }
+}
+
+template <bool Async>
+__device__ __forceinline__ void finish_copies() {
+    if constexpr (Async) {
+        ptx::cp_async_commit_group();
+        ptx::cp_async_wait_group<0>();
+    }
+    __syncthreads();
+}
+
+// The two score GEMMs of one tile pair: S = A1·B1ᵀ and dP = A2·B2ᵀ over k = d_head, on this
+// warp's 16 rows and n8 columns of Layout (A: the rows' tiles, B: the columns').
+template <class Tr, class Layout, class RowTile, class ColTile>
+__device__ __forceinline__ void score_gemms(float (&s)[1][Layout::n_tiles][4],
+                                            float (&dp)[1][Layout::n_tiles][4], std::uint32_t a1,
+                                            std::uint32_t b1, std::uint32_t a2, std::uint32_t b2) {
+    const int row0 = Layout::row0();
+    const std::uint32_t col_offset = Layout::col0() * ColTile::row_bytes;
+    zero(s);
+    zero(dp);
+    warp_gemm<Tr::dtype, Tr::k_tiles_d, Tr::step_d, true>(
+        s, SmemA<RowTile, 1>(a1, row0), SmemB<ColTile, Layout::n_tiles, false>(b1 + col_offset));
+    warp_gemm<Tr::dtype, Tr::k_tiles_d, Tr::step_d, true>(
+        dp, SmemA<RowTile, 1>(a2, row0), SmemB<ColTile, Layout::n_tiles, false>(b2 + col_offset));
+}
+
+// P = exp2(S·scale_log2 - lse2) and dS = P ∘ (dP - D) in place (s becomes P, dp dS), with
+// lse2 and D per score element: (row h of the m16 tile, column pair element e).
+template <int NT, class RowStats>
+__device__ __forceinline__ void probabilities_and_ds(float (&s)[1][NT][4], float (&dp)[1][NT][4],
+                                                     float scale_log2, const RowStats& stats) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 ld = stats(nt, i / 2, i % 2);  // (lse2, D)
+            const float p = ptx::ex2(s[0][nt][i] * scale_log2 - ld.x);
+            s[0][nt][i] = p;
+            dp[0][nt][i] = p * (dp[0][nt][i] - ld.y);
+        }
+    }
+}
+
+// The LSE in base 2 for P = exp2(S·scale_log2 - lse2); a row that saw no key (LSE -inf) and a
+// row past the sequence get +inf, so that their P is 0 rather than inf.
+__device__ __forceinline__ float lse_base2(float lse) {
+    constexpr float log2e = 1.4426950408889634f;
+    return lse == -INFINITY ? INFINITY : lse * log2e;
+}
+
+// D = rowsum(dO ∘ O) - dLSE for every query row and head: D_DHead / 8 threads a row, each
+// summing one 16-byte chunk of it, then a shuffle reduction among them.
+template <DType dtype, int D_Head>
+__global__ void __launch_bounds__(128)
+    backward_preprocess_kernel(const __grid_constant__ BackwardArgs args) {
+    constexpr int lanes = D_Head / 8;  // per row
+    constexpr int rows = 128 / lanes;  // per CTA
+    const int row = blockIdx.x * rows + static_cast<int>(threadIdx.x) / lanes;
+    const int chunk = threadIdx.x % lanes;
+    const int head = blockIdx.y;
+    const int batch = blockIdx.z;
+    float sum = 0.0f;
+    if (row < args.seq_q) {
+        using T = typename Element<dtype>::type;
+        const T* o = static_cast<const T*>(args.o) + batch * args.o_stride.batch +
+                     head * args.o_stride.head + row * args.o_stride.seq + chunk * 8;
+        const T* d_o = static_cast<const T*>(args.d_o) + batch * args.d_o_stride.batch +
+                       head * args.d_o_stride.head + row * args.d_o_stride.seq + chunk * 8;
+        const uint4 a = ptx::ld_global_16(o);
+        const uint4 b = ptx::ld_global_16(d_o);
+        const std::uint32_t x[4] = {a.x, a.y, a.z, a.w};
+        const std::uint32_t y[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 u = ptx::unpack<dtype>(x[i]);
+            const float2 w = ptx::unpack<dtype>(y[i]);
+            sum += u.x * w.x + u.y * w.y;
+        }
+    }
+#pragma unroll
+    for (int offset = lanes / 2; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    if (row < args.seq_q && chunk == 0) {
+        const std::int64_t at = (std::int64_t{batch} * args.heads + head) * args.seq_q + row;
+        args.d[at] = sum - (args.d_lse != nullptr ? args.d_lse[at] : 0.0f);
+    }
+}
+
+// dK and dV of one key block of one K/V head.
+template <unsigned long long Code>
+__global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
+    backward_dkdv_kernel(const __grid_constant__ BackwardArgs args) {
+    constexpr KernelConfig C = unpack(Code);
+    using Tr = BackwardTraits<C>;
+    using T = typename Tr::T;
+    using Scores = WarpLayout<Tr::B_c, Tr::B_r, Tr::warps>;    // Sᵀ, dPᵀ: keys x queries
+    using Grads = WarpLayout<Tr::B_c, Tr::d_head, Tr::warps>;  // dK, dV: keys x d_head
+    constexpr int NS = Scores::n_tiles;
+    constexpr int NG = Grads::n_tiles;
+
+    extern __shared__ __align__(128) unsigned char smem_bytes[];
+    auto& smem = *reinterpret_cast<typename Tr::DkDvSmem*>(smem_bytes);
+    const std::uint32_t k_s = ptx::smem_address(smem.k), v_s = ptx::smem_address(smem.v);
+    const std::uint32_t q_s = ptx::smem_address(smem.q), d_o_s = ptx::smem_address(smem.d_o);
+    const std::uint32_t p_t_s = ptx::smem_address(smem.p_t);
+    const std::uint32_t ds_t_s = ptx::smem_address(smem.ds_t);
+
+    const int key_block = blockIdx.x;
+    const int kv_head = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int k0 = key_block * Tr::B_c;
+    const int k_rows = min(Tr::B_c, args.seq_k - k0);
+    const int group = args.heads / args.heads_kv;
+    const CausalMask mask{args.seq_q, args.seq_k, args.diagonal_seq_q, args.causal};
+    // Query tiles from the first that sees a key of the block (causal: the block's first key).
+    const int first_tile = mask.query_begin(k0) / Tr::B_r;
+    const int tiles = blocks_covering(args.seq_q, Tr::B_r);
+
+    const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
+        return static_cast<const T*>(base) + batch * st.batch + h * st.head + row * st.seq;
+    };
+    TileCopyGM2SM<typename Tr::KTile, Tr::threads, Tr::async, T>(
+        rows_at(args.k, args.k_stride, kv_head, k0), args.k_stride.seq, k_s)
+        .copy_rows(k_rows);
+    TileCopyGM2SM<typename Tr::KTile, Tr::threads, Tr::async, T>(
+        rows_at(args.v, args.v_stride, kv_head, k0), args.v_stride.seq, v_s)
+        .copy_rows(k_rows);
+
+    float dk[1][NG][4], dv[1][NG][4];
+    zero(dk);
+    zero(dv);
+    const int row0 = Scores::row0(), col0 = Scores::col0();
+    for (int g = 0; g < group; ++g) {
+        const int head = kv_head * group + g;
+        const float* lse = args.lse + (std::int64_t{batch} * args.heads + head) * args.seq_q;
+        const float* d = args.d + (std::int64_t{batch} * args.heads + head) * args.seq_q;
+        for (int tile = first_tile; tile < tiles; ++tile) {
+            const int q0 = tile * Tr::B_r;
+            const int q_rows = min(Tr::B_r, args.seq_q - q0);
+            // The previous tile's readers of Q, dO, Pᵀ, dSᵀ and the statistics are done.
+            __syncthreads();
+            TileCopyGM2SM<typename Tr::QTile, Tr::threads, Tr::async, T>(
+                rows_at(args.q, args.q_stride, head, q0), args.q_stride.seq, q_s)
+                .copy_rows(q_rows);
+            TileCopyGM2SM<typename Tr::QTile, Tr::threads, Tr::async, T>(
+                rows_at(args.d_o, args.d_o_stride, head, q0), args.d_o_stride.seq, d_o_s)
+                .copy_rows(q_rows);
+            for (int r = threadIdx.x; r < Tr::B_r; r += Tr::threads) {
+                smem.lse2[r] = r < q_rows ? lse_base2(lse[q0 + r]) : INFINITY;
+                smem.d[r] = r < q_rows ? d[q0 + r] : 0.0f;
+            }
+            finish_copies<Tr::async>();
+
+            float s[1][NS][4], dp[1][NS][4];  // Sᵀ and dPᵀ, then Pᵀ and dSᵀ
+            score_gemms<Tr, Scores, typename Tr::KTile, typename Tr::QTile>(s, dp, k_s, q_s, v_s,
+                                                                            d_o_s);
+            if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))
+                mask.mask_key_rows(s, k0 + row0, q0 + col0);
+            probabilities_and_ds(s, dp, args.scale_log2, [&](int nt, int, int e) {
+                const int c = col0 + nt * 8 + 2 * (lane_id() % 4) + e;
+                return float2{smem.lse2[c], smem.d[c]};
+            });
+            store_tile_RF2SM<Tr::dtype, typename Tr::PtTile>(s, p_t_s, row0, col0);
+            store_tile_RF2SM<Tr::dtype, typename Tr::PtTile>(dp, ds_t_s, row0, col0);
+            __syncthreads();
+
+            // dV += Pᵀ·dO and dK += dSᵀ·Q over k = the tile's B_r queries.
+            const SmemBColumns<typename Tr::QTile, NG> d_o_frags(d_o_s, Grads::col0());
+            const SmemBColumns<typename Tr::QTile, NG> q_frags(q_s, Grads::col0());
+            warp_gemm<Tr::dtype, Tr::B_r / 16, 1, false>(
+                dv, SmemA<typename Tr::PtTile, 1>(p_t_s, Grads::row0()), d_o_frags);
+            warp_gemm<Tr::dtype, Tr::B_r / 16, 1, false>(
+                dk, SmemA<typename Tr::PtTile, 1>(ds_t_s, Grads::row0()), q_frags);
+        }
+    }
+
+    // dK = scale · dSᵀ·Q. Staged through K's and V's tiles, once no warp reads them and their
+    // copies have landed (a block no query sees issued them and computed nothing).
+#pragma unroll
+    for (int nt = 0; nt < NG; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            dk[0][nt][i] *= args.softmax_scale;
+    }
+    finish_copies<Tr::async>();
+    store_tile_RF2SM<Tr::dtype, typename Tr::KTile>(dk, k_s, Grads::row0(), Grads::col0());
+    store_tile_RF2SM<Tr::dtype, typename Tr::KTile>(dv, v_s, Grads::row0(), Grads::col0());
+    __syncthreads();
+    const auto out_rows = [&](void* base, const TensorStrides& st) {
+        return [=](int r) {
+            return static_cast<T*>(base) + batch * st.batch + kv_head * st.head +
+                   (std::int64_t{k0} + r) * st.seq;
+        };
+    };
+    copy_tile_SM2GM<typename Tr::KTile, Tr::threads>(k_s, out_rows(args.dk, args.dk_stride),
+                                                     k_rows);
+    copy_tile_SM2GM<typename Tr::KTile, Tr::threads>(v_s, out_rows(args.dv, args.dv_stride),
+                                                     k_rows);
+}
+
+// dQ of one query tile of one head.
+template <unsigned long long Code>
+__global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
+    backward_dq_kernel(const __grid_constant__ BackwardArgs args) {
+    constexpr KernelConfig C = unpack(Code);
+    using Tr = BackwardTraits<C>;
+    using T = typename Tr::T;
+    using Scores = WarpLayout<Tr::B_r, Tr::B_c, Tr::warps>;    // S, dP: queries x keys
+    using Grads = WarpLayout<Tr::B_r, Tr::d_head, Tr::warps>;  // dQ: queries x d_head
+    constexpr int NS = Scores::n_tiles;
+    constexpr int NG = Grads::n_tiles;
+
+    extern __shared__ __align__(128) unsigned char smem_bytes[];
+    auto& smem = *reinterpret_cast<typename Tr::DqSmem*>(smem_bytes);
+    const std::uint32_t q_s = ptx::smem_address(smem.q), d_o_s = ptx::smem_address(smem.d_o);
+    const std::uint32_t k_s = ptx::smem_address(smem.k), v_s = ptx::smem_address(smem.v);
+    const std::uint32_t ds_s = ptx::smem_address(smem.ds);
+
+    // Causal: the last query tiles see the most keys; launched first, they do not form the
+    // grid's tail (the dK/dV kernel's longest blocks are its first already).
+    const int tile = args.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int head = blockIdx.y;
+    const int batch = blockIdx.z;
+    const int kv_head = head / (args.heads / args.heads_kv);
+    const int q0 = tile * Tr::B_r;
+    const int q_rows = min(Tr::B_r, args.seq_q - q0);
+    const CausalMask mask{args.seq_q, args.seq_k, args.diagonal_seq_q, args.causal};
+    // Key blocks up to the last that the tile's last row sees.
+    const int last_keys = mask.key_end(q0 + q_rows - 1);
+    const int blocks = last_keys <= 0 ? 0 : blocks_covering(last_keys, Tr::B_c);
+
+    const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
+        return static_cast<const T*>(base) + batch * st.batch + h * st.head + row * st.seq;
+    };
+    TileCopyGM2SM<typename Tr::QTile, Tr::threads, Tr::async, T>(
+        rows_at(args.q, args.q_stride, head, q0), args.q_stride.seq, q_s)
+        .copy_rows(q_rows);
+    TileCopyGM2SM<typename Tr::QTile, Tr::threads, Tr::async, T>(
+        rows_at(args.d_o, args.d_o_stride, head, q0), args.d_o_stride.seq, d_o_s)
+        .copy_rows(q_rows);
+
+    // Each thread's two rows of the m16 score tile (lane / 4 and lane / 4 + 8): LSE and D.
+    const int row0 = Scores::row0(), col0 = Scores::col0();
+    float2 stats[2];
+    const std::int64_t head_rows = (std::int64_t{batch} * args.heads + head) * args.seq_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int q = q0 + row0 + lane_id() / 4 + 8 * h;
+        stats[h] = q < args.seq_q
+                       ? float2{lse_base2(args.lse[head_rows + q]), args.d[head_rows + q]}
+                       : float2{INFINITY, 0.0f};
+    }
+
+    float dq[1][NG][4];
+    zero(dq);
+    for (int block = 0; block < blocks; ++block) {
+        const int k0 = block * Tr::B_c;
+        const int k_rows = min(Tr::B_c, args.seq_k - k0);
+        // The previous block's readers of K, V and dS are done.
+        __syncthreads();
+        TileCopyGM2SM<typename Tr::KTile, Tr::threads, Tr::async, T>(
+            rows_at(args.k, args.k_stride, kv_head, k0), args.k_stride.seq, k_s)
+            .copy_rows(k_rows);
+        TileCopyGM2SM<typename Tr::KTile, Tr::threads, Tr::async, T>(
+            rows_at(args.v, args.v_stride, kv_head, k0), args.v_stride.seq, v_s)
+            .copy_rows(k_rows);
+        finish_copies<Tr::async>();
+
+        float s[1][NS][4], dp[1][NS][4];  // S and dP, then P and dS
+        score_gemms<Tr, Scores, typename Tr::QTile, typename Tr::KTile>(s, dp, q_s, k_s, d_o_s,
+                                                                        v_s);
+        if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))
+            mask.mask_query_rows(s, q0 + row0, k0 + col0);
+        probabilities_and_ds(s, dp, args.scale_log2, [&](int, int h, int) { return stats[h]; });
+        store_tile_RF2SM<Tr::dtype, typename Tr::DsTile>(dp, ds_s, row0, col0);
+        __syncthreads();
+
+        // dQ += dS·K over k = the block's B_c keys.
+        warp_gemm<Tr::dtype, Tr::B_c / 16, 1, false>(
+            dq, SmemA<typename Tr::DsTile, 1>(ds_s, Grads::row0()),
+            SmemBColumns<typename Tr::KTile, NG>(k_s, Grads::col0()));
+    }
+
+    // dQ = scale · dS·K, staged through Q's tile once its copy has landed (a tile that sees no
+    // key computed nothing) and no warp reads it.
+#pragma unroll
+    for (int nt = 0; nt < NG; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            dq[0][nt][i] *= args.softmax_scale;
+    }
+    finish_copies<Tr::async>();
+    store_tile_RF2SM<Tr::dtype, typename Tr::QTile>(dq, q_s, Grads::row0(), Grads::col0());
+    __syncthreads();
+    copy_tile_SM2GM<typename Tr::QTile, Tr::threads>(
+        q_s,
+        [&](int r) {
+            return static_cast<T*>(args.dq) + batch * args.dq_stride.batch +
+                   head * args.dq_stride.head + (std::int64_t{q0} + r) * args.dq_stride.seq;
+        },
+        q_rows);
+}
+
+}  // namespace flash_attention::sm80

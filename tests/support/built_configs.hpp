@@ -1,0 +1,31 @@
+#pragma once
+
+// The configs of this build by pass: the GPU tests run each forward config through forward()
+// and each backward config through backward().
+
+#include <vector>
+
+#include "flash_attention/flash_attention.hpp"
+
+namespace flash_attention::testing {
+
+inline std::vector<KernelConfig> built_configs(bool backward) {
+    std::vector<KernelConfig> v;
+    for (const KernelConfig& c : configs()) {
+        if (c.backward == backward)
+            v.push_back(c);
+    }
+    return v;
+}
+
+inline const std::vector<KernelConfig>& forward_configs() {
+    static const std::vector<KernelConfig> v = built_configs(false);
+    return v;
+}
+
+inline const std::vector<KernelConfig>& backward_configs() {
+    static const std::vector<KernelConfig> v = built_configs(true);
+    return v;
+}
+
+}  // namespace flash_attention::testing
