@@ -120,6 +120,42 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
                             const HostTensor& out, double softmax_scale,
                             const std::vector<RowSample>& rows);
 
+// The gradients of attention (q, k, v with dO = ∂loss/∂O; causal at either alignment, no
+// variants) and a kernel's dQ, dK and dV, compared with double precision by the FlashAttention
+// rule: each gradient's max|kernel - ref| <= 2 * max|naive - ref| + k_gradient_slack *
+// max(1, max|ref|), where the naive computation rounds every matmul and softmax product to the
+// 16-bit dtype as PyTorch's math attention in that dtype would.
+struct BackwardProblem {
+    const HostTensor& q;
+    const HostTensor& k;
+    const HostTensor& v;
+    const HostTensor& d_o;  // q's shape
+    const HostTensor& dq;   // the kernel's, q's shape
+    const HostTensor& dk;   // k's shape (summed over the query heads of a K/V head)
+    const HostTensor& dv;
+    double scale;
+    bool causal = false;
+    bool top_left = false;
+};
+
+// The slack, relative to the largest reference gradient (at least 1): the same 1e-3 as the
+// forward's absolute slack on outputs of order one.
+inline constexpr double k_gradient_slack = 1e-3;
+
+struct BackwardCheck {
+    CheckResult dq, dk, dv;  // dq on the sampled query rows, dk and dv on the sampled key rows
+    bool passed = false;
+
+    std::string summary() const;
+};
+
+// query_rows: (batch, query head, row) samples; key_rows: (batch, K/V head, key) samples
+// (sample_rows with k.heads and k.seq). Every query row of a sampled key's K/V head enters its
+// dK and dV. Runs on all hardware threads.
+BackwardCheck check_attention_backward(const BackwardProblem& problem,
+                                       const std::vector<RowSample>& query_rows,
+                                       const std::vector<RowSample>& key_rows);
+
 }  // namespace flash_attention::reference
 
 namespace flash_attention::tuning {

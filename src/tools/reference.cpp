@@ -1,5 +1,7 @@
 #include "flash_attention/tools.hpp"
 
+#include "tools/host_math.hpp"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -30,17 +32,20 @@ std::uint16_t from_float(DType dtype, float value) {
     return static_cast<__nv_bfloat16_raw>(__float2bfloat16_rn(value)).x;
 }
 
-namespace {
+namespace detail {
 
 float round_to(DType dtype, float x) {
     return to_float(dtype, from_float(dtype, x));
 }
 
-// Runs body(i) for i in [0, n) on all hardware threads, each thread a contiguous range.
+int worker_count(std::int64_t n) {
+    return static_cast<int>(std::clamp<std::int64_t>(std::thread::hardware_concurrency(), 1,
+                                                     std::max<std::int64_t>(n, 1)));
+}
+
 void parallel_for(std::int64_t n,
                   const std::function<void(std::int64_t, std::int64_t, int)>& body) {
-    const int threads = static_cast<int>(std::clamp<std::int64_t>(
-        std::thread::hardware_concurrency(), 1, std::max<std::int64_t>(n, 1)));
+    const int threads = worker_count(n);
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
         pool.emplace_back([&, t] { body(n * t / threads, n * (t + 1) / threads, t); });
@@ -48,6 +53,13 @@ void parallel_for(std::int64_t n,
     for (auto& th : pool)
         th.join();
 }
+
+}  // namespace detail
+
+namespace {
+
+using detail::parallel_for;
+using detail::round_to;
 
 struct RowErrors {
     double kernel = 0;

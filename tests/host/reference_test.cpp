@@ -219,3 +219,117 @@ TEST(Reference, VariantsMatter) {
                      .passed)
         << "a right-unbounded window passed against a right side of 5";
 }
+
+namespace {
+
+// The gradients of attention, straightforwardly, in double for every row, written
+// independently of the checker's code (bottom-right causal): dQ, dK, dV rounded to the dtype.
+struct Gradients {
+    HostTensor dq, dk, dv;
+};
+
+Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& v,
+                    const HostTensor& d_o, double scale, bool causal) {
+    const std::int64_t group = q.heads / k.heads, d = q.d_head;
+    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
+    for (std::int64_t b = 0; b < q.batch; ++b) {
+        for (std::int64_t h = 0; h < q.heads; ++h) {
+            const std::int64_t kv = h / group;
+            for (std::int64_t i = 0; i < q.seq; ++i) {
+                const std::int64_t pos = i + k.seq - q.seq;
+                std::vector<double> p(k.seq, 0.0), dp(k.seq, 0.0);
+                double m = -INFINITY;
+                for (std::int64_t j = 0; j < k.seq; ++j) {
+                    if (causal && j > pos)
+                        continue;
+                    double dot = 0;
+                    for (std::int64_t x = 0; x < d; ++x)
+                        dot += double(q.values[q.offset(b, i, h) + x]) *
+                               k.values[k.offset(b, j, kv) + x];
+                    p[j] = dot * scale;
+                    m = std::max(m, p[j]);
+                }
+                if (m == -INFINITY)
+                    continue;  // sees no key: no gradient
+                double sum = 0;
+                for (std::int64_t j = 0; j < k.seq; ++j)
+                    sum += (p[j] = (causal && j > pos) ? 0.0 : std::exp(p[j] - m));
+                double delta = 0;  // Σ_j P dP
+                for (std::int64_t j = 0; j < k.seq; ++j) {
+                    p[j] /= sum;
+                    for (std::int64_t x = 0; x < d; ++x)
+                        dp[j] += double(d_o.values[d_o.offset(b, i, h) + x]) *
+                                 v.values[v.offset(b, j, kv) + x];
+                    delta += p[j] * dp[j];
+                }
+                for (std::int64_t j = 0; j < k.seq; ++j) {
+                    const double ds = p[j] * (dp[j] - delta);
+                    for (std::int64_t x = 0; x < d; ++x) {
+                        dq[q.offset(b, i, h) + x] += scale * ds * k.values[k.offset(b, j, kv) + x];
+                        dk[k.offset(b, j, kv) + x] += scale * ds * q.values[q.offset(b, i, h) + x];
+                        dv[v.offset(b, j, kv) + x] += p[j] * d_o.values[d_o.offset(b, i, h) + x];
+                    }
+                }
+            }
+        }
+    }
+    const auto rounded = [](const HostTensor& like, const std::vector<double>& g) {
+        std::vector<std::uint16_t> bits(g.size());
+        for (std::size_t i = 0; i < g.size(); ++i)
+            bits[i] = fa::reference::from_float(like.dtype, float(g[i]));
+        return HostTensor::from_bits(like.dtype, like.batch, like.seq, like.heads, like.d_head,
+                                     bits);
+    };
+    return {rounded(q, dq), rounded(k, dk), rounded(v, dv)};
+}
+
+}  // namespace
+
+// The backward check: exact gradients pass; one wrong element of any gradient, a NaN, a
+// gradient of the other mask, or GQA's heads left unsummed do not.
+TEST(Reference, BackwardCheckFailsWrongGradients) {
+    for (const bool causal : {false, true}) {
+        const Case c = make(causal, 40, 57, 4, 2);  // seq_q != seq_k, GQA 4:2
+        const HostTensor d_o = HostTensor::random_normal(fa::DType::BF16, 2, 40, 4, 64, 14);
+        const Gradients g = gradients(c.q, c.k, c.v, d_o, 0.125, causal);
+        const auto q_rows = fa::reference::sample_rows(2, 4, 40, 1000, 3);
+        const auto k_rows = fa::reference::sample_rows(2, 2, 57, 1000, 4);
+        const auto check = [&](const HostTensor& dq, const HostTensor& dk, const HostTensor& dv,
+                               bool with_causal) {
+            return fa::reference::check_attention_backward(
+                {c.q, c.k, c.v, d_o, dq, dk, dv, 0.125, with_causal}, q_rows, k_rows);
+        };
+        const auto good = check(g.dq, g.dk, g.dv, causal);
+        EXPECT_TRUE(good.passed) << good.summary();
+        const auto wrong = [&](const HostTensor& t, std::int64_t at, float value) {
+            HostTensor w = t;
+            w.bits[at] = fa::reference::from_float(t.dtype, value);
+            return HostTensor::from_bits(w.dtype, w.batch, w.seq, w.heads, w.d_head, w.bits);
+        };
+        EXPECT_FALSE(
+            check(wrong(g.dq, g.dq.offset(1, 30, 3) + 5, 3.0f), g.dk, g.dv, causal).passed);
+        EXPECT_FALSE(
+            check(g.dq, wrong(g.dk, g.dk.offset(0, 50, 1) + 7, 3.0f), g.dv, causal).passed);
+        EXPECT_FALSE(check(g.dq, g.dk, wrong(g.dv, g.dv.offset(1, 3, 0), NAN), causal).passed);
+        EXPECT_FALSE(check(g.dq, g.dk, g.dv, !causal).passed);
+    }
+    // dK and dV of a K/V head sum its query heads: one head's share alone does not pass.
+    const Case c = make(false, 16, 16, 2, 1);
+    const HostTensor d_o = HostTensor::random_normal(fa::DType::BF16, 2, 16, 2, 64, 15);
+    const Gradients g = gradients(c.q, c.k, c.v, d_o, 0.125, false);
+    HostTensor half_q = c.q, half_do = d_o;
+    for (std::int64_t b = 0; b < 2; ++b) {
+        for (std::int64_t i = 0; i < 16; ++i) {
+            for (std::int64_t x = 0; x < 64; ++x) {
+                half_q.values[half_q.offset(b, i, 1) + x] = 0;
+                half_do.values[half_do.offset(b, i, 1) + x] = 0;
+            }
+        }
+    }
+    const Gradients one_head = gradients(half_q, c.k, c.v, half_do, 0.125, false);
+    const auto rows = fa::reference::sample_rows(2, 1, 16, 1000, 6);
+    EXPECT_FALSE(fa::reference::check_attention_backward(
+                     {c.q, c.k, c.v, d_o, g.dq, one_head.dk, one_head.dv, 0.125},
+                     fa::reference::sample_rows(2, 2, 16, 1000, 6), rows)
+                     .passed);
+}

@@ -414,3 +414,66 @@ TEST(Validation, NothingIsSupportedWithoutADevice) {
     for (const fa::KernelConfig& c : fa::configs())
         EXPECT_FALSE(fa::is_supported(c)) << c.to_string();
 }
+
+namespace {
+
+// Good backward params on fake addresses: the device check comes after every host check, so
+// without a GPU a valid call fails with no_device and an invalid one with its own error.
+fa::BackwardParams good_backward(std::int64_t heads_kv = 4) {
+    const std::int64_t b = 2, s = 256, h = 4, d = 128;
+    const auto t = [&](int slot, std::int64_t heads) {
+        return fa::TensorView::contiguous(address(slot), fa::DType::BF16, b, s, heads, d);
+    };
+    fa::BackwardParams p{t(1, h), t(2, heads_kv), t(3, heads_kv), t(4, h),
+                         t(5, h), t(6, h),        t(7, heads_kv), t(8, heads_kv)};
+    p.options.lse = static_cast<float*>(address(9));
+    return p;
+}
+
+fa::Error backward_error(const std::function<void(fa::BackwardParams&)>& change) {
+    fa::BackwardParams p = good_backward();
+    change(p);
+    try {
+        fa::backward(p);
+    } catch (const fa::Error& e) {
+        return e;
+    }
+    ADD_FAILURE() << "no error";
+    return fa::Error(fa::ErrorCode::cuda, "");
+}
+
+}  // namespace
+
+TEST(Validation, BackwardChecksEverythingBeforeTheDevice) {
+    if (fa::device_count() == 0) {
+        EXPECT_EQ(backward_error([](auto&) {}).code(), fa::ErrorCode::no_device);
+    }
+    expect_error(backward_error([](auto& p) { p.options.lse = nullptr; }),
+                 fa::ErrorCode::invalid_argument, "options.lse", "a null pointer");
+    expect_error(backward_error([](auto& p) { p.options.variants.softcap = 30.0f; }),
+                 fa::ErrorCode::unsupported, "options.variants", "window (-1, -1), softcap 30");
+    expect_error(backward_error([](auto& p) { p.dk.shape[2] = 2; }),
+                 fa::ErrorCode::invalid_argument, "dk.shape[2] (heads)", "2");
+    expect_error(backward_error([](auto& p) { p.d_o.shape[1] = 255; }),
+                 fa::ErrorCode::invalid_argument, "d_o.shape[1] (seq)", "255");
+    expect_error(backward_error([](auto& p) { p.dq.dtype = fa::DType::FP16; }),
+                 fa::ErrorCode::dtype, "dq.dtype", "FP16");
+    expect_error(backward_error([](auto& p) { p.dv = p.dk; }), fa::ErrorCode::invalid_argument,
+                 "dv", "an overlapping range");
+    expect_error(backward_error([](auto& p) { p.dq = p.q; }), fa::ErrorCode::invalid_argument, "dq",
+                 "an overlapping range");
+    expect_error(backward_error([](auto& p) { p.options.lse = static_cast<float*>(p.dq.data); }),
+                 fa::ErrorCode::invalid_argument, "options.lse", "an overlapping range");
+    expect_error(backward_error([](auto& p) { p.options.softmax_scale = -1.0f; }),
+                 fa::ErrorCode::invalid_argument, "softmax_scale", "-1");
+    // GQA: dK and dV have the K/V heads.
+    fa::BackwardParams gqa = good_backward(1);
+    if (fa::device_count() == 0) {
+        try {
+            fa::backward(gqa);
+            ADD_FAILURE() << "no error";
+        } catch (const fa::Error& e) {
+            EXPECT_EQ(e.code(), fa::ErrorCode::no_device) << e.what();
+        }
+    }
+}

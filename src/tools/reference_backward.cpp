@@ -1,0 +1,287 @@
+// The gradients of attention in double precision and as a naive 16-bit computation, against a
+// kernel's dQ, dK and dV.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "flash_attention/tools.hpp"
+#include "tools/host_math.hpp"
+
+namespace flash_attention::reference {
+
+namespace {
+
+using detail::parallel_for;
+using detail::round_to;
+
+// Largest |got - ref| and |naive - ref| of one gradient, and the largest |ref|.
+struct Errors {
+    double kernel = 0;
+    double naive = 0;
+    double ref = 0;
+
+    void add(double got, double naive_value, double reference) {
+        // NaN compares false: an infinite error instead of a silent pass.
+        kernel = std::max(kernel, std::isfinite(got) ? std::abs(got - reference) : INFINITY);
+        naive = std::max(naive, std::abs(naive_value - reference));
+        ref = std::max(ref, std::abs(reference));
+    }
+    void merge(const Errors& e) {
+        kernel = std::max(kernel, e.kernel);
+        naive = std::max(naive, e.naive);
+        ref = std::max(ref, e.ref);
+    }
+};
+
+// Keys [0, end) that query row i sees (causal at either alignment), as the forward's reference.
+std::int64_t keys_seen(const BackwardProblem& p, std::int64_t i) {
+    if (!p.causal)
+        return p.k.seq;
+    const std::int64_t pos = i + (p.top_left ? 0 : p.k.seq - p.q.seq);
+    return std::clamp<std::int64_t>(pos + 1, 0, p.k.seq);
+}
+
+// One query row of one head: P and dS in double precision and naively in the dtype.
+struct Row {
+    std::vector<double> p64, ds64;
+    std::vector<float> p16, ds16;
+    std::int64_t keys = 0;
+
+    explicit Row(std::int64_t seq_k) : p64(seq_k), ds64(seq_k), p16(seq_k), ds16(seq_k) {}
+
+    void compute(const BackwardProblem& p, std::int64_t b, std::int64_t h, std::int64_t i) {
+        const DType dt = p.q.dtype;
+        const std::int64_t d = p.q.d_head;
+        const std::int64_t kv = h / (p.q.heads / p.k.heads);
+        keys = keys_seen(p, i);
+        const float* qi = &p.q.values[p.q.offset(b, i, h)];
+        const float* doi = &p.d_o.values[p.d_o.offset(b, i, h)];
+        double max64 = -INFINITY;
+        float max16 = -INFINITY;
+        for (std::int64_t j = 0; j < keys; ++j) {
+            const float* kj = &p.k.values[p.k.offset(b, j, kv)];
+            double a64 = 0;
+            float a32 = 0;
+            for (std::int64_t x = 0; x < d; ++x) {
+                a64 += static_cast<double>(qi[x]) * kj[x];
+                a32 += qi[x] * kj[x];
+            }
+            p64[j] = a64 * p.scale;
+            p16[j] = round_to(dt, round_to(dt, a32) * static_cast<float>(p.scale));
+            max64 = std::max(max64, p64[j]);
+            max16 = std::max(max16, p16[j]);
+        }
+        double sum64 = 0;
+        float sum16 = 0;
+        for (std::int64_t j = 0; j < keys; ++j) {
+            p64[j] = std::exp(p64[j] - max64);
+            sum64 += p64[j];
+            p16[j] = std::exp(p16[j] - max16);
+            sum16 += p16[j];
+        }
+        // dP = dO·Vᵀ, D = Σ P dP, dS = P (dP - D).
+        double d64 = 0;
+        float d32 = 0;
+        for (std::int64_t j = 0; j < keys; ++j) {
+            p64[j] /= sum64;
+            p16[j] = round_to(dt, p16[j] / sum16);
+            const float* vj = &p.v.values[p.v.offset(b, j, kv)];
+            double a64 = 0;
+            float a32 = 0;
+            for (std::int64_t x = 0; x < d; ++x) {
+                a64 += static_cast<double>(doi[x]) * vj[x];
+                a32 += doi[x] * vj[x];
+            }
+            ds64[j] = a64;
+            ds16[j] = round_to(dt, a32);
+            d64 += p64[j] * ds64[j];
+            d32 += p16[j] * ds16[j];
+        }
+        const float d16 = round_to(dt, d32);
+        for (std::int64_t j = 0; j < keys; ++j) {
+            ds64[j] = p64[j] * (ds64[j] - d64);
+            ds16[j] = round_to(dt, p16[j] * (ds16[j] - d16));
+        }
+    }
+};
+
+// The sampled keys of each (batch, K/V head), and their dK, dV sums: double and naive fp32.
+struct KeySums {
+    std::vector<std::int64_t> keys;
+    std::vector<double> dk64, dv64;  // keys x d_head
+    std::vector<float> dk32, dv32;
+
+    void resize(std::int64_t d) {
+        const auto n = keys.size() * static_cast<std::size_t>(d);
+        dk64.assign(n, 0);
+        dv64.assign(n, 0);
+        dk32.assign(n, 0);
+        dv32.assign(n, 0);
+    }
+    void add(const KeySums& other) {
+        for (std::size_t i = 0; i < dk64.size(); ++i) {
+            dk64[i] += other.dk64[i];
+            dv64[i] += other.dv64[i];
+            dk32[i] += other.dk32[i];
+            dv32[i] += other.dv32[i];
+        }
+    }
+};
+
+std::int64_t non_finite(const HostTensor& t) {
+    return std::count_if(t.values.begin(), t.values.end(),
+                         [](float x) { return !std::isfinite(x); });
+}
+
+CheckResult result(const Errors& e, std::int64_t rows, std::int64_t bad) {
+    CheckResult r;
+    r.max_error = e.kernel;
+    r.naive_max_error = e.naive;
+    r.tolerance = 2 * e.naive + k_gradient_slack * std::max(1.0, e.ref);
+    r.rows_checked = rows;
+    r.non_finite = bad;
+    r.passed = bad == 0 && rows > 0 && r.max_error <= r.tolerance;
+    return r;
+}
+
+}  // namespace
+
+BackwardCheck check_attention_backward(const BackwardProblem& p,
+                                       const std::vector<RowSample>& query_rows,
+                                       const std::vector<RowSample>& key_rows) {
+    const DType dt = p.q.dtype;
+    const std::int64_t d = p.q.d_head;
+    const std::int64_t group = p.q.heads / p.k.heads;
+    // Which query rows of which head need dQ, which keys of which K/V head dK and dV.
+    std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::int64_t>> dq_rows;
+    for (const RowSample& r : query_rows)
+        dq_rows[{r.batch, r.head}].push_back(r.row);
+    std::map<std::pair<std::int64_t, std::int64_t>, KeySums> key_sums;
+    for (const RowSample& r : key_rows)
+        key_sums[{r.batch, r.head}].keys.push_back(r.row);
+    for (auto& [unit, sums] : key_sums)
+        sums.resize(d);
+
+    Errors dq_errors;
+    for (std::int64_t b = 0; b < p.q.batch; ++b) {
+        for (std::int64_t h = 0; h < p.q.heads; ++h) {
+            const auto wanted_q = dq_rows.find({b, h});
+            const auto wanted_k = key_sums.find({b, h / group});
+            if (wanted_q == dq_rows.end() && wanted_k == key_sums.end())
+                continue;
+            // The head's query rows over the threads; each its own share of the key sums.
+            const int workers = detail::worker_count(p.q.seq);
+            std::vector<KeySums> partial(static_cast<std::size_t>(workers));
+            std::vector<Errors> dq_partial(static_cast<std::size_t>(workers));
+            parallel_for(p.q.seq, [&](std::int64_t begin, std::int64_t end, int t) {
+                Row row(p.k.seq);
+                KeySums* sums = nullptr;
+                if (wanted_k != key_sums.end()) {
+                    sums = &partial[static_cast<std::size_t>(t)];
+                    sums->keys = wanted_k->second.keys;
+                    sums->resize(d);
+                }
+                for (std::int64_t i = begin; i < end; ++i) {
+                    const bool wants_dq =
+                        wanted_q != dq_rows.end() &&
+                        std::find(wanted_q->second.begin(), wanted_q->second.end(), i) !=
+                            wanted_q->second.end();
+                    if (!wants_dq && sums == nullptr)
+                        continue;
+                    row.compute(p, b, h, i);
+                    if (wants_dq) {
+                        const std::int64_t kv = h / group;
+                        for (std::int64_t x = 0; x < d; ++x) {
+                            double a64 = 0;
+                            float a32 = 0;
+                            for (std::int64_t j = 0; j < row.keys; ++j) {
+                                const float kx = p.k.values[p.k.offset(b, j, kv) + x];
+                                a64 += row.ds64[j] * kx;
+                                a32 += row.ds16[j] * kx;
+                            }
+                            const double ref = a64 * p.scale;
+                            const float naive =
+                                round_to(dt, round_to(dt, a32) * static_cast<float>(p.scale));
+                            const double got = p.dq.values[p.dq.offset(b, i, h) + x];
+                            dq_partial[static_cast<std::size_t>(t)].add(got, naive, ref);
+                        }
+                    }
+                    if (sums != nullptr) {
+                        const float* qi = &p.q.values[p.q.offset(b, i, h)];
+                        const float* doi = &p.d_o.values[p.d_o.offset(b, i, h)];
+                        for (std::size_t s = 0; s < sums->keys.size(); ++s) {
+                            const std::int64_t j = sums->keys[s];
+                            if (j >= row.keys)
+                                continue;  // invisible to row i
+                            for (std::int64_t x = 0; x < d; ++x) {
+                                const std::size_t at =
+                                    s * static_cast<std::size_t>(d) + static_cast<std::size_t>(x);
+                                sums->dk64[at] += row.ds64[j] * qi[x];
+                                sums->dk32[at] += row.ds16[j] * qi[x];
+                                sums->dv64[at] += row.p64[j] * doi[x];
+                                sums->dv32[at] += row.p16[j] * doi[x];
+                            }
+                        }
+                    }
+                }
+            });
+            for (const Errors& e : dq_partial)
+                dq_errors.merge(e);
+            if (wanted_k != key_sums.end()) {
+                for (const KeySums& part : partial) {
+                    if (!part.keys.empty())
+                        wanted_k->second.add(part);
+                }
+            }
+        }
+    }
+
+    Errors dk_errors, dv_errors;
+    for (const auto& [unit, sums] : key_sums) {
+        const auto [b, kv] = unit;
+        for (std::size_t s = 0; s < sums.keys.size(); ++s) {
+            const std::int64_t j = sums.keys[s];
+            for (std::int64_t x = 0; x < d; ++x) {
+                const std::size_t at =
+                    s * static_cast<std::size_t>(d) + static_cast<std::size_t>(x);
+                dk_errors.add(
+                    p.dk.values[p.dk.offset(b, j, kv) + x],
+                    round_to(dt, round_to(dt, sums.dk32[at]) * static_cast<float>(p.scale)),
+                    sums.dk64[at] * p.scale);
+                dv_errors.add(p.dv.values[p.dv.offset(b, j, kv) + x], round_to(dt, sums.dv32[at]),
+                              sums.dv64[at]);
+            }
+        }
+    }
+
+    BackwardCheck c;
+    const auto q_count = static_cast<std::int64_t>(query_rows.size());
+    const auto k_count = static_cast<std::int64_t>(key_rows.size());
+    c.dq = result(dq_errors, q_count, non_finite(p.dq));
+    c.dk = result(dk_errors, k_count, non_finite(p.dk));
+    c.dv = result(dv_errors, k_count, non_finite(p.dv));
+    c.passed = c.dq.passed && c.dk.passed && c.dv.passed;
+    return c;
+}
+
+std::string BackwardCheck::summary() const {
+    const auto one = [](const char* name, const CheckResult& r) {
+        char text[200];
+        std::snprintf(text, sizeof text,
+                      "%s max|%s-ref| %.3g %s %.3g (2 x %.3g naive same-dtype + slack), %lld "
+                      "non-finite",
+                      r.passed ? "ok" : "FAILED", name, r.max_error,
+                      r.max_error <= r.tolerance ? "<=" : ">", r.tolerance, r.naive_max_error,
+                      static_cast<long long>(r.non_finite));
+        return std::string(text);
+    };
+    return std::string(passed ? "passed" : "FAILED") + ": " + one("dq", dq) + "; " + one("dk", dk) +
+           "; " + one("dv", dv) + " (" + std::to_string(dq.rows_checked) + " query rows, " +
+           std::to_string(dk.rows_checked) + " key rows)";
+}
+
+}  // namespace flash_attention::reference

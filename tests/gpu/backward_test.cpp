@@ -1,0 +1,249 @@
+// Every built backward config against the double-precision gradients, on fresh random inputs
+// and dO, with dQ, dK and dV poisoned with NaN before each run (FlashAttention's test rule):
+// odd lengths, seq_q != seq_k at both alignments, causal and not, GQA ratios 1, 4 and 8;
+// determinism from run to run and across batch sizes; the automatic choice.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "flash_attention/flash_attention.hpp"
+#include "flash_attention/tools.hpp"
+#include "support/built_configs.hpp"
+
+namespace fa = flash_attention;
+using fa::reference::HostTensor;
+using fa::tools::DeviceBuffer;
+using fa::tools::DeviceTensor;
+
+namespace {
+
+std::uint64_t fresh_seed() {
+    return (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+}
+
+struct Shape {
+    int batch, seq_q, seq_k, heads, heads_kv;
+    bool causal;
+    bool top_left = false;
+};
+
+// Inputs, dO and the forward's output and LSE (the automatic choice's forward) on the device,
+// and the gradients' buffers.
+struct Problem {
+    Shape shape;
+    std::uint64_t seed;
+    HostTensor q, k, v, d_o;
+    DeviceTensor dev_q, dev_k, dev_v, dev_d_o, dev_o, dev_dq, dev_dk, dev_dv;
+    DeviceBuffer lse;
+
+    Problem(fa::DType dtype, int d, const Shape& s, std::uint64_t seed_)
+        : shape(s),
+          seed(seed_),
+          q(HostTensor::random_normal(dtype, s.batch, s.seq_q, s.heads, d, seed)),
+          k(HostTensor::random_normal(dtype, s.batch, s.seq_k, s.heads_kv, d, seed + 1)),
+          v(HostTensor::random_normal(dtype, s.batch, s.seq_k, s.heads_kv, d, seed + 2)),
+          d_o(HostTensor::random_normal(dtype, s.batch, s.seq_q, s.heads, d, seed + 3)),
+          dev_q(DeviceTensor::upload(q)),
+          dev_k(DeviceTensor::upload(k)),
+          dev_v(DeviceTensor::upload(v)),
+          dev_d_o(DeviceTensor::upload(d_o)),
+          dev_o(DeviceTensor::empty_like(q)),
+          dev_dq(DeviceTensor::empty_like(q)),
+          dev_dk(DeviceTensor::empty_like(k)),
+          dev_dv(DeviceTensor::empty_like(k)),
+          lse(static_cast<std::size_t>(s.batch) * s.heads * s.seq_q * sizeof(float)) {
+        fa::forward({dev_q.view, dev_k.view, dev_v.view, dev_o.view, options()});
+    }
+
+    fa::AttentionOptions options() {
+        return {.softmax_scale = std::nullopt,
+                .causal = shape.causal,
+                .causal_alignment = shape.top_left ? fa::CausalAlignment::top_left
+                                                   : fa::CausalAlignment::bottom_right,
+                .lse = static_cast<float*>(lse.data())};
+    }
+
+    fa::BackwardParams params() {
+        return {dev_q.view,  dev_k.view,  dev_v.view,  dev_o.view, dev_d_o.view,
+                dev_dq.view, dev_dk.view, dev_dv.view, options()};
+    }
+
+    // Poisons the gradients, runs `backward`, and checks every element is finite and the
+    // sampled rows against the reference.
+    template <class Backward>
+    fa::reference::BackwardCheck run_and_check(const Backward& backward) {
+        dev_dq.buffer.poison_with_nan();
+        dev_dk.buffer.poison_with_nan();
+        dev_dv.buffer.poison_with_nan();
+        backward();
+        fa::tools::synchronize();
+        const HostTensor dq = dev_dq.download(q), dk = dev_dk.download(k), dv = dev_dv.download(k);
+        const auto q_rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, 48, seed);
+        const auto k_rows = fa::reference::sample_rows(k.batch, k.heads, k.seq, 48, seed + 9);
+        return fa::reference::check_attention_backward(
+            {q, k, v, d_o, dq, dk, dv, 1.0 / std::sqrt(double(q.d_head)), shape.causal,
+             shape.top_left},
+            q_rows, k_rows);
+    }
+};
+
+constexpr Shape k_shapes[] = {
+    {2, 128, 128, 4, 4, false},       {2, 128, 128, 4, 4, true},        {1, 1, 1, 2, 2, false},
+    {1, 1000, 1000, 8, 1, true},      {2, 100, 257, 8, 2, true},        {2, 257, 100, 4, 1, true},
+    {1, 300, 1000, 4, 4, true, true}, {1, 1000, 300, 8, 2, true, true}, {1, 17, 600, 4, 1, false},
+    {2, 513, 513, 4, 2, false},
+};
+
+struct Case {
+    fa::KernelConfig config;
+    Shape shape;
+};
+
+std::vector<Case> cases() {
+    std::vector<Case> v;
+    for (const fa::KernelConfig& c : fa::testing::backward_configs()) {
+        for (const Shape& s : k_shapes)
+            v.push_back({c, s});
+    }
+    return v;
+}
+
+void PrintTo(const Case& c, std::ostream* os) {
+    *os << c.config.to_string() << ", batch " << c.shape.batch << ", q" << c.shape.seq_q << " k"
+        << c.shape.seq_k << ", heads " << c.shape.heads << "/" << c.shape.heads_kv
+        << (c.shape.causal ? ", causal" : "") << (c.shape.top_left ? " top left" : "");
+}
+
+class EveryBackwardConfig : public ::testing::TestWithParam<Case> {};
+
+TEST_P(EveryBackwardConfig, MatchesReference) {
+    const auto& [config, shape] = GetParam();
+    if (!fa::is_supported(config))
+        GTEST_SKIP() << config.to_string() << " cannot run on this GPU";
+    Problem p(config.dtype, config.d_head, shape, fresh_seed());
+    const auto result = p.run_and_check([&] { fa::backward(p.params(), config); });
+    EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
+}
+
+std::string case_name(const ::testing::TestParamInfo<Case>& info) {
+    std::string name;
+    for (const char ch : info.param.config.to_string()) {
+        if (std::isalnum(static_cast<unsigned char>(ch)))
+            name += ch;
+        else if (!name.empty() && name.back() != '_')
+            name += '_';
+    }
+    const Shape& s = info.param.shape;
+    return name + "_q" + std::to_string(s.seq_q) + "_k" + std::to_string(s.seq_k) + "_h" +
+           std::to_string(s.heads) + "_" + std::to_string(s.heads_kv) +
+           (s.causal ? (s.top_left ? "_causal_tl" : "_causal") : "") + "_" +
+           std::to_string(info.index);
+}
+
+INSTANTIATE_TEST_SUITE_P(Built, EveryBackwardConfig, ::testing::ValuesIn(cases()), case_name);
+GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryBackwardConfig);
+
+// The automatic choice: backward(params) without a config, every dtype and head dim built.
+TEST(Backward, AutomaticChoiceMatchesReference) {
+    if (fa::device_count() == 0)
+        GTEST_SKIP() << "no GPU";
+    for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
+        for (const int d : {64, 128, 256}) {
+            const Shape shape{2, 333, 333, 8, 2, true};
+            Problem p(dtype, d, shape, fresh_seed());
+            const auto result = p.run_and_check([&] { fa::backward(p.params()); });
+            EXPECT_TRUE(result.passed) << fa::to_string(dtype) << " d_head " << d << ": "
+                                       << result.summary() << "; seed " << p.seed;
+        }
+    }
+}
+
+std::vector<std::uint16_t> bits_of(const DeviceTensor& t, const HostTensor& shape_of) {
+    return t.download(shape_of).bits;
+}
+
+// Ten runs give the same bits, and a batch entry's gradients are the same bits alone and in
+// a batch of three (no gradient is summed with atomics or over the batch).
+TEST(Backward, Deterministic) {
+    if (fa::device_count() == 0)
+        GTEST_SKIP() << "no GPU";
+    for (const bool causal : {false, true}) {
+        const Shape shape{3, 700, 700, 8, 2, causal};
+        Problem p(fa::DType::BF16, 128, shape, fresh_seed());
+        fa::backward(p.params());
+        const auto dq = bits_of(p.dev_dq, p.q), dk = bits_of(p.dev_dk, p.k),
+                   dv = bits_of(p.dev_dv, p.k);
+        for (int run = 1; run < 10; ++run) {
+            p.dev_dq.buffer.poison_with_nan();
+            p.dev_dk.buffer.poison_with_nan();
+            p.dev_dv.buffer.poison_with_nan();
+            fa::backward(p.params());
+            ASSERT_EQ(bits_of(p.dev_dq, p.q), dq) << "run " << run;
+            ASSERT_EQ(bits_of(p.dev_dk, p.k), dk) << "run " << run;
+            ASSERT_EQ(bits_of(p.dev_dv, p.k), dv) << "run " << run;
+        }
+        // Batch entry 1 alone: views of its slices of every tensor.
+        const auto entry = [](const fa::TensorView& t) {
+            fa::TensorView one = t;
+            one.shape[0] = 1;
+            one.data = static_cast<char*>(t.data) + t.stride[0] * 2;
+            return one;
+        };
+        fa::tools::DeviceTensor dq1 = DeviceTensor::empty_like(p.q),
+                                dk1 = DeviceTensor::empty_like(p.k),
+                                dv1 = DeviceTensor::empty_like(p.k);
+        fa::BackwardParams one = p.params();
+        one.q = entry(one.q);
+        one.k = entry(one.k);
+        one.v = entry(one.v);
+        one.o = entry(one.o);
+        one.d_o = entry(one.d_o);
+        one.dq = entry(dq1.view);
+        one.dk = entry(dk1.view);
+        one.dv = entry(dv1.view);
+        one.dq.data = dq1.view.data;  // a tensor of one entry at the buffer's start
+        one.dk.data = dk1.view.data;
+        one.dv.data = dv1.view.data;
+        // The LSE of entry 1: (batch, heads, seq_q) rows, entry 1 after the first's.
+        one.options.lse = static_cast<float*>(p.lse.data()) + shape.heads * shape.seq_q;
+        fa::backward(one);
+        fa::tools::synchronize();
+        const auto row_bytes = [&](const fa::TensorView& t) {
+            return static_cast<std::size_t>(t.stride[0]) * 2;
+        };
+        const auto all_dq = bits_of(dq1, p.q), all_dk = bits_of(dk1, p.k),
+                   all_dv = bits_of(dv1, p.k);
+        const auto same_entry = [&](const std::vector<std::uint16_t>& alone,
+                                    const std::vector<std::uint16_t>& batched, std::size_t bytes) {
+            return std::memcmp(alone.data(), batched.data() + bytes / 2, bytes) == 0;
+        };
+        EXPECT_TRUE(same_entry(all_dq, dq, row_bytes(p.dev_dq.view))) << "dq, causal " << causal;
+        EXPECT_TRUE(same_entry(all_dk, dk, row_bytes(p.dev_dk.view))) << "dk, causal " << causal;
+        EXPECT_TRUE(same_entry(all_dv, dv, row_bytes(p.dev_dv.view))) << "dv, causal " << causal;
+    }
+}
+
+// A CUDA failure or bad input never leaves a silent wrong answer: the LSE is required and
+// variants are refused, each before any launch.
+TEST(Backward, RefusesWhatItDoesNotCompute) {
+    if (fa::device_count() == 0)
+        GTEST_SKIP() << "no GPU";
+    Problem p(fa::DType::BF16, 64, {1, 64, 64, 2, 2, false}, fresh_seed());
+    fa::BackwardParams no_lse = p.params();
+    no_lse.options.lse = nullptr;
+    EXPECT_THROW(fa::backward(no_lse), fa::Error);
+    fa::BackwardParams window = p.params();
+    window.options.variants.window_left = 8;
+    EXPECT_THROW(fa::backward(window), fa::Error);
+    const fa::KernelConfig forward_config = fa::testing::forward_configs().front();
+    EXPECT_THROW(fa::backward(p.params(), forward_config), fa::Error);
+}
+
+}  // namespace
