@@ -64,6 +64,54 @@ def implementations(torch, fa, causal, fa4_func):
     return impls
 
 
+def backward_implementations(torch, fa, causal, fa4_func):
+    """name -> fn(q, k, v) that times one backward pass: each builds its forward graph once
+    (on the first call with these tensors) and then runs the backward alone, as the peers'
+    harness does (out.backward(dout), graph retained)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from flash_attention_scratch import _C
+
+    graphs = {}
+
+    def autograd(name, forward):
+        def run(q, k, v):
+            key = (name, q.data_ptr())
+            if key not in graphs:
+                qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+                out = forward(qq, kk, vv)
+                graphs[key] = (out, (qq, kk, vv), torch.randn_like(out))
+            out, inputs, dout = graphs[key]
+            return torch.autograd.grad(out, inputs, dout, retain_graph=True)
+        return run
+
+    def sdpa(backend):
+        def forward(q, k, v):
+            with sdpa_kernel(backend):
+                return torch.nn.functional.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal,
+                    enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
+        return forward
+
+    def ours(q, k, v):
+        # The library's backward on the forward's saved output and LSE (what autograd runs).
+        key = ("ours", q.data_ptr())
+        if key not in graphs:
+            with torch.no_grad():
+                out, lse = fa.forward(q, k, v, causal=causal, return_lse=True)
+            graphs[key] = (out, lse, torch.randn_like(out), torch.empty_like(q), torch.empty_like(k),
+                           torch.empty_like(v))
+        out, lse, dout, dq, dk, dv = graphs[key]
+        _C.backward(dout, q, k, v, out, lse, dq, dk, dv, None, int(causal),
+                    torch.cuda.current_stream().cuda_stream)
+        return dq, dk, dv
+
+    impls = {"ours": ours, "cuDNN": autograd("cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
+             "FA2": autograd("FA2", sdpa(SDPBackend.FLASH_ATTENTION))}
+    if fa4_func is not None:
+        impls["FA4"] = autograd("FA4", lambda q, k, v: fa4_func(q, k, v, causal=causal))
+    return impls
+
+
 def time_shape(torch, impls, make_inputs, flop, args):
     """TFLOP/s (median) per implementation, None where it raised on this shape."""
     inputs = make_inputs()
@@ -234,6 +282,8 @@ def main():
     parser.add_argument("--causal", choices=["no", "yes", "both"], default="both")
     parser.add_argument("--models", action=argparse.BooleanOptionalAction, default=True,
                         help="the model-shaped rows after the grid")
+    parser.add_argument("--backward", action="store_true",
+                        help="time the backward pass (dQ, dK, dV) instead; FLOPs 2.5x the forward's")
     parser.add_argument("--warmup", type=int, default=10, help="calls per implementation before timing")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=5, help="calls timed per implementation and round")
@@ -256,15 +306,17 @@ def main():
         dtype = getattr(torch, dtype_name)
         for d in args.d_heads:
             for causal in causals:
-                impls = implementations(torch, fa, causal, fa4_func)
+                make = backward_implementations if args.backward else implementations
+                impls = make(torch, fa, causal, fa4_func)
                 for seq in args.seqs:
                     batch, heads = max(1, 16384 // seq), 2048 // d
+                    flop = attention_flop(batch, heads, d, seq, seq, causal) * (2.5 if args.backward else 1)
                     rates = time_shape(torch, impls, inputs_for(torch, dtype, batch, heads, heads, d, seq, seq),
-                                       attention_flop(batch, heads, d, seq, seq, causal), args)
+                                       flop, args)
                     rows.append((dtypes[dtype_name], d, causal, seq, rates))
                     print(*rows[-1][:4], {k: fmt(v) for k, v in rates.items()}, fmt(ratio(rates), 3), flush=True)
     model_rows = []
-    if args.models:
+    if args.models and not args.backward:
         for name, batch, heads, heads_kv, d, seq_q, seq_k, causal in MODEL_ROWS:
             impls = implementations(torch, fa, causal, fa4_func)
             if causal and seq_q != seq_k:  # SDPA's is_causal aligns at the top left
@@ -277,9 +329,11 @@ def main():
     met = [r for r in (ratio(x[4]) for x in rows) if r is not None]
     title = (f"Measured {datetime.date.today()} on {device}, torch {torch.__version__}, "
              f"flash_attention_scratch {fa.__version__}")
-    lines = [f"# Forward: this library against cuDNN, FlashAttention-4 and FlashAttention-2", "",
+    lines = [f"# {'Backward' if args.backward else 'Forward'}: this library against cuDNN, FlashAttention-4 and "
+             "FlashAttention-2", "",
              f"{title}. Command: `python3 bench/compare.py {' '.join(sys.argv[1:])}`. TFLOP/s = "
-             f"4·batch·heads·seq_q·seq_k·d_head / median time, causal counting the pairs the mask keeps; "
+             f"{'2.5 × ' if args.backward else ''}4·batch·heads·seq_q·seq_k·d_head / median time, causal "
+             f"counting the pairs the mask keeps; "
              f"{args.rounds} shuffled rounds of {args.calls} calls; inputs rotated past L2. "
              f"Cells below {BAR} in bold; –: the implementation does not run the shape.", "",
              f"Ahead of both peers in {sum(r > 1 for r in met)} of {len(met)} cells, at {BAR} or more in "

@@ -1,4 +1,5 @@
 #include <iostream>
+#include <map>
 #include <memory>
 
 #include "commands.hpp"
@@ -25,9 +26,9 @@ struct BenchOptions {
 int bench(const BenchOptions& o) {
     std::vector<Candidate> candidates;
     if (!o.set.empty())
-        candidates = built_configs_of(o.set, "--set");
+        candidates = built_configs_of(o.set, "--set", o.grid.backward);
     for (const std::string& s : o.configs)
-        candidates.push_back(built_config(s, "--config"));
+        candidates.push_back(built_config(s, "--config", o.grid.backward));
     if (!o.splits.empty()) {
         for (const int n : parse_int_list(o.splits, "--splits", 1, k_max_splits))
             candidates.push_back(Candidate::with_splits(n));
@@ -40,6 +41,18 @@ int bench(const BenchOptions& o) {
         check_output_path(o.svg, "--svg");
     if (!gpu_available())
         return exit_failure;
+    if (o.grid.backward) {
+        // What each shape's backward call takes besides its tensors (D, one float a query row).
+        std::map<Shape, int> shapes;
+        for (const Job& job : jobs)
+            shapes[job.shape] = 0;
+        for (const auto& [s, unused] : shapes) {
+            std::cerr << "# backward workspace " << backward_workspace_bytes(s.problem())
+                      << " bytes: " << std::string(to_string(s.dtype)) << " d_head " << s.d_head
+                      << ", batch " << s.batch << ", heads " << s.heads << ", seq " << s.seq_q
+                      << "\n";
+        }
+    }
     const SweepResult result = sweep(candidates, jobs, o.timing);
     const std::string device = DeviceProperties::current().description();
     std::cout << format_report(result.measurements, o.format, device);
@@ -77,6 +90,7 @@ void add_bench_command(CLI::App& app, Action& action) {
         ->check(non_empty("comma-separated split counts"));
     o->grid.add_to(*cmd);
     o->grid.add_serving_to(*cmd);
+    add_backward_option(*cmd, o->grid.backward);
     o->timing.add_to(*cmd);
     add_format_option(*cmd, o->format, {"table", "csv", "json"}, "output");
     cmd->add_option("--svg", o->svg, "also write a chart of TFLOP/s against sequence length")

@@ -34,11 +34,14 @@ struct Shape {
     int window_right = -1;
     float softcap = 0;
     bool sinks = false;
+    // The backward pass (dense, no variants): dQ, dK and dV of the forward's output.
+    bool backward = false;
 
     // 4 * heads * d_head * (query, key) pairs (two GEMMs of 2 * M * N * K each). Dense:
     // batch * seq_q * seq_k pairs, halved with causal masking by the usual convention.
     // kvcache and varlen: the pairs each row sees (bottom-right causal), as bench/serving.py.
-    // With a sliding window: the pairs each row sees.
+    // With a sliding window: the pairs each row sees. The backward pass counts 2.5x the
+    // forward's (five GEMMs against two, FlashAttention's convention).
     double flop() const;
     // Bytes of K and V the keys take (each read once by a decoding kernel).
     double kv_bytes() const;

@@ -261,6 +261,25 @@ void VariantOptions::apply(Shape& shape) const {
 
 void validate_shape(const Shape& shape) {
     validate(shape.problem(), shape.scale, {shape.window_left, shape.window_right, shape.softcap});
+    if (shape.backward && shape.api != Api::dense) {
+        throw UsageError(
+            "--backward: expected a dense problem (no --kvcache, --page-size or "
+            "--varlen: the backward pass runs through backward()), got " +
+            api_name(shape));
+    }
+    if (shape.backward && (shape.window_left != -1 || shape.window_right != -1 ||
+                           shape.softcap != 0 || shape.sinks)) {
+        throw UsageError(
+            "--backward: expected no --window, --softcap or --sinks (the backward "
+            "pass takes no variants yet), got some");
+    }
+}
+
+void add_backward_option(CLI::App& cmd, bool& backward) {
+    cmd.add_flag("--backward", backward,
+                 "the backward pass: dQ, dK and dV of the forward's output for a random dO "
+                 "(the forward runs first, with the automatic choice); TFLOP/s count 2.5x the "
+                 "forward's FLOPs");
 }
 
 void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen) {
@@ -322,6 +341,7 @@ Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
             .api = api(),
             .page_size = page_size};
     variants.apply(s);
+    s.backward = backward;
     validate_shape(s);
     return s;
 }

@@ -95,6 +95,7 @@ struct GridOptions {
     int page_size = 0;
     bool varlen = false;
     VariantOptions variants;
+    bool backward = false;  // time backward() (add_backward_option)
 
     void add_to(CLI::App& cmd);
     void add_serving_to(CLI::App& cmd);
@@ -106,8 +107,12 @@ struct GridOptions {
 };
 
 // The library's Error for a shape its entry point refuses whatever the GPU (head dim,
-// sizes, scale, window, softcap): the commands call it before they look for a GPU.
+// sizes, scale, window, softcap), and a UsageError for a backward shape that is not a dense
+// one without variants: the commands call it before they look for a GPU.
 void validate_shape(const Shape& shape);
+
+// --backward on a command: `backward` then runs the backward pass.
+void add_backward_option(CLI::App& cmd, bool& backward);
 
 // --kvcache, --page-size and --varlen (GridOptions' serving fields) on a command.
 void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen);

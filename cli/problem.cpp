@@ -76,6 +76,10 @@ HostProblem HostProblem::random(const Shape& shape, std::uint64_t seed) {
             p.v_pages = to_pages(p.v, shape.page_size, p.block_table);
         }
     }
+    if (shape.backward) {
+        p.d_o = HostTensor::random_normal(shape.dtype, batch, seq_q, shape.heads, shape.d_head,
+                                          seed + 5);
+    }
     if (shape.sinks) {
         std::mt19937_64 rng(seed + 4);
         std::normal_distribution<float> normal(0.0f, 3.0f);
@@ -111,6 +115,18 @@ DeviceProblem::DeviceProblem(const Shape& shape, const HostProblem& host)
         sinks_ = DeviceBuffer(host.sinks.size() * sizeof(float));
         sinks_.upload(host.sinks);
     }
+    if (shape.backward) {
+        // The forward's output and LSE, which the backward reads, from the automatic choice.
+        forward_lse_ = DeviceBuffer(static_cast<std::size_t>(host.q.batch * host.q.seq) *
+                                    shape.heads * sizeof(float));
+        d_o_ = DeviceTensor::upload(*host.d_o);
+        dq_ = DeviceTensor::empty_like(host.q);
+        dk_ = DeviceTensor::empty_like(host.k);
+        dv_ = DeviceTensor::empty_like(host.k);
+        for (DeviceTensor* g : {&*dq_, &*dk_, &*dv_})
+            g->buffer.poison_with_nan();
+        forward(dense_params(static_cast<float*>(forward_lse_.data())));
+    }
 }
 
 AttentionOptions DeviceProblem::options(float* lse) const {
@@ -132,6 +148,13 @@ std::size_t DeviceProblem::bytes(const Shape& shape) {
 
 ForwardParams DeviceProblem::dense_params(float* lse) const {
     return {q_.view, k_.view, v_.view, o_.view, options(lse)};
+}
+
+BackwardParams DeviceProblem::backward_params() const {
+    BackwardParams p{q_.view,   k_.view,    v_.view,
+                     o_.view,   d_o_->view, dq_->view,
+                     dk_->view, dv_->view,  options(static_cast<float*>(forward_lse_.data()))};
+    return p;
 }
 
 KVCacheParams DeviceProblem::kvcache_params(int splits, float* lse) const {
@@ -167,6 +190,13 @@ VarlenParams DeviceProblem::varlen_params(int splits, float* lse) const {
 }
 
 void DeviceProblem::launch(const Candidate& c, float* lse) const {
+    if (shape_.backward) {
+        if (c.config)
+            backward(backward_params(), *c.config);
+        else
+            backward(backward_params());
+        return;
+    }
     switch (shape_.api) {
         case Api::dense:
             if (c.splits != 0)
@@ -193,6 +223,11 @@ void DeviceProblem::launch(const Candidate& c, float* lse) const {
 }
 
 KernelChoice DeviceProblem::kernel(const Candidate& c) const {
+    if (shape_.backward) {
+        return {c.config ? *c.config
+                         : choose_backward_config(shape_.problem(), DeviceProperties::current()),
+                0};
+    }
     switch (shape_.api) {
         case Api::kvcache:
             return chosen_kernel(kvcache_params(c.splits, nullptr));
@@ -206,6 +241,20 @@ KernelChoice DeviceProblem::kernel(const Candidate& c) const {
 
 HostTensor DeviceProblem::download_output(const HostProblem& host) const {
     return o_.download(host.q);
+}
+
+Gradients DeviceProblem::download_gradients(const HostProblem& host) const {
+    return {dq_->download(host.q), dk_->download(host.k), dv_->download(host.k)};
+}
+
+reference::BackwardCheck check_gradients(const Shape& shape, const HostProblem& host,
+                                         const Gradients& g, int rows_per_head,
+                                         std::uint64_t seed) {
+    return reference::check_attention_backward(
+        {host.q, host.k, host.v, *host.d_o, g.dq, g.dk, g.dv, softmax_scale_of(shape),
+         shape.causal},
+        reference::sample_rows(shape.batch, shape.heads, shape.seq_q, rows_per_head, seed),
+        reference::sample_rows(shape.batch, shape.heads_kv, shape.seq_k, rows_per_head, seed + 1));
 }
 
 reference::CheckResult check_output(const Shape& shape, const HostProblem& host,

@@ -49,11 +49,20 @@ struct HostProblem {
     std::vector<std::int32_t> seqlens;
     // Shape::sinks: one per query head, normal with a spread of 3; empty otherwise.
     std::vector<float> sinks;
+    // Shape::backward: dO, q's shape, standard normal.
+    std::optional<reference::HostTensor> d_o;
 
     static HostProblem random(const Shape& shape, std::uint64_t seed);
 };
 
-// A device copy of a HostProblem with its output, poisoned with NaN.
+// dQ, dK and dV as a backward run left them.
+struct Gradients {
+    reference::HostTensor dq, dk, dv;
+};
+
+// A device copy of a HostProblem with its output, poisoned with NaN. A backward shape's also
+// holds dO, the forward's output and LSE (the automatic choice's forward, run when it is
+// built) and the gradients.
 class DeviceProblem {
   public:
     DeviceProblem(const Shape& shape, const HostProblem& host);
@@ -61,24 +70,36 @@ class DeviceProblem {
     static std::size_t bytes(const Shape& shape);
 
     // Runs the candidate through the shape's entry point (UsageError for a candidate that
-    // entry point does not take); `lse` optional.
+    // entry point does not take); `lse` optional. A backward shape: backward() with the
+    // candidate's config or the automatic choice.
     void launch(const Candidate& candidate, float* lse = nullptr) const;
     // The kernel launch() runs.
     KernelChoice kernel(const Candidate& candidate) const;
     reference::HostTensor download_output(const HostProblem& host) const;
+    Gradients download_gradients(const HostProblem& host) const;
 
   private:
     ForwardParams dense_params(float* lse) const;
     KVCacheParams kvcache_params(int splits, float* lse) const;
     VarlenParams varlen_params(int splits, float* lse) const;
+    BackwardParams backward_params() const;
     AttentionOptions options(float* lse) const;
 
     Shape shape_;
     DeviceTensor q_, k_, v_, o_;
     DeviceBuffer seqlens_, table_, sinks_;
+    // Shape::backward.
+    DeviceBuffer forward_lse_;
+    std::optional<DeviceTensor> d_o_, dq_, dk_, dv_;
     std::int64_t pages_per_seq_ = 0;
     std::int32_t longest_ = 1;  // varlen: the longest sequence drawn
 };
+
+// A backward shape's gradients against the reference on up to rows_per_head sampled query
+// rows per (batch, head) and key rows per (batch, K/V head).
+reference::BackwardCheck check_gradients(const Shape& shape, const HostProblem& host,
+                                         const Gradients& gradients, int rows_per_head,
+                                         std::uint64_t seed);
 
 // The output (and the LSE, in the entry point's layout) against the reference on up to
 // rows_per_head sampled query rows per (sequence, head); varlen checks each sequence.

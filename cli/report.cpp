@@ -32,7 +32,7 @@ std::string api_name(const Shape& s) {
 }
 
 double Shape::flop() const {
-    const double per_pair = 4.0 * heads * d_head;
+    const double per_pair = (backward ? 2.5 : 1.0) * 4.0 * heads * d_head;
     if (window_left >= 0 || window_right >= 0) {
         // Row i (diagonal position i + keys - queries) sees [pos - left, pos + right] of the
         // keys; varlen: each sequence its own.

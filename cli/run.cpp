@@ -38,6 +38,7 @@ struct RunOptions {
     bool varlen = false;
     int splits = 0;
     VariantOptions variants;
+    bool backward = false;
 };
 
 DType parse_dtype(const std::string& s) {
@@ -47,7 +48,7 @@ DType parse_dtype(const std::string& s) {
 int run(const RunOptions& opt) {
     std::optional<KernelConfig> config;
     if (!opt.config.empty())
-        config = built_config(opt.config, "--config");
+        config = built_config(opt.config, "--config", opt.backward);
     DType dtype = config ? config->dtype : DType::BF16;
     int d_head = config ? config->d_head : 128;
     if (opt.dtype) {
@@ -96,6 +97,7 @@ int run(const RunOptions& opt) {
                 .api = api,
                 .page_size = opt.page_size};
     opt.variants.apply(shape);
+    shape.backward = opt.backward;
     validate_shape(shape);
     if (!gpu_available())
         return exit_failure;
@@ -123,11 +125,17 @@ int run(const RunOptions& opt) {
                     shape.sinks ? ", sinks" : "");
     }
     std::printf("inputs   random, seed %llu\n", static_cast<unsigned long long>(seed));
+    if (opt.backward) {
+        std::printf("backward dQ, dK, dV for a random dO; workspace %zu bytes\n",
+                    backward_workspace_bytes(shape.problem()));
+    }
     std::printf("device   %s\n", DeviceProperties::current().description().c_str());
 
     // The first run is both the warm-up and the one whose output is checked.
     problem.launch(candidate, lse_out);
     const reference::HostTensor out = problem.download_output(host);
+    const std::optional<Gradients> gradients =
+        opt.backward ? std::optional(problem.download_gradients(host)) : std::nullopt;
     LaunchTimes timer(opt.repeat);
     for (int r = 0; r < opt.repeat; ++r) {
         timer.before(r, nullptr);
@@ -143,7 +151,12 @@ int run(const RunOptions& opt) {
         std::printf(", K/V read at %.2f TB/s", m.kv_tbps());
     std::printf("\n");
 
-    if (opt.check) {
+    if (opt.check && gradients) {
+        const auto result = check_gradients(shape, host, *gradients, opt.check_rows, seed);
+        std::printf("check    %s\n", result.summary().c_str());
+        if (!result.passed)
+            return exit_failure;
+    } else if (opt.check) {
         const std::vector<float> lse_host = lse.download_floats();
         const auto result = check_output(shape, host, out, &lse_host, opt.check_rows, seed);
         std::printf("check    %s\n", result.summary().c_str());
@@ -191,6 +204,7 @@ void add_run_command(CLI::App& app, Action& action) {
                     "with --kvcache or --varlen: the split-KV kernel with this many key ranges "
                     "per sequence (default: the library's choice)")
         ->check(integer_in(1, k_max_splits));
+    add_backward_option(*cmd, o->backward);
     cmd->add_flag("--check", o->check, "compare with the double-precision CPU reference");
     cmd->add_option("--check-rows", o->check_rows,
                     "query rows per (batch, head) that --check samples")

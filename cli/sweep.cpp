@@ -48,13 +48,16 @@ bool interrupted() {
     return g_interrupted;
 }
 
-std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option) {
+std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option,
+                                        bool backward) {
     std::vector<Candidate> out;
     int missing = 0;
     int elsewhere = 0;  // built, but for another GPU (sm90 kernels off Hopper)
     const bool device = device_count() > 0;
     for (const KernelConfig& c : tools::kernel_set(set)) {
-        if (!is_built(c)) {
+        if (c.backward != backward) {
+            continue;  // the other pass's
+        } else if (!is_built(c)) {
             ++missing;
         } else if (device && !is_supported(c)) {
             ++elsewhere;
@@ -67,7 +70,8 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
                   << "\" cannot run on this GPU (sm90 kernels need compute capability 9.0)\n";
     }
     if (out.empty()) {
-        throw UsageError(option + ": expected a set with configs in this build (kernel set \"" +
+        throw UsageError(option + ": expected a set with " + (backward ? "backward" : "forward") +
+                         " configs in this build (kernel set \"" +
                          std::string(tools::built_kernel_set()) +
                          "\"; configure with -DFLASH_KERNELS=" + tools::printable(set) +
                          " to build it), got \"" + tools::printable(set) + "\"");
@@ -80,8 +84,15 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
     return out;
 }
 
-KernelConfig built_config(const std::string& short_form, const std::string& option) {
+KernelConfig built_config(const std::string& short_form, const std::string& option, bool backward) {
     const KernelConfig c = parse_config(short_form, option);
+    if (c.backward != backward) {
+        throw UsageError(option + ": expected a " +
+                         (backward
+                              ? "backward config (bwd) with --backward"
+                              : "forward config (without bwd; --backward runs backward ones)") +
+                         ", got " + c.to_string());
+    }
     if (!is_built(c)) {
         throw UsageError(option +
                          ": expected a config in this build (see flash_attention list), got " +

@@ -28,11 +28,12 @@ class InterruptGuard {
 };
 bool interrupted();
 
-// The configs of a set that this build holds (a note on stderr names how many are
-// missing); UsageError if it holds none.
-std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option);
-// A config this build holds; UsageError otherwise.
-KernelConfig built_config(const std::string& short_form, const std::string& option);
+// The configs of a set that this build holds for one pass, forward or backward (a note on
+// stderr names how many are missing); UsageError if it holds none.
+std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option,
+                                        bool backward);
+// A config this build holds, of the pass asked for; UsageError otherwise.
+KernelConfig built_config(const std::string& short_form, const std::string& option, bool backward);
 
 struct Job {
     std::size_t candidate;

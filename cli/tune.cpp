@@ -93,10 +93,10 @@ int tune(const TuneOptions& o) {
     } else if (!o.splits.empty() && o.splits != TuneOptions::default_splits) {
         throw UsageError("--splits: expected with --kvcache or --varlen only");
     } else if (o.configs.empty()) {
-        candidates = built_configs_of(o.set, "--set");
+        candidates = built_configs_of(o.set, "--set", false);
     } else {
         for (const std::string& s : o.configs)
-            candidates.push_back(built_config(s, "--config"));
+            candidates.push_back(built_config(s, "--config", false));
     }
     const std::vector<Job> jobs = plan(candidates, o.grid);
     const auto default_path = tuning::default_path();

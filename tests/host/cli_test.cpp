@@ -528,3 +528,21 @@ TEST(Cli, TuneHelpNamesTheDefaultCachePaths) {
     for (const char* name : {"FLASH_ATTENTION_TUNING", "XDG_CACHE_HOME", ".cache"})
         EXPECT_NE(help.out.find(name), std::string::npos) << name;
 }
+
+// --backward takes the dense entry point without variants, and configs of its own pass; each
+// refusal comes before the GPU check.
+TEST(Cli, BackwardArgumentsAreCheckedBeforeTheGpu) {
+    expect_usage_error({"run", "--backward", "--kvcache", "--seq", "1", "--seq-k", "1024"},
+                       "--backward: expected a dense problem");
+    expect_usage_error({"bench", "--backward", "--varlen"}, "--backward: expected a dense problem");
+    expect_usage_error({"run", "--backward", "--window", "64,0"},
+                       "--backward: expected no --window");
+    expect_usage_error({"run", "--backward", "--config",
+                        "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+"
+                        "opt_softmax"},
+                       "--config: expected a backward config");
+    expect_usage_error({"run", "--config", "(BF16, 128, 64, 64, 8): bwd+async+swizzled"},
+                       "--config: expected a forward config");
+    const Output help = run_program({"bench", "--help"});
+    EXPECT_NE(help.out.find("--backward"), std::string::npos);
+}
