@@ -44,18 +44,9 @@ void validate_backward(const BackwardParams& p) {
                                                                                {&p.dk, "dk"},
                                                                                {&p.dv, "dv"}}};
     for (const auto& [t, name] : tensors) {
-        if (t->dtype != DType::FP16 && t->dtype != DType::BF16) {
-            fail(ErrorCode::dtype, std::string(name) + ".dtype", "FP16 or BF16",
-                 "enum value " + std::to_string(static_cast<int>(t->dtype)));
-        }
-        if (t->dtype != p.q.dtype) {
-            fail(ErrorCode::dtype, std::string(name) + ".dtype",
-                 std::string(to_string(p.q.dtype)) + " (q's dtype)",
-                 std::string(to_string(t->dtype)));
-        }
-    }
-    for (const auto& [t, name] : tensors)
+        check_dtype(*t, name, p.q.dtype);
         check_layout(*t, name);
+    }
     // The forward's shapes (validate_tensors), then the gradients' and dO's.
     validate_tensors(ForwardParams{p.q, p.k, p.v, p.o, {.softmax_scale = p.options.softmax_scale}});
     check_same_shape(p.d_o, "d_o", p.q, "q");

@@ -31,17 +31,6 @@ std::string shape_text(const TensorView& t) {
            std::to_string(t.shape[2]) + ", " + std::to_string(t.shape[3]) + ")";
 }
 
-void check_dtype(const TensorView& t, const char* name, DType as) {
-    if (t.dtype != DType::FP16 && t.dtype != DType::BF16) {
-        fail(ErrorCode::dtype, std::string(name) + ".dtype", "FP16 or BF16",
-             "enum value " + std::to_string(static_cast<int>(t.dtype)));
-    }
-    if (t.dtype != as) {
-        fail(ErrorCode::dtype, std::string(name) + ".dtype",
-             std::string(to_string(as)) + " (q's dtype)", std::string(to_string(t.dtype)));
-    }
-}
-
 void check_dim(const TensorView& t, const char* name, int i, const char* dim_name,
                std::int64_t expected, const std::string& why) {
     if (t.shape[i] != expected) {

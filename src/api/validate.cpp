@@ -253,20 +253,22 @@ std::string shape_value(std::int64_t v, const char* of) {
 
 }  // namespace
 
+void check_dtype(const TensorView& t, const char* name, DType as) {
+    if (t.dtype != DType::FP16 && t.dtype != DType::BF16) {
+        fail(ErrorCode::dtype, std::string(name) + ".dtype", "FP16 or BF16",
+             "enum value " + std::to_string(static_cast<int>(t.dtype)));
+    }
+    if (t.dtype != as) {
+        fail(ErrorCode::dtype, std::string(name) + ".dtype",
+             std::string(to_string(as)) + " (q's dtype)", std::string(to_string(t.dtype)));
+    }
+}
+
 void validate_tensors(const ForwardParams& p) {
     const std::array<std::pair<const TensorView*, const char*>, 4> tensors = {
         {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}};
-    for (const auto& [t, name] : tensors) {
-        if (t->dtype != DType::FP16 && t->dtype != DType::BF16) {
-            fail(ErrorCode::dtype, std::string(name) + ".dtype", "FP16 or BF16",
-                 "enum value " + std::to_string(static_cast<int>(t->dtype)));
-        }
-        if (t->dtype != p.q.dtype) {
-            fail(ErrorCode::dtype, std::string(name) + ".dtype",
-                 std::string(to_string(p.q.dtype)) + " (q's dtype)",
-                 std::string(to_string(t->dtype)));
-        }
-    }
+    for (const auto& [t, name] : tensors)
+        check_dtype(*t, name, p.q.dtype);
     for (const auto& [t, name] : tensors)
         check_layout(*t, name);
 

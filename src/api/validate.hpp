@@ -16,6 +16,9 @@ namespace flash_attention {
 [[noreturn]] void fail(ErrorCode code, const std::string& argument, const std::string& expected,
                        const std::string& given);
 
+// A tensor's dtype: FP16 or BF16, and q's (`as`).
+void check_dtype(const TensorView& t, const char* name, DType as);
+
 // One tensor: a non-null 16-byte aligned pointer, positive sizes within the limits,
 // non-negative strides (16-byte rows, unit d_head stride) whose last element exists.
 void check_layout(const TensorView& t, const char* name);

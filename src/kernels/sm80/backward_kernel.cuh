@@ -154,6 +154,27 @@ __device__ __forceinline__ void copy_tile_SM2GM(std::uint32_t tile, const GmemRo
     }
 }
 
+// Rows [0, rows) of two tensors' tiles of one head (K and V, or Q and dO) into shared memory,
+// zero-filled past `rows`.
+template <class Tile, int Threads, bool Async, class T>
+__device__ __forceinline__ void copy_tile_pair(const T* a, std::int64_t a_stride,
+                                               std::uint32_t a_smem, const T* b,
+                                               std::int64_t b_stride, std::uint32_t b_smem,
+                                               int rows) {
+    TileCopyGM2SM<Tile, Threads, Async, T>(a, a_stride, a_smem).copy_rows(rows);
+    TileCopyGM2SM<Tile, Threads, Async, T>(b, b_stride, b_smem).copy_rows(rows);
+}
+
+template <int NT>
+__device__ __forceinline__ void scale_accumulators(float (&a)[1][NT][4], float factor) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            a[0][nt][i] *= factor;
+    }
+}
+
 template <bool Async>
 __device__ __forceinline__ void finish_copies() {
     if constexpr (Async) {
@@ -274,12 +295,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
         return static_cast<const T*>(base) + batch * st.batch + h * st.head + row * st.seq;
     };
-    TileCopyGM2SM<typename Tr::KTile, Tr::threads, Tr::async, T>(
-        rows_at(args.k, args.k_stride, kv_head, k0), args.k_stride.seq, k_s)
-        .copy_rows(k_rows);
-    TileCopyGM2SM<typename Tr::KTile, Tr::threads, Tr::async, T>(
-        rows_at(args.v, args.v_stride, kv_head, k0), args.v_stride.seq, v_s)
-        .copy_rows(k_rows);
+    copy_tile_pair<typename Tr::KTile, Tr::threads, Tr::async>(
+        rows_at(args.k, args.k_stride, kv_head, k0), args.k_stride.seq, k_s,
+        rows_at(args.v, args.v_stride, kv_head, k0), args.v_stride.seq, v_s, k_rows);
 
     float dk[1][NG][4], dv[1][NG][4];
     zero(dk);
@@ -294,12 +312,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
             const int q_rows = min(Tr::B_r, args.seq_q - q0);
             // The previous tile's readers of Q, dO, Pᵀ, dSᵀ and the statistics are done.
             __syncthreads();
-            TileCopyGM2SM<typename Tr::QTile, Tr::threads, Tr::async, T>(
-                rows_at(args.q, args.q_stride, head, q0), args.q_stride.seq, q_s)
-                .copy_rows(q_rows);
-            TileCopyGM2SM<typename Tr::QTile, Tr::threads, Tr::async, T>(
-                rows_at(args.d_o, args.d_o_stride, head, q0), args.d_o_stride.seq, d_o_s)
-                .copy_rows(q_rows);
+            copy_tile_pair<typename Tr::QTile, Tr::threads, Tr::async>(
+                rows_at(args.q, args.q_stride, head, q0), args.q_stride.seq, q_s,
+                rows_at(args.d_o, args.d_o_stride, head, q0), args.d_o_stride.seq, d_o_s, q_rows);
             for (int r = threadIdx.x; r < Tr::B_r; r += Tr::threads) {
                 smem.lse2[r] = r < q_rows ? lse_base2(lse[q0 + r]) : INFINITY;
                 smem.d[r] = r < q_rows ? d[q0 + r] : 0.0f;
@@ -331,12 +346,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
 
     // dK = scale · dSᵀ·Q. Staged through K's and V's tiles, once no warp reads them and their
     // copies have landed (a block no query sees issued them and computed nothing).
-#pragma unroll
-    for (int nt = 0; nt < NG; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            dk[0][nt][i] *= args.softmax_scale;
-    }
+    scale_accumulators(dk, args.softmax_scale);
     finish_copies<Tr::async>();
     store_tile_RF2SM<Tr::dtype, typename Tr::KTile>(dk, k_s, Grads::row0(), Grads::col0());
     store_tile_RF2SM<Tr::dtype, typename Tr::KTile>(dv, v_s, Grads::row0(), Grads::col0());
@@ -387,12 +397,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
         return static_cast<const T*>(base) + batch * st.batch + h * st.head + row * st.seq;
     };
-    TileCopyGM2SM<typename Tr::QTile, Tr::threads, Tr::async, T>(
-        rows_at(args.q, args.q_stride, head, q0), args.q_stride.seq, q_s)
-        .copy_rows(q_rows);
-    TileCopyGM2SM<typename Tr::QTile, Tr::threads, Tr::async, T>(
-        rows_at(args.d_o, args.d_o_stride, head, q0), args.d_o_stride.seq, d_o_s)
-        .copy_rows(q_rows);
+    copy_tile_pair<typename Tr::QTile, Tr::threads, Tr::async>(
+        rows_at(args.q, args.q_stride, head, q0), args.q_stride.seq, q_s,
+        rows_at(args.d_o, args.d_o_stride, head, q0), args.d_o_stride.seq, d_o_s, q_rows);
 
     // Each thread's two rows of the m16 score tile (lane / 4 and lane / 4 + 8): LSE and D.
     const int row0 = Scores::row0(), col0 = Scores::col0();
@@ -413,12 +420,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         const int k_rows = min(Tr::B_c, args.seq_k - k0);
         // The previous block's readers of K, V and dS are done.
         __syncthreads();
-        TileCopyGM2SM<typename Tr::KTile, Tr::threads, Tr::async, T>(
-            rows_at(args.k, args.k_stride, kv_head, k0), args.k_stride.seq, k_s)
-            .copy_rows(k_rows);
-        TileCopyGM2SM<typename Tr::KTile, Tr::threads, Tr::async, T>(
-            rows_at(args.v, args.v_stride, kv_head, k0), args.v_stride.seq, v_s)
-            .copy_rows(k_rows);
+        copy_tile_pair<typename Tr::KTile, Tr::threads, Tr::async>(
+            rows_at(args.k, args.k_stride, kv_head, k0), args.k_stride.seq, k_s,
+            rows_at(args.v, args.v_stride, kv_head, k0), args.v_stride.seq, v_s, k_rows);
         finish_copies<Tr::async>();
 
         float s[1][NS][4], dp[1][NS][4];  // S and dP, then P and dS
@@ -438,12 +442,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
 
     // dQ = scale · dS·K, staged through Q's tile once its copy has landed (a tile that sees no
     // key computed nothing) and no warp reads it.
-#pragma unroll
-    for (int nt = 0; nt < NG; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            dq[0][nt][i] *= args.softmax_scale;
-    }
+    scale_accumulators(dq, args.softmax_scale);
     finish_copies<Tr::async>();
     store_tile_RF2SM<Tr::dtype, typename Tr::QTile>(dq, q_s, Grads::row0(), Grads::col0());
     __syncthreads();
