@@ -253,10 +253,15 @@ _backward_op.register_autograd(_no_double_backward)
 # must produce it. (forward, without the LSE, is differentiable too for callers of the op
 # itself: its backward first runs the forward again for the LSE.)
 
+_VARIANT_DEFAULTS = (-1, -1, 0.0, None)  # the forward ops' window_left, window_right, softcap, sinks
+
+
 def _forward_setup(ctx, inputs, output, saves_output):
     # Runs only when autograd records the op (grad mode on, an input requiring grad), after
     # the forward has run: forward() refuses the variants before any work, this catches
     # direct calls of the ops.
+    # (PyTorch before 2.5 hands over the arguments without trailing defaults.)
+    inputs = (*inputs, *_VARIANT_DEFAULTS[len(inputs) - 6:])
     q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks = inputs
     _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right,
                           softcap, sinks)
@@ -271,7 +276,9 @@ def _forward_setup(ctx, inputs, output, saves_output):
 
 
 def _gradients(ctx, q, k, v, out, lse, dout, dlse):
-    n_inputs = 10  # q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks
+    # One per argument autograd saw: q, k, v, softmax_scale, causal, config and those of
+    # window_left, window_right, softcap, sinks that were passed.
+    n_inputs = len(ctx.needs_input_grad)
     if dout is None and dlse is None:
         return (None,) * n_inputs
     if dout is None:  # only the LSE reaches the loss
@@ -306,7 +313,8 @@ _forward_lse_op.register_autograd(_forward_lse_backward,
 def _no_backward_setup(ctx, inputs, output):
     # Runs only when autograd records the op (grad mode on, an input requiring grad), and
     # itself under no_grad: grad mode is known to have been on.
-    _check_no_grad(*inputs[:3], grad_enabled=True, sinks=inputs[-1])
+    sinks = inputs[15] if len(inputs) > 15 else None  # its last argument, unless left at its default
+    _check_no_grad(*inputs[:3], grad_enabled=True, sinks=sinks)
 
 
 def _no_backward(ctx, *grads):

@@ -330,3 +330,19 @@ def test_torch_compile_fullgraph_traces_both_passes(cpu, entry):
     assert "flash_attention_scratch.backward" in graphs["backward"]
     assert [c[1]["dlse"] for c in cpu if c[0] == "backward"] == [entry != "out_only"] * 2  # eager, compiled
     assert_same([t.grad for t in traced], [t.grad for t in eager])
+
+
+def test_the_backward_reaches_the_binding_with_its_arguments(monkeypatch):
+    # No GPU here: the binding's own device check answers, which shows that nanobind took the
+    # call's arguments (a signature mismatch would be a TypeError).
+    from flash_attention_scratch import _ops
+
+    monkeypatch.setattr(_ops, "_current_stream", lambda device: 0)
+    monkeypatch.setattr(_ops, "_on_device", lambda device, fn: fn())
+    q, k, v = inputs(9, 5, 4, 2, dtype=torch.bfloat16)
+    lse = torch.zeros(2, 4, 9)
+    for dlse in (None, lse):
+        with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+            _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), None, 1, dlse)
+        with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+            _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), 0.5, 2, dlse)
