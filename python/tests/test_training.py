@@ -23,15 +23,12 @@ import pytest
 import flash_attention_scratch as fa
 from test_forward import built_kinds
 
-try:
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
-except ImportError:
-    torch = None
+torch = pytest.importorskip("torch", reason="needs PyTorch")  # the model below is defined with it
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    torch is None or not torch.cuda.is_available() or fa.device_count() == 0,
+    not torch.cuda.is_available() or fa.device_count() == 0,
     reason="needs PyTorch and a CUDA GPU (run on the device machine)",
 )
 
