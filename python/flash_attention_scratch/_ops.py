@@ -260,7 +260,8 @@ def _forward_setup(ctx, inputs, output, saves_output):
     # Runs only when autograd records the op (grad mode on, an input requiring grad), after
     # the forward has run: forward() refuses the variants before any work, this catches
     # direct calls of the ops.
-    # (PyTorch before 2.5 hands over the arguments without trailing defaults.)
+    # (PyTorch fills in arguments left at their defaults, 2.4 and 2.15 alike; padded all the
+    # same, should a version hand them over without.)
     inputs = (*inputs, *_VARIANT_DEFAULTS[len(inputs) - 6:])
     q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks = inputs
     _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right,
