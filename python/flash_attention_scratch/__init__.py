@@ -1,24 +1,34 @@
-"""FlashAttention forward kernels written from scratch in CUDA C++.
+"""FlashAttention kernels written from scratch in CUDA C++: the forward pass, and its
+backward pass for training.
 
     import flash_attention_scratch as fas
     out = fas.forward(q, k, v)  # (batch, seq, heads, d_head) fp16/bf16 CUDA tensors
+    out.backward(dout)          # q.grad, k.grad, v.grad where they require grad
 
 Tensors reach the C++ library through DLPack and the kernels run on PyTorch's current
-CUDA stream. `forward` is also the custom op `torch.ops.flash_attention_scratch.forward`,
-with a fake implementation, so torch.compile and CUDA-graph capture work.
+CUDA stream. `forward` is also the custom op `torch.ops.flash_attention_scratch.forward`
+(and `forward_lse`, `forward_out`, `backward`), with fake implementations, so
+torch.compile (fullgraph, forward and backward) and CUDA-graph capture work.
 
 PyTorch SDPA's layout is (batch, heads, seq, d_head): pass `q.transpose(1, 2)` (a view,
 no copy). `causal=True` aligns the mask at the bottom right (flash_attn's convention),
 which differs from SDPA's `is_causal` when seq_q != seq_k; `causal_alignment="top_left"`
-gives SDPA's.
+gives SDPA's. `flash_attn_func` takes flash_attn's arguments and returns what it returns.
+
+Autograd: where q, k or v require grad under grad mode, forward() records a graph and
+the backward pass computes dq, dk, dv (returned contiguous) for plain and causal
+attention (either alignment), any lengths and grouped-query attention (dk, dv keep k's
+and v's shapes); a gradient through the returned LSE (return_lse=True) is included. Every
+backward kernel is deterministic: bitwise-identical gradients from run to run, and a
+batch row's do not depend on the rest of the batch.
 
 The attention variants of today's models take flash_attn's and FlashAttention-4's
 arguments on every entry point: `window_size=(left, right)` (sliding window, -1
 unbounded, aligned like causal), `softcap=` (Gemma-2's logit softcap, 0 off) and
-`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)).
-
-Forward only: inputs that require grad under grad mode raise NotImplementedError rather
-than return an output that silently drops the gradient.
+`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)). They are forward-only
+for now: with an input that requires grad under grad mode they raise
+NotImplementedError before any work rather than return an output that silently drops
+the gradient. So do forward_varlen and forward_kvcache, which have no backward pass yet.
 """
 
 from ._C import DType, Family, KernelConfig
@@ -29,6 +39,7 @@ from ._C import device_count, reload_tuning_cache
 __all__ = [
     "__version__",
     "forward",
+    "flash_attn_func",
     "forward_varlen",
     "forward_kvcache",
     "configs",
@@ -61,16 +72,17 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
             config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
     """softmax(q·kᵀ·scale)·v for float16/bfloat16 CUDA tensors: q (batch, seq_q, heads,
     d_head), k and v (batch, seq_k, heads_kv, d_head) with heads a multiple of heads_kv
-    (grouped-query attention); any lengths; d_head 64, 128 or 256.
+    (grouped-query attention); any lengths; d_head 64, 128 or 256. Differentiable: see
+    "Autograd" below.
 
     softmax_scale: default 1/sqrt(d_head). causal: query i sees keys j <= i + seq_k - seq_q
     (aligned at the bottom right, unlike SDPA's is_causal), or with
     causal_alignment="top_left" keys j <= i (SDPA's is_causal); a row that sees no key gets
     zeros. return_lse: also return the log-sum-exp, float32 (batch, heads, seq_q), natural
     log (-inf for rows that see no key). config: a KernelConfig or its short form to run
-    that kernel instead of the automatic choice. out: a tensor to write the result into
-    (returned); by default a new contiguous tensor. Any batch/seq/head strides work; the
-    head dim must be contiguous.
+    that kernel instead of the automatic choice (the forward's; a backward takes the
+    automatic choice). out: a tensor to write the result into (returned); by default a new
+    contiguous tensor. Any batch/seq/head strides work; the head dim must be contiguous.
 
     window_size=(left, right): a sliding window, query i sees keys j with d - left <= j <= d
     + right where d is i's diagonal position (i + seq_k - seq_q, or i with
@@ -80,16 +92,61 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     logits, one per query head, that join each row's softmax denominator with no value
     (the LSE includes them; a row that sees no key gets zeros and LSE = its sink).
 
+    Autograd: when q, k or v requires grad under grad mode, the call records the custom op
+    forward_lse (the backward reads the LSE; it is returned only with return_lse=True) and
+    backward() gives dq, dk and dv, contiguous, with k's and v's shapes under grouped-query
+    attention (summed over the query heads that share a K/V head). A gradient that reaches
+    the returned LSE is included exactly. Plain and causal attention (either alignment)
+    only: window_size, softcap and learnable_sink raise NotImplementedError before any
+    work when an input requires grad (window_size=(-1, 0), which is causal masking, is
+    taken as causal=True), and so does a learnable_sink that requires grad. out= with an
+    input that requires grad raises RuntimeError, as PyTorch's out= functions do: an out=
+    tensor cannot carry a graph (use it under torch.no_grad()). Without grad (no_grad,
+    inference_mode, or no input requiring it) the call takes the eager path with no graph
+    and no LSE unless asked for. Every backward kernel is deterministic.
+
     Raises ValueError for bad arguments, TypeError for unsupported dtypes,
-    NotImplementedError for inputs that require grad under grad mode (no backward pass
-    yet) and RuntimeError for CUDA failures (including no GPU), each with the library's
-    message.
+    NotImplementedError for the variants with inputs that require grad, and RuntimeError
+    for CUDA failures (including no GPU), each with the library's message; the backward
+    raises the same way.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.forward needs PyTorch, which is not installed")
     return _ops.forward(q, k, v, softmax_scale=softmax_scale, causal=causal, causal_alignment=causal_alignment,
                         return_lse=return_lse, config=config, out=out, window_size=window_size, softcap=softcap,
                         learnable_sink=learnable_sink)
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn.flash_attn_func's arguments and results, on this library's kernels: q
+    (batch, seqlen_q, nheads, headdim), k and v (batch, seqlen_k, nheads_k, headdim),
+    float16/bfloat16 CUDA tensors, nheads a multiple of nheads_k; headdim 64, 128 or 256.
+    causal aligns the mask at the bottom right (query i sees keys j <= i + seqlen_k -
+    seqlen_q). window_size and softcap as flash_attn reads them (a side of at least
+    seqlen_k keys is unbounded; causal sets the right side to 0; (-1, 0) is causal).
+
+    Returns out (batch, seqlen_q, nheads, headdim), or with return_attn_probs=True the
+    tuple (out, softmax_lse, None): softmax_lse float32 (batch, nheads, seqlen_q), and
+    None where flash_attn returns S_dmask, which it fills only with dropout (none here).
+    Differentiable as forward() is (plain and causal attention, grouped-query attention);
+    unlike flash_attn, a gradient that reaches softmax_lse is not dropped but included.
+
+    dropout_p other than 0 and alibi_slopes raise NotImplementedError (neither exists here),
+    before any work; so do window_size and softcap when an input requires grad under grad
+    mode (they are forward-only for now). deterministic is accepted and changes nothing:
+    every backward kernel here is deterministic.
+    """
+    if dropout_p:
+        raise NotImplementedError(
+            f"dropout_p: expected 0.0 (flash_attention_scratch has no attention dropout yet), got {dropout_p!r}")
+    if alibi_slopes is not None:
+        raise NotImplementedError("alibi_slopes: expected None (flash_attention_scratch has no ALiBi bias), "
+                                  "got a value")
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.flash_attn_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                deterministic, return_attn_probs)
 
 
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,

@@ -42,15 +42,47 @@ def _check(name: str, t, device=None):
         raise TypeError(f"{name}.dtype: expected torch.float16 or torch.bfloat16, got {t.dtype}")
 
 
-def _check_no_grad(q, k, v, grad_enabled=None, sinks=None):
-    # No backward pass yet: an output without a graph would silently lose the gradients.
+def _requiring_grad(q, k, v, sinks=None, grad_enabled=None):
+    """The name of the first input that requires grad under grad mode (autograd would record
+    the call), or None: then the call takes the eager path with no graph."""
     if torch.is_grad_enabled() if grad_enabled is None else grad_enabled:
         for name, t in (("q", q), ("k", k), ("v", v), ("learnable_sink", sinks)):
             if isinstance(t, torch.Tensor) and t.requires_grad:
-                raise NotImplementedError(
-                    f"{name}: expected a tensor that does not require grad (flash_attention_scratch "
-                    "has no backward pass yet; call it under torch.no_grad() or pass detached "
-                    "inputs), got one with requires_grad=True")
+                return name
+    return None
+
+
+def _check_no_grad(q, k, v, grad_enabled=None, sinks=None, entry="forward_varlen"):
+    # Entry points without a backward pass: an output without a graph would silently lose
+    # the gradients.
+    name = _requiring_grad(q, k, v, sinks, grad_enabled)
+    if name is not None:
+        raise NotImplementedError(
+            f"{name}: expected a tensor that does not require grad ({entry} has no backward pass "
+            "yet, forward() and flash_attn_func() have one; call it under torch.no_grad() or pass "
+            "detached inputs), got one with requires_grad=True")
+
+
+def _check_differentiable(requiring, window_left, window_right, softcap, sinks):
+    """Raises NotImplementedError, naming the variant, where the backward pass cannot
+    differentiate the call: sliding windows, softcaps and sinks are forward-only."""
+    if requiring == "learnable_sink":
+        raise NotImplementedError(
+            "learnable_sink: expected a tensor that does not require grad (the backward pass has no "
+            "gradient for attention sinks yet; call it under torch.no_grad() or pass a detached "
+            "tensor), got one with requires_grad=True")
+    unsupported = []
+    if (window_left, window_right) != (-1, -1):
+        unsupported.append(f"window_size=({window_left}, {window_right}) (sliding window)")
+    if softcap != 0.0:
+        unsupported.append(f"softcap={softcap:g}")
+    if sinks is not None:
+        unsupported.append("learnable_sink (attention sinks)")
+    if unsupported:
+        raise NotImplementedError(
+            f"{', '.join(unsupported)}: not supported by the backward pass yet, and {requiring} "
+            "requires grad; run this variant under torch.no_grad() (inference) or with detached "
+            "inputs, or train without it")
 
 
 def _window(window_size):
@@ -169,18 +201,125 @@ def _(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, window_r
     return None
 
 
+def _kernel_view(t):
+    """`t` if the kernels can read it as it is (unit head-dim stride, 16-byte aligned rows),
+    else a contiguous copy. The gradients autograd hands a backward can have any layout: the
+    gradient of out.sum() is a broadcast view with stride 0 everywhere."""
+    if (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+            and all(n <= 1 or s % 8 == 0 for n, s in zip(t.shape[:-1], t.stride()[:-1]))):
+        return t
+    return t.clone(memory_format=torch.contiguous_format)
+
+
+def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse):
+    dout, q, k, v, out = (_kernel_view(t) for t in (dout, q, k, v, out))
+    lse = lse if lse.is_contiguous() else lse.contiguous()
+    if dlse is not None and not dlse.is_contiguous():  # e.g. the gradient of lse.sum()
+        dlse = dlse.contiguous()
+    stream = _current_stream(q.device)
+    _on_device(q.device, lambda: _C.backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal,
+                                             stream, dlse))
+
+
+@torch.library.custom_op("flash_attention_scratch::backward", mutates_args=(), device_types="cuda")
+def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                 lse: torch.Tensor, softmax_scale: Optional[float], causal: int,
+                 dlse: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv (contiguous, shaped like q, k, v) of the forward that produced out and its
+    float32 (batch, heads, seq_q) log-sum-exp lse, given dout = dloss/dout and optionally
+    dlse = dloss/dlse (None: zero). With grouped K/V heads, dk and dv are summed over the
+    query heads that share a K/V head. The library's automatic choice of backward kernel;
+    every backward kernel is deterministic."""
+    dq, dk, dv = _out_like(q), _out_like(k), _out_like(v)
+    _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse)
+    return dq, dk, dv
+
+
+@_backward_op.register_fake
+def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _no_double_backward(ctx, *grads):
+    raise NotImplementedError("flash_attention_scratch::backward is not differentiable (no double backward: "
+                              "create_graph=True through attention is not supported)")
+
+
+_backward_op.register_autograd(_no_double_backward)
+
+
+# Autograd for the forward ops. forward() records forward_lse whenever an input requires
+# grad: the backward pass recomputes P from Q, K and the forward's LSE, so the recorded op
+# must produce it. (forward, without the LSE, is differentiable too for callers of the op
+# itself: its backward first runs the forward again for the LSE.)
+
+_VARIANT_DEFAULTS = (-1, -1, 0.0, None)  # the forward ops' window_left, window_right, softcap, sinks
+
+
+def _forward_setup(ctx, inputs, output, saves_output):
+    # Runs only when autograd records the op (grad mode on, an input requiring grad), after
+    # the forward has run: forward() refuses the variants before any work, this catches
+    # direct calls of the ops.
+    # (PyTorch fills in arguments left at their defaults, 2.4 and 2.15 alike; padded all the
+    # same, should a version hand them over without.)
+    inputs = (*inputs, *_VARIANT_DEFAULTS[len(inputs) - 6:])
+    q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks = inputs
+    _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right,
+                          softcap, sinks)
+    ctx.softmax_scale, ctx.causal, ctx.config = softmax_scale, causal, config
+    # A None gradient for an output that does not reach the loss (the LSE, usually) stays None
+    # rather than a tensor of zeros: the backward then reads no dLSE.
+    ctx.set_materialize_grads(False)
+    if saves_output:
+        ctx.save_for_backward(q, k, v, *output)
+    else:
+        ctx.save_for_backward(q, k, v)
+
+
+def _gradients(ctx, q, k, v, out, lse, dout, dlse):
+    # One per argument autograd saw: q, k, v, softmax_scale, causal, config and those of
+    # window_left, window_right, softcap, sinks that were passed.
+    n_inputs = len(ctx.needs_input_grad)
+    if dout is None and dlse is None:
+        return (None,) * n_inputs
+    if dout is None:  # only the LSE reaches the loss
+        dout = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.flash_attention_scratch.backward(dout, q, k, v, out, lse, ctx.softmax_scale,
+                                                            ctx.causal, dlse)
+    need = ctx.needs_input_grad
+    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * (n_inputs - 3)
+
+
+def _forward_lse_backward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    return _gradients(ctx, q, k, v, out, lse, dout, dlse)
+
+
+def _forward_backward(ctx, dout):
+    q, k, v = ctx.saved_tensors
+    if dout is None:
+        return _gradients(ctx, q, k, v, None, None, None, None)
+    # The op saved no LSE: run the same forward again for it (and its own output, so that
+    # O and the LSE are one computation's).
+    out, lse = torch.ops.flash_attention_scratch.forward_lse(q, k, v, ctx.softmax_scale, ctx.causal, ctx.config)
+    return _gradients(ctx, q, k, v, out, lse, dout, None)
+
+
+_forward_op.register_autograd(_forward_backward,
+                              setup_context=lambda ctx, inputs, output: _forward_setup(ctx, inputs, output, False))
+_forward_lse_op.register_autograd(_forward_lse_backward,
+                                  setup_context=lambda ctx, inputs, output: _forward_setup(ctx, inputs, output, True))
+
+
 def _no_backward_setup(ctx, inputs, output):
     # Runs only when autograd records the op (grad mode on, an input requiring grad), and
     # itself under no_grad: grad mode is known to have been on.
-    _check_no_grad(*inputs[:3], grad_enabled=True, sinks=inputs[-1])
+    sinks = inputs[15] if len(inputs) > 15 else None  # its last argument, unless left at its default
+    _check_no_grad(*inputs[:3], grad_enabled=True, sinks=sinks)
 
 
 def _no_backward(ctx, *grads):
-    raise NotImplementedError("flash_attention_scratch has no backward pass yet")
-
-
-for _op in (_forward_op, _forward_lse_op):
-    _op.register_autograd(_no_backward, setup_context=_no_backward_setup)
+    raise NotImplementedError("flash_attention_scratch::forward_varlen has no backward pass yet")
 
 
 # The ops take causal masking as one int: 0 none, 1 aligned at the bottom right, 2 at the top left.
@@ -199,7 +338,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
-    _check_no_grad(q, k, v, sinks=learnable_sink)
+    requiring = _requiring_grad(q, k, v, learnable_sink)
     if out is not None:
         _check("out", out, q.device)
     if softmax_scale is not None:
@@ -210,6 +349,19 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         if not isinstance(config, _C.KernelConfig):
             raise TypeError(f"config: expected a KernelConfig or its short form, got {type(config).__name__}")
         config = str(config)
+    if requiring is not None:
+        # Training: the op autograd records (forward_lse, whose LSE the backward reads).
+        if out is not None:
+            raise RuntimeError(
+                f"out: expected None when an input requires grad ({requiring} does): an out= tensor "
+                "cannot carry an autograd graph (PyTorch's own out= functions refuse it too); drop "
+                "out= to get gradients, or call under torch.no_grad()")
+        if var[0] == -1 and var[1] == 0:  # a window that only states causal masking
+            var = (-1, -1) + var[2:]
+            causal = _causal(True, causal_alignment)
+        _check_differentiable(requiring, *var)  # before any work
+        result = torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config, *var)
+        return result if return_lse else result[0]
     if torch.compiler.is_compiling():
         # Traced: the custom ops, whose fake implementations give torch.compile shapes.
         if out is None:
@@ -219,12 +371,35 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         lse = _lse_like(q) if return_lse else None
         torch.ops.flash_attention_scratch.forward_out(q, k, v, out, lse, softmax_scale, causal, config, *var)
         return (out, lse) if return_lse else out
-    # Eager: the same work without the dispatcher's tens of microseconds per call.
+    # Eager without autograd: the same work without the dispatcher's tens of microseconds
+    # per call, and no LSE unless asked for.
     if out is None:
         out = _out_like(q)
     lse = _lse_like(q) if return_lse else None
     _run(q, k, v, out, lse, softmax_scale, causal, config, *var)
     return (out, lse) if return_lse else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    # flash_attn's reading of the window: a side of at least seq_k keys is unbounded, causal
+    # sets the right side to 0, and (-1, 0) is causal masking (ours then runs the plain causal
+    # kernels, whose backward exists).
+    left, right = _window(window_size)
+    seq_k = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else None
+    if seq_k is not None:
+        left = -1 if left >= seq_k else left
+        right = -1 if right >= seq_k else right
+    if causal:
+        right = 0
+    if left < 0 and right == 0:
+        causal, right = True, -1
+    result = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_attn_probs,
+                     window_size=(left, right), softcap=softcap)
+    if return_attn_probs:
+        out, lse = result
+        return out, lse, None
+    return result
 
 
 # ---- Serving: packed variable-length batches and KV caches (flash_attn's varlen and
@@ -393,7 +568,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     for name, t in (("k", k), ("v", v)):
         if t is not None:
             _check(name, t, q.device)
-    _check_no_grad(q, k_cache, v_cache, sinks=learnable_sink)
+    _check_no_grad(q, k_cache, v_cache, sinks=learnable_sink, entry="forward_kvcache")
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):

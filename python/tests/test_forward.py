@@ -25,12 +25,16 @@ needs_gpu = pytest.mark.skipif(
 )
 
 
-def built_kinds():
+def built_kinds(backward=False):
+    """(dtype, d_head) pairs with a built forward kernel (and with backward=True a built
+    backward kernel too), in the build's order."""
     kinds = []
     for c in fa.configs():
         kind = (c.dtype, c.d_head)
-        if kind not in kinds:
+        if not c.backward and kind not in kinds:
             kinds.append(kind)
+    if backward:
+        kinds = [kind for kind in kinds if any(c.backward and (c.dtype, c.d_head) == kind for c in fa.configs())]
     return kinds
 
 
@@ -95,7 +99,13 @@ def test_configs_and_parse_round_trip():
     for c in configs:
         assert fa.KernelConfig.parse(str(c)) == c
         assert c.is_built()
-        if c.family == fa.Family.sm90:
+        if c.backward:
+            # The larger of its two kernels': dK/dV holds K, V, a Q and a dO tile, Pᵀ and dSᵀ
+            # and the tile's LSE and D; dQ holds Q, dO, K, V and dS.
+            dkdv = 2 * ((2 * c.B_r + 2 * c.B_c) * c.d_head + 2 * c.B_c * c.B_r) + 8 * c.B_r
+            dq = 2 * ((2 * c.B_r + 2 * c.B_c) * c.d_head + c.B_c * c.B_r)
+            assert c.smem_bytes() == max(dkdv, dq)
+        elif c.family == fa.Family.sm90:
             # One or (persistent, when it fits) two Q tiles, `stages` K and V tiles, the
             # 1024-byte alignment pad, the mbarriers (persistent with one Q tile: a Q pair per
             # consumer warpgroup), with the dynamic schedule each Q buffer's tile slot (16 bytes)
@@ -222,7 +232,8 @@ def test_automatic_choice_runs_the_devices_family_for_every_pair():
         q, k, v = (randn(2, 1024, 4, d, dtype=torch_dtype(dtype)) for _ in range(3))
         out = torch.empty_like(q)
         chosen = fa._C.choose_config(q, k, v, out)
-        sm90_built = any(c.family == fa.Family.sm90 and c.dtype == dtype and c.d_head == d for c in fa.configs())
+        sm90_built = any(c.family == fa.Family.sm90 and not c.backward and c.dtype == dtype and c.d_head == d
+                         for c in fa.configs())
         assert chosen.family == (fa.Family.sm90 if hopper and sm90_built else fa.Family.sm80), str(chosen)
         assert_close_to_reference(fa.forward(q, k, v, out=out), q, k, v)
 
@@ -230,7 +241,7 @@ def test_automatic_choice_runs_the_devices_family_for_every_pair():
 @needs_gpu
 def test_every_built_config():
     for c in fa.configs():
-        if not c.is_supported():  # sm90 kernels off Hopper
+        if not c.is_supported() or c.backward:  # sm90 kernels off Hopper; test_backward runs bwd ones
             continue
         seq = max(c.B_r, c.B_c) * 2
         q, k, v = (randn(1, seq, 2, c.d_head, dtype=torch_dtype(c.dtype)) for _ in range(3))
@@ -369,29 +380,6 @@ def test_grouped_heads_must_divide():
         fa.forward(q, kv, kv)
     with pytest.raises(ValueError, match="softmax_scale"):
         fa.forward(q, q, q, softmax_scale=-1.0)
-
-
-@needs_gpu
-def test_inputs_that_require_grad_raise_until_a_backward_exists():
-    dtype, d = built_kinds()[0]
-    q, k, v = (randn(1, 256, 2, d, dtype=torch_dtype(dtype)) for _ in range(3))
-    for name in ("q", "k", "v"):
-        args = {"q": q, "k": k, "v": v}
-        args[name] = args[name].clone().requires_grad_()
-        with pytest.raises(NotImplementedError, match=f"{name}: expected a tensor that does not require grad"):
-            fa.forward(args["q"], args["k"], args["v"])
-        with pytest.raises(NotImplementedError, match="does not require grad"):
-            torch.ops.flash_attention_scratch.forward(args["q"], args["k"], args["v"], None, False, None)
-        with torch.no_grad():  # inference: fine
-            assert_close_to_reference(fa.forward(args["q"], args["k"], args["v"]), q, k, v)
-        assert_close_to_reference(fa.forward(*(args[n].detach() for n in "qkv")), q, k, v)
-
-    @torch.compile
-    def compiled(q, k, v):
-        return fa.forward(q, k, v) * 2
-
-    with pytest.raises(Exception, match="does not require grad"):
-        compiled(q.clone().requires_grad_(), k, v)
 
 
 @needs_gpu

@@ -1,0 +1,348 @@
+"""The autograd wiring without a GPU: the custom ops' CUDA kernels are stood in for, on CPU
+tensors, by float64 PyTorch kernels registered for this module only (a library fragment
+destroyed afterwards), and forward()'s CUDA-tensor check is relaxed. What runs is the
+package's own code: forward()'s and flash_attn_func()'s choice of op, the ops' autograd
+(setup_context, backward, the recompute of the plain op), the fake implementations that
+torch.compile traces, and the refusals before any work. The kernels' accuracy is
+test_backward's, on a GPU.
+
+The stand-in backward computes the gradients the way the library does (D = rowsum(dO * O),
+dS = P * (dP - D + dLSE)), so agreement with PyTorch's autograd also checks that the dLSE
+the wiring passes is the gradient of the LSE.
+"""
+
+import pytest
+
+import flash_attention_scratch as fa
+from test_backward import reference_attention
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+pytestmark = pytest.mark.skipif(torch is None, reason="needs PyTorch")
+
+CALLS = []  # (op, details) of every stand-in kernel call
+
+
+def _scale(q, softmax_scale):
+    return q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
+
+
+def _standin_forward_lse(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0,
+                         sinks=None):
+    CALLS.append(("forward_lse", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
+                                      sinks=sinks is not None)))
+    assert (window_left, window_right, softcap, sinks) == (-1, -1, 0.0, None), "a variant reached the stand-in"
+    out, lse = reference_attention(q, k, v, _scale(q, softmax_scale), causal != 0, causal == 2)
+    return out.to(q.dtype).contiguous(), lse.float().contiguous()
+
+
+def _standin_forward(*args):
+    out, _ = _standin_forward_lse(*args)
+    CALLS[-1] = ("forward", CALLS[-1][1])
+    return out
+
+
+def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None):
+    """The library's algorithm in float64: P from the saved LSE, D = rowsum(dO * O)."""
+    CALLS.append(("backward", dict(dlse=dlse is not None, causal=causal, dout_layout=dout.stride())))
+    scale = _scale(q, softmax_scale)
+    b, sq, h, d = q.shape
+    sk, hkv = k.shape[1], k.shape[2]
+    group = h // hkv
+    qt, dot, ot = (t.double().transpose(1, 2) for t in (q, dout, out))
+    kt, vt = (t.double().transpose(1, 2).repeat_interleave(group, dim=1) for t in (k, v))
+    s = (qt @ kt.transpose(-1, -2)) * scale
+    masked = torch.zeros(sq, sk, dtype=torch.bool)
+    if causal:
+        i = torch.arange(sq)[:, None] + (0 if causal == 2 else sk - sq)
+        masked = torch.arange(sk)[None, :] > i
+    lse = lse.double()[..., None]
+    p = torch.where(masked | torch.isinf(lse), 0.0, torch.exp(s - lse.nan_to_num(neginf=0.0)))
+    dp = dot @ vt.transpose(-1, -2)
+    delta = (dot * ot).sum(-1, keepdim=True)
+    ds = p * (dp - delta + (0.0 if dlse is None else dlse.double()[..., None]))
+    dq = (ds @ kt) * scale
+    dk = (ds.transpose(-1, -2) @ qt) * scale
+    dv = p.transpose(-1, -2) @ dot
+    dk, dv = (t.view(b, hkv, group, sk, d).sum(2) for t in (dk, dv))
+    return tuple(t.transpose(1, 2).to(q.dtype).contiguous() for t in (dq, dk, dv))
+
+
+@pytest.fixture(scope="module")
+def standins():
+    lib = torch.library.Library("flash_attention_scratch", "FRAGMENT")
+    lib.impl("forward_lse", _standin_forward_lse, "CPU")
+    lib.impl("forward", _standin_forward, "CPU")
+    lib.impl("backward", _standin_backward, "CPU")
+    yield
+    lib._destroy()
+
+
+@pytest.fixture
+def cpu(standins, monkeypatch):
+    """forward() takes CPU tensors of any float dtype (its other checks stay)."""
+    from flash_attention_scratch import _ops
+
+    def check(name, t, device=None):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+
+    monkeypatch.setattr(_ops, "_check", check)
+    CALLS.clear()
+    yield CALLS
+
+
+def inputs(sq, sk, h, hkv, d=16, b=2, dtype=torch.float64 if torch else None):
+    q = torch.randn(b, sq, h, d, dtype=dtype)
+    k = torch.randn(b, sk, hkv, d, dtype=dtype)
+    v = torch.randn(b, sk, hkv, d, dtype=dtype)
+    return q, k, v
+
+
+def leaves(*tensors):
+    return [t.detach().clone().requires_grad_() for t in tensors]
+
+
+def reference_grads(q, k, v, dout, dlse=None, scale=None, causal=False, top_left=False):
+    x = leaves(q, k, v)
+    out, lse = reference_attention(*x, scale or q.shape[-1] ** -0.5, causal, top_left)
+    outputs, grads = [out], [dout]
+    if dlse is not None:
+        outputs.append(lse)
+        grads.append(dlse)
+    return torch.autograd.grad(outputs, x, grads)
+
+
+def assert_same(ours, ref):
+    for name, a, b in zip(("dq", "dk", "dv"), ours, ref):
+        assert a is not None, f"{name}: None"
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"{name} differs")
+
+
+CASES = [  # seq_q, seq_k, heads, heads_kv, causal, top_left
+    (5, 9, 2, 2, False, False),
+    (9, 5, 4, 1, True, False),  # rows 0..3 see no key
+    (9, 5, 4, 2, True, True),
+    (7, 7, 8, 2, True, False),
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("with_lse", [False, True], ids=["out", "out_and_lse"])
+def test_gradients_flow_through_forward_lse(cpu, case, with_lse):
+    sq, sk, h, hkv, causal, top_left = case
+    q, k, v = inputs(sq, sk, h, hkv)
+    dout = torch.randn_like(q)
+    x = leaves(q, k, v)
+    alignment = "top_left" if top_left else "bottom_right"
+    if with_lse:
+        out, lse = fa.forward(*x, causal=causal, causal_alignment=alignment, return_lse=True)
+        seen = torch.isfinite(lse).detach()
+        dlse = torch.randn_like(lse) * seen
+        torch.autograd.backward([out, lse], [dout, dlse.float()])
+    else:
+        dlse = None
+        fa.forward(*x, causal=causal, causal_alignment=alignment).backward(dout)
+    assert [c[0] for c in cpu] == ["forward_lse", "backward"]
+    assert cpu[0][1]["causal"] == (2 if top_left else 1 if causal else 0)
+    assert cpu[1][1]["dlse"] == with_lse, "dlse must be None when the LSE does not reach the loss"
+    assert_same([t.grad for t in x], reference_grads(q, k, v, dout, dlse, causal=causal, top_left=top_left))
+    for t, g in zip((q, k, v), (t.grad for t in x)):
+        assert g.shape == t.shape and g.is_contiguous()
+
+
+def test_only_the_lse_reaches_the_loss(cpu):
+    q, k, v = inputs(6, 11, 4, 2)
+    x = leaves(q, k, v)
+    _, lse = fa.forward(*x, causal=True, return_lse=True)
+    dlse = torch.randn_like(lse)
+    lse.backward(dlse)
+    assert cpu[-1] == ("backward", dict(dlse=True, causal=1, dout_layout=q.stride()))  # zeros for dout
+    assert_same([t.grad for t in x], reference_grads(q, k, v, torch.zeros_like(q), dlse.double(), causal=True))
+
+
+def test_broadcast_dout_and_inputs_without_grad(cpu):
+    q, k, v = inputs(8, 8, 2, 2)
+    qg = q.clone().requires_grad_()
+    fa.forward(qg, k, v, softmax_scale=0.7).sum().backward()  # dout: ones, a stride-0 view
+    assert cpu[-1][1]["dout_layout"] == (0, 0, 0, 0)  # the kernel wrapper makes it readable (GPU)
+    ref = reference_grads(q, k, v, torch.ones_like(q), scale=0.7)
+    torch.testing.assert_close(qg.grad, ref[0], rtol=1e-5, atol=1e-6)
+    kg = k.clone().requires_grad_()
+    fa.forward(q, kg, v).sum().backward()
+    assert kg.grad is not None
+
+
+def test_no_grad_takes_the_eager_path(cpu, monkeypatch):
+    from flash_attention_scratch import _ops
+
+    eager = []
+    monkeypatch.setattr(_ops, "_run", lambda q, k, v, out, lse, *args: eager.append(lse))
+    q, k, v = leaves(*inputs(8, 8, 2, 2))
+    with torch.no_grad():
+        out = fa.forward(q, k, v)
+    with torch.inference_mode():
+        fa.forward(q, k, v, causal=True)
+    fa.forward(*(t.detach() for t in (q, k, v)))
+    assert not out.requires_grad
+    assert cpu == [], "an op ran without grad"
+    assert eager == [None, None, None], "the eager path allocated an LSE nobody asked for"
+
+
+def test_the_plain_forward_op_recomputes_the_lse(cpu):
+    q, k, v = inputs(9, 5, 4, 1)
+    dout = torch.randn_like(q)
+    x = leaves(q, k, v)
+    torch.ops.flash_attention_scratch.forward(*x, 0.5, 1, None).backward(dout)
+    assert [c[0] for c in cpu] == ["forward", "forward_lse", "backward"]
+    assert_same([t.grad for t in x], reference_grads(q, k, v, dout, scale=0.5, causal=True))
+
+
+def test_variants_with_grad_raise_before_any_work(cpu):
+    q, k, v = inputs(8, 8, 4, 4)
+    qg = q.clone().requires_grad_()
+    sinks = torch.zeros(4)
+    for kwargs, match in [(dict(window_size=(3, 0), causal=True), r"window_size=\(3, 0\)"),
+                          (dict(window_size=(3, 3)), r"window_size=\(3, 3\) \(sliding window\)"),
+                          (dict(softcap=20.0), "softcap=20"),
+                          (dict(learnable_sink=sinks), "learnable_sink"),
+                          (dict(softcap=5.0, window_size=(2, 1)), r"window_size=\(2, 1\).*softcap=5")]:
+        with pytest.raises(NotImplementedError, match=match + ".*q requires grad"):
+            fa.forward(qg, k, v, **kwargs)
+    with pytest.raises(NotImplementedError, match="learnable_sink: expected a tensor that does not require grad"):
+        fa.forward(q, k, v, learnable_sink=sinks.requires_grad_())
+    with pytest.raises(NotImplementedError, match=r"window_size=\(3, 3\)"):
+        fa.flash_attn_func(q, k, v.requires_grad_(), window_size=(3, 3))
+    with pytest.raises(RuntimeError, match="out= tensor cannot carry an autograd graph"):
+        fa.forward(qg, k, v, out=torch.empty_like(q))
+    assert cpu == [], "a kernel ran before the refusal"
+
+
+def test_a_window_that_states_causal_is_causal(cpu):
+    q, k, v = inputs(9, 5, 2, 2)
+    dout = torch.randn_like(q)
+    ref = reference_grads(q, k, v, dout, causal=True, top_left=True)
+    for kwargs in (dict(window_size=(-1, 0), causal_alignment="top_left"),
+                   dict(window_size=(-1, 0), causal=True, causal_alignment="top_left")):
+        x = leaves(q, k, v)
+        fa.forward(*x, **kwargs).backward(dout)
+        assert cpu[-2] == ("forward_lse", dict(causal=2, window=(-1, -1), softcap=0.0, sinks=False))
+        assert_same([t.grad for t in x], ref)
+
+
+FLASH_ATTN_CASES = [  # kwargs, and what forward() must receive: causal, window
+    (dict(), 0),
+    (dict(causal=True), 1),
+    (dict(window_size=(-1, 0)), 1),
+    (dict(causal=True, window_size=(-1, 3)), 1),  # causal sets the right side to 0
+    (dict(window_size=(11, 11)), 0),  # sides of at least seq_k keys are unbounded
+    (dict(causal=True, window_size=(100, -1), softmax_scale=0.3, deterministic=True), 1),
+]
+
+
+@pytest.mark.parametrize("kwargs,causal", FLASH_ATTN_CASES)
+def test_flash_attn_func_reads_arguments_as_flash_attn(cpu, kwargs, causal):
+    q, k, v = inputs(9, 11, 4, 2)
+    dout = torch.randn_like(q)
+    x = leaves(q, k, v)
+    out, lse, s_dmask = fa.flash_attn_func(*x, return_attn_probs=True, **kwargs)
+    assert s_dmask is None and lse.shape == (2, 4, 9)
+    out.backward(dout)
+    assert cpu[0] == ("forward_lse", dict(causal=causal, window=(-1, -1), softcap=0.0, sinks=False))
+    assert_same([t.grad for t in x], reference_grads(q, k, v, dout, scale=kwargs.get("softmax_scale"),
+                                                     causal=bool(causal)))
+    assert fa.flash_attn_func(*x, **kwargs).shape == q.shape
+
+
+def test_double_backward_raises(cpu):
+    q, k, v = leaves(*inputs(4, 4, 2, 2))
+    (dq,) = torch.autograd.grad(fa.forward(q, k, v).sum(), q, create_graph=True)
+    with pytest.raises(NotImplementedError, match="double backward"):
+        dq.sum().backward()
+
+
+def test_opcheck(cpu):
+    q, k, v = inputs(9, 5, 4, 2)
+    out, lse = torch.ops.flash_attention_scratch.forward_lse(q, k, v, None, 1, None)
+    dout, dlse = torch.randn_like(out), torch.randn_like(lse)
+    torch.library.opcheck(torch.ops.flash_attention_scratch.backward.default, (dout, q, k, v, out, lse, None, 1, dlse))
+    torch.library.opcheck(torch.ops.flash_attention_scratch.backward.default, (dout, q, k, v, out, lse, 0.5, 0))
+    x = leaves(*inputs(7, 7, 4, 2))
+    torch.library.opcheck(torch.ops.flash_attention_scratch.forward_lse.default, (*x, None, 1, None))
+    torch.library.opcheck(torch.ops.flash_attention_scratch.forward.default, (*x, None, 2, None))
+
+
+def test_kernel_view_copies_only_what_the_kernels_cannot_read():
+    from flash_attention_scratch import _ops
+
+    x = torch.randn(2, 8, 4, 64, dtype=torch.bfloat16)
+    for readable in (x, x.transpose(1, 2), x[:, :, :2], x[1:]):
+        assert _ops._kernel_view(readable) is readable
+    flat = torch.randn(x.numel() + 8, dtype=torch.bfloat16)
+    unreadable = [
+        torch.ones(1, dtype=torch.bfloat16).expand(2, 8, 4, 64),  # out.sum()'s gradient: stride 0
+        x.transpose(2, 3).contiguous().transpose(2, 3),  # head dim not contiguous
+        flat[1:1 + x.numel()].view(2, 8, 4, 64),  # an address 2 bytes past 16-byte alignment
+        flat[:x.numel()].as_strided((2, 8, 4, 64), (2048, 256, 60, 1)),  # rows 120 bytes apart
+    ]
+    for t in unreadable:
+        view = _ops._kernel_view(t)
+        assert view is not t and view.is_contiguous() and view.data_ptr() % 16 == 0
+        assert torch.equal(view, t)
+
+
+@pytest.mark.parametrize("entry", ["forward", "flash_attn_func", "out_only"])
+def test_torch_compile_fullgraph_traces_both_passes(cpu, entry):
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs = {}
+
+    def keep(name):
+        def compiler(gm, example_inputs):
+            graphs[name] = str(gm.graph)
+            return make_boxed_func(gm.forward)
+        return compiler
+
+    backend = aot_autograd(fw_compiler=keep("forward"), bw_compiler=keep("backward"))
+    q, k, v = inputs(9, 13, 4, 2)
+    dout = torch.randn_like(q)
+    dlse = torch.randn(2, 4, 9, dtype=torch.float32)
+
+    def loss_fn(q, k, v):
+        if entry == "out_only":  # the LSE reaches no loss: the backward gets no dLSE
+            return (fa.forward(q, k, v, causal=True) * dout).sum()
+        if entry == "forward":
+            out, lse = fa.forward(q, k, v, causal=True, return_lse=True)
+        else:
+            out, lse, _ = fa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        return (out * dout).sum() + (lse * dlse).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(loss_fn, backend=backend, fullgraph=True)
+    eager, traced = leaves(q, k, v), leaves(q, k, v)
+    loss_fn(*eager).backward()
+    compiled(*traced).backward()
+    assert "flash_attention_scratch.forward_lse" in graphs["forward"]
+    assert "flash_attention_scratch.backward" in graphs["backward"]
+    assert [c[1]["dlse"] for c in cpu if c[0] == "backward"] == [entry != "out_only"] * 2  # eager, compiled
+    assert_same([t.grad for t in traced], [t.grad for t in eager])
+
+
+def test_the_backward_reaches_the_binding_with_its_arguments(monkeypatch):
+    # No GPU here: the binding's own device check answers, which shows that nanobind took the
+    # call's arguments (a signature mismatch would be a TypeError).
+    from flash_attention_scratch import _ops
+
+    monkeypatch.setattr(_ops, "_current_stream", lambda device: 0)
+    monkeypatch.setattr(_ops, "_on_device", lambda device, fn: fn())
+    q, k, v = inputs(9, 5, 4, 2, dtype=torch.bfloat16)
+    lse = torch.zeros(2, 4, 9)
+    for dlse in (None, lse):
+        with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+            _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), None, 1, dlse)
+        with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+            _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), 0.5, 2, dlse)

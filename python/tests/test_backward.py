@@ -1,0 +1,518 @@
+"""The backward pass through autograd: forward()'s and flash_attn_func()'s gradients against
+a float64 PyTorch reference, determinism, gradients through the LSE, torch.compile and
+CUDA-graph capture of a training step, and the arguments the backward refuses.
+
+Accuracy rule (FlashAttention's, as its own backward tests apply it): for each of dq, dk
+and dv, max |ours - ref| <= 2 * max |naive - ref| + eps(dtype) * max |ref| + 1e-4, where
+ref is the same loss differentiated by PyTorch autograd in float64 (inputs upcast on the
+GPU) and naive the same computation in the inputs' dtype (matmuls, scores, softmax and
+every gradient rounded to fp16/bf16, as FlashAttention's "PyTorch" reference does). The
+two slack terms cover errors the naive computation need not have: eps * max |ref| (one
+unit in the last place at the largest gradient, twice the rounding of our fp32
+accumulators to the output dtype, which a naive result can escape at its largest element)
+and 1e-4 for gradients that are exactly 0 in both references but only near 0 in fp32
+arithmetic (one key per row: dS = P * (dP - D) cancels exactly in float64, to ~1e-6 in
+fp32 summed in two orders).
+"""
+
+import inspect
+import math
+import random
+
+import pytest
+
+import flash_attention_scratch as fa
+from test_forward import built_kinds, needs_gpu, torch_dtype
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="needs PyTorch")
+
+
+def backward_kinds():
+    """(DType, d_head) pairs with both a forward and a backward kernel built (the release set:
+    all six)."""
+    return built_kinds(backward=True)
+
+
+def kind_id(kind):
+    return f"{str(kind[0]).split('.')[-1]}-d{kind[1]}"
+
+
+BACKWARD_KINDS = backward_kinds()
+needs_backward = pytest.mark.skipif(not BACKWARD_KINDS, reason="the build holds no backward kernel")
+
+
+def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None):
+    """Attention computed by PyTorch in `dtype` (float64 by default), differentiable: q
+    (batch, seq_q, heads, d), k and v (batch, seq_k, heads_kv, d), K/V heads repeated for
+    grouped-query attention (autograd sums their gradients back). Causal aligned at the
+    bottom right, or the top left. Returns out (batch, seq_q, heads, d) and lse (batch,
+    heads, seq_q); a row that sees no key gives zeros, LSE -inf, and no gradient."""
+    dtype = dtype or torch.float64
+    group = q.shape[2] // k.shape[2]
+    qt = q.to(dtype).transpose(1, 2)
+    kt = k.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
+    vt = v.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
+    s = (qt @ kt.transpose(-1, -2)) * scale
+    sq, sk = q.shape[1], k.shape[1]
+    empty = None
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None] + (0 if top_left else sk - sq)
+        j = torch.arange(sk, device=q.device)[None, :]
+        masked = j > i
+        empty = masked.all(dim=-1)
+        # Rows that see no key get finite scores here and are zeroed below, so that no NaN
+        # reaches autograd.
+        s = s.masked_fill(masked, float("-inf")).masked_fill(empty[:, None], 0.0)
+    p = torch.softmax(s, dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    if empty is not None:
+        p = p.masked_fill(empty[:, None], 0.0)
+        lse = lse.masked_fill(empty, float("-inf"))
+    return (p @ vt).transpose(1, 2), lse
+
+
+def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype):
+    """(dq, dk, dv) of sum(out * dout) (+ sum(lse * dlse)) by autograd in `dtype`."""
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+    out, lse = reference_attention(*leaves, scale, causal, top_left, dtype)
+    outputs, grads = [out], [dout.to(dtype)]
+    if dlse is not None:
+        outputs.append(lse)
+        grads.append(dlse.to(lse.dtype))
+    return torch.autograd.grad(outputs, leaves, grads)
+
+
+def assert_gradients_match(ours, q, k, v, dout, dlse=None, scale=None, causal=False, top_left=False, note=""):
+    """The module docstring's rule for each of dq, dk, dv; also finite, contiguous, shaped
+    like the inputs."""
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    ref = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, torch.float64)
+    naive = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype)
+    eps = torch.finfo(q.dtype).eps
+    for name, g, r, n, x in zip(("dq", "dk", "dv"), ours, ref, naive, (q, k, v)):
+        assert g is not None, f"{name}: no gradient {note}"
+        assert g.shape == x.shape and g.dtype == x.dtype, f"{name}: {tuple(g.shape)} {g.dtype} {note}"
+        assert torch.isfinite(g).all(), f"{name}: non-finite values {note}"
+        err = (g.double() - r).abs().max().item()
+        naive_err = (n.double() - r).abs().max().item()
+        bound = 2 * naive_err + eps * r.abs().max().item() + 1e-4
+        assert err <= bound, (f"{name}: max error {err:.3g} > {bound:.3g} (naive {naive_err:.3g}, "
+                              f"max |ref| {r.abs().max().item():.3g}) {note}")
+
+
+def seeded():
+    """A fresh seed each run, returned for the failure message."""
+    seed = random.randrange(2**31)
+    torch.manual_seed(seed)
+    return seed
+
+
+def randn(*shape, dtype):
+    return torch.randn(*shape, dtype=dtype, device="cuda")
+
+
+def leaves(*tensors):
+    return [t.detach().clone().requires_grad_() for t in tensors]
+
+
+# ---- no GPU needed ----------------------------------------------------------------
+
+# flash_attn.flash_attn_func's parameters and defaults (flash_attn 2.6-2.8).
+FLASH_ATTN_FUNC = [("q", inspect.Parameter.empty), ("k", inspect.Parameter.empty), ("v", inspect.Parameter.empty),
+                   ("dropout_p", 0.0), ("softmax_scale", None), ("causal", False), ("window_size", (-1, -1)),
+                   ("softcap", 0.0), ("alibi_slopes", None), ("deterministic", False),
+                   ("return_attn_probs", False)]
+
+
+def test_flash_attn_func_signature_is_flash_attns():
+    assert "flash_attn_func" in fa.__all__
+    params = inspect.signature(fa.flash_attn_func).parameters
+    assert [(p.name, p.default) for p in params.values()] == FLASH_ATTN_FUNC
+    try:
+        from flash_attn import flash_attn_func as theirs
+    except Exception:  # not installed (or built for another torch): the list above stands
+        return
+    assert list(inspect.signature(theirs).parameters) == list(params)
+
+
+def test_flash_attn_func_refuses_dropout_and_alibi_before_any_work():
+    # Before any argument is read: not even a tensor is needed to get the refusal.
+    with pytest.raises(NotImplementedError, match="dropout_p: expected 0.0.*got 0.1"):
+        fa.flash_attn_func(None, None, None, dropout_p=0.1)
+    with pytest.raises(NotImplementedError, match="alibi_slopes: expected None"):
+        fa.flash_attn_func(None, None, None, alibi_slopes=[0.5])
+    fa.flash_attn_func.__doc__.index("S_dmask")  # documented: the third result is None
+
+
+@needs_torch
+def test_cpu_tensors_are_rejected_with_grad_too():
+    q = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+        fa.forward(q, q, q)
+    with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+        fa.flash_attn_func(q, q, q, causal=True)
+
+
+# ---- GPU: accuracy ----------------------------------------------------------------
+
+GRAD_SHAPES = [  # (seq_q, seq_k, heads, heads_kv, causal, top_left)
+    (1, 1, 2, 2, False, False),
+    (1, 1, 2, 2, True, False),
+    (17, 17, 4, 1, True, False),
+    (100, 257, 8, 1, True, False),
+    (257, 100, 8, 8, True, False),  # rows 0..156 see no key
+    (257, 100, 4, 1, True, True),
+    (100, 257, 8, 2, True, True),
+    (1000, 1000, 8, 2, True, False),
+    (1000, 17, 8, 1, False, False),
+    (17, 1000, 4, 4, False, False),
+    (1, 1000, 8, 8, True, False),
+    (1000, 1, 4, 1, True, True),
+]
+
+
+def shape_id(s):
+    return "q{}_k{}_h{}_{}{}".format(*s[:4], "_causal_" + ("tl" if s[5] else "br") if s[4] else "")
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+@pytest.mark.parametrize("shape", GRAD_SHAPES, ids=shape_id)
+def test_gradients_match_reference(kind, shape):
+    sq, sk, h, hkv, causal, top_left = shape
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    seed = seeded()
+    q, k, v = randn(2, sq, h, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype)
+    dout = randn(2, sq, h, d, dtype=dtype)
+    qg, kg, vg = leaves(q, k, v)
+    alignment = "top_left" if top_left else "bottom_right"
+    out = fa.forward(qg, kg, vg, causal=causal, causal_alignment=alignment)
+    assert out.requires_grad and out.grad_fn is not None
+    out.backward(dout)
+    assert_gradients_match((qg.grad, kg.grad, vg.grad), q, k, v, dout, causal=causal, top_left=top_left,
+                           note=f"(seed {seed})")
+    for g in (qg.grad, kg.grad, vg.grad):
+        assert g.is_contiguous()
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+def test_scale_strided_inputs_and_broadcast_dout(kind):
+    # SDPA's (batch, heads, seq, d) storage seen through a transpose, slices of a packed QKV
+    # tensor, a scale of its own, and out.sum()'s gradient (a stride-0 view) as dout.
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    seed = seeded()
+    q_sdpa = randn(2, 4, 300, d, dtype=dtype).requires_grad_()
+    kv = randn(2, 500, 2, 2, d, dtype=dtype).requires_grad_()
+    q, k, v = q_sdpa.transpose(1, 2), kv[:, :, 0], kv[:, :, 1]
+    out = fa.forward(q, k, v, softmax_scale=0.3, causal=True)
+    out.sum().backward()  # dout: a bf16/fp16 one broadcast with stride 0, copied before the kernels
+    dout = torch.ones_like(out)
+    dq, dkv = q_sdpa.grad.transpose(1, 2), kv.grad
+    assert_gradients_match((dq, dkv[:, :, 0], dkv[:, :, 1]), q, k, v, dout, scale=0.3, causal=True,
+                           note=f"(seed {seed})")
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+@pytest.mark.parametrize("only_lse", [False, True], ids=["out_and_lse", "lse_only"])
+def test_gradient_through_the_lse(kind, only_lse):
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    seed = seeded()
+    for sq, sk, h, hkv, causal, top_left in [(257, 100, 8, 2, True, False), (300, 777, 4, 1, True, True),
+                                             (129, 129, 4, 4, False, False)]:
+        q, k, v = randn(2, sq, h, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype)
+        dout = torch.zeros_like(q) if only_lse else randn(2, sq, h, d, dtype=dtype)
+        dlse = torch.randn(2, h, sq, device="cuda")
+        qg, kg, vg = leaves(q, k, v)
+        out, lse = fa.forward(qg, kg, vg, causal=causal, causal_alignment="top_left" if top_left else "bottom_right",
+                              return_lse=True)
+        assert lse.requires_grad and lse.dtype == torch.float32
+        seen = torch.isfinite(lse).detach()  # rows that see no key: LSE -inf, left out of the loss
+        loss = (lse.masked_fill(~seen, 0.0) * dlse).sum()
+        if not only_lse:
+            loss = loss + (out.float() * dout.float()).sum()
+        loss.backward()
+        assert_gradients_match((qg.grad, kg.grad, vg.grad), q, k, v, dout, dlse * seen, causal=causal,
+                               top_left=top_left, note=f"({sq}, {sk}, seed {seed})")
+
+
+@needs_gpu
+@needs_backward
+def test_flash_attn_func_gradients_and_results():
+    dtype, d = torch_dtype(BACKWARD_KINDS[0][0]), BACKWARD_KINDS[0][1]
+    seed = seeded()
+    q, k, v = randn(2, 200, 8, d, dtype=dtype), randn(2, 333, 2, d, dtype=dtype), randn(2, 333, 2, d, dtype=dtype)
+    dout = randn(2, 200, 8, d, dtype=dtype)
+    for kwargs in (dict(causal=True), dict(), dict(window_size=(-1, 0)), dict(causal=True, window_size=(5000, -1)),
+                   dict(causal=True, deterministic=True, softmax_scale=0.2)):
+        qg, kg, vg = leaves(q, k, v)
+        out, lse, s_dmask = fa.flash_attn_func(qg, kg, vg, return_attn_probs=True, **kwargs)
+        assert s_dmask is None and lse.shape == (2, 8, 200)
+        out.backward(dout)
+        causal = kwargs.get("causal", False) or kwargs.get("window_size") == (-1, 0)
+        assert_gradients_match((qg.grad, kg.grad, vg.grad), q, k, v, dout, scale=kwargs.get("softmax_scale"),
+                               causal=causal, note=f"({kwargs}, seed {seed})")
+        # The same as forward(), bit for bit (causal: bottom right).
+        ref = fa.forward(q, k, v, causal=causal, softmax_scale=kwargs.get("softmax_scale"))
+        assert torch.equal(out.detach(), ref)
+    assert fa.flash_attn_func(q, k, v).shape == q.shape  # out alone by default
+
+
+# ---- GPU: determinism, None gradients, eager paths ---------------------------------
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+def test_backward_is_deterministic(kind):
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    qg, kg, vg = leaves(randn(2, 1000, 8, d, dtype=dtype), randn(2, 777, 2, d, dtype=dtype),
+                        randn(2, 777, 2, d, dtype=dtype))
+    out = fa.forward(qg, kg, vg, causal=True)
+    dout = torch.randn_like(out)
+    first = torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
+    for _ in range(9):
+        again = torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
+        for name, a, b in zip(("dq", "dk", "dv"), first, again):
+            assert torch.equal(a, b), f"{name} differs between two runs of the same backward"
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+def test_a_rows_gradients_do_not_depend_on_the_batch(kind):
+    # The backward op on batch 4 and on batch row 2 alone, from the same forward's O and LSE
+    # (the forward's own kernel choice may depend on the batch; the backward's may not).
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    q, k, v = randn(4, 513, 8, d, dtype=dtype), randn(4, 700, 2, d, dtype=dtype), randn(4, 700, 2, d, dtype=dtype)
+    out, lse = fa.forward(q, k, v, causal=True, return_lse=True)
+    dout = torch.randn_like(out)
+    dlse = torch.randn_like(lse)
+    backward = torch.ops.flash_attention_scratch.backward
+    whole = backward(dout, q, k, v, out, lse, None, 1, dlse)
+    row = backward(*(t[2:3] for t in (dout, q, k, v, out, lse)), None, 1, dlse[2:3])
+    for name, a, b in zip(("dq", "dk", "dv"), whole, row):
+        assert torch.equal(a[2:3], b), f"{name}: batch row 2 differs alone and in a batch of 4"
+
+
+@needs_gpu
+@needs_backward
+def test_inputs_without_grad_get_none_and_grads_are_finite():
+    dtype, d = torch_dtype(BACKWARD_KINDS[0][0]), BACKWARD_KINDS[0][1]
+    q, k, v = (randn(2, 300, 4, d, dtype=dtype) for _ in range(3))
+    for wants in ("q", "k", "v", "qv", "kv"):
+        args = {n: (t.clone().requires_grad_() if n in wants else t) for n, t in zip("qkv", (q, k, v))}
+        fa.forward(args["q"], args["k"], args["v"], causal=True).float().pow(2).sum().backward()
+        for n in "qkv":
+            g = args[n].grad
+            if n in wants:
+                assert g is not None and torch.isfinite(g).all() and g.abs().max() > 0, f"{n}.grad"
+            else:
+                assert g is None, f"{n} does not require grad, yet got a gradient"
+
+
+@needs_gpu
+@needs_backward
+def test_without_grad_the_fast_path_runs(monkeypatch):
+    # No graph, and no LSE allocated, whenever autograd records nothing.
+    from flash_attention_scratch import _ops
+
+    def no_lse(q):
+        raise AssertionError("an LSE was allocated for a call that does not need one")
+
+    dtype, d = torch_dtype(BACKWARD_KINDS[0][0]), BACKWARD_KINDS[0][1]
+    q = randn(1, 256, 2, d, dtype=dtype).requires_grad_()
+    monkeypatch.setattr(_ops, "_lse_like", no_lse)
+    with torch.no_grad():
+        assert fa.forward(q, q, q).grad_fn is None
+    with torch.inference_mode():
+        assert not fa.forward(q, q, q).requires_grad
+    assert fa.forward(q.detach(), q.detach(), q.detach()).grad_fn is None
+    monkeypatch.undo()
+    assert fa.forward(q, q, q).requires_grad  # with grad: forward_lse, and its LSE
+
+
+@needs_gpu
+@needs_backward
+def test_the_forward_op_itself_is_differentiable():
+    # torch.ops.flash_attention_scratch.forward saves no LSE: its backward runs the forward
+    # again for it, and gives forward()'s gradients bit for bit.
+    dtype, d = torch_dtype(BACKWARD_KINDS[0][0]), BACKWARD_KINDS[0][1]
+    q, k, v = randn(2, 300, 8, d, dtype=dtype), randn(2, 400, 2, d, dtype=dtype), randn(2, 400, 2, d, dtype=dtype)
+    dout = torch.randn_like(q)
+    a, b = leaves(q, k, v), leaves(q, k, v)
+    torch.ops.flash_attention_scratch.forward(*a, None, 1, None).backward(dout)
+    fa.forward(*b, causal=True).backward(dout)
+    for x, y in zip(a, b):
+        assert torch.equal(x.grad, y.grad)
+
+
+@needs_gpu
+@needs_backward
+def test_forward_config_is_allowed_with_grad():
+    configs = [c for c in fa.configs() if not c.backward and c.is_supported() and (c.dtype, c.d_head) in BACKWARD_KINDS]
+    if not configs:
+        pytest.skip("no forward config runs here for a built backward kind")
+    c = configs[0]
+    q, k, v = (randn(1, 256, 2, c.d_head, dtype=torch_dtype(c.dtype)) for _ in range(3))
+    dout = torch.randn_like(q)
+    qg, kg, vg = leaves(q, k, v)
+    fa.forward(qg, kg, vg, config=c, causal=True).backward(dout)
+    assert_gradients_match((qg.grad, kg.grad, vg.grad), q, k, v, dout, causal=True)
+
+
+@needs_gpu
+@needs_backward
+def test_custom_op_contract():
+    dtype, d = torch_dtype(BACKWARD_KINDS[0][0]), BACKWARD_KINDS[0][1]
+    q, k, v = randn(2, 200, 4, d, dtype=dtype), randn(2, 300, 2, d, dtype=dtype), randn(2, 300, 2, d, dtype=dtype)
+    out, lse = fa.forward(q, k, v, causal=True, return_lse=True)
+    dout, dlse = torch.randn_like(out), torch.randn_like(lse)
+    backward = torch.ops.flash_attention_scratch.backward.default
+    torch.library.opcheck(backward, (dout, q, k, v, out, lse, None, 1, None))
+    torch.library.opcheck(backward, (dout, q, k, v, out, lse, 0.1, 2, dlse))
+    # The forward ops with inputs that require grad: their autograd registrations.
+    qg, kg, vg = leaves(q, k, v)
+    torch.library.opcheck(torch.ops.flash_attention_scratch.forward_lse.default, (qg, kg, vg, None, 1, None))
+    torch.library.opcheck(torch.ops.flash_attention_scratch.forward.default, (qg, kg, vg, None, 0, None))
+
+
+# ---- GPU: torch.compile and CUDA graphs ----------------------------------------------
+
+
+@needs_gpu
+@needs_backward
+def test_torch_compile_traces_forward_and_backward():
+    dtype, d = torch_dtype(BACKWARD_KINDS[0][0]), BACKWARD_KINDS[0][1]
+    q, k, v = randn(2, 512, 8, d, dtype=dtype), randn(2, 512, 2, d, dtype=dtype), randn(2, 512, 2, d, dtype=dtype)
+    dout = torch.randn_like(q)
+    dlse = torch.randn(2, 8, 512, device="cuda")
+
+    def loss_fn(q, k, v):
+        out, lse = fa.forward(q, k, v, causal=True, return_lse=True)
+        return (out.float() * dout).sum() + (lse * dlse).sum()
+
+    def flash_attn_loss(q, k, v):
+        return (fa.flash_attn_func(q, k, v, causal=True).float() * dout).sum()
+
+    for fn in (loss_fn, flash_attn_loss):
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, fullgraph=True)
+        eager, traced = leaves(q, k, v), leaves(q, k, v)
+        fn(*eager).backward()
+        loss = compiled(*traced)
+        loss.backward()
+        # The same kernels on the same inputs (the loss's gradient is dout itself): bit for bit.
+        for name, a, b in zip("qkv", eager, traced):
+            assert b.grad is not None and torch.equal(a.grad, b.grad), f"d{name} differs compiled"
+
+
+@needs_gpu
+@needs_backward
+def test_cuda_graph_training_step():
+    dtype, d = torch_dtype(BACKWARD_KINDS[0][0]), BACKWARD_KINDS[0][1]
+    q, k, v = leaves(randn(2, 1000, 8, d, dtype=dtype), randn(2, 1000, 2, d, dtype=dtype),
+                     randn(2, 1000, 2, d, dtype=dtype))
+    dout = randn(2, 1000, 8, d, dtype=dtype)
+    dlse = torch.randn(2, 8, 1000, device="cuda")
+
+    def step():
+        out, lse = fa.forward(q, k, v, causal=True, return_lse=True)
+        torch.autograd.backward([out, lse], [dout, dlse])
+        return out
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up on the capture's stream, as PyTorch's guide does
+        for _ in range(2):
+            for t in (q, k, v):
+                t.grad = None
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    for t in (q, k, v):
+        t.grad = None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step()
+    grads = [t.grad for t in (q, k, v)]
+    for _ in range(2):
+        with torch.no_grad():
+            for t in (q, k, v, dout):
+                t.copy_(torch.randn_like(t))
+            dlse.copy_(torch.randn_like(dlse))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = leaves(q, k, v)
+        eager_out, eager_lse = fa.forward(*eager, causal=True, return_lse=True)
+        torch.autograd.backward([eager_out, eager_lse], [dout, dlse])
+        assert torch.equal(out, eager_out.detach())
+        for name, g, e in zip("qkv", grads, eager):
+            assert torch.isfinite(g).all() and torch.equal(g, e.grad), f"d{name}: replay differs from eager"
+
+
+# ---- GPU: what the backward refuses --------------------------------------------------
+
+
+@needs_gpu
+def test_variants_with_grad_raise_before_the_forward_runs(monkeypatch):
+    from flash_attention_scratch import _ops
+
+    def ran(*args, **kwargs):
+        raise AssertionError("the forward ran")
+
+    dtype, d = built_kinds()[0]
+    q = randn(1, 128, 4, d, dtype=torch_dtype(dtype))
+    qg = q.clone().requires_grad_()
+    sinks = torch.zeros(4, device="cuda")
+    monkeypatch.setattr(_ops, "_run", ran)
+    with pytest.raises(NotImplementedError, match=r"window_size=\(64, 0\).*q requires grad"):
+        fa.forward(qg, q, q, causal=True, window_size=(64, 0))
+    with pytest.raises(NotImplementedError, match=r"window_size=\(8, 8\)"):
+        fa.flash_attn_func(q, qg, q, window_size=(8, 8))
+    with pytest.raises(NotImplementedError, match="softcap=30"):
+        fa.forward(q, q, qg, softcap=30.0)
+    with pytest.raises(NotImplementedError, match="softcap=30"):
+        fa.flash_attn_func(qg, q, q, causal=True, softcap=30.0)
+    with pytest.raises(NotImplementedError, match="learnable_sink"):
+        fa.forward(qg, q, q, learnable_sink=sinks)
+    with pytest.raises(NotImplementedError, match="learnable_sink: expected a tensor that does not require grad"):
+        fa.forward(q, q, q, learnable_sink=sinks.clone().requires_grad_())
+    with pytest.raises(RuntimeError, match="out= tensor cannot carry an autograd graph"):
+        fa.forward(qg, q, q, out=torch.empty_like(q))
+    monkeypatch.undo()
+    with torch.no_grad():  # inference: every variant runs
+        fa.forward(qg, q, q, causal=True, window_size=(64, 0), softcap=30.0, learnable_sink=sinks)
+        fa.flash_attn_func(qg, q, q, window_size=(8, 8), softcap=30.0)
+        fa.forward(qg, q, q, out=torch.empty_like(q))
+    # Called directly, the op refuses them too (after its forward: autograd records it then).
+    with pytest.raises(NotImplementedError, match=r"window_size=\(8, 8\)"):
+        torch.ops.flash_attention_scratch.forward_lse(qg, q, q, None, 0, None, 8, 8)
+
+
+@needs_gpu
+def test_dropout_and_alibi_raise():
+    q = randn(1, 128, 4, 64, dtype=torch.bfloat16).requires_grad_()
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        fa.flash_attn_func(q, q, q, dropout_p=0.1)
+    with pytest.raises(NotImplementedError, match="alibi_slopes"):
+        fa.flash_attn_func(q, q, q, alibi_slopes=torch.ones(4, device="cuda"))
+
+
+@needs_gpu
+@needs_backward
+def test_double_backward_raises():
+    dtype, d = torch_dtype(BACKWARD_KINDS[0][0]), BACKWARD_KINDS[0][1]
+    q = randn(1, 64, 2, d, dtype=dtype).requires_grad_()
+    out = fa.forward(q, q, q)
+    (dq,) = torch.autograd.grad(out.float().sum(), q, create_graph=True)
+    with pytest.raises(NotImplementedError, match="double backward"):
+        dq.float().sum().backward()
