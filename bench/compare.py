@@ -69,7 +69,6 @@ def backward_implementations(torch, fa, causal, fa4_func):
     (on the first call with these tensors) and then runs the backward alone, as the peers'
     harness does (out.backward(dout), graph retained)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from flash_attention_scratch import _C
 
     graphs = {}
 
@@ -92,20 +91,8 @@ def backward_implementations(torch, fa, causal, fa4_func):
                     enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
         return forward
 
-    def ours(q, k, v):
-        # The library's backward on the forward's saved output and LSE (what autograd runs).
-        key = ("ours", q.data_ptr())
-        if key not in graphs:
-            with torch.no_grad():
-                out, lse = fa.forward(q, k, v, causal=causal, return_lse=True)
-            graphs[key] = (out, lse, torch.randn_like(out), torch.empty_like(q), torch.empty_like(k),
-                           torch.empty_like(v))
-        out, lse, dout, dq, dk, dv = graphs[key]
-        _C.backward(dout, q, k, v, out, lse, dq, dk, dv, None, int(causal),
-                    torch.cuda.current_stream().cuda_stream)
-        return dq, dk, dv
-
-    impls = {"ours": ours, "cuDNN": autograd("cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
+    impls = {"ours": autograd("ours", lambda q, k, v: fa.forward(q, k, v, causal=causal)),
+             "cuDNN": autograd("cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
              "FA2": autograd("FA2", sdpa(SDPBackend.FLASH_ATTENTION))}
     if fa4_func is not None:
         impls["FA4"] = autograd("FA4", lambda q, k, v: fa4_func(q, k, v, causal=causal))

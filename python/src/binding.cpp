@@ -216,7 +216,8 @@ std::optional<fa::PageTable> page_table(std::uintptr_t block_table, std::int64_t
 
 NB_MODULE(_C, m) {
     m.doc() =
-        "FlashAttention forward kernels (C++/CUDA); use the flash_attention_scratch package, not "
+        "FlashAttention kernels, forward and backward (C++/CUDA); use the flash_attention_scratch "
+        "package, not "
         "this "
         "module.";
 
