@@ -12,9 +12,10 @@
 #            H200 host of 16 cores: the device tool's limit for one command)
 #   package  the default Python package (pip install .), its import in fresh interpreters
 #            before and after torch, and the pytest suite
-#   grid     bench/compare.py: the forward grid and the model-shaped rows against cuDNN,
-#            FlashAttention-4 and FlashAttention-2 in one process (needs package). FlashAttention-4
-#            comes from $PEERS (default .peers/fa4: a copy of ../shared/peers/fa4-wheels, carried)
+#   grid     bench/compare.py: the forward grid and the model-shaped rows, then the backward grid
+#            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
+#            (needs package). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
+#            ../shared/peers/fa4-wheels, carried)
 #   bench F  a build of the release set plus the short forms of file F, then `flash_attention bench`
 #            of F's configs (F's "#! ARGS" line adds bench arguments)
 #
@@ -97,7 +98,9 @@ stage_grid() {
   export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
   peers
   check grid python3 bench/compare.py --out "$OUT/grid"
-  cat "$OUT/grid.md"
+  check grid_backward python3 bench/compare.py --backward --seqs 1024 2048 4096 8192 16384 \
+    --out "$OUT/grid_backward"
+  cat "$OUT/grid.md" "$OUT/grid_backward.md"
 }
 
 stage_bench() {
