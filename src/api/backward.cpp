@@ -83,16 +83,9 @@ void validate_backward(const BackwardParams& p) {
     }
 }
 
+// The forward's shape (the backward takes no variants).
 ProblemShape backward_shape(const BackwardParams& p) {
-    return {.dtype = p.q.dtype,
-            .d_head = static_cast<int>(p.q.shape[3]),
-            .batch = p.q.shape[0],
-            .seq_q = p.q.shape[1],
-            .seq_k = p.k.shape[1],
-            .heads = p.q.shape[2],
-            .heads_kv = p.k.shape[2],
-            .causal = p.options.causal,
-            .window_or_softcap = false};
+    return shape_of(ForwardParams{p.q, p.k, p.v, p.o, p.options});
 }
 
 void validate_backward_config(const BackwardParams& p, const KernelConfig& c,
