@@ -45,6 +45,17 @@ std::int64_t keys_seen(const BackwardProblem& p, std::int64_t i) {
     return std::clamp<std::int64_t>(pos + 1, 0, p.k.seq);
 }
 
+// a·b over n elements, in double precision and as a naive fp32 accumulation.
+std::pair<double, float> dot(const float* a, const float* b, std::int64_t n) {
+    double a64 = 0;
+    float a32 = 0;
+    for (std::int64_t x = 0; x < n; ++x) {
+        a64 += static_cast<double>(a[x]) * b[x];
+        a32 += a[x] * b[x];
+    }
+    return {a64, a32};
+}
+
 // One query row of one head: P and dS in double precision and naively in the dtype.
 struct Row {
     std::vector<double> p64, ds64;
@@ -63,13 +74,7 @@ struct Row {
         double max64 = -INFINITY;
         float max16 = -INFINITY;
         for (std::int64_t j = 0; j < keys; ++j) {
-            const float* kj = &p.k.values[p.k.offset(b, j, kv)];
-            double a64 = 0;
-            float a32 = 0;
-            for (std::int64_t x = 0; x < d; ++x) {
-                a64 += static_cast<double>(qi[x]) * kj[x];
-                a32 += qi[x] * kj[x];
-            }
+            const auto [a64, a32] = dot(qi, &p.k.values[p.k.offset(b, j, kv)], d);
             p64[j] = a64 * p.scale;
             p16[j] = round_to(dt, round_to(dt, a32) * static_cast<float>(p.scale));
             max64 = std::max(max64, p64[j]);
@@ -89,13 +94,7 @@ struct Row {
         for (std::int64_t j = 0; j < keys; ++j) {
             p64[j] /= sum64;
             p16[j] = round_to(dt, p16[j] / sum16);
-            const float* vj = &p.v.values[p.v.offset(b, j, kv)];
-            double a64 = 0;
-            float a32 = 0;
-            for (std::int64_t x = 0; x < d; ++x) {
-                a64 += static_cast<double>(doi[x]) * vj[x];
-                a32 += doi[x] * vj[x];
-            }
+            const auto [a64, a32] = dot(doi, &p.v.values[p.v.offset(b, j, kv)], d);
             ds64[j] = a64;
             ds16[j] = round_to(dt, a32);
             d64 += p64[j] * ds64[j];
