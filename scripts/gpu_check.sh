@@ -16,6 +16,8 @@
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            (needs package). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
+#   backward the default build (unless built), its backward GPU tests, and `flash_attention bench
+#            --backward` of the release set's backward configs over the bf16 grid (seq 1k-16k)
 #   bench F  a build of the release set plus the short forms of file F, then `flash_attention bench`
 #            of F's configs (F's "#! ARGS" line adds bench arguments)
 #
@@ -60,6 +62,20 @@ stage_build() {
   check readme "$BUILD/bin/flash_attention" run --check
   check test_host "$BUILD/tests/test_host" --gtest_brief=1
   check test_gpu timeout 420 "$BUILD/tests/test_gpu" --gtest_brief=1
+}
+
+stage_backward() {
+  if [ ! -x "$BUILD/tests/test_gpu" ]; then
+    check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON || return
+    check compile cmake --build "$BUILD" -j "$jobs" || return
+  fi
+  check test_bwd timeout 300 "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter='*Backward*'
+  local causal
+  for causal in "" --causal; do
+    check "bench_bwd$causal" "$BUILD/bin/flash_attention" bench --backward --set release --dtype bf16 \
+      --seq 1024,2048,4096,8192,16384 --warmup-ms 200 --runs 10 $causal
+    cat "$LOGS/bench_bwd$causal.log"
+  done
 }
 
 stage_sanitize() {
@@ -120,9 +136,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 note "$(date -u +%F) $(head -1 "$LOGS/gpu.txt")"
 while [ $# -gt 0 ]; do
   case $1 in
-    build | sanitize | package | grid) "stage_$1" ;;
+    build | sanitize | package | grid | backward) "stage_$1" ;;
     bench) stage_bench "${2:?bench needs a file of short forms}"; shift ;;
-    *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, grid, bench FILE)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, grid, backward, bench FILE)" >&2; exit 2 ;;
   esac
   shift
 done

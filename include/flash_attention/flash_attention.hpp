@@ -334,9 +334,12 @@ void backward(const BackwardParams& params, const KernelConfig& config, Stream s
 // The backward kernel the automatic choice runs for dense tensors of this shape on `device`.
 KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device);
 
-// Device memory a backward call of this shape takes besides its tensors, in bytes: D =
-// rowsum(dO ∘ O), one float per query row and head.
+// Device memory a backward call of this shape takes besides its tensors with the automatic
+// choice on the current device, or with `config`, in bytes: D = rowsum(dO ∘ O), one float per
+// query row and head; the sm90 family adds the LSE in base 2 (one float a row) and dQ's fp32
+// accumulator (d_head floats a row), its rows padded to whole blocks of 128 queries. O(seq).
 std::size_t backward_workspace_bytes(const ProblemShape& problem);
+std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelConfig& config);
 
 // Makes the next automatic choice read the tuning cache file again.
 void reload_tuning_cache();

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "common/stream_scratch.hpp"
 #include "config/builtin_choice.hpp"
 #include "config/config_space.hpp"
+#include "config/resources.hpp"
 #include "registry/registry.hpp"
 
 namespace flash_attention {
@@ -118,6 +120,9 @@ BackwardArgs backward_args(const BackwardParams& p) {
             .lse = p.options.lse,
             .d_lse = p.d_lse,
             .d = nullptr,
+            .lse2 = nullptr,
+            .dq_accum = nullptr,
+            .q_rows = seq_q,
             .q_stride = strides(p.q),
             .k_stride = strides(p.k),
             .v_stride = strides(p.v),
@@ -153,8 +158,18 @@ void launch_backward(const BackwardParams& p, const KernelConfig& config,
                      {p.d_lse, "d_lse"}},
                     device, stream);
     BackwardArgs args = backward_args(p);
-    const StreamScratch d(backward_workspace_bytes(backward_shape(p)), stream, false);
-    args.d = static_cast<float*>(d.get());
+    const BackwardWorkspace w = backward_workspace(config, args.batch, args.heads, args.seq_q);
+    if (w.q_rows > std::numeric_limits<int>::max()) {
+        fail(ErrorCode::invalid_argument, "q.shape[1] (seq)",
+             "a length whose 128-row blocks stay below 2^31 rows",
+             std::to_string(args.seq_q));
+    }
+    const StreamScratch workspace(w.bytes(), stream, false);
+    float* const floats = static_cast<float*>(workspace.get());
+    args.d = floats;
+    args.lse2 = w.lse2_floats > 0 ? floats + w.d_floats : nullptr;
+    args.dq_accum = w.dq_floats > 0 ? floats + w.d_floats + w.lse2_floats : nullptr;
+    args.q_rows = static_cast<int>(w.q_rows);
     find_kernel(config)->launch_backward(args, stream);
 }
 
@@ -183,8 +198,14 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
                     " d_head " + std::to_string(problem.d_head));
 }
 
+std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
+    validate_shape(problem);
+    return backward_workspace(config, problem.batch, problem.heads, problem.seq_q).bytes();
+}
+
 std::size_t backward_workspace_bytes(const ProblemShape& problem) {
-    return static_cast<std::size_t>(problem.batch * problem.heads * problem.seq_q) * sizeof(float);
+    return backward_workspace_bytes(
+        problem, choose_backward_config(problem, DeviceProperties::current()));
 }
 
 void backward(const BackwardParams& params, Stream stream) {

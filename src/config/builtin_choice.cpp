@@ -145,9 +145,15 @@ constexpr Row k_rows[] = {
     {"(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
-    // The backward pass (choose_backward_config: the first row of the dtype and head dim):
-    // 64 x 64 tiles over 8 warps, whose dK and dV (d_head 256: 128 fp32 registers a thread)
-    // leave room for the score tiles; the sm80 family on every GPU. Untuned.
+    // The backward pass (choose_backward_config: the first row of the dtype and head dim that
+    // runs on the device). sm90: two consumers of 64 keys, FlashAttention-4's d_head 64 and 128
+    // tiles (B_r 128 and 64 queries a step), a two-stage Q/dO pipeline.
+    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2"},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2"},
+    {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2"},
+    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2"},
+    // sm80, on every GPU (and d_head 256 on Hopper): 64 x 64 tiles over 8 warps, whose dK and
+    // dV (d_head 256: 128 fp32 registers a thread) leave room for the score tiles. Untuned.
     {"(BF16, 64, 64, 64, 8): bwd+async+swizzled"},
     {"(FP16, 64, 64, 64, 8): bwd+async+swizzled"},
     {"(BF16, 128, 64, 64, 8): bwd+async+swizzled"},

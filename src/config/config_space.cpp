@@ -93,24 +93,41 @@ constexpr std::array k_rules = {
          "sm90's (TMA, 128-byte swizzling and the base-2 softmax are always on in sm90 kernels)",
          [](const KernelConfig& c) { return has_foreign_knobs(c); }},
     // The backward pass.
-    Rule{"backward_family", RuleKind::validity,
-         "backward kernels exist in the sm80 family (mma.sync; they run on every GPU from sm_80)",
-         [](const KernelConfig& c) { return c.backward && !sm80(c); }},
     Rule{"backward_knobs", RuleKind::validity,
-         "a backward config sets async and swizzled only (its GEMMs load whole k extents; "
-         "eager, load_Q_K_V_tiles, buffer and opt_softmax are the forward's)",
+         "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
+         "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
+         "forward's), sm90 stages (the depth of the Q/dO pipeline)",
          [](const KernelConfig& c) {
-             return c.backward &&
-                    (c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
-                     c.sm80.K_mma_load_K_tiles != 0 || c.sm80.V_mma_load_K_tiles != 0 ||
-                     c.sm80.mma_double_buffer_loads || c.sm80.optimized_softmax);
+             if (!c.backward)
+                 return false;
+             if (sm90(c))
+                 return c.sm90 != Sm90Knobs{.stages = c.sm90.stages};
+             return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
+                    c.sm80.K_mma_load_K_tiles != 0 || c.sm80.V_mma_load_K_tiles != 0 ||
+                    c.sm80.mma_double_buffer_loads || c.sm80.optimized_softmax;
          }},
     Rule{"backward_tiles", RuleKind::validity,
          "backward tiles: B_r and B_c 64 or 128, whose 16-row warp groups divide the warps and "
          "leave each warp whole pairs of n8 columns of every tile",
          [](const KernelConfig& c) {
-             return c.backward && ((c.B_r != 64 && c.B_r != 128) || (c.B_c != 64 && c.B_c != 128) ||
-                                   !backward_tiles_fit(c));
+             return sm80(c) && c.backward &&
+                    ((c.B_r != 64 && c.B_r != 128) || (c.B_c != 64 && c.B_c != 128) ||
+                     !backward_tiles_fit(c));
+         }},
+    Rule{"backward_warpgroups", RuleKind::validity,
+         "an sm90 backward kernel has one producer warpgroup and consumers of 64 keys each (B_c "
+         "= 64 x consumers, 8 or 12 warps), B_r 64 or 128 queries a step (the N of Sᵀ's wgmma), "
+         "split into 64-row groups of dQ that divide the consumers, each consumer's share of dQ "
+         "whole 64-column sub-tiles, and d_head 64 or 128",
+         [](const KernelConfig& c) {
+             if (!sm90(c) || !c.backward)
+                 return false;
+             const int consumers = consumer_warpgroups(c);
+             const int row_groups = c.B_r / 64;
+             return (c.n_warps != 8 && c.n_warps != 12) || c.B_c != 64 * consumers ||
+                    (c.B_r != 64 && c.B_r != 128) || consumers % row_groups != 0 ||
+                    (c.d_head * row_groups / consumers) % 64 != 0 ||
+                    (c.d_head != 64 && c.d_head != 128);
          }},
     // sm80 family.
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
@@ -186,11 +203,13 @@ constexpr std::array k_rules = {
          }},
     Rule{"warpgroup_rows", RuleKind::validity,
          "each consumer warpgroup owns 64 query rows (one m64 wgmma tile): B_r = 64 x consumers",
-         [](const KernelConfig& c) { return sm90(c) && c.B_r != 64 * consumer_warpgroups(c); }},
+         [](const KernelConfig& c) {
+             return sm90(c) && !c.backward && c.B_r != 64 * consumer_warpgroups(c);
+         }},
     Rule{"wgmma_n", RuleKind::validity,
          "B_c is 64, 80, 128, 176 or 192 (the N of S = Q·Kᵀ's wgmma, which this library "
          "instantiates)",
-         [](const KernelConfig& c) { return sm90(c) && !is_wgmma_n(c.B_c); }},
+         [](const KernelConfig& c) { return sm90(c) && !c.backward && !is_wgmma_n(c.B_c); }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
          [](const KernelConfig& c) { return sm90(c) && (c.sm90.stages < 1 || c.sm90.stages > 4); }},
     Rule{"pingpong_needs_two", RuleKind::validity,
@@ -441,6 +460,28 @@ ValueSets tune_values_backward() {
     return v;
 }
 
+// The sm90 backward kernels: one or two consumers of 64 keys, 64 or 128 queries a step, a Q/dO
+// pipeline of one to three stages; the rules keep the ones whose dQ split, registers and shared
+// memory fit.
+ValueSets tune_values_backward_sm90() {
+    ValueSets v;
+    v.family = {Family::sm90};
+    v.backward = {true};
+    v.dtype = {DType::FP16, DType::BF16};
+    v.d_head = {64, 128};
+    v.B_r = {64, 128};
+    v.B_c = {64, 128};
+    v.n_warps = {8, 12};
+    v.stages = {1, 2, 3};
+    return v;
+}
+
+std::vector<KernelConfig> tune_backward() {
+    std::vector<KernelConfig> v = tune_values_backward().expand();
+    append_unique(v, tune_values_backward_sm90().expand());
+    return sorted_unique(std::move(v));
+}
+
 ValueSets all_values() {
     ValueSets v;
     v.dtype = {DType::FP16, DType::BF16};
@@ -508,6 +549,12 @@ std::string head_dims_text() {
 int estimated_registers(const KernelConfig& c) {
     if (c.n_warps <= 0 || c.d_head <= 0 || c.B_c <= 0)
         return 0;
+    if (c.family == Family::sm90 && c.backward) {
+        // A consumer thread holds its 64 keys' dK and dV (64 x d_head fp32 each over 128
+        // threads) and a step's Sᵀ and dPᵀ (64 x B_r fp32 each), plus addresses and the
+        // columns' statistics. An estimate, not yet fitted to ptxas.
+        return c.d_head + c.B_r + 24;
+    }
     if (c.family == Family::sm90) {
         // A consumer thread holds its share of the warpgroup's m64 tiles: O (64 x d_head
         // fp32 over 128 threads), S (64 x B_c fp32) and P (S as 16-bit pairs), plus
@@ -694,11 +741,11 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         return sorted_unique(std::move(v));
     }
     if (name == "tune-backward")
-        return tune_values_backward().expand();
+        return tune_backward();
     if (name == "tune") {
         std::vector<KernelConfig> v = tune_values().expand();
         append_unique(v, named_set("tune-sm90"));
-        append_unique(v, tune_values_backward().expand());
+        append_unique(v, tune_backward());
         return sorted_unique(std::move(v));
     }
     if (name == "all") {
@@ -707,6 +754,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         backward.swizzled = {false, true};
         std::vector<KernelConfig> v = all_values().expand();
         append_unique(v, backward.expand());
+        append_unique(v, tune_values_backward_sm90().expand());
         append_unique(v, all_values_sm90().expand());
         append_unique(v, progression_sm90());
         append_unique(v, progression_all_block_sizes());

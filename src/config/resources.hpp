@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 
 #include "flash_attention/kernel_config.hpp"
 
@@ -98,10 +99,46 @@ constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
     return 2 * ((2 * r + 2 * k) * static_cast<std::size_t>(c.d_head) + k * r);
 }
 
+// The sm90 backward kernel (sm90/backward_kernel.cuh), one struct: its B_c keys' K and V (64 a
+// consumer), `stages` Q and dO tiles of B_r queries, two dSᵀ tiles (B_c x B_r), dQ's fp32
+// staging (B_r x d_head), the stages' LSE and D rows and the mbarriers, rounded up to the
+// struct's 1024-byte alignment; 1024 bytes more to align it (the 128-byte swizzle's period).
+constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
+    const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
+    const auto d = static_cast<std::size_t>(c.d_head);
+    const auto stages = static_cast<std::size_t>(c.sm90.stages > 0 ? c.sm90.stages : 0);
+    const std::size_t bytes =
+        2 * (2 * k * d + 2 * stages * r * d + 2 * k * r) + 4 * r * d + 8 * stages * r +
+        8 * (1 + 4 * stages);
+    return (bytes + 1023) / 1024 * 1024 + 1024;
+}
+
+// A backward call's workspace besides its tensors, in one allocation: D per query row and head
+// (sm80 and sm90), the LSE in base 2 and dQ's fp32 accumulator (sm90). The sm90 family's rows
+// are padded to whole blocks of 128 queries a head, so that every query block's rows start
+// 16-byte aligned for its bulk copies; floats, each array's offset a multiple of 128 of them.
+struct BackwardWorkspace {
+    std::int64_t q_rows;  // rows a (batch, head)
+    std::size_t d_floats, lse2_floats, dq_floats;
+    constexpr std::size_t bytes() const {
+        return (d_floats + lse2_floats + dq_floats) * sizeof(float);
+    }
+};
+constexpr BackwardWorkspace backward_workspace(const KernelConfig& c, std::int64_t batch,
+                                               std::int64_t heads, std::int64_t seq_q) {
+    const bool sm90 = c.family == Family::sm90;
+    const std::int64_t q_rows = sm90 ? (seq_q + 127) / 128 * 128 : seq_q;
+    const auto rows = static_cast<std::size_t>(batch * heads * q_rows);
+    return {q_rows, rows, sm90 ? rows : 0,
+            sm90 ? rows * static_cast<std::size_t>(c.d_head) : 0};
+}
+
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is
 // staged through Q's buffer at the end (sm90: or apart, o_staged_apart()). A backward config:
-// the larger of its kernels'.
+// its main kernel's (sm80: the larger of its two).
 constexpr std::size_t smem_bytes(const KernelConfig& c) {
+    if (c.backward && c.family == Family::sm90)
+        return sm90_backward_smem_bytes(c);
     if (c.backward)
         return std::max(backward_dkdv_smem_bytes(c), backward_dq_smem_bytes(c));
     if (c.family == Family::sm90)

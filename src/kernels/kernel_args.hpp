@@ -121,7 +121,13 @@ struct BackwardArgs {
     void* dv;
     const float* lse;    // the forward's, natural log, (batch, heads, seq_q)
     const float* d_lse;  // ∂loss/∂LSE, (batch, heads, seq_q), or null
-    float* d;            // workspace, (batch, heads, seq_q)
+    // Workspace (backward_workspace()): D per query row, and for the sm90 family the LSE in
+    // base 2 and dQ's fp32 accumulator; q_rows rows a (batch, head), seq_q or (sm90) whole
+    // query blocks.
+    float* d;         // (batch, heads, q_rows)
+    float* lse2;      // (batch, heads, q_rows), or null
+    float* dq_accum;  // (batch, heads, q_rows, d_head) in the kernel's fragment order, or null
+    int q_rows;
     TensorStrides q_stride, k_stride, v_stride, o_stride, d_o_stride;
     TensorStrides dq_stride, dk_stride, dv_stride;
     int batch;

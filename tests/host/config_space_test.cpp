@@ -79,11 +79,26 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
         change(c);
         return rejected_by(c);
     };
-    EXPECT_EQ(with([](KernelConfig& c) {
-                  c = KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2");
-                  c.backward = true;
+    // The sm90 family's: two consumers of 64 keys, 64 queries a step.
+    const KernelConfig hopper = KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2");
+    EXPECT_EQ(rejected_by(hopper), "");
+    const auto with_hopper = [&](auto change) {
+        KernelConfig c = hopper;
+        change(c);
+        return rejected_by(c);
+    };
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.pingpong = true; }), "backward_knobs");
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.B_c = 64; }), "backward_warpgroups");
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.B_r = 80; }), "backward_warpgroups");
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.d_head = 256; }), "backward_warpgroups");
+    // One consumer cannot hold a 128-query step's two 64-row groups of dQ.
+    EXPECT_EQ(with_hopper([](KernelConfig& c) {
+                  c.B_r = 128;
+                  c.B_c = 64;
+                  c.n_warps = 8;
               }),
-              "backward_family");
+              "backward_warpgroups");
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.stages = 4; }), "sm90_smem");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.optimized_softmax = true; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.K_mma_load_K_tiles = 2; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 32; }), "backward_tiles");

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "kernels/backward_preprocess.cuh"
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/geometry.cuh"
@@ -217,51 +218,6 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[1][NT][4], float
     }
 }
 
-// The LSE in base 2 for P = exp2(S·scale_log2 - lse2); a row that saw no key (LSE -inf) and a
-// row past the sequence get +inf, so that their P is 0 rather than inf.
-__device__ __forceinline__ float lse_base2(float lse) {
-    constexpr float log2e = 1.4426950408889634f;
-    return lse == -INFINITY ? INFINITY : lse * log2e;
-}
-
-// D = rowsum(dO ∘ O) - dLSE for every query row and head: D_DHead / 8 threads a row, each
-// summing one 16-byte chunk of it, then a shuffle reduction among them.
-template <DType dtype, int D_Head>
-__global__ void __launch_bounds__(128)
-    backward_preprocess_kernel(const __grid_constant__ BackwardArgs args) {
-    constexpr int lanes = D_Head / 8;  // per row
-    constexpr int rows = 128 / lanes;  // per CTA
-    const int row = blockIdx.x * rows + static_cast<int>(threadIdx.x) / lanes;
-    const int chunk = threadIdx.x % lanes;
-    const int head = blockIdx.y;
-    const int batch = blockIdx.z;
-    float sum = 0.0f;
-    if (row < args.seq_q) {
-        using T = typename Element<dtype>::type;
-        const T* o = static_cast<const T*>(args.o) + batch * args.o_stride.batch +
-                     head * args.o_stride.head + row * args.o_stride.seq + chunk * 8;
-        const T* d_o = static_cast<const T*>(args.d_o) + batch * args.d_o_stride.batch +
-                       head * args.d_o_stride.head + row * args.d_o_stride.seq + chunk * 8;
-        const uint4 a = ptx::ld_global_16(o);
-        const uint4 b = ptx::ld_global_16(d_o);
-        const std::uint32_t x[4] = {a.x, a.y, a.z, a.w};
-        const std::uint32_t y[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float2 u = ptx::unpack<dtype>(x[i]);
-            const float2 w = ptx::unpack<dtype>(y[i]);
-            sum += u.x * w.x + u.y * w.y;
-        }
-    }
-#pragma unroll
-    for (int offset = lanes / 2; offset > 0; offset /= 2)
-        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (row < args.seq_q && chunk == 0) {
-        const std::int64_t at = (std::int64_t{batch} * args.heads + head) * args.seq_q + row;
-        args.d[at] = sum - (args.d_lse != nullptr ? args.d_lse[at] : 0.0f);
-    }
-}
-
 // dK and dV of one key block of one K/V head.
 template <unsigned long long Code>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
@@ -306,7 +262,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     for (int g = 0; g < group; ++g) {
         const int head = kv_head * group + g;
         const float* lse = args.lse + (std::int64_t{batch} * args.heads + head) * args.seq_q;
-        const float* d = args.d + (std::int64_t{batch} * args.heads + head) * args.seq_q;
+        const float* d = args.d + (std::int64_t{batch} * args.heads + head) * args.q_rows;
         for (int tile = first_tile; tile < tiles; ++tile) {
             const int q0 = tile * Tr::B_r;
             const int q_rows = min(Tr::B_r, args.seq_q - q0);
@@ -404,13 +360,13 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     // Each thread's two rows of the m16 score tile (lane / 4 and lane / 4 + 8): LSE and D.
     const int row0 = Scores::row0(), col0 = Scores::col0();
     float2 stats[2];
-    const std::int64_t head_rows = (std::int64_t{batch} * args.heads + head) * args.seq_q;
+    const std::int64_t head_rows = std::int64_t{batch} * args.heads + head;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int q = q0 + row0 + lane_id() / 4 + 8 * h;
-        stats[h] = q < args.seq_q
-                       ? float2{lse_base2(args.lse[head_rows + q]), args.d[head_rows + q]}
-                       : float2{INFINITY, 0.0f};
+        stats[h] = q < args.seq_q ? float2{lse_base2(args.lse[head_rows * args.seq_q + q]),
+                                           args.d[head_rows * args.q_rows + q]}
+                                  : float2{INFINITY, 0.0f};
     }
 
     float dq[1][NG][4];

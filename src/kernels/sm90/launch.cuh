@@ -14,6 +14,7 @@
 #include "common/cuda_check.hpp"
 #include "common/stream_scratch.hpp"
 #include "kernels/launch_support.cuh"
+#include "kernels/sm90/backward_kernel.cuh"
 #include "kernels/sm90/forward_kernel.cuh"
 #include "registry/kernel_ops.hpp"
 
@@ -108,8 +109,44 @@ void launch(const KernelArgs& args, Stream stream) {
 }
 
 template <KernelConfig C>
+inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C)>;
+
+// The backward pass: the preprocess (D, the LSE in base 2, dQ's accumulator zeroed), the main
+// kernel, and dQ's conversion, in stream order.
+template <KernelConfig C>
+void launch_backward(const BackwardArgs& args, Stream stream) {
+    launch_kernel<&backward_preprocess_kernel<C.dtype, C.d_head>>(
+        dim3(blocks_covering(args.q_rows, backward_preprocess_rows(C.d_head)), args.heads,
+             args.batch),
+        128, 0, stream, args, "sm90 backward preprocess launch");
+    const KeyBlockScheduler scheduler{blocks_covering(args.seq_k, C.B_c), args.heads_kv,
+                                      args.batch, args.causal};
+    if (scheduler.count() > std::numeric_limits<int>::max()) {
+        throw Error(ErrorCode::invalid_argument,
+                    "k.shape: expected at most 2^31 - 1 key blocks of " + std::to_string(C.B_c) +
+                        " rows (sequences x heads x blocks), got " +
+                        std::to_string(scheduler.count()));
+    }
+    const BackwardLaunch params{args,
+                                make_backward_tensor_maps(args, C.dtype, C.d_head, C.B_r, C.B_c)};
+    constexpr int smem = static_cast<int>(smem_bytes(C));
+    enable_dynamic_smem<backward_main_kernel<C>, smem>();
+    launch_kernel<backward_main_kernel<C>>(dim3(static_cast<unsigned>(scheduler.count())),
+                                           C.n_threads(), smem, stream, params,
+                                           "sm90 backward kernel launch");
+    launch_kernel<&backward_dq_kernel<pack(C)>>(
+        dim3(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch), 128, 0, stream, args,
+        "sm90 backward dQ conversion launch");
+}
+
+template <KernelConfig C>
 constexpr KernelOps make_ops() {
-    return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(smem_bytes(C))>();
+    if constexpr (C.backward) {
+        return backward_kernel_ops<backward_main_kernel<C>, &launch_backward<C>, C.n_threads(),
+                                   static_cast<int>(smem_bytes(C))>();
+    } else {
+        return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(smem_bytes(C))>();
+    }
 }
 
 }  // namespace flash_attention::sm90

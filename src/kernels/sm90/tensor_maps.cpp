@@ -133,4 +133,14 @@ TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int kv
     };
 }
 
+BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& a, DType dtype, int d_head,
+                                             int q_rows, int kv_rows) {
+    return {
+        encode("q", a.q, dtype, d_head, a.seq_q, a.heads, a.batch, a.q_stride, q_rows),
+        encode("k", a.k, dtype, d_head, a.seq_k, a.heads_kv, a.batch, a.k_stride, kv_rows),
+        encode("v", a.v, dtype, d_head, a.seq_k, a.heads_kv, a.batch, a.v_stride, kv_rows),
+        encode("d_o", a.d_o, dtype, d_head, a.seq_q, a.heads, a.batch, a.d_o_stride, q_rows),
+    };
+}
+
 }  // namespace flash_attention::sm90

@@ -27,6 +27,12 @@ struct TensorMaps {
     CUtensorMap q, k, v, o;
 };
 
+// The backward pass's inputs: Q and dO in boxes of a query block's rows, K and V of a key
+// block's (sm90/backward_kernel.cuh).
+struct BackwardTensorMaps {
+    CUtensorMap q, k, v, d_o;
+};
+
 // Stream-K (Traits::stream_k, tile_scheduler.cuh): how the launch splits its last round of
 // tiles, set by the launcher; partials null when it splits none.
 struct StreamKSplit {
@@ -78,6 +84,10 @@ struct Params {
 // kv_rows rows, all columns in one box (group-major tiles). Throws Error(ErrorCode::cuda)
 // if the driver rejects a map.
 TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int kv_rows);
+
+// Boxes of 64 columns x q_rows rows for Q and dO, x kv_rows for K and V.
+BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& args, DType dtype, int d_head,
+                                             int q_rows, int kv_rows);
 
 // Why the paged maps cannot address a cache (k or v: pages, page_size, heads, d_head) named
 // `name` whose heads are head_stride elements apart: heads that are not d_head apart.

@@ -110,8 +110,9 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
         FA_WGMMA(N, "bf16", D_NAMES, D_REGS, A, B, P, T, __VA_ARGS__); \
     }
 // Operands after the accumulators: A and B descriptors, or A's four registers and B's
-// descriptor; then the scale-d source and the B transpose.
-#define FA_WGMMA_SS_ARGS "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB))
+// descriptor; then the scale-d source and the transposes (A's only from shared memory).
+#define FA_WGMMA_SS_ARGS \
+    "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(TransA)), "n"(int(TransB))
 #define FA_WGMMA_RS_ARGS \
     "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB))
 
@@ -120,21 +121,22 @@ inline constexpr bool wgmma_n_wrapped = false;
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A and B in shared
 // memory — PTX ISA "wgmma.mma_async": D (64 x N fp32, m16n8 accumulator tiles per warp)
-// += A (64 x 16) · B (16 x N). B is K-major unless TransB. accumulate = false: D = A·B.
+// += A (64 x 16) · B (16 x N). A and B are K-major unless TransA (A MN-major: the backward's
+// dS, stored as dSᵀ) and TransB. accumulate = false: D = A·B.
 // N: the values below (space::k_wgmma_n says which B_c the configs may use).
-template <DType dtype, int N, bool TransB>
+template <DType dtype, int N, bool TransB, bool TransA = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a,
                                          std::uint64_t desc_b, bool accumulate) {
     if constexpr (N == 64) {
-        FA_WGMMA_TYPED(64, FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "0, %35", FA_WGMMA_SS_ARGS)
+        FA_WGMMA_TYPED(64, FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "%35, %36", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 80) {
-        FA_WGMMA_TYPED(80, FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "0, %43", FA_WGMMA_SS_ARGS)
+        FA_WGMMA_TYPED(80, FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "%43, %44", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 128) {
-        FA_WGMMA_TYPED(128, FA_WGMMA_R64, FA_WGMMA_D64, "%64", 65, 66, "0, %67", FA_WGMMA_SS_ARGS)
+        FA_WGMMA_TYPED(128, FA_WGMMA_R64, FA_WGMMA_D64, "%64", 65, 66, "%67, %68", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 176) {
-        FA_WGMMA_TYPED(176, FA_WGMMA_R88, FA_WGMMA_D88, "%88", 89, 90, "0, %91", FA_WGMMA_SS_ARGS)
+        FA_WGMMA_TYPED(176, FA_WGMMA_R88, FA_WGMMA_D88, "%88", 89, 90, "%91, %92", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 192) {
-        FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "%96", 97, 98, "0, %99", FA_WGMMA_SS_ARGS)
+        FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "%96", 97, 98, "%99, %100", FA_WGMMA_SS_ARGS)
     } else {
         static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 128, 176 and 192");
     }

@@ -97,9 +97,14 @@ __device__ __forceinline__ void store_tile(const void* smem, const void* map, in
     cuda::ptx::cp_async_bulk_commit_group();
 }
 
-// Waits until every store this thread issued has read its shared memory.
+// Waits until every store (or bulk reduce) this thread issued has read its shared memory.
 __device__ __forceinline__ void wait_stores_read() {
     cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+}
+
+// Waits until every store (or bulk reduce) this thread issued has completed.
+__device__ __forceinline__ void wait_stores_done() {
+    cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
 }
 
 }  // namespace flash_attention::tma

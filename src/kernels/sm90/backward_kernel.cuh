@@ -1,0 +1,537 @@
+#pragma once
+
+// The sm90 backward pass (TMA, wgmma, warp specialisation; sm_90a), after the preprocess
+// (backward_preprocess.cuh):
+//  - main kernel: one CTA per (key block, K/V head, batch) keeps its B_c rows of K and V in
+//    shared memory and walks every query block that sees them, for each query head of the K/V
+//    head (GQA sums dK and dV without expanding K and V). A producer warp streams Q and dO
+//    blocks with their rows' LSE and D through a `stages`-deep pipeline; each consumer
+//    warpgroup owns 64 keys and computes, with the keys as rows (the transposed scores, so
+//    that Pᵀ and dSᵀ are A operands straight from registers):
+//        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
+//        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory).
+//    A second producer warp adds each step's dQ to an fp32 accumulator in global memory with
+//    TMA's bulk reduce-add (cp.reduce.async.bulk), from a staging buffer the consumers fill.
+//  - dQ conversion: the accumulator, scaled and rounded to 16 bits, into dQ.
+// FlashAttention-3's and -4's sm90 designs (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp,
+// flash_bwd_sm90.py) are the references: the same GEMM split as FlashAttention-4's d_head 128
+// configuration (Sᵀ split over the consumers' keys, dQ over d_head's columns).
+
+#include <cstddef>
+#include <cstdint>
+#include <cuda/ptx>
+
+#include "config/config_code.hpp"
+#include "config/resources.hpp"
+#include "kernels/backward_preprocess.cuh"
+#include "kernels/kernel_args.hpp"
+#include "kernels/primitives/element.cuh"
+#include "kernels/primitives/geometry.cuh"
+#include "kernels/primitives/mask.cuh"
+#include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/sm80/warp_gemm.cuh"
+#include "kernels/primitives/sm90/ptx.cuh"
+#include "kernels/primitives/sm90/swizzled_tile.cuh"
+#include "kernels/primitives/sm90/tma.cuh"
+#include "kernels/primitives/sm90/warpgroup_gemm.cuh"
+#include "kernels/sm90/tensor_maps.hpp"
+
+namespace flash_attention::sm90 {
+
+template <KernelConfig C>
+struct BackwardTraits {
+    static_assert(unpack(pack(C)) == C, "every field fits the packed kernel parameter");
+    static_assert(C.backward && C.family == Family::sm90, "an sm90 backward config");
+    using T = typename Element<C.dtype>::type;
+    static constexpr DType dtype = C.dtype;
+    static constexpr int d_head = C.d_head;
+    static constexpr int B_r = C.B_r;  // queries a step: the N of Sᵀ's wgmma
+    static constexpr int B_c = C.B_c;  // keys a CTA, 64 a consumer (a wgmma's M)
+    static constexpr int stages = C.sm90.stages;
+    static constexpr int threads = C.n_threads();
+    static constexpr int consumers = consumer_warpgroups(C);
+    static_assert(B_c == 64 * consumers, "64 keys a consumer warpgroup");
+    // dQ (B_r x d_head) over the consumers: 64-row groups, then d_head's columns.
+    static constexpr int dq_row_groups = B_r / 64;
+    static constexpr int dq_cols = d_head * dq_row_groups / consumers;
+    static_assert(consumers % dq_row_groups == 0 && dq_cols % 64 == 0, "whole dQ sub-tiles");
+    static constexpr int dq_floats = 64 * dq_cols;  // a consumer's share of a step's dQ
+    // The producer warpgroup's two warps need few registers; the consumers hold dK and dV
+    // (64 x d_head fp32 each) through the loop and Sᵀ and dPᵀ (64 x B_r) in each step.
+    static constexpr int producer_registers = 24;
+    static constexpr int consumer_registers = flash_attention::consumer_registers(C);
+
+    using QTile = Swizzle128Tile<B_r, d_head>;  // Q and dO
+    using KTile = Swizzle128Tile<B_c, d_head>;  // K and V
+    using DsTile = Swizzle128Tile<B_c, B_r>;    // dSᵀ: keys x queries
+
+    struct Smem {
+        alignas(1024) unsigned char k[KTile::bytes];
+        alignas(1024) unsigned char v[KTile::bytes];
+        alignas(1024) unsigned char q[stages][QTile::bytes];
+        alignas(1024) unsigned char d_o[stages][QTile::bytes];
+        // Two, alternating by step: a consumer writes the next step's dSᵀ while another may
+        // still read this one's in its dQ GEMM.
+        alignas(1024) unsigned char ds[2][DsTile::bytes];
+        alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order (dq_index)
+        alignas(16) float lse2[stages][B_r];          // Q's rows' LSE in base 2
+        alignas(16) float d[stages][B_r];             // dO's rows' D
+        tma::Barrier kv_full;
+        tma::Barrier q_full[stages], q_empty[stages];
+        tma::Barrier d_o_full[stages], d_o_empty[stages];
+    };
+    // Dynamic shared memory: the struct, aligned in the kernel to 1024 bytes.
+    static constexpr int smem_bytes = static_cast<int>(sizeof(Smem)) + 1024;
+    static_assert(smem_bytes == static_cast<int>(flash_attention::smem_bytes(C)),
+                  "smem_bytes(C) matches the layout");
+
+    // Named barriers (bar.sync ids; 0 is __syncthreads): every consumer's dSᵀ is in shared
+    // memory; consumer w's dQ staging is full (for the dQ warp) and empty again (its bulk
+    // reduce has read it).
+    static constexpr int ds_ready_barrier = 1;
+    static constexpr int dq_full_barrier(int w) { return 2 + w; }
+    static constexpr int dq_empty_barrier(int w) { return 2 + consumers + w; }
+    static constexpr int dq_barrier_threads = warpgroup_threads + warp_size;
+    static_assert(dq_empty_barrier(consumers - 1) < 16, "16 named barriers per CTA");
+};
+
+// Where a consumer's dQ accumulator element lives in its staging share (and in the global
+// accumulator's block): its thread's float4 of n8 tile `nt` (accumulator registers e = 0..3),
+// the 128 threads' float4s of one tile side by side, so that the staging stores are 16 bytes
+// a lane and conflict-free. Element e of tile nt of thread t is row 16 (t / 32) + (t % 32) / 4
+// + 8 (e / 2), column 8 nt + 2 (t % 4) + e % 2 of the consumer's 64 x dq_cols share.
+__host__ __device__ constexpr int dq_index(int nt, int thread, int e) {
+    return (nt * warpgroup_threads + thread) * 4 + e;
+}
+
+struct BackwardLaunch {
+    BackwardArgs args;
+    BackwardTensorMaps maps;
+};
+
+// One CTA a key block of one K/V head of one sequence. Causal problems number the key blocks
+// slowest, from the first (the most queries see it) on, so that the longest CTAs start first and
+// the grid's tail is short ones; otherwise the key blocks of a head are neighbours, which stream
+// the same Q and dO through L2.
+struct KeyBlockScheduler {
+    int key_blocks;
+    int heads_kv;
+    int batch;
+    bool causal;
+
+    __host__ __device__ std::int64_t count() const {
+        return std::int64_t{key_blocks} * heads_kv * batch;
+    }
+
+    struct Tile {
+        int key_block, kv_head, batch;
+    };
+    __device__ Tile tile(int index) const {
+        if (causal) {
+            const int head_batch = index % (heads_kv * batch);
+            return {index / (heads_kv * batch), head_batch % heads_kv, head_batch / heads_kv};
+        }
+        return {index % key_blocks, index / key_blocks % heads_kv, index / key_blocks / heads_kv};
+    }
+};
+
+// The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks
+// from the first that sees a key of the block. Steps before `unmasked_from` (of each head)
+// need the causal mask; none need a mask for keys past seq_k (their K and V rows are zeros:
+// they add nothing to dQ, and their dK and dV rows are not stored) or queries past seq_q (their
+// LSE is +inf, so P is 0).
+struct QueryWalk {
+    int first_block;    // of each head
+    int blocks;         // a head's: first_block .. blocks - 1
+    int unmasked_from;  // the first block needing no mask
+    int group;          // query heads of the K/V head
+
+    __device__ static QueryWalk of(const BackwardArgs& a, int k0, int B_r, int B_c) {
+        const CausalMask mask{a.seq_q, a.seq_k, a.diagonal_seq_q, a.causal};
+        const int last_key = min(k0 + B_c, a.seq_k) - 1;
+        const int blocks = blocks_covering(a.seq_q, B_r);
+        const int first = min(mask.query_begin(k0) / B_r, blocks);
+        return {first, blocks, a.causal ? blocks_covering(mask.query_begin(last_key), B_r) : 0,
+                a.heads / a.heads_kv};
+    }
+    __device__ int steps() const { return group * (blocks - first_block); }
+    // Step i's query head (within the group) and block.
+    __device__ int head_of(int i) const { return i / (blocks - first_block); }
+    __device__ int block_of(int i) const { return first_block + i % (blocks - first_block); }
+};
+
+// A pipeline slot of step i: its stage and the parity of that stage's phase.
+template <int Stages>
+struct StepSlot {
+    int stage;
+    std::uint32_t parity;
+    __device__ explicit StepSlot(int i)
+        : stage(i % Stages), parity(static_cast<std::uint32_t>(i / Stages) & 1u) {}
+};
+
+// The producer's thread: K and V once, then every step's Q with its LSE rows and dO with its
+// D rows.
+template <class Tr>
+__device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
+                                                 typename Tr::Smem& smem, const QueryWalk& walk,
+                                                 int k0, int kv_head, int batch) {
+    const BackwardArgs& a = launch.args;
+    smem.kv_full.arrive_expect_tx(2 * Tr::KTile::bytes);
+    tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, k0, kv_head, batch, smem.kv_full);
+    tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, k0, kv_head, batch, smem.kv_full);
+    constexpr std::uint32_t row_bytes = Tr::B_r * sizeof(float);
+    for (int i = 0; i < walk.steps(); ++i) {
+        const StepSlot<Tr::stages> slot(i);
+        const int head = kv_head * walk.group + walk.head_of(i);
+        const int q0 = walk.block_of(i) * Tr::B_r;
+        const std::int64_t row0 = (std::int64_t{batch} * a.heads + head) * a.q_rows + q0;
+        smem.q_empty[slot.stage].wait(slot.parity ^ 1);
+        tma::Barrier& q_full = smem.q_full[slot.stage];
+        q_full.arrive_expect_tx(Tr::QTile::bytes + row_bytes);
+        tma::load_tile<typename Tr::QTile>(smem.q[slot.stage], &launch.maps.q, q0, head, batch,
+                                           q_full);
+        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                 smem.lse2[slot.stage], a.lse2 + row0, row_bytes, q_full.get());
+        smem.d_o_empty[slot.stage].wait(slot.parity ^ 1);
+        tma::Barrier& d_o_full = smem.d_o_full[slot.stage];
+        d_o_full.arrive_expect_tx(Tr::QTile::bytes + row_bytes);
+        tma::load_tile<typename Tr::QTile>(smem.d_o[slot.stage], &launch.maps.d_o, q0, head,
+                                           batch, d_o_full);
+        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
+                                 smem.d[slot.stage], a.d + row0, row_bytes, d_o_full.get());
+    }
+}
+
+// The dQ warp: each step, every consumer's staged dQ added to the global accumulator by one bulk
+// reduce-add each; a consumer's staging is handed back once its reduce has read it.
+template <class Tr>
+__device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem& smem,
+                                       const QueryWalk& walk, int kv_head, int batch) {
+    const bool leader = threadIdx.x % warp_size == 0;
+    for (int i = 0; i < walk.steps(); ++i) {
+        if (leader)
+            tma::wait_stores_read();
+        __syncwarp();
+#pragma unroll
+        for (int w = 0; w < Tr::consumers; ++w)
+            ptx::named_barrier_arrive(Tr::dq_empty_barrier(w), Tr::dq_barrier_threads);
+        const int head = kv_head * walk.group + walk.head_of(i);
+        float* block = a.dq_accum + ((std::int64_t{batch} * a.heads + head) * a.q_rows +
+                                     walk.block_of(i) * Tr::B_r) *
+                                        Tr::d_head;
+#pragma unroll
+        for (int w = 0; w < Tr::consumers; ++w) {
+            ptx::named_barrier_sync(Tr::dq_full_barrier(w), Tr::dq_barrier_threads);
+            if (leader) {
+                cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared,
+                                                cuda::ptx::op_add, block + w * Tr::dq_floats,
+                                                smem.dq[w], Tr::dq_floats * sizeof(float));
+                cuda::ptx::cp_async_bulk_commit_group();
+            }
+        }
+    }
+    // Every reduce has completed before the CTA exits (its shared memory read, the dQ
+    // conversion's input written).
+    if (leader)
+        tma::wait_stores_done();
+}
+
+// A consumer warpgroup: 64 keys' dK and dV, accumulated over the walk.
+template <class Tr>
+struct BackwardConsumer {
+    using Smem = typename Tr::Smem;
+    static constexpr DType dtype = Tr::dtype;
+    static constexpr int s_tiles = Tr::B_r / 8;     // of Sᵀ and dPᵀ (n8 tiles of queries)
+    static constexpr int g_tiles = Tr::d_head / 8;  // of dK and dV
+    static constexpr int dq_tiles = Tr::dq_cols / 8;
+    using QTile = typename Tr::QTile;
+    using KTile = typename Tr::KTile;
+    using DsTile = typename Tr::DsTile;
+
+    Smem& smem;
+    std::uint32_t smem_base;  // smem's shared-memory address
+    int consumer;
+    float scale_log2;
+    CausalMask mask;
+    int first_key;     // this warp's first key row
+    int dq_row_group;  // its dQ rows: 64 queries of the step's B_r
+    float dk[1][g_tiles][4];
+    float dv[1][g_tiles][4];
+
+    // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp.
+    template <bool Masked>
+    __device__ __forceinline__ void step(int i, int q0) {
+        const StepSlot<Tr::stages> slot(i);
+        // Every operand address anew each step from an opaque base: hoisted out of the loop,
+        // the GEMMs' 40 descriptors of K and V took 64-bit registers for the whole loop, and
+        // d_head 128 spilled (ptxas, CUDA 13.0).
+        std::uint32_t base = smem_base;
+        asm volatile("" : "+r"(base));
+        const std::uint32_t q_s = base + offsetof(Smem, q) + slot.stage * QTile::bytes;
+        const std::uint32_t d_o_s = base + offsetof(Smem, d_o) + slot.stage * QTile::bytes;
+        const std::uint32_t ds_s = base + offsetof(Smem, ds) + (i % 2) * DsTile::bytes;
+        // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B).
+        const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(consumer * 64);
+        const std::uint32_t v_rows = base + offsetof(Smem, v) + KTile::group_offset(consumer * 64);
+        const std::uint32_t k_dq = base + offsetof(Smem, k) + consumer / Tr::dq_row_groups *
+                                                                  (Tr::dq_cols / 64) *
+                                                                  KTile::sub_tile_stride;
+        const int lane = threadIdx.x % warp_size;
+
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, issued back to back.
+        float s[1][s_tiles][4], dp[1][s_tiles][4];
+        smem.q_full[slot.stage].wait(slot.parity);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tr::d_head / 16; ++kk) {
+            ptx::wgmma_ss<dtype, Tr::B_r, false>(s[0], KTile::k_major(k_rows, kk),
+                                                 QTile::k_major(q_s, kk), kk > 0);
+        }
+        ptx::wgmma_commit_group();
+        smem.d_o_full[slot.stage].wait(slot.parity);
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tr::d_head / 16; ++kk) {
+            ptx::wgmma_ss<dtype, Tr::B_r, false>(dp[0], KTile::k_major(v_rows, kk),
+                                                 QTile::k_major(d_o_s, kk), kk > 0);
+        }
+        ptx::wgmma_commit_group();
+
+        // Pᵀ, each column (query) against its row's LSE.
+        ptx::wgmma_wait<1>();
+        ptx::fence_operands(s[0]);
+        if constexpr (Masked)
+            mask.mask_key_rows(s, first_key, q0);
+        const float* lse2 = smem.lse2[slot.stage];
+#pragma unroll
+        for (int nt = 0; nt < s_tiles; ++nt) {
+            const float2 l = *reinterpret_cast<const float2*>(lse2 + nt * 8 + 2 * (lane % 4));
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[0][nt][e] = ptx::ex2(s[0][nt][e] * scale_log2 - (e % 2 ? l.y : l.x));
+        }
+        // dSᵀ = Pᵀ ∘ (dPᵀ - D).
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(dp[0]);
+        const float* d = smem.d[slot.stage];
+#pragma unroll
+        for (int nt = 0; nt < s_tiles; ++nt) {
+            const float2 dd = *reinterpret_cast<const float2*>(d + nt * 8 + 2 * (lane % 4));
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                dp[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - (e % 2 ? dd.y : dd.x));
+        }
+        std::uint32_t p[1][s_tiles / 2][4], ds[1][s_tiles / 2][4];
+        accumulators_to_a_fragments<dtype>(s, p);
+        accumulators_to_a_fragments<dtype>(dp, ds);
+
+        // dV += Pᵀ·dO, while dSᵀ goes to shared memory for dQ.
+        ptx::fence_operands(dv[0]);
+        ptx::wgmma_fence();
+        warpgroup_gemm_pv<dtype, QTile, Tr::B_r>(dv[0], p[0], d_o_s);
+        ptx::wgmma_commit_group();
+        store_ds(ds, ds_s);
+        tma::fence_shared_to_async_proxy();
+        ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
+
+        // This consumer's share of dQ = dS·K (dS read transposed from dSᵀ), then dK += dSᵀ·Q.
+        float dq[1][dq_tiles][4];
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
+            ptx::wgmma_ss<dtype, Tr::dq_cols, true, true>(
+                dq[0], DsTile::mn_major(ds_s + dq_row_group * DsTile::sub_tile_stride, kk),
+                KTile::mn_major(k_dq, kk), kk > 0);
+        }
+        ptx::wgmma_commit_group();
+        ptx::wgmma_wait<1>();  // dV's GEMM: dO and P are free
+        ptx::fence_operands(dv[0]);
+        ptx::fence_operands(p[0]);
+        release(smem.d_o_empty[slot.stage]);
+        ptx::fence_operands(dk[0]);
+        ptx::wgmma_fence();
+        warpgroup_gemm_pv<dtype, QTile, Tr::B_r>(dk[0], ds[0], q_s);
+        ptx::wgmma_commit_group();
+        ptx::wgmma_wait<1>();  // dQ's GEMM
+        ptx::fence_operands(dq[0]);
+        stage_dq(dq);
+        ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
+        ptx::fence_operands(dk[0]);
+        ptx::fence_operands(ds[0]);
+        release(smem.q_empty[slot.stage]);
+    }
+
+    // dSᵀ's 16-bit A fragments into this consumer's rows of the step's dSᵀ tile: register r of
+    // k-tile kt holds row lane / 4 + 8 (r % 2), columns 16 kt + 8 (r / 2) + 2 (lane % 4) + {0, 1}.
+    __device__ __forceinline__ void store_ds(const std::uint32_t (&ds)[1][s_tiles / 2][4],
+                                             std::uint32_t tile) const {
+        const int lane = threadIdx.x % warp_size;
+        const int row = first_key % Tr::B_c + lane / 4;
+#pragma unroll
+        for (int kt = 0; kt < s_tiles / 2; ++kt) {
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                ptx::st_shared_4(
+                    tile + DsTile::chunk_offset(row + 8 * (r % 2), 2 * kt + r / 2) + (lane % 4) * 4,
+                    ds[0][kt][r]);
+            }
+        }
+    }
+
+    // This consumer's dQ share into its staging buffer once the dQ warp has handed it back, then
+    // handed to the dQ warp.
+    __device__ __forceinline__ void stage_dq(const float (&dq)[1][dq_tiles][4]) const {
+        ptx::named_barrier_sync(Tr::dq_empty_barrier(consumer), Tr::dq_barrier_threads);
+        float4* staging = reinterpret_cast<float4*>(smem.dq[consumer]);
+        const int thread = threadIdx.x % warpgroup_threads;
+#pragma unroll
+        for (int nt = 0; nt < dq_tiles; ++nt) {
+            staging[dq_index(nt, thread, 0) / 4] =
+                float4{dq[0][nt][0], dq[0][nt][1], dq[0][nt][2], dq[0][nt][3]};
+        }
+        tma::fence_shared_to_async_proxy();
+        ptx::named_barrier_arrive(Tr::dq_full_barrier(consumer), Tr::dq_barrier_threads);
+    }
+
+    // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
+    __device__ __forceinline__ static void release(tma::Barrier& empty) {
+        __syncwarp();
+        if (threadIdx.x % warp_size == 0)
+            empty.arrive();
+    }
+};
+
+// Stores a warp's 16 rows of a 64 x d_head gradient, scaled and rounded to 16 bits, at rows
+// row0 + [0, 16) of a (seq, d_head) slice; rows from `rows` on are not stored.
+template <DType dtype, int NT>
+__device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], float scale,
+                                                    typename Element<dtype>::type* out,
+                                                    std::int64_t row_stride, int row0, int rows) {
+    const int lane = threadIdx.x % warp_size;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = row0 + lane / 4 + 8 * h;
+        if (row >= rows)
+            continue;
+        auto* at = out + row * row_stride + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            ptx::st_global_4(at + nt * 8, ptx::pack_rn<dtype>(g[0][nt][2 * h] * scale,
+                                                              g[0][nt][2 * h + 1] * scale));
+        }
+    }
+}
+
+template <unsigned long long Code>
+__global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
+    backward_kernel(const __grid_constant__ BackwardLaunch launch) {
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    using Tr = BackwardTraits<unpack(Code)>;
+    using T = typename Tr::T;
+    const BackwardArgs& a = launch.args;
+
+    extern __shared__ unsigned char smem_raw[];
+    // TMA's 128-byte swizzle repeats every 1024 bytes and wgmma assumes tiles start on that
+    // period; dynamic shared memory is only guaranteed 16-byte alignment.
+    auto& smem = *reinterpret_cast<typename Tr::Smem*>(
+        smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024));
+
+    const KeyBlockScheduler scheduler{blocks_covering(a.seq_k, Tr::B_c), a.heads_kv, a.batch,
+                                      a.causal};
+    const KeyBlockScheduler::Tile tile = scheduler.tile(static_cast<int>(blockIdx.x));
+    const int k0 = tile.key_block * Tr::B_c;
+    const QueryWalk walk = QueryWalk::of(a, k0, Tr::B_r, Tr::B_c);
+
+    if (threadIdx.x == 0) {
+        smem.kv_full.init(1);
+        for (int s = 0; s < Tr::stages; ++s) {
+            smem.q_full[s].init(1);
+            smem.d_o_full[s].init(1);
+            // One arrival per consumer warp, each after its own wgmma wait.
+            smem.q_empty[s].init(4 * Tr::consumers);
+            smem.d_o_empty[s].init(4 * Tr::consumers);
+        }
+        tma::fence_barrier_init();
+    }
+    __syncthreads();
+
+    const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / warpgroup_threads, 0);
+    if (warpgroup == 0) {
+        ptx::setmaxnreg_dec<Tr::producer_registers>();
+        const int warp = threadIdx.x / warp_size;
+        if (threadIdx.x == 0)
+            produce_backward<Tr>(launch, smem, walk, k0, tile.kv_head, tile.batch);
+        else if (warp == 1)
+            add_dq<Tr>(a, smem, walk, tile.kv_head, tile.batch);
+        return;
+    }
+
+    ptx::setmaxnreg_inc<Tr::consumer_registers>();
+    const int consumer = warpgroup - 1;
+    BackwardConsumer<Tr> c{
+        .smem = smem,
+        .smem_base = ptx::smem_address(&smem),
+        .consumer = consumer,
+        .scale_log2 = a.scale_log2,
+        .mask = CausalMask{a.seq_q, a.seq_k, a.diagonal_seq_q, a.causal},
+        .first_key = k0 + consumer * 64 + warp_in_warpgroup() * mma_m,
+        .dq_row_group = consumer % Tr::dq_row_groups,
+    };
+    zero(c.dk);
+    zero(c.dv);
+    smem.kv_full.wait(0);
+    for (int i = 0; i < walk.steps(); ++i) {
+        const int block = walk.block_of(i);
+        if (block < walk.unmasked_from)
+            c.template step<true>(i, block * Tr::B_r);
+        else
+            c.template step<false>(i, block * Tr::B_r);
+    }
+
+    // dK = scale · dSᵀ·Q and dV, this warp's 16 rows.
+    const int row0 = k0 + consumer * 64 + warp_in_warpgroup() * mma_m;
+    store_gradient_rows<Tr::dtype>(c.dk, a.softmax_scale,
+                                   static_cast<T*>(a.dk) + tile.batch * a.dk_stride.batch +
+                                       tile.kv_head * a.dk_stride.head,
+                                   a.dk_stride.seq, row0, a.seq_k);
+    store_gradient_rows<Tr::dtype>(c.dv, 1.0f,
+                                   static_cast<T*>(a.dv) + tile.batch * a.dv_stride.batch +
+                                       tile.kv_head * a.dv_stride.head,
+                                   a.dv_stride.seq, row0, a.seq_k);
+#else
+    // Built for sm_90a only (the family's CMake target); other targets get an empty body.
+    (void)launch;
+#endif
+}
+
+// dQ = scale · the accumulator, rounded to 16 bits: one CTA of 128 threads a query block of one
+// head, each thread a float4 (two rows' column pairs) at a time.
+template <unsigned long long Code>
+__global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant__ BackwardArgs a) {
+    using Tr = BackwardTraits<unpack(Code)>;
+    using T = typename Tr::T;
+    const int block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+    const float4* acc = reinterpret_cast<const float4*>(
+        a.dq_accum +
+        ((std::int64_t{batch} * a.heads + head) * a.q_rows + block * Tr::B_r) * Tr::d_head);
+    T* dq = static_cast<T*>(a.dq) + batch * a.dq_stride.batch + head * a.dq_stride.head;
+    constexpr int share = Tr::dq_floats / 4;  // float4s of a consumer's share
+    for (int i = threadIdx.x; i < Tr::B_r * Tr::d_head / 4; i += 128) {
+        const int w = i / share, nt = i % share / warpgroup_threads;
+        const int thread = i % warpgroup_threads, lane = thread % warp_size;
+        const int row = block * Tr::B_r + 64 * (w % Tr::dq_row_groups) +
+                        mma_m * (thread / warp_size) + lane / 4;
+        const int col = (w / Tr::dq_row_groups) * Tr::dq_cols + 8 * nt + 2 * (lane % 4);
+        const float4 v = acc[i];
+        if (row < a.seq_q) {
+            ptx::st_global_4(dq + row * a.dq_stride.seq + col,
+                             ptx::pack_rn<Tr::dtype>(v.x * a.softmax_scale, v.y * a.softmax_scale));
+        }
+        if (row + 8 < a.seq_q) {
+            ptx::st_global_4(dq + (row + 8) * a.dq_stride.seq + col,
+                             ptx::pack_rn<Tr::dtype>(v.z * a.softmax_scale, v.w * a.softmax_scale));
+        }
+    }
+}
+
+}  // namespace flash_attention::sm90
