@@ -16,8 +16,10 @@
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            (needs package). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
-#   backward the default build (unless built), its backward GPU tests, and `flash_attention bench
-#            --backward` of the release set's backward configs over the bf16 grid (seq 1k-16k)
+#   backward the default build (unless built), its backward GPU tests (memcheck and racecheck on
+#            odd shapes), and `flash_attention bench --backward` of the release set's backward
+#            configs over the bf16 grid (seq 1k-16k); BWD_CANDIDATES=FILE adds FILE's short forms
+#            to the build and the bench
 #   bench F  a build of the release set plus the short forms of file F, then `flash_attention bench`
 #            of F's configs (F's "#! ARGS" line adds bench arguments)
 #
@@ -65,14 +67,22 @@ stage_build() {
 }
 
 stage_backward() {
+  local set=release${BWD_CANDIDATES:+,@$REPO/$BWD_CANDIDATES}
   if [ ! -x "$BUILD/tests/test_gpu" ]; then
-    check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON || return
+    check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON -DFLASH_KERNELS="$set" || return
     check compile cmake --build "$BUILD" -j "$jobs" || return
   fi
+  check test_host "$BUILD/tests/test_host" --gtest_brief=1
   check test_bwd timeout 300 "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter='*Backward*'
+  check memcheck_bwd timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$BUILD/tests/test_gpu" --gtest_brief=1 \
+    --gtest_filter='Built/EveryBackwardConfig.*q100_k257*:Built/EveryBackwardConfig.*q257_k100*'
+  check racecheck_bwd timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 \
+    "$BUILD/tests/test_gpu" --gtest_brief=1 \
+    --gtest_filter='Built/EveryBackwardConfig.*sm90_bwd_stages_2_*q100_k257*:Built/EveryBackwardConfig.*sm90_bwd_stages_2_*q17_k600*'
   local causal
   for causal in "" --causal; do
-    check "bench_bwd$causal" "$BUILD/bin/flash_attention" bench --backward --set release --dtype bf16 \
+    check "bench_bwd$causal" "$BUILD/bin/flash_attention" bench --backward --set "$set" --dtype bf16 \
       --seq 1024,2048,4096,8192,16384 --warmup-ms 200 --runs 10 $causal
     cat "$LOGS/bench_bwd$causal.log"
   done

@@ -316,23 +316,32 @@ struct BackwardParams {
     // Optional: ∂loss/∂LSE, (batch, heads_q, seq_q) fp32, where the forward's LSE output feeds
     // the loss too (its gradient joins dS = P ∘ (dP - D + dLSE)). Null: zero.
     const float* d_lse = nullptr;
+    // Bitwise-identical gradients from run to run, and a row's independent of the rest of the
+    // batch: the sm90 family then adds each query block's dQ in key-block order (ordered_dq);
+    // sm80 kernels always are. false: the fastest kernel, whose fp32 dQ additions may land in
+    // any order (last-bit differences from run to run).
+    bool deterministic = false;
 };
 
 // Runs the backward kernels the library chooses (the built-in table's for this GPU, dtype and
-// head dim), on `stream`. Every backward kernel of this library is deterministic: dQ has a
-// kernel of its own and no gradient is accumulated with atomics, so the gradients are bitwise
-// identical from run to run and a row's do not depend on the rest of the batch. Extra device
-// memory: backward_workspace_bytes(), O(seq), from the library's stream-ordered pool; no host
+// head dim; a deterministic one when params.deterministic), on `stream`. Extra device memory:
+// backward_workspace_bytes(), O(seq), from the library's stream-ordered pool; no host
 // synchronisation (CUDA-graph capturable). Throws flash_attention::Error on invalid input or a
 // CUDA failure, before any launch for everything the host can check.
 void backward(const BackwardParams& params, Stream stream = nullptr);
 
-// Runs exactly the named backward kernel (a config with `bwd`); throws ErrorCode::not_built if
-// it was not compiled.
+// Runs exactly the named backward kernel (a config with `bwd`; with params.deterministic, one
+// that is: sm80, or sm90 with `ordered`); throws ErrorCode::not_built if it was not compiled.
 void backward(const BackwardParams& params, const KernelConfig& config, Stream stream = nullptr);
 
-// The backward kernel the automatic choice runs for dense tensors of this shape on `device`.
-KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device);
+// The backward kernel the automatic choice runs for dense tensors of this shape on `device`
+// (deterministic: one whose gradients are bitwise identical from run to run).
+KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device,
+                                    bool deterministic = false);
+
+// Whether a backward config's gradients are bitwise identical from run to run (sm80; sm90 with
+// ordered_dq).
+bool is_deterministic(const KernelConfig& config);
 
 // Device memory a backward call of this shape takes besides its tensors with the automatic
 // choice on the current device, or with `config`, in bytes: D = rowsum(dO ∘ O), one float per

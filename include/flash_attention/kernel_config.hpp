@@ -47,8 +47,8 @@ enum class FieldKind {
     X(bool, backward, false, 1, common, flag, "bwd")                                      \
     /* query rows per CTA */                                                              \
     X(int, B_r, 64, 8, common, tuple, "B_r")                                              \
-    /* key/value rows per main-loop iteration */                                          \
-    X(int, B_c, 64, 9, common, tuple, "B_c")                                              \
+    /* key/value rows per main-loop iteration (backward: keys per CTA) */                 \
+    X(int, B_c, 64, 8, common, tuple, "B_c")                                              \
     X(int, n_warps, 4, 5, common, tuple, "n_warps")                                       \
     /* cp.async GMEM->SMEM instead of load + store through registers */                   \
     X(bool, async_copy, false, 1, sm80, flag, "async")                                    \
@@ -92,7 +92,10 @@ enum class FieldKind {
     X(bool, half_blocks, false, 1, sm90, flag, "half")                                    \
     /* stream-K: the static schedule's last, part-filled round of a dense non-causal */   \
     /* problem split along the keys, so every CTA ends together (tile_scheduler.cuh) */   \
-    X(bool, stream_k, false, 1, sm90, flag, "streamk")
+    X(bool, stream_k, false, 1, sm90, flag, "streamk")                                    \
+    /* backward: each query block's dQ is added in key-block order (a semaphore per */    \
+    /* block), so gradients are bitwise identical run to run (deterministic mode) */      \
+    X(bool, ordered_dq, false, 1, sm90, flag, "ordered")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

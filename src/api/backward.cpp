@@ -103,6 +103,10 @@ void validate_backward_config(const BackwardParams& p, const KernelConfig& c,
         wrong(ErrorCode::invalid_argument, "d_head " + std::to_string(p.q.shape[3]));
     if (const std::string problem = device_problem(c, device); !problem.empty())
         wrong(find_kernel(c) == nullptr ? ErrorCode::not_built : ErrorCode::unsupported, problem);
+    if (p.deterministic && !is_deterministic(c)) {
+        wrong(ErrorCode::invalid_argument,
+              "a deterministic config for deterministic = true (sm80, or sm90 with ordered)");
+    }
 }
 
 BackwardArgs backward_args(const BackwardParams& p) {
@@ -122,6 +126,7 @@ BackwardArgs backward_args(const BackwardParams& p) {
             .d = nullptr,
             .lse2 = nullptr,
             .dq_accum = nullptr,
+            .dq_semaphores = nullptr,
             .q_rows = seq_q,
             .q_stride = strides(p.q),
             .k_stride = strides(p.k),
@@ -169,27 +174,35 @@ void launch_backward(const BackwardParams& p, const KernelConfig& config,
     args.d = floats;
     args.lse2 = w.lse2_floats > 0 ? floats + w.d_floats : nullptr;
     args.dq_accum = w.dq_floats > 0 ? floats + w.d_floats + w.lse2_floats : nullptr;
+    args.dq_semaphores =
+        w.semaphores > 0
+            ? reinterpret_cast<int*>(floats + w.d_floats + w.lse2_floats + w.dq_floats)
+            : nullptr;
     args.q_rows = static_cast<int>(w.q_rows);
     find_kernel(config)->launch_backward(args, stream);
 }
 
 }  // namespace
 
-KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device) {
+bool is_deterministic(const KernelConfig& config) {
+    return config.family == Family::sm80 || config.sm90.ordered_dq;
+}
+
+KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device,
+                                    bool deterministic) {
     validate_shape(problem);
+    const auto fits = [&](const KernelConfig& c) {
+        return c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
+               (!deterministic || is_deterministic(c)) && device_problem(c, device).empty();
+    };
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
-        const KernelConfig& c = row.config;
-        if (c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
-            device_problem(c, device).empty()) {
-            return c;
-        }
+        if (fits(row.config))
+            return row.config;
     }
     // A build without the table's backward kernels: any built one that runs here.
     for (const KernelConfig& c : configs()) {
-        if (c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
-            device_problem(c, device).empty()) {
+        if (fits(c))
             return c;
-        }
     }
     throw Error(ErrorCode::unsupported,
                 "q: expected a dtype and d_head that a built backward kernel runs on " +
@@ -211,7 +224,9 @@ std::size_t backward_workspace_bytes(const ProblemShape& problem) {
 void backward(const BackwardParams& params, Stream stream) {
     validate_backward(params);
     const DeviceProperties& device = DeviceProperties::current();
-    launch_backward(params, choose_backward_config(backward_shape(params), device), device, stream);
+    launch_backward(params,
+                    choose_backward_config(backward_shape(params), device, params.deterministic),
+                    device, stream);
 }
 
 void backward(const BackwardParams& params, const KernelConfig& config, Stream stream) {

@@ -152,6 +152,12 @@ constexpr Row k_rows[] = {
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2"},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2"},
     {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2"},
+    // Deterministic (BackwardParams::deterministic): the same, each query block's dQ added in
+    // key-block order.
+    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered"},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered"},
+    {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+ordered"},
+    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+ordered"},
     // sm80, on every GPU (and d_head 256 on Hopper): 64 x 64 tiles over 8 warps, whose dK and
     // dV (d_head 256: 128 fp32 registers a thread) leave room for the score tiles. Untuned.
     {"(BF16, 64, 64, 64, 8): bwd+async+swizzled"},

@@ -77,7 +77,7 @@ constexpr bool backward_tiles_fit(const KernelConfig& c) {
 constexpr std::array k_rules = {
     // First: the rules below compute sizes from the fields.
     Rule{"fields", RuleKind::validity,
-         "every field fits the kernel code (d_head and B_c < 512, B_r < 256, n_warps < 32, "
+         "every field fits the kernel code (d_head < 512, B_r and B_c < 256, n_warps < 32, "
          "load tiles < 16, stages < 8, none negative)",
          [](const KernelConfig& c) { return !fields_in_range(c); }},
     Rule{"family", RuleKind::validity, "the sm80 and sm90 families exist",
@@ -96,16 +96,20 @@ constexpr std::array k_rules = {
     Rule{"backward_knobs", RuleKind::validity,
          "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
          "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
-         "forward's), sm90 stages (the depth of the Q/dO pipeline)",
+         "forward's), sm90 stages (the depth of the Q/dO pipeline) and ordered",
          [](const KernelConfig& c) {
              if (!c.backward)
                  return false;
              if (sm90(c))
-                 return c.sm90 != Sm90Knobs{.stages = c.sm90.stages};
+                 return c.sm90 !=
+                        Sm90Knobs{.stages = c.sm90.stages, .ordered_dq = c.sm90.ordered_dq};
              return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
                     c.sm80.K_mma_load_K_tiles != 0 || c.sm80.V_mma_load_K_tiles != 0 ||
                     c.sm80.mma_double_buffer_loads || c.sm80.optimized_softmax;
          }},
+    Rule{"ordered_is_backward", RuleKind::validity,
+         "ordered orders the backward pass's dQ additions (add bwd)",
+         [](const KernelConfig& c) { return c.sm90.ordered_dq && !c.backward; }},
     Rule{"backward_tiles", RuleKind::validity,
          "backward tiles: B_r and B_c 64 or 128, whose 16-row warp groups divide the warps and "
          "leave each warp whole pairs of n8 columns of every tile",
@@ -473,6 +477,7 @@ ValueSets tune_values_backward_sm90() {
     v.B_c = {64, 128};
     v.n_warps = {8, 12};
     v.stages = {1, 2, 3};
+    v.ordered_dq = {false, true};
     return v;
 }
 

@@ -114,14 +114,15 @@ constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
 }
 
 // A backward call's workspace besides its tensors, in one allocation: D per query row and head
-// (sm80 and sm90), the LSE in base 2 and dQ's fp32 accumulator (sm90). The sm90 family's rows
-// are padded to whole blocks of 128 queries a head, so that every query block's rows start
-// 16-byte aligned for its bulk copies; floats, each array's offset a multiple of 128 of them.
+// (sm80 and sm90), the LSE in base 2 and dQ's fp32 accumulator (sm90), and with ordered_dq a
+// semaphore per 64 query rows. The sm90 family's rows are padded to whole blocks of 128 queries
+// a head, so that every query block's rows start 16-byte aligned for its bulk copies; 4-byte
+// elements, each array's offset a multiple of 2 of them at least.
 struct BackwardWorkspace {
     std::int64_t q_rows;  // rows a (batch, head)
-    std::size_t d_floats, lse2_floats, dq_floats;
+    std::size_t d_floats, lse2_floats, dq_floats, semaphores;
     constexpr std::size_t bytes() const {
-        return (d_floats + lse2_floats + dq_floats) * sizeof(float);
+        return (d_floats + lse2_floats + dq_floats + semaphores) * 4;
     }
 };
 constexpr BackwardWorkspace backward_workspace(const KernelConfig& c, std::int64_t batch,
@@ -129,8 +130,8 @@ constexpr BackwardWorkspace backward_workspace(const KernelConfig& c, std::int64
     const bool sm90 = c.family == Family::sm90;
     const std::int64_t q_rows = sm90 ? (seq_q + 127) / 128 * 128 : seq_q;
     const auto rows = static_cast<std::size_t>(batch * heads * q_rows);
-    return {q_rows, rows, sm90 ? rows : 0,
-            sm90 ? rows * static_cast<std::size_t>(c.d_head) : 0};
+    return {q_rows, rows, sm90 ? rows : 0, sm90 ? rows * static_cast<std::size_t>(c.d_head) : 0,
+            sm90 && c.sm90.ordered_dq ? rows / 64 : 0};
 }
 
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is

@@ -3,7 +3,8 @@
 // The backward pass's first kernel, shared by both families: per query row and head
 // D = rowsum(dO ∘ O) - dLSE, the row's LSE in base 2 where the family's main kernel reads it
 // from a padded buffer (sm90: whole query blocks a head, so that TMA copies a block's rows
-// in one aligned bulk copy), and the row's fp32 dQ accumulator zeroed (sm90).
+// in one aligned bulk copy), and the row's fp32 dQ accumulator and its 64 rows' semaphore
+// zeroed (sm90).
 
 #include <cmath>
 #include <cstdint>
@@ -71,6 +72,8 @@ __global__ void __launch_bounds__(128)
     }
     if (chunk != 0)
         return;
+    if (args.dq_semaphores != nullptr && row % 64 == 0)
+        args.dq_semaphores[(head_row0 + row) / 64] = 0;
     const bool real = row < args.seq_q;
     const std::int64_t at = (std::int64_t{batch} * args.heads + head) * args.seq_q + row;
     args.d[head_row0 + row] =

@@ -127,6 +127,9 @@ struct BackwardArgs {
     float* d;         // (batch, heads, q_rows)
     float* lse2;      // (batch, heads, q_rows), or null
     float* dq_accum;  // (batch, heads, q_rows, d_head) in the kernel's fragment order, or null
+    // (batch, heads, q_rows / 64): per 64 query rows, the key blocks whose dQ has been added
+    // (ordered_dq), or null
+    int* dq_semaphores;
     int q_rows;
     TensorStrides q_stride, k_stride, v_stride, o_stride, d_o_stride;
     TensorStrides dq_stride, dk_stride, dv_stride;

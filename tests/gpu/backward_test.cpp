@@ -71,9 +71,10 @@ struct Problem {
     }
 
     fa::BackwardParams params() {
-        return {dev_q.view,  dev_k.view,  dev_v.view,  dev_o.view, dev_d_o.view,
-                dev_dq.view, dev_dk.view, dev_dv.view, options()};
+        return {dev_q.view,  dev_k.view,  dev_v.view, dev_o.view, dev_d_o.view, dev_dq.view,
+                dev_dk.view, dev_dv.view, options(),  nullptr,    deterministic};
     }
+    bool deterministic = false;
 
     // Poisons the gradients, runs `backward`, and checks every element is finite and the
     // sampled rows against the reference.
@@ -169,14 +170,15 @@ std::vector<std::uint16_t> bits_of(const DeviceTensor& t, const HostTensor& shap
     return t.download(shape_of).bits;
 }
 
-// Ten runs give the same bits, and a batch entry's gradients are the same bits alone and in
-// a batch of three (no gradient is summed with atomics or over the batch).
+// Deterministic mode: ten runs give the same bits, and a batch entry's gradients are the same
+// bits alone and in a batch of three.
 TEST(Backward, Deterministic) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
     for (const bool causal : {false, true}) {
         const Shape shape{3, 700, 700, 8, 2, causal};
         Problem p(fa::DType::BF16, 128, shape, fresh_seed());
+        p.deterministic = true;
         fa::backward(p.params());
         const auto dq = bits_of(p.dev_dq, p.q), dk = bits_of(p.dev_dk, p.k),
                    dv = bits_of(p.dev_dv, p.k);

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cuda/atomic>
 #include <cuda/ptx>
 
 #include "config/config_code.hpp"
@@ -48,6 +49,7 @@ struct BackwardTraits {
     static constexpr int B_r = C.B_r;  // queries a step: the N of Sᵀ's wgmma
     static constexpr int B_c = C.B_c;  // keys a CTA, 64 a consumer (a wgmma's M)
     static constexpr int stages = C.sm90.stages;
+    static constexpr bool ordered_dq = C.sm90.ordered_dq;
     static constexpr int threads = C.n_threads();
     static constexpr int consumers = consumer_warpgroups(C);
     static_assert(B_c == 64 * consumers, "64 keys a consumer warpgroup");
@@ -203,22 +205,39 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
 }
 
 // The dQ warp: each step, every consumer's staged dQ added to the global accumulator by one bulk
-// reduce-add each; a consumer's staging is handed back once its reduce has read it.
+// reduce-add each; a consumer's staging is handed back once its reduce has read it. Ordered
+// (deterministic): a query block's additions go in key-block order, each CTA waiting for its
+// block's semaphore to count the key blocks before its own and advancing it once its reduces
+// have completed. Every key block from the first to the last that a query block sees adds to it
+// (causal masks only keys after a query's), and a CTA waits only on lower-numbered ones, which
+// the scheduler launches no later: the wait always ends.
 template <class Tr>
 __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem& smem,
-                                       const QueryWalk& walk, int kv_head, int batch) {
+                                       const QueryWalk& walk, int key_block, int kv_head,
+                                       int batch) {
+    constexpr bool ordered = Tr::ordered_dq;
     const bool leader = threadIdx.x % warp_size == 0;
     for (int i = 0; i < walk.steps(); ++i) {
-        if (leader)
-            tma::wait_stores_read();
+        if (leader && !ordered)
+            tma::wait_stores_read();  // ordered: completed at the end of the last step
         __syncwarp();
 #pragma unroll
         for (int w = 0; w < Tr::consumers; ++w)
             ptx::named_barrier_arrive(Tr::dq_empty_barrier(w), Tr::dq_barrier_threads);
         const int head = kv_head * walk.group + walk.head_of(i);
-        float* block = a.dq_accum + ((std::int64_t{batch} * a.heads + head) * a.q_rows +
-                                     walk.block_of(i) * Tr::B_r) *
-                                        Tr::d_head;
+        const std::int64_t row0 =
+            (std::int64_t{batch} * a.heads + head) * a.q_rows + walk.block_of(i) * Tr::B_r;
+        float* block = a.dq_accum + row0 * Tr::d_head;
+        if constexpr (ordered) {
+            if (leader) {
+                const cuda::atomic_ref<int, cuda::thread_scope_device> semaphore(
+                    a.dq_semaphores[row0 / 64]);
+                while (semaphore.load(cuda::memory_order_acquire) != key_block) {
+                }
+                // The earlier blocks' reduces, seen through the acquire, before ours.
+                cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
+            }
+        }
 #pragma unroll
         for (int w = 0; w < Tr::consumers; ++w) {
             ptx::named_barrier_sync(Tr::dq_full_barrier(w), Tr::dq_barrier_threads);
@@ -227,6 +246,14 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem&
                                                 cuda::ptx::op_add, block + w * Tr::dq_floats,
                                                 smem.dq[w], Tr::dq_floats * sizeof(float));
                 cuda::ptx::cp_async_bulk_commit_group();
+            }
+        }
+        if constexpr (ordered) {
+            if (leader) {
+                tma::wait_stores_done();
+                cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
+                cuda::atomic_ref<int, cuda::thread_scope_device>(a.dq_semaphores[row0 / 64])
+                    .fetch_add(1, cuda::memory_order_release);
             }
         }
     }
@@ -462,7 +489,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         if (threadIdx.x == 0)
             produce_backward<Tr>(launch, smem, walk, k0, tile.kv_head, tile.batch);
         else if (warp == 1)
-            add_dq<Tr>(a, smem, walk, tile.kv_head, tile.batch);
+            add_dq<Tr>(a, smem, walk, tile.key_block, tile.kv_head, tile.batch);
         return;
     }
 
