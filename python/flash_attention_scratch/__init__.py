@@ -18,9 +18,9 @@ gives SDPA's. `flash_attn_func` takes flash_attn's arguments and returns what it
 Autograd: where q, k or v require grad under grad mode, forward() records a graph and
 the backward pass computes dq, dk, dv (returned contiguous) for plain and causal
 attention (either alignment), any lengths and grouped-query attention (dk, dv keep k's
-and v's shapes); a gradient through the returned LSE (return_lse=True) is included. Every
-backward kernel is deterministic: bitwise-identical gradients from run to run, and a
-batch row's do not depend on the rest of the batch.
+and v's shapes); a gradient through the returned LSE (return_lse=True) is included. deterministic=True
+gives bitwise-identical gradients from run to run, a batch row's independent of the rest
+of the batch; by default the fastest kernel runs.
 
 The attention variants of today's models take flash_attn's and FlashAttention-4's
 arguments on every entry point: `window_size=(left, right)` (sliding window, -1
@@ -69,7 +69,7 @@ if _torch is not None:
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
-            config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
+            config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
     """softmax(q·kᵀ·scale)·v for float16/bfloat16 CUDA tensors: q (batch, seq_q, heads,
     d_head), k and v (batch, seq_k, heads_kv, d_head) with heads a multiple of heads_kv
     (grouped-query attention); any lengths; d_head 64, 128 or 256. Differentiable: see
@@ -103,7 +103,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     input that requires grad raises RuntimeError, as PyTorch's out= functions do: an out=
     tensor cannot carry a graph (use it under torch.no_grad()). Without grad (no_grad,
     inference_mode, or no input requiring it) the call takes the eager path with no graph
-    and no LSE unless asked for. Every backward kernel is deterministic.
+    and no LSE unless asked for. deterministic=True makes the backward's gradients bitwise
+    identical from run to run (on Hopper an ordered dQ accumulation, about 10-15% slower);
+    by default the fastest kernel runs, whose dQ may differ in the last bits between runs.
 
     Raises ValueError for bad arguments, TypeError for unsupported dtypes,
     NotImplementedError for the variants with inputs that require grad, and RuntimeError
@@ -114,7 +116,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         raise RuntimeError("flash_attention_scratch.forward needs PyTorch, which is not installed")
     return _ops.forward(q, k, v, softmax_scale=softmax_scale, causal=causal, causal_alignment=causal_alignment,
                         return_lse=return_lse, config=config, out=out, window_size=window_size, softcap=softcap,
-                        learnable_sink=learnable_sink)
+                        learnable_sink=learnable_sink, deterministic=deterministic)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -134,8 +136,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
     dropout_p other than 0 and alibi_slopes raise NotImplementedError (neither exists here),
     before any work; so do window_size and softcap when an input requires grad under grad
-    mode (they are forward-only for now). deterministic is accepted and changes nothing:
-    every backward kernel here is deterministic.
+    mode (they are forward-only for now). deterministic=True: bitwise-identical gradients
+    from run to run, as in flash_attn.
     """
     if dropout_p:
         raise NotImplementedError(
@@ -204,4 +206,4 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
                                 block_table=block_table, softmax_scale=softmax_scale, causal=causal,
                                 causal_alignment=causal_alignment, num_splits=num_splits,
                                 return_lse=return_lse, window_size=window_size, softcap=softcap,
-                                learnable_sink=learnable_sink)
+                                learnable_sink=learnable_sink, deterministic=deterministic)

@@ -159,24 +159,28 @@ def _run(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, windo
             _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse, **var)
 
 
+# deterministic (the forward ops autograd records): the backward's, recorded with the forward;
+# the forward itself ignores it.
 @torch.library.custom_op("flash_attention_scratch::forward", mutates_args=(), device_types="cuda")
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
                 causal: int, config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                sinks: Optional[torch.Tensor] = None) -> torch.Tensor:
+                sinks: Optional[torch.Tensor] = None, deterministic: bool = False) -> torch.Tensor:
     out = _out_like(q)
     _run(q, k, v, out, None, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
     return out
 
 
 @_forward_op.register_fake
-def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
+      deterministic=False):
     return q.new_empty(q.shape)
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_lse", mutates_args=(), device_types="cuda")
 def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
                     causal: int, config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                    sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                    sinks: Optional[torch.Tensor] = None,
+                    deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     out = _out_like(q)
     lse = _lse_like(q)
     _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
@@ -184,7 +188,8 @@ def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
 
 
 @_forward_lse_op.register_fake
-def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
+      deterministic=False):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
@@ -211,32 +216,33 @@ def _kernel_view(t):
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse):
+def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic):
     dout, q, k, v, out = (_kernel_view(t) for t in (dout, q, k, v, out))
     lse = lse if lse.is_contiguous() else lse.contiguous()
     if dlse is not None and not dlse.is_contiguous():  # e.g. the gradient of lse.sum()
         dlse = dlse.contiguous()
     stream = _current_stream(q.device)
     _on_device(q.device, lambda: _C.backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal,
-                                             stream, dlse))
+                                             stream, dlse, deterministic=deterministic))
 
 
 @torch.library.custom_op("flash_attention_scratch::backward", mutates_args=(), device_types="cuda")
 def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: torch.Tensor, softmax_scale: Optional[float], causal: int,
-                 dlse: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                 dlse: Optional[torch.Tensor] = None,
+                 deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (contiguous, shaped like q, k, v) of the forward that produced out and its
     float32 (batch, heads, seq_q) log-sum-exp lse, given dout = dloss/dout and optionally
     dlse = dloss/dlse (None: zero). With grouped K/V heads, dk and dv are summed over the
     query heads that share a K/V head. The library's automatic choice of backward kernel;
-    every backward kernel is deterministic."""
+    deterministic=True: one whose gradients are bitwise identical from run to run."""
     dq, dk, dv = _out_like(q), _out_like(k), _out_like(v)
-    _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse)
+    _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic)
     return dq, dk, dv
 
 
 @_backward_op.register_fake
-def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None):
+def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -253,7 +259,8 @@ _backward_op.register_autograd(_no_double_backward)
 # must produce it. (forward, without the LSE, is differentiable too for callers of the op
 # itself: its backward first runs the forward again for the LSE.)
 
-_VARIANT_DEFAULTS = (-1, -1, 0.0, None)  # the forward ops' window_left, window_right, softcap, sinks
+# The forward ops' window_left, window_right, softcap, sinks and deterministic.
+_VARIANT_DEFAULTS = (-1, -1, 0.0, None, False)
 
 
 def _forward_setup(ctx, inputs, output, saves_output):
@@ -263,10 +270,11 @@ def _forward_setup(ctx, inputs, output, saves_output):
     # (PyTorch fills in arguments left at their defaults, 2.4 and 2.15 alike; padded all the
     # same, should a version hand them over without.)
     inputs = (*inputs, *_VARIANT_DEFAULTS[len(inputs) - 6:])
-    q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks = inputs
+    q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks, deterministic = inputs
     _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right,
                           softcap, sinks)
     ctx.softmax_scale, ctx.causal, ctx.config = softmax_scale, causal, config
+    ctx.deterministic = deterministic
     # A None gradient for an output that does not reach the loss (the LSE, usually) stays None
     # rather than a tensor of zeros: the backward then reads no dLSE.
     ctx.set_materialize_grads(False)
@@ -278,14 +286,14 @@ def _forward_setup(ctx, inputs, output, saves_output):
 
 def _gradients(ctx, q, k, v, out, lse, dout, dlse):
     # One per argument autograd saw: q, k, v, softmax_scale, causal, config and those of
-    # window_left, window_right, softcap, sinks that were passed.
+    # window_left, window_right, softcap, sinks, deterministic that were passed.
     n_inputs = len(ctx.needs_input_grad)
     if dout is None and dlse is None:
         return (None,) * n_inputs
     if dout is None:  # only the LSE reaches the loss
         dout = torch.zeros_like(out)
     dq, dk, dv = torch.ops.flash_attention_scratch.backward(dout, q, k, v, out, lse, ctx.softmax_scale,
-                                                            ctx.causal, dlse)
+                                                            ctx.causal, dlse, ctx.deterministic)
     need = ctx.needs_input_grad
     return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * (n_inputs - 3)
 
@@ -333,7 +341,7 @@ def _causal(causal, causal_alignment):
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
-            config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
+            config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
     var = _variants(window_size, softcap, learnable_sink)
     _check("q", q)
     _check("k", k, q.device)
@@ -360,7 +368,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
             var = (-1, -1) + var[2:]
             causal = _causal(True, causal_alignment)
         _check_differentiable(requiring, *var)  # before any work
-        result = torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config, *var)
+        result = torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config, *var,
+                                                               bool(deterministic))
         return result if return_lse else result[0]
     if torch.compiler.is_compiling():
         # Traced: the custom ops, whose fake implementations give torch.compile shapes.
@@ -395,7 +404,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     if left < 0 and right == 0:
         causal, right = True, -1
     result = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_attn_probs,
-                     window_size=(left, right), softcap=softcap)
+                     window_size=(left, right), softcap=softcap, deterministic=deterministic)
     if return_attn_probs:
         out, lse = result
         return out, lse, None

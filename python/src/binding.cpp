@@ -387,7 +387,8 @@ NB_MODULE(_C, m) {
         "backward",
         [](nb::handle d_o, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
            nb::handle dq, nb::handle dk, nb::handle dv, std::optional<float> scale, int causal,
-           std::uintptr_t stream, nb::handle d_lse, std::optional<fa::KernelConfig> config) {
+           std::uintptr_t stream, nb::handle d_lse, std::optional<fa::KernelConfig> config,
+           bool deterministic) {
             fa::BackwardParams p{view_of(q, "q"),     view_of(k, "k"),      view_of(v, "v"),
                                  view_of(out, "out"), view_of(d_o, "dout"), view_of(dq, "dq"),
                                  view_of(dk, "dk"),   view_of(dv, "dv")};
@@ -399,6 +400,7 @@ NB_MODULE(_C, m) {
                                 "seq_q)), got None");
             }
             p.d_lse = lse_pointer(d_lse, rows, "dlse");
+            p.deterministic = deterministic;
             const auto s = reinterpret_cast<fa::Stream>(stream);
             if (config) {
                 fa::backward(p, *config, s);
@@ -409,10 +411,11 @@ NB_MODULE(_C, m) {
         nb::arg("dout"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"),
         nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("softmax_scale").none(),
         nb::arg("causal"), nb::arg("stream"), nb::arg("dlse").none() = nb::none(),
-        nb::arg("config").none() = nb::none(),
+        nb::arg("config").none() = nb::none(), nb::arg("deterministic") = false,
         "Writes the gradients of attention into dq, dk and dv (see BackwardParams): dout, q, k, "
         "v,\n"
-        "out as the forward's, lse its float32 (batch, heads, seq_q) log-sum-exp, dlse optional.");
+        "out as the forward's, lse its float32 (batch, heads, seq_q) log-sum-exp, dlse optional;\n"
+        "deterministic: bitwise-identical gradients from run to run.");
 
     m.def(
         "choose_config",

@@ -31,7 +31,7 @@ def _scale(q, softmax_scale):
 
 
 def _standin_forward_lse(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0,
-                         sinks=None):
+                         sinks=None, deterministic=False):
     CALLS.append(("forward_lse", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
                                       sinks=sinks is not None)))
     assert (window_left, window_right, softcap, sinks) == (-1, -1, 0.0, None), "a variant reached the stand-in"
@@ -45,9 +45,10 @@ def _standin_forward(*args):
     return out
 
 
-def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None):
+def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False):
     """The library's algorithm in float64: P from the saved LSE, D = rowsum(dO * O)."""
-    CALLS.append(("backward", dict(dlse=dlse is not None, causal=causal, dout_layout=dout.stride())))
+    CALLS.append(("backward", dict(dlse=dlse is not None, causal=causal, dout_layout=dout.stride(),
+                                   deterministic=deterministic)))
     scale = _scale(q, softmax_scale)
     b, sq, h, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -160,7 +161,8 @@ def test_only_the_lse_reaches_the_loss(cpu):
     _, lse = fa.forward(*x, causal=True, return_lse=True)
     dlse = torch.randn_like(lse)
     lse.backward(dlse)
-    assert cpu[-1] == ("backward", dict(dlse=True, causal=1, dout_layout=q.stride()))  # zeros for dout
+    assert cpu[-1] == ("backward", dict(dlse=True, causal=1, dout_layout=q.stride(),
+                                        deterministic=False))  # zeros for dout
     assert_same([t.grad for t in x], reference_grads(q, k, v, torch.zeros_like(q), dlse.double(), causal=True))
 
 
@@ -252,6 +254,8 @@ def test_flash_attn_func_reads_arguments_as_flash_attn(cpu, kwargs, causal):
     assert s_dmask is None and lse.shape == (2, 4, 9)
     out.backward(dout)
     assert cpu[0] == ("forward_lse", dict(causal=causal, window=(-1, -1), softcap=0.0, sinks=False))
+    # flash_attn's deterministic reaches the backward op.
+    assert cpu[1][1]["deterministic"] == kwargs.get("deterministic", False)
     assert_same([t.grad for t in x], reference_grads(q, k, v, dout, scale=kwargs.get("softmax_scale"),
                                                      causal=bool(causal)))
     assert fa.flash_attn_func(*x, **kwargs).shape == q.shape
@@ -342,7 +346,10 @@ def test_the_backward_reaches_the_binding_with_its_arguments(monkeypatch):
     q, k, v = inputs(9, 5, 4, 2, dtype=torch.bfloat16)
     lse = torch.zeros(2, 4, 9)
     for dlse in (None, lse):
-        with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
-            _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), None, 1, dlse)
-        with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
-            _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), 0.5, 2, dlse)
+        for deterministic in (False, True):
+            with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+                _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), None, 1, dlse,
+                                   deterministic)
+            with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+                _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), 0.5, 2, dlse,
+                                   deterministic)

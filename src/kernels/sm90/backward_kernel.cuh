@@ -420,8 +420,12 @@ struct BackwardConsumer {
         ptx::named_barrier_arrive(Tr::dq_full_barrier(consumer), Tr::dq_barrier_threads);
     }
 
-    // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
+    // Each warp tells the producer it has finished reading a stage (after its wgmma wait). Its
+    // threads read the stage's LSE or D rows with ordinary loads, which the next bulk copy
+    // into the stage (the async proxy) must follow: a proxy fence orders them (racecheck
+    // reported the copies racing the loads without it).
     __device__ __forceinline__ static void release(tma::Barrier& empty) {
+        tma::fence_shared_to_async_proxy();
         __syncwarp();
         if (threadIdx.x % warp_size == 0)
             empty.arrive();
