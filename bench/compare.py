@@ -41,6 +41,12 @@ MODEL_ROWS = [
     ("cross-attn k=77", 2, 16, 16, 64, 4096, 77, False),
 ]
 
+# The backward's model-shaped rows (targets-h200.md): GQA prefill, 32 query heads on 8 K/V heads.
+BACKWARD_MODEL_ROWS = [
+    ("GQA 32/8 causal 8k", 1, 32, 8, 128, 8192, 8192, True),
+    ("GQA 32/8 causal 8k, fp16", 1, 32, 8, 128, 8192, 8192, True),
+]
+
 
 def implementations(torch, fa, causal, fa4_func):
     """name -> fn(q, k, v) for (batch, seq, heads, d_head) tensors. Causal masks align at the
@@ -92,6 +98,9 @@ def backward_implementations(torch, fa, causal, fa4_func):
         return forward
 
     impls = {"ours": autograd("ours", lambda q, k, v: fa.forward(q, k, v, causal=causal)),
+             # Deterministic mode (bitwise-identical gradients): timed beside, not in the ratio.
+             "ours-det": autograd("ours-det", lambda q, k, v: fa.forward(q, k, v, causal=causal,
+                                                                          deterministic=True)),
              "cuDNN": autograd("cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
              "FA2": autograd("FA2", sdpa(SDPBackend.FLASH_ATTENTION))}
     if fa4_func is not None:
@@ -162,13 +171,15 @@ def fmt(x, digits=0):
 
 
 def grid_table(rows):
-    lines = ["| dtype | d | causal | seq | ours | cuDNN | FA4 | FA2 | ours / max(cuDNN, FA4) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    det = any("ours-det" in r[4] for r in rows)  # the backward's deterministic mode
+    names = ["ours", *(["ours-det"] if det else []), *PEERS]
+    lines = ["| dtype | d | causal | seq | " + " | ".join(names) + " | ours / max(cuDNN, FA4) |",
+             "|---|---|---|---|" + "---|" * len(names) + "---|"]
     for dtype, d, causal, seq, rates in rows:
         r = ratio(rates)
         mark = "**" if r is not None and r < BAR else ""
         lines.append(f"| {dtype} | {d} | {'yes' if causal else 'no'} | {seq} | " +
-                     " | ".join(fmt(rates.get(n)) for n in ["ours", *PEERS]) + f" | {mark}{fmt(r, 3)}{mark} |")
+                     " | ".join(fmt(rates.get(n)) for n in names) + f" | {mark}{fmt(r, 3)}{mark} |")
     return lines
 
 
@@ -191,12 +202,13 @@ def ratio_table(rows):
 
 
 def model_table(rows):
-    lines = ["| shape | ours | cuDNN | FA4 | FA2 | ours / best peer |", "|---|---|---|---|---|---|"]
+    det = any("ours-det" in r[1] for r in rows)
+    names = ["ours", *(["ours-det"] if det else []), *PEERS]
+    lines = ["| shape | " + " | ".join(names) + " | ours / best peer |", "|---|" + "---|" * (len(names) + 1)]
     for name, rates in rows:
         best = max((rates.get(p) or 0) for p in PEERS)
         r = rates["ours"] / best if rates.get("ours") and best else None
-        lines.append(f"| {name} | " + " | ".join(fmt(rates.get(n), 1) for n in ["ours", *PEERS]) +
-                     f" | {fmt(r, 3)} |")
+        lines.append(f"| {name} | " + " | ".join(fmt(rates.get(n), 1) for n in names) + f" | {fmt(r, 3)} |")
     return lines
 
 
@@ -237,15 +249,17 @@ def plot(rows, title, path):
 
 
 def rows_from_markdown(path):
-    rows, title = [], ""
+    rows, title, names = [], "", ["ours", *PEERS]
     for line in Path(path).read_text().splitlines():
         if line.startswith("Measured "):
             title = line.split(". Command")[0]
         cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
-        if len(cells) == 9 and cells[1].isdigit():
+        if cells[:4] == ["dtype", "d", "causal", "seq"]:  # the grid table's header names its columns
+            names = cells[4:-1]
+        elif len(cells) == len(names) + 5 and cells[1].isdigit():
             rate = lambda c: None if c == "–" else float(c)
             rows.append((cells[0], int(cells[1]), cells[2] == "yes", int(cells[3]),
-                         dict(zip(["ours", *PEERS], map(rate, cells[4:8])))))
+                         dict(zip(names, map(rate, cells[4:-1])))))
     return rows, title
 
 
@@ -303,13 +317,16 @@ def main():
                     rows.append((dtypes[dtype_name], d, causal, seq, rates))
                     print(*rows[-1][:4], {k: fmt(v) for k, v in rates.items()}, fmt(ratio(rates), 3), flush=True)
     model_rows = []
-    if args.models and not args.backward:
-        for name, batch, heads, heads_kv, d, seq_q, seq_k, causal in MODEL_ROWS:
-            impls = implementations(torch, fa, causal, fa4_func)
+    if args.models:
+        for name, batch, heads, heads_kv, d, seq_q, seq_k, causal in (
+                BACKWARD_MODEL_ROWS if args.backward else MODEL_ROWS):
+            impls = (backward_implementations if args.backward else implementations)(torch, fa, causal, fa4_func)
+            dtype = torch.float16 if name.endswith("fp16") else torch.bfloat16
             if causal and seq_q != seq_k:  # SDPA's is_causal aligns at the top left
                 impls = {n: f for n, f in impls.items() if n not in ("cuDNN", "FA2")}
-            rates = time_shape(torch, impls, inputs_for(torch, torch.bfloat16, batch, heads, heads_kv, d, seq_q, seq_k),
-                               attention_flop(batch, heads, d, seq_q, seq_k, causal), args)
+            rates = time_shape(torch, impls, inputs_for(torch, dtype, batch, heads, heads_kv, d, seq_q, seq_k),
+                               attention_flop(batch, heads, d, seq_q, seq_k, causal) * (2.5 if args.backward else 1),
+                               args)
             model_rows.append((name, rates))
             print(name, {k: fmt(v, 1) for k, v in rates.items()}, flush=True)
 
@@ -328,7 +345,7 @@ def main():
     lines += ratio_table(rows) + [""] if rows else []
     lines += grid_table(rows)
     if model_rows:
-        lines += ["", "Model-shaped rows (bf16; causal with seq_q != seq_k aligns at the bottom right, which "
+        lines += ["", "Model-shaped rows (bf16 unless named; causal with seq_q != seq_k aligns at the bottom right, which "
                   "SDPA's is_causal does not do, so cuDNN and FA2 sit those out):", ""]
         lines += model_table(model_rows)
     out = Path(args.out)
