@@ -1,6 +1,7 @@
 // flash_attention choose: which kernel the automatic choice runs for a problem, on the GPU
-// present or on a device model (no GPU needed). The first line is the config's short form,
-// or for a decoding shape "split-KV (PackGQA), N splits".
+// present or on a device model (no GPU needed), through forward() or with --backward through
+// backward(). The first line is the config's short form, or for a decoding shape's forward
+// "split-KV (PackGQA), N splits".
 
 #include <cstdio>
 #include <memory>
@@ -25,9 +26,22 @@ struct ChooseOptions {
     int heads = 16;
     std::optional<int> heads_kv;
     bool causal = false;
+    bool backward = false;
+    bool deterministic = false;
 };
 
+// The second line: what chose the config, and where it runs.
+void print_origin(const KernelConfig& config, const std::string& pass,
+                  const DeviceProperties& device, bool model) {
+    std::printf(
+        "# %s%s family on %s%s (compute capability %d.%d, %d SMs); tuning cache, else the "
+        "built-in table\n",
+        pass.c_str(), std::string(to_string(config.family)).c_str(), device.name.c_str(),
+        model ? " (model)" : "", device.major, device.minor, device.sm_count);
+}
+
 int choose(const ChooseOptions& o) {
+    check_deterministic(o.deterministic, o.backward);
     DeviceProperties device;
     if (!o.device.empty()) {
         device = DeviceProperties::model(o.device);
@@ -48,6 +62,14 @@ int choose(const ChooseOptions& o) {
                                .heads = o.heads,
                                .heads_kv = o.heads_kv.value_or(o.heads),
                                .causal = o.causal};
+    const bool model = !o.device.empty();
+    if (o.backward) {
+        const KernelConfig config = choose_backward_config(problem, device, o.deterministic);
+        std::printf("%s\n", config.to_string().c_str());
+        print_origin(config, o.deterministic ? "deterministic backward, " : "backward, ", device,
+                     model);
+        return exit_ok;
+    }
     const KernelChoice kernel = chosen_kernel(problem, device);
     std::printf("%s\n", kernel.to_string().c_str());
     if (!kernel.config) {
@@ -55,14 +77,10 @@ int choose(const ChooseOptions& o) {
         std::printf(
             "# decoding shape on %s%s (%d SMs): the split-KV kernel; split count from the "
             "tuning cache (tune --kvcache), else the heuristic\n",
-            device.name.c_str(), o.device.empty() ? "" : " (model)", device.sm_count);
+            device.name.c_str(), model ? " (model)" : "", device.sm_count);
         return exit_ok;
     }
-    std::printf(
-        "# %s family on %s%s (compute capability %d.%d, %d SMs); tuning cache, else the "
-        "built-in table\n",
-        std::string(to_string(kernel.config->family)).c_str(), device.name.c_str(),
-        o.device.empty() ? "" : " (model)", device.major, device.minor, device.sm_count);
+    print_origin(*kernel.config, "", device, model);
     return exit_ok;
 }
 
@@ -93,6 +111,9 @@ void add_choose_command(CLI::App& app, Action& action) {
     cmd->add_option("--heads-kv", o->heads_kv, "key/value heads, dividing --heads")
         ->check(head_count());
     cmd->add_flag("--causal", o->causal, "causal masking, aligned at the bottom right");
+    cmd->add_flag("--backward", o->backward,
+                  "the backward pass's kernel: the one backward() runs for the problem");
+    add_deterministic_option(*cmd, o->deterministic);
     cmd->callback([o, &action] { action = [o] { return choose(*o); }; });
 }
 

@@ -282,6 +282,21 @@ void add_backward_option(CLI::App& cmd, bool& backward) {
                  "forward's FLOPs");
 }
 
+void add_deterministic_option(CLI::App& cmd, bool& deterministic) {
+    cmd.add_flag("--deterministic", deterministic,
+                 "with --backward: deterministic kernels only, whose gradients are bitwise "
+                 "identical from run to run (sm80, or sm90 with ordered), as "
+                 "BackwardParams::deterministic asks for");
+}
+
+void check_deterministic(bool deterministic, bool backward) {
+    if (deterministic && !backward) {
+        throw UsageError(
+            "--deterministic: expected with --backward (only backward kernels differ in "
+            "determinism), got it without --backward");
+    }
+}
+
 void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen) {
     cmd.add_flag("--kvcache", kvcache,
                  "through forward_kvcache: a cache of --seq-k keys per sequence (decoding with "

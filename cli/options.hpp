@@ -113,6 +113,11 @@ void validate_shape(const Shape& shape);
 
 // --backward on a command: `backward` then runs the backward pass.
 void add_backward_option(CLI::App& cmd, bool& backward);
+// --deterministic on a command with --backward: deterministic backward kernels only
+// (is_deterministic), as BackwardParams::deterministic asks for.
+void add_deterministic_option(CLI::App& cmd, bool& deterministic);
+// UsageError for --deterministic without --backward: only backward kernels differ in it.
+void check_deterministic(bool deterministic, bool backward);
 
 // --kvcache, --page-size and --varlen (GridOptions' serving fields) on a command.
 void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& varlen);

@@ -8,6 +8,7 @@
 #include "commands.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/tools.hpp"
+#include "options.hpp"
 #include "report.hpp"
 #include "sweep.hpp"
 
@@ -21,7 +22,8 @@ struct TuneOptions {
     bool set_given = false;
     std::vector<std::string> configs;
     std::string splits = default_splits;
-    GridOptions grid;
+    GridOptions grid;  // grid.backward: tune the backward pass
+    bool deterministic = false;
     TimingOptions timing;
     std::string cache;
     int lock_timeout_s = 60;
@@ -36,10 +38,11 @@ std::string utc_now() {
 }
 
 // The winner and runner-up of every key that was measured: configs of forward()'s
-// problems, split counts of the serving entry points' (Key::of_splits).
+// problems, split counts of the serving entry points' (Key::of_splits), backward configs of
+// backward()'s (Key::of_backward, the deterministic kernels' keys when only they ran).
 std::vector<tuning::Entry> winners(const SweepResult& result,
                                    const std::vector<Candidate>& candidates,
-                                   const DeviceProperties& device) {
+                                   const DeviceProperties& device, bool deterministic) {
     struct Run {
         const Measurement* m;
         const Candidate* c;
@@ -49,7 +52,8 @@ std::vector<tuning::Entry> winners(const SweepResult& result,
         const Measurement& m = result.measurements[i];
         const ProblemShape problem = m.shape.problem();
         const tuning::Key key =
-            m.shape.api == Api::dense
+            m.shape.backward ? tuning::Key::of_backward(device, problem, deterministic)
+            : m.shape.api == Api::dense
                 ? tuning::Key::of(device, problem)
                 : tuning::Key::of_splits(device, problem, m.shape.page_size > 0);
         by_key[key].push_back({&m, &candidates[result.candidate_of[i]]});
@@ -79,7 +83,30 @@ std::vector<tuning::Entry> winners(const SweepResult& result,
     return entries;
 }
 
+// --deterministic: the candidates a deterministic backward() may run, of the set or of each
+// --config; UsageError when the set has none or a --config is not one.
+std::vector<Candidate> deterministic_only(const std::vector<Candidate>& candidates,
+                                          const TuneOptions& o) {
+    constexpr const char* what = "deterministic backward config (sm80, or sm90 with ordered)";
+    std::vector<Candidate> kept;
+    for (const Candidate& c : candidates) {
+        if (is_deterministic(*c.config))
+            kept.push_back(c);
+        else if (!o.configs.empty())
+            throw UsageError(std::string("--config: expected a ") + what +
+                             " with --deterministic, got " + c.config->to_string());
+    }
+    if (kept.empty()) {
+        throw UsageError(std::string("--set: expected a set with a ") + what +
+                         " in this build with --deterministic (kernel set \"" +
+                         std::string(tools::built_kernel_set()) + "\"), got \"" +
+                         tools::printable(o.set) + "\"");
+    }
+    return kept;
+}
+
 int tune(const TuneOptions& o) {
+    check_deterministic(o.deterministic, o.grid.backward);
     std::vector<Candidate> candidates;
     if (o.grid.api() != Api::dense) {
         // The serving entry points choose their kernel; what tuning sets is the split count.
@@ -92,11 +119,13 @@ int tune(const TuneOptions& o) {
             candidates.push_back(Candidate::with_splits(n));
     } else if (!o.splits.empty() && o.splits != TuneOptions::default_splits) {
         throw UsageError("--splits: expected with --kvcache or --varlen only");
-    } else if (o.configs.empty()) {
-        candidates = built_configs_of(o.set, "--set", false);
     } else {
+        if (o.configs.empty())
+            candidates = built_configs_of(o.set, "--set", o.grid.backward);
         for (const std::string& s : o.configs)
-            candidates.push_back(built_config(s, "--config", false));
+            candidates.push_back(built_config(s, "--config", o.grid.backward));
+        if (o.deterministic)
+            candidates = deterministic_only(candidates, o);
     }
     const std::vector<Job> jobs = plan(candidates, o.grid);
     const auto default_path = tuning::default_path();
@@ -129,7 +158,7 @@ int tune(const TuneOptions& o) {
         return result.exit_code();
     }
 
-    const auto entries = winners(result, candidates, DeviceProperties::current());
+    const auto entries = winners(result, candidates, DeviceProperties::current(), o.deterministic);
     std::printf("\n%-48s %8s %9s  %s\n", "key", "TFLOP/s", "margin", "winner");
     for (const tuning::Entry& e : entries) {
         char margin[16] = "-";
@@ -172,7 +201,8 @@ void add_tune_command(CLI::App& app, Action& action) {
     CLI::App* cmd = app.add_subcommand(
         "tune",
         "Find the fastest built config per (dtype, d_head, sequence length) and record it "
-        "in the tuning cache that the automatic choice reads");
+        "in the tuning cache that the automatic choice reads (with --backward: the backward "
+        "pass's, under keys of their own)");
     CLI::Option* set =
         cmd->add_option("--set", o->set, "configs to try: the built ones of this set")
             ->check(non_empty("a set name"))
@@ -188,6 +218,8 @@ void add_tune_command(CLI::App& app, Action& action) {
         ->capture_default_str();
     o->grid.add_to(*cmd);
     o->grid.add_serving_to(*cmd);
+    add_backward_option(*cmd, o->grid.backward);
+    add_deterministic_option(*cmd, o->deterministic);
     o->timing.add_to(*cmd);
     cmd->add_option("--cache", o->cache,
                     "tuning cache to update (default: $FLASH_ATTENTION_TUNING, else "

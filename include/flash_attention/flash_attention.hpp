@@ -323,11 +323,14 @@ struct BackwardParams {
     bool deterministic = false;
 };
 
-// Runs the backward kernels the library chooses (the built-in table's for this GPU, dtype and
-// head dim; a deterministic one when params.deterministic), on `stream`. Extra device memory:
-// backward_workspace_bytes(), O(seq), from the library's stream-ordered pool; no host
-// synchronisation (CUDA-graph capturable). Throws flash_attention::Error on invalid input or a
-// CUDA failure, before any launch for everything the host can check.
+// Runs the backward kernels the library chooses, on `stream`: the winner that `flash_attention
+// tune --backward` recorded in the tuning cache for this GPU, dtype, d_head, sequence-length
+// bucket and causal or not, else the built-in table's for this GPU, dtype and head dim; with
+// params.deterministic a deterministic one (`tune --backward --deterministic` records those
+// apart). Extra device memory: backward_workspace_bytes(), O(seq), from the library's
+// stream-ordered pool; no host synchronisation (CUDA-graph capturable). Throws
+// flash_attention::Error on invalid input or a CUDA failure, before any launch for everything the
+// host can check.
 void backward(const BackwardParams& params, Stream stream = nullptr);
 
 // Runs exactly the named backward kernel (a config with `bwd`; with params.deterministic, one
@@ -335,7 +338,8 @@ void backward(const BackwardParams& params, Stream stream = nullptr);
 void backward(const BackwardParams& params, const KernelConfig& config, Stream stream = nullptr);
 
 // The backward kernel the automatic choice runs for dense tensors of this shape on `device`
-// (deterministic: one whose gradients are bitwise identical from run to run).
+// (deterministic: one whose gradients are bitwise identical from run to run), reading the tuning
+// cache as backward() does.
 KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device,
                                     bool deterministic = false);
 

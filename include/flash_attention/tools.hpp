@@ -161,13 +161,36 @@ BackwardCheck check_attention_backward(const BackwardProblem& problem,
 namespace flash_attention::tuning {
 
 // The tuning cache: which config `flash_attention tune` measured fastest for a
-// (GPU, dtype, d_head, sequence-length bucket) key, and for decoding shapes on the split-KV
-// kernel (`tune --kvcache`) which number of key ranges per sequence. A JSON file shared by
+// (GPU, dtype, d_head, sequence-length bucket) key, for decoding shapes on the split-KV
+// kernel (`tune --kvcache`) which number of key ranges per sequence, and for the backward
+// pass (`tune --backward [--deterministic]`) which backward config. A JSON file shared by
 // the command line, which writes it, and the library's automatic choice, which reads it.
+//
+// The file: {"version": 1, "entries": [...]}, an entry an object of its key's fields and its
+// winner: "gpu", "sm_count", "dtype" ("FP16" or "BF16"), "d_head", "seq_bucket", "causal",
+// optionally "window_or_softcap" and "paged" (true), "rows_bucket" with "splits" for a split
+// count, else "config" (a short form); "tflops", "measured", and optionally the runner-up
+// ("runner_up" or "runner_up_splits", and "runner_up_tflops"). A backward entry adds
+// "pass": "backward" or "backward-deterministic" and holds a backward config (`bwd`; for
+// "backward-deterministic" one that is_deterministic()) and none of "window_or_softcap",
+// "paged" or "rows_bucket"; an entry without "pass" is the forward's. A malformed entry is
+// skipped with a warning.
 //
 // Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json
 // (an absolute XDG_CACHE_HOME: the XDG spec ignores a relative one), else
 // $HOME/.cache/flash_attention/tuning.json, else none (the built-in table alone).
+
+// The pass whose kernel a key's entry names. Each has keys of its own, so a backward winner
+// never displaces a forward one, nor a deterministic one the fastest.
+enum class Pass {
+    forward,                 // forward() and the serving entry points' split counts
+    backward,                // backward()
+    backward_deterministic,  // backward() with BackwardParams::deterministic
+};
+
+// The pass's name in the file's "pass" field and in Key::to_string(): "forward", "backward" or
+// "backward-deterministic".
+std::string_view to_string(Pass pass);
 
 struct Key {
     std::string gpu;  // device name as CUDA reports it
@@ -186,6 +209,8 @@ struct Key {
     // A split count for a paged cache's keys (rows_bucket > 0): its plan differs from a
     // contiguous cache's (serving::plan_for), so their counts are kept apart.
     bool paged = false;
+    // A backward key (Key::of_backward): a config of backward(), without variants or splits.
+    Pass pass = Pass::forward;
 
     friend auto operator<=>(const Key&, const Key&) = default;
     std::string to_string() const;
@@ -194,13 +219,16 @@ struct Key {
     // The key of a problem's split count on the split-KV kernel, its keys in a paged cache
     // or not.
     static Key of_splits(const DeviceProperties& device, const ProblemShape& problem, bool paged);
+    // The key of a problem's backward kernel, the deterministic kernels' or any.
+    static Key of_backward(const DeviceProperties& device, const ProblemShape& problem,
+                           bool deterministic);
 };
 
 // The bucket of a problem: the smallest power of two >= max(seq_q, seq_k), at least 64.
 int seq_bucket(long long seq_q, long long seq_k);
 
-// A key's winner: `config` when key.rows_bucket is 0, else `splits` (and the runner-up
-// likewise).
+// A key's winner: `config` when key.rows_bucket is 0 (a backward config for a backward key),
+// else `splits` (and the runner-up likewise).
 struct Entry {
     Key key;
     KernelConfig config;

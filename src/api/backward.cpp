@@ -15,6 +15,7 @@
 #include "config/config_space.hpp"
 #include "config/resources.hpp"
 #include "registry/registry.hpp"
+#include "tuning/tuning_cache.hpp"
 
 namespace flash_attention {
 
@@ -195,6 +196,11 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
         return c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
                (!deterministic || is_deterministic(c)) && device_problem(c, device).empty();
     };
+    // As the forward's choice: a cached config this build lacks, or one that cannot run here,
+    // is skipped, so a stale cache costs speed, never a failure.
+    if (const auto tuned = tuning::lookup(tuning::Key::of_backward(device, problem, deterministic));
+        tuned && fits(*tuned))
+        return *tuned;
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
         if (fits(row.config))
             return row.config;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +27,11 @@ namespace flash_attention::tuning {
 namespace {
 
 constexpr int k_format_version = 1;
+
+// Bounds generous for any real GPU and problem; they keep hostile values out of ints.
+constexpr std::size_t k_max_text = 256;
+constexpr int k_max_sm_count = 1 << 16;
+constexpr int k_max_d_head = 1 << 16;
 
 // What one entry field may hold; anything else makes the entry malformed.
 std::string string_field(const nlohmann::json& j, const char* name, std::size_t max_length) {
@@ -55,6 +61,46 @@ double number_field(const nlohmann::json& j, const char* name) {
     return v.get<double>();
 }
 
+bool bool_field(const nlohmann::json& j, const char* name) {
+    if (!j.contains(name))
+        return false;
+    if (!j.at(name).is_boolean())
+        throw std::invalid_argument(std::string("\"") + name + "\" is not a boolean");
+    return j.at(name).get<bool>();
+}
+
+// In Pass's order.
+constexpr std::array<std::string_view, 3> k_pass_names = {"forward", "backward",
+                                                          "backward-deterministic"};
+
+Pass parse_pass(const std::string& s) {
+    for (std::size_t i = 0; i < k_pass_names.size(); ++i) {
+        if (s == k_pass_names[i])
+            return static_cast<Pass>(i);
+    }
+    throw std::invalid_argument("unknown pass \"" + s +
+                                "\" (expected forward, backward or backward-deterministic)");
+}
+
+// A config fit for an entry of `pass`: a backward key's is a backward config (a deterministic
+// one for backward-deterministic), a forward key's a forward config. Any other config is no
+// winner `tune` writes for that key: the entry is malformed, and said so, rather than
+// silently never chosen.
+KernelConfig config_field(const nlohmann::json& j, const char* name, Pass pass) {
+    const KernelConfig c = KernelConfig::parse(string_field(j, name, k_max_text));
+    if (c.backward != (pass != Pass::forward)) {
+        throw std::invalid_argument(std::string("\"") + name + "\" is a " +
+                                    (c.backward ? "backward" : "forward") + " config in a " +
+                                    std::string(to_string(pass)) + " entry");
+    }
+    if (pass == Pass::backward_deterministic && !is_deterministic(c)) {
+        throw std::invalid_argument(std::string("\"") + name +
+                                    "\" is not a deterministic config (sm80, or sm90 with "
+                                    "ordered) in a backward-deterministic entry");
+    }
+    return c;
+}
+
 DType parse_dtype(const std::string& s) {
     if (s == "FP16")
         return DType::FP16;
@@ -72,6 +118,8 @@ nlohmann::json entry_json(const Entry& e) {
                         {"causal", e.key.causal},
                         {"tflops", e.tflops},
                         {"measured", e.measured}};
+    if (e.key.pass != Pass::forward)
+        j["pass"] = std::string(to_string(e.key.pass));
     if (e.key.window_or_softcap)
         j["window_or_softcap"] = true;
     if (e.key.paged)
@@ -93,11 +141,6 @@ nlohmann::json entry_json(const Entry& e) {
     return j;
 }
 
-// Bounds generous for any real GPU and problem; they keep hostile values out of ints.
-constexpr std::size_t k_max_text = 256;
-constexpr int k_max_sm_count = 1 << 16;
-constexpr int k_max_d_head = 1 << 16;
-
 Entry entry_from_json(const nlohmann::json& j) {
     if (!j.is_object())
         throw std::invalid_argument("an entry is not an object");
@@ -107,20 +150,18 @@ Entry entry_from_json(const nlohmann::json& j) {
     e.key.dtype = parse_dtype(string_field(j, "dtype", k_max_text));
     e.key.d_head = int_field(j, "d_head", 1, k_max_d_head);
     e.key.seq_bucket = int_field(j, "seq_bucket", 1, std::numeric_limits<int>::max());
-    if (j.contains("causal")) {
-        if (!j.at("causal").is_boolean())
-            throw std::invalid_argument("\"causal\" is not a boolean");
-        e.key.causal = j.at("causal").get<bool>();
-    }
-    if (j.contains("paged")) {
-        if (!j.at("paged").is_boolean())
-            throw std::invalid_argument("\"paged\" is not a boolean");
-        e.key.paged = j.at("paged").get<bool>();
-    }
-    if (j.contains("window_or_softcap")) {
-        if (!j.at("window_or_softcap").is_boolean())
-            throw std::invalid_argument("\"window_or_softcap\" is not a boolean");
-        e.key.window_or_softcap = j.at("window_or_softcap").get<bool>();
+    e.key.causal = bool_field(j, "causal");
+    e.key.paged = bool_field(j, "paged");
+    e.key.window_or_softcap = bool_field(j, "window_or_softcap");
+    if (j.contains("pass"))
+        e.key.pass = parse_pass(string_field(j, "pass", k_max_text));
+    // The backward pass takes no variants and has no split-KV kernel: such a key would never
+    // be asked for.
+    if (e.key.pass != Pass::forward &&
+        (e.key.window_or_softcap || e.key.paged || j.contains("rows_bucket"))) {
+        throw std::invalid_argument(
+            "a " + std::string(to_string(e.key.pass)) +
+            " entry has \"window_or_softcap\", \"paged\" or \"rows_bucket\"");
     }
     e.tflops = number_field(j, "tflops");
     if (j.contains("measured"))
@@ -134,9 +175,9 @@ Entry entry_from_json(const nlohmann::json& j) {
         }
         return e;
     }
-    e.config = KernelConfig::parse(string_field(j, "config", k_max_text));
+    e.config = config_field(j, "config", e.key.pass);
     if (j.contains("runner_up")) {
-        e.runner_up = KernelConfig::parse(string_field(j, "runner_up", k_max_text));
+        e.runner_up = config_field(j, "runner_up", e.key.pass);
         e.runner_up_tflops = number_field(j, "runner_up_tflops");
     }
     return e;
@@ -191,13 +232,18 @@ std::string errno_text() {
 
 }  // namespace
 
+std::string_view to_string(Pass pass) {
+    return k_pass_names.at(static_cast<std::size_t>(pass));
+}
+
 std::string Key::to_string() const {
     return gpu + " (" + std::to_string(sm_count) + " SMs), " +
            std::string(flash_attention::to_string(dtype)) + ", d_head " + std::to_string(d_head) +
            ", seq <= " + std::to_string(seq_bucket) + (causal ? ", causal" : "") +
            (window_or_softcap ? ", window/softcap" : "") +
            (rows_bucket > 0 ? ", split-KV rows <= " + std::to_string(rows_bucket) : "") +
-           (paged ? ", paged" : "");
+           (paged ? ", paged" : "") +
+           (pass != Pass::forward ? ", " + std::string(tuning::to_string(pass)) : "");
 }
 
 Key Key::of(const DeviceProperties& device, const ProblemShape& problem) {
@@ -218,6 +264,13 @@ Key Key::of_splits(const DeviceProperties& device, const ProblemShape& problem, 
     key.rows_bucket = 1;
     while (key.rows_bucket < rows && key.rows_bucket < (1 << 30))
         key.rows_bucket *= 2;
+    return key;
+}
+
+Key Key::of_backward(const DeviceProperties& device, const ProblemShape& problem,
+                     bool deterministic) {
+    Key key = of(device, problem);
+    key.pass = deterministic ? Pass::backward_deterministic : Pass::backward;
     return key;
 }
 

@@ -9,8 +9,9 @@
 
 namespace flash_attention::tuning {
 
-// The process-wide cache behind forward(params, stream): read from default_path() on
-// first use (a warning on stderr if it is corrupt), then kept in memory.
+// The process-wide cache behind the automatic choice of forward() and backward(): read from
+// default_path() on first use (a warning on stderr if it is corrupt), then kept in memory. The
+// config of a key of either pass (Key::of, Key::of_backward).
 std::optional<KernelConfig> lookup(const Key& key);
 // The same for a split-count key (Key::of_splits).
 std::optional<int> lookup_splits(const Key& key);

@@ -70,6 +70,92 @@ TEST(Tune, AutomaticChoiceRunsTheWinner) {
     std::filesystem::remove(file);
 }
 
+// `tune --backward [--deterministic]` records the winner of two backward configs under the
+// pass's own key; choose_backward_config, which backward() runs, then picks it.
+TEST(Tune, BackwardWinnersAreTheBackwardChoice) {
+    constexpr int seq = 1024;
+    const auto file = std::filesystem::temp_directory_path() /
+                      ("fa_tune_backward_" + std::to_string(getpid()) + ".json");
+    int tuned = 0;
+    for (const bool deterministic : {false, true}) {
+        // Two runnable backward configs of one (dtype, d_head) whose forward is built too (the
+        // backward reads the forward's output and LSE).
+        std::map<std::pair<fa::DType, int>, std::vector<fa::KernelConfig>> groups;
+        for (const auto& c : fa::testing::backward_configs()) {
+            if (fa::is_supported(c) && (!deterministic || fa::is_deterministic(c)))
+                groups[{c.dtype, c.d_head}].push_back(c);
+        }
+        const auto group = std::find_if(groups.begin(), groups.end(), [](const auto& g) {
+            return g.second.size() >= 2 &&
+                   std::any_of(fa::testing::forward_configs().begin(),
+                               fa::testing::forward_configs().end(), [&](const auto& f) {
+                                   return f.dtype == g.first.first && f.d_head == g.first.second &&
+                                          fa::is_supported(f);
+                               });
+        });
+        if (group == groups.end())
+            continue;
+        const fa::KernelConfig a = group->second[0];
+        const fa::KernelConfig b = group->second[1];
+        std::vector<std::string> args = {"flash_attention",
+                                         "tune",
+                                         "--backward",
+                                         "--config",
+                                         a.to_string(),
+                                         "--config",
+                                         b.to_string(),
+                                         "--seq",
+                                         std::to_string(seq),
+                                         "--batch",
+                                         "2",
+                                         "--heads",
+                                         "4",
+                                         "--runs",
+                                         "5",
+                                         "--warmup",
+                                         "1",
+                                         "--cache",
+                                         file.string(),
+                                         "--format",
+                                         "none"};
+        if (deterministic)
+            args.push_back("--deterministic");
+        std::vector<char*> argv;
+        for (auto& s : args)
+            argv.push_back(s.data());
+        ASSERT_EQ(fa::cli::run_cli(static_cast<int>(argv.size()), argv.data()), 0);
+        ++tuned;
+
+        const fa::ProblemShape problem{.dtype = a.dtype,
+                                       .d_head = a.d_head,
+                                       .batch = 2,
+                                       .seq_q = seq,
+                                       .seq_k = seq,
+                                       .heads = 4,
+                                       .heads_kv = 4};
+        const fa::tuning::Key key =
+            fa::tuning::Key::of_backward(fa::DeviceProperties::current(), problem, deterministic);
+        const auto cache = fa::tuning::load(file);
+        ASSERT_EQ(cache.entries.size(), static_cast<std::size_t>(tuned));
+        const auto entry = std::find_if(cache.entries.begin(), cache.entries.end(),
+                                        [&](const fa::tuning::Entry& e) { return e.key == key; });
+        ASSERT_NE(entry, cache.entries.end()) << key.to_string();
+        EXPECT_TRUE(entry->config == a || entry->config == b) << entry->config.to_string();
+        ASSERT_TRUE(entry->runner_up.has_value());
+
+        setenv("FLASH_ATTENTION_TUNING", file.c_str(), 1);
+        fa::reload_tuning_cache();
+        EXPECT_EQ(
+            fa::choose_backward_config(problem, fa::DeviceProperties::current(), deterministic),
+            entry->config);
+        unsetenv("FLASH_ATTENTION_TUNING");
+        fa::reload_tuning_cache();
+    }
+    std::filesystem::remove(file);
+    if (tuned == 0)
+        GTEST_SKIP() << "this build has no two runnable backward configs of one dtype and d_head";
+}
+
 namespace {
 
 int cli(std::vector<std::string> args) {

@@ -529,20 +529,127 @@ TEST(Cli, TuneHelpNamesTheDefaultCachePaths) {
         EXPECT_NE(help.out.find(name), std::string::npos) << name;
 }
 
-// --backward takes the dense entry point without variants, and configs of its own pass; each
-// refusal comes before the GPU check.
+// --backward takes the dense entry point without variants, and configs of its own pass (tune
+// too); each refusal comes before the GPU check.
 TEST(Cli, BackwardArgumentsAreCheckedBeforeTheGpu) {
     expect_usage_error({"run", "--backward", "--kvcache", "--seq", "1", "--seq-k", "1024"},
                        "--backward: expected a dense problem");
     expect_usage_error({"bench", "--backward", "--varlen"}, "--backward: expected a dense problem");
     expect_usage_error({"run", "--backward", "--window", "64,0"},
                        "--backward: expected no --window");
-    expect_usage_error({"run", "--backward", "--config",
-                        "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+"
-                        "opt_softmax"},
-                       "--config: expected a backward config");
-    expect_usage_error({"run", "--config", "(BF16, 128, 64, 64, 8): bwd+async+swizzled"},
-                       "--config: expected a forward config");
+    for (const std::string command : {"run", "bench", "tune"}) {
+        expect_usage_error({command, "--backward", "--config",
+                            "(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+"
+                            "buffer+opt_softmax"},
+                           "--config: expected a backward config");
+        expect_usage_error({command, "--config", "(BF16, 128, 64, 64, 8): bwd+async+swizzled"},
+                           "--config: expected a forward config");
+    }
     const Output help = run_program({"bench", "--help"});
     EXPECT_NE(help.out.find("--backward"), std::string::npos);
+}
+
+// tune --backward takes backward configs, --deterministic only with --backward and then only
+// deterministic ones; each refusal names the option and comes before the GPU check.
+TEST(Cli, TuneBackwardArgumentsAreCheckedBeforeTheGpu) {
+    expect_usage_error({"tune", "--deterministic"},
+                       "--deterministic: expected with --backward (only backward kernels differ in "
+                       "determinism), got it without --backward");
+    expect_usage_error(
+        {"tune", "--deterministic", "--config", "(BF16, 128, 64, 64, 8): bwd+async+swizzled"},
+        "--deterministic: expected with --backward");
+    expect_usage_error({"choose", "--device", "h100", "--deterministic"},
+                       "--deterministic: expected with --backward");
+    expect_usage_error({"tune", "--backward", "--kvcache", "--seq", "1", "--seq-k", "1024"},
+                       "--backward: expected a dense problem");
+    expect_usage_error(
+        {"tune", "--backward", "--deterministic", "--kvcache", "--seq", "1", "--seq-k", "1024"},
+        "--backward: expected a dense problem");
+    const auto built = [](bool deterministic) {
+        for (const fa::KernelConfig& c : fa::configs()) {
+            if (c.backward && fa::is_deterministic(c) == deterministic)
+                return std::optional(c.to_string());
+        }
+        return std::optional<std::string>();
+    };
+    if (const auto fastest = built(false)) {
+        expect_usage_error({"tune", "--backward", "--deterministic", "--config", *fastest},
+                           "--config: expected a deterministic backward config (sm80, or sm90 "
+                           "with ordered) with --deterministic, got " +
+                               *fastest);
+        expect_usage_error({"tune", "--backward", "--config", *fastest, "--window", "64,0"},
+                           "--backward: expected no --window");
+    }
+    const std::optional<std::string> deterministic = built(true);
+    if (!deterministic)
+        GTEST_SKIP() << "this build has no deterministic backward config";
+    if (fa::device_count() > 0)
+        GTEST_SKIP() << "a run that fails before measuring needs a machine without a GPU";
+    const TempDir dir;
+    const Output o =
+        run_program({"tune", "--backward", "--deterministic", "--config", *deterministic, "--cache",
+                     (dir.path() / "tuning.json").string()});
+    EXPECT_EQ(o.code, 1) << o.err;
+    EXPECT_NE(o.err.find("no CUDA device"), std::string::npos) << o.err;
+    EXPECT_TRUE(dir.contents().empty());
+}
+
+// choose --backward prints what backward() runs: the library's choice (a cached winner of the
+// backward key first), deterministic with --deterministic, on a device model.
+TEST(Cli, ChooseBackwardPrintsTheBackwardChoice) {
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    const fa::ProblemShape problem{.dtype = fa::DType::BF16,
+                                   .d_head = 128,
+                                   .batch = 1,
+                                   .seq_q = 4096,
+                                   .seq_k = 4096,
+                                   .heads = 16,
+                                   .heads_kv = 16};
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    setenv("FLASH_ATTENTION_TUNING", file.c_str(), 1);
+    fa::reload_tuning_cache();
+    const auto first_line = [](const std::string& out) { return out.substr(0, out.find('\n')); };
+    for (const bool deterministic : {false, true}) {
+        std::vector<std::string> args = {"choose", "--device", "h100", "--backward"};
+        if (deterministic)
+            args.push_back("--deterministic");
+        const Output o = run_program(args);
+        try {
+            const fa::KernelConfig expected =
+                fa::choose_backward_config(problem, h100, deterministic);
+            EXPECT_EQ(o.code, 0) << o.err;
+            EXPECT_EQ(first_line(o.out), expected.to_string()) << o.out;
+            EXPECT_NE(o.out.find(deterministic ? "# deterministic backward, " : "# backward, "),
+                      std::string::npos)
+                << o.out;
+        } catch (const fa::Error& e) {
+            EXPECT_EQ(o.code, 2) << e.what();  // no backward kernel of the problem in this build
+        }
+    }
+    // A tuned winner that is not the table's: choose prints it.
+    std::optional<fa::KernelConfig> table;
+    try {
+        table = fa::choose_backward_config(problem, h100);
+    } catch (const fa::Error&) {
+    }
+    const auto winner = std::find_if(fa::configs().begin(), fa::configs().end(), [&](auto& c) {
+        return table && c.backward && c != *table && c.dtype == problem.dtype &&
+               c.d_head == problem.d_head && c.family == fa::Family::sm80;
+    });
+    if (winner != fa::configs().end()) {
+        fa::tuning::Entry e;
+        e.key = fa::tuning::Key::of_backward(h100, problem, false);
+        e.config = *winner;
+        e.tflops = 1;
+        fa::tuning::save_atomically(file, {e});
+        fa::reload_tuning_cache();
+        const Output o = run_program({"choose", "--device", "h100", "--backward"});
+        EXPECT_EQ(o.code, 0) << o.err;
+        EXPECT_EQ(first_line(o.out), winner->to_string()) << o.out;
+    }
+    unsetenv("FLASH_ATTENTION_TUNING");
+    fa::reload_tuning_cache();
+    if (winner == fa::configs().end())
+        GTEST_SKIP() << "this build has no second BF16 d_head 128 backward kernel";
 }

@@ -39,6 +39,38 @@ tuning::Entry entry(const std::string& gpu, int bucket, const fa::KernelConfig& 
             "2026-11-23T00:00:00Z"};
 }
 
+// Backward configs of the built-in table's rows: any pass, deterministic, deterministic.
+const fa::KernelConfig k_sm90_backward =
+    fa::KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2");
+const fa::KernelConfig k_sm80_backward =
+    fa::KernelConfig::parse("(BF16, 128, 64, 64, 8): bwd+async+swizzled");
+const fa::KernelConfig k_sm90_ordered =
+    fa::KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+ordered");
+
+// The entry of `key` with winner `c` (and a runner-up, if given).
+tuning::Entry entry_of(const tuning::Key& key, const fa::KernelConfig& c,
+                       std::optional<fa::KernelConfig> runner_up = std::nullopt) {
+    tuning::Entry e;
+    e.key = key;
+    e.config = c;
+    e.tflops = 2;
+    e.runner_up = runner_up;
+    e.runner_up_tflops = runner_up ? 1 : 0;
+    e.measured = "2026-12-02T00:00:00Z";
+    return e;
+}
+
+// A training-sized backward problem: BF16, d_head 128, 4096 tokens, 16 heads.
+fa::ProblemShape backward_problem() {
+    return {.dtype = fa::DType::BF16,
+            .d_head = 128,
+            .batch = 2,
+            .seq_q = 4096,
+            .seq_k = 4096,
+            .heads = 16,
+            .heads_kv = 16};
+}
+
 // A decode step: batch 16, one query, 8192 keys, 32 query heads over 8 K/V heads.
 fa::ProblemShape decode_b16() {
     return {.dtype = fa::DType::BF16,
@@ -537,18 +569,20 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
 // (`tune --window/--softcap`), written and read back; without one they take the plain
 // problem's winner, and a variant winner is never read for plain problems.
 TEST(TuningCache, VariantKernelEntries) {
-    // Two built configs of one dtype and d_head: their keys differ in the variants alone.
+    // Two built forward configs of one dtype and d_head: their keys differ in the variants
+    // alone.
     std::optional<fa::KernelConfig> plain_winner, variant_winner;
     for (const fa::KernelConfig& a : fa::configs()) {
         for (const fa::KernelConfig& b : fa::configs()) {
-            if (!plain_winner && a != b && a.dtype == b.dtype && a.d_head == b.d_head) {
+            if (!plain_winner && a != b && !a.backward && !b.backward && a.dtype == b.dtype &&
+                a.d_head == b.d_head) {
                 plain_winner = a;
                 variant_winner = b;
             }
         }
     }
     if (!plain_winner)
-        GTEST_SKIP() << "this build has no two configs of one dtype and d_head";
+        GTEST_SKIP() << "this build has no two forward configs of one dtype and d_head";
     const fa::DeviceProperties device{0, "Test GPU", 9, 0, 132, 232448};
     tuning::Entry variant = entry(device.name, 1024, *variant_winner, 1);
     variant.key.window_or_softcap = true;
@@ -585,6 +619,201 @@ TEST(TuningCache, VariantKernelEntries) {
         const CacheEnvironment env(file);
         EXPECT_EQ(fa::choose_kernel(windowed, device), *plain_winner);
     }
+}
+
+// Backward winners (`tune --backward [--deterministic]`) have keys of their own, marked by
+// the "pass" field: written and read back, never displacing the forward's entry of the same
+// problem nor one another.
+TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    const fa::ProblemShape problem = backward_problem();
+    const tuning::Key forward = tuning::Key::of(h100, problem);
+    const tuning::Key backward = tuning::Key::of_backward(h100, problem, false);
+    const tuning::Key deterministic = tuning::Key::of_backward(h100, problem, true);
+    EXPECT_EQ(forward.pass, tuning::Pass::forward);
+    EXPECT_EQ(backward.pass, tuning::Pass::backward);
+    EXPECT_EQ(deterministic.pass, tuning::Pass::backward_deterministic);
+    EXPECT_NE(forward, backward);
+    EXPECT_NE(backward, deterministic);
+    EXPECT_NE(backward.to_string().find(", backward"), std::string::npos) << backward.to_string();
+    EXPECT_NE(deterministic.to_string().find("backward-deterministic"), std::string::npos);
+    EXPECT_EQ(forward.to_string().find("backward"), std::string::npos);
+
+    const tuning::Entry f = entry_of(forward, k_a);
+    const tuning::Entry b = entry_of(backward, k_sm90_backward, k_sm80_backward);
+    const tuning::Entry d = entry_of(deterministic, k_sm80_backward, k_sm90_ordered);
+    const std::string text = tuning::to_json({f, b, d});
+    const auto doc = nlohmann::json::parse(text);
+    EXPECT_FALSE(doc["entries"][0].contains("pass")) << "forward entries are as they were";
+    EXPECT_EQ(doc["entries"][1]["pass"], "backward");
+    EXPECT_EQ(doc["entries"][2]["pass"], "backward-deterministic");
+    const auto back = tuning::parse(text, "t");
+    EXPECT_TRUE(back.warnings.empty()) << back.warnings.at(0);
+    const std::vector<tuning::Entry> written = {f, b, d};
+    ASSERT_EQ(back.entries.size(), written.size());
+    for (std::size_t i = 0; i < written.size(); ++i) {
+        const tuning::Entry& e = written[i];
+        EXPECT_EQ(back.entries[i].key, e.key) << i;
+        EXPECT_EQ(back.entries[i].config, e.config) << i;
+        EXPECT_EQ(back.entries[i].runner_up, e.runner_up) << i;
+        EXPECT_DOUBLE_EQ(back.entries[i].runner_up_tflops, e.runner_up_tflops) << i;
+    }
+    // "pass": "forward" is the forward's key, as no "pass" is.
+    auto forward_doc = nlohmann::json::parse(tuning::to_json({f}));
+    forward_doc["entries"][0]["pass"] = "forward";
+    const auto named = tuning::parse(forward_doc.dump(), "t");
+    ASSERT_EQ(named.entries.size(), 1u);
+    EXPECT_EQ(named.entries[0].key, forward);
+    // An update of one pass's key keeps the others' entries.
+    const auto merged = tuning::merge({f, b, d}, {entry_of(backward, k_sm90_ordered)});
+    ASSERT_EQ(merged.size(), 3u);
+    const auto config_of = [&](const tuning::Key& key) {
+        return std::find_if(merged.begin(), merged.end(),
+                            [&](const tuning::Entry& e) { return e.key == key; })
+            ->config;
+    };
+    EXPECT_EQ(config_of(forward), k_a);
+    EXPECT_EQ(config_of(backward), k_sm90_ordered);
+    EXPECT_EQ(config_of(deterministic), k_sm80_backward);
+}
+
+// choose_backward_config reads the cache: a winner of this device, problem and pass that is
+// built and runs there beats the built-in table; the deterministic choice reads only its own
+// key; a winner this device cannot run, or a corrupt file, leaves the table's choice.
+TEST(TuningCache, BackwardChoiceFollowsTheCache) {
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    const fa::DeviceProperties a100 = fa::DeviceProperties::model("a100");
+    const fa::ProblemShape problem = backward_problem();
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    std::optional<fa::KernelConfig> table, deterministic_table;
+    {
+        const CacheEnvironment env(file);  // no file: the table alone
+        try {
+            table = fa::choose_backward_config(problem, h100);
+            deterministic_table = fa::choose_backward_config(problem, h100, true);
+        } catch (const fa::Error&) {
+            GTEST_SKIP() << "this build has no BF16 d_head 128 backward kernel for an H100";
+        }
+    }
+    // A built config of the problem that runs on an H100 (a deterministic one if asked) and
+    // is not the table's choice.
+    const auto other_than = [&](const fa::KernelConfig& choice, bool deterministic) {
+        for (const fa::KernelConfig& c : fa::configs()) {
+            if (c.backward && c != choice && c.dtype == problem.dtype &&
+                c.d_head == problem.d_head && (!deterministic || fa::is_deterministic(c)) &&
+                fa::device_problem(c, h100).empty())
+                return std::optional(c);
+        }
+        return std::optional<fa::KernelConfig>();
+    };
+    const auto winner = other_than(*table, false);
+    const auto deterministic_winner = other_than(*deterministic_table, true);
+    if (!winner || !deterministic_winner)
+        GTEST_SKIP() << "this build has no second BF16 d_head 128 backward kernel for an H100";
+
+    tuning::save_atomically(file,
+                            {entry_of(tuning::Key::of_backward(h100, problem, false), *winner)});
+    {
+        const CacheEnvironment env(file);
+        EXPECT_EQ(fa::choose_backward_config(problem, h100), *winner);
+        EXPECT_EQ(fa::choose_backward_config(problem, h100, true), *deterministic_table)
+            << "the deterministic choice read the other pass's key";
+        fa::ProblemShape longer = problem;
+        longer.seq_q = longer.seq_k = 2 * problem.seq_q;  // another sequence bucket
+        EXPECT_EQ(fa::choose_backward_config(longer, h100), *table);
+    }
+    tuning::save_atomically(
+        file, {entry_of(tuning::Key::of_backward(h100, problem, false), *winner),
+               entry_of(tuning::Key::of_backward(h100, problem, true), *deterministic_winner)});
+    {
+        const CacheEnvironment env(file);
+        EXPECT_EQ(fa::choose_backward_config(problem, h100), *winner);
+        EXPECT_EQ(fa::choose_backward_config(problem, h100, true), *deterministic_winner);
+    }
+    // An sm90 winner recorded for an A100 (a stale or copied cache): the A100's table.
+    const auto sm90 = std::find_if(fa::configs().begin(), fa::configs().end(), [&](auto& c) {
+        return c.backward && c.family == fa::Family::sm90 && c.dtype == problem.dtype &&
+               c.d_head == problem.d_head;
+    });
+    if (sm90 != fa::configs().end()) {
+        std::optional<fa::KernelConfig> a100_table;
+        {
+            const CacheEnvironment env(dir.path() / "absent.json");
+            a100_table = fa::choose_backward_config(problem, a100);
+        }
+        tuning::save_atomically(file,
+                                {entry_of(tuning::Key::of_backward(a100, problem, false), *sm90)});
+        const CacheEnvironment env(file);
+        EXPECT_EQ(fa::choose_backward_config(problem, a100), *a100_table);
+    }
+    std::ofstream(file) << "{ corrupt";
+    {
+        const CacheEnvironment env(file);
+        testing::internal::CaptureStderr();
+        EXPECT_EQ(fa::choose_backward_config(problem, h100), *table);
+        EXPECT_EQ(fa::choose_backward_config(problem, h100, true), *deterministic_table);
+        const std::string err = testing::internal::GetCapturedStderr();
+        EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    }
+}
+
+// Hostile or inconsistent backward entries are malformed: skipped with one warning, the other
+// entries kept.
+TEST(TuningCache, MalformedBackwardEntriesAreSkipped) {
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    const tuning::Key key = tuning::Key::of_backward(h100, backward_problem(), false);
+    tuning::Key deterministic = key;
+    deterministic.pass = tuning::Pass::backward_deterministic;
+    auto doc = nlohmann::json::parse(
+        tuning::to_json({entry_of(key, k_sm90_backward, k_sm80_backward),
+                         entry_of(deterministic, k_sm80_backward, k_sm90_ordered)}));
+    const nlohmann::json base = doc["entries"][0];
+    const nlohmann::json base_deterministic = doc["entries"][1];
+    const std::vector<std::pair<const char*, nlohmann::json>> bad = {
+        {"pass", "sideways"},
+        {"pass", "Backward"},
+        {"pass", ""},
+        {"pass", 2},
+        {"pass", true},
+        {"pass", nlohmann::json::array({"backward"})},
+        {"pass", std::string(100'000, 'b')},
+        {"config", k_a.to_string()},     // a forward config in a backward entry
+        {"runner_up", k_b.to_string()},  // likewise
+        {"window_or_softcap", true},     // the backward pass takes no variants
+        {"paged", true},                 // nor pages
+        {"rows_bucket", 4},              // nor split counts
+        {"config", "(BF16, 128, 64, 64, 8): bwd+bogus"},
+    };
+    const auto expect_one_skipped = [&](const nlohmann::json& malformed, const std::string& what) {
+        doc["entries"] = nlohmann::json::array({malformed, base});
+        const auto r = tuning::parse(doc.dump(), "cache.json");
+        EXPECT_FALSE(r.corrupt) << what;
+        ASSERT_EQ(r.entries.size(), 1u) << what;
+        EXPECT_EQ(r.entries[0].key, key) << what;
+        ASSERT_EQ(r.warnings.size(), 1u) << what;
+        EXPECT_NE(r.warnings[0].find("skipped 1"), std::string::npos) << r.warnings[0];
+        EXPECT_LT(r.warnings[0].size(), 400u) << what;
+    };
+    for (const auto& [field, value] : bad) {
+        nlohmann::json e = base;
+        e[field] = value;
+        expect_one_skipped(e, std::string(field) + " = " + value.dump().substr(0, 40));
+    }
+    // A deterministic entry whose config or runner-up is not deterministic.
+    for (const char* field : {"config", "runner_up"}) {
+        nlohmann::json e = base_deterministic;
+        e[field] = k_sm90_backward.to_string();
+        expect_one_skipped(e, std::string("deterministic ") + field);
+    }
+    // A forward entry (no "pass") naming a backward config.
+    nlohmann::json forward = base;
+    forward.erase("pass");
+    expect_one_skipped(forward, "forward entry with a backward config");
+    doc["entries"] = nlohmann::json::array({base, base_deterministic});
+    const auto valid = tuning::parse(doc.dump(), "cache.json");
+    EXPECT_EQ(valid.entries.size(), 2u);
+    EXPECT_TRUE(valid.warnings.empty());
 }
 
 // The built-in table's d_head 256 entries on Hopper depend on the length: one stage of
