@@ -167,8 +167,7 @@ void launch_backward(const BackwardParams& p, const KernelConfig& config,
     const BackwardWorkspace w = backward_workspace(config, args.batch, args.heads, args.seq_q);
     if (w.q_rows > std::numeric_limits<int>::max()) {
         fail(ErrorCode::invalid_argument, "q.shape[1] (seq)",
-             "a length whose 128-row blocks stay below 2^31 rows",
-             std::to_string(args.seq_q));
+             "a length whose 128-row blocks stay below 2^31 rows", std::to_string(args.seq_q));
     }
     const StreamScratch workspace(w.bytes(), stream, false);
     float* const floats = static_cast<float*>(workspace.get());
@@ -176,9 +175,8 @@ void launch_backward(const BackwardParams& p, const KernelConfig& config,
     args.lse2 = w.lse2_floats > 0 ? floats + w.d_floats : nullptr;
     args.dq_accum = w.dq_floats > 0 ? floats + w.d_floats + w.lse2_floats : nullptr;
     args.dq_semaphores =
-        w.semaphores > 0
-            ? reinterpret_cast<int*>(floats + w.d_floats + w.lse2_floats + w.dq_floats)
-            : nullptr;
+        w.semaphores > 0 ? reinterpret_cast<int*>(floats + w.d_floats + w.lse2_floats + w.dq_floats)
+                         : nullptr;
     args.q_rows = static_cast<int>(w.q_rows);
     find_kernel(config)->launch_backward(args, stream);
 }
@@ -223,8 +221,8 @@ std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelCo
 }
 
 std::size_t backward_workspace_bytes(const ProblemShape& problem) {
-    return backward_workspace_bytes(
-        problem, choose_backward_config(problem, DeviceProperties::current()));
+    return backward_workspace_bytes(problem,
+                                    choose_backward_config(problem, DeviceProperties::current()));
 }
 
 void backward(const BackwardParams& params, Stream stream) {

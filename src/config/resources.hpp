@@ -107,9 +107,8 @@ constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
     const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
     const auto d = static_cast<std::size_t>(c.d_head);
     const auto stages = static_cast<std::size_t>(c.sm90.stages > 0 ? c.sm90.stages : 0);
-    const std::size_t bytes =
-        2 * (2 * k * d + 2 * stages * r * d + 2 * k * r) + 4 * r * d + 8 * stages * r +
-        8 * (1 + 4 * stages);
+    const std::size_t bytes = 2 * (2 * k * d + 2 * stages * r * d + 2 * k * r) + 4 * r * d +
+                              8 * stages * r + 8 * (1 + 4 * stages);
     return (bytes + 1023) / 1024 * 1024 + 1024;
 }
 

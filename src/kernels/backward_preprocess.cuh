@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(128)
         return;
     const std::int64_t head_row0 = (std::int64_t{batch} * args.heads + head) * args.q_rows;
     if (args.dq_accum != nullptr) {
-        float4* acc = reinterpret_cast<float4*>(args.dq_accum + (head_row0 + row) * D_Head) +
-                      2 * chunk;
+        float4* acc =
+            reinterpret_cast<float4*>(args.dq_accum + (head_row0 + row) * D_Head) + 2 * chunk;
         acc[0] = float4{};
         acc[1] = float4{};
     }
@@ -76,8 +76,7 @@ __global__ void __launch_bounds__(128)
         args.dq_semaphores[(head_row0 + row) / 64] = 0;
     const bool real = row < args.seq_q;
     const std::int64_t at = (std::int64_t{batch} * args.heads + head) * args.seq_q + row;
-    args.d[head_row0 + row] =
-        real ? sum - (args.d_lse != nullptr ? args.d_lse[at] : 0.0f) : 0.0f;
+    args.d[head_row0 + row] = real ? sum - (args.d_lse != nullptr ? args.d_lse[at] : 0.0f) : 0.0f;
     if (args.lse2 != nullptr)
         args.lse2[head_row0 + row] = real ? lse_base2(args.lse[at]) : INFINITY;
 }

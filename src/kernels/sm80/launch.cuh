@@ -51,8 +51,7 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
     launch_kernel<&backward_preprocess_kernel<C.dtype, C.d_head>>(
         dim3(blocks_covering(args.q_rows, backward_preprocess_rows(C.d_head)), args.heads,
              args.batch),
-        128, 0, stream,
-        args, "sm80 backward preprocess launch");
+        128, 0, stream, args, "sm80 backward preprocess launch");
     constexpr int dkdv_smem = static_cast<int>(backward_dkdv_smem_bytes(C));
     enable_dynamic_smem<dkdv_kernel<C>, dkdv_smem>();
     launch_kernel<dkdv_kernel<C>>(

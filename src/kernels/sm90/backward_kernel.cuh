@@ -76,8 +76,8 @@ struct BackwardTraits {
         // still read this one's in its dQ GEMM.
         alignas(1024) unsigned char ds[2][DsTile::bytes];
         alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order (dq_index)
-        alignas(16) float lse2[stages][B_r];          // Q's rows' LSE in base 2
-        alignas(16) float d[stages][B_r];             // dO's rows' D
+        alignas(16) float lse2[stages][B_r];         // Q's rows' LSE in base 2
+        alignas(16) float d[stages][B_r];            // dO's rows' D
         tma::Barrier kv_full;
         tma::Barrier q_full[stages], q_empty[stages];
         tma::Barrier d_o_full[stages], d_o_empty[stages];
@@ -197,8 +197,8 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
         smem.d_o_empty[slot.stage].wait(slot.parity ^ 1);
         tma::Barrier& d_o_full = smem.d_o_full[slot.stage];
         d_o_full.arrive_expect_tx(Tr::QTile::bytes + row_bytes);
-        tma::load_tile<typename Tr::QTile>(smem.d_o[slot.stage], &launch.maps.d_o, q0, head,
-                                           batch, d_o_full);
+        tma::load_tile<typename Tr::QTile>(smem.d_o[slot.stage], &launch.maps.d_o, q0, head, batch,
+                                           d_o_full);
         cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
                                  smem.d[slot.stage], a.d + row0, row_bytes, d_o_full.get());
     }
@@ -300,9 +300,9 @@ struct BackwardConsumer {
         // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B).
         const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(consumer * 64);
         const std::uint32_t v_rows = base + offsetof(Smem, v) + KTile::group_offset(consumer * 64);
-        const std::uint32_t k_dq = base + offsetof(Smem, k) + consumer / Tr::dq_row_groups *
-                                                                  (Tr::dq_cols / 64) *
-                                                                  KTile::sub_tile_stride;
+        const std::uint32_t k_dq =
+            base + offsetof(Smem, k) +
+            consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
         const int lane = threadIdx.x % warp_size;
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, issued back to back.
@@ -521,14 +521,14 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
 
     // dK = scale · dSᵀ·Q and dV, this warp's 16 rows.
     const int row0 = k0 + consumer * 64 + warp_in_warpgroup() * mma_m;
-    store_gradient_rows<Tr::dtype>(c.dk, a.softmax_scale,
-                                   static_cast<T*>(a.dk) + tile.batch * a.dk_stride.batch +
-                                       tile.kv_head * a.dk_stride.head,
-                                   a.dk_stride.seq, row0, a.seq_k);
-    store_gradient_rows<Tr::dtype>(c.dv, 1.0f,
-                                   static_cast<T*>(a.dv) + tile.batch * a.dv_stride.batch +
-                                       tile.kv_head * a.dv_stride.head,
-                                   a.dv_stride.seq, row0, a.seq_k);
+    store_gradient_rows<Tr::dtype>(
+        c.dk, a.softmax_scale,
+        static_cast<T*>(a.dk) + tile.batch * a.dk_stride.batch + tile.kv_head * a.dk_stride.head,
+        a.dk_stride.seq, row0, a.seq_k);
+    store_gradient_rows<Tr::dtype>(
+        c.dv, 1.0f,
+        static_cast<T*>(a.dv) + tile.batch * a.dv_stride.batch + tile.kv_head * a.dv_stride.head,
+        a.dv_stride.seq, row0, a.seq_k);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)launch;

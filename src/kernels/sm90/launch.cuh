@@ -119,8 +119,8 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
         dim3(blocks_covering(args.q_rows, backward_preprocess_rows(C.d_head)), args.heads,
              args.batch),
         128, 0, stream, args, "sm90 backward preprocess launch");
-    const KeyBlockScheduler scheduler{blocks_covering(args.seq_k, C.B_c), args.heads_kv,
-                                      args.batch, args.causal};
+    const KeyBlockScheduler scheduler{blocks_covering(args.seq_k, C.B_c), args.heads_kv, args.batch,
+                                      args.causal};
     if (scheduler.count() > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
                     "k.shape: expected at most 2^31 - 1 key blocks of " + std::to_string(C.B_c) +

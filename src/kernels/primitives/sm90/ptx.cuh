@@ -136,7 +136,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
     } else if constexpr (N == 176) {
         FA_WGMMA_TYPED(176, FA_WGMMA_R88, FA_WGMMA_D88, "%88", 89, 90, "%91, %92", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 192) {
-        FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "%96", 97, 98, "%99, %100", FA_WGMMA_SS_ARGS)
+        FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "%96", 97, 98, "%99, %100",
+                       FA_WGMMA_SS_ARGS)
     } else {
         static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 128, 176 and 192");
     }
