@@ -19,7 +19,7 @@
 #   backward the default build (unless built), its backward GPU tests (memcheck and racecheck on
 #            odd shapes), and `flash_attention bench --backward` of the release set's backward
 #            configs over the bf16 grid (seq 1k-16k); BWD_CANDIDATES=FILE adds FILE's short forms
-#            to the build and the bench
+#            to the build and the bench, BWD_BENCH=0 skips the bench
 #   bench F  a build of the release set plus the short forms of file F, then `flash_attention bench`
 #            of F's configs (F's "#! ARGS" line adds bench arguments)
 #
@@ -80,6 +80,7 @@ stage_backward() {
   check racecheck_bwd timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 \
     "$BUILD/tests/test_gpu" --gtest_brief=1 \
     --gtest_filter='Built/EveryBackwardConfig.*sm90_bwd_stages_2_*q100_k257*:Built/EveryBackwardConfig.*sm90_bwd_stages_2_*q17_k600*'
+  [ "${BWD_BENCH:-1}" = 1 ] || return 0
   local causal
   for causal in "" --causal; do
     check "bench_bwd$causal" "$BUILD/bin/flash_attention" bench --backward --set "$set" --dtype bf16 \

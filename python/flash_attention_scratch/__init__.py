@@ -206,4 +206,4 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
                                 block_table=block_table, softmax_scale=softmax_scale, causal=causal,
                                 causal_alignment=causal_alignment, num_splits=num_splits,
                                 return_lse=return_lse, window_size=window_size, softcap=softcap,
-                                learnable_sink=learnable_sink, deterministic=deterministic)
+                                learnable_sink=learnable_sink)

@@ -5,7 +5,7 @@
 //  - main kernel: one CTA per (key block, K/V head, batch) keeps its B_c rows of K and V in
 //    shared memory and walks every query block that sees them, for each query head of the K/V
 //    head (GQA sums dK and dV without expanding K and V). A producer warp streams Q and dO
-//    blocks with their rows' LSE and D through a `stages`-deep pipeline; each consumer
+//    blocks through a `stages`-deep pipeline; each consumer
 //    warpgroup owns 64 keys and computes, with the keys as rows (the transposed scores, so
 //    that Pᵀ and dSᵀ are A operands straight from registers):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
@@ -76,8 +76,6 @@ struct BackwardTraits {
         // still read this one's in its dQ GEMM.
         alignas(1024) unsigned char ds[2][DsTile::bytes];
         alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order (dq_index)
-        alignas(16) float lse2[stages][B_r];         // Q's rows' LSE in base 2
-        alignas(16) float d[stages][B_r];            // dO's rows' D
         tma::Barrier kv_full;
         tma::Barrier q_full[stages], q_empty[stages];
         tma::Barrier d_o_full[stages], d_o_empty[stages];
@@ -171,36 +169,26 @@ struct StepSlot {
         : stage(i % Stages), parity(static_cast<std::uint32_t>(i / Stages) & 1u) {}
 };
 
-// The producer's thread: K and V once, then every step's Q with its LSE rows and dO with its
-// D rows.
+// The producer's thread: K and V once, then every step's Q and dO.
 template <class Tr>
 __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
                                                  typename Tr::Smem& smem, const QueryWalk& walk,
                                                  int k0, int kv_head, int batch) {
-    const BackwardArgs& a = launch.args;
     smem.kv_full.arrive_expect_tx(2 * Tr::KTile::bytes);
     tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, k0, kv_head, batch, smem.kv_full);
     tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, k0, kv_head, batch, smem.kv_full);
-    constexpr std::uint32_t row_bytes = Tr::B_r * sizeof(float);
     for (int i = 0; i < walk.steps(); ++i) {
         const StepSlot<Tr::stages> slot(i);
         const int head = kv_head * walk.group + walk.head_of(i);
         const int q0 = walk.block_of(i) * Tr::B_r;
-        const std::int64_t row0 = (std::int64_t{batch} * a.heads + head) * a.q_rows + q0;
         smem.q_empty[slot.stage].wait(slot.parity ^ 1);
-        tma::Barrier& q_full = smem.q_full[slot.stage];
-        q_full.arrive_expect_tx(Tr::QTile::bytes + row_bytes);
+        smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes);
         tma::load_tile<typename Tr::QTile>(smem.q[slot.stage], &launch.maps.q, q0, head, batch,
-                                           q_full);
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                 smem.lse2[slot.stage], a.lse2 + row0, row_bytes, q_full.get());
+                                           smem.q_full[slot.stage]);
         smem.d_o_empty[slot.stage].wait(slot.parity ^ 1);
-        tma::Barrier& d_o_full = smem.d_o_full[slot.stage];
-        d_o_full.arrive_expect_tx(Tr::QTile::bytes + row_bytes);
+        smem.d_o_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes);
         tma::load_tile<typename Tr::QTile>(smem.d_o[slot.stage], &launch.maps.d_o, q0, head, batch,
-                                           d_o_full);
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global,
-                                 smem.d[slot.stage], a.d + row0, row_bytes, d_o_full.get());
+                                           smem.d_o_full[slot.stage]);
     }
 }
 
@@ -286,9 +274,27 @@ struct BackwardConsumer {
     float dv[1][g_tiles][4];
 
     // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp.
+    // lse2 and d: the block's rows of the preprocess's LSE (base 2) and D, read from global
+    // memory (L2; every consumer of the key blocks reads them) straight into the registers of
+    // their columns: a 64-query block's are 16 floats a thread each.
     template <bool Masked>
-    __device__ __forceinline__ void step(int i, int q0) {
+    __device__ __forceinline__ void step(int i, int q0, const float* lse2, const float* d) {
         const StepSlot<Tr::stages> slot(i);
+        const int lane = threadIdx.x % warp_size;
+        // A column's LSE and D (its float2 pair of columns of n8 tile nt).
+        const auto column_pair = [&](const float* rows, int nt) {
+            return __ldg(reinterpret_cast<const float2*>(rows + nt * 8 + 2 * (lane % 4)));
+        };
+        // The LSE is loaded before the GEMMs' waits (which order memory: their asm clobbers
+        // it) where the registers allow; at B_r 128 the 32 it takes beside Sᵀ and dPᵀ spilled
+        // (ptxas, CUDA 13.0), and each tile's loads come with its exponentials, as D's do.
+        constexpr bool early_lse = s_tiles <= 8;
+        float2 l[early_lse ? s_tiles : 1];
+        if constexpr (early_lse) {
+#pragma unroll
+            for (int nt = 0; nt < s_tiles; ++nt)
+                l[nt] = column_pair(lse2, nt);
+        }
         // Every operand address anew each step from an opaque base: hoisted out of the loop,
         // the GEMMs' 40 descriptors of K and V took 64-bit registers for the whole loop, and
         // d_head 128 spilled (ptxas, CUDA 13.0).
@@ -303,7 +309,6 @@ struct BackwardConsumer {
         const std::uint32_t k_dq =
             base + offsetof(Smem, k) +
             consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
-        const int lane = threadIdx.x % warp_size;
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, issued back to back.
         float s[1][s_tiles][4], dp[1][s_tiles][4];
@@ -329,24 +334,36 @@ struct BackwardConsumer {
         ptx::fence_operands(s[0]);
         if constexpr (Masked)
             mask.mask_key_rows(s, first_key, q0);
-        const float* lse2 = smem.lse2[slot.stage];
 #pragma unroll
         for (int nt = 0; nt < s_tiles; ++nt) {
-            const float2 l = *reinterpret_cast<const float2*>(lse2 + nt * 8 + 2 * (lane % 4));
+            float2 lse;
+            if constexpr (early_lse)
+                lse = l[nt];
+            else
+                lse = column_pair(lse2, nt);
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                s[0][nt][e] = ptx::ex2(s[0][nt][e] * scale_log2 - (e % 2 ? l.y : l.x));
+                s[0][nt][e] = ptx::ex2(s[0][nt][e] * scale_log2 - (e % 2 ? lse.y : lse.x));
         }
-        // dSᵀ = Pᵀ ∘ (dPᵀ - D).
+        // dSᵀ = Pᵀ ∘ (dPᵀ - D), D loaded, as the LSE, before dPᵀ's wait where registers allow.
+        float2 dd[early_lse ? s_tiles : 1];
+        if constexpr (early_lse) {
+#pragma unroll
+            for (int nt = 0; nt < s_tiles; ++nt)
+                dd[nt] = column_pair(d, nt);
+        }
         ptx::wgmma_wait<0>();
         ptx::fence_operands(dp[0]);
-        const float* d = smem.d[slot.stage];
 #pragma unroll
         for (int nt = 0; nt < s_tiles; ++nt) {
-            const float2 dd = *reinterpret_cast<const float2*>(d + nt * 8 + 2 * (lane % 4));
+            float2 dnt;
+            if constexpr (early_lse)
+                dnt = dd[nt];
+            else
+                dnt = column_pair(d, nt);
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                dp[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - (e % 2 ? dd.y : dd.x));
+                dp[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - (e % 2 ? dnt.y : dnt.x));
         }
         std::uint32_t p[1][s_tiles / 2][4], ds[1][s_tiles / 2][4];
         accumulators_to_a_fragments<dtype>(s, p);
@@ -420,12 +437,8 @@ struct BackwardConsumer {
         ptx::named_barrier_arrive(Tr::dq_full_barrier(consumer), Tr::dq_barrier_threads);
     }
 
-    // Each warp tells the producer it has finished reading a stage (after its wgmma wait). Its
-    // threads read the stage's LSE or D rows with ordinary loads, which the next bulk copy
-    // into the stage (the async proxy) must follow: a proxy fence orders them (racecheck
-    // reported the copies racing the loads without it).
+    // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
     __device__ __forceinline__ static void release(tma::Barrier& empty) {
-        tma::fence_shared_to_async_proxy();
         __syncwarp();
         if (threadIdx.x % warp_size == 0)
             empty.arrive();
@@ -513,10 +526,14 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     smem.kv_full.wait(0);
     for (int i = 0; i < walk.steps(); ++i) {
         const int block = walk.block_of(i);
+        const std::int64_t row0 =
+            (std::int64_t{tile.batch} * a.heads + tile.kv_head * walk.group + walk.head_of(i)) *
+                a.q_rows +
+            block * Tr::B_r;
         if (block < walk.unmasked_from)
-            c.template step<true>(i, block * Tr::B_r);
+            c.template step<true>(i, block * Tr::B_r, a.lse2 + row0, a.d + row0);
         else
-            c.template step<false>(i, block * Tr::B_r);
+            c.template step<false>(i, block * Tr::B_r, a.lse2 + row0, a.d + row0);
     }
 
     // dK = scale · dSᵀ·Q and dV, this warp's 16 rows.
