@@ -1,5 +1,6 @@
 #include "flash_attention/kernel_config.hpp"
 
+#include <cstdint>
 #include <algorithm>
 #include <array>
 #include <bitset>
@@ -387,6 +388,11 @@ KernelConfig KernelConfig::parse(std::string_view short_form) {
 std::size_t std::hash<flash_attention::KernelConfig>::operator()(
     const flash_attention::KernelConfig& c) const noexcept {
     // Every field, through the packing the field table defines (out-of-range values are
-    // masked, as in the kernel code; equal configs always hash equal).
-    return std::hash<unsigned long long>{}(flash_attention::pack(c));
+    // masked, as in the kernel code; equal configs always hash equal), then mixed
+    // (SplitMix64's finaliser): the packed codes differ in a few bits, and Python reduces a
+    // hash modulo 2^61 - 1, where unmixed codes of two release configs collided.
+    std::uint64_t x = flash_attention::pack(c);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return static_cast<std::size_t>(x ^ (x >> 31));
 }
