@@ -1,11 +1,11 @@
 #include "flash_attention/kernel_config.hpp"
 
-#include <cstdint>
 #include <algorithm>
 #include <array>
 #include <bitset>
 #include <cctype>
 #include <charconv>
+#include <cstdint>
 #include <string>
 #include <vector>
 
