@@ -11,7 +11,9 @@
 
 #include "flash_attention/kernel_config.hpp"
 #include "kernels/kernel_args.hpp"
+#include "kernels/launch_support.cuh"
 #include "kernels/primitives/element.cuh"
+#include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/ptx.cuh"
 
 namespace flash_attention {
@@ -79,6 +81,15 @@ __global__ void __launch_bounds__(128)
     args.d[head_row0 + row] = real ? sum - (args.d_lse != nullptr ? args.d_lse[at] : 0.0f) : 0.0f;
     if (args.lse2 != nullptr)
         args.lse2[head_row0 + row] = real ? lse_base2(args.lse[at]) : INFINITY;
+}
+
+// Launches the preprocess over every row (args.q_rows, padding included) of every head.
+template <DType dtype, int D_Head>
+void launch_backward_preprocess(const BackwardArgs& args, Stream stream) {
+    launch_kernel<&backward_preprocess_kernel<dtype, D_Head>>(
+        dim3(blocks_covering(args.q_rows, backward_preprocess_rows(D_Head)), args.heads,
+             args.batch),
+        128, 0, stream, args, "backward preprocess launch");
 }
 
 }  // namespace flash_attention

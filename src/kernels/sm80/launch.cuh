@@ -48,10 +48,7 @@ inline constexpr auto* dq_kernel = &backward_dq_kernel<pack(C)>;
 // The backward pass: D's preprocess, then the dK/dV and the dQ kernels, in stream order.
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
-    launch_kernel<&backward_preprocess_kernel<C.dtype, C.d_head>>(
-        dim3(blocks_covering(args.q_rows, backward_preprocess_rows(C.d_head)), args.heads,
-             args.batch),
-        128, 0, stream, args, "sm80 backward preprocess launch");
+    launch_backward_preprocess<C.dtype, C.d_head>(args, stream);
     constexpr int dkdv_smem = static_cast<int>(backward_dkdv_smem_bytes(C));
     enable_dynamic_smem<dkdv_kernel<C>, dkdv_smem>();
     launch_kernel<dkdv_kernel<C>>(

@@ -115,10 +115,7 @@ inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C)>;
 // kernel, and dQ's conversion, in stream order.
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
-    launch_kernel<&backward_preprocess_kernel<C.dtype, C.d_head>>(
-        dim3(blocks_covering(args.q_rows, backward_preprocess_rows(C.d_head)), args.heads,
-             args.batch),
-        128, 0, stream, args, "sm90 backward preprocess launch");
+    launch_backward_preprocess<C.dtype, C.d_head>(args, stream);
     const KeyBlockScheduler scheduler{blocks_covering(args.seq_k, C.B_c), args.heads_kv, args.batch,
                                       args.causal};
     if (scheduler.count() > std::numeric_limits<int>::max()) {
