@@ -5,9 +5,9 @@
 //  - main kernel: one CTA per (key block, K/V head, batch) keeps its B_c rows of K and V in
 //    shared memory and walks every query block that sees them, for each query head of the K/V
 //    head (GQA sums dK and dV without expanding K and V). A producer warp streams Q and dO
-//    blocks through a `stages`-deep pipeline; each consumer
-//    warpgroup owns 64 keys and computes, with the keys as rows (the transposed scores, so
-//    that Pᵀ and dSᵀ are A operands straight from registers):
+//    blocks through a `stages`-deep pipeline; each consumer warpgroup owns 64 keys and
+//    computes, with the keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
+//    straight from registers; each step's LSE and D rows read from global memory):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
 //        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory).
 //    A second producer warp adds each step's dQ to an fp32 accumulator in global memory with
