@@ -477,3 +477,34 @@ TEST(Validation, BackwardChecksEverythingBeforeTheDevice) {
         }
     }
 }
+
+// The backward's workspace grows with the sequence, never with its square: D (sm80), plus the
+// LSE in base 2 and dQ's fp32 accumulator on 128-row padded rows (sm90), plus a semaphore per 64
+// rows when ordered.
+TEST(Validation, BackwardWorkspaceIsLinearInTheSequence) {
+    const auto shape = [](int seq) {
+        return fa::ProblemShape{.dtype = fa::DType::BF16,
+                                .d_head = 128,
+                                .batch = 2,
+                                .seq_q = seq,
+                                .seq_k = seq,
+                                .heads = 16,
+                                .heads_kv = 4,
+                                .causal = true};
+    };
+    const auto sm80 = fa::KernelConfig::parse("(BF16, 128, 64, 64, 8): bwd+async+swizzled");
+    const auto sm90 = fa::KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2");
+    const auto ordered =
+        fa::KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+ordered");
+    const std::size_t rows = 2 * 16;  // (batch, head) pairs
+    EXPECT_EQ(fa::backward_workspace_bytes(shape(1000), sm80), rows * 1000 * 4);
+    // 1000 rows padded to 1024: D, the LSE and 128 accumulator floats a row.
+    EXPECT_EQ(fa::backward_workspace_bytes(shape(1000), sm90), rows * 1024 * (2 + 128) * 4);
+    EXPECT_EQ(fa::backward_workspace_bytes(shape(1000), ordered),
+              rows * 1024 * (2 + 128) * 4 + rows * 1024 / 64 * 4);
+    for (const auto& c : {sm80, sm90, ordered}) {
+        EXPECT_EQ(fa::backward_workspace_bytes(shape(16384), c),
+                  2 * fa::backward_workspace_bytes(shape(8192), c))
+            << c.to_string();
+    }
+}
