@@ -134,13 +134,7 @@ TEST_P(EveryBackwardConfig, MatchesReference) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-    std::string name;
-    for (const char ch : info.param.config.to_string()) {
-        if (std::isalnum(static_cast<unsigned char>(ch)))
-            name += ch;
-        else if (!name.empty() && name.back() != '_')
-            name += '_';
-    }
+    const std::string name = fa::testing::config_identifier(info.param.config);
     const Shape& s = info.param.shape;
     return name + "_q" + std::to_string(s.seq_q) + "_k" + std::to_string(s.seq_k) + "_h" +
            std::to_string(s.heads) + "_" + std::to_string(s.heads_kv) +

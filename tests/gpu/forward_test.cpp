@@ -168,13 +168,7 @@ TEST_P(EveryConfig, MatchesReference) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<Case>& info) {
-    std::string name;
-    for (const char ch : info.param.config.to_string()) {
-        if (std::isalnum(static_cast<unsigned char>(ch)))
-            name += ch;
-        else if (!name.empty() && name.back() != '_')
-            name += '_';
-    }
+    const std::string name = fa::testing::config_identifier(info.param.config);
     return name + "_seq" + std::to_string(info.param.seq) + "_" + std::to_string(info.index);
 }
 

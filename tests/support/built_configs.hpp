@@ -3,6 +3,8 @@
 // The configs of this build by pass: the GPU tests run each forward config through forward()
 // and each backward config through backward().
 
+#include <cctype>
+#include <string>
 #include <vector>
 
 #include "flash_attention/flash_attention.hpp"
@@ -21,6 +23,18 @@ inline std::vector<KernelConfig> built_configs(bool backward) {
 inline const std::vector<KernelConfig>& forward_configs() {
     static const std::vector<KernelConfig> v = built_configs(false);
     return v;
+}
+
+// A config's short form as a test-name part: letters and digits, runs of anything else one '_'.
+inline std::string config_identifier(const KernelConfig& c) {
+    std::string name;
+    for (const char ch : c.to_string()) {
+        if (std::isalnum(static_cast<unsigned char>(ch)))
+            name += ch;
+        else if (!name.empty() && name.back() != '_')
+            name += '_';
+    }
+    return name;
 }
 
 inline const std::vector<KernelConfig>& backward_configs() {
