@@ -281,20 +281,30 @@ struct BackwardConsumer {
     __device__ __forceinline__ void step(int i, int q0, const float* lse2, const float* d) {
         const StepSlot<Tr::stages> slot(i);
         const int lane = threadIdx.x % warp_size;
-        // A column's LSE and D (its float2 pair of columns of n8 tile nt).
+        // A column's LSE or D (its float2 pair of columns of n8 tile nt). Both are loaded before
+        // the GEMM wait that precedes their use (the waits order memory: their asm clobbers it)
+        // where the registers allow ("early"); at B_r 128 the 32 the LSE takes beside Sᵀ and
+        // dPᵀ spilled (ptxas, CUDA 13.0), and each tile's loads come with its use.
+        constexpr bool early = s_tiles <= 8;
         const auto column_pair = [&](const float* rows, int nt) {
             return __ldg(reinterpret_cast<const float2*>(rows + nt * 8 + 2 * (lane % 4)));
         };
-        // The LSE is loaded before the GEMMs' waits (which order memory: their asm clobbers
-        // it) where the registers allow; at B_r 128 the 32 it takes beside Sᵀ and dPᵀ spilled
-        // (ptxas, CUDA 13.0), and each tile's loads come with its exponentials, as D's do.
-        constexpr bool early_lse = s_tiles <= 8;
-        float2 l[early_lse ? s_tiles : 1];
-        if constexpr (early_lse) {
+        const auto load_early = [&](float2(&ahead)[early ? s_tiles : 1], const float* rows) {
+            if constexpr (early) {
 #pragma unroll
-            for (int nt = 0; nt < s_tiles; ++nt)
-                l[nt] = column_pair(lse2, nt);
-        }
+                for (int nt = 0; nt < s_tiles; ++nt)
+                    ahead[nt] = column_pair(rows, nt);
+            }
+        };
+        const auto column = [&](const float2(&ahead)[early ? s_tiles : 1], const float* rows,
+                                int nt) {
+            if constexpr (early)
+                return ahead[nt];
+            else
+                return column_pair(rows, nt);
+        };
+        float2 l[early ? s_tiles : 1];
+        load_early(l, lse2);
         // Every operand address anew each step from an opaque base: hoisted out of the loop,
         // the GEMMs' 40 descriptors of K and V took 64-bit registers for the whole loop, and
         // d_head 128 spilled (ptxas, CUDA 13.0).
@@ -336,31 +346,19 @@ struct BackwardConsumer {
             mask.mask_key_rows(s, first_key, q0);
 #pragma unroll
         for (int nt = 0; nt < s_tiles; ++nt) {
-            float2 lse;
-            if constexpr (early_lse)
-                lse = l[nt];
-            else
-                lse = column_pair(lse2, nt);
+            const float2 lse = column(l, lse2, nt);
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 s[0][nt][e] = ptx::ex2(s[0][nt][e] * scale_log2 - (e % 2 ? lse.y : lse.x));
         }
-        // dSᵀ = Pᵀ ∘ (dPᵀ - D), D loaded, as the LSE, before dPᵀ's wait where registers allow.
-        float2 dd[early_lse ? s_tiles : 1];
-        if constexpr (early_lse) {
-#pragma unroll
-            for (int nt = 0; nt < s_tiles; ++nt)
-                dd[nt] = column_pair(d, nt);
-        }
+        // dSᵀ = Pᵀ ∘ (dPᵀ - D).
+        float2 dd[early ? s_tiles : 1];
+        load_early(dd, d);
         ptx::wgmma_wait<0>();
         ptx::fence_operands(dp[0]);
 #pragma unroll
         for (int nt = 0; nt < s_tiles; ++nt) {
-            float2 dnt;
-            if constexpr (early_lse)
-                dnt = dd[nt];
-            else
-                dnt = column_pair(d, nt);
+            const float2 dnt = column(dd, d, nt);
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 dp[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - (e % 2 ? dnt.y : dnt.x));
