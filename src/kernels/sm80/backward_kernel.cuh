@@ -88,41 +88,6 @@ struct BackwardTraits {
     static_assert(sizeof(DqSmem) == backward_dq_smem_bytes(C));
 };
 
-// B operand of a gradient GEMM read from a (k x n) row-major tile (dO, Q, K: k runs over the
-// tile's rows), n over this warp's columns [chunk0 * 8, chunk0 * 8 + 8 * NTiles): SmemB's
-// transposed loads shifted by a column offset.
-template <class Tile, int NTiles>
-struct SmemBColumns {
-    static_assert(NTiles % 2 == 0, "ldmatrix.x4 loads n8 tiles in pairs");
-    LaneRowPointer<Tile> lane_row;
-    int chunk0;
-
-    __device__ __forceinline__ SmemBColumns(std::uint32_t tile_base, int col0)
-        : lane_row(tile_base, (lane_id() / 8 % 2) * 8 + lane_id() % 8, lane_id() / 16),
-          chunk0(col0 / 8) {}
-
-    template <int Step>
-    struct Frags {
-        std::uint32_t r[Step][NTiles][2];
-    };
-
-    template <int Step>
-    __device__ __forceinline__ void load(Frags<Step>& f, int step) const {
-#pragma unroll
-        for (int kt = 0; kt < Step; ++kt) {
-#pragma unroll
-            for (int pair = 0; pair < NTiles / 2; ++pair) {
-                std::uint32_t x[4];
-                ptx::ldmatrix_x4_trans(x, lane_row.at(16 * (step * Step + kt), chunk0 + 2 * pair));
-                f.r[kt][2 * pair][0] = x[0];
-                f.r[kt][2 * pair][1] = x[1];
-                f.r[kt][2 * pair + 1][0] = x[2];
-                f.r[kt][2 * pair + 1][1] = x[3];
-            }
-        }
-    }
-};
-
 // Stores a warp's 16 x (8 * NT) fp32 accumulators, rounded to 16 bits, at rows row0 + [0, 16)
 // and columns col0 + [0, 8 * NT) of a shared-memory tile.
 template <DType dtype, class Tile, int NT>
@@ -291,8 +256,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
             __syncthreads();
 
             // dV += Pᵀ·dO and dK += dSᵀ·Q over k = the tile's B_r queries.
-            const SmemBColumns<typename Tr::QTile, NG> d_o_frags(d_o_s, Grads::col0());
-            const SmemBColumns<typename Tr::QTile, NG> q_frags(q_s, Grads::col0());
+            const SmemB<typename Tr::QTile, NG, true> d_o_frags(d_o_s, Grads::col0());
+            const SmemB<typename Tr::QTile, NG, true> q_frags(q_s, Grads::col0());
             warp_gemm<Tr::dtype, Tr::B_r / 16, 1, false>(
                 dv, SmemA<typename Tr::PtTile, 1>(p_t_s, Grads::row0()), d_o_frags);
             warp_gemm<Tr::dtype, Tr::B_r / 16, 1, false>(
@@ -393,7 +358,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         // dQ += dS·K over k = the block's B_c keys.
         warp_gemm<Tr::dtype, Tr::B_c / 16, 1, false>(
             dq, SmemA<typename Tr::DsTile, 1>(ds_s, Grads::row0()),
-            SmemBColumns<typename Tr::KTile, NG>(k_s, Grads::col0()));
+            SmemB<typename Tr::KTile, NG, true>(k_s, Grads::col0()));
     }
 
     // dQ = scale · dS·K, staged through Q's tile once its copy has landed (a tile that sees no

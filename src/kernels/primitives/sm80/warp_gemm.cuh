@@ -75,11 +75,13 @@ struct SmemA {
 //    B in the "col" layout mma wants, so plain ldmatrix yields the fragments.
 //  - Transposed = true: the tile is (k x n) row-major, e.g. V for O = P·V; .trans
 //    transposes each 8x8 on the way into registers.
-// One ldmatrix.x4 covers two n8 tiles of one k16 tile.
+// One ldmatrix.x4 covers two n8 tiles of one k16 tile. The n extent starts at chunk0 (in 8-column
+// chunks of a transposed tile: a warp's share of the backward's gradient columns), else at 0.
 template <class Tile, int NTiles, bool Transposed>
 struct SmemB {
     static_assert(NTiles % 2 == 0, "ldmatrix.x4 loads n8 tiles in pairs");
     LaneRowPointer<Tile> lane_row;
+    int chunk0 = 0;
 
     // Matrix m = lane / 8 of the x4: for K, n-tile m/2 and k-half m%2; for V,
     // k-half m%2 (rows) and n-tile m/2 (chunks).
@@ -92,6 +94,10 @@ struct SmemB {
 
     __device__ __forceinline__ explicit SmemB(std::uint32_t tile_base)
         : lane_row(lane_pointer(tile_base)) {}
+    __device__ __forceinline__ SmemB(std::uint32_t tile_base, int col0)
+        : lane_row(lane_pointer(tile_base)), chunk0(col0 / 8) {
+        static_assert(Transposed, "a column offset into a transposed (k x n) tile");
+    }
 
     template <int Step>
     struct Frags {
@@ -107,7 +113,7 @@ struct SmemB {
             for (int pair = 0; pair < NTiles / 2; ++pair) {
                 std::uint32_t x[4];
                 if constexpr (Transposed) {
-                    ptx::ldmatrix_x4_trans(x, lane_row.at(16 * k_tile, 2 * pair));
+                    ptx::ldmatrix_x4_trans(x, lane_row.at(16 * k_tile, chunk0 + 2 * pair));
                 } else {
                     ptx::ldmatrix_x4(x, lane_row.at(16 * pair, 2 * k_tile));
                 }
