@@ -160,15 +160,6 @@ struct QueryWalk {
     __device__ int block_of(int i) const { return first_block + i % (blocks - first_block); }
 };
 
-// A pipeline slot of step i: its stage and the parity of that stage's phase.
-template <int Stages>
-struct StepSlot {
-    int stage;
-    std::uint32_t parity;
-    __device__ explicit StepSlot(int i)
-        : stage(i % Stages), parity(static_cast<std::uint32_t>(i / Stages) & 1u) {}
-};
-
 // The producer's thread: K and V once, then every step's Q and dO.
 template <class Tr>
 __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
@@ -178,7 +169,7 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
     tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, k0, kv_head, batch, smem.kv_full);
     tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, k0, kv_head, batch, smem.kv_full);
     for (int i = 0; i < walk.steps(); ++i) {
-        const StepSlot<Tr::stages> slot(i);
+        const RingSlot<Tr::stages> slot(i);
         const int head = kv_head * walk.group + walk.head_of(i);
         const int q0 = walk.block_of(i) * Tr::B_r;
         smem.q_empty[slot.stage].wait(slot.parity ^ 1);
@@ -279,7 +270,7 @@ struct BackwardConsumer {
     // their columns: a 64-query block's are 16 floats a thread each.
     template <bool Masked>
     __device__ __forceinline__ void step(int i, int q0, const float* lse2, const float* d) {
-        const StepSlot<Tr::stages> slot(i);
+        const RingSlot<Tr::stages> slot(i);
         const int lane = threadIdx.x % warp_size;
         // A column's LSE or D (its float2 pair of columns of n8 tile nt). Both are loaded before
         // the GEMM wait that precedes their use (the waits order memory: their asm clobbers it)

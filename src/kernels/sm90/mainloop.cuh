@@ -29,16 +29,6 @@ __device__ __forceinline__ auto first_tiles(T (&tiles)[1][N][4]) -> T (&)[1][W][
     return reinterpret_cast<T(&)[1][W][4]>(tiles);
 }
 
-// A position in the K/V ring: block j lives in stage j % stages, and each reuse of a
-// stage flips the parity of its barriers' phase.
-template <int Stages>
-struct RingSlot {
-    int stage;
-    std::uint32_t parity;
-    __device__ __forceinline__ explicit RingSlot(int j)
-        : stage(j % Stages), parity(static_cast<std::uint32_t>((j / Stages) & 1)) {}
-};
-
 // The Q buffer of the `iteration`-th tile a CTA works on, and its barriers' parity.
 template <class Tr>
 struct QSlot {

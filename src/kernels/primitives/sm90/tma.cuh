@@ -8,6 +8,21 @@
 #include <cstdint>
 #include <cuda/ptx>
 
+namespace flash_attention {
+
+// A position in a ring of pipeline stages (the forward's K/V blocks, the backward's Q and dO
+// blocks): item j lives in stage j % Stages, and each reuse of a stage flips the parity of its
+// barriers' phase.
+template <int Stages>
+struct RingSlot {
+    int stage;
+    std::uint32_t parity;
+    __device__ __forceinline__ explicit RingSlot(int j)
+        : stage(j % Stages), parity(static_cast<std::uint32_t>((j / Stages) & 1)) {}
+};
+
+}  // namespace flash_attention
+
 namespace flash_attention::tma {
 
 // One mbarrier in shared memory: a phase completes when `count` threads have arrived
