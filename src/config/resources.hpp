@@ -101,14 +101,14 @@ constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
 
 // The sm90 backward kernel (sm90/backward_kernel.cuh), one struct: its B_c keys' K and V (64 a
 // consumer), `stages` Q and dO tiles of B_r queries, two dSᵀ tiles (B_c x B_r), dQ's fp32
-// staging (B_r x d_head) and the mbarriers, rounded up to the
+// staging (B_r x d_head), two steps' LSE and D rows (fp32) and the mbarriers, rounded up to the
 // struct's 1024-byte alignment; 1024 bytes more to align it (the 128-byte swizzle's period).
 constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
     const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
     const auto d = static_cast<std::size_t>(c.d_head);
     const auto stages = static_cast<std::size_t>(c.sm90.stages > 0 ? c.sm90.stages : 0);
-    const std::size_t bytes =
-        2 * (2 * k * d + 2 * stages * r * d + 2 * k * r) + 4 * r * d + 8 * (1 + 4 * stages);
+    const std::size_t bytes = 2 * (2 * k * d + 2 * stages * r * d + 2 * k * r) + 4 * r * d +
+                              16 * r + 8 * (1 + 4 * stages);
     return (bytes + 1023) / 1024 * 1024 + 1024;
 }
 

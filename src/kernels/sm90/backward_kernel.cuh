@@ -7,7 +7,7 @@
 //    head (GQA sums dK and dV without expanding K and V). A producer warp streams Q and dO
 //    blocks through a `stages`-deep pipeline; each consumer warpgroup owns 64 keys and
 //    computes, with the keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
-//    straight from registers; each step's LSE and D rows read from global memory):
+//    straight from registers; each step's LSE and D rows staged in shared memory a step ahead):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
 //        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory).
 //    A second producer warp adds each step's dQ to an fp32 accumulator in global memory with
@@ -76,6 +76,9 @@ struct BackwardTraits {
         // still read this one's in its dQ GEMM.
         alignas(1024) unsigned char ds[2][DsTile::bytes];
         alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order (dq_index)
+        // A step's query rows' LSE (base 2) then D, alternating by step: the consumers copy the
+        // next step's from global memory while they run this one (StepStats).
+        alignas(16) float stats[2][2 * B_r];
         tma::Barrier kv_full;
         tma::Barrier q_full[stages], q_empty[stages];
         tma::Barrier d_o_full[stages], d_o_empty[stages];
@@ -242,6 +245,39 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem&
         tma::wait_stores_done();
 }
 
+// A step's query rows' statistics from the preprocess, the LSE (base 2) and D, staged in shared
+// memory one step ahead by the consumers themselves: each thread loads its share of the next
+// step's rows from global memory as a step begins and stores it before the step's dSᵀ barrier,
+// which every consumer passes before the next step reads them. The load's latency hides behind
+// the step's GEMMs, and plain loads and stores ordered by a named barrier need no proxy fence.
+// (Read from global memory at use, each step waited on L2 and d_head 64 spilled; bulk copies
+// into each pipeline stage drew racecheck hazards against the reads.)
+template <class Tr>
+struct StepStats {
+    static constexpr int floats = 2 * Tr::B_r;  // the LSE rows, then D's
+    static constexpr int threads = Tr::consumers * warpgroup_threads;
+    static constexpr int per_thread = (floats + threads - 1) / threads;
+    float v[per_thread];
+
+    // Thread t (of the consumers') takes floats t, t + threads, ...
+    __device__ __forceinline__ void load(const BackwardArgs& a, std::int64_t row0, int t) {
+#pragma unroll
+        for (int j = 0; j < per_thread; ++j) {
+            const int f = t + j * threads;
+            if (f < floats)
+                v[j] = __ldg(f < Tr::B_r ? a.lse2 + row0 + f : a.d + row0 + (f - Tr::B_r));
+        }
+    }
+    __device__ __forceinline__ void store(float* stats, int t) const {
+#pragma unroll
+        for (int j = 0; j < per_thread; ++j) {
+            const int f = t + j * threads;
+            if (f < floats)
+                stats[f] = v[j];
+        }
+    }
+};
+
 // A consumer warpgroup: 64 keys' dK and dV, accumulated over the walk.
 template <class Tr>
 struct BackwardConsumer {
@@ -255,6 +291,7 @@ struct BackwardConsumer {
     using DsTile = typename Tr::DsTile;
 
     Smem& smem;
+    const BackwardArgs& args;
     std::uint32_t smem_base;  // smem's shared-memory address
     int consumer;
     float scale_log2;
@@ -264,21 +301,25 @@ struct BackwardConsumer {
     float dk[1][g_tiles][4];
     float dv[1][g_tiles][4];
 
-    // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp.
-    // lse2 and d: the block's rows of the preprocess's LSE (base 2) and D, read from global
-    // memory (L2; every consumer of the key blocks reads them) straight into the registers of
-    // their columns: a 64-query block's are 16 floats a thread each.
+    // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp;
+    // the next step's statistics (its rows from next_row0; none if negative) staged meanwhile.
     template <bool Masked>
-    __device__ __forceinline__ void step(int i, int q0, const float* lse2, const float* d) {
+    __device__ __forceinline__ void step(int i, int q0, std::int64_t next_row0) {
         const RingSlot<Tr::stages> slot(i);
         const int lane = threadIdx.x % warp_size;
-        // A column's LSE or D (its float2 pair of columns of n8 tile nt). Both are loaded before
+        const int stats_thread = threadIdx.x - warpgroup_threads;
+        StepStats<Tr> next;
+        if (next_row0 >= 0)
+            next.load(args, next_row0, stats_thread);
+        const float* lse2 = smem.stats[i % 2];
+        const float* d = lse2 + Tr::B_r;
+        // A column's LSE or D (its float2 pair of columns of n8 tile nt). Both are read before
         // the GEMM wait that precedes their use (the waits order memory: their asm clobbers it)
         // where the registers allow ("early"); at B_r 128 the 32 the LSE takes beside Sᵀ and
-        // dPᵀ spilled (ptxas, CUDA 13.0), and each tile's loads come with its use.
+        // dPᵀ spilled (ptxas, CUDA 13.0), and each tile's reads come with its use.
         constexpr bool early = s_tiles <= 8;
         const auto column_pair = [&](const float* rows, int nt) {
-            return __ldg(reinterpret_cast<const float2*>(rows + nt * 8 + 2 * (lane % 4)));
+            return *reinterpret_cast<const float2*>(rows + nt * 8 + 2 * (lane % 4));
         };
         const auto load_early = [&](float2(&ahead)[early ? s_tiles : 1], const float* rows) {
             if constexpr (early) {
@@ -364,6 +405,8 @@ struct BackwardConsumer {
         warpgroup_gemm_pv<dtype, QTile, Tr::B_r>(dv[0], p[0], d_o_s);
         ptx::wgmma_commit_group();
         store_ds(ds, ds_s);
+        if (next_row0 >= 0)
+            next.store(smem.stats[(i + 1) % 2], stats_thread);
         tma::fence_shared_to_async_proxy();
         ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
 
@@ -503,6 +546,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const int consumer = warpgroup - 1;
     BackwardConsumer<Tr> c{
         .smem = smem,
+        .args = a,
         .smem_base = ptx::smem_address(&smem),
         .consumer = consumer,
         .scale_log2 = a.scale_log2,
@@ -512,17 +556,26 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     };
     zero(c.dk);
     zero(c.dv);
+    // Step i's first row in the preprocess's per-row arrays; -1 past the walk.
+    const auto stats_row0 = [&](int i) -> std::int64_t {
+        if (i >= walk.steps())
+            return -1;
+        const int head = tile.kv_head * walk.group + walk.head_of(i);
+        return (std::int64_t{tile.batch} * a.heads + head) * a.q_rows + walk.block_of(i) * Tr::B_r;
+    };
+    if (walk.steps() > 0) {
+        StepStats<Tr> first;
+        first.load(a, stats_row0(0), threadIdx.x - warpgroup_threads);
+        first.store(smem.stats[0], threadIdx.x - warpgroup_threads);
+    }
+    ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
     smem.kv_full.wait(0);
     for (int i = 0; i < walk.steps(); ++i) {
         const int block = walk.block_of(i);
-        const std::int64_t row0 =
-            (std::int64_t{tile.batch} * a.heads + tile.kv_head * walk.group + walk.head_of(i)) *
-                a.q_rows +
-            block * Tr::B_r;
         if (block < walk.unmasked_from)
-            c.template step<true>(i, block * Tr::B_r, a.lse2 + row0, a.d + row0);
+            c.template step<true>(i, block * Tr::B_r, stats_row0(i + 1));
         else
-            c.template step<false>(i, block * Tr::B_r, a.lse2 + row0, a.d + row0);
+            c.template step<false>(i, block * Tr::B_r, stats_row0(i + 1));
     }
 
     // dK = scale · dSᵀ·Q and dV, this warp's 16 rows.
