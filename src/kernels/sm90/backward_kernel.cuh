@@ -112,16 +112,21 @@ struct BackwardLaunch {
     BackwardTensorMaps maps;
 };
 
-// One CTA a key block of one K/V head of one sequence. Causal problems number the key blocks
-// slowest, from the first (the most queries see it) on, so that the longest CTAs start first and
-// the grid's tail is short ones; otherwise the key blocks of a head are neighbours, which stream
-// the same Q and dO through L2.
+// One CTA a key block of one K/V head of one sequence. The key blocks of a head are neighbours:
+// the CTAs running together walk the same Q, dO and dQ rows, which stay in L2; causal, a head's
+// longest (first) key block starts first. Ordered dQ (deterministic) with a causal mask numbers
+// the key blocks slowest instead, every head's first block before any second: a key block waits
+// for its predecessors' adds to each query block, which then run ahead of it, where neighbours
+// would idle a head's later blocks until the first reached their queries.
 struct KeyBlockScheduler {
     int key_blocks;
     int heads_kv;
     int batch;
-    bool causal;
+    bool key_blocks_slowest;
 
+    __host__ __device__ static KeyBlockScheduler of(const BackwardArgs& a, int B_c, bool ordered) {
+        return {blocks_covering(a.seq_k, B_c), a.heads_kv, a.batch, a.causal && ordered};
+    }
     __host__ __device__ std::int64_t count() const {
         return std::int64_t{key_blocks} * heads_kv * batch;
     }
@@ -130,7 +135,7 @@ struct KeyBlockScheduler {
         int key_block, kv_head, batch;
     };
     __device__ Tile tile(int index) const {
-        if (causal) {
+        if (key_blocks_slowest) {
             const int head_batch = index % (heads_kv * batch);
             return {index / (heads_kv * batch), head_batch % heads_kv, head_batch / heads_kv};
         }
@@ -512,8 +517,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     auto& smem = *reinterpret_cast<typename Tr::Smem*>(
         smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024));
 
-    const KeyBlockScheduler scheduler{blocks_covering(a.seq_k, Tr::B_c), a.heads_kv, a.batch,
-                                      a.causal};
+    const auto scheduler = KeyBlockScheduler::of(a, Tr::B_c, Tr::ordered_dq);
     const KeyBlockScheduler::Tile tile = scheduler.tile(static_cast<int>(blockIdx.x));
     const int k0 = tile.key_block * Tr::B_c;
     const QueryWalk walk = QueryWalk::of(a, k0, Tr::B_r, Tr::B_c);

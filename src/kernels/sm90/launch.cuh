@@ -116,8 +116,7 @@ inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C)>;
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
     launch_backward_preprocess<C.dtype, C.d_head>(args, stream);
-    const KeyBlockScheduler scheduler{blocks_covering(args.seq_k, C.B_c), args.heads_kv, args.batch,
-                                      args.causal};
+    const auto scheduler = KeyBlockScheduler::of(args, C.B_c, C.sm90.ordered_dq);
     if (scheduler.count() > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
                     "k.shape: expected at most 2^31 - 1 key blocks of " + std::to_string(C.B_c) +
