@@ -110,7 +110,7 @@ void validate_backward_config(const BackwardParams& p, const KernelConfig& c,
     }
 }
 
-BackwardArgs backward_args(const BackwardParams& p) {
+BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& device) {
     const SoftmaxScale scale = softmax_scale(p.options, p.q.shape[3]);
     const auto seq_q = static_cast<int>(p.q.shape[1]);
     const auto seq_k = static_cast<int>(p.k.shape[1]);
@@ -146,7 +146,8 @@ BackwardArgs backward_args(const BackwardParams& p) {
             .diagonal_seq_q = diagonal_queries(
                 seq_q, seq_k, p.options.causal_alignment == CausalAlignment::top_left),
             .softmax_scale = scale.scale,
-            .scale_log2 = scale.scale_log2};
+            .scale_log2 = scale.scale_log2,
+            .sm_count = device.sm_count};
 }
 
 void launch_backward(const BackwardParams& p, const KernelConfig& config,
@@ -163,7 +164,7 @@ void launch_backward(const BackwardParams& p, const KernelConfig& config,
                      {p.options.lse, "options.lse"},
                      {p.d_lse, "d_lse"}},
                     device, stream);
-    BackwardArgs args = backward_args(p);
+    BackwardArgs args = backward_args(p, device);
     const BackwardWorkspace w = backward_workspace(config, args.batch, args.heads, args.seq_q);
     if (w.q_rows > std::numeric_limits<int>::max()) {
         fail(ErrorCode::invalid_argument, "q.shape[1] (seq)",

@@ -142,6 +142,7 @@ struct BackwardArgs {
     int diagonal_seq_q;  // as KernelArgs': diagonal_queries(seq_q, seq_k, top_left)
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e)
+    int sm_count;      // of the device: how many CTAs run at once (the causal schedule's groups)
 };
 
 }  // namespace flash_attention
