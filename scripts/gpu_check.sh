@@ -12,9 +12,12 @@
 #            H200 host of 16 cores: the device tool's limit for one command)
 #   package  the default Python package (pip install .), its import in fresh interpreters
 #            before and after torch, and the pytest suite
+#   pyext    instead of package, for a quicker grid: the Python extension built in the build
+#            stage's tree (the same kernels) and staged with the package's sources into $SITE
 #   grid     bench/compare.py: the forward grid and the model-shaped rows, then the backward grid
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
-#            (needs package). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
+#            (needs package or pyext; GRID=backward or GRID=forward runs one, BWD_SEQS="2048 8192"
+#            other lengths). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
 #   backward the default build (unless built), its backward GPU tests (memcheck and racecheck on
 #            odd shapes), and `flash_attention bench --backward` of the release set's backward
@@ -110,6 +113,14 @@ stage_package() {
   check pytest env FLASH_EXPECT_RELEASE_SET=1 bash -c "cd /tmp && timeout 600 python3 -m pytest -q -rs '$REPO/python/tests'"
 }
 
+stage_pyext() {
+  [ -f "$BUILD/build.ninja" ] || stage_build
+  check pyext bash -c "cmake -S . -B '$BUILD' -DFLASH_BUILD_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3) &&
+    cmake --build '$BUILD' -j $jobs --target _C _C_stub" || return
+  rm -rf "$SITE" && mkdir -p "$SITE/flash_attention_scratch" &&
+    cp python/flash_attention_scratch/* "$BUILD"/python/_C*.so "$BUILD/python/_C.pyi" "$SITE/flash_attention_scratch/"
+}
+
 peers() {
   [ -d "$PEERS" ] || { note "grid: no FlashAttention-4 wheels at $PEERS: its column stays empty"; return; }
   local dir=/tmp/gpu_check_peers
@@ -124,10 +135,17 @@ stage_grid() {
   [ -d "$SITE/flash_attention_scratch" ] || stage_package
   export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
   peers
-  check grid python3 bench/compare.py --out "$OUT/grid"
-  check grid_backward python3 bench/compare.py --backward --seqs 1024 2048 4096 8192 16384 \
-    --out "$OUT/grid_backward"
-  cat "$OUT/grid.md" "$OUT/grid_backward.md"
+  local passes=${GRID:-forward backward}
+  if [[ $passes == *forward* ]]; then
+    check grid python3 bench/compare.py --out "$OUT/grid"
+    cat "$OUT/grid.md"
+  fi
+  if [[ $passes == *backward* ]]; then
+    # shellcheck disable=SC2086 # BWD_SEQS is a list of lengths
+    check grid_backward python3 bench/compare.py --backward --seqs ${BWD_SEQS:-1024 2048 4096 8192 16384} \
+      --out "$OUT/grid_backward"
+    cat "$OUT/grid_backward.md"
+  fi
 }
 
 stage_bench() {
@@ -147,9 +165,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 note "$(date -u +%F) $(head -1 "$LOGS/gpu.txt")"
 while [ $# -gt 0 ]; do
   case $1 in
-    build | sanitize | package | grid | backward) "stage_$1" ;;
+    build | sanitize | package | pyext | grid | backward) "stage_$1" ;;
     bench) stage_bench "${2:?bench needs a file of short forms}"; shift ;;
-    *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, grid, backward, bench FILE)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, pyext, grid, backward, bench FILE)" >&2; exit 2 ;;
   esac
   shift
 done
