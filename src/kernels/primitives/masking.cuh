@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/blocks.hpp"
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
@@ -19,11 +20,6 @@ struct KeyBlocks {
     int visited;   // K/V blocks this CTA computes; the rest are fully masked and skipped
     int unmasked;  // the first `unmasked` of them need no mask at all
 };
-
-// Blocks of `block` rows that cover n rows: n + block - 1 would overflow near 2^31.
-__host__ __device__ constexpr int blocks_covering(int n, int block) {
-    return n / block + (n % block != 0 ? 1 : 0);
-}
 
 // For the CTA whose query rows are [q_row0, q_row0 + q_rows). Lengths reach 2^31 - 1, so
 // every sum below stays under seq_k: offsets from the end of the query sequence are

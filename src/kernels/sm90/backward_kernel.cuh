@@ -26,6 +26,7 @@
 #include "config/resources.hpp"
 #include "kernels/backward_preprocess.cuh"
 #include "kernels/kernel_args.hpp"
+#include "kernels/key_block_scheduler.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/mask.cuh"
@@ -110,44 +111,6 @@ __host__ __device__ constexpr int dq_index(int nt, int thread, int e) {
 struct BackwardLaunch {
     BackwardArgs args;
     BackwardTensorMaps maps;
-};
-
-// One CTA a key block of one (K/V head, sequence) pair. The pairs come in groups, and a group's
-// CTAs in order of key block, then pair. Without a mask a group is one pair: the key blocks of
-// a head are neighbours, and the CTAs running together walk the same Q, dO and dQ rows, which
-// stay in L2. Causal, a key block's walk shrinks with its index, and a group holds the pairs of
-// about two waves of CTAs: longest first within it (a short tail), few enough pairs that their
-// rows stay in L2 (every pair's first key blocks at once, one CTA a pair, streamed each its own
-// rows from HBM: −20-30% at 1k-2k), enough that a grid of few heads still starts its longest
-// walks first (GQA 32/8 at 8k: −11% with a pair a group; H200, 2026-12-02). Ordered dQ
-// (deterministic) with a causal mask takes every pair in one group: a key block waits for its
-// predecessors' adds to each query block, which then run ahead of it.
-struct KeyBlockScheduler {
-    int key_blocks;
-    int heads_kv;
-    int pairs;  // heads_kv x batch
-    int group;  // pairs a group
-
-    __host__ __device__ static KeyBlockScheduler of(const BackwardArgs& a, int B_c, bool ordered) {
-        const int key_blocks = blocks_covering(a.seq_k, B_c);
-        const int pairs = a.heads_kv * a.batch;
-        const int two_waves = max(1, blocks_covering(2 * a.sm_count, key_blocks));  // of pairs
-        const int group = !a.causal || pairs == 0 ? 1 : ordered ? pairs : min(two_waves, pairs);
-        return {key_blocks, a.heads_kv, pairs, group};
-    }
-    __host__ __device__ std::int64_t count() const { return std::int64_t{key_blocks} * pairs; }
-
-    struct Tile {
-        int key_block, kv_head, batch;
-    };
-    __device__ Tile tile(int index) const {
-        const int per_group = group * key_blocks;
-        const int first = index / per_group * group;  // the group's first pair
-        const int size = min(group, pairs - first);   // the last group may be smaller
-        const int rank = index - first * key_blocks;  // within the group
-        const int pair = first + rank % size;
-        return {rank / size, pair % heads_kv, pair / heads_kv};
-    }
 };
 
 // The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks

@@ -1,0 +1,113 @@
+// The sm90 backward's grid order (kernels/key_block_scheduler.hpp): every CTA index names a
+// distinct (key block, K/V head, sequence), each causal group runs its longest walks first, and
+// the ordered (deterministic) order never makes a CTA wait on a later one.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "kernels/key_block_scheduler.hpp"
+
+namespace fa = flash_attention;
+using fa::sm90::KeyBlockScheduler;
+
+namespace {
+
+fa::BackwardArgs problem(int seq_k, int heads_kv, int batch, bool causal, int sm_count) {
+    fa::BackwardArgs a{};
+    a.seq_q = seq_k;
+    a.seq_k = seq_k;
+    a.heads = 4 * heads_kv;
+    a.heads_kv = heads_kv;
+    a.batch = batch;
+    a.causal = causal;
+    a.sm_count = sm_count;
+    return a;
+}
+
+struct Case {
+    int seq_k, heads_kv, batch, sm_count;
+    bool causal, ordered;
+};
+
+std::vector<Case> cases() {
+    std::vector<Case> all;
+    for (int seq_k : {1, 100, 2048, 8192})
+        for (int heads_kv : {1, 3, 16})
+            for (int batch : {1, 2, 5})
+                for (int sm_count : {1, 132})
+                    for (bool causal : {false, true})
+                        for (bool ordered : {false, true})
+                            all.push_back({seq_k, heads_kv, batch, sm_count, causal, ordered});
+    return all;
+}
+
+constexpr int B_c = 128;
+
+}  // namespace
+
+TEST(KeyBlockScheduler, EveryTileOnce) {
+    for (const Case& c : cases()) {
+        const auto s = KeyBlockScheduler::of(
+            problem(c.seq_k, c.heads_kv, c.batch, c.causal, c.sm_count), B_c, c.ordered);
+        ASSERT_EQ(s.count(), std::int64_t{(c.seq_k + B_c - 1) / B_c} * c.heads_kv * c.batch);
+        std::set<std::tuple<int, int, int>> seen;
+        for (int i = 0; i < s.count(); ++i) {
+            const auto t = s.tile(i);
+            ASSERT_TRUE(t.key_block >= 0 && t.key_block < s.key_blocks && t.kv_head >= 0 &&
+                        t.kv_head < c.heads_kv && t.batch >= 0 && t.batch < c.batch)
+                << "seq_k " << c.seq_k << " index " << i;
+            seen.insert({t.key_block, t.kv_head, t.batch});
+        }
+        EXPECT_EQ(static_cast<std::int64_t>(seen.size()), s.count()) << "seq_k " << c.seq_k;
+    }
+}
+
+// Without a mask, a pair's key blocks are neighbours (they stream the same Q and dO through L2).
+TEST(KeyBlockScheduler, NonCausalKeyBlocksAreNeighbours) {
+    for (const Case& c : cases()) {
+        if (c.causal)
+            continue;
+        const auto s = KeyBlockScheduler::of(
+            problem(c.seq_k, c.heads_kv, c.batch, false, c.sm_count), B_c, c.ordered);
+        for (int i = 0; i < s.count(); ++i) {
+            const auto t = s.tile(i);
+            ASSERT_EQ(t.key_block, i % s.key_blocks);
+            ASSERT_EQ(t.batch * c.heads_kv + t.kv_head, i / s.key_blocks);
+        }
+    }
+}
+
+// Causal: a group's pairs fill about two waves of CTAs (every pair in one group when ordered),
+// and within a group the key blocks (whose walks shrink with their index) come in order, so
+// that no CTA of a pair starts before one of its lower key blocks: an ordered CTA waits only on
+// CTAs launched before it.
+TEST(KeyBlockScheduler, CausalGroupsRunLongestFirst) {
+    for (const Case& c : cases()) {
+        if (!c.causal)
+            continue;
+        const auto s = KeyBlockScheduler::of(
+            problem(c.seq_k, c.heads_kv, c.batch, true, c.sm_count), B_c, c.ordered);
+        const int pairs = c.heads_kv * c.batch;
+        const int two_waves = (2 * c.sm_count + s.key_blocks - 1) / s.key_blocks;
+        EXPECT_EQ(s.group, c.ordered ? pairs : std::min(std::max(two_waves, 1), pairs));
+        std::vector<int> last_block(pairs, -1);
+        int previous_group = 0, previous_block = 0;
+        for (int i = 0; i < s.count(); ++i) {
+            const auto t = s.tile(i);
+            const int pair = t.batch * c.heads_kv + t.kv_head;
+            const int group = pair / s.group;
+            ASSERT_GE(group, previous_group) << "index " << i;
+            if (group == previous_group) {
+                ASSERT_GE(t.key_block, previous_block) << "index " << i;
+            }
+            ASSERT_EQ(t.key_block, last_block[pair] + 1) << "index " << i;
+            last_block[pair] = t.key_block;
+            previous_group = group;
+            previous_block = t.key_block;
+        }
+    }
+}
