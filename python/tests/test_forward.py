@@ -100,11 +100,12 @@ def test_configs_and_parse_round_trip():
         assert fa.KernelConfig.parse(str(c)) == c
         assert c.is_built()
         if c.backward and c.family == fa.Family.sm90:
-            # K and V, `stages` Q and dO tiles, two dSᵀ tiles, dQ's fp32 staging and the
-            # mbarriers, rounded up to the struct's 1024-byte alignment, plus 1024 to align it.
+            # K and V, `stages` Q and dO tiles, two dSᵀ tiles, dQ's fp32 staging, two steps' LSE
+            # and D rows (fp32) and the mbarriers, rounded up to the struct's 1024-byte
+            # alignment, plus 1024 to align it.
             stages = c.stages
             raw = (2 * (2 * c.B_c * c.d_head + 2 * stages * c.B_r * c.d_head + 2 * c.B_c * c.B_r)
-                   + 4 * c.B_r * c.d_head + 8 * (1 + 4 * stages))
+                   + 4 * c.B_r * c.d_head + 16 * c.B_r + 8 * (1 + 4 * stages))
             assert c.smem_bytes() == (raw + 1023) // 1024 * 1024 + 1024
         elif c.backward:
             # The larger of its two kernels': dK/dV holds K, V, a Q and a dO tile, Pᵀ and dSᵀ
