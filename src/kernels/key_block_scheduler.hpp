@@ -10,34 +10,36 @@
 
 #include "kernels/blocks.hpp"
 #include "kernels/kernel_args.hpp"
+#include "kernels/tile_order.hpp"
 
 namespace flash_attention::sm90 {
 
-// One CTA a key block of one (K/V head, sequence) pair. The pairs come in groups, and a group's
-// CTAs in order of key block, then pair. Without a mask a group is one pair: the key blocks of
-// a head are neighbours, and the CTAs running together walk the same Q, dO and dQ rows, which
-// stay in L2. Causal, a key block's walk shrinks with its index, and a group holds the pairs of
-// about two waves of CTAs: longest first within it (a short tail), few enough pairs that their
-// rows stay in L2 (every pair's first key blocks at once, one CTA a pair, streamed each its own
-// rows from HBM: −20-30% at 1k-2k), enough that a grid of few heads still starts its longest
-// walks first (GQA 32/8 at 8k: −11% with a pair a group; H200, 2026-12-02). Ordered dQ
-// (deterministic) with a causal mask takes every pair in one group: a key block waits for its
-// predecessors' adds to each query block, which then run ahead of it.
+// One CTA a key block of one (K/V head, sequence) pair, numbered in sections of pairs
+// (section_position, tile_order.hpp: a section's pairs all take one key block before any takes
+// the next). Without a mask a section is one pair: the key blocks of a head are neighbours, and
+// the CTAs running together walk the same Q, dO and dQ rows, which stay in L2. Causal, a key
+// block's walk shrinks with its index, and a section holds the pairs of about two waves of
+// CTAs: longest first within it (a short tail), few enough pairs that their rows stay in L2
+// (every pair's first key blocks at once, one CTA a pair, streamed each its own rows from HBM:
+// −20-30% at 1k-2k), enough that a grid of few heads still starts its longest walks first (GQA
+// 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02). Ordered dQ (deterministic) with a
+// causal mask takes every pair in one section: a key block waits for its predecessors' adds to
+// each query block, which then run ahead of it.
 struct KeyBlockScheduler {
     int key_blocks;
     int heads_kv;
     int batch;
-    int group;  // (K/V head, sequence) pairs a group
+    int section;  // (K/V head, sequence) pairs a section
 
     static constexpr KeyBlockScheduler of(const BackwardArgs& a, int B_c, bool ordered) {
         const int key_blocks = blocks_covering(a.seq_k, B_c);
         const std::int64_t pairs = std::int64_t{a.heads_kv} * a.batch;
         const std::int64_t two_waves = std::max(1, blocks_covering(2 * a.sm_count, key_blocks));
-        const std::int64_t group = !a.causal || pairs == 0 ? 1
-                                   : ordered               ? pairs
-                                                           : std::min(two_waves, pairs);
+        const std::int64_t section = !a.causal || pairs == 0 ? 1
+                                     : ordered               ? pairs
+                                                             : std::min(two_waves, pairs);
         return {key_blocks, a.heads_kv, a.batch,
-                static_cast<int>(std::min<std::int64_t>(group, std::numeric_limits<int>::max()))};
+                static_cast<int>(std::min<std::int64_t>(section, std::numeric_limits<int>::max()))};
     }
     constexpr std::int64_t count() const { return std::int64_t{key_blocks} * heads_kv * batch; }
 
@@ -46,13 +48,8 @@ struct KeyBlockScheduler {
     };
     // index in [0, count()), which the launch keeps below 2^31.
     constexpr Tile tile(int index) const {
-        const int pairs = heads_kv * batch;
-        const int per_group = group * key_blocks;
-        const int first = index / per_group * group;      // the group's first pair
-        const int size = std::min(group, pairs - first);  // the last group may be smaller
-        const int rank = index - first * key_blocks;      // within the group
-        const int pair = first + rank % size;
-        return {rank / size, pair % heads_kv, pair / heads_kv};
+        const SectionPosition at = section_position(index, key_blocks, section, heads_kv * batch);
+        return {at.rank, at.unit % heads_kv, at.unit / heads_kv};
     }
 };
 

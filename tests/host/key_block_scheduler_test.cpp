@@ -1,5 +1,5 @@
 // The sm90 backward's grid order (kernels/key_block_scheduler.hpp): every CTA index names a
-// distinct (key block, K/V head, sequence), each causal group runs its longest walks first, and
+// distinct (key block, K/V head, sequence), each causal section runs its longest walks first, and
 // the ordered (deterministic) order never makes a CTA wait on a later one.
 
 #include <gtest/gtest.h>
@@ -81,11 +81,11 @@ TEST(KeyBlockScheduler, NonCausalKeyBlocksAreNeighbours) {
     }
 }
 
-// Causal: a group's pairs fill about two waves of CTAs (every pair in one group when ordered),
-// and within a group the key blocks (whose walks shrink with their index) come in order, so
-// that no CTA of a pair starts before one of its lower key blocks: an ordered CTA waits only on
-// CTAs launched before it.
-TEST(KeyBlockScheduler, CausalGroupsRunLongestFirst) {
+// Causal: a section's pairs fill about two waves of CTAs (every pair in one section when
+// ordered), and within a section the key blocks (whose walks shrink with their index) come in
+// order, so that no CTA of a pair starts before one of its lower key blocks: an ordered CTA waits
+// only on CTAs launched before it.
+TEST(KeyBlockScheduler, CausalSectionsRunLongestFirst) {
     for (const Case& c : cases()) {
         if (!c.causal)
             continue;
@@ -93,20 +93,20 @@ TEST(KeyBlockScheduler, CausalGroupsRunLongestFirst) {
             problem(c.seq_k, c.heads_kv, c.batch, true, c.sm_count), B_c, c.ordered);
         const int pairs = c.heads_kv * c.batch;
         const int two_waves = (2 * c.sm_count + s.key_blocks - 1) / s.key_blocks;
-        EXPECT_EQ(s.group, c.ordered ? pairs : std::min(std::max(two_waves, 1), pairs));
+        EXPECT_EQ(s.section, c.ordered ? pairs : std::min(std::max(two_waves, 1), pairs));
         std::vector<int> last_block(pairs, -1);
-        int previous_group = 0, previous_block = 0;
+        int previous_section = 0, previous_block = 0;
         for (int i = 0; i < s.count(); ++i) {
             const auto t = s.tile(i);
             const int pair = t.batch * c.heads_kv + t.kv_head;
-            const int group = pair / s.group;
-            ASSERT_GE(group, previous_group) << "index " << i;
-            if (group == previous_group) {
+            const int section = pair / s.section;
+            ASSERT_GE(section, previous_section) << "index " << i;
+            if (section == previous_section) {
                 ASSERT_GE(t.key_block, previous_block) << "index " << i;
             }
             ASSERT_EQ(t.key_block, last_block[pair] + 1) << "index " << i;
             last_block[pair] = t.key_block;
-            previous_group = group;
+            previous_section = section;
             previous_block = t.key_block;
         }
     }

@@ -36,6 +36,7 @@
 #include "kernels/primitives/sequences.cuh"
 #include "kernels/primitives/sm90/tma.cuh"
 #include "kernels/sm90/tensor_maps.hpp"
+#include "kernels/tile_order.hpp"
 
 namespace flash_attention::sm90 {
 
@@ -65,9 +66,8 @@ struct Tile {
 
 // A dense problem's tile: its head of the batch (sequence * heads + head) and its query
 // block's rank in the head, the longest first with causal masking. Tile numbers run over
-// sections of args.section_heads heads of the batch (the last may have fewer), each
-// section's heads in turn at one rank before the next rank: with sections of one head the
-// query block is fastest.
+// sections of args.section_heads heads of the batch (section_position, tile_order.hpp): with
+// sections of one head the query block is fastest.
 struct DensePosition {
     int head_of_batch, rank;
 };
@@ -75,13 +75,9 @@ __device__ __forceinline__ DensePosition dense_position(const KernelArgs& args, 
                                                         int q_blocks) {
     if (args.section_heads == 1)  // one division a tile, as before sections (non-causal, short)
         return {index / q_blocks, index % q_blocks};
-    const int per_section = args.section_heads * q_blocks;
-    const int section = index / per_section;
-    const int first = section * args.section_heads;
-    const int heads = min(args.section_heads, args.batch * args.heads - first);
-    const int in_section = index - section * per_section;
-    const int rank = in_section / heads;
-    return {first + in_section - rank * heads, rank};
+    const SectionPosition at =
+        section_position(index, q_blocks, args.section_heads, args.batch * args.heads);
+    return {at.unit, at.rank};
 }
 // The same through the launch's divisors (args.tile_divisors), for forward()'s dense tiles.
 __device__ __forceinline__ DensePosition dense_position_fast(const KernelArgs& args, int index) {
