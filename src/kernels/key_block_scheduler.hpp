@@ -22,14 +22,15 @@ namespace flash_attention::sm90 {
 // CTAs: longest first within it (a short tail), few enough pairs that their rows stay in L2
 // (every pair's first key blocks at once, one CTA a pair, streamed each its own rows from HBM:
 // −20-30% at 1k-2k), enough that a grid of few heads still starts its longest walks first (GQA
-// 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02). Ordered dQ (deterministic) with a
-// causal mask takes every pair in one section: a key block waits for its predecessors' adds to
-// each query block, which then run ahead of it.
+// 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02). Ordered dQ (deterministic) runs
+// each pair's key blocks highest first, the order its adds follow (ordered_adds_before); causal,
+// every pair in one section, so the shortest walks start first.
 struct KeyBlockScheduler {
     int key_blocks;
     int heads_kv;
     int batch;
-    int section;  // (K/V head, sequence) pairs a section
+    int section;      // (K/V head, sequence) pairs a section
+    bool descending;  // ordered dQ: a pair's highest key block first
 
     static constexpr KeyBlockScheduler of(const BackwardArgs& a, int B_c, bool ordered) {
         const int key_blocks = blocks_covering(a.seq_k, B_c);
@@ -39,7 +40,8 @@ struct KeyBlockScheduler {
                                      : ordered               ? pairs
                                                              : std::min(two_waves, pairs);
         return {key_blocks, a.heads_kv, a.batch,
-                static_cast<int>(std::min<std::int64_t>(section, std::numeric_limits<int>::max()))};
+                static_cast<int>(std::min<std::int64_t>(section, std::numeric_limits<int>::max())),
+                ordered};
     }
     constexpr std::int64_t count() const { return std::int64_t{key_blocks} * heads_kv * batch; }
 
@@ -49,8 +51,28 @@ struct KeyBlockScheduler {
     // index in [0, count()), which the launch keeps below 2^31.
     constexpr Tile tile(int index) const {
         const SectionPosition at = section_position(index, key_blocks, section, heads_kv * batch);
-        return {at.rank, at.unit % heads_kv, at.unit / heads_kv};
+        return {descending ? key_blocks - 1 - at.rank : at.rank, at.unit % heads_kv,
+                at.unit / heads_kv};
     }
 };
+
+// Ordered dQ (deterministic) sums each query block's dQ from its highest key block down. The key
+// blocks adding to query block m are 0 .. L(m): key block n walks the query blocks from the one
+// holding its first key's first query (causal masking removes only keys after a query's), so it
+// sees m when n B_c - (seq_k - diagonal_seq_q) < (m + 1) B_r. Key block n's add therefore comes
+// after L(m) - n others. Highest first, a causal walk never waits: key block n reaches query
+// block m B_c / B_r steps after key block n + 1 did, and the scheduler starts it no earlier. (In
+// key-block order, key block n would wait n steps for its first add; the 2k causal problems
+// lost 31% to it, H200, 2026-12-02.)
+constexpr int ordered_adds_before(const BackwardArgs& a, int key_block, int query_block, int B_r,
+                                  int B_c) {
+    const int key_blocks = blocks_covering(a.seq_k, B_c);
+    if (!a.causal)
+        return key_blocks - 1 - key_block;
+    const std::int64_t end = std::int64_t{query_block + 1} * B_r + (a.seq_k - a.diagonal_seq_q);
+    const std::int64_t seeing =
+        end <= 0 ? 0 : std::min<std::int64_t>(key_blocks, (end + B_c - 1) / B_c);
+    return static_cast<int>(seeing) - 1 - key_block;
+}
 
 }  // namespace flash_attention::sm90

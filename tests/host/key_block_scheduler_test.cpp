@@ -1,6 +1,7 @@
 // The sm90 backward's grid order (kernels/key_block_scheduler.hpp): every CTA index names a
 // distinct (key block, K/V head, sequence), each causal section runs its longest walks first, and
-// the ordered (deterministic) order never makes a CTA wait on a later one.
+// the ordered (deterministic) order runs the highest key blocks first, so that a CTA never waits
+// on a later one, and counts the adds before each key block's as the walks make them.
 
 #include <gtest/gtest.h>
 
@@ -75,25 +76,24 @@ TEST(KeyBlockScheduler, NonCausalKeyBlocksAreNeighbours) {
             problem(c.seq_k, c.heads_kv, c.batch, false, c.sm_count), B_c, c.ordered);
         for (int i = 0; i < s.count(); ++i) {
             const auto t = s.tile(i);
-            ASSERT_EQ(t.key_block, i % s.key_blocks);
+            const int rank = i % s.key_blocks;
+            ASSERT_EQ(t.key_block, c.ordered ? s.key_blocks - 1 - rank : rank);
             ASSERT_EQ(t.batch * c.heads_kv + t.kv_head, i / s.key_blocks);
         }
     }
 }
 
-// Causal: a section's pairs fill about two waves of CTAs (every pair in one section when
-// ordered), and within a section the key blocks (whose walks shrink with their index) come in
-// order, so that no CTA of a pair starts before one of its lower key blocks: an ordered CTA waits
-// only on CTAs launched before it.
+// Causal: a section's pairs fill about two waves of CTAs, and within a section the key blocks
+// (whose walks shrink with their index) come in order.
 TEST(KeyBlockScheduler, CausalSectionsRunLongestFirst) {
     for (const Case& c : cases()) {
-        if (!c.causal)
+        if (!c.causal || c.ordered)
             continue;
         const auto s = KeyBlockScheduler::of(
             problem(c.seq_k, c.heads_kv, c.batch, true, c.sm_count), B_c, c.ordered);
         const int pairs = c.heads_kv * c.batch;
         const int two_waves = (2 * c.sm_count + s.key_blocks - 1) / s.key_blocks;
-        EXPECT_EQ(s.section, c.ordered ? pairs : std::min(std::max(two_waves, 1), pairs));
+        EXPECT_EQ(s.section, std::min(std::max(two_waves, 1), pairs));
         std::vector<int> last_block(pairs, -1);
         int previous_section = 0, previous_block = 0;
         for (int i = 0; i < s.count(); ++i) {
@@ -110,4 +110,69 @@ TEST(KeyBlockScheduler, CausalSectionsRunLongestFirst) {
             previous_block = t.key_block;
         }
     }
+}
+
+// Ordered: a pair's key blocks run highest first, and causal every pair's highest before any
+// pair's next (shortest walks first): an ordered CTA waits only on higher key blocks of its
+// pair, which have lower CTA indices.
+TEST(KeyBlockScheduler, OrderedRunsHighestKeyBlockFirst) {
+    for (const Case& c : cases()) {
+        if (!c.ordered)
+            continue;
+        const auto s = KeyBlockScheduler::of(
+            problem(c.seq_k, c.heads_kv, c.batch, c.causal, c.sm_count), B_c, true);
+        const int pairs = c.heads_kv * c.batch;
+        std::vector<int> last_block(pairs, s.key_blocks);
+        int previous_rank = 0;
+        for (int i = 0; i < s.count(); ++i) {
+            const auto t = s.tile(i);
+            const int pair = t.batch * c.heads_kv + t.kv_head;
+            ASSERT_EQ(t.key_block, last_block[pair] - 1) << "index " << i;
+            last_block[pair] = t.key_block;
+            const int rank = s.key_blocks - 1 - t.key_block;
+            if (c.causal) {
+                ASSERT_GE(rank, previous_rank) << "index " << i;
+            }
+            previous_rank = rank;
+        }
+    }
+}
+
+// ordered_adds_before against the walks themselves: the key blocks whose walk (QueryWalk: from
+// the query block holding their first key's first query) reaches query block m are 0 .. L, and
+// key block n's add has L - n before it. Both alignments, seq_q != seq_k, both tile shapes.
+TEST(KeyBlockScheduler, OrderedAddsBeforeCountsTheHigherKeyBlocks) {
+    for (const int seq_q : {1, 63, 64, 100, 257, 1000})
+        for (const int seq_k : {1, 100, 128, 129, 600, 1000})
+            for (const bool causal : {false, true})
+                for (const bool top_left : {false, true})
+                    for (const int B_r : {64, 128}) {
+                        fa::BackwardArgs a{};
+                        a.seq_q = seq_q;
+                        a.seq_k = seq_k;
+                        a.causal = causal;
+                        a.diagonal_seq_q = fa::diagonal_queries(seq_q, seq_k, top_left);
+                        const int query_blocks = (seq_q + B_r - 1) / B_r;
+                        const int key_blocks = (seq_k + B_c - 1) / B_c;
+                        std::vector<int> first(key_blocks);
+                        for (int n = 0; n < key_blocks; ++n) {
+                            const int begin =
+                                causal ? std::max(0, n * B_c - (seq_k - a.diagonal_seq_q)) : 0;
+                            first[n] = std::min(begin / B_r, query_blocks);
+                        }
+                        for (int m = 0; m < query_blocks; ++m) {
+                            std::vector<int> adders;
+                            for (int n = 0; n < key_blocks; ++n)
+                                if (first[n] <= m)
+                                    adders.push_back(n);
+                            for (int j = 0; j < static_cast<int>(adders.size()); ++j) {
+                                ASSERT_EQ(adders[j], j) << "the adders are a prefix";
+                                ASSERT_EQ(fa::sm90::ordered_adds_before(a, j, m, B_r, B_c),
+                                          static_cast<int>(adders.size()) - 1 - j)
+                                    << "seq_q " << seq_q << " seq_k " << seq_k << " causal "
+                                    << causal << " top_left " << top_left << " B_r " << B_r << " m "
+                                    << m;
+                            }
+                        }
+                    }
 }

@@ -163,11 +163,10 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
 
 // The dQ warp: each step, every consumer's staged dQ added to the global accumulator by one bulk
 // reduce-add each; a consumer's staging is handed back once its reduce has read it. Ordered
-// (deterministic): a query block's additions go in key-block order, each CTA waiting for its
-// block's semaphore to count the key blocks before its own and advancing it once its reduces
-// have completed. Every key block from the first to the last that a query block sees adds to it
-// (causal masks only keys after a query's), and a CTA waits only on lower-numbered ones, which
-// the scheduler launches no later: the wait always ends.
+// (deterministic): a query block's additions go from its highest key block down
+// (ordered_adds_before), each CTA waiting for its block's semaphore to count the key blocks above
+// its own and advancing it once its reduces have completed. A CTA waits only on higher key
+// blocks of its pair, which the scheduler launches before it: the wait always ends.
 template <class Tr>
 __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem& smem,
                                        const QueryWalk& walk, int key_block, int kv_head,
@@ -189,7 +188,9 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem&
             if (leader) {
                 const cuda::atomic_ref<int, cuda::thread_scope_device> semaphore(
                     a.dq_semaphores[row0 / 64]);
-                while (semaphore.load(cuda::memory_order_acquire) != key_block) {
+                const int before =
+                    ordered_adds_before(a, key_block, walk.block_of(i), Tr::B_r, Tr::B_c);
+                while (semaphore.load(cuda::memory_order_acquire) != before) {
                 }
                 // The earlier blocks' reduces, seen through the acquire, before ours.
                 cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
