@@ -413,21 +413,18 @@ struct BackwardConsumer {
         release(smem.q_empty[slot.stage]);
     }
 
-    // dSᵀ's 16-bit A fragments into this consumer's rows of the step's dSᵀ tile: register r of
-    // k-tile kt holds row lane / 4 + 8 (r % 2), columns 16 kt + 8 (r / 2) + 2 (lane % 4) + {0, 1}.
+    // dSᵀ's 16-bit A fragments into this consumer's rows of the step's dSᵀ tile, one stmatrix a
+    // k-tile: register r of k-tile kt holds row lane / 4 + 8 (r % 2), columns 16 kt + 8 (r / 2)
+    // + 2 (lane % 4) + {0, 1}, so it is matrix r of the 16 x 16 block, whose row lane % 8
+    // lane 8 r + lane % 8 addresses (a 16-byte chunk of the swizzled tile).
     __device__ __forceinline__ void store_ds(const std::uint32_t (&ds)[1][s_tiles / 2][4],
                                              std::uint32_t tile) const {
         const int lane = threadIdx.x % warp_size;
-        const int row = first_key % Tr::B_c + lane / 4;
+        const int matrix = lane / 8;
+        const int row = first_key % Tr::B_c + lane % 8 + 8 * (matrix % 2);
 #pragma unroll
-        for (int kt = 0; kt < s_tiles / 2; ++kt) {
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                ptx::st_shared_4(
-                    tile + DsTile::chunk_offset(row + 8 * (r % 2), 2 * kt + r / 2) + (lane % 4) * 4,
-                    ds[0][kt][r]);
-            }
-        }
+        for (int kt = 0; kt < s_tiles / 2; ++kt)
+            ptx::stmatrix_x4(tile + DsTile::chunk_offset(row, 2 * kt + matrix / 2), ds[0][kt]);
     }
 
     // This consumer's dQ share into its staging buffer once the dQ warp has handed it back, then
