@@ -23,8 +23,8 @@ namespace flash_attention::sm90 {
 // (every pair's first key blocks at once, one CTA a pair, streamed each its own rows from HBM:
 // −20-30% at 1k-2k), enough that a grid of few heads still starts its longest walks first (GQA
 // 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02). Ordered dQ (deterministic) runs
-// each pair's key blocks highest first, the order its adds follow (ordered_adds_before); causal,
-// every pair in one section, so the shortest walks start first.
+// each section's key blocks highest first, the order its adds follow (ordered_adds_before):
+// causal, the shortest walks first.
 struct KeyBlockScheduler {
     int key_blocks;
     int heads_kv;
@@ -36,9 +36,7 @@ struct KeyBlockScheduler {
         const int key_blocks = blocks_covering(a.seq_k, B_c);
         const std::int64_t pairs = std::int64_t{a.heads_kv} * a.batch;
         const std::int64_t two_waves = std::max(1, blocks_covering(2 * a.sm_count, key_blocks));
-        const std::int64_t section = !a.causal || pairs == 0 ? 1
-                                     : ordered               ? pairs
-                                                             : std::min(two_waves, pairs);
+        const std::int64_t section = !a.causal || pairs == 0 ? 1 : std::min(two_waves, pairs);
         return {key_blocks, a.heads_kv, a.batch,
                 static_cast<int>(std::min<std::int64_t>(section, std::numeric_limits<int>::max())),
                 ordered};
@@ -62,8 +60,7 @@ struct KeyBlockScheduler {
 // sees m when n B_c - (seq_k - diagonal_seq_q) < (m + 1) B_r. Key block n's add therefore comes
 // after L(m) - n others. Highest first, a causal walk never waits: key block n reaches query
 // block m B_c / B_r steps after key block n + 1 did, and the scheduler starts it no earlier. (In
-// key-block order, key block n would wait n steps for its first add; the 2k causal problems
-// lost 31% to it, H200, 2026-12-02.)
+// key-block order, key block n's first add waits for every lower block's walk to reach it.)
 constexpr int ordered_adds_before(const BackwardArgs& a, int key_block, int query_block, int B_r,
                                   int B_c) {
     const int key_blocks = blocks_covering(a.seq_k, B_c);

@@ -112,9 +112,9 @@ TEST(KeyBlockScheduler, CausalSectionsRunLongestFirst) {
     }
 }
 
-// Ordered: a pair's key blocks run highest first, and causal every pair's highest before any
-// pair's next (shortest walks first): an ordered CTA waits only on higher key blocks of its
-// pair, which have lower CTA indices.
+// Ordered: a pair's key blocks run highest first, and causal, within a section (as unordered),
+// every pair's highest before any pair's next (shortest walks first): an ordered CTA waits only
+// on higher key blocks of its pair, which have lower CTA indices.
 TEST(KeyBlockScheduler, OrderedRunsHighestKeyBlockFirst) {
     for (const Case& c : cases()) {
         if (!c.ordered)
@@ -122,17 +122,22 @@ TEST(KeyBlockScheduler, OrderedRunsHighestKeyBlockFirst) {
         const auto s = KeyBlockScheduler::of(
             problem(c.seq_k, c.heads_kv, c.batch, c.causal, c.sm_count), B_c, true);
         const int pairs = c.heads_kv * c.batch;
+        const int two_waves = (2 * c.sm_count + s.key_blocks - 1) / s.key_blocks;
+        EXPECT_EQ(s.section, c.causal ? std::min(std::max(two_waves, 1), pairs) : 1);
         std::vector<int> last_block(pairs, s.key_blocks);
-        int previous_rank = 0;
+        int previous_section = 0, previous_rank = 0;
         for (int i = 0; i < s.count(); ++i) {
             const auto t = s.tile(i);
             const int pair = t.batch * c.heads_kv + t.kv_head;
             ASSERT_EQ(t.key_block, last_block[pair] - 1) << "index " << i;
             last_block[pair] = t.key_block;
             const int rank = s.key_blocks - 1 - t.key_block;
-            if (c.causal) {
+            const int section = pair / s.section;
+            ASSERT_GE(section, previous_section) << "index " << i;
+            if (section == previous_section) {
                 ASSERT_GE(rank, previous_rank) << "index " << i;
             }
+            previous_section = section;
             previous_rank = rank;
         }
     }
