@@ -173,16 +173,13 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem&
                                        int batch) {
     constexpr bool ordered = Tr::ordered_dq;
     const bool leader = threadIdx.x % warp_size == 0;
-    // Every consumer's staging free for the next step's dQ.
-    const auto hand_back = [] {
+    for (int i = 0; i < walk.steps(); ++i) {
+        if (leader && !ordered)
+            tma::wait_stores_read();  // ordered: completed at the end of the last step
         __syncwarp();
 #pragma unroll
         for (int w = 0; w < Tr::consumers; ++w)
             ptx::named_barrier_arrive(Tr::dq_empty_barrier(w), Tr::dq_barrier_threads);
-    };
-    if (walk.steps() > 0)
-        hand_back();
-    for (int i = 0; i < walk.steps(); ++i) {
         const int head = kv_head * walk.group + walk.head_of(i);
         const std::int64_t row0 =
             (std::int64_t{batch} * a.heads + head) * a.q_rows + walk.block_of(i) * Tr::B_r;
@@ -209,12 +206,6 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem&
                 cuda::ptx::cp_async_bulk_commit_group();
             }
         }
-        // The staging goes back once the reduces have read it; ordered, the semaphore advances
-        // only once they have completed, while the consumers already fill the next step's.
-        if (leader)
-            tma::wait_stores_read();
-        if (i + 1 < walk.steps())
-            hand_back();
         if constexpr (ordered) {
             if (leader) {
                 tma::wait_stores_done();
