@@ -17,7 +17,7 @@
 #   grid     bench/compare.py: the forward grid and the model-shaped rows, then the backward grid
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            (needs package or pyext; GRID=backward or GRID=forward runs one, BWD_SEQS="2048 8192"
-#            other lengths). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
+#            other lengths, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
 #   backward the default build (unless built), its backward GPU tests (memcheck and racecheck on
 #            odd shapes), and `flash_attention bench --backward` of the release set's backward
@@ -143,7 +143,7 @@ stage_grid() {
   if [[ $passes == *backward* ]]; then
     # shellcheck disable=SC2086 # BWD_SEQS is a list of lengths
     check grid_backward python3 bench/compare.py --backward --seqs ${BWD_SEQS:-1024 2048 4096 8192 16384} \
-      --out "$OUT/grid_backward"
+      ${BWD_ROUNDS:+--rounds $BWD_ROUNDS --warmup $BWD_ROUNDS} --out "$OUT/grid_backward"
     cat "$OUT/grid_backward.md"
   fi
 }

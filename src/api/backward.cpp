@@ -200,8 +200,10 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
     if (const auto tuned = tuning::lookup(tuning::Key::of_backward(device, problem, deterministic));
         tuned && fits(*tuned))
         return *tuned;
+    const std::int64_t seq = std::max(problem.seq_q, problem.seq_k);
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
-        if (fits(row.config))
+        if (fits(row.config) && (row.max_seq == 0 || seq <= row.max_seq) &&
+            (!row.causal_only || problem.causal))
             return row.config;
     }
     // A build without the table's backward kernels: any built one that runs here.

@@ -677,6 +677,31 @@ TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
     EXPECT_EQ(config_of(deterministic), k_sm80_backward);
 }
 
+// The built-in table's causal rows: causal d_head 64 takes the deterministic kernel by default
+// (it costs 0-3% there), non-causal the unordered one; a row's length and causal limits hold
+// for the backward as for the forward.
+TEST(TuningCache, BackwardTableTakesTheOrderedKernelForCausalD64) {
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    const TempDir dir;
+    const CacheEnvironment env(dir.path() / "tuning.json");  // no file: the table alone
+    fa::ProblemShape problem = backward_problem();
+    problem.d_head = 64;
+    const auto ordered =
+        fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered");
+    const auto unordered = fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2");
+    const auto built = [](const fa::KernelConfig& c) {
+        return std::find(fa::configs().begin(), fa::configs().end(), c) != fa::configs().end();
+    };
+    if (!built(ordered) || !built(unordered))
+        GTEST_SKIP() << "this build lacks the sm90 BF16 d_head 64 backward kernels";
+    problem.causal = true;
+    EXPECT_EQ(fa::choose_backward_config(problem, h100), ordered);
+    EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
+    problem.causal = false;
+    EXPECT_EQ(fa::choose_backward_config(problem, h100), unordered);
+    EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
+}
+
 // choose_backward_config reads the cache: a winner of this device, problem and pass that is
 // built and runs there beats the built-in table; the deterministic choice reads only its own
 // key; a winner this device cannot run, or a corrupt file, leaves the table's choice.
