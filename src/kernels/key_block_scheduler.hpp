@@ -14,6 +14,22 @@
 
 namespace flash_attention::sm90 {
 
+// Highest first: the key blocks adding to query block m are 0 .. L(m): key block n walks the query
+// blocks from the one holding its first key's first query (causal masking removes only keys after a
+// query's), so it sees m when n B_c - (seq_k - diagonal_seq_q) < (m + 1) B_r. Key block n's add
+// therefore comes after L(m) - n others. A causal walk never waits: key block n reaches query block
+// m B_c / B_r steps after key block n + 1 did, and the scheduler starts it no earlier.
+constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_block, int B_r,
+                              int B_c) {
+    const int key_blocks = blocks_covering(a.seq_k, B_c);
+    if (!a.causal)
+        return key_blocks - 1 - key_block;
+    const std::int64_t end = std::int64_t{query_block + 1} * B_r + (a.seq_k - a.diagonal_seq_q);
+    const std::int64_t seeing =
+        end <= 0 ? 0 : std::min<std::int64_t>(key_blocks, (end + B_c - 1) / B_c);
+    return static_cast<int>(seeing) - 1 - key_block;
+}
+
 // One CTA a key block of one (K/V head, sequence) pair, numbered in sections of pairs
 // (section_position, tile_order.hpp: a section's pairs all take one key block before any takes
 // the next). Without a mask a section is one pair: the key blocks of a head are neighbours, and
@@ -22,24 +38,32 @@ namespace flash_attention::sm90 {
 // CTAs: longest first within it (a short tail), few enough pairs that their rows stay in L2
 // (every pair's first key blocks at once, one CTA a pair, streamed each its own rows from HBM:
 // −20-30% at 1k-2k), enough that a grid of few heads still starts its longest walks first (GQA
-// 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02). Ordered dQ (deterministic) runs
-// each section's key blocks highest first, the order its adds follow (ordered_adds_before):
-// causal, the shortest walks first.
+// 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02).
+//
+// Ordered dQ (deterministic) fixes the order of each query block's adds (adds_before), and the
+// grid order must start every CTA a CTA waits on before it. Without GQA a causal problem runs
+// each section's key blocks highest first, the order its walks reach each query block: the
+// shortest walks first, and none waits. With GQA a walk covers the group's heads, and the
+// shortest-first order's tail (the longest walks start last) cost 39% (32/8 at 8k: 312 against
+// 516), so those problems keep key-block order: a key block waits for the lower ones before its
+// first head's first add only, a small part of a walk the group's heads long. Both orders depend
+// only on the heads and lengths, never the batch, so a row's dQ is the same at any batch size.
 struct KeyBlockScheduler {
     int key_blocks;
     int heads_kv;
     int batch;
     int section;      // (K/V head, sequence) pairs a section
-    bool descending;  // ordered dQ: a pair's highest key block first
+    bool descending;  // ordered dQ: a pair's highest key block first, and adds in that order
 
     static constexpr KeyBlockScheduler of(const BackwardArgs& a, int B_c, bool ordered) {
         const int key_blocks = blocks_covering(a.seq_k, B_c);
         const std::int64_t pairs = std::int64_t{a.heads_kv} * a.batch;
         const std::int64_t two_waves = std::max(1, blocks_covering(2 * a.sm_count, key_blocks));
+        const bool descending = ordered && a.causal && a.heads == a.heads_kv;
         const std::int64_t section = !a.causal || pairs == 0 ? 1 : std::min(two_waves, pairs);
         return {key_blocks, a.heads_kv, a.batch,
                 static_cast<int>(std::min<std::int64_t>(section, std::numeric_limits<int>::max())),
-                ordered};
+                descending};
     }
     constexpr std::int64_t count() const { return std::int64_t{key_blocks} * heads_kv * batch; }
 
@@ -52,24 +76,13 @@ struct KeyBlockScheduler {
         return {descending ? key_blocks - 1 - at.rank : at.rank, at.unit % heads_kv,
                 at.unit / heads_kv};
     }
+    // Ordered dQ: the adds to query block `query_block` before key block `key_block`'s, the
+    // value its semaphore reaches first. In key-block order, every lower key block adds to it
+    // (each sees every query block a higher one sees).
+    constexpr int adds_before(const BackwardArgs& a, int key_block, int query_block, int B_r,
+                              int B_c) const {
+        return descending ? adds_from_above(a, key_block, query_block, B_r, B_c) : key_block;
+    }
 };
-
-// Ordered dQ (deterministic) sums each query block's dQ from its highest key block down. The key
-// blocks adding to query block m are 0 .. L(m): key block n walks the query blocks from the one
-// holding its first key's first query (causal masking removes only keys after a query's), so it
-// sees m when n B_c - (seq_k - diagonal_seq_q) < (m + 1) B_r. Key block n's add therefore comes
-// after L(m) - n others. Highest first, a causal walk never waits: key block n reaches query
-// block m B_c / B_r steps after key block n + 1 did, and the scheduler starts it no earlier. (In
-// key-block order, key block n's first add waits for every lower block's walk to reach it.)
-constexpr int ordered_adds_before(const BackwardArgs& a, int key_block, int query_block, int B_r,
-                                  int B_c) {
-    const int key_blocks = blocks_covering(a.seq_k, B_c);
-    if (!a.causal)
-        return key_blocks - 1 - key_block;
-    const std::int64_t end = std::int64_t{query_block + 1} * B_r + (a.seq_k - a.diagonal_seq_q);
-    const std::int64_t seeing =
-        end <= 0 ? 0 : std::min<std::int64_t>(key_blocks, (end + B_c - 1) / B_c);
-    return static_cast<int>(seeing) - 1 - key_block;
-}
 
 }  // namespace flash_attention::sm90

@@ -1,7 +1,7 @@
 // The sm90 backward's grid order (kernels/key_block_scheduler.hpp): every CTA index names a
-// distinct (key block, K/V head, sequence), each causal section runs its longest walks first, and
-// the ordered (deterministic) order runs the highest key blocks first, so that a CTA never waits
-// on a later one, and counts the adds before each key block's as the walks make them.
+// distinct (key block, K/V head, sequence), each causal section runs its longest walks first
+// (ordered causal without GQA: highest key blocks first), an ordered CTA never waits on a later
+// one, and the adds before each key block's are counted as the walks make them.
 
 #include <gtest/gtest.h>
 
@@ -17,11 +17,11 @@ using fa::sm90::KeyBlockScheduler;
 
 namespace {
 
-fa::BackwardArgs problem(int seq_k, int heads_kv, int batch, bool causal, int sm_count) {
+fa::BackwardArgs problem(int seq_k, int heads_kv, int batch, bool causal, int sm_count, int group) {
     fa::BackwardArgs a{};
     a.seq_q = seq_k;
     a.seq_k = seq_k;
-    a.heads = 4 * heads_kv;
+    a.heads = group * heads_kv;
     a.heads_kv = heads_kv;
     a.batch = batch;
     a.causal = causal;
@@ -30,7 +30,7 @@ fa::BackwardArgs problem(int seq_k, int heads_kv, int batch, bool causal, int sm
 }
 
 struct Case {
-    int seq_k, heads_kv, batch, sm_count;
+    int seq_k, heads_kv, batch, sm_count, group;
     bool causal, ordered;
 };
 
@@ -40,9 +40,11 @@ std::vector<Case> cases() {
         for (int heads_kv : {1, 3, 16})
             for (int batch : {1, 2, 5})
                 for (int sm_count : {1, 132})
-                    for (bool causal : {false, true})
-                        for (bool ordered : {false, true})
-                            all.push_back({seq_k, heads_kv, batch, sm_count, causal, ordered});
+                    for (int group : {1, 4})
+                        for (bool causal : {false, true})
+                            for (bool ordered : {false, true})
+                                all.push_back(
+                                    {seq_k, heads_kv, batch, sm_count, group, causal, ordered});
     return all;
 }
 
@@ -53,7 +55,7 @@ constexpr int B_c = 128;
 TEST(KeyBlockScheduler, EveryTileOnce) {
     for (const Case& c : cases()) {
         const auto s = KeyBlockScheduler::of(
-            problem(c.seq_k, c.heads_kv, c.batch, c.causal, c.sm_count), B_c, c.ordered);
+            problem(c.seq_k, c.heads_kv, c.batch, c.causal, c.sm_count, c.group), B_c, c.ordered);
         ASSERT_EQ(s.count(), std::int64_t{(c.seq_k + B_c - 1) / B_c} * c.heads_kv * c.batch);
         std::set<std::tuple<int, int, int>> seen;
         for (int i = 0; i < s.count(); ++i) {
@@ -73,24 +75,24 @@ TEST(KeyBlockScheduler, NonCausalKeyBlocksAreNeighbours) {
         if (c.causal)
             continue;
         const auto s = KeyBlockScheduler::of(
-            problem(c.seq_k, c.heads_kv, c.batch, false, c.sm_count), B_c, c.ordered);
+            problem(c.seq_k, c.heads_kv, c.batch, false, c.sm_count, c.group), B_c, c.ordered);
         for (int i = 0; i < s.count(); ++i) {
             const auto t = s.tile(i);
-            const int rank = i % s.key_blocks;
-            ASSERT_EQ(t.key_block, c.ordered ? s.key_blocks - 1 - rank : rank);
+            ASSERT_EQ(t.key_block, i % s.key_blocks);
             ASSERT_EQ(t.batch * c.heads_kv + t.kv_head, i / s.key_blocks);
         }
     }
 }
 
 // Causal: a section's pairs fill about two waves of CTAs, and within a section the key blocks
-// (whose walks shrink with their index) come in order.
+// (whose walks shrink with their index) come in order, unless ordered without GQA. An ordered
+// CTA in key-block order waits only on lower key blocks of its pair, which come before it.
 TEST(KeyBlockScheduler, CausalSectionsRunLongestFirst) {
     for (const Case& c : cases()) {
-        if (!c.causal || c.ordered)
+        if (!c.causal || (c.ordered && c.group == 1))
             continue;
         const auto s = KeyBlockScheduler::of(
-            problem(c.seq_k, c.heads_kv, c.batch, true, c.sm_count), B_c, c.ordered);
+            problem(c.seq_k, c.heads_kv, c.batch, true, c.sm_count, c.group), B_c, c.ordered);
         const int pairs = c.heads_kv * c.batch;
         const int two_waves = (2 * c.sm_count + s.key_blocks - 1) / s.key_blocks;
         EXPECT_EQ(s.section, std::min(std::max(two_waves, 1), pairs));
@@ -112,18 +114,18 @@ TEST(KeyBlockScheduler, CausalSectionsRunLongestFirst) {
     }
 }
 
-// Ordered: a pair's key blocks run highest first, and causal, within a section (as unordered),
-// every pair's highest before any pair's next (shortest walks first): an ordered CTA waits only
-// on higher key blocks of its pair, which have lower CTA indices.
-TEST(KeyBlockScheduler, OrderedRunsHighestKeyBlockFirst) {
+// Ordered causal without GQA: a pair's key blocks run highest first, and within a section (as
+// unordered) every pair's highest before any pair's next (shortest walks first): an ordered CTA
+// waits only on higher key blocks of its pair, which have lower CTA indices.
+TEST(KeyBlockScheduler, OrderedCausalWithoutGqaRunsHighestKeyBlockFirst) {
     for (const Case& c : cases()) {
-        if (!c.ordered)
+        if (!c.ordered || !c.causal || c.group != 1)
             continue;
         const auto s = KeyBlockScheduler::of(
-            problem(c.seq_k, c.heads_kv, c.batch, c.causal, c.sm_count), B_c, true);
+            problem(c.seq_k, c.heads_kv, c.batch, c.causal, c.sm_count, c.group), B_c, true);
         const int pairs = c.heads_kv * c.batch;
         const int two_waves = (2 * c.sm_count + s.key_blocks - 1) / s.key_blocks;
-        EXPECT_EQ(s.section, c.causal ? std::min(std::max(two_waves, 1), pairs) : 1);
+        EXPECT_EQ(s.section, std::min(std::max(two_waves, 1), pairs));
         std::vector<int> last_block(pairs, s.key_blocks);
         int previous_section = 0, previous_rank = 0;
         for (int i = 0; i < s.count(); ++i) {
@@ -143,41 +145,43 @@ TEST(KeyBlockScheduler, OrderedRunsHighestKeyBlockFirst) {
     }
 }
 
-// ordered_adds_before against the walks themselves: the key blocks whose walk (QueryWalk: from
-// the query block holding their first key's first query) reaches query block m are 0 .. L, and
-// key block n's add has L - n before it. Both alignments, seq_q != seq_k, both tile shapes.
-TEST(KeyBlockScheduler, OrderedAddsBeforeCountsTheHigherKeyBlocks) {
+// adds_before against the walks themselves: the key blocks whose walk (QueryWalk: from the query
+// block holding their first key's first query) reaches query block m are 0 .. L, and their adds
+// count 0 .. L in the scheduler's order (L - n before key block n highest first, n before it in
+// key-block order). Both alignments, seq_q != seq_k, both tile shapes, with and without GQA.
+TEST(KeyBlockScheduler, AddsBeforeCountsTheEarlierKeyBlocks) {
     for (const int seq_q : {1, 63, 64, 100, 257, 1000})
         for (const int seq_k : {1, 100, 128, 129, 600, 1000})
             for (const bool causal : {false, true})
                 for (const bool top_left : {false, true})
-                    for (const int B_r : {64, 128}) {
-                        fa::BackwardArgs a{};
-                        a.seq_q = seq_q;
-                        a.seq_k = seq_k;
-                        a.causal = causal;
-                        a.diagonal_seq_q = fa::diagonal_queries(seq_q, seq_k, top_left);
-                        const int query_blocks = (seq_q + B_r - 1) / B_r;
-                        const int key_blocks = (seq_k + B_c - 1) / B_c;
-                        std::vector<int> first(key_blocks);
-                        for (int n = 0; n < key_blocks; ++n) {
-                            const int begin =
-                                causal ? std::max(0, n * B_c - (seq_k - a.diagonal_seq_q)) : 0;
-                            first[n] = std::min(begin / B_r, query_blocks);
-                        }
-                        for (int m = 0; m < query_blocks; ++m) {
-                            std::vector<int> adders;
-                            for (int n = 0; n < key_blocks; ++n)
-                                if (first[n] <= m)
-                                    adders.push_back(n);
-                            for (int j = 0; j < static_cast<int>(adders.size()); ++j) {
-                                ASSERT_EQ(adders[j], j) << "the adders are a prefix";
-                                ASSERT_EQ(fa::sm90::ordered_adds_before(a, j, m, B_r, B_c),
-                                          static_cast<int>(adders.size()) - 1 - j)
-                                    << "seq_q " << seq_q << " seq_k " << seq_k << " causal "
-                                    << causal << " top_left " << top_left << " B_r " << B_r << " m "
-                                    << m;
+                    for (const int group : {1, 4})
+                        for (const int B_r : {64, 128}) {
+                            fa::BackwardArgs a = problem(seq_k, 2, 1, causal, 132, group);
+                            a.seq_q = seq_q;
+                            a.diagonal_seq_q = fa::diagonal_queries(seq_q, seq_k, top_left);
+                            const auto s = KeyBlockScheduler::of(a, B_c, true);
+                            EXPECT_EQ(s.descending, causal && group == 1);
+                            const int query_blocks = (seq_q + B_r - 1) / B_r;
+                            std::vector<int> first(s.key_blocks);
+                            for (int n = 0; n < s.key_blocks; ++n) {
+                                const int begin =
+                                    causal ? std::max(0, n * B_c - (seq_k - a.diagonal_seq_q)) : 0;
+                                first[n] = std::min(begin / B_r, query_blocks);
+                            }
+                            for (int m = 0; m < query_blocks; ++m) {
+                                int adders = 0;
+                                for (int n = 0; n < s.key_blocks; ++n)
+                                    if (first[n] <= m) {
+                                        ASSERT_EQ(n, adders) << "the adders are a prefix";
+                                        ++adders;
+                                    }
+                                for (int n = 0; n < adders; ++n) {
+                                    ASSERT_EQ(s.adds_before(a, n, m, B_r, B_c),
+                                              s.descending ? adders - 1 - n : n)
+                                        << "seq_q " << seq_q << " seq_k " << seq_k << " causal "
+                                        << causal << " top_left " << top_left << " group " << group
+                                        << " B_r " << B_r << " m " << m;
+                                }
                             }
                         }
-                    }
 }

@@ -163,14 +163,14 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
 
 // The dQ warp: each step, every consumer's staged dQ added to the global accumulator by one bulk
 // reduce-add each; a consumer's staging is handed back once its reduce has read it. Ordered
-// (deterministic): a query block's additions go from its highest key block down
-// (ordered_adds_before), each CTA waiting for its block's semaphore to count the key blocks above
-// its own and advancing it once its reduces have completed. A CTA waits only on higher key
-// blocks of its pair, which the scheduler launches before it: the wait always ends.
+// (deterministic): a query block's additions go in the scheduler's key-block order, each CTA
+// waiting for its block's semaphore to count the adds before its own (adds_before) and advancing
+// it once its reduces have completed. A CTA waits only on key blocks of its pair that the
+// scheduler launches before it: the wait always ends.
 template <class Tr>
 __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem& smem,
-                                       const QueryWalk& walk, int key_block, int kv_head,
-                                       int batch) {
+                                       const QueryWalk& walk, const KeyBlockScheduler& scheduler,
+                                       int key_block, int kv_head, int batch) {
     constexpr bool ordered = Tr::ordered_dq;
     const bool leader = threadIdx.x % warp_size == 0;
     for (int i = 0; i < walk.steps(); ++i) {
@@ -189,7 +189,7 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem&
                 const cuda::atomic_ref<int, cuda::thread_scope_device> semaphore(
                     a.dq_semaphores[row0 / 64]);
                 const int before =
-                    ordered_adds_before(a, key_block, walk.block_of(i), Tr::B_r, Tr::B_c);
+                    scheduler.adds_before(a, key_block, walk.block_of(i), Tr::B_r, Tr::B_c);
                 while (semaphore.load(cuda::memory_order_acquire) != before) {
                 }
                 // The earlier blocks' reduces, seen through the acquire, before ours.
@@ -510,7 +510,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         if (threadIdx.x == 0)
             produce_backward<Tr>(launch, smem, walk, k0, tile.kv_head, tile.batch);
         else if (warp == 1)
-            add_dq<Tr>(a, smem, walk, tile.key_block, tile.kv_head, tile.batch);
+            add_dq<Tr>(a, smem, walk, scheduler, tile.key_block, tile.kv_head, tile.batch);
         return;
     }
 
