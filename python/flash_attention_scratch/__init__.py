@@ -104,9 +104,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     tensor cannot carry a graph (use it under torch.no_grad()). Without grad (no_grad,
     inference_mode, or no input requiring it) the call takes the eager path with no graph
     and no LSE unless asked for. deterministic=True makes the backward's gradients bitwise
-    identical from run to run (on Hopper an ordered dQ accumulation: about 5% slower causal,
-    4-16% non-causal); by default the fastest kernel runs, whose dQ may differ in the last
-    bits between runs (causal d_head 64, where the ordered kernel costs 0-3%, is deterministic
+    identical from run to run (on Hopper an ordered dQ accumulation: 3-11% slower causal,
+    3-17% non-causal); by default the fastest kernel runs, whose dQ may differ in the last
+    bits between runs (causal d_head 64, where the ordered kernel costs 0-2%, is deterministic
     either way).
 
     Raises ValueError for bad arguments, TypeError for unsupported dtypes,
