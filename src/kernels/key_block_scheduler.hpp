@@ -17,8 +17,9 @@ namespace flash_attention::sm90 {
 // Highest first: the key blocks adding to query block m are 0 .. L(m): key block n walks the query
 // blocks from the one holding its first key's first query (causal masking removes only keys after a
 // query's), so it sees m when n B_c - (seq_k - diagonal_seq_q) < (m + 1) B_r. Key block n's add
-// therefore comes after L(m) - n others. A causal walk never waits: key block n reaches query block
-// m B_c / B_r steps after key block n + 1 did, and the scheduler starts it no earlier.
+// therefore comes after L(m) - n others. A causal walk waits only where key blocks start at one
+// query block (the first ones of a bottom-right diagonal with seq_k > seq_q): otherwise key block
+// n reaches query block m B_c / B_r steps after key block n + 1 did, which starts no later.
 constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_block, int B_r,
                               int B_c) {
     const int key_blocks = blocks_covering(a.seq_k, B_c);
@@ -43,13 +44,13 @@ constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_bl
 // Ordered dQ (deterministic) fixes the order of each query block's adds (adds_before), and the
 // grid order must start every CTA a CTA waits on before it. Without GQA a causal problem runs
 // each section's key blocks highest first, the order its walks reach each query block: the
-// shortest walks first, and none waits. With GQA a walk covers the group's heads, and the
-// shortest-first order's tail (the longest walks start last) cost 39% (32/8 at 8k: 312 against
-// 516), so those problems keep key-block order with every pair in one section: a key block waits
-// for the lower ones before its first head's first add only, a small part of a walk the group's
-// heads long (−4% against the unordered kernel; in sections of two waves −25%: 384 against 514).
-// Both orders depend only on the heads and lengths, never the batch, so a row's dQ is the same at
-// any batch size.
+// shortest walks first, and none waits (adds_from_above). With GQA a walk covers the group's heads,
+// and the shortest-first order's tail (the longest walks start last) cost 39% (32/8 at 8k: 312
+// against 516), so those problems keep key-block order with every pair in one section: a key block
+// waits for the lower ones before its first head's first add only, a small part of a walk the
+// group's heads long (−4% against the unordered kernel; in sections of two waves −25%: 384 against
+// 514). Both orders depend only on the heads and lengths, never the batch, so a row's dQ is the
+// same at any batch size.
 struct KeyBlockScheduler {
     int key_blocks;
     int heads_kv;
