@@ -118,7 +118,7 @@ stage_pyext() {
   rm -rf "$SITE"
   check pyext bash -c "cmake -S . -B '$BUILD' -DFLASH_BUILD_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3) &&
     cmake --build '$BUILD' -j $jobs --target _C _C_stub && mkdir -p '$SITE/flash_attention_scratch' &&
-    cp python/flash_attention_scratch/* '$BUILD'/python/_C*.so '$BUILD/python/_C.pyi' '$SITE/flash_attention_scratch/'"
+    cp -r python/flash_attention_scratch/* '$BUILD'/python/_C*.so '$BUILD/python/_C.pyi' '$SITE/flash_attention_scratch/'"
 }
 
 peers() {

@@ -1,7 +1,9 @@
 """Hugging Face transformers models with their attention routed to flash_attention_scratch
-(issue 15): a Gemma-2-style model (sliding window + logit softcap) and a gpt-oss-style one
-(attention sinks + sliding window), small and randomly initialised, against the same models
-on transformers' eager attention.
+through the package's adapter (flash_attention_scratch.integrations.transformers): a
+Gemma-2-style model (sliding window + logit softcap) and a gpt-oss-style one (attention sinks
++ sliding window), small and randomly initialised, against the same models on transformers'
+eager attention; and a Llama-style model (GQA) on a left-padded batch, which the adapter packs
+for forward_varlen.
 
 The baseline is a second PyTorch implementation of the same attention (matmuls in the
 model's dtype, float32 softmax): transformers' SDPA path takes neither a softcap nor sinks,
@@ -32,25 +34,14 @@ pytestmark = pytest.mark.skipif(
     reason="needs PyTorch, transformers and a CUDA GPU (run on the device machine; docs/PERF.md has the results)",
 )
 
-IGNORE_VARIANTS = {"on": False}
+if torch is not None:
+    from flash_attention_scratch.integrations import transformers as adapter
 
 
-def window_of(sliding_window):
-    # transformers' sliding window of W keeps keys in (q - W, q]: W keys, the query's own included.
-    return (sliding_window - 1, 0) if sliding_window else (-1, -1)
-
-
-def ours(module, query, key, value, attention_mask, scaling=None, dropout=0.0, sliding_window=None, softcap=None,
-         s_aux=None, **kwargs):
-    """transformers' attention interface: (batch, heads, seq, d) in, (batch, seq, heads, d) out.
-    Causal, no padding (the tests' batches have none), so the mask is not read."""
-    sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
-    variants = dict(window_size=window_of(sliding_window), softcap=float(softcap or 0.0),
-                    learnable_sink=None if sinks is None else sinks.float().contiguous())
-    if IGNORE_VARIANTS["on"]:
-        variants = {}
+def without_variants(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """The same kernels with the model's window, softcap and sinks left out (so the test can fail)."""
     out = fa.forward(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2), softmax_scale=scaling,
-                     causal=True, **variants)
+                     causal=True)
     return out, None
 
 
@@ -80,12 +71,11 @@ def torch_attention(module, query, key, value, attention_mask, scaling=None, dro
 
 
 def register(name, fn):
+    """A test implementation, with the adapter's mask function (None: the batches have no padding)."""
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+
     transformers.AttentionInterface.register(name, fn)
-    try:  # where masks are made per implementation, ours take the SDPA one (unread)
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
-        ALL_MASK_ATTENTION_FUNCTIONS.register(name, sdpa_mask)
-    except (ImportError, AttributeError):
-        pass
+    ALL_MASK_ATTENTION_FUNCTIONS.register(name, flash_attention_mask)
 
 
 def use(model, name):
@@ -116,36 +106,64 @@ def make_model(family):
 
 @pytest.mark.parametrize("family", ["gemma2", "gpt_oss"])
 def test_model_logits_agree_with_eager(family):
-    # Not "flash_attention_...": transformers takes such names for its flash-attn backends.
-    register("fas_kernels", ours)
+    ours = adapter.register()
     register("torch_reference", torch_attention)
+    register("without_variants", without_variants)
     model = make_model(family)
     # 1024 tokens: the agreement rates' difference is judged against its standard error.
     ids = torch.randint(0, 512, (4, 256), device="cuda", generator=torch.Generator("cuda").manual_seed(1))
     logits = {}
     with torch.no_grad():
-        for name in ("eager", "torch_reference", "fas_kernels"):
+        for name in ("eager", "torch_reference", ours):
             use(model, name)
             logits[name] = model(ids).logits.float()
-        IGNORE_VARIANTS["on"] = True
-        try:
-            without = model(ids).logits.float()
-        finally:
-            IGNORE_VARIANTS["on"] = False
+        use(model, "without_variants")
+        without = model(ids).logits.float()
     eager = logits["eager"]
     top1 = {name: (x.argmax(-1) == eager.argmax(-1)).float().mean().item() for name, x in logits.items()}
     diff = {name: (x - eager).abs().max().item() for name, x in logits.items()}
     diff_without = (without - eager).abs().max().item()
-    print(f"{family}: top-1 agreement with eager: ours {top1['fas_kernels']:.4f}, second PyTorch "
+    print(f"{family}: top-1 agreement with eager: ours {top1[ours]:.4f}, second PyTorch "
           f"implementation {top1['torch_reference']:.4f}; max |logit - eager|: ours "
-          f"{diff['fas_kernels']:.4g}, PyTorch {diff['torch_reference']:.4g}, ours without the "
+          f"{diff[ours]:.4g}, PyTorch {diff['torch_reference']:.4g}, ours without the "
           f"variants {diff_without:.4g}")
     n = eager.shape[0] * eager.shape[1]
     flip = 1 - top1["torch_reference"]
     noise = 2 * math.sqrt(2 * max(flip, 1 / n) * (1 - flip) / n)
-    assert top1["fas_kernels"] >= top1["torch_reference"] - noise
-    assert diff["fas_kernels"] <= 2 * diff["torch_reference"] + 1e-2
+    assert top1[ours] >= top1["torch_reference"] - noise
+    assert diff[ours] <= 2 * diff["torch_reference"] + 1e-2
     # The variants matter: without them the logits are farther from eager than either
     # implementation with them (a 4x margin failed on gpt-oss-style, whose bf16 noise is large:
     # ours 0.40, PyTorch's 0.74, without 1.21).
-    assert diff_without > max(diff["fas_kernels"], diff["torch_reference"]), "the variants barely change the logits"
+    assert diff_without > max(diff[ours], diff["torch_reference"]), "the variants barely change the logits"
+
+
+def test_left_padded_batch_agrees_with_eager():
+    """Batched generation's prefill: a left-padded batch through the adapter (packed for
+    forward_varlen) against eager and SDPA with the same padding mask, on the kept tokens."""
+    name = adapter.register()
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=64,
+                                      max_position_embeddings=256)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(device="cuda", dtype=torch.bfloat16).eval()
+    lengths = [200, 131, 64, 1]
+    ids = torch.randint(0, 512, (4, 200), device="cuda", generator=torch.Generator("cuda").manual_seed(2))
+    mask = torch.zeros(4, 200, dtype=torch.long, device="cuda")
+    for b, n in enumerate(lengths):
+        mask[b, 200 - n:] = 1
+    kept = mask.bool()
+    logits = {}
+    with torch.no_grad():
+        for impl in ("eager", "sdpa", name):
+            use(model, impl)
+            logits[impl] = model(ids, attention_mask=mask).logits.float()[kept]
+        use(model, name)
+        unmasked = model(ids).logits.float()[kept]  # the pads attended to
+    diff = {impl: (x - logits["eager"]).abs().max().item() for impl, x in logits.items()}
+    diff_unmasked = (unmasked - logits["eager"]).abs().max().item()
+    print(f"padded batch: max |logit - eager| on kept tokens: ours {diff[name]:.4g}, SDPA {diff['sdpa']:.4g}, "
+          f"ours with the pads attended to {diff_unmasked:.4g}")
+    assert diff[name] <= 2 * diff["sdpa"] + 2e-2
+    assert diff_unmasked > 4 * max(diff[name], diff["sdpa"]), "the padding mask barely changes the logits"
