@@ -202,8 +202,7 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
         return *tuned;
     const std::int64_t seq = std::max(problem.seq_q, problem.seq_k);
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
-        if (fits(row.config) && (row.max_seq == 0 || seq <= row.max_seq) &&
-            (!row.causal_only || problem.causal))
+        if (fits(row.config) && row.admits(seq, problem.causal, problem.heads != problem.heads_kv))
             return row.config;
     }
     // A build without the table's backward kernels: any built one that runs here.

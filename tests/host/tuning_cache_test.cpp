@@ -677,9 +677,9 @@ TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
     EXPECT_EQ(config_of(deterministic), k_sm80_backward);
 }
 
-// The built-in table's causal rows: causal d_head 64 takes the deterministic kernel by default
-// (it costs 0-3% there), non-causal the unordered one; a row's length and causal limits hold
-// for the backward as for the forward.
+// The built-in table's causal rows: causal d_head 64 without GQA takes the deterministic kernel
+// by default (it costs 0-2% there), non-causal and GQA the unordered one; a row's length and causal
+// limits hold for the backward as for the forward.
 TEST(TuningCache, BackwardTableTakesTheOrderedKernelForCausalD64) {
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
     const TempDir dir;
@@ -698,6 +698,10 @@ TEST(TuningCache, BackwardTableTakesTheOrderedKernelForCausalD64) {
     EXPECT_EQ(fa::choose_backward_config(problem, h100), ordered);
     EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
     problem.causal = false;
+    EXPECT_EQ(fa::choose_backward_config(problem, h100), unordered);
+    EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
+    problem.causal = true;  // GQA: its own deterministic order, not measured at d_head 64
+    problem.heads_kv = problem.heads / 4;
     EXPECT_EQ(fa::choose_backward_config(problem, h100), unordered);
     EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
 }
