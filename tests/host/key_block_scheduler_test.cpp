@@ -186,3 +186,54 @@ TEST(KeyBlockScheduler, AddsBeforeCountsTheEarlierKeyBlocks) {
                             }
                         }
 }
+
+// Deadlock freedom, the grid order and the add order together: along each query block's adds,
+// the CTAs' indices rise, so that a CTA waits only on CTAs launched before it, whatever else
+// shares the GPU. Several pairs and sections (sm_count 4 makes many), both alignments, GQA.
+TEST(KeyBlockScheduler, OrderedCtasWaitOnlyOnEarlierOnes) {
+    for (const int seq_q : {100, 1000})
+        for (const int seq_k : {100, 600, 1000})
+            for (const bool causal : {false, true})
+                for (const bool top_left : {false, true})
+                    for (const int group : {1, 4})
+                        for (const int sm_count : {4, 132}) {
+                            constexpr int b_r = 64;
+                            fa::BackwardArgs a = problem(seq_k, 3, 2, causal, sm_count, group);
+                            a.seq_q = seq_q;
+                            a.diagonal_seq_q = fa::diagonal_queries(seq_q, seq_k, top_left);
+                            const auto s = KeyBlockScheduler::of(a, B_c, true);
+                            const int pairs = a.heads_kv * a.batch;
+                            std::vector<int> index(static_cast<std::size_t>(pairs) * s.key_blocks);
+                            for (int i = 0; i < s.count(); ++i) {
+                                const auto t = s.tile(i);
+                                index[(t.batch * a.heads_kv + t.kv_head) * s.key_blocks +
+                                      t.key_block] = i;
+                            }
+                            const int query_blocks = (seq_q + b_r - 1) / b_r;
+                            for (int pair = 0; pair < pairs; ++pair) {
+                                for (int m = 0; m < query_blocks; ++m) {
+                                    std::vector<int> by_rank(s.key_blocks, -1);
+                                    for (int n = 0; n < s.key_blocks; ++n) {
+                                        const int begin =
+                                            causal
+                                                ? std::max(0, n * B_c - (seq_k - a.diagonal_seq_q))
+                                                : 0;
+                                        if (std::min(begin / b_r, query_blocks) <= m)
+                                            by_rank[s.adds_before(a, n, m, b_r, B_c)] =
+                                                index[pair * s.key_blocks + n];
+                                    }
+                                    int previous = -1;
+                                    for (const int cta : by_rank) {
+                                        if (cta < 0)
+                                            break;
+                                        ASSERT_GT(cta, previous)
+                                            << "seq_q " << seq_q << " seq_k " << seq_k << " causal "
+                                            << causal << " top_left " << top_left << " group "
+                                            << group << " sms " << sm_count << " pair " << pair
+                                            << " m " << m;
+                                        previous = cta;
+                                    }
+                                }
+                            }
+                        }
+}
