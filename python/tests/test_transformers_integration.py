@@ -115,6 +115,39 @@ def test_decoding_with_a_cache_takes_the_last_mask_columns_as_queries(recorder):
     assert out.shape == (2, 1, 4, 8)
 
 
+def test_packed_sequences_from_position_ids_run_per_sequence(recorder):
+    """A padding-free row holding three sequences (position_ids restart): each its own causal
+    attention, never across a boundary."""
+    q, k, v = hf_tensors(batch=1, seq_q=9, seq_k=9)
+    position_ids = torch.tensor([[0, 1, 2, 3, 0, 1, 0, 1, 2]])
+    out, _ = adapter.attention_forward(Module(), q, k, v, None, position_ids=position_ids)
+    (name, pq, pk, _, options), = recorder
+    assert name == "forward_varlen"
+    assert options["cu_q"].tolist() == [0, 4, 6, 9] and options["cu_k"].tolist() == [0, 4, 6, 9]
+    assert options["cu_q"].dtype == torch.int32 and (options["max_q"], options["max_k"]) == (4, 4)
+    assert pq.shape == (9, 4, 8) and torch.equal(pk, k.transpose(1, 2)[0])
+    assert out.shape == (1, 9, 4, 8) and torch.equal(out, 2 * q.transpose(1, 2))
+
+
+def test_flash_attention_kwargs_and_plain_positions(recorder):
+    q, k, v = hf_tensors(batch=1, seq_q=7, seq_k=7)
+    cu = torch.tensor([0, 3, 7])
+    adapter.attention_forward(Module(), q, k, v, None, cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=4,
+                              max_length_k=4)
+    assert recorder[-1][0] == "forward_varlen" and recorder[-1][4]["cu_k"].tolist() == [0, 3, 7]
+    # One sequence (positions run on, from any offset), or several rows: one dense call.
+    adapter.attention_forward(Module(), q, k, v, None, position_ids=torch.arange(5, 12)[None])
+    assert recorder[-1][0] == "forward"
+    q2, k2, v2 = hf_tensors(batch=2, seq_q=4, seq_k=4)
+    adapter.attention_forward(Module(), q2, k2, v2, None, position_ids=torch.arange(4)[None])  # not expanded
+    assert recorder[-1][0] == "forward"
+    # Rows restarting: every row's sequences on their own (each row begins one).
+    out, _ = adapter.attention_forward(Module(), q2, k2, v2, None, position_ids=torch.tensor([[0, 1, 0, 1],
+                                                                                              [0, 1, 2, 3]]))
+    assert recorder[-1][0] == "forward_varlen" and recorder[-1][4]["cu_q"].tolist() == [0, 2, 4, 8]
+    assert out.shape == (2, 4, 4, 8)
+
+
 def test_refusals(recorder):
     q, k, v = hf_tensors()
     training = Module()

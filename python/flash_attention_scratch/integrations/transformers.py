@@ -12,8 +12,11 @@ Masks: the name registers transformers' flash-attention mask function, which han
 attention a 2D (batch, keys) padding mask, or None when nothing is padded. Without padding
 the call is one dense forward(), differentiable for plain and causal attention (training).
 With padding (left or right: batched generation) the tokens are packed and run through
-forward_varlen, which has no backward yet: training on padded batches raises
-NotImplementedError, as do the window, softcap and sinks when an input requires grad.
+forward_varlen, and so are padding-free batches of several sequences, given as transformers
+gives them: cu_seq_lens_q/k and max_length_q/k (DataCollatorWithFlattening), or position_ids
+that restart within a row. forward_varlen has no backward yet: training on such
+batches raises NotImplementedError, as do the window, softcap and sinks when an input
+requires grad.
 Attention dropout other than 0 while training raises ValueError: there is none here.
 
 The name holds no "flash": transformers reads that substring as a request for the
@@ -47,12 +50,49 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                    learnable_sink=None if sinks is None else sinks.float().contiguous())
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     if attention_mask is None:
-        return _fa.forward(q, k, v, **options), None
+        packed = _packed_lengths(q, k, kwargs)
+        if packed is None:
+            return _fa.forward(q, k, v, **options), None
+        cu_q, cu_k, max_q, max_k = packed
+        out = _fa.forward_varlen(q.reshape(-1, *q.shape[2:]), k.reshape(-1, *k.shape[2:]),
+                                 v.reshape(-1, *v.shape[2:]), cu_q, cu_k, max_q, max_k, **options)
+        return out.view(q.shape[0], -1, *out.shape[1:]), None
     if attention_mask.dim() != 2 or attention_mask.shape != (k.shape[0], k.shape[1]):
         raise ValueError(f"attention_mask: expected None or a (batch, seq_k) = {tuple(k.shape[:2])} padding mask "
                          f"(register() installs the mask function that makes one), got shape "
                          f"{tuple(attention_mask.shape)}")
     return _padded(q, k, v, attention_mask.bool(), options), None
+
+
+def _packed_lengths(q, k, kwargs):
+    """(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) of a padding-free batch of
+    several sequences, flattened along the tokens, or None for a plain batch. transformers'
+    flash-attention kwargs first; else position_ids that restart within a row (as transformers'
+    own masks read them), at one host synchronisation."""
+    import torch
+
+    if kwargs.get("cu_seq_lens_q") is not None:
+        cu_q = kwargs["cu_seq_lens_q"].to(torch.int32)
+        cu_k = kwargs.get("cu_seq_lens_k", kwargs["cu_seq_lens_q"]).to(torch.int32)
+        lengths = [kwargs.get("max_length_q"), kwargs.get("max_length_k")]
+        for i, cu in enumerate((cu_q, cu_k)):
+            if lengths[i] is None:
+                lengths[i] = int((cu[1:] - cu[:-1]).max())
+        return cu_q, cu_k, int(lengths[0]), int(lengths[1])
+    position_ids = kwargs.get("position_ids")
+    if position_ids is None or q.shape[1] != k.shape[1] or q.shape[1] < 2:
+        return None
+    positions = position_ids.expand(q.shape[0], -1) if position_ids.shape[0] == 1 else position_ids
+    if tuple(positions.shape) != tuple(q.shape[:2]):
+        return None
+    starts = torch.ones_like(positions, dtype=torch.bool)  # where a sequence begins
+    starts[:, 1:] = positions[:, 1:] != positions[:, :-1] + 1
+    if not bool(starts[:, 1:].any()):  # every row one run of consecutive positions
+        return None
+    first = starts.reshape(-1).nonzero().view(-1)
+    bounds = torch.cat([first, first.new_full((1,), starts.numel())]).to(torch.int32)
+    longest = int((bounds[1:] - bounds[:-1]).max())
+    return bounds, bounds, longest, longest
 
 
 def _padded(q, k, v, keys_kept, options):
