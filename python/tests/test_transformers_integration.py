@@ -24,10 +24,13 @@ if torch is not None:
 
 
 class Module(torch.nn.Module if torch is not None else object):
-    def __init__(self, is_causal=True, sinks=None):
+    def __init__(self, is_causal=True, sinks=None, weights_dtype=None, config=None):
         super().__init__()
         self.is_causal = is_causal
         self.sinks = sinks
+        self.config = config
+        if weights_dtype is not None:
+            self.proj = torch.nn.Linear(2, 2, dtype=weights_dtype)
 
 
 def hf_tensors(batch=2, heads=4, heads_kv=2, seq_q=6, seq_k=6, d=8, seed=0):
@@ -59,7 +62,7 @@ def test_dense_call_carries_the_models_variants(recorder):
     q, k, v = hf_tensors()
     sinks = torch.randn(4, dtype=torch.bfloat16)
     out, weights = adapter.attention_forward(Module(sinks=sinks), q, k, v, None, scaling=0.3, sliding_window=4,
-                                             softcap=30.0)
+                                             softcap=30.0)  # 6 keys: the window of 4 masks some
     assert weights is None
     (name, fq, fk, fv, options), = recorder
     assert name == "forward"
@@ -148,6 +151,62 @@ def test_flash_attention_kwargs_and_plain_positions(recorder):
     assert out.shape == (2, 4, 4, 8)
 
 
+def test_windows_both_sides_without_a_mask_and_dropped_when_they_mask_nothing(recorder):
+    q, k, v = hf_tensors(seq_q=6, seq_k=6)
+    adapter.attention_forward(Module(is_causal=False), q, k, v, None, sliding_window=3)
+    assert recorder[-1][4]["window_size"] == (2, 2), "bidirectional (ModernBERT, EmbeddingGemma): W - 1 each side"
+    adapter.attention_forward(Module(), q, k, v, None, sliding_window=6)
+    assert recorder[-1][4]["window_size"] == (-1, -1), "a window as long as the keys masks nothing"
+
+
+def test_cross_attention_keeps_every_query_row(recorder):
+    """Decoder queries against a right-padded encoder output: the mask is the keys' only."""
+    q, k, v = hf_tensors(batch=2, seq_q=3, seq_k=5)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    out, _ = adapter.attention_forward(Module(is_causal=False), q, k, v, mask)
+    options = recorder[-1][4]
+    assert options["cu_q"].tolist() == [0, 3, 6] and options["cu_k"].tolist() == [0, 3, 8]
+    assert options["causal"] is False
+    assert torch.equal(out, 2 * q.transpose(1, 2)), "no query row dropped"
+
+
+def test_float32_queries_under_autocast_are_cast_back(recorder):
+    q, k, v = hf_tensors()
+    v = v.bfloat16()
+    adapter.attention_forward(Module(weights_dtype=torch.bfloat16), q, k, v, None)
+    _, fq, fk, fv, _ = recorder[-1]
+    assert fq.dtype == fk.dtype == fv.dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.float16):
+        adapter.attention_forward(Module(weights_dtype=torch.bfloat16), q, k, v, None)
+    assert recorder[-1][1].dtype == torch.float16, "autocast's dtype first"
+
+
+@pytest.mark.skipif(transformers is None, reason="needs transformers")
+def test_the_mask_function_refuses_static_caches_only():
+    from transformers.masking_utils import bidirectional_mask_function, causal_mask_function
+
+    padding = torch.ones(2, 8, dtype=torch.bool)
+    padding[0, :3] = False
+    # A dynamic cache: keys up to the current position; the padding mask passes through.
+    assert torch.equal(adapter.padding_mask(2, 2, 8, q_offset=6, mask_function=causal_mask_function,
+                                            attention_mask=padding), padding)
+    assert adapter.padding_mask(2, 8, 8, mask_function=causal_mask_function, attention_mask=None) is None
+    # Cross-attention: 5 decoder queries, 8 encoder keys.
+    adapter.padding_mask(2, 5, 8, mask_function=bidirectional_mask_function, attention_mask=None)
+    with pytest.raises(NotImplementedError, match="static cache"):
+        adapter.padding_mask(2, 2, 32, q_offset=6, mask_function=causal_mask_function, attention_mask=None)
+
+
+def test_chunked_attention_is_refused(recorder):
+    q, k, v = hf_tensors()
+
+    class Config:
+        attention_chunk_size = 8192
+
+    with pytest.raises(NotImplementedError, match="attention_chunk_size"):
+        adapter.attention_forward(Module(config=Config()), q, k, v, None)
+
+
 def test_refusals(recorder):
     q, k, v = hf_tensors()
     training = Module()
@@ -164,9 +223,9 @@ def test_refusals(recorder):
 
 @pytest.mark.skipif(transformers is None, reason="needs transformers")
 def test_register_installs_the_attention_and_its_mask():
-    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS
 
     name = adapter.register()
     assert name == adapter.NAME and "flash" not in name
     assert transformers.AttentionInterface._global_mapping[name] is adapter.attention_forward
-    assert ALL_MASK_ATTENTION_FUNCTIONS._global_mapping[name] is flash_attention_mask
+    assert ALL_MASK_ATTENTION_FUNCTIONS._global_mapping[name] is adapter.padding_mask

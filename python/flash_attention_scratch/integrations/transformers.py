@@ -5,19 +5,28 @@
     model = AutoModelForCausalLM.from_pretrained(..., attn_implementation="fa_scratch")
     # or model.set_attn_implementation("fa_scratch") on a loaded model
 
-The model's own sliding window, logit softcap and attention sinks (Mistral, Gemma 2/3,
-gpt-oss) reach the kernels, and grouped-query attention runs without repeating K and V.
+The model's own sliding window (causal, or both sides for bidirectional models), logit
+softcap and attention sinks (Mistral, Gemma 2/3, gpt-oss, ModernBERT) reach the kernels, and
+grouped-query attention runs without repeating K and V. q and k promoted to float32 under
+autocast (fp32 weights, RoPE) are cast back to the autocast dtype, as transformers'
+flash-attention path does.
 
-Masks: the name registers transformers' flash-attention mask function, which hands the
-attention a 2D (batch, keys) padding mask, or None when nothing is padded. Without padding
-the call is one dense forward(), differentiable for plain and causal attention (training).
-With padding (left or right: batched generation) the tokens are packed and run through
-forward_varlen, and so are padding-free batches of several sequences, given as transformers
-gives them: cu_seq_lens_q/k and max_length_q/k (DataCollatorWithFlattening), or position_ids
-that restart within a row. forward_varlen has no backward yet: training on such
-batches raises NotImplementedError, as do the window, softcap and sinks when an input
-requires grad.
-Attention dropout other than 0 while training raises ValueError: there is none here.
+Masks: the name registers a mask function that hands the attention a 2D (batch, keys)
+padding mask, or None when nothing is padded. Without padding the call is one dense
+forward(), differentiable for plain and causal attention (training). With padding (left or
+right: batched generation; an encoder's padded source in cross-attention) the tokens are
+packed and run through forward_varlen, and so are padding-free batches of several sequences,
+given as transformers gives them: cu_seq_lens_q/k and max_length_q/k
+(DataCollatorWithFlattening), or position_ids that restart within a row. forward_varlen has
+no backward yet: training on such batches raises NotImplementedError, as do the window,
+softcap and sinks when an input requires grad (a window no longer than the keys is dropped:
+it masks nothing). Attention dropout other than 0 while training raises ValueError.
+
+Not supported, with a clear error: static caches (cache_implementation="static": key slots
+past the current position), 4D masks (block masks of vision encoders) and chunked attention
+(Llama 4). Masks that add rules of their own beyond causal, window and padding (Gemma 3's
+bidirectional image tokens) are not seen by this mask function, as by transformers' own
+flash-attention path: use such models with "sdpa" or "eager".
 
 The name holds no "flash": transformers reads that substring as a request for the
 flash-attn package's own code paths.
@@ -28,9 +37,26 @@ import flash_attention_scratch as _fa
 NAME = "fa_scratch"
 
 
-def _window(sliding_window):
-    # transformers' window of W keeps keys in (q - W, q]: W keys, the query's own included.
-    return (sliding_window - 1, 0) if sliding_window else (-1, -1)
+def _window(sliding_window, causal, seq_k):
+    """transformers' window of W keeps the W keys up to the query's own, causal (keys in
+    (q - W, q]), or within W - 1 either side without a mask; a window at least as long as the
+    keys masks nothing and is dropped, so that it costs nothing (and trains)."""
+    if not sliding_window or seq_k <= sliding_window:
+        return (-1, -1)
+    return (sliding_window - 1, 0 if causal else sliding_window - 1)
+
+
+def _target_dtype(query, module):
+    """The 16-bit dtype for float32 q and k (promoted under autocast by RoPE or a norm in
+    float32): autocast's, else the module's weights'."""
+    import torch
+
+    if query.dtype != torch.float32:
+        return None
+    if torch.is_autocast_enabled(query.device.type):
+        return torch.get_autocast_dtype(query.device.type)
+    weights = [p.dtype for p in module.parameters() if p.dtype in (torch.float16, torch.bfloat16)]
+    return weights[0] if weights else None
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
@@ -43,9 +69,15 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
                          f"got {dropout!r}; set the model's attention_dropout to 0")
     if kwargs.get("output_attentions"):
         raise ValueError("output_attentions: expected False (the kernels never form the attention matrix), got True")
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    if getattr(getattr(module, "config", None), "attention_chunk_size", None):
+        raise NotImplementedError("config.attention_chunk_size: expected None (chunked attention, Llama 4, is not "
+                                  f"supported), got {module.config.attention_chunk_size}; use 'sdpa'")
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     sinks = s_aux if s_aux is not None else getattr(module, "sinks", None)
-    options = dict(softmax_scale=scaling, causal=bool(causal), window_size=_window(sliding_window),
+    target = _target_dtype(query, module)
+    if target is not None:
+        query, key, value = (t.to(target) for t in (query, key, value))
+    options = dict(softmax_scale=scaling, causal=causal, window_size=_window(sliding_window, causal, key.shape[2]),
                    softcap=float(softcap or 0.0),
                    learnable_sink=None if sinks is None else sinks.float().contiguous())
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
@@ -61,7 +93,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
         raise ValueError(f"attention_mask: expected None or a (batch, seq_k) = {tuple(k.shape[:2])} padding mask "
                          f"(register() installs the mask function that makes one), got shape "
                          f"{tuple(attention_mask.shape)}")
-    return _padded(q, k, v, attention_mask.bool(), options), None
+    return _padded(q, k, v, attention_mask.bool(), options, causal), None
 
 
 def _packed_lengths(q, k, kwargs):
@@ -73,7 +105,8 @@ def _packed_lengths(q, k, kwargs):
 
     if kwargs.get("cu_seq_lens_q") is not None:
         cu_q = kwargs["cu_seq_lens_q"].to(torch.int32)
-        cu_k = kwargs.get("cu_seq_lens_k", kwargs["cu_seq_lens_q"]).to(torch.int32)
+        cu_k = kwargs.get("cu_seq_lens_k")
+        cu_k = cu_q if cu_k is None else cu_k.to(torch.int32)
         lengths = [kwargs.get("max_length_q"), kwargs.get("max_length_k")]
         for i, cu in enumerate((cu_q, cu_k)):
             if lengths[i] is None:
@@ -95,14 +128,15 @@ def _packed_lengths(q, k, kwargs):
     return bounds, bounds, longest, longest
 
 
-def _padded(q, k, v, keys_kept, options):
+def _padded(q, k, v, keys_kept, options, causal):
     """Attention over the kept tokens of each sequence, packed; padded query rows get zeros.
-    The query rows are the last seq_q positions of the mask (prefill: all of them; decoding
-    with a cache: the new ones)."""
+    Causal (self-attention), the query rows are the mask's last seq_q columns (prefill: all of
+    them; decoding with a cache: the new ones). Not causal (an encoder, or cross-attention to an
+    encoder's padded output), every query row is kept, as transformers keeps them."""
     import torch
 
     batch, seq_q = q.shape[:2]
-    queries_kept = keys_kept[:, -seq_q:]
+    queries_kept = keys_kept[:, -seq_q:] if causal else keys_kept.new_ones(batch, seq_q)
     q_lengths = queries_kept.sum(1, dtype=torch.int32)
     k_lengths = keys_kept.sum(1, dtype=torch.int32)
     cu_q = torch.nn.functional.pad(q_lengths.cumsum(0, dtype=torch.int32), (1, 0))
@@ -116,17 +150,48 @@ def _padded(q, k, v, keys_kept, options):
     return out
 
 
+def padding_mask(batch_size, q_length, kv_length, q_offset=0, kv_offset=0, mask_function=None,
+                 attention_mask=None, **kwargs):
+    """transformers' mask interface for this attention: None, or the 2D (batch, keys) padding
+    mask (transformers' flash-attention one). A causal mask over key slots past the last
+    query's position (a static cache: those slots hold no keys yet, and no 2D mask says so) is
+    refused; cross-attention, whose keys are another sequence, is not that."""
+    past_the_queries = kv_offset == 0 and kv_length > q_offset + q_length
+    if past_the_queries and mask_function is not None and not _sees(mask_function, q_offset + q_length - 1,
+                                                                      kv_length - 1):
+        raise NotImplementedError(f"a static cache: expected keys up to the current position ({q_offset + q_length}), "
+                                  f"got {kv_length} key slots; use a dynamic cache (the default of generate())")
+    return _flash_attention_mask(batch_size, q_length, kv_length, q_offset=q_offset, kv_offset=kv_offset,
+                                 mask_function=mask_function, attention_mask=attention_mask, **kwargs)
+
+
+def _sees(mask_function, q_idx, kv_idx):
+    """Whether the model's mask lets query position q_idx see key position kv_idx (batch 0,
+    head 0); True where the function cannot be read that way."""
+    try:
+        return bool(mask_function(0, 0, q_idx, kv_idx))
+    except Exception:  # a mask function that only takes tensors: no verdict
+        return True
+
+
+def _flash_attention_mask(*args, **kwargs):
+    from transformers.masking_utils import flash_attention_mask
+
+    return flash_attention_mask(*args, **kwargs)
+
+
 def register(name=NAME):
-    """Registers the attention and its mask function under `name` (transformers'
-    AttentionInterface and the mask interface) and returns the name."""
+    """Registers the attention and its mask function (padding_mask) under `name`
+    (transformers' AttentionInterface and mask interface) and returns the name."""
     import transformers
 
     try:
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
-    except ImportError as error:
+        from transformers import masking_utils
+    except ImportError:
+        masking_utils = None
+    if not hasattr(masking_utils, "flash_attention_mask") or not hasattr(transformers, "AttentionInterface"):
         raise ImportError(f"transformers: expected a release with AttentionInterface and "
-                          f"masking_utils.flash_attention_mask, got {transformers.__version__}") from error
-
+                          f"masking_utils.flash_attention_mask, got {transformers.__version__}")
     transformers.AttentionInterface.register(name, attention_forward)
-    ALL_MASK_ATTENTION_FUNCTIONS.register(name, flash_attention_mask)
+    masking_utils.ALL_MASK_ATTENTION_FUNCTIONS.register(name, padding_mask)
     return name
