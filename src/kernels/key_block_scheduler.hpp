@@ -20,11 +20,10 @@ namespace flash_attention::sm90 {
 // therefore comes after L(m) - n others. A causal walk waits only where key blocks start at one
 // query block (the first ones of a bottom-right diagonal with seq_k > seq_q): otherwise key block
 // n reaches query block m B_c / B_r steps after key block n + 1 did, which starts no later.
+// Causal problems only (the scheduler's descending order is theirs).
 constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_block, int B_r,
                               int B_c) {
     const int key_blocks = blocks_covering(a.seq_k, B_c);
-    if (!a.causal)
-        return key_blocks - 1 - key_block;
     const std::int64_t end = std::int64_t{query_block + 1} * B_r + (a.seq_k - a.diagonal_seq_q);
     const std::int64_t seeing =
         end <= 0 ? 0 : std::min<std::int64_t>(key_blocks, (end + B_c - 1) / B_c);
