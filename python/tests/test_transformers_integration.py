@@ -144,11 +144,10 @@ def test_flash_attention_kwargs_and_plain_positions(recorder):
     q2, k2, v2 = hf_tensors(batch=2, seq_q=4, seq_k=4)
     adapter.attention_forward(Module(), q2, k2, v2, None, position_ids=torch.arange(4)[None])  # not expanded
     assert recorder[-1][0] == "forward"
-    # Rows restarting: every row's sequences on their own (each row begins one).
-    out, _ = adapter.attention_forward(Module(), q2, k2, v2, None, position_ids=torch.tensor([[0, 1, 0, 1],
-                                                                                              [0, 1, 2, 3]]))
-    assert recorder[-1][0] == "forward_varlen" and recorder[-1][4]["cu_q"].tolist() == [0, 2, 4, 8]
-    assert out.shape == (2, 4, 4, 8)
+    # Several rows: each its own sequence, read without a synchronisation (transformers' flash
+    # path reads packing from a batch of one row only; its collator packs into one row).
+    adapter.attention_forward(Module(), q2, k2, v2, None, position_ids=torch.tensor([[0, 1, 0, 1], [0, 1, 2, 3]]))
+    assert recorder[-1][0] == "forward"
 
 
 def test_windows_both_sides_without_a_mask_and_dropped_when_they_mask_nothing(recorder):

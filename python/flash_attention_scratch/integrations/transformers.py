@@ -17,7 +17,8 @@ forward(), differentiable for plain and causal attention (training). With paddin
 right: batched generation; an encoder's padded source in cross-attention) the tokens are
 packed and run through forward_varlen, and so are padding-free batches of several sequences,
 given as transformers gives them: cu_seq_lens_q/k and max_length_q/k
-(DataCollatorWithFlattening), or position_ids that restart within a row. forward_varlen has
+(DataCollatorWithFlattening), or position_ids that restart in a batch of one row (as
+transformers' flash-attention path reads them). forward_varlen has
 no backward yet: training on such batches raises NotImplementedError, as do the window,
 softcap and sinks when an input requires grad (a window no longer than the keys is dropped:
 it masks nothing). Attention dropout other than 0 while training raises ValueError.
@@ -99,8 +100,9 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
 def _packed_lengths(q, k, kwargs):
     """(cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) of a padding-free batch of
     several sequences, flattened along the tokens, or None for a plain batch. transformers'
-    flash-attention kwargs first; else position_ids that restart within a row (as transformers'
-    own masks read them), at one host synchronisation."""
+    flash-attention kwargs first; else, for a batch of one row as transformers' flash-attention
+    path reads them, position_ids that restart, at one host synchronisation (batched training,
+    whose rows are sequences of their own, pays none)."""
     import torch
 
     if kwargs.get("cu_seq_lens_q") is not None:
@@ -113,10 +115,10 @@ def _packed_lengths(q, k, kwargs):
                 lengths[i] = int((cu[1:] - cu[:-1]).max())
         return cu_q, cu_k, int(lengths[0]), int(lengths[1])
     position_ids = kwargs.get("position_ids")
-    if position_ids is None or q.shape[1] != k.shape[1] or q.shape[1] < 2:
+    if position_ids is None or q.shape[0] != 1 or q.shape[1] != k.shape[1] or q.shape[1] < 2:
         return None
-    positions = position_ids.expand(q.shape[0], -1) if position_ids.shape[0] == 1 else position_ids
-    if tuple(positions.shape) != tuple(q.shape[:2]):
+    positions = position_ids.reshape(1, -1)
+    if positions.shape[1] != q.shape[1]:
         return None
     starts = torch.ones_like(positions, dtype=torch.bool)  # where a sequence begins
     starts[:, 1:] = positions[:, 1:] != positions[:, :-1] + 1
