@@ -309,9 +309,10 @@ struct BackwardParams {
     TensorView dq;   // written
     TensorView dk;   // written
     TensorView dv;   // written
-    // The forward's options: the same scale and causal masking. options.lse is the forward's
-    // LSE, (batch, heads_q, seq_q) fp32, read; it is required. Variants (window, softcap,
-    // sinks) are not supported by the backward yet.
+    // The forward's options: the same scale, causal masking and sinks. options.lse is the
+    // forward's LSE, (batch, heads_q, seq_q) fp32, read; it is required (with sinks, the one
+    // that includes them, as forward() writes it). The window and softcap are not supported by
+    // the backward yet.
     AttentionOptions options{};
     // Optional: ∂loss/∂LSE, (batch, heads_q, seq_q) fp32, where the forward's LSE output feeds
     // the loss too (its gradient joins dS = P ∘ (dP - D + dLSE)). Null: zero.
@@ -321,6 +322,12 @@ struct BackwardParams {
     // sm80 kernels always are. false: the fastest kernel, whose fp32 dQ additions may land in
     // any order (last-bit differences from run to run).
     bool deterministic = false;
+    // Optional (last, so that positional initialisers written before it still compile), with
+    // options.variants.sinks: ∂loss/∂sinks, (heads_q,) fp32 device memory, written (not
+    // accumulated): dsinks[h] = Σ over the batch's rows of head h of exp(sinks[h] - LSE) · (dLSE -
+    // rowsum(dO ∘ O)), summed in one fixed order (the same bits from run to run, deterministic or
+    // not). Null: not computed.
+    float* d_sinks = nullptr;
 };
 
 // Runs the backward kernels the library chooses, on `stream`: the winner that `flash_attention

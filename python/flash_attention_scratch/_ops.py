@@ -63,21 +63,14 @@ def _check_no_grad(q, k, v, grad_enabled=None, sinks=None, entry="forward_varlen
             "detached inputs), got one with requires_grad=True")
 
 
-def _check_differentiable(requiring, window_left, window_right, softcap, sinks):
+def _check_differentiable(requiring, window_left, window_right, softcap):
     """Raises NotImplementedError, naming the variant, where the backward pass cannot
-    differentiate the call: sliding windows, softcaps and sinks are forward-only."""
-    if requiring == "learnable_sink":
-        raise NotImplementedError(
-            "learnable_sink: expected a tensor that does not require grad (the backward pass has no "
-            "gradient for attention sinks yet; call it under torch.no_grad() or pass a detached "
-            "tensor), got one with requires_grad=True")
+    differentiate the call: sliding windows and softcaps are forward-only (sinks are not)."""
     unsupported = []
     if (window_left, window_right) != (-1, -1):
         unsupported.append(f"window_size=({window_left}, {window_right}) (sliding window)")
     if softcap != 0.0:
         unsupported.append(f"softcap={softcap:g}")
-    if sinks is not None:
-        unsupported.append("learnable_sink (attention sinks)")
     if unsupported:
         raise NotImplementedError(
             f"{', '.join(unsupported)}: not supported by the backward pass yet, and {requiring} "
@@ -216,34 +209,42 @@ def _kernel_view(t):
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic):
+def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic, sinks=None,
+                  dsinks=None):
     dout, q, k, v, out = (_kernel_view(t) for t in (dout, q, k, v, out))
     lse = lse if lse.is_contiguous() else lse.contiguous()
     if dlse is not None and not dlse.is_contiguous():  # e.g. the gradient of lse.sum()
         dlse = dlse.contiguous()
+    sinks_address = _sinks(sinks, q, q.shape[2])
     stream = _current_stream(q.device)
     _on_device(q.device, lambda: _C.backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal,
-                                             stream, dlse, deterministic=deterministic))
+                                             stream, dlse, deterministic=deterministic, sinks=sinks_address,
+                                             d_sinks=0 if dsinks is None else dsinks.data_ptr()))
 
 
 @torch.library.custom_op("flash_attention_scratch::backward", mutates_args=(), device_types="cuda")
 def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: torch.Tensor, softmax_scale: Optional[float], causal: int,
-                 dlse: Optional[torch.Tensor] = None,
-                 deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk, dv (contiguous, shaped like q, k, v) of the forward that produced out and its
-    float32 (batch, heads, seq_q) log-sum-exp lse, given dout = dloss/dout and optionally
-    dlse = dloss/dlse (None: zero). With grouped K/V heads, dk and dv are summed over the
-    query heads that share a K/V head. The library's automatic choice of backward kernel;
-    deterministic=True: one whose gradients are bitwise identical from run to run."""
+                 dlse: Optional[torch.Tensor] = None, deterministic: bool = False,
+                 sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv (contiguous, shaped like q, k, v) and dsinks of the forward that produced
+    out and its float32 (batch, heads, seq_q) log-sum-exp lse, given dout = dloss/dout and
+    optionally dlse = dloss/dlse (None: zero). With grouped K/V heads, dk and dv are summed
+    over the query heads that share a K/V head. sinks: the forward's learnable_sink, whose
+    gradient dsinks is float32 (heads,) (empty without sinks). The library's automatic choice
+    of backward kernel; deterministic=True: one whose gradients are bitwise identical from run
+    to run (dsinks always are)."""
     dq, dk, dv = _out_like(q), _out_like(k), _out_like(v)
-    _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic)
-    return dq, dk, dv
+    dsinks = torch.empty(0 if sinks is None else q.shape[2], dtype=torch.float32, device=q.device)
+    _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic, sinks,
+                  None if sinks is None else dsinks)
+    return dq, dk, dv, dsinks
 
 
 @_backward_op.register_fake
-def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            q.new_empty((0 if sinks is None else q.shape[2],), dtype=torch.float32))
 
 
 def _no_double_backward(ctx, *grads):
@@ -271,20 +272,21 @@ def _forward_setup(ctx, inputs, output, saves_output):
     # same, should a version hand them over without.)
     inputs = (*inputs, *_VARIANT_DEFAULTS[len(inputs) - 6:])
     q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks, deterministic = inputs
-    _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right,
-                          softcap, sinks)
+    _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right, softcap)
     ctx.softmax_scale, ctx.causal, ctx.config = softmax_scale, causal, config
     ctx.deterministic = deterministic
+    ctx.has_sinks = sinks is not None
     # A None gradient for an output that does not reach the loss (the LSE, usually) stays None
     # rather than a tensor of zeros: the backward then reads no dLSE.
     ctx.set_materialize_grads(False)
-    if saves_output:
-        ctx.save_for_backward(q, k, v, *output)
-    else:
-        ctx.save_for_backward(q, k, v)
+    saved = (q, k, v, *output) if saves_output else (q, k, v)
+    ctx.save_for_backward(*saved, *((sinks,) if ctx.has_sinks else ()))
 
 
-def _gradients(ctx, q, k, v, out, lse, dout, dlse):
+_SINKS_ARGUMENT = 9  # the forward ops' sinks: after q, k, v, scale, causal, config and the window and softcap
+
+
+def _gradients(ctx, q, k, v, sinks, out, lse, dout, dlse):
     # One per argument autograd saw: q, k, v, softmax_scale, causal, config and those of
     # window_left, window_right, softcap, sinks, deterministic that were passed.
     n_inputs = len(ctx.needs_input_grad)
@@ -292,25 +294,35 @@ def _gradients(ctx, q, k, v, out, lse, dout, dlse):
         return (None,) * n_inputs
     if dout is None:  # only the LSE reaches the loss
         dout = torch.zeros_like(out)
-    dq, dk, dv = torch.ops.flash_attention_scratch.backward(dout, q, k, v, out, lse, ctx.softmax_scale,
-                                                            ctx.causal, dlse, ctx.deterministic)
+    dq, dk, dv, dsinks = torch.ops.flash_attention_scratch.backward(dout, q, k, v, out, lse, ctx.softmax_scale,
+                                                                    ctx.causal, dlse, ctx.deterministic, sinks)
     need = ctx.needs_input_grad
-    return (dq if need[0] else None, dk if need[1] else None, dv if need[2] else None) + (None,) * (n_inputs - 3)
+    grads = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None] + [None] * (n_inputs - 3)
+    if sinks is not None and need[_SINKS_ARGUMENT]:
+        grads[_SINKS_ARGUMENT] = dsinks
+    return tuple(grads)
+
+
+def _saved(ctx, count):
+    """The first `count` saved tensors, and the sinks (None without)."""
+    saved = ctx.saved_tensors
+    return saved[:count], (saved[count] if ctx.has_sinks else None)
 
 
 def _forward_lse_backward(ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    return _gradients(ctx, q, k, v, out, lse, dout, dlse)
+    (q, k, v, out, lse), sinks = _saved(ctx, 5)
+    return _gradients(ctx, q, k, v, sinks, out, lse, dout, dlse)
 
 
 def _forward_backward(ctx, dout):
-    q, k, v = ctx.saved_tensors
+    (q, k, v), sinks = _saved(ctx, 3)
     if dout is None:
-        return _gradients(ctx, q, k, v, None, None, None, None)
+        return _gradients(ctx, q, k, v, sinks, None, None, None, None)
     # The op saved no LSE: run the same forward again for it (and its own output, so that
     # O and the LSE are one computation's).
-    out, lse = torch.ops.flash_attention_scratch.forward_lse(q, k, v, ctx.softmax_scale, ctx.causal, ctx.config)
-    return _gradients(ctx, q, k, v, out, lse, dout, None)
+    out, lse = torch.ops.flash_attention_scratch.forward_lse(q, k, v, ctx.softmax_scale, ctx.causal, ctx.config,
+                                                             -1, -1, 0.0, sinks)
+    return _gradients(ctx, q, k, v, sinks, out, lse, dout, None)
 
 
 _forward_op.register_autograd(_forward_backward,
@@ -367,7 +379,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         if var[0] == -1 and var[1] == 0:  # a window that only states causal masking
             var = (-1, -1) + var[2:]
             causal = _causal(True, causal_alignment)
-        _check_differentiable(requiring, *var)  # before any work
+        _check_differentiable(requiring, *var[:3])  # before any work
         result = torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config, *var,
                                                                bool(deterministic))
         return result if return_lse else result[0]

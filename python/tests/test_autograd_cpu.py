@@ -34,8 +34,8 @@ def _standin_forward_lse(q, k, v, softmax_scale, causal, config, window_left=-1,
                          sinks=None, deterministic=False):
     CALLS.append(("forward_lse", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
                                       sinks=sinks is not None)))
-    assert (window_left, window_right, softcap, sinks) == (-1, -1, 0.0, None), "a variant reached the stand-in"
-    out, lse = reference_attention(q, k, v, _scale(q, softmax_scale), causal != 0, causal == 2)
+    assert (window_left, window_right, softcap) == (-1, -1, 0.0), "a window or softcap reached the stand-in"
+    out, lse = reference_attention(q, k, v, _scale(q, softmax_scale), causal != 0, causal == 2, sinks=sinks)
     return out.to(q.dtype).contiguous(), lse.float().contiguous()
 
 
@@ -45,10 +45,11 @@ def _standin_forward(*args):
     return out
 
 
-def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False):
-    """The library's algorithm in float64: P from the saved LSE, D = rowsum(dO * O)."""
+def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None):
+    """The library's algorithm in float64: P from the saved LSE (which includes the sinks),
+    D = rowsum(dO * O) - dLSE, dsinks = -sum over rows of exp(sink - LSE) * D."""
     CALLS.append(("backward", dict(dlse=dlse is not None, causal=causal, dout_layout=dout.stride(),
-                                   deterministic=deterministic)))
+                                   deterministic=deterministic, sinks=sinks is not None)))
     scale = _scale(q, softmax_scale)
     b, sq, h, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -63,13 +64,16 @@ def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None,
     lse = lse.double()[..., None]
     p = torch.where(masked | torch.isinf(lse), 0.0, torch.exp(s - lse.nan_to_num(neginf=0.0)))
     dp = dot @ vt.transpose(-1, -2)
-    delta = (dot * ot).sum(-1, keepdim=True)
-    ds = p * (dp - delta + (0.0 if dlse is None else dlse.double()[..., None]))
+    delta = (dot * ot).sum(-1, keepdim=True) - (0.0 if dlse is None else dlse.double()[..., None])
+    ds = p * (dp - delta)
+    dsinks = torch.empty(0, dtype=torch.float32)
+    if sinks is not None:
+        dsinks = -(torch.exp(sinks.double()[None, :, None, None] - lse) * delta).sum((0, 2, 3)).float()
     dq = (ds @ kt) * scale
     dk = (ds.transpose(-1, -2) @ qt) * scale
     dv = p.transpose(-1, -2) @ dot
     dk, dv = (t.view(b, hkv, group, sk, d).sum(2) for t in (dk, dv))
-    return tuple(t.transpose(1, 2).to(q.dtype).contiguous() for t in (dq, dk, dv))
+    return (*(t.transpose(1, 2).to(q.dtype).contiguous() for t in (dq, dk, dv)), dsinks)
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +159,42 @@ def test_gradients_flow_through_forward_lse(cpu, case, with_lse):
         assert g.shape == t.shape and g.is_contiguous()
 
 
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("with_lse", [False, True], ids=["out", "out_and_lse"])
+def test_sinks_get_their_gradient(cpu, case, with_lse):
+    """learnable_sink requiring grad: the recorded op saves the sinks, the backward op gets them
+    and returns dsinks, which autograd hands to the sinks (float32, shaped like them)."""
+    sq, sk, h, hkv, causal, top_left = case
+    q, k, v = inputs(sq, sk, h, hkv)
+    sinks = torch.randn(h, dtype=torch.float32)
+    dout = torch.randn_like(q)
+    x = leaves(q, k, v, sinks)
+    alignment = "top_left" if top_left else "bottom_right"
+    out, lse = fa.forward(*x[:3], causal=causal, causal_alignment=alignment, learnable_sink=x[3], return_lse=True)
+    dlse = torch.randn_like(lse) if with_lse else None
+    torch.autograd.backward([out, lse] if with_lse else [out], [dout, dlse] if with_lse else [dout])
+    assert cpu[-1][0] == "backward" and cpu[-1][1]["sinks"]
+    ref_x = leaves(q, k, v, sinks.double())
+    ref_out, ref_lse = reference_attention(*ref_x[:3], q.shape[-1] ** -0.5, causal, top_left, sinks=ref_x[3])
+    outputs, grads = [ref_out], [dout]
+    if with_lse:
+        outputs.append(ref_lse)
+        grads.append(dlse.double())
+    ref = torch.autograd.grad(outputs, ref_x, grads)
+    assert_same([t.grad for t in x[:3]], ref[:3])
+    assert x[3].grad is not None and x[3].grad.dtype == torch.float32 and x[3].grad.shape == (h,)
+    torch.testing.assert_close(x[3].grad.double(), ref[3], rtol=1e-5, atol=1e-5, msg="dsinks differs")
+
+
+def test_sinks_without_grad_get_none(cpu):
+    q, k, v = inputs(6, 6, 2, 2)
+    x = leaves(q, k, v)
+    sinks = torch.randn(2)
+    fa.forward(*x, learnable_sink=sinks).sum().backward()
+    assert cpu[-1][1]["sinks"], "the forward's sinks reach the backward (its LSE includes them)"
+    assert sinks.grad is None and all(t.grad is not None for t in x)
+
+
 def test_only_the_lse_reaches_the_loss(cpu):
     q, k, v = inputs(6, 11, 4, 2)
     x = leaves(q, k, v)
@@ -162,7 +202,7 @@ def test_only_the_lse_reaches_the_loss(cpu):
     dlse = torch.randn_like(lse)
     lse.backward(dlse)
     assert cpu[-1] == ("backward", dict(dlse=True, causal=1, dout_layout=q.stride(),
-                                        deterministic=False))  # zeros for dout
+                                        deterministic=False, sinks=False))  # zeros for dout
     assert_same([t.grad for t in x], reference_grads(q, k, v, torch.zeros_like(q), dlse.double(), causal=True))
 
 
@@ -210,12 +250,11 @@ def test_variants_with_grad_raise_before_any_work(cpu):
     for kwargs, match in [(dict(window_size=(3, 0), causal=True), r"window_size=\(3, 0\)"),
                           (dict(window_size=(3, 3)), r"window_size=\(3, 3\) \(sliding window\)"),
                           (dict(softcap=20.0), "softcap=20"),
-                          (dict(learnable_sink=sinks), "learnable_sink"),
                           (dict(softcap=5.0, window_size=(2, 1)), r"window_size=\(2, 1\).*softcap=5")]:
         with pytest.raises(NotImplementedError, match=match + ".*q requires grad"):
             fa.forward(qg, k, v, **kwargs)
-    with pytest.raises(NotImplementedError, match="learnable_sink: expected a tensor that does not require grad"):
-        fa.forward(q, k, v, learnable_sink=sinks.requires_grad_())
+    with pytest.raises(NotImplementedError, match=r"softcap=20.*learnable_sink requires grad"):
+        fa.forward(q, k, v, softcap=20.0, learnable_sink=sinks.requires_grad_())
     with pytest.raises(NotImplementedError, match=r"window_size=\(3, 3\)"):
         fa.flash_attn_func(q, k, v.requires_grad_(), window_size=(3, 3))
     with pytest.raises(RuntimeError, match="out= tensor cannot carry an autograd graph"):

@@ -46,12 +46,16 @@ BACKWARD_KINDS = backward_kinds()
 needs_backward = pytest.mark.skipif(not BACKWARD_KINDS, reason="the build holds no backward kernel")
 
 
-def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None):
+def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None, sinks=None):
     """Attention computed by PyTorch in `dtype` (float64 by default), differentiable: q
     (batch, seq_q, heads, d), k and v (batch, seq_k, heads_kv, d), K/V heads repeated for
     grouped-query attention (autograd sums their gradients back). Causal aligned at the
     bottom right, or the top left. Returns out (batch, seq_q, heads, d) and lse (batch,
-    heads, seq_q); a row that sees no key gives zeros, LSE -inf, and no gradient."""
+    heads, seq_q); a row that sees no key gives zeros, LSE -inf, and no gradient. sinks
+    (heads,): a score per head with no value in every row's softmax (the LSE includes it;
+    a row that sees no key then gives zeros and LSE = its sink)."""
+    if sinks is not None:
+        return _reference_with_sinks(q, k, v, scale, causal, top_left, dtype or torch.float64, sinks)
     dtype = dtype or torch.float64
     group = q.shape[2] // k.shape[2]
     qt = q.to(dtype).transpose(1, 2)
@@ -76,10 +80,30 @@ def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None
     return (p @ vt).transpose(1, 2), lse
 
 
-def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype):
-    """(dq, dk, dv) of sum(out * dout) (+ sum(lse * dlse)) by autograd in `dtype`."""
+def _reference_with_sinks(q, k, v, scale, causal, top_left, dtype, sinks):
+    group = q.shape[2] // k.shape[2]
+    qt = q.to(dtype).transpose(1, 2)
+    kt = k.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
+    vt = v.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
+    s = (qt @ kt.transpose(-1, -2)) * scale
+    sq, sk = q.shape[1], k.shape[1]
+    if causal:
+        i = torch.arange(sq, device=q.device)[:, None] + (0 if top_left else sk - sq)
+        s = s.masked_fill(torch.arange(sk, device=q.device)[None, :] > i, float("-inf"))
+    sink = sinks.to(dtype).reshape(1, -1, 1, 1).expand(s.shape[0], -1, sq, 1)
+    s = torch.cat([s, sink], dim=-1)  # the sink is finite: no row is all -inf
+    p = torch.softmax(s, dim=-1)[..., :-1]
+    return (p @ vt).transpose(1, 2), torch.logsumexp(s, dim=-1)
+
+
+def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype, sinks=None):
+    """(dq, dk, dv) of sum(out * dout) (+ sum(lse * dlse)) by autograd in `dtype`; with sinks,
+    (dq, dk, dv, dsinks)."""
     leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-    out, lse = reference_attention(*leaves, scale, causal, top_left, dtype)
+    if sinks is not None:
+        leaves.append(sinks.detach().to(dtype).requires_grad_())
+    out, lse = reference_attention(*leaves[:3], scale, causal, top_left, dtype,
+                                   sinks=leaves[3] if sinks is not None else None)
     outputs, grads = [out], [dout.to(dtype)]
     if dlse is not None:
         outputs.append(lse)
@@ -87,14 +111,16 @@ def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype):
     return torch.autograd.grad(outputs, leaves, grads)
 
 
-def assert_gradients_match(ours, q, k, v, dout, dlse=None, scale=None, causal=False, top_left=False, note=""):
-    """The module docstring's rule for each of dq, dk, dv; also finite, contiguous, shaped
-    like the inputs."""
+def assert_gradients_match(ours, q, k, v, dout, dlse=None, scale=None, causal=False, top_left=False, note="",
+                           sinks=None):
+    """The module docstring's rule for each of dq, dk, dv (and dsinks); also finite,
+    contiguous, shaped like the inputs."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    ref = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, torch.float64)
-    naive = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype)
+    ref = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, torch.float64, sinks)
+    naive = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype, sinks)
     eps = torch.finfo(q.dtype).eps
-    for name, g, r, n, x in zip(("dq", "dk", "dv"), ours, ref, naive, (q, k, v)):
+    inputs = (q, k, v) if sinks is None else (q, k, v, sinks)
+    for name, g, r, n, x in zip(("dq", "dk", "dv", "dsinks"), ours, ref, naive, inputs):
         assert g is not None, f"{name}: no gradient {note}"
         assert g.shape == x.shape and g.dtype == x.dtype, f"{name}: {tuple(g.shape)} {g.dtype} {note}"
         assert torch.isfinite(g).all(), f"{name}: non-finite values {note}"
@@ -199,6 +225,30 @@ def test_gradients_match_reference(kind, shape):
                            note=f"(seed {seed})")
     for g in (qg.grad, kg.grad, vg.grad):
         assert g.is_contiguous()
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+@pytest.mark.parametrize("shape", [(200, 333, 8, 2, True, False), (130, 60, 4, 4, True, True),
+                                   (257, 257, 4, 1, False, False)], ids=shape_id)
+@pytest.mark.parametrize("with_lse", [False, True], ids=["out", "out_and_lse"])
+def test_sinks_gradients_match_reference(kind, shape, with_lse):
+    """gpt-oss's learnable sinks: dq, dk, dv and dsinks against float64 autograd, the LSE's
+    gradient included (rows that see no key have LSE = their sink, and a gradient through it)."""
+    sq, sk, h, hkv, causal, top_left = shape
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    seed = seeded()
+    q, k, v = randn(2, sq, h, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype)
+    sinks = torch.randn(h, device="cuda") * 2
+    dout = randn(2, sq, h, d, dtype=dtype)
+    qg, kg, vg, sg = leaves(q, k, v, sinks)
+    alignment = "top_left" if top_left else "bottom_right"
+    out, lse = fa.forward(qg, kg, vg, causal=causal, causal_alignment=alignment, learnable_sink=sg, return_lse=True)
+    dlse = torch.randn_like(lse) if with_lse else None
+    torch.autograd.backward([out, lse] if with_lse else [out], [dout, dlse] if with_lse else [dout])
+    assert_gradients_match((qg.grad, kg.grad, vg.grad, sg.grad), q, k, v, dout, dlse, causal=causal,
+                           top_left=top_left, note=f"(seed {seed})", sinks=sinks)
 
 
 @needs_gpu
@@ -483,10 +533,6 @@ def test_variants_with_grad_raise_before_the_forward_runs(monkeypatch):
         fa.forward(q, q, qg, softcap=30.0)
     with pytest.raises(NotImplementedError, match="softcap=30"):
         fa.flash_attn_func(qg, q, q, causal=True, softcap=30.0)
-    with pytest.raises(NotImplementedError, match="learnable_sink"):
-        fa.forward(qg, q, q, learnable_sink=sinks)
-    with pytest.raises(NotImplementedError, match="learnable_sink: expected a tensor that does not require grad"):
-        fa.forward(q, q, q, learnable_sink=sinks.clone().requires_grad_())
     with pytest.raises(RuntimeError, match="out= tensor cannot carry an autograd graph"):
         fa.forward(qg, q, q, out=torch.empty_like(q))
     monkeypatch.undo()

@@ -1,6 +1,7 @@
 // The backward entry point: checks, the automatic choice of a backward kernel, and its launch
 // with D's workspace from the stream-ordered pool.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -77,16 +78,23 @@ void validate_backward(const BackwardParams& p) {
     check_float_rows(p.options.lse, "options.lse", rows, "(batch, heads, seq_q)", outputs);
     check_float_rows(p.d_lse, "d_lse", rows, "(batch, heads, seq_q)", outputs);
     check_options(p.options, p.q.shape[3]);
-    if (p.options.variants.any()) {
-        const Variants& v = p.options.variants;
+    if (const Variants& v = p.options.variants; v.changes_scores()) {
         fail(ErrorCode::unsupported, "options.variants",
-             "none: the backward pass takes no sliding window, softcap or sinks yet",
+             "no sliding window or softcap: the backward pass takes neither yet (sinks it takes)",
              "window (" + std::to_string(v.window_left) + ", " + std::to_string(v.window_right) +
-                 "), softcap " + std::to_string(v.softcap) + (v.sinks != nullptr ? ", sinks" : ""));
+                 "), softcap " + std::to_string(v.softcap));
     }
+    if (p.d_sinks != nullptr && p.options.variants.sinks == nullptr) {
+        fail(ErrorCode::invalid_argument, "d_sinks",
+             "null without options.variants.sinks (there is no sink to differentiate)",
+             "a pointer");
+    }
+    if (reinterpret_cast<std::uintptr_t>(p.d_sinks) % alignof(float) != 0)
+        fail(ErrorCode::invalid_argument, "d_sinks", "a 4-byte aligned address",
+             "a misaligned one");
 }
 
-// The forward's shape (the backward takes no variants).
+// The forward's shape (the backward takes no window or softcap; sinks leave the shape alone).
 ProblemShape backward_shape(const BackwardParams& p) {
     return shape_of(ForwardParams{p.q, p.k, p.v, p.o, p.options});
 }
@@ -147,7 +155,9 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
                 seq_q, seq_k, p.options.causal_alignment == CausalAlignment::top_left),
             .softmax_scale = scale.scale,
             .scale_log2 = scale.scale_log2,
-            .sm_count = device.sm_count};
+            .sm_count = device.sm_count,
+            .sinks = p.options.variants.sinks,
+            .d_sinks = p.d_sinks};
 }
 
 void launch_backward(const BackwardParams& p, const KernelConfig& config,
@@ -162,7 +172,9 @@ void launch_backward(const BackwardParams& p, const KernelConfig& config,
                      {p.dk.data, "dk.data"},
                      {p.dv.data, "dv.data"},
                      {p.options.lse, "options.lse"},
-                     {p.d_lse, "d_lse"}},
+                     {p.d_lse, "d_lse"},
+                     {p.options.variants.sinks, "options.variants.sinks"},
+                     {p.d_sinks, "d_sinks"}},
                     device, stream);
     BackwardArgs args = backward_args(p, device);
     const BackwardWorkspace w = backward_workspace(config, args.batch, args.heads, args.seq_q);

@@ -4,7 +4,7 @@
 // D = rowsum(dO ∘ O) - dLSE, the row's LSE in base 2 where the family's main kernel reads it
 // from a padded buffer (sm90: whole query blocks a head, so that TMA copies a block's rows
 // in one aligned bulk copy), and the row's fp32 dQ accumulator and its 64 rows' semaphore
-// zeroed (sm90).
+// zeroed (sm90). Then, with attention sinks, their gradient from D and the LSE.
 
 #include <cmath>
 #include <cstdint>
@@ -90,6 +90,53 @@ void launch_backward_preprocess(const BackwardArgs& args, Stream stream) {
         dim3(blocks_covering(args.q_rows, backward_preprocess_rows(D_Head)), args.heads,
              args.batch),
         128, 0, stream, args, "backward preprocess launch");
+}
+
+// Attention sinks' gradient. A sink is a score with no value that joins a row's softmax
+// denominator: its probability is P_sink = exp(sink - LSE) (the LSE includes it), O = Σ P_j V_j
+// loses P_sink's share, and LSE grows with it, so ∂loss/∂sink = Σ over the head's rows of
+// P_sink · (dLSE - rowsum(dO ∘ O)) = -Σ P_sink · D. One CTA a head: each thread sums a fixed
+// stride of the (batch, seq_q) rows, then a fixed reduction tree, so the sum's order, and its
+// bits, never change from run to run.
+// (A template, as the other kernels of shared headers, so that every translation unit may
+// instantiate it.)
+template <int Threads>
+__global__ void __launch_bounds__(Threads)
+    sink_gradient_kernel(const __grid_constant__ BackwardArgs args) {
+    const int head = blockIdx.x;
+    const float sink = args.sinks[head];
+    const std::int64_t rows = std::int64_t{args.batch} * args.seq_q;
+    float sum = 0.0f;
+    for (std::int64_t r = threadIdx.x; r < rows; r += Threads) {
+        const std::int64_t batch = r / args.seq_q, row = r % args.seq_q;
+        const std::int64_t head_row0 = batch * args.heads + head;
+        sum -= expf(sink - args.lse[head_row0 * args.seq_q + row]) *
+               args.d[head_row0 * args.q_rows + row];
+    }
+#pragma unroll
+    for (int offset = warp_size / 2; offset > 0; offset /= 2)
+        sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    __shared__ float warp_sums[Threads / warp_size];
+    if (threadIdx.x % warp_size == 0)
+        warp_sums[threadIdx.x / warp_size] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float total = 0.0f;
+        for (const float w : warp_sums)
+            total += w;
+        args.d_sinks[head] = total;
+    }
+}
+
+// The preprocess, then with args.d_sinks the sinks' gradient (which needs only its D).
+template <DType dtype, int D_Head>
+void launch_backward_preprocess_and_sinks(const BackwardArgs& args, Stream stream) {
+    launch_backward_preprocess<dtype, D_Head>(args, stream);
+    if (args.d_sinks != nullptr) {
+        constexpr int threads = 256;
+        launch_kernel<&sink_gradient_kernel<threads>>(dim3(args.heads), threads, 0, stream, args,
+                                                      "sink gradient launch");
+    }
 }
 
 }  // namespace flash_attention

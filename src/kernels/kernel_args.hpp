@@ -143,6 +143,10 @@ struct BackwardArgs {
     float softmax_scale;
     float scale_log2;  // softmax_scale * log2(e)
     int sm_count;      // of the device: how many CTAs run at once (the causal schedule's groups)
+    // Attention sinks, fp32 per query head, or null: the LSE includes them, so P, and dQ, dK
+    // and dV, need nothing else; their gradient goes to d_sinks (heads,), or nowhere if null.
+    const float* sinks;
+    float* d_sinks;
 };
 
 }  // namespace flash_attention

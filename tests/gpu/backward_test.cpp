@@ -243,6 +243,12 @@ TEST(Backward, RefusesWhatItDoesNotCompute) {
     fa::BackwardParams window = p.params();
     window.options.variants.window_left = 8;
     EXPECT_THROW(fa::backward(window), fa::Error);
+    fa::BackwardParams softcap = p.params();
+    softcap.options.variants.softcap = 30.0f;
+    EXPECT_THROW(fa::backward(softcap), fa::Error);
+    fa::BackwardParams d_sinks_alone = p.params();  // a gradient for sinks the forward had not
+    d_sinks_alone.d_sinks = static_cast<float*>(p.lse.data());
+    EXPECT_THROW(fa::backward(d_sinks_alone), fa::Error);
     const fa::KernelConfig forward_config = fa::testing::forward_configs().front();
     EXPECT_THROW(fa::backward(p.params(), forward_config), fa::Error);
 }

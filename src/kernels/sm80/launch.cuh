@@ -48,7 +48,7 @@ inline constexpr auto* dq_kernel = &backward_dq_kernel<pack(C)>;
 // The backward pass: D's preprocess, then the dK/dV and the dQ kernels, in stream order.
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
-    launch_backward_preprocess<C.dtype, C.d_head>(args, stream);
+    launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
     constexpr int dkdv_smem = static_cast<int>(backward_dkdv_smem_bytes(C));
     enable_dynamic_smem<dkdv_kernel<C>, dkdv_smem>();
     launch_kernel<dkdv_kernel<C>>(

@@ -115,7 +115,7 @@ inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C)>;
 // kernel, and dQ's conversion, in stream order.
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
-    launch_backward_preprocess<C.dtype, C.d_head>(args, stream);
+    launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
     const auto scheduler = KeyBlockScheduler::of(args, C.B_c, C.sm90.ordered_dq);
     if (scheduler.count() > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
