@@ -270,8 +270,8 @@ void validate_shape(const Shape& shape) {
     if (shape.backward && (shape.window_left != -1 || shape.window_right != -1 ||
                            shape.softcap != 0 || shape.sinks)) {
         throw UsageError(
-            "--backward: expected no --window, --softcap or --sinks (the backward "
-            "pass takes no variants yet), got some");
+            "--backward: expected no --window, --softcap or --sinks (the command line's "
+            "backward and its check take no variants yet), got some");
     }
 }
 

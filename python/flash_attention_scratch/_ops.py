@@ -294,11 +294,14 @@ def _gradients(ctx, q, k, v, sinks, out, lse, dout, dlse):
         return (None,) * n_inputs
     if dout is None:  # only the LSE reaches the loss
         dout = torch.zeros_like(out)
-    dq, dk, dv, dsinks = torch.ops.flash_attention_scratch.backward(dout, q, k, v, out, lse, ctx.softmax_scale,
-                                                                    ctx.causal, dlse, ctx.deterministic, sinks)
     need = ctx.needs_input_grad
+    # The main kernels need no sinks (the LSE includes them): pass them only for their gradient.
+    train_sinks = sinks is not None and need[_SINKS_ARGUMENT]
+    dq, dk, dv, dsinks = torch.ops.flash_attention_scratch.backward(dout, q, k, v, out, lse, ctx.softmax_scale,
+                                                                    ctx.causal, dlse, ctx.deterministic,
+                                                                    sinks if train_sinks else None)
     grads = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None] + [None] * (n_inputs - 3)
-    if sinks is not None and need[_SINKS_ARGUMENT]:
+    if train_sinks:
         grads[_SINKS_ARGUMENT] = dsinks
     return tuple(grads)
 

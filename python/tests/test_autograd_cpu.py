@@ -186,13 +186,49 @@ def test_sinks_get_their_gradient(cpu, case, with_lse):
     torch.testing.assert_close(x[3].grad.double(), ref[3], rtol=1e-5, atol=1e-5, msg="dsinks differs")
 
 
-def test_sinks_without_grad_get_none(cpu):
+def test_frozen_sinks_cost_the_backward_nothing(cpu):
+    """Sinks that do not require grad: the LSE carries them, so the backward op gets none and
+    computes no dsinks; q, k and v still get their gradients, which the sinks shape."""
     q, k, v = inputs(6, 6, 2, 2)
+    dout = torch.randn_like(q)
     x = leaves(q, k, v)
     sinks = torch.randn(2)
-    fa.forward(*x, learnable_sink=sinks).sum().backward()
-    assert cpu[-1][1]["sinks"], "the forward's sinks reach the backward (its LSE includes them)"
-    assert sinks.grad is None and all(t.grad is not None for t in x)
+    fa.forward(*x, learnable_sink=sinks).backward(dout)
+    assert not cpu[-1][1]["sinks"]
+    assert sinks.grad is None
+    ref_x = leaves(q, k, v)
+    ref_out, _ = reference_attention(*ref_x, q.shape[-1] ** -0.5, sinks=sinks.double())
+    assert_same([t.grad for t in x], torch.autograd.grad(ref_out, ref_x, dout))
+
+
+def test_only_the_sinks_require_grad_and_the_plain_op_recomputes_the_lse(cpu):
+    q, k, v = inputs(7, 9, 4, 2)
+    dout = torch.randn_like(q)
+    sinks = torch.randn(4).requires_grad_()
+    fa.forward(q, k, v, causal=True, learnable_sink=sinks).backward(dout)
+    ref_s = sinks.detach().double().requires_grad_()
+    ref_out, _ = reference_attention(q, k, v, q.shape[-1] ** -0.5, True, sinks=ref_s)
+    (expected,) = torch.autograd.grad(ref_out, [ref_s], dout)
+    torch.testing.assert_close(sinks.grad.double(), expected, rtol=1e-5, atol=1e-5)
+    # The plain op (no LSE output) runs forward_lse again, with the sinks, for the backward.
+    sinks.grad = None
+    CALLS.clear()
+    torch.ops.flash_attention_scratch.forward(q, k, v, None, 1, None, -1, -1, 0.0, sinks).backward(dout)
+    assert [c[0] for c in CALLS] == ["forward", "forward_lse", "backward"]
+    assert CALLS[1][1]["sinks"] and CALLS[2][1]["sinks"]
+    torch.testing.assert_close(sinks.grad.double(), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_sinks_ops_pass_opcheck(cpu):
+    q, k, v = inputs(5, 8, 2, 2)
+    sinks = torch.randn(2)
+    out, lse = torch.ops.flash_attention_scratch.forward_lse(q, k, v, None, 1, None, -1, -1, 0.0, sinks)
+    dout = torch.randn_like(out)
+    torch.library.opcheck(torch.ops.flash_attention_scratch.backward.default,
+                          (dout, q, k, v, out, lse, None, 1, None, False, sinks))
+    qg, sg = q.clone().requires_grad_(), sinks.clone().requires_grad_()
+    torch.library.opcheck(torch.ops.flash_attention_scratch.forward_lse.default,
+                          (qg, k, v, None, 1, None, -1, -1, 0.0, sg))
 
 
 def test_only_the_lse_reaches_the_loss(cpu):

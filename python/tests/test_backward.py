@@ -231,11 +231,13 @@ def test_gradients_match_reference(kind, shape):
 @needs_backward
 @pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
 @pytest.mark.parametrize("shape", [(200, 333, 8, 2, True, False), (130, 60, 4, 4, True, True),
-                                   (257, 257, 4, 1, False, False)], ids=shape_id)
+                                   (257, 100, 4, 2, True, False), (257, 257, 4, 1, False, False)],
+                         ids=shape_id)
 @pytest.mark.parametrize("with_lse", [False, True], ids=["out", "out_and_lse"])
 def test_sinks_gradients_match_reference(kind, shape, with_lse):
     """gpt-oss's learnable sinks: dq, dk, dv and dsinks against float64 autograd, the LSE's
-    gradient included (rows that see no key have LSE = their sink, and a gradient through it)."""
+    gradient included (q257 k100 bottom right: rows that see no key, whose LSE is their sink,
+    and a gradient through it)."""
     sq, sk, h, hkv, causal, top_left = shape
     dtype, d = torch_dtype(kind[0]), kind[1]
     seed = seeded()

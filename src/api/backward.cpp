@@ -89,9 +89,30 @@ void validate_backward(const BackwardParams& p) {
              "null without options.variants.sinks (there is no sink to differentiate)",
              "a pointer");
     }
-    if (reinterpret_cast<std::uintptr_t>(p.d_sinks) % alignof(float) != 0)
-        fail(ErrorCode::invalid_argument, "d_sinks", "a 4-byte aligned address",
-             "a misaligned one");
+    // Written before the main kernels read their inputs and write dq, dk and dv: it overlaps
+    // none of them, nor the LSE, dLSE and sinks it reads.
+    const std::int64_t heads = p.q.shape[2];
+    check_float_rows(p.d_sinks, "d_sinks", heads, "(heads,)",
+                     {{&p.q, "q"},
+                      {&p.k, "k"},
+                      {&p.v, "v"},
+                      {&p.o, "o"},
+                      {&p.d_o, "d_o"},
+                      {&p.dq, "dq"},
+                      {&p.dk, "dk"},
+                      {&p.dv, "dv"}});
+    const auto apart = [&](const float* other, std::int64_t count, const char* name) {
+        const auto d0 = reinterpret_cast<std::uintptr_t>(p.d_sinks);
+        const auto o0 = reinterpret_cast<std::uintptr_t>(other);
+        if (d0 != 0 && o0 != 0 && d0 < o0 + 4 * static_cast<std::uintptr_t>(count) &&
+            o0 < d0 + 4 * static_cast<std::uintptr_t>(heads)) {
+            fail(ErrorCode::invalid_argument, "d_sinks",
+                 std::string("memory that does not overlap ") + name, "an overlapping range");
+        }
+    };
+    apart(p.options.lse, rows, "options.lse");
+    apart(p.d_lse, rows, "d_lse");
+    apart(p.options.variants.sinks, heads, "options.variants.sinks");
 }
 
 // The forward's shape (the backward takes no window or softcap; sinks leave the shape alone).

@@ -110,8 +110,11 @@ __global__ void __launch_bounds__(Threads)
     for (std::int64_t r = threadIdx.x; r < rows; r += Threads) {
         const std::int64_t batch = r / args.seq_q, row = r % args.seq_q;
         const std::int64_t head_row0 = batch * args.heads + head;
-        sum -= expf(sink - args.lse[head_row0 * args.seq_q + row]) *
-               args.d[head_row0 * args.q_rows + row];
+        // A sink of -inf is none (the forward's reading): a row that saw no key keeps LSE -inf,
+        // and adds nothing rather than exp(-inf + inf).
+        const float lse = args.lse[head_row0 * args.seq_q + row];
+        if (lse != -INFINITY)
+            sum -= expf(sink - lse) * args.d[head_row0 * args.q_rows + row];
     }
 #pragma unroll
     for (int offset = warp_size / 2; offset > 0; offset /= 2)

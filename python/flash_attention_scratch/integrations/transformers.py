@@ -18,10 +18,10 @@ right: batched generation; an encoder's padded source in cross-attention) the to
 packed and run through forward_varlen, and so are padding-free batches of several sequences,
 given as transformers gives them: cu_seq_lens_q/k and max_length_q/k
 (DataCollatorWithFlattening), or position_ids that restart in a batch of one row (as
-transformers' flash-attention path reads them). forward_varlen has
-no backward yet: training on such batches raises NotImplementedError, as do the window,
-softcap and sinks when an input requires grad (a window no longer than the keys is dropped:
-it masks nothing). Attention dropout other than 0 while training raises ValueError.
+transformers' flash-attention path reads them). forward_varlen has no backward yet: training
+on such batches raises NotImplementedError, as do the window and softcap when an input
+requires grad (a window no longer than the keys is dropped: it masks nothing); sinks train.
+Attention dropout other than 0 while training raises ValueError.
 
 Not supported, with a clear error: static caches (cache_implementation="static": key slots
 past the current position), 4D masks (block masks of vision encoders) and chunked attention

@@ -115,7 +115,7 @@ inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C)>;
 // kernel, and dQ's conversion, in stream order.
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
-    launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
+    // Everything that can throw before the first launch: no output is half written.
     const auto scheduler = KeyBlockScheduler::of(args, C.B_c, C.sm90.ordered_dq);
     if (scheduler.count() > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
@@ -125,6 +125,7 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
     }
     const BackwardLaunch params{args,
                                 make_backward_tensor_maps(args, C.dtype, C.d_head, C.B_r, C.B_c)};
+    launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
     constexpr int smem = static_cast<int>(smem_bytes(C));
     enable_dynamic_smem<backward_main_kernel<C>, smem>();
     launch_kernel<backward_main_kernel<C>>(dim3(static_cast<unsigned>(scheduler.count())),
