@@ -120,11 +120,11 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
                             const HostTensor& out, double softmax_scale,
                             const std::vector<RowSample>& rows);
 
-// The gradients of attention (q, k, v with dO = ∂loss/∂O; causal at either alignment, no
-// variants) and a kernel's dQ, dK and dV, compared with double precision by the FlashAttention
-// rule: each gradient's max|kernel - ref| <= 2 * max|naive - ref| + k_gradient_slack *
-// max(1, max|ref|), where the naive computation rounds every matmul and softmax product to the
-// 16-bit dtype as PyTorch's math attention in that dtype would.
+// The gradients of attention (q, k, v with dO = ∂loss/∂O; causal at either alignment; sinks, no
+// other variants) and a kernel's dQ, dK and dV (and dsinks), compared with double precision by
+// the FlashAttention rule: each gradient's max|kernel - ref| <= 2 * max|naive - ref| +
+// k_gradient_slack * max(1, max|ref|), where the naive computation rounds every matmul and softmax
+// product to the 16-bit dtype as PyTorch's math attention in that dtype would.
 struct BackwardProblem {
     const HostTensor& q;
     const HostTensor& k;
@@ -136,6 +136,10 @@ struct BackwardProblem {
     double scale;
     bool causal = false;
     bool top_left = false;
+    // Attention sinks, one logit per query head (the forward's), or null; with them, the
+    // kernel's dsinks (one per query head) are checked too: every row of every head enters.
+    const std::vector<float>* sinks = nullptr;
+    const std::vector<float>* d_sinks = nullptr;
 };
 
 // The slack, relative to the largest reference gradient (at least 1): the same 1e-3 as the
@@ -144,6 +148,7 @@ inline constexpr double k_gradient_slack = 1e-3;
 
 struct BackwardCheck {
     CheckResult dq, dk, dv;  // dq on the sampled query rows, dk and dv on the sampled key rows
+    CheckResult d_sinks;     // with BackwardProblem::sinks: every head's (else passed, 0 rows)
     bool passed = false;
 
     std::string summary() const;

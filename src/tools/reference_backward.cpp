@@ -56,11 +56,14 @@ std::pair<double, float> dot(const float* a, const float* b, std::int64_t n) {
     return {a64, a32};
 }
 
-// One query row of one head: P and dS in double precision and naively in the dtype.
+// One query row of one head: P and dS in double precision and naively in the dtype; with a
+// sink, its share of dsinks, -P_sink · D.
 struct Row {
     std::vector<double> p64, ds64;
     std::vector<float> p16, ds16;
     std::int64_t keys = 0;
+    double d_sink64 = 0;
+    float d_sink32 = 0;
 
     explicit Row(std::int64_t seq_k) : p64(seq_k), ds64(seq_k), p16(seq_k), ds16(seq_k) {}
 
@@ -71,8 +74,11 @@ struct Row {
         keys = keys_seen(p, i);
         const float* qi = &p.q.values[p.q.offset(b, i, h)];
         const float* doi = &p.d_o.values[p.d_o.offset(b, i, h)];
-        double max64 = -INFINITY;
-        float max16 = -INFINITY;
+        // The sink joins the denominator (not the values): a row that sees no key is all sink.
+        const bool sink = p.sinks != nullptr;
+        const double sink_logit = sink ? (*p.sinks)[static_cast<std::size_t>(h)] : 0.0;
+        double max64 = sink ? sink_logit : -INFINITY;
+        float max16 = sink ? static_cast<float>(sink_logit) : -INFINITY;
         for (std::int64_t j = 0; j < keys; ++j) {
             const auto [a64, a32] = dot(qi, &p.k.values[p.k.offset(b, j, kv)], d);
             p64[j] = a64 * p.scale;
@@ -80,8 +86,10 @@ struct Row {
             max64 = std::max(max64, p64[j]);
             max16 = std::max(max16, p16[j]);
         }
-        double sum64 = 0;
-        float sum16 = 0;
+        double sum64 = sink ? std::exp(sink_logit - max64) : 0;
+        float sum16 = sink ? std::exp(static_cast<float>(sink_logit) - max16) : 0;
+        const double sink64 = sum64;
+        const float sink16 = sum16;
         for (std::int64_t j = 0; j < keys; ++j) {
             p64[j] = std::exp(p64[j] - max64);
             sum64 += p64[j];
@@ -104,6 +112,10 @@ struct Row {
         for (std::int64_t j = 0; j < keys; ++j) {
             ds64[j] = p64[j] * (ds64[j] - d64);
             ds16[j] = round_to(dt, p16[j] * (ds16[j] - d16));
+        }
+        if (sink) {  // fp32 in the naive computation too: dsinks are fp32
+            d_sink64 = -(sink64 / sum64) * d64;
+            d_sink32 = -(sink16 / sum16) * d32;
         }
     }
 };
@@ -166,16 +178,20 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
         sums.resize(d);
 
     Errors dq_errors;
+    std::vector<double> sink64(static_cast<std::size_t>(p.q.heads));  // dsinks, over the batch
+    std::vector<float> sink32(static_cast<std::size_t>(p.q.heads));
     for (std::int64_t b = 0; b < p.q.batch; ++b) {
         for (std::int64_t h = 0; h < p.q.heads; ++h) {
             const auto wanted_q = dq_rows.find({b, h});
             const auto wanted_k = key_sums.find({b, h / group});
-            if (wanted_q == dq_rows.end() && wanted_k == key_sums.end())
+            const bool sinks = p.sinks != nullptr;  // every row enters dsinks
+            if (wanted_q == dq_rows.end() && wanted_k == key_sums.end() && !sinks)
                 continue;
             // The head's query rows over the threads; each its own share of the key sums.
             const int workers = detail::worker_count(p.q.seq);
             std::vector<KeySums> partial(static_cast<std::size_t>(workers));
             std::vector<Errors> dq_partial(static_cast<std::size_t>(workers));
+            std::vector<std::pair<double, float>> sink_partial(static_cast<std::size_t>(workers));
             parallel_for(p.q.seq, [&](std::int64_t begin, std::int64_t end, int t) {
                 Row row(p.k.seq);
                 KeySums* sums = nullptr;
@@ -189,9 +205,11 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
                         wanted_q != dq_rows.end() &&
                         std::find(wanted_q->second.begin(), wanted_q->second.end(), i) !=
                             wanted_q->second.end();
-                    if (!wants_dq && sums == nullptr)
+                    if (!wants_dq && sums == nullptr && !sinks)
                         continue;
                     row.compute(p, b, h, i);
+                    sink_partial[static_cast<std::size_t>(t)].first += row.d_sink64;
+                    sink_partial[static_cast<std::size_t>(t)].second += row.d_sink32;
                     if (wants_dq) {
                         const std::int64_t kv = h / group;
                         for (std::int64_t x = 0; x < d; ++x) {
@@ -230,6 +248,10 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
             });
             for (const Errors& e : dq_partial)
                 dq_errors.merge(e);
+            for (const auto& [s64, s32] : sink_partial) {
+                sink64[static_cast<std::size_t>(h)] += s64;
+                sink32[static_cast<std::size_t>(h)] += s32;
+            }
             if (wanted_k != key_sums.end()) {
                 for (const KeySums& part : partial) {
                     if (!part.keys.empty())
@@ -263,7 +285,21 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
     c.dq = result(dq_errors, q_count, non_finite(p.dq));
     c.dk = result(dk_errors, k_count, non_finite(p.dk));
     c.dv = result(dv_errors, k_count, non_finite(p.dv));
-    c.passed = c.dq.passed && c.dk.passed && c.dv.passed;
+    c.d_sinks.passed = true;
+    if (p.sinks != nullptr) {
+        Errors sink_errors;
+        std::int64_t bad = 0;
+        for (std::int64_t h = 0; h < p.q.heads; ++h) {
+            const float got = p.d_sinks != nullptr && std::ssize(*p.d_sinks) > h
+                                  ? (*p.d_sinks)[static_cast<std::size_t>(h)]
+                                  : NAN;  // missing: an infinite error
+            bad += std::isfinite(got) ? 0 : 1;
+            sink_errors.add(got, sink32[static_cast<std::size_t>(h)],
+                            sink64[static_cast<std::size_t>(h)]);
+        }
+        c.d_sinks = result(sink_errors, p.q.heads, bad);
+    }
+    c.passed = c.dq.passed && c.dk.passed && c.dv.passed && c.d_sinks.passed;
     return c;
 }
 
@@ -279,8 +315,10 @@ std::string BackwardCheck::summary() const {
         return std::string(text);
     };
     return std::string(passed ? "passed" : "FAILED") + ": " + one("dq", dq) + "; " + one("dk", dk) +
-           "; " + one("dv", dv) + " (" + std::to_string(dq.rows_checked) + " query rows, " +
-           std::to_string(dk.rows_checked) + " key rows)";
+           "; " + one("dv", dv) +
+           (d_sinks.rows_checked > 0 ? "; " + one("dsinks", d_sinks) : std::string()) + " (" +
+           std::to_string(dq.rows_checked) + " query rows, " + std::to_string(dk.rows_checked) +
+           " key rows)";
 }
 
 }  // namespace flash_attention::reference

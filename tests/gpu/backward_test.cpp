@@ -43,8 +43,11 @@ struct Problem {
     HostTensor q, k, v, d_o;
     DeviceTensor dev_q, dev_k, dev_v, dev_d_o, dev_o, dev_dq, dev_dk, dev_dv;
     DeviceBuffer lse;
+    // Attention sinks (with_sinks): one logit per query head, and their gradient's buffer.
+    std::vector<float> sinks;
+    DeviceBuffer dev_sinks, dev_d_sinks;
 
-    Problem(fa::DType dtype, int d, const Shape& s, std::uint64_t seed_)
+    Problem(fa::DType dtype, int d, const Shape& s, std::uint64_t seed_, bool with_sinks = false)
         : shape(s),
           seed(seed_),
           q(HostTensor::random_normal(dtype, s.batch, s.seq_q, s.heads, d, seed)),
@@ -60,6 +63,13 @@ struct Problem {
           dev_dk(DeviceTensor::empty_like(k)),
           dev_dv(DeviceTensor::empty_like(k)),
           lse(static_cast<std::size_t>(s.batch) * s.heads * s.seq_q * sizeof(float)) {
+        if (with_sinks) {
+            for (int h = 0; h < s.heads; ++h)  // around the scores' scale, one each side of 0
+                sinks.push_back(static_cast<float>((h % 5) - 2) * 0.75f);
+            dev_sinks = DeviceBuffer(sinks.size() * sizeof(float));
+            dev_sinks.upload(sinks);
+            dev_d_sinks = DeviceBuffer(sinks.size() * sizeof(float));
+        }
         fa::forward({dev_q.view, dev_k.view, dev_v.view, dev_o.view, options()});
     }
 
@@ -68,12 +78,17 @@ struct Problem {
                 .causal = shape.causal,
                 .causal_alignment = shape.top_left ? fa::CausalAlignment::top_left
                                                    : fa::CausalAlignment::bottom_right,
-                .lse = static_cast<float*>(lse.data())};
+                .lse = static_cast<float*>(lse.data()),
+                .variants = {.sinks = sinks.empty() ? nullptr
+                                                    : static_cast<const float*>(dev_sinks.data())}};
     }
 
     fa::BackwardParams params() {
-        return {dev_q.view,  dev_k.view,  dev_v.view, dev_o.view, dev_d_o.view, dev_dq.view,
-                dev_dk.view, dev_dv.view, options(),  nullptr,    deterministic};
+        fa::BackwardParams p{dev_q.view,   dev_k.view,  dev_v.view,   dev_o.view,
+                             dev_d_o.view, dev_dq.view, dev_dk.view,  dev_dv.view,
+                             options(),    nullptr,     deterministic};
+        p.d_sinks = sinks.empty() ? nullptr : static_cast<float*>(dev_d_sinks.data());
+        return p;
     }
     bool deterministic = false;
 
@@ -84,15 +99,30 @@ struct Problem {
         dev_dq.buffer.poison_with_nan();
         dev_dk.buffer.poison_with_nan();
         dev_dv.buffer.poison_with_nan();
+        if (!sinks.empty())
+            dev_d_sinks.poison_with_nan();
         backward();
         fa::tools::synchronize();
         const HostTensor dq = dev_dq.download(q), dk = dev_dk.download(k), dv = dev_dv.download(k);
+        const std::vector<float> d_sinks =
+            sinks.empty() ? std::vector<float>{} : dev_d_sinks.download_floats();
         const auto q_rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, 48, seed);
         const auto k_rows = fa::reference::sample_rows(k.batch, k.heads, k.seq, 48, seed + 9);
-        return fa::reference::check_attention_backward(
-            {q, k, v, d_o, dq, dk, dv, 1.0 / std::sqrt(double(q.d_head)), shape.causal,
-             shape.top_left},
-            q_rows, k_rows);
+        fa::reference::BackwardProblem problem{q,
+                                               k,
+                                               v,
+                                               d_o,
+                                               dq,
+                                               dk,
+                                               dv,
+                                               1.0 / std::sqrt(double(q.d_head)),
+                                               shape.causal,
+                                               shape.top_left};
+        if (!sinks.empty()) {
+            problem.sinks = &sinks;
+            problem.d_sinks = &d_sinks;
+        }
+        return fa::reference::check_attention_backward(problem, q_rows, k_rows);
     }
 };
 
@@ -229,6 +259,38 @@ TEST(Backward, Deterministic) {
         EXPECT_TRUE(same_entry(all_dk, dk, row_bytes(p.dev_dk.view))) << "dk, " << which;
         EXPECT_TRUE(same_entry(all_dv, dv, row_bytes(p.dev_dv.view))) << "dv, " << which;
     }
+}
+
+// Attention sinks: dQ, dK, dV (the LSE carries the sinks) and dsinks against the reference, on
+// shapes with rows that see no key (all sink) and GQA, for each head dim and dtype built; dsinks
+// are the same bits run to run, deterministic or not.
+TEST(Backward, SinksMatchReference) {
+    if (fa::device_count() == 0)
+        GTEST_SKIP() << "no GPU";
+    int ran = 0;
+    for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
+        for (const int d : {64, 128, 256}) {
+            for (const Shape& shape :
+                 {Shape{2, 257, 100, 8, 2, true}, Shape{1, 300, 1000, 4, 4, false},
+                  Shape{2, 128, 128, 4, 1, true, true}}) {
+                try {
+                    Problem p(dtype, d, shape, fresh_seed(), true);
+                    const auto result = p.run_and_check([&] { fa::backward(p.params()); });
+                    EXPECT_TRUE(result.passed) << fa::to_string(dtype) << " d_head " << d << ": "
+                                               << result.summary() << "; seed " << p.seed;
+                    const std::vector<float> first = p.dev_d_sinks.download_floats();
+                    fa::backward(p.params());
+                    fa::tools::synchronize();
+                    EXPECT_EQ(p.dev_d_sinks.download_floats(), first) << "dsinks differ run to run";
+                    ++ran;
+                } catch (const fa::Error& e) {
+                    if (e.code() != fa::ErrorCode::unsupported)
+                        throw;  // else no kernel of this dtype and head dim in this build
+                }
+            }
+        }
+    }
+    EXPECT_GT(ran, 0) << "no backward kernel built";
 }
 
 // A CUDA failure or bad input never leaves a silent wrong answer: the LSE is required and

@@ -224,21 +224,26 @@ namespace {
 
 // The gradients of attention, straightforwardly, in double for every row, written
 // independently of the checker's code (bottom-right causal): dQ, dK, dV rounded to the dtype.
+// With sinks (one logit per query head in every row's denominator), also dsinks = Σ over rows
+// of -P_sink · Σ_j P dP.
 struct Gradients {
     HostTensor dq, dk, dv;
+    std::vector<float> d_sinks;
 };
 
 Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& v,
-                    const HostTensor& d_o, double scale, bool causal) {
+                    const HostTensor& d_o, double scale, bool causal,
+                    const std::vector<float>* sinks = nullptr) {
     const std::int64_t group = q.heads / k.heads, d = q.d_head;
-    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size());
+    std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), d_sinks(q.heads);
     for (std::int64_t b = 0; b < q.batch; ++b) {
         for (std::int64_t h = 0; h < q.heads; ++h) {
             const std::int64_t kv = h / group;
             for (std::int64_t i = 0; i < q.seq; ++i) {
                 const std::int64_t pos = i + k.seq - q.seq;
                 std::vector<double> p(k.seq, 0.0), dp(k.seq, 0.0);
-                double m = -INFINITY;
+                const double sink = sinks != nullptr ? (*sinks)[h] : -INFINITY;
+                double m = sink;
                 for (std::int64_t j = 0; j < k.seq; ++j) {
                     if (causal && j > pos)
                         continue;
@@ -251,7 +256,8 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
                 }
                 if (m == -INFINITY)
                     continue;  // sees no key: no gradient
-                double sum = 0;
+                const double p_sink = sinks != nullptr ? std::exp(sink - m) : 0.0;
+                double sum = p_sink;
                 for (std::int64_t j = 0; j < k.seq; ++j)
                     sum += (p[j] = (causal && j > pos) ? 0.0 : std::exp(p[j] - m));
                 double delta = 0;  // Σ_j P dP
@@ -262,6 +268,7 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
                                  v.values[v.offset(b, j, kv) + x];
                     delta += p[j] * dp[j];
                 }
+                d_sinks[h] -= p_sink / sum * delta;
                 for (std::int64_t j = 0; j < k.seq; ++j) {
                     const double ds = p[j] * (dp[j] - delta);
                     for (std::int64_t x = 0; x < d; ++x) {
@@ -280,7 +287,8 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
         return HostTensor::from_bits(like.dtype, like.batch, like.seq, like.heads, like.d_head,
                                      bits);
     };
-    return {rounded(q, dq), rounded(k, dk), rounded(v, dv)};
+    return {rounded(q, dq), rounded(k, dk), rounded(v, dv),
+            std::vector<float>(d_sinks.begin(), d_sinks.end())};
 }
 
 }  // namespace
@@ -332,4 +340,33 @@ TEST(Reference, BackwardCheckFailsWrongGradients) {
                      {c.q, c.k, c.v, d_o, g.dq, one_head.dk, one_head.dv, 0.125},
                      fa::reference::sample_rows(2, 2, 16, 1000, 6), rows)
                      .passed);
+}
+
+// With sinks: exact gradients and dsinks pass; a wrong dsink, none, or gradients computed without
+// the sinks do not. Rows that see no key (seq_q > seq_k, causal) are all sink.
+TEST(Reference, BackwardCheckWithSinks) {
+    for (const bool causal : {false, true}) {
+        const Case c = make(causal, 57, 40, 4, 2);
+        const HostTensor d_o = HostTensor::random_normal(fa::DType::BF16, 2, 57, 4, 64, 16);
+        const std::vector<float> sinks = {0.5f, -1.0f, 2.0f, 0.0f};
+        const Gradients g = gradients(c.q, c.k, c.v, d_o, 0.125, causal, &sinks);
+        const Gradients plain = gradients(c.q, c.k, c.v, d_o, 0.125, causal);
+        const auto q_rows = fa::reference::sample_rows(2, 4, 57, 1000, 5);
+        const auto k_rows = fa::reference::sample_rows(2, 2, 40, 1000, 6);
+        const auto check = [&](const Gradients& with, const std::vector<float>* d_sinks) {
+            fa::reference::BackwardProblem p{c.q,     c.k,     c.v,   d_o,   with.dq,
+                                             with.dk, with.dv, 0.125, causal};
+            p.sinks = &sinks;
+            p.d_sinks = d_sinks;
+            return fa::reference::check_attention_backward(p, q_rows, k_rows);
+        };
+        const auto good = check(g, &g.d_sinks);
+        EXPECT_TRUE(good.passed) << good.summary();
+        EXPECT_EQ(good.d_sinks.rows_checked, 4);
+        std::vector<float> off = g.d_sinks;
+        off[2] += 0.05f * (1 + std::abs(off[2]));
+        EXPECT_FALSE(check(g, &off).passed);
+        EXPECT_FALSE(check(g, nullptr).passed) << "dsinks missing";
+        EXPECT_FALSE(check(plain, &g.d_sinks).passed) << "gradients that ignore the sinks";
+    }
 }
