@@ -139,10 +139,14 @@ struct BackwardArgs {
     int seq_q;
     int seq_k;
     bool causal;
-    int diagonal_seq_q;  // as KernelArgs': diagonal_queries(seq_q, seq_k, top_left)
-    float softmax_scale;
-    float scale_log2;  // softmax_scale * log2(e)
-    int sm_count;      // of the device: how many CTAs run at once (the causal schedule's groups)
+    int diagonal_seq_q;   // as KernelArgs': diagonal_queries(seq_q, seq_k, top_left)
+    float softmax_scale;  // the given scale: dQ's and dK's factor
+    // P = exp2(S·scale_log2 - lse2): softmax_scale · log2(e), or with a softcap (the forward's
+    // mapping, api/forward.cpp) S = tanh(raw · softcap_prescale) and scale_log2 = softcap ·
+    // log2(e). softcap_prescale = softmax_scale / softcap, or 0 without one.
+    float scale_log2;
+    float softcap_prescale;
+    int sm_count;  // of the device: how many CTAs run at once (the causal schedule's groups)
     // Attention sinks, fp32 per query head, or null: the LSE includes them, so P, and dQ, dK
     // and dV, need nothing else; their gradient goes to d_sinks (heads,), or nowhere if null.
     const float* sinks;

@@ -30,6 +30,7 @@
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/mask.cuh"
+#include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/sm80/warp_gemm.cuh"
 #include "kernels/primitives/sm90/ptx.cuh"
@@ -279,7 +280,7 @@ struct BackwardConsumer {
 
     // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp;
     // the next step's statistics (its rows from next_row0; none if negative) staged meanwhile.
-    template <bool Masked>
+    template <bool Masked, bool Softcap>
     __device__ __forceinline__ void step(int i, int q0, std::int64_t next_row0) {
         const RingSlot<Tr::stages> slot(i);
         const int lane = threadIdx.x % warp_size;
@@ -292,8 +293,10 @@ struct BackwardConsumer {
         // A column's LSE or D (its float2 pair of columns of n8 tile nt). Both are read before
         // the GEMM wait that precedes their use (the waits order memory: their asm clobbers it)
         // where the registers allow ("early"); at B_r 128 the 32 the LSE takes beside Sᵀ and
-        // dPᵀ spilled (ptxas, CUDA 13.0), and each tile's reads come with its use.
-        constexpr bool early = s_tiles <= 8;
+        // dPᵀ spilled (ptxas, CUDA 13.0), and each tile's reads come with its use, as with a
+        // softcap, whose Pᵀ fragments are live across dPᵀ's wait (early: 80 bytes spilled at
+        // d_head 128, late: 40).
+        constexpr bool early = s_tiles <= 8 && !Softcap;
         const auto column_pair = [&](const float* rows, int nt) {
             return *reinterpret_cast<const float2*>(rows + nt * 8 + 2 * (lane % 4));
         };
@@ -347,19 +350,36 @@ struct BackwardConsumer {
         }
         ptx::wgmma_commit_group();
 
-        // Pᵀ, each column (query) against its row's LSE.
+        // Pᵀ, each column (query) against its row's LSE. A softcap first, as the forward's, before
+        // the mask (tanh(-inf) would be -1): t = tanh(S · prescale); Pᵀ goes to its 16-bit A
+        // fragments at once and Sᵀ's registers keep Pᵀ ∘ (1 - t²), tanh's derivative, for dSᵀ
+        // (0 where masked: t is -inf there), so that t needs no registers of its own.
         ptx::wgmma_wait<1>();
         ptx::fence_operands(s[0]);
+        std::uint32_t p[1][s_tiles / 2][4], ds[1][s_tiles / 2][4];
+        if constexpr (Softcap)
+            softcap_scores(s, args.softcap_prescale);
         if constexpr (Masked)
             mask.mask_key_rows(s, first_key, q0);
 #pragma unroll
-        for (int nt = 0; nt < s_tiles; ++nt) {
-            const float2 lse = column(l, lse2, nt);
+        for (int kt = 0; kt < s_tiles / 2; ++kt) {
+            float probabilities[2][4];
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                s[0][nt][e] = ptx::ex2(s[0][nt][e] * scale_log2 - (e % 2 ? lse.y : lse.x));
+            for (int half = 0; half < 2; ++half) {
+                const int nt = 2 * kt + half;
+                const float2 lse = column(l, lse2, nt);
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float t = s[0][nt][e];
+                    probabilities[half][e] = ptx::ex2(t * scale_log2 - (e % 2 ? lse.y : lse.x));
+                    s[0][nt][e] = Softcap ? probabilities[half][e] * fmaxf(1.0f - t * t, 0.0f)
+                                          : probabilities[half][e];
+                }
+            }
+            if constexpr (Softcap)
+                a_fragment<dtype>(probabilities[0], probabilities[1], p[0][kt]);
         }
-        // dSᵀ = Pᵀ ∘ (dPᵀ - D).
+        // dSᵀ = Pᵀ ∘ (dPᵀ - D) (∘ (1 - t²) with a softcap).
         float2 dd[early ? s_tiles : 1];
         load_early(dd, d);
         ptx::wgmma_wait<0>();
@@ -371,8 +391,8 @@ struct BackwardConsumer {
             for (int e = 0; e < 4; ++e)
                 dp[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - (e % 2 ? dnt.y : dnt.x));
         }
-        std::uint32_t p[1][s_tiles / 2][4], ds[1][s_tiles / 2][4];
-        accumulators_to_a_fragments<dtype>(s, p);
+        if constexpr (!Softcap)
+            accumulators_to_a_fragments<dtype>(s, p);
         accumulators_to_a_fragments<dtype>(dp, ds);
 
         // dV += Pᵀ·dO, while dSᵀ goes to shared memory for dQ.
@@ -471,7 +491,9 @@ __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], 
     }
 }
 
-template <unsigned long long Code>
+// Softcap: P = exp2(tanh(S · softcap_prescale) · scale_log2 - lse2) (BackwardArgs), and dSᵀ
+// carries tanh's derivative 1 - t².
+template <unsigned long long Code, bool Softcap>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     backward_kernel(const __grid_constant__ BackwardLaunch launch) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -545,9 +567,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     for (int i = 0; i < walk.steps(); ++i) {
         const int block = walk.block_of(i);
         if (block < walk.unmasked_from)
-            c.template step<true>(i, block * Tr::B_r, stats_row0(i + 1));
+            c.template step<true, Softcap>(i, block * Tr::B_r, stats_row0(i + 1));
         else
-            c.template step<false>(i, block * Tr::B_r, stats_row0(i + 1));
+            c.template step<false, Softcap>(i, block * Tr::B_r, stats_row0(i + 1));
     }
 
     // dK = scale · dSᵀ·Q and dV, this warp's 16 rows.

@@ -109,7 +109,19 @@ void launch(const KernelArgs& args, Stream stream) {
 }
 
 template <KernelConfig C>
-inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C)>;
+inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C), false>;
+// With a logit softcap (BackwardArgs::softcap_prescale), an instance of its own, as the forward's
+// variants: the plain loop keeps its code.
+template <KernelConfig C>
+inline constexpr auto* backward_softcap_kernel = &backward_kernel<pack(C), true>;
+
+template <auto* Kernel, int Smem>
+void launch_backward_instance(std::int64_t ctas, int threads, Stream stream,
+                              const BackwardLaunch& params) {
+    enable_dynamic_smem<Kernel, Smem>();
+    launch_kernel<Kernel>(dim3(static_cast<unsigned>(ctas)), threads, Smem, stream, params,
+                          "sm90 backward kernel launch");
+}
 
 // The backward pass: the preprocess (D, the LSE in base 2, dQ's accumulator zeroed), the main
 // kernel, and dQ's conversion, in stream order.
@@ -127,10 +139,13 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
                                 make_backward_tensor_maps(args, C.dtype, C.d_head, C.B_r, C.B_c)};
     launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
     constexpr int smem = static_cast<int>(smem_bytes(C));
-    enable_dynamic_smem<backward_main_kernel<C>, smem>();
-    launch_kernel<backward_main_kernel<C>>(dim3(static_cast<unsigned>(scheduler.count())),
-                                           C.n_threads(), smem, stream, params,
-                                           "sm90 backward kernel launch");
+    if (args.softcap_prescale != 0.0f) {
+        launch_backward_instance<backward_softcap_kernel<C>, smem>(scheduler.count(), C.n_threads(),
+                                                                   stream, params);
+    } else {
+        launch_backward_instance<backward_main_kernel<C>, smem>(scheduler.count(), C.n_threads(),
+                                                                stream, params);
+    }
     launch_kernel<&backward_dq_kernel<pack(C)>>(
         dim3(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch), 128, 0, stream, args,
         "sm90 backward dQ conversion launch");

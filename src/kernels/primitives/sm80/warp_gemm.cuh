@@ -177,19 +177,24 @@ __device__ __forceinline__ void warp_gemm(float (&c)[MT][NT][4], const ASource& 
 
 // The m16n8 fp32 accumulators of two adjacent n8 tiles hold exactly one m16k16
 // A-operand tile (PTX ISA fragment layouts), so P = softmax(S) feeds the next MMA
-// without leaving registers.
+// without leaving registers: `lo` the tile of columns 0-7, `hi` of 8-15.
+template <DType dtype>
+__device__ __forceinline__ void a_fragment(const float (&lo)[4], const float (&hi)[4],
+                                           std::uint32_t (&a)[4]) {
+    a[0] = ptx::pack_rn<dtype>(lo[0], lo[1]);
+    a[1] = ptx::pack_rn<dtype>(lo[2], lo[3]);
+    a[2] = ptx::pack_rn<dtype>(hi[0], hi[1]);
+    a[3] = ptx::pack_rn<dtype>(hi[2], hi[3]);
+}
+
 template <DType dtype, int MT, int NT>
 __device__ __forceinline__ void accumulators_to_a_fragments(const float (&s)[MT][NT][4],
                                                             std::uint32_t (&p)[MT][NT / 2][4]) {
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-        for (int kt = 0; kt < NT / 2; ++kt) {
-            p[mt][kt][0] = ptx::pack_rn<dtype>(s[mt][2 * kt][0], s[mt][2 * kt][1]);
-            p[mt][kt][1] = ptx::pack_rn<dtype>(s[mt][2 * kt][2], s[mt][2 * kt][3]);
-            p[mt][kt][2] = ptx::pack_rn<dtype>(s[mt][2 * kt + 1][0], s[mt][2 * kt + 1][1]);
-            p[mt][kt][3] = ptx::pack_rn<dtype>(s[mt][2 * kt + 1][2], s[mt][2 * kt + 1][3]);
-        }
+        for (int kt = 0; kt < NT / 2; ++kt)
+            a_fragment<dtype>(s[mt][2 * kt], s[mt][2 * kt + 1], p[mt][kt]);
     }
 }
 
