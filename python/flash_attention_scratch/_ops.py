@@ -63,19 +63,33 @@ def _check_no_grad(q, k, v, grad_enabled=None, sinks=None, entry="forward_varlen
             "detached inputs), got one with requires_grad=True")
 
 
-def _check_differentiable(requiring, window_left, window_right, softcap):
+def _check_differentiable(requiring, window_left, window_right, softcap, q):
     """Raises NotImplementedError, naming the variant, where the backward pass cannot
-    differentiate the call: sliding windows and softcaps are forward-only (sinks are not)."""
+    differentiate the call: sliding windows are forward-only, and a softcap's backward runs on
+    the sm90 kernels only (d_head 64 and 128 on Hopper)."""
     unsupported = []
     if (window_left, window_right) != (-1, -1):
         unsupported.append(f"window_size=({window_left}, {window_right}) (sliding window)")
-    if softcap != 0.0:
-        unsupported.append(f"softcap={softcap:g}")
+    if softcap != 0.0 and not _sm90_backward(q):
+        unsupported.append(f"softcap={softcap:g} (its backward: d_head 64 or 128 on Hopper, here d_head "
+                           f"{q.shape[-1]} on {_device_name(q)})")
     if unsupported:
         raise NotImplementedError(
             f"{', '.join(unsupported)}: not supported by the backward pass yet, and {requiring} "
             "requires grad; run this variant under torch.no_grad() (inference) or with detached "
             "inputs, or train without it")
+
+
+def _sm90_backward(q):
+    """Whether the backward of q's problem runs on the sm90 kernels: d_head 64 or 128 on a GPU
+    of compute capability 9.0 (elsewhere the sm80 kernels, which take no softcap yet)."""
+    if q.shape[-1] not in (64, 128) or q.device.type != "cuda":
+        return False
+    return torch.cuda.get_device_capability(q.device) == (9, 0)
+
+
+def _device_name(q):
+    return torch.cuda.get_device_name(q.device) if q.device.type == "cuda" else str(q.device)
 
 
 def _window(window_size):
@@ -210,7 +224,7 @@ def _kernel_view(t):
 
 
 def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic, sinks=None,
-                  dsinks=None):
+                  dsinks=None, softcap=0.0):
     dout, q, k, v, out = (_kernel_view(t) for t in (dout, q, k, v, out))
     lse = lse if lse.is_contiguous() else lse.contiguous()
     if dlse is not None and not dlse.is_contiguous():  # e.g. the gradient of lse.sum()
@@ -219,30 +233,33 @@ def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dl
     stream = _current_stream(q.device)
     _on_device(q.device, lambda: _C.backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal,
                                              stream, dlse, deterministic=deterministic, sinks=sinks_address,
-                                             d_sinks=0 if dsinks is None else dsinks.data_ptr()))
+                                             d_sinks=0 if dsinks is None else dsinks.data_ptr(),
+                                             softcap=softcap))
 
 
 @torch.library.custom_op("flash_attention_scratch::backward", mutates_args=(), device_types="cuda")
 def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: torch.Tensor, softmax_scale: Optional[float], causal: int,
                  dlse: Optional[torch.Tensor] = None, deterministic: bool = False,
-                 sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                 sinks: Optional[torch.Tensor] = None,
+                 softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (contiguous, shaped like q, k, v) and dsinks of the forward that produced
     out and its float32 (batch, heads, seq_q) log-sum-exp lse, given dout = dloss/dout and
     optionally dlse = dloss/dlse (None: zero). With grouped K/V heads, dk and dv are summed
     over the query heads that share a K/V head. sinks: the forward's learnable_sink, whose
-    gradient dsinks is float32 (heads,) (empty without sinks). The library's automatic choice
+    gradient dsinks is float32 (heads,) (empty without sinks); softcap: the forward's (0: none).
+    The library's automatic choice
     of backward kernel; deterministic=True: one whose gradients are bitwise identical from run
     to run (dsinks always are)."""
     dq, dk, dv = _out_like(q), _out_like(k), _out_like(v)
     dsinks = torch.empty(0 if sinks is None else q.shape[2], dtype=torch.float32, device=q.device)
     _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic, sinks,
-                  None if sinks is None else dsinks)
+                  None if sinks is None else dsinks, softcap)
     return dq, dk, dv, dsinks
 
 
 @_backward_op.register_fake
-def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None):
+def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None, softcap=0.0):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty((0 if sinks is None else q.shape[2],), dtype=torch.float32))
 
@@ -272,9 +289,10 @@ def _forward_setup(ctx, inputs, output, saves_output):
     # same, should a version hand them over without.)
     inputs = (*inputs, *_VARIANT_DEFAULTS[len(inputs) - 6:])
     q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks, deterministic = inputs
-    _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right, softcap)
+    _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right, softcap, q)
     ctx.softmax_scale, ctx.causal, ctx.config = softmax_scale, causal, config
     ctx.deterministic = deterministic
+    ctx.softcap = softcap
     ctx.has_sinks = sinks is not None
     # A None gradient for an output that does not reach the loss (the LSE, usually) stays None
     # rather than a tensor of zeros: the backward then reads no dLSE.
@@ -299,7 +317,7 @@ def _gradients(ctx, q, k, v, sinks, out, lse, dout, dlse):
     train_sinks = sinks is not None and need[_SINKS_ARGUMENT]
     dq, dk, dv, dsinks = torch.ops.flash_attention_scratch.backward(dout, q, k, v, out, lse, ctx.softmax_scale,
                                                                     ctx.causal, dlse, ctx.deterministic,
-                                                                    sinks if train_sinks else None)
+                                                                    sinks if train_sinks else None, ctx.softcap)
     grads = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None] + [None] * (n_inputs - 3)
     if train_sinks:
         grads[_SINKS_ARGUMENT] = dsinks
@@ -324,7 +342,7 @@ def _forward_backward(ctx, dout):
     # The op saved no LSE: run the same forward again for it (and its own output, so that
     # O and the LSE are one computation's).
     out, lse = torch.ops.flash_attention_scratch.forward_lse(q, k, v, ctx.softmax_scale, ctx.causal, ctx.config,
-                                                             -1, -1, 0.0, sinks)
+                                                             -1, -1, ctx.softcap, sinks)
     return _gradients(ctx, q, k, v, sinks, out, lse, dout, None)
 
 
@@ -382,7 +400,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         if var[0] == -1 and var[1] == 0:  # a window that only states causal masking
             var = (-1, -1) + var[2:]
             causal = _causal(True, causal_alignment)
-        _check_differentiable(requiring, *var[:3])  # before any work
+        _check_differentiable(requiring, *var[:3], q)  # before any work
         result = torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config, *var,
                                                                bool(deterministic))
         return result if return_lse else result[0]

@@ -34,8 +34,9 @@ def _standin_forward_lse(q, k, v, softmax_scale, causal, config, window_left=-1,
                          sinks=None, deterministic=False):
     CALLS.append(("forward_lse", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
                                       sinks=sinks is not None)))
-    assert (window_left, window_right, softcap) == (-1, -1, 0.0), "a window or softcap reached the stand-in"
-    out, lse = reference_attention(q, k, v, _scale(q, softmax_scale), causal != 0, causal == 2, sinks=sinks)
+    assert (window_left, window_right) == (-1, -1), "a window reached the stand-in"
+    out, lse = reference_attention(q, k, v, _scale(q, softmax_scale), causal != 0, causal == 2, sinks=sinks,
+                                   softcap=softcap)
     return out.to(q.dtype).contiguous(), lse.float().contiguous()
 
 
@@ -45,11 +46,13 @@ def _standin_forward(*args):
     return out
 
 
-def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None):
+def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None,
+                      softcap=0.0):
     """The library's algorithm in float64: P from the saved LSE (which includes the sinks),
-    D = rowsum(dO * O) - dLSE, dsinks = -sum over rows of exp(sink - LSE) * D."""
+    D = rowsum(dO * O) - dLSE, dsinks = -sum over rows of exp(sink - LSE) * D; with a softcap,
+    the scores softcap * tanh(s / softcap) and dS through tanh's derivative."""
     CALLS.append(("backward", dict(dlse=dlse is not None, causal=causal, dout_layout=dout.stride(),
-                                   deterministic=deterministic, sinks=sinks is not None)))
+                                   deterministic=deterministic, sinks=sinks is not None, softcap=softcap)))
     scale = _scale(q, softmax_scale)
     b, sq, h, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -57,6 +60,10 @@ def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None,
     qt, dot, ot = (t.double().transpose(1, 2) for t in (q, dout, out))
     kt, vt = (t.double().transpose(1, 2).repeat_interleave(group, dim=1) for t in (k, v))
     s = (qt @ kt.transpose(-1, -2)) * scale
+    slope = 1.0
+    if softcap:
+        t = torch.tanh(s / softcap)
+        s, slope = softcap * t, 1 - t * t
     masked = torch.zeros(sq, sk, dtype=torch.bool)
     if causal:
         i = torch.arange(sq)[:, None] + (0 if causal == 2 else sk - sq)
@@ -65,7 +72,7 @@ def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None,
     p = torch.where(masked | torch.isinf(lse), 0.0, torch.exp(s - lse.nan_to_num(neginf=0.0)))
     dp = dot @ vt.transpose(-1, -2)
     delta = (dot * ot).sum(-1, keepdim=True) - (0.0 if dlse is None else dlse.double()[..., None])
-    ds = p * (dp - delta)
+    ds = p * (dp - delta) * slope
     dsinks = torch.empty(0, dtype=torch.float32)
     if sinks is not None:
         dsinks = -(torch.exp(sinks.double()[None, :, None, None] - lse) * delta).sum((0, 2, 3)).float()
@@ -231,6 +238,34 @@ def test_sinks_ops_pass_opcheck(cpu):
                           (qg, k, v, None, 1, None, -1, -1, 0.0, sg))
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_softcap_gradients_flow_where_the_sm90_backward_runs(cpu, monkeypatch, case):
+    """A softcap with grad (allowed where the backward runs on the sm90 kernels: stood in for
+    here): the recorded op passes it to the backward op, whose gradients go through tanh's
+    derivative, sinks and the LSE's gradient included."""
+    from flash_attention_scratch import _ops
+
+    monkeypatch.setattr(_ops, "_sm90_backward", lambda q: True)
+    sq, sk, h, hkv, causal, top_left = case
+    q, k, v = inputs(sq, sk, h, hkv)
+    q = q * 3  # scores the cap bends
+    sinks = torch.randn(h, dtype=torch.float32)
+    dout = torch.randn_like(q)
+    x = leaves(q, k, v, sinks)
+    alignment = "top_left" if top_left else "bottom_right"
+    out, lse = fa.forward(*x[:3], causal=causal, causal_alignment=alignment, softcap=2.0, learnable_sink=x[3],
+                          return_lse=True)
+    dlse = torch.randn_like(lse)
+    torch.autograd.backward([out, lse], [dout, dlse])
+    assert cpu[-1][0] == "backward" and cpu[-1][1]["softcap"] == 2.0
+    ref_x = leaves(q, k, v, sinks.double())
+    ref_out, ref_lse = reference_attention(*ref_x[:3], q.shape[-1] ** -0.5, causal, top_left, sinks=ref_x[3],
+                                           softcap=2.0)
+    ref = torch.autograd.grad([ref_out, ref_lse], ref_x, [dout, dlse.double()])
+    assert_same([t.grad for t in x[:3]], ref[:3])
+    torch.testing.assert_close(x[3].grad.double(), ref[3], rtol=1e-5, atol=1e-5, msg="dsinks differs")
+
+
 def test_only_the_lse_reaches_the_loss(cpu):
     q, k, v = inputs(6, 11, 4, 2)
     x = leaves(q, k, v)
@@ -238,7 +273,7 @@ def test_only_the_lse_reaches_the_loss(cpu):
     dlse = torch.randn_like(lse)
     lse.backward(dlse)
     assert cpu[-1] == ("backward", dict(dlse=True, causal=1, dout_layout=q.stride(),
-                                        deterministic=False, sinks=False))  # zeros for dout
+                                        deterministic=False, sinks=False, softcap=0.0))  # zeros for dout
     assert_same([t.grad for t in x], reference_grads(q, k, v, torch.zeros_like(q), dlse.double(), causal=True))
 
 

@@ -46,16 +46,17 @@ BACKWARD_KINDS = backward_kinds()
 needs_backward = pytest.mark.skipif(not BACKWARD_KINDS, reason="the build holds no backward kernel")
 
 
-def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None, sinks=None):
+def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None, sinks=None, softcap=0.0):
     """Attention computed by PyTorch in `dtype` (float64 by default), differentiable: q
     (batch, seq_q, heads, d), k and v (batch, seq_k, heads_kv, d), K/V heads repeated for
     grouped-query attention (autograd sums their gradients back). Causal aligned at the
     bottom right, or the top left. Returns out (batch, seq_q, heads, d) and lse (batch,
     heads, seq_q); a row that sees no key gives zeros, LSE -inf, and no gradient. sinks
     (heads,): a score per head with no value in every row's softmax (the LSE includes it;
-    a row that sees no key then gives zeros and LSE = its sink)."""
-    if sinks is not None:
-        return _reference_with_sinks(q, k, v, scale, causal, top_left, dtype or torch.float64, sinks)
+    a row that sees no key then gives zeros and LSE = its sink). softcap: scores become
+    softcap · tanh(scores / softcap) (after the scale, before the mask)."""
+    if sinks is not None or softcap:
+        return _reference_with_variants(q, k, v, scale, causal, top_left, dtype or torch.float64, sinks, softcap)
     dtype = dtype or torch.float64
     group = q.shape[2] // k.shape[2]
     qt = q.to(dtype).transpose(1, 2)
@@ -80,30 +81,44 @@ def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None
     return (p @ vt).transpose(1, 2), lse
 
 
-def _reference_with_sinks(q, k, v, scale, causal, top_left, dtype, sinks):
+def _reference_with_variants(q, k, v, scale, causal, top_left, dtype, sinks, softcap):
     group = q.shape[2] // k.shape[2]
     qt = q.to(dtype).transpose(1, 2)
     kt = k.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
     vt = v.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
     s = (qt @ kt.transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
     sq, sk = q.shape[1], k.shape[1]
+    empty = None
     if causal:
         i = torch.arange(sq, device=q.device)[:, None] + (0 if top_left else sk - sq)
-        s = s.masked_fill(torch.arange(sk, device=q.device)[None, :] > i, float("-inf"))
+        masked = torch.arange(sk, device=q.device)[None, :] > i
+        empty = masked.all(dim=-1) if sinks is None else None
+        s = s.masked_fill(masked, float("-inf"))
+        if empty is not None:  # finite scores for rows that see no key, zeroed below
+            s = s.masked_fill(empty[:, None], 0.0)
+    if sinks is None:
+        p = torch.softmax(s, dim=-1)
+        lse = torch.logsumexp(s, dim=-1)
+        if empty is not None:
+            p = p.masked_fill(empty[:, None], 0.0)
+            lse = lse.masked_fill(empty, float("-inf"))
+        return (p @ vt).transpose(1, 2), lse
     sink = sinks.to(dtype).reshape(1, -1, 1, 1).expand(s.shape[0], -1, sq, 1)
     s = torch.cat([s, sink], dim=-1)  # the sink is finite: no row is all -inf
     p = torch.softmax(s, dim=-1)[..., :-1]
     return (p @ vt).transpose(1, 2), torch.logsumexp(s, dim=-1)
 
 
-def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype, sinks=None):
+def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype, sinks=None, softcap=0.0):
     """(dq, dk, dv) of sum(out * dout) (+ sum(lse * dlse)) by autograd in `dtype`; with sinks,
     (dq, dk, dv, dsinks)."""
     leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
     if sinks is not None:
         leaves.append(sinks.detach().to(dtype).requires_grad_())
     out, lse = reference_attention(*leaves[:3], scale, causal, top_left, dtype,
-                                   sinks=leaves[3] if sinks is not None else None)
+                                   sinks=leaves[3] if sinks is not None else None, softcap=softcap)
     outputs, grads = [out], [dout.to(dtype)]
     if dlse is not None:
         outputs.append(lse)
@@ -112,12 +127,12 @@ def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype, sin
 
 
 def assert_gradients_match(ours, q, k, v, dout, dlse=None, scale=None, causal=False, top_left=False, note="",
-                           sinks=None):
+                           sinks=None, softcap=0.0):
     """The module docstring's rule for each of dq, dk, dv (and dsinks); also finite,
     contiguous, shaped like the inputs."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    ref = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, torch.float64, sinks)
-    naive = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype, sinks)
+    ref = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, torch.float64, sinks, softcap)
+    naive = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype, sinks, softcap)
     eps = torch.finfo(q.dtype).eps
     inputs = (q, k, v) if sinks is None else (q, k, v, sinks)
     for name, g, r, n, x in zip(("dq", "dk", "dv", "dsinks"), ours, ref, naive, inputs):
@@ -251,6 +266,32 @@ def test_sinks_gradients_match_reference(kind, shape, with_lse):
     torch.autograd.backward([out, lse] if with_lse else [out], [dout, dlse] if with_lse else [dout])
     assert_gradients_match((qg.grad, kg.grad, vg.grad, sg.grad), q, k, v, dout, dlse, causal=causal,
                            top_left=top_left, note=f"(seed {seed})", sinks=sinks)
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", [k for k in BACKWARD_KINDS if k[1] in (64, 128)], ids=kind_id)
+@pytest.mark.parametrize("shape", [(200, 333, 8, 2, True, False), (257, 100, 4, 2, True, False),
+                                   (130, 130, 4, 4, False, False)], ids=shape_id)
+@pytest.mark.parametrize("softcap", [5.0, 30.0])
+def test_softcap_gradients_match_reference(kind, shape, softcap):
+    """Gemma-2's logit softcap (sm90, d_head 64 and 128 on Hopper): dq, dk, dv through tanh's
+    derivative against float64 autograd; with sinks too on the first shape."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("a softcap's backward runs on the sm90 kernels")
+    sq, sk, h, hkv, causal, top_left = shape
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    seed = seeded()
+    q, k, v = randn(2, sq, h, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype)
+    # Scores of a few units: a softcap of 5 bends them, 30 barely.
+    q = q * 2
+    dout = randn(2, sq, h, d, dtype=dtype)
+    sinks = torch.randn(h, device="cuda") if sq == 200 else None
+    x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if sinks is not None else [])
+    out = fa.forward(*x[:3], causal=causal, softcap=softcap, learnable_sink=x[3] if sinks is not None else None)
+    out.backward(dout)
+    assert_gradients_match([t.grad for t in x], q, k, v, dout, causal=causal, top_left=top_left,
+                           note=f"(softcap {softcap}, seed {seed})", sinks=sinks, softcap=softcap)
 
 
 @needs_gpu
@@ -531,10 +572,12 @@ def test_variants_with_grad_raise_before_the_forward_runs(monkeypatch):
         fa.forward(qg, q, q, causal=True, window_size=(64, 0))
     with pytest.raises(NotImplementedError, match=r"window_size=\(8, 8\)"):
         fa.flash_attn_func(q, qg, q, window_size=(8, 8))
+    # A softcap's backward runs on the sm90 kernels only: d_head 256 (the sm80 kernels) refuses.
+    q256 = randn(1, 128, 4, 256, dtype=torch_dtype(dtype))
+    with pytest.raises(NotImplementedError, match="softcap=30 .its backward: d_head 64 or 128 on Hopper"):
+        fa.forward(q256, q256, q256.clone().requires_grad_(), softcap=30.0)
     with pytest.raises(NotImplementedError, match="softcap=30"):
-        fa.forward(q, q, qg, softcap=30.0)
-    with pytest.raises(NotImplementedError, match="softcap=30"):
-        fa.flash_attn_func(qg, q, q, causal=True, softcap=30.0)
+        fa.flash_attn_func(q256.clone().requires_grad_(), q256, q256, causal=True, softcap=30.0)
     with pytest.raises(RuntimeError, match="out= tensor cannot carry an autograd graph"):
         fa.forward(qg, q, q, out=torch.empty_like(q))
     monkeypatch.undo()
