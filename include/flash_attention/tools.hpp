@@ -120,8 +120,8 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
                             const HostTensor& out, double softmax_scale,
                             const std::vector<RowSample>& rows);
 
-// The gradients of attention (q, k, v with dO = ∂loss/∂O; causal at either alignment; sinks, no
-// other variants) and a kernel's dQ, dK and dV (and dsinks), compared with double precision by
+// The gradients of attention (q, k, v with dO = ∂loss/∂O; causal at either alignment; sinks and a
+// softcap, no window) and a kernel's dQ, dK and dV (and dsinks), compared with double precision by
 // the FlashAttention rule: each gradient's max|kernel - ref| <= 2 * max|naive - ref| +
 // k_gradient_slack * max(1, max|ref|), where the naive computation rounds every matmul and softmax
 // product to the 16-bit dtype as PyTorch's math attention in that dtype would.
@@ -140,6 +140,8 @@ struct BackwardProblem {
     // kernel's dsinks (one per query head) are checked too: every row of every head enters.
     const std::vector<float>* sinks = nullptr;
     const std::vector<float>* d_sinks = nullptr;
+    // Logit softcap (0: none): scores become softcap · tanh(scores / softcap) after the scale.
+    double softcap = 0;
 };
 
 // The slack, relative to the largest reference gradient (at least 1): the same 1e-3 as the

@@ -98,9 +98,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     attention (summed over the query heads that share a K/V head). A gradient that reaches
     the returned LSE is included exactly. Plain and causal attention (either alignment),
     with or without learnable_sink (a sink that requires grad gets its float32 gradient,
-    summed in a fixed order): window_size and softcap raise NotImplementedError before any
-    work when an input requires grad (window_size=(-1, 0), which is causal masking, is
-    taken as causal=True). out= with an
+    summed in a fixed order) and softcap (on Hopper, d_head 64 and 128: elsewhere it raises
+    NotImplementedError before any work when an input requires grad, as window_size always
+    does; window_size=(-1, 0), which is causal masking, is taken as causal=True). out= with an
     input that requires grad raises RuntimeError, as PyTorch's out= functions do: an out=
     tensor cannot carry a graph (use it under torch.no_grad()). Without grad (no_grad,
     inference_mode, or no input requiring it) the call takes the eager path with no graph

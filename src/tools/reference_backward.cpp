@@ -59,13 +59,19 @@ std::pair<double, float> dot(const float* a, const float* b, std::int64_t n) {
 // One query row of one head: P and dS in double precision and naively in the dtype; with a
 // sink, its share of dsinks, -P_sink · D.
 struct Row {
-    std::vector<double> p64, ds64;
-    std::vector<float> p16, ds16;
+    std::vector<double> p64, ds64, slope64;  // slope: the softcap's tanh derivative, 1 - t²
+    std::vector<float> p16, ds16, slope16;
     std::int64_t keys = 0;
     double d_sink64 = 0;
     float d_sink32 = 0;
 
-    explicit Row(std::int64_t seq_k) : p64(seq_k), ds64(seq_k), p16(seq_k), ds16(seq_k) {}
+    explicit Row(std::int64_t seq_k)
+        : p64(seq_k),
+          ds64(seq_k),
+          slope64(seq_k, 1.0),
+          p16(seq_k),
+          ds16(seq_k),
+          slope16(seq_k, 1.0f) {}
 
     void compute(const BackwardProblem& p, std::int64_t b, std::int64_t h, std::int64_t i) {
         const DType dt = p.q.dtype;
@@ -83,6 +89,14 @@ struct Row {
             const auto [a64, a32] = dot(qi, &p.k.values[p.k.offset(b, j, kv)], d);
             p64[j] = a64 * p.scale;
             p16[j] = round_to(dt, round_to(dt, a32) * static_cast<float>(p.scale));
+            if (p.softcap != 0) {
+                const double t64 = std::tanh(p64[j] / p.softcap);
+                const float t16 = std::tanh(p16[j] / static_cast<float>(p.softcap));
+                p64[j] = p.softcap * t64;
+                p16[j] = round_to(dt, static_cast<float>(p.softcap) * t16);
+                slope64[j] = 1 - t64 * t64;
+                slope16[j] = 1 - t16 * t16;
+            }
             max64 = std::max(max64, p64[j]);
             max16 = std::max(max16, p16[j]);
         }
@@ -110,8 +124,8 @@ struct Row {
         }
         const float d16 = round_to(dt, d32);
         for (std::int64_t j = 0; j < keys; ++j) {
-            ds64[j] = p64[j] * (ds64[j] - d64);
-            ds16[j] = round_to(dt, p16[j] * (ds16[j] - d16));
+            ds64[j] = p64[j] * (ds64[j] - d64) * slope64[j];
+            ds16[j] = round_to(dt, p16[j] * (ds16[j] - d16) * slope16[j]);
         }
         if (sink) {  // fp32 in the naive computation too: dsinks are fp32
             d_sink64 = -(sink64 / sum64) * d64;

@@ -233,7 +233,7 @@ struct Gradients {
 
 Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                     const HostTensor& d_o, double scale, bool causal,
-                    const std::vector<float>* sinks = nullptr) {
+                    const std::vector<float>* sinks = nullptr, double softcap = 0) {
     const std::int64_t group = q.heads / k.heads, d = q.d_head;
     std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), d_sinks(q.heads);
     for (std::int64_t b = 0; b < q.batch; ++b) {
@@ -241,7 +241,7 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
             const std::int64_t kv = h / group;
             for (std::int64_t i = 0; i < q.seq; ++i) {
                 const std::int64_t pos = i + k.seq - q.seq;
-                std::vector<double> p(k.seq, 0.0), dp(k.seq, 0.0);
+                std::vector<double> p(k.seq, 0.0), dp(k.seq, 0.0), slope(k.seq, 1.0);
                 const double sink = sinks != nullptr ? (*sinks)[h] : -INFINITY;
                 double m = sink;
                 for (std::int64_t j = 0; j < k.seq; ++j) {
@@ -252,6 +252,11 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
                         dot += double(q.values[q.offset(b, i, h) + x]) *
                                k.values[k.offset(b, j, kv) + x];
                     p[j] = dot * scale;
+                    if (softcap != 0) {  // softcap · tanh(s / softcap), d/ds = 1 - tanh²
+                        const double t = std::tanh(p[j] / softcap);
+                        p[j] = softcap * t;
+                        slope[j] = 1 - t * t;
+                    }
                     m = std::max(m, p[j]);
                 }
                 if (m == -INFINITY)
@@ -270,7 +275,7 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
                 }
                 d_sinks[h] -= p_sink / sum * delta;
                 for (std::int64_t j = 0; j < k.seq; ++j) {
-                    const double ds = p[j] * (dp[j] - delta);
+                    const double ds = p[j] * (dp[j] - delta) * slope[j];
                     for (std::int64_t x = 0; x < d; ++x) {
                         dq[q.offset(b, i, h) + x] += scale * ds * k.values[k.offset(b, j, kv) + x];
                         dk[k.offset(b, j, kv) + x] += scale * ds * q.values[q.offset(b, i, h) + x];
@@ -369,4 +374,26 @@ TEST(Reference, BackwardCheckWithSinks) {
         EXPECT_FALSE(check(g, nullptr).passed) << "dsinks missing";
         EXPECT_FALSE(check(plain, &g.d_sinks).passed) << "gradients that ignore the sinks";
     }
+}
+
+// With a softcap: exact gradients pass; gradients that ignore the cap, or a check that ignores
+// it, do not.
+TEST(Reference, BackwardCheckWithSoftcap) {
+    const Case c = make(true, 40, 57, 4, 2);
+    const HostTensor d_o = HostTensor::random_normal(fa::DType::BF16, 2, 40, 4, 64, 17);
+    const double scale = 0.5;  // scores of a few units, which a cap of 2 bends
+    const Gradients g = gradients(c.q, c.k, c.v, d_o, scale, true, nullptr, 2.0);
+    const Gradients plain = gradients(c.q, c.k, c.v, d_o, scale, true);
+    const auto q_rows = fa::reference::sample_rows(2, 4, 40, 1000, 7);
+    const auto k_rows = fa::reference::sample_rows(2, 2, 57, 1000, 8);
+    const auto check = [&](const Gradients& with, double softcap) {
+        fa::reference::BackwardProblem p{c.q,     c.k,     c.v,   d_o, with.dq,
+                                         with.dk, with.dv, scale, true};
+        p.softcap = softcap;
+        return fa::reference::check_attention_backward(p, q_rows, k_rows);
+    };
+    const auto good = check(g, 2.0);
+    EXPECT_TRUE(good.passed) << good.summary();
+    EXPECT_FALSE(check(plain, 2.0).passed) << "gradients that ignore the softcap";
+    EXPECT_FALSE(check(g, 0.0).passed) << "a check that ignores the softcap";
 }

@@ -450,8 +450,10 @@ TEST(Validation, BackwardChecksEverythingBeforeTheDevice) {
     }
     expect_error(backward_error([](auto& p) { p.options.lse = nullptr; }),
                  fa::ErrorCode::invalid_argument, "options.lse", "a null pointer");
-    expect_error(backward_error([](auto& p) { p.options.variants.softcap = 30.0f; }),
-                 fa::ErrorCode::unsupported, "options.variants", "window (-1, -1), softcap 30");
+    expect_error(backward_error([](auto& p) { p.options.variants.window_left = 30; }),
+                 fa::ErrorCode::unsupported, "options.variants", "window (30, -1)");
+    expect_error(backward_error([](auto& p) { p.d_sinks = reinterpret_cast<float*>(256); }),
+                 fa::ErrorCode::invalid_argument, "d_sinks", "a pointer");
     expect_error(backward_error([](auto& p) { p.dk.shape[2] = 2; }),
                  fa::ErrorCode::invalid_argument, "dk.shape[2] (heads)", "2");
     expect_error(backward_error([](auto& p) { p.d_o.shape[1] = 255; }),
