@@ -25,10 +25,11 @@ of the batch; by default the fastest kernel runs.
 The attention variants of today's models take flash_attn's and FlashAttention-4's
 arguments on every entry point: `window_size=(left, right)` (sliding window, -1
 unbounded, aligned like causal), `softcap=` (Gemma-2's logit softcap, 0 off) and
-`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)). They are forward-only
-for now: with an input that requires grad under grad mode they raise
-NotImplementedError before any work rather than return an output that silently drops
-the gradient. So do forward_varlen and forward_kvcache, which have no backward pass yet.
+`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)). Sinks train, and so does
+the softcap on Hopper (d_head 64 and 128); the window is forward-only for now, and with an
+input that requires grad under grad mode it (and a softcap elsewhere) raises
+NotImplementedError before any work rather than return an output that silently drops the
+gradient. So do forward_varlen and forward_kvcache, which have no backward pass yet.
 """
 
 from ._C import DType, Family, KernelConfig
@@ -138,8 +139,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     unlike flash_attn, a gradient that reaches softmax_lse is not dropped but included.
 
     dropout_p other than 0 and alibi_slopes raise NotImplementedError (neither exists here),
-    before any work; so do window_size and softcap when an input requires grad under grad
-    mode (they are forward-only for now). deterministic=True: bitwise-identical gradients
+    before any work; so does window_size when an input requires grad under grad mode
+    (forward-only for now), and softcap off Hopper or at headdim 256. deterministic=True: bitwise-identical gradients
     from run to run, as in flash_attn.
     """
     if dropout_p:

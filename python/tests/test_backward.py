@@ -273,7 +273,7 @@ def test_sinks_gradients_match_reference(kind, shape, with_lse):
 @pytest.mark.parametrize("kind", [k for k in BACKWARD_KINDS if k[1] in (64, 128)], ids=kind_id)
 @pytest.mark.parametrize("shape", [(200, 333, 8, 2, True, False), (257, 100, 4, 2, True, False),
                                    (130, 130, 4, 4, False, False)], ids=shape_id)
-@pytest.mark.parametrize("softcap", [5.0, 30.0])
+@pytest.mark.parametrize("softcap", [2.0, 5.0])  # caps the test's scores (std ~2) bend
 def test_softcap_gradients_match_reference(kind, shape, softcap):
     """Gemma-2's logit softcap (sm90, d_head 64 and 128 on Hopper): dq, dk, dv through tanh's
     derivative against float64 autograd; with sinks too on the first shape."""

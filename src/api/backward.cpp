@@ -231,8 +231,11 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
                                     bool deterministic) {
     validate_shape(problem);
     const auto fits = [&](const KernelConfig& c) {
+        // A softcap (the backward takes no window) runs on the sm90 kernels only.
         return c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
-               (!deterministic || is_deterministic(c)) && device_problem(c, device).empty();
+               (!deterministic || is_deterministic(c)) &&
+               (!problem.window_or_softcap || c.family == Family::sm90) &&
+               device_problem(c, device).empty();
     };
     // As the forward's choice: a cached config this build lacks, or one that cannot run here,
     // is skipped, so a stale cache costs speed, never a failure.

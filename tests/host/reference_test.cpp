@@ -233,7 +233,8 @@ struct Gradients {
 
 Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                     const HostTensor& d_o, double scale, bool causal,
-                    const std::vector<float>* sinks = nullptr, double softcap = 0) {
+                    const std::vector<float>* sinks = nullptr, double softcap = 0,
+                    bool tanh_derivative = true) {
     const std::int64_t group = q.heads / k.heads, d = q.d_head;
     std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), d_sinks(q.heads);
     for (std::int64_t b = 0; b < q.batch; ++b) {
@@ -255,7 +256,7 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
                     if (softcap != 0) {  // softcap · tanh(s / softcap), d/ds = 1 - tanh²
                         const double t = std::tanh(p[j] / softcap);
                         p[j] = softcap * t;
-                        slope[j] = 1 - t * t;
+                        slope[j] = tanh_derivative ? 1 - t * t : 1.0;
                     }
                     m = std::max(m, p[j]);
                 }
@@ -395,5 +396,7 @@ TEST(Reference, BackwardCheckWithSoftcap) {
     const auto good = check(g, 2.0);
     EXPECT_TRUE(good.passed) << good.summary();
     EXPECT_FALSE(check(plain, 2.0).passed) << "gradients that ignore the softcap";
+    const Gradients no_slope = gradients(c.q, c.k, c.v, d_o, scale, true, nullptr, 2.0, false);
+    EXPECT_FALSE(check(no_slope, 2.0).passed) << "capped P without tanh's derivative in dS";
     EXPECT_FALSE(check(g, 0.0).passed) << "a check that ignores the softcap";
 }
