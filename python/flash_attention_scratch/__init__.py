@@ -25,11 +25,10 @@ of the batch; by default the fastest kernel runs.
 The attention variants of today's models take flash_attn's and FlashAttention-4's
 arguments on every entry point: `window_size=(left, right)` (sliding window, -1
 unbounded, aligned like causal), `softcap=` (Gemma-2's logit softcap, 0 off) and
-`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)). Sinks train, and so does
-the softcap on Hopper (d_head 64 and 128); the window is forward-only for now, and with an
-input that requires grad under grad mode it (and a softcap elsewhere) raises
-NotImplementedError before any work rather than return an output that silently drops the
-gradient. So do forward_varlen and forward_kvcache, which have no backward pass yet.
+`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)). Sinks and the softcap
+train; the window is forward-only for now, and with an input that requires grad under grad
+mode it raises NotImplementedError before any work rather than return an output that
+silently drops the gradient. So do forward_varlen and forward_kvcache, which have no backward pass yet.
 """
 
 from ._C import DType, Family, KernelConfig
@@ -99,9 +98,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     attention (summed over the query heads that share a K/V head). A gradient that reaches
     the returned LSE is included exactly. Plain and causal attention (either alignment),
     with or without learnable_sink (a sink that requires grad gets its float32 gradient,
-    summed in a fixed order) and softcap (on Hopper, d_head 64 and 128: elsewhere it raises
-    NotImplementedError before any work when an input requires grad, as window_size always
-    does; window_size=(-1, 0), which is causal masking, is taken as causal=True). out= with an
+    summed in a fixed order) and softcap; window_size raises NotImplementedError before any
+    work when an input requires grad (window_size=(-1, 0), which is causal masking, is taken
+    as causal=True). out= with an
     input that requires grad raises RuntimeError, as PyTorch's out= functions do: an out=
     tensor cannot carry a graph (use it under torch.no_grad()). Without grad (no_grad,
     inference_mode, or no input requiring it) the call takes the eager path with no graph
@@ -140,7 +139,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
     dropout_p other than 0 and alibi_slopes raise NotImplementedError (neither exists here),
     before any work; so does window_size when an input requires grad under grad mode
-    (forward-only for now), and softcap off Hopper or at headdim 256. deterministic=True: bitwise-identical gradients
+    (forward-only for now). deterministic=True: bitwise-identical gradients
     from run to run, as in flash_attn.
     """
     if dropout_p:

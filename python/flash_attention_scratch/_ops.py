@@ -63,33 +63,17 @@ def _check_no_grad(q, k, v, grad_enabled=None, sinks=None, entry="forward_varlen
             "detached inputs), got one with requires_grad=True")
 
 
-def _check_differentiable(requiring, window_left, window_right, softcap, q):
-    """Raises NotImplementedError, naming the variant, where the backward pass cannot
-    differentiate the call: sliding windows are forward-only, and a softcap's backward runs on
-    the sm90 kernels only (d_head 64 and 128 on Hopper)."""
+def _check_differentiable(requiring, window_left, window_right):
+    """Raises NotImplementedError where the backward pass cannot differentiate the call: sliding
+    windows are forward-only (softcaps and sinks are not)."""
     unsupported = []
     if (window_left, window_right) != (-1, -1):
         unsupported.append(f"window_size=({window_left}, {window_right}) (sliding window)")
-    if softcap != 0.0 and not _sm90_backward(q):
-        unsupported.append(f"softcap={softcap:g} (its backward: d_head 64 or 128 on Hopper, here d_head "
-                           f"{q.shape[-1]} on {_device_name(q)})")
     if unsupported:
         raise NotImplementedError(
             f"{', '.join(unsupported)}: not supported by the backward pass yet, and {requiring} "
             "requires grad; run this variant under torch.no_grad() (inference) or with detached "
             "inputs, or train without it")
-
-
-def _sm90_backward(q):
-    """Whether the backward of q's problem runs on the sm90 kernels: d_head 64 or 128 on a GPU
-    of compute capability 9.0 (elsewhere the sm80 kernels, which take no softcap yet)."""
-    if q.shape[-1] not in (64, 128) or q.device.type != "cuda":
-        return False
-    return torch.cuda.get_device_capability(q.device) == (9, 0)
-
-
-def _device_name(q):
-    return torch.cuda.get_device_name(q.device) if q.device.type == "cuda" else str(q.device)
 
 
 def _window(window_size):
@@ -289,7 +273,7 @@ def _forward_setup(ctx, inputs, output, saves_output):
     # same, should a version hand them over without.)
     inputs = (*inputs, *_VARIANT_DEFAULTS[len(inputs) - 6:])
     q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks, deterministic = inputs
-    _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right, softcap, q)
+    _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right)
     ctx.softmax_scale, ctx.causal, ctx.config = softmax_scale, causal, config
     ctx.deterministic = deterministic
     ctx.softcap = softcap
@@ -400,7 +384,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         if var[0] == -1 and var[1] == 0:  # a window that only states causal masking
             var = (-1, -1) + var[2:]
             causal = _causal(True, causal_alignment)
-        _check_differentiable(requiring, *var[:3], q)  # before any work
+        _check_differentiable(requiring, *var[:2])  # before any work
         result = torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config, *var,
                                                                bool(deterministic))
         return result if return_lse else result[0]

@@ -133,11 +133,6 @@ void validate_backward_config(const BackwardParams& p, const KernelConfig& c,
         wrong(ErrorCode::invalid_argument, "d_head " + std::to_string(p.q.shape[3]));
     if (const std::string problem = device_problem(c, device); !problem.empty())
         wrong(find_kernel(c) == nullptr ? ErrorCode::not_built : ErrorCode::unsupported, problem);
-    if (p.options.variants.softcap != 0.0f && c.family != Family::sm90) {
-        wrong(ErrorCode::unsupported,
-              "an sm90 backward config for a softcap (the sm80 backward takes none yet: d_head 64 "
-              "and 128 on Hopper train with one)");
-    }
     if (p.deterministic && !is_deterministic(c)) {
         wrong(ErrorCode::invalid_argument,
               "a deterministic config for deterministic = true (sm80, or sm90 with ordered)");
@@ -231,11 +226,8 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
                                     bool deterministic) {
     validate_shape(problem);
     const auto fits = [&](const KernelConfig& c) {
-        // A softcap (the backward takes no window) runs on the sm90 kernels only.
         return c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
-               (!deterministic || is_deterministic(c)) &&
-               (!problem.window_or_softcap || c.family == Family::sm90) &&
-               device_problem(c, device).empty();
+               (!deterministic || is_deterministic(c)) && device_problem(c, device).empty();
     };
     // As the forward's choice: a cached config this build lacks, or one that cannot run here,
     // is skipped, so a stale cache costs speed, never a failure.

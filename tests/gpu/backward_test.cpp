@@ -299,14 +299,14 @@ TEST(Backward, SinksMatchReference) {
     EXPECT_GT(ran, 0) << "no backward kernel built";
 }
 
-// A logit softcap (the sm90 backward: d_head 64 and 128 on Hopper): dQ, dK, dV through tanh's
-// derivative against the reference, with sinks on one shape; elsewhere the backward refuses it.
+// A logit softcap: dQ, dK, dV through tanh's derivative against the reference, with sinks on one
+// shape, for every built dtype and head dim (both families).
 TEST(Backward, SoftcapMatchesReference) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
     int ran = 0;
     for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
-        for (const int d : {64, 128}) {
+        for (const int d : {64, 128, 256}) {
             for (const auto& [shape, sinks] :
                  {std::pair{Shape{2, 257, 100, 8, 2, true}, true},
                   std::pair{Shape{1, 300, 1000, 4, 4, false}, false},
@@ -319,18 +319,12 @@ TEST(Backward, SoftcapMatchesReference) {
                     ++ran;
                 } catch (const fa::Error& e) {
                     if (e.code() != fa::ErrorCode::unsupported)
-                        throw;  // no sm90 backward kernel of this dtype and head dim here
+                        throw;  // else no kernel of this dtype and head dim in this build
                 }
             }
         }
     }
-    const bool sm90_built =
-        std::any_of(fa::testing::backward_configs().begin(), fa::testing::backward_configs().end(),
-                    [](const fa::KernelConfig& c) { return c.family == fa::Family::sm90; });
-    if (fa::DeviceProperties::current().major == 9 && sm90_built)
-        EXPECT_GT(ran, 0) << "a softcap refused where the sm90 backward runs";
-    else if (ran == 0)
-        GTEST_SKIP() << "no sm90 backward kernel here (a softcap's backward runs on those)";
+    EXPECT_GT(ran, 0) << "no backward kernel built";
 }
 
 // A CUDA failure or bad input never leaves a silent wrong answer: the LSE is required and
@@ -345,14 +339,6 @@ TEST(Backward, RefusesWhatItDoesNotCompute) {
     fa::BackwardParams window = p.params();
     window.options.variants.window_left = 8;
     EXPECT_THROW(fa::backward(window), fa::Error);
-    // A softcap on an sm80 kernel (the sm90 ones take it).
-    fa::BackwardParams softcap = p.params();
-    softcap.options.variants.softcap = 30.0f;
-    for (const fa::KernelConfig& c : fa::testing::backward_configs()) {
-        if (c.family == fa::Family::sm80 && c.dtype == fa::DType::BF16 && c.d_head == 64) {
-            EXPECT_THROW(fa::backward(softcap, c), fa::Error) << c.to_string();
-        }
-    }
     fa::BackwardParams d_sinks_alone = p.params();  // a gradient for sinks the forward had not
     d_sinks_alone.d_sinks = static_cast<float*>(p.lse.data());
     EXPECT_THROW(fa::backward(d_sinks_alone), fa::Error);

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "kernels/backward_preprocess.cuh"
+#include "kernels/primitives/masking.cuh"
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/geometry.cuh"
@@ -167,8 +168,10 @@ __device__ __forceinline__ void score_gemms(float (&s)[1][Layout::n_tiles][4],
 }
 
 // P = exp2(S·scale_log2 - lse2) and dS = P ∘ (dP - D) in place (s becomes P, dp dS), with
-// lse2 and D per score element: (row h of the m16 tile, column pair element e).
-template <int NT, class RowStats>
+// lse2 and D per score element: (row h of the m16 tile, column pair element e). Softcap: s
+// holds t = tanh(S · prescale) (masked after), and dS carries tanh's derivative 1 - t² (0 where
+// masked: t is -inf there).
+template <bool Softcap, int NT, class RowStats>
 __device__ __forceinline__ void probabilities_and_ds(float (&s)[1][NT][4], float (&dp)[1][NT][4],
                                                      float scale_log2, const RowStats& stats) {
 #pragma unroll
@@ -176,15 +179,18 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[1][NT][4], float
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const float2 ld = stats(nt, i / 2, i % 2);  // (lse2, D)
-            const float p = ptx::ex2(s[0][nt][i] * scale_log2 - ld.x);
+            const float t = s[0][nt][i];
+            const float p = ptx::ex2(t * scale_log2 - ld.x);
             s[0][nt][i] = p;
             dp[0][nt][i] = p * (dp[0][nt][i] - ld.y);
+            if constexpr (Softcap)
+                dp[0][nt][i] *= fmaxf(1.0f - t * t, 0.0f);
         }
     }
 }
 
-// dK and dV of one key block of one K/V head.
-template <unsigned long long Code>
+// dK and dV of one key block of one K/V head (Softcap: BackwardArgs::softcap_prescale).
+template <unsigned long long Code, bool Softcap>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     backward_dkdv_kernel(const __grid_constant__ BackwardArgs args) {
     constexpr KernelConfig C = unpack(Code);
@@ -245,9 +251,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
             float s[1][NS][4], dp[1][NS][4];  // Sᵀ and dPᵀ, then Pᵀ and dSᵀ
             score_gemms<Tr, Scores, typename Tr::KTile, typename Tr::QTile>(s, dp, k_s, q_s, v_s,
                                                                             d_o_s);
+            if constexpr (Softcap)  // before the mask: tanh(-inf) would be -1
+                softcap_scores(s, args.softcap_prescale);
             if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))
                 mask.mask_key_rows(s, k0 + row0, q0 + col0);
-            probabilities_and_ds(s, dp, args.scale_log2, [&](int nt, int, int e) {
+            probabilities_and_ds<Softcap>(s, dp, args.scale_log2, [&](int nt, int, int e) {
                 const int c = col0 + nt * 8 + 2 * (lane_id() % 4) + e;
                 return float2{smem.lse2[c], smem.d[c]};
             });
@@ -285,7 +293,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
 }
 
 // dQ of one query tile of one head.
-template <unsigned long long Code>
+template <unsigned long long Code, bool Softcap>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     backward_dq_kernel(const __grid_constant__ BackwardArgs args) {
     constexpr KernelConfig C = unpack(Code);
@@ -349,9 +357,12 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         float s[1][NS][4], dp[1][NS][4];  // S and dP, then P and dS
         score_gemms<Tr, Scores, typename Tr::QTile, typename Tr::KTile>(s, dp, q_s, k_s, d_o_s,
                                                                         v_s);
+        if constexpr (Softcap)
+            softcap_scores(s, args.softcap_prescale);
         if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))
             mask.mask_query_rows(s, q0 + row0, k0 + col0);
-        probabilities_and_ds(s, dp, args.scale_log2, [&](int, int h, int) { return stats[h]; });
+        probabilities_and_ds<Softcap>(s, dp, args.scale_log2,
+                                      [&](int, int h, int) { return stats[h]; });
         store_tile_RF2SM<Tr::dtype, typename Tr::DsTile>(dp, ds_s, row0, col0);
         __syncthreads();
 
