@@ -20,11 +20,11 @@
 #include <cstdint>
 
 #include "kernels/backward_preprocess.cuh"
-#include "kernels/primitives/masking.cuh"
 #include "kernels/kernel_args.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/mask.cuh"
+#include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/sm80/gm2sm.cuh"
 #include "kernels/primitives/sm80/warp_gemm.cuh"
