@@ -13,6 +13,11 @@ The GPU runs at its power cap under this load, so only ratios measured in one ru
 
     python3 bench/compare.py --out /tmp/grid            # writes /tmp/grid.md and /tmp/grid.png
     python3 bench/compare.py --replot /tmp/grid.md --out docs/grid   # the plot again, no GPU needed
+    python3 bench/compare.py --variants --out /tmp/variants   # backward of the attention variants (VARIANT_ROWS)
+
+--variants times the backward (as --backward does) of ours and FlashAttention-4 with and without a variant, base
+and variant interleaved in the same rounds: a sliding window's speed-up over full causal attention and the softcap's
+relative cost, each against FA4's; it skips the grid and the model rows.
 """
 
 import argparse
@@ -48,6 +53,19 @@ BACKWARD_MODEL_ROWS = [
 ]
 
 
+# The backward's attention variants (--variants): name, (dtype, batch, heads_q, heads_kv, d_head, seq),
+# (base kwargs, variant kwargs) for both ours and FA4, and what is compared: "speed-up" (base time / variant
+# time, the bar: ours' >= FA4's) or "cost" (variant time / base time - 1, the bar: ours' <= FA4's).
+VARIANT_ROWS = [
+    ("causal, window (4095, 0) vs full", ("bfloat16", 1, 32, 8, 128, 32768),
+     ({"causal": True}, {"causal": True, "window_size": (4095, 0)}), "speed-up"),
+    ("causal, softcap 50 vs none", ("bfloat16", 1, 16, 16, 128, 16384),
+     ({"causal": True}, {"causal": True, "softcap": 50.0}), "cost"),
+    ("non-causal, softcap 50 vs none", ("bfloat16", 1, 16, 16, 128, 16384),
+     ({"causal": False}, {"causal": False, "softcap": 50.0}), "cost"),
+]
+
+
 def implementations(torch, fa, causal, fa4_func):
     """name -> fn(q, k, v) for (batch, seq, heads, d_head) tensors. Causal masks align at the
     bottom right (flash_attn's convention) for every implementation; SDPA's is_causal aligns at
@@ -70,10 +88,11 @@ def implementations(torch, fa, causal, fa4_func):
     return impls
 
 
-def backward_implementations(torch, fa, causal, fa4_func):
+def backward_implementations(torch, fa, causal, fa4_func, **variant):
     """name -> fn(q, k, v) that times one backward pass: each builds its forward graph once
     (on the first call with these tensors) and then runs the backward alone, as the peers'
-    harness does (out.backward(dout), graph retained)."""
+    harness does (out.backward(dout), graph retained). variant: window_size= and softcap= for
+    ours and FA4; SDPA takes neither, so with a variant cuDNN and FA2 are left out."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     graphs = {}
@@ -97,14 +116,15 @@ def backward_implementations(torch, fa, causal, fa4_func):
                     enable_gqa=q.shape[2] != k.shape[2]).transpose(1, 2)
         return forward
 
-    impls = {"ours": autograd("ours", lambda q, k, v: fa.forward(q, k, v, causal=causal)),
+    impls = {"ours": autograd("ours", lambda q, k, v: fa.forward(q, k, v, causal=causal, **variant)),
              # Deterministic mode (bitwise-identical gradients): timed beside, not in the ratio.
              "ours-det": autograd("ours-det", lambda q, k, v: fa.forward(q, k, v, causal=causal,
-                                                                          deterministic=True)),
-             "cuDNN": autograd("cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
-             "FA2": autograd("FA2", sdpa(SDPBackend.FLASH_ATTENTION))}
+                                                                          deterministic=True, **variant))}
+    if not variant:
+        impls.update({"cuDNN": autograd("cuDNN", sdpa(SDPBackend.CUDNN_ATTENTION)),
+                      "FA2": autograd("FA2", sdpa(SDPBackend.FLASH_ATTENTION))})
     if fa4_func is not None:
-        impls["FA4"] = autograd("FA4", lambda q, k, v: fa4_func(q, k, v, causal=causal))
+        impls["FA4"] = autograd("FA4", lambda q, k, v: fa4_func(q, k, v, causal=causal, **variant))
     return impls
 
 
@@ -270,9 +290,75 @@ def fa4():
         print(f"FlashAttention-4 not importable ({error}): its column stays empty", file=sys.stderr)
         return None
 
-    def run(q, k, v, causal):
-        return flash_attn_func(q, k, v, causal=causal)[0]
+    def run(q, k, v, causal, window_size=(-1, -1), softcap=0.0):
+        # flash_attn.cute marks an unbounded window side None where flash_attn (and ours) take -1
+        window_size = tuple(None if side is None or side < 0 else side for side in window_size)
+        return flash_attn_func(q, k, v, causal=causal, window_size=window_size, softcap=softcap)[0]
     return run
+
+
+def reporting(name, fn):
+    """fn, with whatever it raises (FA4's compiler has its own exception types) re-raised as a
+    RuntimeError, which time_shape takes as 'does not run this shape', and its first line printed."""
+    def run(q, k, v):
+        try:
+            return fn(q, k, v)
+        except Exception as error:
+            print(f"{name}: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}", file=sys.stderr)
+            raise RuntimeError(f"{name}: {error}") from error
+    return run
+
+
+def variant_measure(kind, base, variant):
+    """The speed-up base / variant, or the relative cost variant / base - 1 (times in ms)."""
+    if not base or not variant:
+        return None
+    return base / variant if kind == "speed-up" else variant / base - 1
+
+
+def variant_rows(torch, fa, fa4_func, args):
+    """Per VARIANT_ROWS entry: (name, shape, kind, {implementation: (base ms, variant ms)}), None where
+    it raised. Base and variant of ours and FA4 are four implementations of one time_shape call, so
+    they share its inputs and its shuffled rounds."""
+    rows = []
+    for name, (dtype_name, batch, heads, heads_kv, d, seq), (base, variant), kind in VARIANT_ROWS:
+        impls = {}
+        for suffix, kwargs in (("", base), (" variant", variant)):
+            made = backward_implementations(torch, fa, fa4_func=fa4_func, **kwargs)
+            impls.update({n + suffix: reporting(n + suffix, made[n]) for n in ("ours", "FA4") if n in made})
+        # time_shape gives flop / median time in TFLOP/s: with 1e9 FLOP that is 1 / (median ms)
+        rates = time_shape(torch, impls, inputs_for(torch, getattr(torch, dtype_name), batch, heads, heads_kv, d,
+                                                    seq, seq), 1e9, args)
+        ms = {n: 1 / r if r else None for n, r in rates.items()}
+        times = {n: (ms.get(n), ms.get(n + " variant")) for n in ("ours", "FA4")}
+        shape = (f"{dtype_name.replace('bfloat', 'bf').replace('float', 'fp')}, batch {batch}, heads {heads}/"
+                 f"{heads_kv}, d {d}, seq {seq}")
+        rows.append((name, shape, kind, times))
+        print(name, {n: (fmt(a, 2), fmt(b, 2)) for n, (a, b) in times.items()}, kind,
+              {n: fmt(variant_measure(kind, *t), 3) for n, t in times.items()}, flush=True)
+    return rows
+
+
+def variant_table(rows):
+    lines = ["| variant | shape | ours base, ms | ours variant, ms | FA4 base, ms | FA4 variant, ms | ours | FA4 | "
+             "against FA4 |",
+             "|---|---|" + "---|" * 7]
+    for name, shape, kind, times in rows:
+        ours, peer = (variant_measure(kind, *times[n]) for n in ("ours", "FA4"))
+        if kind == "speed-up":
+            show = lambda x: "–" if x is None else f"{x:.2f}× faster"
+            against = None if ours is None or peer is None else ours / peer
+            missed = against is not None and against < 1
+            against = "–" if against is None else f"ours / FA4 {against:.3f}"
+        else:
+            show = lambda x: "–" if x is None else f"{100 * x:+.1f}%"
+            against = None if ours is None or peer is None else ours - peer
+            missed = against is not None and against > 0
+            against = "–" if against is None else f"ours − FA4 {100 * against:+.1f} pp"
+        mark = "**" if missed else ""
+        lines.append(f"| {name} | {shape} | " + " | ".join(fmt(t, 2) for n in ("ours", "FA4") for t in times[n]) +
+                     f" | {show(ours)} | {show(peer)} | {mark}{against}{mark} |")
+    return lines
 
 
 def main():
@@ -285,12 +371,16 @@ def main():
                         help="the model-shaped rows after the grid")
     parser.add_argument("--backward", action="store_true",
                         help="time the backward pass (dQ, dK, dV) instead; FLOPs 2.5x the forward's")
+    parser.add_argument("--variants", action="store_true",
+                        help="time the backward of the attention variants (VARIANT_ROWS: sliding window, softcap) "
+                             "for ours and FA4 instead of the grid and the model rows")
     parser.add_argument("--warmup", type=int, default=10, help="calls per implementation before timing")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=5, help="calls timed per implementation and round")
-    parser.add_argument("--out", default="grid", help="writes OUT.md and OUT.png")
+    parser.add_argument("--out", help="writes OUT.md and OUT.png (default grid, or variants with --variants)")
     parser.add_argument("--replot", metavar="MD", help="draw OUT.png again from a table this script wrote")
     args = parser.parse_args()
+    args.out = args.out or ("variants" if args.variants else "grid")
     if args.replot:
         rows, title = rows_from_markdown(args.replot)
         plot(rows, title, Path(args.out + ".png"))
@@ -300,6 +390,20 @@ def main():
     import flash_attention_scratch as fa
     fa4_func = fa4()
     device = torch.cuda.get_device_name()
+    title = (f"Measured {datetime.date.today()} on {device}, torch {torch.__version__}, "
+             f"flash_attention_scratch {fa.__version__}")
+    if args.variants:
+        lines = ["# Backward of the attention variants: this library against FlashAttention-4", "",
+                 f"{title}. Command: `python3 bench/compare.py {' '.join(sys.argv[1:])}`. Times in ms of the "
+                 f"backward pass alone (dQ, dK, dV; forward graph built once, as --backward), median of "
+                 f"{args.rounds} shuffled rounds of {args.calls} calls, base and variant interleaved; inputs "
+                 "rotated past L2. Speed-up: base / variant time (bar: ours' >= FA4's); cost: variant / base "
+                 "time - 1 (bar: ours' <= FA4's); bars missed in bold; –: the implementation does not run it.", ""]
+        lines += variant_table(variant_rows(torch, fa, fa4_func, args))
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines[4:]))
+        return
     dtypes = {"bfloat16": "bf16", "float16": "fp16"}
     causals = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
     rows = []
@@ -331,8 +435,6 @@ def main():
             print(name, {k: fmt(v, 1) for k, v in rates.items()}, flush=True)
 
     met = [r for r in (ratio(x[4]) for x in rows) if r is not None]
-    title = (f"Measured {datetime.date.today()} on {device}, torch {torch.__version__}, "
-             f"flash_attention_scratch {fa.__version__}")
     lines = [f"# {'Backward' if args.backward else 'Forward'}: this library against cuDNN, FlashAttention-4 and "
              "FlashAttention-2", "",
              f"{title}. Command: `python3 bench/compare.py {' '.join(sys.argv[1:])}`. TFLOP/s = "

@@ -120,11 +120,11 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
                             const HostTensor& out, double softmax_scale,
                             const std::vector<RowSample>& rows);
 
-// The gradients of attention (q, k, v with dO = ∂loss/∂O; causal at either alignment; sinks and a
-// softcap, no window) and a kernel's dQ, dK and dV (and dsinks), compared with double precision by
-// the FlashAttention rule: each gradient's max|kernel - ref| <= 2 * max|naive - ref| +
-// k_gradient_slack * max(1, max|ref|), where the naive computation rounds every matmul and softmax
-// product to the 16-bit dtype as PyTorch's math attention in that dtype would.
+// The gradients of attention (q, k, v with dO = ∂loss/∂O; causal at either alignment, a sliding
+// window, sinks and a softcap, as Problem's) and a kernel's dQ, dK and dV (and dsinks), compared
+// with double precision by the FlashAttention rule: each gradient's max|kernel - ref| <= 2 *
+// max|naive - ref| + k_gradient_slack * max(1, max|ref|), where the naive computation rounds every
+// matmul and softmax product to the 16-bit dtype as PyTorch's math attention in that dtype would.
 struct BackwardProblem {
     const HostTensor& q;
     const HostTensor& k;
@@ -142,6 +142,9 @@ struct BackwardProblem {
     const std::vector<float>* d_sinks = nullptr;
     // Logit softcap (0: none): scores become softcap · tanh(scores / softcap) after the scale.
     double softcap = 0;
+    // Sliding window sides (-1: unbounded), as Problem's.
+    int window_left = -1;
+    int window_right = -1;
 };
 
 // The slack, relative to the largest reference gradient (at least 1): the same 1e-3 as the

@@ -25,10 +25,10 @@ of the batch; by default the fastest kernel runs.
 The attention variants of today's models take flash_attn's and FlashAttention-4's
 arguments on every entry point: `window_size=(left, right)` (sliding window, -1
 unbounded, aligned like causal), `softcap=` (Gemma-2's logit softcap, 0 off) and
-`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)). Sinks and the softcap
-train; the window is forward-only for now, and with an input that requires grad under grad
-mode it raises NotImplementedError before any work rather than return an output that
-silently drops the gradient. So do forward_varlen and forward_kvcache, which have no backward pass yet.
+`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)). All three train, alone or
+together. forward_varlen and forward_kvcache have no backward pass yet: with an input that
+requires grad under grad mode they raise NotImplementedError before any work rather than
+return an output that silently drops the gradient.
 """
 
 from ._C import DType, Family, KernelConfig
@@ -97,10 +97,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     backward() gives dq, dk and dv, contiguous, with k's and v's shapes under grouped-query
     attention (summed over the query heads that share a K/V head). A gradient that reaches
     the returned LSE is included exactly. Plain and causal attention (either alignment),
-    with or without learnable_sink (a sink that requires grad gets its float32 gradient,
-    summed in a fixed order) and softcap; window_size raises NotImplementedError before any
-    work when an input requires grad (window_size=(-1, 0), which is causal masking, is taken
-    as causal=True). out= with an
+    window_size, softcap and learnable_sink, alone or together (a sink that requires grad
+    gets its float32 gradient, summed in a fixed order; the backward skips the blocks
+    outside the window as the forward does). out= with an
     input that requires grad raises RuntimeError, as PyTorch's out= functions do: an out=
     tensor cannot carry a graph (use it under torch.no_grad()). Without grad (no_grad,
     inference_mode, or no input requiring it) the call takes the eager path with no graph
@@ -110,8 +109,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     bits between runs (causal d_head 64 without grouped-query attention, where the ordered
     kernel costs 0-2%, is deterministic either way).
 
-    Raises ValueError for bad arguments, TypeError for unsupported dtypes,
-    NotImplementedError for the variants with inputs that require grad, and RuntimeError
+    Raises ValueError for bad arguments, TypeError for unsupported dtypes, and RuntimeError
     for CUDA failures (including no GPU), each with the library's message; the backward
     raises the same way.
     """
@@ -134,13 +132,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Returns out (batch, seqlen_q, nheads, headdim), or with return_attn_probs=True the
     tuple (out, softmax_lse, None): softmax_lse float32 (batch, nheads, seqlen_q), and
     None where flash_attn returns S_dmask, which it fills only with dropout (none here).
-    Differentiable as forward() is (plain and causal attention, grouped-query attention);
-    unlike flash_attn, a gradient that reaches softmax_lse is not dropped but included.
+    Differentiable as forward() is (window_size and softcap included, grouped-query
+    attention); unlike flash_attn, a gradient that reaches softmax_lse is not dropped but
+    included.
 
     dropout_p other than 0 and alibi_slopes raise NotImplementedError (neither exists here),
-    before any work; so does window_size when an input requires grad under grad mode
-    (forward-only for now). deterministic=True: bitwise-identical gradients
-    from run to run, as in flash_attn.
+    before any work. deterministic=True: bitwise-identical gradients from run to run, as in
+    flash_attn.
     """
     if dropout_p:
         raise NotImplementedError(

@@ -63,19 +63,6 @@ def _check_no_grad(q, k, v, grad_enabled=None, sinks=None, entry="forward_varlen
             "detached inputs), got one with requires_grad=True")
 
 
-def _check_differentiable(requiring, window_left, window_right):
-    """Raises NotImplementedError where the backward pass cannot differentiate the call: sliding
-    windows are forward-only (softcaps and sinks are not)."""
-    unsupported = []
-    if (window_left, window_right) != (-1, -1):
-        unsupported.append(f"window_size=({window_left}, {window_right}) (sliding window)")
-    if unsupported:
-        raise NotImplementedError(
-            f"{', '.join(unsupported)}: not supported by the backward pass yet, and {requiring} "
-            "requires grad; run this variant under torch.no_grad() (inference) or with detached "
-            "inputs, or train without it")
-
-
 def _window(window_size):
     """flash_attn's window_size = (left, right), -1 meaning unbounded on that side."""
     try:
@@ -208,7 +195,7 @@ def _kernel_view(t):
 
 
 def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic, sinks=None,
-                  dsinks=None, softcap=0.0):
+                  dsinks=None, softcap=0.0, window_left=-1, window_right=-1):
     dout, q, k, v, out = (_kernel_view(t) for t in (dout, q, k, v, out))
     lse = lse if lse.is_contiguous() else lse.contiguous()
     if dlse is not None and not dlse.is_contiguous():  # e.g. the gradient of lse.sum()
@@ -218,32 +205,34 @@ def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dl
     _on_device(q.device, lambda: _C.backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal,
                                              stream, dlse, deterministic=deterministic, sinks=sinks_address,
                                              d_sinks=0 if dsinks is None else dsinks.data_ptr(),
-                                             softcap=softcap))
+                                             softcap=softcap, window_left=window_left,
+                                             window_right=window_right))
 
 
 @torch.library.custom_op("flash_attention_scratch::backward", mutates_args=(), device_types="cuda")
 def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                  lse: torch.Tensor, softmax_scale: Optional[float], causal: int,
                  dlse: Optional[torch.Tensor] = None, deterministic: bool = False,
-                 sinks: Optional[torch.Tensor] = None,
-                 softcap: float = 0.0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                 sinks: Optional[torch.Tensor] = None, softcap: float = 0.0, window_left: int = -1,
+                 window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (contiguous, shaped like q, k, v) and dsinks of the forward that produced
     out and its float32 (batch, heads, seq_q) log-sum-exp lse, given dout = dloss/dout and
     optionally dlse = dloss/dlse (None: zero). With grouped K/V heads, dk and dv are summed
     over the query heads that share a K/V head. sinks: the forward's learnable_sink, whose
-    gradient dsinks is float32 (heads,) (empty without sinks); softcap: the forward's (0: none).
-    The library's automatic choice
-    of backward kernel; deterministic=True: one whose gradients are bitwise identical from run
-    to run (dsinks always are)."""
+    gradient dsinks is float32 (heads,) (empty without sinks); softcap, window_left and
+    window_right: the forward's (0, -1, -1: none). The library's automatic choice of backward
+    kernel; deterministic=True: one whose gradients are bitwise identical from run to run
+    (dsinks always are)."""
     dq, dk, dv = _out_like(q), _out_like(k), _out_like(v)
     dsinks = torch.empty(0 if sinks is None else q.shape[2], dtype=torch.float32, device=q.device)
     _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic, sinks,
-                  None if sinks is None else dsinks, softcap)
+                  None if sinks is None else dsinks, softcap, window_left, window_right)
     return dq, dk, dv, dsinks
 
 
 @_backward_op.register_fake
-def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None, softcap=0.0):
+def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None, softcap=0.0,
+      window_left=-1, window_right=-1):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty((0 if sinks is None else q.shape[2],), dtype=torch.float32))
 
@@ -267,16 +256,13 @@ _VARIANT_DEFAULTS = (-1, -1, 0.0, None, False)
 
 def _forward_setup(ctx, inputs, output, saves_output):
     # Runs only when autograd records the op (grad mode on, an input requiring grad), after
-    # the forward has run: forward() refuses the variants before any work, this catches
-    # direct calls of the ops.
-    # (PyTorch fills in arguments left at their defaults, 2.4 and 2.15 alike; padded all the
-    # same, should a version hand them over without.)
+    # the forward has run. (PyTorch fills in arguments left at their defaults, 2.4 and 2.15
+    # alike; padded all the same, should a version hand them over without.)
     inputs = (*inputs, *_VARIANT_DEFAULTS[len(inputs) - 6:])
     q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks, deterministic = inputs
-    _check_differentiable(_requiring_grad(q, k, v, sinks, grad_enabled=True), window_left, window_right)
     ctx.softmax_scale, ctx.causal, ctx.config = softmax_scale, causal, config
     ctx.deterministic = deterministic
-    ctx.softcap = softcap
+    ctx.softcap, ctx.window = softcap, (window_left, window_right)
     ctx.has_sinks = sinks is not None
     # A None gradient for an output that does not reach the loss (the LSE, usually) stays None
     # rather than a tensor of zeros: the backward then reads no dLSE.
@@ -301,7 +287,8 @@ def _gradients(ctx, q, k, v, sinks, out, lse, dout, dlse):
     train_sinks = sinks is not None and need[_SINKS_ARGUMENT]
     dq, dk, dv, dsinks = torch.ops.flash_attention_scratch.backward(dout, q, k, v, out, lse, ctx.softmax_scale,
                                                                     ctx.causal, dlse, ctx.deterministic,
-                                                                    sinks if train_sinks else None, ctx.softcap)
+                                                                    sinks if train_sinks else None, ctx.softcap,
+                                                                    *ctx.window)
     grads = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None] + [None] * (n_inputs - 3)
     if train_sinks:
         grads[_SINKS_ARGUMENT] = dsinks
@@ -326,7 +313,7 @@ def _forward_backward(ctx, dout):
     # The op saved no LSE: run the same forward again for it (and its own output, so that
     # O and the LSE are one computation's).
     out, lse = torch.ops.flash_attention_scratch.forward_lse(q, k, v, ctx.softmax_scale, ctx.causal, ctx.config,
-                                                             -1, -1, ctx.softcap, sinks)
+                                                             *ctx.window, ctx.softcap, sinks)
     return _gradients(ctx, q, k, v, sinks, out, lse, dout, None)
 
 
@@ -369,6 +356,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
     causal = _causal(causal, causal_alignment)
+    if var[0] == -1 and var[1] == 0:  # a window that only states causal masking, at its alignment
+        var = (-1, -1) + var[2:]
+        causal = _causal(True, causal_alignment)
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     if config is not None and not isinstance(config, str):
         if not isinstance(config, _C.KernelConfig):
@@ -381,10 +371,6 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
                 f"out: expected None when an input requires grad ({requiring} does): an out= tensor "
                 "cannot carry an autograd graph (PyTorch's own out= functions refuse it too); drop "
                 "out= to get gradients, or call under torch.no_grad()")
-        if var[0] == -1 and var[1] == 0:  # a window that only states causal masking
-            var = (-1, -1) + var[2:]
-            causal = _causal(True, causal_alignment)
-        _check_differentiable(requiring, *var[:2])  # before any work
         result = torch.ops.flash_attention_scratch.forward_lse(q, k, v, softmax_scale, causal, config, *var,
                                                                bool(deterministic))
         return result if return_lse else result[0]

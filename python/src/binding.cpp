@@ -388,12 +388,14 @@ NB_MODULE(_C, m) {
         [](nb::handle d_o, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
            nb::handle dq, nb::handle dk, nb::handle dv, std::optional<float> scale, int causal,
            std::uintptr_t stream, nb::handle d_lse, std::optional<fa::KernelConfig> config,
-           bool deterministic, std::uintptr_t sinks, std::uintptr_t d_sinks, float softcap) {
+           bool deterministic, std::uintptr_t sinks, std::uintptr_t d_sinks, float softcap,
+           int window_left, int window_right) {
             fa::BackwardParams p{view_of(q, "q"),     view_of(k, "k"),      view_of(v, "v"),
                                  view_of(out, "out"), view_of(d_o, "dout"), view_of(dq, "dq"),
                                  view_of(dk, "dk"),   view_of(dv, "dv")};
             const auto rows = static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]);
-            p.options = options_of(scale, causal, lse, rows, -1, -1, softcap, sinks);
+            p.options =
+                options_of(scale, causal, lse, rows, window_left, window_right, softcap, sinks);
             if (p.options.lse == nullptr) {
                 throw fa::Error(fa::ErrorCode::invalid_argument,
                                 "lse: expected the forward's log-sum-exp (float32 (batch, heads, "
@@ -414,12 +416,13 @@ NB_MODULE(_C, m) {
         nb::arg("causal"), nb::arg("stream"), nb::arg("dlse").none() = nb::none(),
         nb::arg("config").none() = nb::none(), nb::arg("deterministic") = false,
         nb::arg("sinks") = 0, nb::arg("d_sinks") = 0, nb::arg("softcap") = 0.0f,
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1,
         "Writes the gradients of attention into dq, dk and dv (see BackwardParams): dout, q, k, "
         "v,\n"
         "out as the forward's, lse its float32 (batch, heads, seq_q) log-sum-exp, dlse optional;\n"
         "deterministic: bitwise-identical gradients from run to run; sinks: the forward's (the\n"
         "address of checked float32 (heads,) sinks, 0: none), d_sinks: where their gradient goes\n"
-        "(0: not computed); softcap: the forward's (0: none).");
+        "(0: not computed); softcap and window_left/right: the forward's (0, -1: none).");
 
     m.def(
         "choose_config",

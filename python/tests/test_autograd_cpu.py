@@ -34,9 +34,8 @@ def _standin_forward_lse(q, k, v, softmax_scale, causal, config, window_left=-1,
                          sinks=None, deterministic=False):
     CALLS.append(("forward_lse", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
                                       sinks=sinks is not None)))
-    assert (window_left, window_right) == (-1, -1), "a window reached the stand-in"
     out, lse = reference_attention(q, k, v, _scale(q, softmax_scale), causal != 0, causal == 2, sinks=sinks,
-                                   softcap=softcap)
+                                   softcap=softcap, window=(window_left, window_right))
     return out.to(q.dtype).contiguous(), lse.float().contiguous()
 
 
@@ -47,12 +46,13 @@ def _standin_forward(*args):
 
 
 def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None,
-                      softcap=0.0):
+                      softcap=0.0, window_left=-1, window_right=-1):
     """The library's algorithm in float64: P from the saved LSE (which includes the sinks),
     D = rowsum(dO * O) - dLSE, dsinks = -sum over rows of exp(sink - LSE) * D; with a softcap,
-    the scores softcap * tanh(s / softcap) and dS through tanh's derivative."""
+    the scores softcap * tanh(s / softcap) and dS through tanh's derivative; a window's mask."""
     CALLS.append(("backward", dict(dlse=dlse is not None, causal=causal, dout_layout=dout.stride(),
-                                   deterministic=deterministic, sinks=sinks is not None, softcap=softcap)))
+                                   deterministic=deterministic, sinks=sinks is not None, softcap=softcap,
+                                   window=(window_left, window_right))))
     scale = _scale(q, softmax_scale)
     b, sq, h, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -65,9 +65,14 @@ def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None,
         t = torch.tanh(s / softcap)
         s, slope = softcap * t, 1 - t * t
     masked = torch.zeros(sq, sk, dtype=torch.bool)
+    i = torch.arange(sq)[:, None] + (0 if causal == 2 else sk - sq)
+    j = torch.arange(sk)[None, :]
     if causal:
-        i = torch.arange(sq)[:, None] + (0 if causal == 2 else sk - sq)
-        masked = torch.arange(sk)[None, :] > i
+        masked |= j > i
+    if window_left >= 0:
+        masked |= j < i - window_left
+    if window_right >= 0:
+        masked |= j > i + window_right
     lse = lse.double()[..., None]
     p = torch.where(masked | torch.isinf(lse), 0.0, torch.exp(s - lse.nan_to_num(neginf=0.0)))
     dp = dot @ vt.transpose(-1, -2)
@@ -268,8 +273,8 @@ def test_only_the_lse_reaches_the_loss(cpu):
     _, lse = fa.forward(*x, causal=True, return_lse=True)
     dlse = torch.randn_like(lse)
     lse.backward(dlse)
-    assert cpu[-1] == ("backward", dict(dlse=True, causal=1, dout_layout=q.stride(),
-                                        deterministic=False, sinks=False, softcap=0.0))  # zeros for dout
+    assert cpu[-1] == ("backward", dict(dlse=True, causal=1, dout_layout=q.stride(),  # zeros for dout
+                                        deterministic=False, sinks=False, softcap=0.0, window=(-1, -1)))
     assert_same([t.grad for t in x], reference_grads(q, k, v, torch.zeros_like(q), dlse.double(), causal=True))
 
 
@@ -310,19 +315,39 @@ def test_the_plain_forward_op_recomputes_the_lse(cpu):
     assert_same([t.grad for t in x], reference_grads(q, k, v, dout, scale=0.5, causal=True))
 
 
-def test_variants_with_grad_raise_before_any_work(cpu):
+WINDOW_CASES = [  # seq_q, seq_k, heads, heads_kv, causal, window, softcap, sinks
+    (9, 9, 2, 1, True, (2, 0), 0.0, False),
+    (7, 12, 4, 2, False, (3, 1), 0.0, False),
+    (12, 7, 2, 2, True, (1, 0), 2.0, True),  # rows that see no key
+    (8, 8, 2, 2, False, (0, 0), 0.0, True),
+]
+
+
+@pytest.mark.parametrize("case", WINDOW_CASES)
+def test_window_reaches_the_backward(cpu, case):
+    """A window's sides reach forward_lse and the backward op, and the gradients are its own
+    (against float64 autograd through the same mask)."""
+    sq, sk, h, hkv, causal, window, softcap, with_sinks = case
+    q, k, v = inputs(sq, sk, h, hkv)
+    dout = torch.randn_like(q)
+    sinks = torch.randn(h) if with_sinks else None
+    x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])
+    fa.forward(*x[:3], causal=causal, window_size=window, softcap=softcap,
+               learnable_sink=x[3] if with_sinks else None).backward(dout)
+    assert cpu[0] == ("forward_lse", dict(causal=int(causal), window=window, softcap=softcap, sinks=with_sinks))
+    assert cpu[1][0] == "backward" and cpu[1][1]["window"] == window and cpu[1][1]["softcap"] == softcap
+    ref_x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])
+    out, _ = reference_attention(*ref_x[:3], q.shape[-1] ** -0.5, causal, sinks=ref_x[3] if with_sinks else None,
+                                 softcap=softcap, window=window)
+    out.backward(dout)
+    assert_same([t.grad for t in x], [t.grad for t in ref_x])
+    if with_sinks:
+        torch.testing.assert_close(x[3].grad, ref_x[3].grad, rtol=1e-5, atol=1e-6)
+
+
+def test_out_with_grad_raises_before_any_work(cpu):
     q, k, v = inputs(8, 8, 4, 4)
     qg = q.clone().requires_grad_()
-    sinks = torch.zeros(4)
-    for kwargs, match in [(dict(window_size=(3, 0), causal=True), r"window_size=\(3, 0\)"),
-                          (dict(window_size=(3, 3)), r"window_size=\(3, 3\) \(sliding window\)"),
-                          (dict(softcap=5.0, window_size=(2, 1)), r"window_size=\(2, 1\)")]:
-        with pytest.raises(NotImplementedError, match=match + ".*q requires grad"):
-            fa.forward(qg, k, v, **kwargs)
-    with pytest.raises(NotImplementedError, match=r"window_size=\(3, 3\).*learnable_sink requires grad"):
-        fa.forward(q, k, v, window_size=(3, 3), learnable_sink=sinks.requires_grad_())
-    with pytest.raises(NotImplementedError, match=r"window_size=\(3, 3\)"):
-        fa.flash_attn_func(q, k, v.requires_grad_(), window_size=(3, 3))
     with pytest.raises(RuntimeError, match="out= tensor cannot carry an autograd graph"):
         fa.forward(qg, k, v, out=torch.empty_like(q))
     assert cpu == [], "a kernel ran before the refusal"

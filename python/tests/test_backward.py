@@ -46,42 +46,19 @@ BACKWARD_KINDS = backward_kinds()
 needs_backward = pytest.mark.skipif(not BACKWARD_KINDS, reason="the build holds no backward kernel")
 
 
-def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None, sinks=None, softcap=0.0):
+def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None, sinks=None, softcap=0.0,
+                        window=(-1, -1)):
     """Attention computed by PyTorch in `dtype` (float64 by default), differentiable: q
     (batch, seq_q, heads, d), k and v (batch, seq_k, heads_kv, d), K/V heads repeated for
     grouped-query attention (autograd sums their gradients back). Causal aligned at the
-    bottom right, or the top left. Returns out (batch, seq_q, heads, d) and lse (batch,
-    heads, seq_q); a row that sees no key gives zeros, LSE -inf, and no gradient. sinks
-    (heads,): a score per head with no value in every row's softmax (the LSE includes it;
-    a row that sees no key then gives zeros and LSE = its sink). softcap: scores become
-    softcap · tanh(scores / softcap) (after the scale, before the mask)."""
-    if sinks is not None or softcap:
-        return _reference_with_variants(q, k, v, scale, causal, top_left, dtype or torch.float64, sinks, softcap)
+    bottom right, or the top left; window=(left, right): query i sees keys j with d - left <=
+    j <= d + right around its diagonal position d (-1: unbounded). Returns out (batch, seq_q,
+    heads, d) and lse (batch, heads, seq_q); a row that sees no key gives zeros, LSE -inf,
+    and no gradient. sinks (heads,): a score per head with no value in every row's softmax
+    (the LSE includes it; a row that sees no key then gives zeros and LSE = its sink).
+    softcap: scores become softcap · tanh(scores / softcap) (after the scale, before the
+    mask)."""
     dtype = dtype or torch.float64
-    group = q.shape[2] // k.shape[2]
-    qt = q.to(dtype).transpose(1, 2)
-    kt = k.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
-    vt = v.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
-    s = (qt @ kt.transpose(-1, -2)) * scale
-    sq, sk = q.shape[1], k.shape[1]
-    empty = None
-    if causal:
-        i = torch.arange(sq, device=q.device)[:, None] + (0 if top_left else sk - sq)
-        j = torch.arange(sk, device=q.device)[None, :]
-        masked = j > i
-        empty = masked.all(dim=-1)
-        # Rows that see no key get finite scores here and are zeroed below, so that no NaN
-        # reaches autograd.
-        s = s.masked_fill(masked, float("-inf")).masked_fill(empty[:, None], 0.0)
-    p = torch.softmax(s, dim=-1)
-    lse = torch.logsumexp(s, dim=-1)
-    if empty is not None:
-        p = p.masked_fill(empty[:, None], 0.0)
-        lse = lse.masked_fill(empty, float("-inf"))
-    return (p @ vt).transpose(1, 2), lse
-
-
-def _reference_with_variants(q, k, v, scale, causal, top_left, dtype, sinks, softcap):
     group = q.shape[2] // k.shape[2]
     qt = q.to(dtype).transpose(1, 2)
     kt = k.to(dtype).transpose(1, 2).repeat_interleave(group, dim=1)
@@ -90,35 +67,41 @@ def _reference_with_variants(q, k, v, scale, causal, top_left, dtype, sinks, sof
     if softcap:
         s = softcap * torch.tanh(s / softcap)
     sq, sk = q.shape[1], k.shape[1]
-    empty = None
+    pos = torch.arange(sq, device=q.device)[:, None] + (0 if top_left else sk - sq)
+    j = torch.arange(sk, device=q.device)[None, :]
+    left, right = window
+    masked = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
     if causal:
-        i = torch.arange(sq, device=q.device)[:, None] + (0 if top_left else sk - sq)
-        masked = torch.arange(sk, device=q.device)[None, :] > i
-        empty = masked.all(dim=-1) if sinks is None else None
-        s = s.masked_fill(masked, float("-inf"))
-        if empty is not None:  # finite scores for rows that see no key, zeroed below
-            s = s.masked_fill(empty[:, None], 0.0)
-    if sinks is None:
-        p = torch.softmax(s, dim=-1)
-        lse = torch.logsumexp(s, dim=-1)
-        if empty is not None:
-            p = p.masked_fill(empty[:, None], 0.0)
-            lse = lse.masked_fill(empty, float("-inf"))
-        return (p @ vt).transpose(1, 2), lse
-    sink = sinks.to(dtype).reshape(1, -1, 1, 1).expand(s.shape[0], -1, sq, 1)
-    s = torch.cat([s, sink], dim=-1)  # the sink is finite: no row is all -inf
-    p = torch.softmax(s, dim=-1)[..., :-1]
-    return (p @ vt).transpose(1, 2), torch.logsumexp(s, dim=-1)
+        masked |= j > pos
+    if left >= 0:
+        masked |= j < pos - left
+    if right >= 0:
+        masked |= j > pos + right
+    s = s.masked_fill(masked, float("-inf"))
+    if sinks is not None:
+        sink = sinks.to(dtype).reshape(1, -1, 1, 1).expand(s.shape[0], -1, sq, 1)
+        s = torch.cat([s, sink], dim=-1)  # the sink is finite: no row is all -inf
+        p = torch.softmax(s, dim=-1)[..., :-1]
+        return (p @ vt).transpose(1, 2), torch.logsumexp(s, dim=-1)
+    # Rows that see no key get finite scores here and are zeroed below, so that no NaN reaches
+    # autograd.
+    empty = masked.all(dim=-1)
+    s = s.masked_fill(empty[:, None], 0.0)
+    p = torch.softmax(s, dim=-1).masked_fill(empty[:, None], 0.0)
+    lse = torch.logsumexp(s, dim=-1).masked_fill(empty, float("-inf"))
+    return (p @ vt).transpose(1, 2), lse
 
 
-def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype, sinks=None, softcap=0.0):
+def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype, sinks=None, softcap=0.0,
+                        window=(-1, -1)):
     """(dq, dk, dv) of sum(out * dout) (+ sum(lse * dlse)) by autograd in `dtype`; with sinks,
     (dq, dk, dv, dsinks)."""
     leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
     if sinks is not None:
         leaves.append(sinks.detach().to(dtype).requires_grad_())
     out, lse = reference_attention(*leaves[:3], scale, causal, top_left, dtype,
-                                   sinks=leaves[3] if sinks is not None else None, softcap=softcap)
+                                   sinks=leaves[3] if sinks is not None else None, softcap=softcap,
+                                   window=window)
     outputs, grads = [out], [dout.to(dtype)]
     if dlse is not None:
         outputs.append(lse)
@@ -127,12 +110,12 @@ def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype, sin
 
 
 def assert_gradients_match(ours, q, k, v, dout, dlse=None, scale=None, causal=False, top_left=False, note="",
-                           sinks=None, softcap=0.0):
+                           sinks=None, softcap=0.0, window=(-1, -1)):
     """The module docstring's rule for each of dq, dk, dv (and dsinks); also finite,
     contiguous, shaped like the inputs."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    ref = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, torch.float64, sinks, softcap)
-    naive = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype, sinks, softcap)
+    ref = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, torch.float64, sinks, softcap, window)
+    naive = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype, sinks, softcap, window)
     eps = torch.finfo(q.dtype).eps
     inputs = (q, k, v) if sinks is None else (q, k, v, sinks)
     for name, g, r, n, x in zip(("dq", "dk", "dv", "dsinks"), ours, ref, naive, inputs):
@@ -290,6 +273,58 @@ def test_softcap_gradients_match_reference(kind, shape, softcap):
     out.backward(dout)
     assert_gradients_match([t.grad for t in x], q, k, v, dout, causal=causal, top_left=top_left,
                            note=f"(softcap {softcap}, seed {seed})", sinks=sinks, softcap=softcap)
+
+
+# Windows (left, right) with causal or not, on shapes where whole key blocks fall outside them,
+# both alignments, seq_q != seq_k, rows that see no key; composed with the softcap, the sinks,
+# GQA and the LSE's gradient.
+WINDOW_CASES = [  # (seq_q, seq_k, heads, heads_kv, causal, top_left), window, softcap, sinks, dlse
+    ((700, 700, 4, 2, True, False), (100, 0), 0.0, False, False),
+    ((700, 700, 4, 4, False, False), (64, 200), 0.0, False, True),
+    ((333, 900, 8, 2, True, False), (129, 0), 0.0, False, False),
+    ((900, 333, 4, 1, True, True), (37, 0), 0.0, True, False),
+    ((500, 500, 4, 2, False, False), (0, 0), 0.0, False, False),
+    ((640, 513, 4, 4, False, False), (-1, 100), 0.0, False, False),
+    ((700, 700, 4, 2, True, False), (255, 0), 5.0, False, False),
+    ((450, 700, 8, 2, False, False), (90, 90), 5.0, True, True),
+]
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: f"{shape_id(c[0])}-w{c[1][0]}_{c[1][1]}"
+                         f"{'-softcap' if c[2] else ''}{'-sinks' if c[3] else ''}{'-dlse' if c[4] else ''}")
+@pytest.mark.parametrize("deterministic", [False, True], ids=["fast", "deterministic"])
+def test_window_gradients_match_reference(kind, case, deterministic):
+    """Sliding windows (Mistral, Gemma-2/3 local layers, gpt-oss): dq, dk, dv (and dsinks)
+    against float64 autograd, every built head dim; deterministic runs twice, bitwise equal."""
+    (sq, sk, h, hkv, causal, top_left), window, softcap, with_sinks, with_lse = case
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    seed = seeded()
+    q, k, v = randn(2, sq, h, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype), randn(2, sk, hkv, d, dtype=dtype)
+    if softcap:
+        q = q * 2  # scores of a few units, which a cap of 5 bends
+    dout = randn(2, sq, h, d, dtype=dtype)
+    sinks = torch.randn(h, device="cuda") * 2 if with_sinks else None
+    dlse = torch.randn(2, h, sq, device="cuda") if with_lse else None
+    alignment = "top_left" if top_left else "bottom_right"
+
+    def run():
+        x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])
+        out, lse = fa.forward(*x[:3], causal=causal, causal_alignment=alignment, window_size=window,
+                              softcap=softcap, learnable_sink=x[3] if with_sinks else None, return_lse=True,
+                              deterministic=deterministic)
+        torch.autograd.backward([out, lse] if with_lse else [out], [dout, dlse] if with_lse else [dout])
+        return [t.grad for t in x]
+
+    grads = run()
+    assert_gradients_match(grads, q, k, v, dout, dlse, causal=causal, top_left=top_left, sinks=sinks,
+                           softcap=softcap, window=window, note=f"(window {window}, seed {seed})")
+    if deterministic:
+        again = run()
+        for name, a, b in zip(("dq", "dk", "dv", "dsinks"), grads, again):
+            assert torch.equal(a, b), f"{name}: deterministic run differs (window {window}, seed {seed})"
 
 
 @needs_gpu
@@ -555,7 +590,7 @@ def test_cuda_graph_training_step():
 
 
 @needs_gpu
-def test_variants_with_grad_raise_before_the_forward_runs(monkeypatch):
+def test_out_with_grad_raises_before_the_forward_runs(monkeypatch):
     from flash_attention_scratch import _ops
 
     def ran(*args, **kwargs):
@@ -564,22 +599,12 @@ def test_variants_with_grad_raise_before_the_forward_runs(monkeypatch):
     dtype, d = built_kinds()[0]
     q = randn(1, 128, 4, d, dtype=torch_dtype(dtype))
     qg = q.clone().requires_grad_()
-    sinks = torch.zeros(4, device="cuda")
     monkeypatch.setattr(_ops, "_run", ran)
-    with pytest.raises(NotImplementedError, match=r"window_size=\(64, 0\).*q requires grad"):
-        fa.forward(qg, q, q, causal=True, window_size=(64, 0))
-    with pytest.raises(NotImplementedError, match=r"window_size=\(8, 8\)"):
-        fa.flash_attn_func(q, qg, q, window_size=(8, 8))
     with pytest.raises(RuntimeError, match="out= tensor cannot carry an autograd graph"):
         fa.forward(qg, q, q, out=torch.empty_like(q))
     monkeypatch.undo()
-    with torch.no_grad():  # inference: every variant runs
-        fa.forward(qg, q, q, causal=True, window_size=(64, 0), softcap=30.0, learnable_sink=sinks)
-        fa.flash_attn_func(qg, q, q, window_size=(8, 8), softcap=30.0)
+    with torch.no_grad():
         fa.forward(qg, q, q, out=torch.empty_like(q))
-    # Called directly, the op refuses them too (after its forward: autograd records it then).
-    with pytest.raises(NotImplementedError, match=r"window_size=\(8, 8\)"):
-        torch.ops.flash_attention_scratch.forward_lse(qg, q, q, None, 0, None, 8, 8)
 
 
 @needs_gpu

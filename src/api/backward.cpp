@@ -78,12 +78,6 @@ void validate_backward(const BackwardParams& p) {
     check_float_rows(p.options.lse, "options.lse", rows, "(batch, heads, seq_q)", outputs);
     check_float_rows(p.d_lse, "d_lse", rows, "(batch, heads, seq_q)", outputs);
     check_options(p.options, p.q.shape[3]);
-    if (const Variants& v = p.options.variants; v.window_left != -1 || v.window_right != -1) {
-        fail(ErrorCode::unsupported, "options.variants",
-             "no sliding window: the backward pass takes none yet (softcap and sinks it takes)",
-             "window (" + std::to_string(v.window_left) + ", " + std::to_string(v.window_right) +
-                 ")");
-    }
     if (p.d_sinks != nullptr && p.options.variants.sinks == nullptr) {
         fail(ErrorCode::invalid_argument, "d_sinks",
              "null without options.variants.sinks (there is no sink to differentiate)",
@@ -115,7 +109,7 @@ void validate_backward(const BackwardParams& p) {
     apart(p.options.variants.sinks, heads, "options.variants.sinks");
 }
 
-// The forward's shape (the backward takes no window or softcap; sinks leave the shape alone).
+// The forward's shape (with its window or softcap: the tuning cache keys those apart).
 ProblemShape backward_shape(const BackwardParams& p) {
     return shape_of(ForwardParams{p.q, p.k, p.v, p.o, p.options});
 }
@@ -143,6 +137,12 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
     const SoftmaxScale scale = softmax_scale(p.options, p.q.shape[3]);
     const auto seq_q = static_cast<int>(p.q.shape[1]);
     const auto seq_k = static_cast<int>(p.k.shape[1]);
+    // A window that only states causal masking ((-1, 0), flash_attn's reading) runs the plain
+    // causal kernels.
+    const KeyBand band = key_band(p.options);
+    const bool causal = p.options.causal || (band.left == k_unbounded_window && band.right == 0);
+    const bool banded =
+        band.left != k_unbounded_window || band.right != (causal ? 0 : k_unbounded_window);
     return {.q = p.q.data,
             .k = p.k.data,
             .v = p.v.data,
@@ -171,9 +171,11 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
             .heads_kv = static_cast<int>(p.k.shape[2]),
             .seq_q = seq_q,
             .seq_k = seq_k,
-            .causal = p.options.causal,
+            .causal = causal,
             .diagonal_seq_q = diagonal_queries(
                 seq_q, seq_k, p.options.causal_alignment == CausalAlignment::top_left),
+            .banded = banded,
+            .band = band,
             .softmax_scale = p.options.scale(p.q.shape[3]),
             .scale_log2 = scale.scale_log2,
             .softcap_prescale = scale.softcap_prescale,

@@ -32,6 +32,15 @@ int window_side(int side) {
     return side < 0 || side > k_unbounded_window ? k_unbounded_window : side;
 }
 
+}  // namespace
+
+KeyBand key_band(const AttentionOptions& options) {
+    const Variants& v = options.variants;
+    return {window_side(v.window_left), options.causal ? 0 : window_side(v.window_right)};
+}
+
+namespace {
+
 // KernelArgs::softcap_fixed / softcap_reference for a softcap whose softmax works in base 2
 // with scale_log2 = softcap * log2(e). After the tanh a score t lies in [-1, 1], so against a
 // reference r the probabilities 2^((t - r) * scale_log2) span 2^(2 * scale_log2). They must be
@@ -123,7 +132,7 @@ KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
                      .k_view_batch = static_cast<int>(p.k.shape[0]),
                      .k_view_seq = static_cast<int>(p.k.shape[1])},
             .variants = var.any(),
-            .band = {window_side(var.window_left), opt.causal ? 0 : window_side(var.window_right)},
+            .band = key_band(opt),
             .softcap_prescale = scale.softcap_prescale,
             .softcap_fixed = fixed.fits,
             .softcap_reference = fixed.reference,

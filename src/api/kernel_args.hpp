@@ -21,6 +21,10 @@ struct SoftmaxScale {
 };
 SoftmaxScale softmax_scale(const AttentionOptions& options, std::int64_t d_head);
 
+// The rows' key band (KeyBand): the window's sides, an unbounded one (-1) as
+// k_unbounded_window, and with causal masking a right side of 0.
+KeyBand key_band(const AttentionOptions& options);
+
 // Validated dense tensors as KernelArgs on `device`: each batch entry one sequence of the
 // tensors' lengths (SequenceArgs without offsets or lengths), a head's tiles numbered together
 // (section_heads 1).

@@ -139,7 +139,12 @@ struct BackwardArgs {
     int seq_q;
     int seq_k;
     bool causal;
-    int diagonal_seq_q;   // as KernelArgs': diagonal_queries(seq_q, seq_k, top_left)
+    int diagonal_seq_q;  // as KernelArgs': diagonal_queries(seq_q, seq_k, top_left)
+    // A sliding window: the band kernels run, whose mask (BandMask) is `band` (causal included,
+    // as right 0) at diagonal position row + seq_k - diagonal_seq_q; the plain ones read
+    // `causal` only.
+    bool banded;
+    KeyBand band;
     float softmax_scale;  // the given scale: dQ's and dK's factor
     // P = exp2(S·scale_log2 - lse2): softmax_scale · log2(e), or with a softcap (the forward's
     // mapping, api/forward.cpp) S = tanh(raw · softcap_prescale) and scale_log2 = softcap ·

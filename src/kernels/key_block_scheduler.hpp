@@ -10,6 +10,7 @@
 
 #include "kernels/blocks.hpp"
 #include "kernels/kernel_args.hpp"
+#include "kernels/masks.hpp"
 #include "kernels/tile_order.hpp"
 
 namespace flash_attention::sm90 {
@@ -32,8 +33,9 @@ constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_bl
 
 // One CTA a key block of one (K/V head, sequence) pair, numbered in sections of pairs
 // (section_position, tile_order.hpp: a section's pairs all take one key block before any takes
-// the next). Without a mask a section is one pair: the key blocks of a head are neighbours, and
-// the CTAs running together walk the same Q, dO and dQ rows, which stay in L2. Causal, a key
+// the next). Without a mask, or with a sliding window (whose walks are as long as the window
+// but at the sequence's ends), a section is one pair: the key blocks of a head are neighbours,
+// and the CTAs running together walk the same Q, dO and dQ rows, which stay in L2. Causal, a key
 // block's walk shrinks with its index, and a section holds the pairs of about two waves of
 // CTAs: longest first within it (a short tail), few enough pairs that their rows stay in L2
 // (every pair's first key blocks at once, one CTA a pair, streamed each its own rows from HBM:
@@ -41,15 +43,15 @@ constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_bl
 // 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02).
 //
 // Ordered dQ (deterministic) fixes the order of each query block's adds (adds_before), and the
-// grid order must start every CTA a CTA waits on before it. Without GQA a causal problem runs
-// each section's key blocks highest first, the order its walks reach each query block: the
-// shortest walks first, and none waits (adds_from_above). With GQA a walk covers the group's heads,
-// and the shortest-first order's tail (the longest walks start last) cost 39% (32/8 at 8k: 312
-// against 516), so those problems keep key-block order with every pair in one section: a key block
-// waits for the lower ones before its first head's first add only, a small part of a walk the
-// group's heads long (−4% against the unordered kernel; in sections of two waves −25%: 384 against
-// 514). Both orders depend only on the heads and lengths, never the batch, so a row's dQ is the
-// same at any batch size.
+// grid order must start every CTA a CTA waits on before it. A window keeps key-block order.
+// Without GQA a causal problem runs each section's key blocks highest first, the order its walks
+// reach each query block: the shortest walks first, and none waits (adds_from_above). With GQA a
+// walk covers the group's heads, and the shortest-first order's tail (the longest walks start
+// last) cost 39% (32/8 at 8k: 312 against 516), so those problems keep key-block order with every
+// pair in one section: a key block waits for the lower ones before its first head's first add
+// only, a small part of a walk the group's heads long (−4% against the unordered kernel; in
+// sections of two waves −25%: 384 against 514). Both orders depend only on the heads and lengths,
+// never the batch, so a row's dQ is the same at any batch size.
 struct KeyBlockScheduler {
     int key_blocks;
     int heads_kv;
@@ -61,8 +63,9 @@ struct KeyBlockScheduler {
         const int key_blocks = blocks_covering(a.seq_k, B_c);
         const std::int64_t pairs = std::int64_t{a.heads_kv} * a.batch;
         const std::int64_t two_waves = std::max(1, blocks_covering(2 * a.sm_count, key_blocks));
-        const bool descending = ordered && a.causal && a.heads == a.heads_kv;
-        const std::int64_t section = !a.causal || pairs == 0  ? 1
+        const bool causal = a.causal && !a.banded;
+        const bool descending = ordered && causal && a.heads == a.heads_kv;
+        const std::int64_t section = !causal || pairs == 0    ? 1
                                      : ordered && !descending ? pairs
                                                               : std::min(two_waves, pairs);
         return {key_blocks, a.heads_kv, a.batch,
@@ -81,11 +84,13 @@ struct KeyBlockScheduler {
                 at.unit / heads_kv};
     }
     // Ordered dQ: the adds to query block `query_block` before key block `key_block`'s, the
-    // value its semaphore reaches first. In key-block order, every lower key block adds to it
-    // (each sees every query block a higher one sees).
-    constexpr int adds_before(const BackwardArgs& a, int key_block, int query_block, int B_r,
-                              int B_c) const {
-        return descending ? adds_from_above(a, key_block, query_block, B_r, B_c) : key_block;
+    // value its semaphore reaches first. In key-block order, every lower key block from the
+    // first that reaches it adds to it (without a window, from key block 0).
+    template <class Mask>
+    constexpr int adds_before(const BackwardArgs& a, const Mask& mask, int key_block,
+                              int query_block, int B_r, int B_c) const {
+        return descending ? adds_from_above(a, key_block, query_block, B_r, B_c)
+                          : key_block - first_key_block_seeing(mask, query_block, B_r, B_c);
     }
 };
 

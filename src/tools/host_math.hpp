@@ -3,8 +3,10 @@
 // Host arithmetic the double-precision references share (reference.cpp,
 // reference_backward.cpp).
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include "flash_attention/kernel_config.hpp"
 
@@ -19,5 +21,22 @@ void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::in
 
 // The hardware threads parallel_for uses for n items.
 int worker_count(std::int64_t n);
+
+// The keys query row `row` sees, [lo, hi): all, or those of its causal mask and sliding window
+// (sides of -1 unbounded) around its diagonal position (bottom right: row + seq_k - seq_q; top
+// left: row).
+struct VisibleKeys {
+    std::int64_t seq_q, seq_k;
+    bool causal, top_left;
+    int window_left, window_right;
+
+    std::pair<std::int64_t, std::int64_t> operator()(std::int64_t row) const {
+        const std::int64_t pos = row + (top_left ? 0 : seq_k - seq_q);
+        const std::int64_t right = causal ? 0 : window_right;
+        const std::int64_t lo = window_left >= 0 ? pos - window_left : 0;
+        const std::int64_t hi = right >= 0 ? pos + right + 1 : seq_k;
+        return {std::clamp<std::int64_t>(lo, 0, seq_k), std::clamp<std::int64_t>(hi, 0, seq_k)};
+    }
+};
 
 }  // namespace flash_attention::reference::detail

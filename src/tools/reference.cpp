@@ -68,14 +68,9 @@ struct RowErrors {
     double naive_lse = 0;
 };
 
-// The keys row r sees, [lo, hi): all, or those of its causal mask and sliding window
-// around its diagonal position (bottom right: r + seq_k - seq_q; top left: r).
 std::pair<std::int64_t, std::int64_t> visible_keys(const Problem& p, std::int64_t row) {
-    const std::int64_t pos = row + (p.top_left ? 0 : p.k.seq - p.q.seq);
-    const std::int64_t right = p.causal ? 0 : p.window_right;
-    const std::int64_t lo = p.window_left >= 0 ? pos - p.window_left : 0;
-    const std::int64_t hi = right >= 0 ? pos + right + 1 : p.k.seq;
-    return {std::clamp<std::int64_t>(lo, 0, p.k.seq), std::clamp<std::int64_t>(hi, 0, p.k.seq)};
+    return detail::VisibleKeys{p.q.seq,    p.k.seq,       p.causal,
+                               p.top_left, p.window_left, p.window_right}(row);
 }
 
 // One query row, three ways: double precision, naive same-dtype, and the kernel's.

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -37,12 +38,10 @@ struct Errors {
     }
 };
 
-// Keys [0, end) that query row i sees (causal at either alignment), as the forward's reference.
-std::int64_t keys_seen(const BackwardProblem& p, std::int64_t i) {
-    if (!p.causal)
-        return p.k.seq;
-    const std::int64_t pos = i + (p.top_left ? 0 : p.k.seq - p.q.seq);
-    return std::clamp<std::int64_t>(pos + 1, 0, p.k.seq);
+// Keys [first, end) that query row i sees, as the forward's reference.
+std::pair<std::int64_t, std::int64_t> visible_keys(const BackwardProblem& p, std::int64_t i) {
+    return detail::VisibleKeys{p.q.seq,    p.k.seq,       p.causal,
+                               p.top_left, p.window_left, p.window_right}(i);
 }
 
 // a·b over n elements, in double precision and as a naive fp32 accumulation.
@@ -61,7 +60,7 @@ std::pair<double, float> dot(const float* a, const float* b, std::int64_t n) {
 struct Row {
     std::vector<double> p64, ds64, slope64;  // slope: the softcap's tanh derivative, 1 - t²
     std::vector<float> p16, ds16, slope16;
-    std::int64_t keys = 0;
+    std::int64_t first = 0, end = 0;  // the keys the row sees
     double d_sink64 = 0;
     float d_sink32 = 0;
 
@@ -77,7 +76,7 @@ struct Row {
         const DType dt = p.q.dtype;
         const std::int64_t d = p.q.d_head;
         const std::int64_t kv = h / (p.q.heads / p.k.heads);
-        keys = keys_seen(p, i);
+        std::tie(first, end) = visible_keys(p, i);
         const float* qi = &p.q.values[p.q.offset(b, i, h)];
         const float* doi = &p.d_o.values[p.d_o.offset(b, i, h)];
         // The sink joins the denominator (not the values): a row that sees no key is all sink.
@@ -85,7 +84,7 @@ struct Row {
         const double sink_logit = sink ? (*p.sinks)[static_cast<std::size_t>(h)] : 0.0;
         double max64 = sink ? sink_logit : -INFINITY;
         float max16 = sink ? static_cast<float>(sink_logit) : -INFINITY;
-        for (std::int64_t j = 0; j < keys; ++j) {
+        for (std::int64_t j = first; j < end; ++j) {
             const auto [a64, a32] = dot(qi, &p.k.values[p.k.offset(b, j, kv)], d);
             p64[j] = a64 * p.scale;
             p16[j] = round_to(dt, round_to(dt, a32) * static_cast<float>(p.scale));
@@ -104,7 +103,7 @@ struct Row {
         float sum16 = sink ? std::exp(static_cast<float>(sink_logit) - max16) : 0;
         const double sink64 = sum64;
         const float sink16 = sum16;
-        for (std::int64_t j = 0; j < keys; ++j) {
+        for (std::int64_t j = first; j < end; ++j) {
             p64[j] = std::exp(p64[j] - max64);
             sum64 += p64[j];
             p16[j] = std::exp(p16[j] - max16);
@@ -113,7 +112,7 @@ struct Row {
         // dP = dO·Vᵀ, D = Σ P dP, dS = P (dP - D).
         double d64 = 0;
         float d32 = 0;
-        for (std::int64_t j = 0; j < keys; ++j) {
+        for (std::int64_t j = first; j < end; ++j) {
             p64[j] /= sum64;
             p16[j] = round_to(dt, p16[j] / sum16);
             const auto [a64, a32] = dot(doi, &p.v.values[p.v.offset(b, j, kv)], d);
@@ -123,7 +122,7 @@ struct Row {
             d32 += p16[j] * ds16[j];
         }
         const float d16 = round_to(dt, d32);
-        for (std::int64_t j = 0; j < keys; ++j) {
+        for (std::int64_t j = first; j < end; ++j) {
             ds64[j] = p64[j] * (ds64[j] - d64) * slope64[j];
             ds16[j] = round_to(dt, p16[j] * (ds16[j] - d16) * slope16[j]);
         }
@@ -229,7 +228,7 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
                         for (std::int64_t x = 0; x < d; ++x) {
                             double a64 = 0;
                             float a32 = 0;
-                            for (std::int64_t j = 0; j < row.keys; ++j) {
+                            for (std::int64_t j = row.first; j < row.end; ++j) {
                                 const float kx = p.k.values[p.k.offset(b, j, kv) + x];
                                 a64 += row.ds64[j] * kx;
                                 a32 += row.ds16[j] * kx;
@@ -246,7 +245,7 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
                         const float* doi = &p.d_o.values[p.d_o.offset(b, i, h)];
                         for (std::size_t s = 0; s < sums->keys.size(); ++s) {
                             const std::int64_t j = sums->keys[s];
-                            if (j >= row.keys)
+                            if (j < row.first || j >= row.end)
                                 continue;  // invisible to row i
                             for (std::int64_t x = 0; x < d; ++x) {
                                 const std::size_t at =

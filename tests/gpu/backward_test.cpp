@@ -42,6 +42,7 @@ struct Problem {
     Shape shape;
     std::uint64_t seed;
     float softcap;  // 0: none
+    int window_left = -1, window_right = -1;
     HostTensor q, k, v, d_o;
     DeviceTensor dev_q, dev_k, dev_v, dev_d_o, dev_o, dev_dq, dev_dk, dev_dv;
     DeviceBuffer lse;
@@ -50,10 +51,12 @@ struct Problem {
     DeviceBuffer dev_sinks, dev_d_sinks;
 
     Problem(fa::DType dtype, int d, const Shape& s, std::uint64_t seed_, bool with_sinks = false,
-            float softcap_ = 0.0f)
+            float softcap_ = 0.0f, std::pair<int, int> window = {-1, -1})
         : shape(s),
           seed(seed_),
           softcap(softcap_),
+          window_left(window.first),
+          window_right(window.second),
           q(HostTensor::random_normal(dtype, s.batch, s.seq_q, s.heads, d, seed)),
           k(HostTensor::random_normal(dtype, s.batch, s.seq_k, s.heads_kv, d, seed + 1)),
           v(HostTensor::random_normal(dtype, s.batch, s.seq_k, s.heads_kv, d, seed + 2)),
@@ -83,7 +86,9 @@ struct Problem {
                 .causal_alignment = shape.top_left ? fa::CausalAlignment::top_left
                                                    : fa::CausalAlignment::bottom_right,
                 .lse = static_cast<float*>(lse.data()),
-                .variants = {.softcap = softcap,
+                .variants = {.window_left = window_left,
+                             .window_right = window_right,
+                             .softcap = softcap,
                              .sinks = sinks.empty() ? nullptr
                                                     : static_cast<const float*>(dev_sinks.data())}};
     }
@@ -128,6 +133,8 @@ struct Problem {
             problem.d_sinks = &d_sinks;
         }
         problem.softcap = softcap;
+        problem.window_left = window_left;
+        problem.window_right = window_right;
         return fa::reference::check_attention_backward(problem, q_rows, k_rows);
     }
 };
@@ -327,8 +334,52 @@ TEST(Backward, SoftcapMatchesReference) {
     EXPECT_GT(ran, 0) << "no backward kernel built";
 }
 
-// A CUDA failure or bad input never leaves a silent wrong answer: the LSE is required and
-// variants are refused, each before any launch.
+// Sliding windows on every built backward config (both families; the ordered ones bitwise stable
+// run to run): causal with a left side, both sides without causal, windows narrower than a
+// block, rows and keys no window reaches (seq_q != seq_k at both alignments), GQA, and with a
+// softcap and sinks.
+TEST(Backward, WindowMatchesReference) {
+    if (fa::device_count() == 0)
+        GTEST_SKIP() << "no GPU";
+    struct WindowCase {
+        Shape shape;
+        std::pair<int, int> window;
+        float softcap;
+        bool sinks;
+    };
+    const WindowCase window_cases[] = {
+        {{2, 700, 700, 4, 2, true}, {100, 0}, 0.0f, false},
+        {{1, 700, 700, 4, 4, false}, {64, 200}, 0.0f, false},
+        {{1, 333, 900, 8, 2, true}, {129, 0}, 0.0f, false},
+        {{1, 900, 333, 4, 1, true, true}, {37, 0}, 0.0f, true},
+        {{1, 500, 500, 4, 2, false}, {0, 0}, 0.0f, false},
+        {{1, 640, 513, 4, 4, false, true}, {-1, 100}, 0.0f, false},
+        {{1, 700, 700, 4, 2, true}, {255, 0}, 5.0f, true},
+    };
+    for (const fa::KernelConfig& config : fa::testing::backward_configs()) {
+        for (const WindowCase& c : window_cases) {
+            Problem p(config.dtype, config.d_head, c.shape, fresh_seed(), c.sinks, c.softcap,
+                      c.window);
+            p.deterministic = fa::is_deterministic(config);
+            const auto run = [&] { fa::backward(p.params(), config); };
+            const auto result = p.run_and_check(run);
+            EXPECT_TRUE(result.passed)
+                << config.to_string() << ", window " << c.window.first << ", " << c.window.second
+                << ", q" << c.shape.seq_q << " k" << c.shape.seq_k << ": " << result.summary()
+                << "; seed " << p.seed;
+            if (p.deterministic) {
+                const HostTensor dq = p.dev_dq.download(p.q), dk = p.dev_dk.download(p.k);
+                run();
+                fa::tools::synchronize();
+                EXPECT_EQ(p.dev_dq.download(p.q).bits, dq.bits) << config.to_string();
+                EXPECT_EQ(p.dev_dk.download(p.k).bits, dk.bits) << config.to_string();
+            }
+        }
+    }
+}
+
+// A CUDA failure or bad input never leaves a silent wrong answer: the LSE is required and a
+// window must agree with causal masking, each before any launch.
 TEST(Backward, RefusesWhatItDoesNotCompute) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
@@ -336,8 +387,9 @@ TEST(Backward, RefusesWhatItDoesNotCompute) {
     fa::BackwardParams no_lse = p.params();
     no_lse.options.lse = nullptr;
     EXPECT_THROW(fa::backward(no_lse), fa::Error);
-    fa::BackwardParams window = p.params();
-    window.options.variants.window_left = 8;
+    fa::BackwardParams window = p.params();  // causal masking is a right side of 0
+    window.options.causal = true;
+    window.options.variants.window_right = 8;
     EXPECT_THROW(fa::backward(window), fa::Error);
     fa::BackwardParams d_sinks_alone = p.params();  // a gradient for sinks the forward had not
     d_sinks_alone.d_sinks = static_cast<float*>(p.lse.data());

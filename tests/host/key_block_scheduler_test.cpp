@@ -25,6 +25,7 @@ fa::BackwardArgs problem(int seq_k, int heads_kv, int batch, bool causal, int sm
     a.heads_kv = heads_kv;
     a.batch = batch;
     a.causal = causal;
+    a.band = {fa::k_unbounded_window, causal ? 0 : fa::k_unbounded_window};
     a.sm_count = sm_count;
     return a;
 }
@@ -177,8 +178,9 @@ TEST(KeyBlockScheduler, AddsBeforeCountsTheEarlierKeyBlocks) {
                                         ++adders;
                                     }
                                 for (int n = 0; n < adders; ++n) {
-                                    ASSERT_EQ(s.adds_before(a, n, m, B_r, B_c),
-                                              s.descending ? adders - 1 - n : n)
+                                    ASSERT_EQ(
+                                        s.adds_before(a, fa::CausalMask::of(a), n, m, B_r, B_c),
+                                        s.descending ? adders - 1 - n : n)
                                         << "seq_q " << seq_q << " seq_k " << seq_k << " causal "
                                         << causal << " top_left " << top_left << " group " << group
                                         << " B_r " << B_r << " m " << m;
@@ -219,7 +221,8 @@ TEST(KeyBlockScheduler, OrderedCtasWaitOnlyOnEarlierOnes) {
                                                 ? std::max(0, n * B_c - (seq_k - a.diagonal_seq_q))
                                                 : 0;
                                         if (std::min(begin / b_r, query_blocks) <= m)
-                                            by_rank[s.adds_before(a, n, m, b_r, B_c)] =
+                                            by_rank[s.adds_before(a, fa::CausalMask::of(a), n, m,
+                                                                  b_r, B_c)] =
                                                 index[pair * s.key_blocks + n];
                                     }
                                     int previous = -1;
@@ -236,4 +239,103 @@ TEST(KeyBlockScheduler, OrderedCtasWaitOnlyOnEarlierOnes) {
                                 }
                             }
                         }
+}
+
+namespace {
+
+// Whether query q sees key k, straight from the definition: its diagonal position d (bottom
+// right: q + seq_k - seq_q; top left: q), causal keys j <= d, a window d - left <= j <= d + right.
+bool visible(const fa::BackwardArgs& a, int q, int k) {
+    const int d = q + a.seq_k - a.diagonal_seq_q;
+    const bool in_band = k >= d - a.band.left && k <= d + a.band.right;
+    return q < a.seq_q && k < a.seq_k && (!a.causal || k <= d) && (!a.banded || in_band);
+}
+
+}  // namespace
+
+// The walks (QueryBlocks) against the definition, for both masks: a key block walks exactly the
+// query blocks holding a query that sees one of its keys, and leaves unmasked only blocks whose
+// queries below seq_q see all of its keys below seq_k. Windows on either side or both, both
+// alignments, seq_q != seq_k, windows past every key.
+TEST(QueryBlocks, WalksMatchVisibility) {
+    constexpr int b_r = 64, b_c = 128;
+    for (const int seq_q : {1, 64, 100, 700})
+        for (const int seq_k : {1, 128, 129, 600})
+            for (const bool top_left : {false, true})
+                for (const auto& [causal, left, right] :
+                     {std::tuple{false, -1, -1}, std::tuple{true, -1, 0}, std::tuple{true, 0, 0},
+                      std::tuple{true, 100, 0}, std::tuple{false, 37, 200}, std::tuple{false, 0, 0},
+                      std::tuple{false, -1, 5}, std::tuple{false, 3000, 3000}}) {
+                    fa::BackwardArgs a = problem(seq_k, 1, 1, causal, 132, 1);
+                    a.seq_q = seq_q;
+                    a.diagonal_seq_q = fa::diagonal_queries(seq_q, seq_k, top_left);
+                    const bool banded = left != -1 || (!causal && right != -1);
+                    a.banded = banded;
+                    if (banded) {
+                        a.band = {left < 0 ? fa::k_unbounded_window : left,
+                                  right < 0 ? fa::k_unbounded_window : right};
+                    }
+                    const auto walk = [&](int n) {
+                        const int k0 = n * b_c, last = std::min(k0 + b_c, seq_k) - 1;
+                        return banded ? fa::QueryBlocks::of(fa::BandMask::of(a), k0, last, b_r)
+                                      : fa::QueryBlocks::of(fa::CausalMask::of(a), k0, last, b_r);
+                    };
+                    const int query_blocks = (seq_q + b_r - 1) / b_r;
+                    for (int n = 0; n < (seq_k + b_c - 1) / b_c; ++n) {
+                        const fa::QueryBlocks w = walk(n);
+                        for (int m = 0; m < query_blocks; ++m) {
+                            bool any = false, all = true;
+                            for (int q = m * b_r; q < std::min((m + 1) * b_r, seq_q); ++q)
+                                for (int k = n * b_c; k < std::min((n + 1) * b_c, seq_k); ++k) {
+                                    any = any || visible(a, q, k);
+                                    all = all && visible(a, q, k);
+                                }
+                            const bool walked = m >= w.first && m < w.end;
+                            ASSERT_EQ(walked, any)
+                                << "seq_q " << seq_q << " seq_k " << seq_k << " top_left "
+                                << top_left << " causal " << causal << " window " << left << ", "
+                                << right << " key block " << n << " query block " << m;
+                            if (walked && !w.masked(m)) {
+                                ASSERT_TRUE(all)
+                                    << "seq_q " << seq_q << " seq_k " << seq_k << " window " << left
+                                    << ", " << right << " key block " << n << " query block " << m;
+                            }
+                        }
+                    }
+                }
+}
+
+// With a window, ordered dQ keeps key-block order, one pair a section: the adds to query block m
+// before key block n's are those of the key blocks from the first whose walk reaches m.
+TEST(KeyBlockScheduler, WindowAddsCountTheEarlierKeyBlocks) {
+    constexpr int b_r = 64;
+    for (const int seq : {100, 1000, 3000})
+        for (const bool causal : {false, true})
+            for (const int left : {0, 63, 500})
+                for (const int group : {1, 4}) {
+                    fa::BackwardArgs a = problem(seq, 2, 2, causal, 132, group);
+                    a.diagonal_seq_q = seq;
+                    a.banded = true;
+                    a.band = {left, causal ? 0 : 70};
+                    const auto s = KeyBlockScheduler::of(a, B_c, true);
+                    EXPECT_FALSE(s.descending);
+                    EXPECT_EQ(s.section, 1);
+                    const fa::BandMask mask = fa::BandMask::of(a);
+                    for (int m = 0; m < (seq + b_r - 1) / b_r; ++m) {
+                        int adders = 0, first = -1;
+                        for (int n = 0; n < s.key_blocks; ++n) {
+                            const auto w = fa::QueryBlocks::of(
+                                mask, n * B_c, std::min((n + 1) * B_c, seq) - 1, b_r);
+                            if (m < w.first || m >= w.end)
+                                continue;
+                            if (first < 0)
+                                first = n;
+                            ASSERT_EQ(n, first + adders) << "the adders are neighbours";
+                            ASSERT_EQ(s.adds_before(a, mask, n, m, b_r, B_c), adders)
+                                << "seq " << seq << " causal " << causal << " left " << left
+                                << " m " << m << " n " << n;
+                            ++adders;
+                        }
+                    }
+                }
 }

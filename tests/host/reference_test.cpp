@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 
 #include "flash_attention/tools.hpp"
 
@@ -223,9 +224,9 @@ TEST(Reference, VariantsMatter) {
 namespace {
 
 // The gradients of attention, straightforwardly, in double for every row, written
-// independently of the checker's code (bottom-right causal): dQ, dK, dV rounded to the dtype.
-// With sinks (one logit per query head in every row's denominator), also dsinks = Σ over rows
-// of -P_sink · Σ_j P dP.
+// independently of the checker's code (bottom-right causal, a window of `left` and `right` keys
+// around the diagonal, -1 unbounded): dQ, dK, dV rounded to the dtype. With sinks (one logit per
+// query head in every row's denominator), also dsinks = Σ over rows of -P_sink · Σ_j P dP.
 struct Gradients {
     HostTensor dq, dk, dv;
     std::vector<float> d_sinks;
@@ -234,7 +235,7 @@ struct Gradients {
 Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& v,
                     const HostTensor& d_o, double scale, bool causal,
                     const std::vector<float>* sinks = nullptr, double softcap = 0,
-                    bool tanh_derivative = true) {
+                    bool tanh_derivative = true, int left = -1, int right = -1) {
     const std::int64_t group = q.heads / k.heads, d = q.d_head;
     std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), d_sinks(q.heads);
     for (std::int64_t b = 0; b < q.batch; ++b) {
@@ -242,11 +243,15 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
             const std::int64_t kv = h / group;
             for (std::int64_t i = 0; i < q.seq; ++i) {
                 const std::int64_t pos = i + k.seq - q.seq;
+                const auto hidden = [&](std::int64_t j) {
+                    return (causal && j > pos) || (left >= 0 && j < pos - left) ||
+                           (right >= 0 && j > pos + right);
+                };
                 std::vector<double> p(k.seq, 0.0), dp(k.seq, 0.0), slope(k.seq, 1.0);
                 const double sink = sinks != nullptr ? (*sinks)[h] : -INFINITY;
                 double m = sink;
                 for (std::int64_t j = 0; j < k.seq; ++j) {
-                    if (causal && j > pos)
+                    if (hidden(j))
                         continue;
                     double dot = 0;
                     for (std::int64_t x = 0; x < d; ++x)
@@ -265,7 +270,7 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
                 const double p_sink = sinks != nullptr ? std::exp(sink - m) : 0.0;
                 double sum = p_sink;
                 for (std::int64_t j = 0; j < k.seq; ++j)
-                    sum += (p[j] = (causal && j > pos) ? 0.0 : std::exp(p[j] - m));
+                    sum += (p[j] = hidden(j) ? 0.0 : std::exp(p[j] - m));
                 double delta = 0;  // Σ_j P dP
                 for (std::int64_t j = 0; j < k.seq; ++j) {
                     p[j] /= sum;
@@ -399,4 +404,31 @@ TEST(Reference, BackwardCheckWithSoftcap) {
     const Gradients no_slope = gradients(c.q, c.k, c.v, d_o, scale, true, nullptr, 2.0, false);
     EXPECT_FALSE(check(no_slope, 2.0).passed) << "capped P without tanh's derivative in dS";
     EXPECT_FALSE(check(g, 0.0).passed) << "a check that ignores the softcap";
+}
+
+// With a sliding window (causal with a left side; both sides without causal, where rows whose
+// window lies past the keys see none; seq_q != seq_k): exact gradients pass; gradients without
+// the window, or a check without it, do not.
+TEST(Reference, BackwardCheckWithWindow) {
+    for (const auto& [causal, left, right] :
+         {std::tuple{true, 9, -1}, std::tuple{false, 3, 5}, std::tuple{false, -1, 0}}) {
+        const Case c = make(causal, 57, 40, 4, 2);
+        const HostTensor d_o = HostTensor::random_normal(fa::DType::BF16, 2, 57, 4, 64, 18);
+        const Gradients g =
+            gradients(c.q, c.k, c.v, d_o, 0.125, causal, nullptr, 0, true, left, right);
+        const Gradients plain = gradients(c.q, c.k, c.v, d_o, 0.125, causal);
+        const auto q_rows = fa::reference::sample_rows(2, 4, 57, 1000, 9);
+        const auto k_rows = fa::reference::sample_rows(2, 2, 40, 1000, 10);
+        const auto check = [&](const Gradients& with, int l, int r) {
+            fa::reference::BackwardProblem p{c.q,     c.k,     c.v,   d_o,   with.dq,
+                                             with.dk, with.dv, 0.125, causal};
+            p.window_left = l;
+            p.window_right = r;
+            return fa::reference::check_attention_backward(p, q_rows, k_rows);
+        };
+        const auto good = check(g, left, right);
+        EXPECT_TRUE(good.passed) << good.summary() << " window " << left << ", " << right;
+        EXPECT_FALSE(check(plain, left, right).passed) << "gradients that ignore the window";
+        EXPECT_FALSE(check(g, -1, -1).passed) << "a check that ignores the window";
+    }
 }

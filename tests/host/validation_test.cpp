@@ -450,8 +450,11 @@ TEST(Validation, BackwardChecksEverythingBeforeTheDevice) {
     }
     expect_error(backward_error([](auto& p) { p.options.lse = nullptr; }),
                  fa::ErrorCode::invalid_argument, "options.lse", "a null pointer");
-    expect_error(backward_error([](auto& p) { p.options.variants.window_left = 30; }),
-                 fa::ErrorCode::unsupported, "options.variants", "window (30, -1)");
+    expect_error(backward_error([](auto& p) {
+                     p.options.causal = true;
+                     p.options.variants.window_right = 5;
+                 }),
+                 fa::ErrorCode::invalid_argument, "variants.window_right", "5");
     expect_error(backward_error([](auto& p) { p.d_sinks = reinterpret_cast<float*>(256); }),
                  fa::ErrorCode::invalid_argument, "d_sinks", "a pointer");
     expect_error(backward_error([](auto& p) { p.dk.shape[2] = 2; }),

@@ -11,6 +11,7 @@
 
 #include "kernels/blocks.hpp"
 #include "kernels/kernel_args.hpp"
+#include "kernels/masks.hpp"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
 
@@ -43,12 +44,6 @@ __host__ __device__ constexpr KeyBlocks key_blocks(int seq_q, int seq_k, bool ca
     return {visited, std::min(unmasked, visited)};
 }
 
-// Keys row `row` sees (before the key-length mask): all seq_k, or with causal masking
-// those below row + 1 + seq_k - seq_q, summed so that nothing passes 2^31.
-__host__ __device__ constexpr int keys_seen(int row, int seq_q, int seq_k, bool causal) {
-    return causal ? seq_k + std::min(0, row + 1 - seq_q) : seq_k;
-}
-
 // Sets to -inf the scores of keys a row must not see, on a warp's m16n8 accumulator
 // tiles: rows first_row + [0, 16 * MT), keys first_key + [0, 8 * NT); row r sees keys
 // [0, visible_keys(r)). A compare and a select a score: FlashAttention-4's form, a bit mask
@@ -78,19 +73,6 @@ __device__ __forceinline__ void mask_scores_by(float (&s)[MT][NT][4], int first_
     }
 }
 
-// The variant kernels' mask (KernelArgs::band): row r sits at diagonal position r + shift
-// (shift = seq_k - diagonal queries, masking.cuh's alignment) and sees keys [lo, hi).
-struct KeySpan {
-    int lo, hi;
-};
-
-// Rows reach seq_q + B_r and |shift| < 2^30, so position +- a window of at most
-// k_unbounded_window stays inside an int; hi is cut to seq_k before the sum could pass it.
-__host__ __device__ constexpr KeySpan band_keys(int row, int shift, KeyBand band, int seq_k) {
-    const int pos = row + shift;
-    return {std::max(0, pos - band.left), pos >= seq_k - band.right ? seq_k : pos + band.right + 1};
-}
-
 // The blocks of B_c keys the rows [q_row0, q_row0 + q_rows) visit, [first, end), and those
 // every one of them sees whole, [unmasked_first, unmasked_end) (empty when none): both ends
 // of a window need the mask, so the unmasked blocks are a range, not a prefix. A row's lo
@@ -115,20 +97,18 @@ __host__ __device__ constexpr BandBlocks band_blocks(int shift, KeyBand band, in
     return b;
 }
 
-// Sets to -inf the scores of keys outside each row's [lo, hi) (band_keys), on a warp's
-// m16n8 accumulator tiles as mask_scores_by.
-template <int MT, int NT, class RowKeys>
-__device__ __forceinline__ void mask_scores_band(float (&s)[MT][NT][4], int first_row,
-                                                 int first_key, const RowKeys& row_keys) {
-    const int lane = threadIdx.x % warp_size;
+// Sets to -inf the scores of keys outside each row's [lo, hi), on a warp's m16n8 accumulator
+// tiles as mask_scores_by: spans[mt][h] is row mt * 16 + lane / 4 + 8 h's.
+template <int MT, int NT>
+__device__ __forceinline__ void mask_scores_spans(float (&s)[MT][NT][4],
+                                                  const KeySpan (&spans)[MT][2], int first_key) {
+    const int column0 = first_key + 2 * (threadIdx.x % warp_size % 4);  // this lane's first
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const KeySpan keys = row_keys(first_row + mt * mma_m + lane / 4 + 8 * h);
-            const int column0 = first_key + 2 * (lane % 4);  // of this lane's first column
-            const int lo = keys.lo - column0;
-            const int hi = keys.hi - column0;
+            const int lo = spans[mt][h].lo - column0;
+            const int hi = spans[mt][h].hi - column0;
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -139,6 +119,21 @@ __device__ __forceinline__ void mask_scores_band(float (&s)[MT][NT][4], int firs
             }
         }
     }
+}
+
+// The same with each row's [lo, hi) from row_keys(row) (band_keys), rows first_row + [0, 16 MT).
+template <int MT, int NT, class RowKeys>
+__device__ __forceinline__ void mask_scores_band(float (&s)[MT][NT][4], int first_row,
+                                                 int first_key, const RowKeys& row_keys) {
+    const int lane = threadIdx.x % warp_size;
+    KeySpan spans[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            spans[mt][h] = row_keys(first_row + mt * mma_m + lane / 4 + 8 * h);
+    }
+    mask_scores_spans(s, spans, first_key);
 }
 
 // Logit softcap (KernelArgs::softcap_prescale): s = tanh(s * prescale), the softcap itself

@@ -189,8 +189,9 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[1][NT][4], float
     }
 }
 
-// dK and dV of one key block of one K/V head (Softcap: BackwardArgs::softcap_prescale).
-template <unsigned long long Code, bool Softcap>
+// dK and dV of one key block of one K/V head. Mask: CausalMask, or BandMask for a sliding
+// window (BackwardArgs::band); Softcap: BackwardArgs::softcap_prescale.
+template <unsigned long long Code, class Mask, bool Softcap>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     backward_dkdv_kernel(const __grid_constant__ BackwardArgs args) {
     constexpr KernelConfig C = unpack(Code);
@@ -214,10 +215,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const int k0 = key_block * Tr::B_c;
     const int k_rows = min(Tr::B_c, args.seq_k - k0);
     const int group = args.heads / args.heads_kv;
-    const CausalMask mask{args.seq_q, args.seq_k, args.diagonal_seq_q, args.causal};
-    // Query tiles from the first that sees a key of the block (causal: the block's first key).
-    const int first_tile = mask.query_begin(k0) / Tr::B_r;
-    const int tiles = blocks_covering(args.seq_q, Tr::B_r);
+    const Mask mask = Mask::of(args);
+    // The query tiles that see a key of the block.
+    const QueryBlocks tiles = QueryBlocks::of(mask, k0, k0 + k_rows - 1, Tr::B_r);
 
     const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
         return static_cast<const T*>(base) + batch * st.batch + h * st.head + row * st.seq;
@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         const int head = kv_head * group + g;
         const float* lse = args.lse + (std::int64_t{batch} * args.heads + head) * args.seq_q;
         const float* d = args.d + (std::int64_t{batch} * args.heads + head) * args.q_rows;
-        for (int tile = first_tile; tile < tiles; ++tile) {
+        for (int tile = tiles.first; tile < tiles.end; ++tile) {
             const int q0 = tile * Tr::B_r;
             const int q_rows = min(Tr::B_r, args.seq_q - q0);
             // The previous tile's readers of Q, dO, Pᵀ, dSᵀ and the statistics are done.
@@ -254,7 +254,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
             if constexpr (Softcap)  // before the mask: tanh(-inf) would be -1
                 softcap_scores(s, args.softcap_prescale);
             if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))
-                mask.mask_key_rows(s, k0 + row0, q0 + col0);
+                mask_key_rows(mask, s, k0 + row0, q0 + col0);
             probabilities_and_ds<Softcap>(s, dp, args.scale_log2, [&](int nt, int, int e) {
                 const int c = col0 + nt * 8 + 2 * (lane_id() % 4) + e;
                 return float2{smem.lse2[c], smem.d[c]};
@@ -292,8 +292,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
                                                      k_rows);
 }
 
-// dQ of one query tile of one head.
-template <unsigned long long Code, bool Softcap>
+// dQ of one query tile of one head (Mask and Softcap as the dK/dV kernel's).
+template <unsigned long long Code, class Mask, bool Softcap>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     backward_dq_kernel(const __grid_constant__ BackwardArgs args) {
     constexpr KernelConfig C = unpack(Code);
@@ -318,10 +318,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const int kv_head = head / (args.heads / args.heads_kv);
     const int q0 = tile * Tr::B_r;
     const int q_rows = min(Tr::B_r, args.seq_q - q0);
-    const CausalMask mask{args.seq_q, args.seq_k, args.diagonal_seq_q, args.causal};
-    // Key blocks up to the last that the tile's last row sees.
+    const Mask mask = Mask::of(args);
+    // Key blocks from the first that the tile's first row sees to the last its last row sees.
     const int last_keys = mask.key_end(q0 + q_rows - 1);
     const int blocks = last_keys <= 0 ? 0 : blocks_covering(last_keys, Tr::B_c);
+    const int first_block = min(mask.key_begin(q0) / Tr::B_c, blocks);
 
     const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
         return static_cast<const T*>(base) + batch * st.batch + h * st.head + row * st.seq;
@@ -344,7 +345,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
 
     float dq[1][NG][4];
     zero(dq);
-    for (int block = 0; block < blocks; ++block) {
+    for (int block = first_block; block < blocks; ++block) {
         const int k0 = block * Tr::B_c;
         const int k_rows = min(Tr::B_c, args.seq_k - k0);
         // The previous block's readers of K, V and dS are done.
@@ -360,7 +361,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         if constexpr (Softcap)
             softcap_scores(s, args.softcap_prescale);
         if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))
-            mask.mask_query_rows(s, q0 + row0, k0 + col0);
+            mask_query_rows(mask, s, q0 + row0, k0 + col0);
         probabilities_and_ds<Softcap>(s, dp, args.scale_log2,
                                       [&](int, int h, int) { return stats[h]; });
         store_tile_RF2SM<Tr::dtype, typename Tr::DsTile>(dp, ds_s, row0, col0);

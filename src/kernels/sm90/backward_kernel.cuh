@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cuda/atomic>
 #include <cuda/ptx>
+#include <type_traits>
 
 #include "config/config_code.hpp"
 #include "config/resources.hpp"
@@ -115,28 +116,23 @@ struct BackwardLaunch {
 };
 
 // The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks
-// from the first that sees a key of the block. Steps before `unmasked_from` (of each head)
-// need the causal mask; none need a mask for keys past seq_k (their K and V rows are zeros:
-// they add nothing to dQ, and their dK and dV rows are not stored) or queries past seq_q (their
-// LSE is +inf, so P is 0).
+// that see a key of the block (QueryBlocks), those at the ends masked. None need a mask for keys
+// past seq_k (their K and V rows are zeros: they add nothing to dQ, and their dK and dV rows are
+// not stored) or queries past seq_q (their LSE is +inf, so P is 0).
 struct QueryWalk {
-    int first_block;    // of each head
-    int blocks;         // a head's: first_block .. blocks - 1
-    int unmasked_from;  // the first block needing no mask
-    int group;          // query heads of the K/V head
+    QueryBlocks blocks;  // of each head
+    int group;           // query heads of the K/V head
 
-    __device__ static QueryWalk of(const BackwardArgs& a, int k0, int B_r, int B_c) {
-        const CausalMask mask{a.seq_q, a.seq_k, a.diagonal_seq_q, a.causal};
-        const int last_key = min(k0 + B_c, a.seq_k) - 1;
-        const int blocks = blocks_covering(a.seq_q, B_r);
-        const int first = min(mask.query_begin(k0) / B_r, blocks);
-        return {first, blocks, a.causal ? blocks_covering(mask.query_begin(last_key), B_r) : 0,
-                a.heads / a.heads_kv};
+    template <class Mask>
+    __device__ static QueryWalk of(const BackwardArgs& a, const Mask& mask, int k0, int B_r,
+                                   int B_c) {
+        return {QueryBlocks::of(mask, k0, min(k0 + B_c, a.seq_k) - 1, B_r), a.heads / a.heads_kv};
     }
-    __device__ int steps() const { return group * (blocks - first_block); }
+    __device__ int per_head() const { return blocks.end - blocks.first; }
+    __device__ int steps() const { return group * per_head(); }
     // Step i's query head (within the group) and block.
-    __device__ int head_of(int i) const { return i / (blocks - first_block); }
-    __device__ int block_of(int i) const { return first_block + i % (blocks - first_block); }
+    __device__ int head_of(int i) const { return i / per_head(); }
+    __device__ int block_of(int i) const { return blocks.first + i % per_head(); }
 };
 
 // The producer's thread: K and V once, then every step's Q and dO.
@@ -168,10 +164,11 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
 // waiting for its block's semaphore to count the adds before its own (adds_before) and advancing
 // it once its reduces have completed. A CTA waits only on key blocks of its pair that the
 // scheduler launches before it: the wait always ends.
-template <class Tr>
-__device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem& smem,
-                                       const QueryWalk& walk, const KeyBlockScheduler& scheduler,
-                                       int key_block, int kv_head, int batch) {
+template <class Tr, class Mask>
+__device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
+                                       typename Tr::Smem& smem, const QueryWalk& walk,
+                                       const KeyBlockScheduler& scheduler, int key_block,
+                                       int kv_head, int batch) {
     constexpr bool ordered = Tr::ordered_dq;
     const bool leader = threadIdx.x % warp_size == 0;
     for (int i = 0; i < walk.steps(); ++i) {
@@ -190,7 +187,7 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, typename Tr::Smem&
                 const cuda::atomic_ref<int, cuda::thread_scope_device> semaphore(
                     a.dq_semaphores[row0 / 64]);
                 const int before =
-                    scheduler.adds_before(a, key_block, walk.block_of(i), Tr::B_r, Tr::B_c);
+                    scheduler.adds_before(a, mask, key_block, walk.block_of(i), Tr::B_r, Tr::B_c);
                 while (semaphore.load(cuda::memory_order_acquire) != before) {
                 }
                 // The earlier blocks' reduces, seen through the acquire, before ours.
@@ -272,9 +269,9 @@ struct BackwardConsumer {
     std::uint32_t smem_base;  // smem's shared-memory address
     int consumer;
     float scale_log2;
-    CausalMask mask;
-    int first_key;     // this warp's first key row
-    int dq_row_group;  // its dQ rows: 64 queries of the step's B_r
+    KeyRowQueries mask;  // of this thread's key rows
+    int first_key;       // this warp's first key row
+    int dq_row_group;    // its dQ rows: 64 queries of the step's B_r
     float dk[1][g_tiles][4];
     float dv[1][g_tiles][4];
 
@@ -360,7 +357,7 @@ struct BackwardConsumer {
         if constexpr (Softcap)
             softcap_scores(s, args.softcap_prescale);
         if constexpr (Masked)
-            mask.mask_key_rows(s, first_key, q0);
+            mask.apply(s, q0);
 #pragma unroll
         for (int kt = 0; kt < s_tiles / 2; ++kt) {
             float probabilities[2][4];
@@ -491,9 +488,10 @@ __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], 
     }
 }
 
+// Mask: CausalMask (the plain kernels) or BandMask (a sliding window, BackwardArgs::band).
 // Softcap: P = exp2(tanh(S · softcap_prescale) · scale_log2 - lse2) (BackwardArgs), and dSᵀ
 // carries tanh's derivative 1 - t².
-template <unsigned long long Code, bool Softcap>
+template <unsigned long long Code, class Mask, bool Softcap>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     backward_kernel(const __grid_constant__ BackwardLaunch launch) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -510,7 +508,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const auto scheduler = KeyBlockScheduler::of(a, Tr::B_c, Tr::ordered_dq);
     const KeyBlockScheduler::Tile tile = scheduler.tile(static_cast<int>(blockIdx.x));
     const int k0 = tile.key_block * Tr::B_c;
-    const QueryWalk walk = QueryWalk::of(a, k0, Tr::B_r, Tr::B_c);
+    const Mask mask = Mask::of(a);
+    const QueryWalk walk = QueryWalk::of(a, mask, k0, Tr::B_r, Tr::B_c);
 
     if (threadIdx.x == 0) {
         smem.kv_full.init(1);
@@ -532,7 +531,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         if (threadIdx.x == 0)
             produce_backward<Tr>(launch, smem, walk, k0, tile.kv_head, tile.batch);
         else if (warp == 1)
-            add_dq<Tr>(a, smem, walk, scheduler, tile.key_block, tile.kv_head, tile.batch);
+            add_dq<Tr>(a, mask, smem, walk, scheduler, tile.key_block, tile.kv_head, tile.batch);
         return;
     }
 
@@ -544,7 +543,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         .smem_base = ptx::smem_address(&smem),
         .consumer = consumer,
         .scale_log2 = a.scale_log2,
-        .mask = CausalMask{a.seq_q, a.seq_k, a.diagonal_seq_q, a.causal},
+        .mask = KeyRowQueries::of(mask, k0 + consumer * 64 + warp_in_warpgroup() * mma_m),
         .first_key = k0 + consumer * 64 + warp_in_warpgroup() * mma_m,
         .dq_row_group = consumer % Tr::dq_row_groups,
     };
@@ -564,9 +563,12 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     }
     ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
     smem.kv_full.wait(0);
+    // A window with a softcap masks every step: with a masked and an unmasked copy of the step
+    // the d_head 128 kernel spilled 224 bytes, with one 16 (ptxas, CUDA 13.0).
+    constexpr bool always_masked = Softcap && std::is_same_v<Mask, BandMask>;
     for (int i = 0; i < walk.steps(); ++i) {
         const int block = walk.block_of(i);
-        if (block < walk.unmasked_from)
+        if (always_masked || walk.blocks.masked(block))
             c.template step<true, Softcap>(i, block * Tr::B_r, stats_row0(i + 1));
         else
             c.template step<false, Softcap>(i, block * Tr::B_r, stats_row0(i + 1));

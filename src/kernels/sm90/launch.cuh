@@ -108,12 +108,11 @@ void launch(const KernelArgs& args, Stream stream) {
         launch_instance<kernel<C>, smem>(ctas, threads, stream, params);
 }
 
-template <KernelConfig C>
-inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C), false>;
-// With a logit softcap (BackwardArgs::softcap_prescale), an instance of its own, as the forward's
-// variants: the plain loop keeps its code.
-template <KernelConfig C>
-inline constexpr auto* backward_softcap_kernel = &backward_kernel<pack(C), true>;
+// Mask: CausalMask, or BandMask for a sliding window (BackwardArgs::banded); Softcap:
+// BackwardArgs::softcap_prescale. The variants are instances of their own, as the forward's, so
+// that the plain loop keeps its code.
+template <KernelConfig C, class Mask = CausalMask, bool Softcap = false>
+inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C), Mask, Softcap>;
 
 template <auto* Kernel, int Smem>
 void launch_backward_instance(std::int64_t ctas, int threads, Stream stream,
@@ -139,13 +138,20 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
                                 make_backward_tensor_maps(args, C.dtype, C.d_head, C.B_r, C.B_c)};
     launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
     constexpr int smem = static_cast<int>(smem_bytes(C));
-    if (args.softcap_prescale != 0.0f) {
-        launch_backward_instance<backward_softcap_kernel<C>, smem>(scheduler.count(), C.n_threads(),
-                                                                   stream, params);
-    } else {
-        launch_backward_instance<backward_main_kernel<C>, smem>(scheduler.count(), C.n_threads(),
-                                                                stream, params);
-    }
+    constexpr int threads = C.n_threads();
+    const std::int64_t ctas = scheduler.count();
+    const bool softcap = args.softcap_prescale != 0.0f;
+    if (args.banded && softcap)
+        launch_backward_instance<backward_main_kernel<C, BandMask, true>, smem>(ctas, threads,
+                                                                                stream, params);
+    else if (args.banded)
+        launch_backward_instance<backward_main_kernel<C, BandMask>, smem>(ctas, threads, stream,
+                                                                          params);
+    else if (softcap)
+        launch_backward_instance<backward_main_kernel<C, CausalMask, true>, smem>(ctas, threads,
+                                                                                  stream, params);
+    else
+        launch_backward_instance<backward_main_kernel<C>, smem>(ctas, threads, stream, params);
     launch_kernel<&backward_dq_kernel<pack(C)>>(
         dim3(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch), 128, 0, stream, args,
         "sm90 backward dQ conversion launch");
