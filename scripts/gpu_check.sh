@@ -16,7 +16,8 @@
 #            stage's tree (the same kernels) and staged with the package's sources into $SITE
 #   grid     bench/compare.py: the forward grid and the model-shaped rows, then the backward grid
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
-#            (needs package or pyext; GRID=backward or GRID=forward runs one, BWD_SEQS="2048 8192"
+#            and the backward of the variants against FA4 (bench/compare.py --variants)
+#            (needs package or pyext; GRID=backward, forward or variants runs one, BWD_SEQS="2048 8192"
 #            other lengths, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
 #   backward the default build (unless built), its backward GPU tests (memcheck and racecheck on
@@ -135,7 +136,7 @@ stage_grid() {
   [ -d "$SITE/flash_attention_scratch" ] || stage_package
   export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
   peers
-  local passes=${GRID:-forward backward}
+  local passes=${GRID:-forward backward variants}
   if [[ $passes == *forward* ]]; then
     check grid python3 bench/compare.py --out "$OUT/grid"
     cat "$OUT/grid.md"
@@ -145,6 +146,11 @@ stage_grid() {
     check grid_backward python3 bench/compare.py --backward --seqs ${BWD_SEQS:-1024 2048 4096 8192 16384} \
       ${BWD_ROUNDS:+--rounds $BWD_ROUNDS --warmup $BWD_ROUNDS} --out "$OUT/grid_backward"
     cat "$OUT/grid_backward.md"
+  fi
+  if [[ $passes == *variants* ]]; then
+    check grid_variants python3 bench/compare.py --variants ${BWD_ROUNDS:+--rounds $BWD_ROUNDS --warmup $BWD_ROUNDS} \
+      --out "$OUT/variants"
+    cat "$OUT/variants.md"
   fi
 }
 
