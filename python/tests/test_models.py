@@ -174,8 +174,9 @@ def test_left_padded_batch_agrees_with_eager():
 
 @pytest.mark.parametrize("family", ["llama", "gemma2", "gpt_oss"])
 def test_training_agrees_with_eager(family):
-    """50 AdamW steps from the same initialisation on the same batches (4 x 128 tokens whose
-    second half repeats the first, so that attention matters), through the adapter, through
+    """50 AdamW steps from the same initialisation on the same batches (4 x 128 tokens of the
+    first 64 of the vocabulary, whose second half repeats the first, so that the loss falls
+    within 50 steps and attention matters), through the adapter, through
     eager and through the second PyTorch implementation: ours' loss curve stays as close to
     eager's as the other implementation's does (twice its largest distance, plus 0.02), every
     gradient of ours is finite, and at the first step the model without its variants is
@@ -184,7 +185,7 @@ def test_training_agrees_with_eager(family):
     register("torch_reference", torch_attention)
     register("without_variants", without_variants)
     generator = torch.Generator("cuda").manual_seed(3)
-    half = torch.randint(0, 512, (50, 4, 64), device="cuda", generator=generator)
+    half = torch.randint(0, 64, (50, 4, 64), device="cuda", generator=generator)
     batches = torch.cat([half, half], dim=-1)
     names = ["eager", "torch_reference", ours] + (["without_variants"] if family != "llama" else [])
     curves = {}
@@ -213,7 +214,7 @@ def test_training_agrees_with_eager(family):
           f"{abs(curves[ours][0] - eager[0]):.3g}, PyTorch {abs(curves['torch_reference'][0] - eager[0]):.3g}"
           + (f", without the variants {abs(curves['without_variants'][0] - eager[0]):.3g}"
              if "without_variants" in curves else ""))
-    assert eager[-1] < eager[0] - 0.5, "the model did not train"
+    assert eager[-1] < eager[0] - 1.0, "the model did not train"
     assert distance(ours) <= 2 * distance("torch_reference") + 0.02
     if "without_variants" in curves:
         first = abs(curves[ours][0] - eager[0])
