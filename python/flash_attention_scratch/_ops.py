@@ -334,14 +334,18 @@ def _no_backward(ctx, *grads):
     raise NotImplementedError("flash_attention_scratch::forward_varlen has no backward pass yet")
 
 
-# The ops take causal masking as one int: 0 none, 1 aligned at the bottom right, 2 at the top left.
+# The ops take causal masking and the diagonal's alignment as one int: 0 none, 1 causal aligned at
+# the bottom right, 2 at the top left, 3 none but a window's diagonal at the top left (a window
+# without causal masking has a diagonal too).
 _ALIGNMENTS = {"bottom_right": 1, "top_left": 2}
 
 
-def _causal(causal, causal_alignment):
+def _causal(causal, causal_alignment, window=(-1, -1)):
     if causal_alignment not in _ALIGNMENTS:
         raise ValueError(f"causal_alignment: expected 'bottom_right' or 'top_left', got {causal_alignment!r}")
-    return _ALIGNMENTS[causal_alignment] if bool(causal) else 0
+    if bool(causal):
+        return _ALIGNMENTS[causal_alignment]
+    return 3 if causal_alignment == "top_left" and tuple(window) != (-1, -1) else 0
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
@@ -355,7 +359,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         _check("out", out, q.device)
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
-    causal = _causal(causal, causal_alignment)
+    causal = _causal(causal, causal_alignment, var[:2])
     if var[0] == -1 and var[1] == 0:  # a window that only states causal masking, at its alignment
         var = (-1, -1) + var[2:]
         causal = _causal(True, causal_alignment)
@@ -560,7 +564,7 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     _check_sinks(learnable_sink, q, q.shape[-2])  # its errors before any work
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, int(max_seqlen_q), int(max_seqlen_k),
-            softmax_scale, _causal(causal, causal_alignment), num_splits, *var)
+            softmax_scale, _causal(causal, causal_alignment, var[:2]), num_splits, *var)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args)
     else:
@@ -585,7 +589,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
         cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
-    causal = _causal(causal, causal_alignment)
+    causal = _causal(causal, causal_alignment, var[:2])
     args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, *var)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_kvcache(*args)

@@ -190,16 +190,18 @@ float* lse_pointer(nb::handle lse, std::size_t elements, const char* name = "lse
 fa::AttentionOptions options_of(std::optional<float> scale, int causal, nb::handle lse,
                                 std::size_t lse_elements, int window_left, int window_right,
                                 float softcap, std::uintptr_t sinks) {
-    if (causal < 0 || causal > 2) {
+    // 3: no causal masking, a window's diagonal aligned at the top left.
+    if (causal < 0 || causal > 3) {
         throw fa::Error(fa::ErrorCode::invalid_argument,
-                        "causal: expected 0 (none), 1 (bottom right) or 2 (top left), got " +
+                        "causal: expected 0 (none), 1 (bottom right), 2 (top left) or 3 (none, a "
+                        "window aligned at the top left), got " +
                             std::to_string(causal));
     }
     return {
         .softmax_scale = scale,
-        .causal = causal != 0,
+        .causal = causal == 1 || causal == 2,
         .causal_alignment =
-            causal == 2 ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right,
+            causal >= 2 ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right,
         .lse = lse_pointer(lse, lse_elements),
         .variants = {window_left, window_right, softcap, reinterpret_cast<const float*>(sinks)}};
 }

@@ -34,7 +34,7 @@ def _standin_forward_lse(q, k, v, softmax_scale, causal, config, window_left=-1,
                          sinks=None, deterministic=False):
     CALLS.append(("forward_lse", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
                                       sinks=sinks is not None)))
-    out, lse = reference_attention(q, k, v, _scale(q, softmax_scale), causal != 0, causal == 2, sinks=sinks,
+    out, lse = reference_attention(q, k, v, _scale(q, softmax_scale), causal in (1, 2), causal >= 2, sinks=sinks,
                                    softcap=softcap, window=(window_left, window_right))
     return out.to(q.dtype).contiguous(), lse.float().contiguous()
 
@@ -65,9 +65,9 @@ def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None,
         t = torch.tanh(s / softcap)
         s, slope = softcap * t, 1 - t * t
     masked = torch.zeros(sq, sk, dtype=torch.bool)
-    i = torch.arange(sq)[:, None] + (0 if causal == 2 else sk - sq)
+    i = torch.arange(sq)[:, None] + (0 if causal >= 2 else sk - sq)
     j = torch.arange(sk)[None, :]
-    if causal:
+    if causal in (1, 2):
         masked |= j > i
     if window_left >= 0:
         masked |= j < i - window_left
@@ -315,11 +315,13 @@ def test_the_plain_forward_op_recomputes_the_lse(cpu):
     assert_same([t.grad for t in x], reference_grads(q, k, v, dout, scale=0.5, causal=True))
 
 
-WINDOW_CASES = [  # seq_q, seq_k, heads, heads_kv, causal, window, softcap, sinks
-    (9, 9, 2, 1, True, (2, 0), 0.0, False),
-    (7, 12, 4, 2, False, (3, 1), 0.0, False),
-    (12, 7, 2, 2, True, (1, 0), 2.0, True),  # rows that see no key
-    (8, 8, 2, 2, False, (0, 0), 0.0, True),
+WINDOW_CASES = [  # seq_q, seq_k, heads, heads_kv, causal, window, softcap, sinks, top_left
+    (9, 9, 2, 1, True, (2, 0), 0.0, False, False),
+    (7, 12, 4, 2, False, (3, 1), 0.0, False, False),
+    (12, 7, 2, 2, True, (1, 0), 2.0, True, False),  # rows that see no key
+    (8, 8, 2, 2, False, (0, 0), 0.0, True, False),
+    (7, 12, 4, 2, False, (3, 1), 0.0, False, True),  # the window's diagonal at the top left, no causal mask
+    (12, 7, 2, 2, True, (2, 0), 0.0, False, True),
 ]
 
 
@@ -327,18 +329,19 @@ WINDOW_CASES = [  # seq_q, seq_k, heads, heads_kv, causal, window, softcap, sink
 def test_window_reaches_the_backward(cpu, case):
     """A window's sides reach forward_lse and the backward op, and the gradients are its own
     (against float64 autograd through the same mask)."""
-    sq, sk, h, hkv, causal, window, softcap, with_sinks = case
+    sq, sk, h, hkv, causal, window, softcap, with_sinks, top_left = case
     q, k, v = inputs(sq, sk, h, hkv)
     dout = torch.randn_like(q)
     sinks = torch.randn(h) if with_sinks else None
     x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])
-    fa.forward(*x[:3], causal=causal, window_size=window, softcap=softcap,
-               learnable_sink=x[3] if with_sinks else None).backward(dout)
-    assert cpu[0] == ("forward_lse", dict(causal=int(causal), window=window, softcap=softcap, sinks=with_sinks))
+    fa.forward(*x[:3], causal=causal, window_size=window, softcap=softcap, learnable_sink=x[3] if with_sinks else None,
+               causal_alignment="top_left" if top_left else "bottom_right").backward(dout)
+    code = (2 if top_left else 1) if causal else (3 if top_left else 0)
+    assert cpu[0] == ("forward_lse", dict(causal=code, window=window, softcap=softcap, sinks=with_sinks))
     assert cpu[1][0] == "backward" and cpu[1][1]["window"] == window and cpu[1][1]["softcap"] == softcap
     ref_x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])
-    out, _ = reference_attention(*ref_x[:3], q.shape[-1] ** -0.5, causal, sinks=ref_x[3] if with_sinks else None,
-                                 softcap=softcap, window=window)
+    out, _ = reference_attention(*ref_x[:3], q.shape[-1] ** -0.5, causal, top_left,
+                                 sinks=ref_x[3] if with_sinks else None, softcap=softcap, window=window)
     out.backward(dout)
     assert_same([t.grad for t in x], [t.grad for t in ref_x])
     if with_sinks:

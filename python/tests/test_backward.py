@@ -284,7 +284,7 @@ WINDOW_CASES = [  # (seq_q, seq_k, heads, heads_kv, causal, top_left), window, s
     ((333, 900, 8, 2, True, False), (129, 0), 0.0, False, False),
     ((900, 333, 4, 1, True, True), (37, 0), 0.0, True, False),
     ((500, 500, 4, 2, False, False), (0, 0), 0.0, False, False),
-    ((640, 513, 4, 4, False, False), (-1, 100), 0.0, False, False),
+    ((640, 513, 4, 4, False, True), (-1, 100), 0.0, False, False),
     ((700, 700, 4, 2, True, False), (255, 0), 5.0, False, False),
     ((450, 700, 8, 2, False, False), (90, 90), 5.0, True, True),
 ]

@@ -106,6 +106,7 @@ CASES = [  # seq_q, seq_k, heads, heads_kv, causal, window, softcap, sinks, top_
     (777, 777, 4, 2, False, (128, 128), 10.0, True, False),
     (1000, 1000, 8, 2, True, (-1, -1), 0.0, True, False),
     (300, 1000, 4, 2, True, (50, 0), 30.0, True, True),
+    (300, 1000, 4, 2, False, (50, 20), 0.0, False, True),  # a window's diagonal at the top left, no causal mask
     (1, 4096, 8, 2, False, (-1, -1), 0.0, True, False),  # decoding: the split-KV path
 ]
 
