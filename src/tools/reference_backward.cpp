@@ -126,20 +126,9 @@ struct Row {
             ds64[j] = p64[j] * (ds64[j] - d64) * slope64[j];
             ds16[j] = round_to(dt, p16[j] * (ds16[j] - d16) * slope16[j]);
         }
-        if (sink) {
-            // dsinks are fp32, but a 16-bit implementation's D comes from its 16-bit output:
-            // rowsum(dO ∘ O) with O = P·V rounded to the dtype, as FlashAttention's preprocess
-            // reads it (P·dP summed in fp32 carries none of O's rounding, which dominates a sum
-            // over every row where the sink's share is large: short windows, a softcap).
-            float d_out = 0;
-            for (std::int64_t x = 0; x < d; ++x) {
-                float o = 0;
-                for (std::int64_t j = first; j < end; ++j)
-                    o += p16[j] * p.v.values[p.v.offset(b, j, kv) + x];
-                d_out += doi[x] * round_to(dt, o);
-            }
+        if (sink) {  // fp32 in the naive computation too: dsinks are fp32
             d_sink64 = -(sink64 / sum64) * d64;
-            d_sink32 = -(sink16 / sum16) * d_out;
+            d_sink32 = -(sink16 / sum16) * d32;
         }
     }
 };
