@@ -126,9 +126,16 @@ struct Row {
             ds64[j] = p64[j] * (ds64[j] - d64) * slope64[j];
             ds16[j] = round_to(dt, p16[j] * (ds16[j] - d16) * slope16[j]);
         }
-        if (sink) {  // fp32 in the naive computation too: dsinks are fp32
+        if (sink) {
+            // As PyTorch's attention in the dtype computes it (the sink a column of the softmax,
+            // its logit a parameter of the dtype): each row's share -P_sink · D rounded to the
+            // dtype from the rounded D, the rows summed in fp32 and the total rounded (below).
+            // With fp32 shares the naive error of a sum over every row of a head sat near fp32's,
+            // below what any 16-bit O allows: correct kernels failed by up to 4x (0.024 against
+            // 0.006 at |dsinks| ~6; H200, 2026-12-02), while the Python tests' naive, PyTorch's
+            // own bf16 autograd, passed them.
             d_sink64 = -(sink64 / sum64) * d64;
-            d_sink32 = -(sink16 / sum16) * d32;
+            d_sink32 = round_to(dt, -(sink16 / sum16) * d16);
         }
     }
 };
@@ -307,7 +314,7 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
                                   ? (*p.d_sinks)[static_cast<std::size_t>(h)]
                                   : NAN;  // missing: an infinite error
             bad += std::isfinite(got) ? 0 : 1;
-            sink_errors.add(got, sink32[static_cast<std::size_t>(h)],
+            sink_errors.add(got, round_to(dt, sink32[static_cast<std::size_t>(h)]),
                             sink64[static_cast<std::size_t>(h)]);
         }
         c.d_sinks = result(sink_errors, p.q.heads, bad);
