@@ -229,7 +229,8 @@ struct Key {
     // The key of a problem's split count on the split-KV kernel, its keys in a paged cache
     // or not.
     static Key of_splits(const DeviceProperties& device, const ProblemShape& problem, bool paged);
-    // The key of a problem's backward kernel, the deterministic kernels' or any.
+    // The key of a problem's backward kernel, the deterministic kernels' or any; a window or
+    // softcap shares the plain problem's (its kernels are instances of the same configs).
     static Key of_backward(const DeviceProperties& device, const ProblemShape& problem,
                            bool deterministic);
 };

@@ -271,6 +271,9 @@ Key Key::of_backward(const DeviceProperties& device, const ProblemShape& problem
                      bool deterministic) {
     Key key = of(device, problem);
     key.pass = deterministic ? Pass::backward_deterministic : Pass::backward;
+    // A window's or softcap's backward runs instances of the same configs (their band kernels):
+    // the plain problem's winner is theirs.
+    key.window_or_softcap = false;
     return key;
 }
 

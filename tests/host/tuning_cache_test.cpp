@@ -638,6 +638,12 @@ TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
     EXPECT_NE(backward.to_string().find(", backward"), std::string::npos) << backward.to_string();
     EXPECT_NE(deterministic.to_string().find("backward-deterministic"), std::string::npos);
     EXPECT_EQ(forward.to_string().find("backward"), std::string::npos);
+    // A window's or softcap's backward reads the plain problem's entry (its kernels are
+    // instances of the same configs; `tune --backward` writes plain entries only).
+    fa::ProblemShape windowed = problem;
+    windowed.window_or_softcap = true;
+    EXPECT_EQ(tuning::Key::of_backward(h100, windowed, false), backward);
+    EXPECT_EQ(tuning::Key::of_backward(h100, windowed, true), deterministic);
 
     const tuning::Entry f = entry_of(forward, k_a);
     const tuning::Entry b = entry_of(backward, k_sm90_backward, k_sm80_backward);
