@@ -17,7 +17,8 @@ namespace flash_attention::sm90 {
 
 // Highest first: the key blocks adding to query block m are 0 .. L(m): key block n walks the query
 // blocks from the one holding its first key's first query (causal masking removes only keys after a
-// query's), so it sees m when n B_c - (seq_k - diagonal_seq_q) < (m + 1) B_r. Key block n's add
+// query's) unless no query sees it (QueryBlocks), so it sees m when n B_c - (seq_k -
+// diagonal_seq_q) < min((m + 1) B_r, seq_q). Key block n's add
 // therefore comes after L(m) - n others. A causal walk waits only where key blocks start at one
 // query block (the first ones of a bottom-right diagonal with seq_k > seq_q): otherwise key block
 // n reaches query block m B_c / B_r steps after key block n + 1 did, which starts no later.
@@ -25,7 +26,8 @@ namespace flash_attention::sm90 {
 constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_block, int B_r,
                               int B_c) {
     const int key_blocks = blocks_covering(a.seq_k, B_c);
-    const std::int64_t end = std::int64_t{query_block + 1} * B_r + (a.seq_k - a.diagonal_seq_q);
+    const std::int64_t end = std::min<std::int64_t>(std::int64_t{query_block + 1} * B_r, a.seq_q) +
+                             (a.seq_k - a.diagonal_seq_q);
     const std::int64_t seeing =
         end <= 0 ? 0 : std::min<std::int64_t>(key_blocks, (end + B_c - 1) / B_c);
     return static_cast<int>(seeing) - 1 - key_block;

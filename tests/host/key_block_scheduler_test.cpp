@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <set>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kernels/key_block_scheduler.hpp"
@@ -147,43 +148,44 @@ TEST(KeyBlockScheduler, OrderedCausalWithoutGqaRunsHighestKeyBlockFirst) {
     }
 }
 
-// adds_before against the walks themselves: the key blocks whose walk (QueryWalk: from the query
-// block holding their first key's first query) reaches query block m are 0 .. L, and their adds
-// count 0 .. L in the scheduler's order (L - n before key block n highest first, n before it in
-// key-block order). Both alignments, seq_q != seq_k, both tile shapes, with and without GQA.
+// adds_before against the walks themselves: the key blocks whose walk (QueryBlocks, the kernels'
+// own) reaches query block m are 0 .. L, and their adds count 0 .. L in the scheduler's order
+// (L - n before key block n highest first, n before it in key-block order). Both alignments,
+// seq_q != seq_k, query blocks larger and smaller than key blocks, with and without GQA.
 TEST(KeyBlockScheduler, AddsBeforeCountsTheEarlierKeyBlocks) {
     for (const int seq_q : {1, 63, 64, 100, 257, 1000})
-        for (const int seq_k : {1, 100, 128, 129, 600, 1000})
+        for (const int seq_k : {1, 65, 100, 128, 129, 600, 1000})
             for (const bool causal : {false, true})
                 for (const bool top_left : {false, true})
                     for (const int group : {1, 4})
-                        for (const int B_r : {64, 128}) {
+                        for (const auto& [b_r, b_c] : {std::pair{64, 128}, std::pair{128, 128},
+                                                       std::pair{128, 64}, std::pair{64, 64}}) {
                             fa::BackwardArgs a = problem(seq_k, 2, 1, causal, 132, group);
                             a.seq_q = seq_q;
                             a.diagonal_seq_q = fa::diagonal_queries(seq_q, seq_k, top_left);
-                            const auto s = KeyBlockScheduler::of(a, B_c, true);
+                            const auto s = KeyBlockScheduler::of(a, b_c, true);
                             EXPECT_EQ(s.descending, causal && group == 1);
-                            const int query_blocks = (seq_q + B_r - 1) / B_r;
-                            std::vector<int> first(s.key_blocks);
+                            const int query_blocks = (seq_q + b_r - 1) / b_r;
+                            std::vector<fa::QueryBlocks> walks;
                             for (int n = 0; n < s.key_blocks; ++n) {
-                                const int begin =
-                                    causal ? std::max(0, n * B_c - (seq_k - a.diagonal_seq_q)) : 0;
-                                first[n] = std::min(begin / B_r, query_blocks);
+                                walks.push_back(
+                                    fa::QueryBlocks::of(fa::CausalMask::of(a), n * b_c,
+                                                        std::min((n + 1) * b_c, seq_k) - 1, b_r));
                             }
                             for (int m = 0; m < query_blocks; ++m) {
                                 int adders = 0;
                                 for (int n = 0; n < s.key_blocks; ++n)
-                                    if (first[n] <= m) {
+                                    if (walks[n].first <= m && m < walks[n].end) {
                                         ASSERT_EQ(n, adders) << "the adders are a prefix";
                                         ++adders;
                                     }
                                 for (int n = 0; n < adders; ++n) {
                                     ASSERT_EQ(
-                                        s.adds_before(a, fa::CausalMask::of(a), n, m, B_r, B_c),
+                                        s.adds_before(a, fa::CausalMask::of(a), n, m, b_r, b_c),
                                         s.descending ? adders - 1 - n : n)
                                         << "seq_q " << seq_q << " seq_k " << seq_k << " causal "
                                         << causal << " top_left " << top_left << " group " << group
-                                        << " B_r " << B_r << " m " << m;
+                                        << " B_r " << b_r << " B_c " << b_c << " m " << m;
                                 }
                             }
                         }
