@@ -86,15 +86,8 @@ void validate_backward(const BackwardParams& p) {
     // Written before the main kernels read their inputs and write dq, dk and dv: it overlaps
     // none of them, nor the LSE, dLSE and sinks it reads.
     const std::int64_t heads = p.q.shape[2];
-    check_float_rows(p.d_sinks, "d_sinks", heads, "(heads,)",
-                     {{&p.q, "q"},
-                      {&p.k, "k"},
-                      {&p.v, "v"},
-                      {&p.o, "o"},
-                      {&p.d_o, "d_o"},
-                      {&p.dq, "dq"},
-                      {&p.dk, "dk"},
-                      {&p.dv, "dv"}});
+    for (const auto& tensor : tensors)
+        check_float_rows(p.d_sinks, "d_sinks", heads, "(heads,)", {tensor});
     const auto apart = [&](const float* other, std::int64_t count, const char* name) {
         const auto d0 = reinterpret_cast<std::uintptr_t>(p.d_sinks);
         const auto o0 = reinterpret_cast<std::uintptr_t>(other);
