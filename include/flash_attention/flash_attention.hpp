@@ -330,6 +330,36 @@ struct BackwardParams {
     float* d_sinks = nullptr;
 };
 
+// The gradients of forward_varlen() over packed sequences (no pages): given dO, writes dQ, dK
+// and dV. q, o, d_o, dq: (1, total_q, heads_q, d_head); k, v, dk, dv: (1, total_k, heads_kv,
+// d_head); sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and its keys
+// rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]), of which it uses the first seqused_k[b] when given.
+// options as the forward's (causal masking and the variants per sequence); options.lse is the
+// forward's (heads_q, total_q) LSE, d_lse its gradient of that shape or null. Every row of dq,
+// dk and dv that no sequence uses (past cu_seqlens[batch], keys past seqused_k) is written as
+// zeros. Lengths are read on the device: no host synchronisation. max_seqlen_q and
+// max_seqlen_k bound every sequence's lengths (they size the grid).
+struct VarlenBackwardParams {
+    TensorView q;
+    TensorView k;
+    TensorView v;
+    TensorView o;
+    TensorView d_o;
+    TensorView dq;  // written
+    TensorView dk;  // written
+    TensorView dv;  // written
+    const std::int32_t* cu_seqlens_q = nullptr;
+    const std::int32_t* cu_seqlens_k = nullptr;
+    const std::int32_t* seqused_k = nullptr;
+    std::int64_t batch = 0;
+    std::int64_t max_seqlen_q = 0;
+    std::int64_t max_seqlen_k = 0;
+    AttentionOptions options{};
+    const float* d_lse = nullptr;
+    bool deterministic = false;
+    float* d_sinks = nullptr;  // (heads_q,), as BackwardParams'
+};
+
 // Runs the backward kernels the library chooses, on `stream`: the winner that `flash_attention
 // tune --backward` recorded in the tuning cache for this GPU, dtype, d_head, sequence-length
 // bucket and causal or not, else the built-in table's for this GPU, dtype and head dim; with
@@ -339,6 +369,12 @@ struct BackwardParams {
 // flash_attention::Error on invalid input or a CUDA failure, before any launch for everything the
 // host can check.
 void backward(const BackwardParams& params, Stream stream = nullptr);
+
+// The gradients of forward_varlen() (VarlenBackwardParams), on the automatic choice's kernels or
+// the named config's. Throws flash_attention::Error as backward() does.
+void backward_varlen(const VarlenBackwardParams& params, Stream stream = nullptr);
+void backward_varlen(const VarlenBackwardParams& params, const KernelConfig& config,
+                     Stream stream = nullptr);
 
 // Runs exactly the named backward kernel (a config with `bwd`; with params.deterministic, one
 // that is: sm80, or sm90 with `ordered`); throws ErrorCode::not_built if it was not compiled.

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
@@ -165,6 +166,7 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
             .seq_q = seq_q,
             .seq_k = seq_k,
             .causal = causal,
+            .top_left = p.options.causal_alignment == CausalAlignment::top_left,
             .diagonal_seq_q = diagonal_queries(
                 seq_q, seq_k, p.options.causal_alignment == CausalAlignment::top_left),
             .banded = banded,
@@ -174,27 +176,22 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
             .softcap_prescale = scale.softcap_prescale,
             .sm_count = device.sm_count,
             .sinks = p.options.variants.sinks,
-            .d_sinks = p.d_sinks};
+            .d_sinks = p.d_sinks,
+            .cu_seqlens_q = nullptr,
+            .cu_seqlens_k = nullptr,
+            .seqused_k = nullptr,
+            .total_q = seq_q,
+            .total_k = seq_k,
+            .lse_rows = seq_q,
+            .q_block = 1};  // launch_backward's, with the config's workspace
 }
 
-void launch_backward(const BackwardParams& p, const KernelConfig& config,
-                     const DeviceProperties& device, Stream stream) {
-    validate_backward_config(p, config, device);
-    check_on_device({{p.q.data, "q.data"},
-                     {p.k.data, "k.data"},
-                     {p.v.data, "v.data"},
-                     {p.o.data, "o.data"},
-                     {p.d_o.data, "d_o.data"},
-                     {p.dq.data, "dq.data"},
-                     {p.dk.data, "dk.data"},
-                     {p.dv.data, "dv.data"},
-                     {p.options.lse, "options.lse"},
-                     {p.d_lse, "d_lse"},
-                     {p.options.variants.sinks, "options.variants.sinks"},
-                     {p.d_sinks, "d_sinks"}},
-                    device, stream);
-    BackwardArgs args = backward_args(p, device);
-    const BackwardWorkspace w = backward_workspace(config, args.batch, args.heads, args.seq_q);
+// The workspace from the stream-ordered pool, then the config's kernels.
+void launch_backward(BackwardArgs args, const KernelConfig& config, Stream stream) {
+    const bool packed = args.cu_seqlens_q != nullptr;
+    const BackwardWorkspace w =
+        packed ? backward_workspace_varlen(config, args.batch, args.heads, args.total_q)
+               : backward_workspace(config, args.batch, args.heads, args.seq_q);
     if (w.q_rows > std::numeric_limits<int>::max()) {
         fail(ErrorCode::invalid_argument, "q.shape[1] (seq)",
              "a length whose 128-row blocks stay below 2^31 rows", std::to_string(args.seq_q));
@@ -208,21 +205,104 @@ void launch_backward(const BackwardParams& p, const KernelConfig& config,
         w.semaphores > 0 ? reinterpret_cast<int*>(floats + w.d_floats + w.lse2_floats + w.dq_floats)
                          : nullptr;
     args.q_rows = static_cast<int>(w.q_rows);
+    args.q_block = static_cast<int>(backward_q_block(config));
     find_kernel(config)->launch_backward(args, stream);
 }
 
-}  // namespace
-
-bool is_deterministic(const KernelConfig& config) {
-    return config.family == Family::sm80 || config.sm90.ordered_dq;
+void check_backward_on_device(
+    const BackwardParams& p, const DeviceProperties& device, Stream stream,
+    std::initializer_list<std::pair<const void*, const char*>> more = {}) {
+    check_on_device({{p.q.data, "q.data"},
+                     {p.k.data, "k.data"},
+                     {p.v.data, "v.data"},
+                     {p.o.data, "o.data"},
+                     {p.d_o.data, "d_o.data"},
+                     {p.dq.data, "dq.data"},
+                     {p.dk.data, "dk.data"},
+                     {p.dv.data, "dv.data"},
+                     {p.options.lse, "options.lse"},
+                     {p.d_lse, "d_lse"},
+                     {p.options.variants.sinks, "options.variants.sinks"},
+                     {p.d_sinks, "d_sinks"}},
+                    device, stream);
+    if (more.size() > 0)
+        check_on_device(more, device, stream);
 }
 
-KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device,
-                                    bool deterministic) {
+void launch_backward(const BackwardParams& p, const KernelConfig& config,
+                     const DeviceProperties& device, Stream stream) {
+    validate_backward_config(p, config, device);
+    check_backward_on_device(p, device, stream);
+    launch_backward(backward_args(p, device), config, stream);
+}
+
+// A packed call as dense tensors of one entry (total rows): what the dense checks and
+// arguments read.
+BackwardParams dense_view(const VarlenBackwardParams& p) {
+    BackwardParams d{p.q,  p.k,  p.v,       p.o,     p.d_o,          p.dq,
+                     p.dk, p.dv, p.options, p.d_lse, p.deterministic};
+    d.d_sinks = p.d_sinks;
+    return d;
+}
+
+// A packed call's arguments: the dense view's (one entry of total rows), then its sequences.
+BackwardArgs varlen_args(const VarlenBackwardParams& p, const DeviceProperties& device) {
+    BackwardArgs a = backward_args(dense_view(p), device);
+    a.batch = static_cast<int>(p.batch);
+    a.seq_q = static_cast<int>(p.max_seqlen_q);
+    a.seq_k = static_cast<int>(p.max_seqlen_k);
+    a.diagonal_seq_q = diagonal_queries(a.seq_q, a.seq_k, a.top_left);
+    a.cu_seqlens_q = p.cu_seqlens_q;
+    a.cu_seqlens_k = p.cu_seqlens_k;
+    a.seqused_k = p.seqused_k;
+    return a;
+}
+
+// The dense checks on the one-entry view, then the sequences'.
+void validate_backward_varlen(const VarlenBackwardParams& p) {
+    check_dim(p.q, "q", 0, "batch", 1, "packed tokens: (1, total_q, heads, d_head)");
+    check_dim(p.k, "k", 0, "batch", 1, "packed tokens: (1, total_k, heads_kv, d_head)");
+    validate_backward(dense_view(p));
+    check_range("batch", p.batch, 1, std::numeric_limits<std::int32_t>::max() - 1);
+    check_range("max_seqlen_q", p.max_seqlen_q, 1, p.q.shape[1]);
+    check_range("max_seqlen_k", p.max_seqlen_k, 1, p.k.shape[1]);
+    check_int_array(p.cu_seqlens_q, "cu_seqlens_q", true, "of batch + 1 offsets");
+    check_int_array(p.cu_seqlens_k, "cu_seqlens_k", true, "of batch + 1 offsets");
+    check_int_array(p.seqused_k, "seqused_k", false, "");
+}
+
+// The shape the automatic choice reads: the longest sequences, batch sequences.
+ProblemShape varlen_backward_shape(const VarlenBackwardParams& p) {
+    ProblemShape s = backward_shape(dense_view(p));
+    s.batch = p.batch;
+    s.seq_q = p.max_seqlen_q;
+    s.seq_k = p.max_seqlen_k;
+    return s;
+}
+
+void launch_backward_varlen(const VarlenBackwardParams& p, const KernelConfig& config,
+                            const DeviceProperties& device, Stream stream) {
+    validate_backward_config(dense_view(p), config, device);
+    if (config.family != Family::sm80) {
+        throw Error(ErrorCode::unsupported,
+                    "config: expected an sm80 backward config for packed sequences (the sm90 "
+                    "backward takes none yet), got " +
+                        config.to_string());
+    }
+    check_backward_on_device(dense_view(p), device, stream,
+                             {{p.cu_seqlens_q, "cu_seqlens_q"},
+                              {p.cu_seqlens_k, "cu_seqlens_k"},
+                              {p.seqused_k, "seqused_k"}});
+    launch_backward(varlen_args(p, device), config, stream);
+}
+
+KernelConfig choose(const ProblemShape& problem, const DeviceProperties& device, bool deterministic,
+                    bool packed) {
     validate_shape(problem);
     const auto fits = [&](const KernelConfig& c) {
         return c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
-               (!deterministic || is_deterministic(c)) && device_problem(c, device).empty();
+               (!deterministic || is_deterministic(c)) && (!packed || c.family == Family::sm80) &&
+               device_problem(c, device).empty();
     };
     // As the forward's choice: a cached config this build lacks, or one that cannot run here,
     // is skipped, so a stale cache costs speed, never a failure.
@@ -240,10 +320,22 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
             return c;
     }
     throw Error(ErrorCode::unsupported,
-                "q: expected a dtype and d_head that a built backward kernel runs on " +
+                "q: expected a dtype and d_head that a built backward kernel" +
+                    std::string(packed ? " for packed sequences (sm80)" : "") + " runs on " +
                     device.name + " (kernel set \"" + std::string(built_kernel_set()) +
                     "\"; see flash_attention list), got " + std::string(to_string(problem.dtype)) +
                     " d_head " + std::to_string(problem.d_head));
+}
+
+}  // namespace
+
+bool is_deterministic(const KernelConfig& config) {
+    return config.family == Family::sm80 || config.sm90.ordered_dq;
+}
+
+KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device,
+                                    bool deterministic) {
+    return choose(problem, device, deterministic, false);
 }
 
 std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
@@ -267,6 +359,20 @@ void backward(const BackwardParams& params, Stream stream) {
 void backward(const BackwardParams& params, const KernelConfig& config, Stream stream) {
     validate_backward(params);
     launch_backward(params, config, DeviceProperties::current(), stream);
+}
+
+void backward_varlen(const VarlenBackwardParams& params, Stream stream) {
+    validate_backward_varlen(params);
+    const DeviceProperties& device = DeviceProperties::current();
+    launch_backward_varlen(
+        params, choose(varlen_backward_shape(params), device, params.deterministic, true), device,
+        stream);
+}
+
+void backward_varlen(const VarlenBackwardParams& params, const KernelConfig& config,
+                     Stream stream) {
+    validate_backward_varlen(params);
+    launch_backward_varlen(params, config, DeviceProperties::current(), stream);
 }
 
 }  // namespace flash_attention

@@ -31,34 +31,6 @@ std::string shape_text(const TensorView& t) {
            std::to_string(t.shape[2]) + ", " + std::to_string(t.shape[3]) + ")";
 }
 
-void check_dim(const TensorView& t, const char* name, int i, const char* dim_name,
-               std::int64_t expected, const std::string& why) {
-    if (t.shape[i] != expected) {
-        fail(ErrorCode::invalid_argument,
-             std::string(name) + ".shape[" + std::to_string(i) + "] (" + dim_name + ")",
-             std::to_string(expected) + " (" + why + ")", std::to_string(t.shape[i]));
-    }
-}
-
-void check_int_array(const std::int32_t* p, const char* name, bool required,
-                     const std::string& needed_for) {
-    if (p == nullptr) {
-        if (required)
-            fail(ErrorCode::invalid_argument, name, "a device int32 array " + needed_for, "null");
-        return;
-    }
-    if (reinterpret_cast<std::uintptr_t>(p) % alignof(std::int32_t) != 0)
-        fail(ErrorCode::invalid_argument, name, "a 4-byte aligned address", "one that is not");
-}
-
-void check_range(const char* name, std::int64_t value, std::int64_t lo, std::int64_t hi) {
-    if (value < lo || value > hi) {
-        fail(ErrorCode::invalid_argument, name,
-             "a value from " + std::to_string(lo) + " to " + std::to_string(hi),
-             std::to_string(value));
-    }
-}
-
 // q (its heads and d_head) against k and v: the same d_head, a supported one, and query
 // heads a multiple of the K/V heads.
 void check_heads(const TensorView& q, const TensorView& k, const char* k_name) {

@@ -54,6 +54,15 @@ void check_float_rows(const float* rows, const char* argument, std::int64_t coun
 // The softmax scale, the causal alignment and the variants' bounds (check_outputs_and_options).
 void check_options(const AttentionOptions& options, std::int64_t d_head);
 
+// t.shape[i] (named dim_name) must be `expected`, for the reason `why`.
+void check_dim(const TensorView& t, const char* name, int i, const char* dim_name,
+               std::int64_t expected, const std::string& why);
+// A device int32 array (null only where not required), 4-byte aligned.
+void check_int_array(const std::int32_t* p, const char* name, bool required,
+                     const std::string& needed_for);
+// lo <= value <= hi.
+void check_range(const char* name, std::int64_t value, std::int64_t lo, std::int64_t hi);
+
 // Shapes, dtypes, strides, alignment, aliasing and the scale; needs no GPU.
 void validate_tensors(const ForwardParams& params);
 

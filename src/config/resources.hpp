@@ -124,13 +124,32 @@ struct BackwardWorkspace {
         return (d_floats + lse2_floats + dq_floats + semaphores) * 4;
     }
 };
-constexpr BackwardWorkspace backward_workspace(const KernelConfig& c, std::int64_t batch,
-                                               std::int64_t heads, std::int64_t seq_q) {
+// Query rows the workspace gives a sequence a whole multiple of (BackwardArgs::q_block): sm90's
+// blocks of up to 128 queries read their rows in whole blocks.
+constexpr std::int64_t backward_q_block(const KernelConfig& c) {
+    return c.family == Family::sm90 ? 128 : 1;
+}
+// `entries` (batch entries) x heads x q_rows rows.
+constexpr BackwardWorkspace backward_workspace_rows(const KernelConfig& c, std::int64_t entries,
+                                                    std::int64_t heads, std::int64_t q_rows) {
     const bool sm90 = c.family == Family::sm90;
-    const std::int64_t q_rows = sm90 ? (seq_q + 127) / 128 * 128 : seq_q;
-    const auto rows = static_cast<std::size_t>(batch * heads * q_rows);
+    const auto rows = static_cast<std::size_t>(entries * heads * q_rows);
     return {q_rows, rows, sm90 ? rows : 0, sm90 ? rows * static_cast<std::size_t>(c.d_head) : 0,
             sm90 && c.sm90.ordered_dq ? rows / 64 : 0};
+}
+constexpr BackwardWorkspace backward_workspace(const KernelConfig& c, std::int64_t batch,
+                                               std::int64_t heads, std::int64_t seq_q) {
+    const std::int64_t block = backward_q_block(c);
+    return backward_workspace_rows(c, batch, heads, (seq_q + block - 1) / block * block);
+}
+// Packed sequences (backward_varlen): one entry whose rows give each of `batch` sequences its
+// own whole blocks (BackwardSequence: sequence b from (cu_seqlens_q[b] / block + b) block, which
+// ends by total_q + batch blocks).
+constexpr BackwardWorkspace backward_workspace_varlen(const KernelConfig& c, std::int64_t batch,
+                                                      std::int64_t heads, std::int64_t total_q) {
+    const std::int64_t block = backward_q_block(c);
+    return backward_workspace_rows(c, 1, heads,
+                                   (total_q + batch * block + block - 1) / block * block);
 }
 
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is

@@ -6,8 +6,10 @@
 // in one aligned bulk copy), and the row's fp32 dQ accumulator and its 64 rows' semaphore
 // zeroed (sm90). Then, with attention sinks, their gradient from D and the LSE.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "flash_attention/kernel_config.hpp"
 #include "kernels/kernel_args.hpp"
@@ -15,6 +17,7 @@
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/sequences.cuh"
 
 namespace flash_attention {
 
@@ -25,14 +28,45 @@ __device__ __forceinline__ float lse_base2(float lse) {
     return lse == -INFINITY ? INFINITY : lse * log2e;
 }
 
+// Where sequence b of a backward call lies: its rows in the query and key views, and its first
+// rows in the workspace (D, the base-2 LSE, dQ's accumulator) and in the LSE. Dense: entry b of
+// every view, all seq_q and seq_k rows. Packed (cu_seqlens_q): entry 0, the sequence's own rows
+// (sequence_span: cut to the views, never past them), its workspace rows from
+// (cu_seqlens_q[b] / q_block + b) q_block, which leaves every sequence whole query blocks of its
+// own (a block never straddles two sequences' dQ rows or semaphores).
+struct BackwardSequence {
+    int entry;
+    int q_row0, q_len;
+    int k_row0, k_len;
+    int ws_row0;   // within (entry, head)'s q_rows
+    int lse_row0;  // within (entry, head)'s lse_rows
+
+    __device__ static BackwardSequence of(const BackwardArgs& a, int b) {
+        if (a.cu_seqlens_q == nullptr)
+            return {b, 0, a.seq_q, 0, a.seq_k, 0, 0};
+        const Span q = sequence_span(a.cu_seqlens_q, nullptr, 0, b, a.total_q);
+        const Span k = sequence_span(a.cu_seqlens_k, a.seqused_k, 0, b, a.total_k);
+        const int ws = (q.row0 / a.q_block + b) * a.q_block;
+        return {0, q.row0, min(q.len, a.seq_q), k.row0, min(k.len, a.seq_k), ws, q.row0};
+    }
+    // Rows of (entry, head) in the workspace and in the LSE, for the sequence's query row q.
+    __device__ std::int64_t ws(const BackwardArgs& a, int head, int q) const {
+        return (std::int64_t{entry} * a.heads + head) * a.q_rows + ws_row0 + q;
+    }
+    __device__ std::int64_t lse(const BackwardArgs& a, int head, int q) const {
+        return (std::int64_t{entry} * a.heads + head) * a.lse_rows + lse_row0 + q;
+    }
+};
+
 // Rows of one preprocess CTA (128 threads, d_head / 8 a row).
 constexpr int backward_preprocess_rows(int d_head) {
     return 128 / (d_head / 8);
 }
 
-// Every row [0, args.q_rows) of every head: D_Head / 8 threads a row, each summing one 16-byte
-// chunk of it, then a shuffle reduction among them. Rows past seq_q (padding) get D = 0 and an
-// LSE of +inf: their P, hence their dS, is 0.
+// Every workspace row of every head and sequence (BackwardSequence: dense, [0, q_rows); packed,
+// the sequence's rows rounded up to whole q_blocks): D_Head / 8 threads a row, each summing one
+// 16-byte chunk of it, then a shuffle reduction among them. Rows past the sequence (padding)
+// get D = 0 and an LSE of +inf: their P, hence their dS, is 0.
 template <DType dtype, int D_Head>
 __global__ void __launch_bounds__(128)
     backward_preprocess_kernel(const __grid_constant__ BackwardArgs args) {
@@ -41,14 +75,16 @@ __global__ void __launch_bounds__(128)
     const int row = blockIdx.x * rows + static_cast<int>(threadIdx.x) / lanes;
     const int chunk = threadIdx.x % lanes;
     const int head = blockIdx.y;
-    const int batch = blockIdx.z;
+    const BackwardSequence seq = BackwardSequence::of(args, blockIdx.z);
+    const bool real = row < seq.q_len;
     float sum = 0.0f;
-    if (row < args.seq_q) {
+    if (real) {
         using T = typename Element<dtype>::type;
-        const T* o = static_cast<const T*>(args.o) + batch * args.o_stride.batch +
-                     head * args.o_stride.head + row * args.o_stride.seq + chunk * 8;
-        const T* d_o = static_cast<const T*>(args.d_o) + batch * args.d_o_stride.batch +
-                       head * args.d_o_stride.head + row * args.d_o_stride.seq + chunk * 8;
+        const std::int64_t q = seq.q_row0 + row;
+        const T* o = static_cast<const T*>(args.o) + seq.entry * args.o_stride.batch +
+                     head * args.o_stride.head + q * args.o_stride.seq + chunk * 8;
+        const T* d_o = static_cast<const T*>(args.d_o) + seq.entry * args.d_o_stride.batch +
+                       head * args.d_o_stride.head + q * args.d_o_stride.seq + chunk * 8;
         const uint4 a = ptx::ld_global_16(o);
         const uint4 b = ptx::ld_global_16(d_o);
         const std::uint32_t x[4] = {a.x, a.y, a.z, a.w};
@@ -63,33 +99,37 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
     for (int offset = lanes / 2; offset > 0; offset /= 2)
         sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    if (row >= args.q_rows)
+    const int seq_rows = args.cu_seqlens_q == nullptr
+                             ? args.q_rows
+                             : blocks_covering(seq.q_len, args.q_block) * args.q_block;
+    if (row >= seq_rows)
         return;
-    const std::int64_t head_row0 = (std::int64_t{batch} * args.heads + head) * args.q_rows;
+    const std::int64_t at = seq.ws(args, head, row);
     if (args.dq_accum != nullptr) {
-        float4* acc =
-            reinterpret_cast<float4*>(args.dq_accum + (head_row0 + row) * D_Head) + 2 * chunk;
+        float4* acc = reinterpret_cast<float4*>(args.dq_accum + at * D_Head) + 2 * chunk;
         acc[0] = float4{};
         acc[1] = float4{};
     }
     if (chunk != 0)
         return;
-    if (args.dq_semaphores != nullptr && row % 64 == 0)
-        args.dq_semaphores[(head_row0 + row) / 64] = 0;
-    const bool real = row < args.seq_q;
-    const std::int64_t at = (std::int64_t{batch} * args.heads + head) * args.seq_q + row;
-    args.d[head_row0 + row] = real ? sum - (args.d_lse != nullptr ? args.d_lse[at] : 0.0f) : 0.0f;
+    if (args.dq_semaphores != nullptr && at % 64 == 0)
+        args.dq_semaphores[at / 64] = 0;
+    const std::int64_t lse_at = seq.lse(args, head, row);
+    args.d[at] = real ? sum - (args.d_lse != nullptr ? args.d_lse[lse_at] : 0.0f) : 0.0f;
     if (args.lse2 != nullptr)
-        args.lse2[head_row0 + row] = real ? lse_base2(args.lse[at]) : INFINITY;
+        args.lse2[at] = real ? lse_base2(args.lse[lse_at]) : INFINITY;
 }
 
-// Launches the preprocess over every row (args.q_rows, padding included) of every head.
+// Launches the preprocess over every workspace row (padding included) of every head and
+// sequence.
 template <DType dtype, int D_Head>
 void launch_backward_preprocess(const BackwardArgs& args, Stream stream) {
+    const int rows = args.cu_seqlens_q == nullptr
+                         ? args.q_rows
+                         : blocks_covering(args.seq_q, args.q_block) * args.q_block;
     launch_kernel<&backward_preprocess_kernel<dtype, D_Head>>(
-        dim3(blocks_covering(args.q_rows, backward_preprocess_rows(D_Head)), args.heads,
-             args.batch),
-        128, 0, stream, args, "backward preprocess launch");
+        dim3(blocks_covering(rows, backward_preprocess_rows(D_Head)), args.heads, args.batch), 128,
+        0, stream, args, "backward preprocess launch");
 }
 
 // Attention sinks' gradient. A sink is a score with no value that joins a row's softmax
@@ -105,16 +145,16 @@ __global__ void __launch_bounds__(Threads)
     sink_gradient_kernel(const __grid_constant__ BackwardArgs args) {
     const int head = blockIdx.x;
     const float sink = args.sinks[head];
-    const std::int64_t rows = std::int64_t{args.batch} * args.seq_q;
     float sum = 0.0f;
-    for (std::int64_t r = threadIdx.x; r < rows; r += Threads) {
-        const std::int64_t batch = r / args.seq_q, row = r % args.seq_q;
-        const std::int64_t head_row0 = batch * args.heads + head;
-        // A sink of -inf is none (the forward's reading): a row that saw no key keeps LSE -inf,
-        // and adds nothing rather than exp(-inf + inf).
-        const float lse = args.lse[head_row0 * args.seq_q + row];
-        if (lse != -INFINITY)
-            sum -= expf(sink - lse) * args.d[head_row0 * args.q_rows + row];
+    for (int b = 0; b < args.batch; ++b) {
+        const BackwardSequence seq = BackwardSequence::of(args, b);
+        for (int row = threadIdx.x; row < seq.q_len; row += Threads) {
+            // A sink of -inf is none (the forward's reading): a row that saw no key keeps LSE
+            // -inf, and adds nothing rather than exp(-inf + inf).
+            const float lse = args.lse[seq.lse(args, head, row)];
+            if (lse != -INFINITY)
+                sum -= expf(sink - lse) * args.d[seq.ws(args, head, row)];
+        }
     }
 #pragma unroll
     for (int offset = warp_size / 2; offset > 0; offset /= 2)
@@ -131,10 +171,66 @@ __global__ void __launch_bounds__(Threads)
     }
 }
 
-// The preprocess, then with args.d_sinks the sinks' gradient (which needs only its D).
+// Packed sequences: zeros into every row of a gradient (dQ: cu_seqlens_q's rows; dK, dV:
+// cu_seqlens_k's, seqused_k's) that no sequence uses, which the main kernels never write (rows
+// past cu_seqlens[batch], keys past seqused_k): a thread a (row, head), its sequence found by
+// bisecting the offsets. Offsets out of order give some sequence, never a write past the view.
+struct UnusedRows {
+    void* out;
+    TensorStrides stride;
+    int rows, heads;
+    const std::int32_t* cu_seqlens;
+    const std::int32_t* seqused;
+    int batch;
+};
+
+template <int D_Head, class T>
+__global__ void __launch_bounds__(256)
+    zero_unused_rows_kernel(const __grid_constant__ UnusedRows u) {
+    const std::int64_t total = std::int64_t{u.rows} * u.heads;
+    for (std::int64_t i = blockIdx.x * std::int64_t{blockDim.x} + threadIdx.x; i < total;
+         i += std::int64_t{gridDim.x} * blockDim.x) {
+        const int row = static_cast<int>(i / u.heads), head = static_cast<int>(i % u.heads);
+        int lo = 0, hi = u.batch;  // the last sequence starting at or before the row
+        while (hi - lo > 1) {
+            const int mid = (lo + hi) / 2;
+            (u.cu_seqlens[mid] <= row ? lo : hi) = mid;
+        }
+        const Span s = sequence_span(u.cu_seqlens, u.seqused, 0, lo, u.rows);
+        if (row >= s.row0 && row < s.row0 + s.len)
+            continue;
+        T* at = static_cast<T*>(u.out) + head * u.stride.head + std::int64_t{row} * u.stride.seq;
+#pragma unroll
+        for (int c = 0; c < D_Head / 8; ++c)
+            reinterpret_cast<uint4*>(at)[c] = uint4{};
+    }
+}
+
+template <DType dtype, int D_Head>
+void launch_zero_unused_rows(const UnusedRows& u, Stream stream) {
+    const std::int64_t threads = std::int64_t{u.rows} * u.heads;
+    const auto ctas =
+        static_cast<unsigned>(std::clamp<std::int64_t>((threads + 255) / 256, 1, 4096));
+    launch_kernel<&zero_unused_rows_kernel<D_Head, typename Element<dtype>::type>>(
+        dim3(ctas), 256, 0, stream, u, "backward unused rows launch");
+}
+
+// The preprocess, then with args.d_sinks the sinks' gradient (which needs only its D); packed
+// sequences get zeros in the gradients' rows no sequence uses.
 template <DType dtype, int D_Head>
 void launch_backward_preprocess_and_sinks(const BackwardArgs& args, Stream stream) {
     launch_backward_preprocess<dtype, D_Head>(args, stream);
+    if (args.cu_seqlens_q != nullptr) {
+        launch_zero_unused_rows<dtype, D_Head>({args.dq, args.dq_stride, args.total_q, args.heads,
+                                                args.cu_seqlens_q, nullptr, args.batch},
+                                               stream);
+        for (const auto& [out, stride] :
+             {std::pair{args.dk, args.dk_stride}, std::pair{args.dv, args.dv_stride}}) {
+            launch_zero_unused_rows<dtype, D_Head>({out, stride, args.total_k, args.heads_kv,
+                                                    args.cu_seqlens_k, args.seqused_k, args.batch},
+                                                   stream);
+        }
+    }
     if (args.d_sinks != nullptr) {
         constexpr int threads = 256;
         launch_kernel<&sink_gradient_kernel<threads>>(dim3(args.heads), threads, 0, stream, args,

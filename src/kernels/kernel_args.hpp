@@ -139,6 +139,7 @@ struct BackwardArgs {
     int seq_q;
     int seq_k;
     bool causal;
+    bool top_left;       // the causal diagonal's (and a window's) alignment
     int diagonal_seq_q;  // as KernelArgs': diagonal_queries(seq_q, seq_k, top_left)
     // A sliding window: the band kernels run, whose mask (BandMask) is `band` (causal included,
     // as right 0) at diagonal position row + seq_k - diagonal_seq_q; the plain ones read
@@ -156,6 +157,19 @@ struct BackwardArgs {
     // and dV, need nothing else; their gradient goes to d_sinks (heads,), or nowhere if null.
     const float* sinks;
     float* d_sinks;
+    // Packed sequences (backward_varlen), or null: batch + 1 offsets into the query tensors'
+    // rows (q, o, d_o, dq; view batch 1) and the key tensors' (k, v, dk, dv), and the keys each
+    // sequence uses (seqused_k, or null: all). seq_q and seq_k are then the longest lengths
+    // (the grid's) and each CTA reads its sequence's (BackwardSequence).
+    const std::int32_t* cu_seqlens_q;
+    const std::int32_t* cu_seqlens_k;
+    const std::int32_t* seqused_k;
+    int total_q, total_k;  // the packed views' rows
+    // Rows of one head's LSE and dLSE: seq_q (batch, heads, seq_q), or packed total_q (heads,
+    // total_q). The workspace's rows of a sequence start at a multiple of q_block (sm90: 128,
+    // whole query blocks; sm80: 1): sequence b's at cu_seqlens_q[b] rounded down plus b blocks.
+    int lse_rows;
+    int q_block;
 };
 
 }  // namespace flash_attention

@@ -46,6 +46,10 @@ struct CausalMask {
     static constexpr CausalMask of(const BackwardArgs& a) {
         return {a.seq_q, a.seq_k, a.diagonal_seq_q, a.causal};
     }
+    // One sequence of a packed batch, its own lengths aligned as the call's (top_left).
+    static constexpr CausalMask of(const BackwardArgs& a, int seq_q, int seq_k) {
+        return {seq_q, seq_k, diagonal_queries(seq_q, seq_k, a.top_left), a.causal};
+    }
 
     // Query q sees keys [key_begin(q), key_end(q)); a prefix (mask.cuh masks one end only).
     static constexpr bool prefix = true;
@@ -77,6 +81,9 @@ struct BandMask {
 
     static constexpr BandMask of(const BackwardArgs& a) {
         return {a.seq_q, a.seq_k, a.seq_k - a.diagonal_seq_q, a.band};
+    }
+    static constexpr BandMask of(const BackwardArgs& a, int seq_q, int seq_k) {
+        return {seq_q, seq_k, band_shift(seq_q, seq_k, a.top_left), a.band};
     }
 
     static constexpr bool prefix = false;

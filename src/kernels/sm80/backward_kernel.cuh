@@ -211,20 +211,23 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
 
     const int key_block = blockIdx.x;
     const int kv_head = blockIdx.y;
-    const int batch = blockIdx.z;
+    const BackwardSequence seq = BackwardSequence::of(args, blockIdx.z);
     const int k0 = key_block * Tr::B_c;
-    const int k_rows = min(Tr::B_c, args.seq_k - k0);
+    if (k0 >= seq.k_len)
+        return;  // a packed sequence shorter than the grid's
+    const int k_rows = min(Tr::B_c, seq.k_len - k0);
     const int group = args.heads / args.heads_kv;
-    const Mask mask = Mask::of(args);
+    const Mask mask = Mask::of(args, seq.q_len, seq.k_len);
     // The query tiles that see a key of the block.
     const QueryBlocks tiles = QueryBlocks::of(mask, k0, k0 + k_rows - 1, Tr::B_r);
 
+    // Row `row` of a tensor of the sequence's entry (q_row0 and k_row0 added by the callers).
     const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
-        return static_cast<const T*>(base) + batch * st.batch + h * st.head + row * st.seq;
+        return static_cast<const T*>(base) + seq.entry * st.batch + h * st.head + row * st.seq;
     };
     copy_tile_pair<typename Tr::KTile, Tr::threads, Tr::async>(
-        rows_at(args.k, args.k_stride, kv_head, k0), args.k_stride.seq, k_s,
-        rows_at(args.v, args.v_stride, kv_head, k0), args.v_stride.seq, v_s, k_rows);
+        rows_at(args.k, args.k_stride, kv_head, seq.k_row0 + k0), args.k_stride.seq, k_s,
+        rows_at(args.v, args.v_stride, kv_head, seq.k_row0 + k0), args.v_stride.seq, v_s, k_rows);
 
     float dk[1][NG][4], dv[1][NG][4];
     zero(dk);
@@ -232,19 +235,19 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const int row0 = Scores::row0(), col0 = Scores::col0();
     for (int g = 0; g < group; ++g) {
         const int head = kv_head * group + g;
-        const float* lse = args.lse + (std::int64_t{batch} * args.heads + head) * args.seq_q;
-        const float* d = args.d + (std::int64_t{batch} * args.heads + head) * args.q_rows;
         for (int tile = tiles.first; tile < tiles.end; ++tile) {
             const int q0 = tile * Tr::B_r;
-            const int q_rows = min(Tr::B_r, args.seq_q - q0);
+            const int q_rows = min(Tr::B_r, seq.q_len - q0);
             // The previous tile's readers of Q, dO, Pᵀ, dSᵀ and the statistics are done.
             __syncthreads();
             copy_tile_pair<typename Tr::QTile, Tr::threads, Tr::async>(
-                rows_at(args.q, args.q_stride, head, q0), args.q_stride.seq, q_s,
-                rows_at(args.d_o, args.d_o_stride, head, q0), args.d_o_stride.seq, d_o_s, q_rows);
+                rows_at(args.q, args.q_stride, head, seq.q_row0 + q0), args.q_stride.seq, q_s,
+                rows_at(args.d_o, args.d_o_stride, head, seq.q_row0 + q0), args.d_o_stride.seq,
+                d_o_s, q_rows);
             for (int r = threadIdx.x; r < Tr::B_r; r += Tr::threads) {
-                smem.lse2[r] = r < q_rows ? lse_base2(lse[q0 + r]) : INFINITY;
-                smem.d[r] = r < q_rows ? d[q0 + r] : 0.0f;
+                smem.lse2[r] =
+                    r < q_rows ? lse_base2(args.lse[seq.lse(args, head, q0 + r)]) : INFINITY;
+                smem.d[r] = r < q_rows ? args.d[seq.ws(args, head, q0 + r)] : 0.0f;
             }
             finish_copies<Tr::async>();
 
@@ -282,8 +285,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     __syncthreads();
     const auto out_rows = [&](void* base, const TensorStrides& st) {
         return [=](int r) {
-            return static_cast<T*>(base) + batch * st.batch + kv_head * st.head +
-                   (std::int64_t{k0} + r) * st.seq;
+            return static_cast<T*>(base) + seq.entry * st.batch + kv_head * st.head +
+                   (std::int64_t{seq.k_row0} + k0 + r) * st.seq;
         };
     };
     copy_tile_SM2GM<typename Tr::KTile, Tr::threads>(k_s, out_rows(args.dk, args.dk_stride),
@@ -314,45 +317,49 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     // grid's tail (the dK/dV kernel's longest blocks are its first already).
     const int tile = args.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
     const int head = blockIdx.y;
-    const int batch = blockIdx.z;
+    const BackwardSequence seq = BackwardSequence::of(args, blockIdx.z);
     const int kv_head = head / (args.heads / args.heads_kv);
     const int q0 = tile * Tr::B_r;
-    const int q_rows = min(Tr::B_r, args.seq_q - q0);
-    const Mask mask = Mask::of(args);
+    if (q0 >= seq.q_len)
+        return;  // a packed sequence shorter than the grid's
+    const int q_rows = min(Tr::B_r, seq.q_len - q0);
+    const Mask mask = Mask::of(args, seq.q_len, seq.k_len);
     // Key blocks from the first that the tile's first row sees to the last its last row sees.
     const int last_keys = mask.key_end(q0 + q_rows - 1);
     const int blocks = last_keys <= 0 ? 0 : blocks_covering(last_keys, Tr::B_c);
     const int first_block = min(mask.key_begin(q0) / Tr::B_c, blocks);
 
+    // Row `row` of a tensor of the sequence's entry (q_row0 and k_row0 added by the callers).
     const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
-        return static_cast<const T*>(base) + batch * st.batch + h * st.head + row * st.seq;
+        return static_cast<const T*>(base) + seq.entry * st.batch + h * st.head + row * st.seq;
     };
     copy_tile_pair<typename Tr::QTile, Tr::threads, Tr::async>(
-        rows_at(args.q, args.q_stride, head, q0), args.q_stride.seq, q_s,
-        rows_at(args.d_o, args.d_o_stride, head, q0), args.d_o_stride.seq, d_o_s, q_rows);
+        rows_at(args.q, args.q_stride, head, seq.q_row0 + q0), args.q_stride.seq, q_s,
+        rows_at(args.d_o, args.d_o_stride, head, seq.q_row0 + q0), args.d_o_stride.seq, d_o_s,
+        q_rows);
 
     // Each thread's two rows of the m16 score tile (lane / 4 and lane / 4 + 8): LSE and D.
     const int row0 = Scores::row0(), col0 = Scores::col0();
     float2 stats[2];
-    const std::int64_t head_rows = std::int64_t{batch} * args.heads + head;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         const int q = q0 + row0 + lane_id() / 4 + 8 * h;
-        stats[h] = q < args.seq_q ? float2{lse_base2(args.lse[head_rows * args.seq_q + q]),
-                                           args.d[head_rows * args.q_rows + q]}
-                                  : float2{INFINITY, 0.0f};
+        stats[h] = q < seq.q_len ? float2{lse_base2(args.lse[seq.lse(args, head, q)]),
+                                          args.d[seq.ws(args, head, q)]}
+                                 : float2{INFINITY, 0.0f};
     }
 
     float dq[1][NG][4];
     zero(dq);
     for (int block = first_block; block < blocks; ++block) {
         const int k0 = block * Tr::B_c;
-        const int k_rows = min(Tr::B_c, args.seq_k - k0);
+        const int k_rows = min(Tr::B_c, seq.k_len - k0);
         // The previous block's readers of K, V and dS are done.
         __syncthreads();
         copy_tile_pair<typename Tr::KTile, Tr::threads, Tr::async>(
-            rows_at(args.k, args.k_stride, kv_head, k0), args.k_stride.seq, k_s,
-            rows_at(args.v, args.v_stride, kv_head, k0), args.v_stride.seq, v_s, k_rows);
+            rows_at(args.k, args.k_stride, kv_head, seq.k_row0 + k0), args.k_stride.seq, k_s,
+            rows_at(args.v, args.v_stride, kv_head, seq.k_row0 + k0), args.v_stride.seq, v_s,
+            k_rows);
         finish_copies<Tr::async>();
 
         float s[1][NS][4], dp[1][NS][4];  // S and dP, then P and dS
@@ -382,8 +389,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     copy_tile_SM2GM<typename Tr::QTile, Tr::threads>(
         q_s,
         [&](int r) {
-            return static_cast<T*>(args.dq) + batch * args.dq_stride.batch +
-                   head * args.dq_stride.head + (std::int64_t{q0} + r) * args.dq_stride.seq;
+            return static_cast<T*>(args.dq) + seq.entry * args.dq_stride.batch +
+                   head * args.dq_stride.head +
+                   (std::int64_t{seq.q_row0} + q0 + r) * args.dq_stride.seq;
         },
         q_rows);
 }

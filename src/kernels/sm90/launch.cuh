@@ -127,6 +127,12 @@ void launch_backward_instance(std::int64_t ctas, int threads, Stream stream,
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
     // Everything that can throw before the first launch: no output is half written.
+    if (args.cu_seqlens_q != nullptr) {
+        throw Error(ErrorCode::unsupported,
+                    "config: expected an sm80 backward config for packed sequences (the sm90 "
+                    "backward takes none yet), got " +
+                        C.to_string());
+    }
     const auto scheduler = KeyBlockScheduler::of(args, C.B_c, C.sm90.ordered_dq);
     if (scheduler.count() > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
