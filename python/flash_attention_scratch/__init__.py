@@ -41,6 +41,7 @@ __all__ = [
     "forward",
     "flash_attn_func",
     "forward_varlen",
+    "flash_attn_varlen_func",
     "forward_kvcache",
     "configs",
     "KernelConfig",
@@ -154,7 +155,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
                    causal=False, causal_alignment="bottom_right", seqused_k=None, block_table=None, num_splits=0,
-                   return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
+                   return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
     """Attention over a batch of sequences of different lengths, packed along the token
     axis (flash_attn.flash_attn_varlen_func): q (total_q, heads, d_head), k and v
     (total_k, heads_kv, d_head), cu_seqlens_q / cu_seqlens_k int32 (batch + 1,) offsets
@@ -172,6 +173,12 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     the tensor's end, and a page id outside the cache reads as zeros. window_size, softcap
     and learnable_sink as in forward(), per sequence; a window or softcap runs on the sm90
     kernels (Hopper, num_splits 0) and raises ValueError elsewhere.
+
+    Autograd (without block_table): with inputs that require grad the call records the op
+    forward_varlen and backward() gives dq, dk and dv of the packed tensors (and the sinks'
+    gradient), as forward() does; rows no sequence uses get zero gradients, and nothing is
+    read on the host. deterministic=True: bitwise-identical gradients from run to run. A
+    paged cache is inference's: with inputs that require grad it raises NotImplementedError.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.forward_varlen needs PyTorch, which is not installed")
@@ -179,7 +186,24 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
                                softmax_scale=softmax_scale, causal=causal, causal_alignment=causal_alignment,
                                seqused_k=seqused_k,
                                block_table=block_table, num_splits=num_splits, return_lse=return_lse,
-                               window_size=window_size, softcap=softcap, learnable_sink=learnable_sink)
+                               window_size=window_size, softcap=softcap, learnable_sink=learnable_sink,
+                               deterministic=deterministic)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """flash_attn.flash_attn_varlen_func: forward_varlen with flash_attn's arguments and
+    reading of them (causal aligned at the bottom right; a window side of at least
+    max_seqlen_k keys is unbounded). Differentiable as forward_varlen is. With
+    return_attn_probs, (out, softmax_lse (heads, total_q), None). dropout_p other than 0 and
+    alibi_slopes raise NotImplementedError before any work.
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.flash_attn_varlen_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                       softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                       return_attn_probs, block_table)
 
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,

@@ -58,9 +58,9 @@ def _check_no_grad(q, k, v, grad_enabled=None, sinks=None, entry="forward_varlen
     name = _requiring_grad(q, k, v, sinks, grad_enabled)
     if name is not None:
         raise NotImplementedError(
-            f"{name}: expected a tensor that does not require grad ({entry} has no backward pass "
-            "yet, forward() and flash_attn_func() have one; call it under torch.no_grad() or pass "
-            "detached inputs), got one with requires_grad=True")
+            f"{name}: expected a tensor that does not require grad ({entry} has no backward pass; "
+            "forward(), flash_attn_func() and forward_varlen() without pages have one; call it under "
+            "torch.no_grad() or pass detached inputs), got one with requires_grad=True")
 
 
 def _window(window_size):
@@ -323,17 +323,6 @@ _forward_lse_op.register_autograd(_forward_lse_backward,
                                   setup_context=lambda ctx, inputs, output: _forward_setup(ctx, inputs, output, True))
 
 
-def _no_backward_setup(ctx, inputs, output):
-    # Runs only when autograd records the op (grad mode on, an input requiring grad), and
-    # itself under no_grad: grad mode is known to have been on.
-    sinks = inputs[15] if len(inputs) > 15 else None  # its last argument, unless left at its default
-    _check_no_grad(*inputs[:3], grad_enabled=True, sinks=sinks)
-
-
-def _no_backward(ctx, *grads):
-    raise NotImplementedError("flash_attention_scratch::forward_varlen has no backward pass yet")
-
-
 # The ops take causal masking and the diagonal's alignment as one int: 0 none, 1 causal aligned at
 # the bottom right, 2 at the top left, 3 none but a window's diagonal at the top left (a window
 # without causal masking has a diagonal too).
@@ -401,13 +390,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     # flash_attn's reading of the window: a side of at least seq_k keys is unbounded, causal
     # sets the right side to 0, and (-1, 0) is causal masking (ours then runs the plain causal
     # kernels, whose backward exists).
-    left, right = _window(window_size)
     seq_k = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else None
-    if seq_k is not None:
-        left = -1 if left >= seq_k else left
-        right = -1 if right >= seq_k else right
-    if causal:
-        right = 0
+    left, right = _flash_attn_window(window_size, causal, seq_k)
     if left < 0 and right == 0:
         causal, right = True, -1
     result = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_attn_probs,
@@ -505,7 +489,9 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                cu_seqlens_k: Optional[torch.Tensor], seqused_k: Optional[torch.Tensor],
                block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
                softmax_scale: Optional[float], causal: int, num_splits: int, window_left: int = -1,
-               window_right: int = -1, softcap: float = 0.0, sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+               window_right: int = -1, softcap: float = 0.0, sinks: Optional[torch.Tensor] = None,
+               deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+    # deterministic: the backward's (autograd records it with the call).
     out = _out_like(q)
     lse = _varlen_lse_like(q)
     _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
@@ -515,8 +501,97 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
 
 @_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
-      softmax_scale, causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+      softmax_scale, causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
+      deterministic=False):
     return q.new_empty(q.shape), _varlen_lse_like(q)
+
+
+def _run_backward_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                         max_seqlen_k, softmax_scale, causal, dlse, deterministic, sinks, dsinks, softcap, window_left,
+                         window_right):
+    dout, q, k, v, out = (_kernel_view(t) for t in (dout, q, k, v, out))
+    lse = lse if lse.is_contiguous() else lse.contiguous()
+    if dlse is not None and not dlse.is_contiguous():
+        dlse = dlse.contiguous()
+    cu_q = _index("cu_seqlens_q", cu_seqlens_q, q.device, (None,))
+    batch = cu_seqlens_q.shape[0] - 1
+    cu_k = _index("cu_seqlens_k", cu_seqlens_k, q.device, (batch + 1,))
+    used = _index("seqused_k", seqused_k, q.device, (batch,))
+    sinks_address = _sinks(sinks, q, q.shape[1])
+    stream = _current_stream(q.device)
+    _on_device(q.device, lambda: _C.backward_varlen(
+        dout.unsqueeze(0), q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), out.unsqueeze(0), lse, dq.unsqueeze(0),
+        dk.unsqueeze(0), dv.unsqueeze(0), cu_q, cu_k, used, batch, int(max_seqlen_q), int(max_seqlen_k),
+        softmax_scale, causal, stream, dlse, deterministic=deterministic, sinks=sinks_address,
+        d_sinks=0 if dsinks is None else dsinks.data_ptr(), softcap=softcap, window_left=window_left,
+        window_right=window_right))
+
+
+@torch.library.custom_op("flash_attention_scratch::backward_varlen", mutates_args=(), device_types="cuda")
+def _backward_varlen_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                        lse: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                        seqused_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
+                        softmax_scale: Optional[float], causal: int, dlse: Optional[torch.Tensor] = None,
+                        deterministic: bool = False, sinks: Optional[torch.Tensor] = None, softcap: float = 0.0,
+                        window_left: int = -1,
+                        window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """dq, dk, dv (contiguous, shaped like the packed q, k, v) and dsinks of forward_varlen's
+    call that produced out and its float32 (heads, total_q) LSE; the rest as backward's. Rows
+    no sequence uses get zeros."""
+    dq, dk, dv = _out_like(q), _out_like(k), _out_like(v)
+    dsinks = torch.empty(0 if sinks is None else q.shape[1], dtype=torch.float32, device=q.device)
+    _run_backward_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                         max_seqlen_k, softmax_scale, causal, dlse, deterministic, sinks,
+                         None if sinks is None else dsinks, softcap, window_left, window_right)
+    return dq, dk, dv, dsinks
+
+
+@_backward_varlen_op.register_fake
+def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+      causal, dlse=None, deterministic=False, sinks=None, softcap=0.0, window_left=-1, window_right=-1):
+    return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
+            q.new_empty((0 if sinks is None else q.shape[1],), dtype=torch.float32))
+
+
+_backward_varlen_op.register_autograd(_no_double_backward)
+
+# forward_varlen's window_left, window_right, softcap, sinks and deterministic.
+_VARLEN_VARIANT_DEFAULTS = (-1, -1, 0.0, None, False)
+_VARLEN_SINKS_ARGUMENT = 15
+
+
+def _varlen_setup(ctx, inputs, output):
+    # Runs only when autograd records the op (grad mode on, an input requiring grad).
+    inputs = (*inputs, *_VARLEN_VARIANT_DEFAULTS[len(inputs) - 12:])
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+     num_splits, window_left, window_right, softcap, sinks, deterministic) = inputs
+    if block_table is not None:
+        _check_no_grad(q, k, v, grad_enabled=True, sinks=sinks, entry="forward_varlen with a paged cache")
+    ctx.scalars = (max_seqlen_q, max_seqlen_k, softmax_scale, causal)
+    ctx.variants = (softcap, window_left, window_right)
+    ctx.deterministic = deterministic
+    ctx.has_sinks = sinks is not None
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(q, k, v, *output, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks)
+
+
+def _varlen_backward(ctx, dout, dlse):
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks = ctx.saved_tensors
+    n_inputs = len(ctx.needs_input_grad)
+    if dout is None and dlse is None:
+        return (None,) * n_inputs
+    if dout is None:  # only the LSE reaches the loss
+        dout = torch.zeros_like(out)
+    need = ctx.needs_input_grad
+    train_sinks = ctx.has_sinks and need[_VARLEN_SINKS_ARGUMENT]
+    softcap, window_left, window_right = ctx.variants
+    dq, dk, dv, dsinks = torch.ops.flash_attention_scratch.backward_varlen(
+        dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, *ctx.scalars, dlse, ctx.deterministic,
+        sinks if train_sinks else None, softcap, window_left, window_right)
+    grads = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None] + [None] * (n_inputs - 3)
+    if train_sinks:
+        grads[_VARLEN_SINKS_ARGUMENT] = dsinks
+    return tuple(grads)
 
 
 # The caches are written when k and v are given (KV append); declared mutated either way.
@@ -542,7 +617,7 @@ def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, caus
 
 # (An op that mutates its inputs takes no autograd formula: forward_kvcache refuses inputs
 # that require grad before it reaches the op.)
-_varlen_op.register_autograd(_no_backward, setup_context=_no_backward_setup)
+_varlen_op.register_autograd(_varlen_backward, setup_context=_varlen_setup)
 
 
 def _scale_and_splits(softmax_scale, num_splits):
@@ -555,23 +630,66 @@ def _scale_and_splits(softmax_scale, num_splits):
 
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
                    causal=False, causal_alignment="bottom_right", seqused_k=None, block_table=None, num_splits=0,
-                   return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
+                   return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
     var = _variants(window_size, softcap, learnable_sink)
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
-    _check_no_grad(q, k, v, sinks=learnable_sink)
+    if block_table is not None:  # a paged cache is inference's: it has no backward
+        _check_no_grad(q, k, v, sinks=learnable_sink, entry="forward_varlen with a paged cache")
+    requiring = _requiring_grad(q, k, v, learnable_sink)
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     _check_sinks(learnable_sink, q, q.shape[-2])  # its errors before any work
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, int(max_seqlen_q), int(max_seqlen_k),
             softmax_scale, _causal(causal, causal_alignment, var[:2]), num_splits, *var)
-    if torch.compiler.is_compiling():
+    if requiring is not None:
+        # Training: the op autograd records (its LSE is what the backward reads).
+        out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args, bool(deterministic))
+    elif torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args)
     else:
         out = _out_like(q)
         lse = _varlen_lse_like(q) if return_lse else None
         _run_varlen(q, k, v, out, lse, *args[3:])
     return (out, lse) if return_lse else out
+
+
+def _flash_attn_window(window_size, causal, seq_k):
+    """flash_attn's reading of a window: a side of at least seq_k keys is unbounded, causal sets
+    the right side to 0."""
+    left, right = _window(window_size)
+    if seq_k is not None:
+        left = -1 if left >= seq_k else left
+        right = -1 if right >= seq_k else right
+    if causal:
+        right = 0
+    return left, right
+
+
+def _check_flash_attn_extras(dropout_p, alibi_slopes):
+    if dropout_p:
+        raise NotImplementedError(
+            f"dropout_p: expected 0.0 (flash_attention_scratch has no attention dropout yet), got {dropout_p!r}")
+    if alibi_slopes is not None:
+        raise NotImplementedError("alibi_slopes: expected None (flash_attention_scratch has no ALiBi bias), "
+                                  "got a value")
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    _check_flash_attn_extras(dropout_p, alibi_slopes)
+    left, right = _flash_attn_window(window_size, causal, int(max_seqlen_k))
+    if left < 0 and right == 0:  # causal masking, on the plain kernels
+        causal, right = True, -1
+    result = forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                            softmax_scale=softmax_scale, causal=causal, block_table=block_table,
+                            return_lse=return_attn_probs, window_size=(left, right), softcap=softcap,
+                            deterministic=deterministic)
+    if return_attn_probs:
+        out, lse = result
+        return out, lse, None
+    return result
 
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,

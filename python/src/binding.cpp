@@ -352,6 +352,53 @@ NB_MODULE(_C, m) {
         "Attention over packed sequences: (1, total, heads, d_head) arrays (see VarlenParams).");
 
     m.def(
+        "backward_varlen",
+        [](nb::handle d_o, nb::handle q, nb::handle k, nb::handle v, nb::handle out, nb::handle lse,
+           nb::handle dq, nb::handle dk, nb::handle dv, std::uintptr_t cu_seqlens_q,
+           std::uintptr_t cu_seqlens_k, std::uintptr_t seqused_k, std::int64_t batch,
+           std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, std::optional<float> scale,
+           int causal, std::uintptr_t stream, nb::handle d_lse, bool deterministic,
+           std::uintptr_t sinks, std::uintptr_t d_sinks, float softcap, int window_left,
+           int window_right) {
+            fa::VarlenBackwardParams p;
+            p.q = view_of(q, "q");
+            p.k = view_of(k, "k");
+            p.v = view_of(v, "v");
+            p.o = view_of(out, "out");
+            p.d_o = view_of(d_o, "dout");
+            p.dq = view_of(dq, "dq");
+            p.dk = view_of(dk, "dk");
+            p.dv = view_of(dv, "dv");
+            p.cu_seqlens_q = reinterpret_cast<const std::int32_t*>(cu_seqlens_q);
+            p.cu_seqlens_k = reinterpret_cast<const std::int32_t*>(cu_seqlens_k);
+            p.seqused_k = reinterpret_cast<const std::int32_t*>(seqused_k);
+            p.batch = batch;
+            p.max_seqlen_q = max_seqlen_q;
+            p.max_seqlen_k = max_seqlen_k;
+            const auto rows = static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]);
+            p.options =
+                options_of(scale, causal, lse, rows, window_left, window_right, softcap, sinks);
+            if (p.options.lse == nullptr) {
+                throw fa::Error(fa::ErrorCode::invalid_argument,
+                                "lse: expected the forward's log-sum-exp (float32 (heads, "
+                                "total_q)), got None");
+            }
+            p.d_lse = lse_pointer(d_lse, rows, "dlse");
+            p.deterministic = deterministic;
+            p.d_sinks = reinterpret_cast<float*>(d_sinks);
+            fa::backward_varlen(p, reinterpret_cast<fa::Stream>(stream));
+        },
+        nb::arg("dout"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"),
+        nb::arg("dq"), nb::arg("dk"), nb::arg("dv"), nb::arg("cu_seqlens_q"),
+        nb::arg("cu_seqlens_k"), nb::arg("seqused_k"), nb::arg("batch"), nb::arg("max_seqlen_q"),
+        nb::arg("max_seqlen_k"), nb::arg("softmax_scale").none(), nb::arg("causal"),
+        nb::arg("stream"), nb::arg("dlse").none() = nb::none(), nb::arg("deterministic") = false,
+        nb::arg("sinks") = 0, nb::arg("d_sinks") = 0, nb::arg("softcap") = 0.0f,
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1,
+        "Writes the gradients of forward_varlen into dq, dk and dv (see VarlenBackwardParams): "
+        "(1, total, heads, d_head) arrays, the offsets' addresses, lse (heads, total_q).");
+
+    m.def(
         "forward_kvcache",
         [](nb::handle q, nb::handle k_cache, nb::handle v_cache, nb::handle out,
            std::uintptr_t cache_seqlens, std::uintptr_t block_table, std::int64_t max_pages,

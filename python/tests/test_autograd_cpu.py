@@ -11,6 +11,8 @@ dS = P * (dP - D + dLSE)), so agreement with PyTorch's autograd also checks that
 the wiring passes is the gradient of the LSE.
 """
 
+import itertools
+
 import pytest
 
 import flash_attention_scratch as fa
@@ -88,12 +90,59 @@ def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None,
     return (*(t.transpose(1, 2).to(q.dtype).contiguous() for t in (dq, dk, dv)), dsinks)
 
 
+def _sequences(cu_seqlens_q, cu_seqlens_k, seqused_k):
+    """Each packed sequence's (query rows, key rows) slices."""
+    cu_q, cu_k = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(len(cu_q) - 1):
+        used = cu_k[b + 1] - cu_k[b] if seqused_k is None else int(seqused_k[b])
+        yield slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b] + used)
+
+
+def _standin_forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
+                            max_seqlen_k, softmax_scale, causal, num_splits, window_left=-1, window_right=-1,
+                            softcap=0.0, sinks=None, deterministic=False):
+    """forward_varlen as each sequence's dense forward_lse stand-in (rows no sequence uses: zeros)."""
+    CALLS.append(("forward_varlen", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
+                                         sinks=sinks is not None, deterministic=deterministic)))
+    out = torch.zeros_like(q)
+    lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32)
+    for rows, keys in _sequences(cu_seqlens_q, cu_seqlens_k, seqused_k):
+        o, l = reference_attention(q[None, rows], k[None, keys], v[None, keys], _scale(q, softmax_scale),
+                                   causal in (1, 2), causal >= 2, sinks=sinks, softcap=softcap,
+                                   window=(window_left, window_right))
+        out[rows], lse[:, rows] = o[0].to(q.dtype), l[0].float()
+    return out, lse
+
+
+def _standin_backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
+                             max_seqlen_k, softmax_scale, causal, dlse=None, deterministic=False, sinks=None,
+                             softcap=0.0, window_left=-1, window_right=-1):
+    """backward_varlen as each sequence's dense backward stand-in; zeros where no sequence is."""
+    CALLS.append(("backward_varlen", dict(dlse=dlse is not None, causal=causal, deterministic=deterministic,
+                                          sinks=sinks is not None, softcap=softcap,
+                                          window=(window_left, window_right))))
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dsinks = torch.zeros(0 if sinks is None else q.shape[1], dtype=torch.float32)
+    for rows, keys in _sequences(cu_seqlens_q, cu_seqlens_k, seqused_k):
+        g = _standin_backward(dout[None, rows], q[None, rows], k[None, keys], v[None, keys], out[None, rows],
+                              lse[None, :, rows], softmax_scale, causal,
+                              None if dlse is None else dlse[None, :, rows], deterministic, sinks, softcap,
+                              window_left, window_right)
+        CALLS.pop()
+        dq[rows], dk[keys], dv[keys] = g[0][0], g[1][0], g[2][0]
+        if sinks is not None:
+            dsinks += g[3]
+    return dq, dk, dv, dsinks
+
+
 @pytest.fixture(scope="module")
 def standins():
     lib = torch.library.Library("flash_attention_scratch", "FRAGMENT")
     lib.impl("forward_lse", _standin_forward_lse, "CPU")
     lib.impl("forward", _standin_forward, "CPU")
     lib.impl("backward", _standin_backward, "CPU")
+    lib.impl("forward_varlen", _standin_forward_varlen, "CPU")
+    lib.impl("backward_varlen", _standin_backward_varlen, "CPU")
     yield
     lib._destroy()
 
@@ -486,3 +535,64 @@ def test_the_backward_reaches_the_binding_with_its_arguments(monkeypatch):
             with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
                 _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), 0.5, 2, dlse,
                                    deterministic)
+
+
+VARLEN_CASES = [  # query lengths, key lengths, seqused_k, heads, heads_kv, causal, window, softcap, sinks
+    ([5, 0, 9], [7, 3, 9], None, 4, 2, True, (-1, -1), 0.0, False),
+    ([4, 6], [6, 10], [5, 8], 2, 2, False, (2, 1), 0.0, True),
+    ([3, 8, 1], [3, 8, 4], None, 2, 1, True, (3, 0), 2.0, False),
+]
+
+
+@pytest.mark.parametrize("case", VARLEN_CASES)
+def test_varlen_gradients_reach_the_packed_inputs(cpu, case):
+    """forward_varlen with inputs that require grad records its op, and backward() runs
+    backward_varlen with the call's offsets and variants: the gradients are each sequence's own
+    (float64 autograd of each sequence alone), and rows no sequence uses (two past the last
+    offset; keys past seqused_k) get zeros."""
+    lens_q, lens_k, used, h, hkv, causal, window, softcap, with_sinks = case
+    cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32)
+    cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32)
+    seqused = None if used is None else torch.tensor(used, dtype=torch.int32)
+    total_q, total_k = int(cu_q[-1]) + 2, int(cu_k[-1]) + 2
+    q = torch.randn(total_q, h, 16, dtype=torch.float64)
+    k = torch.randn(total_k, hkv, 16, dtype=torch.float64)
+    v = torch.randn(total_k, hkv, 16, dtype=torch.float64)
+    dout = torch.randn_like(q)
+    sinks = torch.randn(h) if with_sinks else None
+    x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])
+    out = fa.forward_varlen(*x[:3], cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, seqused_k=seqused,
+                            window_size=window, softcap=softcap, learnable_sink=x[3] if with_sinks else None,
+                            deterministic=True)
+    out.backward(dout)
+    assert [c[0] for c in cpu] == ["forward_varlen", "backward_varlen"]
+    assert cpu[1][1] == dict(dlse=False, causal=int(causal), deterministic=True, sinks=with_sinks,
+                             softcap=softcap, window=window)
+    grads = [torch.zeros_like(t) for t in (q, k, v)]
+    dsinks = torch.zeros(h) if with_sinks else None
+    for rows, keys in _sequences(cu_q, cu_k, seqused):
+        ref = leaves(q[None, rows], k[None, keys], v[None, keys]) + \
+            ([sinks.clone().requires_grad_()] if with_sinks else [])
+        o, _ = reference_attention(*ref[:3], 16 ** -0.5, causal, sinks=ref[3] if with_sinks else None,
+                                   softcap=softcap, window=window)
+        o.backward(dout[None, rows])
+        grads[0][rows] += ref[0].grad[0]
+        grads[1][keys] += ref[1].grad[0]
+        grads[2][keys] += ref[2].grad[0]
+        if with_sinks:
+            dsinks += ref[3].grad
+    assert_same([t.grad for t in x[:3]], grads)
+    for g in (x[0].grad[-2:], x[1].grad[-2:], x[2].grad[-2:]):
+        assert not g.any(), "rows no sequence uses got a gradient"
+    if with_sinks:
+        torch.testing.assert_close(x[3].grad, dsinks, rtol=1e-5, atol=1e-6)
+
+
+def test_paged_varlen_with_grad_raises_before_any_work(cpu):
+    q = torch.randn(4, 2, 16, dtype=torch.float64, requires_grad=True)
+    pages = torch.randn(2, 16, 2, 16, dtype=torch.float64)
+    with pytest.raises(NotImplementedError, match="paged cache has no backward pass"):
+        fa.forward_varlen(q, pages, pages, torch.tensor([0, 4], dtype=torch.int32), None, 4, 16,
+                          seqused_k=torch.tensor([16], dtype=torch.int32),
+                          block_table=torch.zeros(1, 1, dtype=torch.int32))
+    assert cpu == []

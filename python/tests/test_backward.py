@@ -16,6 +16,7 @@ fp32 summed in two orders).
 """
 
 import inspect
+import itertools
 import math
 import random
 
@@ -325,6 +326,83 @@ def test_window_gradients_match_reference(kind, case, deterministic):
         again = run()
         for name, a, b in zip(("dq", "dk", "dv", "dsinks"), grads, again):
             assert torch.equal(a, b), f"{name}: deterministic run differs (window {window}, seed {seed})"
+
+
+# Packed sequences: lengths 0 to 300 (empty and one-token sequences among them), keys cut by
+# seqused_k, two rows past the last offset; causal, windows, a softcap and sinks; GQA.
+VARLEN_CASES = [  # query lengths, key lengths, seqused_k, heads, heads_kv, causal, window, softcap, sinks
+    ([300, 0, 1, 129, 64, 257], [300, 5, 1, 129, 200, 257], None, 8, 2, True, (-1, -1), 0.0, False),
+    ([100, 37, 250], [300, 64, 250], [280, 0, 250], 4, 4, False, (-1, -1), 0.0, True),
+    ([200, 1, 180], [200, 130, 180], None, 4, 2, True, (63, 0), 0.0, False),
+    ([150, 77], [150, 300], None, 4, 1, False, (40, 40), 5.0, True),
+]
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+@pytest.mark.parametrize("case", VARLEN_CASES, ids=lambda c: f"{len(c[0])}seqs-{'causal' if c[5] else 'full'}"
+                         f"-w{c[6][0]}_{c[6][1]}{'-softcap' if c[7] else ''}{'-sinks' if c[8] else ''}"
+                         f"{'-seqused' if c[2] else ''}")
+@pytest.mark.parametrize("deterministic", [False, True], ids=["fast", "deterministic"])
+def test_varlen_gradients_match_reference(kind, case, deterministic):
+    """forward_varlen's backward: each sequence's dq, dk, dv against float64 autograd of that
+    sequence alone (the FlashAttention rule), dsinks against their sum over the sequences; rows
+    no sequence uses get zeros; deterministic runs twice, bitwise equal."""
+    lens_q, lens_k, used, h, hkv, causal, window, softcap, with_sinks = case
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    seed = seeded()
+    cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32, device="cuda")
+    seqused = None if used is None else torch.tensor(used, dtype=torch.int32, device="cuda")
+    total_q, total_k = sum(lens_q) + 2, sum(lens_k) + 2
+    q, k, v = randn(total_q, h, d, dtype=dtype), randn(total_k, hkv, d, dtype=dtype), randn(total_k, hkv, d, dtype=dtype)
+    if softcap:
+        q = q * 2
+    dout = randn(total_q, h, d, dtype=dtype)
+    sinks = torch.randn(h, device="cuda") * 2 if with_sinks else None
+
+    def run():
+        x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])
+        out = fa.forward_varlen(*x[:3], cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, seqused_k=seqused,
+                                window_size=window, softcap=softcap, learnable_sink=x[3] if with_sinks else None,
+                                deterministic=deterministic)
+        out.backward(dout)
+        return [t.grad for t in x]
+
+    grads = run()
+    note = f"(window {window}, seed {seed})"
+    for g in grads[:3]:
+        assert torch.isfinite(g).all() and not g[-2:].any(), f"rows no sequence uses got a gradient {note}"
+    starts_q, starts_k = cu_q.tolist(), cu_k.tolist()
+    sink_ref, sink_naive = 0.0, 0.0
+    for b, lq in enumerate(lens_q):
+        lk = lens_k[b] if used is None else used[b]
+        rows, keys = slice(starts_q[b], starts_q[b] + lq), slice(starts_k[b], starts_k[b] + lk)
+        unused = slice(starts_k[b] + lk, starts_k[b + 1])
+        assert not grads[1][unused].any() and not grads[2][unused].any(), f"keys past seqused_k {note}"
+        if lq == 0 or lk == 0:
+            assert not grads[0][rows].any(), f"queries that see no key {note}"
+            continue
+        # dq, dk and dv of the sequence alone (with sinks, in its softmax).
+        sequence = (q[None, rows], k[None, keys], v[None, keys], dout[None, rows])
+        assert_gradients_match([grads[0][None, rows], grads[1][None, keys], grads[2][None, keys]], *sequence,
+                               causal=causal, softcap=softcap, window=window, sinks=sinks,
+                               note=f"sequence {b}, lengths {lq} and {lk} {note}")
+        if with_sinks:
+            scale = 1 / math.sqrt(d)
+            sink_ref = sink_ref + reference_gradients(*sequence, None, scale, causal, False, torch.float64, sinks,
+                                                      softcap, window)[3]
+            sink_naive = sink_naive + reference_gradients(*sequence, None, scale, causal, False, q.dtype, sinks,
+                                                          softcap, window)[3].double()
+    if with_sinks:  # summed over the sequences, by the same rule
+        err = (grads[3].double() - sink_ref).abs().max().item()
+        bound = 2 * (sink_naive - sink_ref).abs().max().item() + 1e-3 * max(1.0, sink_ref.abs().max().item())
+        assert err <= bound, f"dsinks: max error {err:.3g} > {bound:.3g} {note}"
+    if deterministic:
+        again = run()
+        for name, a, b in zip(("dq", "dk", "dv", "dsinks"), grads, again):
+            assert torch.equal(a, b), f"{name}: deterministic run differs {note}"
 
 
 @needs_gpu

@@ -255,6 +255,10 @@ BackwardArgs varlen_args(const VarlenBackwardParams& p, const DeviceProperties& 
     a.cu_seqlens_q = p.cu_seqlens_q;
     a.cu_seqlens_k = p.cu_seqlens_k;
     a.seqused_k = p.seqused_k;
+    // The sm90 band kernels take packed sequences (their mask is each sequence's, causal
+    // included), its plain ones dense tensors only; so do its schedules (one pair a section,
+    // key-block order).
+    a.banded = true;
     return a;
 }
 
@@ -283,12 +287,6 @@ ProblemShape varlen_backward_shape(const VarlenBackwardParams& p) {
 void launch_backward_varlen(const VarlenBackwardParams& p, const KernelConfig& config,
                             const DeviceProperties& device, Stream stream) {
     validate_backward_config(dense_view(p), config, device);
-    if (config.family != Family::sm80) {
-        throw Error(ErrorCode::unsupported,
-                    "config: expected an sm80 backward config for packed sequences (the sm90 "
-                    "backward takes none yet), got " +
-                        config.to_string());
-    }
     check_backward_on_device(dense_view(p), device, stream,
                              {{p.cu_seqlens_q, "cu_seqlens_q"},
                               {p.cu_seqlens_k, "cu_seqlens_k"},
@@ -296,13 +294,18 @@ void launch_backward_varlen(const VarlenBackwardParams& p, const KernelConfig& c
     launch_backward(varlen_args(p, device), config, stream);
 }
 
-KernelConfig choose(const ProblemShape& problem, const DeviceProperties& device, bool deterministic,
-                    bool packed) {
+}  // namespace
+
+bool is_deterministic(const KernelConfig& config) {
+    return config.family == Family::sm80 || config.sm90.ordered_dq;
+}
+
+KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device,
+                                    bool deterministic) {
     validate_shape(problem);
     const auto fits = [&](const KernelConfig& c) {
         return c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
-               (!deterministic || is_deterministic(c)) && (!packed || c.family == Family::sm80) &&
-               device_problem(c, device).empty();
+               (!deterministic || is_deterministic(c)) && device_problem(c, device).empty();
     };
     // As the forward's choice: a cached config this build lacks, or one that cannot run here,
     // is skipped, so a stale cache costs speed, never a failure.
@@ -320,22 +323,10 @@ KernelConfig choose(const ProblemShape& problem, const DeviceProperties& device,
             return c;
     }
     throw Error(ErrorCode::unsupported,
-                "q: expected a dtype and d_head that a built backward kernel" +
-                    std::string(packed ? " for packed sequences (sm80)" : "") + " runs on " +
+                "q: expected a dtype and d_head that a built backward kernel runs on " +
                     device.name + " (kernel set \"" + std::string(built_kernel_set()) +
                     "\"; see flash_attention list), got " + std::string(to_string(problem.dtype)) +
                     " d_head " + std::to_string(problem.d_head));
-}
-
-}  // namespace
-
-bool is_deterministic(const KernelConfig& config) {
-    return config.family == Family::sm80 || config.sm90.ordered_dq;
-}
-
-KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device,
-                                    bool deterministic) {
-    return choose(problem, device, deterministic, false);
 }
 
 std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
@@ -365,8 +356,8 @@ void backward_varlen(const VarlenBackwardParams& params, Stream stream) {
     validate_backward_varlen(params);
     const DeviceProperties& device = DeviceProperties::current();
     launch_backward_varlen(
-        params, choose(varlen_backward_shape(params), device, params.deterministic, true), device,
-        stream);
+        params, choose_backward_config(varlen_backward_shape(params), device, params.deterministic),
+        device, stream);
 }
 
 void backward_varlen(const VarlenBackwardParams& params, const KernelConfig& config,

@@ -41,9 +41,13 @@ struct BackwardSequence {
     int ws_row0;   // within (entry, head)'s q_rows
     int lse_row0;  // within (entry, head)'s lse_rows
 
+    // Entry b of dense tensors.
+    __device__ static BackwardSequence dense(const BackwardArgs& a, int b) {
+        return {b, 0, a.seq_q, 0, a.seq_k, 0, 0};
+    }
     __device__ static BackwardSequence of(const BackwardArgs& a, int b) {
         if (a.cu_seqlens_q == nullptr)
-            return {b, 0, a.seq_q, 0, a.seq_k, 0, 0};
+            return dense(a, b);
         const Span q = sequence_span(a.cu_seqlens_q, nullptr, 0, b, a.total_q);
         const Span k = sequence_span(a.cu_seqlens_k, a.seqused_k, 0, b, a.total_k);
         const int ws = (q.row0 / a.q_block + b) * a.q_block;

@@ -483,6 +483,60 @@ TEST(Validation, BackwardChecksEverythingBeforeTheDevice) {
     }
 }
 
+namespace {
+
+// Good packed backward params on fake addresses (three sequences of up to 100 rows in 256).
+fa::VarlenBackwardParams good_varlen_backward() {
+    const auto t = [&](int slot, std::int64_t heads) {
+        return fa::TensorView::contiguous(address(slot), fa::DType::BF16, 1, 256, heads, 128);
+    };
+    fa::VarlenBackwardParams p;
+    p.q = t(1, 4), p.k = t(2, 2), p.v = t(3, 2), p.o = t(4, 4), p.d_o = t(5, 4);
+    p.dq = t(6, 4), p.dk = t(7, 2), p.dv = t(8, 2);
+    p.options.lse = static_cast<float*>(address(9));
+    p.cu_seqlens_q = static_cast<const std::int32_t*>(address(10));
+    p.cu_seqlens_k = static_cast<const std::int32_t*>(address(11));
+    p.batch = 3;
+    p.max_seqlen_q = 100;
+    p.max_seqlen_k = 100;
+    return p;
+}
+
+fa::Error varlen_backward_error(const std::function<void(fa::VarlenBackwardParams&)>& change) {
+    fa::VarlenBackwardParams p = good_varlen_backward();
+    change(p);
+    try {
+        fa::backward_varlen(p);
+    } catch (const fa::Error& e) {
+        return e;
+    }
+    ADD_FAILURE() << "no error";
+    return fa::Error(fa::ErrorCode::cuda, "");
+}
+
+}  // namespace
+
+// backward_varlen: the dense checks on the packed views, then the sequences', before the device.
+TEST(Validation, VarlenBackwardChecksEverythingBeforeTheDevice) {
+    if (fa::device_count() == 0) {
+        EXPECT_EQ(varlen_backward_error([](auto&) {}).code(), fa::ErrorCode::no_device);
+    }
+    expect_error(varlen_backward_error([](auto& p) { p.q.shape[0] = 2; }),
+                 fa::ErrorCode::invalid_argument, "q.shape[0] (batch)", "2");
+    expect_error(varlen_backward_error([](auto& p) { p.cu_seqlens_q = nullptr; }),
+                 fa::ErrorCode::invalid_argument, "cu_seqlens_q", "null");
+    expect_error(varlen_backward_error([](auto& p) { p.cu_seqlens_k = nullptr; }),
+                 fa::ErrorCode::invalid_argument, "cu_seqlens_k", "null");
+    expect_error(varlen_backward_error([](auto& p) { p.max_seqlen_q = 257; }),
+                 fa::ErrorCode::invalid_argument, "max_seqlen_q", "257");
+    expect_error(varlen_backward_error([](auto& p) { p.batch = 0; }),
+                 fa::ErrorCode::invalid_argument, "batch", "0");
+    expect_error(varlen_backward_error([](auto& p) { p.options.lse = nullptr; }),
+                 fa::ErrorCode::invalid_argument, "options.lse", "a null pointer");
+    expect_error(varlen_backward_error([](auto& p) { p.dk = p.dv; }),
+                 fa::ErrorCode::invalid_argument, "dv", "an overlapping range");
+}
+
 // The backward's workspace grows with the sequence, never with its square: D (sm80), plus the
 // LSE in base 2 and dQ's fp32 accumulator on 128-row padded rows (sm90), plus a semaphore per 64
 // rows when ordered.

@@ -139,14 +139,17 @@ struct QueryWalk {
 template <class Tr>
 __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
                                                  typename Tr::Smem& smem, const QueryWalk& walk,
-                                                 int k0, int kv_head, int batch) {
+                                                 const BackwardSequence& seq, int k0, int kv_head) {
+    const int batch = seq.entry;
     smem.kv_full.arrive_expect_tx(2 * Tr::KTile::bytes);
-    tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, k0, kv_head, batch, smem.kv_full);
-    tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, k0, kv_head, batch, smem.kv_full);
+    tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, seq.k_row0 + k0, kv_head, batch,
+                                       smem.kv_full);
+    tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
+                                       smem.kv_full);
     for (int i = 0; i < walk.steps(); ++i) {
         const RingSlot<Tr::stages> slot(i);
         const int head = kv_head * walk.group + walk.head_of(i);
-        const int q0 = walk.block_of(i) * Tr::B_r;
+        const int q0 = seq.q_row0 + walk.block_of(i) * Tr::B_r;
         smem.q_empty[slot.stage].wait(slot.parity ^ 1);
         smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes);
         tma::load_tile<typename Tr::QTile>(smem.q[slot.stage], &launch.maps.q, q0, head, batch,
@@ -167,8 +170,8 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
 template <class Tr, class Mask>
 __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
                                        typename Tr::Smem& smem, const QueryWalk& walk,
-                                       const KeyBlockScheduler& scheduler, int key_block,
-                                       int kv_head, int batch) {
+                                       const KeyBlockScheduler& scheduler,
+                                       const BackwardSequence& seq, int key_block, int kv_head) {
     constexpr bool ordered = Tr::ordered_dq;
     const bool leader = threadIdx.x % warp_size == 0;
     for (int i = 0; i < walk.steps(); ++i) {
@@ -179,8 +182,7 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
         for (int w = 0; w < Tr::consumers; ++w)
             ptx::named_barrier_arrive(Tr::dq_empty_barrier(w), Tr::dq_barrier_threads);
         const int head = kv_head * walk.group + walk.head_of(i);
-        const std::int64_t row0 =
-            (std::int64_t{batch} * a.heads + head) * a.q_rows + walk.block_of(i) * Tr::B_r;
+        const std::int64_t row0 = seq.ws(a, head, walk.block_of(i) * Tr::B_r);
         float* block = a.dq_accum + row0 * Tr::d_head;
         if constexpr (ordered) {
             if (leader) {
@@ -508,8 +510,19 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const auto scheduler = KeyBlockScheduler::of(a, Tr::B_c, Tr::ordered_dq);
     const KeyBlockScheduler::Tile tile = scheduler.tile(static_cast<int>(blockIdx.x));
     const int k0 = tile.key_block * Tr::B_c;
-    const Mask mask = Mask::of(a);
-    const QueryWalk walk = QueryWalk::of(a, mask, k0, Tr::B_r, Tr::B_c);
+    // Packed sequences run on the band kernels (their mask takes any causal flag): the plain
+    // kernels keep their dense code.
+    constexpr bool packable = std::is_same_v<Mask, BandMask>;
+    const BackwardSequence seq =
+        packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
+    if (k0 >= seq.k_len)
+        return;  // a packed sequence shorter than the grid's
+    const Mask mask = packable ? Mask::of(a, seq.q_len, seq.k_len) : Mask::of(a);
+    QueryWalk walk = QueryWalk::of(a, mask, k0, Tr::B_r, Tr::B_c);
+    // A packed sequence's last key block holds the next sequence's keys (not zeros): every step
+    // masks them.
+    if (packable && k0 + Tr::B_c > seq.k_len)
+        walk.blocks.unmasked_end = walk.blocks.unmasked_first;
 
     if (threadIdx.x == 0) {
         smem.kv_full.init(1);
@@ -529,9 +542,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         const int warp = threadIdx.x / warp_size;
         if (threadIdx.x == 0)
-            produce_backward<Tr>(launch, smem, walk, k0, tile.kv_head, tile.batch);
+            produce_backward<Tr>(launch, smem, walk, seq, k0, tile.kv_head);
         else if (warp == 1)
-            add_dq<Tr>(a, mask, smem, walk, scheduler, tile.key_block, tile.kv_head, tile.batch);
+            add_dq<Tr>(a, mask, smem, walk, scheduler, seq, tile.key_block, tile.kv_head);
         return;
     }
 
@@ -554,7 +567,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         if (i >= walk.steps())
             return -1;
         const int head = tile.kv_head * walk.group + walk.head_of(i);
-        return (std::int64_t{tile.batch} * a.heads + head) * a.q_rows + walk.block_of(i) * Tr::B_r;
+        return seq.ws(a, head, walk.block_of(i) * Tr::B_r);
     };
     if (walk.steps() > 0) {
         StepStats<Tr> first;
@@ -575,15 +588,20 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     }
 
     // dK = scale · dSᵀ·Q and dV, this warp's 16 rows.
+    // The sequence read again rather than held across the loop (registers).
+    const BackwardSequence out =
+        packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
     const int row0 = k0 + consumer * 64 + warp_in_warpgroup() * mma_m;
-    store_gradient_rows<Tr::dtype>(
-        c.dk, a.softmax_scale,
-        static_cast<T*>(a.dk) + tile.batch * a.dk_stride.batch + tile.kv_head * a.dk_stride.head,
-        a.dk_stride.seq, row0, a.seq_k);
-    store_gradient_rows<Tr::dtype>(
-        c.dv, 1.0f,
-        static_cast<T*>(a.dv) + tile.batch * a.dv_stride.batch + tile.kv_head * a.dv_stride.head,
-        a.dv_stride.seq, row0, a.seq_k);
+    store_gradient_rows<Tr::dtype>(c.dk, a.softmax_scale,
+                                   static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
+                                       tile.kv_head * a.dk_stride.head +
+                                       std::int64_t{out.k_row0} * a.dk_stride.seq,
+                                   a.dk_stride.seq, row0, out.k_len);
+    store_gradient_rows<Tr::dtype>(c.dv, 1.0f,
+                                   static_cast<T*>(a.dv) + out.entry * a.dv_stride.batch +
+                                       tile.kv_head * a.dv_stride.head +
+                                       std::int64_t{out.k_row0} * a.dv_stride.seq,
+                                   a.dv_stride.seq, row0, out.k_len);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)launch;
@@ -599,11 +617,14 @@ template <unsigned long long Code>
 __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant__ BackwardArgs a) {
     using Tr = BackwardTraits<unpack(Code)>;
     using T = typename Tr::T;
-    const int block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-    const float4* acc = reinterpret_cast<const float4*>(
-        a.dq_accum +
-        ((std::int64_t{batch} * a.heads + head) * a.q_rows + block * Tr::B_r) * Tr::d_head);
-    T* dq = static_cast<T*>(a.dq) + batch * a.dq_stride.batch + head * a.dq_stride.head;
+    const int block = blockIdx.x, head = blockIdx.y;
+    const BackwardSequence seq = BackwardSequence::of(a, blockIdx.z);
+    if (block * Tr::B_r >= seq.q_len)
+        return;  // a packed sequence shorter than the grid's
+    const float4* acc =
+        reinterpret_cast<const float4*>(a.dq_accum + seq.ws(a, head, block * Tr::B_r) * Tr::d_head);
+    T* dq = static_cast<T*>(a.dq) + seq.entry * a.dq_stride.batch + head * a.dq_stride.head +
+            std::int64_t{seq.q_row0} * a.dq_stride.seq;
     constexpr int share = Tr::dq_floats / 4;  // float4s of a consumer's share
     constexpr int per_thread = Tr::B_r * Tr::d_head / 4 / 128;
     static_assert(per_thread * 4 * 128 == Tr::B_r * Tr::d_head, "whole float4s a thread");
@@ -619,12 +640,12 @@ __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant_
         const int row = block * Tr::B_r + 64 * (w % Tr::dq_row_groups) +
                         mma_m * (thread / warp_size) + lane / 4;
         const int col = (w / Tr::dq_row_groups) * Tr::dq_cols + 8 * nt + 2 * (lane % 4);
-        if (row < a.seq_q) {
+        if (row < seq.q_len) {
             ptx::st_global_4(
                 dq + row * a.dq_stride.seq + col,
                 ptx::pack_rn<Tr::dtype>(v[j].x * a.softmax_scale, v[j].y * a.softmax_scale));
         }
-        if (row + 8 < a.seq_q) {
+        if (row + 8 < seq.q_len) {
             ptx::st_global_4(
                 dq + (row + 8) * a.dq_stride.seq + col,
                 ptx::pack_rn<Tr::dtype>(v[j].z * a.softmax_scale, v[j].w * a.softmax_scale));

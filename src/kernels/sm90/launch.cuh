@@ -127,12 +127,6 @@ void launch_backward_instance(std::int64_t ctas, int threads, Stream stream,
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
     // Everything that can throw before the first launch: no output is half written.
-    if (args.cu_seqlens_q != nullptr) {
-        throw Error(ErrorCode::unsupported,
-                    "config: expected an sm80 backward config for packed sequences (the sm90 "
-                    "backward takes none yet), got " +
-                        C.to_string());
-    }
     const auto scheduler = KeyBlockScheduler::of(args, C.B_c, C.sm90.ordered_dq);
     if (scheduler.count() > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
@@ -147,6 +141,7 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
     constexpr int threads = C.n_threads();
     const std::int64_t ctas = scheduler.count();
     const bool softcap = args.softcap_prescale != 0.0f;
+    // Packed sequences run on the band kernels (BackwardArgs::banded, set by the host).
     if (args.banded && softcap)
         launch_backward_instance<backward_main_kernel<C, BandMask, true>, smem>(ctas, threads,
                                                                                 stream, params);
