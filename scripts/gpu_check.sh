@@ -80,7 +80,7 @@ stage_backward() {
   check test_bwd timeout 300 "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter='*Backward*'
   check memcheck_bwd timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$BUILD/tests/test_gpu" --gtest_brief=1 \
-    --gtest_filter='Built/EveryBackwardConfig.*q100_k257*:Built/EveryBackwardConfig.*q257_k100*:Backward.Sinks*:Backward.Softcap*:Backward.Window*'
+    --gtest_filter='Built/EveryBackwardConfig.*q100_k257*:Built/EveryBackwardConfig.*q257_k100*:Backward.Sinks*:Backward.Softcap*:Backward.Window*:Backward.Varlen*'
   check racecheck_bwd timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 \
     "$BUILD/tests/test_gpu" --gtest_brief=1 \
     --gtest_filter='Built/EveryBackwardConfig.*sm90_bwd_stages_2_*q100_k257*:Built/EveryBackwardConfig.*sm90_bwd_stages_2_*q17_k600*'
