@@ -21,6 +21,7 @@ relative cost, each against FA4's; it skips the grid and the model rows.
 """
 
 import argparse
+import itertools
 import datetime
 import math
 import random
@@ -339,6 +340,54 @@ def variant_rows(torch, fa, fa4_func, args):
     return rows
 
 
+def varlen_row(torch, fa, args, sequences=64, longest=8192, heads=16, d=128):
+    """Ours' backward on a packed batch of `sequences` causal sequences of random lengths 1 to
+    `longest` (seed 0) against a uniform batch of as many sequences of their mean length, in the
+    same shuffled rounds: (lengths' total, mean, {name: TFLOP/s}), each at its own FLOPs (the
+    backward's 2.5x the forward's causal pairs)."""
+    lengths = random.Random(0).choices(range(1, longest + 1), k=sequences)
+    mean = round(sum(lengths) / sequences)
+    total = max(sum(lengths), sequences * mean)
+    cu = torch.tensor([0] + list(itertools.accumulate(lengths)), dtype=torch.int32, device="cuda")
+    graphs = {}
+
+    def backward(name, forward):
+        def run(q, k, v):
+            key = (name, q.data_ptr())
+            if key not in graphs:
+                qq, kk, vv = (t.detach().requires_grad_() for t in forward.views(q, k, v))
+                out = forward(qq, kk, vv)
+                graphs[key] = (out, (qq, kk, vv), torch.randn_like(out))
+            out, inputs, dout = graphs[key]
+            return torch.autograd.grad(out, inputs, dout, retain_graph=True)
+        return run
+
+    class Packed:
+        @staticmethod
+        def views(q, k, v):
+            return (t[0, :sum(lengths)] for t in (q, k, v))
+
+        def __call__(self, q, k, v):
+            return fa.forward_varlen(q, k, v, cu, cu, max(lengths), max(lengths), causal=True)
+
+    class Uniform:
+        @staticmethod
+        def views(q, k, v):
+            return (t[0, :sequences * mean].view(sequences, mean, *t.shape[2:]) for t in (q, k, v))
+
+        def __call__(self, q, k, v):
+            return fa.forward(q, k, v, causal=True)
+
+    impls = {"packed": backward("packed", Packed()), "uniform": backward("uniform", Uniform())}
+    rates = time_shape(torch, impls, inputs_for(torch, torch.bfloat16, 1, heads, heads, d, total, total), 1e9, args)
+    flop = {"packed": sum(2.5 * attention_flop(1, heads, d, n, n, True) for n in lengths),
+            "uniform": 2.5 * attention_flop(sequences, heads, d, mean, mean, True)}
+    # time_shape's rate at 1e9 FLOP is 1 / (median ms): each side's TFLOP/s at its own FLOPs
+    tflops = {n: (flop[n] * r / 1e9 if r else None) for n, r in rates.items()}
+    print("varlen", {n: fmt(x, 1) for n, x in tflops.items()}, flush=True)
+    return sum(lengths), mean, tflops
+
+
 def variant_table(rows):
     lines = ["| variant | shape | ours base, ms | ours variant, ms | FA4 base, ms | FA4 variant, ms | ours | FA4 | "
              "against FA4 |",
@@ -400,6 +449,13 @@ def main():
                  "rotated past L2. Speed-up: base / variant time (bar: ours' >= FA4's); cost: variant / base "
                  "time - 1 (bar: ours' <= FA4's); bars missed in bold; –: the implementation does not run it.", ""]
         lines += variant_table(variant_rows(torch, fa, fa4_func, args))
+        total, mean, tflops = varlen_row(torch, fa, args)
+        packed, uniform = tflops.get("packed"), tflops.get("uniform")
+        lines += ["", "Packed sequences (forward_varlen's backward; bar: 0.9 of a uniform batch's TFLOP/s): 64 causal "
+                  f"sequences of random lengths 1-8192 ({total} tokens), bf16, 16 heads, d 128, against 64 of "
+                  f"{mean}.", "", "| packed, TFLOP/s | uniform, TFLOP/s | packed / uniform |", "|---|---|---|",
+                  f"| {fmt(packed)} | {fmt(uniform)} | "
+                  f"{fmt(packed / uniform if packed and uniform else None, 3)} |"]
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out + ".md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines[4:]))

@@ -18,9 +18,9 @@ right: batched generation; an encoder's padded source in cross-attention) the to
 packed and run through forward_varlen, and so are padding-free batches of several sequences,
 given as transformers gives them: cu_seq_lens_q/k and max_length_q/k
 (DataCollatorWithFlattening), or position_ids that restart in a batch of one row (as
-transformers' flash-attention path reads them). forward_varlen has no backward yet: training
-on such batches raises NotImplementedError. The window (dropped where it is no shorter than
-the keys: it masks nothing), the softcap and the sinks train.
+transformers' flash-attention path reads them); those train too (forward_varlen's backward).
+The window (dropped where it is no shorter than the keys: it masks nothing), the softcap and
+the sinks train.
 Attention dropout other than 0 while training raises ValueError.
 
 Not supported, with a clear error: static caches (cache_implementation="static": key slots
