@@ -126,7 +126,7 @@ struct QueryWalk {
     template <class Mask>
     __device__ static QueryWalk of(const BackwardArgs& a, const Mask& mask, int k0, int B_r,
                                    int B_c) {
-        return {QueryBlocks::of(mask, k0, min(k0 + B_c, a.seq_k) - 1, B_r), a.heads / a.heads_kv};
+        return {QueryBlocks::of(mask, k0, min(k0 + B_c, mask.seq_k) - 1, B_r), a.heads / a.heads_kv};
     }
     __device__ int per_head() const { return blocks.end - blocks.first; }
     __device__ int steps() const { return group * per_head(); }
