@@ -183,14 +183,15 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
             .total_q = seq_q,
             .total_k = seq_k,
             .lse_rows = seq_q,
-            .q_block = 1};  // launch_backward's, with the config's workspace
+            .q_block = 1,  // launch_backward's, with the config's workspace
+            .semaphore_rows = 0};
 }
 
 // The workspace from the stream-ordered pool, then the config's kernels.
 void launch_backward(BackwardArgs args, const KernelConfig& config, Stream stream) {
     const bool packed = args.cu_seqlens_q != nullptr;
     const BackwardWorkspace w =
-        packed ? backward_workspace_varlen(config, args.batch, args.heads, args.total_q)
+        packed ? backward_workspace_varlen(config, args.batch, args.heads, args.total_q, args.seq_q)
                : backward_workspace(config, args.batch, args.heads, args.seq_q);
     if (w.q_rows > std::numeric_limits<int>::max()) {
         fail(ErrorCode::invalid_argument, "q.shape[1] (seq)",
@@ -206,6 +207,8 @@ void launch_backward(BackwardArgs args, const KernelConfig& config, Stream strea
                          : nullptr;
     args.q_rows = static_cast<int>(w.q_rows);
     args.q_block = static_cast<int>(backward_q_block(config));
+    args.semaphore_rows =
+        packed ? static_cast<int>(backward_semaphore_rows(args.seq_q)) : args.q_rows;
     find_kernel(config)->launch_backward(args, stream);
 }
 
@@ -267,9 +270,10 @@ void validate_backward_varlen(const VarlenBackwardParams& p) {
     check_dim(p.q, "q", 0, "batch", 1, "packed tokens: (1, total_q, heads, d_head)");
     check_dim(p.k, "k", 0, "batch", 1, "packed tokens: (1, total_k, heads_kv, d_head)");
     validate_backward(dense_view(p));
-    check_range("batch", p.batch, 1, std::numeric_limits<std::int32_t>::max() - 1);
+    // As forward_varlen's: the grid's z extent holds the batch.
+    check_range("batch", p.batch, 1, k_max_batch);
     check_range("max_seqlen_q", p.max_seqlen_q, 1, p.q.shape[1]);
-    check_range("max_seqlen_k", p.max_seqlen_k, 1, p.k.shape[1]);
+    check_range("max_seqlen_k", p.max_seqlen_k, 1, k_max_seq);
     check_int_array(p.cu_seqlens_q, "cu_seqlens_q", true, "of batch + 1 offsets");
     check_int_array(p.cu_seqlens_k, "cu_seqlens_k", true, "of batch + 1 offsets");
     check_int_array(p.seqused_k, "seqused_k", false, "");

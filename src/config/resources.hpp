@@ -129,6 +129,11 @@ struct BackwardWorkspace {
 constexpr std::int64_t backward_q_block(const KernelConfig& c) {
     return c.family == Family::sm90 ? 128 : 1;
 }
+// A packed call's semaphore rows a sequence (BackwardArgs::semaphore_rows): the longest
+// sequence's in whole blocks of 128.
+constexpr std::int64_t backward_semaphore_rows(std::int64_t max_seqlen_q) {
+    return (max_seqlen_q + 127) / 128 * 128;
+}
 // `entries` (batch entries) x heads x q_rows rows.
 constexpr BackwardWorkspace backward_workspace_rows(const KernelConfig& c, std::int64_t entries,
                                                     std::int64_t heads, std::int64_t q_rows) {
@@ -145,11 +150,19 @@ constexpr BackwardWorkspace backward_workspace(const KernelConfig& c, std::int64
 // Packed sequences (backward_varlen): one entry whose rows give each of `batch` sequences its
 // own whole blocks (BackwardSequence: sequence b from (cu_seqlens_q[b] / block + b) block, which
 // ends by total_q + batch blocks).
+// Ordered dQ's semaphores are per sequence (BackwardSequence::semaphore): batch x heads x the
+// longest sequence's blocks.
 constexpr BackwardWorkspace backward_workspace_varlen(const KernelConfig& c, std::int64_t batch,
-                                                      std::int64_t heads, std::int64_t total_q) {
+                                                      std::int64_t heads, std::int64_t total_q,
+                                                      std::int64_t max_seqlen_q) {
     const std::int64_t block = backward_q_block(c);
-    return backward_workspace_rows(c, 1, heads,
-                                   (total_q + batch * block + block - 1) / block * block);
+    BackwardWorkspace w =
+        backward_workspace_rows(c, 1, heads, (total_q + batch * block + block - 1) / block * block);
+    if (w.semaphores > 0) {
+        w.semaphores =
+            static_cast<std::size_t>(batch * heads * backward_semaphore_rows(max_seqlen_q) / 64);
+    }
+    return w;
 }
 
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is

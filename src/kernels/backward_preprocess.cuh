@@ -35,6 +35,7 @@ __device__ __forceinline__ float lse_base2(float lse) {
 // (cu_seqlens_q[b] / q_block + b) q_block, which leaves every sequence whole query blocks of its
 // own (a block never straddles two sequences' dQ rows or semaphores).
 struct BackwardSequence {
+    int index;  // b
     int entry;
     int q_row0, q_len;
     int k_row0, k_len;
@@ -43,7 +44,7 @@ struct BackwardSequence {
 
     // Entry b of dense tensors.
     __device__ static BackwardSequence dense(const BackwardArgs& a, int b) {
-        return {b, 0, a.seq_q, 0, a.seq_k, 0, 0};
+        return {b, b, 0, a.seq_q, 0, a.seq_k, 0, 0};
     }
     __device__ static BackwardSequence of(const BackwardArgs& a, int b) {
         if (a.cu_seqlens_q == nullptr)
@@ -51,7 +52,7 @@ struct BackwardSequence {
         const Span q = sequence_span(a.cu_seqlens_q, nullptr, 0, b, a.total_q);
         const Span k = sequence_span(a.cu_seqlens_k, a.seqused_k, 0, b, a.total_k);
         const int ws = (q.row0 / a.q_block + b) * a.q_block;
-        return {0, q.row0, min(q.len, a.seq_q), k.row0, min(k.len, a.seq_k), ws, q.row0};
+        return {b, 0, q.row0, min(q.len, a.seq_q), k.row0, min(k.len, a.seq_k), ws, q.row0};
     }
     // Rows of (entry, head) in the workspace and in the LSE, for the sequence's query row q.
     __device__ std::int64_t ws(const BackwardArgs& a, int head, int q) const {
@@ -59,6 +60,12 @@ struct BackwardSequence {
     }
     __device__ std::int64_t lse(const BackwardArgs& a, int head, int q) const {
         return (std::int64_t{entry} * a.heads + head) * a.lse_rows + lse_row0 + q;
+    }
+    // Ordered dQ's semaphore of the 64 query rows from q: per sequence, head and block, so that
+    // no two sequences share one even where offsets out of order overlap their workspace rows
+    // (a shared one would count adds that never come).
+    __device__ std::int64_t semaphore(const BackwardArgs& a, int head, int q) const {
+        return (std::int64_t{index} * a.heads + head) * (a.semaphore_rows / 64) + q / 64;
     }
 };
 
@@ -116,8 +123,8 @@ __global__ void __launch_bounds__(128)
     }
     if (chunk != 0)
         return;
-    if (args.dq_semaphores != nullptr && at % 64 == 0)
-        args.dq_semaphores[at / 64] = 0;
+    if (args.dq_semaphores != nullptr && row % 64 == 0)
+        args.dq_semaphores[seq.semaphore(args, head, row)] = 0;
     const std::int64_t lse_at = seq.lse(args, head, row);
     args.d[at] = real ? sum - (args.d_lse != nullptr ? args.d_lse[lse_at] : 0.0f) : 0.0f;
     if (args.lse2 != nullptr)
@@ -186,6 +193,7 @@ struct UnusedRows {
     const std::int32_t* cu_seqlens;
     const std::int32_t* seqused;
     int batch;
+    int max_len;  // max_seqlen: BackwardSequence cuts a sequence there, and so does this
 };
 
 template <int D_Head, class T>
@@ -201,7 +209,7 @@ __global__ void __launch_bounds__(256)
             (u.cu_seqlens[mid] <= row ? lo : hi) = mid;
         }
         const Span s = sequence_span(u.cu_seqlens, u.seqused, 0, lo, u.rows);
-        if (row >= s.row0 && row < s.row0 + s.len)
+        if (row >= s.row0 && row < s.row0 + min(s.len, u.max_len))
             continue;
         T* at = static_cast<T*>(u.out) + head * u.stride.head + std::int64_t{row} * u.stride.seq;
 #pragma unroll
@@ -226,13 +234,14 @@ void launch_backward_preprocess_and_sinks(const BackwardArgs& args, Stream strea
     launch_backward_preprocess<dtype, D_Head>(args, stream);
     if (args.cu_seqlens_q != nullptr) {
         launch_zero_unused_rows<dtype, D_Head>({args.dq, args.dq_stride, args.total_q, args.heads,
-                                                args.cu_seqlens_q, nullptr, args.batch},
+                                                args.cu_seqlens_q, nullptr, args.batch, args.seq_q},
                                                stream);
         for (const auto& [out, stride] :
              {std::pair{args.dk, args.dk_stride}, std::pair{args.dv, args.dv_stride}}) {
-            launch_zero_unused_rows<dtype, D_Head>({out, stride, args.total_k, args.heads_kv,
-                                                    args.cu_seqlens_k, args.seqused_k, args.batch},
-                                                   stream);
+            launch_zero_unused_rows<dtype, D_Head>(
+                {out, stride, args.total_k, args.heads_kv, args.cu_seqlens_k, args.seqused_k,
+                 args.batch, args.seq_k},
+                stream);
         }
     }
     if (args.d_sinks != nullptr) {

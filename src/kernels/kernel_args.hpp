@@ -170,6 +170,9 @@ struct BackwardArgs {
     // whole query blocks; sm80: 1): sequence b's at cu_seqlens_q[b] rounded down plus b blocks.
     int lse_rows;
     int q_block;
+    // Ordered dQ's semaphores: one per 64 of these query rows a (sequence, head): q_rows dense,
+    // packed the longest sequence's in whole blocks.
+    int semaphore_rows;
 };
 
 }  // namespace flash_attention

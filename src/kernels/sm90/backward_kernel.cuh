@@ -126,7 +126,8 @@ struct QueryWalk {
     template <class Mask>
     __device__ static QueryWalk of(const BackwardArgs& a, const Mask& mask, int k0, int B_r,
                                    int B_c) {
-        return {QueryBlocks::of(mask, k0, min(k0 + B_c, mask.seq_k) - 1, B_r), a.heads / a.heads_kv};
+        return {QueryBlocks::of(mask, k0, min(k0 + B_c, mask.seq_k) - 1, B_r),
+                a.heads / a.heads_kv};
     }
     __device__ int per_head() const { return blocks.end - blocks.first; }
     __device__ int steps() const { return group * per_head(); }
@@ -187,7 +188,7 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
         if constexpr (ordered) {
             if (leader) {
                 const cuda::atomic_ref<int, cuda::thread_scope_device> semaphore(
-                    a.dq_semaphores[row0 / 64]);
+                    a.dq_semaphores[seq.semaphore(a, head, walk.block_of(i) * Tr::B_r)]);
                 const int before =
                     scheduler.adds_before(a, mask, key_block, walk.block_of(i), Tr::B_r, Tr::B_c);
                 while (semaphore.load(cuda::memory_order_acquire) != before) {
@@ -210,7 +211,8 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
             if (leader) {
                 tma::wait_stores_done();
                 cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-                cuda::atomic_ref<int, cuda::thread_scope_device>(a.dq_semaphores[row0 / 64])
+                cuda::atomic_ref<int, cuda::thread_scope_device>(
+                    a.dq_semaphores[seq.semaphore(a, head, walk.block_of(i) * Tr::B_r)])
                     .fetch_add(1, cuda::memory_order_release);
             }
         }
@@ -469,6 +471,15 @@ struct BackwardConsumer {
     }
 };
 
+// Zeros rows [first, Tile::rows) of a swizzled tile at shared address `tile`, Threads threads
+// sharing its 16-byte chunks.
+template <class Tile, int Threads>
+__device__ __forceinline__ void zero_tile_rows(std::uint32_t tile, int first, int thread) {
+    constexpr int chunks = Tile::cols / 8;  // 16 bytes each
+    for (int c = max(first, 0) * chunks + thread; c < Tile::rows * chunks; c += Threads)
+        ptx::st_shared_16(tile + Tile::chunk_offset(c / chunks, c % chunks), uint4{});
+}
+
 // Stores a warp's 16 rows of a 64 x d_head gradient, scaled and rounded to 16 bits, at rows
 // row0 + [0, 16) of a (seq, d_head) slice; rows from `rows` on are not stored.
 template <DType dtype, int NT>
@@ -576,11 +587,43 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     }
     ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
     smem.kv_full.wait(0);
+    const int consumer_thread = threadIdx.x - warpgroup_threads;
+    constexpr int consumer_threads = Tr::consumers * warpgroup_threads;
+    if constexpr (packable) {
+        // Rows past a packed sequence are another sequence's or nobody's (a buffer's unwritten
+        // tail may hold NaN): masking makes their P 0, but 0 · NaN in the GEMMs is NaN, so
+        // they are zeros in shared memory before any GEMM reads them, as the forward zeroes
+        // V's tail.
+        if (a.cu_seqlens_q != nullptr && k0 + Tr::B_c > seq.k_len) {
+            zero_tile_rows<typename Tr::KTile, consumer_threads>(ptx::smem_address(smem.k),
+                                                                 seq.k_len - k0, consumer_thread);
+            zero_tile_rows<typename Tr::KTile, consumer_threads>(ptx::smem_address(smem.v),
+                                                                 seq.k_len - k0, consumer_thread);
+            tma::fence_shared_to_async_proxy();
+            ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
+        }
+    }
     // A window with a softcap masks every step: with a masked and an unmasked copy of the step
     // the d_head 128 kernel spilled 224 bytes, with one 16 (ptxas, CUDA 13.0).
     constexpr bool always_masked = Softcap && std::is_same_v<Mask, BandMask>;
     for (int i = 0; i < walk.steps(); ++i) {
         const int block = walk.block_of(i);
+        if constexpr (packable) {
+            // The sequence's last query block: Q's and dO's rows past it zeroed likewise, once
+            // both have landed and before either consumer's first GEMM of the step.
+            if (a.cu_seqlens_q != nullptr && (block + 1) * Tr::B_r > seq.q_len) {
+                const RingSlot<Tr::stages> slot(i);
+                smem.q_full[slot.stage].wait(slot.parity);
+                smem.d_o_full[slot.stage].wait(slot.parity);
+                const int valid = seq.q_len - block * Tr::B_r;
+                zero_tile_rows<typename Tr::QTile, consumer_threads>(
+                    ptx::smem_address(smem.q[slot.stage]), valid, consumer_thread);
+                zero_tile_rows<typename Tr::QTile, consumer_threads>(
+                    ptx::smem_address(smem.d_o[slot.stage]), valid, consumer_thread);
+                tma::fence_shared_to_async_proxy();
+                ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+            }
+        }
         if (always_masked || walk.blocks.masked(block))
             c.template step<true, Softcap>(i, block * Tr::B_r, stats_row0(i + 1));
         else
