@@ -361,6 +361,12 @@ def test_varlen_gradients_match_reference(kind, case, deterministic):
         q = q * 2
     dout = randn(total_q, h, d, dtype=dtype)
     sinks = torch.randn(h, device="cuda") * 2 if with_sinks else None
+    # Rows no sequence uses hold NaN (a buffer's unwritten tail): nothing may reach the gradients.
+    q[-2:], dout[-2:], k[-2:], v[-2:] = float("nan"), float("nan"), float("nan"), float("nan")
+    for b in range(len(lens_k)):
+        if used is not None:
+            k[int(cu_k[b]) + used[b]:int(cu_k[b + 1])] = float("nan")
+            v[int(cu_k[b]) + used[b]:int(cu_k[b + 1])] = float("nan")
 
     def run():
         x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])

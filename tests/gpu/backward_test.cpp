@@ -389,9 +389,9 @@ HostTensor rows_of(const HostTensor& t, std::int64_t row0, std::int64_t len) {
 }
 
 // Packed sequences on every built backward config (both families): empty and one-token
-// sequences, keys cut by seqused_k, rows past the last offset; causal at both alignments, a
-// window, a softcap, GQA. Each sequence against the reference alone; rows no sequence uses get
-// zeros; the deterministic configs are bitwise stable.
+// sequences, keys cut by seqused_k, rows past the last offset (NaN in the inputs); causal at both
+// alignments, a window, a softcap, GQA. Each sequence against the reference alone; rows no
+// sequence uses get zeros; the deterministic configs are bitwise stable.
 TEST(Backward, VarlenMatchesReference) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
@@ -418,14 +418,35 @@ TEST(Backward, VarlenMatchesReference) {
             }
             const std::int64_t total_q = cu_q.back() + 2, total_k = cu_k.back() + 2;
             const int d = config.d_head;
-            const HostTensor q =
-                HostTensor::random_normal(config.dtype, 1, total_q, heads, d, seed);
-            const HostTensor k =
-                HostTensor::random_normal(config.dtype, 1, total_k, heads_kv, d, seed + 1);
-            const HostTensor v =
-                HostTensor::random_normal(config.dtype, 1, total_k, heads_kv, d, seed + 2);
-            const HostTensor d_o =
-                HostTensor::random_normal(config.dtype, 1, total_q, heads, d, seed + 3);
+            // Rows no sequence uses hold NaN (a buffer's unwritten tail): nothing may reach the
+            // gradients from them.
+            const auto with_nan_rows = [&](HostTensor t, const std::vector<std::int32_t>& cu,
+                                           bool keys) {
+                const std::uint16_t nan = config.dtype == fa::DType::BF16 ? 0x7FC0 : 0x7E00;
+                const std::int64_t row = t.heads * t.d_head;
+                for (std::int64_t r = 0; r < t.seq; ++r) {
+                    bool used = false;
+                    for (std::int64_t b = 0; b < batch; ++b) {
+                        const std::int64_t len =
+                            keys && !c.used.empty() ? c.used[b] : cu[b + 1] - cu[b];
+                        used = used || (r >= cu[b] && r < cu[b] + len);
+                    }
+                    if (!used)
+                        std::fill_n(t.bits.begin() + r * row, row, nan);
+                }
+                return HostTensor::from_bits(t.dtype, t.batch, t.seq, t.heads, t.d_head, t.bits);
+            };
+            const HostTensor q = with_nan_rows(
+                HostTensor::random_normal(config.dtype, 1, total_q, heads, d, seed), cu_q, false);
+            const HostTensor k = with_nan_rows(
+                HostTensor::random_normal(config.dtype, 1, total_k, heads_kv, d, seed + 1), cu_k,
+                true);
+            const HostTensor v = with_nan_rows(
+                HostTensor::random_normal(config.dtype, 1, total_k, heads_kv, d, seed + 2), cu_k,
+                true);
+            const HostTensor d_o = with_nan_rows(
+                HostTensor::random_normal(config.dtype, 1, total_q, heads, d, seed + 3), cu_q,
+                false);
             DeviceTensor dev_q = DeviceTensor::upload(q), dev_k = DeviceTensor::upload(k);
             DeviceTensor dev_v = DeviceTensor::upload(v), dev_d_o = DeviceTensor::upload(d_o);
             DeviceTensor dev_o = DeviceTensor::empty_like(q), dev_dq = DeviceTensor::empty_like(q);
