@@ -141,12 +141,6 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     before any work. deterministic=True: bitwise-identical gradients from run to run, as in
     flash_attn.
     """
-    if dropout_p:
-        raise NotImplementedError(
-            f"dropout_p: expected 0.0 (flash_attention_scratch has no attention dropout yet), got {dropout_p!r}")
-    if alibi_slopes is not None:
-        raise NotImplementedError("alibi_slopes: expected None (flash_attention_scratch has no ALiBi bias), "
-                                  "got a value")
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_func needs PyTorch, which is not installed")
     return _ops.flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,

@@ -274,14 +274,20 @@ def _forward_setup(ctx, inputs, output, saves_output):
 _SINKS_ARGUMENT = 9  # the forward ops' sinks: after q, k, v, scale, causal, config and the window and softcap
 
 
+def _incoming(dout, dlse, out):
+    """The backward's dout: zeros where only the LSE reaches the loss; None where nothing does."""
+    if dout is None and dlse is None:
+        return None
+    return torch.zeros_like(out) if dout is None else dout
+
+
 def _gradients(ctx, q, k, v, sinks, out, lse, dout, dlse):
     # One per argument autograd saw: q, k, v, softmax_scale, causal, config and those of
     # window_left, window_right, softcap, sinks, deterministic that were passed.
     n_inputs = len(ctx.needs_input_grad)
-    if dout is None and dlse is None:
+    dout = _incoming(dout, dlse, out)
+    if dout is None:
         return (None,) * n_inputs
-    if dout is None:  # only the LSE reaches the loss
-        dout = torch.zeros_like(out)
     need = ctx.needs_input_grad
     # The main kernels need no sinks (the LSE includes them): pass them only for their gradient.
     train_sinks = sinks is not None and need[_SINKS_ARGUMENT]
@@ -387,6 +393,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    _check_flash_attn_extras(dropout_p, alibi_slopes)
     # flash_attn's reading of the window: a side of at least seq_k keys is unbounded, causal
     # sets the right side to 0, and (-1, 0) is causal masking (ours then runs the plain causal
     # kernels, whose backward exists).
@@ -578,10 +585,9 @@ def _varlen_setup(ctx, inputs, output):
 def _varlen_backward(ctx, dout, dlse):
     q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks = ctx.saved_tensors
     n_inputs = len(ctx.needs_input_grad)
-    if dout is None and dlse is None:
+    dout = _incoming(dout, dlse, out)
+    if dout is None:
         return (None,) * n_inputs
-    if dout is None:  # only the LSE reaches the loss
-        dout = torch.zeros_like(out)
     need = ctx.needs_input_grad
     train_sinks = ctx.has_sinks and need[_VARLEN_SINKS_ARGUMENT]
     softcap, window_left, window_right = ctx.variants
