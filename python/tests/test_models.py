@@ -14,6 +14,7 @@ one token of 192 flipped either way, docs/PERF.md), keep its logits within twice
 implementation's distance from eager (the FlashAttention rule), and be far closer to eager
 than the same kernel with the variants left out (so the test can fail)."""
 
+import copy
 import math
 
 import pytest
@@ -223,8 +224,12 @@ def test_training_agrees_with_eager(family):
 
 def test_left_padded_batch_trains_as_eager():
     """A training step on a left-padded batch through the adapter (packed for forward_varlen,
-    whose backward runs): the loss on the kept tokens and every parameter's gradient as close
-    to eager's as SDPA's are (twice their distance, plus a small slack), every gradient finite."""
+    whose backward runs), by the FlashAttention rule: the loss on the kept tokens and every
+    parameter's gradient within twice eager bf16's distance from the same model in float64
+    (SDPA: eager's float64 run turns its fully padded rows into NaN), plus a small slack; every
+    gradient finite. A step on SDPA in bf16 sat as close to float64 as eager's is far from it
+    (on the H200, 2026-12-02, 0.00047 from eager's gradients against ours' 0.0098; on a CPU,
+    float64 stand-ins for the kernels, 0.0087 from eager for both), so SDPA is no naive bound."""
     name = adapter.register()
     config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, head_dim=64,
@@ -232,6 +237,7 @@ def test_left_padded_batch_trains_as_eager():
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config).to(device="cuda", dtype=torch.bfloat16).train()
+    exact = copy.deepcopy(model).double()
     lengths = [200, 131, 64, 1]
     ids = torch.randint(0, 512, (4, 200), device="cuda", generator=torch.Generator("cuda").manual_seed(4))
     mask = torch.zeros(4, 200, dtype=torch.long, device="cuda")
@@ -239,21 +245,23 @@ def test_left_padded_batch_trains_as_eager():
         mask[b, 200 - n:] = 1
     labels = ids.masked_fill(mask == 0, -100)
     results = {}
-    for impl in ("eager", "sdpa", name):
-        use(model, impl)
-        model.zero_grad(set_to_none=True)
-        loss = model(ids, attention_mask=mask, labels=labels).loss
+    for label, m, impl in (("float64", exact, "sdpa"), ("eager", model, "eager"), ("ours", model, name)):
+        use(m, impl)
+        m.zero_grad(set_to_none=True)
+        loss = m(ids, attention_mask=mask, labels=labels).loss
         loss.backward()
-        results[impl] = (loss.item(), {n: p.grad.float().clone() for n, p in model.named_parameters()})
-    eager_loss, eager_grads = results["eager"]
+        results[label] = (loss.item(), {n: p.grad.double().clone() for n, p in m.named_parameters()})
+    exact_loss, exact_grads = results["float64"]
 
-    def distance(impl):
-        loss, grads = results[impl]
-        return abs(loss - eager_loss), max((g - eager_grads[n]).abs().max().item() for n, g in grads.items())
+    def error(label):
+        loss, grads = results[label]
+        return abs(loss - exact_loss), max((g - exact_grads[n]).abs().max().item() for n, g in grads.items())
 
-    ours, sdpa = distance(name), distance("sdpa")
-    print(f"padded training step: |loss - eager's| ours {ours[0]:.3g}, SDPA {sdpa[0]:.3g}; max |grad - eager's| "
-          f"ours {ours[1]:.3g}, SDPA {sdpa[1]:.3g}")
-    assert all(g.isfinite().all() for g in results[name][1].values())
-    assert ours[0] <= 2 * sdpa[0] + 1e-3
-    assert ours[1] <= 2 * sdpa[1] + 1e-3
+    ours, naive = error("ours"), error("eager")
+    largest = max(g.abs().max().item() for g in exact_grads.values())
+    print(f"padded training step against float64: |loss error| ours {ours[0]:.3g}, eager bf16 {naive[0]:.3g}; "
+          f"max |grad error| ours {ours[1]:.3g}, eager bf16 {naive[1]:.3g} (max |grad| {largest:.3g})")
+    assert all(g.isfinite().all() for g in results["ours"][1].values())
+    eps = torch.finfo(torch.bfloat16).eps
+    assert ours[0] <= 2 * naive[0] + eps * abs(exact_loss)
+    assert ours[1] <= 2 * naive[1] + eps * largest

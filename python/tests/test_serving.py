@@ -144,8 +144,10 @@ def test_inputs_that_require_grad_are_refused():
     kc = randn(2, 256, 2, 128, dtype=torch.bfloat16)
     with pytest.raises(NotImplementedError, match="q: expected a tensor that does not require grad"):
         fa.forward_kvcache(q, kc, kc.clone(), cache_seqlens=3)
+    # Packed sequences train; paged ones (a cache: one page of 256 rows a sequence) do not.
     with pytest.raises(NotImplementedError, match="q: expected a tensor that does not require grad"):
-        fa.forward_varlen(q[:, 0], kc[0], kc[0].clone(), torch.tensor([0, 1, 2], dtype=torch.int32, device="cuda"),
-                          torch.tensor([0, 100, 256], dtype=torch.int32, device="cuda"), 1, 156)
+        fa.forward_varlen(q[:, 0], kc, kc.clone(), torch.tensor([0, 1, 2], dtype=torch.int32, device="cuda"), None,
+                          1, 156, seqused_k=torch.tensor([100, 156], dtype=torch.int32, device="cuda"),
+                          block_table=torch.tensor([[0], [1]], dtype=torch.int32, device="cuda"))
     with torch.no_grad():  # allowed without grad mode, as forward() is
         fa.forward_kvcache(q, kc, kc.clone(), cache_seqlens=3)
