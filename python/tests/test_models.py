@@ -71,6 +71,13 @@ def torch_attention(module, query, key, value, attention_mask, scaling=None, dro
     return (p.to(value.dtype) @ v).transpose(1, 2).contiguous(), None
 
 
+def float32_attention(module, query, key, value, attention_mask, **kwargs):
+    """A reference more accurate than eager: the same attention with q, k and v in float32,
+    the output rounded to the model's dtype."""
+    out, _ = torch_attention(module, query.float(), key.float(), value.float(), attention_mask, **kwargs)
+    return out.to(value.dtype), None
+
+
 def register(name, fn):
     """A test implementation, with the adapter's mask function (None: the batches have no padding)."""
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, flash_attention_mask
@@ -177,18 +184,21 @@ def test_left_padded_batch_agrees_with_eager():
 def test_training_agrees_with_eager(family):
     """50 AdamW steps from the same initialisation on the same batches (4 x 128 tokens of the
     first 64 of the vocabulary, whose second half repeats the first, so that the loss falls
-    within 50 steps and attention matters), through the adapter, through
-    eager and through the second PyTorch implementation: ours' loss curve stays as close to
-    eager's as the other implementation's does (twice its largest distance, plus 0.02), every
-    gradient of ours is finite, and at the first step the model without its variants is
-    farther from eager than ours (so the test can fail)."""
+    within 50 steps and attention matters), through the adapter, through eager, through the
+    second PyTorch implementation and through attention in float32. Ours' loss curve stays
+    within the spread of the two reference backends, eager and float32 (its largest distance
+    from float32's at most eager's), and as close to eager's as the second implementation's
+    (twice its largest distance, plus 0.02: for Llama that implementation is eager's own
+    arithmetic, at distance 0); every gradient of ours is finite, and at the first step the
+    model without its variants is farther from eager than ours (so the test can fail)."""
     ours = adapter.register()
     register("torch_reference", torch_attention)
+    register("float32", float32_attention)
     register("without_variants", without_variants)
     generator = torch.Generator("cuda").manual_seed(3)
     half = torch.randint(0, 64, (50, 4, 64), device="cuda", generator=generator)
     batches = torch.cat([half, half], dim=-1)
-    names = ["eager", "torch_reference", ours] + (["without_variants"] if family != "llama" else [])
+    names = ["eager", "torch_reference", "float32", ours] + (["without_variants"] if family != "llama" else [])
     curves = {}
     for name in names:
         model = make_model(family).train()
@@ -207,15 +217,17 @@ def test_training_agrees_with_eager(family):
         curves[name] = losses
     eager = curves["eager"]
 
-    def distance(name):
-        return max(abs(a - b) for a, b in zip(curves[name], eager))
+    def distance(name, to="eager"):
+        return max(abs(a - b) for a, b in zip(curves[name], curves[to]))
 
-    print(f"{family}: loss {eager[0]:.4f} -> {eager[-1]:.4f} (eager); max |loss - eager| over 50 steps: ours "
-          f"{distance(ours):.4g}, PyTorch {distance('torch_reference'):.4g}; first step: ours "
+    print(f"{family}: loss {eager[0]:.4f} -> {eager[-1]:.4f} (eager); max |loss - float32's| over 50 steps: ours "
+          f"{distance(ours, 'float32'):.4g}, eager {distance('eager', 'float32'):.4g}; max |loss - eager| over 50 "
+          f"steps: ours {distance(ours):.4g}, PyTorch {distance('torch_reference'):.4g}; first step: ours "
           f"{abs(curves[ours][0] - eager[0]):.3g}, PyTorch {abs(curves['torch_reference'][0] - eager[0]):.3g}"
           + (f", without the variants {abs(curves['without_variants'][0] - eager[0]):.3g}"
              if "without_variants" in curves else ""))
     assert eager[-1] < eager[0] - 1.0, "the model did not train"
+    assert distance(ours, "float32") <= distance("eager", "float32")
     assert distance(ours) <= 2 * distance("torch_reference") + 0.02
     if "without_variants" in curves:
         first = abs(curves[ours][0] - eager[0])
