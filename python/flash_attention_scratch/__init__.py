@@ -26,9 +26,10 @@ The attention variants of today's models take flash_attn's and FlashAttention-4'
 arguments on every entry point: `window_size=(left, right)` (sliding window, -1
 unbounded, aligned like causal), `softcap=` (Gemma-2's logit softcap, 0 off) and
 `learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)). All three train, alone or
-together. forward_varlen and forward_kvcache have no backward pass yet: with an input that
-requires grad under grad mode they raise NotImplementedError before any work rather than
-return an output that silently drops the gradient.
+together. forward_varlen and flash_attn_varlen_func (packed sequences) train too. A KV cache is
+inference's: forward_kvcache, and forward_varlen with a block_table, have no backward pass; with
+an input that requires grad under grad mode they raise NotImplementedError before any work
+rather than return an output that silently drops the gradient.
 """
 
 from ._C import DType, Family, KernelConfig
