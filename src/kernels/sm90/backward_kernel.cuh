@@ -131,9 +131,20 @@ struct QueryWalk {
     }
     __device__ int per_head() const { return blocks.end - blocks.first; }
     __device__ int steps() const { return group * per_head(); }
-    // Step i's query head (within the group) and block.
-    __device__ int head_of(int i) const { return i / per_head(); }
-    __device__ int block_of(int i) const { return blocks.first + i % per_head(); }
+
+    // A step's query head (within the group) and block, advanced step by step: a division of
+    // the step's index by per_head() took the consumers about 40 instructions of a step's ~480
+    // (SASS, d_head 128, CUDA 13.0).
+    struct Step {
+        int head, block;
+        __device__ void advance(const QueryWalk& walk) {
+            if (++block == walk.blocks.end) {
+                block = walk.blocks.first;
+                ++head;
+            }
+        }
+    };
+    __device__ Step first() const { return {0, blocks.first}; }
 };
 
 // The producer's thread: K and V once, then every step's Q and dO.
@@ -147,10 +158,11 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
                                        smem.kv_full);
     tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
                                        smem.kv_full);
-    for (int i = 0; i < walk.steps(); ++i) {
+    QueryWalk::Step at = walk.first();
+    for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
         const RingSlot<Tr::stages> slot(i);
-        const int head = kv_head * walk.group + walk.head_of(i);
-        const int q0 = seq.q_row0 + walk.block_of(i) * Tr::B_r;
+        const int head = kv_head * walk.group + at.head;
+        const int q0 = seq.q_row0 + at.block * Tr::B_r;
         smem.q_empty[slot.stage].wait(slot.parity ^ 1);
         smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes);
         tma::load_tile<typename Tr::QTile>(smem.q[slot.stage], &launch.maps.q, q0, head, batch,
@@ -175,22 +187,23 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
                                        const BackwardSequence& seq, int key_block, int kv_head) {
     constexpr bool ordered = Tr::ordered_dq;
     const bool leader = threadIdx.x % warp_size == 0;
-    for (int i = 0; i < walk.steps(); ++i) {
+    QueryWalk::Step at = walk.first();
+    for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
         if (leader && !ordered)
             tma::wait_stores_read();  // ordered: completed at the end of the last step
         __syncwarp();
 #pragma unroll
         for (int w = 0; w < Tr::consumers; ++w)
             ptx::named_barrier_arrive(Tr::dq_empty_barrier(w), Tr::dq_barrier_threads);
-        const int head = kv_head * walk.group + walk.head_of(i);
-        const std::int64_t row0 = seq.ws(a, head, walk.block_of(i) * Tr::B_r);
+        const int head = kv_head * walk.group + at.head;
+        const std::int64_t row0 = seq.ws(a, head, at.block * Tr::B_r);
         float* block = a.dq_accum + row0 * Tr::d_head;
         if constexpr (ordered) {
             if (leader) {
                 const cuda::atomic_ref<int, cuda::thread_scope_device> semaphore(
-                    a.dq_semaphores[seq.semaphore(a, head, walk.block_of(i) * Tr::B_r)]);
+                    a.dq_semaphores[seq.semaphore(a, head, at.block * Tr::B_r)]);
                 const int before =
-                    scheduler.adds_before(a, mask, key_block, walk.block_of(i), Tr::B_r, Tr::B_c);
+                    scheduler.adds_before(a, mask, key_block, at.block, Tr::B_r, Tr::B_c);
                 while (semaphore.load(cuda::memory_order_acquire) != before) {
                 }
                 // The earlier blocks' reduces, seen through the acquire, before ours.
@@ -212,7 +225,7 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
                 tma::wait_stores_done();
                 cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
                 cuda::atomic_ref<int, cuda::thread_scope_device>(
-                    a.dq_semaphores[seq.semaphore(a, head, walk.block_of(i) * Tr::B_r)])
+                    a.dq_semaphores[seq.semaphore(a, head, at.block * Tr::B_r)])
                     .fetch_add(1, cuda::memory_order_release);
             }
         }
@@ -573,16 +586,13 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     };
     zero(c.dk);
     zero(c.dv);
-    // Step i's first row in the preprocess's per-row arrays; -1 past the walk.
-    const auto stats_row0 = [&](int i) -> std::int64_t {
-        if (i >= walk.steps())
-            return -1;
-        const int head = tile.kv_head * walk.group + walk.head_of(i);
-        return seq.ws(a, head, walk.block_of(i) * Tr::B_r);
+    // A step's first row in the preprocess's per-row arrays.
+    const auto stats_row0 = [&](QueryWalk::Step at) {
+        return seq.ws(a, tile.kv_head * walk.group + at.head, at.block * Tr::B_r);
     };
     if (walk.steps() > 0) {
         StepStats<Tr> first;
-        first.load(a, stats_row0(0), threadIdx.x - warpgroup_threads);
+        first.load(a, stats_row0(walk.first()), threadIdx.x - warpgroup_threads);
         first.store(smem.stats[0], threadIdx.x - warpgroup_threads);
     }
     ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
@@ -606,8 +616,13 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     // A window with a softcap masks every step: with a masked and an unmasked copy of the step
     // the d_head 128 kernel spilled 224 bytes, with one 16 (ptxas, CUDA 13.0).
     constexpr bool always_masked = Softcap && std::is_same_v<Mask, BandMask>;
-    for (int i = 0; i < walk.steps(); ++i) {
-        const int block = walk.block_of(i);
+    QueryWalk::Step at = walk.first();
+    for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
+        const int block = at.block;
+        // The next step's rows, whose statistics this step stages; -1 past the walk.
+        QueryWalk::Step next = at;
+        next.advance(walk);
+        const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(next) : -1;
         if constexpr (packable) {
             // The sequence's last query block: Q's and dO's rows past it zeroed likewise, once
             // both have landed and before either consumer's first GEMM of the step.
@@ -625,9 +640,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
             }
         }
         if (always_masked || walk.blocks.masked(block))
-            c.template step<true, Softcap>(i, block * Tr::B_r, stats_row0(i + 1));
+            c.template step<true, Softcap>(i, block * Tr::B_r, next_row0);
         else
-            c.template step<false, Softcap>(i, block * Tr::B_r, stats_row0(i + 1));
+            c.template step<false, Softcap>(i, block * Tr::B_r, next_row0);
     }
 
     // dK = scale · dSᵀ·Q and dV, this warp's 16 rows.
