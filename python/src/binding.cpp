@@ -206,6 +206,25 @@ fa::AttentionOptions options_of(std::optional<float> scale, int causal, nb::hand
         .variants = {window_left, window_right, softcap, reinterpret_cast<const float*>(sinks)}};
 }
 
+// The backward's options and gradient arguments, dense or packed (BackwardParams,
+// VarlenBackwardParams): the options with the forward's LSE, which the backward requires, of
+// `rows` floats (its shape as `lse_shape` says), and dLSE, determinism and dsinks.
+template <class Params>
+void set_backward_arguments(Params& p, std::optional<float> scale, int causal, nb::handle lse,
+                            std::size_t rows, const char* lse_shape, int window_left,
+                            int window_right, float softcap, std::uintptr_t sinks, nb::handle d_lse,
+                            bool deterministic, std::uintptr_t d_sinks) {
+    p.options = options_of(scale, causal, lse, rows, window_left, window_right, softcap, sinks);
+    if (p.options.lse == nullptr) {
+        throw fa::Error(fa::ErrorCode::invalid_argument,
+                        std::string("lse: expected the forward's log-sum-exp (float32 ") +
+                            lse_shape + "), got None");
+    }
+    p.d_lse = lse_pointer(d_lse, rows, "dlse");
+    p.deterministic = deterministic;
+    p.d_sinks = reinterpret_cast<float*>(d_sinks);
+}
+
 // A paged cache's table from the Python layer's address (0: not paged) and its shape.
 std::optional<fa::PageTable> page_table(std::uintptr_t block_table, std::int64_t max_pages,
                                         std::int64_t row_stride) {
@@ -375,17 +394,10 @@ NB_MODULE(_C, m) {
             p.batch = batch;
             p.max_seqlen_q = max_seqlen_q;
             p.max_seqlen_k = max_seqlen_k;
-            const auto rows = static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]);
-            p.options =
-                options_of(scale, causal, lse, rows, window_left, window_right, softcap, sinks);
-            if (p.options.lse == nullptr) {
-                throw fa::Error(fa::ErrorCode::invalid_argument,
-                                "lse: expected the forward's log-sum-exp (float32 (heads, "
-                                "total_q)), got None");
-            }
-            p.d_lse = lse_pointer(d_lse, rows, "dlse");
-            p.deterministic = deterministic;
-            p.d_sinks = reinterpret_cast<float*>(d_sinks);
+            set_backward_arguments(p, scale, causal, lse,
+                                   static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]),
+                                   "(heads, total_q)", window_left, window_right, softcap, sinks,
+                                   d_lse, deterministic, d_sinks);
             fa::backward_varlen(p, reinterpret_cast<fa::Stream>(stream));
         },
         nb::arg("dout"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"),
@@ -442,17 +454,11 @@ NB_MODULE(_C, m) {
             fa::BackwardParams p{view_of(q, "q"),     view_of(k, "k"),      view_of(v, "v"),
                                  view_of(out, "out"), view_of(d_o, "dout"), view_of(dq, "dq"),
                                  view_of(dk, "dk"),   view_of(dv, "dv")};
-            const auto rows = static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]);
-            p.options =
-                options_of(scale, causal, lse, rows, window_left, window_right, softcap, sinks);
-            if (p.options.lse == nullptr) {
-                throw fa::Error(fa::ErrorCode::invalid_argument,
-                                "lse: expected the forward's log-sum-exp (float32 (batch, heads, "
-                                "seq_q)), got None");
-            }
-            p.d_lse = lse_pointer(d_lse, rows, "dlse");
-            p.deterministic = deterministic;
-            p.d_sinks = reinterpret_cast<float*>(d_sinks);
+            set_backward_arguments(
+                p, scale, causal, lse,
+                static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]),
+                "(batch, heads, seq_q)", window_left, window_right, softcap, sinks, d_lse,
+                deterministic, d_sinks);
             const auto s = reinterpret_cast<fa::Stream>(stream);
             if (config) {
                 fa::backward(p, *config, s);
