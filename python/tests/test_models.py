@@ -149,21 +149,29 @@ def test_model_logits_agree_with_eager(family):
     assert diff_without > max(diff[ours], diff["torch_reference"]), "the variants barely change the logits"
 
 
+def left_padded_llama(layers, seed, device="cuda"):
+    """A small Llama-style model (GQA 4/2, bf16, eager attention until use() says otherwise)
+    and a left-padded batch of 4 x 200 token ids (kept lengths 200, 131, 64, 1) with its
+    (batch, keys) padding mask."""
+    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512,
+                                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                                      head_dim=64, max_position_embeddings=256)
+    config._attn_implementation = "eager"
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).to(device=device, dtype=torch.bfloat16)
+    ids = torch.randint(0, 512, (4, 200), device=device, generator=torch.Generator(device).manual_seed(seed))
+    mask = torch.zeros(4, 200, dtype=torch.long, device=device)
+    for b, n in enumerate([200, 131, 64, 1]):
+        mask[b, 200 - n:] = 1
+    return model, ids, mask
+
+
 def test_left_padded_batch_agrees_with_eager():
     """Batched generation's prefill: a left-padded batch through the adapter (packed for
     forward_varlen) against eager and SDPA with the same padding mask, on the kept tokens."""
     name = adapter.register()
-    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                                      max_position_embeddings=256)
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(device="cuda", dtype=torch.bfloat16).eval()
-    lengths = [200, 131, 64, 1]
-    ids = torch.randint(0, 512, (4, 200), device="cuda", generator=torch.Generator("cuda").manual_seed(2))
-    mask = torch.zeros(4, 200, dtype=torch.long, device="cuda")
-    for b, n in enumerate(lengths):
-        mask[b, 200 - n:] = 1
+    model, ids, mask = left_padded_llama(layers=4, seed=2)
+    model.eval()
     kept = mask.bool()
     logits = {}
     with torch.no_grad():
@@ -246,18 +254,9 @@ def test_left_padded_batch_trains_as_eager():
     (on the H200, 2026-12-02, 0.00047 from eager's gradients against ours' 0.0098; on a CPU,
     float64 stand-ins for the kernels, 0.0087 from eager for both), so SDPA is no naive bound."""
     name = adapter.register()
-    config = transformers.LlamaConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=64,
-                                      max_position_embeddings=256)
-    config._attn_implementation = "eager"
-    torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_config(config).to(device="cuda", dtype=torch.bfloat16).train()
+    model, ids, mask = left_padded_llama(layers=2, seed=4)
+    model.train()
     exact = copy.deepcopy(model).double()
-    lengths = [200, 131, 64, 1]
-    ids = torch.randint(0, 512, (4, 200), device="cuda", generator=torch.Generator("cuda").manual_seed(4))
-    mask = torch.zeros(4, 200, dtype=torch.long, device="cuda")
-    for b, n in enumerate(lengths):
-        mask[b, 200 - n:] = 1
     labels = ids.masked_fill(mask == 0, -100)
     results = {}
     for label, m, impl in (("float64", exact, "sdpa"), ("eager", model, "eager"), ("ours", model, name)):
