@@ -15,8 +15,9 @@
 //    TMA's bulk reduce-add (cp.reduce.async.bulk), from a staging buffer the consumers fill.
 //  - dQ conversion: the accumulator, scaled and rounded to 16 bits, into dQ.
 // FlashAttention-3's and -4's sm90 designs (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp,
-// flash_bwd_sm90.py) are the references: the same GEMM split as FlashAttention-4's d_head 128
-// configuration (Sᵀ split over the consumers' keys, dQ over d_head's columns).
+// flash_bwd_sm90.py) are the references: the same GEMM split as their d_head 128 configurations
+// (Sᵀ split over the consumers' keys, dQ over d_head's columns; dQ transposed at 80 queries a
+// step, their non-causal one).
 
 #include <cstddef>
 #include <cstdint>

@@ -121,8 +121,8 @@ inline constexpr bool wgmma_n_wrapped = false;
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A and B in shared
 // memory — PTX ISA "wgmma.mma_async": D (64 x N fp32, m16n8 accumulator tiles per warp)
-// += A (64 x 16) · B (16 x N). A and B are K-major unless TransA (A MN-major: the backward's
-// dS, stored as dSᵀ) and TransB. accumulate = false: D = A·B.
+// += A (64 x 16) · B (16 x N). A and B are K-major unless TransA (A MN-major: K as the A of
+// the backward's dQᵀ = Kᵀ·dSᵀ) and TransB. accumulate = false: D = A·B.
 // N: the values below (space::k_wgmma_n says which B_c the configs may use).
 template <DType dtype, int N, bool TransB, bool TransA = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a,
