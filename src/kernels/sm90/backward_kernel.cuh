@@ -57,7 +57,13 @@ struct BackwardTraits {
     static constexpr bool ordered_dq = C.sm90.ordered_dq;
     static constexpr int threads = C.n_threads();
     static constexpr int consumers = consumer_warpgroups(C);
-    static_assert(B_c == 64 * consumers, "64 keys a consumer warpgroup");
+    // Consumers of 64 keys each; or, d_head 256 (whose dK and dV, 64 x 256 fp32 each, a
+    // consumer cannot hold), every consumer on the CTA's 64 keys: each computes the same Sᵀ and
+    // dPᵀ and holds dK and dV for head_cols of d_head's columns.
+    static constexpr bool split_head = B_c == 64 && consumers > 1;
+    static_assert(B_c == 64 * consumers || split_head, "64 keys a consumer warpgroup");
+    static constexpr int head_cols = split_head ? d_head / consumers : d_head;  // of dK, dV
+    static constexpr int key_rows_of(int consumer) { return split_head ? 0 : 64 * consumer; }
     // dQ (B_r x d_head) over the consumers. B_r a multiple of 64: dQ = dS·K, 64-row groups of
     // queries, then d_head's columns. Otherwise (80) the transpose, dQᵀ = Kᵀ·dSᵀ, whose wgmma
     // takes 64 of d_head's columns as its M (a consumer's) and the step's queries as its N:
@@ -70,6 +76,8 @@ struct BackwardTraits {
                                 : consumers % dq_row_groups == 0 && dq_head_cols % 64 == 0,
                   "whole dQ sub-tiles");
     static constexpr int dq_floats = 64 * dq_n;  // a consumer's share of a step's dQ
+    // Whether dV's GEMM completes before dQ's is issued (registers: see the step).
+    static constexpr bool dv_before_dq = dq_transposed || split_head;
     // The producer warpgroup's two warps need few registers; the consumers hold dK and dV
     // (64 x d_head fp32 each) through the loop and Sᵀ and dPᵀ (64 x B_r) in each step.
     static constexpr int producer_registers = 24;
@@ -77,7 +85,9 @@ struct BackwardTraits {
 
     using QTile = Swizzle128Tile<B_r, d_head>;  // Q and dO
     using KTile = Swizzle128Tile<B_c, d_head>;  // K and V
-    using DsTile = Swizzle128Tile<B_r, B_c>;    // dS: queries x keys
+    // A consumer's head_cols of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
+    using QCols = Swizzle128Tile<B_r, head_cols>;
+    using DsTile = Swizzle128Tile<B_r, B_c>;  // dS: queries x keys
 
     struct Smem {
         alignas(1024) unsigned char k[KTile::bytes];
@@ -284,8 +294,8 @@ template <class Tr>
 struct BackwardConsumer {
     using Smem = typename Tr::Smem;
     static constexpr DType dtype = Tr::dtype;
-    static constexpr int s_tiles = Tr::B_r / 8;     // of Sᵀ and dPᵀ (n8 tiles of queries)
-    static constexpr int g_tiles = Tr::d_head / 8;  // of dK and dV
+    static constexpr int s_tiles = Tr::B_r / 8;        // of Sᵀ and dPᵀ (n8 tiles of queries)
+    static constexpr int g_tiles = Tr::head_cols / 8;  // of dK and dV
     static constexpr int dq_tiles = Tr::dq_n / 8;
     using QTile = typename Tr::QTile;
     using KTile = typename Tr::KTile;
@@ -320,7 +330,7 @@ struct BackwardConsumer {
         // dPᵀ spilled (ptxas, CUDA 13.0), and each tile's reads come with its use, as with a
         // softcap, whose Pᵀ fragments are live across dPᵀ's wait (early: 80 bytes spilled at
         // d_head 128, late: 40).
-        constexpr bool early = s_tiles <= 8 && !Softcap;
+        constexpr bool early = s_tiles <= 8 && !Softcap && !Tr::split_head;
         const auto column_pair = [&](const float* rows, int nt) {
             return *reinterpret_cast<const float2*>(rows + nt * 8 + 2 * (lane % 4));
         };
@@ -350,8 +360,12 @@ struct BackwardConsumer {
         const std::uint32_t ds_s = base + offsetof(Smem, ds) + (i % 2) * DsTile::bytes;
         // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B, or with
         // dq_transposed its A).
-        const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(consumer * 64);
-        const std::uint32_t v_rows = base + offsetof(Smem, v) + KTile::group_offset(consumer * 64);
+        const int key_rows = Tr::key_rows_of(consumer);
+        const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(key_rows);
+        const std::uint32_t v_rows = base + offsetof(Smem, v) + KTile::group_offset(key_rows);
+        // Its columns of Q and dO for dK and dV.
+        const std::uint32_t cols =
+            consumer * (Tr::head_cols / 64) * QTile::sub_tile_stride * Tr::split_head;
         const std::uint32_t k_dq =
             base + offsetof(Smem, k) +
             consumer / Tr::dq_row_groups * (Tr::dq_head_cols / 64) * KTile::sub_tile_stride;
@@ -429,9 +443,10 @@ struct BackwardConsumer {
         // dV += Pᵀ·dO, while dSᵀ goes to shared memory for dQ.
         ptx::fence_operands(dv[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, QTile, Tr::B_r>(dv[0], p[0], d_o_s);
+        warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
         ptx::wgmma_commit_group();
-        store_ds(ds, ds_s);
+        if (!Tr::split_head || consumer == 0)  // split_head: one copy of the same dS
+            store_ds(ds, ds_s);
         if (next_row0 >= 0)
             next.store(smem.stats[(i + 1) % 2], stats_thread);
         tma::fence_shared_to_async_proxy();
@@ -440,10 +455,43 @@ struct BackwardConsumer {
         // This consumer's share of dQ = dS·K (its 64 query rows, K read MN-major), or of dQᵀ =
         // Kᵀ·dSᵀ (its 64 d_head columns as rows, K read MN-major as A, dS K-major as B); then
         // dK += dSᵀ·Q.
-        // With dQ transposed (80 queries), dV's GEMM is waited for first: its Pᵀ fragments beside
-        // dQᵀ's accumulators took the step past the registers, and ptxas serialized the wgmmas.
-        if constexpr (Tr::dq_transposed)
+        // With dQ transposed (80 queries) or d_head 256's 128 columns of it, dV's GEMM is waited
+        // for first: its Pᵀ fragments beside dQ's accumulators took the step past the registers,
+        // and ptxas serialized the wgmmas (CUDA 13.0).
+        if constexpr (Tr::dv_before_dq)
             dv_done<0>(slot, p);
+        if constexpr (Tr::split_head) {
+            // d_head 256: dQ's 128 columns in two GEMMs of 64, each staged as it completes
+            // (64 accumulators at once beside dK and dV serialized ptxas's wgmmas).
+#pragma unroll
+            for (int part = 0; part < 2; ++part) {
+                float dq[1][dq_tiles / 2][4];
+                ptx::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
+                    ptx::wgmma_ss<dtype, Tr::dq_n / 2, true>(
+                        dq[0], DsTile::k_major(ds_s, kk),
+                        KTile::mn_major(k_dq + part * KTile::sub_tile_stride, kk), kk > 0);
+                }
+                ptx::wgmma_commit_group();
+                if (part == 1) {
+                    ptx::fence_operands(dk[0]);
+                    ptx::wgmma_fence();
+                    warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
+                    ptx::wgmma_commit_group();
+                    ptx::wgmma_wait<1>();
+                } else {
+                    ptx::wgmma_wait<0>();
+                }
+                ptx::fence_operands(dq[0]);
+                stage_dq(dq, part * dq_tiles / 2, part == 0, part == 1);
+            }
+            ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
+            ptx::fence_operands(dk[0]);
+            ptx::fence_operands(ds[0]);
+            release(smem.q_empty[slot.stage]);
+            return;
+        }
         float dq[1][dq_tiles][4];
         ptx::wgmma_fence();
 #pragma unroll
@@ -458,15 +506,15 @@ struct BackwardConsumer {
             }
         }
         ptx::wgmma_commit_group();
-        if constexpr (!Tr::dq_transposed)
+        if constexpr (!Tr::dv_before_dq)
             dv_done<1>(slot, p);  // dQ's GEMM still running
         ptx::fence_operands(dk[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, QTile, Tr::B_r>(dk[0], ds[0], q_s);
+        warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
         ptx::wgmma_commit_group();
         ptx::wgmma_wait<1>();  // dQ's GEMM
         ptx::fence_operands(dq[0]);
-        stage_dq(dq);
+        stage_dq(dq, 0, true, true);
         ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
         ptx::fence_operands(dk[0]);
         ptx::fence_operands(ds[0]);
@@ -503,17 +551,24 @@ struct BackwardConsumer {
 
     // This consumer's dQ share into its staging buffer once the dQ warp has handed it back, then
     // handed to the dQ warp.
-    __device__ __forceinline__ void stage_dq(const float (&dq)[1][dq_tiles][4]) const {
-        ptx::named_barrier_sync(Tr::dq_empty_barrier(consumer), Tr::dq_barrier_threads);
+    // (Tiles [first_tile, first_tile + NT) of the share; `first` waits for the buffer, `last`
+    // hands it over.)
+    template <int NT>
+    __device__ __forceinline__ void stage_dq(const float (&dq)[1][NT][4], int first_tile,
+                                             bool first, bool last) const {
+        if (first)
+            ptx::named_barrier_sync(Tr::dq_empty_barrier(consumer), Tr::dq_barrier_threads);
         float4* staging = reinterpret_cast<float4*>(smem.dq[consumer]);
         const int thread = threadIdx.x % warpgroup_threads;
 #pragma unroll
-        for (int nt = 0; nt < dq_tiles; ++nt) {
-            staging[dq_index(nt, thread, 0) / 4] =
+        for (int nt = 0; nt < NT; ++nt) {
+            staging[dq_index(first_tile + nt, thread, 0) / 4] =
                 float4{dq[0][nt][0], dq[0][nt][1], dq[0][nt][2], dq[0][nt][3]};
         }
-        tma::fence_shared_to_async_proxy();
-        ptx::named_barrier_arrive(Tr::dq_full_barrier(consumer), Tr::dq_barrier_threads);
+        if (last) {
+            tma::fence_shared_to_async_proxy();
+            ptx::named_barrier_arrive(Tr::dq_full_barrier(consumer), Tr::dq_barrier_threads);
+        }
     }
 
     // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
@@ -620,8 +675,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         .smem_base = ptx::smem_address(&smem),
         .consumer = consumer,
         .scale_log2 = a.scale_log2,
-        .mask = KeyRowQueries::of(mask, k0 + consumer * 64 + warp_in_warpgroup() * mma_m),
-        .first_key = k0 + consumer * 64 + warp_in_warpgroup() * mma_m,
+        .mask =
+            KeyRowQueries::of(mask, k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m),
+        .first_key = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m,
         .dq_row_group = consumer % Tr::dq_row_groups,
     };
     zero(c.dk);
@@ -685,20 +741,21 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
             c.template step<false, Softcap>(i, block * Tr::B_r, next_row0);
     }
 
-    // dK = scale · dSᵀ·Q and dV, this warp's 16 rows.
+    // dK = scale · dSᵀ·Q and dV, this warp's 16 rows (split_head: its consumer's columns).
     // The sequence read again rather than held across the loop (registers).
     const BackwardSequence out =
         packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
-    const int row0 = k0 + consumer * 64 + warp_in_warpgroup() * mma_m;
+    const int row0 = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
+    const int col0 = Tr::split_head ? consumer * Tr::head_cols : 0;
     store_gradient_rows<Tr::dtype>(c.dk, a.softmax_scale,
                                    static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
                                        tile.kv_head * a.dk_stride.head +
-                                       std::int64_t{out.k_row0} * a.dk_stride.seq,
+                                       std::int64_t{out.k_row0} * a.dk_stride.seq + col0,
                                    a.dk_stride.seq, row0, out.k_len);
     store_gradient_rows<Tr::dtype>(c.dv, 1.0f,
                                    static_cast<T*>(a.dv) + out.entry * a.dv_stride.batch +
                                        tile.kv_head * a.dv_stride.head +
-                                       std::int64_t{out.k_row0} * a.dv_stride.seq,
+                                       std::int64_t{out.k_row0} * a.dv_stride.seq + col0,
                                    a.dv_stride.seq, row0, out.k_len);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
