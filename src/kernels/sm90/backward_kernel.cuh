@@ -5,8 +5,9 @@
 //  - main kernel: one CTA per (key block, K/V head, batch) keeps its B_c rows of K and V in
 //    shared memory and walks every query block that sees them, for each query head of the K/V
 //    head (GQA sums dK and dV without expanding K and V). A producer warp streams Q and dO
-//    blocks through a `stages`-deep pipeline; each consumer warpgroup owns 64 keys and
-//    computes, with the keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
+//    blocks through a `stages`-deep pipeline; each consumer warpgroup owns 64 keys (d_head 256:
+//    both the CTA's 64, each with half of d_head's columns of dK and dV) and computes, with the
+//    keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
 //    straight from registers; each step's LSE and D rows staged in shared memory a step ahead):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
 //        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory; at
@@ -52,7 +53,7 @@ struct BackwardTraits {
     static constexpr DType dtype = C.dtype;
     static constexpr int d_head = C.d_head;
     static constexpr int B_r = C.B_r;  // queries a step: the N of Sᵀ's wgmma
-    static constexpr int B_c = C.B_c;  // keys a CTA, 64 a consumer (a wgmma's M)
+    static constexpr int B_c = C.B_c;  // keys a CTA, 64 a consumer (a wgmma's M) or shared
     static constexpr int stages = C.sm90.stages;
     static constexpr bool ordered_dq = C.sm90.ordered_dq;
     static constexpr int threads = C.n_threads();
@@ -78,8 +79,9 @@ struct BackwardTraits {
     static constexpr int dq_floats = 64 * dq_n;  // a consumer's share of a step's dQ
     // Whether dV's GEMM completes before dQ's is issued (registers: see the step).
     static constexpr bool dv_before_dq = dq_transposed || split_head;
+    static_assert(!split_head || dq_n == 128, "split_head: dQ's columns in two GEMMs of 64");
     // The producer warpgroup's two warps need few registers; the consumers hold dK and dV
-    // (64 x d_head fp32 each) through the loop and Sᵀ and dPᵀ (64 x B_r) in each step.
+    // (64 x head_cols fp32 each) through the loop and Sᵀ and dPᵀ (64 x B_r) in each step.
     static constexpr int producer_registers = 24;
     static constexpr int consumer_registers = flash_attention::consumer_registers(C);
 
@@ -289,7 +291,8 @@ struct StepStats {
     }
 };
 
-// A consumer warpgroup: 64 keys' dK and dV, accumulated over the walk.
+// A consumer warpgroup: 64 keys' dK and dV (split_head: head_cols of their columns),
+// accumulated over the walk.
 template <class Tr>
 struct BackwardConsumer {
     using Smem = typename Tr::Smem;
