@@ -120,18 +120,25 @@ constexpr std::array k_rules = {
          }},
     Rule{"backward_warpgroups", RuleKind::validity,
          "an sm90 backward kernel has one producer warpgroup and consumers of 64 keys each (B_c "
-         "= 64 x consumers, 8 or 12 warps), B_r 64 or 128 queries a step (the N of Sᵀ's wgmma), "
-         "split into 64-row groups of dQ that divide the consumers, each consumer's share of dQ "
-         "whole 64-column sub-tiles, and d_head 64 or 128",
+         "= 64 x consumers, 8 or 12 warps), B_r 64, 80 or 128 queries a step (the N of Sᵀ's "
+         "wgmma), and d_head 64 or 128; or, d_head 256, two consumers on the same 64 keys "
+         "(B_c 64, 12 warps, B_r 64), each with half of d_head's columns. B_r 64 and 128 split "
+         "dQ into 64-row groups that divide the consumers, each consumer's share whole 64-column "
+         "sub-tiles; B_r 80 computes dQᵀ, 64 of d_head's columns a consumer (d_head = 64 x "
+         "consumers), without ordered",
          [](const KernelConfig& c) {
              if (!sm90(c) || !c.backward)
                  return false;
              const int consumers = consumer_warpgroups(c);
+             if (c.d_head == 256)
+                 return c.n_warps != 12 || c.B_c != 64 || c.B_r != 64;
+             const bool shape = (c.n_warps == 8 || c.n_warps == 12) && c.B_c == 64 * consumers &&
+                                (c.d_head == 64 || c.d_head == 128);
+             if (c.B_r == 80)
+                 return !shape || c.d_head != 64 * consumers || c.sm90.ordered_dq;
              const int row_groups = c.B_r / 64;
-             return (c.n_warps != 8 && c.n_warps != 12) || c.B_c != 64 * consumers ||
-                    (c.B_r != 64 && c.B_r != 128) || consumers % row_groups != 0 ||
-                    (c.d_head * row_groups / consumers) % 64 != 0 ||
-                    (c.d_head != 64 && c.d_head != 128);
+             return !shape || (c.B_r != 64 && c.B_r != 128) || consumers % row_groups != 0 ||
+                    (c.d_head * row_groups / consumers) % 64 != 0;
          }},
     // sm80 family.
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
@@ -472,8 +479,8 @@ ValueSets tune_values_backward_sm90() {
     v.family = {Family::sm90};
     v.backward = {true};
     v.dtype = {DType::FP16, DType::BF16};
-    v.d_head = {64, 128};
-    v.B_r = {64, 128};
+    v.d_head = {64, 128, 256};
+    v.B_r = {64, 80, 128};
     v.B_c = {64, 128};
     v.n_warps = {8, 12};
     v.stages = {1, 2, 3};
@@ -520,7 +527,8 @@ std::vector<KernelConfig> release() {
 // one Q buffer under the dynamic schedule (the release holds the other dynamic tile
 // schedule's kernels), trimmed consumer blocks passing two GEMM turns a block (ping-pong
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
-// CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers).
+// CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
+// and the backward's 80-query step (dQ transposed) and d_head 256 (consumers on the same keys).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -534,6 +542,8 @@ std::vector<KernelConfig> ci() {
                "(BF16, 128, 192, 64, 16): sm90+stages_2+pingpong+persistent+dynamic+trim",
                "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim+"
                "streamk",
+               "(BF16, 128, 80, 128, 12): sm90+bwd+stages_2",
+               "(BF16, 256, 64, 64, 12): sm90+bwd+stages_1",
            }));
     return v;
 }
@@ -556,9 +566,11 @@ int estimated_registers(const KernelConfig& c) {
         return 0;
     if (c.family == Family::sm90 && c.backward) {
         // A consumer thread holds its 64 keys' dK and dV (64 x d_head fp32 each over 128
-        // threads) and a step's Sᵀ and dPᵀ (64 x B_r fp32 each), plus addresses and the
-        // columns' statistics. An estimate, not yet fitted to ptxas.
-        return c.d_head + c.B_r + 24;
+        // threads; d_head 256, half of its columns) and a step's Sᵀ and dPᵀ (64 x B_r fp32
+        // each), plus addresses and the columns' statistics. An estimate, not yet fitted to
+        // ptxas.
+        const int head_cols = c.d_head == 256 ? c.d_head / 2 : c.d_head;
+        return head_cols + c.B_r + 24;
     }
     if (c.family == Family::sm90) {
         // A consumer thread holds its share of the warpgroup's m64 tiles: O (64 x d_head

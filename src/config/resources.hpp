@@ -100,9 +100,10 @@ constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
 }
 
 // The sm90 backward kernel (sm90/backward_kernel.cuh), one struct: its B_c keys' K and V (64 a
-// consumer), `stages` Q and dO tiles of B_r queries, two dSᵀ tiles (B_c x B_r), dQ's fp32
-// staging (B_r x d_head), two steps' LSE and D rows (fp32) and the mbarriers, rounded up to the
-// struct's 1024-byte alignment; 1024 bytes more to align it (the 128-byte swizzle's period).
+// consumer, or d_head 256's 64 shared), `stages` Q and dO tiles of B_r queries, two dS tiles (B_r x
+// B_c), dQ's fp32 staging (B_r x d_head), two steps' LSE and D rows (fp32) and the mbarriers,
+// rounded up to the struct's 1024-byte alignment; 1024 bytes more to align it (the 128-byte
+// swizzle's period).
 constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
     const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
     const auto d = static_cast<std::size_t>(c.d_head);
@@ -114,9 +115,9 @@ constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
 
 // A backward call's workspace besides its tensors, in one allocation: D per query row and head
 // (sm80 and sm90), the LSE in base 2 and dQ's fp32 accumulator (sm90), and with ordered_dq a
-// semaphore per 64 query rows. The sm90 family's rows are padded to whole blocks of 128 queries
-// a head, so that every query block's rows start 16-byte aligned for its bulk copies; 4-byte
-// elements, each array's offset a multiple of 2 of them at least.
+// semaphore per 64 query rows. The sm90 family's rows are padded to whole blocks of queries a
+// head (backward_q_block), so that every query block's rows start 16-byte aligned for its bulk
+// copies; 4-byte elements, each array's offset a multiple of 2 of them at least.
 struct BackwardWorkspace {
     std::int64_t q_rows;  // rows a (batch, head)
     std::size_t d_floats, lse2_floats, dq_floats, semaphores;
@@ -125,9 +126,11 @@ struct BackwardWorkspace {
     }
 };
 // Query rows the workspace gives a sequence a whole multiple of (BackwardArgs::q_block): sm90's
-// blocks of up to 128 queries read their rows in whole blocks.
+// blocks of up to 128 queries read their rows in whole blocks (of 80: a multiple of 80).
 constexpr std::int64_t backward_q_block(const KernelConfig& c) {
-    return c.family == Family::sm90 ? 128 : 1;
+    if (c.family != Family::sm90)
+        return 1;
+    return c.B_r % 64 == 0 ? 128 : c.B_r;
 }
 // A packed call's semaphore rows a sequence (BackwardArgs::semaphore_rows): the longest
 // sequence's in whole blocks of 128.

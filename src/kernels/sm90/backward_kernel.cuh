@@ -5,17 +5,20 @@
 //  - main kernel: one CTA per (key block, K/V head, batch) keeps its B_c rows of K and V in
 //    shared memory and walks every query block that sees them, for each query head of the K/V
 //    head (GQA sums dK and dV without expanding K and V). A producer warp streams Q and dO
-//    blocks through a `stages`-deep pipeline; each consumer warpgroup owns 64 keys and
-//    computes, with the keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
+//    blocks through a `stages`-deep pipeline; each consumer warpgroup owns 64 keys (d_head 256:
+//    both the CTA's 64, each with half of d_head's columns of dK and dV) and computes, with the
+//    keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
 //    straight from registers; each step's LSE and D rows staged in shared memory a step ahead):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
-//        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory).
+//        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory; at
+//        80 queries a step, FlashAttention-4's d_head 128 non-causal step, dQᵀ = Kᵀ·dSᵀ).
 //    A second producer warp adds each step's dQ to an fp32 accumulator in global memory with
 //    TMA's bulk reduce-add (cp.reduce.async.bulk), from a staging buffer the consumers fill.
 //  - dQ conversion: the accumulator, scaled and rounded to 16 bits, into dQ.
 // FlashAttention-3's and -4's sm90 designs (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp,
-// flash_bwd_sm90.py) are the references: the same GEMM split as FlashAttention-4's d_head 128
-// configuration (Sᵀ split over the consumers' keys, dQ over d_head's columns).
+// flash_bwd_sm90.py) are the references: the same GEMM split as their d_head 128 configurations
+// (Sᵀ split over the consumers' keys, dQ over d_head's columns; dQ transposed at 80 queries a
+// step, their non-causal one).
 
 #include <cstddef>
 #include <cstdint>
@@ -50,32 +53,50 @@ struct BackwardTraits {
     static constexpr DType dtype = C.dtype;
     static constexpr int d_head = C.d_head;
     static constexpr int B_r = C.B_r;  // queries a step: the N of Sᵀ's wgmma
-    static constexpr int B_c = C.B_c;  // keys a CTA, 64 a consumer (a wgmma's M)
+    static constexpr int B_c = C.B_c;  // keys a CTA, 64 a consumer (a wgmma's M) or shared
     static constexpr int stages = C.sm90.stages;
     static constexpr bool ordered_dq = C.sm90.ordered_dq;
     static constexpr int threads = C.n_threads();
     static constexpr int consumers = consumer_warpgroups(C);
-    static_assert(B_c == 64 * consumers, "64 keys a consumer warpgroup");
-    // dQ (B_r x d_head) over the consumers: 64-row groups, then d_head's columns.
-    static constexpr int dq_row_groups = B_r / 64;
-    static constexpr int dq_cols = d_head * dq_row_groups / consumers;
-    static_assert(consumers % dq_row_groups == 0 && dq_cols % 64 == 0, "whole dQ sub-tiles");
-    static constexpr int dq_floats = 64 * dq_cols;  // a consumer's share of a step's dQ
+    // Consumers of 64 keys each; or, d_head 256 (whose dK and dV, 64 x 256 fp32 each, a
+    // consumer cannot hold), every consumer on the CTA's 64 keys: each computes the same Sᵀ and
+    // dPᵀ and holds dK and dV for head_cols of d_head's columns.
+    static constexpr bool split_head = B_c == 64 && consumers > 1;
+    static_assert(B_c == 64 * consumers || split_head, "64 keys a consumer warpgroup");
+    static constexpr int head_cols = split_head ? d_head / consumers : d_head;  // of dK, dV
+    static constexpr int key_rows_of(int consumer) { return split_head ? 0 : 64 * consumer; }
+    // dQ (B_r x d_head) over the consumers. B_r a multiple of 64: dQ = dS·K, 64-row groups of
+    // queries, then d_head's columns. Otherwise (80) the transpose, dQᵀ = Kᵀ·dSᵀ, whose wgmma
+    // takes 64 of d_head's columns as its M (a consumer's) and the step's queries as its N:
+    // wgmma's M is 64 rows, so 80 queries cannot be M.
+    static constexpr bool dq_transposed = B_r % 64 != 0;
+    static constexpr int dq_row_groups = dq_transposed ? 1 : B_r / 64;
+    static constexpr int dq_head_cols = dq_transposed ? 64 : d_head * dq_row_groups / consumers;
+    static constexpr int dq_n = dq_transposed ? B_r : dq_head_cols;  // N of dQ's wgmma
+    static_assert(dq_transposed ? d_head == 64 * consumers
+                                : consumers % dq_row_groups == 0 && dq_head_cols % 64 == 0,
+                  "whole dQ sub-tiles");
+    static constexpr int dq_floats = 64 * dq_n;  // a consumer's share of a step's dQ
+    // Whether dV's GEMM completes before dQ's is issued (registers: see the step).
+    static constexpr bool dv_before_dq = dq_transposed || split_head;
+    static_assert(!split_head || dq_n == 128, "split_head: dQ's columns in two GEMMs of 64");
     // The producer warpgroup's two warps need few registers; the consumers hold dK and dV
-    // (64 x d_head fp32 each) through the loop and Sᵀ and dPᵀ (64 x B_r) in each step.
+    // (64 x head_cols fp32 each) through the loop and Sᵀ and dPᵀ (64 x B_r) in each step.
     static constexpr int producer_registers = 24;
     static constexpr int consumer_registers = flash_attention::consumer_registers(C);
 
     using QTile = Swizzle128Tile<B_r, d_head>;  // Q and dO
     using KTile = Swizzle128Tile<B_c, d_head>;  // K and V
-    using DsTile = Swizzle128Tile<B_c, B_r>;    // dSᵀ: keys x queries
+    // A consumer's head_cols of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
+    using QCols = Swizzle128Tile<B_r, head_cols>;
+    using DsTile = Swizzle128Tile<B_r, B_c>;  // dS: queries x keys
 
     struct Smem {
         alignas(1024) unsigned char k[KTile::bytes];
         alignas(1024) unsigned char v[KTile::bytes];
         alignas(1024) unsigned char q[stages][QTile::bytes];
         alignas(1024) unsigned char d_o[stages][QTile::bytes];
-        // Two, alternating by step: a consumer writes the next step's dSᵀ while another may
+        // Two, alternating by step: a consumer writes the next step's dS while another may
         // still read this one's in its dQ GEMM.
         alignas(1024) unsigned char ds[2][DsTile::bytes];
         alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order (dq_index)
@@ -91,7 +112,7 @@ struct BackwardTraits {
     static_assert(smem_bytes == static_cast<int>(flash_attention::smem_bytes(C)),
                   "smem_bytes(C) matches the layout");
 
-    // Named barriers (bar.sync ids; 0 is __syncthreads): every consumer's dSᵀ is in shared
+    // Named barriers (bar.sync ids; 0 is __syncthreads): every consumer's dS is in shared
     // memory; consumer w's dQ staging is full (for the dQ warp) and empty again (its bulk
     // reduce has read it).
     static constexpr int ds_ready_barrier = 1;
@@ -105,7 +126,8 @@ struct BackwardTraits {
 // accumulator's block): its thread's float4 of n8 tile `nt` (accumulator registers e = 0..3),
 // the 128 threads' float4s of one tile side by side, so that the staging stores are 16 bytes
 // a lane and conflict-free. Element e of tile nt of thread t is row 16 (t / 32) + (t % 32) / 4
-// + 8 (e / 2), column 8 nt + 2 (t % 4) + e % 2 of the consumer's 64 x dq_cols share.
+// + 8 (e / 2), column 8 nt + 2 (t % 4) + e % 2 of the consumer's 64 x dq_n share: query rows
+// by d_head columns, or with dq_transposed d_head columns by query rows.
 __host__ __device__ constexpr int dq_index(int nt, int thread, int e) {
     return (nt * warpgroup_threads + thread) * 4 + e;
 }
@@ -269,14 +291,15 @@ struct StepStats {
     }
 };
 
-// A consumer warpgroup: 64 keys' dK and dV, accumulated over the walk.
+// A consumer warpgroup: 64 keys' dK and dV (split_head: head_cols of their columns),
+// accumulated over the walk.
 template <class Tr>
 struct BackwardConsumer {
     using Smem = typename Tr::Smem;
     static constexpr DType dtype = Tr::dtype;
-    static constexpr int s_tiles = Tr::B_r / 8;     // of Sᵀ and dPᵀ (n8 tiles of queries)
-    static constexpr int g_tiles = Tr::d_head / 8;  // of dK and dV
-    static constexpr int dq_tiles = Tr::dq_cols / 8;
+    static constexpr int s_tiles = Tr::B_r / 8;        // of Sᵀ and dPᵀ (n8 tiles of queries)
+    static constexpr int g_tiles = Tr::head_cols / 8;  // of dK and dV
+    static constexpr int dq_tiles = Tr::dq_n / 8;
     using QTile = typename Tr::QTile;
     using KTile = typename Tr::KTile;
     using DsTile = typename Tr::DsTile;
@@ -310,7 +333,7 @@ struct BackwardConsumer {
         // dPᵀ spilled (ptxas, CUDA 13.0), and each tile's reads come with its use, as with a
         // softcap, whose Pᵀ fragments are live across dPᵀ's wait (early: 80 bytes spilled at
         // d_head 128, late: 40).
-        constexpr bool early = s_tiles <= 8 && !Softcap;
+        constexpr bool early = s_tiles <= 8 && !Softcap && !Tr::split_head;
         const auto column_pair = [&](const float* rows, int nt) {
             return *reinterpret_cast<const float2*>(rows + nt * 8 + 2 * (lane % 4));
         };
@@ -338,12 +361,17 @@ struct BackwardConsumer {
         const std::uint32_t q_s = base + offsetof(Smem, q) + slot.stage * QTile::bytes;
         const std::uint32_t d_o_s = base + offsetof(Smem, d_o) + slot.stage * QTile::bytes;
         const std::uint32_t ds_s = base + offsetof(Smem, ds) + (i % 2) * DsTile::bytes;
-        // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B).
-        const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(consumer * 64);
-        const std::uint32_t v_rows = base + offsetof(Smem, v) + KTile::group_offset(consumer * 64);
+        // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B, or with
+        // dq_transposed its A).
+        const int key_rows = Tr::key_rows_of(consumer);
+        const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(key_rows);
+        const std::uint32_t v_rows = base + offsetof(Smem, v) + KTile::group_offset(key_rows);
+        // Its columns of Q and dO for dK and dV.
+        const std::uint32_t cols =
+            consumer * (Tr::head_cols / 64) * QTile::sub_tile_stride * Tr::split_head;
         const std::uint32_t k_dq =
             base + offsetof(Smem, k) +
-            consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
+            consumer / Tr::dq_row_groups * (Tr::dq_head_cols / 64) * KTile::sub_tile_stride;
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, issued back to back.
         float s[1][s_tiles][4], dp[1][s_tiles][4];
@@ -398,82 +426,152 @@ struct BackwardConsumer {
         load_early(dd, d);
         ptx::wgmma_wait<0>();
         ptx::fence_operands(dp[0]);
+        // A k-tile at a time, so that its Sᵀ and dPᵀ registers die as its 16-bit fragments are
+        // made: all of them at once beside the fragments took 80 queries' step past the
+        // registers, and ptxas serialized its wgmmas (CUDA 13.0).
 #pragma unroll
-        for (int nt = 0; nt < s_tiles; ++nt) {
-            const float2 dnt = column(dd, d, nt);
+        for (int kt = 0; kt < s_tiles / 2; ++kt) {
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                dp[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - (e % 2 ? dnt.y : dnt.x));
+            for (int nt = 2 * kt; nt < 2 * kt + 2; ++nt) {
+                const float2 dnt = column(dd, d, nt);
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    dp[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - (e % 2 ? dnt.y : dnt.x));
+            }
+            if constexpr (!Softcap)
+                a_fragment<dtype>(s[0][2 * kt], s[0][2 * kt + 1], p[0][kt]);
+            a_fragment<dtype>(dp[0][2 * kt], dp[0][2 * kt + 1], ds[0][kt]);
         }
-        if constexpr (!Softcap)
-            accumulators_to_a_fragments<dtype>(s, p);
-        accumulators_to_a_fragments<dtype>(dp, ds);
 
         // dV += Pᵀ·dO, while dSᵀ goes to shared memory for dQ.
         ptx::fence_operands(dv[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, QTile, Tr::B_r>(dv[0], p[0], d_o_s);
+        warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
         ptx::wgmma_commit_group();
-        store_ds(ds, ds_s);
+        if (!Tr::split_head || consumer == 0)  // split_head: one copy of the same dS
+            store_ds(ds, ds_s);
         if (next_row0 >= 0)
             next.store(smem.stats[(i + 1) % 2], stats_thread);
         tma::fence_shared_to_async_proxy();
         ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
 
-        // This consumer's share of dQ = dS·K (dS read transposed from dSᵀ), then dK += dSᵀ·Q.
+        // This consumer's share of dQ = dS·K (its 64 query rows, K read MN-major), or of dQᵀ =
+        // Kᵀ·dSᵀ (its 64 d_head columns as rows, K read MN-major as A, dS K-major as B); then
+        // dK += dSᵀ·Q.
+        // With dQ transposed (80 queries) or d_head 256's 128 columns of it, dV's GEMM is waited
+        // for first: its Pᵀ fragments beside dQ's accumulators took the step past the registers,
+        // and ptxas serialized the wgmmas (CUDA 13.0).
+        if constexpr (Tr::dv_before_dq)
+            dv_done<0>(slot, p);
+        if constexpr (Tr::split_head) {
+            // d_head 256: dQ's 128 columns in two GEMMs of 64, each staged as it completes
+            // (64 accumulators at once beside dK and dV serialized ptxas's wgmmas).
+#pragma unroll
+            for (int part = 0; part < 2; ++part) {
+                float dq[1][dq_tiles / 2][4];
+                ptx::wgmma_fence();
+#pragma unroll
+                for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
+                    ptx::wgmma_ss<dtype, Tr::dq_n / 2, true>(
+                        dq[0], DsTile::k_major(ds_s, kk),
+                        KTile::mn_major(k_dq + part * KTile::sub_tile_stride, kk), kk > 0);
+                }
+                ptx::wgmma_commit_group();
+                if (part == 1) {
+                    ptx::fence_operands(dk[0]);
+                    ptx::wgmma_fence();
+                    warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
+                    ptx::wgmma_commit_group();
+                    ptx::wgmma_wait<1>();
+                } else {
+                    ptx::wgmma_wait<0>();
+                }
+                ptx::fence_operands(dq[0]);
+                stage_dq(dq, part * dq_tiles / 2, part == 0, part == 1);
+            }
+            ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
+            ptx::fence_operands(dk[0]);
+            ptx::fence_operands(ds[0]);
+            release(smem.q_empty[slot.stage]);
+            return;
+        }
         float dq[1][dq_tiles][4];
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
-            ptx::wgmma_ss<dtype, Tr::dq_cols, true, true>(
-                dq[0], DsTile::mn_major(ds_s + dq_row_group * DsTile::sub_tile_stride, kk),
-                KTile::mn_major(k_dq, kk), kk > 0);
+            if constexpr (Tr::dq_transposed) {
+                ptx::wgmma_ss<dtype, Tr::dq_n, false, true>(dq[0], KTile::mn_major(k_dq, kk),
+                                                            DsTile::k_major(ds_s, kk), kk > 0);
+            } else {
+                ptx::wgmma_ss<dtype, Tr::dq_n, true>(
+                    dq[0], DsTile::k_major(ds_s + DsTile::group_offset(64 * dq_row_group), kk),
+                    KTile::mn_major(k_dq, kk), kk > 0);
+            }
         }
         ptx::wgmma_commit_group();
-        ptx::wgmma_wait<1>();  // dV's GEMM: dO and P are free
-        ptx::fence_operands(dv[0]);
-        ptx::fence_operands(p[0]);
-        release(smem.d_o_empty[slot.stage]);
+        if constexpr (!Tr::dv_before_dq)
+            dv_done<1>(slot, p);  // dQ's GEMM still running
         ptx::fence_operands(dk[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, QTile, Tr::B_r>(dk[0], ds[0], q_s);
+        warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
         ptx::wgmma_commit_group();
         ptx::wgmma_wait<1>();  // dQ's GEMM
         ptx::fence_operands(dq[0]);
-        stage_dq(dq);
+        stage_dq(dq, 0, true, true);
         ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
         ptx::fence_operands(dk[0]);
         ptx::fence_operands(ds[0]);
         release(smem.q_empty[slot.stage]);
     }
 
-    // dSᵀ's 16-bit A fragments into this consumer's rows of the step's dSᵀ tile, one stmatrix a
-    // k-tile: register r of k-tile kt holds row lane / 4 + 8 (r % 2), columns 16 kt + 8 (r / 2)
-    // + 2 (lane % 4) + {0, 1}, so it is matrix r of the 16 x 16 block, whose row lane % 8
-    // lane 8 r + lane % 8 addresses (a 16-byte chunk of the swizzled tile).
+    // Once dV's GEMM has completed (Pending GEMMs issued after it still running): dO and Pᵀ
+    // are free.
+    template <int Pending>
+    __device__ __forceinline__ void dv_done(const RingSlot<Tr::stages>& slot,
+                                            std::uint32_t (&p)[1][s_tiles / 2][4]) {
+        ptx::wgmma_wait<Pending>();
+        ptx::fence_operands(dv[0]);
+        ptx::fence_operands(p[0]);
+        release(smem.d_o_empty[slot.stage]);
+    }
+
+    // dSᵀ's 16-bit A fragments, transposed, into this warp's 16 key columns of the step's dS
+    // tile (queries x keys, keys contiguous: K-major for dQ's GEMM either way round), one
+    // stmatrix a k-tile: register r of k-tile kt holds key row lane / 4 + 8 (r % 2), query
+    // columns 16 kt + 8 (r / 2) + 2 (lane % 4) + {0, 1}, so it is matrix r of the 16 x 16 block;
+    // stored transposed, its column (query) j is the 16-byte chunk lane 8 r + j addresses.
     __device__ __forceinline__ void store_ds(const std::uint32_t (&ds)[1][s_tiles / 2][4],
                                              std::uint32_t tile) const {
         const int lane = threadIdx.x % warp_size;
         const int matrix = lane / 8;
-        const int row = first_key % Tr::B_c + lane % 8 + 8 * (matrix % 2);
+        const int key_chunk = first_key % Tr::B_c / 8 + matrix % 2;
 #pragma unroll
-        for (int kt = 0; kt < s_tiles / 2; ++kt)
-            ptx::stmatrix_x4(tile + DsTile::chunk_offset(row, 2 * kt + matrix / 2), ds[0][kt]);
+        for (int kt = 0; kt < s_tiles / 2; ++kt) {
+            const int query = 16 * kt + 8 * (matrix / 2) + lane % 8;
+            ptx::stmatrix_x4_trans(tile + DsTile::chunk_offset(query, key_chunk), ds[0][kt]);
+        }
     }
 
     // This consumer's dQ share into its staging buffer once the dQ warp has handed it back, then
     // handed to the dQ warp.
-    __device__ __forceinline__ void stage_dq(const float (&dq)[1][dq_tiles][4]) const {
-        ptx::named_barrier_sync(Tr::dq_empty_barrier(consumer), Tr::dq_barrier_threads);
+    // (Tiles [first_tile, first_tile + NT) of the share; `first` waits for the buffer, `last`
+    // hands it over.)
+    template <int NT>
+    __device__ __forceinline__ void stage_dq(const float (&dq)[1][NT][4], int first_tile,
+                                             bool first, bool last) const {
+        if (first)
+            ptx::named_barrier_sync(Tr::dq_empty_barrier(consumer), Tr::dq_barrier_threads);
         float4* staging = reinterpret_cast<float4*>(smem.dq[consumer]);
         const int thread = threadIdx.x % warpgroup_threads;
 #pragma unroll
-        for (int nt = 0; nt < dq_tiles; ++nt) {
-            staging[dq_index(nt, thread, 0) / 4] =
+        for (int nt = 0; nt < NT; ++nt) {
+            staging[dq_index(first_tile + nt, thread, 0) / 4] =
                 float4{dq[0][nt][0], dq[0][nt][1], dq[0][nt][2], dq[0][nt][3]};
         }
-        tma::fence_shared_to_async_proxy();
-        ptx::named_barrier_arrive(Tr::dq_full_barrier(consumer), Tr::dq_barrier_threads);
+        if (last) {
+            tma::fence_shared_to_async_proxy();
+            ptx::named_barrier_arrive(Tr::dq_full_barrier(consumer), Tr::dq_barrier_threads);
+        }
     }
 
     // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
@@ -580,8 +678,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         .smem_base = ptx::smem_address(&smem),
         .consumer = consumer,
         .scale_log2 = a.scale_log2,
-        .mask = KeyRowQueries::of(mask, k0 + consumer * 64 + warp_in_warpgroup() * mma_m),
-        .first_key = k0 + consumer * 64 + warp_in_warpgroup() * mma_m,
+        .mask =
+            KeyRowQueries::of(mask, k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m),
+        .first_key = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m,
         .dq_row_group = consumer % Tr::dq_row_groups,
     };
     zero(c.dk);
@@ -645,20 +744,21 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
             c.template step<false, Softcap>(i, block * Tr::B_r, next_row0);
     }
 
-    // dK = scale · dSᵀ·Q and dV, this warp's 16 rows.
+    // dK = scale · dSᵀ·Q and dV, this warp's 16 rows (split_head: its consumer's columns).
     // The sequence read again rather than held across the loop (registers).
     const BackwardSequence out =
         packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
-    const int row0 = k0 + consumer * 64 + warp_in_warpgroup() * mma_m;
+    const int row0 = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
+    const int col0 = Tr::split_head ? consumer * Tr::head_cols : 0;
     store_gradient_rows<Tr::dtype>(c.dk, a.softmax_scale,
                                    static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
                                        tile.kv_head * a.dk_stride.head +
-                                       std::int64_t{out.k_row0} * a.dk_stride.seq,
+                                       std::int64_t{out.k_row0} * a.dk_stride.seq + col0,
                                    a.dk_stride.seq, row0, out.k_len);
     store_gradient_rows<Tr::dtype>(c.dv, 1.0f,
                                    static_cast<T*>(a.dv) + out.entry * a.dv_stride.batch +
                                        tile.kv_head * a.dv_stride.head +
-                                       std::int64_t{out.k_row0} * a.dv_stride.seq,
+                                       std::int64_t{out.k_row0} * a.dv_stride.seq + col0,
                                    a.dv_stride.seq, row0, out.k_len);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
@@ -690,23 +790,57 @@ __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant_
 #pragma unroll
     for (int j = 0; j < per_thread; ++j)
         v[j] = acc[threadIdx.x + j * 128];
+    if constexpr (Tr::dq_transposed) {
+        // dQᵀ's accumulators (d_head columns by query rows; a float4 holds columns col and
+        // col + 8 of rows row and row + 1): each value to its place in the block's 16-bit rows
+        // in shared memory, then whole rows out, 16 bytes a store. Rows are 16 bytes longer
+        // than d_head so that a quad's four rows fall in different banks.
+        constexpr int pitch = Tr::d_head + 8;
+        __shared__ alignas(16) std::uint16_t rows[Tr::B_r * pitch];
 #pragma unroll
-    for (int j = 0; j < per_thread; ++j) {
-        const int i = threadIdx.x + j * 128;
-        const int w = i / share, nt = i % share / warpgroup_threads;
-        const int thread = i % warpgroup_threads, lane = thread % warp_size;
-        const int row = block * Tr::B_r + 64 * (w % Tr::dq_row_groups) +
-                        mma_m * (thread / warp_size) + lane / 4;
-        const int col = (w / Tr::dq_row_groups) * Tr::dq_cols + 8 * nt + 2 * (lane % 4);
-        if (row < seq.q_len) {
-            ptx::st_global_4(
-                dq + row * a.dq_stride.seq + col,
-                ptx::pack_rn<Tr::dtype>(v[j].x * a.softmax_scale, v[j].y * a.softmax_scale));
+        for (int j = 0; j < per_thread; ++j) {
+            const int i = threadIdx.x + j * 128;
+            const int w = i / share, nt = i % share / warpgroup_threads;
+            const int thread = i % warpgroup_threads, lane = thread % warp_size;
+            const int col = 64 * w + mma_m * (thread / warp_size) + lane / 4;
+            const int row = 8 * nt + 2 * (lane % 4);
+            const std::uint32_t column =
+                ptx::pack_rn<Tr::dtype>(v[j].x * a.softmax_scale, v[j].y * a.softmax_scale);
+            const std::uint32_t column8 =
+                ptx::pack_rn<Tr::dtype>(v[j].z * a.softmax_scale, v[j].w * a.softmax_scale);
+            rows[row * pitch + col] = static_cast<std::uint16_t>(column);
+            rows[(row + 1) * pitch + col] = static_cast<std::uint16_t>(column >> 16);
+            rows[row * pitch + col + 8] = static_cast<std::uint16_t>(column8);
+            rows[(row + 1) * pitch + col + 8] = static_cast<std::uint16_t>(column8 >> 16);
         }
-        if (row + 8 < seq.q_len) {
-            ptx::st_global_4(
-                dq + (row + 8) * a.dq_stride.seq + col,
-                ptx::pack_rn<Tr::dtype>(v[j].z * a.softmax_scale, v[j].w * a.softmax_scale));
+        __syncthreads();
+        constexpr int row_chunks = Tr::d_head / 8;
+        for (int c = threadIdx.x; c < Tr::B_r * row_chunks; c += 128) {
+            const int row = c / row_chunks, chunk = c % row_chunks;
+            if (block * Tr::B_r + row < seq.q_len) {
+                ptx::st_global_16(dq + (block * Tr::B_r + row) * a.dq_stride.seq + 8 * chunk,
+                                  *reinterpret_cast<const uint4*>(rows + row * pitch + 8 * chunk));
+            }
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < per_thread; ++j) {
+            const int i = threadIdx.x + j * 128;
+            const int w = i / share, nt = i % share / warpgroup_threads;
+            const int thread = i % warpgroup_threads, lane = thread % warp_size;
+            const int row = block * Tr::B_r + 64 * (w % Tr::dq_row_groups) +
+                            mma_m * (thread / warp_size) + lane / 4;
+            const int col = (w / Tr::dq_row_groups) * Tr::dq_head_cols + 8 * nt + 2 * (lane % 4);
+            if (row < seq.q_len) {
+                ptx::st_global_4(
+                    dq + row * a.dq_stride.seq + col,
+                    ptx::pack_rn<Tr::dtype>(v[j].x * a.softmax_scale, v[j].y * a.softmax_scale));
+            }
+            if (row + 8 < seq.q_len) {
+                ptx::st_global_4(
+                    dq + (row + 8) * a.dq_stride.seq + col,
+                    ptx::pack_rn<Tr::dtype>(v[j].z * a.softmax_scale, v[j].w * a.softmax_scale));
+            }
         }
     }
 }

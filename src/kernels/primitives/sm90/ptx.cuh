@@ -121,8 +121,8 @@ inline constexpr bool wgmma_n_wrapped = false;
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A and B in shared
 // memory — PTX ISA "wgmma.mma_async": D (64 x N fp32, m16n8 accumulator tiles per warp)
-// += A (64 x 16) · B (16 x N). A and B are K-major unless TransA (A MN-major: the backward's
-// dS, stored as dSᵀ) and TransB. accumulate = false: D = A·B.
+// += A (64 x 16) · B (16 x N). A and B are K-major unless TransA (A MN-major: K as the A of
+// the backward's dQᵀ = Kᵀ·dSᵀ) and TransB. accumulate = false: D = A·B.
 // N: the values below (space::k_wgmma_n says which B_c the configs may use).
 template <DType dtype, int N, bool TransB, bool TransA = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a,
@@ -208,14 +208,15 @@ __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Registers));
 }
 
-// stmatrix.sync.aligned.m8n8.x4.shared.b16 — PTX ISA "Warp-level Matrix Store Instruction:
-// stmatrix" (sm_90): four 8x8 16-bit matrices, register i of every lane holding its
-// fragment of matrix i (row lane / 4, columns 2 (lane % 4) + {0, 1}); lanes 8i..8i+7 give
-// the addresses of matrix i's rows (16 bytes each).
-__device__ __forceinline__ void stmatrix_x4(std::uint32_t addr, const std::uint32_t (&r)[4]) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
-                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
-                 : "memory");
+// stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 — PTX ISA "Warp-level Matrix Store
+// Instruction: stmatrix" (sm_90): four 8x8 16-bit matrices, each stored transposed. Register i
+// of every lane holds its fragment of matrix i (row lane / 4, columns 2 (lane % 4) + {0, 1});
+// lanes 8i..8i+7 give the addresses of matrix i's columns, 16 bytes each, which become rows.
+__device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t addr, const std::uint32_t (&r)[4]) {
+    asm volatile(
+        "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+        "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+        : "memory");
 }
 
 // bar.sync id, count / bar.arrive id, count — PTX ISA "Parallel Synchronization and
