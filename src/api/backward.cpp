@@ -195,8 +195,7 @@ void launch_backward(BackwardArgs args, const KernelConfig& config, Stream strea
                : backward_workspace(config, args.batch, args.heads, args.seq_q);
     if (w.q_rows > std::numeric_limits<int>::max()) {
         fail(ErrorCode::invalid_argument, "q.shape[1] (seq)",
-             "a length whose blocks of query rows stay below 2^31 rows",
-             std::to_string(args.seq_q));
+             "a length whose 128-row blocks stay below 2^31 rows", std::to_string(args.seq_q));
     }
     const StreamScratch workspace(w.bytes(), stream, false);
     float* const floats = static_cast<float*>(workspace.get());

@@ -120,25 +120,21 @@ constexpr std::array k_rules = {
          }},
     Rule{"backward_warpgroups", RuleKind::validity,
          "an sm90 backward kernel has one producer warpgroup and consumers of 64 keys each (B_c "
-         "= 64 x consumers, 8 or 12 warps), B_r 64, 80 or 128 queries a step (the N of Sᵀ's "
-         "wgmma), and d_head 64 or 128; or, d_head 256, two consumers on the same 64 keys "
-         "(B_c 64, 12 warps, B_r 64), each with half of d_head's columns. B_r 64 and 128 split "
-         "dQ into 64-row groups that divide the consumers, each consumer's share whole 64-column "
-         "sub-tiles; B_r 80 computes dQᵀ, 64 of d_head's columns a consumer (d_head = 64 x "
-         "consumers), without ordered",
+         "= 64 x consumers, 8 or 12 warps), B_r 64 or 128 queries a step (the N of Sᵀ's wgmma), "
+         "split into 64-row groups of dQ that divide the consumers, each consumer's share of dQ "
+         "whole 64-column sub-tiles, and d_head 64 or 128; or, d_head 256, two consumers on the "
+         "same 64 keys (B_c 64, 12 warps, B_r 64), each with half of d_head's columns",
          [](const KernelConfig& c) {
              if (!sm90(c) || !c.backward)
                  return false;
              const int consumers = consumer_warpgroups(c);
              if (c.d_head == 256)
                  return c.n_warps != 12 || c.B_c != 64 || c.B_r != 64;
-             const bool shape = (c.n_warps == 8 || c.n_warps == 12) && c.B_c == 64 * consumers &&
-                                (c.d_head == 64 || c.d_head == 128);
-             if (c.B_r == 80)
-                 return !shape || c.d_head != 64 * consumers || c.sm90.ordered_dq;
              const int row_groups = c.B_r / 64;
-             return !shape || (c.B_r != 64 && c.B_r != 128) || consumers % row_groups != 0 ||
-                    (c.d_head * row_groups / consumers) % 64 != 0;
+             return (c.n_warps != 8 && c.n_warps != 12) || c.B_c != 64 * consumers ||
+                    (c.B_r != 64 && c.B_r != 128) || consumers % row_groups != 0 ||
+                    (c.d_head * row_groups / consumers) % 64 != 0 ||
+                    (c.d_head != 64 && c.d_head != 128);
          }},
     // sm80 family.
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
@@ -480,7 +476,7 @@ ValueSets tune_values_backward_sm90() {
     v.backward = {true};
     v.dtype = {DType::FP16, DType::BF16};
     v.d_head = {64, 128, 256};
-    v.B_r = {64, 80, 128};
+    v.B_r = {64, 128};
     v.B_c = {64, 128};
     v.n_warps = {8, 12};
     v.stages = {1, 2, 3};
@@ -528,7 +524,7 @@ std::vector<KernelConfig> release() {
 // schedule's kernels), trimmed consumer blocks passing two GEMM turns a block (ping-pong
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
 // CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
-// and the backward's 80-query step (dQ transposed) and d_head 256 (consumers on the same keys).
+// and the sm90 backward's d_head 256 (consumers on the same keys).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -542,7 +538,6 @@ std::vector<KernelConfig> ci() {
                "(BF16, 128, 192, 64, 16): sm90+stages_2+pingpong+persistent+dynamic+trim",
                "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim+"
                "streamk",
-               "(BF16, 128, 80, 128, 12): sm90+bwd+stages_2",
                "(BF16, 256, 64, 64, 12): sm90+bwd+stages_1",
            }));
     return v;

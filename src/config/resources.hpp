@@ -115,9 +115,9 @@ constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
 
 // A backward call's workspace besides its tensors, in one allocation: D per query row and head
 // (sm80 and sm90), the LSE in base 2 and dQ's fp32 accumulator (sm90), and with ordered_dq a
-// semaphore per 64 query rows. The sm90 family's rows are padded to whole blocks of queries a
-// head (backward_q_block), so that every query block's rows start 16-byte aligned for its bulk
-// copies; 4-byte elements, each array's offset a multiple of 2 of them at least.
+// semaphore per 64 query rows. The sm90 family's rows are padded to whole blocks of 128 queries
+// a head, so that every query block's rows start 16-byte aligned for its bulk copies; 4-byte
+// elements, each array's offset a multiple of 2 of them at least.
 struct BackwardWorkspace {
     std::int64_t q_rows;  // rows a (batch, head)
     std::size_t d_floats, lse2_floats, dq_floats, semaphores;
@@ -126,11 +126,9 @@ struct BackwardWorkspace {
     }
 };
 // Query rows the workspace gives a sequence a whole multiple of (BackwardArgs::q_block): sm90's
-// blocks of up to 128 queries read their rows in whole blocks (of 80: a multiple of 80).
+// blocks of up to 128 queries read their rows in whole blocks.
 constexpr std::int64_t backward_q_block(const KernelConfig& c) {
-    if (c.family != Family::sm90)
-        return 1;
-    return c.B_r % 64 == 0 ? 128 : c.B_r;
+    return c.family == Family::sm90 ? 128 : 1;
 }
 // A packed call's semaphore rows a sequence (BackwardArgs::semaphore_rows): the longest
 // sequence's in whole blocks of 128.

@@ -166,9 +166,8 @@ struct BackwardArgs {
     const std::int32_t* seqused_k;
     int total_q, total_k;  // the packed views' rows
     // Rows of one head's LSE and dLSE: seq_q (batch, heads, seq_q), or packed total_q (heads,
-    // total_q). The workspace's rows of a sequence start at a multiple of q_block (sm90: 128, or
-    // B_r where it is not a multiple of 64: whole query blocks; sm80: 1): sequence b's at
-    // cu_seqlens_q[b] rounded down plus b blocks.
+    // total_q). The workspace's rows of a sequence start at a multiple of q_block (sm90: 128,
+    // whole query blocks; sm80: 1): sequence b's at cu_seqlens_q[b] rounded down plus b blocks.
     int lse_rows;
     int q_block;
     // Ordered dQ's semaphores: one per 64 of these query rows a (sequence, head): q_rows dense,

@@ -89,19 +89,7 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
     };
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.pingpong = true; }), "backward_knobs");
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.B_c = 64; }), "backward_warpgroups");
-    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.B_r = 96; }), "backward_warpgroups");
-    // 80 queries a step: dQ transposed, 64 of d_head's columns a consumer, not ordered.
-    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.B_r = 80; }), "");
-    EXPECT_EQ(with_hopper([](KernelConfig& c) {
-                  c.B_r = 80;
-                  c.sm90.ordered_dq = true;
-              }),
-              "backward_warpgroups");
-    EXPECT_EQ(with_hopper([](KernelConfig& c) {  // two consumers, 32 columns each
-                  c.B_r = 80;
-                  c.d_head = 64;
-              }),
-              "backward_warpgroups");
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.B_r = 80; }), "backward_warpgroups");
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.d_head = 256; }), "backward_warpgroups");
     // One consumer cannot hold a 128-query step's two 64-row groups of dQ.
     EXPECT_EQ(with_hopper([](KernelConfig& c) {

@@ -10,15 +10,13 @@
 //    keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
 //    straight from registers; each step's LSE and D rows staged in shared memory a step ahead):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
-//        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory; at
-//        80 queries a step, FlashAttention-4's d_head 128 non-causal step, dQᵀ = Kᵀ·dSᵀ).
+//        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory).
 //    A second producer warp adds each step's dQ to an fp32 accumulator in global memory with
 //    TMA's bulk reduce-add (cp.reduce.async.bulk), from a staging buffer the consumers fill.
 //  - dQ conversion: the accumulator, scaled and rounded to 16 bits, into dQ.
 // FlashAttention-3's and -4's sm90 designs (hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp,
 // flash_bwd_sm90.py) are the references: the same GEMM split as their d_head 128 configurations
-// (Sᵀ split over the consumers' keys, dQ over d_head's columns; dQ transposed at 80 queries a
-// step, their non-causal one).
+// (Sᵀ split over the consumers' keys, dQ over d_head's columns).
 
 #include <cstddef>
 #include <cstdint>
@@ -65,21 +63,14 @@ struct BackwardTraits {
     static_assert(B_c == 64 * consumers || split_head, "64 keys a consumer warpgroup");
     static constexpr int head_cols = split_head ? d_head / consumers : d_head;  // of dK, dV
     static constexpr int key_rows_of(int consumer) { return split_head ? 0 : 64 * consumer; }
-    // dQ (B_r x d_head) over the consumers. B_r a multiple of 64: dQ = dS·K, 64-row groups of
-    // queries, then d_head's columns. Otherwise (80) the transpose, dQᵀ = Kᵀ·dSᵀ, whose wgmma
-    // takes 64 of d_head's columns as its M (a consumer's) and the step's queries as its N:
-    // wgmma's M is 64 rows, so 80 queries cannot be M.
-    static constexpr bool dq_transposed = B_r % 64 != 0;
-    static constexpr int dq_row_groups = dq_transposed ? 1 : B_r / 64;
-    static constexpr int dq_head_cols = dq_transposed ? 64 : d_head * dq_row_groups / consumers;
-    static constexpr int dq_n = dq_transposed ? B_r : dq_head_cols;  // N of dQ's wgmma
-    static_assert(dq_transposed ? d_head == 64 * consumers
-                                : consumers % dq_row_groups == 0 && dq_head_cols % 64 == 0,
+    // dQ = dS·K (B_r x d_head) over the consumers: 64-row groups of queries, then d_head's
+    // columns.
+    static constexpr int dq_row_groups = B_r / 64;
+    static constexpr int dq_cols = d_head * dq_row_groups / consumers;  // N of dQ's wgmma
+    static_assert(B_r % 64 == 0 && consumers % dq_row_groups == 0 && dq_cols % 64 == 0,
                   "whole dQ sub-tiles");
-    static constexpr int dq_floats = 64 * dq_n;  // a consumer's share of a step's dQ
-    // Whether dV's GEMM completes before dQ's is issued (registers: see the step).
-    static constexpr bool dv_before_dq = dq_transposed || split_head;
-    static_assert(!split_head || dq_n == 128, "split_head: dQ's columns in two GEMMs of 64");
+    static constexpr int dq_floats = 64 * dq_cols;  // a consumer's share of a step's dQ
+    static_assert(!split_head || dq_cols == 128, "split_head: dQ's columns in two GEMMs of 64");
     // The producer warpgroup's two warps need few registers; the consumers hold dK and dV
     // (64 x head_cols fp32 each) through the loop and Sᵀ and dPᵀ (64 x B_r) in each step.
     static constexpr int producer_registers = 24;
@@ -126,8 +117,8 @@ struct BackwardTraits {
 // accumulator's block): its thread's float4 of n8 tile `nt` (accumulator registers e = 0..3),
 // the 128 threads' float4s of one tile side by side, so that the staging stores are 16 bytes
 // a lane and conflict-free. Element e of tile nt of thread t is row 16 (t / 32) + (t % 32) / 4
-// + 8 (e / 2), column 8 nt + 2 (t % 4) + e % 2 of the consumer's 64 x dq_n share: query rows
-// by d_head columns, or with dq_transposed d_head columns by query rows.
+// + 8 (e / 2), column 8 nt + 2 (t % 4) + e % 2 of the consumer's 64 x dq_cols share (query rows
+// by d_head columns).
 __host__ __device__ constexpr int dq_index(int nt, int thread, int e) {
     return (nt * warpgroup_threads + thread) * 4 + e;
 }
@@ -299,7 +290,7 @@ struct BackwardConsumer {
     static constexpr DType dtype = Tr::dtype;
     static constexpr int s_tiles = Tr::B_r / 8;        // of Sᵀ and dPᵀ (n8 tiles of queries)
     static constexpr int g_tiles = Tr::head_cols / 8;  // of dK and dV
-    static constexpr int dq_tiles = Tr::dq_n / 8;
+    static constexpr int dq_tiles = Tr::dq_cols / 8;
     using QTile = typename Tr::QTile;
     using KTile = typename Tr::KTile;
     using DsTile = typename Tr::DsTile;
@@ -361,8 +352,7 @@ struct BackwardConsumer {
         const std::uint32_t q_s = base + offsetof(Smem, q) + slot.stage * QTile::bytes;
         const std::uint32_t d_o_s = base + offsetof(Smem, d_o) + slot.stage * QTile::bytes;
         const std::uint32_t ds_s = base + offsetof(Smem, ds) + (i % 2) * DsTile::bytes;
-        // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B, or with
-        // dq_transposed its A).
+        // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B).
         const int key_rows = Tr::key_rows_of(consumer);
         const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(key_rows);
         const std::uint32_t v_rows = base + offsetof(Smem, v) + KTile::group_offset(key_rows);
@@ -371,7 +361,7 @@ struct BackwardConsumer {
             consumer * (Tr::head_cols / 64) * QTile::sub_tile_stride * Tr::split_head;
         const std::uint32_t k_dq =
             base + offsetof(Smem, k) +
-            consumer / Tr::dq_row_groups * (Tr::dq_head_cols / 64) * KTile::sub_tile_stride;
+            consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, issued back to back.
         float s[1][s_tiles][4], dp[1][s_tiles][4];
@@ -427,8 +417,8 @@ struct BackwardConsumer {
         ptx::wgmma_wait<0>();
         ptx::fence_operands(dp[0]);
         // A k-tile at a time, so that its Sᵀ and dPᵀ registers die as its 16-bit fragments are
-        // made: all of them at once beside the fragments took 80 queries' step past the
-        // registers, and ptxas serialized its wgmmas (CUDA 13.0).
+        // made: all of them at once spilled twice as much in the softcap instances (40 bytes
+        // against 20 at d_head 128, ptxas, CUDA 13.0).
 #pragma unroll
         for (int kt = 0; kt < s_tiles / 2; ++kt) {
 #pragma unroll
@@ -455,24 +445,21 @@ struct BackwardConsumer {
         tma::fence_shared_to_async_proxy();
         ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
 
-        // This consumer's share of dQ = dS·K (its 64 query rows, K read MN-major), or of dQᵀ =
-        // Kᵀ·dSᵀ (its 64 d_head columns as rows, K read MN-major as A, dS K-major as B); then
-        // dK += dSᵀ·Q.
-        // With dQ transposed (80 queries) or d_head 256's 128 columns of it, dV's GEMM is waited
-        // for first: its Pᵀ fragments beside dQ's accumulators took the step past the registers,
-        // and ptxas serialized the wgmmas (CUDA 13.0).
-        if constexpr (Tr::dv_before_dq)
-            dv_done<0>(slot, p);
+        // This consumer's share of dQ = dS·K (its 64 query rows, K read MN-major); then dK +=
+        // dSᵀ·Q.
         if constexpr (Tr::split_head) {
-            // d_head 256: dQ's 128 columns in two GEMMs of 64, each staged as it completes
-            // (64 accumulators at once beside dK and dV serialized ptxas's wgmmas).
+            // d_head 256: dV's GEMM is waited for first (its Pᵀ fragments beside dQ's
+            // accumulators took the step past the registers), and dQ's 128 columns run in two
+            // GEMMs of 64, each staged as it completes (64 accumulators at once beside dK and dV
+            // serialized ptxas's wgmmas, CUDA 13.0).
+            dv_done<0>(slot, p);
 #pragma unroll
             for (int part = 0; part < 2; ++part) {
                 float dq[1][dq_tiles / 2][4];
                 ptx::wgmma_fence();
 #pragma unroll
                 for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
-                    ptx::wgmma_ss<dtype, Tr::dq_n / 2, true>(
+                    ptx::wgmma_ss<dtype, Tr::dq_cols / 2, true>(
                         dq[0], DsTile::k_major(ds_s, kk),
                         KTile::mn_major(k_dq + part * KTile::sub_tile_stride, kk), kk > 0);
                 }
@@ -499,18 +486,12 @@ struct BackwardConsumer {
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
-            if constexpr (Tr::dq_transposed) {
-                ptx::wgmma_ss<dtype, Tr::dq_n, false, true>(dq[0], KTile::mn_major(k_dq, kk),
-                                                            DsTile::k_major(ds_s, kk), kk > 0);
-            } else {
-                ptx::wgmma_ss<dtype, Tr::dq_n, true>(
-                    dq[0], DsTile::k_major(ds_s + DsTile::group_offset(64 * dq_row_group), kk),
-                    KTile::mn_major(k_dq, kk), kk > 0);
-            }
+            ptx::wgmma_ss<dtype, Tr::dq_cols, true>(
+                dq[0], DsTile::k_major(ds_s + DsTile::group_offset(64 * dq_row_group), kk),
+                KTile::mn_major(k_dq, kk), kk > 0);
         }
         ptx::wgmma_commit_group();
-        if constexpr (!Tr::dv_before_dq)
-            dv_done<1>(slot, p);  // dQ's GEMM still running
+        dv_done<1>(slot, p);  // dQ's GEMM still running
         ptx::fence_operands(dk[0]);
         ptx::wgmma_fence();
         warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
@@ -790,57 +771,23 @@ __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant_
 #pragma unroll
     for (int j = 0; j < per_thread; ++j)
         v[j] = acc[threadIdx.x + j * 128];
-    if constexpr (Tr::dq_transposed) {
-        // dQᵀ's accumulators (d_head columns by query rows; a float4 holds columns col and
-        // col + 8 of rows row and row + 1): each value to its place in the block's 16-bit rows
-        // in shared memory, then whole rows out, 16 bytes a store. Rows are 16 bytes longer
-        // than d_head so that a quad's four rows fall in different banks.
-        constexpr int pitch = Tr::d_head + 8;
-        __shared__ alignas(16) std::uint16_t rows[Tr::B_r * pitch];
 #pragma unroll
-        for (int j = 0; j < per_thread; ++j) {
-            const int i = threadIdx.x + j * 128;
-            const int w = i / share, nt = i % share / warpgroup_threads;
-            const int thread = i % warpgroup_threads, lane = thread % warp_size;
-            const int col = 64 * w + mma_m * (thread / warp_size) + lane / 4;
-            const int row = 8 * nt + 2 * (lane % 4);
-            const std::uint32_t column =
-                ptx::pack_rn<Tr::dtype>(v[j].x * a.softmax_scale, v[j].y * a.softmax_scale);
-            const std::uint32_t column8 =
-                ptx::pack_rn<Tr::dtype>(v[j].z * a.softmax_scale, v[j].w * a.softmax_scale);
-            rows[row * pitch + col] = static_cast<std::uint16_t>(column);
-            rows[(row + 1) * pitch + col] = static_cast<std::uint16_t>(column >> 16);
-            rows[row * pitch + col + 8] = static_cast<std::uint16_t>(column8);
-            rows[(row + 1) * pitch + col + 8] = static_cast<std::uint16_t>(column8 >> 16);
+    for (int j = 0; j < per_thread; ++j) {
+        const int i = threadIdx.x + j * 128;
+        const int w = i / share, nt = i % share / warpgroup_threads;
+        const int thread = i % warpgroup_threads, lane = thread % warp_size;
+        const int row = block * Tr::B_r + 64 * (w % Tr::dq_row_groups) +
+                        mma_m * (thread / warp_size) + lane / 4;
+        const int col = (w / Tr::dq_row_groups) * Tr::dq_cols + 8 * nt + 2 * (lane % 4);
+        if (row < seq.q_len) {
+            ptx::st_global_4(
+                dq + row * a.dq_stride.seq + col,
+                ptx::pack_rn<Tr::dtype>(v[j].x * a.softmax_scale, v[j].y * a.softmax_scale));
         }
-        __syncthreads();
-        constexpr int row_chunks = Tr::d_head / 8;
-        for (int c = threadIdx.x; c < Tr::B_r * row_chunks; c += 128) {
-            const int row = c / row_chunks, chunk = c % row_chunks;
-            if (block * Tr::B_r + row < seq.q_len) {
-                ptx::st_global_16(dq + (block * Tr::B_r + row) * a.dq_stride.seq + 8 * chunk,
-                                  *reinterpret_cast<const uint4*>(rows + row * pitch + 8 * chunk));
-            }
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < per_thread; ++j) {
-            const int i = threadIdx.x + j * 128;
-            const int w = i / share, nt = i % share / warpgroup_threads;
-            const int thread = i % warpgroup_threads, lane = thread % warp_size;
-            const int row = block * Tr::B_r + 64 * (w % Tr::dq_row_groups) +
-                            mma_m * (thread / warp_size) + lane / 4;
-            const int col = (w / Tr::dq_row_groups) * Tr::dq_head_cols + 8 * nt + 2 * (lane % 4);
-            if (row < seq.q_len) {
-                ptx::st_global_4(
-                    dq + row * a.dq_stride.seq + col,
-                    ptx::pack_rn<Tr::dtype>(v[j].x * a.softmax_scale, v[j].y * a.softmax_scale));
-            }
-            if (row + 8 < seq.q_len) {
-                ptx::st_global_4(
-                    dq + (row + 8) * a.dq_stride.seq + col,
-                    ptx::pack_rn<Tr::dtype>(v[j].z * a.softmax_scale, v[j].w * a.softmax_scale));
-            }
+        if (row + 8 < seq.q_len) {
+            ptx::st_global_4(
+                dq + (row + 8) * a.dq_stride.seq + col,
+                ptx::pack_rn<Tr::dtype>(v[j].z * a.softmax_scale, v[j].w * a.softmax_scale));
         }
     }
 }

@@ -110,9 +110,9 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
         FA_WGMMA(N, "bf16", D_NAMES, D_REGS, A, B, P, T, __VA_ARGS__); \
     }
 // Operands after the accumulators: A and B descriptors, or A's four registers and B's
-// descriptor; then the scale-d source and the transposes (A's only from shared memory).
-#define FA_WGMMA_SS_ARGS \
-    "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(TransA)), "n"(int(TransB))
+// descriptor; then the scale-d source and the transposes (A's, only from shared memory, always
+// 0: K-major).
+#define FA_WGMMA_SS_ARGS "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(0), "n"(int(TransB))
 #define FA_WGMMA_RS_ARGS \
     "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB))
 
@@ -121,10 +121,9 @@ inline constexpr bool wgmma_n_wrapped = false;
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A and B in shared
 // memory — PTX ISA "wgmma.mma_async": D (64 x N fp32, m16n8 accumulator tiles per warp)
-// += A (64 x 16) · B (16 x N). A and B are K-major unless TransA (A MN-major: K as the A of
-// the backward's dQᵀ = Kᵀ·dSᵀ) and TransB. accumulate = false: D = A·B.
+// += A (64 x 16) · B (16 x N). A is K-major; B too unless TransB. accumulate = false: D = A·B.
 // N: the values below (space::k_wgmma_n says which B_c the configs may use).
-template <DType dtype, int N, bool TransB, bool TransA = false>
+template <DType dtype, int N, bool TransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a,
                                          std::uint64_t desc_b, bool accumulate) {
     if constexpr (N == 64) {
