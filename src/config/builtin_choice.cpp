@@ -148,7 +148,9 @@ constexpr Row k_rows[] = {
     {"(FP16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     // The backward pass (choose_backward_config: the first row of the dtype and head dim that
     // fits the problem and runs on the device). sm90: two consumers of 64 keys, FlashAttention-4's
-    // d_head 64 and 128 tiles (B_r 128 and 64 queries a step), a two-stage Q/dO pipeline.
+    // d_head 64 and 128 tiles (B_r 128 and 64 queries a step), a two-stage Q/dO pipeline; d_head
+    // 256, two consumers on the same 64 keys with half of d_head's columns each and one Q/dO
+    // stage (209 KB of shared memory): 1.5-1.6x the sm80 kernel (H200, 2026-12-02).
     // Causal d_head 64 without GQA takes the deterministic kernel: it costs 0-2% there (H200,
     // 2026-12-02; docs/PERF.md), so reproducible gradients come free. GQA's deterministic
     // order is another (KeyBlockScheduler), not measured at d_head 64.
@@ -158,14 +160,19 @@ constexpr Row k_rows[] = {
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2"},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2"},
     {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2"},
+    {"(BF16, 256, 64, 64, 12): sm90+bwd+stages_1"},
+    {"(FP16, 256, 64, 64, 12): sm90+bwd+stages_1"},
     // Deterministic (BackwardParams::deterministic): the same, each query block's dQ added in a
     // fixed key-block order.
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered"},
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered"},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+ordered"},
     {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+ordered"},
-    // sm80, on every GPU (and d_head 256 on Hopper): 64 x 64 tiles over 8 warps, whose dK and
-    // dV (d_head 256: 128 fp32 registers a thread) leave room for the score tiles. Untuned.
+    {"(BF16, 256, 64, 64, 12): sm90+bwd+stages_1+ordered"},
+    {"(FP16, 256, 64, 64, 12): sm90+bwd+stages_1+ordered"},
+    // sm80, on every GPU (on Hopper where TMA cannot address the tensors): 64 x 64 tiles over 8
+    // warps, whose dK and dV (d_head 256: 128 fp32 registers a thread) leave room for the score
+    // tiles. Untuned.
     {"(BF16, 64, 64, 64, 8): bwd+async+swizzled"},
     {"(FP16, 64, 64, 64, 8): bwd+async+swizzled"},
     {"(BF16, 128, 64, 64, 8): bwd+async+swizzled"},

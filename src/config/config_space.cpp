@@ -523,8 +523,7 @@ std::vector<KernelConfig> release() {
 // one Q buffer under the dynamic schedule (the release holds the other dynamic tile
 // schedule's kernels), trimmed consumer blocks passing two GEMM turns a block (ping-pong
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
-// CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
-// and the sm90 backward's d_head 256 (consumers on the same keys).
+// CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -538,7 +537,6 @@ std::vector<KernelConfig> ci() {
                "(BF16, 128, 192, 64, 16): sm90+stages_2+pingpong+persistent+dynamic+trim",
                "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim+"
                "streamk",
-               "(BF16, 256, 64, 64, 12): sm90+bwd+stages_1",
            }));
     return v;
 }
