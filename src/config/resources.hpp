@@ -30,6 +30,12 @@ constexpr int consumer_warpgroups(const KernelConfig& c) {
     return c.family == Family::sm90 ? c.n_warps / 4 - 1 : 0;
 }
 
+// The sm90 backward with every consumer on the CTA's 64 keys (d_head 256, whose dK and dV no
+// consumer can hold whole): each holds dK and dV for its share of d_head's columns.
+constexpr bool sm90_backward_split_head(const KernelConfig& c) {
+    return c.B_c == 64 && consumer_warpgroups(c) > 1;
+}
+
 // sm90: registers per consumer thread after setmaxnreg. The producer warpgroup drops
 // to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
 constexpr int consumer_registers(const KernelConfig& c) {

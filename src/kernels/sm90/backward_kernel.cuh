@@ -59,7 +59,7 @@ struct BackwardTraits {
     // Consumers of 64 keys each; or, d_head 256 (whose dK and dV, 64 x 256 fp32 each, a
     // consumer cannot hold), every consumer on the CTA's 64 keys: each computes the same Sᵀ and
     // dPᵀ and holds dK and dV for head_cols of d_head's columns.
-    static constexpr bool split_head = B_c == 64 && consumers > 1;
+    static constexpr bool split_head = sm90_backward_split_head(C);
     static_assert(B_c == 64 * consumers || split_head, "64 keys a consumer warpgroup");
     static constexpr int head_cols = split_head ? d_head / consumers : d_head;  // of dK, dV
     static constexpr int key_rows_of(int consumer) { return split_head ? 0 : 64 * consumer; }
