@@ -559,11 +559,11 @@ int estimated_registers(const KernelConfig& c) {
         return 0;
     if (c.family == Family::sm90 && c.backward) {
         // A consumer thread holds its 64 keys' dK and dV (64 x d_head fp32 each over 128
-        // threads; split_head, d_head 256: its share of the columns) and a step's Sᵀ and dPᵀ
-        // (64 x B_r fp32 each), plus addresses and the columns' statistics. An estimate, not yet
+        // threads) and a step's Sᵀ and dPᵀ (64 x B_r fp32 each; split_head, d_head 256: its
+        // share of both), plus addresses and the columns' statistics. An estimate, not yet
         // fitted to ptxas.
         const int share = sm90_backward_split_head(c) ? consumer_warpgroups(c) : 1;
-        return c.d_head / share + c.B_r + 24;
+        return c.d_head / share + c.B_r / share + 24;
     }
     if (c.family == Family::sm90) {
         // A consumer thread holds its share of the warpgroup's m64 tiles: O (64 x d_head

@@ -31,7 +31,8 @@ constexpr int consumer_warpgroups(const KernelConfig& c) {
 }
 
 // The sm90 backward with every consumer on the CTA's 64 keys (d_head 256, whose dK and dV no
-// consumer can hold whole): each holds dK and dV for its share of d_head's columns.
+// consumer can hold whole): each computes the scores of its share of a step's queries and holds
+// dK and dV for its share of d_head's columns; Pᵀ and dSᵀ are shared through shared memory.
 constexpr bool sm90_backward_split_head(const KernelConfig& c) {
     return c.B_c == 64 && consumer_warpgroups(c) > 1;
 }
@@ -107,15 +108,16 @@ constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
 
 // The sm90 backward kernel (sm90/backward_kernel.cuh), one struct: its B_c keys' K and V (64 a
 // consumer, or d_head 256's 64 shared), `stages` Q and dO tiles of B_r queries, two dS tiles (B_r x
-// B_c), dQ's fp32 staging (B_r x d_head), two steps' LSE and D rows (fp32) and the mbarriers,
-// rounded up to the struct's 1024-byte alignment; 1024 bytes more to align it (the 128-byte
-// swizzle's period).
+// B_c; with split_head two P tiles beside them), dQ's fp32 staging (B_r x d_head), two steps' LSE
+// and D rows (fp32) and the mbarriers, rounded up to the struct's 1024-byte alignment; 1024 bytes
+// more to align it (the 128-byte swizzle's period).
 constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
     const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
     const auto d = static_cast<std::size_t>(c.d_head);
     const auto stages = static_cast<std::size_t>(c.sm90.stages > 0 ? c.sm90.stages : 0);
-    const std::size_t bytes = 2 * (2 * k * d + 2 * stages * r * d + 2 * k * r) + 4 * r * d +
-                              16 * r + 8 * (1 + 4 * stages);
+    const std::size_t score_tiles = sm90_backward_split_head(c) ? 2 : 1;
+    const std::size_t bytes = 2 * (2 * k * d + 2 * stages * r * d + 2 * score_tiles * k * r) +
+                              4 * r * d + 16 * r + 8 * (1 + 4 * stages);
     return (bytes + 1023) / 1024 * 1024 + 1024;
 }
 

@@ -5,12 +5,14 @@
 //  - main kernel: one CTA per (key block, K/V head, batch) keeps its B_c rows of K and V in
 //    shared memory and walks every query block that sees them, for each query head of the K/V
 //    head (GQA sums dK and dV without expanding K and V). A producer warp streams Q and dO
-//    blocks through a `stages`-deep pipeline; each consumer warpgroup owns 64 keys (d_head 256:
-//    both the CTA's 64, each with half of d_head's columns of dK and dV) and computes, with the
-//    keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
+//    blocks through a `stages`-deep pipeline; each consumer warpgroup owns 64 keys and
+//    computes, with the keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
 //    straight from registers; each step's LSE and D rows staged in shared memory a step ahead):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
 //        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory).
+//    d_head 256 (split_head): both consumers on the CTA's 64 keys, each computing Sᵀ and dPᵀ
+//    for half of the step's queries; Pᵀ and dSᵀ go through shared memory, and each consumer
+//    runs dV, dK and dQ for half of d_head's columns over every query.
 //    A second producer warp adds each step's dQ to an fp32 accumulator in global memory with
 //    TMA's bulk reduce-add (cp.reduce.async.bulk), from a staging buffer the consumers fill.
 //  - dQ conversion: the accumulator, scaled and rounded to 16 bits, into dQ.
@@ -57,12 +59,18 @@ struct BackwardTraits {
     static constexpr int threads = C.n_threads();
     static constexpr int consumers = consumer_warpgroups(C);
     // Consumers of 64 keys each; or, d_head 256 (whose dK and dV, 64 x 256 fp32 each, a
-    // consumer cannot hold), every consumer on the CTA's 64 keys: each computes the same Sᵀ and
-    // dPᵀ and holds dK and dV for head_cols of d_head's columns.
+    // consumer cannot hold), every consumer on the CTA's 64 keys: each computes Sᵀ and dPᵀ for
+    // step_queries of the step's queries, writes its Pᵀ and dSᵀ to shared memory, and holds dK
+    // and dV for head_cols of d_head's columns, whose GEMMs read every consumer's Pᵀ and dSᵀ.
     static constexpr bool split_head = sm90_backward_split_head(C);
     static_assert(B_c == 64 * consumers || split_head, "64 keys a consumer warpgroup");
     static constexpr int head_cols = split_head ? d_head / consumers : d_head;  // of dK, dV
     static constexpr int key_rows_of(int consumer) { return split_head ? 0 : 64 * consumer; }
+    static constexpr int step_queries = split_head ? B_r / consumers : B_r;  // Sᵀ's wgmma N
+    static constexpr int query_col0(int consumer) {
+        return split_head ? consumer * step_queries : 0;
+    }
+    static_assert(step_queries % 16 == 0, "whole k-tiles of queries a consumer");
     // dQ = dS·K (B_r x d_head) over the consumers: 64-row groups of queries, then d_head's
     // columns.
     static constexpr int dq_row_groups = B_r / 64;
@@ -72,7 +80,8 @@ struct BackwardTraits {
     static constexpr int dq_floats = 64 * dq_cols;  // a consumer's share of a step's dQ
     static_assert(!split_head || dq_cols == 128, "split_head: dQ's columns in two GEMMs of 64");
     // The producer warpgroup's two warps need few registers; the consumers hold dK and dV
-    // (64 x head_cols fp32 each) through the loop and Sᵀ and dPᵀ (64 x B_r) in each step.
+    // (64 x head_cols fp32 each) through the loop and Sᵀ and dPᵀ (64 x step_queries) in each
+    // step.
     static constexpr int producer_registers = 24;
     static constexpr int consumer_registers = flash_attention::consumer_registers(C);
 
@@ -80,7 +89,9 @@ struct BackwardTraits {
     using KTile = Swizzle128Tile<B_c, d_head>;  // K and V
     // A consumer's head_cols of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
     using QCols = Swizzle128Tile<B_r, head_cols>;
-    using DsTile = Swizzle128Tile<B_r, B_c>;  // dS: queries x keys
+    using DsTile = Swizzle128Tile<B_r, B_c>;  // dS (and with split_head P): queries x keys
+    // Score tiles a step: dS; with split_head P too, after it (the A of every consumer's dV).
+    static constexpr int score_tiles = split_head ? 2 : 1;
 
     struct Smem {
         alignas(1024) unsigned char k[KTile::bytes];
@@ -89,7 +100,7 @@ struct BackwardTraits {
         alignas(1024) unsigned char d_o[stages][QTile::bytes];
         // Two, alternating by step: a consumer writes the next step's dS while another may
         // still read this one's in its dQ GEMM.
-        alignas(1024) unsigned char ds[2][DsTile::bytes];
+        alignas(1024) unsigned char ds[2][score_tiles * DsTile::bytes];
         alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order (dq_index)
         // A step's query rows' LSE (base 2) then D, alternating by step: the consumers copy the
         // next step's from global memory while they run this one (StepStats).
@@ -288,8 +299,8 @@ template <class Tr>
 struct BackwardConsumer {
     using Smem = typename Tr::Smem;
     static constexpr DType dtype = Tr::dtype;
-    static constexpr int s_tiles = Tr::B_r / 8;        // of Sᵀ and dPᵀ (n8 tiles of queries)
-    static constexpr int g_tiles = Tr::head_cols / 8;  // of dK and dV
+    static constexpr int s_tiles = Tr::step_queries / 8;  // of Sᵀ and dPᵀ (n8 tiles of queries)
+    static constexpr int g_tiles = Tr::head_cols / 8;     // of dK and dV
     static constexpr int dq_tiles = Tr::dq_cols / 8;
     using QTile = typename Tr::QTile;
     using KTile = typename Tr::KTile;
@@ -316,15 +327,17 @@ struct BackwardConsumer {
         StepStats<Tr> next;
         if (next_row0 >= 0)
             next.load(args, next_row0, stats_thread);
-        const float* lse2 = smem.stats[i % 2];
-        const float* d = lse2 + Tr::B_r;
+        // This consumer's queries of the step: [query_col0, query_col0 + step_queries).
+        const int query_col0 = Tr::query_col0(consumer);
+        const float* lse2 = smem.stats[i % 2] + query_col0;
+        const float* d = smem.stats[i % 2] + Tr::B_r + query_col0;
         // A column's LSE or D (its float2 pair of columns of n8 tile nt). Both are read before
         // the GEMM wait that precedes their use (the waits order memory: their asm clobbers it)
         // where the registers allow ("early"); at B_r 128 the 32 the LSE takes beside Sᵀ and
         // dPᵀ spilled (ptxas, CUDA 13.0), and each tile's reads come with its use, as with a
         // softcap, whose Pᵀ fragments are live across dPᵀ's wait (early: 80 bytes spilled at
         // d_head 128, late: 40).
-        constexpr bool early = s_tiles <= 8 && !Softcap && !Tr::split_head;
+        constexpr bool early = s_tiles <= 8 && !Softcap;
         const auto column_pair = [&](const float* rows, int nt) {
             return *reinterpret_cast<const float2*>(rows + nt * 8 + 2 * (lane % 4));
         };
@@ -351,7 +364,9 @@ struct BackwardConsumer {
         asm volatile("" : "+r"(base));
         const std::uint32_t q_s = base + offsetof(Smem, q) + slot.stage * QTile::bytes;
         const std::uint32_t d_o_s = base + offsetof(Smem, d_o) + slot.stage * QTile::bytes;
-        const std::uint32_t ds_s = base + offsetof(Smem, ds) + (i % 2) * DsTile::bytes;
+        const std::uint32_t ds_s =
+            base + offsetof(Smem, ds) + (i % 2) * Tr::score_tiles * DsTile::bytes;
+        const std::uint32_t p_s = ds_s + DsTile::bytes;  // split_head's P tile
         // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B).
         const int key_rows = Tr::key_rows_of(consumer);
         const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(key_rows);
@@ -363,22 +378,23 @@ struct BackwardConsumer {
             base + offsetof(Smem, k) +
             consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
 
-        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, issued back to back.
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (this consumer's queries), issued back to back.
+        const int query_rows = QTile::group_offset(query_col0);
         float s[1][s_tiles][4], dp[1][s_tiles][4];
         smem.q_full[slot.stage].wait(slot.parity);
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::d_head / 16; ++kk) {
-            ptx::wgmma_ss<dtype, Tr::B_r, false>(s[0], KTile::k_major(k_rows, kk),
-                                                 QTile::k_major(q_s, kk), kk > 0);
+            ptx::wgmma_ss<dtype, Tr::step_queries, false>(
+                s[0], KTile::k_major(k_rows, kk), QTile::k_major(q_s + query_rows, kk), kk > 0);
         }
         ptx::wgmma_commit_group();
         smem.d_o_full[slot.stage].wait(slot.parity);
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::d_head / 16; ++kk) {
-            ptx::wgmma_ss<dtype, Tr::B_r, false>(dp[0], KTile::k_major(v_rows, kk),
-                                                 QTile::k_major(d_o_s, kk), kk > 0);
+            ptx::wgmma_ss<dtype, Tr::step_queries, false>(
+                dp[0], KTile::k_major(v_rows, kk), QTile::k_major(d_o_s + query_rows, kk), kk > 0);
         }
         ptx::wgmma_commit_group();
 
@@ -392,7 +408,7 @@ struct BackwardConsumer {
         if constexpr (Softcap)
             softcap_scores(s, args.softcap_prescale);
         if constexpr (Masked)
-            mask.apply(s, q0);
+            mask.apply(s, q0 + query_col0);
 #pragma unroll
         for (int kt = 0; kt < s_tiles / 2; ++kt) {
             float probabilities[2][4];
@@ -433,103 +449,125 @@ struct BackwardConsumer {
             a_fragment<dtype>(dp[0][2 * kt], dp[0][2 * kt + 1], ds[0][kt]);
         }
 
-        // dV += Pᵀ·dO, while dSᵀ goes to shared memory for dQ.
-        ptx::fence_operands(dv[0]);
-        ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
-        ptx::wgmma_commit_group();
-        if (!Tr::split_head || consumer == 0)  // split_head: one copy of the same dS
-            store_ds(ds, ds_s);
-        if (next_row0 >= 0)
-            next.store(smem.stats[(i + 1) % 2], stats_thread);
-        tma::fence_shared_to_async_proxy();
-        ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
-
-        // This consumer's share of dQ = dS·K (its 64 query rows, K read MN-major); then dK +=
-        // dSᵀ·Q.
         if constexpr (Tr::split_head) {
-            // d_head 256: dV's GEMM is waited for first (its Pᵀ fragments beside dQ's
-            // accumulators took the step past the registers), and dQ's 128 columns run in two
-            // GEMMs of 64, each staged as it completes (64 accumulators at once beside dK and dV
-            // serialized ptxas's wgmmas, CUDA 13.0).
-            dv_done<0>(slot, p);
+            split_head_gemms(slot, p, ds, ds_s, p_s, q_s, d_o_s, cols, k_dq, [&] {
+                if (next_row0 >= 0)
+                    next.store(smem.stats[(i + 1) % 2], stats_thread);
+            });
+        } else {
+            // dV += Pᵀ·dO, while dSᵀ goes to shared memory for dQ.
+            ptx::fence_operands(dv[0]);
+            ptx::wgmma_fence();
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
+            ptx::wgmma_commit_group();
+            store_scores(ds, ds_s);
+            if (next_row0 >= 0)
+                next.store(smem.stats[(i + 1) % 2], stats_thread);
+            tma::fence_shared_to_async_proxy();
+            ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
+
+            // This consumer's share of dQ = dS·K (its 64 query rows, K read MN-major); then dK +=
+            // dSᵀ·Q.
+            float dq[1][dq_tiles][4];
+            ptx::wgmma_fence();
 #pragma unroll
-            for (int part = 0; part < 2; ++part) {
-                float dq[1][dq_tiles / 2][4];
-                ptx::wgmma_fence();
-#pragma unroll
-                for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
-                    ptx::wgmma_ss<dtype, Tr::dq_cols / 2, true>(
-                        dq[0], DsTile::k_major(ds_s, kk),
-                        KTile::mn_major(k_dq + part * KTile::sub_tile_stride, kk), kk > 0);
-                }
-                ptx::wgmma_commit_group();
-                if (part == 1) {
-                    ptx::fence_operands(dk[0]);
-                    ptx::wgmma_fence();
-                    warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
-                    ptx::wgmma_commit_group();
-                    ptx::wgmma_wait<1>();
-                } else {
-                    ptx::wgmma_wait<0>();
-                }
-                ptx::fence_operands(dq[0]);
-                stage_dq(dq, part * dq_tiles / 2, part == 0, part == 1);
+            for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
+                ptx::wgmma_ss<dtype, Tr::dq_cols, true>(
+                    dq[0], DsTile::k_major(ds_s + DsTile::group_offset(64 * dq_row_group), kk),
+                    KTile::mn_major(k_dq, kk), kk > 0);
             }
+            ptx::wgmma_commit_group();
+            ptx::wgmma_wait<1>();  // dV's GEMM (dQ's still running): dO and Pᵀ are free
+            ptx::fence_operands(dv[0]);
+            ptx::fence_operands(p[0]);
+            release(smem.d_o_empty[slot.stage]);
+            ptx::fence_operands(dk[0]);
+            ptx::wgmma_fence();
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
+            ptx::wgmma_commit_group();
+            ptx::wgmma_wait<1>();  // dQ's GEMM
+            ptx::fence_operands(dq[0]);
+            stage_dq(dq, 0, true, true);
             ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
             ptx::fence_operands(dk[0]);
             ptx::fence_operands(ds[0]);
             release(smem.q_empty[slot.stage]);
-            return;
         }
-        float dq[1][dq_tiles][4];
+    }
+
+    // d_head 256's GEMMs after its scores: each consumer's Pᵀ and dSᵀ (its queries' columns)
+    // to shared memory, the step's statistics staged (`stage_stats`) and the dS barrier; then
+    // dV += Pᵀ·dO and dK += dSᵀ·Q for this consumer's columns over every query (Pᵀ and dSᵀ
+    // read MN-major from the queries x keys tiles), and its 128 columns of dQ = dS·K in two
+    // GEMMs of 64, each staged as it completes (64 accumulators at once beside dK and dV
+    // serialized ptxas's wgmmas, CUDA 13.0).
+    template <class StageStats>
+    __device__ __forceinline__ void split_head_gemms(const RingSlot<Tr::stages>& slot,
+                                                     const std::uint32_t (&p)[1][s_tiles / 2][4],
+                                                     const std::uint32_t (&ds)[1][s_tiles / 2][4],
+                                                     std::uint32_t ds_s, std::uint32_t p_s,
+                                                     std::uint32_t q_s, std::uint32_t d_o_s,
+                                                     std::uint32_t cols, std::uint32_t k_dq,
+                                                     const StageStats& stage_stats) {
+        using QCols = typename Tr::QCols;
+        store_scores(p, p_s);
+        store_scores(ds, ds_s);
+        stage_stats();
+        tma::fence_shared_to_async_proxy();
+        ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
+        ptx::fence_operands(dv[0]);
+        ptx::fence_operands(dk[0]);
         ptx::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
-            ptx::wgmma_ss<dtype, Tr::dq_cols, true>(
-                dq[0], DsTile::k_major(ds_s + DsTile::group_offset(64 * dq_row_group), kk),
-                KTile::mn_major(k_dq, kk), kk > 0);
+        for (int kk = 0; kk < Tr::B_r / 16; ++kk) {
+            ptx::wgmma_ss<dtype, Tr::head_cols, true, true>(
+                dv[0], DsTile::mn_major(p_s, kk), QCols::mn_major(d_o_s + cols, kk), true);
         }
         ptx::wgmma_commit_group();
-        dv_done<1>(slot, p);  // dQ's GEMM still running
-        ptx::fence_operands(dk[0]);
-        ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
+#pragma unroll
+        for (int kk = 0; kk < Tr::B_r / 16; ++kk) {
+            ptx::wgmma_ss<dtype, Tr::head_cols, true, true>(dk[0], DsTile::mn_major(ds_s, kk),
+                                                            QCols::mn_major(q_s + cols, kk), true);
+        }
         ptx::wgmma_commit_group();
-        ptx::wgmma_wait<1>();  // dQ's GEMM
-        ptx::fence_operands(dq[0]);
-        stage_dq(dq, 0, true, true);
-        ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
-        ptx::fence_operands(dk[0]);
-        ptx::fence_operands(ds[0]);
-        release(smem.q_empty[slot.stage]);
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+            float dq[1][dq_tiles / 2][4];
+            ptx::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
+                ptx::wgmma_ss<dtype, Tr::dq_cols / 2, true>(
+                    dq[0], DsTile::k_major(ds_s, kk),
+                    KTile::mn_major(k_dq + part * KTile::sub_tile_stride, kk), kk > 0);
+            }
+            ptx::wgmma_commit_group();
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(dq[0]);
+            if (part == 0) {  // dV's and dK's GEMMs too: Q and dO are free
+                ptx::fence_operands(dv[0]);
+                ptx::fence_operands(dk[0]);
+                release(smem.d_o_empty[slot.stage]);
+                release(smem.q_empty[slot.stage]);
+            }
+            stage_dq(dq, part * dq_tiles / 2, part == 0, part == 1);
+        }
     }
 
-    // Once dV's GEMM has completed (Pending GEMMs issued after it still running): dO and Pᵀ
-    // are free.
-    template <int Pending>
-    __device__ __forceinline__ void dv_done(const RingSlot<Tr::stages>& slot,
-                                            std::uint32_t (&p)[1][s_tiles / 2][4]) {
-        ptx::wgmma_wait<Pending>();
-        ptx::fence_operands(dv[0]);
-        ptx::fence_operands(p[0]);
-        release(smem.d_o_empty[slot.stage]);
-    }
-
-    // dSᵀ's 16-bit A fragments, transposed, into this warp's 16 key columns of the step's dS
-    // tile (queries x keys, keys contiguous: K-major for dQ's GEMM either way round), one
-    // stmatrix a k-tile: register r of k-tile kt holds key row lane / 4 + 8 (r % 2), query
-    // columns 16 kt + 8 (r / 2) + 2 (lane % 4) + {0, 1}, so it is matrix r of the 16 x 16 block;
-    // stored transposed, its column (query) j is the 16-byte chunk lane 8 r + j addresses.
-    __device__ __forceinline__ void store_ds(const std::uint32_t (&ds)[1][s_tiles / 2][4],
-                                             std::uint32_t tile) const {
+    // dSᵀ's (or Pᵀ's) 16-bit A fragments, transposed, into this warp's 16 key columns of the
+    // step's dS (P) tile, at this consumer's queries (queries x keys, keys contiguous: K-major
+    // for dQ's GEMM), one stmatrix a k-tile: register r of k-tile kt holds key row lane / 4 +
+    // 8 (r % 2), query columns 16 kt + 8 (r / 2) + 2 (lane % 4) + {0, 1}, so it is matrix r of
+    // the 16 x 16 block; stored transposed, its column (query) j is the 16-byte chunk lane 8 r +
+    // j addresses.
+    __device__ __forceinline__ void store_scores(const std::uint32_t (&frags)[1][s_tiles / 2][4],
+                                                 std::uint32_t tile) const {
         const int lane = threadIdx.x % warp_size;
         const int matrix = lane / 8;
         const int key_chunk = first_key % Tr::B_c / 8 + matrix % 2;
 #pragma unroll
         for (int kt = 0; kt < s_tiles / 2; ++kt) {
-            const int query = 16 * kt + 8 * (matrix / 2) + lane % 8;
-            ptx::stmatrix_x4_trans(tile + DsTile::chunk_offset(query, key_chunk), ds[0][kt]);
+            const int query = Tr::query_col0(consumer) + 16 * kt + 8 * (matrix / 2) + lane % 8;
+            ptx::stmatrix_x4_trans(tile + DsTile::chunk_offset(query, key_chunk), frags[0][kt]);
         }
     }
 

@@ -60,13 +60,15 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 // inside FA_WGMMA's operand list, not as arguments on the way), and their "%i" names in
 // the PTX string.
 #define FA_WGMMA_D4(t) "+f"(d[t][0]), "+f"(d[t][1]), "+f"(d[t][2]), "+f"(d[t][3])
-#define FA_WGMMA_D16(t) FA_WGMMA_D4(t), FA_WGMMA_D4(t + 1), FA_WGMMA_D4(t + 2), FA_WGMMA_D4(t + 3)
-#define FA_WGMMA_D32() FA_WGMMA_D16(0), FA_WGMMA_D16(4)
+#define FA_WGMMA_D16_AT(t) \
+    FA_WGMMA_D4(t), FA_WGMMA_D4(t + 1), FA_WGMMA_D4(t + 2), FA_WGMMA_D4(t + 3)
+#define FA_WGMMA_D16() FA_WGMMA_D16_AT(0)
+#define FA_WGMMA_D32() FA_WGMMA_D16_AT(0), FA_WGMMA_D16_AT(4)
 #define FA_WGMMA_D40() FA_WGMMA_D32(), FA_WGMMA_D4(8), FA_WGMMA_D4(9)
-#define FA_WGMMA_D64() FA_WGMMA_D32(), FA_WGMMA_D16(8), FA_WGMMA_D16(12)
-#define FA_WGMMA_D88() FA_WGMMA_D64(), FA_WGMMA_D16(16), FA_WGMMA_D4(20), FA_WGMMA_D4(21)
-#define FA_WGMMA_D96() FA_WGMMA_D64(), FA_WGMMA_D16(16), FA_WGMMA_D16(20)
-#define FA_WGMMA_D128() FA_WGMMA_D96(), FA_WGMMA_D16(24), FA_WGMMA_D16(28)
+#define FA_WGMMA_D64() FA_WGMMA_D32(), FA_WGMMA_D16_AT(8), FA_WGMMA_D16_AT(12)
+#define FA_WGMMA_D88() FA_WGMMA_D64(), FA_WGMMA_D16_AT(16), FA_WGMMA_D4(20), FA_WGMMA_D4(21)
+#define FA_WGMMA_D96() FA_WGMMA_D64(), FA_WGMMA_D16_AT(16), FA_WGMMA_D16_AT(20)
+#define FA_WGMMA_D128() FA_WGMMA_D96(), FA_WGMMA_D16_AT(24), FA_WGMMA_D16_AT(28)
 #define FA_WGMMA_N0_31                                                                           \
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -82,6 +84,7 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
     "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
     "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, "   \
     "%127"
+#define FA_WGMMA_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FA_WGMMA_R32 "{" FA_WGMMA_N0_31 "}"
 #define FA_WGMMA_R40 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 "}"
 #define FA_WGMMA_R64 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 "}"
@@ -110,9 +113,9 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
         FA_WGMMA(N, "bf16", D_NAMES, D_REGS, A, B, P, T, __VA_ARGS__); \
     }
 // Operands after the accumulators: A and B descriptors, or A's four registers and B's
-// descriptor; then the scale-d source and the transposes (A's, only from shared memory, always
-// 0: K-major).
-#define FA_WGMMA_SS_ARGS "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(0), "n"(int(TransB))
+// descriptor; then the scale-d source and the transposes (A's only from shared memory).
+#define FA_WGMMA_SS_ARGS \
+    "l"(desc_a), "l"(desc_b), "r"(int(accumulate)), "n"(int(TransA)), "n"(int(TransB))
 #define FA_WGMMA_RS_ARGS \
     "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(int(accumulate)), "n"(int(TransB))
 
@@ -121,12 +124,15 @@ inline constexpr bool wgmma_n_wrapped = false;
 
 // wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A and B in shared
 // memory — PTX ISA "wgmma.mma_async": D (64 x N fp32, m16n8 accumulator tiles per warp)
-// += A (64 x 16) · B (16 x N). A is K-major; B too unless TransB. accumulate = false: D = A·B.
+// += A (64 x 16) · B (16 x N). A and B are K-major unless TransA (A MN-major: d_head 256's
+// backward reads Pᵀ and dSᵀ from queries x keys tiles) and TransB. accumulate = false: D = A·B.
 // N: the values below (space::k_wgmma_n says which B_c the configs may use).
-template <DType dtype, int N, bool TransB>
+template <DType dtype, int N, bool TransB, bool TransA = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a,
                                          std::uint64_t desc_b, bool accumulate) {
-    if constexpr (N == 64) {
+    if constexpr (N == 32) {
+        FA_WGMMA_TYPED(32, FA_WGMMA_R16, FA_WGMMA_D16, "%16", 17, 18, "%19, %20", FA_WGMMA_SS_ARGS)
+    } else if constexpr (N == 64) {
         FA_WGMMA_TYPED(64, FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "%35, %36", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 80) {
         FA_WGMMA_TYPED(80, FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "%43, %44", FA_WGMMA_SS_ARGS)
@@ -138,7 +144,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
         FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "%96", 97, 98, "%99, %100",
                        FA_WGMMA_SS_ARGS)
     } else {
-        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 128, 176 and 192");
+        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 32, 64, 80, 128, 176 and 192");
     }
 }
 
@@ -181,6 +187,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_R64
 #undef FA_WGMMA_R40
 #undef FA_WGMMA_R32
+#undef FA_WGMMA_R16
 #undef FA_WGMMA_N96_127
 #undef FA_WGMMA_N88_95
 #undef FA_WGMMA_N64_87
@@ -194,6 +201,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_D40
 #undef FA_WGMMA_D32
 #undef FA_WGMMA_D16
+#undef FA_WGMMA_D16_AT
 #undef FA_WGMMA_D4
 
 // setmaxnreg.inc.sync.aligned.u32 / setmaxnreg.dec.sync.aligned.u32 — PTX ISA "setmaxnreg":
