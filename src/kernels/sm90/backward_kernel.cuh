@@ -515,9 +515,22 @@ struct BackwardConsumer {
         stage_stats();
         tma::fence_shared_to_async_proxy();
         ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
+        // dQ's first half, then dV's and dK's GEMMs behind it: the first half is staged while
+        // they run, and the second issued behind them.
+        float dq[1][dq_tiles / 2][4];
+        const auto gemm_dq = [&](int part) {
+            ptx::wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
+                ptx::wgmma_ss<dtype, Tr::dq_cols / 2, true>(
+                    dq[0], DsTile::k_major(ds_s, kk),
+                    KTile::mn_major(k_dq + part * KTile::sub_tile_stride, kk), kk > 0);
+            }
+            ptx::wgmma_commit_group();
+        };
         ptx::fence_operands(dv[0]);
         ptx::fence_operands(dk[0]);
-        ptx::wgmma_fence();
+        gemm_dq(0);
 #pragma unroll
         for (int kk = 0; kk < Tr::B_r / 16; ++kk) {
             ptx::wgmma_ss<dtype, Tr::head_cols, true, true>(
@@ -530,27 +543,18 @@ struct BackwardConsumer {
                                                             QCols::mn_major(q_s + cols, kk), true);
         }
         ptx::wgmma_commit_group();
-#pragma unroll
-        for (int part = 0; part < 2; ++part) {
-            float dq[1][dq_tiles / 2][4];
-            ptx::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
-                ptx::wgmma_ss<dtype, Tr::dq_cols / 2, true>(
-                    dq[0], DsTile::k_major(ds_s, kk),
-                    KTile::mn_major(k_dq + part * KTile::sub_tile_stride, kk), kk > 0);
-            }
-            ptx::wgmma_commit_group();
-            ptx::wgmma_wait<0>();
-            ptx::fence_operands(dq[0]);
-            if (part == 0) {  // dV's and dK's GEMMs too: Q and dO are free
-                ptx::fence_operands(dv[0]);
-                ptx::fence_operands(dk[0]);
-                release(smem.d_o_empty[slot.stage]);
-                release(smem.q_empty[slot.stage]);
-            }
-            stage_dq(dq, part * dq_tiles / 2, part == 0, part == 1);
-        }
+        ptx::wgmma_wait<2>();  // dQ's first half
+        ptx::fence_operands(dq[0]);
+        stage_dq(dq, 0, true, false);
+        gemm_dq(1);
+        ptx::wgmma_wait<1>();  // dV's and dK's GEMMs: Q and dO are free
+        ptx::fence_operands(dv[0]);
+        ptx::fence_operands(dk[0]);
+        release(smem.d_o_empty[slot.stage]);
+        release(smem.q_empty[slot.stage]);
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(dq[0]);
+        stage_dq(dq, dq_tiles / 2, false, true);
     }
 
     // dSᵀ's (or Pᵀ's) 16-bit A fragments, transposed, into this warp's 16 key columns of the
