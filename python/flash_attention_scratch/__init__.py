@@ -41,8 +41,12 @@ __all__ = [
     "__version__",
     "forward",
     "flash_attn_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
     "forward_varlen",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
     "forward_kvcache",
     "configs",
     "KernelConfig",
@@ -148,6 +152,30 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                                 deterministic, return_attn_probs)
 
 
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn.flash_attn_qkvpacked_func: flash_attn_func on qkv (batch, seqlen, 3, nheads,
+    headdim), q, k and v stacked along dim 2, read as views (no copy). The gradient reaches qkv
+    as one tensor. Other arguments and results as flash_attn_func's.
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.flash_attn_qkvpacked_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_qkvpacked_func(qkv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                          deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn.flash_attn_kvpacked_func: flash_attn_func with kv (batch, seqlen_k, 2,
+    nheads_k, headdim), k and v stacked along dim 2 (nheads a multiple of nheads_k), read as
+    views. Other arguments and results as flash_attn_func's.
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.flash_attn_kvpacked_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_kvpacked_func(q, kv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                         deterministic, return_attn_probs)
+
+
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
                    causal=False, causal_alignment="bottom_right", seqused_k=None, block_table=None, num_splits=0,
                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
@@ -199,6 +227,36 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     return _ops.flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
                                        softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                                        return_attn_probs, block_table)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash_attn.flash_attn_varlen_qkvpacked_func: flash_attn_varlen_func on qkv (total, 3,
+    nheads, headdim), q, k and v stacked along dim 1 and read as views, with one set of offsets
+    (cu_seqlens, max_seqlen) for queries and keys. Other arguments and results as
+    flash_attn_varlen_func's.
+    """
+    if _torch is None:
+        raise RuntimeError(
+            "flash_attention_scratch.flash_attn_varlen_qkvpacked_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p, softmax_scale, causal,
+                                                 window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn.flash_attn_varlen_kvpacked_func: flash_attn_varlen_func with kv (total_k, 2,
+    nheads_k, headdim), k and v stacked along dim 1 and read as views. Other arguments and
+    results as flash_attn_varlen_func's.
+    """
+    if _torch is None:
+        raise RuntimeError(
+            "flash_attention_scratch.flash_attn_varlen_kvpacked_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                                deterministic, return_attn_probs)
 
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,

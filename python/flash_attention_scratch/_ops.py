@@ -409,6 +409,37 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     return result
 
 
+def _unpack(name, t, layout, dim, parts):
+    """flash_attn's packed inputs: `parts` tensors stacked along `dim` of `t` (qkv: 3, kv: 2),
+    returned as views (the kernels read row-strided inputs; autograd sums the gradients of the
+    views into the packed tensor)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != len(layout) or t.shape[dim] != parts:
+        raise ValueError(f"{name}: expected shape ({', '.join(layout)}), got {tuple(t.shape)}")
+    return t.unbind(dim)
+
+
+_QKV = ("batch", "seqlen", "3", "nheads", "headdim")
+_KV = ("batch", "seqlen_k", "2", "nheads_k", "headdim")
+_VARLEN_QKV = ("total", "3", "nheads", "headdim")
+_VARLEN_KV = ("total_k", "2", "nheads_k", "headdim")
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    q, k, v = _unpack("qkv", qkv, _QKV, 2, 3)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    k, v = _unpack("kv", kv, _KV, 2, 2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs)
+
+
 # ---- Serving: packed variable-length batches and KV caches (flash_attn's varlen and
 # with_kvcache functions, where their arguments overlap).
 
@@ -696,6 +727,23 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         out, lse = result
         return out, lse, None
     return result
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    q, k, v = _unpack("qkv", qkv, _VARLEN_QKV, 1, 3)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale,
+                                  causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    k, v = _unpack("kv", kv, _VARLEN_KV, 1, 2)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs)
 
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
