@@ -48,6 +48,7 @@ __all__ = [
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_varlen_kvpacked_func",
     "forward_kvcache",
+    "flash_attn_with_kvcache",
     "configs",
     "KernelConfig",
     "DType",
@@ -285,3 +286,24 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
                                 causal_alignment=causal_alignment, num_splits=num_splits,
                                 return_lse=return_lse, window_size=window_size, softcap=softcap,
                                 learnable_sink=learnable_sink)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """flash_attn.flash_attn_with_kvcache: forward_kvcache with flash_attn's arguments, in its
+    order, and its reading of them (causal aligned at the bottom right; a window side of at
+    least the cache's capacity in keys is unbounded; (-1, 0) is causal). Returns out, or with
+    return_softmax_lse (out, softmax_lse (batch, nheads, seqlen_q) float32). k and v are
+    appended to the cache in place at cache_seqlens, as in flash_attn.
+
+    rotary_cos / rotary_sin, cache_batch_idx, cache_leftpad and alibi_slopes have no
+    counterpart here yet: anything but None raises NotImplementedError before any work.
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.flash_attn_with_kvcache needs PyTorch, which is not installed")
+    return _ops.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                        cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+                                        window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+                                        return_softmax_lse)

@@ -770,3 +770,28 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
         lse = _lse_like(q) if return_lse else None
         _run_kvcache(q, k_cache, v_cache, out, lse, *args[3:])
     return (out, lse) if return_lse else out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    # flash_attn's options that have no counterpart here yet (rotary_interleaved only matters with
+    # rotary_cos): refused before any work.
+    missing = {"rotary_cos": (rotary_cos, "rotary embedding"), "rotary_sin": (rotary_sin, "rotary embedding"),
+               "cache_batch_idx": (cache_batch_idx, "cache slot indices"),
+               "cache_leftpad": (cache_leftpad, "left-padded caches"), "alibi_slopes": (alibi_slopes, "ALiBi bias")}
+    for name, (value, what) in missing.items():
+        if value is not None:
+            raise NotImplementedError(f"{name}: expected None (flash_attention_scratch has no {what} in "
+                                      f"flash_attn_with_kvcache yet), got a value")
+    # flash_attn's reading of the window, against the cache's capacity in keys.
+    seq_k = None
+    if isinstance(k_cache, torch.Tensor) and k_cache.dim() == 4:
+        seq_k = k_cache.shape[1] * (block_table.shape[1] if isinstance(block_table, torch.Tensor) else 1)
+    left, right = _flash_attn_window(window_size, causal, seq_k)
+    if left < 0 and right == 0:  # causal masking, on the plain kernels
+        causal, right = True, -1
+    return forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
+                           softmax_scale=softmax_scale, causal=causal, num_splits=num_splits,
+                           return_lse=return_softmax_lse, window_size=(left, right), softcap=softcap)
