@@ -394,15 +394,10 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     _check_flash_attn_extras(dropout_p, alibi_slopes)
-    # flash_attn's reading of the window: a side of at least seq_k keys is unbounded, causal
-    # sets the right side to 0, and (-1, 0) is causal masking (ours then runs the plain causal
-    # kernels, whose backward exists).
     seq_k = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else None
-    left, right = _flash_attn_window(window_size, causal, seq_k)
-    if left < 0 and right == 0:
-        causal, right = True, -1
+    causal, window_size = _flash_attn_mask(window_size, causal, seq_k)
     result = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_attn_probs,
-                     window_size=(left, right), softcap=softcap, deterministic=deterministic)
+                     window_size=window_size, softcap=softcap, deterministic=deterministic)
     if return_attn_probs:
         out, lse = result
         return out, lse, None
@@ -691,16 +686,19 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     return (out, lse) if return_lse else out
 
 
-def _flash_attn_window(window_size, causal, seq_k):
-    """flash_attn's reading of a window: a side of at least seq_k keys is unbounded, causal sets
-    the right side to 0."""
+def _flash_attn_mask(window_size, causal, seq_k):
+    """flash_attn's reading of causal and a window, as (causal, (left, right)): a side of at least
+    seq_k keys is unbounded, causal sets the right side to 0, and (-1, 0) is causal masking (ours
+    then runs the plain causal kernels, whose backward exists)."""
     left, right = _window(window_size)
     if seq_k is not None:
         left = -1 if left >= seq_k else left
         right = -1 if right >= seq_k else right
     if causal:
         right = 0
-    return left, right
+    if left < 0 and right == 0:
+        return True, (-1, -1)
+    return causal, (left, right)
 
 
 def _check_flash_attn_extras(dropout_p, alibi_slopes):
@@ -716,12 +714,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
     _check_flash_attn_extras(dropout_p, alibi_slopes)
-    left, right = _flash_attn_window(window_size, causal, int(max_seqlen_k))
-    if left < 0 and right == 0:  # causal masking, on the plain kernels
-        causal, right = True, -1
+    causal, window_size = _flash_attn_mask(window_size, causal, int(max_seqlen_k))
     result = forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale=softmax_scale, causal=causal, block_table=block_table,
-                            return_lse=return_attn_probs, window_size=(left, right), softcap=softcap,
+                            return_lse=return_attn_probs, window_size=window_size, softcap=softcap,
                             deterministic=deterministic)
     if return_attn_probs:
         out, lse = result
@@ -789,9 +785,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     seq_k = None
     if isinstance(k_cache, torch.Tensor) and k_cache.dim() == 4:
         seq_k = k_cache.shape[1] * (block_table.shape[1] if isinstance(block_table, torch.Tensor) else 1)
-    left, right = _flash_attn_window(window_size, causal, seq_k)
-    if left < 0 and right == 0:  # causal masking, on the plain kernels
-        causal, right = True, -1
+    causal, window_size = _flash_attn_mask(window_size, causal, seq_k)
     return forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
                            softmax_scale=softmax_scale, causal=causal, num_splits=num_splits,
-                           return_lse=return_softmax_lse, window_size=(left, right), softcap=softcap)
+                           return_lse=return_softmax_lse, window_size=window_size, softcap=softcap)
