@@ -41,9 +41,14 @@ __all__ = [
     "__version__",
     "forward",
     "flash_attn_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
     "forward_varlen",
     "flash_attn_varlen_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
     "forward_kvcache",
+    "flash_attn_with_kvcache",
     "configs",
     "KernelConfig",
     "DType",
@@ -148,6 +153,30 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                                 deterministic, return_attn_probs)
 
 
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn.flash_attn_qkvpacked_func: flash_attn_func on qkv (batch, seqlen, 3, nheads,
+    headdim), q, k and v stacked along dim 2, read as views (no copy). The gradient reaches qkv
+    as one tensor. Other arguments and results as flash_attn_func's.
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.flash_attn_qkvpacked_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_qkvpacked_func(qkv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                          deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn.flash_attn_kvpacked_func: flash_attn_func with kv (batch, seqlen_k, 2,
+    nheads_k, headdim), k and v stacked along dim 2 (nheads a multiple of nheads_k), read as
+    views. Other arguments and results as flash_attn_func's.
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.flash_attn_kvpacked_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_kvpacked_func(q, kv, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                         deterministic, return_attn_probs)
+
+
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
                    causal=False, causal_alignment="bottom_right", seqused_k=None, block_table=None, num_splits=0,
                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
@@ -201,6 +230,36 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                        return_attn_probs, block_table)
 
 
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash_attn.flash_attn_varlen_qkvpacked_func: flash_attn_varlen_func on qkv (total, 3,
+    nheads, headdim), q, k and v stacked along dim 1 and read as views, with one set of offsets
+    (cu_seqlens, max_seqlen) for queries and keys. Other arguments and results as
+    flash_attn_varlen_func's.
+    """
+    if _torch is None:
+        raise RuntimeError(
+            "flash_attention_scratch.flash_attn_varlen_qkvpacked_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p, softmax_scale, causal,
+                                                 window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn.flash_attn_varlen_kvpacked_func: flash_attn_varlen_func with kv (total_k, 2,
+    nheads_k, headdim), k and v stacked along dim 1 and read as views. Other arguments and
+    results as flash_attn_varlen_func's.
+    """
+    if _torch is None:
+        raise RuntimeError(
+            "flash_attention_scratch.flash_attn_varlen_kvpacked_func needs PyTorch, which is not installed")
+    return _ops.flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                                                deterministic, return_attn_probs)
+
+
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
                     softmax_scale=None, causal=False, causal_alignment="bottom_right", num_splits=0,
                     return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
@@ -227,3 +286,24 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
                                 causal_alignment=causal_alignment, num_splits=num_splits,
                                 return_lse=return_lse, window_size=window_size, softcap=softcap,
                                 learnable_sink=learnable_sink)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """flash_attn.flash_attn_with_kvcache: forward_kvcache with flash_attn's arguments, in its
+    order, and its reading of them (causal aligned at the bottom right; a window side of at
+    least the cache's capacity in keys is unbounded; (-1, 0) is causal). Returns out, or with
+    return_softmax_lse (out, softmax_lse (batch, nheads, seqlen_q) float32). k and v are
+    appended to the cache in place at cache_seqlens, as in flash_attn.
+
+    rotary_cos / rotary_sin, cache_batch_idx, cache_leftpad and alibi_slopes have no
+    counterpart here yet: anything but None raises NotImplementedError before any work.
+    """
+    if _torch is None:
+        raise RuntimeError("flash_attention_scratch.flash_attn_with_kvcache needs PyTorch, which is not installed")
+    return _ops.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens,
+                                        cache_batch_idx, cache_leftpad, block_table, softmax_scale, causal,
+                                        window_size, softcap, rotary_interleaved, alibi_slopes, num_splits,
+                                        return_softmax_lse)

@@ -394,19 +394,45 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     _check_flash_attn_extras(dropout_p, alibi_slopes)
-    # flash_attn's reading of the window: a side of at least seq_k keys is unbounded, causal
-    # sets the right side to 0, and (-1, 0) is causal masking (ours then runs the plain causal
-    # kernels, whose backward exists).
     seq_k = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else None
-    left, right = _flash_attn_window(window_size, causal, seq_k)
-    if left < 0 and right == 0:
-        causal, right = True, -1
+    causal, window_size = _flash_attn_mask(window_size, causal, seq_k)
     result = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_attn_probs,
-                     window_size=(left, right), softcap=softcap, deterministic=deterministic)
+                     window_size=window_size, softcap=softcap, deterministic=deterministic)
     if return_attn_probs:
         out, lse = result
         return out, lse, None
     return result
+
+
+def _unpack(name, t, layout, dim, parts):
+    """flash_attn's packed inputs: `parts` tensors stacked along `dim` of `t` (qkv: 3, kv: 2),
+    returned as views (the kernels read row-strided inputs; autograd sums the gradients of the
+    views into the packed tensor)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dim() != len(layout) or t.shape[dim] != parts:
+        raise ValueError(f"{name}: expected shape ({', '.join(layout)}), got {tuple(t.shape)}")
+    return t.unbind(dim)
+
+
+_QKV = ("batch", "seqlen", "3", "nheads", "headdim")
+_KV = ("batch", "seqlen_k", "2", "nheads_k", "headdim")
+_VARLEN_QKV = ("total", "3", "nheads", "headdim")
+_VARLEN_KV = ("total_k", "2", "nheads_k", "headdim")
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    q, k, v = _unpack("qkv", qkv, _QKV, 2, 3)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    k, v = _unpack("kv", kv, _KV, 2, 2)
+    return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                           deterministic, return_attn_probs)
 
 
 # ---- Serving: packed variable-length batches and KV caches (flash_attn's varlen and
@@ -660,16 +686,19 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     return (out, lse) if return_lse else out
 
 
-def _flash_attn_window(window_size, causal, seq_k):
-    """flash_attn's reading of a window: a side of at least seq_k keys is unbounded, causal sets
-    the right side to 0."""
+def _flash_attn_mask(window_size, causal, seq_k):
+    """flash_attn's reading of causal and a window, as (causal, (left, right)): a side of at least
+    seq_k keys is unbounded, causal sets the right side to 0, and (-1, 0) is causal masking (ours
+    then runs the plain causal kernels, whose backward exists)."""
     left, right = _window(window_size)
     if seq_k is not None:
         left = -1 if left >= seq_k else left
         right = -1 if right >= seq_k else right
     if causal:
         right = 0
-    return left, right
+    if left < 0 and right == 0:
+        return True, (-1, -1)
+    return causal, (left, right)
 
 
 def _check_flash_attn_extras(dropout_p, alibi_slopes):
@@ -685,17 +714,32 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
     _check_flash_attn_extras(dropout_p, alibi_slopes)
-    left, right = _flash_attn_window(window_size, causal, int(max_seqlen_k))
-    if left < 0 and right == 0:  # causal masking, on the plain kernels
-        causal, right = True, -1
+    causal, window_size = _flash_attn_mask(window_size, causal, int(max_seqlen_k))
     result = forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale=softmax_scale, causal=causal, block_table=block_table,
-                            return_lse=return_attn_probs, window_size=(left, right), softcap=softcap,
+                            return_lse=return_attn_probs, window_size=window_size, softcap=softcap,
                             deterministic=deterministic)
     if return_attn_probs:
         out, lse = result
         return out, lse, None
     return result
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    q, k, v = _unpack("qkv", qkv, _VARLEN_QKV, 1, 3)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale,
+                                  causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    k, v = _unpack("kv", kv, _VARLEN_KV, 1, 2)
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                  softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                                  return_attn_probs)
 
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
@@ -722,3 +766,26 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
         lse = _lse_like(q) if return_lse else None
         _run_kvcache(q, k_cache, v_cache, out, lse, *args[3:])
     return (out, lse) if return_lse else out
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    # flash_attn's options that have no counterpart here yet (rotary_interleaved only matters with
+    # rotary_cos): refused before any work.
+    missing = {"rotary_cos": (rotary_cos, "rotary embedding"), "rotary_sin": (rotary_sin, "rotary embedding"),
+               "cache_batch_idx": (cache_batch_idx, "cache slot indices"),
+               "cache_leftpad": (cache_leftpad, "left-padded caches"), "alibi_slopes": (alibi_slopes, "ALiBi bias")}
+    for name, (value, what) in missing.items():
+        if value is not None:
+            raise NotImplementedError(f"{name}: expected None (flash_attention_scratch has no {what} in "
+                                      f"flash_attn_with_kvcache yet), got a value")
+    # flash_attn's reading of the window, against the cache's capacity in keys.
+    seq_k = None
+    if isinstance(k_cache, torch.Tensor) and k_cache.dim() == 4:
+        seq_k = k_cache.shape[1] * (block_table.shape[1] if isinstance(block_table, torch.Tensor) else 1)
+    causal, window_size = _flash_attn_mask(window_size, causal, seq_k)
+    return forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
+                           softmax_scale=softmax_scale, causal=causal, num_splits=num_splits,
+                           return_lse=return_softmax_lse, window_size=window_size, softcap=softcap)

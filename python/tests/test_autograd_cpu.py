@@ -443,6 +443,60 @@ def test_flash_attn_func_reads_arguments_as_flash_attn(cpu, kwargs, causal):
     assert fa.flash_attn_func(*x, **kwargs).shape == q.shape
 
 
+@pytest.mark.parametrize("kwargs,causal", FLASH_ATTN_CASES[:3])
+def test_packed_functions_are_flash_attn_func_on_their_parts(cpu, kwargs, causal):
+    """flash_attn's qkvpacked and kvpacked functions: the same calls as flash_attn_func on the
+    packed tensor's parts, and the gradient reaches the packed tensor whole."""
+    q, k, v = inputs(9, 9, 4, 4)
+    dout = torch.randn_like(q)
+    ref = reference_grads(q, k, v, dout, scale=kwargs.get("softmax_scale"), causal=bool(causal))
+    qkv = torch.stack([q, k, v], dim=2).requires_grad_()
+    out, lse, s_dmask = fa.flash_attn_qkvpacked_func(qkv, return_attn_probs=True, **kwargs)
+    assert s_dmask is None and lse.shape == (2, 4, 9) and out.shape == q.shape
+    out.backward(dout)
+    assert cpu[0] == ("forward_lse", dict(causal=causal, window=(-1, -1), softcap=0.0, sinks=False))
+    assert_same(qkv.grad.unbind(2), ref)
+    q1, kv = q.clone().requires_grad_(), torch.stack([k, v], dim=2).requires_grad_()
+    fa.flash_attn_kvpacked_func(q1, kv, **kwargs).backward(dout)
+    assert_same([q1.grad, *kv.grad.unbind(2)], ref)
+
+
+def test_varlen_packed_functions_are_the_varlen_function_on_their_parts(cpu):
+    lens = [5, 0, 9]
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32)
+    q, k, v = (torch.randn(int(cu[-1]), 2, 16, dtype=torch.float64) for _ in range(3))
+    dout = torch.randn_like(q)
+    x = leaves(q, k, v)
+    fa.flash_attn_varlen_func(*x, cu, cu, max(lens), max(lens), causal=True).backward(dout)
+    qkv = torch.stack([q, k, v], dim=1).requires_grad_()
+    out, lse, _ = fa.flash_attn_varlen_qkvpacked_func(qkv, cu, max(lens), causal=True, return_attn_probs=True)
+    assert lse.shape == (2, int(cu[-1]))
+    out.backward(dout)
+    assert_same(qkv.grad.unbind(1), [t.grad for t in x])
+    q1, kv = q.clone().requires_grad_(), torch.stack([k, v], dim=1).requires_grad_()
+    fa.flash_attn_varlen_kvpacked_func(q1, kv, cu, cu, max(lens), max(lens), causal=True).backward(dout)
+    assert_same([q1.grad, *kv.grad.unbind(1)], [t.grad for t in x])
+
+
+def test_packed_functions_refuse_other_layouts_before_any_work(cpu):
+    q, k, v = inputs(4, 4, 2, 2)
+    cu = torch.tensor([0, 4], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"qkv: expected shape \(batch, seqlen, 3, nheads, headdim\), got "
+                                         r"\(2, 4, 2, 2, 16\)"):
+        fa.flash_attn_qkvpacked_func(torch.stack([q, k], dim=2))
+    with pytest.raises(ValueError, match=r"kv: expected shape \(batch, seqlen_k, 2, nheads_k, headdim\)"):
+        fa.flash_attn_kvpacked_func(q, k)
+    with pytest.raises(ValueError, match=r"qkv: expected shape \(total, 3, nheads, headdim\)"):
+        fa.flash_attn_varlen_qkvpacked_func(q[0], cu, 4)
+    with pytest.raises(ValueError, match=r"kv: expected shape \(total_k, 2, nheads_k, headdim\)"):
+        fa.flash_attn_varlen_kvpacked_func(q[0], torch.stack([k[0], v[0], v[0]], dim=1), cu, cu, 4, 4)
+    with pytest.raises(TypeError, match="qkv: expected a torch.Tensor, got list"):
+        fa.flash_attn_qkvpacked_func([q, k, v])
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        fa.flash_attn_qkvpacked_func(torch.stack([q, k, v], dim=2), dropout_p=0.1)
+    assert cpu == []
+
+
 def test_double_backward_raises(cpu):
     q, k, v = leaves(*inputs(4, 4, 2, 2))
     (dq,) = torch.autograd.grad(fa.forward(q, k, v).sum(), q, create_graph=True)

@@ -184,6 +184,30 @@ def test_flash_attn_func_signature_is_flash_attns():
     assert list(inspect.signature(theirs).parameters) == list(params)
 
 
+# flash_attn's packed functions (flash_attn 2.6-2.8): their first parameters, then
+# flash_attn_func's after q, k and v.
+PACKED_FUNCS = {
+    "flash_attn_qkvpacked_func": ["qkv"],
+    "flash_attn_kvpacked_func": ["q", "kv"],
+    "flash_attn_varlen_qkvpacked_func": ["qkv", "cu_seqlens", "max_seqlen"],
+    "flash_attn_varlen_kvpacked_func": ["q", "kv", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k"],
+}
+
+
+@pytest.mark.parametrize("name", PACKED_FUNCS)
+def test_packed_function_signatures_are_flash_attns(name):
+    assert name in fa.__all__
+    params = inspect.signature(getattr(fa, name)).parameters
+    expected = [(p, inspect.Parameter.empty) for p in PACKED_FUNCS[name]] + FLASH_ATTN_FUNC[3:]
+    assert [(p.name, p.default) for p in params.values()] == expected
+    try:
+        import flash_attn
+        theirs = getattr(flash_attn, name)
+    except Exception:  # not installed (or built for another torch): the list above stands
+        return
+    assert list(inspect.signature(theirs).parameters) == list(params)
+
+
 def test_flash_attn_func_refuses_dropout_and_alibi_before_any_work():
     # Before any argument is read: not even a tensor is needed to get the refusal.
     with pytest.raises(NotImplementedError, match="dropout_p: expected 0.0.*got 0.1"):
@@ -243,6 +267,38 @@ def test_gradients_match_reference(kind, shape):
                            note=f"(seed {seed})")
     for g in (qg.grad, kg.grad, vg.grad):
         assert g.is_contiguous()
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+def test_packed_functions_gradients_match_reference(kind):
+    """flash_attn's qkvpacked and kvpacked functions on packed CUDA tensors (the kernels read the
+    parts as row-strided views): outputs and gradients by the FlashAttention rule, dense and
+    varlen."""
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    seed = seeded()
+    q, k, v = (randn(2, 257, 4, d, dtype=dtype) for _ in range(3))
+    dout = randn(2, 257, 4, d, dtype=dtype)
+    qkv = torch.stack([q, k, v], dim=2).requires_grad_()
+    fa.flash_attn_qkvpacked_func(qkv, causal=True).backward(dout)
+    assert_gradients_match(qkv.grad.unbind(2), q, k, v, dout, causal=True, note=f"qkvpacked (seed {seed})")
+    q1, kv = q.clone().requires_grad_(), torch.stack([k[:, :100, :2], v[:, :100, :2]], dim=2).requires_grad_()
+    fa.flash_attn_kvpacked_func(q1, kv, causal=True).backward(dout)
+    assert_gradients_match((q1.grad, *kv.grad.unbind(2)), q, k[:, :100, :2], v[:, :100, :2], dout, causal=True,
+                           note=f"kvpacked (seed {seed})")
+    # Varlen: the two sequences of the batch packed one after the other.
+    cu = torch.tensor([0, 257, 514], dtype=torch.int32, device="cuda")
+    qkv = torch.stack([t.flatten(0, 1) for t in (q, k, v)], dim=1).requires_grad_()
+    out = fa.flash_attn_varlen_qkvpacked_func(qkv, cu, 257, causal=True)
+    out.backward(dout.flatten(0, 1))
+    grads = [g.unflatten(0, (2, 257)) for g in qkv.grad.unbind(1)]
+    assert_gradients_match(grads, q, k, v, dout, causal=True, note=f"varlen qkvpacked (seed {seed})")
+    q1 = q.flatten(0, 1).clone().requires_grad_()
+    kv = torch.stack([k.flatten(0, 1), v.flatten(0, 1)], dim=1).requires_grad_()
+    fa.flash_attn_varlen_kvpacked_func(q1, kv, cu, cu, 257, 257, causal=True).backward(dout.flatten(0, 1))
+    grads = [g.unflatten(0, (2, 257)) for g in (q1.grad, *kv.grad.unbind(1))]
+    assert_gradients_match(grads, q, k, v, dout, causal=True, note=f"varlen kvpacked (seed {seed})")
 
 
 @needs_gpu

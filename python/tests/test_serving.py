@@ -151,3 +151,85 @@ def test_inputs_that_require_grad_are_refused():
                           block_table=torch.tensor([[0], [1]], dtype=torch.int32, device="cuda"))
     with torch.no_grad():  # allowed without grad mode, as forward() is
         fa.forward_kvcache(q, kc, kc.clone(), cache_seqlens=3)
+
+
+# flash_attn.flash_attn_with_kvcache's parameters and defaults (flash_attn 2.7-2.8).
+WITH_KVCACHE = ["q", "k_cache", "v_cache", ("k", None), ("v", None), ("rotary_cos", None), ("rotary_sin", None),
+                ("cache_seqlens", None), ("cache_batch_idx", None), ("cache_leftpad", None), ("block_table", None),
+                ("softmax_scale", None), ("causal", False), ("window_size", (-1, -1)), ("softcap", 0.0),
+                ("rotary_interleaved", True), ("alibi_slopes", None), ("num_splits", 0),
+                ("return_softmax_lse", False)]
+
+
+def test_flash_attn_with_kvcache_signature_is_flash_attns():
+    import inspect
+    assert "flash_attn_with_kvcache" in fa.__all__
+    params = inspect.signature(fa.flash_attn_with_kvcache).parameters
+    expected = [(p, inspect.Parameter.empty) if isinstance(p, str) else p for p in WITH_KVCACHE]
+    assert [(p.name, p.default) for p in params.values()] == expected
+    try:
+        from flash_attn import flash_attn_with_kvcache as theirs
+    except Exception:  # not installed (or built for another torch): the list above stands
+        return
+    assert list(inspect.signature(theirs).parameters) == list(params)
+
+
+WITH_KVCACHE_CASES = [  # flash_attn's arguments, and what forward_kvcache must receive: causal, window
+    (dict(), False, (-1, -1)),
+    (dict(causal=True), True, (-1, -1)),
+    (dict(window_size=(-1, 0)), True, (-1, -1)),
+    (dict(causal=True, window_size=(30, 5)), True, (30, 0)),  # causal sets the right side to 0
+    (dict(window_size=(64, 64)), False, (-1, -1)),  # sides of at least the cache's 64 keys are unbounded
+]
+
+
+@pytest.mark.parametrize("kwargs,causal,window", WITH_KVCACHE_CASES)
+def test_flash_attn_with_kvcache_reads_arguments_as_flash_attn(monkeypatch, kwargs, causal, window):
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    calls = []
+    monkeypatch.setattr(_ops, "forward_kvcache", lambda *a, **kw: calls.append((a, kw)) or "out")
+    q, kc = torch.zeros(2, 1, 4, 64), torch.zeros(2, 64, 2, 64)
+    lens = torch.tensor([3, 9], dtype=torch.int32)
+    assert fa.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=lens, return_softmax_lse=True, num_splits=2,
+                                      softmax_scale=0.5, softcap=3.0, **kwargs) == "out"
+    (args, kw), = calls
+    assert args == (q, kc, kc, None, None)
+    assert kw == dict(cache_seqlens=lens, block_table=None, softmax_scale=0.5, causal=causal, num_splits=2,
+                      return_lse=True, window_size=window, softcap=3.0)
+
+
+@pytest.mark.parametrize("name", ["rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad", "alibi_slopes"])
+def test_flash_attn_with_kvcache_refuses_what_it_lacks_before_any_work(monkeypatch, name):
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    monkeypatch.setattr(_ops, "forward_kvcache", lambda *a, **kw: pytest.fail("forward_kvcache ran"))
+    q = torch.zeros(1, 1, 2, 64)
+    with pytest.raises(NotImplementedError, match=f"{name}: expected None"):
+        fa.flash_attn_with_kvcache(q, q, q, **{name: torch.zeros(1)})
+
+
+@needs_gpu
+@pytest.mark.parametrize("page", [None, 16])
+def test_flash_attn_with_kvcache_is_forward_kvcache(page):
+    """The same kernels as forward_kvcache: bitwise the same output, LSE and appended cache."""
+    dtype, b, hq, hkv, d, cap = torch.bfloat16, 3, 8, 2, 128, 256
+    q = randn(b, 2, hq, d, dtype=dtype)
+    k_new, v_new = randn(b, 2, hkv, d, dtype=dtype), randn(b, 2, hkv, d, dtype=dtype)
+    lens = torch.tensor([0, 17, 200], dtype=torch.int32, device="cuda")
+    kwargs = {}
+    if page:
+        kc = randn(b * cap // page, page, hkv, d, dtype=dtype)
+        kwargs = dict(block_table=torch.arange(b * cap // page, dtype=torch.int32, device="cuda").view(b, -1))
+    else:
+        kc = randn(b, cap, hkv, d, dtype=dtype)
+    vc = torch.randn_like(kc)
+    caches = [(kc.clone(), vc.clone()) for _ in range(2)]
+    ours = fa.forward_kvcache(q, *caches[0], k_new, v_new, cache_seqlens=lens, causal=True, return_lse=True,
+                              **kwargs)
+    theirs = fa.flash_attn_with_kvcache(q, *caches[1], k_new, v_new, cache_seqlens=lens, causal=True,
+                                        return_softmax_lse=True, **kwargs)
+    for a, b_ in zip(ours + caches[0], theirs + caches[1]):
+        assert torch.equal(a, b_)
