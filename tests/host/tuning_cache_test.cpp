@@ -684,8 +684,8 @@ TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
 }
 
 // The built-in table's causal rows: causal d_head 64 without GQA takes the deterministic kernel
-// by default (it costs under 5% there), non-causal and GQA the unordered one; a row's length and causal
-// limits hold for the backward as for the forward.
+// by default (it costs under 5% there), non-causal and GQA the unordered one; a row's length and
+// causal limits hold for the backward as for the forward.
 TEST(TuningCache, BackwardTableTakesTheOrderedKernelForCausalD64) {
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
     const TempDir dir;
