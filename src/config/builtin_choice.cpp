@@ -152,7 +152,7 @@ constexpr Row k_rows[] = {
     // 256, two consumers on the same 64 keys with half of d_head's columns each and one Q/dO
     // stage (209 KB of shared memory): 1.5-1.6x the sm80 kernel (H200, 2026-12-02).
     // Causal d_head 64 without GQA takes the deterministic kernel, the default wherever it
-    // costs under 5%: 1.3% at 2k, 4.5% at 8k there (H200, 2026-12-02; docs/PERF.md). At
+    // costs under 5%: 1.3% at 2k, 4.5% at 8k, 3.2% at 16k there (H200, 2026-12-02). At
     // d_head 256 it costs 6-34% causal (2k-16k, its scores shared; H200, 2026-12-02) and is
     // taken only when asked for. GQA's deterministic order is another (KeyBlockScheduler), not
     // measured at these head dims.
