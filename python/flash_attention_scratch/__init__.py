@@ -298,8 +298,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     return_softmax_lse (out, softmax_lse (batch, nheads, seqlen_q) float32). k and v are
     appended to the cache in place at cache_seqlens, as in flash_attn.
 
-    rotary_cos / rotary_sin, cache_batch_idx, cache_leftpad and alibi_slopes have no
-    counterpart here yet: anything but None raises NotImplementedError before any work.
+    rotary_cos / rotary_sin ((seqlen_ro, rotary_dim / 2), q's dtype) rotate q and the new
+    keys as flash_attn does (k is then required): the keys at positions cache_seqlens,
+    cache_seqlens + 1, ..., the queries there too when causal or windowed, else all at
+    cache_seqlens; pairs (2i, 2i + 1) with rotary_interleaved, else (i, i + rotary_dim / 2).
+    The rotation is a separate pass over q and k in fp32 (flash_attn fuses it into its kernel).
+    cache_batch_idx, cache_leftpad and alibi_slopes have no counterpart here yet: anything but
+    None raises NotImplementedError before any work.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_with_kvcache needs PyTorch, which is not installed")

@@ -768,14 +768,76 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     return (out, lse) if return_lse else out
 
 
+def _rotated(x, cos, sin, positions, interleaved):
+    """flash_attn's rotary embedding of x (batch, seq, heads, d_head) at positions (batch, seq):
+    its first 2 * cos.shape[1] columns turned by the tables' rows at those positions, column
+    pairs (2i, 2i + 1) when interleaved, else (i, i + rotary_dim / 2) (GPT-NeoX's), in fp32 and
+    rounded to x's dtype as flash_attn's kernel computes them; the other columns as they are.
+    Positions past the tables read their last row: only rows past the cache's capacity have
+    them, and KV append drops those (no host synchronisation checks device lengths)."""
+    half = cos.shape[1]
+    rows = positions.clamp(0, cos.shape[0] - 1).reshape(-1)
+    c = cos.index_select(0, rows).view(*positions.shape, 1, half).float()
+    s = sin.index_select(0, rows).view(*positions.shape, 1, half).float()
+    r = x[..., :2 * half].float()
+    if interleaved:
+        x1, x2 = r[..., 0::2], r[..., 1::2]
+        r = torch.stack((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1).flatten(-2)
+    else:
+        x1, x2 = r[..., :half], r[..., half:]
+        r = torch.cat((x1 * c - x2 * s, x1 * s + x2 * c), dim=-1)
+    return torch.cat((r.to(x.dtype), x[..., 2 * half:]), dim=-1)
+
+
+def _rotary_inputs(q, k, rotary_cos, rotary_sin, cache_seqlens, interleaved, per_token_q, capacity):
+    """q and k rotated as flash_attn_with_kvcache rotates them: the new keys at positions
+    cache_seqlens, cache_seqlens + 1, ...; the queries there too when causal or windowed
+    (per_token_q), else every query at cache_seqlens. Every check before any work."""
+    for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor with the other rotary table, got {type(t).__name__}")
+    if not isinstance(k, torch.Tensor):
+        raise ValueError("k: expected new keys with rotary_cos and rotary_sin (flash_attn rotates the keys it "
+                         "appends), got None")
+    if not isinstance(q, torch.Tensor) or q.dim() != 4 or k.dim() != 4:
+        raise ValueError("q, k: expected (batch, seq, heads, d_head) tensors with rotary_cos and rotary_sin")
+    d_head = q.shape[3]
+    if rotary_sin.shape != rotary_cos.shape:
+        raise ValueError(f"rotary_sin.shape: expected rotary_cos's {tuple(rotary_cos.shape)}, "
+                         f"got {tuple(rotary_sin.shape)}")
+    if rotary_cos.dim() != 2 or 2 * rotary_cos.shape[1] > d_head or (2 * rotary_cos.shape[1]) % 16 != 0:
+        raise ValueError(f"rotary_cos.shape: expected (seqlen_ro, rotary_dim / 2) with rotary_dim a multiple of 16 "
+                         f"of at most d_head {d_head}, got {tuple(rotary_cos.shape)}")
+    if capacity is not None and rotary_cos.shape[0] < capacity:
+        raise ValueError(f"rotary_cos.shape[0]: expected at least the cache's capacity of {capacity} positions, "
+                         f"got {rotary_cos.shape[0]}")
+    for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+        if t.dtype != q.dtype or t.device != q.device:
+            raise ValueError(f"{name}: expected q's dtype and device ({q.dtype}, {q.device}), got {t.dtype}, {t.device}")
+    batch = q.shape[0]
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        lengths = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
+    elif (isinstance(cache_seqlens, torch.Tensor) and cache_seqlens.shape == (batch,)
+          and cache_seqlens.dtype == torch.int32 and cache_seqlens.device == q.device):
+        lengths = cache_seqlens
+    else:
+        got = (f"{cache_seqlens.dtype} of shape {tuple(cache_seqlens.shape)} on {cache_seqlens.device}"
+               if isinstance(cache_seqlens, torch.Tensor) else type(cache_seqlens).__name__)
+        raise ValueError(f"cache_seqlens: expected the caches' lengths with rotary_cos and rotary_sin, an int or a "
+                         f"({batch},) int32 tensor on q's device, got {got}")
+    base = lengths.long()[:, None]
+    k_positions = base + torch.arange(k.shape[1], device=q.device)
+    q_positions = base + torch.arange(q.shape[1], device=q.device) if per_token_q else base.expand(-1, q.shape[1])
+    return (_rotated(q, rotary_cos, rotary_sin, q_positions, interleaved),
+            _rotated(k, rotary_cos, rotary_sin, k_positions, interleaved))
+
+
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
-    # flash_attn's options that have no counterpart here yet (rotary_interleaved only matters with
-    # rotary_cos): refused before any work.
-    missing = {"rotary_cos": (rotary_cos, "rotary embedding"), "rotary_sin": (rotary_sin, "rotary embedding"),
-               "cache_batch_idx": (cache_batch_idx, "cache slot indices"),
+    # flash_attn's options that have no counterpart here yet: refused before any work.
+    missing = {"cache_batch_idx": (cache_batch_idx, "cache slot indices"),
                "cache_leftpad": (cache_leftpad, "left-padded caches"), "alibi_slopes": (alibi_slopes, "ALiBi bias")}
     for name, (value, what) in missing.items():
         if value is not None:
@@ -786,6 +848,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if isinstance(k_cache, torch.Tensor) and k_cache.dim() == 4:
         seq_k = k_cache.shape[1] * (block_table.shape[1] if isinstance(block_table, torch.Tensor) else 1)
     causal, window_size = _flash_attn_mask(window_size, causal, seq_k)
+    if rotary_cos is not None or rotary_sin is not None:
+        # The rotation as its own small pass over q and the new keys: the kernels stay as they are.
+        per_token_q = causal or tuple(window_size) != (-1, -1)
+        q, k = _rotary_inputs(q, k, rotary_cos, rotary_sin, cache_seqlens, rotary_interleaved, per_token_q, seq_k)
     return forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
                            softmax_scale=softmax_scale, causal=causal, num_splits=num_splits,
                            return_lse=return_softmax_lse, window_size=window_size, softcap=softcap)

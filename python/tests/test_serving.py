@@ -2,6 +2,8 @@
 (test_forward's rule), KV append in place, argument errors, torch.compile and a captured
 decode step replayed on new cache contents."""
 
+import re
+
 import pytest
 
 import flash_attention_scratch as fa
@@ -200,7 +202,7 @@ def test_flash_attn_with_kvcache_reads_arguments_as_flash_attn(monkeypatch, kwar
                       return_lse=True, window_size=window, softcap=3.0)
 
 
-@pytest.mark.parametrize("name", ["rotary_cos", "rotary_sin", "cache_batch_idx", "cache_leftpad", "alibi_slopes"])
+@pytest.mark.parametrize("name", ["cache_batch_idx", "cache_leftpad", "alibi_slopes"])
 def test_flash_attn_with_kvcache_refuses_what_it_lacks_before_any_work(monkeypatch, name):
     if torch is None:
         pytest.skip("needs PyTorch")
@@ -209,6 +211,131 @@ def test_flash_attn_with_kvcache_refuses_what_it_lacks_before_any_work(monkeypat
     q = torch.zeros(1, 1, 2, 64)
     with pytest.raises(NotImplementedError, match=f"{name}: expected None"):
         fa.flash_attn_with_kvcache(q, q, q, **{name: torch.zeros(1)})
+
+
+def rotated64(x, cos, sin, positions, interleaved):
+    """Rotary embedding in float64, written apart from the package's: interleaved pairs as complex
+    numbers times e^(i theta), GPT-NeoX's halves as a 2 x 2 rotation."""
+    half = cos.shape[1]
+    c = cos.double()[positions.long()][:, :, None]  # (batch, seq, 1, half)
+    s = sin.double()[positions.long()][:, :, None]
+    r = x[..., :2 * half].double()
+    if interleaved:
+        z = torch.view_as_complex(r.reshape(*r.shape[:-1], half, 2).contiguous()) * torch.complex(c, s)
+        r = torch.view_as_real(z).flatten(-2)
+    else:
+        a, b = r[..., :half], r[..., half:]
+        r = torch.cat((a * c - b * s, b * c + a * s), dim=-1)
+    return torch.cat((r, x[..., 2 * half:].double()), dim=-1)
+
+
+def rotary_tables(positions, half, dtype, device):
+    theta = torch.arange(positions, dtype=torch.float64)[:, None] * 10000.0 ** (-torch.arange(half) / half)
+    return theta.cos().to(dtype).to(device), theta.sin().to(dtype).to(device)
+
+
+ROTARY_CASES = [  # flash_attn's arguments, and whether the queries sit at their own positions
+    (dict(causal=True), True),
+    (dict(window_size=(8, 0)), True),
+    (dict(), False),
+    (dict(window_size=(64, 64)), False),  # both sides unbounded over the cache's 64 keys: not local
+]
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("kwargs,per_token", ROTARY_CASES)
+def test_flash_attn_with_kvcache_rotates_as_flash_attn(monkeypatch, kwargs, per_token, interleaved):
+    """The rotated q and new keys forward_kvcache receives, against a float64 rotation (no GPU)."""
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    calls = []
+    monkeypatch.setattr(_ops, "forward_kvcache", lambda *a, **kw: calls.append((a, kw)) or "out")
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 4, 64, generator=generator).to(torch.bfloat16)
+    k_new = torch.randn(2, 3, 2, 64, generator=generator).to(torch.bfloat16)
+    kc = torch.zeros(2, 64, 2, 64, dtype=torch.bfloat16)
+    lens = torch.tensor([5, 60], dtype=torch.int32)
+    cos, sin = rotary_tables(64, 16, torch.bfloat16, "cpu")  # rotary_dim 32 of d_head 64
+    assert fa.flash_attn_with_kvcache(q, kc, kc, k_new, k_new, rotary_cos=cos, rotary_sin=sin, cache_seqlens=lens,
+                                      rotary_interleaved=interleaved, **kwargs) == "out"
+    (args, kw), = calls
+    steps = torch.arange(3)
+    k_at = lens[:, None] + steps
+    q_at = k_at if per_token else lens[:, None].expand(-1, 3)
+    for got, x, at in ((args[0], q, q_at), (args[3], k_new, k_at)):
+        want = rotated64(x, cos, sin, at.clamp(max=63), interleaved)
+        assert got.dtype == x.dtype and torch.equal(got[..., 32:], x[..., 32:])
+        # fp32 arithmetic rounded once to bf16: within one bf16 ulp of the float64 rotation.
+        assert ((got.double() - want).abs() <= want.abs() * 2.0 ** -8 + 1e-6).all()
+    assert args[4] is k_new and kw["cache_seqlens"] is lens
+
+
+ROTARY_REFUSALS = [  # a change to a good call, and the argument the error must name
+    (dict(rotary_sin=None), "rotary_sin"),
+    (dict(k=None), "k:"),
+    (dict(cache_seqlens=None), "cache_seqlens"),
+    (dict(cache_seqlens=torch.tensor([1, 2]) if torch else None), "cache_seqlens"),  # int64
+    (dict(rotary_cos=torch.zeros(64, 12, dtype=torch.bfloat16) if torch else None,
+          rotary_sin=torch.zeros(64, 12, dtype=torch.bfloat16) if torch else None), "rotary_cos.shape"),  # dim 24
+    (dict(rotary_cos=torch.zeros(64, 40, dtype=torch.bfloat16) if torch else None,
+          rotary_sin=torch.zeros(64, 40, dtype=torch.bfloat16) if torch else None), "rotary_cos.shape"),  # > d_head
+    (dict(rotary_cos=torch.zeros(32, 16, dtype=torch.bfloat16) if torch else None), "rotary_sin.shape"),
+    (dict(rotary_cos=torch.zeros(32, 16, dtype=torch.bfloat16) if torch else None,
+          rotary_sin=torch.zeros(32, 16, dtype=torch.bfloat16) if torch else None), "rotary_cos.shape[0]"),
+    (dict(rotary_sin=torch.zeros(64, 16, dtype=torch.float16) if torch else None), "rotary_sin"),
+]
+
+
+@pytest.mark.parametrize("change,name", ROTARY_REFUSALS)
+def test_flash_attn_with_kvcache_rotary_refusals_name_the_argument(monkeypatch, change, name):
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    monkeypatch.setattr(_ops, "forward_kvcache", lambda *a, **kw: pytest.fail("forward_kvcache ran"))
+    q = torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16)
+    k_new, kc = torch.zeros(2, 1, 2, 64, dtype=torch.bfloat16), torch.zeros(2, 64, 2, 64, dtype=torch.bfloat16)
+    cos = torch.zeros(64, 16, dtype=torch.bfloat16)
+    call = dict(k=k_new, v=k_new, rotary_cos=cos, rotary_sin=cos.clone(),
+                cache_seqlens=torch.tensor([1, 2], dtype=torch.int32))
+    call.update(change)
+    with pytest.raises((ValueError, TypeError), match=re.escape(name)):
+        fa.flash_attn_with_kvcache(q, kc, kc, **call)
+
+
+@needs_gpu
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("page", [None, 16])
+def test_flash_attn_with_kvcache_rotary_matches_reference(page, interleaved):
+    """Rotary q and appended keys: the output against float64 attention over the float64-rotated
+    inputs (the FlashAttention rule), and the cache rows the rotated keys."""
+    dtype, b, hq, hkv, d, cap, new = torch.bfloat16, 3, 8, 2, 128, 256, 2
+    q = randn(b, new, hq, d, dtype=dtype)
+    k_new, v_new = randn(b, new, hkv, d, dtype=dtype), randn(b, new, hkv, d, dtype=dtype)
+    k_cache, v_cache = randn(b, cap, hkv, d, dtype=dtype), randn(b, cap, hkv, d, dtype=dtype)
+    lens = torch.tensor([0, 17, 200], dtype=torch.int32, device="cuda")
+    cos, sin = rotary_tables(cap, 32, dtype, "cuda")  # rotary_dim 64 of d_head 128
+    kc, vc, kwargs = k_cache.clone(), v_cache.clone(), {}
+    if page:
+        table = torch.arange(b * cap // page, dtype=torch.int32, device="cuda").flip(0).view(b, -1).contiguous()
+        kc = torch.empty(b * cap // page, page, hkv, d, dtype=dtype, device="cuda")
+        vc = torch.empty_like(kc)
+        kc[table.long()] = k_cache.view(b, cap // page, page, hkv, d)
+        vc[table.long()] = v_cache.view(b, cap // page, page, hkv, d)
+        kwargs = dict(block_table=table)
+    out, lse = fa.flash_attn_with_kvcache(q, kc, vc, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
+                                         cache_seqlens=lens, causal=True, rotary_interleaved=interleaved,
+                                         return_softmax_lse=True, **kwargs)
+    at = lens[:, None].long() + torch.arange(new, device="cuda")
+    q_rot = rotated64(q, cos, sin, at, interleaved).to(dtype)
+    k_rot = rotated64(k_new, cos, sin, at, interleaved)
+    stored = kc[table.long()].view(b, cap, hkv, d) if page else kc
+    for i in range(b):
+        n = lens[i].item()
+        assert ((stored[i, n:n + new].double() - k_rot[i]).abs() <= k_rot[i].abs() * 2.0 ** -8 + 1e-6).all()
+        keys = torch.cat([k_cache[i, :n], k_rot[i].to(dtype)])[None]
+        values = torch.cat([v_cache[i, :n], v_new[i]])[None]
+        assert_matches(out[i:i + 1], lse[i:i + 1], q_rot[i:i + 1], keys, values, d ** -0.5, True)
 
 
 @needs_gpu
