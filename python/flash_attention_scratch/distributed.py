@@ -5,12 +5,14 @@ d_head). ``ring_attention`` passes the K/V shards around the ring of ranks (torc
 point-to-point operations, NCCL on GPUs) and merges each rank's partial outputs by their
 log-sum-exp, the next shard in flight while the current one is computed; its backward passes
 the K/V shards around again, with their dK and dV accumulating beside them until they reach
-their owner. Causal attention takes the zigzag layout (``zigzag_shard``): rank r holds chunks r
-and 2·ranks − 1 − r of the sequence cut in 2·ranks, so every rank has the same causal work.
+their owner. ``all_gather_attention`` gathers every K/V shard instead, for grouped-query shapes
+whose K/V are small, and reduce-scatters dK and dV. Causal attention takes the zigzag layout
+(``zigzag_shard``): rank r holds chunks r and 2·ranks − 1 − r of the sequence cut in 2·ranks,
+so every rank has the same causal work.
 
-``ring_attention_emulated`` runs the same algorithm over virtual ranks in one process (the
-shards and the ring's steps in a loop, no communication), for tests and for checking a layout
-on one GPU.
+``ring_attention_emulated`` and ``all_gather_attention_emulated`` run the same algorithms over
+virtual ranks in one process (the shards and the steps in a loop, no communication), for tests
+and for checking a layout on one GPU.
 """
 
 from typing import List, Optional, Sequence
@@ -117,10 +119,67 @@ def _backward_steps(dout, q, k, v, out, lse, softmax_scale, causal, ranks, rank)
     return dq.to(q.dtype), dkv[0].to(k.dtype), dkv[1].to(v.dtype)
 
 
-def _drive_ring(steps, group):
+def _sharded(x, ranks, rank, causal):
+    """Rank `rank`'s rows of a whole-sequence tensor: its zigzag shard for causal attention,
+    else its contiguous chunk (the order a non-causal call's keys may take)."""
+    return zigzag_shard(x, ranks, rank) if causal else x.chunk(ranks, 1)[rank]
+
+
+def _whole(shards, causal):
+    return zigzag_unshard(shards) if causal else torch.cat(shards, 1)
+
+
+def _gathered_blocks(causal, ranks, rank, half):
+    """The calls of a rank over the gathered keys: (query rows, keys end, causal). Non-causal:
+    one over every key; causal zigzag: each query chunk over the keys up to its own chunk's end,
+    causally (aligned at the bottom right)."""
+    if not causal:
+        return [(slice(None), None, False)]
+    return [(slice(0, half), (rank + 1) * half, True), (slice(half, None), (2 * ranks - rank) * half, True)]
+
+
+def _gathered_forward_steps(q, k, v, softmax_scale, causal, ranks, rank):
+    """The all-gather variant's forward (the protocol of _forward_steps): every rank's K/V shard
+    gathered, then the rank's queries against the whole sequence's keys."""
+    shards = yield ("all_gather", (k, v))
+    keys, values = (_whole([s[i] for s in shards], causal) for i in range(2))
+    out = torch.empty_like(q)
+    lse = torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
+    for rows, end, block_causal in _gathered_blocks(causal, ranks, rank, q.shape[1] // 2):
+        out[:, rows], lse[:, :, rows] = torch.ops.flash_attention_scratch.forward_lse(
+            q[:, rows], keys[:, :end], values[:, :end], softmax_scale, _BOTTOM_RIGHT if block_causal else 0, None)
+    return out, lse
+
+
+def _gathered_backward_steps(dout, q, k, v, out, lse, softmax_scale, causal, ranks, rank):
+    """The all-gather variant's backward: the K/V shards gathered again (not kept from the
+    forward), the rank's dQ and its fp32 share of every rank's dK and dV, which a
+    reduce-scatter sums onto their owners."""
+    shards = yield ("all_gather", (k, v))
+    keys, values = (_whole([s[i] for s in shards], causal) for i in range(2))
+    accumulate = torch.promote_types(q.dtype, torch.float32)
+    dq = torch.empty_like(q)
+    dkeys = torch.zeros(keys.shape, dtype=accumulate, device=q.device)
+    dvalues = torch.zeros(values.shape, dtype=accumulate, device=q.device)
+    for rows, end, block_causal in _gathered_blocks(causal, ranks, rank, q.shape[1] // 2):
+        part_dq, part_dk, part_dv, _ = torch.ops.flash_attention_scratch.backward(
+            dout[:, rows], q[:, rows], keys[:, :end], values[:, :end], out[:, rows], lse[:, :, rows].contiguous(),
+            softmax_scale, _BOTTOM_RIGHT if block_causal else 0)
+        dq[:, rows] = part_dq
+        dkeys[:, :end] += part_dk
+        dvalues[:, :end] += part_dv
+    dk, dv = yield ("reduce_scatter", [[_sharded(t, ranks, r, causal) for r in range(ranks)]
+                                       for t in (dkeys, dvalues)])
+    return dq, dk.to(k.dtype), dv.to(v.dtype)
+
+
+_METHODS = {"ring": (_forward_steps, _backward_steps), "all_gather": (_gathered_forward_steps, _gathered_backward_steps)}
+
+
+def _drive_group(steps, group):
     """Runs one rank's generator over torch.distributed: each "start" posts the sends to the
     next rank and the receives from the previous one (batch_isend_irecv), each "wait" completes
-    them."""
+    them; "all_gather" and "reduce_scatter" are the collectives of their names."""
     ranks = dist.get_world_size(group)
     rank = dist.get_rank(group)
     to_next = dist.get_global_rank(group, (rank + 1) % ranks) if group is not None else (rank + 1) % ranks
@@ -131,26 +190,40 @@ def _drive_ring(steps, group):
         return done.value
     while True:
         kind, payload = message
+        if kind == "start":
+            sent = [t.contiguous() for t in payload]
+            received = [torch.empty_like(t) for t in sent]
+            ops = ([dist.P2POp(dist.isend, t, to_next, group) for t in sent]
+                   + [dist.P2POp(dist.irecv, t, from_previous, group) for t in received])
+            reply = (dist.batch_isend_irecv(ops), sent, received)
+        elif kind == "wait":
+            requests, _, received = payload
+            for request in requests:
+                request.wait()
+            reply = tuple(received)
+        elif kind == "all_gather":
+            gathered = []
+            for t in payload:
+                parts = [torch.empty_like(t) for _ in range(ranks)]
+                dist.all_gather(parts, t.contiguous(), group)
+                gathered.append(parts)
+            reply = list(zip(*gathered))  # a tuple of this message's tensors per rank
+        else:  # reduce_scatter: one list of `ranks` pieces a tensor
+            reply = []
+            for pieces in payload:
+                mine = torch.empty_like(pieces[rank])
+                dist.reduce_scatter(mine, [p.contiguous() for p in pieces], group=group)
+                reply.append(mine)
         try:
-            if kind == "start":
-                sent = [t.contiguous() for t in payload]
-                received = [torch.empty_like(t) for t in sent]
-                ops = ([dist.P2POp(dist.isend, t, to_next, group) for t in sent]
-                       + [dist.P2POp(dist.irecv, t, from_previous, group) for t in received])
-                message = steps.send((dist.batch_isend_irecv(ops), sent, received))
-            else:
-                requests, _, received = payload
-                for request in requests:
-                    request.wait()
-                message = steps.send(tuple(received))
+            message = steps.send(reply)
         except StopIteration as done:
             return done.value
 
 
 def _drive_lockstep(all_steps):
-    """Runs every virtual rank's generator in one process, a message of each in turn: the
-    ranks run the same steps, so when one waits for an exchange every rank has started it;
-    rank r receives what rank r − 1 sent."""
+    """Runs every virtual rank's generator in one process, a message of each a round: the ranks
+    run the same steps, so a round's messages are all of one kind. Rank r receives what rank
+    r - 1 sent; a collective sees every rank's contribution."""
     ranks = len(all_steps)
     messages: List = [None] * ranks
     results: List = [None] * ranks
@@ -160,20 +233,25 @@ def _drive_lockstep(all_steps):
         except StopIteration as done:  # one rank: nothing to exchange
             results[r] = done.value
     sent = {}
-    exchanges = [0] * ranks
-    while any(m is not None for m in messages):
+    exchanges = 0
+    while messages[0] is not None:
+        kind = messages[0][0]
+        payloads = [payload for _, payload in messages]
+        if kind == "start":
+            for r in range(ranks):
+                sent[(r, exchanges)] = tuple(payloads[r])
+            replies = [exchanges] * ranks
+            exchanges += 1
+        elif kind == "wait":
+            replies = [sent[((r - 1) % ranks, payloads[r])] for r in range(ranks)]
+        elif kind == "all_gather":
+            replies = [[tuple(p) for p in payloads]] * ranks
+        else:  # reduce_scatter
+            replies = [[sum(payloads[i][t][r] for i in range(ranks)) for t in range(len(payloads[r]))]
+                       for r in range(ranks)]
         for r, steps in enumerate(all_steps):
-            if messages[r] is None:
-                continue
-            kind, payload = messages[r]
-            if kind == "start":
-                sent[(r, exchanges[r])] = tuple(payload)
-                reply = exchanges[r]
-                exchanges[r] += 1
-            else:
-                reply = sent[((r - 1) % ranks, payload)]
             try:
-                messages[r] = steps.send(reply)
+                messages[r] = steps.send(replies[r])
             except StopIteration as done:
                 messages[r], results[r] = None, done.value
     return results
@@ -192,22 +270,32 @@ def _check_shards(q, k, v, causal, ranks):
                          f"got {q.shape[1]}")
 
 
-class _RingAttention(torch.autograd.Function):
+class _GroupAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, group, softmax_scale, causal):
+    def forward(ctx, q, k, v, group, softmax_scale, causal, method):
         ranks, rank = dist.get_world_size(group), dist.get_rank(group)
-        out, lse = _drive_ring(_forward_steps(q, k, v, softmax_scale, causal, ranks, rank), group)
+        forward_steps, _ = _METHODS[method]
+        out, lse = _drive_group(forward_steps(q, k, v, softmax_scale, causal, ranks, rank), group)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.group, ctx.softmax_scale, ctx.causal = group, softmax_scale, causal
+        ctx.group, ctx.softmax_scale, ctx.causal, ctx.method = group, softmax_scale, causal, method
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
         ranks, rank = dist.get_world_size(ctx.group), dist.get_rank(ctx.group)
-        dq, dk, dv = _drive_ring(_backward_steps(dout.contiguous(), q, k, v, out, lse, ctx.softmax_scale,
+        _, backward_steps = _METHODS[ctx.method]
+        dq, dk, dv = _drive_group(backward_steps(dout.contiguous(), q, k, v, out, lse, ctx.softmax_scale,
                                                  ctx.causal, ranks, rank), ctx.group)
-        return dq, dk, dv, None, None, None
+        return dq, dk, dv, None, None, None, None
+
+
+def _group_attention(q, k, v, group, causal, softmax_scale, method):
+    ranks = dist.get_world_size(group)
+    _check_shards(q, k, v, causal, ranks)
+    if softmax_scale is not None:
+        softmax_scale = float(softmax_scale)
+    return _GroupAttention.apply(q, k, v, group, softmax_scale, bool(causal), method)
 
 
 def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Optional[dist.ProcessGroup] = None,
@@ -218,22 +306,29 @@ def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group: Opt
     needs the zigzag layout (zigzag_shard), non-causal any sharding. Differentiable: the
     backward runs the ring again (every rank must call it, as with the forward). GQA as the
     single-GPU kernels take it; no window, softcap or sinks yet."""
-    ranks = dist.get_world_size(group)
-    _check_shards(q, k, v, causal, ranks)
-    if softmax_scale is not None:
-        softmax_scale = float(softmax_scale)
-    return _RingAttention.apply(q, k, v, group, softmax_scale, bool(causal))
+    return _group_attention(q, k, v, group, causal, softmax_scale, "ring")
 
 
-class _EmulatedRing(torch.autograd.Function):
+def all_gather_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         group: Optional[dist.ProcessGroup] = None, *, causal: bool = False,
+                         softmax_scale: Optional[float] = None) -> torch.Tensor:
+    """ring_attention's contract by another route, for grouped-query shapes whose K/V are small:
+    every rank's K/V shard all-gathered (the whole sequence's keys on each rank), one or two
+    kernel calls a rank; the backward gathers them again and reduce-scatters dK and dV (fp32)
+    onto their owners. Every rank's shards are the same length. Causal: the zigzag layout."""
+    return _group_attention(q, k, v, group, causal, softmax_scale, "all_gather")
+
+
+class _EmulatedAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, softmax_scale, causal, ranks, *shards):
+    def forward(ctx, softmax_scale, causal, method, ranks, *shards):
         qs, ks, vs = shards[:ranks], shards[ranks:2 * ranks], shards[2 * ranks:]
-        results = _drive_lockstep([_forward_steps(qs[r], ks[r], vs[r], softmax_scale, causal, ranks, r)
+        forward_steps, _ = _METHODS[method]
+        results = _drive_lockstep([forward_steps(qs[r], ks[r], vs[r], softmax_scale, causal, ranks, r)
                                    for r in range(ranks)])
         outs = [o for o, _ in results]
         ctx.save_for_backward(*shards, *outs, *(lse for _, lse in results))
-        ctx.softmax_scale, ctx.causal, ctx.ranks = softmax_scale, causal, ranks
+        ctx.softmax_scale, ctx.causal, ctx.method, ctx.ranks = softmax_scale, causal, method, ranks
         return tuple(outs)
 
     @staticmethod
@@ -242,21 +337,37 @@ class _EmulatedRing(torch.autograd.Function):
         saved = ctx.saved_tensors
         qs, ks, vs = saved[:ranks], saved[ranks:2 * ranks], saved[2 * ranks:3 * ranks]
         outs, lses = saved[3 * ranks:4 * ranks], saved[4 * ranks:]
+        _, backward_steps = _METHODS[ctx.method]
         grads = _drive_lockstep([
-            _backward_steps(douts[r].contiguous(), qs[r], ks[r], vs[r], outs[r], lses[r], ctx.softmax_scale,
-                            ctx.causal, ranks, r) for r in range(ranks)])
-        return (None, None, None, *(g[0] for g in grads), *(g[1] for g in grads), *(g[2] for g in grads))
+            backward_steps(douts[r].contiguous(), qs[r], ks[r], vs[r], outs[r], lses[r], ctx.softmax_scale,
+                           ctx.causal, ranks, r) for r in range(ranks)])
+        return (None, None, None, None, *(g[0] for g in grads), *(g[1] for g in grads), *(g[2] for g in grads))
+
+
+def _emulated(qs, ks, vs, causal, softmax_scale, method):
+    ranks = len(qs)
+    if ranks < 1 or len(ks) != ranks or len(vs) != ranks:
+        raise ValueError(f"qs, ks, vs: expected one shard a rank each, got {len(qs)}, {len(ks)}, {len(vs)}")
+    for q, k, v in zip(qs, ks, vs):
+        _check_shards(q, k, v, causal, ranks)
+        if q.shape != qs[0].shape or k.shape != ks[0].shape:
+            raise ValueError(f"qs, ks: expected every rank's shards of one shape, got {tuple(q.shape)} and "
+                             f"{tuple(k.shape)} beside rank 0's {tuple(qs[0].shape)} and {tuple(ks[0].shape)}")
+    if softmax_scale is not None:
+        softmax_scale = float(softmax_scale)
+    return list(_EmulatedAttention.apply(softmax_scale, bool(causal), method, ranks, *qs, *ks, *vs))
 
 
 def ring_attention_emulated(qs: Sequence[torch.Tensor], ks: Sequence[torch.Tensor], vs: Sequence[torch.Tensor],
                             *, causal: bool = False, softmax_scale: Optional[float] = None) -> List[torch.Tensor]:
     """ring_attention's algorithm over len(qs) virtual ranks in one process: qs[r], ks[r], vs[r]
     are rank r's shards; returns every rank's output rows. Differentiable, as ring_attention."""
-    ranks = len(qs)
-    if ranks < 1 or len(ks) != ranks or len(vs) != ranks:
-        raise ValueError(f"qs, ks, vs: expected one shard a rank each, got {len(qs)}, {len(ks)}, {len(vs)}")
-    for q, k, v in zip(qs, ks, vs):
-        _check_shards(q, k, v, causal, ranks)
-    if softmax_scale is not None:
-        softmax_scale = float(softmax_scale)
-    return list(_EmulatedRing.apply(softmax_scale, bool(causal), ranks, *qs, *ks, *vs))
+    return _emulated(qs, ks, vs, causal, softmax_scale, "ring")
+
+
+def all_gather_attention_emulated(qs: Sequence[torch.Tensor], ks: Sequence[torch.Tensor],
+                                  vs: Sequence[torch.Tensor], *, causal: bool = False,
+                                  softmax_scale: Optional[float] = None) -> List[torch.Tensor]:
+    """all_gather_attention's algorithm over virtual ranks in one process, as
+    ring_attention_emulated."""
+    return _emulated(qs, ks, vs, causal, softmax_scale, "all_gather")

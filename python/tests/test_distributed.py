@@ -1,6 +1,6 @@
-"""Context parallelism (flash_attention_scratch.distributed): the zigzag layout, the ring's
-algorithm over virtual ranks in one process against attention over the whole sequence, forward
-and backward, and the torch.distributed driver over real ranks.
+"""Context parallelism (flash_attention_scratch.distributed): the zigzag layout, the ring's and
+the all-gather variant's algorithms over virtual ranks in one process against attention over the
+whole sequence, forward and backward, and the torch.distributed driver over real ranks.
 
 Without a GPU the kernels are the float64 stand-ins of test_autograd_cpu (the algorithm, the
 merges and the ring's bookkeeping are the package's own), and the real ranks are CPU processes
@@ -61,8 +61,12 @@ def test_zigzag_layout_round_trips_and_balances_causal_work():
         cp.zigzag_shard(torch.zeros(1, 12, 1, 1), 4, 0)
 
 
+EMULATED = {"ring": "ring_attention_emulated", "all_gather": "all_gather_attention_emulated"} if torch else {}
+
+
+@pytest.mark.parametrize("method", ["ring", "all_gather"])
 @pytest.mark.parametrize("ranks,causal,heads,heads_kv", CASES)
-def test_emulated_ring_matches_whole_sequence_attention(standins, ranks, causal, heads, heads_kv):  # noqa: F811
+def test_emulation_matches_whole_sequence_attention(standins, ranks, causal, heads, heads_kv, method):  # noqa: F811
     """float64 through the stand-ins: the ring's merges and gradient bookkeeping against autograd
     over the whole sequence, to the stand-ins' precision (their LSE is fp32, as the kernels')."""
     torch.manual_seed(ranks * 10 + heads_kv)
@@ -76,7 +80,7 @@ def test_emulated_ring_matches_whole_sequence_attention(standins, ranks, causal,
     ref_grads = torch.autograd.grad(ref, (q, k, v), dout)
 
     leaves = [[s.detach().requires_grad_() for s in shards_of(x, ranks, causal)] for x in (q, k, v)]
-    outs = cp.ring_attention_emulated(*leaves, causal=causal, softmax_scale=scale)
+    outs = getattr(cp, EMULATED[method])(*leaves, causal=causal, softmax_scale=scale)
     torch.testing.assert_close(whole_of(outs, causal), ref, rtol=1e-6, atol=1e-6)
     grads = torch.autograd.grad(outs, [t for shards in leaves for t in shards], shards_of(dout, ranks, causal))
     for name, i, want in zip(("dq", "dk", "dv"), range(3), ref_grads):
@@ -84,7 +88,7 @@ def test_emulated_ring_matches_whole_sequence_attention(standins, ranks, causal,
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=name)
 
 
-def test_emulated_ring_refuses_mismatched_shards():
+def test_emulation_refuses_mismatched_shards():
     q = torch.zeros(1, 4, 2, 16)
     with pytest.raises(ValueError, match="qs, ks, vs: expected one shard a rank each"):
         cp.ring_attention_emulated([q, q], [q], [q, q])
@@ -93,6 +97,9 @@ def test_emulated_ring_refuses_mismatched_shards():
     with pytest.raises(ValueError, match=r"q.shape\[1\]: expected an even shard"):
         odd = torch.zeros(1, 3, 2, 16)
         cp.ring_attention_emulated([odd, odd], [odd, odd], [odd, odd], causal=True)
+    with pytest.raises(ValueError, match="qs, ks: expected every rank's shards of one shape"):
+        short = torch.zeros(1, 2, 2, 16)
+        cp.all_gather_attention_emulated([q, short], [q, short], [q, short])
 
 
 def _free_port():
@@ -101,9 +108,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _ring_worker(rank, ranks, port, causal, results):
+def _group_worker(rank, ranks, port, causal, method, results):
     """One gloo rank: the stand-in kernels registered in this process, its shards of seeded
-    inputs, ring_attention forward and backward; its rows and gradients into `results`."""
+    inputs, ring_attention or all_gather_attention forward and backward; its rows and gradients
+    into `results`."""
     import test_autograd_cpu as standin
     lib = torch.library.Library("flash_attention_scratch", "FRAGMENT")
     lib.impl("forward_lse", standin._standin_forward_lse, "CPU")
@@ -116,7 +124,7 @@ def _ring_worker(rank, ranks, port, causal, results):
                          for _ in range(4))
         local = [(cp.zigzag_shard(x, ranks, rank) if causal else x.chunk(ranks, 1)[rank]).requires_grad_()
                  for x in (q, k, v)]
-        out = cp.ring_attention(*local, causal=causal, softmax_scale=0.25)
+        out = getattr(cp, f"{method}_attention")(*local, causal=causal, softmax_scale=0.25)
         dout_local = cp.zigzag_shard(dout, ranks, rank) if causal else dout.chunk(ranks, 1)[rank]
         grads = torch.autograd.grad(out, local, dout_local)
         results[rank] = [t.detach().clone() for t in (out, *grads)]
@@ -124,19 +132,21 @@ def _ring_worker(rank, ranks, port, causal, results):
         dist.destroy_process_group()
 
 
+@pytest.mark.parametrize("method", ["ring", "all_gather"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_ring_attention_over_gloo_ranks_matches_the_emulation(standins, causal):  # noqa: F811
-    """Real ranks (CPU processes, gloo's point-to-point operations) through ring_attention's
-    torch.distributed driver: the same rows and gradients as the emulation of the same shards."""
+def test_group_attention_over_gloo_ranks_matches_the_emulation(standins, causal, method):  # noqa: F811
+    """Real ranks (CPU processes over gloo: point-to-point operations, all-gather and
+    reduce-scatter) through the torch.distributed driver: the same rows and gradients as the
+    emulation of the same shards."""
     ranks = 2
     with mp.Manager() as manager:
         results = manager.dict()
-        mp.spawn(_ring_worker, args=(ranks, _free_port(), causal, results), nprocs=ranks, join=True)
+        mp.spawn(_group_worker, args=(ranks, _free_port(), causal, method, results), nprocs=ranks, join=True)
         results = dict(results)
     generator = torch.Generator().manual_seed(7)
     q, k, v, dout = (torch.randn(1, 8 * ranks, 2, 16, dtype=torch.float64, generator=generator) for _ in range(4))
     leaves = [[s.detach().requires_grad_() for s in shards_of(x, ranks, causal)] for x in (q, k, v)]
-    outs = cp.ring_attention_emulated(*leaves, causal=causal, softmax_scale=0.25)
+    outs = getattr(cp, EMULATED[method])(*leaves, causal=causal, softmax_scale=0.25)
     grads = torch.autograd.grad(outs, [t for shards in leaves for t in shards], shards_of(dout, ranks, causal))
     for r in range(ranks):
         want = [outs[r], grads[r], grads[ranks + r], grads[2 * ranks + r]]
@@ -145,10 +155,11 @@ def test_ring_attention_over_gloo_ranks_matches_the_emulation(standins, causal):
 
 
 @needs_gpu
+@pytest.mark.parametrize("method", ["ring", "all_gather"])
 @pytest.mark.parametrize("ranks", [2, 4, 8])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("heads_kv", [8, 2])
-def test_emulated_ring_on_the_kernels_follows_the_flashattention_rule(ranks, causal, heads_kv):
+def test_emulation_on_the_kernels_follows_the_flashattention_rule(ranks, causal, heads_kv, method):
     """The library's kernels under the ring (bf16, d_head 128, GQA or not): the whole output and
     the gradients against float64 attention over the whole sequence, by the FlashAttention rule."""
     seed = seeded()
@@ -158,9 +169,9 @@ def test_emulated_ring_on_the_kernels_follows_the_flashattention_rule(ranks, cau
     v = torch.randn(2, seq, heads_kv, d, dtype=dtype, device="cuda")
     dout = torch.randn_like(q)
     leaves = [[s.detach().requires_grad_() for s in shards_of(x, ranks, causal)] for x in (q, k, v)]
-    outs = cp.ring_attention_emulated(*leaves, causal=causal)
+    outs = getattr(cp, EMULATED[method])(*leaves, causal=causal)
     assert_matches(whole_of(outs, causal), None, q, k, v, d ** -0.5, causal)
     grads = torch.autograd.grad(outs, [t for shards in leaves for t in shards], shards_of(dout, ranks, causal))
     ours = [whole_of(list(grads[i * ranks:(i + 1) * ranks]), causal) for i in range(3)]
     assert_gradients_match(ours, q, k, v, dout, scale=1 / math.sqrt(d), causal=causal,
-                           note=f"(ranks {ranks}, seed {seed})")
+                           note=f"({method}, ranks {ranks}, seed {seed})")
