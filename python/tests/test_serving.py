@@ -63,6 +63,21 @@ def test_varlen_matches_reference(paged, causal):
                        d ** -0.5, causal)
 
 
+def cache_for(k_cache, v_cache, page):
+    """The caches as the call takes them: copies of the contiguous ones, or (page set) their rows
+    in pages of a paged cache whose block table lists each sequence's pages in reverse; and the
+    call's extra arguments."""
+    if not page:
+        return k_cache.clone(), v_cache.clone(), {}
+    b, cap, hkv, d = k_cache.shape
+    table = torch.arange(b * cap // page, dtype=torch.int32, device="cuda").flip(0).view(b, -1).contiguous()
+    kc = torch.empty(b * cap // page, page, hkv, d, dtype=k_cache.dtype, device="cuda")
+    vc = torch.empty_like(kc)
+    kc[table.long()] = k_cache.view(b, cap // page, page, hkv, d)
+    vc[table.long()] = v_cache.view(b, cap // page, page, hkv, d)
+    return kc, vc, dict(block_table=table)
+
+
 @needs_gpu
 @pytest.mark.parametrize("page", [None, 16])
 def test_kvcache_appends_and_matches_reference(page):
@@ -75,15 +90,7 @@ def test_kvcache_appends_and_matches_reference(page):
     lens = torch.tensor([0, 100, cap - 2], dtype=torch.int32, device="cuda")
     expect_k = [torch.cat([k_cache[i, :lens[i]], k_new[i]]) for i in range(b)]
     expect_v = [torch.cat([v_cache[i, :lens[i]], v_new[i]]) for i in range(b)]
-    kwargs = {}
-    kc, vc = k_cache.clone(), v_cache.clone()
-    if page:
-        table = torch.arange(b * cap // page, dtype=torch.int32, device="cuda").flip(0).view(b, -1).contiguous()
-        kc = torch.empty(b * cap // page, page, hkv, d, dtype=dtype, device="cuda")
-        vc = torch.empty_like(kc)
-        kc[table.long()] = k_cache.view(b, cap // page, page, hkv, d)
-        vc[table.long()] = v_cache.view(b, cap // page, page, hkv, d)
-        kwargs = dict(block_table=table)
+    kc, vc, kwargs = cache_for(k_cache, v_cache, page)
     out, lse = fa.forward_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens, causal=True, return_lse=True,
                                   **kwargs)
     for i in range(b):
@@ -185,13 +192,20 @@ WITH_KVCACHE_CASES = [  # flash_attn's arguments, and what forward_kvcache must 
 ]
 
 
-@pytest.mark.parametrize("kwargs,causal,window", WITH_KVCACHE_CASES)
-def test_flash_attn_with_kvcache_reads_arguments_as_flash_attn(monkeypatch, kwargs, causal, window):
+@pytest.fixture
+def kvcache_calls(monkeypatch):
+    """forward_kvcache's calls, recorded instead of run (each returns "out")."""
     if torch is None:
         pytest.skip("needs PyTorch")
     from flash_attention_scratch import _ops
     calls = []
     monkeypatch.setattr(_ops, "forward_kvcache", lambda *a, **kw: calls.append((a, kw)) or "out")
+    return calls
+
+
+@pytest.mark.parametrize("kwargs,causal,window", WITH_KVCACHE_CASES)
+def test_flash_attn_with_kvcache_reads_arguments_as_flash_attn(kvcache_calls, kwargs, causal, window):
+    calls = kvcache_calls
     q, kc = torch.zeros(2, 1, 4, 64), torch.zeros(2, 64, 2, 64)
     lens = torch.tensor([3, 9], dtype=torch.int32)
     assert fa.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=lens, return_softmax_lse=True, num_splits=2,
@@ -244,13 +258,9 @@ ROTARY_CASES = [  # flash_attn's arguments, and whether the queries sit at their
 
 @pytest.mark.parametrize("interleaved", [True, False])
 @pytest.mark.parametrize("kwargs,per_token", ROTARY_CASES)
-def test_flash_attn_with_kvcache_rotates_as_flash_attn(monkeypatch, kwargs, per_token, interleaved):
+def test_flash_attn_with_kvcache_rotates_as_flash_attn(kvcache_calls, kwargs, per_token, interleaved):
     """The rotated q and new keys forward_kvcache receives, against a float64 rotation (no GPU)."""
-    if torch is None:
-        pytest.skip("needs PyTorch")
-    from flash_attention_scratch import _ops
-    calls = []
-    monkeypatch.setattr(_ops, "forward_kvcache", lambda *a, **kw: calls.append((a, kw)) or "out")
+    calls = kvcache_calls
     generator = torch.Generator().manual_seed(0)
     q = torch.randn(2, 3, 4, 64, generator=generator).to(torch.bfloat16)
     k_new = torch.randn(2, 3, 2, 64, generator=generator).to(torch.bfloat16)
@@ -315,21 +325,14 @@ def test_flash_attn_with_kvcache_rotary_matches_reference(page, interleaved):
     k_cache, v_cache = randn(b, cap, hkv, d, dtype=dtype), randn(b, cap, hkv, d, dtype=dtype)
     lens = torch.tensor([0, 17, 200], dtype=torch.int32, device="cuda")
     cos, sin = rotary_tables(cap, 32, dtype, "cuda")  # rotary_dim 64 of d_head 128
-    kc, vc, kwargs = k_cache.clone(), v_cache.clone(), {}
-    if page:
-        table = torch.arange(b * cap // page, dtype=torch.int32, device="cuda").flip(0).view(b, -1).contiguous()
-        kc = torch.empty(b * cap // page, page, hkv, d, dtype=dtype, device="cuda")
-        vc = torch.empty_like(kc)
-        kc[table.long()] = k_cache.view(b, cap // page, page, hkv, d)
-        vc[table.long()] = v_cache.view(b, cap // page, page, hkv, d)
-        kwargs = dict(block_table=table)
+    kc, vc, kwargs = cache_for(k_cache, v_cache, page)
     out, lse = fa.flash_attn_with_kvcache(q, kc, vc, k_new, v_new, rotary_cos=cos, rotary_sin=sin,
                                          cache_seqlens=lens, causal=True, rotary_interleaved=interleaved,
                                          return_softmax_lse=True, **kwargs)
     at = lens[:, None].long() + torch.arange(new, device="cuda")
     q_rot = rotated64(q, cos, sin, at, interleaved).to(dtype)
     k_rot = rotated64(k_new, cos, sin, at, interleaved)
-    stored = kc[table.long()].view(b, cap, hkv, d) if page else kc
+    stored = kc[kwargs["block_table"].long()].view(b, cap, hkv, d) if page else kc
     for i in range(b):
         n = lens[i].item()
         assert ((stored[i, n:n + new].double() - k_rot[i]).abs() <= k_rot[i].abs() * 2.0 ** -8 + 1e-6).all()
