@@ -24,6 +24,9 @@
 #            odd shapes), and `flash_attention bench --backward` of the release set's backward
 #            configs over the bf16 grid (seq 1k-16k); BWD_CANDIDATES=FILE adds FILE's short forms
 #            to the build and the bench, BWD_BENCH=0 skips the bench
+#   flash_attn_suite  flash_attn's own tests/test_flash_attn.py (pinned commit, unmodified) against the package
+#            (needs package or pyext; .upstream/test_flash_attn.py carried, or a download; a seeded sample
+#            of FLASH_ATTN_SUITE_SAMPLE=3000 cases over every test function)
 #   bench F  a build of the release set plus the short forms of file F, then `flash_attention bench`
 #            of F's configs (F's "#! ARGS" line adds bench arguments)
 #
@@ -154,6 +157,25 @@ stage_grid() {
   fi
 }
 
+# flash_attn's tests/test_flash_attn.py at a pinned commit, unmodified, from $FLASH_ATTN_TESTS (default
+# .upstream/test_flash_attn.py, carried: the device machine has no internet) or downloaded, run against the
+# package through python/tests/flash_attn_suite (flash_attn's names, and a plugin that skips dropout, head dims
+# not built and flash_attn's internals, each with its reason; FLASH_ATTN_SUITE_SAMPLE=N keeps a seeded sample).
+FLASH_ATTN_COMMIT=0251105a2fb19d2957484b7f023cd8c115286ced
+stage_flash_attn_suite() {
+  [ -d "$SITE/flash_attention_scratch" ] || stage_package
+  export PYTHONPATH=$SITE:$REPO/python/tests/flash_attn_suite${PYTHONPATH:+:$PYTHONPATH}
+  local tests=${FLASH_ATTN_TESTS:-$REPO/.upstream/test_flash_attn.py}
+  if [ ! -f "$tests" ]; then
+    mkdir -p "$(dirname "$tests")"
+    curl -fsSL "https://raw.githubusercontent.com/Dao-AILab/flash-attention/$FLASH_ATTN_COMMIT/tests/test_flash_attn.py" \
+      -o "$tests" || { note "flash_attn_suite: no $tests and no download (flash-attention $FLASH_ATTN_COMMIT)"; failed=1; return; }
+  fi
+  check flash_attn_suite env FLASH_ATTN_SUITE_SAMPLE="${FLASH_ATTN_SUITE_SAMPLE:-3000}" bash -c \
+    "cd /tmp && timeout 1800 python3 -m pytest -q -p flash_attn_suite_plugin -p no:cacheprovider '$tests'"
+  tail -40 "$LOGS/flash_attn_suite.log"
+}
+
 stage_bench() {
   local file=$1
   [ -f "$file" ] || { note "bench: no file $file"; failed=1; return; }
@@ -171,9 +193,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 note "$(date -u +%F) $(head -1 "$LOGS/gpu.txt")"
 while [ $# -gt 0 ]; do
   case $1 in
-    build | sanitize | package | pyext | grid | backward) "stage_$1" ;;
+    build | sanitize | package | pyext | grid | backward | flash_attn_suite) "stage_$1" ;;
     bench) stage_bench "${2:?bench needs a file of short forms}"; shift ;;
-    *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, pyext, grid, backward, bench FILE)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, pyext, grid, backward, flash_attn_suite," \
+      "bench FILE)" >&2; exit 2 ;;
   esac
   shift
 done

@@ -1,0 +1,98 @@
+"""A pytest plugin for running flash_attn's own tests/test_flash_attn.py (upstream, unmodified)
+against flash_attention_scratch through the flash_attn name-mapping package beside it
+(scripts/flash_attn_suite.sh runs it: `pytest -p flash_attn_suite_plugin test_flash_attn.py`).
+
+It leaves out only dropout (dropout_p > 0), head dims this library does not build, and tests of
+flash_attn's private internals; the terminal summary counts each reason over the whole parameter
+matrix. Everything else runs and passes or fails as flash_attn's assertions say; the library's
+refusals of options it lacks (ALiBi, cache slot indices, left-padded caches) are failures,
+counted by message at the end.
+
+FLASH_ATTN_SUITE_SAMPLE=N runs a seeded sample (FLASH_ATTN_SUITE_SEED, default 0) of N of the
+cases that run, when there are more: every test function keeps min(its cases, 20), the rest in
+proportion (the matrix has about 500,000 cases, a third of them runnable here).
+"""
+
+import collections
+import os
+import random
+
+import pytest
+
+HEAD_DIMS = (64, 128, 256)  # the head dims flash_attention_scratch builds
+PRIVATE = {  # test: the internal it reads
+    "test_flash_attn_generator_arg_must_be_none": "flash_attn_gpu, flash_attn's raw C++ entry points",
+}
+
+
+def _params(item):
+    spec = getattr(item, "callspec", None)
+    return spec.params if spec is not None else {}
+
+
+def _skip_reason(item):
+    params = _params(item)
+    if item.originalname in PRIVATE:
+        return f"flash_attn's private internals ({PRIVATE[item.originalname]})"
+    if params.get("dropout_p", 0.0) > 0.0:
+        return "dropout (flash_attention_scratch has no attention dropout)"
+    d = params.get("d")
+    if d is not None and d not in HEAD_DIMS:
+        return f"head dim {d} (flash_attention_scratch builds {', '.join(map(str, HEAD_DIMS))})"
+    return None
+
+
+def _sample(items, count, seed):
+    """A seeded sample of `count` items: each function's first min(its items, 20), then the
+    remainder split in proportion to what each has left (largest remainders first)."""
+    by_function = collections.defaultdict(list)
+    for item in items:
+        by_function[item.originalname].append(item)
+    share = {name: min(len(group), 20) for name, group in by_function.items()}
+    left = {name: len(group) - share[name] for name, group in by_function.items()}
+    spare, rest = max(count - sum(share.values()), 0), sum(left.values())
+    if rest:
+        exact = {name: spare * n / rest for name, n in left.items()}
+        for name in exact:
+            share[name] += int(exact[name])
+        for name in sorted(exact, key=lambda n: exact[n] - int(exact[n]), reverse=True)[:count - sum(share.values())]:
+            share[name] += 1
+    rng = random.Random(seed)
+    kept = {id(item) for name, group in by_function.items() for item in rng.sample(group, min(share[name], len(group)))}
+    return [item for item in items if id(item) in kept]
+
+
+LEFT_OUT = pytest.StashKey[collections.Counter]()
+
+
+def pytest_collection_modifyitems(session, config, items):
+    left_out = collections.Counter()
+    runnable, dropped = [], []
+    for item in items:
+        reason = _skip_reason(item)
+        (dropped if reason else runnable).append(item)
+        if reason:
+            left_out[reason] += 1
+    count = int(os.environ.get("FLASH_ATTN_SUITE_SAMPLE", "0"))
+    kept = _sample(runnable, count, int(os.environ.get("FLASH_ATTN_SUITE_SEED", "0"))) if count else runnable
+    kept_ids = {id(item) for item in kept}
+    config.hook.pytest_deselected(items=dropped + [item for item in runnable if id(item) not in kept_ids])
+    items[:] = kept
+    left_out["(runnable, not in the sample)"] = len(runnable) - len(kept)
+    config.stash[LEFT_OUT] = left_out
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The cases left out by reason (over the whole matrix), then the failures' first lines, each
+    with its count."""
+    sections = [("left out", config.stash.get(LEFT_OUT, collections.Counter()))]
+    failures = collections.Counter()
+    for report in terminalreporter.stats.get("failed", []):
+        crash = getattr(report.longrepr, "reprcrash", None)
+        failures[(crash.message if crash else str(report.longrepr)).splitlines()[0][:200]] += 1
+    sections.append(("failed", failures))
+    for title, counts in sections:
+        if counts:
+            terminalreporter.write_sep("-", f"flash_attn suite: {title}, by reason")
+            for text, n in counts.most_common():
+                terminalreporter.write_line(f"{n:7d}  {text}")
