@@ -19,12 +19,11 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
     c = cos[positions].float()[:, :, None]  # (batch, seqlen, 1, half)
     s = sin[positions].float()[:, :, None]
     r = x[..., :2 * half].float()
-    if interleaved:
-        a, b = r[..., 0::2], r[..., 1::2]
-        r = torch.stack((a * c - b * s, a * s + b * c), dim=-1).flatten(-2)
-    else:
-        a, b = r[..., :half], r[..., half:]
-        r = torch.cat((a * c - b * s, a * s + b * c), dim=-1)
+    if interleaved:  # each pair a complex number, turned by cos + i sin
+        turned = torch.view_as_complex(r.unflatten(-1, (half, 2)).contiguous()) * torch.complex(c, s)
+        r = torch.view_as_real(turned).flatten(-2)
+    else:  # x cos + rotate_half(x) sin, rotate_half(x1, x2) = (-x2, x1)
+        r = r * torch.cat((c, c), -1) + torch.cat((-r[..., half:], r[..., :half]), -1) * torch.cat((s, s), -1)
     out = torch.cat((r.to(x.dtype), x[..., 2 * half:]), dim=-1)
     if inplace:
         x.copy_(out)
