@@ -161,7 +161,9 @@ struct VarlenParams {
     // 0: the library's choice: queries that fill tiles (not a decoding shape) run on the
     // kernel forward() would choose for the longest sequence when it is an sm90 one
     // (Hopper; packed or paged K/V alike), anything else on the serving kernel with a key
-    // split of its choosing. n >= 1: the serving kernel with n key ranges per sequence.
+    // split of its choosing. n >= 1: the serving kernel with n key ranges per sequence. A
+    // sliding window or softcap runs on the sm90 kernel whatever n is (the serving kernel takes
+    // neither), as flash_attn honours them with any num_splits.
     int num_splits = 0;
     // Causal masking and the variants per sequence; the LSE output is (heads_q, total_q).
     AttentionOptions options{};

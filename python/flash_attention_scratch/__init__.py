@@ -196,7 +196,7 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     synchronisation; CUDA graphs work): a sequence that reaches past its tensor is cut at
     the tensor's end, and a page id outside the cache reads as zeros. window_size, softcap
     and learnable_sink as in forward(), per sequence; a window or softcap runs on the sm90
-    kernels (Hopper, num_splits 0) and raises ValueError elsewhere.
+    kernels (Hopper, whatever num_splits says) and raises ValueError elsewhere.
 
     Autograd (without block_table): with inputs that require grad the call records the op
     forward_varlen and backward() gives dq, dk and dv of the packed tensors (and the sinks'
@@ -276,8 +276,8 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     rest of the batch. causal: the queries end with the keys (bottom right), or with
     causal_alignment="top_left" start with them. return_lse: also the log-sum-exp, float32
     (batch, heads, seq_q). window_size, softcap and learnable_sink as in forward(); a
-    window or softcap runs on the sm90 kernels (Hopper, num_splits 0, no key split) and
-    raises ValueError elsewhere; sinks run on every path.
+    window or softcap runs on the sm90 kernels (Hopper, no key split, whatever num_splits
+    says) and raises ValueError elsewhere; sinks run on every path.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.forward_kvcache needs PyTorch, which is not installed")

@@ -154,6 +154,15 @@ def test_kvcache_decode_with_sinks_and_varlen_with_a_window():
         r = slice(cu[b].item(), cu[b].item() + n)
         check(out[None, r], lse[:, r][None], qv[None, r], kv[None, r], vv[None, r], 1 / math.sqrt(d),
               causal=True, window=(77, 0), softcap=20.0, sinks=sinks)
+    # num_splits is the split-KV kernel's hint: a window or softcap runs on the sm90 kernel whatever it
+    # says (flash_attn honours them with any num_splits), the same bits as with the library's choice.
+    windowed = [fa.forward_kvcache(q, kc, vc, cache_seqlens=lens, causal=True, window_size=(64, 0), softcap=30.0,
+                                   num_splits=n, return_lse=True) for n in (0, 1, 4, 16)]
+    for b, n in enumerate(lens.tolist()):
+        check(windowed[0][0][b:b + 1], windowed[0][1][b:b + 1], q[b:b + 1], kc[b:b + 1, :n], vc[b:b + 1, :n],
+              1 / math.sqrt(d), causal=True, window=(64, 0), softcap=30.0)
+    for out_n, lse_n in windowed[1:]:
+        assert torch.equal(out_n, windowed[0][0]) and torch.equal(lse_n, windowed[0][1])
 
 
 @needs_gpu

@@ -143,7 +143,9 @@ int requested_splits(const ProblemShape& shape, const DeviceProperties& device, 
 }
 
 // A sliding window or a softcap runs on the sm90 family whatever the shape (runs_split_kv
-// says no to them): the split-KV kernel takes neither (sinks it does).
+// says no to them) and whatever num_splits asks (a hint of the split-KV kernel's, which takes
+// neither; sinks it does): flash_attn honours them with any num_splits, and its own tests pass
+// explicit ones.
 // page_size: rows per page of a paged cache, 0 for contiguous keys.
 Route route(const ProblemShape& shape, const ForwardParams& views, int num_splits,
             std::int64_t page_size) {
@@ -157,7 +159,7 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
     const bool tma_fits =
         tma_problem(views).empty() &&
         (!paged || (paged_maps_fit(views.k, "k") && paged_maps_fit(views.v, "v")));
-    if (num_splits == 0 && !runs_split_kv(shape) && tma_fits) {
+    if ((num_splits == 0 || shape.window_or_softcap) && !runs_split_kv(shape) && tma_fits) {
         const std::optional<KernelConfig> config =
             find_kernel_for({shape, true, page_size}, device);
         if (config && config->family == Family::sm90)
@@ -167,8 +169,7 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
         const Variants& v = views.options.variants;
         fail(ErrorCode::unsupported, "variants",
              "no sliding window or softcap here: forward_varlen and forward_kvcache run them on "
-             "the sm90 family only (a Hopper GPU with its kernels built, num_splits 0, "
-             "TMA-addressable K/V)",
+             "the sm90 family only (a Hopper GPU with its kernels built, TMA-addressable K/V)",
              "window (" + std::to_string(v.window_left) + ", " + std::to_string(v.window_right) +
                  "), softcap " + std::to_string(v.softcap));
     }
