@@ -65,7 +65,7 @@ def _sample(items, count, seed):
 LEFT_OUT = pytest.StashKey[collections.Counter]()
 
 
-def pytest_collection_modifyitems(session, config, items):
+def pytest_collection_modifyitems(config, items):
     left_out = collections.Counter()
     runnable, dropped = [], []
     for item in items:
