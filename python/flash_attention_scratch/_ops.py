@@ -742,6 +742,14 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                                   return_attn_probs)
 
 
+def _lengths(cache_seqlens, q):
+    """cache_seqlens as the kernels read it: an int becomes a (batch,) int32 tensor on q's
+    device; anything else is returned as it is (the caller checks it)."""
+    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
+        return torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    return cache_seqlens
+
+
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
                     softmax_scale=None, causal=False, causal_alignment="bottom_right", num_splits=0,
                     return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
@@ -755,8 +763,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     _check_no_grad(q, k_cache, v_cache, sinks=learnable_sink, entry="forward_kvcache")
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
-    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        cache_seqlens = torch.full((q.shape[0],), cache_seqlens, dtype=torch.int32, device=q.device)
+    cache_seqlens = _lengths(cache_seqlens, q)
     causal = _causal(causal, causal_alignment, var[:2])
     args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, *var)
     if torch.compiler.is_compiling():
@@ -815,12 +822,9 @@ def _rotary_inputs(q, k, rotary_cos, rotary_sin, cache_seqlens, interleaved, per
         if t.dtype != q.dtype or t.device != q.device:
             raise ValueError(f"{name}: expected q's dtype and device ({q.dtype}, {q.device}), got {t.dtype}, {t.device}")
     batch = q.shape[0]
-    if isinstance(cache_seqlens, int) and not isinstance(cache_seqlens, bool):
-        lengths = torch.full((batch,), cache_seqlens, dtype=torch.int32, device=q.device)
-    elif (isinstance(cache_seqlens, torch.Tensor) and cache_seqlens.shape == (batch,)
-          and cache_seqlens.dtype == torch.int32 and cache_seqlens.device == q.device):
-        lengths = cache_seqlens
-    else:
+    lengths = _lengths(cache_seqlens, q)
+    if not (isinstance(lengths, torch.Tensor) and lengths.shape == (batch,) and lengths.dtype == torch.int32
+            and lengths.device == q.device):
         got = (f"{cache_seqlens.dtype} of shape {tuple(cache_seqlens.shape)} on {cache_seqlens.device}"
                if isinstance(cache_seqlens, torch.Tensor) else type(cache_seqlens).__name__)
         raise ValueError(f"cache_seqlens: expected the caches' lengths with rotary_cos and rotary_sin, an int or a "

@@ -182,8 +182,9 @@ def _drive_group(steps, group):
     them; "all_gather" and "reduce_scatter" are the collectives of their names."""
     ranks = dist.get_world_size(group)
     rank = dist.get_rank(group)
-    to_next = dist.get_global_rank(group, (rank + 1) % ranks) if group is not None else (rank + 1) % ranks
-    from_previous = dist.get_global_rank(group, (rank - 1) % ranks) if group is not None else (rank - 1) % ranks
+    members = group if group is not None else dist.group.WORLD
+    to_next = dist.get_global_rank(members, (rank + 1) % ranks)
+    from_previous = dist.get_global_rank(members, (rank - 1) % ranks)
     try:
         message = next(steps)
     except StopIteration as done:  # one rank: nothing to exchange
