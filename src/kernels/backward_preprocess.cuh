@@ -81,6 +81,10 @@ constexpr int backward_preprocess_rows(int d_head) {
 template <DType dtype, int D_Head>
 __global__ void __launch_bounds__(128)
     backward_preprocess_kernel(const __grid_constant__ BackwardArgs args) {
+    // The sm90 main kernel (a programmatic dependent launch) may be scheduled once every CTA
+    // has started: its loads of Q, K, V and dO begin while the last of these run, and it waits
+    // for this grid's writes (wait_for_previous_grid) before it reads them.
+    ptx::launch_dependents();
     constexpr int lanes = D_Head / 8;  // per row
     constexpr int rows = backward_preprocess_rows(D_Head);
     const int row = blockIdx.x * rows + static_cast<int>(threadIdx.x) / lanes;

@@ -48,9 +48,9 @@ int ctas_per_sm() {
 }
 
 // When a launch may start relative to the stream's previous kernel: after it ends, or
-// (Hopper on) once every CTA of it has called cudaTriggerProgrammaticLaunchCompletion() or
-// exited, a programmatic dependent launch whose kernel must call
-// cudaGridDependencySynchronize() before it reads what the previous one wrote. Elsewhere
+// (Hopper on) once every CTA of it has called ptx::launch_dependents() or exited, a
+// programmatic dependent launch whose kernel must call ptx::wait_for_previous_grid() before it
+// reads what the previous one wrote. Elsewhere
 // after_trigger is after_end.
 enum class LaunchOrder { after_end, after_trigger };
 

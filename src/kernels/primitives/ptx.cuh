@@ -169,4 +169,22 @@ __device__ __forceinline__ float2 unpack(std::uint32_t packed) {
     return r;
 }
 
+// griddepcontrol.launch_dependents / griddepcontrol.wait — PTX ISA "Parallel Synchronization
+// and Communication Instructions: griddepcontrol" (sm_90 on), through the runtime's device
+// functions. Programmatic dependent launch: the stream's next kernel, launched with
+// LaunchOrder::after_trigger, may be scheduled once every CTA of this grid has called
+// launch_dependents() or exited; wait_for_previous_grid() blocks until the grid before this one
+// has completed and its writes are visible. Both do nothing before sm_90 and in launches
+// without the attribute.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_grid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+#endif
+}
+
 }  // namespace flash_attention::ptx

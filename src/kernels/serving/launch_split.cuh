@@ -22,7 +22,7 @@ namespace flash_attention::serving {
 
 // The combine launches as a programmatic dependent of the split kernel on Hopper (PDL):
 // its CTAs are scheduled while the split kernel's last ones run and wait in
-// cudaGridDependencySynchronize() for all its writes, instead of launching after it ends.
+// ptx::wait_for_previous_grid() for all its writes, instead of launching after it ends.
 template <DType Dt, int D>
 void launch_combine(const CombineArgs& args, Stream stream) {
     // A warp a row where the rows fill the GPU several times over (speculative decoding:

@@ -144,11 +144,9 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
     using VCopy = RowGatherCopyGM2SM<typename Tr::VTile, Tr::stream_threads, Tr::threads>;
     using QCopy = RowGatherCopyGM2SM<typename Tr::QTile, Tr::threads>;
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The combine (a programmatic dependent launch) may be scheduled once every CTA has
-    // started: it waits for this grid's writes itself (cudaGridDependencySynchronize).
-    cudaTriggerProgrammaticLaunchCompletion();
-#endif
+    // started: it waits for this grid's writes itself (wait_for_previous_grid).
+    ptx::launch_dependents();
     extern __shared__ __align__(128) unsigned char smem[];
     // This thread's stream of key blocks: key warp w's stages are its own.
     const int key_warp = KeyWarps > 1 ? static_cast<int>(threadIdx.x / Tr::stream_threads) : 0;
@@ -565,9 +563,7 @@ __global__ void __launch_bounds__(combine_warps* warp_size)
         if (token < first || token >= end)
             return;
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    cudaGridDependencySynchronize();  // the split kernel's partials (launch_combine)
-#endif
+    ptx::wait_for_previous_grid();  // the split kernel's partials (launch_combine)
     const auto slot = [&](int s) { return args.o_partial + (s * args.rows + row) * D + col0; };
     RangeFold fold;
     float acc[cols] = {};

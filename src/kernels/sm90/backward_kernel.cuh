@@ -695,6 +695,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         tma::fence_barrier_init();
     }
     __syncthreads();
+    // The dQ conversion (a programmatic dependent launch) may be scheduled once every CTA has
+    // started; it waits for this grid's writes itself.
+    ptx::launch_dependents();
 
     const int warpgroup = __shfl_sync(0xffffffffu, threadIdx.x / warpgroup_threads, 0);
     if (warpgroup == 0) {
@@ -702,8 +705,13 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         const int warp = threadIdx.x / warp_size;
         if (threadIdx.x == 0)
             produce_backward<Tr>(launch, smem, walk, seq, k0, tile.kv_head);
-        else if (warp == 1)
+        else if (warp == 1) {
+            // This kernel may start before the preprocess ends (a programmatic dependent
+            // launch): the producer's loads read only the caller's tensors, but dQ's
+            // accumulator (and the ordered semaphores) are the preprocess's to zero first.
+            ptx::wait_for_previous_grid();
             add_dq<Tr>(a, mask, smem, walk, scheduler, seq, tile.key_block, tile.kv_head);
+        }
         return;
     }
 
@@ -726,6 +734,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const auto stats_row0 = [&](QueryWalk::Step at) {
         return seq.ws(a, tile.kv_head * walk.group + at.head, at.block * Tr::B_r);
     };
+    ptx::wait_for_previous_grid();  // the preprocess's LSE and D (a programmatic launch)
     if (walk.steps() > 0) {
         StepStats<Tr> first;
         first.load(a, stats_row0(walk.first()), threadIdx.x - warpgroup_threads);
@@ -812,6 +821,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
 // tokens at d_head 128, a third of HBM's bandwidth; H200, 2026-12-02).
 template <unsigned long long Code>
 __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant__ BackwardArgs a) {
+    ptx::wait_for_previous_grid();  // the main kernel's reduces (a programmatic launch)
     using Tr = BackwardTraits<unpack(Code)>;
     using T = typename Tr::T;
     const int block = blockIdx.x, head = blockIdx.y;

@@ -119,11 +119,13 @@ void launch_backward_instance(std::int64_t ctas, int threads, Stream stream,
                               const BackwardLaunch& params) {
     enable_dynamic_smem<Kernel, Smem>();
     launch_kernel<Kernel>(dim3(static_cast<unsigned>(ctas)), threads, Smem, stream, params,
-                          "sm90 backward kernel launch");
+                          "sm90 backward kernel launch", LaunchOrder::after_trigger);
 }
 
 // The backward pass: the preprocess (D, the LSE in base 2, dQ's accumulator zeroed), the main
-// kernel, and dQ's conversion, in stream order.
+// kernel, and dQ's conversion, in stream order; the main kernel and the conversion are
+// programmatic dependent launches (Hopper), scheduled while the kernel before them finishes and
+// waiting for its writes where they read them.
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
     // Everything that can throw before the first launch: no output is half written.
@@ -155,7 +157,7 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
         launch_backward_instance<backward_main_kernel<C>, smem>(ctas, threads, stream, params);
     launch_kernel<&backward_dq_kernel<pack(C)>>(
         dim3(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch), 128, 0, stream, args,
-        "sm90 backward dQ conversion launch");
+        "sm90 backward dQ conversion launch", LaunchOrder::after_trigger);
 }
 
 template <KernelConfig C>
