@@ -1,6 +1,7 @@
 """PyTorch integration: argument checks, the custom ops and their fake implementations."""
 
 import functools
+import operator
 from typing import Optional, Tuple
 
 import torch
@@ -64,15 +65,30 @@ def _check_no_grad(q, k, v, grad_enabled=None, sinks=None, entry="forward_varlen
 
 
 def _window(window_size):
-    """flash_attn's window_size = (left, right), -1 meaning unbounded on that side."""
+    """flash_attn's window_size = (left, right), -1 meaning unbounded on that side. Each side is
+    anything integer-like, as flash_attn takes it: an int, a NumPy integer, or a one-element
+    integer tensor (flash_attn's own tests pass torch.randint(0, seqlen, (2,)))."""
     try:
         left, right = window_size
     except (TypeError, ValueError):
         raise TypeError(f"window_size: expected a (left, right) pair of ints, got {window_size!r}") from None
+    sides = []
     for name, side in (("left", left), ("right", right)):
-        if isinstance(side, bool) or not isinstance(side, int):
-            raise TypeError(f"window_size[{name}]: expected an int (-1: unbounded), got {type(side).__name__}")
-    return int(left), int(right)
+        is_bool = isinstance(side, bool) or (isinstance(side, torch.Tensor) and side.dtype == torch.bool)
+        try:
+            sides.append(None if is_bool else operator.index(side))
+        except TypeError:
+            sides.append(None)
+        if sides[-1] is None:
+            raise TypeError(f"window_size[{name}]: expected an int (-1: unbounded), got {_described(side)}")
+    return sides[0], sides[1]
+
+
+def _described(value):
+    """A value's type for an error message, with a tensor's dtype and shape."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return type(value).__name__
 
 
 def _check_sinks(learnable_sink, q, heads):

@@ -76,8 +76,23 @@ def test_bad_variant_arguments_name_the_argument():
         fa.forward(q, q, q, window_size=4)
     with pytest.raises(TypeError, match=r"window_size\[left\]"):
         fa.forward(q, q, q, window_size=(1.5, 0))
+    with pytest.raises(TypeError, match=r"window_size\[right\]: expected an int .* got a torch.float32 tensor"):
+        fa.forward(q, q, q, window_size=(3, torch.tensor(0.5)))
+    with pytest.raises(TypeError, match=r"window_size\[left\]"):
+        fa.forward(q, q, q, window_size=torch.tensor([True, False]))
     with pytest.raises(TypeError, match="softcap"):
         fa.forward(q, q, q, softcap="50")
+
+
+@needs_torch
+def test_window_sides_may_be_integer_like():
+    # flash_attn's own tests pass window_size = torch.randint(0, seqlen, (2,)).
+    from flash_attention_scratch import _ops
+
+    assert _ops._window(torch.tensor([5, 0])) == (5, 0)
+    assert _ops._window((torch.tensor(-1), 7)) == (-1, 7)
+    sides = _ops._window(torch.randint(0, 100, (2,)))
+    assert all(type(side) is int for side in sides)
 
 
 @needs_gpu
