@@ -318,12 +318,15 @@ struct BackwardConsumer {
     float dv[1][g_tiles][4];
 
     // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp;
-    // the next step's statistics (its rows from next_rows(); none if negative) staged meanwhile.
-    template <bool Masked, bool Softcap, class NextRows>
-    __device__ __forceinline__ void step(int i, int q0, const NextRows& next_rows) {
+    // the next step's statistics (its rows from next_row0; none if negative) staged meanwhile.
+    template <bool Masked, bool Softcap>
+    __device__ __forceinline__ void step(int i, int q0, std::int64_t next_row0) {
         const RingSlot<Tr::stages> slot(i);
         const int lane = threadIdx.x % warp_size;
         const int stats_thread = threadIdx.x - warpgroup_threads;
+        StepStats<Tr> next;
+        if (next_row0 >= 0)
+            next.load(args, next_row0, stats_thread);
         // This consumer's queries of the step: [query_col0, query_col0 + step_queries).
         const int query_col0 = Tr::query_col0(consumer);
         const float* lse2 = smem.stats[i % 2] + query_col0;
@@ -394,14 +397,6 @@ struct BackwardConsumer {
                 dp[0], KTile::k_major(v_rows, kk), QTile::k_major(d_o_s + query_rows, kk), kk > 0);
         }
         ptx::wgmma_commit_group();
-        // The next step's statistics, their rows found and loaded while Sᵀ and dPᵀ run: at the
-        // step's top, their address arithmetic and load stood between the last step's GEMMs and
-        // this one's (with the loop's other bookkeeping, 5.2% of d_head 64's stall samples
-        // against FA4's 0.3%; ncu, H200, 2026-12-02).
-        const std::int64_t next_row0 = next_rows();
-        StepStats<Tr> next;
-        if (next_row0 >= 0)
-            next.load(args, next_row0, stats_thread);
 
         // Pᵀ, each column (query) against its row's LSE. A softcap first, as the forward's, before
         // the mask (tanh(-inf) would be -1): t = tanh(S · prescale); Pᵀ goes to its 16-bit A
@@ -765,11 +760,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
         const int block = at.block;
         // The next step's rows, whose statistics this step stages; -1 past the walk.
-        const auto next_row0 = [&] {
-            QueryWalk::Step next = at;
-            next.advance(walk);
-            return i + 1 < walk.steps() ? stats_row0(next) : std::int64_t{-1};
-        };
+        QueryWalk::Step next = at;
+        next.advance(walk);
+        const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(next) : -1;
         if constexpr (packable) {
             // The sequence's last query block: Q's and dO's rows past it zeroed likewise, once
             // both have landed and before either consumer's first GEMM of the step.
