@@ -108,6 +108,11 @@ ProblemShape backward_shape(const BackwardParams& p) {
     return shape_of(ForwardParams{p.q, p.k, p.v, p.o, p.options});
 }
 
+// The tensors the sm90 backward copies with TMA (its tensor maps): Q, K, V and dO.
+std::string backward_tma_problem(const BackwardParams& p) {
+    return tma_problem({{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"d_o", &p.d_o}});
+}
+
 void validate_backward_config(const BackwardParams& p, const KernelConfig& c,
                               const DeviceProperties& device) {
     const auto wrong = [&](ErrorCode code, const std::string& expected) {
@@ -124,6 +129,10 @@ void validate_backward_config(const BackwardParams& p, const KernelConfig& c,
     if (p.deterministic && !is_deterministic(c)) {
         wrong(ErrorCode::invalid_argument,
               "a deterministic config for deterministic = true (sm80, or sm90 with ordered)");
+    }
+    if (c.family == Family::sm90) {
+        if (const std::string problem = backward_tma_problem(p); !problem.empty())
+            throw Error(ErrorCode::unsupported, problem + " with config " + c.to_string());
     }
 }
 
@@ -304,12 +313,17 @@ bool is_deterministic(const KernelConfig& config) {
     return config.family == Family::sm80 || config.sm90.ordered_dq;
 }
 
-KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device,
-                                    bool deterministic) {
+namespace {
+
+// tma_addressable false: tensors the sm90 family cannot copy (backward_tma_problem), which the
+// sm80 kernels run.
+KernelConfig choose_backward(const ProblemShape& problem, const DeviceProperties& device,
+                             bool deterministic, bool tma_addressable) {
     validate_shape(problem);
     const auto fits = [&](const KernelConfig& c) {
         return c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
-               (!deterministic || is_deterministic(c)) && device_problem(c, device).empty();
+               (!deterministic || is_deterministic(c)) && device_problem(c, device).empty() &&
+               (c.family != Family::sm90 || tma_addressable);
     };
     // As the forward's choice: a cached config this build lacks, or one that cannot run here,
     // is skipped, so a stale cache costs speed, never a failure.
@@ -326,11 +340,19 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
         if (fits(c))
             return c;
     }
-    throw Error(ErrorCode::unsupported,
-                "q: expected a dtype and d_head that a built backward kernel runs on " +
-                    device.name + " (kernel set \"" + std::string(built_kernel_set()) +
-                    "\"; see flash_attention list), got " + std::string(to_string(problem.dtype)) +
-                    " d_head " + std::to_string(problem.d_head));
+    throw Error(
+        ErrorCode::unsupported,
+        "q: expected a dtype and d_head that a built backward kernel runs on " + device.name +
+            " (kernel set \"" + std::string(built_kernel_set()) + "\"; see flash_attention list" +
+            (tma_addressable ? "" : "; these tensors need an sm80-family one") + "), got " +
+            std::string(to_string(problem.dtype)) + " d_head " + std::to_string(problem.d_head));
+}
+
+}  // namespace
+
+KernelConfig choose_backward_config(const ProblemShape& problem, const DeviceProperties& device,
+                                    bool deterministic) {
+    return choose_backward(problem, device, deterministic, true);
 }
 
 std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
@@ -347,7 +369,8 @@ void backward(const BackwardParams& params, Stream stream) {
     validate_backward(params);
     const DeviceProperties& device = DeviceProperties::current();
     launch_backward(params,
-                    choose_backward_config(backward_shape(params), device, params.deterministic),
+                    choose_backward(backward_shape(params), device, params.deterministic,
+                                    backward_tma_problem(params).empty()),
                     device, stream);
 }
 
@@ -360,7 +383,9 @@ void backward_varlen(const VarlenBackwardParams& params, Stream stream) {
     validate_backward_varlen(params);
     const DeviceProperties& device = DeviceProperties::current();
     launch_backward_varlen(
-        params, choose_backward_config(varlen_backward_shape(params), device, params.deterministic),
+        params,
+        choose_backward(varlen_backward_shape(params), device, params.deterministic,
+                        backward_tma_problem(dense_view(params)).empty()),
         device, stream);
 }
 

@@ -51,9 +51,7 @@ std::string device_problem(const KernelConfig& c, const DeviceProperties& device
     return {};
 }
 
-std::string tma_problem(const ForwardParams& p) {
-    const std::pair<const char*, const TensorView*> tensors[] = {
-        {"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"o", &p.o}};
+std::string tma_problem(std::initializer_list<std::pair<const char*, const TensorView*>> tensors) {
     for (const auto& [name, t] : tensors) {
         for (int i = 0; i < 3; ++i) {
             if (t->shape[i] > 1 && t->stride[i] == 0) {
@@ -72,6 +70,10 @@ std::string tma_problem(const ForwardParams& p) {
         }
     }
     return {};
+}
+
+std::string tma_problem(const ForwardParams& p) {
+    return tma_problem({{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"o", &p.o}});
 }
 
 void validate_config(const ForwardParams& p, const KernelConfig& c,

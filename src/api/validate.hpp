@@ -89,6 +89,8 @@ std::string device_problem(const KernelConfig& config, const DeviceProperties& d
 
 // Why the sm90 family's TMA cannot address these tensors (a zero stride along a
 // dimension of size > 1, e.g. a broadcast K/V), or an empty string.
+std::string tma_problem(std::initializer_list<std::pair<const char*, const TensorView*>> tensors);
+// The forward's: Q, K, V and O.
 std::string tma_problem(const ForwardParams& params);
 
 }  // namespace flash_attention

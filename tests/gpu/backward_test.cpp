@@ -551,6 +551,38 @@ TEST(Backward, VarlenMatchesReference) {
 
 // A CUDA failure or bad input never leaves a silent wrong answer: the LSE is required and a
 // window must agree with causal masking, each before any launch.
+// dO broadcast along its rows (a stride of 0, as out.sum()'s gradient arrives) is no TMA source:
+// the automatic choice runs an sm80 kernel, and an sm90 config is refused naming the stride.
+TEST(Backward, BroadcastDoutRunsOnTheSm80Family) {
+    if (fa::device_count() == 0)
+        GTEST_SKIP() << "no GPU";
+    Problem p(fa::DType::BF16, 64, {2, 129, 129, 4, 2, true}, fresh_seed());
+    std::vector<std::uint16_t> bits(p.d_o.bits);
+    for (std::int64_t b = 0; b < p.d_o.batch; ++b) {
+        for (std::int64_t s = 1; s < p.d_o.seq; ++s) {
+            std::copy_n(p.d_o.bits.begin() + p.d_o.offset(b, 0, 0), p.d_o.heads * p.d_o.d_head,
+                        bits.begin() + p.d_o.offset(b, s, 0));
+        }
+    }
+    p.d_o = HostTensor::from_bits(p.d_o.dtype, p.d_o.batch, p.d_o.seq, p.d_o.heads, p.d_o.d_head,
+                                  std::move(bits));
+    p.dev_d_o = DeviceTensor::upload(p.d_o);
+    p.dev_d_o.view.stride[1] = 0;
+    const auto result = p.run_and_check([&] { fa::backward(p.params()); });
+    EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
+    for (const fa::KernelConfig& c : fa::testing::backward_configs()) {
+        if (c.family != fa::Family::sm90 || c.d_head != 64 || c.dtype != fa::DType::BF16)
+            continue;
+        try {
+            fa::backward(p.params(), c);
+            ADD_FAILURE() << c.to_string() << " ran with a zero dO stride";
+        } catch (const fa::Error& e) {
+            EXPECT_EQ(e.code(), fa::ErrorCode::unsupported) << e.what();
+            EXPECT_NE(std::string(e.what()).find("d_o.stride[1]"), std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST(Backward, RefusesWhatItDoesNotCompute) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
