@@ -108,9 +108,15 @@ ProblemShape backward_shape(const BackwardParams& p) {
     return shape_of(ForwardParams{p.q, p.k, p.v, p.o, p.options});
 }
 
-// The tensors the sm90 backward copies with TMA (its tensor maps): Q, K, V and dO.
+// The tensors the sm90 backward copies with TMA (its tensor maps): Q, K, V and dO in, dK and dV
+// out.
 std::string backward_tma_problem(const BackwardParams& p) {
-    return tma_problem({{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"d_o", &p.d_o}});
+    return tma_problem({{"q", &p.q},
+                        {"k", &p.k},
+                        {"v", &p.v},
+                        {"d_o", &p.d_o},
+                        {"dk", &p.dk},
+                        {"dv", &p.dv}});
 }
 
 void validate_backward_config(const BackwardParams& p, const KernelConfig& c,

@@ -254,10 +254,11 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
             }
         }
     }
-    // Every reduce has completed before the CTA exits (its shared memory read, the dQ
-    // conversion's input written).
+    // Every reduce has read its shared memory before the CTA exits. Their writes need no wait:
+    // the dQ conversion's wait for this grid (griddepcontrol.wait) sees the grid's memory
+    // operations completed, bulk reduces included.
     if (leader)
-        tma::wait_stores_done();
+        tma::wait_stores_read();
 }
 
 // A step's query rows' statistics from the preprocess, the LSE (base 2) and D, staged in shared
@@ -644,6 +645,29 @@ __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], 
     }
 }
 
+// A warp's 16 rows of a 64 x d_head gradient (its m16n8 accumulators), scaled and rounded to
+// 16 bits, into rows row0 + [0, 16), columns col0 on, of a Tile in TMA's swizzled layout
+// (tma::store_tile's input): one stmatrix per two n8 tiles, matrices {tile nt, rows 0-7 and
+// 8-15; tile nt + 1, the same}; lane l gives row l % 8 of matrix l / 8. A matrix's 8 rows sit
+// in 8 different 16-byte chunks of their 128-byte rows (the swizzle): no bank conflicts.
+template <DType dtype, class Tile, int NT>
+__device__ __forceinline__ void stage_gradient_rows(const float (&g)[1][NT][4], float scale,
+                                                    std::uint32_t tile, int row0, int col0) {
+    static_assert(NT % 2 == 0, "n8 tiles in pairs");
+    const int lane = threadIdx.x % warp_size;
+    const int matrix = lane / 8;
+    const int row = row0 + lane % 8 + 8 * (matrix % 2);
+#pragma unroll
+    for (int nt = 0; nt < NT; nt += 2) {
+        const std::uint32_t r[4] = {
+            ptx::pack_rn<dtype>(g[0][nt][0] * scale, g[0][nt][1] * scale),
+            ptx::pack_rn<dtype>(g[0][nt][2] * scale, g[0][nt][3] * scale),
+            ptx::pack_rn<dtype>(g[0][nt + 1][0] * scale, g[0][nt + 1][1] * scale),
+            ptx::pack_rn<dtype>(g[0][nt + 1][2] * scale, g[0][nt + 1][3] * scale)};
+        ptx::stmatrix_x4(tile + Tile::chunk_offset(row, col0 / 8 + nt + matrix / 2), r);
+    }
+}
+
 // Mask: CausalMask (the plain kernels) or BandMask (a sliding window, BackwardArgs::band).
 // Softcap: P = exp2(tanh(S · softcap_prescale) · scale_log2 - lse2) (BackwardArgs), and dSᵀ
 // carries tanh's derivative 1 - t².
@@ -789,8 +813,32 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     // The sequence read again rather than held across the loop (registers).
     const BackwardSequence out =
         packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
-    const int row0 = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
     const int col0 = Tr::split_head ? consumer * Tr::head_cols : 0;
+    // Through shared memory and TMA: K's and V's tiles take dK and dV, 16-byte swizzled stores
+    // that one thread hands to the TMA unit, whose stores drop rows past the view's end; the
+    // register path's 4-byte stores cost a d_head 128 CTA about 5 µs of its ~1.2 ms walk at
+    // 2k keys (per-CTA timestamps, H200, 2026-12-02). A packed sequence's key block that runs
+    // past its end would overwrite the next sequence's rows: it stores its rows itself.
+    if (!packable || a.cu_seqlens_q == nullptr || k0 + Tr::B_c <= out.k_len) {
+        // Every consumer's last GEMMs have read K and V (dQ's reads every key's K).
+        ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+        const int row0 = Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
+        stage_gradient_rows<Tr::dtype, typename Tr::KTile>(c.dk, a.softmax_scale,
+                                                           ptx::smem_address(smem.k), row0, col0);
+        stage_gradient_rows<Tr::dtype, typename Tr::KTile>(c.dv, 1.0f, ptx::smem_address(smem.v),
+                                                           row0, col0);
+        tma::fence_shared_to_async_proxy();
+        ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+        if (consumer_thread == 0) {
+            tma::store_tile<typename Tr::KTile>(smem.k, &launch.maps.dk, out.k_row0 + k0,
+                                                tile.kv_head, out.entry);
+            tma::store_tile<typename Tr::KTile>(smem.v, &launch.maps.dv, out.k_row0 + k0,
+                                                tile.kv_head, out.entry);
+            tma::wait_stores_read();  // before the CTA's shared memory goes
+        }
+        return;
+    }
+    const int row0 = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
     store_gradient_rows<Tr::dtype>(c.dk, a.softmax_scale,
                                    static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
                                        tile.kv_head * a.dk_stride.head +

@@ -142,6 +142,8 @@ BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& a, DType dtype,
         encode("k", a.k, dtype, d_head, a.total_k, a.heads_kv, entries, a.k_stride, kv_rows),
         encode("v", a.v, dtype, d_head, a.total_k, a.heads_kv, entries, a.v_stride, kv_rows),
         encode("d_o", a.d_o, dtype, d_head, a.total_q, a.heads, entries, a.d_o_stride, q_rows),
+        encode("dk", a.dk, dtype, d_head, a.total_k, a.heads_kv, entries, a.dk_stride, kv_rows),
+        encode("dv", a.dv, dtype, d_head, a.total_k, a.heads_kv, entries, a.dv_stride, kv_rows),
     };
 }
 

@@ -27,10 +27,11 @@ struct TensorMaps {
     CUtensorMap q, k, v, o;
 };
 
-// The backward pass's inputs: Q and dO in boxes of a query block's rows, K and V of a key
-// block's (sm90/backward_kernel.cuh).
+// The backward pass's inputs, Q and dO in boxes of a query block's rows, K and V of a key
+// block's; and its outputs dK and dV, stored in boxes of a key block's rows
+// (sm90/backward_kernel.cuh).
 struct BackwardTensorMaps {
-    CUtensorMap q, k, v, d_o;
+    CUtensorMap q, k, v, d_o, dk, dv;
 };
 
 // Stream-K (Traits::stream_k, tile_scheduler.cuh): how the launch splits its last round of
@@ -85,7 +86,7 @@ struct Params {
 // if the driver rejects a map.
 TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int kv_rows);
 
-// Boxes of 64 columns x q_rows rows for Q and dO, x kv_rows for K and V.
+// Boxes of 64 columns x q_rows rows for Q and dO, x kv_rows for K, V, dK and dV.
 BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& args, DType dtype, int d_head,
                                              int q_rows, int kv_rows);
 

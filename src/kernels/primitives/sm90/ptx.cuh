@@ -215,10 +215,16 @@ __device__ __forceinline__ void setmaxnreg_dec() {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Registers));
 }
 
-// stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 — PTX ISA "Warp-level Matrix Store
-// Instruction: stmatrix" (sm_90): four 8x8 16-bit matrices, each stored transposed. Register i
-// of every lane holds its fragment of matrix i (row lane / 4, columns 2 (lane % 4) + {0, 1});
-// lanes 8i..8i+7 give the addresses of matrix i's columns, 16 bytes each, which become rows.
+// stmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 — PTX ISA "Warp-level Matrix Store
+// Instruction: stmatrix" (sm_90): four 8x8 16-bit matrices. Register i of every lane holds its
+// fragment of matrix i (row lane / 4, columns 2 (lane % 4) + {0, 1}, as an mma accumulator's);
+// lanes 8i..8i+7 give the addresses of matrix i's 16-byte rows, or with .trans of its columns,
+// which become rows.
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t addr, const std::uint32_t (&r)[4]) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+                 "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
+}
 __device__ __forceinline__ void stmatrix_x4_trans(std::uint32_t addr, const std::uint32_t (&r)[4]) {
     asm volatile(
         "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
