@@ -303,8 +303,17 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     cache_seqlens + 1, ..., the queries there too when causal or windowed, else all at
     cache_seqlens; pairs (2i, 2i + 1) with rotary_interleaved, else (i, i + rotary_dim / 2).
     The rotation is a separate pass over q and k in fp32 (flash_attn fuses it into its kernel).
-    cache_batch_idx, cache_leftpad and alibi_slopes have no counterpart here yet: anything but
-    None raises NotImplementedError before any work.
+
+    cache_batch_idx ((batch,) int32: entry b uses cache slot cache_batch_idx[b]) and
+    cache_leftpad ((batch,) int32: entry b's keys start at that row) work on caches that are not
+    paged, as in flash_attn: entry b sees keys [cache_leftpad[b], cache_seqlens[b] + new) of its
+    slot, causal aligned at their end, and k and v are appended to its slot. They run as
+    forward_varlen over the cache read as one packed tensor. Indices are not checked on the host
+    (no synchronisation): an entry whose slot lies outside the cache, or whose leftpad lies
+    outside [0, capacity], sees no keys (zeros, LSE -inf) and appends nothing; with repeated
+    slots, which entry's new keys a slot keeps is unspecified, as in flash_attn.
+    alibi_slopes has no counterpart here yet: anything but None raises NotImplementedError
+    before any work.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_with_kvcache needs PyTorch, which is not installed")

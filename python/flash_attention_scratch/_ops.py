@@ -791,6 +791,98 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     return (out, lse) if return_lse else out
 
 
+def _packed_rows(name, cache, rows):
+    """A (slots, capacity, heads_kv, d_head) cache as one packed (total, heads_kv, d_head) tensor
+    of the same memory, slot s's row r at packed row s * rows + r."""
+    slots, capacity = cache.shape[:2]
+    if cache.stride(1) <= 0 or cache.stride(0) != rows * cache.stride(1):
+        raise ValueError(f"{name}.stride(): expected slots a whole number of rows apart, the same for k_cache and "
+                         f"v_cache (with cache_batch_idx or cache_leftpad the caches are read as one packed "
+                         f"tensor), got {cache.stride()}")
+    return cache.as_strided(((slots - 1) * rows + capacity, *cache.shape[2:]), cache.stride()[1:])
+
+
+def _append_to_slots(k_cache, v_cache, k, v, slot, lengths):
+    """k and v (batch, new, heads_kv, d_head) written into cache slot slot[b] from row lengths[b]
+    on, as flash_attn_with_kvcache appends, with one index_put_ a cache and no host
+    synchronisation. Keys past a slot's capacity, or of an entry whose slot is outside the cache,
+    are dropped: their writes repeat the first kept write (its place and value), or with none
+    kept rewrite one row with its own value, so that every write to a row carries one value."""
+    batch, new = k.shape[:2]
+    slots, capacity = k_cache.shape[:2]
+    slot = slot.long()[:, None].expand(batch, new)
+    row = lengths.long()[:, None] + torch.arange(new, device=k.device)
+    kept = (slot >= 0) & (slot < slots) & (row >= 0) & (row < capacity)
+    first = kept.flatten().to(torch.int32).argmax()
+    slot = torch.where(kept, slot, slot.flatten()[first]).clamp(0, slots - 1)
+    row = torch.where(kept, row, row.flatten()[first]).clamp(0, capacity - 1)
+    first_kept = kept.flatten()[first]
+    for cache, x in ((k_cache, k), (v_cache, v)):
+        repeat = torch.where(first_kept, x.flatten(0, 1)[first], cache[slot.flatten()[first], row.flatten()[first]])
+        cache.index_put_((slot, row), torch.where(kept[..., None, None], x, repeat))
+
+
+def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, softmax_scale, causal,
+                   window_size, softcap, num_splits, return_lse):
+    """flash_attn_with_kvcache with cache_batch_idx or cache_leftpad: entry b reads (and with k
+    and v appends to) cache slot cache_batch_idx[b] (b without), keys cache_leftpad[b] (0 without)
+    up to cache_seqlens[b] plus the new keys, causal alignment at their end. The caches are read
+    as one packed tensor of rows and the call is forward_varlen over it: sequence b starts at row
+    slot * rows + leftpad and uses cache_seqlens + new - leftpad keys, offsets and lengths made
+    on the device. An entry whose slot is outside the cache, or whose leftpad is outside
+    [0, capacity], sees no keys (zeros, LSE -inf) and appends nothing: the host cannot check
+    device values without a synchronisation."""
+    _check("q", q)
+    _check("k_cache", k_cache, q.device)
+    _check("v_cache", v_cache, q.device)
+    _check_no_grad(q, k_cache, v_cache, entry="flash_attn_with_kvcache")
+    if q.dim() != 4 or k_cache.dim() != 4:
+        raise ValueError(f"q, k_cache: expected 4 dimensions (batch, seq, heads, d_head) with cache_batch_idx or "
+                         f"cache_leftpad, got {q.dim()} and {k_cache.dim()}")
+    if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype or k_cache.dtype != q.dtype:
+        raise ValueError(f"v_cache: expected k_cache's shape {tuple(k_cache.shape)} and q's dtype {q.dtype}, got "
+                         f"{tuple(v_cache.shape)} {v_cache.dtype} (k_cache {k_cache.dtype})")
+    batch, seq_q, heads, d_head = q.shape
+    slots, capacity = k_cache.shape[:2]
+    rows = k_cache.stride(0) // k_cache.stride(1) if slots > 1 and k_cache.stride(1) > 0 else capacity
+    k_rows, v_rows = _packed_rows("k_cache", k_cache, rows), _packed_rows("v_cache", v_cache, rows)
+    if (slots - 1) * rows + capacity > 2**31 - 1:
+        raise ValueError(f"k_cache.shape: expected fewer than 2^31 rows in all, got {slots} slots of {rows}")
+    new = 0
+    if (k is None) != (v is None):
+        raise ValueError("k, v: expected both new keys and values, or neither, got one")
+    if k is not None:
+        for name, t in (("k", k), ("v", v)):
+            _check(name, t, q.device)
+            if t.dim() != 4 or t.shape[0] != batch or t.shape[2:] != k_cache.shape[2:] or t.dtype != k_cache.dtype:
+                raise ValueError(f"{name}: expected ({batch}, new, {k_cache.shape[2]}, {k_cache.shape[3]}) "
+                                 f"{k_cache.dtype}, got {tuple(t.shape)} {t.dtype}")
+        new = k.shape[1]
+    lengths = _lengths(cache_seqlens, q)
+    if lengths is None:
+        lengths = torch.full((batch,), capacity, dtype=torch.int32, device=q.device)
+    _index("cache_seqlens", lengths, q.device, (batch,))
+    _index("cache_batch_idx", cache_batch_idx, q.device, (batch,))
+    _index("cache_leftpad", cache_leftpad, q.device, (batch,))
+    slot = cache_batch_idx if cache_batch_idx is not None else torch.arange(batch, dtype=torch.int32,
+                                                                             device=q.device)
+    if k is not None:
+        _append_to_slots(k_cache, v_cache, k, v, slot, lengths)
+    pad = cache_leftpad.long() if cache_leftpad is not None else torch.zeros(batch, dtype=torch.long,
+                                                                              device=q.device)
+    end = (lengths.long() + new).clamp(0, capacity)
+    sees = (slot >= 0) & (slot < slots) & (pad >= 0) & (pad <= capacity)
+    start = torch.where(sees, slot.long() * rows + pad, k_rows.shape[0])
+    used = torch.where(sees, end - pad, 0).clamp(min=0)
+    cu_k = torch.cat((start, start.new_zeros(1))).to(torch.int32)
+    cu_q = torch.arange(0, (batch + 1) * seq_q, seq_q, dtype=torch.int32, device=q.device)
+    out, lse = forward_varlen(q.reshape(batch * seq_q, heads, d_head), k_rows, v_rows, cu_q, cu_k, seq_q, capacity,
+                              softmax_scale=softmax_scale, causal=causal, seqused_k=used.to(torch.int32),
+                              num_splits=num_splits, return_lse=True, window_size=window_size, softcap=softcap)
+    out = out.view(batch, seq_q, heads, d_head)
+    return (out, lse.view(heads, batch, seq_q).permute(1, 0, 2).contiguous()) if return_lse else out
+
+
 def _rotated(x, cos, sin, positions, interleaved):
     """flash_attn's rotary embedding of x (batch, seq, heads, d_head) at positions (batch, seq):
     its first 2 * cos.shape[1] columns turned by the tables' rows at those positions, column
@@ -856,13 +948,13 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
-    # flash_attn's options that have no counterpart here yet: refused before any work.
-    missing = {"cache_batch_idx": (cache_batch_idx, "cache slot indices"),
-               "cache_leftpad": (cache_leftpad, "left-padded caches"), "alibi_slopes": (alibi_slopes, "ALiBi bias")}
-    for name, (value, what) in missing.items():
-        if value is not None:
-            raise NotImplementedError(f"{name}: expected None (flash_attention_scratch has no {what} in "
-                                      f"flash_attn_with_kvcache yet), got a value")
+    if alibi_slopes is not None:  # refused before any work
+        raise NotImplementedError("alibi_slopes: expected None (flash_attention_scratch has no ALiBi bias in "
+                                  "flash_attn_with_kvcache yet), got a value")
+    slots = cache_batch_idx is not None or cache_leftpad is not None
+    if slots and block_table is not None:
+        raise ValueError("cache_batch_idx, cache_leftpad: expected None with block_table (flash_attn takes them "
+                         "only for caches that are not paged), got a value")
     # flash_attn's reading of the window, against the cache's capacity in keys.
     seq_k = None
     if isinstance(k_cache, torch.Tensor) and k_cache.dim() == 4:
@@ -872,6 +964,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         # The rotation as its own small pass over q and the new keys: the kernels stay as they are.
         per_token_q = causal or tuple(window_size) != (-1, -1)
         q, k = _rotary_inputs(q, k, rotary_cos, rotary_sin, cache_seqlens, rotary_interleaved, per_token_q, seq_k)
+    if slots:
+        return _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
+                              softmax_scale, causal, window_size, softcap, num_splits, return_softmax_lse)
     return forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
                            softmax_scale=softmax_scale, causal=causal, num_splits=num_splits,
                            return_lse=return_softmax_lse, window_size=window_size, softcap=softcap)

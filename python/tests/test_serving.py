@@ -216,15 +216,44 @@ def test_flash_attn_with_kvcache_reads_arguments_as_flash_attn(kvcache_calls, kw
                       return_lse=True, window_size=window, softcap=3.0)
 
 
-@pytest.mark.parametrize("name", ["cache_batch_idx", "cache_leftpad", "alibi_slopes"])
-def test_flash_attn_with_kvcache_refuses_what_it_lacks_before_any_work(monkeypatch, name):
+def test_flash_attn_with_kvcache_refuses_what_it_lacks_before_any_work(monkeypatch):
     if torch is None:
         pytest.skip("needs PyTorch")
     from flash_attention_scratch import _ops
     monkeypatch.setattr(_ops, "forward_kvcache", lambda *a, **kw: pytest.fail("forward_kvcache ran"))
+    monkeypatch.setattr(_ops, "forward_varlen", lambda *a, **kw: pytest.fail("forward_varlen ran"))
     q = torch.zeros(1, 1, 2, 64)
-    with pytest.raises(NotImplementedError, match=f"{name}: expected None"):
-        fa.flash_attn_with_kvcache(q, q, q, **{name: torch.zeros(1)})
+    with pytest.raises(NotImplementedError, match="alibi_slopes: expected None"):
+        fa.flash_attn_with_kvcache(q, q, q, alibi_slopes=torch.zeros(1))
+    # flash_attn takes slot indices and left padding only for caches that are not paged.
+    table = torch.zeros(1, 1, dtype=torch.int32)
+    for name in ("cache_batch_idx", "cache_leftpad"):
+        with pytest.raises(ValueError, match="expected None with block_table"):
+            fa.flash_attn_with_kvcache(q, q, q, block_table=table, **{name: torch.zeros(1, dtype=torch.int32)})
+
+
+def test_appending_to_cache_slots_writes_only_the_kept_rows():
+    """The append of cache_batch_idx (on the CPU: index_put_ is the same there): each entry's new
+    rows land in its slot from its length on; rows past the capacity, and an entry whose slot is
+    outside the cache, write nothing."""
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    for case in range(3):
+        torch.manual_seed(case)
+        slots, capacity, new = 5, 8, 3
+        kc, vc = torch.randn(slots, capacity, 2, 16), torch.randn(slots, capacity, 2, 16)
+        k, v = torch.randn(3, new, 2, 16), torch.randn(3, new, 2, 16)
+        slot = torch.tensor([[4, 0, 2], [1, 3, 0], [2, 7, -1]][case], dtype=torch.int32)
+        lengths = torch.tensor([[0, 6, 8], [5, 7, 2], [1, 0, 0]][case], dtype=torch.int32)
+        want_k, want_v = kc.clone(), vc.clone()
+        for b in range(3):
+            for i in range(new):
+                if 0 <= slot[b] < slots and lengths[b] + i < capacity:
+                    want_k[slot[b], lengths[b] + i] = k[b, i]
+                    want_v[slot[b], lengths[b] + i] = v[b, i]
+        _ops._append_to_slots(kc, vc, k, v, slot, lengths)
+        assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
 
 
 def rotated64(x, cos, sin, positions, interleaved):
@@ -363,3 +392,40 @@ def test_flash_attn_with_kvcache_is_forward_kvcache(page):
                                         return_softmax_lse=True, **kwargs)
     for a, b_ in zip(ours + caches[0], theirs + caches[1]):
         assert torch.equal(a, b_)
+
+
+@needs_gpu
+@pytest.mark.parametrize("variant", [dict(causal=True), dict(causal=False, window=(40, 3), softcap=20.0, splits=3)])
+def test_flash_attn_with_kvcache_slots_and_left_padding_match_reference(variant):
+    """cache_batch_idx and cache_leftpad: entry b attends to keys [leftpad, length + new) of slot
+    cache_batch_idx[b] with the new keys appended there, against float64 attention over exactly
+    those keys (the FlashAttention rule); the cache holds the new rows; an entry whose slot lies
+    outside the cache, or whose leftpad lies past its keys, sees nothing."""
+    from test_variants import check
+    dtype, b, hq, hkv, d, slots, cap, new = torch.bfloat16, 5, 8, 2, 128, 6, 256, 2
+    window, softcap, causal = variant.get("window", (-1, -1)), variant.get("softcap", 0.0), variant["causal"]
+    q = randn(b, new, hq, d, dtype=dtype)
+    k_new, v_new = randn(b, new, hkv, d, dtype=dtype), randn(b, new, hkv, d, dtype=dtype)
+    k_cache, v_cache = randn(slots, cap, hkv, d, dtype=dtype), randn(slots, cap, hkv, d, dtype=dtype)
+    idx = torch.tensor([4, 0, 5, 9, 2], dtype=torch.int32, device="cuda")  # slot 9: outside the cache
+    pad = torch.tensor([0, 30, 100, 0, 50], dtype=torch.int32, device="cuda")  # 50 past entry 4's 20 keys
+    lens = torch.tensor([10, 60, 255, 5, 18], dtype=torch.int32, device="cuda")  # 255 + 2: one new key dropped
+    kc, vc = k_cache.clone(), v_cache.clone()
+    out, lse = fa.flash_attn_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens, cache_batch_idx=idx,
+                                         cache_leftpad=pad, causal=causal, window_size=window, softcap=softcap,
+                                         num_splits=variant.get("splits", 0), return_softmax_lse=True)
+    want_k, want_v = k_cache.clone(), v_cache.clone()
+    for i in range(b):
+        s, n, p = idx[i].item(), lens[i].item(), pad[i].item()
+        if s >= slots:
+            assert (out[i] == 0).all() and torch.isneginf(lse[i]).all()
+            continue
+        kept = min(new, cap - n)
+        want_k[s, n:n + kept], want_v[s, n:n + kept] = k_new[i, :kept], v_new[i, :kept]
+        if p >= n + kept:
+            assert (out[i] == 0).all() and torch.isneginf(lse[i]).all()
+            continue
+        keys, values = want_k[s, p:n + kept][None], want_v[s, p:n + kept][None]
+        check(out[i:i + 1], lse[i:i + 1], q[i:i + 1], keys, values, d ** -0.5, causal=causal, window=window,
+              softcap=softcap)
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
