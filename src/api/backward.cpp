@@ -111,12 +111,8 @@ ProblemShape backward_shape(const BackwardParams& p) {
 // The tensors the sm90 backward copies with TMA (its tensor maps): Q, K, V and dO in, dK and dV
 // out.
 std::string backward_tma_problem(const BackwardParams& p) {
-    return tma_problem({{"q", &p.q},
-                        {"k", &p.k},
-                        {"v", &p.v},
-                        {"d_o", &p.d_o},
-                        {"dk", &p.dk},
-                        {"dv", &p.dv}});
+    return tma_problem(
+        {{"q", &p.q}, {"k", &p.k}, {"v", &p.v}, {"d_o", &p.d_o}, {"dk", &p.dk}, {"dv", &p.dv}});
 }
 
 void validate_backward_config(const BackwardParams& p, const KernelConfig& c,
