@@ -272,6 +272,25 @@ def test_gradients_match_reference(kind, shape):
 @needs_gpu
 @needs_backward
 @pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
+@pytest.mark.parametrize("seq", [1, 2, 5, 17, 129])
+@pytest.mark.parametrize("causal", [False, True])
+def test_large_scores_past_the_last_key_stay_finite(kind, seq, causal):
+    """Rows whose scores all lie far below 0 (q and k scaled up, few keys), as flash_attn's
+    test_flash_attn_bwd_overflow draws them: the key block's rows past seq_k must be masked, or
+    their probability 2^-LSE overflows and dQ turns NaN."""
+    dtype, d = torch_dtype(kind[0]), kind[1]
+    seed = seeded()
+    q = randn(2, seq, 5, d, dtype=dtype) * 5
+    k, v = randn(2, seq, 5, d, dtype=dtype) * 3, randn(2, seq, 5, d, dtype=dtype) * 3
+    dout = randn(2, seq, 5, d, dtype=dtype)
+    qg, kg, vg = leaves(q, k, v)
+    fa.flash_attn_func(qg, kg, vg, causal=causal).backward(dout)
+    assert_gradients_match((qg.grad, kg.grad, vg.grad), q, k, v, dout, causal=causal, note=f"(seed {seed})")
+
+
+@needs_gpu
+@needs_backward
+@pytest.mark.parametrize("kind", BACKWARD_KINDS, ids=kind_id)
 def test_packed_functions_gradients_match_reference(kind):
     """flash_attn's qkvpacked and kvpacked functions on packed CUDA tensors (the kernels read the
     parts as row-strided views): outputs and gradients by the FlashAttention rule, dense and

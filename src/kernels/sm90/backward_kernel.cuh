@@ -140,9 +140,9 @@ struct BackwardLaunch {
 };
 
 // The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks
-// that see a key of the block (QueryBlocks), those at the ends masked. None need a mask for keys
-// past seq_k (their K and V rows are zeros: they add nothing to dQ, and their dK and dV rows are
-// not stored) or queries past seq_q (their LSE is +inf, so P is 0).
+// that see a key of the block (QueryBlocks), those at the ends masked, and every block of a key
+// block that runs past seq_k (below). Queries past seq_q need no mask: their LSE is +inf, so P is
+// 0.
 struct QueryWalk {
     QueryBlocks blocks;  // of each head
     int group;           // query heads of the K/V head
@@ -697,9 +697,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         return;  // a packed sequence shorter than the grid's
     const Mask mask = packable ? Mask::of(a, seq.q_len, seq.k_len) : Mask::of(a);
     QueryWalk walk = QueryWalk::of(a, mask, k0, Tr::B_r, Tr::B_c);
-    // A packed sequence's last key block holds the next sequence's keys (not zeros): every step
-    // masks them.
-    if (packable && k0 + Tr::B_c > seq.k_len)
+    // A key block that runs past seq_k masks its keys there in every step. Their K rows are zeros
+    // (or a packed sequence's next keys), so unmasked their P would be 2^-LSE₂, which overflows
+    // where a row's scores all lie far below 0 (fp16 dS becomes inf, and inf · 0 in dQ's GEMM
+    // NaN: flash_attn's test_flash_attn_bwd_overflow, seq 1 and 2, q·5, k·3).
+    if (k0 + Tr::B_c > seq.k_len)
         walk.blocks.unmasked_end = walk.blocks.unmasked_first;
 
     if (threadIdx.x == 0) {
