@@ -221,7 +221,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     reading of them (causal aligned at the bottom right; a window side of at least
     max_seqlen_k keys is unbounded). Differentiable as forward_varlen is. With
     return_attn_probs, (out, softmax_lse (heads, total_q), None). dropout_p other than 0 and
-    alibi_slopes raise NotImplementedError before any work.
+    alibi_slopes raise NotImplementedError before any work. With block_table and inputs that
+    require grad the forward runs, as flash_attn's does (forward_varlen refuses such inputs),
+    and the output's backward raises NotImplementedError: pages have no backward pass.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_varlen_func needs PyTorch, which is not installed")

@@ -726,10 +726,32 @@ def _check_flash_attn_extras(dropout_p, alibi_slopes):
                                   "got a value")
 
 
+class _PagedWithoutBackward(torch.autograd.Function):
+    """flash_attn_varlen_func over a paged cache with inputs that require grad: flash_attn runs such
+    a forward (its tests do, and take no gradient). There is no backward pass for pages, so the
+    output's grad_fn raises rather than leave the inputs without gradients."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, run):
+        return run()
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("flash_attn_varlen_func with block_table has no backward pass (a paged cache is "
+                                  "inference's); run it under torch.no_grad() or pass detached inputs")
+
+
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
     _check_flash_attn_extras(dropout_p, alibi_slopes)
+    if block_table is not None and _requiring_grad(q, k, v) is not None:
+        def run():
+            return flash_attn_varlen_func(q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k,
+                                          max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal, window_size,
+                                          softcap, alibi_slopes, deterministic, True, block_table)[:2]
+        out, lse = _PagedWithoutBackward.apply(q, k, v, run)
+        return (out, lse, None) if return_attn_probs else out
     causal, window_size = _flash_attn_mask(window_size, causal, int(max_seqlen_k))
     result = forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale=softmax_scale, causal=causal, block_table=block_table,

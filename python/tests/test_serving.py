@@ -429,3 +429,30 @@ def test_flash_attn_with_kvcache_slots_and_left_padding_match_reference(variant)
         check(out[i:i + 1], lse[i:i + 1], q[i:i + 1], keys, values, d ** -0.5, causal=causal, window=window,
               softcap=softcap)
     assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+
+
+def test_flash_attn_varlen_func_runs_a_paged_forward_on_grad_inputs_and_refuses_its_backward(monkeypatch):
+    """flash_attn runs a paged forward on inputs that require grad (its tests do); pages have no
+    backward pass here, so the output's backward raises instead of leaving the inputs without
+    gradients. (forward_varlen replaced by a stand-in: no GPU needed.)"""
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    calls = []
+
+    def stand_in(q, k, v, *args, return_lse=False, **kwargs):
+        calls.append((q.requires_grad, k.requires_grad, kwargs["block_table"]))
+        out = torch.ones_like(q)
+        return (out, torch.zeros(q.shape[1], q.shape[0])) if return_lse else out
+
+    monkeypatch.setattr(_ops, "forward_varlen", stand_in)
+    q = torch.zeros(3, 2, 64, requires_grad=True)
+    pages = torch.zeros(4, 16, 2, 64, requires_grad=True)
+    table = torch.zeros(1, 4, dtype=torch.int32)
+    cu = torch.tensor([0, 3], dtype=torch.int32)
+    out, lse, probs = fa.flash_attn_varlen_func(q, pages, pages, cu, cu, 3, 64, block_table=table,
+                                                return_attn_probs=True)
+    assert calls == [(False, False, table)] and probs is None
+    assert out.requires_grad and torch.equal(out, torch.ones(3, 2, 64))
+    with pytest.raises(NotImplementedError, match="block_table has no backward pass"):
+        out.sum().backward()

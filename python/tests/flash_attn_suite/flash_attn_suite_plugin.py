@@ -1,12 +1,12 @@
 """A pytest plugin for running flash_attn's own tests/test_flash_attn.py (upstream, unmodified)
 against flash_attention_scratch through the flash_attn name-mapping package beside it
-(scripts/flash_attn_suite.sh runs it: `pytest -p flash_attn_suite_plugin test_flash_attn.py`).
+(`scripts/gpu_check.sh flash_attn_suite` runs it: `pytest -p flash_attn_suite_plugin test_flash_attn.py`).
 
 It leaves out only dropout (dropout_p > 0), head dims this library does not build, and tests of
 flash_attn's private internals; the terminal summary counts each reason over the whole parameter
 matrix. Everything else runs and passes or fails as flash_attn's assertions say; the library's
-refusals of options it lacks (ALiBi) are failures,
-counted by message at the end.
+refusals of options it lacks (ALiBi) are failures, counted by message at the end. A test of a
+documented difference (DIFFERENCES) runs as a strict expected failure.
 
 FLASH_ATTN_SUITE_SAMPLE=N runs a seeded sample (FLASH_ATTN_SUITE_SEED, default 0) of N of the
 cases that run, when there are more: every test function keeps min(its cases, 20), the rest in
@@ -22,6 +22,16 @@ import pytest
 HEAD_DIMS = (64, 128, 256)  # the head dims flash_attention_scratch builds
 PRIVATE = {  # test: the internal it reads
     "test_flash_attn_generator_arg_must_be_none": "flash_attn_gpu, flash_attn's raw C++ entry points",
+    "test_flash_attn_varlen_paged_kv_num_splits": "_flash_attn_varlen_forward, flash_attn's internal forward",
+}
+# Tests of a documented difference, run and expected to fail (strict: a pass is reported). flash_attn
+# reads device lengths on the host to refuse a sequence longer than its block table; this library
+# does not synchronise in a call, and the kernels cut such a sequence at the table's end
+# (docs/design.md, section 2).
+DIFFERENCES = {
+    "test_flash_attn_kvcache_paged_block_table_bounds":
+        "flash_attn checks cache_seqlens (device memory) against the block table on the host; this library "
+        "does not synchronise and cuts the sequence at the table's end",
 }
 
 
@@ -69,6 +79,8 @@ def pytest_collection_modifyitems(config, items):
     left_out = collections.Counter()
     runnable, dropped = [], []
     for item in items:
+        if item.originalname in DIFFERENCES:
+            item.add_marker(pytest.mark.xfail(reason=DIFFERENCES[item.originalname], strict=True))
         reason = _skip_reason(item)
         (dropped if reason else runnable).append(item)
         if reason:
