@@ -29,6 +29,11 @@
 #            of FLASH_ATTN_SUITE_SAMPLE=3000 cases over every test function)
 #   bench F  a build of the release set plus the short forms of file F, then `flash_attention bench`
 #            of F's configs (F's "#! ARGS" line adds bench arguments)
+#   ab D F   an A/B of this tree against the tree in folder D (another commit's: `git archive REV |
+#            tar -x -C D`, carried): both built with file F's short forms alone, then, in AB_ROUNDS
+#            rounds (default 3) that alternate which binary goes first, `flash_attention bench
+#            --set @F` once per "#! ARGS" line of F (e.g. bench/ab-backward-bf16.txt); last
+#            bench/ab_summary.py's table of medians, tree against base
 #
 # A stage's failure is reported and the next stage still runs; the exit code is 1 if any
 # stage failed. On the device machine: `run` with carry [".peers"] for the grid.
@@ -189,14 +194,48 @@ stage_bench() {
   cat "$LOGS/bench.log"
 }
 
+stage_ab() {
+  local base=$1 file=$2
+  if [ ! -d "$base" ] || [ ! -f "$file" ]; then
+    note "ab: expected a base tree folder and a file of short forms, got '$base' and '$file'"
+    failed=1
+    return
+  fi
+  file=$(realpath "$file")
+  local side dir
+  for side in tree base; do
+    dir=.
+    [ $side = base ] && dir=$base
+    check "ab_build_$side" bash -c "cmake -S '$dir' -B '$BUILD-ab-$side' -G Ninja -DFLASH_KERNELS='@$file' \
+      -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF && cmake --build '$BUILD-ab-$side' -j $jobs" || return
+  done
+  local lines=()
+  mapfile -t lines < <(sed -n 's/^#! //p' "$file")
+  [ ${#lines[@]} -gt 0 ] || lines=("")
+  local r i args=()
+  for r in $(seq 1 "${AB_ROUNDS:-3}"); do
+    for side in $( ((r % 2)) && echo "tree base" || echo "base tree"); do
+      for i in "${!lines[@]}"; do
+        read -r -a args <<< "${lines[$i]}"
+        "$BUILD-ab-$side/bin/flash_attention" bench --set "@$file" "${args[@]}" --format csv \
+          > "$LOGS/ab_${side}_${r}_$i.csv" 2> "$LOGS/ab_${side}_${r}_$i.err" ||
+          { note "ab: bench ($side, round $r, line $i) failed: $(tail -1 "$LOGS/ab_${side}_${r}_$i.err")"; failed=1; }
+      done
+    done
+  done
+  check ab python3 bench/ab_summary.py "$LOGS"
+  cat "$LOGS/ab.log"
+}
+
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader > "$LOGS/gpu.txt" 2>&1
 note "$(date -u +%F) $(head -1 "$LOGS/gpu.txt")"
 while [ $# -gt 0 ]; do
   case $1 in
     build | sanitize | package | pyext | grid | backward | flash_attn_suite) "stage_$1" ;;
     bench) stage_bench "${2:?bench needs a file of short forms}"; shift ;;
+    ab) stage_ab "${2:?ab needs a base tree folder}" "${3:?ab needs a file of short forms}"; shift 2 ;;
     *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, pyext, grid, backward, flash_attn_suite," \
-      "bench FILE)" >&2; exit 2 ;;
+      "bench FILE, ab DIR FILE)" >&2; exit 2 ;;
   esac
   shift
 done
