@@ -817,10 +817,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
     const int col0 = Tr::split_head ? consumer * Tr::head_cols : 0;
     // Through shared memory and TMA: K's and V's tiles take dK and dV, 16-byte swizzled stores
-    // that one thread hands to the TMA unit, whose stores drop rows past the view's end; the
-    // register path's 4-byte stores cost a d_head 128 CTA about 5 µs of its ~1.2 ms walk at
-    // 2k keys (per-CTA timestamps, H200, 2026-12-02). A packed sequence's key block that runs
-    // past its end would overwrite the next sequence's rows: it stores its rows itself.
+    // that one thread hands to the TMA unit, whose stores drop rows past the view's end. The
+    // register path's 4-byte stores cost a d_head 128 CTA about 5 µs against its ~90 µs walk at
+    // 2k keys (per-CTA timestamps, H200, 2026-12-02); through TMA the backward ran 2-5% faster
+    // at 2k and 4.5-10% at 1k (H200, 2026-12-03). A packed sequence's key block that runs past
+    // its end would overwrite the next sequence's rows: it stores its rows itself.
     if (!packable || a.cu_seqlens_q == nullptr || k0 + Tr::B_c <= out.k_len) {
         // Every consumer's last GEMMs have read K and V (dQ's reads every key's K).
         ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
