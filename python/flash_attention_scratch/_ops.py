@@ -817,7 +817,7 @@ def _packed_rows(name, cache, rows):
     """A (slots, capacity, heads_kv, d_head) cache as one packed (total, heads_kv, d_head) tensor
     of the same memory, slot s's row r at packed row s * rows + r."""
     slots, capacity = cache.shape[:2]
-    if cache.stride(1) <= 0 or cache.stride(0) != rows * cache.stride(1):
+    if cache.stride(1) <= 0 or (slots > 1 and cache.stride(0) != rows * cache.stride(1)):
         raise ValueError(f"{name}.stride(): expected slots a whole number of rows apart, the same for k_cache and "
                          f"v_cache (with cache_batch_idx or cache_leftpad the caches are read as one packed "
                          f"tensor), got {cache.stride()}")
