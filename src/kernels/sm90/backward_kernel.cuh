@@ -92,6 +92,13 @@ struct BackwardTraits {
     using DsTile = Swizzle128Tile<B_r, B_c>;  // dS (and with split_head P): queries x keys
     // Score tiles a step: dS; with split_head P too, after it (the A of every consumer's dV).
     static constexpr int score_tiles = split_head ? 2 : 1;
+    // K lands with the first step's Q, on its barrier, and V with its dO (FlashAttention-4's
+    // order: the first Sᵀ GEMM waits for K and Q alone); d_head 256 (split_head) loads both first,
+    // on kv_full. Against both first (bf16 1k-8k, CLI A/Bs, H200, 2026-12-03): d_head 128
+    // +1.2-1.8% in every one of three rounds (+2.1-3.4% in an earlier call), d_head 64 -1.0 to
+    // +2.8% (the spread), d_head 256 -6 to -10% (its SASS differs only in order and registers;
+    // the cause was not found).
+    static constexpr bool kv_with_first_step = !split_head;
 
     struct Smem {
         alignas(1024) unsigned char k[KTile::bytes];
@@ -105,7 +112,7 @@ struct BackwardTraits {
         // A step's query rows' LSE (base 2) then D, alternating by step: the consumers copy the
         // next step's from global memory while they run this one (StepStats).
         alignas(16) float stats[2][2 * B_r];
-        tma::Barrier kv_full;
+        tma::Barrier kv_full;  // K and V, unless kv_with_first_step
         tma::Barrier q_full[stages], q_empty[stages];
         tma::Barrier d_o_full[stages], d_o_empty[stages];
     };
@@ -171,28 +178,42 @@ struct QueryWalk {
     __device__ Step first() const { return {0, blocks.first}; }
 };
 
-// The producer's thread: K and V once, then every step's Q and dO.
+// The producer's thread: K and V (BackwardTraits::kv_with_first_step: in the order K, Q, V, dO
+// with the first step's, on its barriers; a walk of no steps then loads neither, its dK and dV
+// being zeros), then every step's Q and dO.
 template <class Tr>
 __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
                                                  typename Tr::Smem& smem, const QueryWalk& walk,
                                                  const BackwardSequence& seq, int k0, int kv_head) {
     const int batch = seq.entry;
-    smem.kv_full.arrive_expect_tx(2 * Tr::KTile::bytes);
-    tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, seq.k_row0 + k0, kv_head, batch,
-                                       smem.kv_full);
-    tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
-                                       smem.kv_full);
+    if constexpr (!Tr::kv_with_first_step) {
+        smem.kv_full.arrive_expect_tx(2 * Tr::KTile::bytes);
+        tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, seq.k_row0 + k0, kv_head, batch,
+                                           smem.kv_full);
+        tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
+                                           smem.kv_full);
+    }
     QueryWalk::Step at = walk.first();
     for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
         const RingSlot<Tr::stages> slot(i);
         const int head = kv_head * walk.group + at.head;
         const int q0 = seq.q_row0 + at.block * Tr::B_r;
+        const bool first = Tr::kv_with_first_step && i == 0;
+        const std::uint32_t kv_bytes = first ? Tr::KTile::bytes : 0;
         smem.q_empty[slot.stage].wait(slot.parity ^ 1);
-        smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes);
+        smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes);
+        if (first) {
+            tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, seq.k_row0 + k0, kv_head,
+                                               batch, smem.q_full[slot.stage]);
+        }
         tma::load_tile<typename Tr::QTile>(smem.q[slot.stage], &launch.maps.q, q0, head, batch,
                                            smem.q_full[slot.stage]);
         smem.d_o_empty[slot.stage].wait(slot.parity ^ 1);
-        smem.d_o_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes);
+        smem.d_o_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes);
+        if (first) {
+            tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head,
+                                               batch, smem.d_o_full[slot.stage]);
+        }
         tma::load_tile<typename Tr::QTile>(smem.d_o[slot.stage], &launch.maps.d_o, q0, head, batch,
                                            smem.d_o_full[slot.stage]);
     }
@@ -762,7 +783,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         first.store(smem.stats[0], threadIdx.x - warpgroup_threads);
     }
     ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
-    smem.kv_full.wait(0);
+    if constexpr (!Tr::kv_with_first_step)
+        smem.kv_full.wait(0);
     const int consumer_thread = threadIdx.x - warpgroup_threads;
     constexpr int consumer_threads = Tr::consumers * warpgroup_threads;
     if constexpr (packable) {
@@ -770,7 +792,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         // tail may hold NaN): masking makes their P 0, but 0 · NaN in the GEMMs is NaN, so
         // they are zeros in shared memory before any GEMM reads them, as the forward zeroes
         // V's tail.
-        if (a.cu_seqlens_q != nullptr && k0 + Tr::B_c > seq.k_len) {
+        if (a.cu_seqlens_q != nullptr && k0 + Tr::B_c > seq.k_len && walk.steps() > 0) {
+            if constexpr (Tr::kv_with_first_step) {
+                smem.q_full[0].wait(0);    // K, with the first Q
+                smem.d_o_full[0].wait(0);  // V, with the first dO
+            }
             zero_tile_rows<typename Tr::KTile, consumer_threads>(ptx::smem_address(smem.k),
                                                                  seq.k_len - k0, consumer_thread);
             zero_tile_rows<typename Tr::KTile, consumer_threads>(ptx::smem_address(smem.v),
