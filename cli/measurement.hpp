@@ -29,11 +29,12 @@ struct Shape {
     Api api = Api::dense;
     int page_size = 0;  // kvcache: 0 contiguous, else the rows of a page
     // The attention variants (Variants): a sliding window (-1: unbounded), a softcap (0:
-    // off), random sinks per query head.
+    // off), random sinks per query head, ALiBi with the standard slopes.
     int window_left = -1;
     int window_right = -1;
     float softcap = 0;
     bool sinks = false;
+    bool alibi = false;
     // The backward pass (dense, no variants): dQ, dK and dV of the forward's output.
     bool backward = false;
 
@@ -49,7 +50,7 @@ struct Shape {
     ProblemShape problem() const {
         return {dtype,    d_head, batch,
                 seq_q,    seq_k,  heads,
-                heads_kv, causal, window_left != -1 || window_right != -1 || softcap != 0};
+                heads_kv, causal, window_left != -1 || window_right != -1 || softcap != 0 || alibi};
     }
     friend auto operator<=>(const Shape&, const Shape&) = default;
 };

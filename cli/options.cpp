@@ -247,6 +247,9 @@ void VariantOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--softcap", softcap, "logit softcap: scores become softcap * tanh(s / softcap)")
         ->check(number_in(0, 1e6));
     cmd.add_flag("--sinks", sinks, "attention sinks: a random logit per query head");
+    cmd.add_flag(
+        "--alibi", alibi,
+        "ALiBi: a bias -slope * |position - key| with the standard slopes 2^(-8 h / heads)");
 }
 
 void VariantOptions::apply(Shape& shape) const {
@@ -257,6 +260,7 @@ void VariantOptions::apply(Shape& shape) const {
     }
     shape.softcap = softcap;
     shape.sinks = sinks;
+    shape.alibi = alibi;
 }
 
 void validate_shape(const Shape& shape) {
@@ -268,9 +272,9 @@ void validate_shape(const Shape& shape) {
             api_name(shape));
     }
     if (shape.backward && (shape.window_left != -1 || shape.window_right != -1 ||
-                           shape.softcap != 0 || shape.sinks)) {
+                           shape.softcap != 0 || shape.sinks || shape.alibi)) {
         throw UsageError(
-            "--backward: expected no --window, --softcap or --sinks (the command line's "
+            "--backward: expected no --window, --softcap, --sinks or --alibi (the command line's "
             "backward and its check take no variants yet), got some");
     }
 }

@@ -64,11 +64,13 @@ void add_format_option(CLI::App& cmd, std::string& format, const std::vector<std
 // False, after a one-line message on stderr, when this machine has no CUDA device.
 bool gpu_available();
 
-// --window, --softcap and --sinks: the attention variants of a problem (Shape's fields).
+// --window, --softcap, --sinks and --alibi: the attention variants of a problem (Shape's
+// fields).
 struct VariantOptions {
     std::string window;  // "LEFT,RIGHT"
     float softcap = 0;
     bool sinks = false;
+    bool alibi = false;
 
     void add_to(CLI::App& cmd);
     // Sets `shape`'s variant fields.

@@ -87,6 +87,12 @@ HostProblem HostProblem::random(const Shape& shape, std::uint64_t seed) {
         for (float& x : p.sinks)
             x = normal(rng);
     }
+    if (shape.alibi) {  // the ALiBi paper's slopes: 2^(-8 (h + 1) / heads)
+        p.alibi_slopes.resize(static_cast<std::size_t>(shape.heads));
+        for (std::size_t h = 0; h < p.alibi_slopes.size(); ++h)
+            p.alibi_slopes[h] =
+                std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(shape.heads));
+    }
     return p;
 }
 
@@ -115,6 +121,10 @@ DeviceProblem::DeviceProblem(const Shape& shape, const HostProblem& host)
         sinks_ = DeviceBuffer(host.sinks.size() * sizeof(float));
         sinks_.upload(host.sinks);
     }
+    if (!host.alibi_slopes.empty()) {
+        alibi_ = DeviceBuffer(host.alibi_slopes.size() * sizeof(float));
+        alibi_.upload(host.alibi_slopes);
+    }
     if (shape.backward) {
         // The forward's output and LSE, which the backward reads, from the automatic choice.
         forward_lse_ = DeviceBuffer(static_cast<std::size_t>(host.q.batch * host.q.seq) *
@@ -133,8 +143,11 @@ AttentionOptions DeviceProblem::options(float* lse) const {
     return {.softmax_scale = shape_.scale,
             .causal = shape_.causal,
             .lse = lse,
-            .variants = {shape_.window_left, shape_.window_right, shape_.softcap,
-                         static_cast<const float*>(sinks_.data())}};
+            .variants = {.window_left = shape_.window_left,
+                         .window_right = shape_.window_right,
+                         .softcap = shape_.softcap,
+                         .sinks = static_cast<const float*>(sinks_.data()),
+                         .alibi_slopes = static_cast<const float*>(alibi_.data())}};
 }
 
 std::size_t DeviceProblem::bytes(const Shape& shape) {
@@ -262,6 +275,7 @@ reference::CheckResult check_output(const Shape& shape, const HostProblem& host,
                                     int rows_per_head, std::uint64_t seed) {
     const double scale = softmax_scale_of(shape);
     const std::vector<float>* sinks = host.sinks.empty() ? nullptr : &host.sinks;
+    const std::vector<float>* alibi = host.alibi_slopes.empty() ? nullptr : &host.alibi_slopes;
     const auto problem = [&](const HostTensor& q, const HostTensor& k, const HostTensor& v,
                              const HostTensor& o, const std::vector<float>* l) {
         return reference::Problem{q,
@@ -275,7 +289,8 @@ reference::CheckResult check_output(const Shape& shape, const HostProblem& host,
                                   shape.window_left,
                                   shape.window_right,
                                   shape.softcap,
-                                  sinks};
+                                  sinks,
+                                  alibi};
     };
     if (shape.api != Api::varlen) {
         const auto rows =

@@ -49,6 +49,8 @@ struct HostProblem {
     std::vector<std::int32_t> seqlens;
     // Shape::sinks: one per query head, normal with a spread of 3; empty otherwise.
     std::vector<float> sinks;
+    // Shape::alibi: one slope per query head (2^(-8 (h + 1) / heads)); empty otherwise.
+    std::vector<float> alibi_slopes;
     // Shape::backward: dO, q's shape, standard normal.
     std::optional<reference::HostTensor> d_o;
 
@@ -87,7 +89,7 @@ class DeviceProblem {
 
     Shape shape_;
     DeviceTensor q_, k_, v_, o_;
-    DeviceBuffer seqlens_, table_, sinks_;
+    DeviceBuffer seqlens_, table_, sinks_, alibi_;
     // Shape::backward.
     DeviceBuffer forward_lse_;
     std::optional<DeviceTensor> d_o_, dq_, dk_, dv_;

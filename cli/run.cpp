@@ -119,10 +119,11 @@ int run(const RunOptions& opt) {
                 api == Api::varlen ? "1.." : "", shape.seq_q,
                 api == Api::varlen ? shape.seq_q : shape.seq_k, d_head,
                 std::string(to_string(dtype)).c_str(), opt.causal ? ", causal" : "");
-    if (shape.window_left != -1 || shape.window_right != -1 || shape.softcap != 0 || shape.sinks) {
-        std::printf("variants window (%d, %d), softcap %g%s\n", shape.window_left,
+    if (shape.window_left != -1 || shape.window_right != -1 || shape.softcap != 0 || shape.sinks ||
+        shape.alibi) {
+        std::printf("variants window (%d, %d), softcap %g%s%s\n", shape.window_left,
                     shape.window_right, static_cast<double>(shape.softcap),
-                    shape.sinks ? ", sinks" : "");
+                    shape.sinks ? ", sinks" : "", shape.alibi ? ", ALiBi" : "");
     }
     std::printf("inputs   random, seed %llu\n", static_cast<unsigned long long>(seed));
     if (opt.backward) {

@@ -72,14 +72,24 @@ struct Variants {
     // then gets zeros and LSE sinks[head]. Null: none. Values are not checked (no host sync):
     // a NaN sink gives NaN rows.
     const float* sinks = nullptr;
+    // ALiBi (BLOOM, MPT, Baichuan; flash_attn's alibi_slopes): device fp32 slopes, one per query
+    // head, and with alibi_batch_stride heads_q one per (batch entry, query head), flash_attn's
+    // (batch, heads) form (0: the batch shares them; varlen and KV-cache calls index entries by
+    // sequence). Score (i, j) gets -slope * |d(i) - j| added in the units of the scaled scores,
+    // after the softcap; the LSE includes it. (flash_attn's causal kernels add slope * j: the
+    // same softmax, an LSE larger by slope * d(i).) Null: none. Values are not checked (no host
+    // sync): a NaN slope gives NaN rows.
+    const float* alibi_slopes = nullptr;
+    std::int64_t alibi_batch_stride = 0;
 
     // Whether any variant is set: a config then runs its variant instantiation (decoding
     // shapes with sinks alone still take the split-KV kernels).
     bool any() const { return changes_scores() || sinks != nullptr; }
-    // A sliding window or a softcap, which change the scores themselves: the split-KV
-    // (decoding) kernels take neither, only sinks.
+    // A sliding window, a softcap or ALiBi, which change the scores themselves: the split-KV
+    // (decoding) kernels take none of them, only sinks.
     bool changes_scores() const {
-        return window_left != -1 || window_right != -1 || softcap != 0.0f;
+        return window_left != -1 || window_right != -1 || softcap != 0.0f ||
+               alibi_slopes != nullptr;
     }
 };
 
@@ -95,7 +105,7 @@ struct AttentionOptions {
     // Optional output: log-sum-exp of each row's scaled scores, natural log, fp32,
     // contiguous; its layout is the entry point's (ForwardParams: (batch, heads_q, seq_q)).
     float* lse = nullptr;
-    // Sliding window, softcap, sinks.
+    // Sliding window, softcap, sinks, ALiBi.
     Variants variants{};
 
     // The softmax scale the kernels use: softmax_scale, or 1/sqrt(d_head) when not given.
@@ -162,8 +172,8 @@ struct VarlenParams {
     // kernel forward() would choose for the longest sequence when it is an sm90 one
     // (Hopper; packed or paged K/V alike), anything else on the serving kernel with a key
     // split of its choosing. n >= 1: the serving kernel with n key ranges per sequence. A
-    // sliding window or softcap runs on the sm90 kernel whatever n is (the serving kernel takes
-    // neither), as flash_attn honours them with any num_splits.
+    // sliding window, softcap or ALiBi runs on the sm90 kernel whatever n is (the serving kernel
+    // takes none of them), as flash_attn honours them with any num_splits.
     int num_splits = 0;
     // Causal masking and the variants per sequence; the LSE output is (heads_q, total_q).
     AttentionOptions options{};
@@ -255,8 +265,8 @@ struct ProblemShape {
     std::int64_t heads = 1;     // query heads
     std::int64_t heads_kv = 1;  // key/value heads, dividing the query heads
     bool causal = false;
-    // A sliding window or a softcap (Variants::changes_scores): the configs' variant kernels
-    // run, which the tuning cache keys apart, and never the split-KV kernels.
+    // A sliding window, a softcap or ALiBi (Variants::changes_scores): the configs' variant
+    // kernels run, which the tuning cache keys apart, and never the split-KV kernels.
     bool window_or_softcap = false;
 };
 
@@ -311,10 +321,9 @@ struct BackwardParams {
     TensorView dq;   // written
     TensorView dk;   // written
     TensorView dv;   // written
-    // The forward's options: the same scale, causal masking and sinks. options.lse is the
-    // forward's LSE, (batch, heads_q, seq_q) fp32, read; it is required (with sinks, the one
-    // that includes them, as forward() writes it). The window and softcap are not supported by
-    // the backward yet.
+    // The forward's options: the same scale, causal masking and variants. options.lse is the
+    // forward's LSE, (batch, heads_q, seq_q) fp32, read; it is required (with sinks or ALiBi,
+    // the one that includes them, as forward() writes it). ALiBi's slopes get no gradient.
     AttentionOptions options{};
     // Optional: ∂loss/∂LSE, (batch, heads_q, seq_q) fp32, where the forward's LSE output feeds
     // the loss too (its gradient joins dS = P ∘ (dP - D + dLSE)). Null: zero.

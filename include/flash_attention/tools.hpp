@@ -72,9 +72,9 @@ std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::
 // query head h reads K/V head h / (q.heads / k.heads)). Query i's diagonal position is
 // d = i + seq_k - seq_q (bottom-right aligned), or with `top_left` d = i; with `causal` it
 // sees keys j <= d, and with a sliding window d - window_left <= j <= d + window_right (-1:
-// unbounded). `softcap` (0: off) turns scores s into softcap * tanh(s / softcap); `sinks`
-// (per query head) join each row's denominator. `lse`, when given, is the kernel's
-// log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
+// unbounded). `softcap` (0: off) turns scores s into softcap * tanh(s / softcap), ALiBi then
+// adds its bias; `sinks` (per query head) join each row's denominator. `lse`, when given, is the
+// kernel's log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
 struct Problem {
     const HostTensor& q;
     const HostTensor& k;
@@ -88,6 +88,10 @@ struct Problem {
     int window_right = -1;
     double softcap = 0;
     const std::vector<float>* sinks = nullptr;
+    // ALiBi: slopes[b * alibi_batch_stride + h] (0: one a head), -slope * |d - j| added to the
+    // scaled (and softcapped) scores; null: none.
+    const std::vector<float>* alibi_slopes = nullptr;
+    std::int64_t alibi_batch_stride = 0;
 };
 
 // The LSE's slack: its error bound is 2 x the error of a naive fp32 LSE (scores accumulated
@@ -121,10 +125,11 @@ CheckResult check_attention(const HostTensor& q, const HostTensor& k, const Host
                             const std::vector<RowSample>& rows);
 
 // The gradients of attention (q, k, v with dO = ∂loss/∂O; causal at either alignment, a sliding
-// window, sinks and a softcap, as Problem's) and a kernel's dQ, dK and dV (and dsinks), compared
-// with double precision by the FlashAttention rule: each gradient's max|kernel - ref| <= 2 *
-// max|naive - ref| + k_gradient_slack * max(1, max|ref|), where the naive computation rounds every
-// matmul and softmax product to the 16-bit dtype as PyTorch's math attention in that dtype would.
+// window, sinks, a softcap and ALiBi, as Problem's) and a kernel's dQ, dK and dV (and dsinks),
+// compared with double precision by the FlashAttention rule: each gradient's max|kernel - ref| <= 2
+// * max|naive - ref| + k_gradient_slack * max(1, max|ref|), where the naive computation rounds
+// every matmul and softmax product to the 16-bit dtype as PyTorch's math attention in that dtype
+// would.
 struct BackwardProblem {
     const HostTensor& q;
     const HostTensor& k;
@@ -142,9 +147,11 @@ struct BackwardProblem {
     const std::vector<float>* d_sinks = nullptr;
     // Logit softcap (0: none): scores become softcap · tanh(scores / softcap) after the scale.
     double softcap = 0;
-    // Sliding window sides (-1: unbounded), as Problem's.
+    // Sliding window sides (-1: unbounded), and ALiBi, as Problem's.
     int window_left = -1;
     int window_right = -1;
+    const std::vector<float>* alibi_slopes = nullptr;
+    std::int64_t alibi_batch_stride = 0;
 };
 
 // The slack, relative to the largest reference gradient (at least 1): the same 1e-3 as the

@@ -24,9 +24,11 @@ of the batch; by default the fastest kernel runs.
 
 The attention variants of today's models take flash_attn's and FlashAttention-4's
 arguments on every entry point: `window_size=(left, right)` (sliding window, -1
-unbounded, aligned like causal), `softcap=` (Gemma-2's logit softcap, 0 off) and
-`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)). All three train, alone or
-together. forward_varlen and flash_attn_varlen_func (packed sequences) train too. A KV cache is
+unbounded, aligned like causal), `softcap=` (Gemma-2's logit softcap, 0 off),
+`learnable_sink=` (gpt-oss's attention sinks, float32 (heads,)) and `alibi_slopes=`
+(ALiBi: BLOOM's, MPT's linear position bias, float32 (heads,) or (batch, heads)). All four
+train, alone or together (the ALiBi slopes get no gradient, as in flash_attn).
+forward_varlen and flash_attn_varlen_func (packed sequences) train too. A KV cache is
 inference's: forward_kvcache, and forward_varlen with a block_table, have no backward pass; with
 an input that requires grad under grad mode they raise NotImplementedError before any work
 rather than return an output that silently drops the gradient.
@@ -76,7 +78,8 @@ if _torch is not None:
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
-            config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
+            config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None,
+            deterministic=False):
     """softmax(q·kᵀ·scale)·v for float16/bfloat16 CUDA tensors: q (batch, seq_q, heads,
     d_head), k and v (batch, seq_k, heads_kv, d_head) with heads a multiple of heads_kv
     (grouped-query attention); any lengths; d_head 64, 128 or 256. Differentiable: see
@@ -98,17 +101,21 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     tanh(scores / softcap) before the softmax (0: off). learnable_sink: float32 (heads,)
     logits, one per query head, that join each row's softmax denominator with no value
     (the LSE includes them; a row that sees no key gets zeros and LSE = its sink).
+    alibi_slopes: ALiBi, float32 slopes on q's device, (heads,) for the whole batch or
+    (batch, heads): score (i, j) gets -slope * |d - j| added after the scale and the softcap,
+    d being i's diagonal position as for the window, with or without causal (the LSE
+    includes the bias).
 
     Autograd: when q, k or v requires grad under grad mode, the call records the custom op
     forward_lse (the backward reads the LSE; it is returned only with return_lse=True) and
     backward() gives dq, dk and dv, contiguous, with k's and v's shapes under grouped-query
     attention (summed over the query heads that share a K/V head). A gradient that reaches
     the returned LSE is included exactly. Plain and causal attention (either alignment),
-    window_size, softcap and learnable_sink, alone or together (a sink that requires grad
-    gets its float32 gradient, summed in a fixed order; the backward skips the blocks
-    outside the window as the forward does). out= with an
-    input that requires grad raises RuntimeError, as PyTorch's out= functions do: an out=
-    tensor cannot carry a graph (use it under torch.no_grad()). Without grad (no_grad,
+    window_size, softcap, learnable_sink and alibi_slopes, alone or together (a sink that
+    requires grad gets its float32 gradient, summed in a fixed order; the slopes get none, as
+    in flash_attn; the backward skips the blocks outside the window as the forward does).
+    out= with an input that requires grad raises RuntimeError, as PyTorch's out= functions
+    do: an out= tensor cannot carry a graph (use it under torch.no_grad()). Without grad (no_grad,
     inference_mode, or no input requiring it) the call takes the eager path with no graph
     and no LSE unless asked for. deterministic=True makes the backward's gradients bitwise
     identical from run to run (on Hopper an ordered dQ accumulation: 3-11% slower causal,
@@ -124,7 +131,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         raise RuntimeError("flash_attention_scratch.forward needs PyTorch, which is not installed")
     return _ops.forward(q, k, v, softmax_scale=softmax_scale, causal=causal, causal_alignment=causal_alignment,
                         return_lse=return_lse, config=config, out=out, window_size=window_size, softcap=softcap,
-                        learnable_sink=learnable_sink, deterministic=deterministic)
+                        learnable_sink=learnable_sink, alibi_slopes=alibi_slopes, deterministic=deterministic)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -139,13 +146,16 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     Returns out (batch, seqlen_q, nheads, headdim), or with return_attn_probs=True the
     tuple (out, softmax_lse, None): softmax_lse float32 (batch, nheads, seqlen_q), and
     None where flash_attn returns S_dmask, which it fills only with dropout (none here).
-    Differentiable as forward() is (window_size and softcap included, grouped-query
-    attention); unlike flash_attn, a gradient that reaches softmax_lse is not dropped but
-    included.
+    Differentiable as forward() is (window_size, softcap and alibi_slopes included,
+    grouped-query attention); unlike flash_attn, a gradient that reaches softmax_lse is not
+    dropped but included.
 
-    dropout_p other than 0 and alibi_slopes raise NotImplementedError (neither exists here),
-    before any work. deterministic=True: bitwise-identical gradients from run to run, as in
-    flash_attn.
+    alibi_slopes: float32 (nheads,) or (batch, nheads) on q's device, as flash_attn takes
+    them: score (i, j) gets -slope * |i + seqlen_k - seqlen_q - j| added, and softmax_lse
+    includes it (flash_attn's causal kernels add slope * j instead: the same output, an LSE
+    larger by slope * (i + seqlen_k - seqlen_q)); the slopes get no gradient. dropout_p other
+    than 0 raises NotImplementedError (no dropout here), before any work. deterministic=True:
+    bitwise-identical gradients from run to run, as in flash_attn.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_func needs PyTorch, which is not installed")
@@ -179,7 +189,8 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
                    causal=False, causal_alignment="bottom_right", seqused_k=None, block_table=None, num_splits=0,
-                   return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
+                   return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None,
+                   deterministic=False):
     """Attention over a batch of sequences of different lengths, packed along the token
     axis (flash_attn.flash_attn_varlen_func): q (total_q, heads, d_head), k and v
     (total_k, heads_kv, d_head), cu_seqlens_q / cu_seqlens_k int32 (batch + 1,) offsets
@@ -194,9 +205,10 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     does, paged or not), n >= 1 for the serving kernel with n key ranges per sequence. return_lse: also the log-sum-exp,
     float32 (heads, total_q). Offsets and lengths are not read on the host (no
     synchronisation; CUDA graphs work): a sequence that reaches past its tensor is cut at
-    the tensor's end, and a page id outside the cache reads as zeros. window_size, softcap
-    and learnable_sink as in forward(), per sequence; a window or softcap runs on the sm90
-    kernels (Hopper, whatever num_splits says) and raises ValueError elsewhere.
+    the tensor's end, and a page id outside the cache reads as zeros. window_size, softcap,
+    learnable_sink and alibi_slopes as in forward(), per sequence (alibi_slopes (batch, heads):
+    one row per sequence); a window, softcap or ALiBi runs on the sm90 kernels (Hopper,
+    whatever num_splits says) and raises ValueError elsewhere.
 
     Autograd (without block_table): with inputs that require grad the call records the op
     forward_varlen and backward() gives dq, dk and dv of the packed tensors (and the sinks'
@@ -211,7 +223,7 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
                                seqused_k=seqused_k,
                                block_table=block_table, num_splits=num_splits, return_lse=return_lse,
                                window_size=window_size, softcap=softcap, learnable_sink=learnable_sink,
-                               deterministic=deterministic)
+                               alibi_slopes=alibi_slopes, deterministic=deterministic)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -220,10 +232,12 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     """flash_attn.flash_attn_varlen_func: forward_varlen with flash_attn's arguments and
     reading of them (causal aligned at the bottom right; a window side of at least
     max_seqlen_k keys is unbounded). Differentiable as forward_varlen is. With
-    return_attn_probs, (out, softmax_lse (heads, total_q), None). dropout_p other than 0 and
-    alibi_slopes raise NotImplementedError before any work. With block_table and inputs that
-    require grad the forward runs, as flash_attn's does (forward_varlen refuses such inputs),
-    and the output's backward raises NotImplementedError: pages have no backward pass.
+    return_attn_probs, (out, softmax_lse (heads, total_q), None). alibi_slopes as
+    flash_attn_func's, each sequence with its own lengths ((batch, nheads): a row per
+    sequence). dropout_p other than 0 raises NotImplementedError before any work. With
+    block_table and inputs that require grad the forward runs, as flash_attn's does
+    (forward_varlen refuses such inputs), and the output's backward raises
+    NotImplementedError: pages have no backward pass.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_varlen_func needs PyTorch, which is not installed")
@@ -264,7 +278,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
                     softmax_scale=None, causal=False, causal_alignment="bottom_right", num_splits=0,
-                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
+                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None):
     """Attention against a KV cache (flash_attn.flash_attn_with_kvcache): q (batch, seq_q,
     heads, d_head); k_cache, v_cache (batch_cache, seq_cache, heads_kv, d_head), or with
     block_table (int32 (batch, max_pages)) a paged cache (num_pages, page_size, heads_kv,
@@ -277,9 +291,10 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     row's keys are split depends on its own length and the call's shape, never on the
     rest of the batch. causal: the queries end with the keys (bottom right), or with
     causal_alignment="top_left" start with them. return_lse: also the log-sum-exp, float32
-    (batch, heads, seq_q). window_size, softcap and learnable_sink as in forward(); a
-    window or softcap runs on the sm90 kernels (Hopper, no key split, whatever num_splits
-    says) and raises ValueError elsewhere; sinks run on every path.
+    (batch, heads, seq_q). window_size, softcap, learnable_sink and alibi_slopes as in
+    forward(), each entry against its own keys; a window, softcap or ALiBi runs on the sm90
+    kernels (Hopper, no key split, whatever num_splits says) and raises ValueError elsewhere;
+    sinks run on every path.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.forward_kvcache needs PyTorch, which is not installed")
@@ -287,7 +302,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
                                 block_table=block_table, softmax_scale=softmax_scale, causal=causal,
                                 causal_alignment=causal_alignment, num_splits=num_splits,
                                 return_lse=return_lse, window_size=window_size, softcap=softcap,
-                                learnable_sink=learnable_sink)
+                                learnable_sink=learnable_sink, alibi_slopes=alibi_slopes)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -314,8 +329,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     (no synchronisation): an entry whose slot lies outside the cache, or whose leftpad lies
     outside [0, capacity], sees no keys (zeros, LSE -inf) and appends nothing; with repeated
     slots, which entry's new keys a slot keeps is unspecified, as in flash_attn.
-    alibi_slopes has no counterpart here yet: anything but None raises NotImplementedError
-    before any work.
+    alibi_slopes as flash_attn_func's: float32 (nheads,) or (batch, nheads), entry b's slopes
+    row b (with cache_batch_idx too, as in flash_attn), the distances counted within the keys
+    the entry sees (from cache_leftpad on).
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_with_kvcache needs PyTorch, which is not installed")

@@ -115,12 +115,44 @@ def _sinks(learnable_sink, q, heads):
     return 0 if learnable_sink is None else learnable_sink.data_ptr()
 
 
-def _variants(window_size, softcap, learnable_sink):
-    """The ops' variant arguments: window_left, window_right, softcap, sinks."""
+def _check_alibi(alibi_slopes, q, batch=None):
+    """alibi_slopes: None, or float32 slopes on q's device, one per query head (q's heads on axis
+    -2 whatever q's rank): (heads,) for the whole batch or (batch, heads), flash_attn's forms, batch
+    q.shape[0] unless given (a varlen call's: its sequences). Returns them contiguous, as the
+    kernels read them (None for None)."""
+    if alibi_slopes is None:
+        return None
+    t = alibi_slopes
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"alibi_slopes: expected a torch.Tensor of float32, got {type(t).__name__}")
+    if t.device != q.device:
+        raise ValueError(f"alibi_slopes: expected a tensor on {q.device} (q's device), got {t.device}")
+    if t.dtype != torch.float32:
+        raise TypeError(f"alibi_slopes.dtype: expected torch.float32, got {t.dtype}")
+    heads = q.shape[-2]
+    batch = q.shape[0] if batch is None else batch
+    if tuple(t.shape) not in ((heads,), (batch, heads)):
+        raise ValueError(f"alibi_slopes.shape: expected ({heads},) or ({batch}, {heads}) (one per query head, or "
+                         f"per batch entry and query head), got {tuple(t.shape)}")
+    return t.contiguous()
+
+
+def _alibi(alibi_slopes):
+    """The binding's ALiBi arguments for _check_alibi's result, which the caller holds through the
+    launch: its address (0: none) and the distance between batch entries' slopes (0: (heads,)
+    slopes, which the batch shares)."""
+    if alibi_slopes is None:
+        return dict(alibi_slopes=0, alibi_batch_stride=0)
+    return dict(alibi_slopes=alibi_slopes.data_ptr(),
+                alibi_batch_stride=alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0)
+
+
+def _variants(window_size, softcap, learnable_sink, alibi_slopes=None):
+    """The ops' variant arguments: window_left, window_right, softcap, sinks, alibi_slopes."""
     left, right = _window(window_size)
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"softcap: expected a float (0: off), got {type(softcap).__name__}")
-    return left, right, float(softcap), learnable_sink
+    return left, right, float(softcap), learnable_sink, alibi_slopes
 
 
 def _out_like(q):
@@ -135,16 +167,17 @@ def _lse_like(q):
     return torch.empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32, device=q.device)
 
 
-def _variant_kwargs(q, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
-    # sinks: (heads_q,) float32, q's heads on axis -2 whatever q's rank
+def _variant_kwargs(q, window_left=-1, window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None):
+    # sinks: (heads_q,) float32, q's heads on axis -2 whatever q's rank; alibi_slopes: _check_alibi's result
     return dict(window_left=window_left, window_right=window_right, softcap=softcap,
-                sinks=_sinks(sinks, q, q.shape[-2]))
+                sinks=_sinks(sinks, q, q.shape[-2]), **_alibi(alibi_slopes))
 
 
 def _run(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0,
-         sinks=None):
+         sinks=None, alibi_slopes=None):
     cfg = None if config is None else _parse(config)
-    var = _variant_kwargs(q, window_left, window_right, softcap, sinks)
+    alibi_slopes = _check_alibi(alibi_slopes, q)  # contiguous, held through the launch
+    var = _variant_kwargs(q, window_left, window_right, softcap, sinks, alibi_slopes)
     stream = _current_stream(q.device)
     if q.device.index == torch.cuda.current_device():
         _C.forward(q, k, v, out, softmax_scale, cfg, stream, causal, lse, **var)
@@ -158,32 +191,33 @@ def _run(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, windo
 @torch.library.custom_op("flash_attention_scratch::forward", mutates_args=(), device_types="cuda")
 def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
                 causal: int, config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                sinks: Optional[torch.Tensor] = None, deterministic: bool = False) -> torch.Tensor:
+                sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
+                deterministic: bool = False) -> torch.Tensor:
     out = _out_like(q)
-    _run(q, k, v, out, None, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
+    _run(q, k, v, out, None, softmax_scale, causal, config, window_left, window_right, softcap, sinks, alibi_slopes)
     return out
 
 
 @_forward_op.register_fake
 def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
-      deterministic=False):
+      alibi_slopes=None, deterministic=False):
     return q.new_empty(q.shape)
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_lse", mutates_args=(), device_types="cuda")
 def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: Optional[float],
                     causal: int, config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                    sinks: Optional[torch.Tensor] = None,
+                    sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
                     deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     out = _out_like(q)
     lse = _lse_like(q)
-    _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
+    _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks, alibi_slopes)
     return out, lse
 
 
 @_forward_lse_op.register_fake
 def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
-      deterministic=False):
+      alibi_slopes=None, deterministic=False):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
@@ -191,12 +225,13 @@ def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, s
 def _forward_out_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                     lse: Optional[torch.Tensor], softmax_scale: Optional[float], causal: int,
                     config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                    sinks: Optional[torch.Tensor] = None) -> None:
-    _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks)
+                    sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None) -> None:
+    _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks, alibi_slopes)
 
 
 @_forward_out_op.register_fake
-def _(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+def _(q, k, v, out, lse, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
+      alibi_slopes=None):
     return None
 
 
@@ -211,18 +246,19 @@ def _kernel_view(t):
 
 
 def _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic, sinks=None,
-                  dsinks=None, softcap=0.0, window_left=-1, window_right=-1):
+                  dsinks=None, softcap=0.0, window_left=-1, window_right=-1, alibi_slopes=None):
     dout, q, k, v, out = (_kernel_view(t) for t in (dout, q, k, v, out))
     lse = lse if lse.is_contiguous() else lse.contiguous()
     if dlse is not None and not dlse.is_contiguous():  # e.g. the gradient of lse.sum()
         dlse = dlse.contiguous()
     sinks_address = _sinks(sinks, q, q.shape[2])
+    alibi_slopes = _check_alibi(alibi_slopes, q)  # contiguous, held through the launch
     stream = _current_stream(q.device)
     _on_device(q.device, lambda: _C.backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal,
                                              stream, dlse, deterministic=deterministic, sinks=sinks_address,
                                              d_sinks=0 if dsinks is None else dsinks.data_ptr(),
                                              softcap=softcap, window_left=window_left,
-                                             window_right=window_right))
+                                             window_right=window_right, **_alibi(alibi_slopes)))
 
 
 @torch.library.custom_op("flash_attention_scratch::backward", mutates_args=(), device_types="cuda")
@@ -230,25 +266,27 @@ def _backward_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.
                  lse: torch.Tensor, softmax_scale: Optional[float], causal: int,
                  dlse: Optional[torch.Tensor] = None, deterministic: bool = False,
                  sinks: Optional[torch.Tensor] = None, softcap: float = 0.0, window_left: int = -1,
-                 window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                 window_right: int = -1, alibi_slopes: Optional[torch.Tensor] = None
+                 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (contiguous, shaped like q, k, v) and dsinks of the forward that produced
     out and its float32 (batch, heads, seq_q) log-sum-exp lse, given dout = dloss/dout and
     optionally dlse = dloss/dlse (None: zero). With grouped K/V heads, dk and dv are summed
     over the query heads that share a K/V head. sinks: the forward's learnable_sink, whose
-    gradient dsinks is float32 (heads,) (empty without sinks); softcap, window_left and
-    window_right: the forward's (0, -1, -1: none). The library's automatic choice of backward
-    kernel; deterministic=True: one whose gradients are bitwise identical from run to run
-    (dsinks always are)."""
+    gradient dsinks is float32 (heads,) (empty without sinks); softcap, window_left,
+    window_right and alibi_slopes: the forward's (0, -1, -1, None: none; the slopes get no
+    gradient, as in flash_attn). The library's automatic choice of backward kernel;
+    deterministic=True: one whose gradients are bitwise identical from run to run (dsinks
+    always are)."""
     dq, dk, dv = _out_like(q), _out_like(k), _out_like(v)
     dsinks = torch.empty(0 if sinks is None else q.shape[2], dtype=torch.float32, device=q.device)
     _run_backward(dout, q, k, v, out, lse, dq, dk, dv, softmax_scale, causal, dlse, deterministic, sinks,
-                  None if sinks is None else dsinks, softcap, window_left, window_right)
+                  None if sinks is None else dsinks, softcap, window_left, window_right, alibi_slopes)
     return dq, dk, dv, dsinks
 
 
 @_backward_op.register_fake
 def _(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None, softcap=0.0,
-      window_left=-1, window_right=-1):
+      window_left=-1, window_right=-1, alibi_slopes=None):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty((0 if sinks is None else q.shape[2],), dtype=torch.float32))
 
@@ -266,8 +304,8 @@ _backward_op.register_autograd(_no_double_backward)
 # must produce it. (forward, without the LSE, is differentiable too for callers of the op
 # itself: its backward first runs the forward again for the LSE.)
 
-# The forward ops' window_left, window_right, softcap, sinks and deterministic.
-_VARIANT_DEFAULTS = (-1, -1, 0.0, None, False)
+# The forward ops' window_left, window_right, softcap, sinks, alibi_slopes and deterministic.
+_VARIANT_DEFAULTS = (-1, -1, 0.0, None, None, False)
 
 
 def _forward_setup(ctx, inputs, output, saves_output):
@@ -275,16 +313,16 @@ def _forward_setup(ctx, inputs, output, saves_output):
     # the forward has run. (PyTorch fills in arguments left at their defaults, 2.4 and 2.15
     # alike; padded all the same, should a version hand them over without.)
     inputs = (*inputs, *_VARIANT_DEFAULTS[len(inputs) - 6:])
-    q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks, deterministic = inputs
+    (q, k, v, softmax_scale, causal, config, window_left, window_right, softcap, sinks, alibi_slopes,
+     deterministic) = inputs
     ctx.softmax_scale, ctx.causal, ctx.config = softmax_scale, causal, config
     ctx.deterministic = deterministic
     ctx.softcap, ctx.window = softcap, (window_left, window_right)
-    ctx.has_sinks = sinks is not None
     # A None gradient for an output that does not reach the loss (the LSE, usually) stays None
     # rather than a tensor of zeros: the backward then reads no dLSE.
     ctx.set_materialize_grads(False)
     saved = (q, k, v, *output) if saves_output else (q, k, v)
-    ctx.save_for_backward(*saved, *((sinks,) if ctx.has_sinks else ()))
+    ctx.save_for_backward(*saved, sinks, alibi_slopes)
 
 
 _SINKS_ARGUMENT = 9  # the forward ops' sinks: after q, k, v, scale, causal, config and the window and softcap
@@ -297,9 +335,10 @@ def _incoming(dout, dlse, out):
     return torch.zeros_like(out) if dout is None else dout
 
 
-def _gradients(ctx, q, k, v, sinks, out, lse, dout, dlse):
+def _gradients(ctx, q, k, v, sinks, alibi_slopes, out, lse, dout, dlse):
     # One per argument autograd saw: q, k, v, softmax_scale, causal, config and those of
-    # window_left, window_right, softcap, sinks, deterministic that were passed.
+    # window_left, window_right, softcap, sinks, alibi_slopes, deterministic that were passed
+    # (the slopes get None, as in flash_attn).
     n_inputs = len(ctx.needs_input_grad)
     dout = _incoming(dout, dlse, out)
     if dout is None:
@@ -310,33 +349,27 @@ def _gradients(ctx, q, k, v, sinks, out, lse, dout, dlse):
     dq, dk, dv, dsinks = torch.ops.flash_attention_scratch.backward(dout, q, k, v, out, lse, ctx.softmax_scale,
                                                                     ctx.causal, dlse, ctx.deterministic,
                                                                     sinks if train_sinks else None, ctx.softcap,
-                                                                    *ctx.window)
+                                                                    *ctx.window, alibi_slopes)
     grads = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None] + [None] * (n_inputs - 3)
     if train_sinks:
         grads[_SINKS_ARGUMENT] = dsinks
     return tuple(grads)
 
 
-def _saved(ctx, count):
-    """The first `count` saved tensors, and the sinks (None without)."""
-    saved = ctx.saved_tensors
-    return saved[:count], (saved[count] if ctx.has_sinks else None)
-
-
 def _forward_lse_backward(ctx, dout, dlse):
-    (q, k, v, out, lse), sinks = _saved(ctx, 5)
-    return _gradients(ctx, q, k, v, sinks, out, lse, dout, dlse)
+    q, k, v, out, lse, sinks, alibi_slopes = ctx.saved_tensors
+    return _gradients(ctx, q, k, v, sinks, alibi_slopes, out, lse, dout, dlse)
 
 
 def _forward_backward(ctx, dout):
-    (q, k, v), sinks = _saved(ctx, 3)
+    q, k, v, sinks, alibi_slopes = ctx.saved_tensors
     if dout is None:
-        return _gradients(ctx, q, k, v, sinks, None, None, None, None)
+        return _gradients(ctx, q, k, v, sinks, alibi_slopes, None, None, None, None)
     # The op saved no LSE: run the same forward again for it (and its own output, so that
     # O and the LSE are one computation's).
     out, lse = torch.ops.flash_attention_scratch.forward_lse(q, k, v, ctx.softmax_scale, ctx.causal, ctx.config,
-                                                             *ctx.window, ctx.softcap, sinks)
-    return _gradients(ctx, q, k, v, sinks, out, lse, dout, None)
+                                                             *ctx.window, ctx.softcap, sinks, alibi_slopes)
+    return _gradients(ctx, q, k, v, sinks, alibi_slopes, out, lse, dout, None)
 
 
 _forward_op.register_autograd(_forward_backward,
@@ -346,22 +379,24 @@ _forward_lse_op.register_autograd(_forward_lse_backward,
 
 
 # The ops take causal masking and the diagonal's alignment as one int: 0 none, 1 causal aligned at
-# the bottom right, 2 at the top left, 3 none but a window's diagonal at the top left (a window
-# without causal masking has a diagonal too).
+# the bottom right, 2 at the top left, 3 none but the diagonal of a window or of ALiBi at the top
+# left (a window or ALiBi without causal masking has a diagonal too).
 _ALIGNMENTS = {"bottom_right": 1, "top_left": 2}
 
 
-def _causal(causal, causal_alignment, window=(-1, -1)):
+def _causal(causal, causal_alignment, window=(-1, -1), alibi_slopes=None):
     if causal_alignment not in _ALIGNMENTS:
         raise ValueError(f"causal_alignment: expected 'bottom_right' or 'top_left', got {causal_alignment!r}")
     if bool(causal):
         return _ALIGNMENTS[causal_alignment]
-    return 3 if causal_alignment == "top_left" and tuple(window) != (-1, -1) else 0
+    diagonal = tuple(window) != (-1, -1) or alibi_slopes is not None
+    return 3 if causal_alignment == "top_left" and diagonal else 0
 
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
-            config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
-    var = _variants(window_size, softcap, learnable_sink)
+            config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None,
+            deterministic=False):
+    var = _variants(window_size, softcap, learnable_sink, alibi_slopes)
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
@@ -370,11 +405,12 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         _check("out", out, q.device)
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
-    causal = _causal(causal, causal_alignment, var[:2])
+    causal = _causal(causal, causal_alignment, var[:2], alibi_slopes)
     if var[0] == -1 and var[1] == 0:  # a window that only states causal masking, at its alignment
         var = (-1, -1) + var[2:]
         causal = _causal(True, causal_alignment)
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
+    _check_alibi(alibi_slopes, q)
     if config is not None and not isinstance(config, str):
         if not isinstance(config, _C.KernelConfig):
             raise TypeError(f"config: expected a KernelConfig or its short form, got {type(config).__name__}")
@@ -409,11 +445,11 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
-    _check_flash_attn_extras(dropout_p, alibi_slopes)
+    _check_flash_attn_extras(dropout_p)
     seq_k = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else None
     causal, window_size = _flash_attn_mask(window_size, causal, seq_k)
     result = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_attn_probs,
-                     window_size=window_size, softcap=softcap, deterministic=deterministic)
+                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic)
     if return_attn_probs:
         out, lse = result
         return out, lse, None
@@ -495,7 +531,7 @@ def _table_args(block_table, device, batch):
 
 def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                 max_seqlen_q, max_seqlen_k, softmax_scale, causal, num_splits, window_left=-1, window_right=-1,
-                softcap=0.0, sinks=None):
+                softcap=0.0, sinks=None, alibi_slopes=None):
     if q.dim() != 3:
         raise ValueError(f"q: expected 3 dimensions (total_q, heads, d_head), got {q.dim()}")
     cu_q = _index("cu_seqlens_q", cu_seqlens_q, q.device, (None,))
@@ -511,7 +547,8 @@ def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
         if t.dim() != kd:
             raise ValueError(f"{name}: expected {kd} dimensions {want}, got {t.dim()}")
     k4, v4 = (k, v) if paged else (k.unsqueeze(0), v.unsqueeze(0))
-    var = _variant_kwargs(q, window_left, window_right, softcap, sinks)
+    alibi_slopes = _check_alibi(alibi_slopes, q, batch)  # contiguous, held through the launch
+    var = _variant_kwargs(q, window_left, window_right, softcap, sinks, alibi_slopes)
     stream = _current_stream(q.device)
     _on_device(q.device, lambda: _C.forward_varlen(
         q.unsqueeze(0), k4, v4, out.unsqueeze(0), cu_q, cu_k, used, table, max_pages, table_stride,
@@ -520,13 +557,14 @@ def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
 
 
 def _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
-                 causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None):
+                 causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None):
     if q.dim() != 4:
         raise ValueError(f"q: expected 4 dimensions (batch, seq_q, heads, d_head), got {q.dim()}")
     batch = q.shape[0]
     seqlens = _index("cache_seqlens", cache_seqlens, q.device, (batch,))
     table, max_pages, table_stride = _table_args(block_table, q.device, batch)
-    var = _variant_kwargs(q, window_left, window_right, softcap, sinks)
+    alibi_slopes = _check_alibi(alibi_slopes, q)  # contiguous, held through the launch
+    var = _variant_kwargs(q, window_left, window_right, softcap, sinks, alibi_slopes)
     stream = _current_stream(q.device)
     _on_device(q.device, lambda: _C.forward_kvcache(
         q, k_cache, v_cache, out, seqlens, table, max_pages, table_stride, k, v, softmax_scale,
@@ -539,25 +577,27 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
                softmax_scale: Optional[float], causal: int, num_splits: int, window_left: int = -1,
                window_right: int = -1, softcap: float = 0.0, sinks: Optional[torch.Tensor] = None,
+               alibi_slopes: Optional[torch.Tensor] = None,
                deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     # deterministic: the backward's (autograd records it with the call).
     out = _out_like(q)
     lse = _varlen_lse_like(q)
     _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
-                max_seqlen_k, softmax_scale, causal, num_splits, window_left, window_right, softcap, sinks)
+                max_seqlen_k, softmax_scale, causal, num_splits, window_left, window_right, softcap, sinks,
+                alibi_slopes)
     return out, lse
 
 
 @_varlen_op.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
       softmax_scale, causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
-      deterministic=False):
+      alibi_slopes=None, deterministic=False):
     return q.new_empty(q.shape), _varlen_lse_like(q)
 
 
 def _run_backward_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                          max_seqlen_k, softmax_scale, causal, dlse, deterministic, sinks, dsinks, softcap, window_left,
-                         window_right):
+                         window_right, alibi_slopes):
     dout, q, k, v, out = (_kernel_view(t) for t in (dout, q, k, v, out))
     lse = lse if lse.is_contiguous() else lse.contiguous()
     if dlse is not None and not dlse.is_contiguous():
@@ -567,13 +607,14 @@ def _run_backward_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_s
     cu_k = _index("cu_seqlens_k", cu_seqlens_k, q.device, (batch + 1,))
     used = _index("seqused_k", seqused_k, q.device, (batch,))
     sinks_address = _sinks(sinks, q, q.shape[1])
+    alibi_slopes = _check_alibi(alibi_slopes, q, batch)  # contiguous, held through the launch
     stream = _current_stream(q.device)
     _on_device(q.device, lambda: _C.backward_varlen(
         dout.unsqueeze(0), q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), out.unsqueeze(0), lse, dq.unsqueeze(0),
         dk.unsqueeze(0), dv.unsqueeze(0), cu_q, cu_k, used, batch, int(max_seqlen_q), int(max_seqlen_k),
         softmax_scale, causal, stream, dlse, deterministic=deterministic, sinks=sinks_address,
         d_sinks=0 if dsinks is None else dsinks.data_ptr(), softcap=softcap, window_left=window_left,
-        window_right=window_right))
+        window_right=window_right, **_alibi(alibi_slopes)))
 
 
 @torch.library.custom_op("flash_attention_scratch::backward_varlen", mutates_args=(), device_types="cuda")
@@ -582,8 +623,8 @@ def _backward_varlen_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
                         seqused_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int,
                         softmax_scale: Optional[float], causal: int, dlse: Optional[torch.Tensor] = None,
                         deterministic: bool = False, sinks: Optional[torch.Tensor] = None, softcap: float = 0.0,
-                        window_left: int = -1,
-                        window_right: int = -1) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                        window_left: int = -1, window_right: int = -1, alibi_slopes: Optional[torch.Tensor] = None
+                        ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """dq, dk, dv (contiguous, shaped like the packed q, k, v) and dsinks of forward_varlen's
     call that produced out and its float32 (heads, total_q) LSE; the rest as backward's. Rows
     no sequence uses get zeros."""
@@ -591,21 +632,22 @@ def _backward_varlen_op(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v:
     dsinks = torch.empty(0 if sinks is None else q.shape[1], dtype=torch.float32, device=q.device)
     _run_backward_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                          max_seqlen_k, softmax_scale, causal, dlse, deterministic, sinks,
-                         None if sinks is None else dsinks, softcap, window_left, window_right)
+                         None if sinks is None else dsinks, softcap, window_left, window_right, alibi_slopes)
     return dq, dk, dv, dsinks
 
 
 @_backward_varlen_op.register_fake
 def _(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-      causal, dlse=None, deterministic=False, sinks=None, softcap=0.0, window_left=-1, window_right=-1):
+      causal, dlse=None, deterministic=False, sinks=None, softcap=0.0, window_left=-1, window_right=-1,
+      alibi_slopes=None):
     return (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape),
             q.new_empty((0 if sinks is None else q.shape[1],), dtype=torch.float32))
 
 
 _backward_varlen_op.register_autograd(_no_double_backward)
 
-# forward_varlen's window_left, window_right, softcap, sinks and deterministic.
-_VARLEN_VARIANT_DEFAULTS = (-1, -1, 0.0, None, False)
+# forward_varlen's window_left, window_right, softcap, sinks, alibi_slopes and deterministic.
+_VARLEN_VARIANT_DEFAULTS = (-1, -1, 0.0, None, None, False)
 _VARLEN_SINKS_ARGUMENT = 15
 
 
@@ -613,7 +655,7 @@ def _varlen_setup(ctx, inputs, output):
     # Runs only when autograd records the op (grad mode on, an input requiring grad).
     inputs = (*inputs, *_VARLEN_VARIANT_DEFAULTS[len(inputs) - 12:])
     (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-     num_splits, window_left, window_right, softcap, sinks, deterministic) = inputs
+     num_splits, window_left, window_right, softcap, sinks, alibi_slopes, deterministic) = inputs
     if block_table is not None:
         _check_no_grad(q, k, v, grad_enabled=True, sinks=sinks, entry="forward_varlen with a paged cache")
     ctx.scalars = (max_seqlen_q, max_seqlen_k, softmax_scale, causal)
@@ -621,11 +663,11 @@ def _varlen_setup(ctx, inputs, output):
     ctx.deterministic = deterministic
     ctx.has_sinks = sinks is not None
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(q, k, v, *output, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks)
+    ctx.save_for_backward(q, k, v, *output, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, alibi_slopes)
 
 
 def _varlen_backward(ctx, dout, dlse):
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, sinks, alibi_slopes = ctx.saved_tensors
     n_inputs = len(ctx.needs_input_grad)
     dout = _incoming(dout, dlse, out)
     if dout is None:
@@ -635,7 +677,8 @@ def _varlen_backward(ctx, dout, dlse):
     softcap, window_left, window_right = ctx.variants
     dq, dk, dv, dsinks = torch.ops.flash_attention_scratch.backward_varlen(
         dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, *ctx.scalars, dlse, ctx.deterministic,
-        sinks if train_sinks else None, softcap, window_left, window_right)
+        sinks if train_sinks else None, softcap, window_left, window_right, alibi_slopes)
+    # None for the rest, the slopes among them (as in flash_attn).
     grads = [dq if need[0] else None, dk if need[1] else None, dv if need[2] else None] + [None] * (n_inputs - 3)
     if train_sinks:
         grads[_VARLEN_SINKS_ARGUMENT] = dsinks
@@ -649,17 +692,18 @@ def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k
                 v: Optional[torch.Tensor], cache_seqlens: Optional[torch.Tensor],
                 block_table: Optional[torch.Tensor], softmax_scale: Optional[float], causal: int,
                 num_splits: int, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+                sinks: Optional[torch.Tensor] = None,
+                alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     out = _out_like(q)
     lse = _lse_like(q)
     _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
-                 causal, num_splits, window_left, window_right, softcap, sinks)
+                 causal, num_splits, window_left, window_right, softcap, sinks, alibi_slopes)
     return out, lse
 
 
 @_kvcache_op.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, window_left=-1,
-      window_right=-1, softcap=0.0, sinks=None):
+      window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None):
     return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
@@ -678,8 +722,9 @@ def _scale_and_splits(softmax_scale, num_splits):
 
 def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, softmax_scale=None,
                    causal=False, causal_alignment="bottom_right", seqused_k=None, block_table=None, num_splits=0,
-                   return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, deterministic=False):
-    var = _variants(window_size, softcap, learnable_sink)
+                   return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None,
+                   deterministic=False):
+    var = _variants(window_size, softcap, learnable_sink, alibi_slopes)
     _check("q", q)
     _check("k", k, q.device)
     _check("v", v, q.device)
@@ -688,8 +733,10 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     requiring = _requiring_grad(q, k, v, learnable_sink)
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     _check_sinks(learnable_sink, q, q.shape[-2])  # its errors before any work
+    if isinstance(cu_seqlens_q, torch.Tensor) and cu_seqlens_q.dim() == 1:  # else _run_varlen names cu_seqlens_q
+        _check_alibi(alibi_slopes, q, cu_seqlens_q.shape[0] - 1)  # the batch entries are the sequences
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, int(max_seqlen_q), int(max_seqlen_k),
-            softmax_scale, _causal(causal, causal_alignment, var[:2]), num_splits, *var)
+            softmax_scale, _causal(causal, causal_alignment, var[:2], alibi_slopes), num_splits, *var)
     if requiring is not None:
         # Training: the op autograd records (its LSE is what the backward reads).
         out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args, bool(deterministic))
@@ -717,13 +764,10 @@ def _flash_attn_mask(window_size, causal, seq_k):
     return causal, (left, right)
 
 
-def _check_flash_attn_extras(dropout_p, alibi_slopes):
+def _check_flash_attn_extras(dropout_p):
     if dropout_p:
         raise NotImplementedError(
             f"dropout_p: expected 0.0 (flash_attention_scratch has no attention dropout yet), got {dropout_p!r}")
-    if alibi_slopes is not None:
-        raise NotImplementedError("alibi_slopes: expected None (flash_attention_scratch has no ALiBi bias), "
-                                  "got a value")
 
 
 class _PagedWithoutBackward(torch.autograd.Function):
@@ -744,7 +788,7 @@ class _PagedWithoutBackward(torch.autograd.Function):
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
-    _check_flash_attn_extras(dropout_p, alibi_slopes)
+    _check_flash_attn_extras(dropout_p)
     if block_table is not None and _requiring_grad(q, k, v) is not None:
         def run():
             return flash_attn_varlen_func(q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k,
@@ -756,7 +800,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     result = forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale=softmax_scale, causal=causal, block_table=block_table,
                             return_lse=return_attn_probs, window_size=window_size, softcap=softcap,
-                            deterministic=deterministic)
+                            alibi_slopes=alibi_slopes, deterministic=deterministic)
     if return_attn_probs:
         out, lse = result
         return out, lse, None
@@ -790,8 +834,8 @@ def _lengths(cache_seqlens, q):
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
                     softmax_scale=None, causal=False, causal_alignment="bottom_right", num_splits=0,
-                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None):
-    var = _variants(window_size, softcap, learnable_sink)
+                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None):
+    var = _variants(window_size, softcap, learnable_sink, alibi_slopes)
     _check("q", q)
     _check("k_cache", k_cache, q.device)
     _check("v_cache", v_cache, q.device)
@@ -801,8 +845,9 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     _check_no_grad(q, k_cache, v_cache, sinks=learnable_sink, entry="forward_kvcache")
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
+    _check_alibi(alibi_slopes, q)
     cache_seqlens = _lengths(cache_seqlens, q)
-    causal = _causal(causal, causal_alignment, var[:2])
+    causal = _causal(causal, causal_alignment, var[:2], alibi_slopes)
     args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, *var)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_kvcache(*args)
@@ -845,15 +890,16 @@ def _append_to_slots(k_cache, v_cache, k, v, slot, lengths):
 
 
 def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, softmax_scale, causal,
-                   window_size, softcap, num_splits, return_lse):
+                   window_size, softcap, alibi_slopes, num_splits, return_lse):
     """flash_attn_with_kvcache with cache_batch_idx or cache_leftpad: entry b reads (and with k
     and v appends to) cache slot cache_batch_idx[b] (b without), keys cache_leftpad[b] (0 without)
-    up to cache_seqlens[b] plus the new keys, causal alignment at their end. The caches are read
-    as one packed tensor of rows and the call is forward_varlen over it: sequence b starts at row
-    slot * rows + leftpad and uses cache_seqlens + new - leftpad keys, offsets and lengths made
-    on the device. An entry whose slot is outside the cache, or whose leftpad is outside
-    [0, capacity], sees no keys (zeros, LSE -inf) and appends nothing: the host cannot check
-    device values without a synchronisation."""
+    up to cache_seqlens[b] plus the new keys, causal alignment and ALiBi's diagonal at their end.
+    The caches are read as one packed tensor of rows and the call is forward_varlen over it:
+    sequence b starts at row slot * rows + leftpad and uses cache_seqlens + new - leftpad keys,
+    offsets and lengths made on the device; (batch, heads) ALiBi slopes stay indexed by entry, as
+    in flash_attn (sequence b is entry b). An entry whose slot is outside the cache, or whose
+    leftpad is outside [0, capacity], sees no keys (zeros, LSE -inf) and appends nothing: the
+    host cannot check device values without a synchronisation."""
     _check("q", q)
     _check("k_cache", k_cache, q.device)
     _check("v_cache", v_cache, q.device)
@@ -861,6 +907,7 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
     if q.dim() != 4 or k_cache.dim() != 4:
         raise ValueError(f"q, k_cache: expected 4 dimensions (batch, seq, heads, d_head) with cache_batch_idx or "
                          f"cache_leftpad, got {q.dim()} and {k_cache.dim()}")
+    _check_alibi(alibi_slopes, q)  # its errors before the append
     if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype or k_cache.dtype != q.dtype:
         raise ValueError(f"v_cache: expected k_cache's shape {tuple(k_cache.shape)} and q's dtype {q.dtype}, got "
                          f"{tuple(v_cache.shape)} {v_cache.dtype} (k_cache {k_cache.dtype})")
@@ -900,7 +947,8 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
     cu_q = torch.arange(0, (batch + 1) * seq_q, seq_q, dtype=torch.int32, device=q.device)
     out, lse = forward_varlen(q.reshape(batch * seq_q, heads, d_head), k_rows, v_rows, cu_q, cu_k, seq_q, capacity,
                               softmax_scale=softmax_scale, causal=causal, seqused_k=used.to(torch.int32),
-                              num_splits=num_splits, return_lse=True, window_size=window_size, softcap=softcap)
+                              num_splits=num_splits, return_lse=True, window_size=window_size, softcap=softcap,
+                              alibi_slopes=alibi_slopes)
     out = out.view(batch, seq_q, heads, d_head)
     return (out, lse.view(heads, batch, seq_q).permute(1, 0, 2).contiguous()) if return_lse else out
 
@@ -970,9 +1018,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
-    if alibi_slopes is not None:  # refused before any work
-        raise NotImplementedError("alibi_slopes: expected None (flash_attention_scratch has no ALiBi bias in "
-                                  "flash_attn_with_kvcache yet), got a value")
     slots = cache_batch_idx is not None or cache_leftpad is not None
     if slots and block_table is not None:
         raise ValueError("cache_batch_idx, cache_leftpad: expected None with block_table (flash_attn takes them "
@@ -988,7 +1033,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         q, k = _rotary_inputs(q, k, rotary_cos, rotary_sin, cache_seqlens, rotary_interleaved, per_token_q, seq_k)
     if slots:
         return _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad,
-                              softmax_scale, causal, window_size, softcap, num_splits, return_softmax_lse)
+                              softmax_scale, causal, window_size, softcap, alibi_slopes, num_splits,
+                              return_softmax_lse)
     return forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, block_table=block_table,
                            softmax_scale=softmax_scale, causal=causal, num_splits=num_splits,
-                           return_lse=return_softmax_lse, window_size=window_size, softcap=softcap)
+                           return_lse=return_softmax_lse, window_size=window_size, softcap=softcap,
+                           alibi_slopes=alibi_slopes)

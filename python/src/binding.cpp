@@ -185,25 +185,26 @@ float* lse_pointer(nb::handle lse, std::size_t elements, const char* name = "lse
 
 // The options of a call from the Python layer's arguments: causal masking as one int (0
 // none, 1 aligned at the bottom right, 2 at the top left), the variants (the window's sides,
-// the softcap, the address of its checked float32 sinks, 0: none) and the optional LSE of
-// `lse_elements` floats.
+// the softcap, the addresses of its checked float32 sinks and ALiBi slopes, 0: none, and the
+// slopes' batch stride) and the optional LSE of `lse_elements` floats.
 fa::AttentionOptions options_of(std::optional<float> scale, int causal, nb::handle lse,
                                 std::size_t lse_elements, int window_left, int window_right,
-                                float softcap, std::uintptr_t sinks) {
-    // 3: no causal masking, a window's diagonal aligned at the top left.
+                                float softcap, std::uintptr_t sinks, std::uintptr_t alibi_slopes,
+                                std::int64_t alibi_batch_stride) {
+    // 3: no causal masking, the diagonal of a window or of ALiBi aligned at the top left.
     if (causal < 0 || causal > 3) {
         throw fa::Error(fa::ErrorCode::invalid_argument,
                         "causal: expected 0 (none), 1 (bottom right), 2 (top left) or 3 (none, a "
-                        "window aligned at the top left), got " +
+                        "window or ALiBi aligned at the top left), got " +
                             std::to_string(causal));
     }
-    return {
-        .softmax_scale = scale,
-        .causal = causal == 1 || causal == 2,
-        .causal_alignment =
-            causal >= 2 ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right,
-        .lse = lse_pointer(lse, lse_elements),
-        .variants = {window_left, window_right, softcap, reinterpret_cast<const float*>(sinks)}};
+    return {.softmax_scale = scale,
+            .causal = causal == 1 || causal == 2,
+            .causal_alignment =
+                causal >= 2 ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right,
+            .lse = lse_pointer(lse, lse_elements),
+            .variants = {window_left, window_right, softcap, reinterpret_cast<const float*>(sinks),
+                         reinterpret_cast<const float*>(alibi_slopes), alibi_batch_stride}};
 }
 
 // The backward's options and gradient arguments, dense or packed (BackwardParams,
@@ -212,9 +213,11 @@ fa::AttentionOptions options_of(std::optional<float> scale, int causal, nb::hand
 template <class Params>
 void set_backward_arguments(Params& p, std::optional<float> scale, int causal, nb::handle lse,
                             std::size_t rows, const char* lse_shape, int window_left,
-                            int window_right, float softcap, std::uintptr_t sinks, nb::handle d_lse,
-                            bool deterministic, std::uintptr_t d_sinks) {
-    p.options = options_of(scale, causal, lse, rows, window_left, window_right, softcap, sinks);
+                            int window_right, float softcap, std::uintptr_t sinks,
+                            std::uintptr_t alibi_slopes, std::int64_t alibi_batch_stride,
+                            nb::handle d_lse, bool deterministic, std::uintptr_t d_sinks) {
+    p.options = options_of(scale, causal, lse, rows, window_left, window_right, softcap, sinks,
+                           alibi_slopes, alibi_batch_stride);
     if (p.options.lse == nullptr) {
         throw fa::Error(fa::ErrorCode::invalid_argument,
                         std::string("lse: expected the forward's log-sum-exp (float32 ") +
@@ -313,13 +316,14 @@ NB_MODULE(_C, m) {
         "forward",
         [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, std::optional<float> scale,
            std::optional<fa::KernelConfig> config, std::uintptr_t stream, int causal,
-           nb::handle lse, int window_left, int window_right, float softcap, std::uintptr_t sinks) {
+           nb::handle lse, int window_left, int window_right, float softcap, std::uintptr_t sinks,
+           std::uintptr_t alibi_slopes, std::int64_t alibi_batch_stride) {
             fa::ForwardParams p{view_of(q, "q"), view_of(k, "k"), view_of(v, "v"),
                                 view_of(out, "out")};
-            p.options =
-                options_of(scale, causal, lse,
-                           static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]),
-                           window_left, window_right, softcap, sinks);
+            p.options = options_of(
+                scale, causal, lse,
+                static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]), window_left,
+                window_right, softcap, sinks, alibi_slopes, alibi_batch_stride);
             const auto s = reinterpret_cast<fa::Stream>(stream);
             if (config) {
                 fa::forward(p, *config, s);
@@ -331,8 +335,12 @@ NB_MODULE(_C, m) {
         nb::arg("config").none(), nb::arg("stream"), nb::arg("causal") = 0,
         nb::arg("lse").none() = nb::none(), nb::arg("window_left") = -1,
         nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
+        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0,
         "Writes attention of (batch, seq, heads, d_head) CUDA arrays into `out` (and the\n"
-        "log-sum-exp into `lse`, float32 (batch, heads, seq_q), when given) on `stream`.");
+        "log-sum-exp into `lse`, float32 (batch, heads, seq_q), when given) on `stream`.\n"
+        "window_left/right, softcap: -1, 0: none. sinks: the address of checked float32\n"
+        "(heads,) sinks; alibi_slopes: of checked float32 (heads,) or (batch, heads) slopes\n"
+        "(0: none), alibi_batch_stride: heads for the latter, 0 for the former.");
 
     // The serving entry points. The Python layer checks the int32 index tensors (lengths,
     // offsets, page table) and passes their addresses; null is 0.
@@ -343,7 +351,8 @@ NB_MODULE(_C, m) {
            std::int64_t max_pages, std::int64_t table_stride, std::int64_t batch,
            std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, std::optional<float> scale,
            int causal, nb::handle lse, int num_splits, std::uintptr_t stream, int window_left,
-           int window_right, float softcap, std::uintptr_t sinks) {
+           int window_right, float softcap, std::uintptr_t sinks, std::uintptr_t alibi_slopes,
+           std::int64_t alibi_batch_stride) {
             fa::VarlenParams p;
             p.q = view_of(q, "q");
             p.k = view_of(k, "k");
@@ -356,9 +365,9 @@ NB_MODULE(_C, m) {
             p.batch = batch;
             p.max_seqlen_q = max_seqlen_q;
             p.max_seqlen_k = max_seqlen_k;
-            p.options = options_of(scale, causal, lse,
-                                   static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]),
-                                   window_left, window_right, softcap, sinks);
+            p.options = options_of(
+                scale, causal, lse, static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]),
+                window_left, window_right, softcap, sinks, alibi_slopes, alibi_batch_stride);
             p.num_splits = num_splits;
             fa::forward_varlen(p, reinterpret_cast<fa::Stream>(stream));
         },
@@ -368,7 +377,9 @@ NB_MODULE(_C, m) {
         nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("lse").none(),
         nb::arg("num_splits"), nb::arg("stream"), nb::arg("window_left") = -1,
         nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
-        "Attention over packed sequences: (1, total, heads, d_head) arrays (see VarlenParams).");
+        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0,
+        "Attention over packed sequences: (1, total, heads, d_head) arrays (see VarlenParams);\n"
+        "the variants as forward's, the sequences ALiBi's batch entries.");
 
     m.def(
         "backward_varlen",
@@ -378,7 +389,7 @@ NB_MODULE(_C, m) {
            std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, std::optional<float> scale,
            int causal, std::uintptr_t stream, nb::handle d_lse, bool deterministic,
            std::uintptr_t sinks, std::uintptr_t d_sinks, float softcap, int window_left,
-           int window_right) {
+           int window_right, std::uintptr_t alibi_slopes, std::int64_t alibi_batch_stride) {
             fa::VarlenBackwardParams p;
             p.q = view_of(q, "q");
             p.k = view_of(k, "k");
@@ -397,7 +408,7 @@ NB_MODULE(_C, m) {
             set_backward_arguments(p, scale, causal, lse,
                                    static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]),
                                    "(heads, total_q)", window_left, window_right, softcap, sinks,
-                                   d_lse, deterministic, d_sinks);
+                                   alibi_slopes, alibi_batch_stride, d_lse, deterministic, d_sinks);
             fa::backward_varlen(p, reinterpret_cast<fa::Stream>(stream));
         },
         nb::arg("dout"), nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("lse"),
@@ -406,9 +417,11 @@ NB_MODULE(_C, m) {
         nb::arg("max_seqlen_k"), nb::arg("softmax_scale").none(), nb::arg("causal"),
         nb::arg("stream"), nb::arg("dlse").none() = nb::none(), nb::arg("deterministic") = false,
         nb::arg("sinks") = 0, nb::arg("d_sinks") = 0, nb::arg("softcap") = 0.0f,
-        nb::arg("window_left") = -1, nb::arg("window_right") = -1,
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("alibi_slopes") = 0,
+        nb::arg("alibi_batch_stride") = 0,
         "Writes the gradients of forward_varlen into dq, dk and dv (see VarlenBackwardParams): "
-        "(1, total, heads, d_head) arrays, the offsets' addresses, lse (heads, total_q).");
+        "(1, total, heads, d_head) arrays, the offsets' addresses, lse (heads, total_q);\n"
+        "the variants as backward's.");
 
     m.def(
         "forward_kvcache",
@@ -417,7 +430,7 @@ NB_MODULE(_C, m) {
            std::int64_t table_stride, nb::handle k_new, nb::handle v_new,
            std::optional<float> scale, int causal, nb::handle lse, int num_splits,
            std::uintptr_t stream, int window_left, int window_right, float softcap,
-           std::uintptr_t sinks) {
+           std::uintptr_t sinks, std::uintptr_t alibi_slopes, std::int64_t alibi_batch_stride) {
             fa::KVCacheParams p;
             p.q = view_of(q, "q");
             p.k_cache = view_of(k_cache, "k_cache");
@@ -429,10 +442,10 @@ NB_MODULE(_C, m) {
                 p.k_new = view_of(k_new, "k");
             if (!v_new.is_none())
                 p.v_new = view_of(v_new, "v");
-            p.options =
-                options_of(scale, causal, lse,
-                           static_cast<std::size_t>(p.q.shape[0] * p.q.shape[1] * p.q.shape[2]),
-                           window_left, window_right, softcap, sinks);
+            p.options = options_of(
+                scale, causal, lse,
+                static_cast<std::size_t>(p.q.shape[0] * p.q.shape[1] * p.q.shape[2]), window_left,
+                window_right, softcap, sinks, alibi_slopes, alibi_batch_stride);
             p.num_splits = num_splits;
             fa::forward_kvcache(p, reinterpret_cast<fa::Stream>(stream));
         },
@@ -442,7 +455,9 @@ NB_MODULE(_C, m) {
         nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("lse").none(),
         nb::arg("num_splits"), nb::arg("stream"), nb::arg("window_left") = -1,
         nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
-        "Attention against a KV cache, appending k_new/v_new first (see KVCacheParams).");
+        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0,
+        "Attention against a KV cache, appending k_new/v_new first (see KVCacheParams); the\n"
+        "variants as forward's.");
 
     m.def(
         "backward",
@@ -450,15 +465,16 @@ NB_MODULE(_C, m) {
            nb::handle dq, nb::handle dk, nb::handle dv, std::optional<float> scale, int causal,
            std::uintptr_t stream, nb::handle d_lse, std::optional<fa::KernelConfig> config,
            bool deterministic, std::uintptr_t sinks, std::uintptr_t d_sinks, float softcap,
-           int window_left, int window_right) {
+           int window_left, int window_right, std::uintptr_t alibi_slopes,
+           std::int64_t alibi_batch_stride) {
             fa::BackwardParams p{view_of(q, "q"),     view_of(k, "k"),      view_of(v, "v"),
                                  view_of(out, "out"), view_of(d_o, "dout"), view_of(dq, "dq"),
                                  view_of(dk, "dk"),   view_of(dv, "dv")};
             set_backward_arguments(
                 p, scale, causal, lse,
                 static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]),
-                "(batch, heads, seq_q)", window_left, window_right, softcap, sinks, d_lse,
-                deterministic, d_sinks);
+                "(batch, heads, seq_q)", window_left, window_right, softcap, sinks, alibi_slopes,
+                alibi_batch_stride, d_lse, deterministic, d_sinks);
             const auto s = reinterpret_cast<fa::Stream>(stream);
             if (config) {
                 fa::backward(p, *config, s);
@@ -471,13 +487,15 @@ NB_MODULE(_C, m) {
         nb::arg("causal"), nb::arg("stream"), nb::arg("dlse").none() = nb::none(),
         nb::arg("config").none() = nb::none(), nb::arg("deterministic") = false,
         nb::arg("sinks") = 0, nb::arg("d_sinks") = 0, nb::arg("softcap") = 0.0f,
-        nb::arg("window_left") = -1, nb::arg("window_right") = -1,
+        nb::arg("window_left") = -1, nb::arg("window_right") = -1, nb::arg("alibi_slopes") = 0,
+        nb::arg("alibi_batch_stride") = 0,
         "Writes the gradients of attention into dq, dk and dv (see BackwardParams): dout, q, k, "
         "v,\n"
         "out as the forward's, lse its float32 (batch, heads, seq_q) log-sum-exp, dlse optional;\n"
         "deterministic: bitwise-identical gradients from run to run; sinks: the forward's (the\n"
         "address of checked float32 (heads,) sinks, 0: none), d_sinks: where their gradient goes\n"
-        "(0: not computed); softcap and window_left/right: the forward's (0, -1: none).");
+        "(0: not computed); softcap, window_left/right, alibi_slopes and alibi_batch_stride: the\n"
+        "forward's (0, -1, 0: none; the slopes get no gradient).");
 
     m.def(
         "choose_config",

@@ -32,12 +32,17 @@ def _scale(q, softmax_scale):
     return q.shape[-1] ** -0.5 if softmax_scale is None else softmax_scale
 
 
+def _shape(t):
+    """What a call record keeps of an optional tensor argument: its shape, or None."""
+    return None if t is None else tuple(t.shape)
+
+
 def _standin_forward_lse(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0,
-                         sinks=None, deterministic=False):
+                         sinks=None, alibi_slopes=None, deterministic=False):
     CALLS.append(("forward_lse", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
-                                      sinks=sinks is not None)))
+                                      sinks=sinks is not None, alibi=_shape(alibi_slopes))))
     out, lse = reference_attention(q, k, v, _scale(q, softmax_scale), causal in (1, 2), causal >= 2, sinks=sinks,
-                                   softcap=softcap, window=(window_left, window_right))
+                                   softcap=softcap, window=(window_left, window_right), alibi=alibi_slopes)
     return out.to(q.dtype).contiguous(), lse.float().contiguous()
 
 
@@ -48,13 +53,14 @@ def _standin_forward(*args):
 
 
 def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None, deterministic=False, sinks=None,
-                      softcap=0.0, window_left=-1, window_right=-1):
+                      softcap=0.0, window_left=-1, window_right=-1, alibi_slopes=None):
     """The library's algorithm in float64: P from the saved LSE (which includes the sinks),
     D = rowsum(dO * O) - dLSE, dsinks = -sum over rows of exp(sink - LSE) * D; with a softcap,
-    the scores softcap * tanh(s / softcap) and dS through tanh's derivative; a window's mask."""
+    the scores softcap * tanh(s / softcap) and dS through tanh's derivative; a window's mask;
+    ALiBi's bias on the scores (a constant: dS as without it)."""
     CALLS.append(("backward", dict(dlse=dlse is not None, causal=causal, dout_layout=dout.stride(),
                                    deterministic=deterministic, sinks=sinks is not None, softcap=softcap,
-                                   window=(window_left, window_right))))
+                                   window=(window_left, window_right), alibi=_shape(alibi_slopes))))
     scale = _scale(q, softmax_scale)
     b, sq, h, d = q.shape
     sk, hkv = k.shape[1], k.shape[2]
@@ -69,6 +75,8 @@ def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None,
     masked = torch.zeros(sq, sk, dtype=torch.bool)
     i = torch.arange(sq)[:, None] + (0 if causal >= 2 else sk - sq)
     j = torch.arange(sk)[None, :]
+    if alibi_slopes is not None:
+        s = s - alibi_slopes.double().reshape(-1, h, 1, 1) * (i - j).abs()
     if causal in (1, 2):
         masked |= j > i
     if window_left >= 0:
@@ -98,36 +106,42 @@ def _sequences(cu_seqlens_q, cu_seqlens_k, seqused_k):
         yield slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b] + used)
 
 
+def _sequence_slopes(alibi_slopes, b):
+    """Sequence b's ALiBi slopes: its row of (batch, heads) slopes, or the batch's (heads,)."""
+    return alibi_slopes[b] if alibi_slopes is not None and alibi_slopes.dim() == 2 else alibi_slopes
+
+
 def _standin_forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
                             max_seqlen_k, softmax_scale, causal, num_splits, window_left=-1, window_right=-1,
-                            softcap=0.0, sinks=None, deterministic=False):
+                            softcap=0.0, sinks=None, alibi_slopes=None, deterministic=False):
     """forward_varlen as each sequence's dense forward_lse stand-in (rows no sequence uses: zeros)."""
     CALLS.append(("forward_varlen", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
-                                         sinks=sinks is not None, deterministic=deterministic)))
+                                         sinks=sinks is not None, alibi=_shape(alibi_slopes),
+                                         deterministic=deterministic)))
     out = torch.zeros_like(q)
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32)
-    for rows, keys in _sequences(cu_seqlens_q, cu_seqlens_k, seqused_k):
+    for b, (rows, keys) in enumerate(_sequences(cu_seqlens_q, cu_seqlens_k, seqused_k)):
         o, l = reference_attention(q[None, rows], k[None, keys], v[None, keys], _scale(q, softmax_scale),
                                    causal in (1, 2), causal >= 2, sinks=sinks, softcap=softcap,
-                                   window=(window_left, window_right))
+                                   window=(window_left, window_right), alibi=_sequence_slopes(alibi_slopes, b))
         out[rows], lse[:, rows] = o[0].to(q.dtype), l[0].float()
     return out, lse
 
 
 def _standin_backward_varlen(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
                              max_seqlen_k, softmax_scale, causal, dlse=None, deterministic=False, sinks=None,
-                             softcap=0.0, window_left=-1, window_right=-1):
+                             softcap=0.0, window_left=-1, window_right=-1, alibi_slopes=None):
     """backward_varlen as each sequence's dense backward stand-in; zeros where no sequence is."""
     CALLS.append(("backward_varlen", dict(dlse=dlse is not None, causal=causal, deterministic=deterministic,
                                           sinks=sinks is not None, softcap=softcap,
-                                          window=(window_left, window_right))))
+                                          window=(window_left, window_right), alibi=_shape(alibi_slopes))))
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     dsinks = torch.zeros(0 if sinks is None else q.shape[1], dtype=torch.float32)
-    for rows, keys in _sequences(cu_seqlens_q, cu_seqlens_k, seqused_k):
+    for b, (rows, keys) in enumerate(_sequences(cu_seqlens_q, cu_seqlens_k, seqused_k)):
         g = _standin_backward(dout[None, rows], q[None, rows], k[None, keys], v[None, keys], out[None, rows],
                               lse[None, :, rows], softmax_scale, causal,
                               None if dlse is None else dlse[None, :, rows], deterministic, sinks, softcap,
-                              window_left, window_right)
+                              window_left, window_right, _sequence_slopes(alibi_slopes, b))
         CALLS.pop()
         dq[rows], dk[keys], dv[keys] = g[0][0], g[1][0], g[2][0]
         if sinks is not None:
@@ -323,7 +337,8 @@ def test_only_the_lse_reaches_the_loss(cpu):
     dlse = torch.randn_like(lse)
     lse.backward(dlse)
     assert cpu[-1] == ("backward", dict(dlse=True, causal=1, dout_layout=q.stride(),  # zeros for dout
-                                        deterministic=False, sinks=False, softcap=0.0, window=(-1, -1)))
+                                        deterministic=False, sinks=False, softcap=0.0, window=(-1, -1),
+                                        alibi=None))
     assert_same([t.grad for t in x], reference_grads(q, k, v, torch.zeros_like(q), dlse.double(), causal=True))
 
 
@@ -386,7 +401,7 @@ def test_window_reaches_the_backward(cpu, case):
     fa.forward(*x[:3], causal=causal, window_size=window, softcap=softcap, learnable_sink=x[3] if with_sinks else None,
                causal_alignment="top_left" if top_left else "bottom_right").backward(dout)
     code = (2 if top_left else 1) if causal else (3 if top_left else 0)
-    assert cpu[0] == ("forward_lse", dict(causal=code, window=window, softcap=softcap, sinks=with_sinks))
+    assert cpu[0] == ("forward_lse", dict(causal=code, window=window, softcap=softcap, sinks=with_sinks, alibi=None))
     assert cpu[1][0] == "backward" and cpu[1][1]["window"] == window and cpu[1][1]["softcap"] == softcap
     ref_x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])
     out, _ = reference_attention(*ref_x[:3], q.shape[-1] ** -0.5, causal, top_left,
@@ -395,6 +410,148 @@ def test_window_reaches_the_backward(cpu, case):
     assert_same([t.grad for t in x], [t.grad for t in ref_x])
     if with_sinks:
         torch.testing.assert_close(x[3].grad, ref_x[3].grad, rtol=1e-5, atol=1e-6)
+
+
+ALIBI_CASES = [  # seq_q, seq_k, heads, heads_kv, causal, top_left, (batch, heads) slopes
+    (9, 9, 2, 1, True, False, False),
+    (7, 12, 4, 2, False, False, True),
+    (12, 7, 2, 2, True, False, True),  # rows that see no key
+    (9, 5, 4, 2, True, True, False),
+    (7, 12, 4, 2, False, True, True),  # ALiBi's diagonal at the top left, no causal mask
+]
+
+
+@pytest.mark.parametrize("case", ALIBI_CASES)
+def test_alibi_reaches_the_backward(cpu, case):
+    """alibi_slopes, (heads,) or (batch, heads), reach forward_lse and the backward op with the
+    alignment's code (3 without causal masking at the top left: ALiBi has a diagonal); the
+    gradients are float64 autograd's through the same bias, the LSE's included, and the slopes,
+    though they require grad, get none (as in flash_attn)."""
+    sq, sk, h, hkv, causal, top_left, per_entry = case
+    q, k, v = inputs(sq, sk, h, hkv)
+    dout = torch.randn_like(q)
+    slopes = torch.rand(2, h) if per_entry else torch.rand(h)
+    x = leaves(q, k, v, slopes)
+    out, lse = fa.forward(*x[:3], causal=causal, causal_alignment="top_left" if top_left else "bottom_right",
+                          alibi_slopes=x[3], return_lse=True)
+    dlse = torch.randn_like(lse) * torch.isfinite(lse).detach()
+    torch.autograd.backward([out, lse], [dout, dlse])
+    code = (2 if top_left else 1) if causal else (3 if top_left else 0)
+    assert cpu[0] == ("forward_lse", dict(causal=code, window=(-1, -1), softcap=0.0, sinks=False,
+                                          alibi=tuple(slopes.shape)))
+    assert cpu[1][0] == "backward" and cpu[1][1]["causal"] == code and cpu[1][1]["alibi"] == tuple(slopes.shape)
+    assert x[3].grad is None
+    ref_x = leaves(q, k, v)
+    ref_out, ref_lse = reference_attention(*ref_x, q.shape[-1] ** -0.5, causal, top_left, alibi=slopes.double())
+    assert_same([t.grad for t in x[:3]], torch.autograd.grad([ref_out, ref_lse], ref_x, [dout, dlse.double()]))
+
+
+def test_alibi_through_the_plain_op_and_opcheck(cpu):
+    """The plain op's backward runs forward_lse again with the slopes; the ops with slopes pass
+    opcheck (schema, fake implementations, autograd registration)."""
+    q, k, v = inputs(7, 9, 4, 2)
+    dout = torch.randn_like(q)
+    slopes = torch.rand(2, 4)
+    x = leaves(q, k, v)
+    torch.ops.flash_attention_scratch.forward(*x, None, 1, None, -1, -1, 0.0, None, slopes).backward(dout)
+    assert [c[0] for c in CALLS] == ["forward", "forward_lse", "backward"]
+    assert all(c[1]["alibi"] == (2, 4) for c in CALLS)
+    ref_x = leaves(q, k, v)
+    ref_out, _ = reference_attention(*ref_x, q.shape[-1] ** -0.5, True, alibi=slopes.double())
+    assert_same([t.grad for t in x], torch.autograd.grad(ref_out, ref_x, dout))
+    out, lse = torch.ops.flash_attention_scratch.forward_lse(q, k, v, None, 3, None, -1, -1, 0.0, None, slopes)
+    torch.library.opcheck(torch.ops.flash_attention_scratch.backward.default,
+                          (dout, q, k, v, out, lse, None, 3, None, False, None, 0.0, -1, -1, slopes))
+    torch.library.opcheck(torch.ops.flash_attention_scratch.forward_lse.default,
+                          (*leaves(q, k, v), None, 1, None, -1, -1, 0.0, None, slopes[0]))
+
+
+def test_flash_attn_functions_pass_alibi_slopes(cpu):
+    """flash_attn_func, its packed forms and the varlen functions pass alibi_slopes on, aligned at
+    the bottom right as flash_attn aligns them; the gradients are the reference's."""
+    q, k, v = inputs(9, 9, 4, 2)
+    dout = torch.randn_like(q)
+    slopes = torch.rand(2, 4)
+    ref_x = leaves(q, k, v)
+    ref_out, _ = reference_attention(*ref_x, q.shape[-1] ** -0.5, True, alibi=slopes.double())
+    ref = torch.autograd.grad(ref_out, ref_x, dout)
+    x = leaves(q, k, v)
+    fa.flash_attn_func(*x, causal=True, alibi_slopes=slopes).backward(dout)
+    assert cpu[0] == ("forward_lse", dict(causal=1, window=(-1, -1), softcap=0.0, sinks=False, alibi=(2, 4)))
+    assert_same([t.grad for t in x], ref)
+    kv = torch.stack([k, v], dim=2).requires_grad_()
+    q1 = q.clone().requires_grad_()
+    fa.flash_attn_kvpacked_func(q1, kv, causal=True, alibi_slopes=slopes).backward(dout)
+    assert_same([q1.grad, *kv.grad.unbind(2)], ref)
+    # Varlen: the batch's two entries packed, (batch, heads) slopes one row a sequence.
+    cu = torch.tensor([0, 9, 18], dtype=torch.int32)
+    q2, k2, v2 = leaves(*(t.flatten(0, 1) for t in (q, k, v)))
+    fa.flash_attn_varlen_func(q2, k2, v2, cu, cu, 9, 9, causal=True, alibi_slopes=slopes).backward(dout.flatten(0, 1))
+    assert cpu[-1] == ("backward_varlen", dict(dlse=False, causal=1, deterministic=False, sinks=False, softcap=0.0,
+                                               window=(-1, -1), alibi=(2, 4)))
+    assert_same([t.grad.unflatten(0, (2, 9)) for t in (q2, k2, v2)], ref)
+    qkv = torch.stack([q, q, q], dim=2).flatten(0, 1).requires_grad_()
+    fa.flash_attn_varlen_qkvpacked_func(qkv, cu, 9, alibi_slopes=slopes[0])
+    assert cpu[-1][0] == "forward_varlen" and cpu[-1][1]["alibi"] == (4,)
+
+
+BAD_ALIBI_SLOPES = [  # for q of batch 2 and 4 heads: slopes, the error, its message
+    ([0.5] * 4, TypeError, r"alibi_slopes: expected a torch.Tensor of float32, got list"),
+    ("float64", TypeError, r"alibi_slopes.dtype: expected torch.float32, got torch.float64"),
+    ("meta", ValueError, r"alibi_slopes: expected a tensor on cpu \(q's device\), got meta"),
+    ((5,), ValueError, r"alibi_slopes.shape: expected \(4,\) or \(2, 4\) \(one per query head, or per batch entry "
+                       r"and query head\), got \(5,\)"),
+    ((3, 4), ValueError, r"alibi_slopes.shape: expected \(4,\) or \(2, 4\) .*got \(3, 4\)"),
+    ((2, 2), ValueError, r"alibi_slopes.shape: .*got \(2, 2\)"),  # a slope per K/V head
+    ((1, 2, 4), ValueError, r"alibi_slopes.shape: .*got \(1, 2, 4\)"),
+]
+BAD_ALIBI_IDS = ["list", "float64", "meta", "shape5", "shape3x4", "shape2x2", "shape1x2x4"]
+
+
+def bad_alibi_slopes(spec):
+    """BAD_ALIBI_SLOPES' slopes: a shape, a dtype's or a device's name (4 slopes), or as given."""
+    if isinstance(spec, tuple):
+        return torch.rand(spec)
+    if spec == "float64":
+        return torch.rand(4, dtype=torch.float64)
+    if spec == "meta":
+        return torch.rand(4, device="meta")
+    return spec
+
+
+@pytest.mark.parametrize("spec,error,message", BAD_ALIBI_SLOPES, ids=BAD_ALIBI_IDS)
+def test_bad_alibi_slopes_raise_before_any_work(cpu, spec, error, message):
+    """Dense calls (batch 2, 4 query heads) and varlen ones over two sequences, whose batch is the
+    sequences (so (total_q, heads) slopes are refused), with inputs that require grad or not."""
+    q, k, v = inputs(5, 7, 4, 2)
+    slopes = bad_alibi_slopes(spec)
+    cu = torch.tensor([0, 2, 5], dtype=torch.int32)
+    calls = [lambda: fa.forward(*leaves(q, k, v), alibi_slopes=slopes),
+             lambda: fa.forward(q, k, v, causal=True, alibi_slopes=slopes),
+             lambda: fa.flash_attn_func(*leaves(q, k, v), alibi_slopes=slopes),
+             lambda: fa.forward_varlen(*leaves(q[0], k[0, :5], v[0, :5]), cu, cu, 3, 3, alibi_slopes=slopes),
+             lambda: fa.flash_attn_varlen_func(q[0], k[0, :5], v[0, :5], cu, cu, 3, 3, alibi_slopes=slopes)]
+    for call in calls:
+        with pytest.raises(error, match=message):
+            call()
+    with pytest.raises(ValueError, match=r"alibi_slopes.shape: expected \(4,\) or \(2, 4\) .*got \(5, 4\)"):
+        fa.forward_varlen(*leaves(q[0], k[0, :5], v[0, :5]), cu, cu, 3, 3, alibi_slopes=torch.rand(5, 4))
+    assert cpu == [], "a kernel ran before the refusal"
+
+
+def test_alibi_slopes_are_read_contiguous():
+    """Strided slopes are copied contiguous; the binding gets their address and the distance
+    between batch entries' rows (0 for the batch's (heads,) slopes)."""
+    from flash_attention_scratch import _ops
+
+    q = torch.zeros(3, 5, 4, 16)
+    strided = torch.rand(4, 3).t()
+    slopes = _ops._check_alibi(strided, q)
+    assert slopes.is_contiguous() and torch.equal(slopes, strided)
+    assert _ops._alibi(slopes) == dict(alibi_slopes=slopes.data_ptr(), alibi_batch_stride=4)
+    shared = _ops._check_alibi(torch.rand(8)[::2], q)
+    assert shared.is_contiguous() and _ops._alibi(shared) == dict(alibi_slopes=shared.data_ptr(), alibi_batch_stride=0)
+    assert _ops._check_alibi(None, q) is None and _ops._alibi(None) == dict(alibi_slopes=0, alibi_batch_stride=0)
 
 
 def test_out_with_grad_raises_before_any_work(cpu):
@@ -413,7 +570,7 @@ def test_a_window_that_states_causal_is_causal(cpu):
                    dict(window_size=(-1, 0), causal=True, causal_alignment="top_left")):
         x = leaves(q, k, v)
         fa.forward(*x, **kwargs).backward(dout)
-        assert cpu[-2] == ("forward_lse", dict(causal=2, window=(-1, -1), softcap=0.0, sinks=False))
+        assert cpu[-2] == ("forward_lse", dict(causal=2, window=(-1, -1), softcap=0.0, sinks=False, alibi=None))
         assert_same([t.grad for t in x], ref)
 
 
@@ -435,7 +592,7 @@ def test_flash_attn_func_reads_arguments_as_flash_attn(cpu, kwargs, causal):
     out, lse, s_dmask = fa.flash_attn_func(*x, return_attn_probs=True, **kwargs)
     assert s_dmask is None and lse.shape == (2, 4, 9)
     out.backward(dout)
-    assert cpu[0] == ("forward_lse", dict(causal=causal, window=(-1, -1), softcap=0.0, sinks=False))
+    assert cpu[0] == ("forward_lse", dict(causal=causal, window=(-1, -1), softcap=0.0, sinks=False, alibi=None))
     # flash_attn's deterministic reaches the backward op.
     assert cpu[1][1]["deterministic"] == kwargs.get("deterministic", False)
     assert_same([t.grad for t in x], reference_grads(q, k, v, dout, scale=kwargs.get("softmax_scale"),
@@ -454,7 +611,7 @@ def test_packed_functions_are_flash_attn_func_on_their_parts(cpu, kwargs, causal
     out, lse, s_dmask = fa.flash_attn_qkvpacked_func(qkv, return_attn_probs=True, **kwargs)
     assert s_dmask is None and lse.shape == (2, 4, 9) and out.shape == q.shape
     out.backward(dout)
-    assert cpu[0] == ("forward_lse", dict(causal=causal, window=(-1, -1), softcap=0.0, sinks=False))
+    assert cpu[0] == ("forward_lse", dict(causal=causal, window=(-1, -1), softcap=0.0, sinks=False, alibi=None))
     assert_same(qkv.grad.unbind(2), ref)
     q1, kv = q.clone().requires_grad_(), torch.stack([k, v], dim=2).requires_grad_()
     fa.flash_attn_kvpacked_func(q1, kv, **kwargs).backward(dout)
@@ -534,7 +691,7 @@ def test_kernel_view_copies_only_what_the_kernels_cannot_read():
         assert torch.equal(view, t)
 
 
-@pytest.mark.parametrize("entry", ["forward", "flash_attn_func", "out_only"])
+@pytest.mark.parametrize("entry", ["forward", "flash_attn_func", "out_only", "alibi"])
 def test_torch_compile_fullgraph_traces_both_passes(cpu, entry):
     from functorch.compile import make_boxed_func
     from torch._dynamo.backends.common import aot_autograd
@@ -551,12 +708,15 @@ def test_torch_compile_fullgraph_traces_both_passes(cpu, entry):
     q, k, v = inputs(9, 13, 4, 2)
     dout = torch.randn_like(q)
     dlse = torch.randn(2, 4, 9, dtype=torch.float32)
+    slopes = torch.rand(2, 4)
 
     def loss_fn(q, k, v):
         if entry == "out_only":  # the LSE reaches no loss: the backward gets no dLSE
             return (fa.forward(q, k, v, causal=True) * dout).sum()
         if entry == "forward":
             out, lse = fa.forward(q, k, v, causal=True, return_lse=True)
+        elif entry == "alibi":
+            out, lse = fa.forward(q, k, v, causal=True, return_lse=True, alibi_slopes=slopes)
         else:
             out, lse, _ = fa.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
         return (out * dout).sum() + (lse * dlse).sum()
@@ -569,6 +729,7 @@ def test_torch_compile_fullgraph_traces_both_passes(cpu, entry):
     assert "flash_attention_scratch.forward_lse" in graphs["forward"]
     assert "flash_attention_scratch.backward" in graphs["backward"]
     assert [c[1]["dlse"] for c in cpu if c[0] == "backward"] == [entry != "out_only"] * 2  # eager, compiled
+    assert all(c[1]["alibi"] == ((2, 4) if entry == "alibi" else None) for c in cpu)
     assert_same([t.grad for t in traced], [t.grad for t in eager])
 
 
@@ -589,6 +750,36 @@ def test_the_backward_reaches_the_binding_with_its_arguments(monkeypatch):
             with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
                 _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), 0.5, 2, dlse,
                                    deterministic)
+
+
+def test_alibi_reaches_the_binding(monkeypatch):
+    """Every entry point's binding takes alibi_slopes and alibi_batch_stride: without a GPU the
+    binding's own device check answers, so nanobind took the call's arguments (a signature
+    mismatch would be a TypeError)."""
+    from flash_attention_scratch import _ops
+
+    monkeypatch.setattr(_ops, "_current_stream", lambda device: 0)
+    monkeypatch.setattr(_ops, "_on_device", lambda device, fn: fn())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: None)  # _run's check: q is "on it"
+    q, k, v = inputs(9, 5, 4, 2, dtype=torch.bfloat16)
+    lse = torch.zeros(2, 4, 9)
+    cu = torch.tensor([0, 9, 18], dtype=torch.int32)
+    lens = torch.tensor([5, 5], dtype=torch.int32)
+    packed = [t.flatten(0, 1) for t in (q, k, v)]
+    for slopes in (torch.rand(4), torch.rand(2, 4)):
+        runs = [lambda: _ops._run(q, k, v, q.clone(), None, None, 1, None, alibi_slopes=slopes),
+                lambda: _ops._run_backward(q, q, k, v, q, lse, q.clone(), k.clone(), v.clone(), None, 1, None, False,
+                                           alibi_slopes=slopes),
+                lambda: _ops._run_varlen(*packed, packed[0].clone(), None, cu, cu, None, None, 9, 9, None, 1, 0,
+                                         alibi_slopes=slopes),
+                lambda: _ops._run_backward_varlen(packed[0], *packed, packed[0], lse.view(4, 18),
+                                                  *(t.clone() for t in packed), cu, cu, None, 9, 9, None, 1, None,
+                                                  False, None, None, 0.0, -1, -1, slopes),
+                lambda: _ops._run_kvcache(q, k, v, q.clone(), None, None, None, lens, None, None, 1, 0,
+                                          alibi_slopes=slopes)]
+        for run in runs:
+            with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+                run()
 
 
 VARLEN_CASES = [  # query lengths, key lengths, seqused_k, heads, heads_kv, causal, window, softcap, sinks
@@ -621,7 +812,7 @@ def test_varlen_gradients_reach_the_packed_inputs(cpu, case):
     out.backward(dout)
     assert [c[0] for c in cpu] == ["forward_varlen", "backward_varlen"]
     assert cpu[1][1] == dict(dlse=False, causal=int(causal), deterministic=True, sinks=with_sinks,
-                             softcap=softcap, window=window)
+                             softcap=softcap, window=window, alibi=None)
     grads = [torch.zeros_like(t) for t in (q, k, v)]
     dsinks = torch.zeros(h) if with_sinks else None
     for rows, keys in _sequences(cu_q, cu_k, seqused):

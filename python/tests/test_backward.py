@@ -55,7 +55,7 @@ needs_backward = pytest.mark.skipif(not BACKWARD_KINDS, reason="the build holds 
 
 
 def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None, sinks=None, softcap=0.0,
-                        window=(-1, -1)):
+                        window=(-1, -1), alibi=None):
     """Attention computed by PyTorch in `dtype` (float64 by default), differentiable: q
     (batch, seq_q, heads, d), k and v (batch, seq_k, heads_kv, d), K/V heads repeated for
     grouped-query attention (autograd sums their gradients back). Causal aligned at the
@@ -65,7 +65,9 @@ def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None
     and no gradient. sinks (heads,): a score per head with no value in every row's softmax
     (the LSE includes it; a row that sees no key then gives zeros and LSE = its sink).
     softcap: scores become softcap · tanh(scores / softcap) (after the scale, before the
-    mask)."""
+    mask). alibi ((heads,) or (batch, heads) slopes): ALiBi, -slope · |d - j| added to score
+    (i, j) after the softcap, d i's diagonal position (in `dtype`, as a naive implementation
+    adds it)."""
     dtype = dtype or torch.float64
     group = q.shape[2] // k.shape[2]
     qt = q.to(dtype).transpose(1, 2)
@@ -77,6 +79,8 @@ def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None
     sq, sk = q.shape[1], k.shape[1]
     pos = torch.arange(sq, device=q.device)[:, None] + (0 if top_left else sk - sq)
     j = torch.arange(sk, device=q.device)[None, :]
+    if alibi is not None:
+        s = s - alibi.to(dtype).reshape(-1, q.shape[2], 1, 1) * (pos - j).abs().to(dtype)
     left, right = window
     masked = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)
     if causal:
@@ -101,15 +105,15 @@ def reference_attention(q, k, v, scale, causal=False, top_left=False, dtype=None
 
 
 def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype, sinks=None, softcap=0.0,
-                        window=(-1, -1)):
+                        window=(-1, -1), alibi=None):
     """(dq, dk, dv) of sum(out * dout) (+ sum(lse * dlse)) by autograd in `dtype`; with sinks,
-    (dq, dk, dv, dsinks)."""
+    (dq, dk, dv, dsinks). ALiBi's slopes are constants (no gradient, as in flash_attn)."""
     leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
     if sinks is not None:
         leaves.append(sinks.detach().to(dtype).requires_grad_())
     out, lse = reference_attention(*leaves[:3], scale, causal, top_left, dtype,
                                    sinks=leaves[3] if sinks is not None else None, softcap=softcap,
-                                   window=window)
+                                   window=window, alibi=alibi)
     outputs, grads = [out], [dout.to(dtype)]
     if dlse is not None:
         outputs.append(lse)
@@ -117,7 +121,8 @@ def reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, dtype, sin
     return torch.autograd.grad(outputs, leaves, grads)
 
 
-def naive_sink_gradients(q, k, v, dout, dlse, scale, causal, top_left, sinks, softcap=0.0, window=(-1, -1)):
+def naive_sink_gradients(q, k, v, dout, dlse, scale, causal, top_left, sinks, softcap=0.0, window=(-1, -1),
+                         alibi=None):
     """dsinks of two naive computations in the inputs' dtype, in float64: PyTorch's autograd,
     and the formula every flash backward uses, -sum over rows of exp(sink - LSE) * (rowsum(dO *
     O) - dLSE), on PyTorch's O and LSE in the dtype. The sum over a head's rows cancels (each
@@ -125,8 +130,9 @@ def naive_sink_gradients(q, k, v, dout, dlse, scale, causal, top_left, sinks, so
     autograd's softmax gradient does not, can be most of the error; with autograd's alone, 1 in
     100 of the packed-sequence cases failed for a simulated flash kernel (P rounded to bf16
     before PV; d_head 64 and 256, 1,000 seeds), none with the larger of the two."""
-    auto = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype, sinks, softcap, window)[3]
-    out, lse = reference_attention(q, k, v, scale, causal, top_left, q.dtype, sinks, softcap, window)
+    auto = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype, sinks, softcap, window,
+                               alibi)[3]
+    out, lse = reference_attention(q, k, v, scale, causal, top_left, q.dtype, sinks, softcap, window, alibi)
     delta = (out.double() * dout.double()).sum(-1).transpose(1, 2)  # (batch, heads, seq_q)
     if dlse is not None:
         delta = delta - dlse.double()
@@ -135,31 +141,32 @@ def naive_sink_gradients(q, k, v, dout, dlse, scale, causal, top_left, sinks, so
 
 
 def flash_formula_gradients(q, k, v, dout, dlse, scale, causal, top_left, sinks=None, softcap=0.0,
-                            window=(-1, -1)):
+                            window=(-1, -1), alibi=None):
     """(dq, dk, dv) by the formula every flash backward uses, D = rowsum(dO ∘ O) - dLSE with O
     rounded to the inputs' dtype, and everything else in float64. O's rounding shifts each row's
     D by delta, and dS = P ∘ (dP - D - delta) is the float64 gradient with dLSE - delta in place
     of dLSE (d LSE / d S = P), so the reference computes it."""
-    out, _ = reference_attention(q, k, v, scale, causal, top_left, torch.float64, sinks, softcap, window)
+    out, _ = reference_attention(q, k, v, scale, causal, top_left, torch.float64, sinks, softcap, window, alibi)
     delta = ((out.to(q.dtype).double() - out) * dout.double()).sum(-1).transpose(1, 2)
     shifted = (0 if dlse is None else dlse.double()) - delta
     return reference_gradients(q, k, v, dout, shifted, scale, causal, top_left, torch.float64, sinks, softcap,
-                               window)[:3]
+                               window, alibi)[:3]
 
 
 def assert_gradients_match(ours, q, k, v, dout, dlse=None, scale=None, causal=False, top_left=False, note="",
-                           sinks=None, softcap=0.0, window=(-1, -1), formula=False):
+                           sinks=None, softcap=0.0, window=(-1, -1), formula=False, alibi=None):
     """The module docstring's rule for each of dq, dk, dv (and dsinks, whose naive error is the
     larger of naive_sink_gradients'; with `formula`, dq's, dk's and dv's the larger of
     flash_formula_gradients'); also finite, contiguous, shaped like the inputs."""
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
-    ref = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, torch.float64, sinks, softcap, window)
-    naive = list(reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype, sinks, softcap, window))
+    variants = (sinks, softcap, window, alibi)
+    ref = reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, torch.float64, *variants)
+    naive = list(reference_gradients(q, k, v, dout, dlse, scale, causal, top_left, q.dtype, *variants))
     if formula:
-        flash = flash_formula_gradients(q, k, v, dout, dlse, scale, causal, top_left, sinks, softcap, window)
+        flash = flash_formula_gradients(q, k, v, dout, dlse, scale, causal, top_left, *variants)
         naive[:3] = [[n, f] for n, f in zip(naive[:3], flash)]
     if sinks is not None:
-        naive[3:] = [naive_sink_gradients(q, k, v, dout, dlse, scale, causal, top_left, sinks, softcap, window)]
+        naive[3:] = [naive_sink_gradients(q, k, v, dout, dlse, scale, causal, top_left, *variants)]
     eps = torch.finfo(q.dtype).eps
     inputs = (q, k, v) if sinks is None else (q, k, v, sinks)
     for name, g, r, n, x in zip(("dq", "dk", "dv", "dsinks"), ours, ref, naive, inputs):
@@ -232,12 +239,10 @@ def test_packed_function_signatures_are_flash_attns(name):
     assert list(inspect.signature(theirs).parameters) == list(params)
 
 
-def test_flash_attn_func_refuses_dropout_and_alibi_before_any_work():
+def test_flash_attn_func_refuses_dropout_before_any_work():
     # Before any argument is read: not even a tensor is needed to get the refusal.
     with pytest.raises(NotImplementedError, match="dropout_p: expected 0.0.*got 0.1"):
         fa.flash_attn_func(None, None, None, dropout_p=0.1)
-    with pytest.raises(NotImplementedError, match="alibi_slopes: expected None"):
-        fa.flash_attn_func(None, None, None, alibi_slopes=[0.5])
     fa.flash_attn_func.__doc__.index("S_dmask")  # documented: the third result is None
 
 
@@ -817,12 +822,10 @@ def test_out_with_grad_raises_before_the_forward_runs(monkeypatch):
 
 
 @needs_gpu
-def test_dropout_and_alibi_raise():
+def test_dropout_raises():
     q = randn(1, 128, 4, 64, dtype=torch.bfloat16).requires_grad_()
     with pytest.raises(NotImplementedError, match="dropout_p"):
         fa.flash_attn_func(q, q, q, dropout_p=0.1)
-    with pytest.raises(NotImplementedError, match="alibi_slopes"):
-        fa.flash_attn_func(q, q, q, alibi_slopes=torch.ones(4, device="cuda"))
 
 
 @needs_gpu

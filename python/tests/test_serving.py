@@ -7,6 +7,7 @@ import re
 import pytest
 
 import flash_attention_scratch as fa
+from test_autograd_cpu import BAD_ALIBI_IDS, BAD_ALIBI_SLOPES, bad_alibi_slopes
 from test_forward import assert_matches, needs_gpu, randn
 
 try:
@@ -213,7 +214,14 @@ def test_flash_attn_with_kvcache_reads_arguments_as_flash_attn(kvcache_calls, kw
     (args, kw), = calls
     assert args == (q, kc, kc, None, None)
     assert kw == dict(cache_seqlens=lens, block_table=None, softmax_scale=0.5, causal=causal, num_splits=2,
-                      return_lse=True, window_size=window, softcap=3.0)
+                      return_lse=True, window_size=window, softcap=3.0, alibi_slopes=None)
+
+
+def test_flash_attn_with_kvcache_passes_alibi_slopes_on(kvcache_calls):
+    q, kc = torch.zeros(2, 1, 4, 64), torch.zeros(2, 64, 2, 64)
+    for slopes in (torch.rand(4), torch.rand(2, 4)):
+        fa.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=3, alibi_slopes=slopes)
+        assert kvcache_calls[-1][1]["alibi_slopes"] is slopes
 
 
 def test_flash_attn_with_kvcache_refuses_what_it_lacks_before_any_work(monkeypatch):
@@ -223,13 +231,31 @@ def test_flash_attn_with_kvcache_refuses_what_it_lacks_before_any_work(monkeypat
     monkeypatch.setattr(_ops, "forward_kvcache", lambda *a, **kw: pytest.fail("forward_kvcache ran"))
     monkeypatch.setattr(_ops, "forward_varlen", lambda *a, **kw: pytest.fail("forward_varlen ran"))
     q = torch.zeros(1, 1, 2, 64)
-    with pytest.raises(NotImplementedError, match="alibi_slopes: expected None"):
-        fa.flash_attn_with_kvcache(q, q, q, alibi_slopes=torch.zeros(1))
     # flash_attn takes slot indices and left padding only for caches that are not paged.
     table = torch.zeros(1, 1, dtype=torch.int32)
     for name in ("cache_batch_idx", "cache_leftpad"):
         with pytest.raises(ValueError, match="expected None with block_table"):
             fa.flash_attn_with_kvcache(q, q, q, block_table=table, **{name: torch.zeros(1, dtype=torch.int32)})
+
+
+@pytest.mark.parametrize("slots", [False, True], ids=["cache", "cache_batch_idx"])
+@pytest.mark.parametrize("spec,error,message", BAD_ALIBI_SLOPES, ids=BAD_ALIBI_IDS)
+def test_kvcache_alibi_slopes_are_checked_before_any_work(monkeypatch, slots, spec, error, message):
+    """alibi_slopes of flash_attn_with_kvcache: float32 on q's device, (heads,) or (batch, heads),
+    checked before the new keys are appended (CPU tensors stand in: the CUDA check relaxed, and
+    every kernel or append refused)."""
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
+    for name in ("_run_kvcache", "_append_to_slots", "forward_varlen"):
+        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
+    q, kc = torch.zeros(2, 1, 4, 64, dtype=torch.float16), torch.zeros(2, 64, 2, 64, dtype=torch.float16)
+    new = torch.ones(2, 1, 2, 64, dtype=torch.float16)
+    extra = dict(cache_batch_idx=torch.tensor([1, 0], dtype=torch.int32)) if slots else {}
+    with pytest.raises(error, match=message):
+        fa.flash_attn_with_kvcache(q, kc, kc.clone(), new, new, cache_seqlens=3, alibi_slopes=bad_alibi_slopes(spec),
+                                   **extra)
 
 
 def test_appending_to_cache_slots_writes_only_the_kept_rows():

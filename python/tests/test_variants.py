@@ -22,10 +22,11 @@ def is_hopper():
 
 
 def variant_attention(q, k, v, scale, causal, window=(-1, -1), softcap=0.0, sinks=None, dtype=None,
-                      top_left=False):
-    """(batch, seq, heads, d) attention in `dtype` (float64 by default) with the variants;
-    returns (out, lse (batch, heads, seq_q)). Rows that see nothing: zeros, lse -inf (or the
-    sink)."""
+                      top_left=False, alibi=None):
+    """(batch, seq, heads, d) attention in `dtype` (float64 by default) with the variants
+    (alibi: (heads,) or (batch, heads) ALiBi slopes, as test_backward's reference_attention adds
+    them); returns (out, lse (batch, heads, seq_q)). Rows that see nothing: zeros, lse -inf (or
+    the sink)."""
     dtype = dtype or torch.float64
     group = q.shape[2] // k.shape[2]
     qt = q.to(dtype).transpose(1, 2)
@@ -37,6 +38,8 @@ def variant_attention(q, k, v, scale, causal, window=(-1, -1), softcap=0.0, sink
     sq, sk = q.shape[1], k.shape[1]
     pos = torch.arange(sq, device=q.device)[:, None] + (0 if top_left else sk - sq)
     j = torch.arange(sk, device=q.device)[None, :]
+    if alibi is not None:
+        s = s - alibi.to(dtype).reshape(-1, q.shape[2], 1, 1) * (pos - j).abs().to(dtype)
     left, right = window
     right = 0 if causal else right
     mask = torch.zeros(sq, sk, dtype=torch.bool, device=q.device)

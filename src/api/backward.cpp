@@ -78,7 +78,7 @@ void validate_backward(const BackwardParams& p) {
         {&p.dq, "dq"}, {&p.dk, "dk"}, {&p.dv, "dv"}};
     check_float_rows(p.options.lse, "options.lse", rows, "(batch, heads, seq_q)", outputs);
     check_float_rows(p.d_lse, "d_lse", rows, "(batch, heads, seq_q)", outputs);
-    check_options(p.options, p.q.shape[3]);
+    check_options(p.options, p.q.shape[3], p.q.shape[2]);
     if (p.d_sinks != nullptr && p.options.variants.sinks == nullptr) {
         fail(ErrorCode::invalid_argument, "d_sinks",
              "null without options.variants.sinks (there is no sink to differentiate)",
@@ -146,8 +146,10 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
     // causal kernels.
     const KeyBand band = key_band(p.options);
     const bool causal = p.options.causal || (band.left == k_unbounded_window && band.right == 0);
-    const bool banded =
-        band.left != k_unbounded_window || band.right != (causal ? 0 : k_unbounded_window);
+    // ALiBi runs on the band kernels too (their steps take its bias).
+    const bool banded = band.left != k_unbounded_window ||
+                        band.right != (causal ? 0 : k_unbounded_window) ||
+                        p.options.variants.alibi_slopes != nullptr;
     return {.q = p.q.data,
             .k = p.k.data,
             .v = p.v.data,
@@ -195,7 +197,9 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
             .total_k = seq_k,
             .lse_rows = seq_q,
             .q_block = 1,  // launch_backward's, with the config's workspace
-            .semaphore_rows = 0};
+            .semaphore_rows = 0,
+            .alibi_slopes = p.options.variants.alibi_slopes,
+            .alibi_batch_stride = p.options.variants.alibi_batch_stride};
 }
 
 // The workspace from the stream-ordered pool, then the config's kernels.

@@ -95,7 +95,10 @@ KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
     const AttentionOptions& opt = p.options;
     const Variants& var = opt.variants;
     const SoftmaxScale scale = softmax_scale(opt, p.q.shape[3]);
-    const FixedReference fixed = softcap_fixed_reference(var.softcap, p.q.dtype);
+    // ALiBi's bias leaves the scores unbounded: no fixed reference with it.
+    const FixedReference fixed = var.alibi_slopes != nullptr
+                                     ? FixedReference{false, 0.0f}
+                                     : softcap_fixed_reference(var.softcap, p.q.dtype);
     const bool top_left = opt.causal_alignment == CausalAlignment::top_left;
     return {.q = p.q.data,
             .k = p.k.data,
@@ -137,7 +140,9 @@ KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
             .softcap_fixed = fixed.fits,
             .softcap_reference = fixed.reference,
             .sinks = var.sinks,
-            .tile_divisors = {}};  // the sm90 launcher's, for its B_r
+            .tile_divisors = {},  // the sm90 launcher's, for its B_r
+            .alibi_slopes = var.alibi_slopes,
+            .alibi_batch_stride = var.alibi_batch_stride};
 }
 
 namespace {

@@ -91,7 +91,7 @@ KeySource key_source(const TensorView& k, const TensorView& v,
 }
 
 // The split-KV kernel's arguments of a call: its tensors and options (sinks, no window or
-// softcap: the route refused those).
+// softcap or ALiBi: the route refused those).
 SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const TensorView& k,
                            const AttentionOptions& options) {
     const SoftmaxScale scale = softmax_scale(options, q.shape[3]);
@@ -142,7 +142,7 @@ int requested_splits(const ProblemShape& shape, const DeviceProperties& device, 
     return tuning::lookup_splits(tuning::Key::of_splits(device, shape, paged)).value_or(0);
 }
 
-// A sliding window or a softcap runs on the sm90 family whatever the shape (runs_split_kv
+// A sliding window, a softcap or ALiBi runs on the sm90 family whatever the shape (runs_split_kv
 // says no to them) and whatever num_splits asks (a hint of the split-KV kernel's, which takes
 // neither; sinks it does): flash_attn honours them with any num_splits, and its own tests pass
 // explicit ones.
@@ -168,10 +168,12 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
     if (shape.window_or_softcap) {
         const Variants& v = views.options.variants;
         fail(ErrorCode::unsupported, "variants",
-             "no sliding window or softcap here: forward_varlen and forward_kvcache run them on "
-             "the sm90 family only (a Hopper GPU with its kernels built, TMA-addressable K/V)",
+             "no sliding window, softcap or ALiBi here: forward_varlen and forward_kvcache run "
+             "them on the sm90 family only (a Hopper GPU with its kernels built, "
+             "TMA-addressable K/V)",
              "window (" + std::to_string(v.window_left) + ", " + std::to_string(v.window_right) +
-                 "), softcap " + std::to_string(v.softcap));
+                 "), softcap " + std::to_string(v.softcap) +
+                 (v.alibi_slopes != nullptr ? ", ALiBi" : ""));
     }
     return {std::nullopt, requested_splits(shape, device, num_splits, paged)};
 }

@@ -159,7 +159,7 @@ void check_softmax_scale(std::optional<float> scale) {
     }
 }
 
-void check_variants(const Variants& v, bool causal, float scale) {
+void check_variants(const Variants& v, bool causal, float scale, std::int64_t heads) {
     for (const auto& [side, name] : {std::pair{v.window_left, "variants.window_left"},
                                      {v.window_right, "variants.window_right"}}) {
         if (side < -1) {
@@ -188,6 +188,16 @@ void check_variants(const Variants& v, bool causal, float scale) {
     if (reinterpret_cast<std::uintptr_t>(v.sinks) % alignof(float) != 0) {
         fail(ErrorCode::invalid_argument, "variants.sinks", "a 4-byte aligned address",
              "one that is not");
+    }
+    if (reinterpret_cast<std::uintptr_t>(v.alibi_slopes) % alignof(float) != 0) {
+        fail(ErrorCode::invalid_argument, "variants.alibi_slopes", "a 4-byte aligned address",
+             "one that is not");
+    }
+    if (v.alibi_batch_stride != 0 && v.alibi_batch_stride != heads) {
+        fail(ErrorCode::invalid_argument, "variants.alibi_batch_stride",
+             "0 (one slope a query head, shared by the batch) or the query heads " +
+                 std::to_string(heads) + " ((batch, heads) slopes)",
+             std::to_string(v.alibi_batch_stride));
     }
 }
 
@@ -230,10 +240,10 @@ void check_output(const TensorView& out, const char* name,
     check_output_does_not_self_overlap(out, name);
 }
 
-void check_options(const AttentionOptions& options, std::int64_t d_head) {
+void check_options(const AttentionOptions& options, std::int64_t d_head, std::int64_t heads) {
     check_softmax_scale(options.softmax_scale);
     check_causal_alignment(options.causal_alignment);
-    check_variants(options.variants, options.causal, options.scale(d_head));
+    check_variants(options.variants, options.causal, options.scale(d_head), heads);
 }
 
 void check_outputs_and_options(
@@ -242,7 +252,7 @@ void check_outputs_and_options(
     check_output(o, "o", inputs);
     check_float_rows(options.lse, "lse", lse_count, lse_layout, inputs);
     check_float_rows(options.lse, "lse", lse_count, lse_layout, {{&o, "o"}});
-    check_options(options, o.shape[3]);
+    check_options(options, o.shape[3], o.shape[2]);
 }
 
 namespace {
@@ -333,7 +343,7 @@ void validate(const ProblemShape& problem, std::optional<float> scale, const Var
     validate_shape(problem);
     check_softmax_scale(scale);
     check_variants(variants, problem.causal,
-                   AttentionOptions{.softmax_scale = scale}.scale(problem.d_head));
+                   AttentionOptions{.softmax_scale = scale}.scale(problem.d_head), problem.heads);
 }
 
 ProblemShape shape_of(const ForwardParams& p) {

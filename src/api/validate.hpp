@@ -52,7 +52,7 @@ void check_float_rows(const float* rows, const char* argument, std::int64_t coun
                       std::initializer_list<std::pair<const TensorView*, const char*>> tensors);
 
 // The softmax scale, the causal alignment and the variants' bounds (check_outputs_and_options).
-void check_options(const AttentionOptions& options, std::int64_t d_head);
+void check_options(const AttentionOptions& options, std::int64_t d_head, std::int64_t heads);
 
 // t.shape[i] (named dim_name) must be `expected`, for the reason `why`.
 void check_dim(const TensorView& t, const char* name, int i, const char* dim_name,

@@ -103,8 +103,14 @@ struct KernelArgs {
     // ones (which take no window or softcap).
     const float* sinks;
     // The divisions of a dense problem's tile numbers (section_heads among them), set by the
-    // sm90 launcher for its B_r. Last, so that the fields before keep their offsets.
+    // sm90 launcher for its B_r.
     TileDivisors tile_divisors;
+    // ALiBi (Variants::alibi_slopes), read by the variant kernels: sequence b's head h adds
+    // -slope * |position - key| to its scores (AlibiBias), slope alibi_slopes[b *
+    // alibi_batch_stride + h]; null: none. Last, so that the fields before keep their offsets
+    // (the plain kernels' parameter loads stay as they were).
+    const float* alibi_slopes;
+    std::int64_t alibi_batch_stride;
 };
 
 // What a backward launcher hands its kernels (sm80/backward_kernel.cuh): the forward's
@@ -173,6 +179,9 @@ struct BackwardArgs {
     // Ordered dQ's semaphores: one per 64 of these query rows a (sequence, head): q_rows dense,
     // packed the longest sequence's in whole blocks.
     int semaphore_rows;
+    // ALiBi, as KernelArgs' (the band kernels run it: banded is set with it).
+    const float* alibi_slopes;
+    std::int64_t alibi_batch_stride;
 };
 
 }  // namespace flash_attention

@@ -35,12 +35,12 @@ constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_bl
 
 // One CTA a key block of one (K/V head, sequence) pair, numbered in sections of pairs
 // (section_position, tile_order.hpp: a section's pairs all take one key block before any takes
-// the next). Without a mask, or with a sliding window (whose walks are as long as the window
-// but at the sequence's ends), a section is one pair: the key blocks of a head are neighbours,
-// and the CTAs running together walk the same Q, dO and dQ rows, which stay in L2. Causal, a key
-// block's walk shrinks with its index, and a section holds the pairs of about two waves of
-// CTAs: longest first within it (a short tail), few enough pairs that their rows stay in L2
-// (every pair's first key blocks at once, one CTA a pair, streamed each its own rows from HBM:
+// the next). Without a mask, or with a sliding window or packed sequences (whose walks are as
+// long as the window or the sequence), a section is one pair: the key blocks of a head are
+// neighbours, and the CTAs running together walk the same Q, dO and dQ rows, which stay in L2.
+// Causal, a key block's walk shrinks with its index, and a section holds the pairs of about two
+// waves of CTAs: longest first within it (a short tail), few enough pairs that their rows stay in
+// L2 (every pair's first key blocks at once, one CTA a pair, streamed each its own rows from HBM:
 // −20-30% at 1k-2k), enough that a grid of few heads still starts its longest walks first (GQA
 // 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02).
 //
@@ -65,7 +65,13 @@ struct KeyBlockScheduler {
         const int key_blocks = blocks_covering(a.seq_k, B_c);
         const std::int64_t pairs = std::int64_t{a.heads_kv} * a.batch;
         const std::int64_t two_waves = std::max(1, blocks_covering(2 * a.sm_count, key_blocks));
-        const bool causal = a.causal && !a.banded;
+        // Dense tensors whose band is causal masking alone (ALiBi runs the band kernels) walk as
+        // the causal kernels do: in key-block order the ordered kernel's adds waited in a
+        // staircase, and d_head 64's causal backward with ALiBi ran at half the speed (H200,
+        // 2026-12-03).
+        const bool causal =
+            a.causal &&
+            (!a.banded || (a.cu_seqlens_q == nullptr && a.band.left == k_unbounded_window));
         const bool descending = ordered && causal && a.heads == a.heads_kv;
         const std::int64_t section = !causal || pairs == 0    ? 1
                                      : ordered && !descending ? pairs

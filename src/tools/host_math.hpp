@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "flash_attention/kernel_config.hpp"
 
@@ -36,6 +37,23 @@ struct VisibleKeys {
         const std::int64_t lo = window_left >= 0 ? pos - window_left : 0;
         const std::int64_t hi = right >= 0 ? pos + right + 1 : seq_k;
         return {std::clamp<std::int64_t>(lo, 0, seq_k), std::clamp<std::int64_t>(hi, 0, seq_k)};
+    }
+};
+
+// ALiBi's bias of query row `row` and key j: -slope * |row's diagonal position - j|, the slope
+// slopes[b * batch_stride + h]; 0 without slopes.
+struct AlibiBias {
+    const std::vector<float>* slopes;
+    std::int64_t batch_stride;
+    std::int64_t seq_q, seq_k;
+    bool top_left;
+
+    double operator()(std::int64_t b, std::int64_t h, std::int64_t row, std::int64_t j) const {
+        if (slopes == nullptr)
+            return 0.0;
+        const std::int64_t pos = row + (top_left ? 0 : seq_k - seq_q);
+        const double slope = (*slopes)[static_cast<std::size_t>(b * batch_stride + h)];
+        return -slope * static_cast<double>(pos > j ? pos - j : j - pos);
     }
 };
 

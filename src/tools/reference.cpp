@@ -106,6 +106,16 @@ RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s
             s16[j] = round_to(dt, cap * std::tanh(s16[j] / cap));
             s32 = cap * std::tanh(s32 / cap);
         }
+        // ALiBi's bias in fp32 for the naive rows too: rounded to the dtype it would carry an
+        // error of its own magnitude's last place (hundreds of keys away, units), a bound
+        // too loose to test the kernels' bias.
+        if (p.alibi_slopes != nullptr) {
+            const double bias = detail::AlibiBias{p.alibi_slopes, p.alibi_batch_stride, p.q.seq,
+                                                  p.k.seq, p.top_left}(r.batch, r.head, r.row, j);
+            s64[j] += bias;
+            s16[j] += static_cast<float>(bias);
+            s32 += static_cast<float>(bias);
+        }
         if (s32 > max32) {
             sum32 = sum32 * std::exp(max32 - s32) + 1.0f;  // exp(-inf) = 0: the first score
             max32 = s32;

@@ -107,6 +107,12 @@ struct Row {
                 slope64[j] = 1 - t64 * t64;
                 slope16[j] = 1 - t16 * t16;
             }
+            if (p.alibi_slopes != nullptr) {  // in fp32 for the naive rows, as the forward's
+                const double bias = detail::AlibiBias{p.alibi_slopes, p.alibi_batch_stride, p.q.seq,
+                                                      p.k.seq, p.top_left}(b, h, i, j);
+                p64[j] += bias;
+                p16[j] += static_cast<float>(bias);
+            }
             max64 = std::max(max64, p64[j]);
             max16 = std::max(max16, p16[j]);
         }

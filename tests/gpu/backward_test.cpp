@@ -51,6 +51,10 @@ struct Problem {
     // Attention sinks (with_sinks): one logit per query head, and their gradient's buffer.
     std::vector<float> sinks;
     DeviceBuffer dev_sinks, dev_d_sinks;
+    // ALiBi (set_alibi, before the forward): slopes per head or per (batch entry, head).
+    std::vector<float> alibi_slopes;
+    std::int64_t alibi_batch_stride = 0;
+    DeviceBuffer dev_alibi;
 
     Problem(fa::DType dtype, int d, const Shape& s, std::uint64_t seed_, bool with_sinks = false,
             float softcap_ = 0.0f, std::pair<int, int> window = {-1, -1})
@@ -82,17 +86,30 @@ struct Problem {
         fa::forward({dev_q.view, dev_k.view, dev_v.view, dev_o.view, options()});
     }
 
+    // ALiBi with these slopes ((heads,) or (batch, heads)): the forward runs again with them.
+    void set_alibi(std::vector<float> slopes) {
+        alibi_batch_stride = std::ssize(slopes) == shape.heads ? 0 : shape.heads;
+        alibi_slopes = std::move(slopes);
+        dev_alibi = DeviceBuffer(alibi_slopes.size() * sizeof(float));
+        dev_alibi.upload(alibi_slopes);
+        fa::forward({dev_q.view, dev_k.view, dev_v.view, dev_o.view, options()});
+    }
+
     fa::AttentionOptions options() {
-        return {.softmax_scale = std::nullopt,
-                .causal = shape.causal,
-                .causal_alignment = shape.top_left ? fa::CausalAlignment::top_left
-                                                   : fa::CausalAlignment::bottom_right,
-                .lse = static_cast<float*>(lse.data()),
-                .variants = {.window_left = window_left,
-                             .window_right = window_right,
-                             .softcap = softcap,
-                             .sinks = sinks.empty() ? nullptr
-                                                    : static_cast<const float*>(dev_sinks.data())}};
+        return {
+            .softmax_scale = std::nullopt,
+            .causal = shape.causal,
+            .causal_alignment =
+                shape.top_left ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right,
+            .lse = static_cast<float*>(lse.data()),
+            .variants = {
+                .window_left = window_left,
+                .window_right = window_right,
+                .softcap = softcap,
+                .sinks = sinks.empty() ? nullptr : static_cast<const float*>(dev_sinks.data()),
+                .alibi_slopes =
+                    alibi_slopes.empty() ? nullptr : static_cast<const float*>(dev_alibi.data()),
+                .alibi_batch_stride = alibi_batch_stride}};
     }
 
     fa::BackwardParams params() {
@@ -137,6 +154,10 @@ struct Problem {
         problem.softcap = softcap;
         problem.window_left = window_left;
         problem.window_right = window_right;
+        if (!alibi_slopes.empty()) {
+            problem.alibi_slopes = &alibi_slopes;
+            problem.alibi_batch_stride = alibi_batch_stride;
+        }
         return fa::reference::check_attention_backward(problem, q_rows, k_rows);
     }
 };
@@ -376,6 +397,50 @@ TEST(Backward, WindowMatchesReference) {
                 EXPECT_EQ(p.dev_dq.download(p.q).bits, dq.bits) << config.to_string();
                 EXPECT_EQ(p.dev_dk.download(p.k).bits, dk.bits) << config.to_string();
             }
+        }
+    }
+}
+
+// ALiBi on every built backward config (both families: the band kernels take its bias): causal
+// with GQA, per-(batch, head) slopes with seq_q != seq_k at both alignments, odd lengths, and
+// with a window, a softcap and sinks. Slopes uniform in [0, 0.3) as flash_attn's tests draw
+// them, one of 2 (a sharp row).
+TEST(Backward, AlibiMatchesReference) {
+    if (fa::device_count() == 0)
+        GTEST_SKIP() << "no GPU";
+    struct AlibiCase {
+        Shape shape;
+        bool per_batch;
+        std::pair<int, int> window;
+        float softcap;
+        bool sinks;
+    };
+    const AlibiCase alibi_cases[] = {
+        {{1, 700, 700, 4, 2, true}, false, {-1, -1}, 0.0f, false},
+        {{2, 300, 1000, 4, 4, false}, true, {-1, -1}, 0.0f, false},
+        {{2, 1000, 300, 4, 1, true, true}, true, {-1, -1}, 0.0f, false},
+        {{1, 257, 513, 4, 2, false}, false, {-1, -1}, 0.0f, false},
+        {{1, 700, 700, 4, 2, true}, false, {255, 0}, 5.0f, true},
+    };
+    for (const fa::KernelConfig& config : fa::testing::backward_configs()) {
+        for (const AlibiCase& c : alibi_cases) {
+            Problem p(config.dtype, config.d_head, c.shape, fresh_seed(), c.sinks, c.softcap,
+                      c.window);
+            std::mt19937_64 rng(p.seed + 7);
+            std::uniform_real_distribution<float> uniform(0.0f, 0.3f);
+            std::vector<float> slopes(
+                static_cast<std::size_t>((c.per_batch ? c.shape.batch : 1) * c.shape.heads));
+            for (float& x : slopes)
+                x = uniform(rng);
+            slopes.back() = 2.0f;
+            p.set_alibi(std::move(slopes));
+            p.deterministic = fa::is_deterministic(config);
+            const auto result = p.run_and_check([&] { fa::backward(p.params(), config); });
+            EXPECT_TRUE(result.passed)
+                << config.to_string() << ", q" << c.shape.seq_q << " k" << c.shape.seq_k
+                << (c.shape.causal ? ", causal" : "") << (c.per_batch ? ", per-batch slopes" : "")
+                << ", window " << c.window.first << ", softcap " << c.softcap << ": "
+                << result.summary() << "; seed " << p.seed;
         }
     }
 }

@@ -64,10 +64,11 @@ struct Problem {
     HostTensor q, k, v;
     fa::tools::DeviceTensor dq, dk, dv, dout;
     fa::tools::DeviceBuffer lse;
-    // Sliding window, softcap and sinks (the sinks' device copy is set by draw_sinks).
+    // Sliding window, softcap, sinks and ALiBi (the device copies of the sinks and slopes are
+    // set by draw_sinks and draw_alibi).
     fa::Variants variants;
-    std::vector<float> sinks;
-    fa::tools::DeviceBuffer sinks_dev;
+    std::vector<float> sinks, alibi_slopes;
+    fa::tools::DeviceBuffer sinks_dev, alibi_dev;
 
     Problem(fa::DType dtype, int batch, int seq_q, int seq_k, int heads, int d, int heads_kv = 0,
             bool causal_ = false)
@@ -126,6 +127,22 @@ struct Problem {
         variants.sinks = static_cast<const float*>(sinks_dev.data());
     }
 
+    // ALiBi slopes, one per query head or with per_batch one per (batch entry, head): uniform
+    // in [0, 0.3) as flash_attn's tests draw them, the last head's 2 (its rows see little past
+    // a few keys either side of the diagonal).
+    void draw_alibi(bool per_batch) {
+        std::mt19937_64 rng(seed + 4);
+        std::uniform_real_distribution<float> uniform(0.0f, 0.3f);
+        alibi_slopes.assign(static_cast<std::size_t>((per_batch ? q.batch : 1) * q.heads), 0.0f);
+        for (float& x : alibi_slopes)
+            x = uniform(rng);
+        alibi_slopes.back() = 2.0f;
+        alibi_dev = fa::tools::DeviceBuffer(alibi_slopes.size() * sizeof(float));
+        alibi_dev.upload(alibi_slopes);
+        variants.alibi_slopes = static_cast<const float*>(alibi_dev.data());
+        variants.alibi_batch_stride = per_batch ? q.heads : 0;
+    }
+
     // Poisons O (and the LSE), runs, and checks against the reference on sampled rows
     // (every element of O is checked to be finite, whatever the sample).
     fa::reference::CheckResult run_and_check(const std::function<void()>& forward, double scale,
@@ -141,7 +158,8 @@ struct Problem {
         return fa::reference::check_attention(
             {q, k, v, out, scale, causal, with_lse ? &lse_host : nullptr, top_left,
              variants.window_left, variants.window_right, variants.softcap,
-             sinks.empty() ? nullptr : &sinks},
+             sinks.empty() ? nullptr : &sinks, alibi_slopes.empty() ? nullptr : &alibi_slopes,
+             variants.alibi_batch_stride},
             rows);
     }
 };
@@ -250,6 +268,7 @@ struct VariantShape {
     float softcap;
     bool sinks;
     float scale = 0;  // softmax_scale; 0: 1 / sqrt(d_head)
+    int alibi = 0;    // ALiBi: 0 none, 1 one slope a head, 2 a batch of 2 with its own slopes
 };
 
 constexpr VariantShape k_variant_shapes[] = {
@@ -273,6 +292,12 @@ constexpr VariantShape k_variant_shapes[] = {
     // reference's range in both dtypes: O must be V to the output's last bit, which needs
     // the sums of P as rounded to 16 bits (OnlineSoftmax::add_rounded()).
     {300, 300, 8, 2, false, false, 0, 0, 8, false},
+    // ALiBi: causal with GQA; per-(batch, head) slopes with seq_q < seq_k; odd lengths; with a
+    // window, a softcap and sinks at the top-left alignment (rows past the keys see none).
+    {1000, 1000, 4, 2, true, false, -1, -1, 0, false, 0, 1},
+    {300, 1000, 4, 4, false, false, -1, -1, 0, false, 0, 2},
+    {257, 513, 4, 2, false, false, -1, -1, 0, false, 0, 1},
+    {1000, 300, 4, 1, true, true, 100, 0, 20, true, 0, 1},
 };
 
 struct VariantCase {
@@ -294,7 +319,8 @@ void PrintTo(const VariantCase& c, std::ostream* os) {
     *os << c.config.to_string() << ", seq_q " << s.seq_q << ", seq_k " << s.seq_k << ", heads "
         << s.heads << "/" << s.heads_kv << (s.causal ? ", causal" : "")
         << (s.top_left ? " top left" : "") << ", window (" << s.window_left << ", "
-        << s.window_right << "), softcap " << s.softcap << (s.sinks ? ", sinks" : "");
+        << s.window_right << "), softcap " << s.softcap << (s.sinks ? ", sinks" : "")
+        << (s.alibi != 0 ? ", ALiBi" : "");
 }
 
 class EveryConfigVariants : public ::testing::TestWithParam<VariantCase> {};
@@ -303,13 +329,16 @@ TEST_P(EveryConfigVariants, MatchesReference) {
     const auto [config, s] = GetParam();
     if (!fa::is_supported(config))
         GTEST_SKIP() << cannot_run(config);
-    Problem p(config.dtype, 1, s.seq_q, s.seq_k, s.heads, config.d_head, s.heads_kv, s.causal);
+    Problem p(config.dtype, s.alibi == 2 ? 2 : 1, s.seq_q, s.seq_k, s.heads, config.d_head,
+              s.heads_kv, s.causal);
     p.top_left = s.top_left;
     p.variants.window_left = s.window_left;
     p.variants.window_right = s.window_right;
     p.variants.softcap = s.softcap;
     if (s.sinks)
         p.draw_sinks();
+    if (s.alibi != 0)
+        p.draw_alibi(s.alibi == 2);
     fa::ForwardParams params = p.params(true);
     if (s.scale != 0)
         params.options.softmax_scale = s.scale;

@@ -148,6 +148,30 @@ TEST(KeyBlockScheduler, OrderedCausalWithoutGqaRunsHighestKeyBlockFirst) {
     }
 }
 
+// A dense band that is causal masking alone (ALiBi's band kernels) is scheduled as the causal
+// kernels are (sections, highest key blocks first when ordered); a window's band and packed
+// sequences keep one pair a section in key-block order.
+TEST(KeyBlockScheduler, CausalBandSchedulesAsCausal) {
+    for (const bool ordered : {false, true}) {
+        fa::BackwardArgs a = problem(8192, 3, 2, true, 132, 1);
+        const auto plain = KeyBlockScheduler::of(a, B_c, ordered);
+        a.banded = true;
+        const auto band = KeyBlockScheduler::of(a, B_c, ordered);
+        EXPECT_EQ(band.section, plain.section);
+        EXPECT_EQ(band.descending, plain.descending);
+        EXPECT_GT(band.section, 1);
+        fa::BackwardArgs window = a;
+        window.band.left = 1000;
+        EXPECT_EQ(KeyBlockScheduler::of(window, B_c, ordered).section, 1);
+        EXPECT_FALSE(KeyBlockScheduler::of(window, B_c, ordered).descending);
+        fa::BackwardArgs packed = a;
+        const int offsets[] = {0, 8192};
+        packed.cu_seqlens_q = offsets;
+        EXPECT_EQ(KeyBlockScheduler::of(packed, B_c, ordered).section, 1);
+        EXPECT_FALSE(KeyBlockScheduler::of(packed, B_c, ordered).descending);
+    }
+}
+
 // adds_before against the walks themselves: the key blocks whose walk (QueryBlocks, the kernels'
 // own) reaches query block m are 0 .. L, and their adds count 0 .. L in the scheduler's order
 // (L - n before key block n highest first, n before it in key-block order). Both alignments,

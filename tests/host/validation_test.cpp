@@ -163,6 +163,28 @@ TEST(Validation, Variants) {
     EXPECT_FALSE(fa::shape_of(good_params()).window_or_softcap);
 }
 
+// ALiBi: its slopes' alignment and batch stride (0 or the query heads) name their field; it
+// changes the scores, so it routes as a window does.
+TEST(Validation, Alibi) {
+    fa::ForwardParams p = good_params();
+    p.options.variants.alibi_slopes = static_cast<const float*>(address(8));
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    EXPECT_TRUE(p.options.variants.changes_scores());
+    EXPECT_TRUE(fa::shape_of(p).window_or_softcap);
+    p.options.variants.alibi_batch_stride = p.q.shape[2];
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    expect_error(tensor_error([](auto& p) {
+                     p.options.variants.alibi_slopes =
+                         reinterpret_cast<const float*>(static_cast<char*>(address(8)) + 2);
+                 }),
+                 fa::ErrorCode::invalid_argument, "variants.alibi_slopes", "one that is not");
+    expect_error(tensor_error([](auto& p) {
+                     p.options.variants.alibi_slopes = static_cast<const float*>(address(8));
+                     p.options.variants.alibi_batch_stride = 3;
+                 }),
+                 fa::ErrorCode::invalid_argument, "variants.alibi_batch_stride", "3");
+}
+
 // The softcap's fixed reference (KernelArgs::softcap_fixed): taken exactly where the
 // probabilities of every score in [-1, 1] (after the tanh), 2^((t - reference) * scale_log2),
 // stay inside P's normal range and below the overflow margin, the largest at 2^0 when the

@@ -4,9 +4,9 @@ against flash_attention_scratch through the flash_attn name-mapping package besi
 
 It leaves out only dropout (dropout_p > 0), head dims this library does not build, and tests of
 flash_attn's private internals; the terminal summary counts each reason over the whole parameter
-matrix. Everything else runs and passes or fails as flash_attn's assertions say; the library's
-refusals of options it lacks (ALiBi) are failures, counted by message at the end. A test of a
-documented difference (DIFFERENCES) runs as a strict expected failure.
+matrix. Everything else, ALiBi (alibi_slopes) included, runs and passes or fails as flash_attn's
+assertions say; failures are counted by message at the end. A test of a documented difference
+(DIFFERENCES) runs as a strict expected failure.
 
 FLASH_ATTN_SUITE_SAMPLE=N runs a seeded sample (FLASH_ATTN_SUITE_SEED, default 0) of N of the
 cases that run, when there are more: every test function keeps min(its cases, 20), the rest in

@@ -152,6 +152,50 @@ __device__ __forceinline__ void softcap_scores(float (&s)[MT][NT][4], float pres
     }
 }
 
+// ALiBi: score (row, column) gets -slope * |row position - column position|, its positions being
+// a query's on the causal diagonal (row + band_shift) and a key's index, whichever way round the
+// tile holds them. The slope is in the units of the scores it is added to: the given slope times
+// log2(e) / scale_log2, since the softmax multiplies every score by scale_log2 and works in base 2
+// (with a softcap that scale is the softcap's, so the bias joins after the tanh, as flash_attn's).
+// A distance is exact in fp32 below 2^24 keys; past that the bias's relative error is 2^-24.
+__device__ __forceinline__ float alibi_slope(const float* slopes, std::int64_t batch_stride,
+                                             int sequence, int head, float scale_log2) {
+    constexpr float log2e = 1.4426950408889634f;
+    return slopes == nullptr
+               ? 0.0f
+               : __ldg(slopes + sequence * batch_stride + head) * (log2e / scale_log2);
+}
+
+// The bias of a warp's m16n8 accumulator tiles: rows at positions row_pos + [0, 16 MT), columns
+// at col_pos + [0, 8 NT). One float offset a thread, then an addition and a multiply-add an
+// element.
+struct AlibiTile {
+    float slope;
+    float base;  // this lane's first row's position minus its first column's
+
+    __device__ __forceinline__ AlibiTile(float slope_, int row_pos, int col_pos)
+        : slope(slope_),
+          base(static_cast<float>(row_pos + static_cast<int>(threadIdx.x % warp_size) / 4 -
+                                  col_pos - 2 * static_cast<int>(threadIdx.x % 4))) {}
+    // Element e of tile (mt, nt).
+    __device__ __forceinline__ float operator()(int mt, int nt, int e) const {
+        return -slope * fabsf(base + static_cast<float>(mt * mma_m + 8 * (e / 2) - nt * 8 - e % 2));
+    }
+};
+
+template <int MT, int NT>
+__device__ __forceinline__ void alibi_scores(float (&s)[MT][NT][4], const AlibiTile& bias) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[mt][nt][e] += bias(mt, nt, e);
+        }
+    }
+}
+
 // The dense problem's mask: query row `row` of seq_q sees keys_seen(row, ...) of seq_k.
 template <int MT, int NT>
 __device__ __forceinline__ void mask_scores(float (&s)[MT][NT][4], int first_row, int first_key,

@@ -170,17 +170,19 @@ __device__ __forceinline__ void score_gemms(float (&s)[1][Layout::n_tiles][4],
 // P = exp2(S·scale_log2 - lse2) and dS = P ∘ (dP - D) in place (s becomes P, dp dS), with
 // lse2 and D per score element: (row h of the m16 tile, column pair element e). Softcap: s
 // holds t = tanh(S · prescale) (masked after), and dS carries tanh's derivative 1 - t² (0 where
-// masked: t is -inf there).
-template <bool Softcap, int NT, class RowStats>
+// masked: t is -inf there). Alibi: ALiBi's bias joins t in the exponent only, since the
+// derivative is the tanh's.
+template <bool Softcap, bool Alibi, int NT, class RowStats>
 __device__ __forceinline__ void probabilities_and_ds(float (&s)[1][NT][4], float (&dp)[1][NT][4],
-                                                     float scale_log2, const RowStats& stats) {
+                                                     float scale_log2, const RowStats& stats,
+                                                     const AlibiTile& bias) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const float2 ld = stats(nt, i / 2, i % 2);  // (lse2, D)
             const float t = s[0][nt][i];
-            const float p = ptx::ex2(t * scale_log2 - ld.x);
+            const float p = ptx::ex2((Alibi ? t + bias(0, nt, i) : t) * scale_log2 - ld.x);
             s[0][nt][i] = p;
             dp[0][nt][i] = p * (dp[0][nt][i] - ld.y);
             if constexpr (Softcap)
@@ -190,8 +192,9 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[1][NT][4], float
 }
 
 // dK and dV of one key block of one K/V head. Mask: CausalMask, or BandMask for a sliding
-// window (BackwardArgs::band); Softcap: BackwardArgs::softcap_prescale.
-template <unsigned long long Code, class Mask, bool Softcap>
+// window (BackwardArgs::band); Softcap: BackwardArgs::softcap_prescale; Alibi (with BandMask):
+// BackwardArgs::alibi_slopes.
+template <unsigned long long Code, class Mask, bool Softcap, bool Alibi>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     backward_dkdv_kernel(const __grid_constant__ BackwardArgs args) {
     constexpr KernelConfig C = unpack(Code);
@@ -218,6 +221,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     const int k_rows = min(Tr::B_c, seq.k_len - k0);
     const int group = args.heads / args.heads_kv;
     const Mask mask = Mask::of(args, seq.q_len, seq.k_len);
+    // ALiBi: a query's position on the diagonal is its index plus this.
+    const int shift = band_shift(seq.q_len, seq.k_len, args.top_left);
     // The query tiles that see a key of the block.
     const QueryBlocks tiles = QueryBlocks::of(mask, k0, k0 + k_rows - 1, Tr::B_r);
 
@@ -258,10 +263,18 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
                 softcap_scores(s, args.softcap_prescale);
             if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))
                 mask_key_rows(mask, s, k0 + row0, q0 + col0);
-            probabilities_and_ds<Softcap>(s, dp, args.scale_log2, [&](int nt, int, int e) {
-                const int c = col0 + nt * 8 + 2 * (lane_id() % 4) + e;
-                return float2{smem.lse2[c], smem.d[c]};
-            });
+            // Keys are the rows here: a query's position is its index plus the shift.
+            const AlibiTile bias(Alibi ? alibi_slope(args.alibi_slopes, args.alibi_batch_stride,
+                                                     seq.index, head, args.scale_log2)
+                                       : 0.0f,
+                                 k0 + row0, q0 + col0 + shift);
+            probabilities_and_ds<Softcap, Alibi>(
+                s, dp, args.scale_log2,
+                [&](int nt, int, int e) {
+                    const int c = col0 + nt * 8 + 2 * (lane_id() % 4) + e;
+                    return float2{smem.lse2[c], smem.d[c]};
+                },
+                bias);
             store_tile_RF2SM<Tr::dtype, typename Tr::PtTile>(s, p_t_s, row0, col0);
             store_tile_RF2SM<Tr::dtype, typename Tr::PtTile>(dp, ds_t_s, row0, col0);
             __syncthreads();
@@ -295,8 +308,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
                                                      k_rows);
 }
 
-// dQ of one query tile of one head (Mask and Softcap as the dK/dV kernel's).
-template <unsigned long long Code, class Mask, bool Softcap>
+// dQ of one query tile of one head (Mask, Softcap and Alibi as the dK/dV kernel's).
+template <unsigned long long Code, class Mask, bool Softcap, bool Alibi>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     backward_dq_kernel(const __grid_constant__ BackwardArgs args) {
     constexpr KernelConfig C = unpack(Code);
@@ -324,6 +337,10 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         return;  // a packed sequence shorter than the grid's
     const int q_rows = min(Tr::B_r, seq.q_len - q0);
     const Mask mask = Mask::of(args, seq.q_len, seq.k_len);
+    const float slope = Alibi ? alibi_slope(args.alibi_slopes, args.alibi_batch_stride, seq.index,
+                                            head, args.scale_log2)
+                              : 0.0f;
+    const int position0 = q0 + Scores::row0() + band_shift(seq.q_len, seq.k_len, args.top_left);
     // Key blocks from the first that the tile's first row sees to the last its last row sees.
     const int last_keys = mask.key_end(q0 + q_rows - 1);
     const int blocks = last_keys <= 0 ? 0 : blocks_covering(last_keys, Tr::B_c);
@@ -369,8 +386,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
             softcap_scores(s, args.softcap_prescale);
         if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))
             mask_query_rows(mask, s, q0 + row0, k0 + col0);
-        probabilities_and_ds<Softcap>(s, dp, args.scale_log2,
-                                      [&](int, int h, int) { return stats[h]; });
+        probabilities_and_ds<Softcap, Alibi>(
+            s, dp, args.scale_log2, [&](int, int h, int) { return stats[h]; },
+            AlibiTile(slope, position0, k0 + col0));
         store_tile_RF2SM<Tr::dtype, typename Tr::DsTile>(dp, ds_s, row0, col0);
         __syncthreads();
 

@@ -33,7 +33,7 @@ __device__ __forceinline__ void commit_copies() {
         ptx::cp_async_commit_group();
 }
 
-// Variants: sliding window and softcap (KernelArgs::variants), an instantiation of its own
+// Variants: sliding window, softcap and ALiBi (KernelArgs::variants), an instantiation of its own
 // so that the plain kernel's loop stays as it was.
 template <unsigned long long Code, bool Variants = false>
 __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
@@ -77,6 +77,10 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         unmasked_end = b.unmasked;
     }
     const auto rows_of_block = [&](int j) { return min(Tr::B_c, args.seq_k - j * Tr::B_c); };
+    // ALiBi's slope in S's units (0: none), the variant kernel's only.
+    const float alibi = Variants ? alibi_slope(args.alibi_slopes, args.alibi_batch_stride, batch,
+                                               head, args.scale_log2)
+                                 : 0.0f;
 
     const auto tile_start = [&](const void* base, const TensorStrides& st, int h,
                                 std::int64_t row) {
@@ -129,6 +133,8 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
             // The softcap first: tanh(-inf) would be -1, not -inf.
             if (args.softcap_prescale != 0.0f)
                 softcap_scores(s, args.softcap_prescale);
+            if (alibi != 0.0f)  // on every block, after the softcap
+                alibi_scores(s, AlibiTile(alibi, q_row0 + warp_row0 + shift, j * Tr::B_c));
             if (j < unmasked_first || j >= unmasked_end) {
                 mask_scores_band(s, q_row0 + warp_row0, j * Tr::B_c, [&](int row) {
                     return band_keys(row, shift, args.band, args.seq_k);

@@ -40,24 +40,24 @@ void launch(const KernelArgs& args, Stream stream) {
     launch_kernel<kernel<C>>(grid, C.n_threads(), smem, stream, args, "sm80 forward kernel launch");
 }
 
-// A sliding window (BackwardArgs::banded) or a softcap (softcap_prescale): the band kernels,
-// instances of their own as the forward's variants (a softcap without a window runs the band
-// mask with the causal flag's band).
-template <KernelConfig C, class Mask = CausalMask, bool Softcap = false>
-inline constexpr auto* dkdv_kernel = &backward_dkdv_kernel<pack(C), Mask, Softcap>;
-template <KernelConfig C, class Mask = CausalMask, bool Softcap = false>
-inline constexpr auto* dq_kernel = &backward_dq_kernel<pack(C), Mask, Softcap>;
+// A sliding window (BackwardArgs::banded), a softcap (softcap_prescale) or ALiBi
+// (alibi_slopes): the band kernels, instances of their own as the forward's variants (a softcap
+// without a window runs the band mask with the causal flag's band).
+template <KernelConfig C, class Mask = CausalMask, bool Softcap = false, bool Alibi = false>
+inline constexpr auto* dkdv_kernel = &backward_dkdv_kernel<pack(C), Mask, Softcap, Alibi>;
+template <KernelConfig C, class Mask = CausalMask, bool Softcap = false, bool Alibi = false>
+inline constexpr auto* dq_kernel = &backward_dq_kernel<pack(C), Mask, Softcap, Alibi>;
 
-template <KernelConfig C, class Mask, bool Softcap>
+template <KernelConfig C, class Mask, bool Softcap, bool Alibi = false>
 void launch_backward_kernels(const BackwardArgs& args, Stream stream) {
     constexpr int dkdv_smem = static_cast<int>(backward_dkdv_smem_bytes(C));
-    enable_dynamic_smem<dkdv_kernel<C, Mask, Softcap>, dkdv_smem>();
-    launch_kernel<dkdv_kernel<C, Mask, Softcap>>(
+    enable_dynamic_smem<dkdv_kernel<C, Mask, Softcap, Alibi>, dkdv_smem>();
+    launch_kernel<dkdv_kernel<C, Mask, Softcap, Alibi>>(
         dim3(blocks_covering(args.seq_k, C.B_c), args.heads_kv, args.batch), C.n_threads(),
         dkdv_smem, stream, args, "sm80 backward dK/dV kernel launch");
     constexpr int dq_smem = static_cast<int>(backward_dq_smem_bytes(C));
-    enable_dynamic_smem<dq_kernel<C, Mask, Softcap>, dq_smem>();
-    launch_kernel<dq_kernel<C, Mask, Softcap>>(
+    enable_dynamic_smem<dq_kernel<C, Mask, Softcap, Alibi>, dq_smem>();
+    launch_kernel<dq_kernel<C, Mask, Softcap, Alibi>>(
         dim3(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch), C.n_threads(), dq_smem,
         stream, args, "sm80 backward dQ kernel launch");
 }
@@ -66,7 +66,11 @@ void launch_backward_kernels(const BackwardArgs& args, Stream stream) {
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
     launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
-    if (args.softcap_prescale != 0.0f)
+    if (args.alibi_slopes != nullptr && args.softcap_prescale != 0.0f)
+        launch_backward_kernels<C, BandMask, true, true>(args, stream);
+    else if (args.alibi_slopes != nullptr)
+        launch_backward_kernels<C, BandMask, false, true>(args, stream);
+    else if (args.softcap_prescale != 0.0f)
         launch_backward_kernels<C, BandMask, true>(args, stream);
     else if (args.banded)
         launch_backward_kernels<C, BandMask, false>(args, stream);

@@ -336,13 +336,16 @@ struct BackwardConsumer {
     KeyRowQueries mask;  // of this thread's key rows
     int first_key;       // this warp's first key row
     int dq_row_group;    // its dQ rows: 64 queries of the step's B_r
+    int alibi_shift;     // ALiBi: a query's diagonal position is its index plus this
     float dk[1][g_tiles][4];
     float dv[1][g_tiles][4];
 
     // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp;
     // the next step's statistics (its rows from next_row0; none if negative) staged meanwhile.
-    template <bool Masked, bool Softcap>
-    __device__ __forceinline__ void step(int i, int q0, std::int64_t next_row0) {
+    // Alibi: the step's head's slope in Sᵀ's units (alibi_slope()) biases the exponent.
+    template <bool Masked, bool Softcap, bool Alibi = false>
+    __device__ __forceinline__ void step(int i, int q0, std::int64_t next_row0,
+                                         float alibi_slope = 0.0f) {
         const RingSlot<Tr::stages> slot(i);
         const int lane = threadIdx.x % warp_size;
         const int stats_thread = threadIdx.x - warpgroup_threads;
@@ -431,6 +434,8 @@ struct BackwardConsumer {
             softcap_scores(s, args.softcap_prescale);
         if constexpr (Masked)
             mask.apply(s, q0 + query_col0);
+        // ALiBi joins the exponent only: the softcap's derivative is the tanh's. Keys are the rows.
+        const AlibiTile bias(alibi_slope, first_key, q0 + query_col0 + alibi_shift);
 #pragma unroll
         for (int kt = 0; kt < s_tiles / 2; ++kt) {
             float probabilities[2][4];
@@ -441,7 +446,8 @@ struct BackwardConsumer {
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const float t = s[0][nt][e];
-                    probabilities[half][e] = ptx::ex2(t * scale_log2 - (e % 2 ? lse.y : lse.x));
+                    const float u = Alibi ? t + bias(0, nt, e) : t;
+                    probabilities[half][e] = ptx::ex2(u * scale_log2 - (e % 2 ? lse.y : lse.x));
                     s[0][nt][e] = Softcap ? probabilities[half][e] * fmaxf(1.0f - t * t, 0.0f)
                                           : probabilities[half][e];
                 }
@@ -691,8 +697,8 @@ __device__ __forceinline__ void stage_gradient_rows(const float (&g)[1][NT][4], 
 
 // Mask: CausalMask (the plain kernels) or BandMask (a sliding window, BackwardArgs::band).
 // Softcap: P = exp2(tanh(S · softcap_prescale) · scale_log2 - lse2) (BackwardArgs), and dSᵀ
-// carries tanh's derivative 1 - t².
-template <unsigned long long Code, class Mask, bool Softcap>
+// carries tanh's derivative 1 - t². Alibi (with BandMask): ALiBi's bias in P's exponent.
+template <unsigned long long Code, class Mask, bool Softcap, bool Alibi = false>
 __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
     backward_kernel(const __grid_constant__ BackwardLaunch launch) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -769,6 +775,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
             KeyRowQueries::of(mask, k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m),
         .first_key = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m,
         .dq_row_group = consumer % Tr::dq_row_groups,
+        .alibi_shift = band_shift(seq.q_len, seq.k_len, a.top_left),
     };
     zero(c.dk);
     zero(c.dv);
@@ -806,8 +813,10 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
         }
     }
     // A window with a softcap masks every step: with a masked and an unmasked copy of the step
-    // the d_head 128 kernel spilled 224 bytes, with one 16 (ptxas, CUDA 13.0).
-    constexpr bool always_masked = Softcap && std::is_same_v<Mask, BandMask>;
+    // the d_head 128 kernel spilled 224 bytes, with one 16 (ptxas, CUDA 13.0). So does ALiBi,
+    // whose instances hold one copy of their step too.
+    static_assert(!Alibi || packable, "ALiBi runs on the band kernels");
+    constexpr bool always_masked = (Softcap && std::is_same_v<Mask, BandMask>) || Alibi;
     QueryWalk::Step at = walk.first();
     for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
         const int block = at.block;
@@ -831,10 +840,16 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
                 ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
             }
         }
-        if (always_masked || walk.blocks.masked(block))
+        if constexpr (Alibi) {  // the step's head's slope
+            c.template step<true, Softcap, true>(
+                i, block * Tr::B_r, next_row0,
+                alibi_slope(a.alibi_slopes, a.alibi_batch_stride, seq.index,
+                            tile.kv_head * walk.group + at.head, a.scale_log2));
+        } else if (always_masked || walk.blocks.masked(block)) {
             c.template step<true, Softcap>(i, block * Tr::B_r, next_row0);
-        else
+        } else {
             c.template step<false, Softcap>(i, block * Tr::B_r, next_row0);
+        }
     }
 
     // dK = scale · dSᵀ·Q and dV, this warp's 16 rows (split_head: its consumer's columns).

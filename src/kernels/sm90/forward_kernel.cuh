@@ -94,6 +94,9 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .first = tile.first,
             .masked_head = band.unmasked_first - tile.first,
             .band_shift = shift,
+            .alibi_slope = Variants ? alibi_slope(args.alibi_slopes, args.alibi_batch_stride,
+                                                  tile.sequence, tile.head, args.scale_log2)
+                                    : 0.0f,
             .ring = ring,
             .q_pair = q_pair,
             .pending_store = pending_store,

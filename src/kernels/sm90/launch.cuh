@@ -109,10 +109,12 @@ void launch(const KernelArgs& args, Stream stream) {
 }
 
 // Mask: CausalMask, or BandMask for a sliding window (BackwardArgs::banded); Softcap:
-// BackwardArgs::softcap_prescale. The variants are instances of their own, as the forward's, so
-// that the plain loop keeps its code.
-template <KernelConfig C, class Mask = CausalMask, bool Softcap = false>
-inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C), Mask, Softcap>;
+// BackwardArgs::softcap_prescale; Alibi: BackwardArgs::alibi_slopes (on BandMask). The variants
+// are instances of their own, as the forward's, so that the plain loop keeps its code: ALiBi's
+// step in the window-and-softcap kernel spilled 28 bytes at d_head 128 where it had none
+// (ptxas, CUDA 13.0).
+template <KernelConfig C, class Mask = CausalMask, bool Softcap = false, bool Alibi = false>
+inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C), Mask, Softcap, Alibi>;
 
 template <auto* Kernel, int Smem>
 void launch_backward_instance(std::int64_t ctas, int threads, Stream stream,
@@ -143,8 +145,14 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
     constexpr int threads = C.n_threads();
     const std::int64_t ctas = scheduler.count();
     const bool softcap = args.softcap_prescale != 0.0f;
-    // Packed sequences run on the band kernels (BackwardArgs::banded, set by the host).
-    if (args.banded && softcap)
+    // Packed sequences and ALiBi run on the band kernels (BackwardArgs::banded, set by the host).
+    if (args.alibi_slopes != nullptr && softcap)
+        launch_backward_instance<backward_main_kernel<C, BandMask, true, true>, smem>(
+            ctas, threads, stream, params);
+    else if (args.alibi_slopes != nullptr)
+        launch_backward_instance<backward_main_kernel<C, BandMask, false, true>, smem>(
+            ctas, threads, stream, params);
+    else if (args.banded && softcap)
         launch_backward_instance<backward_main_kernel<C, BandMask, true>, smem>(ctas, threads,
                                                                                 stream, params);
     else if (args.banded)

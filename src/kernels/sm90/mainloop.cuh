@@ -249,8 +249,9 @@ struct Consumer {
     int first;
     int masked_head;
     int band_shift;
-    int ring;                     // ring position of the tile's block 0
-    int q_pair;                   // the barriers of this consumer's Q rows (Traits::q_pair())
+    float alibi_slope;  // Variants: the tile's ALiBi slope in S's units (alibi_slope()), 0: none
+    int ring;           // ring position of the tile's block 0
+    int q_pair;         // the barriers of this consumer's Q rows (Traits::q_pair())
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::d_head / 16][4];
@@ -342,6 +343,7 @@ struct Consumer {
         ptx::fence_operands(s[0]);
         keep_q();
         softcap(s);
+        alibi(s, j);
         if constexpr (Masked)
             mask(s, j);
     }
@@ -377,6 +379,24 @@ struct Consumer {
         if constexpr (Variants) {
             if (args.softcap_prescale != 0.0f)
                 softcap_scores(s, args.softcap_prescale);
+        }
+    }
+
+    // Variants with ALiBi: every block's row maxima, not kept references. Its bias raises a row's
+    // scores block after block towards the diagonal (by slope x B_c, tens of units, a block), so
+    // a kept reference fails and S is computed again nearly every block: with them the forward
+    // ran at 0.5-0.6 of the plain kernel's speed (H200, 2026-12-03).
+    __device__ __forceinline__ bool takes_row_max() const {
+        return Variants && alibi_slope != 0.0f;
+    }
+
+    // Variants: ALiBi's bias, after the softcap, on every block (the blocks every row sees whole
+    // too); a uniform branch, so calls without it skip it.
+    __device__ __forceinline__ void alibi(float (&s)[1][s_tiles][4], int j) const {
+        if constexpr (Variants) {
+            if (alibi_slope != 0.0f)
+                alibi_scores(s,
+                             AlibiTile(alibi_slope, first_row + band_shift, (first + j) * Tr::B_c));
         }
     }
 
@@ -435,6 +455,7 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
     if constexpr (!HoldK)
         c.release_k(j);
     c.softcap(s);
+    c.alibi(s, j);
     if constexpr (Masked)
         c.mask(first_tiles<W>(s), j);
 }
@@ -449,8 +470,8 @@ __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax&
                                              float (&s)[1][Tr::B_c / 8][4], int j) {
     auto& sw = first_tiles<W>(s);
     if constexpr (Kept) {
-        if (j == 0) {
-            softmax.exponentiate(sw);  // no reference yet
+        if (j == 0 || c.takes_row_max()) {
+            softmax.exponentiate(sw);  // no reference yet, or ALiBi's
         } else if (!softmax.exponentiate_kept(sw,
                                               [&c](bool kept) { return c.warpgroup_all(kept); })) {
             c.template rescore<Masked>(s, j);

@@ -46,6 +46,7 @@ enum class Part : int { whole, partial, merging };
 
 // One tile of work: B_r query rows of one (sequence, head) and the K/V blocks they see.
 struct Tile {
+    int sequence;  // b: the batch entry, or a packed batch's sequence
     int head, kv_head;
     Span q, k;     // the sequence's queries (and O's rows) and its keys in their views
     int q_row0;    // first query row of the tile, in the sequence
@@ -162,6 +163,7 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
         const int b = Tr::fast_tile_decode ? d.heads.quotient(at.head_of_batch)
                                            : at.head_of_batch / args.heads;
         Tile t;
+        t.sequence = b;
         t.head = Tr::fast_tile_decode ? at.head_of_batch - b * args.heads
                                       : at.head_of_batch % args.heads;
         // Grouped-query attention: the K/V head of a group of query heads.
@@ -207,6 +209,7 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
         t.head = per_head > 0 ? r / per_head : args.heads;  // non-monotone offsets: empty
         local = per_head > 0 ? r % per_head : 0;
     }
+    t.sequence = b;
     t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
     t.q = sequence_span(seqs.cu_seqlens_q, nullptr, 0, b, seqs.q_view_seq);
     // Paged: entry b is the sequence's row of the block table.
