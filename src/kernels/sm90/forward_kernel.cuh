@@ -24,8 +24,10 @@ namespace flash_attention::sm90 {
 // CTA per SM walking the tiles (the static schedule's stride, or the tile the producer
 // published for the dynamic one). PerSequence: varlen batches and KV caches (tile_at);
 // Variants: sliding window and softcap (KernelArgs::variants), on the per-sequence body;
-// Paged: a paged KV cache (group-major K/V tiles), on the per-sequence body.
-template <KernelConfig C, class Tr, bool PerSequence, bool Variants, bool Paged, class Scheduler>
+// Paged: a paged KV cache (group-major K/V tiles), on the per-sequence body; Alibi: ALiBi's
+// bias, on the variant body.
+template <KernelConfig C, class Tr, bool PerSequence, bool Variants, bool Paged, bool Alibi,
+          class Scheduler>
 __device__ __forceinline__ void consume_tiles(const Params& params, unsigned char* smem,
                                               Barriers<Tr::q_pairs, Tr::stages>& bars,
                                               const Scheduler& scheduler, int consumer) {
@@ -70,7 +72,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         const int computed = !Tr::trim_blocks              ? tile.visited
                              : consumer_row0 >= tile.q.len ? 0
                                                            : own_blocks;
-        using ConsumerT = Consumer<Tr, PerSequence, Variants, Paged>;
+        using ConsumerT = Consumer<Tr, PerSequence, Variants, Paged, Alibi>;
         // The keys this consumer's last row sees (a row past the sequence: all of them).
         const int last_row_keys =
             keys_seen(consumer_row0 + consumer_rows - 1, diagonal, tile.k.len, args.causal);
@@ -94,9 +96,9 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .first = tile.first,
             .masked_head = band.unmasked_first - tile.first,
             .band_shift = shift,
-            .alibi_slope = Variants ? alibi_slope(args.alibi_slopes, args.alibi_batch_stride,
-                                                  tile.sequence, tile.head, args.scale_log2)
-                                    : 0.0f,
+            .alibi_slope = Alibi ? alibi_slope(args.alibi_slopes, args.alibi_batch_stride,
+                                               tile.sequence, tile.head, args.scale_log2)
+                                 : 0.0f,
             .ring = ring,
             .q_pair = q_pair,
             .pending_store = pending_store,
@@ -168,7 +170,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                 pending_store, write);
             return done.visited;
         };
-        if constexpr (Variants) {
+        if constexpr (Variants && !Alibi) {  // ALiBi's bias unbounds the scores
             if (args.softcap_fixed) {
                 ring += run(OnlineSoftmax<1, true, RowReference::fixed>(
                     args.softmax_scale, args.scale_log2, args.softcap_reference));
@@ -186,10 +188,12 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
 // behind a branch cost forward()'s non-persistent d_head 128 causal kernel 5-6%
 // (H100, 2026-11-24, docs/PERF.md). Variants (sliding window, softcap) are a
 // third instantiation of the per-sequence body, dense calls with them included, for the
-// same reason: the plain kernels' main loops stay as they were. Paged caches, with and
+// same reason: the plain kernels' main loops stay as they were, and ALiBi (with or without the
+// others) a fourth. Paged caches, with and
 // without variants, are instantiations of their own: their K/V tiles are laid out
 // differently (Traits::PagedKVTile), and their producer is a warp walking pages.
-template <unsigned long long Code, bool PerSequence, bool Variants = false, bool Paged = false>
+template <unsigned long long Code, bool PerSequence, bool Variants = false, bool Paged = false,
+          bool Alibi = false>
 __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
     forward_kernel(const __grid_constant__ Params params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -236,14 +240,15 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         // One thread produces; a paged cache's producer is the whole first warp (produce()).
         static_assert(PerSequence || !Paged, "a paged cache runs the per-sequence body");
+        static_assert(Variants || !Alibi, "ALiBi runs on the variant body");
         if (threadIdx.x < (Paged ? warp_size : 1))
             produce<Tr, PerSequence, Paged, Variants>(params, smem, bars, scheduler);
         return;
     }
 
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
-    consume_tiles<C, Tr, PerSequence, Variants, Paged>(params, smem, bars, scheduler,
-                                                       warpgroup - 1);
+    consume_tiles<C, Tr, PerSequence, Variants, Paged, Alibi>(params, smem, bars, scheduler,
+                                                              warpgroup - 1);
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)params;

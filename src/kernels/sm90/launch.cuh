@@ -33,6 +33,11 @@ template <KernelConfig C>
 inline constexpr auto* paged_kernel = &forward_kernel<pack(C), true, false, true>;
 template <KernelConfig C>
 inline constexpr auto* paged_variant_kernel = &forward_kernel<pack(C), true, true, true>;
+// ALiBi (KernelArgs::alibi_slopes), with or without the other variants, contiguous or paged.
+template <KernelConfig C>
+inline constexpr auto* alibi_kernel = &forward_kernel<pack(C), true, true, false, true>;
+template <KernelConfig C>
+inline constexpr auto* paged_alibi_kernel = &forward_kernel<pack(C), true, true, true, true>;
 
 template <auto* Kernel, int Smem>
 void launch_instance(std::int64_t ctas, int threads, Stream stream, const Params& params) {
@@ -96,7 +101,11 @@ void launch(const KernelArgs& args, Stream stream) {
         }
     }
     constexpr int threads = C.n_threads();
-    if (args.variants && paged)
+    if (args.alibi_slopes != nullptr && paged)
+        launch_instance<paged_alibi_kernel<C>, smem>(ctas, threads, stream, params);
+    else if (args.alibi_slopes != nullptr)
+        launch_instance<alibi_kernel<C>, smem>(ctas, threads, stream, params);
+    else if (args.variants && paged)
         launch_instance<paged_variant_kernel<C>, smem>(ctas, threads, stream, params);
     else if (args.variants)
         launch_instance<variant_kernel<C>, smem>(ctas, threads, stream, params);

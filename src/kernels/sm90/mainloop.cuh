@@ -204,9 +204,13 @@ struct GemmTurns {
 // masks with the call's lengths and never zeroes V rows. Variants (a per-sequence
 // instantiation): a sliding window's band mask on the blocks at both of its ends, and the
 // logit softcap (KernelArgs::band, softcap_prescale). Paged (a per-sequence instantiation):
-// K and V come from a paged cache, in group-major tiles.
-template <class Tr, bool PerSequence, bool Variants = false, bool Paged = false>
+// K and V come from a paged cache, in group-major tiles. Alibi (on Variants): ALiBi's bias
+// (KernelArgs::alibi_slopes), an instance of its own: as a runtime branch in the window and
+// softcap kernels it cost them 1.5-2% (d_head 64 window, d_head 128 B_c 80 softcap; H200,
+// 2026-12-03, docs/PERF.md).
+template <class Tr, bool PerSequence, bool Variants = false, bool Paged = false, bool Alibi = false>
 struct Consumer {
+    static_assert(Variants || !Alibi, "ALiBi runs on the variant body");
     static constexpr DType dtype = Tr::dtype;
     // K and V blocks as the producer lays them out (a paged cache's: group-major).
     using KVTile = std::conditional_t<Paged, typename Tr::PagedKVTile, typename Tr::KVTile>;
@@ -249,9 +253,9 @@ struct Consumer {
     int first;
     int masked_head;
     int band_shift;
-    float alibi_slope;  // Variants: the tile's ALiBi slope in S's units (alibi_slope()), 0: none
-    int ring;           // ring position of the tile's block 0
-    int q_pair;         // the barriers of this consumer's Q rows (Traits::q_pair())
+    float alibi_slope;            // Alibi: the tile's ALiBi slope in S's units (alibi_slope())
+    int ring;                     // ring position of the tile's block 0
+    int q_pair;                   // the barriers of this consumer's Q rows (Traits::q_pair())
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::d_head / 16][4];
@@ -382,22 +386,16 @@ struct Consumer {
         }
     }
 
-    // Variants with ALiBi: every block's row maxima, not kept references. Its bias raises a row's
-    // scores block after block towards the diagonal (by slope x B_c, tens of units, a block), so
-    // a kept reference fails and S is computed again nearly every block: with them the forward
-    // ran at 0.5-0.6 of the plain kernel's speed (H200, 2026-12-03).
-    __device__ __forceinline__ bool takes_row_max() const {
-        return Variants && alibi_slope != 0.0f;
-    }
+    // ALiBi: every block's row maxima, not kept references. Its bias raises a row's scores block
+    // after block towards the diagonal (by slope x B_c, tens of units, a block), so a kept
+    // reference fails and S is computed again nearly every block: with them the forward ran at
+    // 0.5-0.6 of the plain kernel's speed (H200, 2026-12-03).
+    static constexpr bool takes_row_max = Alibi;
 
-    // Variants: ALiBi's bias, after the softcap, on every block (the blocks every row sees whole
-    // too); a uniform branch, so calls without it skip it.
+    // ALiBi's bias, after the softcap, on every block (the blocks every row sees whole too).
     __device__ __forceinline__ void alibi(float (&s)[1][s_tiles][4], int j) const {
-        if constexpr (Variants) {
-            if (alibi_slope != 0.0f)
-                alibi_scores(s,
-                             AlibiTile(alibi_slope, first_row + band_shift, (first + j) * Tr::B_c));
-        }
+        if constexpr (Alibi)
+            alibi_scores(s, AlibiTile(alibi_slope, first_row + band_shift, (first + j) * Tr::B_c));
     }
 
     template <int NT>
@@ -436,8 +434,8 @@ struct Consumer {
 // needs no more). Masked: whether the step carries the mask's code (consume(): a block before
 // Consumer::unmasked needs none).
 template <bool WithPv, bool HoldK = false, int W, bool Masked = true, class Tr, bool P, bool V,
-          bool Pg, class Turns>
-__device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
+          bool Pg, bool A, class Turns>
+__device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg, A>& c, Turns& turns,
                                        float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::d_head / 8][4],
                                        std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
@@ -465,12 +463,13 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg>& c, Turns& turns,
 // again and takes the row max (exponentiate_kept()). Random inputs at the default scale do
 // not take that path after a row's first block; a row of a real model moves its reference a
 // few times.
-template <bool Kept, int W, bool Masked = true, class Tr, bool P, bool V, bool Pg, class Softmax>
-__device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax& softmax,
+template <bool Kept, int W, bool Masked = true, class Tr, bool P, bool V, bool Pg, bool A,
+          class Softmax>
+__device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg, A>& c, Softmax& softmax,
                                              float (&s)[1][Tr::B_c / 8][4], int j) {
     auto& sw = first_tiles<W>(s);
     if constexpr (Kept) {
-        if (j == 0 || c.takes_row_max()) {
+        if (j == 0 || c.takes_row_max) {
             softmax.exponentiate(sw);  // no reference yet, or ALiBi's
         } else if (!softmax.exponentiate_kept(sw,
                                               [&c](bool kept) { return c.warpgroup_all(kept); })) {
@@ -484,8 +483,8 @@ __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg>& c, Softmax&
 }
 
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
-template <class Tr, bool P, bool V, bool Pg, int KT>
-__device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg>& c,
+template <class Tr, bool P, bool V, bool Pg, bool A, int KT>
+__device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
                                           float (&o)[1][Tr::d_head / 8][4],
                                           std::uint32_t (&p)[1][KT][4], int j) {
     ptx::wgmma_wait<0>();
@@ -495,8 +494,8 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg>& c,
 }
 
 // O += P·V_j, from waiting for V_j to retiring the GEMM.
-template <class Tr, bool P, bool V, bool Pg, class Turns, int KT>
-__device__ __forceinline__ void accumulate(Consumer<Tr, P, V, Pg>& c, Turns& turns,
+template <class Tr, bool P, bool V, bool Pg, bool A, class Turns, int KT>
+__device__ __forceinline__ void accumulate(Consumer<Tr, P, V, Pg, A>& c, Turns& turns,
                                            float (&o)[1][Tr::d_head / 8][4],
                                            std::uint32_t (&p)[1][KT][4], int j) {
     c.wait_v(j);
@@ -524,8 +523,8 @@ __device__ __forceinline__ void to_a_fragments(Softmax& softmax, const float (&s
 // B_c 128 a causal tile's first consumer passes a block a tile on average and the second
 // half of one: 6% of the work at 2k keys (docs/PERF.md, 2026-11-26). A knob, not always on:
 // the extra count moved ptxas's schedule of some main loops, d_head 128's by 1-1.5%.
-template <bool Overlap, class Tr, bool P, bool V, bool Pg, class Turns>
-__device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg>& c, Turns& turns) {
+template <bool Overlap, class Tr, bool P, bool V, bool Pg, bool A, class Turns>
+__device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg, A>& c, Turns& turns) {
     if constexpr (Tr::trim_blocks) {  // else a consumer computes every block of its tile
         for (int j = c.visited; j < c.visited + c.passed; ++j) {
             c.wait_k(j);
@@ -541,8 +540,9 @@ __device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg>& c, Turns& turns) {
 
 // One tile's main loop for one consumer warpgroup: the algorithm. Softmax: an
 // OnlineSoftmax of the config's row reference (or a fixed one, softcap variants).
-template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, bool Pg, class Softmax>
-__device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr, Pingpong>& turns,
+template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, bool Pg, bool A, class Softmax>
+__device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
+                                        GemmTurns<Tr, Pingpong>& turns,
                                         float (&o)[1][Tr::d_head / 8][4], Softmax& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.visited;
@@ -585,8 +585,8 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg>& c, GemmTurns<Tr,
         // and a half block's P flowing into the loop (a tile whose only block is half: it runs
         // its own steps below) each made it serialize every wgmma of a kernel (docs/PERF.md,
         // 2026-11-26). Without half blocks W is the whole block and the loops are the plain ones.
-        constexpr int W = Consumer<Tr, P, V, Pg>::half_blocks ? s_tiles / 2 : s_tiles;
-        const bool half = Consumer<Tr, P, V, Pg>::half_blocks && c.half_last;
+        constexpr int W = Consumer<Tr, P, V, Pg, A>::half_blocks ? s_tiles / 2 : s_tiles;
+        const bool half = Consumer<Tr, P, V, Pg, A>::half_blocks && c.half_last;
         const int whole = half ? n - 1 : n;  // blocks at the whole width
         // The width a step runs at, as a type: `whole_width` or `half_width`.
         using whole_width = std::integral_constant<int, s_tiles>;
