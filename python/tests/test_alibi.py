@@ -13,6 +13,7 @@ import pytest
 import flash_attention_scratch as fa
 from test_backward import BACKWARD_KINDS, assert_gradients_match, kind_id, leaves, needs_backward, seeded
 from test_forward import needs_gpu, randn, torch_dtype
+from test_serving import cache_for
 from test_variants import check, is_hopper
 
 try:
@@ -203,6 +204,32 @@ def test_kvcache_alibi_matches_reference(num_splits, slots, per_entry, causal):
         values = torch.cat([v_cache[s, p:n], v_new[b]])[None]
         check(out[b:b + 1], lse[b:b + 1], q[b:b + 1], keys, values, 1 / math.sqrt(d), causal=causal,
               alibi=slopes[b] if per_entry else slopes)
+
+
+@needs_gpu
+@pytest.mark.parametrize("page", [16, 256])
+@pytest.mark.parametrize("variant", [dict(causal=True), dict(causal=False, window_size=(300, 7), softcap=30.0)],
+                         ids=["causal", "window-softcap"])
+def test_paged_kvcache_alibi_matches_reference(page, variant):
+    """flash_attn_with_kvcache with ALiBi over a paged cache (its own kernel instance) and new keys,
+    (batch, heads) slopes, alone with causal masking and with a window and a softcap, against
+    float64 attention over the keys each entry sees."""
+    if not is_hopper():
+        pytest.skip("ALiBi against a KV cache runs on the sm90 kernels (Hopper)")
+    dtype, batch, h, hkv, d, capacity, new = torch.bfloat16, 3, 8, 2, 64, 1024, 3
+    q = randn(batch, new, h, d, dtype=dtype)
+    k_new, v_new = randn(batch, new, hkv, d, dtype=dtype), randn(batch, new, hkv, d, dtype=dtype)
+    k_cache, v_cache = randn(batch, capacity, hkv, d, dtype=dtype), randn(batch, capacity, hkv, d, dtype=dtype)
+    lens = torch.tensor([700, 0, capacity - new], dtype=torch.int32, device="cuda")
+    slopes = alibi_slopes(batch, h, True)
+    kc, vc, paged = cache_for(k_cache, v_cache, page)
+    out, lse = fa.flash_attn_with_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens, alibi_slopes=slopes,
+                                         return_softmax_lse=True, **paged, **variant)
+    for b in range(batch):
+        n = lens[b].item()
+        keys, values = torch.cat([k_cache[b, :n], k_new[b]])[None], torch.cat([v_cache[b, :n], v_new[b]])[None]
+        check(out[b:b + 1], lse[b:b + 1], q[b:b + 1], keys, values, 1 / math.sqrt(d), causal=variant["causal"],
+              window=variant.get("window_size", (-1, -1)), softcap=variant.get("softcap", 0.0), alibi=slopes[b])
 
 
 @needs_gpu
