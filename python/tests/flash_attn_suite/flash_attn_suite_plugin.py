@@ -5,8 +5,10 @@ against flash_attention_scratch through the flash_attn name-mapping package besi
 It leaves out only dropout (dropout_p > 0), head dims this library does not build, and tests of
 flash_attn's private internals; the terminal summary counts each reason over the whole parameter
 matrix. Everything else, ALiBi (alibi_slopes) included, runs and passes or fails as flash_attn's
-assertions say; failures are counted by message at the end. A test of a documented difference
-(DIFFERENCES) runs as a strict expected failure.
+assertions say; failures are counted by message at the end, and so are the cases flash_attn's
+tests skip themselves (by file and line: test_flash_attn_kvcache skips the combinations it does not
+test, such as rotary without new keys or a batch index with a paged cache). A test of a
+documented difference (DIFFERENCES) runs as a strict expected failure.
 
 FLASH_ATTN_SUITE_SAMPLE=N runs a seeded sample (FLASH_ATTN_SUITE_SEED, default 0) of N of the
 cases that run, when there are more: every test function keeps min(its cases, 20), the rest in
@@ -95,9 +97,17 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_terminal_summary(terminalreporter, config):
-    """The cases left out by reason (over the whole matrix), then the failures' first lines, each
-    with its count."""
+    """The cases left out by reason (over the whole matrix), then those flash_attn's tests skipped
+    themselves and the failures' first lines, each with its count."""
     sections = [("left out", config.stash.get(LEFT_OUT, collections.Counter()))]
+    skipped = collections.Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report.longrepr, tuple):  # (file, line, "Skipped: message")
+            path, line, message = report.longrepr
+            skipped[f"{os.path.basename(str(path))}:{line} {message}"] += 1
+        else:
+            skipped[str(report.longrepr).splitlines()[0][:200]] += 1
+    sections.append(("skipped by flash_attn's own tests", skipped))
     failures = collections.Counter()
     for report in terminalreporter.stats.get("failed", []):
         crash = getattr(report.longrepr, "reprcrash", None)
