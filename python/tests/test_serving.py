@@ -457,6 +457,32 @@ def test_flash_attn_with_kvcache_slots_and_left_padding_match_reference(variant)
     assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
 
 
+@needs_gpu
+@pytest.mark.parametrize("num_splits", [1, 2, 5, 16])
+@pytest.mark.parametrize("page", [None, 16])
+@pytest.mark.parametrize("variant", [dict(causal=True, window=(200, 0)), dict(causal=False, softcap=30.0)],
+                         ids=["window", "softcap"])
+def test_flash_attn_with_kvcache_variants_take_any_num_splits(num_splits, page, variant):
+    """A window or a softcap with any num_splits (flash_attn's split-KV hint; such calls run on
+    the sm90 variant kernels, which split no keys): decoding and a short chunk, contiguous and
+    paged, against float64 attention over each entry's keys."""
+    from test_variants import check
+    dtype, b, hq, hkv, d, cap = torch.bfloat16, 3, 8, 2, 128, 1024
+    window, softcap, causal = variant.get("window", (-1, -1)), variant.get("softcap", 0.0), variant["causal"]
+    k_cache, v_cache = randn(b, cap, hkv, d, dtype=dtype), randn(b, cap, hkv, d, dtype=dtype)
+    lens = torch.tensor([900, 3, cap - 4], dtype=torch.int32, device="cuda")
+    kc, vc, paged = cache_for(k_cache, v_cache, page)
+    for seq_q in (1, 4):
+        q = randn(b, seq_q, hq, d, dtype=dtype)
+        out, lse = fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, causal=causal, window_size=window,
+                                             softcap=softcap, num_splits=num_splits, return_softmax_lse=True,
+                                             **paged)
+        for i in range(b):
+            n = lens[i].item()
+            check(out[i:i + 1], lse[i:i + 1], q[i:i + 1], k_cache[i:i + 1, :n], v_cache[i:i + 1, :n], d ** -0.5,
+                  causal=causal, window=window, softcap=softcap)
+
+
 def test_flash_attn_varlen_func_runs_a_paged_forward_on_grad_inputs_and_refuses_its_backward(monkeypatch):
     """flash_attn runs a paged forward on inputs that require grad (its tests do); pages have no
     backward pass here, so the output's backward raises instead of leaving the inputs without
