@@ -143,8 +143,10 @@ def _alibi(alibi_slopes):
     slopes, which the batch shares)."""
     if alibi_slopes is None:
         return dict(alibi_slopes=0, alibi_batch_stride=0)
-    return dict(alibi_slopes=alibi_slopes.data_ptr(),
-                alibi_batch_stride=alibi_slopes.stride(0) if alibi_slopes.dim() == 2 else 0)
+    # Rows of contiguous (batch, heads) slopes lie `heads` apart; PyTorch calls a tensor with one
+    # row contiguous whatever its row stride, and one row needs no stride.
+    rows = alibi_slopes.dim() == 2 and alibi_slopes.shape[0] > 1
+    return dict(alibi_slopes=alibi_slopes.data_ptr(), alibi_batch_stride=alibi_slopes.shape[1] if rows else 0)
 
 
 def _variants(window_size, softcap, learnable_sink, alibi_slopes=None):

@@ -552,6 +552,11 @@ def test_alibi_slopes_are_read_contiguous():
     shared = _ops._check_alibi(torch.rand(8)[::2], q)
     assert shared.is_contiguous() and _ops._alibi(shared) == dict(alibi_slopes=shared.data_ptr(), alibi_batch_stride=0)
     assert _ops._check_alibi(None, q) is None and _ops._alibi(None) == dict(alibi_slopes=0, alibi_batch_stride=0)
+    # One row with any row stride (a slice of a wider table, a transposed column): read as one row.
+    q1 = q[:1]
+    for one_row in (torch.rand(1, 8)[:, :4], torch.rand(4, 1).t(), torch.rand(1, 3, 4)[:, 1]):
+        checked = _ops._check_alibi(one_row, q1)
+        assert _ops._alibi(checked) == dict(alibi_slopes=checked.data_ptr(), alibi_batch_stride=0)
 
 
 def test_out_with_grad_raises_before_any_work(cpu):
