@@ -241,6 +241,7 @@ void check_backward_on_device(
                      {p.options.lse, "options.lse"},
                      {p.d_lse, "d_lse"},
                      {p.options.variants.sinks, "options.variants.sinks"},
+                     {p.options.variants.alibi_slopes, "options.variants.alibi_slopes"},
                      {p.d_sinks, "d_sinks"}},
                     device, stream);
     if (more.size() > 0)

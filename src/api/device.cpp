@@ -71,7 +71,8 @@ void check_on_device(const ForwardParams& p, const DeviceProperties& device, Str
                      {p.v.data, "v.data"},
                      {p.o.data, "o.data"},
                      {p.options.lse, "lse"},
-                     {p.options.variants.sinks, "variants.sinks"}},
+                     {p.options.variants.sinks, "variants.sinks"},
+                     {p.options.variants.alibi_slopes, "variants.alibi_slopes"}},
                     device, stream);
 }
 

@@ -270,6 +270,7 @@ void check_varlen(const VarlenParams& p, Stream stream) {
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
                      {p.options.variants.sinks, "variants.sinks"},
+                     {p.options.variants.alibi_slopes, "variants.alibi_slopes"},
                      {p.k.data, "k.data"},
                      {p.v.data, "v.data"},
                      {p.o.data, "o.data"},
@@ -346,6 +347,7 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
                      {p.options.variants.sinks, "variants.sinks"},
+                     {p.options.variants.alibi_slopes, "variants.alibi_slopes"},
                      {p.k_cache.data, "k_cache.data"},
                      {p.v_cache.data, "v_cache.data"},
                      {p.o.data, "o.data"},
