@@ -188,9 +188,9 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
 // behind a branch cost forward()'s non-persistent d_head 128 causal kernel 5-6%
 // (H100, 2026-11-24, docs/PERF.md). Variants (sliding window, softcap) are a
 // third instantiation of the per-sequence body, dense calls with them included, for the
-// same reason: the plain kernels' main loops stay as they were, and ALiBi (with or without the
-// others) a fourth. Paged caches, with and
-// without variants, are instantiations of their own: their K/V tiles are laid out
+// same reason: the plain kernels' main loops stay as they were; ALiBi (with or without the
+// others) is a fourth. Paged caches, with and without variants or ALiBi, are
+// instantiations of their own: their K/V tiles are laid out
 // differently (Traits::PagedKVTile), and their producer is a warp walking pages.
 template <unsigned long long Code, bool PerSequence, bool Variants = false, bool Paged = false,
           bool Alibi = false>
@@ -240,7 +240,6 @@ __global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         // One thread produces; a paged cache's producer is the whole first warp (produce()).
         static_assert(PerSequence || !Paged, "a paged cache runs the per-sequence body");
-        static_assert(Variants || !Alibi, "ALiBi runs on the variant body");
         if (threadIdx.x < (Paged ? warp_size : 1))
             produce<Tr, PerSequence, Paged, Variants>(params, smem, bars, scheduler);
         return;
