@@ -337,7 +337,7 @@ struct BackwardParams {
     // options.variants.sinks: ∂loss/∂sinks, (heads_q,) fp32 device memory, written (not
     // accumulated): dsinks[h] = Σ over the batch's rows of head h of exp(sinks[h] - LSE) · (dLSE -
     // rowsum(dO ∘ O)), summed in one fixed order (the same bits from run to run, deterministic or
-    // not). Null: not computed.
+    // not); it overlaps no tensor, LSE, sink or ALiBi slope the call reads. Null: not computed.
     float* d_sinks = nullptr;
 };
 

@@ -38,6 +38,23 @@ void check_same_shape(const TensorView& t, const char* name, const TensorView& a
     }
 }
 
+// d_sinks, written before the main kernels run, overlaps none of the ALiBi slopes they read:
+// (heads,) floats, or (batch, heads) with a batch stride (batch: the call's sequences).
+void check_d_sinks_apart_from_slopes(const BackwardParams& p, std::int64_t batch) {
+    const Variants& v = p.options.variants;
+    if (p.d_sinks == nullptr || v.alibi_slopes == nullptr)
+        return;
+    const std::int64_t heads = p.q.shape[2];
+    const auto count =
+        static_cast<std::uintptr_t>(v.alibi_batch_stride != 0 ? batch * heads : heads);
+    const auto d0 = reinterpret_cast<std::uintptr_t>(p.d_sinks);
+    const auto s0 = reinterpret_cast<std::uintptr_t>(v.alibi_slopes);
+    if (d0 < s0 + 4 * count && s0 < d0 + 4 * static_cast<std::uintptr_t>(heads)) {
+        fail(ErrorCode::invalid_argument, "d_sinks",
+             "memory that does not overlap options.variants.alibi_slopes", "an overlapping range");
+    }
+}
+
 // Shapes, dtypes, strides, alignment, aliasing and options; needs no GPU.
 void validate_backward(const BackwardParams& p) {
     const std::array<std::pair<const TensorView*, const char*>, 8> tensors = {{{&p.q, "q"},
@@ -101,6 +118,7 @@ void validate_backward(const BackwardParams& p) {
     apart(p.options.lse, rows, "options.lse");
     apart(p.d_lse, rows, "d_lse");
     apart(p.options.variants.sinks, heads, "options.variants.sinks");
+    check_d_sinks_apart_from_slopes(p, p.q.shape[0]);
 }
 
 // The forward's shape (with its window or softcap: the tuning cache keys those apart).
@@ -288,6 +306,7 @@ void validate_backward_varlen(const VarlenBackwardParams& p) {
     validate_backward(dense_view(p));
     // As forward_varlen's: the grid's z extent holds the batch.
     check_range("batch", p.batch, 1, k_max_batch);
+    check_d_sinks_apart_from_slopes(dense_view(p), p.batch);
     check_range("max_seqlen_q", p.max_seqlen_q, 1, p.q.shape[1]);
     check_range("max_seqlen_k", p.max_seqlen_k, 1, k_max_seq);
     check_int_array(p.cu_seqlens_q, "cu_seqlens_q", true, "of batch + 1 offsets");

@@ -479,6 +479,28 @@ TEST(Validation, BackwardChecksEverythingBeforeTheDevice) {
                  fa::ErrorCode::invalid_argument, "variants.window_right", "5");
     expect_error(backward_error([](auto& p) { p.d_sinks = reinterpret_cast<float*>(256); }),
                  fa::ErrorCode::invalid_argument, "d_sinks", "a pointer");
+    // d_sinks (written first) apart from the ALiBi slopes the main kernels read: the (batch,
+    // heads) rows count with a batch stride, not without one.
+    const auto slopes_then_sinks = [](fa::BackwardParams& p, std::int64_t stride) {
+        static float sinks_and_slopes[12];
+        p.options.variants.sinks = sinks_and_slopes;
+        p.options.variants.alibi_slopes = sinks_and_slopes + 4;
+        p.options.variants.alibi_batch_stride = stride;
+        p.d_sinks = sinks_and_slopes + 8;
+    };
+    expect_error(backward_error([&](auto& p) {
+                     slopes_then_sinks(p, 4);  // rows 4-7 and 8-11: d_sinks is the second
+                 }),
+                 fa::ErrorCode::invalid_argument, "d_sinks", "an overlapping range");
+    expect_error(backward_error([&](auto& p) {
+                     slopes_then_sinks(p, 0);
+                     p.d_sinks = const_cast<float*>(p.options.variants.alibi_slopes);
+                 }),
+                 fa::ErrorCode::invalid_argument, "d_sinks", "an overlapping range");
+    if (fa::device_count() == 0) {
+        EXPECT_EQ(backward_error([&](auto& p) { slopes_then_sinks(p, 0); }).code(),
+                  fa::ErrorCode::no_device);
+    }
     expect_error(backward_error([](auto& p) { p.dk.shape[2] = 2; }),
                  fa::ErrorCode::invalid_argument, "dk.shape[2] (heads)", "2");
     expect_error(backward_error([](auto& p) { p.d_o.shape[1] = 255; }),
@@ -543,6 +565,15 @@ TEST(Validation, VarlenBackwardChecksEverythingBeforeTheDevice) {
     if (fa::device_count() == 0) {
         EXPECT_EQ(varlen_backward_error([](auto&) {}).code(), fa::ErrorCode::no_device);
     }
+    // (batch, heads) ALiBi slopes count the call's sequences (3), not the packed view's one entry.
+    expect_error(varlen_backward_error([](auto& p) {
+                     static float sinks_and_slopes[16];
+                     p.options.variants.sinks = sinks_and_slopes;
+                     p.options.variants.alibi_slopes = sinks_and_slopes + 4;
+                     p.options.variants.alibi_batch_stride = 4;
+                     p.d_sinks = sinks_and_slopes + 12;  // the third sequence's slopes
+                 }),
+                 fa::ErrorCode::invalid_argument, "d_sinks", "an overlapping range");
     expect_error(varlen_backward_error([](auto& p) { p.q.shape[0] = 2; }),
                  fa::ErrorCode::invalid_argument, "q.shape[0] (batch)", "2");
     expect_error(varlen_backward_error([](auto& p) { p.cu_seqlens_q = nullptr; }),
