@@ -402,9 +402,9 @@ TEST(Backward, WindowMatchesReference) {
 }
 
 // ALiBi on every built backward config (both families: the band kernels take its bias): causal
-// with GQA, per-(batch, head) slopes with seq_q != seq_k at both alignments, odd lengths, and
-// with a window, a softcap and sinks. Slopes uniform in [0, 0.3) as flash_attn's tests draw
-// them, one of 2 (a sharp row).
+// with and without GQA, per-(batch, head) slopes with seq_q != seq_k at both alignments, odd
+// lengths, and with a window, a softcap and sinks. Slopes uniform in [0, 0.3) as flash_attn's tests
+// draw them, one of 2 (a sharp row).
 TEST(Backward, AlibiMatchesReference) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
@@ -417,6 +417,8 @@ TEST(Backward, AlibiMatchesReference) {
     };
     const AlibiCase alibi_cases[] = {
         {{1, 700, 700, 4, 2, true}, false, {-1, -1}, 0.0f, false},
+        // Without GQA: the ordered kernels' causal walk, highest key block first.
+        {{1, 700, 700, 4, 4, true}, false, {-1, -1}, 0.0f, false},
         {{2, 300, 1000, 4, 4, false}, true, {-1, -1}, 0.0f, false},
         {{2, 1000, 300, 4, 1, true, true}, true, {-1, -1}, 0.0f, false},
         {{1, 257, 513, 4, 2, false}, false, {-1, -1}, 0.0f, false},
