@@ -38,21 +38,26 @@ void check_same_shape(const TensorView& t, const char* name, const TensorView& a
     }
 }
 
+// d_sinks ((heads,) floats) overlaps none of the `count` floats at `other` (null: none).
+void check_d_sinks_apart(const BackwardParams& p, const float* other, std::int64_t count,
+                         const char* name) {
+    const auto d0 = reinterpret_cast<std::uintptr_t>(p.d_sinks);
+    const auto o0 = reinterpret_cast<std::uintptr_t>(other);
+    const auto heads = static_cast<std::uintptr_t>(p.q.shape[2]);
+    if (d0 != 0 && o0 != 0 && d0 < o0 + 4 * static_cast<std::uintptr_t>(count) &&
+        o0 < d0 + 4 * heads) {
+        fail(ErrorCode::invalid_argument, "d_sinks",
+             std::string("memory that does not overlap ") + name, "an overlapping range");
+    }
+}
+
 // d_sinks, written before the main kernels run, overlaps none of the ALiBi slopes they read:
 // (heads,) floats, or (batch, heads) with a batch stride (batch: the call's sequences).
 void check_d_sinks_apart_from_slopes(const BackwardParams& p, std::int64_t batch) {
     const Variants& v = p.options.variants;
-    if (p.d_sinks == nullptr || v.alibi_slopes == nullptr)
-        return;
     const std::int64_t heads = p.q.shape[2];
-    const auto count =
-        static_cast<std::uintptr_t>(v.alibi_batch_stride != 0 ? batch * heads : heads);
-    const auto d0 = reinterpret_cast<std::uintptr_t>(p.d_sinks);
-    const auto s0 = reinterpret_cast<std::uintptr_t>(v.alibi_slopes);
-    if (d0 < s0 + 4 * count && s0 < d0 + 4 * static_cast<std::uintptr_t>(heads)) {
-        fail(ErrorCode::invalid_argument, "d_sinks",
-             "memory that does not overlap options.variants.alibi_slopes", "an overlapping range");
-    }
+    check_d_sinks_apart(p, v.alibi_slopes, v.alibi_batch_stride != 0 ? batch * heads : heads,
+                        "options.variants.alibi_slopes");
 }
 
 // Shapes, dtypes, strides, alignment, aliasing and options; needs no GPU.
@@ -106,18 +111,9 @@ void validate_backward(const BackwardParams& p) {
     const std::int64_t heads = p.q.shape[2];
     for (const auto& tensor : tensors)
         check_float_rows(p.d_sinks, "d_sinks", heads, "(heads,)", {tensor});
-    const auto apart = [&](const float* other, std::int64_t count, const char* name) {
-        const auto d0 = reinterpret_cast<std::uintptr_t>(p.d_sinks);
-        const auto o0 = reinterpret_cast<std::uintptr_t>(other);
-        if (d0 != 0 && o0 != 0 && d0 < o0 + 4 * static_cast<std::uintptr_t>(count) &&
-            o0 < d0 + 4 * static_cast<std::uintptr_t>(heads)) {
-            fail(ErrorCode::invalid_argument, "d_sinks",
-                 std::string("memory that does not overlap ") + name, "an overlapping range");
-        }
-    };
-    apart(p.options.lse, rows, "options.lse");
-    apart(p.d_lse, rows, "d_lse");
-    apart(p.options.variants.sinks, heads, "options.variants.sinks");
+    check_d_sinks_apart(p, p.options.lse, rows, "options.lse");
+    check_d_sinks_apart(p, p.d_lse, rows, "d_lse");
+    check_d_sinks_apart(p, p.options.variants.sinks, heads, "options.variants.sinks");
     check_d_sinks_apart_from_slopes(p, p.q.shape[0]);
 }
 
