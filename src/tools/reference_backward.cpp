@@ -357,8 +357,8 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
             // The naive error: the larger of the two computations', and at least the rounding
             // scale of its rows (root-sum-square). One sum's error is one draw of a walk over
             // every row: a correct kernel failed 2 x the two draws (0.0128 against 0.0116, bf16,
-            // window 255, sinks, 700 rows; H200, 2026-12-04). The scale grows as √rows · u, so a
-            // dsink 5% off still fails (reference_test.cpp).
+            // window 255, sinks, 700 rows; H200, 2026-12-04). The scale is about √rows · u of a
+            // row's share: a dsink 5% off still fails (reference_test.cpp).
             const double naive_error =
                 std::max({static_cast<double>(std::abs(as_torch - sums.exact)),
                           static_cast<double>(std::abs(as_flash - sums.exact)),
