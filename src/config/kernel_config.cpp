@@ -391,8 +391,11 @@ std::size_t std::hash<flash_attention::KernelConfig>::operator()(
     // masked, as in the kernel code; equal configs always hash equal), then mixed
     // (SplitMix64's finaliser): the packed codes differ in a few bits, and Python reduces a
     // hash modulo 2^61 - 1, where unmixed codes of two release configs collided.
-    std::uint64_t x = flash_attention::pack(c);
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return static_cast<std::size_t>(x ^ (x >> 31));
+    const auto mix = [](std::uint64_t x) {
+        x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+        x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+        return x ^ (x >> 31);
+    };
+    const flash_attention::ConfigCode code = flash_attention::pack(c);
+    return static_cast<std::size_t>(mix(code.lo ^ mix(code.hi)));
 }

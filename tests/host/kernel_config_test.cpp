@@ -284,3 +284,21 @@ TEST(KernelConfig, EveryConfigSurvivesTheKernelParameterPacking) {
     for (const KernelConfig& c : fa::space::named_set("all"))
         EXPECT_EQ(fa::unpack(fa::pack(c)), c) << c.to_string();
 }
+
+// Each field alone at its largest value, then all of them: a field that overlapped another's
+// bits, or lost bits across the code's two words, would come back changed.
+TEST(KernelConfig, EveryFieldAtItsLargestSurvivesThePacking) {
+    KernelConfig all;
+    for (int i = 0; i < fa::k_config_field_count; ++i) {
+        const int largest = fa::field_max(fa::k_config_fields[i].bits);
+        KernelConfig one;
+        fa::set_field_value(one, i, largest);
+        fa::set_field_value(all, i, largest);
+        EXPECT_EQ(fa::unpack(fa::pack(one)), one) << fa::k_config_fields[i].name;
+    }
+    EXPECT_EQ(fa::unpack(fa::pack(all)), all);
+    const fa::ConfigCode code = fa::pack(all);
+    const int bits = fa::code_bits();
+    EXPECT_EQ(code.lo, bits >= 64 ? ~0ull : (1ull << bits) - 1);
+    EXPECT_EQ(code.hi, bits <= 64 ? 0ull : ~0ull >> (128 - bits));
+}

@@ -194,10 +194,11 @@ __device__ __forceinline__ void probabilities_and_ds(float (&s)[1][NT][4], float
 // dK and dV of one key block of one K/V head. Mask: CausalMask, or BandMask for a sliding
 // window (BackwardArgs::band); Softcap: BackwardArgs::softcap_prescale; Alibi (with BandMask):
 // BackwardArgs::alibi_slopes.
-template <unsigned long long Code, class Mask, bool Softcap, bool Alibi>
-__global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
+template <unsigned long long CodeHi, unsigned long long CodeLo, class Mask, bool Softcap,
+          bool Alibi>
+__global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::threads, 1)
     backward_dkdv_kernel(const __grid_constant__ BackwardArgs args) {
-    constexpr KernelConfig C = unpack(Code);
+    constexpr KernelConfig C = unpack(CodeHi, CodeLo);
     using Tr = BackwardTraits<C>;
     using T = typename Tr::T;
     using Scores = WarpLayout<Tr::B_c, Tr::B_r, Tr::warps>;    // Sᵀ, dPᵀ: keys x queries
@@ -309,10 +310,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
 }
 
 // dQ of one query tile of one head (Mask, Softcap and Alibi as the dK/dV kernel's).
-template <unsigned long long Code, class Mask, bool Softcap, bool Alibi>
-__global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
+template <unsigned long long CodeHi, unsigned long long CodeLo, class Mask, bool Softcap,
+          bool Alibi>
+__global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::threads, 1)
     backward_dq_kernel(const __grid_constant__ BackwardArgs args) {
-    constexpr KernelConfig C = unpack(Code);
+    constexpr KernelConfig C = unpack(CodeHi, CodeLo);
     using Tr = BackwardTraits<C>;
     using T = typename Tr::T;
     using Scores = WarpLayout<Tr::B_r, Tr::B_c, Tr::warps>;    // S, dP: queries x keys

@@ -35,10 +35,10 @@ __device__ __forceinline__ void commit_copies() {
 
 // Variants: sliding window, softcap and ALiBi (KernelArgs::variants), an instantiation of its own
 // so that the plain kernel's loop stays as it was.
-template <unsigned long long Code, bool Variants = false>
-__global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
+template <unsigned long long CodeHi, unsigned long long CodeLo, bool Variants = false>
+__global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
     forward_kernel(const __grid_constant__ KernelArgs args) {
-    constexpr KernelConfig C = unpack(Code);
+    constexpr KernelConfig C = unpack(CodeHi, CodeLo);
     using Tr = Traits<C>;
     using T = typename Tr::T;
     constexpr bool async = C.sm80.async_copy;

@@ -14,10 +14,10 @@
 namespace flash_attention::sm80 {
 
 template <KernelConfig C>
-inline constexpr auto* kernel = &forward_kernel<pack(C)>;
+inline constexpr auto* kernel = &forward_kernel<pack(C).hi, pack(C).lo>;
 // Sliding window and softcap (KernelArgs::variants).
 template <KernelConfig C>
-inline constexpr auto* variant_kernel = &forward_kernel<pack(C), true>;
+inline constexpr auto* variant_kernel = &forward_kernel<pack(C).hi, pack(C).lo, true>;
 
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
@@ -44,9 +44,11 @@ void launch(const KernelArgs& args, Stream stream) {
 // (alibi_slopes): the band kernels, instances of their own as the forward's variants (a softcap
 // without a window runs the band mask with the causal flag's band).
 template <KernelConfig C, class Mask = CausalMask, bool Softcap = false, bool Alibi = false>
-inline constexpr auto* dkdv_kernel = &backward_dkdv_kernel<pack(C), Mask, Softcap, Alibi>;
+inline constexpr auto* dkdv_kernel =
+    &backward_dkdv_kernel<pack(C).hi, pack(C).lo, Mask, Softcap, Alibi>;
 template <KernelConfig C, class Mask = CausalMask, bool Softcap = false, bool Alibi = false>
-inline constexpr auto* dq_kernel = &backward_dq_kernel<pack(C), Mask, Softcap, Alibi>;
+inline constexpr auto* dq_kernel =
+    &backward_dq_kernel<pack(C).hi, pack(C).lo, Mask, Softcap, Alibi>;
 
 template <KernelConfig C, class Mask, bool Softcap, bool Alibi = false>
 void launch_backward_kernels(const BackwardArgs& args, Stream stream) {

@@ -698,11 +698,12 @@ __device__ __forceinline__ void stage_gradient_rows(const float (&g)[1][NT][4], 
 // Mask: CausalMask (the plain kernels) or BandMask (a sliding window, BackwardArgs::band).
 // Softcap: P = exp2(tanh(S · softcap_prescale) · scale_log2 - lse2) (BackwardArgs), and dSᵀ
 // carries tanh's derivative 1 - t². Alibi (with BandMask): ALiBi's bias in P's exponent.
-template <unsigned long long Code, class Mask, bool Softcap, bool Alibi = false>
-__global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
+template <unsigned long long CodeHi, unsigned long long CodeLo, class Mask, bool Softcap,
+          bool Alibi = false>
+__global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::threads, 1)
     backward_kernel(const __grid_constant__ BackwardLaunch launch) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tr = BackwardTraits<unpack(Code)>;
+    using Tr = BackwardTraits<unpack(CodeHi, CodeLo)>;
     using T = typename Tr::T;
     const BackwardArgs& a = launch.args;
 
@@ -904,10 +905,10 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(Code)>::threads, 1)
 // the first store: the 16-bit stores may alias the fp32 reads for all the compiler knows, and
 // with each load after the previous store one load a thread was in flight (172 µs for 16k
 // tokens at d_head 128, a third of HBM's bandwidth; H200, 2026-12-02).
-template <unsigned long long Code>
+template <unsigned long long CodeHi, unsigned long long CodeLo>
 __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant__ BackwardArgs a) {
     ptx::wait_for_previous_grid();  // the main kernel's reduces (a programmatic launch)
-    using Tr = BackwardTraits<unpack(Code)>;
+    using Tr = BackwardTraits<unpack(CodeHi, CodeLo)>;
     using T = typename Tr::T;
     const int block = blockIdx.x, head = blockIdx.y;
     const BackwardSequence seq = BackwardSequence::of(a, blockIdx.z);

@@ -192,13 +192,13 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
 // others) is a fourth. Paged caches, with and without variants or ALiBi, are
 // instantiations of their own: their K/V tiles are laid out
 // differently (Traits::PagedKVTile), and their producer is a warp walking pages.
-template <unsigned long long Code, bool PerSequence, bool Variants = false, bool Paged = false,
-          bool Alibi = false>
-__global__ void __launch_bounds__(Traits<unpack(Code)>::threads, 1)
+template <unsigned long long CodeHi, unsigned long long CodeLo, bool PerSequence,
+          bool Variants = false, bool Paged = false, bool Alibi = false>
+__global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
     forward_kernel(const __grid_constant__ Params params) {
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using Tr = Traits<unpack(Code)>;
-    constexpr KernelConfig C = unpack(Code);
+    using Tr = Traits<unpack(CodeHi, CodeLo)>;
+    constexpr KernelConfig C = unpack(CodeHi, CodeLo);
 
     extern __shared__ unsigned char smem_raw[];
     // TMA's 128-byte swizzle repeats every 1024 bytes and wgmma assumes tiles start on

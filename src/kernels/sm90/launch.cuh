@@ -22,22 +22,25 @@ namespace flash_attention::sm90 {
 
 // forward()'s dense problems, and sequences of their own lengths (forward_kernel.cuh).
 template <KernelConfig C>
-inline constexpr auto* kernel = &forward_kernel<pack(C), false>;
+inline constexpr auto* kernel = &forward_kernel<pack(C).hi, pack(C).lo, false>;
 template <KernelConfig C>
-inline constexpr auto* per_sequence_kernel = &forward_kernel<pack(C), true>;
+inline constexpr auto* per_sequence_kernel = &forward_kernel<pack(C).hi, pack(C).lo, true>;
 // Sliding window and softcap, dense or per sequence (KernelArgs::variants).
 template <KernelConfig C>
-inline constexpr auto* variant_kernel = &forward_kernel<pack(C), true, true>;
+inline constexpr auto* variant_kernel = &forward_kernel<pack(C).hi, pack(C).lo, true, true>;
 // A paged KV cache, without and with variants.
 template <KernelConfig C>
-inline constexpr auto* paged_kernel = &forward_kernel<pack(C), true, false, true>;
+inline constexpr auto* paged_kernel = &forward_kernel<pack(C).hi, pack(C).lo, true, false, true>;
 template <KernelConfig C>
-inline constexpr auto* paged_variant_kernel = &forward_kernel<pack(C), true, true, true>;
+inline constexpr auto* paged_variant_kernel =
+    &forward_kernel<pack(C).hi, pack(C).lo, true, true, true>;
 // ALiBi (KernelArgs::alibi_slopes), with or without the other variants, contiguous or paged.
 template <KernelConfig C>
-inline constexpr auto* alibi_kernel = &forward_kernel<pack(C), true, true, false, true>;
+inline constexpr auto* alibi_kernel =
+    &forward_kernel<pack(C).hi, pack(C).lo, true, true, false, true>;
 template <KernelConfig C>
-inline constexpr auto* paged_alibi_kernel = &forward_kernel<pack(C), true, true, true, true>;
+inline constexpr auto* paged_alibi_kernel =
+    &forward_kernel<pack(C).hi, pack(C).lo, true, true, true, true>;
 
 template <auto* Kernel, int Smem>
 void launch_instance(std::int64_t ctas, int threads, Stream stream, const Params& params) {
@@ -123,7 +126,8 @@ void launch(const KernelArgs& args, Stream stream) {
 // step in the window-and-softcap kernel spilled 28 bytes at d_head 128 where it had none
 // (ptxas, CUDA 13.0).
 template <KernelConfig C, class Mask = CausalMask, bool Softcap = false, bool Alibi = false>
-inline constexpr auto* backward_main_kernel = &backward_kernel<pack(C), Mask, Softcap, Alibi>;
+inline constexpr auto* backward_main_kernel =
+    &backward_kernel<pack(C).hi, pack(C).lo, Mask, Softcap, Alibi>;
 
 template <auto* Kernel, int Smem>
 void launch_backward_instance(std::int64_t ctas, int threads, Stream stream,
@@ -172,7 +176,7 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
                                                                                   stream, params);
     else
         launch_backward_instance<backward_main_kernel<C>, smem>(ctas, threads, stream, params);
-    launch_kernel<&backward_dq_kernel<pack(C)>>(
+    launch_kernel<&backward_dq_kernel<pack(C).hi, pack(C).lo>>(
         dim3(blocks_covering(args.seq_q, C.B_r), args.heads, args.batch), 128, 0, stream, args,
         "sm90 backward dQ conversion launch", LaunchOrder::after_trigger);
 }
