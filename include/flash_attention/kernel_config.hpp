@@ -95,7 +95,10 @@ enum class FieldKind {
     X(bool, stream_k, false, 1, sm90, flag, "streamk")                                    \
     /* backward: each query block's dQ is added in key-block order (a semaphore per */    \
     /* block), so gradients are bitwise identical run to run (deterministic mode) */      \
-    X(bool, ordered_dq, false, 1, sm90, flag, "ordered")
+    X(bool, ordered_dq, false, 1, sm90, flag, "ordered")                                  \
+    /* backward: each step computes the previous step's dQ, so that the consumers need */ \
+    /* not wait for each other's dS within a step (sm90/backward_kernel.cuh) */           \
+    X(bool, lag_dq, false, 1, sm90, flag, "lagdq")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

@@ -151,15 +151,19 @@ constexpr Row k_rows[] = {
     // d_head 64 and 128 tiles (B_r 128 and 64 queries a step), a two-stage Q/dO pipeline; d_head
     // 256, two consumers on the same 64 keys with half of d_head's columns each and one Q/dO
     // stage (209 KB of shared memory): 1.5-1.6x the sm80 kernel (H200, 2026-12-02).
-    // Causal d_head 64 without GQA takes the deterministic kernel, the default wherever it
-    // costs under 5%: 1.3% at 2k, 4.5% at 8k, 3.2% at 16k there (H200, 2026-12-02). At
-    // d_head 256 it costs 6-34% causal (2k-16k, its scores shared; H200, 2026-12-02) and is
-    // taken only when asked for. GQA's deterministic order is another (KeyBlockScheduler), not
-    // measured at these head dims.
-    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered", 0, true, true},
-    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered", 0, true, true},
-    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2"},
-    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2"},
+    // The deterministic kernel is the default wherever it costs under 5%: causal d_head 64
+    // without GQA up to 2k keys, where it is 1.4% (1k) and 2.6% (2k) slower than the lagged
+    // kernel below, against 5.0% at 4k and 9.5% at 8k (bf16; fp16 0.8%, 2.1%, 4.6%, 9.8%; one
+    // call, H200, 2026-12-04). At d_head 256 it costs 6-34% causal (2k-16k, its scores shared;
+    // H200, 2026-12-02) and is taken only when asked for. GQA's deterministic order is another
+    // (KeyBlockScheduler), not measured at these head dims.
+    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered", 2048, true, true},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered", 2048, true, true},
+    // d_head 64 computes dQ a step behind (lagdq): against the kernel in step, bf16 non-causal
+    // +0.5% at 1k, +3.9% at 2k, +7.1% at 8k, +8.1% at 16k; causal -1.7% at 1k, +2.9% to +8.4%
+    // from 2k; causal GQA 32/8 +3.8% to +9.3%; fp16 alike (H200, 2026-12-04).
+    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+lagdq"},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+lagdq"},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2"},
     {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2"},
     {"(BF16, 256, 64, 64, 12): sm90+bwd+stages_1"},

@@ -96,13 +96,14 @@ constexpr std::array k_rules = {
     Rule{"backward_knobs", RuleKind::validity,
          "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
          "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
-         "forward's), sm90 stages (the depth of the Q/dO pipeline) and ordered",
+         "forward's), sm90 stages (the depth of the Q/dO pipeline), ordered and lagdq",
          [](const KernelConfig& c) {
              if (!c.backward)
                  return false;
              if (sm90(c))
-                 return c.sm90 !=
-                        Sm90Knobs{.stages = c.sm90.stages, .ordered_dq = c.sm90.ordered_dq};
+                 return c.sm90 != Sm90Knobs{.stages = c.sm90.stages,
+                                            .ordered_dq = c.sm90.ordered_dq,
+                                            .lag_dq = c.sm90.lag_dq};
              return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
                     c.sm80.K_mma_load_K_tiles != 0 || c.sm80.V_mma_load_K_tiles != 0 ||
                     c.sm80.mma_double_buffer_loads || c.sm80.optimized_softmax;
@@ -110,6 +111,14 @@ constexpr std::array k_rules = {
     Rule{"ordered_is_backward", RuleKind::validity,
          "ordered orders the backward pass's dQ additions (add bwd)",
          [](const KernelConfig& c) { return c.sm90.ordered_dq && !c.backward; }},
+    Rule{"lagdq_is_backward", RuleKind::validity,
+         "lagdq computes the backward pass's dQ a step behind (add bwd) in the sm90 kernel whose "
+         "consumers own 64 keys each (B_c = 64 x consumers; not d_head 256's shared keys), "
+         "without ordered (not built: its dQ additions wait in key-block order)",
+         [](const KernelConfig& c) {
+             return c.sm90.lag_dq &&
+                    (!c.backward || sm90_backward_split_head(c) || c.sm90.ordered_dq);
+         }},
     Rule{"backward_tiles", RuleKind::validity,
          "backward tiles: B_r and B_c 64 or 128, whose 16-row warp groups divide the warps and "
          "leave each warp whole pairs of n8 columns of every tile",
@@ -481,6 +490,7 @@ ValueSets tune_values_backward_sm90() {
     v.n_warps = {8, 12};
     v.stages = {1, 2, 3};
     v.ordered_dq = {false, true};
+    v.lag_dq = {false, true};
     return v;
 }
 

@@ -116,8 +116,12 @@ constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
     const auto d = static_cast<std::size_t>(c.d_head);
     const auto stages = static_cast<std::size_t>(c.sm90.stages > 0 ? c.sm90.stages : 0);
     const std::size_t score_tiles = sm90_backward_split_head(c) ? 2 : 1;
+    // lag_dq: the statistics a copy a consumer warp, and four mbarriers.
+    const std::size_t stats_copies =
+        c.sm90.lag_dq ? 4 * static_cast<std::size_t>(consumer_warpgroups(c)) : 1;
     const std::size_t bytes = 2 * (2 * k * d + 2 * stages * r * d + 2 * score_tiles * k * r) +
-                              4 * r * d + 16 * r + 8 * (1 + 4 * stages);
+                              4 * r * d + 16 * r * stats_copies + 8 * (1 + 4 * stages) +
+                              (c.sm90.lag_dq ? 32 : 0);
     return (bytes + 1023) / 1024 * 1024 + 1024;
 }
 

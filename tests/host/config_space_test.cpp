@@ -99,6 +99,20 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
               }),
               "backward_warpgroups");
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.stages = 4; }), "sm90_smem");
+    // dQ a step behind: the consumers of 64 keys each, unordered.
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.lag_dq = true; }), "");
+    EXPECT_EQ(KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+lagdq").sm90.lag_dq,
+              true);
+    EXPECT_EQ(with_hopper([](KernelConfig& c) {
+                  c.sm90.lag_dq = true;
+                  c.sm90.ordered_dq = true;
+              }),
+              "lagdq_is_backward");
+    EXPECT_EQ(rejected_by(KernelConfig::parse("(BF16, 256, 64, 64, 12): sm90+bwd+stages_1+lagdq")),
+              "lagdq_is_backward");
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim+lagdq")),
+              "lagdq_is_backward");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.optimized_softmax = true; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.K_mma_load_K_tiles = 2; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 32; }), "backward_tiles");

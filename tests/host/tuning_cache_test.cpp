@@ -683,10 +683,10 @@ TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
     EXPECT_EQ(config_of(deterministic), k_sm80_backward);
 }
 
-// The built-in table's causal rows: causal d_head 64 without GQA takes the deterministic kernel
-// by default (it costs under 5% there), non-causal and GQA the unordered one; a row's length and
-// causal limits hold for the backward as for the forward.
-TEST(TuningCache, BackwardTableTakesTheOrderedKernelForCausalD64) {
+// The built-in table's d_head 64 rows: causal without GQA up to 2k keys takes the deterministic
+// kernel by default (it costs under 5% there); otherwise the unordered one that computes dQ a
+// step behind (lagdq). A row's length and causal limits hold for the backward as for the forward.
+TEST(TuningCache, BackwardTableTakesTheOrderedKernelForShortCausalD64) {
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
     const TempDir dir;
     const CacheEnvironment env(dir.path() / "tuning.json");  // no file: the table alone
@@ -694,21 +694,24 @@ TEST(TuningCache, BackwardTableTakesTheOrderedKernelForCausalD64) {
     problem.d_head = 64;
     const auto ordered =
         fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered");
-    const auto unordered = fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2");
+    const auto lagged =
+        fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+lagdq");
     const auto built = [](const fa::KernelConfig& c) {
         return std::find(fa::configs().begin(), fa::configs().end(), c) != fa::configs().end();
     };
-    if (!built(ordered) || !built(unordered))
+    if (!built(ordered) || !built(lagged))
         GTEST_SKIP() << "this build lacks the sm90 BF16 d_head 64 backward kernels";
     problem.causal = true;
-    EXPECT_EQ(fa::choose_backward_config(problem, h100), ordered);
+    EXPECT_EQ(fa::choose_backward_config(problem, h100), lagged);  // 4096 keys
     EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
+    problem.seq_q = problem.seq_k = 2048;
+    EXPECT_EQ(fa::choose_backward_config(problem, h100), ordered);
     problem.causal = false;
-    EXPECT_EQ(fa::choose_backward_config(problem, h100), unordered);
+    EXPECT_EQ(fa::choose_backward_config(problem, h100), lagged);
     EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
     problem.causal = true;  // GQA: its own deterministic order, not measured at d_head 64
     problem.heads_kv = problem.heads / 4;
-    EXPECT_EQ(fa::choose_backward_config(problem, h100), unordered);
+    EXPECT_EQ(fa::choose_backward_config(problem, h100), lagged);
     EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
 }
 

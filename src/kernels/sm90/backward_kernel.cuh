@@ -9,7 +9,9 @@
 //    computes, with the keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
 //    straight from registers; each step's LSE and D rows staged in shared memory a step ahead):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
-//        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory).
+//        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory);
+//    with lag_dq, dQ a step behind: each step computes the previous step's, whose dS every
+//    consumer stored a while ago, so that no consumer waits within a step for the other's dS.
 //    d_head 256 (split_head): both consumers on the CTA's 64 keys, each computing Sᵀ and dPᵀ
 //    for half of the step's queries; Pᵀ and dSᵀ go through shared memory, and each consumer
 //    runs dV, dK and dQ for half of d_head's columns over every query.
@@ -99,6 +101,24 @@ struct BackwardTraits {
     // +2.8% (the spread), d_head 256 -6 to -10% (its SASS differs only in order and registers;
     // the cause was not found).
     static constexpr bool kv_with_first_step = !split_head;
+    // dQ a step behind (lag_dq): one dS barrier a step held both consumers in step, so that
+    // they took their exponentials together with no GEMM in flight (ncu: tensor pipe 66%
+    // against FA4's 79%, d_head 128, H200, 2026-12-02). Each step then computes the previous
+    // step's dQ, from a dS buffer every consumer filled a step before (mbarriers per buffer),
+    // and a consumer may run most of a step ahead of the other: d_head 64 +2.4% at 2k and
+    // +5.6% at 8k, d_head 128 -1 to -4% (bf16, H200, 2026-12-04). Two consumers of 64 keys.
+    static constexpr bool lag_dq = C.sm90.lag_dq;
+    static_assert(!lag_dq || !split_head, "lag_dq: consumers of 64 keys each");
+    // Copies of a step's statistics (StepStats): with lag_dq one a consumer warp, which stages
+    // and reads its own, so that no consumer waits for another's to start a step; otherwise one,
+    // shared, ordered by the dS barrier.
+    static constexpr int stats_copies = lag_dq ? 4 * consumers : 1;
+    // lag_dq, by dS buffer: every consumer warp's dS of the step (and its next step's
+    // statistics) is stored (full), and every consumer warp's dQ GEMM has read it (empty).
+    struct DsBarriers {
+        tma::Barrier full[2], empty[2];
+    };
+    struct NoDsBarriers {};
 
     struct Smem {
         alignas(1024) unsigned char k[KTile::bytes];
@@ -111,10 +131,11 @@ struct BackwardTraits {
         alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order (dq_index)
         // A step's query rows' LSE (base 2) then D, alternating by step: the consumers copy the
         // next step's from global memory while they run this one (StepStats).
-        alignas(16) float stats[2][2 * B_r];
+        alignas(16) float stats[2][stats_copies][2 * B_r];
         tma::Barrier kv_full;  // K and V, unless kv_with_first_step
         tma::Barrier q_full[stages], q_empty[stages];
         tma::Barrier d_o_full[stages], d_o_empty[stages];
+        std::conditional_t<lag_dq, DsBarriers, NoDsBarriers> ds_barriers;
     };
     // Dynamic shared memory: the struct, aligned in the kernel to 1024 bytes.
     static constexpr int smem_bytes = static_cast<int>(sizeof(Smem)) + 1024;
@@ -283,21 +304,34 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
 }
 
 // A step's query rows' statistics from the preprocess, the LSE (base 2) and D, staged in shared
-// memory one step ahead by the consumers themselves: each thread loads its share of the next
-// step's rows from global memory as a step begins and stores it before the step's dSᵀ barrier,
-// which every consumer passes before the next step reads them. The load's latency hides behind
-// the step's GEMMs, and plain loads and stores ordered by a named barrier need no proxy fence.
+// memory one step ahead by the consumers themselves, so that their latency hides behind the
+// step's GEMMs. One shared copy: each thread loads its share of the next step's rows from global
+// memory as a step begins and stores it before the step's dSᵀ barrier, which every consumer
+// passes before the next step reads them (plain loads and stores ordered by a named barrier need
+// no proxy fence). With lag_dq, a copy a consumer warp (Tr::stats_copies): each warp copies its
+// own with cp.async as a step's GEMMs run and waits for it before announcing the step's dSᵀ,
+// ordered for its lanes by __syncwarp alone: a shared copy needed every consumer thread's
+// arrival on an mbarrier each step (one a warp after __syncwarp drew racecheck hazards), and
+// those arrivals cost d_head 64 and 128 7-14% (H200, 2026-12-04).
 // (Read from global memory at use, each step waited on L2 and d_head 64 spilled; bulk copies
 // into each pipeline stage drew racecheck hazards against the reads.)
 template <class Tr>
 struct StepStats {
     static constexpr int floats = 2 * Tr::B_r;  // the LSE rows, then D's
+    static constexpr bool shared = Tr::stats_copies == 1;
     static constexpr int threads = Tr::consumers * warpgroup_threads;
-    static constexpr int per_thread = (floats + threads - 1) / threads;
+    static constexpr int per_thread = shared ? (floats + threads - 1) / threads : 1;
     float v[per_thread];
 
-    // Thread t (of the consumers') takes floats t, t + threads, ...
-    __device__ __forceinline__ void load(const BackwardArgs& a, std::int64_t row0, int t) {
+    // The calling warp's copy of buffer `buffer` (shared: the one copy).
+    __device__ static float* copy(typename Tr::Smem& smem, int buffer) {
+        const int warp = (threadIdx.x - warpgroup_threads) / warp_size;
+        return smem.stats[buffer][shared ? 0 : warp];
+    }
+
+    // The shared copy: consumer thread t takes floats t, t + threads, ...
+    __device__ __forceinline__ void load(const BackwardArgs& a, std::int64_t row0) {
+        const int t = threadIdx.x - warpgroup_threads;
 #pragma unroll
         for (int j = 0; j < per_thread; ++j) {
             const int f = t + j * threads;
@@ -305,13 +339,31 @@ struct StepStats {
                 v[j] = __ldg(f < Tr::B_r ? a.lse2 + row0 + f : a.d + row0 + (f - Tr::B_r));
         }
     }
-    __device__ __forceinline__ void store(float* stats, int t) const {
+    __device__ __forceinline__ void store(float* stats) const {
+        const int t = threadIdx.x - warpgroup_threads;
 #pragma unroll
         for (int j = 0; j < per_thread; ++j) {
             const int f = t + j * threads;
             if (f < floats)
                 stats[f] = v[j];
         }
+    }
+
+    // A warp's copy: lane l copies 16-byte chunks l, l + 32, ... (the rows start 16-byte aligned:
+    // BackwardWorkspace pads each head's rows to whole blocks of 128), then waits with landed().
+    __device__ static void fetch(const BackwardArgs& a, std::int64_t row0, float* stats) {
+        static_assert(!shared && Tr::B_r % 4 == 0, "a warp's copy of whole 16-byte chunks");
+        constexpr int chunks = floats / 4;
+#pragma unroll
+        for (int c = threadIdx.x % warp_size; c < chunks; c += warp_size) {
+            const int f = 4 * c;
+            ptx::cp_async_16(ptx::smem_address(stats + f),
+                             f < Tr::B_r ? a.lse2 + row0 + f : a.d + row0 + (f - Tr::B_r));
+        }
+        ptx::cp_async_commit_group();
+    }
+    __device__ static void landed() {
+        ptx::cp_async_wait_group<0>();
     }
 };
 
@@ -343,19 +395,23 @@ struct BackwardConsumer {
     // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp;
     // the next step's statistics (its rows from next_row0; none if negative) staged meanwhile.
     // Alibi: the step's head's slope in Sᵀ's units (alibi_slope()) biases the exponent.
-    template <bool Masked, bool Softcap, bool Alibi = false>
+    // Previous (lag_dq): whether a previous step's dQ is to be computed (every step but the
+    // first), a compile-time flag: wgmmas issued under a branch were serialized and spilled
+    // hundreds of bytes (ptxas, CUDA 13.0).
+    template <bool Masked, bool Softcap, bool Alibi = false, bool Previous = true>
     __device__ __forceinline__ void step(int i, int q0, std::int64_t next_row0,
                                          float alibi_slope = 0.0f) {
         const RingSlot<Tr::stages> slot(i);
         const int lane = threadIdx.x % warp_size;
-        const int stats_thread = threadIdx.x - warpgroup_threads;
         StepStats<Tr> next;
-        if (next_row0 >= 0)
-            next.load(args, next_row0, stats_thread);
+        if constexpr (StepStats<Tr>::shared) {
+            if (next_row0 >= 0)
+                next.load(args, next_row0);
+        }
         // This consumer's queries of the step: [query_col0, query_col0 + step_queries).
         const int query_col0 = Tr::query_col0(consumer);
-        const float* lse2 = smem.stats[i % 2] + query_col0;
-        const float* d = smem.stats[i % 2] + Tr::B_r + query_col0;
+        const float* lse2 = StepStats<Tr>::copy(smem, i % 2) + query_col0;
+        const float* d = StepStats<Tr>::copy(smem, i % 2) + Tr::B_r + query_col0;
         // A column's LSE or D (its float2 pair of columns of n8 tile nt). Both are read before
         // the GEMM wait that precedes their use (the waits order memory: their asm clobbers it)
         // where the registers allow ("early"); at B_r 128 the 32 the LSE takes beside Sᵀ and
@@ -422,6 +478,13 @@ struct BackwardConsumer {
                 dp[0], KTile::k_major(v_rows, kk), QTile::k_major(d_o_s + query_rows, kk), kk > 0);
         }
         ptx::wgmma_commit_group();
+        // A warp's copy of the next step's statistics, while Sᵀ and dPᵀ run (issued at the step's
+        // top, the copies' addresses took registers across them: d_head 128 spilled 20 bytes,
+        // ptxas, CUDA 13.0).
+        if constexpr (!StepStats<Tr>::shared) {
+            if (next_row0 >= 0)
+                StepStats<Tr>::fetch(args, next_row0, StepStats<Tr>::copy(smem, (i + 1) % 2));
+        }
 
         // Pᵀ, each column (query) against its row's LSE. A softcap first, as the forward's, before
         // the mask (tanh(-inf) would be -1): t = tanh(S · prescale); Pᵀ goes to its 16-bit A
@@ -480,8 +543,48 @@ struct BackwardConsumer {
         if constexpr (Tr::split_head) {
             split_head_gemms(slot, p, ds, ds_s, p_s, q_s, d_o_s, cols, k_dq, [&] {
                 if (next_row0 >= 0)
-                    next.store(smem.stats[(i + 1) % 2], stats_thread);
+                    next.store(StepStats<Tr>::copy(smem, (i + 1) % 2));
             });
+        } else if constexpr (Tr::lag_dq) {
+            // dSᵀ to shared memory, the next step's statistics landed, both announced (full);
+            // then the previous step's dQ = dS·K (its buffer announced by every consumer a step
+            // ago), dV += Pᵀ·dO and dK += dSᵀ·Q. This buffer last held dS two steps back: every
+            // consumer's dQ has read it (empty).
+            auto& barriers = smem.ds_barriers;
+            if (Previous && i >= 2)
+                barriers.empty[i % 2].wait(((i - 2) / 2) & 1);
+            store_scores(ds, ds_s);
+            StepStats<Tr>::landed();  // before arrive_warp's __syncwarp
+            tma::fence_shared_to_async_proxy();
+            arrive_warp(barriers.full[i % 2]);
+            float dq[1][dq_tiles][4];
+            if constexpr (Previous) {
+                barriers.full[(i - 1) % 2].wait(((i - 1) / 2) & 1);
+                gemm_dq(dq, i - 1);
+            }
+            ptx::wgmma_commit_group();  // empty in the first step
+            ptx::fence_operands(dv[0]);
+            ptx::wgmma_fence();
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
+            ptx::wgmma_commit_group();
+            ptx::fence_operands(dk[0]);
+            ptx::wgmma_fence();
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
+            ptx::wgmma_commit_group();
+            ptx::wgmma_wait<2>();  // the previous step's dQ
+            if constexpr (Previous) {
+                ptx::fence_operands(dq[0]);
+                arrive_warp(barriers.empty[(i - 1) % 2]);
+                stage_dq(dq, 0, true, true);
+            }
+            ptx::wgmma_wait<1>();  // dV's GEMM: dO and Pᵀ are free
+            ptx::fence_operands(dv[0]);
+            ptx::fence_operands(p[0]);
+            release(smem.d_o_empty[slot.stage]);
+            ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
+            ptx::fence_operands(dk[0]);
+            ptx::fence_operands(ds[0]);
+            release(smem.q_empty[slot.stage]);
         } else {
             // The next step's statistics staged and dV += Pᵀ·dO issued; then the barrier: every
             // consumer's dSᵀ is in shared memory for dQ.
@@ -491,7 +594,7 @@ struct BackwardConsumer {
             // 2026-12-02).
             store_scores(ds, ds_s);
             if (next_row0 >= 0)
-                next.store(smem.stats[(i + 1) % 2], stats_thread);
+                next.store(StepStats<Tr>::copy(smem, (i + 1) % 2));
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
             warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
@@ -526,6 +629,37 @@ struct BackwardConsumer {
             ptx::fence_operands(ds[0]);
             release(smem.q_empty[slot.stage]);
         }
+    }
+
+    // lag_dq: step j's share of dQ = dS·K (its 64 query rows, from step j's dS buffer, K read
+    // MN-major), issued, not committed, once every consumer's dS of step j is stored.
+    __device__ __forceinline__ void gemm_dq(float (&dq)[1][dq_tiles][4], int j) const {
+        std::uint32_t base = smem_base;
+        asm volatile("" : "+r"(base));
+        const std::uint32_t ds_s = base + offsetof(Smem, ds) + (j % 2) * DsTile::bytes;
+        const std::uint32_t k_dq =
+            base + offsetof(Smem, k) +
+            consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
+        ptx::wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
+            ptx::wgmma_ss<dtype, Tr::dq_cols, true>(
+                dq[0], DsTile::k_major(ds_s + DsTile::group_offset(64 * dq_row_group), kk),
+                KTile::mn_major(k_dq, kk), kk > 0);
+        }
+    }
+
+    // lag_dq, after a walk of `steps` steps: its last step's dQ, staged.
+    __device__ __forceinline__ void finish_dq(int steps) const {
+        if (steps == 0)
+            return;
+        float dq[1][dq_tiles][4];
+        smem.ds_barriers.full[(steps - 1) % 2].wait(((steps - 1) / 2) & 1);
+        gemm_dq(dq, steps - 1);
+        ptx::wgmma_commit_group();
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(dq[0]);
+        stage_dq(dq, 0, true, true);
     }
 
     // d_head 256's GEMMs after its scores: each consumer's Pᵀ and dSᵀ (its queries' columns)
@@ -636,9 +770,15 @@ struct BackwardConsumer {
 
     // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
     __device__ __forceinline__ static void release(tma::Barrier& empty) {
+        arrive_warp(empty);
+    }
+    // One arrival for the warp, once every lane is here: the barriers of consumer warps count
+    // warps (their lanes' earlier shared-memory accesses ordered by __syncwarp, then released by
+    // the arrival).
+    __device__ __forceinline__ static void arrive_warp(tma::Barrier& barrier) {
         __syncwarp();
         if (threadIdx.x % warp_size == 0)
-            empty.arrive();
+            barrier.arrive();
     }
 };
 
@@ -741,6 +881,12 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             smem.q_empty[s].init(4 * Tr::consumers);
             smem.d_o_empty[s].init(4 * Tr::consumers);
         }
+        if constexpr (Tr::lag_dq) {
+            for (int b = 0; b < 2; ++b) {
+                smem.ds_barriers.full[b].init(4 * Tr::consumers);
+                smem.ds_barriers.empty[b].init(4 * Tr::consumers);
+            }
+        }
         tma::fence_barrier_init();
     }
     __syncthreads();
@@ -786,9 +932,14 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     };
     ptx::wait_for_previous_grid();  // the preprocess's LSE and D (a programmatic launch)
     if (walk.steps() > 0) {
-        StepStats<Tr> first;
-        first.load(a, stats_row0(walk.first()), threadIdx.x - warpgroup_threads);
-        first.store(smem.stats[0], threadIdx.x - warpgroup_threads);
+        if constexpr (StepStats<Tr>::shared) {
+            StepStats<Tr> first;
+            first.load(a, stats_row0(walk.first()));
+            first.store(StepStats<Tr>::copy(smem, 0));
+        } else {
+            StepStats<Tr>::fetch(a, stats_row0(walk.first()), StepStats<Tr>::copy(smem, 0));
+            StepStats<Tr>::landed();
+        }
     }
     ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
     if constexpr (!Tr::kv_with_first_step)
@@ -818,8 +969,12 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     // whose instances hold one copy of their step too.
     static_assert(!Alibi || packable, "ALiBi runs on the band kernels");
     constexpr bool always_masked = (Softcap && std::is_same_v<Mask, BandMask>) || Alibi;
-    QueryWalk::Step at = walk.first();
-    for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
+    // Step i of the walk, at `at`. First (lag_dq, a compile-time flag): the first step, which has
+    // no previous step's dQ to compute and runs the masked step (which masks an unmasked block to
+    // no effect); it is peeled off the loop: a copy of the step for it inside the loop spilled
+    // 104 bytes in d_head 64's softcap kernel (ptxas, CUDA 13.0).
+    const auto run_step = [&](int i, QueryWalk::Step at, auto first) {
+        constexpr bool First = decltype(first)::value;
         const int block = at.block;
         // The next step's rows, whose statistics this step stages; -1 past the walk.
         QueryWalk::Step next = at;
@@ -842,15 +997,30 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             }
         }
         if constexpr (Alibi) {  // the step's head's slope
-            c.template step<true, Softcap, true>(
+            c.template step<true, Softcap, true, !First>(
                 i, block * Tr::B_r, next_row0,
                 alibi_slope(a.alibi_slopes, a.alibi_batch_stride, seq.index,
                             tile.kv_head * walk.group + at.head, a.scale_log2));
+        } else if constexpr (First) {
+            c.template step<true, Softcap, false, false>(i, block * Tr::B_r, next_row0);
         } else if (always_masked || walk.blocks.masked(block)) {
             c.template step<true, Softcap>(i, block * Tr::B_r, next_row0);
         } else {
             c.template step<false, Softcap>(i, block * Tr::B_r, next_row0);
         }
+    };
+    QueryWalk::Step at = walk.first();
+    if constexpr (Tr::lag_dq) {
+        if (walk.steps() > 0) {
+            run_step(0, at, std::true_type{});
+            at.advance(walk);
+        }
+        for (int i = 1; i < walk.steps(); ++i, at.advance(walk))
+            run_step(i, at, std::false_type{});
+        c.finish_dq(walk.steps());
+    } else {
+        for (int i = 0; i < walk.steps(); ++i, at.advance(walk))
+            run_step(i, at, std::false_type{});
     }
 
     // dK = scale · dSᵀ·Q and dV, this warp's 16 rows (split_head: its consumer's columns).
