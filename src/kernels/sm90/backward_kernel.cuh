@@ -438,15 +438,10 @@ struct BackwardConsumer {
         };
         float2 l[early ? s_tiles : 1];
         load_early(l, lse2);
-        // Every operand address anew each step from an opaque base: hoisted out of the loop,
-        // the GEMMs' 40 descriptors of K and V took 64-bit registers for the whole loop, and
-        // d_head 128 spilled (ptxas, CUDA 13.0).
-        std::uint32_t base = smem_base;
-        asm volatile("" : "+r"(base));
+        const std::uint32_t base = opaque_base();
         const std::uint32_t q_s = base + offsetof(Smem, q) + slot.stage * QTile::bytes;
         const std::uint32_t d_o_s = base + offsetof(Smem, d_o) + slot.stage * QTile::bytes;
-        const std::uint32_t ds_s =
-            base + offsetof(Smem, ds) + (i % 2) * Tr::score_tiles * DsTile::bytes;
+        const std::uint32_t ds_s = ds_tile(base, i);
         const std::uint32_t p_s = ds_s + DsTile::bytes;  // split_head's P tile
         // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B).
         const int key_rows = Tr::key_rows_of(consumer);
@@ -455,9 +450,7 @@ struct BackwardConsumer {
         // Its columns of Q and dO for dK and dV.
         const std::uint32_t cols =
             consumer * (Tr::head_cols / 64) * QTile::sub_tile_stride * Tr::split_head;
-        const std::uint32_t k_dq =
-            base + offsetof(Smem, k) +
-            consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
+        const std::uint32_t k_dq = dq_k_cols(base);
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (this consumer's queries), issued back to back.
         const int query_rows = QTile::group_offset(query_col0);
@@ -560,7 +553,8 @@ struct BackwardConsumer {
             float dq[1][dq_tiles][4];
             if constexpr (Previous) {
                 barriers.full[(i - 1) % 2].wait(((i - 1) / 2) & 1);
-                gemm_dq(dq, i - 1);
+                const std::uint32_t fresh = opaque_base();
+                gemm_dq(dq, ds_tile(fresh, i - 1), dq_k_cols(fresh));
             }
             ptx::wgmma_commit_group();  // empty in the first step
             ptx::fence_operands(dv[0]);
@@ -602,16 +596,9 @@ struct BackwardConsumer {
             tma::fence_shared_to_async_proxy();
             ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
 
-            // This consumer's share of dQ = dS·K (its 64 query rows, K read MN-major); then dK +=
-            // dSᵀ·Q.
+            // This consumer's share of dQ = dS·K; then dK += dSᵀ·Q.
             float dq[1][dq_tiles][4];
-            ptx::wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
-                ptx::wgmma_ss<dtype, Tr::dq_cols, true>(
-                    dq[0], DsTile::k_major(ds_s + DsTile::group_offset(64 * dq_row_group), kk),
-                    KTile::mn_major(k_dq, kk), kk > 0);
-            }
+            gemm_dq(dq, ds_s, k_dq);
             ptx::wgmma_commit_group();
             ptx::wgmma_wait<1>();  // dV's GEMM (dQ's still running): dO and Pᵀ are free
             ptx::fence_operands(dv[0]);
@@ -631,15 +618,28 @@ struct BackwardConsumer {
         }
     }
 
-    // lag_dq: step j's share of dQ = dS·K (its 64 query rows, from step j's dS buffer, K read
-    // MN-major), issued, not committed, once every consumer's dS of step j is stored.
-    __device__ __forceinline__ void gemm_dq(float (&dq)[1][dq_tiles][4], int j) const {
+    // smem's shared-memory address, opaque to the compiler, so that every operand address is
+    // computed anew where it is used: hoisted out of the loop, the GEMMs' 40 descriptors of K
+    // and V took 64-bit registers for the whole loop, and d_head 128 spilled (ptxas, CUDA 13.0).
+    __device__ std::uint32_t opaque_base() const {
         std::uint32_t base = smem_base;
         asm volatile("" : "+r"(base));
-        const std::uint32_t ds_s = base + offsetof(Smem, ds) + (j % 2) * DsTile::bytes;
-        const std::uint32_t k_dq =
-            base + offsetof(Smem, k) +
-            consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
+        return base;
+    }
+    // Step i's dS tile (and split_head's P tile after it), of shared memory at `base`.
+    __device__ static std::uint32_t ds_tile(std::uint32_t base, int i) {
+        return base + offsetof(Smem, ds) + (i % 2) * Tr::score_tiles * DsTile::bytes;
+    }
+    // K's columns of this consumer's dQ share (dQ's B).
+    __device__ std::uint32_t dq_k_cols(std::uint32_t base) const {
+        return base + offsetof(Smem, k) +
+               consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
+    }
+
+    // This consumer's share of a step's dQ = dS·K (its 64 query rows of the dS tile at ds_s; K's
+    // columns at k_dq, read MN-major), issued, not committed.
+    __device__ __forceinline__ void gemm_dq(float (&dq)[1][dq_tiles][4], std::uint32_t ds_s,
+                                            std::uint32_t k_dq) const {
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
@@ -655,7 +655,8 @@ struct BackwardConsumer {
             return;
         float dq[1][dq_tiles][4];
         smem.ds_barriers.full[(steps - 1) % 2].wait(((steps - 1) / 2) & 1);
-        gemm_dq(dq, steps - 1);
+        const std::uint32_t base = opaque_base();
+        gemm_dq(dq, ds_tile(base, steps - 1), dq_k_cols(base));
         ptx::wgmma_commit_group();
         ptx::wgmma_wait<0>();
         ptx::fence_operands(dq[0]);
