@@ -105,8 +105,9 @@ struct BackwardTraits {
     // they took their exponentials together with no GEMM in flight (ncu: tensor pipe 66%
     // against FA4's 79%, d_head 128, H200, 2026-12-02). Each step then computes the previous
     // step's dQ, from a dS buffer every consumer filled a step before (mbarriers per buffer),
-    // and a consumer may run most of a step ahead of the other: d_head 64 +2.4% at 2k and
-    // +5.6% at 8k, d_head 128 -1 to -4% (bf16, H200, 2026-12-04). Two consumers of 64 keys.
+    // and a consumer may run most of a step ahead of the other: d_head 64 +3.9% at 2k and
+    // +7.1% at 8k (bf16 non-causal; causal GQA up to +9%), d_head 128 -1 to -5% (H200,
+    // 2026-12-04). Two consumers of 64 keys.
     static constexpr bool lag_dq = C.sm90.lag_dq;
     static_assert(!lag_dq || !split_head, "lag_dq: consumers of 64 keys each");
     // Copies of a step's statistics (StepStats): with lag_dq one a consumer warp, which stages
@@ -553,6 +554,8 @@ struct BackwardConsumer {
             float dq[1][dq_tiles][4];
             if constexpr (Previous) {
                 barriers.full[(i - 1) % 2].wait(((i - 1) / 2) & 1);
+                // Its addresses from a fresh opaque base, as in the measured kernel (from the
+                // step's `base` its PTX differed; not measured).
                 const std::uint32_t fresh = opaque_base();
                 gemm_dq(dq, ds_tile(fresh, i - 1), dq_k_cols(fresh));
             }
