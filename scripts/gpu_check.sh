@@ -7,6 +7,8 @@
 #
 #   build    the README's build (default options: the release set) with warnings as errors, the
 #            README's main job (`run --check`), the host and GPU tests
+#   prebuilt D  instead of build, binaries built elsewhere (scripts/pack_build.sh BUILD D, D carried):
+#            unpacked into $BUILD, then build's checks; the device's minutes go to the GPU alone
 #   sanitize compute-sanitizer on build's tests: memcheck on odd shapes of every built config,
 #            racecheck on the sm90 ones (build and sanitize together take about 10 minutes on an
 #            H200 host of 16 cores: the device tool's limit for one command)
@@ -74,6 +76,29 @@ stage_build() {
   check deps scripts/install_deps_debian.sh || return
   check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON || return
   check compile cmake --build "$BUILD" -j "$jobs" || return
+  build_checks
+}
+
+stage_prebuilt() {
+  local dir=$1 name
+  for name in bin/flash_attention tests/test_host tests/test_gpu; do
+    if [ ! -f "$dir/$(basename "$name").xz" ]; then
+      note "prebuilt: expected $dir/$(basename "$name").xz (scripts/pack_build.sh), got none"
+      failed=1
+      return
+    fi
+    mkdir -p "$BUILD/$(dirname "$name")"
+    if ! xz -dc "$dir/$(basename "$name").xz" > "$BUILD/$name"; then
+      note "prebuilt: $dir/$(basename "$name").xz did not unpack"
+      failed=1
+      return
+    fi
+    chmod +x "$BUILD/$name"
+  done
+  build_checks
+}
+
+build_checks() {
   check readme "$BUILD/bin/flash_attention" run --check
   check test_host "$BUILD/tests/test_host" --gtest_brief=1
   check test_gpu timeout 420 "$BUILD/tests/test_gpu" --gtest_brief=1
@@ -233,10 +258,11 @@ note "$(date -u +%F) $(head -1 "$LOGS/gpu.txt")"
 while [ $# -gt 0 ]; do
   case $1 in
     build | sanitize | package | pyext | grid | backward | flash_attn_suite) "stage_$1" ;;
+    prebuilt) stage_prebuilt "${2:?prebuilt needs a folder of packed binaries}"; shift ;;
     bench) stage_bench "${2:?bench needs a file of short forms}"; shift ;;
     ab) stage_ab "${2:?ab needs a base tree folder}" "${3:?ab needs a file of short forms}"; shift 2 ;;
     *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, pyext, grid, backward, flash_attn_suite," \
-      "bench FILE, ab DIR FILE)" >&2; exit 2 ;;
+      "bench FILE, ab DIR FILE, prebuilt DIR)" >&2; exit 2 ;;
   esac
   shift
 done
