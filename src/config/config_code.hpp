@@ -49,13 +49,12 @@ constexpr bool fields_in_range(const KernelConfig& c) {
 struct ConfigCode {
     unsigned long long hi = 0;
     unsigned long long lo = 0;
-    friend constexpr bool operator==(const ConfigCode&, const ConfigCode&) = default;
 };
 
 constexpr ConfigCode pack(const KernelConfig& c) {
     ConfigCode code;
     for (int i = 0; i < k_config_field_count; ++i) {
-        const int bits = k_config_fields[i].bits;  // 1 to 31 (field_max)
+        const int bits = k_config_fields[i].bits;  // 1 to 30 (field_widths_valid)
         code.hi = (code.hi << bits) | (code.lo >> (64 - bits));
         code.lo = (code.lo << bits) |
                   (static_cast<unsigned long long>(field_value(c, i)) & ((1ull << bits) - 1));
