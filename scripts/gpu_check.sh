@@ -33,7 +33,8 @@
 #   bench F  a build of the release set plus the short forms of file F, then `flash_attention bench`
 #            of F's configs (F's "#! ARGS" line adds bench arguments)
 #   ab D F   an A/B of this tree against the tree in folder D (another commit's: `git archive REV |
-#            tar -x -C D`, carried): both built with file F's short forms alone, then, in AB_ROUNDS
+#            tar -x -C D`, carried): both built with file F's short forms alone (D may instead hold
+#            another build's packed binaries, and after prebuilt this tree's are used), then, in AB_ROUNDS
 #            rounds (default 3) that alternate which binary goes first, `flash_attention bench
 #            --set @F` once per "#! ARGS" line of F (e.g. bench/ab-backward-bf16.txt); last
 #            bench/ab_summary.py's table of medians, tree against base
@@ -95,6 +96,7 @@ stage_prebuilt() {
     fi
     chmod +x "$BUILD/$name"
   done
+  prebuilt=$dir
   build_checks
 }
 
@@ -232,6 +234,15 @@ stage_ab() {
   for side in tree base; do
     dir=.
     [ $side = base ] && dir=$base
+    if [ $side = base ] && [ -f "$base/flash_attention.xz" ]; then
+      mkdir -p "$BUILD-ab-base/bin" && xz -dc "$base/flash_attention.xz" > "$BUILD-ab-base/bin/flash_attention" &&
+        chmod +x "$BUILD-ab-base/bin/flash_attention" || { note "ab: $base/flash_attention.xz did not unpack"; failed=1; return; }
+      continue
+    fi
+    if [ $side = tree ] && [ -n "${prebuilt:-}" ]; then
+      mkdir -p "$BUILD-ab-tree" && ln -sfn "$BUILD/bin" "$BUILD-ab-tree/bin"
+      continue
+    fi
     check "ab_build_$side" bash -c "cmake -S '$dir' -B '$BUILD-ab-$side' -G Ninja -DFLASH_KERNELS='@$file' \
       -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF && cmake --build '$BUILD-ab-$side' -j $jobs" || return
   done

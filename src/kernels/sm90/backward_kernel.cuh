@@ -87,11 +87,13 @@ struct BackwardTraits {
     static constexpr int producer_registers = 24;
     static constexpr int consumer_registers = flash_attention::consumer_registers(C);
 
-    using QTile = Swizzle128Tile<B_r, d_head>;  // Q and dO
-    using KTile = Swizzle128Tile<B_c, d_head>;  // K and V
+    static constexpr bool wide = !split_head;
+    using QTile = Swizzle128Tile<B_r, d_head, false, wide>;  // Q and dO
+    using KTile = Swizzle128Tile<B_c, d_head, false, wide>;  // K and V
     // A consumer's head_cols of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
-    using QCols = Swizzle128Tile<B_r, head_cols>;
-    using DsTile = Swizzle128Tile<B_r, B_c>;  // dS (and with split_head P): queries x keys
+    using QCols = Swizzle128Tile<B_r, head_cols, false, wide>;
+    using DsTile =
+        Swizzle128Tile<B_r, B_c, false, wide>;  // dS (and with split_head P): queries x keys
     // Score tiles a step: dS; with split_head P too, after it (the A of every consumer's dV).
     static constexpr int score_tiles = split_head ? 2 : 1;
     // K lands with the first step's Q, on its barrier, and V with its dO (FlashAttention-4's
@@ -558,8 +560,8 @@ struct BackwardConsumer {
                 // step's `base` its PTX differed; not measured).
                 const std::uint32_t fresh = opaque_base();
                 gemm_dq(dq, ds_tile(fresh, i - 1), dq_k_cols(fresh));
+                ptx::wgmma_commit_group();
             }
-            ptx::wgmma_commit_group();  // empty in the first step
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
             warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
