@@ -9,6 +9,7 @@
 #            README's main job (`run --check`), the host and GPU tests
 #   prebuilt D  instead of build, binaries built elsewhere (scripts/pack_build.sh BUILD D, D carried):
 #            unpacked into $BUILD, then build's checks; the device's minutes go to the GPU alone
+#            (GPU_FILTER=PATTERN: build's GPU tests restricted to a gtest filter)
 #   sanitize compute-sanitizer on build's tests: memcheck on odd shapes of every built config,
 #            racecheck on the sm90 ones (build and sanitize together take about 10 minutes on an
 #            H200 host of 16 cores: the device tool's limit for one command)
@@ -103,7 +104,7 @@ stage_prebuilt() {
 build_checks() {
   check readme "$BUILD/bin/flash_attention" run --check
   check test_host "$BUILD/tests/test_host" --gtest_brief=1
-  check test_gpu timeout 420 "$BUILD/tests/test_gpu" --gtest_brief=1
+  check test_gpu timeout 420 "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter="${GPU_FILTER:-*}"
 }
 
 stage_backward() {
