@@ -87,13 +87,18 @@ struct BackwardTraits {
     static constexpr int producer_registers = 24;
     static constexpr int consumer_registers = flash_attention::consumer_registers(C);
 
-    static constexpr bool wide = !split_head;
+    // d_head 128's descriptors advance by 64-bit adds (Swizzle128Tile's WideAdvance): its loop
+    // sheds 31 of ~500 SASS instructions a step (uniform moves of the descriptors' constant high
+    // words; CUDA 13.0) and ran 1.6% faster at 8k non-causal, level to +0.4% elsewhere (bf16,
+    // three interleaved rounds, H200, 2026-12-04). d_head 64's lagdq kernel lost 0.8-2.7% with
+    // it (measured together with one other change), and d_head 256's loop grows with it.
+    static constexpr bool wide = d_head == 128;
     using QTile = Swizzle128Tile<B_r, d_head, false, wide>;  // Q and dO
     using KTile = Swizzle128Tile<B_c, d_head, false, wide>;  // K and V
     // A consumer's head_cols of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
     using QCols = Swizzle128Tile<B_r, head_cols, false, wide>;
-    using DsTile =
-        Swizzle128Tile<B_r, B_c, false, wide>;  // dS (and with split_head P): queries x keys
+    // dS (and with split_head P): queries x keys.
+    using DsTile = Swizzle128Tile<B_r, B_c, false, wide>;
     // Score tiles a step: dS; with split_head P too, after it (the A of every consumer's dV).
     static constexpr int score_tiles = split_head ? 2 : 1;
     // K lands with the first step's Q, on its barrier, and V with its dO (FlashAttention-4's
@@ -560,8 +565,8 @@ struct BackwardConsumer {
                 // step's `base` its PTX differed; not measured).
                 const std::uint32_t fresh = opaque_base();
                 gemm_dq(dq, ds_tile(fresh, i - 1), dq_k_cols(fresh));
-                ptx::wgmma_commit_group();
             }
+            ptx::wgmma_commit_group();  // empty in the first step
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
             warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);

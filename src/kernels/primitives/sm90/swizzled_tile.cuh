@@ -32,7 +32,10 @@ __device__ __forceinline__ std::uint64_t advance(std::uint64_t descriptor, std::
     return (descriptor & ~std::uint64_t{0xFFFFFFFF}) | start;
 }
 
-// The same as one 64-bit add (no carry leaves the start field, as above).
+// The same as one 64-bit add (no carry leaves the start field, as above). Which form makes
+// fewer instructions is ptxas's choice a kernel at a time: in a loop of many wgmmas the 64-bit
+// add spares the moves of each descriptor's constant high word, where 64-bit bases stay live
+// the pairs cost registers (the forward's d_head 256 loop grew 10%; CUDA 13.0).
 __device__ __forceinline__ std::uint64_t advance_wide(std::uint64_t descriptor,
                                                       std::uint32_t bytes) {
     return descriptor + (bytes >> 4);
@@ -43,7 +46,8 @@ __device__ __forceinline__ std::uint64_t advance_wide(std::uint64_t descriptor,
 // one TMA box of a 5-D map fills with all d_head columns (a paged cache's run of rows,
 // tma::load_group_rows()). wgmma reads it as well: only the strides of its descriptors
 // change, the groups of a sub-tile being a group further apart instead of adjacent.
-template <int Rows, int Cols, bool GroupMajor = false, bool Wide = false>
+// WideAdvance: its descriptors advanced by advance_wide() instead of advance().
+template <int Rows, int Cols, bool GroupMajor = false, bool WideAdvance = false>
 struct Swizzle128Tile {
     static constexpr int rows = Rows;
     static constexpr int cols = Cols;
@@ -83,15 +87,15 @@ struct Swizzle128Tile {
     // 128-byte row: the hardware applies the swizzle to the full address, so the shifted
     // start stays consistent with TMA's layout.
     __device__ static std::uint64_t k_major(std::uint32_t base, int kk) {
-        return (Wide ? advance_wide : advance)(smem_descriptor_128b(base, 16, group_stride),
-                                               (kk / 4) * sub_tile_stride + (kk % 4) * 32);
+        return (WideAdvance ? advance_wide : advance)(smem_descriptor_128b(base, 16, group_stride),
+                                                      (kk / 4) * sub_tile_stride + (kk % 4) * 32);
     }
 
     // As an MN-major wgmma operand (rows of n contiguous: V as the B of P·V), rows
     // [16 kk, 16 kk + 16) and every column: 8 k-rows of 128 bytes form a 1024-byte group;
     // the next 64 columns of n are a sub-tile further on (the leading offset).
     __device__ static std::uint64_t mn_major(std::uint32_t base, int kk) {
-        return (Wide ? advance_wide : advance)(
+        return (WideAdvance ? advance_wide : advance)(
             smem_descriptor_128b(base, sub_tile_stride, group_stride), kk * (2 * group_stride));
     }
 };
