@@ -31,13 +31,19 @@ def main():
         return 1
     print("| config | causal | seq_q | seq_k | tree TFLOP/s | base TFLOP/s | tree / base | rounds tree/base |")
     print("|---|---|---|---|---|---|---|---|")
+    one_sided = 0
     for key in sorted(rows):
         tree, base = rows[key].get("tree", []), rows[key].get("base", [])
         if not tree or not base:
+            one_sided += 1
             continue
         t, b = statistics.median(tree), statistics.median(base)
         rounds = " ".join(f"{x:.0f}/{y:.0f}" for x, y in zip(tree, base))
         print(f"| {key[0]} | {key[3]} | {key[4]} | {key[5]} | {t:.1f} | {b:.1f} | {t / b:.3f} | {rounds} |")
+    if one_sided:
+        print(f"ab_summary: {one_sided} of {len(rows)} config-shape pairs measured on one side only (left out)",
+              file=sys.stderr)
+        return 1
     return 0
 
 
