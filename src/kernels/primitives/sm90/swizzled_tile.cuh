@@ -81,22 +81,30 @@ struct Swizzle128Tile {
         return (row / group_rows) * group_stride;
     }
 
+    // `descriptor` moved `bytes` further into the tile, by this tile's form of the add.
+    __device__ static std::uint64_t advanced(std::uint64_t descriptor, std::uint32_t bytes) {
+        if constexpr (WideAdvance)
+            return advance_wide(descriptor, bytes);
+        else
+            return advance(descriptor, bytes);
+    }
+
     // As a K-major wgmma operand (rows of k contiguous: Q and K of S = Q·Kᵀ), k-step kk
     // (16 columns). 8-row core-matrix groups are group_stride bytes apart; the leading
     // offset is unused with swizzling. The k-step starts 32 bytes further into each
     // 128-byte row: the hardware applies the swizzle to the full address, so the shifted
     // start stays consistent with TMA's layout.
     __device__ static std::uint64_t k_major(std::uint32_t base, int kk) {
-        return (WideAdvance ? advance_wide : advance)(smem_descriptor_128b(base, 16, group_stride),
-                                                      (kk / 4) * sub_tile_stride + (kk % 4) * 32);
+        return advanced(smem_descriptor_128b(base, 16, group_stride),
+                        (kk / 4) * sub_tile_stride + (kk % 4) * 32);
     }
 
     // As an MN-major wgmma operand (rows of n contiguous: V as the B of P·V), rows
     // [16 kk, 16 kk + 16) and every column: 8 k-rows of 128 bytes form a 1024-byte group;
     // the next 64 columns of n are a sub-tile further on (the leading offset).
     __device__ static std::uint64_t mn_major(std::uint32_t base, int kk) {
-        return (WideAdvance ? advance_wide : advance)(
-            smem_descriptor_128b(base, sub_tile_stride, group_stride), kk * (2 * group_stride));
+        return advanced(smem_descriptor_128b(base, sub_tile_stride, group_stride),
+                        kk * (2 * group_stride));
     }
 };
 
