@@ -32,10 +32,10 @@ __device__ __forceinline__ std::uint64_t advance(std::uint64_t descriptor, std::
     return (descriptor & ~std::uint64_t{0xFFFFFFFF}) | start;
 }
 
-// The same as one 64-bit add (no carry leaves the start field, as above). Which form makes
-// fewer instructions is ptxas's choice a kernel at a time: in a loop of many wgmmas the 64-bit
-// add spares the moves of each descriptor's constant high word, where 64-bit bases stay live
-// the pairs cost registers (the forward's d_head 256 loop grew 10%; CUDA 13.0).
+// The same as one 64-bit add (no carry leaves the start field, as above). Which form gives
+// fewer instructions depends on the kernel (ptxas, CUDA 13.0): the 64-bit add spares moves of
+// each descriptor's constant high word, but keeps 64-bit bases live in register pairs, which
+// grew the forward's d_head 256 loop by 10%. Tiles choose it with WideAdvance.
 __device__ __forceinline__ std::uint64_t advance_wide(std::uint64_t descriptor,
                                                       std::uint32_t bytes) {
     return descriptor + (bytes >> 4);
