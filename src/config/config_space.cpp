@@ -96,12 +96,13 @@ constexpr std::array k_rules = {
     Rule{"backward_knobs", RuleKind::validity,
          "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
          "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
-         "forward's), sm90 stages (the depth of the Q/dO pipeline), ordered and lagdq",
+         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, ordered and lagdq",
          [](const KernelConfig& c) {
              if (!c.backward)
                  return false;
              if (sm90(c))
                  return c.sm90 != Sm90Knobs{.stages = c.sm90.stages,
+                                            .persistent = c.sm90.persistent,
                                             .ordered_dq = c.sm90.ordered_dq,
                                             .lag_dq = c.sm90.lag_dq};
              return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
@@ -118,6 +119,14 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) {
              return c.sm90.lag_dq &&
                     (!c.backward || sm90_backward_split_head(c) || c.sm90.ordered_dq);
+         }},
+    Rule{"persistent_backward", RuleKind::validity,
+         "a persistent backward kernel has consumers of 64 keys each (B_c = 64 x consumers; not "
+         "d_head 256's shared keys) and no ordered (its dQ additions would wait on key blocks "
+         "that a fixed share of tiles need not have started)",
+         [](const KernelConfig& c) {
+             return sm90(c) && c.backward && c.sm90.persistent &&
+                    (sm90_backward_split_head(c) || c.sm90.ordered_dq);
          }},
     Rule{"backward_tiles", RuleKind::validity,
          "backward tiles: B_r and B_c 64 or 128, whose 16-row warp groups divide the warps and "
@@ -489,6 +498,7 @@ ValueSets tune_values_backward_sm90() {
     v.B_c = {64, 128};
     v.n_warps = {8, 12};
     v.stages = {1, 2, 3};
+    v.persistent = {false, true};
     v.ordered_dq = {false, true};
     v.lag_dq = {false, true};
     return v;

@@ -113,6 +113,24 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
     EXPECT_EQ(rejected_by(KernelConfig::parse(
                   "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim+lagdq")),
               "lagdq_is_backward");
+    // Persistent CTAs: consumers of 64 keys each, unordered dQ.
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.persistent = true; }), "");
+    EXPECT_EQ(
+        KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq").sm90,
+        (fa::Sm90Knobs{.stages = 2, .persistent = true, .lag_dq = true}));
+    EXPECT_EQ(with_hopper([](KernelConfig& c) {
+                  c.sm90.persistent = true;
+                  c.sm90.ordered_dq = true;
+              }),
+              "persistent_backward");
+    EXPECT_EQ(
+        rejected_by(KernelConfig::parse("(BF16, 256, 64, 64, 12): sm90+bwd+stages_1+persistent")),
+        "persistent_backward");
+    EXPECT_EQ(with_hopper([](KernelConfig& c) {
+                  c.sm90.persistent = true;
+                  c.sm90.dynamic_schedule = true;
+              }),
+              "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.optimized_softmax = true; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.K_mma_load_K_tiles = 2; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 32; }), "backward_tiles");

@@ -685,7 +685,8 @@ TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
 
 // The built-in table's d_head 64 rows: causal without GQA up to 2k keys takes the deterministic
 // kernel by default (it costs under 5% there); otherwise the unordered one that computes dQ a
-// step behind (lagdq). A row's length and causal limits hold for the backward as for the forward.
+// step behind (lagdq), on persistent CTAs where the problem is not causal. A row's length and
+// causal limits hold for the backward as for the forward.
 TEST(TuningCache, BackwardTableTakesTheOrderedKernelForShortCausalD64) {
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
     const TempDir dir;
@@ -696,10 +697,12 @@ TEST(TuningCache, BackwardTableTakesTheOrderedKernelForShortCausalD64) {
         fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered");
     const auto lagged =
         fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+lagdq");
+    const auto persistent =
+        fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq");
     const auto built = [](const fa::KernelConfig& c) {
         return std::find(fa::configs().begin(), fa::configs().end(), c) != fa::configs().end();
     };
-    if (!built(ordered) || !built(lagged))
+    if (!built(ordered) || !built(lagged) || !built(persistent))
         GTEST_SKIP() << "this build lacks the sm90 BF16 d_head 64 backward kernels";
     problem.causal = true;
     EXPECT_EQ(fa::choose_backward_config(problem, h100), lagged);  // 4096 keys
@@ -707,7 +710,7 @@ TEST(TuningCache, BackwardTableTakesTheOrderedKernelForShortCausalD64) {
     problem.seq_q = problem.seq_k = 2048;
     EXPECT_EQ(fa::choose_backward_config(problem, h100), ordered);
     problem.causal = false;
-    EXPECT_EQ(fa::choose_backward_config(problem, h100), lagged);
+    EXPECT_EQ(fa::choose_backward_config(problem, h100), persistent);
     EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
     problem.causal = true;  // GQA: its own deterministic order, not measured at d_head 64
     problem.heads_kv = problem.heads / 4;

@@ -117,6 +117,14 @@ struct BackwardTraits {
     // 2026-12-04). Two consumers of 64 keys.
     static constexpr bool lag_dq = C.sm90.lag_dq;
     static_assert(!lag_dq || !split_head, "lag_dq: consumers of 64 keys each");
+    // Persistent: sm_count CTAs, each walking every gridDim.x-th key block of the schedule. A
+    // CTA's dK and dV tiles are staged over its dS tiles and dQ staging (the walk's scratch, free
+    // once the walk ends), so that the next key block's K and V load while they are stored, and
+    // no CTA launch comes between two key blocks. (Not with ordered dQ: a key block's adds may
+    // wait on a lower key block that a fixed share of the schedule has not started yet.)
+    static constexpr bool persistent = C.sm90.persistent;
+    static_assert(!persistent || (kv_with_first_step && !ordered_dq),
+                  "persistent: consumers of 64 keys each, dQ unordered");
     // Copies of a step's statistics (StepStats): with lag_dq one a consumer warp, which stages
     // and reads its own, so that no consumer waits for another's to start a step; otherwise one,
     // shared, ordered by the dS barrier.
@@ -133,14 +141,24 @@ struct BackwardTraits {
         alignas(1024) unsigned char v[KTile::bytes];
         alignas(1024) unsigned char q[stages][QTile::bytes];
         alignas(1024) unsigned char d_o[stages][QTile::bytes];
-        // Two, alternating by step: a consumer writes the next step's dS while another may
-        // still read this one's in its dQ GEMM.
-        alignas(1024) unsigned char ds[2][score_tiles * DsTile::bytes];
-        alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order (dq_index)
+        // The walk's scratch; persistent, after the walk, dK's and dV's 16-bit tiles for their
+        // TMA stores (K and V then take the next key block's rows).
+        union Scratch {
+            struct Walk {
+                // Two, alternating by step: a consumer writes the next step's dS while another
+                // may still read this one's in its dQ GEMM.
+                alignas(1024) unsigned char ds[2][score_tiles * DsTile::bytes];
+                alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order
+            } walk;
+            alignas(1024) unsigned char gradients[2][KTile::bytes];  // dK, dV
+        } scratch;
+        static_assert(sizeof(typename Scratch::Walk) >= 2 * KTile::bytes,
+                      "dK and dV fit in the walk's scratch (which sets its size)");
         // A step's query rows' LSE (base 2) then D, alternating by step: the consumers copy the
         // next step's from global memory while they run this one (StepStats).
         alignas(16) float stats[2][stats_copies][2 * B_r];
-        tma::Barrier kv_full;  // K and V, unless kv_with_first_step
+        tma::Barrier kv_full;   // K and V, unless kv_with_first_step
+        tma::Barrier kv_empty;  // persistent: every consumer warp's last GEMM of K and V is done
         tma::Barrier q_full[stages], q_empty[stages];
         tma::Barrier d_o_full[stages], d_o_empty[stages];
         std::conditional_t<lag_dq, DsBarriers, NoDsBarriers> ds_barriers;
@@ -157,7 +175,13 @@ struct BackwardTraits {
     static constexpr int dq_full_barrier(int w) { return 2 + w; }
     static constexpr int dq_empty_barrier(int w) { return 2 + consumers + w; }
     static constexpr int dq_barrier_threads = warpgroup_threads + warp_size;
-    static_assert(dq_empty_barrier(consumers - 1) < 16, "16 named barriers per CTA");
+    // Persistent, where dV's tile reaches past the dS tiles into the dQ staging: the dQ warp's
+    // last bulk reduce of a walk has read the staging.
+    static constexpr bool gradients_reach_dq = 2 * KTile::bytes > 2 * score_tiles* DsTile::bytes;
+    static constexpr bool staging_free_wait = persistent && gradients_reach_dq;
+    static constexpr int staging_free_barrier = 2 + 2 * consumers;
+    static constexpr int staging_free_threads = consumers * warpgroup_threads + warp_size;
+    static_assert(staging_free_barrier < 16, "16 named barriers per CTA");
 };
 
 // Where a consumer's dQ accumulator element lives in its staging share (and in the global
@@ -207,13 +231,16 @@ struct QueryWalk {
     __device__ Step first() const { return {0, blocks.first}; }
 };
 
-// The producer's thread: K and V (BackwardTraits::kv_with_first_step: in the order K, Q, V, dO
-// with the first step's, on its barriers; a walk of no steps then loads neither, its dK and dV
-// being zeros), then every step's Q and dO.
+// The producer's thread: K and V (BackwardTraits::kv_with_first_step: with the first step's Q and
+// dO, on their barriers; a walk of no steps then loads neither, its dK and dV being zeros), then
+// every step's Q and dO. step0: the walk's first step in the CTA's pipeline
+// (persistent: the steps of its earlier key blocks); walks: the CTA's earlier key blocks, whose
+// last one's K and V the consumers release (kv_empty) before this one's load over them.
 template <class Tr>
 __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
                                                  typename Tr::Smem& smem, const QueryWalk& walk,
-                                                 const BackwardSequence& seq, int k0, int kv_head) {
+                                                 const BackwardSequence& seq, int k0, int kv_head,
+                                                 int step0, int walks) {
     const int batch = seq.entry;
     if constexpr (!Tr::kv_with_first_step) {
         smem.kv_full.arrive_expect_tx(2 * Tr::KTile::bytes);
@@ -224,27 +251,35 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
     }
     QueryWalk::Step at = walk.first();
     for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
-        const RingSlot<Tr::stages> slot(i);
+        const RingSlot<Tr::stages> slot(step0 + i);
         const int head = kv_head * walk.group + at.head;
         const int q0 = seq.q_row0 + at.block * Tr::B_r;
         const bool first = Tr::kv_with_first_step && i == 0;
         const std::uint32_t kv_bytes = first ? Tr::KTile::bytes : 0;
+        // K (and V) ahead of Q (dO); persistent, after them: this walk's first Q and dO may
+        // land while the last walk's GEMMs still read K and V.
+        const auto load_kv = [&](void* tile, const void* map, tma::Barrier& barrier) {
+            tma::load_tile<typename Tr::KTile>(tile, map, seq.k_row0 + k0, kv_head, batch, barrier);
+        };
         smem.q_empty[slot.stage].wait(slot.parity ^ 1);
         smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes);
-        if (first) {
-            tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, seq.k_row0 + k0, kv_head,
-                                               batch, smem.q_full[slot.stage]);
-        }
+        if (first && !Tr::persistent)
+            load_kv(smem.k, &launch.maps.k, smem.q_full[slot.stage]);
         tma::load_tile<typename Tr::QTile>(smem.q[slot.stage], &launch.maps.q, q0, head, batch,
                                            smem.q_full[slot.stage]);
+        if (first && Tr::persistent) {
+            if (walks > 0)
+                smem.kv_empty.wait((walks - 1) & 1);
+            load_kv(smem.k, &launch.maps.k, smem.q_full[slot.stage]);
+        }
         smem.d_o_empty[slot.stage].wait(slot.parity ^ 1);
         smem.d_o_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes);
-        if (first) {
-            tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head,
-                                               batch, smem.d_o_full[slot.stage]);
-        }
+        if (first && !Tr::persistent)
+            load_kv(smem.v, &launch.maps.v, smem.d_o_full[slot.stage]);
         tma::load_tile<typename Tr::QTile>(smem.d_o[slot.stage], &launch.maps.d_o, q0, head, batch,
                                            smem.d_o_full[slot.stage]);
+        if (first && Tr::persistent)
+            load_kv(smem.v, &launch.maps.v, smem.d_o_full[slot.stage]);
     }
 }
 
@@ -290,7 +325,8 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
             if (leader) {
                 cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared,
                                                 cuda::ptx::op_add, block + w * Tr::dq_floats,
-                                                smem.dq[w], Tr::dq_floats * sizeof(float));
+                                                smem.scratch.walk.dq[w],
+                                                Tr::dq_floats * sizeof(float));
                 cuda::ptx::cp_async_bulk_commit_group();
             }
         }
@@ -550,9 +586,10 @@ struct BackwardConsumer {
             // dSᵀ to shared memory, the next step's statistics landed, both announced (full);
             // then the previous step's dQ = dS·K (its buffer announced by every consumer a step
             // ago), dV += Pᵀ·dO and dK += dSᵀ·Q. This buffer last held dS two steps back: every
-            // consumer's dQ has read it (empty).
+            // consumer's dQ has read it (empty); persistent, i counts the CTA's earlier walks'
+            // steps too, and a walk's first step may reuse the last walk's buffer.
             auto& barriers = smem.ds_barriers;
-            if (Previous && i >= 2)
+            if ((Previous || Tr::persistent) && i >= 2)
                 barriers.empty[i % 2].wait(((i - 2) / 2) & 1);
             store_scores(ds, ds_s);
             StepStats<Tr>::landed();  // before arrive_warp's __syncwarp
@@ -638,7 +675,7 @@ struct BackwardConsumer {
     }
     // Step i's dS tile (and split_head's P tile after it), of shared memory at `base`.
     __device__ static std::uint32_t ds_tile(std::uint32_t base, int i) {
-        return base + offsetof(Smem, ds) + (i % 2) * Tr::score_tiles * DsTile::bytes;
+        return base + offsetof(Smem, scratch.walk.ds) + (i % 2) * Tr::score_tiles * DsTile::bytes;
     }
     // K's columns of this consumer's dQ share (dQ's B).
     __device__ std::uint32_t dq_k_cols(std::uint32_t base) const {
@@ -659,17 +696,20 @@ struct BackwardConsumer {
         }
     }
 
-    // lag_dq, after a walk of `steps` steps: its last step's dQ, staged.
-    __device__ __forceinline__ void finish_dq(int steps) const {
+    // lag_dq, after a walk of `steps` steps ending before step `end` (of the CTA's pipeline):
+    // its last step's dQ, staged; persistent, its dS buffer is then released to the next walk.
+    __device__ __forceinline__ void finish_dq(int end, int steps) const {
         if (steps == 0)
             return;
         float dq[1][dq_tiles][4];
-        smem.ds_barriers.full[(steps - 1) % 2].wait(((steps - 1) / 2) & 1);
+        smem.ds_barriers.full[(end - 1) % 2].wait(((end - 1) / 2) & 1);
         const std::uint32_t base = opaque_base();
-        gemm_dq(dq, ds_tile(base, steps - 1), dq_k_cols(base));
+        gemm_dq(dq, ds_tile(base, end - 1), dq_k_cols(base));
         ptx::wgmma_commit_group();
         ptx::wgmma_wait<0>();
         ptx::fence_operands(dq[0]);
+        if constexpr (Tr::persistent)
+            arrive_warp(smem.ds_barriers.empty[(end - 1) % 2]);
         stage_dq(dq, 0, true, true);
     }
 
@@ -766,7 +806,7 @@ struct BackwardConsumer {
                                              bool first, bool last) const {
         if (first)
             ptx::named_barrier_sync(Tr::dq_empty_barrier(consumer), Tr::dq_barrier_threads);
-        float4* staging = reinterpret_cast<float4*>(smem.dq[consumer]);
+        float4* staging = reinterpret_cast<float4*>(smem.scratch.walk.dq[consumer]);
         const int thread = threadIdx.x % warpgroup_threads;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -865,30 +905,67 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024));
 
     const auto scheduler = KeyBlockScheduler::of(a, Tr::B_c, Tr::ordered_dq);
-    const KeyBlockScheduler::Tile tile = scheduler.tile(static_cast<int>(blockIdx.x));
-    const int k0 = tile.key_block * Tr::B_c;
     // Packed sequences run on the band kernels (their mask takes any causal flag): the plain
     // kernels keep their dense code.
     constexpr bool packable = std::is_same_v<Mask, BandMask>;
-    const BackwardSequence seq =
-        packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
-    if (k0 >= seq.k_len)
-        return;  // a packed sequence shorter than the grid's
-    const Mask mask = packable ? Mask::of(a, seq.q_len, seq.k_len) : Mask::of(a);
-    QueryWalk walk = QueryWalk::of(a, mask, k0, Tr::B_r, Tr::B_c);
-    // A key block that runs past seq_k masks its keys there in every step. Their K rows are zeros
-    // (or a packed sequence's next keys), so unmasked their P would be 2^-LSE₂, which overflows
-    // where a row's scores all lie far below 0 (fp16 dS becomes inf, and inf · 0 in dQ's GEMM
-    // NaN: flash_attn's test_flash_attn_bwd_overflow, seq 1 and 2, q·5, k·3).
-    if (k0 + Tr::B_c > seq.k_len)
-        walk.blocks.unmasked_end = walk.blocks.unmasked_first;
+    // One key block's work: its place in the schedule, its sequence, mask and walk; none for a
+    // key block past a packed sequence shorter than the grid's.
+    struct Work {
+        KeyBlockScheduler::Tile tile;
+        int k0;
+        BackwardSequence seq;
+        Mask mask;
+        QueryWalk walk;
+        bool some;
+    };
+    const auto work_of = [&](int index) {
+        const KeyBlockScheduler::Tile tile = scheduler.tile(index);
+        const int k0 = tile.key_block * Tr::B_c;
+        const BackwardSequence seq =
+            packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
+        const Mask mask = packable ? Mask::of(a, seq.q_len, seq.k_len) : Mask::of(a);
+        QueryWalk walk = QueryWalk::of(a, mask, k0, Tr::B_r, Tr::B_c);
+        // A key block that runs past seq_k masks its keys there in every step. Their K rows are
+        // zeros (or a packed sequence's next keys), so unmasked their P would be 2^-LSE₂, which
+        // overflows where a row's scores all lie far below 0 (fp16 dS becomes inf, and inf · 0 in
+        // dQ's GEMM NaN: flash_attn's test_flash_attn_bwd_overflow, seq 1 and 2, q·5, k·3).
+        if (k0 + Tr::B_c > seq.k_len)
+            walk.blocks.unmasked_end = walk.blocks.unmasked_first;
+        return Work{tile, k0, seq, mask, walk, k0 < seq.k_len};
+    };
+    // The CTA's key blocks: its own, or (persistent) one of each round of gridDim.x in the
+    // schedule's order, taken forwards in even rounds and backwards in odd ones, so that a CTA
+    // given one of a causal round's longest walks gets one of the next round's shortest. Every
+    // role of the CTA walks the same ones; f(work, round). A kernel of one key block finds it
+    // before the roles part: found in each role, the d_head 64 kernels' softcap instances
+    // spilled 96 bytes instead of 4 (ptxas, CUDA 13.0).
+    const auto index_at = [&](int round) {
+        const std::int64_t g = gridDim.x;
+        return round * g + (round % 2 ? g - 1 - blockIdx.x : blockIdx.x);
+    };
+    const Work first = work_of(static_cast<int>(blockIdx.x));
+    const auto for_each_key_block = [&](auto&& f) {
+        if constexpr (Tr::persistent) {
+            const int rounds = static_cast<int>((scheduler.count() + gridDim.x - 1) / gridDim.x);
+            for (int round = 0; round < rounds; ++round) {
+                if (index_at(round) >= scheduler.count())
+                    continue;
+                const Work w = work_of(static_cast<int>(index_at(round)));
+                if (w.some)
+                    f(w, round);
+            }
+        } else if (first.some) {
+            f(first, 0);
+        }
+    };
 
     if (threadIdx.x == 0) {
         smem.kv_full.init(1);
+        // One arrival per consumer warp, each after its own wgmma wait.
+        smem.kv_empty.init(4 * Tr::consumers);
         for (int s = 0; s < Tr::stages; ++s) {
             smem.q_full[s].init(1);
             smem.d_o_full[s].init(1);
-            // One arrival per consumer warp, each after its own wgmma wait.
             smem.q_empty[s].init(4 * Tr::consumers);
             smem.d_o_empty[s].init(4 * Tr::consumers);
         }
@@ -909,172 +986,231 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         const int warp = threadIdx.x / warp_size;
-        if (threadIdx.x == 0)
-            produce_backward<Tr>(launch, smem, walk, seq, k0, tile.kv_head);
-        else if (warp == 1) {
+        if (threadIdx.x == 0) {
+            int step0 = 0, walks = 0;  // of the CTA's earlier key blocks
+            for_each_key_block([&](const Work& w, int) {
+                produce_backward<Tr>(launch, smem, w.walk, w.seq, w.k0, w.tile.kv_head, step0,
+                                     walks);
+                step0 += w.walk.steps();
+                ++walks;
+            });
+        } else if (warp == 1) {
             // This kernel may start before the preprocess ends (a programmatic dependent
             // launch): the producer's loads read only the caller's tensors, but dQ's
             // accumulator (and the ordered semaphores) are the preprocess's to zero first.
             ptx::wait_for_previous_grid();
-            add_dq<Tr>(a, mask, smem, walk, scheduler, seq, tile.key_block, tile.kv_head);
+            for_each_key_block([&](const Work& w, int) {
+                add_dq<Tr>(a, w.mask, smem, w.walk, scheduler, w.seq, w.tile.key_block,
+                           w.tile.kv_head);
+                if constexpr (Tr::staging_free_wait) {  // its last reduce has read the staging
+                    __syncwarp();
+                    ptx::named_barrier_arrive(Tr::staging_free_barrier, Tr::staging_free_threads);
+                }
+            });
         }
         return;
     }
 
     ptx::setmaxnreg_inc<Tr::consumer_registers>();
     const int consumer = warpgroup - 1;
-    BackwardConsumer<Tr> c{
-        .smem = smem,
-        .args = a,
-        .smem_base = ptx::smem_address(&smem),
-        .consumer = consumer,
-        .scale_log2 = a.scale_log2,
-        .mask =
-            KeyRowQueries::of(mask, k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m),
-        .first_key = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m,
-        .dq_row_group = consumer % Tr::dq_row_groups,
-        .alibi_shift = band_shift(seq.q_len, seq.k_len, a.top_left),
-    };
-    zero(c.dk);
-    zero(c.dv);
-    // A step's first row in the preprocess's per-row arrays.
-    const auto stats_row0 = [&](QueryWalk::Step at) {
-        return seq.ws(a, tile.kv_head * walk.group + at.head, at.block * Tr::B_r);
-    };
-    ptx::wait_for_previous_grid();  // the preprocess's LSE and D (a programmatic launch)
-    if (walk.steps() > 0) {
-        if constexpr (StepStats<Tr>::shared) {
-            StepStats<Tr> first;
-            first.load(a, stats_row0(walk.first()));
-            first.store(StepStats<Tr>::copy(smem, 0));
-        } else {
-            StepStats<Tr>::fetch(a, stats_row0(walk.first()), StepStats<Tr>::copy(smem, 0));
-            StepStats<Tr>::landed();
-        }
-    }
-    ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
-    if constexpr (!Tr::kv_with_first_step)
-        smem.kv_full.wait(0);
     const int consumer_thread = threadIdx.x - warpgroup_threads;
     constexpr int consumer_threads = Tr::consumers * warpgroup_threads;
-    if constexpr (packable) {
-        // Rows past a packed sequence are another sequence's or nobody's (a buffer's unwritten
-        // tail may hold NaN): masking makes their P 0, but 0 · NaN in the GEMMs is NaN, so
-        // they are zeros in shared memory before any GEMM reads them, as the forward zeroes
-        // V's tail.
-        if (a.cu_seqlens_q != nullptr && k0 + Tr::B_c > seq.k_len && walk.steps() > 0) {
-            if constexpr (Tr::kv_with_first_step) {
-                smem.q_full[0].wait(0);    // K, with the first Q
-                smem.d_o_full[0].wait(0);  // V, with the first dO
-            }
-            zero_tile_rows<typename Tr::KTile, consumer_threads>(ptx::smem_address(smem.k),
-                                                                 seq.k_len - k0, consumer_thread);
-            zero_tile_rows<typename Tr::KTile, consumer_threads>(ptx::smem_address(smem.v),
-                                                                 seq.k_len - k0, consumer_thread);
-            tma::fence_shared_to_async_proxy();
-            ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
+    ptx::wait_for_previous_grid();  // the preprocess's LSE and D (a programmatic launch)
+    // A walk's first step's statistics, staged in the copy of its step of the CTA's pipeline: in
+    // the walk's prologue, or (persistent) at the end of the walk before it, so that their load
+    // runs beside that walk's epilogue instead of after it.
+    const auto stage_first_stats = [&](const Work& w, int step) {
+        if (w.walk.steps() == 0)
+            return;
+        const QueryWalk::Step at = w.walk.first();
+        const std::int64_t row0 =
+            w.seq.ws(a, w.tile.kv_head * w.walk.group + at.head, at.block * Tr::B_r);
+        if constexpr (StepStats<Tr>::shared) {
+            StepStats<Tr> stats;
+            stats.load(a, row0);
+            stats.store(StepStats<Tr>::copy(smem, step % 2));
+        } else {
+            StepStats<Tr>::fetch(a, row0, StepStats<Tr>::copy(smem, step % 2));
         }
-    }
-    // A window with a softcap masks every step: with a masked and an unmasked copy of the step
-    // the d_head 128 kernel spilled 224 bytes, with one 16 (ptxas, CUDA 13.0). So does ALiBi,
-    // whose instances hold one copy of their step too.
-    static_assert(!Alibi || packable, "ALiBi runs on the band kernels");
-    constexpr bool always_masked = (Softcap && std::is_same_v<Mask, BandMask>) || Alibi;
-    // Step i of the walk, at `at`. First (lag_dq, a compile-time flag): the first step, which has
-    // no previous step's dQ to compute and runs the masked step (which masks an unmasked block to
-    // no effect); it is peeled off the loop: a copy of the step for it inside the loop spilled
-    // 104 bytes in d_head 64's softcap kernel (ptxas, CUDA 13.0).
-    const auto run_step = [&](int i, QueryWalk::Step at, auto first) {
-        constexpr bool First = decltype(first)::value;
-        const int block = at.block;
-        // The next step's rows, whose statistics this step stages; -1 past the walk.
-        QueryWalk::Step next = at;
-        next.advance(walk);
-        const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(next) : -1;
+    };
+    int step0 = 0;          // the walk's first step in the CTA's pipeline
+    int staged_round = -1;  // persistent: the round whose first statistics are staged
+    for_each_key_block([&](const Work& w, int round) {
+        const KeyBlockScheduler::Tile& tile = w.tile;
+        const int k0 = w.k0;
+        const BackwardSequence& seq = w.seq;
+        const QueryWalk& walk = w.walk;
+        BackwardConsumer<Tr> c{
+            .smem = smem,
+            .args = a,
+            .smem_base = ptx::smem_address(&smem),
+            .consumer = consumer,
+            .scale_log2 = a.scale_log2,
+            .mask = KeyRowQueries::of(w.mask,
+                                      k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m),
+            .first_key = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m,
+            .dq_row_group = consumer % Tr::dq_row_groups,
+            .alibi_shift = band_shift(seq.q_len, seq.k_len, a.top_left),
+        };
+        zero(c.dk);
+        zero(c.dv);
+        // A step's first row in the preprocess's per-row arrays.
+        const auto stats_row0 = [&](QueryWalk::Step at) {
+            return seq.ws(a, tile.kv_head * walk.group + at.head, at.block * Tr::B_r);
+        };
+        if (!Tr::persistent || staged_round != round)
+            stage_first_stats(w, step0);
+        if constexpr (!StepStats<Tr>::shared)
+            StepStats<Tr>::landed();
+        ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+        if constexpr (!Tr::kv_with_first_step)
+            smem.kv_full.wait(0);
         if constexpr (packable) {
-            // The sequence's last query block: Q's and dO's rows past it zeroed likewise, once
-            // both have landed and before either consumer's first GEMM of the step.
-            if (a.cu_seqlens_q != nullptr && (block + 1) * Tr::B_r > seq.q_len) {
-                const RingSlot<Tr::stages> slot(i);
-                smem.q_full[slot.stage].wait(slot.parity);
-                smem.d_o_full[slot.stage].wait(slot.parity);
-                const int valid = seq.q_len - block * Tr::B_r;
-                zero_tile_rows<typename Tr::QTile, consumer_threads>(
-                    ptx::smem_address(smem.q[slot.stage]), valid, consumer_thread);
-                zero_tile_rows<typename Tr::QTile, consumer_threads>(
-                    ptx::smem_address(smem.d_o[slot.stage]), valid, consumer_thread);
+            // Rows past a packed sequence are another sequence's or nobody's (a buffer's
+            // unwritten tail may hold NaN): masking makes their P 0, but 0 · NaN in the GEMMs is
+            // NaN, so they are zeros in shared memory before any GEMM reads them, as the forward
+            // zeroes V's tail.
+            if (a.cu_seqlens_q != nullptr && k0 + Tr::B_c > seq.k_len && walk.steps() > 0) {
+                if constexpr (Tr::kv_with_first_step) {
+                    const RingSlot<Tr::stages> slot(step0);
+                    smem.q_full[slot.stage].wait(slot.parity);    // K, with the first Q
+                    smem.d_o_full[slot.stage].wait(slot.parity);  // V, with the first dO
+                }
+                zero_tile_rows<typename Tr::KTile, consumer_threads>(
+                    ptx::smem_address(smem.k), seq.k_len - k0, consumer_thread);
+                zero_tile_rows<typename Tr::KTile, consumer_threads>(
+                    ptx::smem_address(smem.v), seq.k_len - k0, consumer_thread);
                 tma::fence_shared_to_async_proxy();
                 ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
             }
         }
-        if constexpr (Alibi) {  // the step's head's slope
-            c.template step<true, Softcap, true, !First>(
-                i, block * Tr::B_r, next_row0,
-                alibi_slope(a.alibi_slopes, a.alibi_batch_stride, seq.index,
-                            tile.kv_head * walk.group + at.head, a.scale_log2));
-        } else if constexpr (First) {
-            c.template step<true, Softcap, false, false>(i, block * Tr::B_r, next_row0);
-        } else if (always_masked || walk.blocks.masked(block)) {
-            c.template step<true, Softcap>(i, block * Tr::B_r, next_row0);
+        // A window with a softcap masks every step: with a masked and an unmasked copy of the
+        // step the d_head 128 kernel spilled 224 bytes, with one 16 (ptxas, CUDA 13.0). So does
+        // ALiBi, whose instances hold one copy of their step too.
+        static_assert(!Alibi || packable, "ALiBi runs on the band kernels");
+        constexpr bool always_masked = (Softcap && std::is_same_v<Mask, BandMask>) || Alibi;
+        // Step i of the walk, at `at` (step0 + i of the CTA's pipeline). First (lag_dq, a
+        // compile-time flag): the first step, which has no previous step's dQ to compute and
+        // runs the masked step (which masks an unmasked block to no effect); it is peeled off
+        // the loop: a copy of the step for it inside the loop spilled 104 bytes in d_head 64's
+        // softcap kernel (ptxas, CUDA 13.0).
+        const auto run_step = [&](int i, QueryWalk::Step at, auto first) {
+            constexpr bool First = decltype(first)::value;
+            const int block = at.block;
+            const int pipeline_step = step0 + i;
+            // The next step's rows, whose statistics this step stages; -1 past the walk.
+            QueryWalk::Step next = at;
+            next.advance(walk);
+            const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(next) : -1;
+            if constexpr (packable) {
+                // The sequence's last query block: Q's and dO's rows past it zeroed likewise,
+                // once both have landed and before either consumer's first GEMM of the step.
+                if (a.cu_seqlens_q != nullptr && (block + 1) * Tr::B_r > seq.q_len) {
+                    const RingSlot<Tr::stages> slot(pipeline_step);
+                    smem.q_full[slot.stage].wait(slot.parity);
+                    smem.d_o_full[slot.stage].wait(slot.parity);
+                    const int valid = seq.q_len - block * Tr::B_r;
+                    zero_tile_rows<typename Tr::QTile, consumer_threads>(
+                        ptx::smem_address(smem.q[slot.stage]), valid, consumer_thread);
+                    zero_tile_rows<typename Tr::QTile, consumer_threads>(
+                        ptx::smem_address(smem.d_o[slot.stage]), valid, consumer_thread);
+                    tma::fence_shared_to_async_proxy();
+                    ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+                }
+            }
+            if constexpr (Alibi) {  // the step's head's slope
+                c.template step<true, Softcap, true, !First>(
+                    pipeline_step, block * Tr::B_r, next_row0,
+                    alibi_slope(a.alibi_slopes, a.alibi_batch_stride, seq.index,
+                                tile.kv_head * walk.group + at.head, a.scale_log2));
+            } else if constexpr (First) {
+                c.template step<true, Softcap, false, false>(pipeline_step, block * Tr::B_r,
+                                                             next_row0);
+            } else if (always_masked || walk.blocks.masked(block)) {
+                c.template step<true, Softcap>(pipeline_step, block * Tr::B_r, next_row0);
+            } else {
+                c.template step<false, Softcap>(pipeline_step, block * Tr::B_r, next_row0);
+            }
+        };
+        QueryWalk::Step at = walk.first();
+        if constexpr (Tr::lag_dq) {
+            if (walk.steps() > 0) {
+                run_step(0, at, std::true_type{});
+                at.advance(walk);
+            }
+            for (int i = 1; i < walk.steps(); ++i, at.advance(walk))
+                run_step(i, at, std::false_type{});
+            c.finish_dq(step0 + walk.steps(), walk.steps());
         } else {
-            c.template step<false, Softcap>(i, block * Tr::B_r, next_row0);
+            for (int i = 0; i < walk.steps(); ++i, at.advance(walk))
+                run_step(i, at, std::false_type{});
         }
-    };
-    QueryWalk::Step at = walk.first();
-    if constexpr (Tr::lag_dq) {
-        if (walk.steps() > 0) {
-            run_step(0, at, std::true_type{});
-            at.advance(walk);
+        step0 += walk.steps();
+        if constexpr (Tr::persistent) {
+            // The next round's first statistics: their copy was last read two steps back.
+            if (index_at(round + 1) < scheduler.count()) {
+                const Work next = work_of(static_cast<int>(index_at(round + 1)));
+                if (next.some) {
+                    stage_first_stats(next, step0);
+                    staged_round = round + 1;
+                }
+            }
+            // K and V to the producer for the next key block (every GEMM of the walk has been
+            // waited for), and the dQ warp's last reduce has read the staging.
+            BackwardConsumer<Tr>::arrive_warp(smem.kv_empty);
+            if constexpr (Tr::staging_free_wait)
+                ptx::named_barrier_sync(Tr::staging_free_barrier, Tr::staging_free_threads);
         }
-        for (int i = 1; i < walk.steps(); ++i, at.advance(walk))
-            run_step(i, at, std::false_type{});
-        c.finish_dq(walk.steps());
-    } else {
-        for (int i = 0; i < walk.steps(); ++i, at.advance(walk))
-            run_step(i, at, std::false_type{});
-    }
 
-    // dK = scale · dSᵀ·Q and dV, this warp's 16 rows (split_head: its consumer's columns).
-    // The sequence read again rather than held across the loop (registers).
-    const BackwardSequence out =
-        packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
-    const int col0 = Tr::split_head ? consumer * Tr::head_cols : 0;
-    // Through shared memory and TMA: K's and V's tiles take dK and dV, 16-byte swizzled stores
-    // that one thread hands to the TMA unit, whose stores drop rows past the view's end. The
-    // register path's 4-byte stores cost a d_head 128 CTA about 5 µs against its ~90 µs walk at
-    // 2k keys (per-CTA timestamps, H200, 2026-12-02); through TMA the backward ran 2-5% faster
-    // at 2k and 4.5-10% at 1k (H200, 2026-12-03). A packed sequence's key block that runs past
-    // its end would overwrite the next sequence's rows: it stores its rows itself.
-    if (!packable || a.cu_seqlens_q == nullptr || k0 + Tr::B_c <= out.k_len) {
-        // Every consumer's last GEMMs have read K and V (dQ's reads every key's K).
-        ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
-        const int row0 = Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
-        stage_gradient_rows<Tr::dtype, typename Tr::KTile>(c.dk, a.softmax_scale,
-                                                           ptx::smem_address(smem.k), row0, col0);
-        stage_gradient_rows<Tr::dtype, typename Tr::KTile>(c.dv, 1.0f, ptx::smem_address(smem.v),
-                                                           row0, col0);
-        tma::fence_shared_to_async_proxy();
-        ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
-        if (consumer_thread == 0) {
-            tma::store_tile<typename Tr::KTile>(smem.k, &launch.maps.dk, out.k_row0 + k0,
-                                                tile.kv_head, out.entry);
-            tma::store_tile<typename Tr::KTile>(smem.v, &launch.maps.dv, out.k_row0 + k0,
-                                                tile.kv_head, out.entry);
-            tma::wait_stores_read();  // before the CTA's shared memory goes
+        // dK = scale · dSᵀ·Q and dV, this warp's 16 rows (split_head: its consumer's columns).
+        // The sequence read again rather than held across the loop (registers).
+        const BackwardSequence out =
+            packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
+        const int col0 = Tr::split_head ? consumer * Tr::head_cols : 0;
+        // Through shared memory and TMA: 16-byte swizzled stores that one thread hands to the TMA
+        // unit, whose stores drop rows past the view's end. The register path's 4-byte stores
+        // cost a d_head 128 CTA about 5 µs against its ~90 µs walk at 2k keys (per-CTA
+        // timestamps, H200, 2026-12-02); through TMA the backward ran 2-5% faster at 2k and
+        // 4.5-10% at 1k (H200, 2026-12-03). The tiles: K's and V's, or (persistent) the walk's
+        // scratch, which the next walk reuses only once the stores have read it. A packed
+        // sequence's key block that runs past its end would overwrite the next sequence's rows:
+        // it stores its rows itself.
+        if (!packable || a.cu_seqlens_q == nullptr || k0 + Tr::B_c <= out.k_len) {
+            unsigned char* dk_tile = Tr::persistent ? smem.scratch.gradients[0] : smem.k;
+            unsigned char* dv_tile = Tr::persistent ? smem.scratch.gradients[1] : smem.v;
+            // Every consumer's last GEMMs have read K and V (dQ's reads every key's K) and the
+            // dS tiles.
+            ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+            const int row0 = Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
+            stage_gradient_rows<Tr::dtype, typename Tr::KTile>(
+                c.dk, a.softmax_scale, ptx::smem_address(dk_tile), row0, col0);
+            stage_gradient_rows<Tr::dtype, typename Tr::KTile>(
+                c.dv, 1.0f, ptx::smem_address(dv_tile), row0, col0);
+            tma::fence_shared_to_async_proxy();
+            ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+            if (consumer_thread == 0) {
+                tma::store_tile<typename Tr::KTile>(dk_tile, &launch.maps.dk, out.k_row0 + k0,
+                                                    tile.kv_head, out.entry);
+                tma::store_tile<typename Tr::KTile>(dv_tile, &launch.maps.dv, out.k_row0 + k0,
+                                                    tile.kv_head, out.entry);
+                tma::wait_stores_read();  // before the CTA's shared memory goes or is reused
+            }
+            if constexpr (Tr::persistent)
+                ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+            return;
         }
-        return;
-    }
-    const int row0 = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
-    store_gradient_rows<Tr::dtype>(c.dk, a.softmax_scale,
-                                   static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
-                                       tile.kv_head * a.dk_stride.head +
-                                       std::int64_t{out.k_row0} * a.dk_stride.seq + col0,
-                                   a.dk_stride.seq, row0, out.k_len);
-    store_gradient_rows<Tr::dtype>(c.dv, 1.0f,
-                                   static_cast<T*>(a.dv) + out.entry * a.dv_stride.batch +
-                                       tile.kv_head * a.dv_stride.head +
-                                       std::int64_t{out.k_row0} * a.dv_stride.seq + col0,
-                                   a.dv_stride.seq, row0, out.k_len);
+        const int row0 = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
+        store_gradient_rows<Tr::dtype>(c.dk, a.softmax_scale,
+                                       static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
+                                           tile.kv_head * a.dk_stride.head +
+                                           std::int64_t{out.k_row0} * a.dk_stride.seq + col0,
+                                       a.dk_stride.seq, row0, out.k_len);
+        store_gradient_rows<Tr::dtype>(c.dv, 1.0f,
+                                       static_cast<T*>(a.dv) + out.entry * a.dv_stride.batch +
+                                           tile.kv_head * a.dv_stride.head +
+                                           std::int64_t{out.k_row0} * a.dv_stride.seq + col0,
+                                       a.dv_stride.seq, row0, out.k_len);
+    });
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)launch;

@@ -156,7 +156,10 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
     launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
     constexpr int smem = static_cast<int>(smem_bytes(C));
     constexpr int threads = C.n_threads();
-    const std::int64_t ctas = scheduler.count();
+    // Persistent: a CTA an SM, each walking every gridDim.x-th key block.
+    const std::int64_t ctas = C.sm90.persistent && args.sm_count > 0
+                                  ? std::min<std::int64_t>(scheduler.count(), args.sm_count)
+                                  : scheduler.count();
     const bool softcap = args.softcap_prescale != 0.0f;
     // Packed sequences and ALiBi run on the band kernels (BackwardArgs::banded, set by the host).
     if (args.alibi_slopes != nullptr && softcap)
