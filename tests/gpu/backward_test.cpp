@@ -360,7 +360,8 @@ TEST(Backward, SoftcapMatchesReference) {
 // Sliding windows on every built backward config (both families; the ordered ones bitwise stable
 // run to run): causal with a left side, both sides without causal, windows narrower than a
 // block, rows and keys no window reaches (seq_q != seq_k at both alignments), GQA, and with a
-// softcap and sinks.
+// softcap and sinks; and key blocks of no steps (keys no window reaches) among ones with steps,
+// several a CTA where CTAs are persistent (960 key blocks).
 TEST(Backward, WindowMatchesReference) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
@@ -378,6 +379,7 @@ TEST(Backward, WindowMatchesReference) {
         {{1, 500, 500, 4, 2, false}, {0, 0}, 0.0f, false},
         {{1, 640, 513, 4, 4, false, true}, {-1, 100}, 0.0f, false},
         {{1, 700, 700, 4, 2, true}, {255, 0}, 5.0f, true},
+        {{2, 130, 1500, 40, 40, false}, {30, 30}, 0.0f, false},
     };
     for (const fa::KernelConfig& config : fa::testing::backward_configs()) {
         for (const WindowCase& c : window_cases) {

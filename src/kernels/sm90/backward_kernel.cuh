@@ -249,6 +249,11 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
         tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
                                            smem.kv_full);
     }
+    // Persistent: one wait for each walk's release of K and V, a walk of no steps included (it
+    // loads nothing, but the consumers release after it too): a parity wait cannot tell a phase
+    // from the one two before it.
+    if (Tr::persistent && walk.steps() == 0 && walks > 0)
+        smem.kv_empty.wait((walks - 1) & 1);
     QueryWalk::Step at = walk.first();
     for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
         const RingSlot<Tr::stages> slot(step0 + i);
@@ -1002,7 +1007,10 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             for_each_key_block([&](const Work& w, int) {
                 add_dq<Tr>(a, w.mask, smem, w.walk, scheduler, w.seq, w.tile.key_block,
                            w.tile.kv_head);
-                if constexpr (Tr::staging_free_wait) {  // its last reduce has read the staging
+                // Its last reduce has read the staging. Not after a walk of no steps (no reduce):
+                // arrivals for walks the consumers have not synchronised on would complete the
+                // barrier's next use early.
+                if (Tr::staging_free_wait && w.walk.steps() > 0) {
                     __syncwarp();
                     ptx::named_barrier_arrive(Tr::staging_free_barrier, Tr::staging_free_threads);
                 }
@@ -1158,7 +1166,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             // K and V to the producer for the next key block (every GEMM of the walk has been
             // waited for), and the dQ warp's last reduce has read the staging.
             BackwardConsumer<Tr>::arrive_warp(smem.kv_empty);
-            if constexpr (Tr::staging_free_wait)
+            if (Tr::staging_free_wait && walk.steps() > 0)
                 ptx::named_barrier_sync(Tr::staging_free_barrier, Tr::staging_free_threads);
         }
 
