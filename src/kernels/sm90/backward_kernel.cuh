@@ -117,11 +117,12 @@ struct BackwardTraits {
     // 2026-12-04). Two consumers of 64 keys.
     static constexpr bool lag_dq = C.sm90.lag_dq;
     static_assert(!lag_dq || !split_head, "lag_dq: consumers of 64 keys each");
-    // Persistent: sm_count CTAs, each walking every gridDim.x-th key block of the schedule. A
-    // CTA's dK and dV tiles are staged over its dS tiles and dQ staging (the walk's scratch, free
-    // once the walk ends), so that the next key block's K and V load while they are stored, and
-    // no CTA launch comes between two key blocks. (Not with ordered dQ: a key block's adds may
-    // wait on a lower key block that a fixed share of the schedule has not started yet.)
+    // Persistent: sm_count CTAs, each walking one key block of each round of sm_count in the
+    // schedule (for_each_key_block). A CTA's dK and dV tiles are staged over its dS tiles and dQ
+    // staging (the walk's scratch, free once the walk ends), so that the next key block's K and V
+    // load while they are stored, and no CTA launch comes between two key blocks. (Not with ordered
+    // dQ: a key block's adds may wait on a lower key block that a fixed share of the schedule has
+    // not started yet.)
     static constexpr bool persistent = C.sm90.persistent;
     static_assert(!persistent || (kv_with_first_step && !ordered_dq),
                   "persistent: consumers of 64 keys each, dQ unordered");
@@ -177,7 +178,8 @@ struct BackwardTraits {
     static constexpr int dq_barrier_threads = warpgroup_threads + warp_size;
     // Persistent, where dV's tile reaches past the dS tiles into the dQ staging: the dQ warp's
     // last bulk reduce of a walk has read the staging.
-    static constexpr bool gradients_reach_dq = 2 * KTile::bytes > 2 * score_tiles* DsTile::bytes;
+    static constexpr int ds_bytes = 2 * score_tiles * DsTile::bytes;  // Walk::ds
+    static constexpr bool gradients_reach_dq = 2 * KTile::bytes > ds_bytes;
     static constexpr bool staging_free_wait = persistent && gradients_reach_dq;
     static constexpr int staging_free_barrier = 2 + 2 * consumers;
     static constexpr int staging_free_threads = consumers * warpgroup_threads + warp_size;
