@@ -156,7 +156,7 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
     launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
     constexpr int smem = static_cast<int>(smem_bytes(C));
     constexpr int threads = C.n_threads();
-    // Persistent: a CTA an SM, each walking every gridDim.x-th key block.
+    // Persistent: a CTA an SM, each walking one key block of each round (backward_kernel.cuh).
     const std::int64_t ctas = C.sm90.persistent && args.sm_count > 0
                                   ? std::min<std::int64_t>(scheduler.count(), args.sm_count)
                                   : scheduler.count();
