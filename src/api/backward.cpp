@@ -178,6 +178,7 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
             .lse2 = nullptr,
             .dq_accum = nullptr,
             .dq_semaphores = nullptr,
+            .tile_counter = nullptr,
             .q_rows = seq_q,
             .q_stride = strides(p.q),
             .k_stride = strides(p.k),
@@ -234,6 +235,10 @@ void launch_backward(BackwardArgs args, const KernelConfig& config, Stream strea
     args.dq_semaphores =
         w.semaphores > 0 ? reinterpret_cast<int*>(floats + w.d_floats + w.lse2_floats + w.dq_floats)
                          : nullptr;
+    args.tile_counter = w.counters > 0
+                            ? reinterpret_cast<int*>(floats + w.d_floats + w.lse2_floats +
+                                                     w.dq_floats + w.semaphores)
+                            : nullptr;
     args.q_rows = static_cast<int>(w.q_rows);
     args.q_block = static_cast<int>(backward_q_block(config));
     args.semaphore_rows =
@@ -354,7 +359,7 @@ KernelConfig choose_backward(const ProblemShape& problem, const DeviceProperties
         return *tuned;
     const std::int64_t seq = std::max(problem.seq_q, problem.seq_k);
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
-        if (fits(row.config) && row.admits(seq, problem.causal, problem.heads != problem.heads_kv))
+        if (fits(row.config) && row.admits(seq, problem.causal))
             return row.config;
     }
     // A build without the table's backward kernels: any built one that runs here.

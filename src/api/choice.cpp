@@ -39,8 +39,8 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
     const std::int64_t seq = std::max(p.shape.seq_q, p.shape.seq_k);
     std::optional<KernelConfig> first;
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
-        if (row.admits(seq, p.shape.causal, p.shape.heads != p.shape.heads_kv) &&
-            can_run(row.config, p, device) && (!first || first->family == row.config.family)) {
+        if (row.admits(seq, p.shape.causal) && can_run(row.config, p, device) &&
+            (!first || first->family == row.config.family)) {
             if (copies_whole_runs(row.config, p.page_size))
                 return row.config;
             if (!first)

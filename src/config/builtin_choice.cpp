@@ -11,7 +11,6 @@ struct Row {
     std::string_view config;
     std::int64_t max_seq = 0;
     bool causal_only = false;
-    bool without_gqa_only = false;
 };
 
 // Why these: on Hopper the sm90 family first: wgmma at 64 rows per consumer warpgroup,
@@ -151,27 +150,25 @@ constexpr Row k_rows[] = {
     // d_head 64 and 128 tiles (B_r 128 and 64 queries a step), a two-stage Q/dO pipeline; d_head
     // 256, two consumers on the same 64 keys with half of d_head's columns each and one Q/dO
     // stage (209 KB of shared memory): 1.5-1.6x the sm80 kernel (H200, 2026-12-02).
-    // The deterministic kernel is the default wherever it costs under 5%: causal d_head 64
-    // without GQA up to 2k keys, where it is 1.4% (1k) and 2.6% (2k) slower than the lagged
-    // kernel below, against 5.0% at 4k and 9.5% at 8k (bf16; fp16 0.8%, 2.1%, 4.6%, 9.8%; one
-    // call, H200, 2026-12-04). At d_head 256 it costs 6-34% causal (2k-16k, its scores shared;
-    // H200, 2026-12-02) and is taken only when asked for. GQA's deterministic order is another
-    // (KeyBlockScheduler), not measured at these head dims.
-    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered", 2048, true, true},
-    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered", 2048, true, true},
+    // The deterministic kernel would be the default wherever it costs under 5%: against the
+    // persistent kernel below it costs 7.6% at 1k and 6.0% at 2k causal d_head 64 (bf16, three
+    // rounds, H200, 2026-12-04), and more elsewhere (5-13% from 4k against the lagged kernel,
+    // 6-34% causal at d_head 256: H200, 2026-12-02), so it is taken only when asked for. GQA's
+    // deterministic order is another (KeyBlockScheduler), not measured at these head dims.
     // d_head 64 computes dQ a step behind (lagdq): against the kernel in step, bf16 non-causal
     // +0.5% at 1k, +3.9% at 2k, +7.1% at 8k, +8.1% at 16k; causal -1.7% at 1k, +2.9% to +8.4%
-    // from 2k; causal GQA 32/8 +3.8% to +9.3%; fp16 alike (H200, 2026-12-04). Non-causal, its
-    // CTAs persistent (one an SM, the next key block's K and V loading while the last one's dK
-    // and dV are stored): +3.6% at 1k, +2.1% at 2k, +1.1% at 4k, +0.8% at 8k; causal, whose walks
-    // differ in length, the fixed share of key blocks lost 4-17% at 2k and 8k against the
-    // hardware's dynamic order (bf16, three rounds, H200, 2026-12-04).
-    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+lagdq", 0, true},
-    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+lagdq", 0, true},
-    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq"},
-    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq"},
-    {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2"},
-    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2"},
+    // from 2k; causal GQA 32/8 +3.8% to +9.3%; fp16 alike (H200, 2026-12-04). d_head 64 and 128
+    // run persistent CTAs on the dynamic schedule: one an SM, each taking its next key block from
+    // a counter in the schedule's order, the next key block's K and V loading while the last
+    // one's dK and dV are stored. Against the same kernels one CTA a key block: d_head 64
+    // (lagdq) +5.1/+2.5/+2.9/+2.5% non-causal at 1k/2k/4k/8k and +6.8/+4.8/+3.2/+2.2% causal;
+    // d_head 128 +2.9/+1.0/+0.8/+0.8% and +3.1/+1.6/+0.8/+0.8% (bf16, three rounds, H200,
+    // 2026-12-04). A fixed share of key blocks a CTA (no counter) lost causal d_head 64 16.5% at
+    // 2k: causal walks differ in length.
+    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
+    {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic"},
+    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic"},
     {"(BF16, 256, 64, 64, 12): sm90+bwd+stages_1"},
     {"(FP16, 256, 64, 64, 12): sm90+bwd+stages_1"},
     // Deterministic (BackwardParams::deterministic): the same, each query block's dQ added in a
@@ -200,8 +197,7 @@ std::span<const BuiltinChoice> builtin_choices() {
     static const std::vector<BuiltinChoice> table = [] {
         std::vector<BuiltinChoice> v;
         for (const Row& row : k_rows)
-            v.push_back({KernelConfig::parse(row.config), row.max_seq, row.causal_only,
-                         row.without_gqa_only});
+            v.push_back({KernelConfig::parse(row.config), row.max_seq, row.causal_only});
         return v;
     }();
     return table;

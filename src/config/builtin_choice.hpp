@@ -18,18 +18,15 @@ struct BuiltinChoice {
     std::int64_t max_seq = 0;
     // Only for causal problems.
     bool causal_only = false;
-    // Only where every query head has its own K/V head (no grouped-query attention).
-    bool without_gqa_only = false;
 
-    // Whether the row may serve a problem of this longest length, mask and head grouping.
-    constexpr bool admits(std::int64_t seq, bool causal, bool gqa) const {
-        return (max_seq == 0 || seq <= max_seq) && (!causal_only || causal) &&
-               (!without_gqa_only || !gqa);
+    // Whether the row may serve a problem of this longest length and mask.
+    constexpr bool admits(std::int64_t seq, bool causal) const {
+        return (max_seq == 0 || seq <= max_seq) && (!causal_only || causal);
     }
 };
 
 // Every row, in preference order: the first row that matches the problem's dtype and
-// head dim, admits it (length, mask, head grouping) and runs on the device is the choice.
+// head dim, admits it (length, mask) and runs on the device is the choice.
 std::span<const BuiltinChoice> builtin_choices();
 
 }  // namespace flash_attention::space

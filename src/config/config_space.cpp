@@ -96,13 +96,15 @@ constexpr std::array k_rules = {
     Rule{"backward_knobs", RuleKind::validity,
          "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
          "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
-         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, ordered and lagdq",
+         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered "
+         "and lagdq",
          [](const KernelConfig& c) {
              if (!c.backward)
                  return false;
              if (sm90(c))
                  return c.sm90 != Sm90Knobs{.stages = c.sm90.stages,
                                             .persistent = c.sm90.persistent,
+                                            .dynamic_schedule = c.sm90.dynamic_schedule,
                                             .ordered_dq = c.sm90.ordered_dq,
                                             .lag_dq = c.sm90.lag_dq};
              return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
@@ -499,6 +501,7 @@ ValueSets tune_values_backward_sm90() {
     v.n_warps = {8, 12};
     v.stages = {1, 2, 3};
     v.persistent = {false, true};
+    v.dynamic_schedule = {false, true};
     v.ordered_dq = {false, true};
     v.lag_dq = {false, true};
     return v;
@@ -543,7 +546,9 @@ std::vector<KernelConfig> release() {
 // one Q buffer under the dynamic schedule (the release holds the other dynamic tile
 // schedule's kernels), trimmed consumer blocks passing two GEMM turns a block (ping-pong
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
-// CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers).
+// CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
+// and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
+// key blocks (the release's backward kernels at d_head 64 and 128 are persistent and dynamic).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -557,6 +562,8 @@ std::vector<KernelConfig> ci() {
                "(BF16, 128, 192, 64, 16): sm90+stages_2+pingpong+persistent+dynamic+trim",
                "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim+"
                "streamk",
+               "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
+               "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
            }));
     return v;
 }

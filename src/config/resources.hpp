@@ -122,7 +122,7 @@ constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
         c.sm90.lag_dq ? 4 * static_cast<std::size_t>(consumer_warpgroups(c)) : 1;
     const std::size_t bytes = 2 * (2 * k * d + 2 * stages * r * d + 2 * score_tiles * k * r) +
                               4 * r * d + 16 * r * stats_copies + 8 * (2 + 4 * stages) +
-                              (c.sm90.lag_dq ? 32 : 0);
+                              (c.sm90.lag_dq ? 32 : 0) + (c.sm90.dynamic_schedule ? 40 : 0);
     return (bytes + 1023) / 1024 * 1024 + 1024;
 }
 
@@ -134,8 +134,9 @@ constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
 struct BackwardWorkspace {
     std::int64_t q_rows;  // rows a (batch, head)
     std::size_t d_floats, lse2_floats, dq_floats, semaphores;
+    std::size_t counters = 0;  // persistent dynamic: the tile counter (and one of padding)
     constexpr std::size_t bytes() const {
-        return (d_floats + lse2_floats + dq_floats + semaphores) * 4;
+        return (d_floats + lse2_floats + dq_floats + semaphores + counters) * 4;
     }
 };
 // Query rows the workspace gives a sequence a whole multiple of (BackwardArgs::q_block): sm90's
@@ -153,8 +154,12 @@ constexpr BackwardWorkspace backward_workspace_rows(const KernelConfig& c, std::
                                                     std::int64_t heads, std::int64_t q_rows) {
     const bool sm90 = c.family == Family::sm90;
     const auto rows = static_cast<std::size_t>(entries * heads * q_rows);
-    return {q_rows, rows, sm90 ? rows : 0, sm90 ? rows * static_cast<std::size_t>(c.d_head) : 0,
-            sm90 && c.sm90.ordered_dq ? rows / 64 : 0};
+    return {q_rows,
+            rows,
+            sm90 ? rows : 0,
+            sm90 ? rows * static_cast<std::size_t>(c.d_head) : 0,
+            sm90 && c.sm90.ordered_dq ? rows / 64 : 0,
+            sm90 && c.sm90.dynamic_schedule ? std::size_t{2} : 0};
 }
 constexpr BackwardWorkspace backward_workspace(const KernelConfig& c, std::int64_t batch,
                                                std::int64_t heads, std::int64_t seq_q) {

@@ -136,6 +136,9 @@ struct BackwardArgs {
     // (batch, heads, q_rows / 64): per 64 query rows, the key blocks whose dQ has been added
     // (ordered_dq), or null
     int* dq_semaphores;
+    // Persistent CTAs on the dynamic schedule: the key blocks handed out past the first round
+    // (zeroed by the preprocess), or null.
+    int* tile_counter;
     int q_rows;
     TensorStrides q_stride, k_stride, v_stride, o_stride, d_o_stride;
     TensorStrides dq_stride, dk_stride, dv_stride;

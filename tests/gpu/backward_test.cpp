@@ -470,11 +470,20 @@ TEST(Backward, VarlenMatchesReference) {
         std::pair<int, int> window;
         float softcap;
     };
-    const VarlenCase varlen_cases[] = {
+    std::vector<VarlenCase> varlen_cases = {
         {{300, 0, 1, 129, 257}, {300, 5, 1, 200, 257}, {}, true, false, {-1, -1}, 0.0f},
         {{100, 37, 250}, {300, 64, 250}, {280, 0, 250}, false, false, {-1, -1}, 0.0f},
         {{200, 1, 180}, {150, 130, 180}, {}, true, true, {63, 0}, 5.0f},
     };
+    // An empty first sequence, and more key blocks (3 a sequence, 2 K/V heads, 25 sequences)
+    // than an H100 or H200 has SMs, so that persistent CTAs take key blocks from the dynamic
+    // schedule's counter, which the preprocess zeroes (with no rows in the first sequence).
+    VarlenCase many{{0}, {0}, {}, true, false, {-1, -1}, 0.0f};
+    for (int b = 1; b < 25; ++b) {
+        many.lens_q.push_back(40 + 13 * b);
+        many.lens_k.push_back(300 + b);
+    }
+    varlen_cases.push_back(many);
     const int heads = 4, heads_kv = 2;
     for (const fa::KernelConfig& config : fa::testing::backward_configs()) {
         for (const VarlenCase& c : varlen_cases) {
@@ -569,7 +578,7 @@ TEST(Backward, VarlenMatchesReference) {
             };
             const std::vector<HostTensor> g = run();
             const std::string what = config.to_string() + ", case " +
-                                     std::to_string(&c - varlen_cases) + ", seed " +
+                                     std::to_string(&c - varlen_cases.data()) + ", seed " +
                                      std::to_string(seed);
             for (std::int64_t b = 0; b < batch; ++b) {
                 const std::int64_t lq = c.lens_q[b];

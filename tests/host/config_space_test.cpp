@@ -126,11 +126,19 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
     EXPECT_EQ(
         rejected_by(KernelConfig::parse("(BF16, 256, 64, 64, 12): sm90+bwd+stages_1+persistent")),
         "persistent_backward");
+    // The dynamic schedule: persistent CTAs take their next key block from a counter.
     EXPECT_EQ(with_hopper([](KernelConfig& c) {
                   c.sm90.persistent = true;
                   c.sm90.dynamic_schedule = true;
               }),
-              "backward_knobs");
+              "");
+    EXPECT_EQ(
+        KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq")
+            .sm90,
+        (fa::Sm90Knobs{.stages = 2, .persistent = true, .dynamic_schedule = true, .lag_dq = true}));
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.dynamic_schedule = true; }),
+              "dynamic_needs_persistent");
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.pingpong = true; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.optimized_softmax = true; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.K_mma_load_K_tiles = 2; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 32; }), "backward_tiles");

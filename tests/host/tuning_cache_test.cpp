@@ -41,7 +41,7 @@ tuning::Entry entry(const std::string& gpu, int bucket, const fa::KernelConfig& 
 
 // Backward configs of the built-in table's rows: any pass, deterministic, deterministic.
 const fa::KernelConfig k_sm90_backward =
-    fa::KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2");
+    fa::KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic");
 const fa::KernelConfig k_sm80_backward =
     fa::KernelConfig::parse("(BF16, 128, 64, 64, 8): bwd+async+swizzled");
 const fa::KernelConfig k_sm90_ordered =
@@ -683,11 +683,11 @@ TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
     EXPECT_EQ(config_of(deterministic), k_sm80_backward);
 }
 
-// The built-in table's d_head 64 rows: causal without GQA up to 2k keys takes the deterministic
-// kernel by default (it costs under 5% there); otherwise the unordered one that computes dQ a
-// step behind (lagdq), on persistent CTAs where the problem is not causal. A row's length and
-// causal limits hold for the backward as for the forward.
-TEST(TuningCache, BackwardTableTakesTheOrderedKernelForShortCausalD64) {
+// The built-in table's d_head 64 rows: the unordered kernel that computes dQ a step behind
+// (lagdq) on persistent CTAs of the dynamic schedule, causal or not, with GQA or without; the
+// deterministic kernel only when asked for (it costs 6-8% even where it costs least). A row's
+// length and causal limits hold for the backward as for the forward.
+TEST(TuningCache, BackwardTableTakesThePersistentKernelAndOrderedOnlyWhenAsked) {
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
     const TempDir dir;
     const CacheEnvironment env(dir.path() / "tuning.json");  // no file: the table alone
@@ -695,27 +695,25 @@ TEST(TuningCache, BackwardTableTakesTheOrderedKernelForShortCausalD64) {
     problem.d_head = 64;
     const auto ordered =
         fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered");
-    const auto lagged =
-        fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+lagdq");
-    const auto persistent =
-        fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq");
+    const auto persistent = fa::KernelConfig::parse(
+        "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq");
     const auto built = [](const fa::KernelConfig& c) {
         return std::find(fa::configs().begin(), fa::configs().end(), c) != fa::configs().end();
     };
-    if (!built(ordered) || !built(lagged) || !built(persistent))
+    if (!built(ordered) || !built(persistent))
         GTEST_SKIP() << "this build lacks the sm90 BF16 d_head 64 backward kernels";
-    problem.causal = true;
-    EXPECT_EQ(fa::choose_backward_config(problem, h100), lagged);  // 4096 keys
-    EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
-    problem.seq_q = problem.seq_k = 2048;
-    EXPECT_EQ(fa::choose_backward_config(problem, h100), ordered);
-    problem.causal = false;
-    EXPECT_EQ(fa::choose_backward_config(problem, h100), persistent);
-    EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
-    problem.causal = true;  // GQA: its own deterministic order, not measured at d_head 64
-    problem.heads_kv = problem.heads / 4;
-    EXPECT_EQ(fa::choose_backward_config(problem, h100), lagged);
-    EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered);
+    for (const std::int64_t seq : {1024, 2048, 4096}) {
+        problem.seq_q = problem.seq_k = seq;
+        for (const bool causal : {false, true}) {
+            problem.causal = causal;
+            problem.heads_kv = problem.heads;
+            EXPECT_EQ(fa::choose_backward_config(problem, h100), persistent) << seq << causal;
+            EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered) << seq << causal;
+            problem.heads_kv = problem.heads / 4;
+            EXPECT_EQ(fa::choose_backward_config(problem, h100), persistent) << seq << causal;
+            EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered) << seq << causal;
+        }
+    }
 }
 
 // choose_backward_config reads the cache: a winner of this device, problem and pass that is

@@ -592,7 +592,7 @@ TEST(Validation, VarlenBackwardChecksEverythingBeforeTheDevice) {
 
 // The backward's workspace grows with the sequence, never with its square: D (sm80), plus the
 // LSE in base 2 and dQ's fp32 accumulator on 128-row padded rows (sm90), plus a semaphore per 64
-// rows when ordered.
+// rows when ordered, or two words on the dynamic schedule.
 TEST(Validation, BackwardWorkspaceIsLinearInTheSequence) {
     const auto shape = [](int seq) {
         return fa::ProblemShape{.dtype = fa::DType::BF16,
@@ -614,6 +614,11 @@ TEST(Validation, BackwardWorkspaceIsLinearInTheSequence) {
     EXPECT_EQ(fa::backward_workspace_bytes(shape(1000), sm90), rows * 1024 * (2 + 128) * 4);
     EXPECT_EQ(fa::backward_workspace_bytes(shape(1000), ordered),
               rows * 1024 * (2 + 128) * 4 + rows * 1024 / 64 * 4);
+    // The dynamic schedule's counter (and a word of padding) on top.
+    const auto dynamic =
+        fa::KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic");
+    EXPECT_EQ(fa::backward_workspace_bytes(shape(1000), dynamic),
+              rows * 1024 * (2 + 128) * 4 + 2 * 4);
     for (const auto& c : {sm80, sm90, ordered}) {
         EXPECT_EQ(fa::backward_workspace_bytes(shape(16384), c),
                   2 * fa::backward_workspace_bytes(shape(8192), c))

@@ -126,6 +126,12 @@ struct BackwardTraits {
     static constexpr bool persistent = C.sm90.persistent;
     static_assert(!persistent || (kv_with_first_step && !ordered_dq),
                   "persistent: consumers of 64 keys each, dQ unordered");
+    // Persistent on the dynamic schedule: after its first round a CTA takes its next key block
+    // from a global counter (BackwardArgs::tile_counter), in the schedule's order, so that
+    // causal walks of unequal length balance as a grid of one CTA a key block does. The
+    // producer's thread takes it and hands it to the other roles through shared memory.
+    static constexpr bool dynamic = C.sm90.dynamic_schedule;
+    static_assert(!dynamic || persistent, "dynamic: persistent CTAs");
     // Copies of a step's statistics (StepStats): with lag_dq one a consumer warp, which stages
     // and reads its own, so that no consumer waits for another's to start a step; otherwise one,
     // shared, ordered by the dS barrier.
@@ -136,6 +142,14 @@ struct BackwardTraits {
         tma::Barrier full[2], empty[2];
     };
     struct NoDsBarriers {};
+    // dynamic: each round's key block, in two slots alternating by round; full once the
+    // producer has written it, empty once every consumer thread and the dQ warp have read it.
+    struct KeyBlockRing {
+        int index[2];
+        tma::Barrier full[2], empty[2];
+    };
+    struct NoKeyBlockRing {};
+    static constexpr int ring_readers = consumers * warpgroup_threads + warp_size;
 
     struct Smem {
         alignas(1024) unsigned char k[KTile::bytes];
@@ -163,6 +177,7 @@ struct BackwardTraits {
         tma::Barrier q_full[stages], q_empty[stages];
         tma::Barrier d_o_full[stages], d_o_empty[stages];
         std::conditional_t<lag_dq, DsBarriers, NoDsBarriers> ds_barriers;
+        std::conditional_t<dynamic, KeyBlockRing, NoKeyBlockRing> key_blocks;
     };
     // Dynamic shared memory: the struct, aligned in the kernel to 1024 bytes.
     static constexpr int smem_bytes = static_cast<int>(sizeof(Smem)) + 1024;
@@ -940,24 +955,57 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             walk.blocks.unmasked_end = walk.blocks.unmasked_first;
         return Work{tile, k0, seq, mask, walk, k0 < seq.k_len};
     };
-    // The CTA's key blocks: its own, or (persistent) one of each round of gridDim.x in the
-    // schedule's order, taken forwards in even rounds and backwards in odd ones, so that a CTA
-    // given one of a causal round's longest walks gets one of the next round's shortest. Every
-    // role of the CTA walks the same ones; f(work, round). A kernel of one key block finds it
-    // before the roles part: found in each role, the d_head 64 kernels' softcap instances
-    // spilled 96 bytes instead of 4 (ptxas, CUDA 13.0).
-    const auto index_at = [&](int round) {
+    // The key block of the CTA's round `round` (persistent; past the schedule's end once none is
+    // left). Static: one of each round of gridDim.x in the schedule's order, taken forwards in
+    // even rounds and backwards in odd ones, so that a CTA given one of a causal round's longest
+    // walks gets one of the next round's shortest. Dynamic: the CTA's own in the first round,
+    // then the counter's, which the producer's thread takes (`taker`) and hands to the other
+    // roles' threads (ring_readers) through the ring: each takes every round's once, in order
+    // (`take`), and may look at the next one's before (its slot is not written again until every
+    // reader has taken it). Nothing is kept in registers across a walk, and the readers' code
+    // holds no copy of the taker's: with one function for both, branching on the thread, the
+    // d_head 64 lagdq kernel spilled 192 bytes instead of 72 and serialized its wgmmas (ptxas
+    // C7520, CUDA 13.0).
+    const auto key_block_index = [&](auto taker, int round, bool take) -> std::int64_t {
         const std::int64_t g = gridDim.x;
-        return round * g + (round % 2 ? g - 1 - blockIdx.x : blockIdx.x);
+        if constexpr (!Tr::dynamic) {
+            return round * g + (round % 2 ? g - 1 - blockIdx.x : blockIdx.x);
+        } else {
+            auto& ring = smem.key_blocks;
+            const int slot = round % 2;
+            if constexpr (decltype(taker)::value) {
+                if (round == 1)
+                    ptx::wait_for_previous_grid();  // the preprocess zeroes the counter
+                // (Clamped: the counter runs past the schedule's end by a round.)
+                std::int64_t index =
+                    round == 0 ? std::int64_t{blockIdx.x} : g + atomicAdd(a.tile_counter, 1);
+                if (index > scheduler.count())
+                    index = scheduler.count();
+                if (round >= 2)
+                    ring.empty[slot].wait(((round - 2) / 2) & 1);
+                ring.index[slot] = static_cast<int>(index);
+                ring.full[slot].arrive();
+                return index;
+            } else {
+                ring.full[slot].wait((round / 2) & 1);
+                const int index = ring.index[slot];
+                if (take)
+                    ring.empty[slot].arrive();
+                return index;
+            }
+        }
     };
+    // Every role of the CTA walks the same key blocks; f(work, round). A kernel of one key block
+    // finds it before the roles part: found in each role, the d_head 64 kernels' softcap
+    // instances spilled 96 bytes instead of 4 (ptxas, CUDA 13.0).
     const Work first = work_of(static_cast<int>(blockIdx.x));
-    const auto for_each_key_block = [&](auto&& f) {
+    const auto for_each_key_block = [&](auto taker, auto&& f) {
         if constexpr (Tr::persistent) {
-            const int rounds = static_cast<int>((scheduler.count() + gridDim.x - 1) / gridDim.x);
-            for (int round = 0; round < rounds; ++round) {
-                if (index_at(round) >= scheduler.count())
-                    continue;
-                const Work w = work_of(static_cast<int>(index_at(round)));
+            for (int round = 0;; ++round) {
+                const std::int64_t index = key_block_index(taker, round, true);
+                if (index >= scheduler.count())
+                    break;
+                const Work w = work_of(static_cast<int>(index));
                 if (w.some)
                     f(w, round);
             }
@@ -982,6 +1030,12 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                 smem.ds_barriers.empty[b].init(4 * Tr::consumers);
             }
         }
+        if constexpr (Tr::dynamic) {
+            for (int b = 0; b < 2; ++b) {
+                smem.key_blocks.full[b].init(1);
+                smem.key_blocks.empty[b].init(Tr::ring_readers);
+            }
+        }
         tma::fence_barrier_init();
     }
     __syncthreads();
@@ -995,7 +1049,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         const int warp = threadIdx.x / warp_size;
         if (threadIdx.x == 0) {
             int step0 = 0, walks = 0;  // of the CTA's earlier key blocks
-            for_each_key_block([&](const Work& w, int) {
+            for_each_key_block(std::true_type{}, [&](const Work& w, int) {
                 produce_backward<Tr>(launch, smem, w.walk, w.seq, w.k0, w.tile.kv_head, step0,
                                      walks);
                 step0 += w.walk.steps();
@@ -1006,7 +1060,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             // launch): the producer's loads read only the caller's tensors, but dQ's
             // accumulator (and the ordered semaphores) are the preprocess's to zero first.
             ptx::wait_for_previous_grid();
-            for_each_key_block([&](const Work& w, int) {
+            for_each_key_block(std::false_type{}, [&](const Work& w, int) {
                 add_dq<Tr>(a, w.mask, smem, w.walk, scheduler, w.seq, w.tile.key_block,
                            w.tile.kv_head);
                 // Its last reduce has read the staging. Not after a walk of no steps (no reduce):
@@ -1045,7 +1099,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     };
     int step0 = 0;          // the walk's first step in the CTA's pipeline
     int staged_round = -1;  // persistent: the round whose first statistics are staged
-    for_each_key_block([&](const Work& w, int round) {
+    for_each_key_block(std::false_type{}, [&](const Work& w, int round) {
         const KeyBlockScheduler::Tile& tile = w.tile;
         const int k0 = w.k0;
         const BackwardSequence& seq = w.seq;
@@ -1158,8 +1212,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         step0 += walk.steps();
         if constexpr (Tr::persistent) {
             // The next round's first statistics: their copy was last read two steps back.
-            if (index_at(round + 1) < scheduler.count()) {
-                const Work next = work_of(static_cast<int>(index_at(round + 1)));
+            if (const std::int64_t index = key_block_index(std::false_type{}, round + 1, false);
+                index < scheduler.count()) {
+                const Work next = work_of(static_cast<int>(index));
                 if (next.some) {
                     stage_first_stats(next, step0);
                     staged_round = round + 1;
