@@ -120,8 +120,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     and no LSE unless asked for. deterministic=True makes the backward's gradients bitwise
     identical from run to run (on Hopper an ordered dQ accumulation: 5-24% slower at 2k-16k
     tokens, H200); by default the fastest kernel runs, whose dQ may differ in the last
-    bits between runs (causal d_head 64 without grouped-query attention up to 2048 keys,
-    where the ordered kernel costs under 5%, is deterministic either way).
+    bits between runs.
 
     Raises ValueError for bad arguments, TypeError for unsupported dtypes, and RuntimeError
     for CUDA failures (including no GPU), each with the library's message; the backward
