@@ -162,9 +162,9 @@ constexpr Row k_rows[] = {
     // a counter in the schedule's order, the next key block's K and V loading while the last
     // one's dK and dV are stored. Against the same kernels one CTA a key block: d_head 64
     // (lagdq) +5.1/+2.5/+2.9/+2.5% non-causal at 1k/2k/4k/8k and +6.8/+4.8/+3.2/+2.2% causal;
-    // d_head 128 +2.9/+1.0/+0.8/+0.8% and +3.1/+1.6/+0.8/+0.8% (bf16, three rounds, H200,
-    // 2026-12-04). A fixed share of key blocks a CTA (no counter) lost causal d_head 64 16.5% at
-    // 2k: causal walks differ in length.
+    // d_head 128 +2.9/+1.0/+0.8/+0.8% and +3.1/+1.6/+0.8/+0.8%; at 16k +0.9%/+1.3% (d_head 64)
+    // and +0.5% (128) (bf16, three rounds, H200, 2026-12-04). A fixed share of key blocks a CTA (no
+    // counter) lost causal d_head 64 16.5% at 2k: causal walks differ in length.
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic"},
