@@ -995,9 +995,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             }
         }
     };
-    // Every role of the CTA walks the same key blocks; f(work, round). A kernel of one key block
-    // finds it before the roles part: found in each role, the d_head 64 kernels' softcap
-    // instances spilled 96 bytes instead of 4 (ptxas, CUDA 13.0).
+    // Every role of the CTA walks the same key blocks; f(work, round). On the dynamic schedule
+    // two orders keep the ring free of deadlock: the producer publishes a round before it waits
+    // (kv_empty) to load that round's K, and only the consumers look a round ahead (the dQ warp
+    // never does). A kernel of one key block finds it before the roles part: found in each role,
+    // the d_head 64 kernels' softcap instances spilled 96 bytes instead of 4 (ptxas, CUDA 13.0).
     const Work first = work_of(static_cast<int>(blockIdx.x));
     const auto for_each_key_block = [&](auto taker, auto&& f) {
         if constexpr (Tr::persistent) {
