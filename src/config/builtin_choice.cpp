@@ -151,19 +151,20 @@ constexpr Row k_rows[] = {
     // 256, two consumers on the same 64 keys with half of d_head's columns each and one Q/dO
     // stage (209 KB of shared memory): 1.5-1.6x the sm80 kernel (H200, 2026-12-02).
     // The deterministic kernel would be the default wherever it costs under 5%: against the
-    // persistent kernel below it costs 7.6% at 1k and 6.0% at 2k causal d_head 64 (bf16, three
-    // rounds, H200, 2026-12-04), and more elsewhere (5-13% from 4k against the lagged kernel,
-    // 6-34% causal at d_head 256: H200, 2026-12-02), so it is taken only when asked for. GQA's
-    // deterministic order is another (KeyBlockScheduler), not measured at these head dims.
-    // d_head 64 computes dQ a step behind (lagdq): against the kernel in step, bf16 non-causal
-    // +0.5% at 1k, +3.9% at 2k, +7.1% at 8k, +8.1% at 16k; causal -1.7% at 1k, +2.9% to +8.4%
-    // from 2k; causal GQA 32/8 +3.8% to +9.3%; fp16 alike (H200, 2026-12-04). d_head 64 and 128
-    // run persistent CTAs on the dynamic schedule: one an SM, each taking its next key block from
-    // a counter in the schedule's order, the next key block's K and V loading while the last
+    // persistent kernel below it costs 7.6% at 1k and 6.0% at 2k causal d_head 64 (bf16; fp16
+    // 7.4% and 5.6%; three rounds, H200, 2026-12-04), and more elsewhere (5-13% from 4k against the
+    // lagged kernel, 6-34% causal at d_head 256: H200, 2026-12-02), so it is taken only when asked
+    // for. GQA's deterministic order is another (KeyBlockScheduler), not measured at these head
+    // dims. d_head 64 computes dQ a step behind (lagdq): against the kernel in step, bf16
+    // non-causal +0.5% at 1k, +3.9% at 2k, +7.1% at 8k, +8.1% at 16k; causal -1.7% at 1k, +2.9% to
+    // +8.4% from 2k; causal GQA 32/8 +3.8% to +9.3%; fp16 alike (H200, 2026-12-04). d_head 64 and
+    // 128 run persistent CTAs on the dynamic schedule: one an SM, each taking its next key block
+    // from a counter in the schedule's order, the next key block's K and V loading while the last
     // one's dK and dV are stored. Against the same kernels one CTA a key block: d_head 64
     // (lagdq) +5.1/+2.5/+2.9/+2.5% non-causal at 1k/2k/4k/8k and +6.8/+4.8/+3.2/+2.2% causal;
     // d_head 128 +2.9/+1.0/+0.8/+0.8% and +3.1/+1.6/+0.8/+0.8%; at 16k +0.9%/+1.3% (d_head 64)
-    // and +0.5% (128) (bf16, three rounds, H200, 2026-12-04). A fixed share of key blocks a CTA (no
+    // and +0.5% (128) (bf16, three rounds, H200, 2026-12-04). lagdq on d_head 128's persistent
+    // kernel: -0.5% to -2.6% at 1k-8k (the same measure). A fixed share of key blocks a CTA (no
     // counter) lost causal d_head 64 16.5% at 2k: causal walks differ in length.
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
