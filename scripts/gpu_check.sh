@@ -41,7 +41,10 @@
 #            bench/ab_summary.py's table of medians, tree against base
 #
 # A stage's failure is reported and the next stage still runs; the exit code is 1 if any
-# stage failed. On the device machine: `run` with carry [".peers"] for the grid.
+# stage failed. DEADLINE=S (seconds from the start) stops each check at that time and skips
+# those after it, so that the summary and logs.tgz still come back within a call's time limit
+# (the device tool's is 600 s: a cold `build sanitize backward` ran past it, 2026-12-04).
+# On the device machine: `run` with carry [".peers"] for the grid.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
@@ -61,6 +64,14 @@ check() {
   local name=$1
   shift
   local t0=$SECONDS
+  if [ -n "${DEADLINE:-}" ]; then
+    if [ $((DEADLINE - SECONDS)) -le 0 ]; then
+      failed=1
+      note "$(printf '%-10s skipped: past DEADLINE=%ss' "$name" "$DEADLINE")"
+      return 1
+    fi
+    set -- timeout $((DEADLINE - SECONDS)) "$@"
+  fi
   "$@" > "$LOGS/$name.log" 2>&1
   local rc=$?
   [ $rc -eq 0 ] || failed=1
