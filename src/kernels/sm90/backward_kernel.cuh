@@ -1082,15 +1082,17 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     const int consumer_thread = threadIdx.x - warpgroup_threads;
     constexpr int consumer_threads = Tr::consumers * warpgroup_threads;
     ptx::wait_for_previous_grid();  // the preprocess's LSE and D (a programmatic launch)
+    // A step's first row in the preprocess's per-row arrays.
+    const auto stats_row0 = [&](const Work& w, QueryWalk::Step at) {
+        return w.seq.ws(a, w.tile.kv_head * w.walk.group + at.head, at.block * Tr::B_r);
+    };
     // A walk's first step's statistics, staged in the copy of its step of the CTA's pipeline: in
     // the walk's prologue, or (persistent) at the end of the walk before it, so that their load
     // runs beside that walk's epilogue instead of after it.
     const auto stage_first_stats = [&](const Work& w, int step) {
         if (w.walk.steps() == 0)
             return;
-        const QueryWalk::Step at = w.walk.first();
-        const std::int64_t row0 =
-            w.seq.ws(a, w.tile.kv_head * w.walk.group + at.head, at.block * Tr::B_r);
+        const std::int64_t row0 = stats_row0(w, w.walk.first());
         if constexpr (StepStats<Tr>::shared) {
             StepStats<Tr> stats;
             stats.load(a, row0);
@@ -1120,10 +1122,6 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         };
         zero(c.dk);
         zero(c.dv);
-        // A step's first row in the preprocess's per-row arrays.
-        const auto stats_row0 = [&](QueryWalk::Step at) {
-            return seq.ws(a, tile.kv_head * walk.group + at.head, at.block * Tr::B_r);
-        };
         if (!Tr::persistent || staged_round != round)
             stage_first_stats(w, step0);
         if constexpr (!StepStats<Tr>::shared)
@@ -1167,7 +1165,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             // The next step's rows, whose statistics this step stages; -1 past the walk.
             QueryWalk::Step next = at;
             next.advance(walk);
-            const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(next) : -1;
+            const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(w, next) : -1;
             if constexpr (packable) {
                 // The sequence's last query block: Q's and dO's rows past it zeroed likewise,
                 // once both have landed and before either consumer's first GEMM of the step.
