@@ -166,6 +166,14 @@ constexpr Row k_rows[] = {
     // and +0.5% (128) (bf16, three rounds, H200, 2026-12-04). lagdq on d_head 128's persistent
     // kernel: -0.5% to -2.6% at 1k-8k (the same measure). A fixed share of key blocks a CTA (no
     // counter) lost causal d_head 64 16.5% at 2k: causal walks differ in length.
+    // Short walks pay for the lag's last dQ after each walk: at d_head 64 the persistent kernel
+    // in step beats it by 2.3-4.6% up to 512 keys (causal or not) and 1.0-1.1% causal at 1k, and
+    // trails from 2k (non-causal 1k level; bf16 and fp16, three rounds in one binary, H200,
+    // 2026-12-04).
+    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 512},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 512},
+    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024, true},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024, true},
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic"},
