@@ -132,6 +132,13 @@ struct BackwardTraits {
     // producer's thread takes it and hands it to the other roles through shared memory.
     static constexpr bool dynamic = C.sm90.dynamic_schedule;
     static_assert(!dynamic || persistent, "dynamic: persistent CTAs");
+    // Non-causal walks rotated (QueryWalk), so that a head's CTAs do not all read the same Q and
+    // dO block and add to the same dQ rows at once, as they do walking from the first block:
+    // d_head 256 (a step's dQ 64 KB, twice the others' for its GEMMs' work) +4.3-6.6% at 1k-16k
+    // non-causal, but causal -3.4% at 1k to +0.7% at 16k, d_head 64 and 128 -0.6 to -2.5%
+    // causal or not (bf16, three rounds, H200, 2026-12-04). Never with ordered dQ, whose adds
+    // follow the key blocks' order.
+    static constexpr bool rotate_walks = split_head && !ordered_dq;
     // Copies of a step's statistics (StepStats): with lag_dq one a consumer warp, which stages
     // and reads its own, so that no consumer waits for another's to start a step; otherwise one,
     // shared, ordered by the dS barrier.
@@ -219,33 +226,48 @@ struct BackwardLaunch {
 // The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks
 // that see a key of the block (QueryBlocks), those at the ends masked, and every block of a key
 // block that runs past seq_k (below). Queries past seq_q need no mask: their LSE is +inf, so P is
-// 0.
+// 0. Rotated (BackwardTraits::rotate_walks): each head's blocks from `start` to the end, then from
+// the first, the sequence's key blocks' starts spread evenly over the blocks.
 struct QueryWalk {
     QueryBlocks blocks;  // of each head
     int group;           // query heads of the K/V head
+    int start;           // the block each head's walk begins with
 
     template <class Mask>
     __device__ static QueryWalk of(const BackwardArgs& a, const Mask& mask, int k0, int B_r,
-                                   int B_c) {
-        return {QueryBlocks::of(mask, k0, min(k0 + B_c, mask.seq_k) - 1, B_r),
-                a.heads / a.heads_kv};
+                                   int B_c, bool rotate) {
+        QueryWalk w{QueryBlocks::of(mask, k0, min(k0 + B_c, mask.seq_k) - 1, B_r),
+                    a.heads / a.heads_kv, 0};
+        w.start = w.blocks.first;
+        if (rotate && w.per_head() > 1) {
+            const int key_blocks = (mask.seq_k + B_c - 1) / B_c;
+            w.start +=
+                static_cast<int>(static_cast<std::int64_t>(k0 / B_c) * w.per_head() / key_blocks);
+        }
+        return w;
     }
     __device__ int per_head() const { return blocks.end - blocks.first; }
     __device__ int steps() const { return group * per_head(); }
 
     // A step's query head (within the group) and block, advanced step by step: a division of
     // the step's index by per_head() took the consumers about 40 instructions of a step's ~480
-    // (SASS, d_head 128, CUDA 13.0).
+    // (SASS, d_head 128, CUDA 13.0). Rotated (BackwardTraits::rotate_walks) a compile-time flag,
+    // so that the kernels that never rotate keep their code.
     struct Step {
         int head, block;
+        template <bool Rotated>
         __device__ void advance(const QueryWalk& walk) {
-            if (++block == walk.blocks.end) {
+            const bool wrap = ++block == walk.blocks.end;
+            if (wrap)
                 block = walk.blocks.first;
+            if (Rotated ? block == walk.start : wrap)
                 ++head;
-            }
         }
     };
-    __device__ Step first() const { return {0, blocks.first}; }
+    template <bool Rotated>
+    __device__ Step first() const {
+        return {0, Rotated ? start : blocks.first};
+    }
 };
 
 // The producer's thread: K and V (BackwardTraits::kv_with_first_step: with the first step's Q and
@@ -271,8 +293,8 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
     // from the one two before it.
     if (Tr::persistent && walk.steps() == 0 && walks > 0)
         smem.kv_empty.wait((walks - 1) & 1);
-    QueryWalk::Step at = walk.first();
-    for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
+    QueryWalk::Step at = walk.first<Tr::rotate_walks>();
+    for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk)) {
         const RingSlot<Tr::stages> slot(step0 + i);
         const int head = kv_head * walk.group + at.head;
         const int q0 = seq.q_row0 + at.block * Tr::B_r;
@@ -318,8 +340,8 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
                                        const BackwardSequence& seq, int key_block, int kv_head) {
     constexpr bool ordered = Tr::ordered_dq;
     const bool leader = threadIdx.x % warp_size == 0;
-    QueryWalk::Step at = walk.first();
-    for (int i = 0; i < walk.steps(); ++i, at.advance(walk)) {
+    QueryWalk::Step at = walk.first<Tr::rotate_walks>();
+    for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk)) {
         if (leader && !ordered)
             tma::wait_stores_read();  // ordered: completed at the end of the last step
         __syncwarp();
@@ -946,7 +968,10 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         const BackwardSequence seq =
             packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
         const Mask mask = packable ? Mask::of(a, seq.q_len, seq.k_len) : Mask::of(a);
-        QueryWalk walk = QueryWalk::of(a, mask, k0, Tr::B_r, Tr::B_c);
+        bool rotate = false;
+        if constexpr (std::is_same_v<Mask, CausalMask>)
+            rotate = Tr::rotate_walks && !mask.causal;
+        QueryWalk walk = QueryWalk::of(a, mask, k0, Tr::B_r, Tr::B_c, rotate);
         // A key block that runs past seq_k masks its keys there in every step. Their K rows are
         // zeros (or a packed sequence's next keys), so unmasked their P would be 2^-LSE₂, which
         // overflows where a row's scores all lie far below 0 (fp16 dS becomes inf, and inf · 0 in
@@ -1092,7 +1117,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     const auto stage_first_stats = [&](const Work& w, int step) {
         if (w.walk.steps() == 0)
             return;
-        const std::int64_t row0 = stats_row0(w, w.walk.first());
+        const std::int64_t row0 = stats_row0(w, w.walk.first<Tr::rotate_walks>());
         if constexpr (StepStats<Tr>::shared) {
             StepStats<Tr> stats;
             stats.load(a, row0);
@@ -1164,7 +1189,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             const int pipeline_step = step0 + i;
             // The next step's rows, whose statistics this step stages; -1 past the walk.
             QueryWalk::Step next = at;
-            next.advance(walk);
+            next.advance<Tr::rotate_walks>(walk);
             const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(w, next) : -1;
             if constexpr (packable) {
                 // The sequence's last query block: Q's and dO's rows past it zeroed likewise,
@@ -1196,17 +1221,17 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                 c.template step<false, Softcap>(pipeline_step, block * Tr::B_r, next_row0);
             }
         };
-        QueryWalk::Step at = walk.first();
+        QueryWalk::Step at = walk.first<Tr::rotate_walks>();
         if constexpr (Tr::lag_dq) {
             if (walk.steps() > 0) {
                 run_step(0, at, std::true_type{});
-                at.advance(walk);
+                at.advance<Tr::rotate_walks>(walk);
             }
-            for (int i = 1; i < walk.steps(); ++i, at.advance(walk))
+            for (int i = 1; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
                 run_step(i, at, std::false_type{});
             c.finish_dq(step0 + walk.steps(), walk.steps());
         } else {
-            for (int i = 0; i < walk.steps(); ++i, at.advance(walk))
+            for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
                 run_step(i, at, std::false_type{});
         }
         step0 += walk.steps();
