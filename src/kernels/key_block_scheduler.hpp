@@ -1,8 +1,9 @@
 #pragma once
 
 // The sm90 backward's grid order (sm90/backward_kernel.cuh): which key block of which K/V head
-// and sequence a CTA takes. constexpr, so that host code (the launch's grid size, the host
-// tests) and device code (--expt-relaxed-constexpr) share it.
+// and sequence a CTA takes, and the order of the query blocks its walk visits (QueryWalk).
+// constexpr, so that host code (the launch's grid size, the host tests) and device code
+// (--expt-relaxed-constexpr) share it.
 
 #include <algorithm>
 #include <cstdint>
@@ -99,6 +100,53 @@ struct KeyBlockScheduler {
                               int query_block, int B_r, int B_c) const {
         return descending ? adds_from_above(a, key_block, query_block, B_r, B_c)
                           : key_block - first_key_block_seeing(mask, query_block, B_r, B_c);
+    }
+};
+
+// The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks
+// that see a key of the block (QueryBlocks), those at the ends masked, and every block of a key
+// block that runs past seq_k (below). Queries past seq_q need no mask: their LSE is +inf, so P is
+// 0. Rotated (BackwardTraits::rotate_walks): each head's blocks from `start` to the end, then from
+// the first, the sequence's key blocks' starts spread evenly over the blocks.
+struct QueryWalk {
+    QueryBlocks blocks;  // of each head
+    int group;           // query heads of the K/V head
+    int start;           // the block each head's walk begins with
+
+    template <class Mask>
+    static constexpr QueryWalk of(const BackwardArgs& a, const Mask& mask, int k0, int B_r, int B_c,
+                                  bool rotate) {
+        QueryWalk w{QueryBlocks::of(mask, k0, std::min(k0 + B_c, mask.seq_k) - 1, B_r),
+                    a.heads / a.heads_kv, 0};
+        w.start = w.blocks.first;
+        if (rotate && w.per_head() > 1) {
+            const int key_blocks = blocks_covering(mask.seq_k, B_c);
+            w.start +=
+                static_cast<int>(static_cast<std::int64_t>(k0 / B_c) * w.per_head() / key_blocks);
+        }
+        return w;
+    }
+    constexpr int per_head() const { return blocks.end - blocks.first; }
+    constexpr int steps() const { return group * per_head(); }
+
+    // A step's query head (within the group) and block, advanced step by step: a division of
+    // the step's index by per_head() took the consumers about 40 instructions of a step's ~480
+    // (SASS, d_head 128, CUDA 13.0). Rotated (BackwardTraits::rotate_walks) a compile-time flag,
+    // so that the kernels that never rotate keep their code.
+    struct Step {
+        int head, block;
+        template <bool Rotated>
+        constexpr void advance(const QueryWalk& walk) {
+            const bool wrap = ++block == walk.blocks.end;
+            if (wrap)
+                block = walk.blocks.first;
+            if (Rotated ? block == walk.start : wrap)
+                ++head;
+        }
+    };
+    template <bool Rotated>
+    constexpr Step first() const {
+        return {0, Rotated ? start : blocks.first};
     }
 };
 

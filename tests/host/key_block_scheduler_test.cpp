@@ -365,3 +365,69 @@ TEST(KeyBlockScheduler, WindowAddsCountTheEarlierKeyBlocks) {
                     }
                 }
 }
+
+// A walk (QueryWalk, the kernels' own) visits each query head of its group and each of its key
+// block's query blocks exactly once, a head's blocks together. In order from the first block
+// unless rotated (the ordered dQ's adds assume it); rotated, each head from `start` (inside the
+// walk's blocks, different for a sequence's first key blocks without a mask) to the end and
+// then from the first. Both alignments, causal and not, seq_q != seq_k, GQA.
+TEST(QueryWalk, VisitsEveryBlockOnceAHeadAtATime) {
+    const auto check = [](const fa::sm90::QueryWalk& walk, auto rotated) {
+        constexpr bool Rotated = decltype(rotated)::value;
+        std::set<std::pair<int, int>> seen;
+        auto at = walk.first<Rotated>();
+        ASSERT_EQ(at.block, Rotated ? walk.start : walk.blocks.first);
+        for (int i = 0; i < walk.steps(); ++i, at.template advance<Rotated>(walk)) {
+            ASSERT_EQ(at.head, i / walk.per_head()) << "step " << i;
+            ASSERT_TRUE(at.block >= walk.blocks.first && at.block < walk.blocks.end)
+                << "step " << i;
+            const int offset =
+                (i % walk.per_head() + (Rotated ? walk.start - walk.blocks.first : 0)) %
+                walk.per_head();
+            ASSERT_EQ(at.block, walk.blocks.first + offset) << "step " << i;
+            seen.insert({at.head, at.block});
+        }
+        EXPECT_EQ(static_cast<int>(seen.size()), walk.steps());
+    };
+    for (const int seq_q : {1, 63, 100, 257, 1000})
+        for (const int seq_k : {1, 100, 128, 600, 1000})
+            for (const bool causal : {false, true})
+                for (const bool top_left : {false, true})
+                    for (const int group : {1, 4})
+                        for (const auto& [b_r, b_c] :
+                             {std::pair{64, 128}, std::pair{128, 128}, std::pair{64, 64}})
+                            for (const bool rotate : {false, true}) {
+                                fa::BackwardArgs a = problem(seq_k, 2, 1, causal, 132, group);
+                                a.seq_q = seq_q;
+                                a.diagonal_seq_q = fa::diagonal_queries(seq_q, seq_k, top_left);
+                                const auto mask = fa::CausalMask::of(a);
+                                std::set<int> starts;
+                                const int key_blocks = (seq_k + b_c - 1) / b_c;
+                                for (int n = 0; n < key_blocks; ++n) {
+                                    const auto walk =
+                                        fa::sm90::QueryWalk::of(a, mask, n * b_c, b_r, b_c, rotate);
+                                    SCOPED_TRACE(::testing::Message()
+                                                 << "seq_q " << seq_q << " seq_k " << seq_k
+                                                 << " causal " << causal << " key block " << n
+                                                 << " rotate " << rotate);
+                                    EXPECT_EQ(walk.steps(), group * walk.per_head());
+                                    if (walk.steps() == 0)
+                                        continue;
+                                    EXPECT_TRUE(walk.start >= walk.blocks.first &&
+                                                walk.start < walk.blocks.end);
+                                    if (!rotate) {
+                                        EXPECT_EQ(walk.start, walk.blocks.first);
+                                    }
+                                    starts.insert(walk.start);
+                                    check(walk, std::false_type{});
+                                    check(walk, std::true_type{});
+                                }
+                                // Without a mask the walks are alike: rotated, their starts
+                                // differ while there are blocks enough.
+                                const int query_blocks = (seq_q + b_r - 1) / b_r;
+                                if (rotate && !causal) {
+                                    EXPECT_EQ(static_cast<int>(starts.size()),
+                                              std::min(key_blocks, query_blocks));
+                                }
+                            }
+}

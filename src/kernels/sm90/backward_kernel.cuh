@@ -223,53 +223,6 @@ struct BackwardLaunch {
     BackwardTensorMaps maps;
 };
 
-// The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks
-// that see a key of the block (QueryBlocks), those at the ends masked, and every block of a key
-// block that runs past seq_k (below). Queries past seq_q need no mask: their LSE is +inf, so P is
-// 0. Rotated (BackwardTraits::rotate_walks): each head's blocks from `start` to the end, then from
-// the first, the sequence's key blocks' starts spread evenly over the blocks.
-struct QueryWalk {
-    QueryBlocks blocks;  // of each head
-    int group;           // query heads of the K/V head
-    int start;           // the block each head's walk begins with
-
-    template <class Mask>
-    __device__ static QueryWalk of(const BackwardArgs& a, const Mask& mask, int k0, int B_r,
-                                   int B_c, bool rotate) {
-        QueryWalk w{QueryBlocks::of(mask, k0, min(k0 + B_c, mask.seq_k) - 1, B_r),
-                    a.heads / a.heads_kv, 0};
-        w.start = w.blocks.first;
-        if (rotate && w.per_head() > 1) {
-            const int key_blocks = (mask.seq_k + B_c - 1) / B_c;
-            w.start +=
-                static_cast<int>(static_cast<std::int64_t>(k0 / B_c) * w.per_head() / key_blocks);
-        }
-        return w;
-    }
-    __device__ int per_head() const { return blocks.end - blocks.first; }
-    __device__ int steps() const { return group * per_head(); }
-
-    // A step's query head (within the group) and block, advanced step by step: a division of
-    // the step's index by per_head() took the consumers about 40 instructions of a step's ~480
-    // (SASS, d_head 128, CUDA 13.0). Rotated (BackwardTraits::rotate_walks) a compile-time flag,
-    // so that the kernels that never rotate keep their code.
-    struct Step {
-        int head, block;
-        template <bool Rotated>
-        __device__ void advance(const QueryWalk& walk) {
-            const bool wrap = ++block == walk.blocks.end;
-            if (wrap)
-                block = walk.blocks.first;
-            if (Rotated ? block == walk.start : wrap)
-                ++head;
-        }
-    };
-    template <bool Rotated>
-    __device__ Step first() const {
-        return {0, Rotated ? start : blocks.first};
-    }
-};
-
 // The producer's thread: K and V (BackwardTraits::kv_with_first_step: with the first step's Q and
 // dO, on their barriers; a walk of no steps then loads neither, its dK and dV being zeros), then
 // every step's Q and dO. step0: the walk's first step in the CTA's pipeline
