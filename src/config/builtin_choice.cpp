@@ -163,21 +163,24 @@ constexpr Row k_rows[] = {
     // one's dK and dV are stored. Against the same kernels one CTA a key block: d_head 64
     // (lagdq) +5.1/+2.5/+2.9/+2.5% non-causal at 1k/2k/4k/8k and +6.8/+4.8/+3.2/+2.2% causal;
     // d_head 128 +2.9/+1.0/+0.8/+0.8% and +3.1/+1.6/+0.8/+0.8%; at 16k +0.9%/+1.3% (d_head 64)
-    // and +0.5% (128) (bf16, three rounds, H200, 2026-12-04). lagdq on d_head 128's persistent
-    // kernel: -0.5% to -2.6% at 1k-8k (the same measure). A fixed share of key blocks a CTA (no
-    // counter) lost causal d_head 64 16.5% at 2k: causal walks differ in length.
-    // Short walks pay for the lag's last dQ after each walk: at d_head 64 the persistent kernel
-    // in step beats it by 2.3-4.6% up to 512 keys (causal or not) and 1.0-1.1% causal at 1k, and
-    // trails from 2k (non-causal 1k level; bf16 and fp16, three rounds in one binary, H200,
-    // 2026-12-04).
+    // and +0.5% (128) (bf16, three rounds, H200, 2026-12-04). A fixed share of key blocks a CTA
+    // (no counter) lost causal d_head 64 16.5% at 2k: causal walks differ in length.
+    // With a step's statistics copied beside its Q tile (BackwardTraits::stats_in_stages), lagdq
+    // against the kernel in step: d_head 128 +0.0/+2.0/+3.8/+3.2/+2.6% non-causal at
+    // 1k/2k/4k/8k/16k, causal -1.8/-0.7/+1.6/+2.1/+2.9%; d_head 64 causal 1k +1.4% (bf16, three
+    // rounds, H200, 2026-12-04). Short walks pay for the lag's last dQ after each walk: up to 512
+    // keys d_head 64's kernel in step led the lagged one by 2.3-4.6% before the statistics moved
+    // (H200, 2026-12-04).
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 512},
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 512},
-    {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024, true},
-    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024, true},
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
-    {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic"},
-    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic"},
+    {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024},
+    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024},
+    {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 2048, true},
+    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 2048, true},
+    {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
+    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
     {"(BF16, 256, 64, 64, 12): sm90+bwd+stages_1"},
     {"(FP16, 256, 64, 64, 12): sm90+bwd+stages_1"},
     // Deterministic (BackwardParams::deterministic): the same, each query block's dQ added in a

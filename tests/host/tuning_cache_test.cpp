@@ -683,39 +683,48 @@ TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
     EXPECT_EQ(config_of(deterministic), k_sm80_backward);
 }
 
-// The built-in table's d_head 64 rows: persistent CTAs of the dynamic schedule, causal or not,
-// with GQA or without; dQ a step behind (lagdq) except for short walks (up to 512 keys, causal
-// up to 1k), where the lag's last dQ after each walk costs more than it gains; the deterministic
-// kernel only when asked for. A row's length and causal limits hold for the backward as for the
-// forward.
+// The built-in table's d_head 64 and 128 rows: persistent CTAs of the dynamic schedule, causal
+// or not, with GQA or without; dQ a step behind (lagdq) except for short walks (d_head 64: up to
+// 512 keys; d_head 128: up to 1k, causal up to 2k), where the lag's last dQ after each walk costs
+// more than it gains; the deterministic kernel only when asked for. A row's length and causal
+// limits hold for the backward as for the forward.
 TEST(TuningCache, BackwardTableTakesThePersistentKernelAndOrderedOnlyWhenAsked) {
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
     const TempDir dir;
     const CacheEnvironment env(dir.path() / "tuning.json");  // no file: the table alone
-    fa::ProblemShape problem = backward_problem();
-    problem.d_head = 64;
-    const auto ordered =
-        fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered");
-    const auto in_step =
-        fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic");
-    const auto lagged = fa::KernelConfig::parse(
-        "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq");
     const auto built = [](const fa::KernelConfig& c) {
         return std::find(fa::configs().begin(), fa::configs().end(), c) != fa::configs().end();
     };
-    if (!built(ordered) || !built(in_step) || !built(lagged))
-        GTEST_SKIP() << "this build lacks the sm90 BF16 d_head 64 backward kernels";
-    for (const std::int64_t seq : {512, 1024, 2048, 4096}) {
-        problem.seq_q = problem.seq_k = seq;
-        for (const bool causal : {false, true}) {
-            problem.causal = causal;
-            const auto expected = seq <= 512 || (causal && seq <= 1024) ? in_step : lagged;
-            problem.heads_kv = problem.heads;
-            EXPECT_EQ(fa::choose_backward_config(problem, h100), expected) << seq << causal;
-            EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered) << seq << causal;
-            problem.heads_kv = problem.heads / 4;
-            EXPECT_EQ(fa::choose_backward_config(problem, h100), expected) << seq << causal;
-            EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered) << seq << causal;
+    for (const int d_head : {64, 128}) {
+        fa::ProblemShape problem = backward_problem();
+        problem.d_head = d_head;
+        const std::string tile =
+            d_head == 64 ? "(BF16, 64, 128, 128, 12): " : "(BF16, 128, 64, 128, 12): ";
+        const auto ordered = fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+ordered");
+        const auto in_step = fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic");
+        const auto lagged =
+            fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic+lagdq");
+        if (!built(ordered) || !built(in_step) || !built(lagged))
+            GTEST_SKIP() << "this build lacks the sm90 BF16 d_head " << d_head
+                         << " backward kernels";
+        for (const std::int64_t seq : {512, 1024, 2048, 4096}) {
+            problem.seq_q = problem.seq_k = seq;
+            for (const bool causal : {false, true}) {
+                problem.causal = causal;
+                const bool short_walks =
+                    d_head == 64 ? seq <= 512 : seq <= 1024 || (causal && seq <= 2048);
+                const auto expected = short_walks ? in_step : lagged;
+                problem.heads_kv = problem.heads;
+                EXPECT_EQ(fa::choose_backward_config(problem, h100), expected)
+                    << d_head << " " << seq << causal;
+                EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered)
+                    << seq << causal;
+                problem.heads_kv = problem.heads / 4;
+                EXPECT_EQ(fa::choose_backward_config(problem, h100), expected)
+                    << d_head << " " << seq << causal;
+                EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered)
+                    << seq << causal;
+            }
         }
     }
 }

@@ -139,12 +139,12 @@ struct BackwardTraits {
     // causal or not (bf16, three rounds, H200, 2026-12-04). Never with ordered dQ, whose adds
     // follow the key blocks' order.
     static constexpr bool rotate_walks = split_head && !ordered_dq;
-    // Copies of a step's statistics (StepStats): with lag_dq one a consumer warp, which stages
-    // and reads its own, so that no consumer waits for another's to start a step; otherwise one,
-    // shared, ordered by the dS barrier.
-    static constexpr int stats_copies = lag_dq ? 4 * consumers : 1;
-    // lag_dq, by dS buffer: every consumer warp's dS of the step (and its next step's
-    // statistics) is stored (full), and every consumer warp's dQ GEMM has read it (empty).
+    // lag_dq: a step's statistics come with its Q tile, bulk-copied by the producer into the Q
+    // stage's rows of Smem::stats (FlashAttention-4's design), so that the consumers load none
+    // and no consumer waits for another's copy; otherwise the consumers stage them (StepStats).
+    static constexpr bool stats_in_stages = lag_dq;
+    // lag_dq, by dS buffer: every consumer warp's dS of the step is stored (full), and every
+    // consumer warp's dQ GEMM has read it (empty).
     struct DsBarriers {
         tma::Barrier full[2], empty[2];
     };
@@ -176,9 +176,10 @@ struct BackwardTraits {
         } scratch;
         static_assert(sizeof(typename Scratch::Walk) >= 2 * KTile::bytes,
                       "dK and dV fit in the walk's scratch (which sets its size)");
-        // A step's query rows' LSE (base 2) then D, alternating by step: the consumers copy the
-        // next step's from global memory while they run this one (StepStats).
-        alignas(16) float stats[2][stats_copies][2 * B_r];
+        // A step's query rows' LSE (base 2) then D: stats_in_stages, step i's in its Q stage's
+        // row; otherwise alternating by step, the consumers copying the next step's from global
+        // memory while they run this one (StepStats).
+        alignas(16) float stats[stats_in_stages ? stages : 2][2 * B_r];
         tma::Barrier kv_full;   // K and V, unless kv_with_first_step
         tma::Barrier kv_empty;  // persistent: every consumer warp's last GEMM of K and V is done
         tma::Barrier q_full[stages], q_empty[stages];
@@ -258,8 +259,19 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
         const auto load_kv = [&](void* tile, const void* map, tma::Barrier& barrier) {
             tma::load_tile<typename Tr::KTile>(tile, map, seq.k_row0 + k0, kv_head, batch, barrier);
         };
+        // The step's LSE then D rows (stats_in_stages), with Q. The preprocess's rows of a head
+        // are padded to whole blocks of 128, so a block's rows are whole and 16-byte aligned.
+        constexpr std::uint32_t row_bytes = Tr::B_r * sizeof(float);
+        constexpr std::uint32_t stats_bytes = Tr::stats_in_stages ? 2 * row_bytes : 0;
         smem.q_empty[slot.stage].wait(slot.parity ^ 1);
-        smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes);
+        smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes + stats_bytes);
+        if constexpr (Tr::stats_in_stages) {
+            const std::int64_t row0 = seq.ws(launch.args, head, at.block * Tr::B_r);
+            float* stats = smem.stats[slot.stage];
+            tma::load_bytes(stats, launch.args.lse2 + row0, row_bytes, smem.q_full[slot.stage]);
+            tma::load_bytes(stats + Tr::B_r, launch.args.d + row0, row_bytes,
+                            smem.q_full[slot.stage]);
+        }
         if (first && !Tr::persistent)
             load_kv(smem.k, &launch.maps.k, smem.q_full[slot.stage]);
         tma::load_tile<typename Tr::QTile>(smem.q[slot.stage], &launch.maps.q, q0, head, batch,
@@ -345,32 +357,21 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
 }
 
 // A step's query rows' statistics from the preprocess, the LSE (base 2) and D, staged in shared
-// memory one step ahead by the consumers themselves, so that their latency hides behind the
-// step's GEMMs. One shared copy: each thread loads its share of the next step's rows from global
-// memory as a step begins and stores it before the step's dSᵀ barrier, which every consumer
-// passes before the next step reads them (plain loads and stores ordered by a named barrier need
-// no proxy fence). With lag_dq, a copy a consumer warp (Tr::stats_copies): each warp copies its
-// own with cp.async as a step's GEMMs run and waits for it before announcing the step's dSᵀ,
-// ordered for its lanes by __syncwarp alone: a shared copy needed every consumer thread's
-// arrival on an mbarrier each step (one a warp after __syncwarp drew racecheck hazards), and
-// those arrivals cost d_head 64 and 128 7-14% (H200, 2026-12-04).
-// (Read from global memory at use, each step waited on L2 and d_head 64 spilled; bulk copies
-// into each pipeline stage drew racecheck hazards against the reads.)
+// memory one step ahead by the consumers themselves (outside lag_dq), so that their latency hides
+// behind the step's GEMMs: each thread loads its share of the next step's rows from global memory
+// as a step begins and stores it before the step's dSᵀ barrier, which every consumer passes before
+// the next step reads them (plain loads and stores ordered by a named barrier need no proxy
+// fence). lag_dq, whose consumers pass no common barrier each step, has the producer copy them
+// with the step's Q instead (BackwardTraits::stats_in_stages).
+// (Read from global memory at use, each step waited on L2 and d_head 64 spilled.)
 template <class Tr>
 struct StepStats {
     static constexpr int floats = 2 * Tr::B_r;  // the LSE rows, then D's
-    static constexpr bool shared = Tr::stats_copies == 1;
     static constexpr int threads = Tr::consumers * warpgroup_threads;
-    static constexpr int per_thread = shared ? (floats + threads - 1) / threads : 1;
+    static constexpr int per_thread = (floats + threads - 1) / threads;
     float v[per_thread];
 
-    // The calling warp's copy of buffer `buffer` (shared: the one copy).
-    __device__ static float* copy(typename Tr::Smem& smem, int buffer) {
-        const int warp = (threadIdx.x - warpgroup_threads) / warp_size;
-        return smem.stats[buffer][shared ? 0 : warp];
-    }
-
-    // The shared copy: consumer thread t takes floats t, t + threads, ...
+    // Consumer thread t takes floats t, t + threads, ...
     __device__ __forceinline__ void load(const BackwardArgs& a, std::int64_t row0) {
         const int t = threadIdx.x - warpgroup_threads;
 #pragma unroll
@@ -388,23 +389,6 @@ struct StepStats {
             if (f < floats)
                 stats[f] = v[j];
         }
-    }
-
-    // A warp's copy: lane l copies 16-byte chunks l, l + 32, ... (the rows start 16-byte aligned:
-    // BackwardWorkspace pads each head's rows to whole blocks of 128), then waits with landed().
-    __device__ static void fetch(const BackwardArgs& a, std::int64_t row0, float* stats) {
-        static_assert(!shared && Tr::B_r % 4 == 0, "a warp's copy of whole 16-byte chunks");
-        constexpr int chunks = floats / 4;
-#pragma unroll
-        for (int c = threadIdx.x % warp_size; c < chunks; c += warp_size) {
-            const int f = 4 * c;
-            ptx::cp_async_16(ptx::smem_address(stats + f),
-                             f < Tr::B_r ? a.lse2 + row0 + f : a.d + row0 + (f - Tr::B_r));
-        }
-        ptx::cp_async_commit_group();
-    }
-    __device__ static void landed() {
-        ptx::cp_async_wait_group<0>();
     }
 };
 
@@ -445,14 +429,15 @@ struct BackwardConsumer {
         const RingSlot<Tr::stages> slot(i);
         const int lane = threadIdx.x % warp_size;
         StepStats<Tr> next;
-        if constexpr (StepStats<Tr>::shared) {
+        if constexpr (!Tr::stats_in_stages) {
             if (next_row0 >= 0)
                 next.load(args, next_row0);
         }
         // This consumer's queries of the step: [query_col0, query_col0 + step_queries).
         const int query_col0 = Tr::query_col0(consumer);
-        const float* lse2 = StepStats<Tr>::copy(smem, i % 2) + query_col0;
-        const float* d = StepStats<Tr>::copy(smem, i % 2) + Tr::B_r + query_col0;
+        const float* stats = smem.stats[Tr::stats_in_stages ? slot.stage : i % 2];
+        const float* lse2 = stats + query_col0;
+        const float* d = stats + Tr::B_r + query_col0;
         // A column's LSE or D (its float2 pair of columns of n8 tile nt). Both are read before
         // the GEMM wait that precedes their use (the waits order memory: their asm clobbers it)
         // where the registers allow ("early"); at B_r 128 the 32 the LSE takes beside Sᵀ and
@@ -478,7 +463,8 @@ struct BackwardConsumer {
                 return column_pair(rows, nt);
         };
         float2 l[early ? s_tiles : 1];
-        load_early(l, lse2);
+        if constexpr (!Tr::stats_in_stages)
+            load_early(l, lse2);
         const std::uint32_t base = opaque_base();
         const std::uint32_t q_s = base + offsetof(Smem, q) + slot.stage * QTile::bytes;
         const std::uint32_t d_o_s = base + offsetof(Smem, d_o) + slot.stage * QTile::bytes;
@@ -504,6 +490,8 @@ struct BackwardConsumer {
                 s[0], KTile::k_major(k_rows, kk), QTile::k_major(q_s + query_rows, kk), kk > 0);
         }
         ptx::wgmma_commit_group();
+        if constexpr (Tr::stats_in_stages)
+            load_early(l, lse2);  // landed with Q
         smem.d_o_full[slot.stage].wait(slot.parity);
         ptx::wgmma_fence();
 #pragma unroll
@@ -512,13 +500,6 @@ struct BackwardConsumer {
                 dp[0], KTile::k_major(v_rows, kk), QTile::k_major(d_o_s + query_rows, kk), kk > 0);
         }
         ptx::wgmma_commit_group();
-        // A warp's copy of the next step's statistics, while Sᵀ and dPᵀ run (issued at the step's
-        // top, the copies' addresses took registers across them: d_head 128 spilled 20 bytes,
-        // ptxas, CUDA 13.0).
-        if constexpr (!StepStats<Tr>::shared) {
-            if (next_row0 >= 0)
-                StepStats<Tr>::fetch(args, next_row0, StepStats<Tr>::copy(smem, (i + 1) % 2));
-        }
 
         // Pᵀ, each column (query) against its row's LSE. A softcap first, as the forward's, before
         // the mask (tanh(-inf) would be -1): t = tanh(S · prescale); Pᵀ goes to its 16-bit A
@@ -577,10 +558,10 @@ struct BackwardConsumer {
         if constexpr (Tr::split_head) {
             split_head_gemms(slot, p, ds, ds_s, p_s, q_s, d_o_s, cols, k_dq, [&] {
                 if (next_row0 >= 0)
-                    next.store(StepStats<Tr>::copy(smem, (i + 1) % 2));
+                    next.store(smem.stats[(i + 1) % 2]);
             });
         } else if constexpr (Tr::lag_dq) {
-            // dSᵀ to shared memory, the next step's statistics landed, both announced (full);
+            // dSᵀ to shared memory, announced (full);
             // then the previous step's dQ = dS·K (its buffer announced by every consumer a step
             // ago), dV += Pᵀ·dO and dK += dSᵀ·Q. This buffer last held dS two steps back: every
             // consumer's dQ has read it (empty); persistent, i counts the CTA's earlier walks'
@@ -589,7 +570,6 @@ struct BackwardConsumer {
             if ((Previous || Tr::persistent) && i >= 2)
                 barriers.empty[i % 2].wait(((i - 2) / 2) & 1);
             store_scores(ds, ds_s);
-            StepStats<Tr>::landed();  // before arrive_warp's __syncwarp
             tma::fence_shared_to_async_proxy();
             arrive_warp(barriers.full[i % 2]);
             float dq[1][dq_tiles][4];
@@ -622,7 +602,7 @@ struct BackwardConsumer {
             ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
             ptx::fence_operands(dk[0]);
             ptx::fence_operands(ds[0]);
-            release(smem.q_empty[slot.stage]);
+            release_q(smem.q_empty[slot.stage]);
         } else {
             // The next step's statistics staged and dV += Pᵀ·dO issued; then the barrier: every
             // consumer's dSᵀ is in shared memory for dQ.
@@ -632,7 +612,7 @@ struct BackwardConsumer {
             // 2026-12-02).
             store_scores(ds, ds_s);
             if (next_row0 >= 0)
-                next.store(StepStats<Tr>::copy(smem, (i + 1) % 2));
+                next.store(smem.stats[(i + 1) % 2]);
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
             warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
@@ -658,7 +638,7 @@ struct BackwardConsumer {
             ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
             ptx::fence_operands(dk[0]);
             ptx::fence_operands(ds[0]);
-            release(smem.q_empty[slot.stage]);
+            release_q(smem.q_empty[slot.stage]);
         }
     }
 
@@ -766,7 +746,7 @@ struct BackwardConsumer {
         ptx::fence_operands(dv[0]);
         ptx::fence_operands(dk[0]);
         release(smem.d_o_empty[slot.stage]);
-        release(smem.q_empty[slot.stage]);
+        release_q(smem.q_empty[slot.stage]);
         ptx::wgmma_wait<0>();
         ptx::fence_operands(dq[0]);
         stage_dq(dq, dq_tiles / 2, false, true);
@@ -819,6 +799,20 @@ struct BackwardConsumer {
     // Each warp tells the producer it has finished reading a stage (after its wgmma wait).
     __device__ __forceinline__ static void release(tma::Barrier& empty) {
         arrive_warp(empty);
+    }
+    // Q's stage. With its statistics (stats_in_stages), which every lane has read with plain
+    // loads, every consumer thread arrives, after a proxy fence that orders its reads before the
+    // producer's next bulk copy into the stage (the async proxy). One arrival a warp after
+    // __syncwarp orders them as well by the PTX memory model, but compute-sanitizer 2025.3's
+    // racecheck does not follow that order from the other lanes and reports each of their reads
+    // as a hazard against the copy.
+    __device__ __forceinline__ static void release_q(tma::Barrier& empty) {
+        if constexpr (Tr::stats_in_stages) {
+            tma::fence_shared_to_async_proxy();
+            empty.arrive();
+        } else {
+            arrive_warp(empty);
+        }
     }
     // One arrival for the warp, once every lane is here: the barriers of consumer warps count
     // warps (their lanes' earlier shared-memory accesses ordered by __syncwarp, then released by
@@ -1001,7 +995,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         for (int s = 0; s < Tr::stages; ++s) {
             smem.q_full[s].init(1);
             smem.d_o_full[s].init(1);
-            smem.q_empty[s].init(4 * Tr::consumers);
+            smem.q_empty[s].init(Tr::stats_in_stages ? Tr::consumers * warpgroup_threads
+                                                     : 4 * Tr::consumers);
             smem.d_o_empty[s].init(4 * Tr::consumers);
         }
         if constexpr (Tr::lag_dq) {
@@ -1068,16 +1063,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     // the walk's prologue, or (persistent) at the end of the walk before it, so that their load
     // runs beside that walk's epilogue instead of after it.
     const auto stage_first_stats = [&](const Work& w, int step) {
-        if (w.walk.steps() == 0)
+        if (Tr::stats_in_stages || w.walk.steps() == 0)
             return;
-        const std::int64_t row0 = stats_row0(w, w.walk.first<Tr::rotate_walks>());
-        if constexpr (StepStats<Tr>::shared) {
-            StepStats<Tr> stats;
-            stats.load(a, row0);
-            stats.store(StepStats<Tr>::copy(smem, step % 2));
-        } else {
-            StepStats<Tr>::fetch(a, row0, StepStats<Tr>::copy(smem, step % 2));
-        }
+        StepStats<Tr> stats;
+        stats.load(a, stats_row0(w, w.walk.first<Tr::rotate_walks>()));
+        stats.store(smem.stats[step % 2]);
     };
     int step0 = 0;          // the walk's first step in the CTA's pipeline
     int staged_round = -1;  // persistent: the round whose first statistics are staged
@@ -1102,8 +1092,6 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         zero(c.dv);
         if (!Tr::persistent || staged_round != round)
             stage_first_stats(w, step0);
-        if constexpr (!StepStats<Tr>::shared)
-            StepStats<Tr>::landed();
         ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
         if constexpr (!Tr::kv_with_first_step)
             smem.kv_full.wait(0);
@@ -1189,13 +1177,16 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         }
         step0 += walk.steps();
         if constexpr (Tr::persistent) {
-            // The next round's first statistics: their copy was last read two steps back.
-            if (const std::int64_t index = key_block_index(std::false_type{}, round + 1, false);
-                index < scheduler.count()) {
-                const Work next = work_of(static_cast<int>(index));
-                if (next.some) {
-                    stage_first_stats(next, step0);
-                    staged_round = round + 1;
+            // The next round's first statistics: their copy was last read two steps back (with
+            // the statistics in the stages, none to stage and no look ahead to wait for).
+            if constexpr (!Tr::stats_in_stages) {
+                if (const std::int64_t index = key_block_index(std::false_type{}, round + 1, false);
+                    index < scheduler.count()) {
+                    const Work next = work_of(static_cast<int>(index));
+                    if (next.some) {
+                        stage_first_stats(next, step0);
+                        staged_round = round + 1;
+                    }
                 }
             }
             // K and V to the producer for the next key block (every GEMM of the walk has been

@@ -78,6 +78,14 @@ __device__ __forceinline__ void load_tile(void* smem, const void* map, int row, 
     }
 }
 
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into
+// shared memory, completing on `barrier` (PTX ISA, cp.async.bulk.shared::cluster.global).
+__device__ __forceinline__ void load_bytes(void* smem, const void* global, std::uint32_t bytes,
+                                           Barrier& barrier) {
+    cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem, global, bytes,
+                             barrier.get());
+}
+
 // Loads a run of a paged cache's rows into a group-major Tile (GroupMajor: its 8-row
 // groups hold every column) from tile_row (a multiple of 8) on: rows [row, row + R) of page
 // `page`, head `head`, all d_head columns, in one copy. `map` is 5-D (64 columns, 8 rows,
