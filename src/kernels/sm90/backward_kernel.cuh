@@ -7,7 +7,8 @@
 //    head (GQA sums dK and dV without expanding K and V). A producer warp streams Q and dO
 //    blocks through a `stages`-deep pipeline; each consumer warpgroup owns 64 keys and
 //    computes, with the keys as rows (the transposed scores, so that Pᵀ and dSᵀ are A operands
-//    straight from registers; each step's LSE and D rows staged in shared memory a step ahead):
+//    straight from registers; each step's LSE and D rows staged in shared memory a step ahead,
+//    or with lag_dq copied with its Q tile):
 //        Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ, Pᵀ = exp2(Sᵀ·scale·log2e - LSE₂), dSᵀ = Pᵀ ∘ (dPᵀ - D),
 //        dV += Pᵀ·dO, dK += dSᵀ·Q, and its share of dQ = dS·K (dS through shared memory);
 //    with lag_dq, dQ a step behind: each step computes the previous step's, whose dS every
@@ -265,13 +266,6 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
         constexpr std::uint32_t stats_bytes = Tr::stats_in_stages ? 2 * row_bytes : 0;
         smem.q_empty[slot.stage].wait(slot.parity ^ 1);
         smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes + stats_bytes);
-        if constexpr (Tr::stats_in_stages) {
-            const std::int64_t row0 = seq.ws(launch.args, head, at.block * Tr::B_r);
-            float* stats = smem.stats[slot.stage];
-            tma::load_bytes(stats, launch.args.lse2 + row0, row_bytes, smem.q_full[slot.stage]);
-            tma::load_bytes(stats + Tr::B_r, launch.args.d + row0, row_bytes,
-                            smem.q_full[slot.stage]);
-        }
         if (first && !Tr::persistent)
             load_kv(smem.k, &launch.maps.k, smem.q_full[slot.stage]);
         tma::load_tile<typename Tr::QTile>(smem.q[slot.stage], &launch.maps.q, q0, head, batch,
@@ -280,6 +274,18 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
             if (walks > 0)
                 smem.kv_empty.wait((walks - 1) & 1);
             load_kv(smem.k, &launch.maps.k, smem.q_full[slot.stage]);
+        }
+        if constexpr (Tr::stats_in_stages) {
+            // The rows are the preprocess's, which this kernel may overlap (a programmatic
+            // dependent launch): the CTA's first copy waits for that grid, after the first Q and
+            // K loads (the caller's tensors) are issued.
+            if (step0 + i == 0)
+                ptx::wait_for_previous_grid();
+            const std::int64_t row0 = seq.ws(launch.args, head, at.block * Tr::B_r);
+            float* stats = smem.stats[slot.stage];
+            tma::load_bytes(stats, launch.args.lse2 + row0, row_bytes, smem.q_full[slot.stage]);
+            tma::load_bytes(stats + Tr::B_r, launch.args.d + row0, row_bytes,
+                            smem.q_full[slot.stage]);
         }
         smem.d_o_empty[slot.stage].wait(slot.parity ^ 1);
         smem.d_o_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes);
@@ -418,7 +424,8 @@ struct BackwardConsumer {
     float dv[1][g_tiles][4];
 
     // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp;
-    // the next step's statistics (its rows from next_row0; none if negative) staged meanwhile.
+    // outside lag_dq, the next step's statistics (its rows from next_row0; none if negative)
+    // staged meanwhile.
     // Alibi: the step's head's slope in Sᵀ's units (alibi_slope()) biases the exponent.
     // Previous (lag_dq): whether a previous step's dQ is to be computed (every step but the
     // first), a compile-time flag: wgmmas issued under a branch were serialized and spilled
@@ -969,9 +976,10 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     };
     // Every role of the CTA walks the same key blocks; f(work, round). On the dynamic schedule
     // two orders keep the ring free of deadlock: the producer publishes a round before it waits
-    // (kv_empty) to load that round's K, and only the consumers look a round ahead (the dQ warp
-    // never does). A kernel of one key block finds it before the roles part: found in each role,
-    // the d_head 64 kernels' softcap instances spilled 96 bytes instead of 4 (ptxas, CUDA 13.0).
+    // (kv_empty) to load that round's K, and only the consumers look a round ahead (outside
+    // lag_dq; the dQ warp never does). A kernel of one key block finds it before the roles part:
+    // found in each role, the d_head 64 kernels' softcap instances spilled 96 bytes instead of 4
+    // (ptxas, CUDA 13.0).
     const Work first = work_of(static_cast<int>(blockIdx.x));
     const auto for_each_key_block = [&](auto taker, auto&& f) {
         if constexpr (Tr::persistent) {
@@ -1032,8 +1040,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             });
         } else if (warp == 1) {
             // This kernel may start before the preprocess ends (a programmatic dependent
-            // launch): the producer's loads read only the caller's tensors, but dQ's
-            // accumulator (and the ordered semaphores) are the preprocess's to zero first.
+            // launch): dQ's accumulator (and the ordered semaphores) are the preprocess's to
+            // zero first. (The producer's Q, K, V and dO loads read the caller's tensors; its
+            // copies of the statistics wait in produce_backward.)
             ptx::wait_for_previous_grid();
             for_each_key_block(std::false_type{}, [&](const Work& w, int) {
                 add_dq<Tr>(a, w.mask, smem, w.walk, scheduler, w.seq, w.tile.key_block,
