@@ -102,15 +102,17 @@ def test_configs_and_parse_round_trip():
         if c.backward and c.family == fa.Family.sm90:
             # K and V, `stages` Q and dO tiles, two dS tiles (with every consumer on the same 64
             # keys, d_head 256, two P tiles too), dQ's fp32 staging, two steps' LSE and D rows
-            # (fp32; lag_dq a stage's) and the mbarriers (lag_dq four more), rounded
-            # up to the struct's 1024-byte alignment, plus 1024 to align it.
+            # (fp32; lag_dq a stage's) and the mbarriers (K and V full and empty, a full and
+            # an empty per stage of Q and of dO; lag_dq four more; dynamic, the key-block ring of
+            # two indices and four mbarriers), rounded up to the struct's 1024-byte alignment,
+            # plus 1024 to align it.
             stages = c.stages
             consumers = c.n_warps // 4 - 1
             score_tiles = 2 if c.B_c == 64 and consumers > 1 else 1
             stats_buffers = stages if c.lag_dq else 2
             raw = (2 * (2 * c.B_c * c.d_head + 2 * stages * c.B_r * c.d_head + 2 * score_tiles * c.B_c * c.B_r)
-                   + 4 * c.B_r * c.d_head + 8 * c.B_r * stats_buffers + 8 * (1 + 4 * stages)
-                   + (32 if c.lag_dq else 0))
+                   + 4 * c.B_r * c.d_head + 8 * c.B_r * stats_buffers + 8 * (2 + 4 * stages)
+                   + (32 if c.lag_dq else 0) + (40 if c.dynamic_schedule else 0))
             assert c.smem_bytes() == (raw + 1023) // 1024 * 1024 + 1024
         elif c.backward:
             # The larger of its two kernels': dK/dV holds K, V, a Q and a dO tile, Pᵀ and dSᵀ
