@@ -627,8 +627,6 @@ TEST(Backward, VarlenMatchesReference) {
     }
 }
 
-// A CUDA failure or bad input never leaves a silent wrong answer: the LSE is required and a
-// window must agree with causal masking, each before any launch.
 // dO broadcast along its rows (a stride of 0, as out.sum()'s gradient arrives) is no TMA source:
 // the automatic choice runs an sm80 kernel, and an sm90 config is refused naming the stride.
 TEST(Backward, BroadcastDoutRunsOnTheSm80Family) {
@@ -661,6 +659,8 @@ TEST(Backward, BroadcastDoutRunsOnTheSm80Family) {
     }
 }
 
+// A CUDA failure or bad input never leaves a silent wrong answer: the LSE is required and a
+// window must agree with causal masking, each before any launch.
 TEST(Backward, RefusesWhatItDoesNotCompute) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
