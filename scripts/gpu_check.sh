@@ -23,8 +23,8 @@
 #            (needs package or pyext; GRID=backward, forward or variants runs one, BWD_SEQS="2048 8192"
 #            other lengths, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
-#   backward the default build (unless built), its backward GPU tests (memcheck and racecheck on
-#            odd shapes), and `flash_attention bench --backward` of the release set's backward
+#   backward the default build (unless built), its backward GPU tests (unless build's or prebuilt's
+#            checks ran them), memcheck and racecheck on odd shapes, and `flash_attention bench --backward` of the release set's backward
 #            configs over the bf16 grid (seq 1k-16k); BWD_CANDIDATES=FILE adds FILE's short forms
 #            to the build and the bench, BWD_BENCH=0 skips the bench
 #   flash_attn_suite  flash_attn's own tests/test_flash_attn.py (pinned commit, unmodified) against the package
@@ -116,6 +116,7 @@ build_checks() {
   check readme "$BUILD/bin/flash_attention" run --check
   check test_host "$BUILD/tests/test_host" --gtest_brief=1
   check test_gpu timeout 420 "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter="${GPU_FILTER:-*}"
+  checked_filter=${GPU_FILTER:-*}
 }
 
 stage_backward() {
@@ -124,8 +125,13 @@ stage_backward() {
     check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON -DFLASH_KERNELS="$set" || return
     check compile cmake --build "$BUILD" -j "$jobs" || return
   fi
-  check test_host "$BUILD/tests/test_host" --gtest_brief=1
-  check test_bwd timeout 300 "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter='*Backward*'
+  # Unless build's checks ran them already (every GPU test, or a filter with the backward's).
+  if [ -z "${checked_filter:-}" ]; then
+    check test_host "$BUILD/tests/test_host" --gtest_brief=1
+  fi
+  if [[ ${checked_filter:-} != "*" && ${checked_filter:-} != *"*Backward*"* ]]; then
+    check test_bwd timeout 300 "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter='*Backward*'
+  fi
   # Odd shapes causal and not (q513_k513: several query blocks a walk without a mask, which
   # d_head 256 walks rotated), every sm90 backward config racechecked, d_head 256's included.
   check memcheck_bwd timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
