@@ -230,15 +230,12 @@ void launch_backward(BackwardArgs args, const KernelConfig& config, Stream strea
     const StreamScratch workspace(w.bytes(), stream, false);
     float* const floats = static_cast<float*>(workspace.get());
     args.d = floats;
-    args.lse2 = w.lse2_floats > 0 ? floats + w.d_floats : nullptr;
-    args.dq_accum = w.dq_floats > 0 ? floats + w.d_floats + w.lse2_floats : nullptr;
+    args.lse2 = w.lse2_floats > 0 ? floats + w.lse2_offset() : nullptr;
+    args.dq_accum = w.dq_floats > 0 ? floats + w.dq_offset() : nullptr;
     args.dq_semaphores =
-        w.semaphores > 0 ? reinterpret_cast<int*>(floats + w.d_floats + w.lse2_floats + w.dq_floats)
-                         : nullptr;
-    args.tile_counter = w.counters > 0
-                            ? reinterpret_cast<int*>(floats + w.d_floats + w.lse2_floats +
-                                                     w.dq_floats + w.semaphores)
-                            : nullptr;
+        w.semaphores > 0 ? reinterpret_cast<int*>(floats + w.semaphore_offset()) : nullptr;
+    args.tile_counter =
+        w.counters > 0 ? reinterpret_cast<int*>(floats + w.counter_offset()) : nullptr;
     args.q_rows = static_cast<int>(w.q_rows);
     args.q_block = static_cast<int>(backward_q_block(config));
     args.semaphore_rows =

@@ -135,9 +135,13 @@ struct BackwardWorkspace {
     std::int64_t q_rows;  // rows a (batch, head)
     std::size_t d_floats, lse2_floats, dq_floats, semaphores;
     std::size_t counters = 0;  // persistent dynamic: the tile counter (and one of padding)
-    constexpr std::size_t bytes() const {
-        return (d_floats + lse2_floats + dq_floats + semaphores + counters) * 4;
-    }
+    // Each array's offset in the allocation, in 4-byte elements: D, the LSE, dQ's accumulator,
+    // the semaphores, the counters.
+    constexpr std::size_t lse2_offset() const { return d_floats; }
+    constexpr std::size_t dq_offset() const { return lse2_offset() + lse2_floats; }
+    constexpr std::size_t semaphore_offset() const { return dq_offset() + dq_floats; }
+    constexpr std::size_t counter_offset() const { return semaphore_offset() + semaphores; }
+    constexpr std::size_t bytes() const { return (counter_offset() + counters) * 4; }
 };
 // Query rows the workspace gives a sequence a whole multiple of (BackwardArgs::q_block): sm90's
 // blocks of up to 128 queries read their rows in whole blocks.
