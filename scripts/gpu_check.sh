@@ -23,10 +23,11 @@
 #            (needs package or pyext; GRID=backward, forward or variants runs one, BWD_SEQS="2048 8192"
 #            other lengths, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
-#   backward the default build (unless built), its backward GPU tests (unless build's or prebuilt's
-#            checks ran them), memcheck and racecheck on odd shapes, and `flash_attention bench --backward` of the release set's backward
-#            configs over the bf16 grid (seq 1k-16k); BWD_CANDIDATES=FILE adds FILE's short forms
-#            to the build and the bench, BWD_BENCH=0 skips the bench
+#   backward the default build (unless built), its backward GPU tests (unless build's or
+#            prebuilt's checks ran them), memcheck and racecheck on odd shapes, and `flash_attention
+#            bench --backward` of the release set's backward configs over the bf16 grid (seq
+#            1k-16k); BWD_CANDIDATES=FILE adds FILE's short forms to the build and the bench,
+#            BWD_BENCH=0 skips the bench
 #   flash_attn_suite  flash_attn's own tests/test_flash_attn.py (pinned commit, unmodified) against the package
 #            (needs package or pyext; .upstream/test_flash_attn.py carried, or a download; a seeded sample
 #            of FLASH_ATTN_SUITE_SAMPLE=5000 cases over every test function: about 3000 run, flash_attn's
