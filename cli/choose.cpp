@@ -20,6 +20,7 @@ struct ChooseOptions {
     std::string device;  // a model; empty: the GPU present
     std::string dtype = "bf16";
     int d_head = 128;
+    std::optional<int> d_v;  // V's head dim; default d_head
     int seq = 4096;
     std::optional<int> seq_k;
     int batch = 1;
@@ -61,7 +62,8 @@ int choose(const ChooseOptions& o) {
                                .seq_k = o.seq_k.value_or(o.seq),
                                .heads = o.heads,
                                .heads_kv = o.heads_kv.value_or(o.heads),
-                               .causal = o.causal};
+                               .causal = o.causal,
+                               .d_v = o.d_v.value_or(o.d_head) == o.d_head ? 0 : *o.d_v};
     const bool model = !o.device.empty();
     if (o.backward) {
         const KernelConfig config = choose_backward_config(problem, device, o.deterministic);
@@ -102,6 +104,9 @@ void add_choose_command(CLI::App& app, Action& action) {
     cmd->add_option("--d-head", o->d_head, "head dimension")
         ->check(integer_in(1, 1024))
         ->capture_default_str();
+    cmd->add_option("--d-v", o->d_v,
+                    "V's head dimension where it differs: 128 with --d-head 192 (default: d_head)")
+        ->check(integer_in(1, 1024));
     cmd->add_option("--seq", o->seq, "query sequence length (and key length unless --seq-k)")
         ->check(seq_length())
         ->capture_default_str();

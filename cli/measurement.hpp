@@ -37,6 +37,9 @@ struct Shape {
     bool alibi = false;
     // The backward pass (dense, no variants): dQ, dK and dV of the forward's output.
     bool backward = false;
+    // V's and O's head dim where it differs from d_head (ProblemShape::d_v), else 0.
+    int d_v = 0;
+    int v_head_dim() const { return d_v != 0 ? d_v : d_head; }
 
     // 4 * heads * d_head * (query, key) pairs (two GEMMs of 2 * M * N * K each). Dense:
     // batch * seq_q * seq_k pairs, halved with causal masking by the usual convention.
@@ -50,7 +53,8 @@ struct Shape {
     ProblemShape problem() const {
         return {dtype,    d_head, batch,
                 seq_q,    seq_k,  heads,
-                heads_kv, causal, window_left != -1 || window_right != -1 || softcap != 0 || alibi};
+                heads_kv, causal, window_left != -1 || window_right != -1 || softcap != 0 || alibi,
+                d_v};
     }
     friend auto operator<=>(const Shape&, const Shape&) = default;
 };

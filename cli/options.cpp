@@ -210,6 +210,10 @@ void GridOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--d-head", d_heads,
                    "comma-separated head dims (default: those of the configs, else 128)")
         ->check(non_empty("comma-separated head dims"));
+    cmd.add_option("--d-v", d_v,
+                   "V's head dim where it differs from Q's and K's: 128 with --d-head 192 "
+                   "(default: the configs', else d_head)")
+        ->check(integer_in(1, 1024));
     cmd.add_option("--dtype", dtypes,
                    "comma-separated dtypes, fp16/bf16 (default: those of the configs, else bf16)")
         ->check(non_empty("comma-separated dtypes"));
@@ -361,6 +365,7 @@ Shape GridOptions::shape(DType dtype, int d_head, int seq) const {
             .page_size = page_size};
     variants.apply(s);
     s.backward = backward;
+    s.d_v = d_v == d_head ? 0 : d_v;
     validate_shape(s);
     return s;
 }

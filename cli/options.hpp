@@ -84,6 +84,7 @@ struct VariantOptions {
 struct GridOptions {
     std::string seqs = "512,1024,2048,4096,8192,16384";
     std::string d_heads;
+    int d_v = 0;  // V's head dim where it differs from d_head (0: d_head)
     std::string dtypes;
     int batch = 0;
     int heads = 0;

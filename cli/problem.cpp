@@ -44,6 +44,11 @@ HostTensor rows_of(const HostTensor& t, std::int64_t first, std::int64_t n) {
     return HostTensor::from_bits(t.dtype, 1, n, t.heads, t.d_head, std::move(bits));
 }
 
+// O's shape: Q's rows, V's head dim.
+HostTensor output_shape(const HostProblem& host) {
+    return HostTensor{host.q.dtype, host.q.batch, host.q.seq, host.q.heads, host.v.d_head, {}, {}};
+}
+
 double softmax_scale_of(const Shape& shape) {
     return AttentionOptions{.softmax_scale = shape.scale}.scale(shape.d_head);
 }
@@ -64,7 +69,7 @@ HostProblem HostProblem::random(const Shape& shape, std::uint64_t seed) {
     p.q = HostTensor::random_normal(shape.dtype, batch, seq_q, shape.heads, shape.d_head, seed);
     p.k = HostTensor::random_normal(shape.dtype, batch, seq_k, shape.heads_kv, shape.d_head,
                                     seed + 1);
-    p.v = HostTensor::random_normal(shape.dtype, batch, seq_k, shape.heads_kv, shape.d_head,
+    p.v = HostTensor::random_normal(shape.dtype, batch, seq_k, shape.heads_kv, shape.v_head_dim(),
                                     seed + 2);
     if (shape.api == Api::kvcache) {
         p.seqlens.assign(static_cast<std::size_t>(shape.batch), shape.seq_k);
@@ -101,7 +106,7 @@ DeviceProblem::DeviceProblem(const Shape& shape, const HostProblem& host)
       q_(DeviceTensor::upload(host.q)),
       k_(DeviceTensor::upload(host.k_pages ? *host.k_pages : host.k)),
       v_(DeviceTensor::upload(host.v_pages ? *host.v_pages : host.v)),
-      o_(DeviceTensor::empty_like(host.q)),
+      o_(DeviceTensor::empty_like(output_shape(host))),
       pages_per_seq_(pages_per_sequence(shape)) {
     o_.buffer.poison_with_nan();
     if (!host.seqlens.empty()) {
@@ -154,9 +159,9 @@ std::size_t DeviceProblem::bytes(const Shape& shape) {
     // Q and O, K and V at 2 bytes an element (varlen: at most batch x seq_q tokens; pages:
     // at most one page of padding per sequence).
     const std::int64_t keys = shape.batch * (shape.seq_k + std::max(shape.page_size, 0));
-    const std::size_t q = std::size_t(shape.batch) * shape.seq_q * shape.heads * shape.d_head;
-    const std::size_t kv = std::size_t(keys) * shape.heads_kv * shape.d_head;
-    return 2 * (2 * q + 2 * kv);
+    const std::size_t rows = std::size_t(shape.batch) * shape.seq_q * shape.heads;
+    const std::size_t d = shape.d_head + shape.v_head_dim();
+    return 2 * (rows * d + std::size_t(keys) * shape.heads_kv * d);
 }
 
 ForwardParams DeviceProblem::dense_params(float* lse) const {
@@ -253,7 +258,7 @@ KernelChoice DeviceProblem::kernel(const Candidate& c) const {
 }
 
 HostTensor DeviceProblem::download_output(const HostProblem& host) const {
-    return o_.download(host.q);
+    return o_.download(output_shape(host));
 }
 
 Gradients DeviceProblem::download_gradients(const HostProblem& host) const {

@@ -32,7 +32,8 @@ std::string api_name(const Shape& s) {
 }
 
 double Shape::flop() const {
-    const double per_pair = (backward ? 2.5 : 1.0) * 4.0 * heads * d_head;
+    // 2 x heads x (d_head + V's head dim): S = Q·Kᵀ over d_head, O = P·V over V's.
+    const double per_pair = (backward ? 2.5 : 1.0) * 2.0 * heads * (d_head + v_head_dim());
     if (window_left >= 0 || window_right >= 0) {
         // Row i (diagonal position i + keys - queries) sees [pos - left, pos + right] of the
         // keys; varlen: each sequence its own.
@@ -79,7 +80,7 @@ double Shape::kv_bytes() const {
         for (const int n : varlen_lengths(*this))
             keys += n;
     }
-    return 2.0 * keys * heads_kv * d_head * 2;  // K and V, 2 bytes an element
+    return keys * heads_kv * (d_head + v_head_dim()) * 2.0;  // K and V, 2 bytes an element
 }
 
 Measurement Measurement::of(std::string label, const KernelChoice& kernel, const Shape& shape,

@@ -27,6 +27,7 @@ struct RunOptions {
     std::optional<int> heads_kv;
     bool causal = false;
     std::optional<int> d_head;
+    std::optional<int> d_v;
     std::optional<std::string> dtype;
     std::optional<float> scale;
     int repeat = 1;
@@ -65,6 +66,15 @@ int run(const RunOptions& opt) {
         }
         d_head = *opt.d_head;
     }
+    // V's head dim: the config's, else d_head's unless --d-v names another.
+    int d_v = config ? config->v_head_dim() : d_head;
+    if (opt.d_v) {
+        if (config && *opt.d_v != config->v_head_dim()) {
+            throw UsageError("--d-v: expected " + std::to_string(config->v_head_dim()) +
+                             " (the config's V head dim), got " + std::to_string(*opt.d_v));
+        }
+        d_v = *opt.d_v;
+    }
     const int heads_kv = opt.heads_kv.value_or(opt.heads);
     if (opt.heads % heads_kv != 0) {
         throw UsageError("--heads-kv: expected a divisor of --heads (" + std::to_string(opt.heads) +
@@ -96,6 +106,7 @@ int run(const RunOptions& opt) {
                 .scale = opt.scale,
                 .api = api,
                 .page_size = opt.page_size};
+    shape.d_v = d_v == d_head ? 0 : d_v;
     opt.variants.apply(shape);
     shape.backward = opt.backward;
     validate_shape(shape);
@@ -190,6 +201,10 @@ void add_run_command(CLI::App& app, Action& action) {
         ->check(head_count());
     cmd->add_flag("--causal", o->causal, "causal masking, aligned at the bottom right");
     cmd->add_option("--d-head", o->d_head, "head dimension (default: the config's, else 128)")
+        ->check(integer_in(1, 1024));
+    cmd->add_option("--d-v", o->d_v,
+                    "V's head dimension where it differs from Q's and K's: 128 with --d-head 192 "
+                    "(default: the config's, else --d-head)")
         ->check(integer_in(1, 1024));
     cmd->add_option("--dtype", o->dtype, "fp16 or bf16 (default: the config's, else bf16)")
         ->check(non_empty("fp16 or bf16"))

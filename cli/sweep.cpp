@@ -131,9 +131,12 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
             for (const int d : ds) {
                 if (!kept(dtype_filter, dtype) || !kept(d_filter, d))
                     continue;
-                for (const int seq : seqs) {
-                    jobs.push_back({i, grid.shape(dtype, d, seq)});
-                }
+                // A config's own V head dim, else --d-v's.
+                GridOptions of_config = grid;
+                if (c)
+                    of_config.d_v = c->d_v;
+                for (const int seq : seqs)
+                    jobs.push_back({i, of_config.shape(dtype, d, seq)});
             }
         }
     }

@@ -112,9 +112,11 @@ struct AttentionOptions {
     float scale(std::int64_t d_head) const;
 };
 
-// q, o: (batch, seq_q, heads_q, d_head); k, v: (batch, seq_k, heads_kv, d_head), with
-// heads_q a multiple of heads_kv (grouped-query and multi-query attention: query head h
-// reads K/V head h / (heads_q / heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 128 or 256.
+// q: (batch, seq_q, heads_q, d_head); k: (batch, seq_k, heads_kv, d_head); v: (batch, seq_k,
+// heads_kv, d_v); o: (batch, seq_q, heads_q, d_v), with heads_q a multiple of heads_kv
+// (grouped-query and multi-query attention: query head h reads K/V head h / (heads_q /
+// heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 128, 192 or 256; d_v = d_head, or 128 with
+// d_head 192 (DeepSeek's MLA). The softmax scale's default is 1/sqrt(d_head).
 struct ForwardParams {
     TensorView q;
     TensorView k;
@@ -258,7 +260,7 @@ int device_count();
 // What the automatic choice depends on, without data: dense tensors of this shape.
 struct ProblemShape {
     DType dtype = DType::BF16;
-    int d_head = 128;
+    int d_head = 128;  // Q's and K's
     std::int64_t batch = 1;
     std::int64_t seq_q = 1;
     std::int64_t seq_k = 1;
@@ -268,6 +270,8 @@ struct ProblemShape {
     // A sliding window, a softcap or ALiBi (Variants::changes_scores): the configs' variant
     // kernels run, which the tuning cache keys apart, and never the split-KV kernels.
     bool window_or_softcap = false;
+    // V's and O's head dim where it differs from d_head (DeepSeek's MLA: 192 and 128), else 0.
+    int d_v = 0;
 };
 
 // Throws the Error forward() would for dense tensors of this shape with these options,

@@ -42,6 +42,9 @@ enum class FieldKind {
     X(Family, family, Family::sm80, 1, common, family, "sm90")                            \
     X(DType, dtype, DType::FP16, 2, common, dtype, "dtype")                               \
     X(int, d_head, 128, 9, common, tuple, "d_head")                                       \
+    /* V's and O's columns where they differ from Q's and K's (DeepSeek's MLA: 192 and */ \
+    /* 128); 0 means d_head. Read it through v_head_dim() */                              \
+    X(int, d_v, 0, 9, common, count, "dv")                                                \
     /* the backward pass (dQ, dK, dV): B_r query rows and B_c key rows per tile. Here, */ \
     /* in B_r's former top bit, so that every forward config keeps its kernel code */     \
     X(bool, backward, false, 1, common, flag, "bwd")                                      \
@@ -143,7 +146,8 @@ struct Sm90Knobs {
 // Every knob of one compiled forward kernel. A structural type, so a KernelConfig value
 // is itself the template argument of the kernel it names.
 //
-// Short form: (dtype, d_head, B_r, B_c, n_warps) followed by the enabled flags.
+// Short form: (dtype, d_head, B_r, B_c, n_warps) followed by the enabled flags (dv_N where V's
+// head dim differs from Q's and K's).
 //   sm80: "(FP16, 128, 64, 64, 4): async+eager+swizzled+load_2_2_2_tiles+buffer+opt_softmax"
 //   sm90: "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent"
 // An sm90 kernel has one producer warpgroup (TMA) and n_warps / 4 - 1 consumer
@@ -156,6 +160,8 @@ struct KernelConfig {
     friend constexpr auto operator<=>(const KernelConfig&, const KernelConfig&) = default;
 
     constexpr int n_threads() const { return n_warps * 32; }
+    // The columns of V, O and dV: d_v where set, else d_head.
+    constexpr int v_head_dim() const { return d_v != 0 ? d_v : d_head; }
     constexpr int rows_per_warp() const { return n_warps > 0 ? B_r / n_warps : 0; }
 
     std::string to_string() const;

@@ -185,8 +185,9 @@ namespace flash_attention::tuning {
 //
 // The file: {"version": 1, "entries": [...]}, an entry an object of its key's fields and its
 // winner: "gpu", "sm_count", "dtype" ("FP16" or "BF16"), "d_head", "seq_bucket", "causal",
-// optionally "window_or_softcap" and "paged" (true), "rows_bucket" with "splits" for a split
-// count, else "config" (a short form); "tflops", "measured", and optionally the runner-up
+// optionally "d_v" (V's head dim where it differs), "window_or_softcap" and "paged" (true),
+// "rows_bucket" with "splits" for a split count, else "config" (a short form); "tflops",
+// "measured", and optionally the runner-up
 // ("runner_up" or "runner_up_splits", and "runner_up_tflops"). A backward entry adds
 // "pass": "backward" or "backward-deterministic" and holds a backward config (`bwd`; for
 // "backward-deterministic" one that is_deterministic()) and none of "window_or_softcap",
@@ -228,6 +229,8 @@ struct Key {
     bool paged = false;
     // A backward key (Key::of_backward): a config of backward(), without variants or splits.
     Pass pass = Pass::forward;
+    // ProblemShape::d_v: V's head dim where it differs from d_head, else 0.
+    int d_v = 0;
 
     friend auto operator<=>(const Key&, const Key&) = default;
     std::string to_string() const;

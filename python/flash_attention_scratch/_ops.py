@@ -157,11 +157,18 @@ def _variants(window_size, softcap, learnable_sink, alibi_slopes=None):
     return left, right, float(softcap), learnable_sink, alibi_slopes
 
 
-def _out_like(q):
-    # A contiguous tensor of q's shape, dtype and device, whatever q's strides: empty_like
-    # takes them from q in one call, about 2 µs less than torch.empty's separate arguments
-    # (H200, 2026-11-28, docs/PERF.md).
-    return torch.empty_like(q, memory_format=torch.contiguous_format)
+def _out_like(q, v=None):
+    # A contiguous tensor of q's shape (its last dimension v's), dtype and device, whatever q's
+    # strides: empty_like takes them from q in one call, about 2 µs less than torch.empty's
+    # separate arguments (H200, 2026-11-28, docs/PERF.md).
+    if v is None or v.shape[-1] == q.shape[-1]:
+        return torch.empty_like(q, memory_format=torch.contiguous_format)
+    return q.new_empty(_out_shape(q, v))
+
+
+def _out_shape(q, v):
+    # The output's shape: q's, with V's head dim (DeepSeek's MLA: d_head 192, d_v 128).
+    return (*q.shape[:-1], v.shape[-1])
 
 
 def _lse_like(q):
@@ -195,7 +202,7 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
                 causal: int, config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                 sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
                 deterministic: bool = False) -> torch.Tensor:
-    out = _out_like(q)
+    out = _out_like(q, v)
     _run(q, k, v, out, None, softmax_scale, causal, config, window_left, window_right, softcap, sinks, alibi_slopes)
     return out
 
@@ -203,7 +210,7 @@ def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale
 @_forward_op.register_fake
 def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
       alibi_slopes=None, deterministic=False):
-    return q.new_empty(q.shape)
+    return q.new_empty(_out_shape(q, v))
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_lse", mutates_args=(), device_types="cuda")
@@ -211,7 +218,7 @@ def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
                     causal: int, config: Optional[str], window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                     sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
                     deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-    out = _out_like(q)
+    out = _out_like(q, v)
     lse = _lse_like(q)
     _run(q, k, v, out, lse, softmax_scale, causal, config, window_left, window_right, softcap, sinks, alibi_slopes)
     return out, lse
@@ -220,7 +227,7 @@ def _forward_lse_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_s
 @_forward_lse_op.register_fake
 def _(q, k, v, softmax_scale, causal, config, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
       alibi_slopes=None, deterministic=False):
-    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return q.new_empty(_out_shape(q, v)), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_out", mutates_args=("out", "lse"), device_types="cuda")
@@ -419,6 +426,11 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         config = str(config)
     if requiring is not None:
         # Training: the op autograd records (forward_lse, whose LSE the backward reads).
+        if v.dim() == 4 and q.dim() == 4 and v.shape[-1] != q.shape[-1]:
+            raise NotImplementedError(
+                f"v.shape[-1]: expected q's head dim {q.shape[-1]} when an input requires grad "
+                f"({requiring} does): the backward pass with V's own head dim ({v.shape[-1]}) is not "
+                "built yet; call it under torch.no_grad() or pass detached inputs")
         if out is not None:
             raise RuntimeError(
                 f"out: expected None when an input requires grad ({requiring} does): an out= tensor "
@@ -439,7 +451,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     # Eager without autograd: the same work without the dispatcher's tens of microseconds
     # per call, and no LSE unless asked for.
     if out is None:
-        out = _out_like(q)
+        out = _out_like(q, v)
     lse = _lse_like(q) if return_lse else None
     _run(q, k, v, out, lse, softmax_scale, causal, config, *var)
     return (out, lse) if return_lse else out

@@ -126,16 +126,19 @@ def test_configs_and_parse_round_trip():
             # consumer warpgroup), with the dynamic schedule each Q buffer's tile slot (16 bytes)
             # and (persistent with one Q tile, when it fits) a region of 64 rows for O and its
             # barrier.
+            # Q's and K's rows have d_head columns, V's and O's d_v (d_head where 0).
+            d_v = c.d_v or c.d_head
+
             def size(q_tiles, o_apart=False):
-                tiles = (q_tiles * c.B_r + 2 * c.stages * c.B_c) * c.d_head * 2
+                tiles = (q_tiles * c.B_r * c.d_head + c.stages * c.B_c * (c.d_head + d_v)) * 2
                 q_pairs = c.n_warps // 4 - 1 if c.persistent and q_tiles == 1 else q_tiles
                 slots = 16 * q_tiles if c.dynamic_schedule else 0
-                o_region = 64 * c.d_head * 2 + 8 if o_apart else 0
+                o_region = 64 * d_v * 2 + 8 if o_apart else 0
                 return tiles + 1024 + 8 * (2 * q_pairs + 4 * c.stages) + slots + o_region
             persistent = (size(1), size(1, True), size(2))
             assert c.smem_bytes() in (persistent if c.persistent else (size(1),))
         else:
-            assert c.smem_bytes() == (c.B_r + 2 * c.B_c) * c.d_head * 2
+            assert c.smem_bytes() == ((c.B_r + c.B_c) * c.d_head + c.B_c * (c.d_v or c.d_head)) * 2
     assert len({hash(c) for c in configs}) == len(configs)
     assert sorted(configs) == configs
 
@@ -318,7 +321,7 @@ def test_errors():
         fa.forward(q, q, randn(1, 512, 1, d, dtype=t))
     with pytest.raises(ValueError, match="4 dimensions"):
         fa.forward(q[0], q[0], q[0])
-    with pytest.raises(ValueError, match=r"d_head\): expected 64, 128 or 256"):
+    with pytest.raises(ValueError, match=r"d_head\): expected 64, 128, 192 or 256"):
         x = randn(1, 512, 2, 96, dtype=t)
         fa.forward(x, x, x)
     with pytest.raises(ValueError, match='"bogus"'):
@@ -475,3 +478,25 @@ def test_runs_on_the_current_stream(monkeypatch, raw_getter):
     torch.cuda.synchronize()
     assert torch.isfinite(total)
     assert_close_to_reference(out, q, k, v)
+
+
+@needs_gpu
+def test_value_head_dim_of_its_own():
+    """DeepSeek's MLA: q and k of head dim 192, v of 128; the output has v's head dim. Odd lengths,
+    GQA, causal or not, the LSE; with gradients required it refuses before any work (no backward
+    for it yet)."""
+    dtypes = [c.dtype for c in fa.configs() if not c.backward and c.d_v == 128]
+    if not dtypes:
+        pytest.skip("no kernel with V's head dim 128 in this build")
+    for dtype in dict.fromkeys(dtypes):
+        t = torch_dtype(dtype)
+        q, k, v = randn(2, 333, 8, 192, dtype=t), randn(2, 1001, 2, 192, dtype=t), randn(2, 1001, 2, 128, dtype=t)
+        for causal in (False, True):
+            out, lse = fa.forward(q, k, v, causal=causal, return_lse=True)
+            assert out.shape == (2, 333, 8, 128)
+            assert_matches(out, lse, q, k, v, 1 / math.sqrt(192), causal=causal)
+        compiled = torch.compile(lambda a, b, c: fa.forward(a, b, c, causal=True), fullgraph=True)
+        assert compiled(q, k, v).shape == (2, 333, 8, 128)
+        with pytest.raises(NotImplementedError, match=r"v.shape\[-1\]"):
+            fa.forward(q.detach().requires_grad_(), k, v)
+

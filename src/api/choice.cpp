@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "config/builtin_choice.hpp"
+#include "kernels/serving/launch.hpp"
 #include "registry/registry.hpp"
 #include "tuning/tuning_cache.hpp"
 
@@ -17,7 +18,8 @@ ChoiceProblem choice_problem(const ForwardParams& p) {
 
 bool can_run(const KernelConfig& c, const ChoiceProblem& p, const DeviceProperties& device) {
     return !c.backward && c.dtype == p.shape.dtype && c.d_head == p.shape.d_head &&
-           device_problem(c, device).empty() && (c.family != Family::sm90 || p.tma_addressable);
+           c.d_v == p.shape.d_v && device_problem(c, device).empty() &&
+           (c.family != Family::sm90 || p.tma_addressable);
 }
 
 namespace {
@@ -89,7 +91,8 @@ KernelConfig choose_kernel(const ChoiceProblem& p, const DeviceProperties& devic
                 "q: expected a dtype and d_head that a built kernel runs on " + device.name +
                     " (kernel set \"" + std::string(built_kernel_set()) +
                     "\"; see flash_attention list), got " + std::string(to_string(p.shape.dtype)) +
-                    " d_head " + std::to_string(p.shape.d_head));
+                    " d_head " + std::to_string(p.shape.d_head) +
+                    (p.shape.d_v != 0 ? " d_v " + std::to_string(p.shape.d_v) : ""));
 }
 
 bool runs_split_kv(const ProblemShape& shape) {
@@ -97,10 +100,11 @@ bool runs_split_kv(const ProblemShape& shape) {
     // measured on the H100 (2026-11-24, docs/PERF.md), decode b16 x 8192 ran
     // 522 µs dense and 196 µs split, b1 x 131072 2008 and 192, speculative decode (16
     // positions, 4 heads a K/V head) 84 and 122 TFLOP/s.
+    // Only at the head dims the split-KV kernel is built for.
     constexpr std::int64_t most_rows = 64;
     constexpr std::int64_t fewest_keys = 1024;
-    return !shape.window_or_softcap && shape.seq_q * (shape.heads / shape.heads_kv) <= most_rows &&
-           shape.seq_k >= fewest_keys;
+    return !shape.window_or_softcap && serving::has_split_kv(shape.d_head) && shape.d_v == 0 &&
+           shape.seq_q * (shape.heads / shape.heads_kv) <= most_rows && shape.seq_k >= fewest_keys;
 }
 
 }  // namespace flash_attention

@@ -91,6 +91,12 @@ void validate_config(const ForwardParams& p, const KernelConfig& c,
                            "d_head " + std::to_string(p.q.shape[3]) + " (the tensors')",
                            c.to_string());
     }
+    if (c.v_head_dim() != p.v.shape[3]) {
+        throw_config_error(ErrorCode::invalid_argument,
+                           "V's head dim " + std::to_string(p.v.shape[3]) + " (the tensors'" +
+                               (c.d_v == 0 ? "; dv_N where it differs from d_head)" : ")"),
+                           c.to_string());
+    }
     if (const std::string problem = device_problem(c, device); !problem.empty()) {
         throw_config_error(
             find_kernel(c) == nullptr ? ErrorCode::not_built : ErrorCode::unsupported, problem,

@@ -175,6 +175,13 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
                  "), softcap " + std::to_string(v.softcap) +
                  (v.alibi_slopes != nullptr ? ", ALiBi" : ""));
     }
+    if (!serving::has_split_kv(shape.d_head)) {
+        fail(ErrorCode::unsupported, "q.shape[3] (d_head)",
+             "64, 128 or 256 for the split-KV kernel (d_head " + std::to_string(shape.d_head) +
+                 " runs on the sm90 family only: a Hopper GPU with its kernels built, "
+                 "TMA-addressable K/V and num_splits 0)",
+             std::to_string(shape.d_head));
+    }
     return {std::nullopt, requested_splits(shape, device, num_splits, paged)};
 }
 
@@ -265,7 +272,7 @@ void check_varlen(const VarlenParams& p, Stream stream) {
     }
     check_packed_rows(p.q.shape[1], p.q, p.k);
     check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.options,
-                              p.q.shape[1] * p.q.shape[2], "(heads, total_q)");
+                              p.q.shape[1] * p.q.shape[2], "(heads, total_q)", p.q.shape[3]);
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
@@ -342,7 +349,7 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
                                {p.k_new ? &*p.k_new : nullptr, "k_new"},
                                {p.v_new ? &*p.v_new : nullptr, "v_new"}},
                               p.options, batch * p.q.shape[2] * p.q.shape[1],
-                              "(batch, heads, seq_q)");
+                              "(batch, heads, seq_q)", p.q.shape[3]);
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},

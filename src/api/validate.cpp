@@ -248,11 +248,12 @@ void check_options(const AttentionOptions& options, std::int64_t d_head, std::in
 
 void check_outputs_and_options(
     const TensorView& o, std::initializer_list<std::pair<const TensorView*, const char*>> inputs,
-    const AttentionOptions& options, std::int64_t lse_count, const char* lse_layout) {
+    const AttentionOptions& options, std::int64_t lse_count, const char* lse_layout,
+    std::int64_t d_head) {
     check_output(o, "o", inputs);
     check_float_rows(options.lse, "lse", lse_count, lse_layout, inputs);
     check_float_rows(options.lse, "lse", lse_count, lse_layout, {{&o, "o"}});
-    check_options(options, o.shape[3], o.shape[2]);
+    check_options(options, d_head, o.shape[2]);
 }
 
 namespace {
@@ -291,12 +292,12 @@ void validate_tensors(const ForwardParams& p) {
                  std::to_string(t.shape[i]));
         }
     };
-    for (const int i : {0, 3}) {
+    for (const int i : {0, 3})
         same(p.k, "k", i, p.q, "q");
-        same(p.v, "v", i, p.q, "q");
-    }
-    for (const int i : {0, 1, 2, 3})
+    same(p.v, "v", 0, p.q, "q");
+    for (const int i : {0, 1, 2})
         same(p.o, "o", i, p.q, "q");
+    same(p.o, "o", 3, p.v, "v");
     same(p.v, "v", 1, p.k, "k");
     same(p.v, "v", 2, p.k, "k");
     if (p.q.shape[2] % p.k.shape[2] != 0) {
@@ -309,8 +310,13 @@ void validate_tensors(const ForwardParams& p) {
         fail(ErrorCode::unsupported, dim("q", 3), space::head_dims_text(),
              std::to_string(p.q.shape[3]));
     }
+    if (!space::is_value_dim(p.q.shape[3], p.v.shape[3])) {
+        fail(ErrorCode::unsupported, dim("v", 3),
+             space::value_dims_text(static_cast<int>(p.q.shape[3])), std::to_string(p.v.shape[3]));
+    }
     check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.options,
-                              p.q.shape[0] * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)");
+                              p.q.shape[0] * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
+                              p.q.shape[3]);
 }
 
 void validate_shape(const ProblemShape& s) {
@@ -320,6 +326,11 @@ void validate_shape(const ProblemShape& s) {
     }
     if (!space::is_head_dim(s.d_head))
         fail(ErrorCode::unsupported, "d_head", space::head_dims_text(), std::to_string(s.d_head));
+    if (s.d_v != 0 && (s.d_v == s.d_head || !space::is_value_dim(s.d_head, s.d_v))) {
+        fail(ErrorCode::unsupported, "d_v",
+             "0 (V's head dim is d_head) or " + space::value_dim_pairs_text(),
+             std::to_string(s.d_v));
+    }
     const std::tuple<const char*, std::int64_t, std::int64_t> sizes[] = {
         {"batch", s.batch, k_max_batch},
         {"seq_q", s.seq_q, k_max_seq},
@@ -355,7 +366,8 @@ ProblemShape shape_of(const ForwardParams& p) {
             .heads = p.q.shape[2],
             .heads_kv = p.k.shape[2],
             .causal = p.options.causal,
-            .window_or_softcap = p.options.variants.changes_scores()};
+            .window_or_softcap = p.options.variants.changes_scores(),
+            .d_v = p.v.shape[3] == p.q.shape[3] ? 0 : static_cast<int>(p.v.shape[3])};
 }
 
 float AttentionOptions::scale(std::int64_t d_head) const {

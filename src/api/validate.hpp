@@ -35,10 +35,11 @@ bool overlap(const TensorView& a, const TensorView& b);
 // causal alignment is one of the two values (a C++ caller can cast any int to it); and the
 // variants have window sides of -1 or more (with causal, window_right -1 or 0), a softcap
 // of 0 or a positive finite number up to 1e6 with scale / softcap a normal float, and a
-// 4-byte aligned sinks pointer. d_head (the scale's default) is o's last dimension.
+// 4-byte aligned sinks pointer. d_head (q's last dimension) gives the scale's default.
 void check_outputs_and_options(
     const TensorView& o, std::initializer_list<std::pair<const TensorView*, const char*>> inputs,
-    const AttentionOptions& options, std::int64_t lse_count, const char* lse_layout);
+    const AttentionOptions& options, std::int64_t lse_count, const char* lse_layout,
+    std::int64_t d_head);
 
 // An output tensor: no element aliases another (distinct output elements must have distinct
 // addresses, or the CTAs writing them race) and none overlaps the `others` (null skipped).

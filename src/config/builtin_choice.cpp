@@ -139,12 +139,30 @@ constexpr Row k_rows[] = {
     {"(FP16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},
     {"(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},
     {"(FP16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim"},
+    // d_head 192, and 192 with V's 128 (DeepSeek's MLA): FlashAttention-3's tiles for them, 128
+    // queries x 112 keys and 128 x 128, the widest whose two K/V stages fit beside Q; causal
+    // d_head 192 as d_head 256's causal rows (trimmed, ping-pong, one CTA a tile: its persistent
+    // dynamic instance spills 16-44 bytes in ptxas 13.0), the rest as d_head 128's 128 x 128
+    // rows without Q in registers (48 registers more than O, S and P leave). Not yet measured.
+    {"(BF16, 192, 128, 112, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
+    {"(FP16, 192, 128, 112, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
+    {"(BF16, 192, 128, 112, 12): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(FP16, 192, 128, 112, 12): sm90+stages_2+overlap+pingpong+persistent+lazy"},
+    {"(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy", 0, true},
+    {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy", 0, true},
+    {"(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
+    {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
     {"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    // d_head 192 as 256 (O, 96 registers a thread at 16 rows a warp, leaves S its room).
+    {"(BF16, 192, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {"(FP16, 192, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {"(BF16, 192, 64, 64, 4): dv_128+async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    {"(FP16, 192, 64, 64, 4): dv_128+async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     // The backward pass (choose_backward_config: the first row of the dtype and head dim that
     // fits the problem and runs on the device). sm90: two consumers of 64 keys, FlashAttention-4's
     // d_head 64 and 128 tiles (B_r 128 and 64 queries a step), a two-stage Q/dO pipeline; d_head
@@ -200,6 +218,9 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 64, 64, 8): bwd+async+swizzled"},
     {"(BF16, 256, 64, 64, 8): bwd+async+swizzled"},
     {"(FP16, 256, 64, 64, 8): bwd+async+swizzled"},
+    // d_head 192: the sm80 kernel on every GPU, Hopper too (no sm90 backward kernel at 192 yet).
+    {"(BF16, 192, 64, 64, 8): bwd+async+swizzled"},
+    {"(FP16, 192, 64, 64, 8): bwd+async+swizzled"},
 };
 
 }  // namespace

@@ -85,8 +85,16 @@ constexpr std::array k_rules = {
     Rule{"dtype", RuleKind::validity, "only FP16 and BF16 kernels exist",
          [](const KernelConfig& c) { return c.dtype != DType::FP16 && c.dtype != DType::BF16; }},
     Rule{"d_head", RuleKind::validity,
-         "head dims 64, 128 and 256 are instantiated (swizzling needs rows of 8 16-byte chunks)",
+         "head dims 64, 128, 192 and 256 are instantiated (swizzling needs rows of 8 16-byte "
+         "chunks, the sm90 family 64-column sub-tiles)",
          [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
+    Rule{"d_v", RuleKind::validity,
+         "dv_N (V's head dim apart from Q's and K's) is 128 with d_head 192 (DeepSeek's MLA), in "
+         "a forward kernel; dv_0 means d_head and is not written",
+         [](const KernelConfig& c) {
+             return c.d_v != 0 &&
+                    (c.d_v == c.d_head || !is_value_dim(c.d_head, c.d_v) || c.backward);
+         }},
     Rule{"foreign_knobs", RuleKind::validity,
          "a config sets only its own family's knobs: async, eager, swizzled, load_Q_K_V_tiles, "
          "buffer and opt_softmax are sm80's; stages, overlap, pingpong, persistent and qreg are "
@@ -234,7 +242,7 @@ constexpr std::array k_rules = {
              return sm90(c) && !c.backward && c.B_r != 64 * consumer_warpgroups(c);
          }},
     Rule{"wgmma_n", RuleKind::validity,
-         "B_c is 64, 80, 128, 176 or 192 (the N of S = Q·Kᵀ's wgmma, which this library "
+         "B_c is 64, 80, 112, 128, 176 or 192 (the N of S = Q·Kᵀ's wgmma, which this library "
          "instantiates)",
          [](const KernelConfig& c) { return sm90(c) && !c.backward && !is_wgmma_n(c.B_c); }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",
@@ -341,7 +349,7 @@ std::vector<std::array<int, 3>> every_load_tiles(std::initializer_list<int> coun
 ValueSets tune_values() {
     ValueSets v;
     v.dtype = {DType::FP16, DType::BF16};
-    v.d_head = {64, 128, 256};
+    v.d_head = {64, 128, 192, 256};
     v.B_r = {64, 128};
     v.B_c = {32, 64, 128};
     v.n_warps = {4, 8};
@@ -415,6 +423,33 @@ std::vector<KernelConfig> tune_configs_sm90_d128_bc80() {
     return v.expand();
 }
 
+// The sm80 tune set's d_head 192 configs with V's head dim 128 (DeepSeek's MLA).
+std::vector<KernelConfig> tune_configs_sm80_mla() {
+    ValueSets v = tune_values();
+    v.d_head = {192};
+    v.d_v = {128};
+    return v.expand();
+}
+
+// d_head 192, and 192 with V's 128 (DeepSeek's MLA), on two consumers (B_r 128) with two K/V
+// stages: FlashAttention-3's key blocks for them, 112 and 128, the widest whose stages fit beside
+// Q (216 and 208 KB of 227), and 64. O (96 or 64 registers), S and P fit the consumers' 240
+// without Q in registers (48 more).
+std::vector<KernelConfig> tune_configs_sm90_d192() {
+    ValueSets v = tune_values_sm90();
+    v.d_head = {192};
+    v.B_r = {128};
+    v.B_c = {64, 112};
+    v.n_warps = {12};
+    v.stages = {2};
+    v.q_in_registers = {false};
+    std::vector<KernelConfig> configs = v.expand();
+    v.d_v = {128};
+    v.B_c = {64, 128};
+    append_unique(configs, v.expand());
+    return configs;
+}
+
 // With trim_blocks, the configs of `configs` whose consumers' rows can end in different K/V
 // blocks of a causal tile: all but B_c = B_r, where on an aligned diagonal every consumer's
 // last key lies in the tile's last block and the knob would only move ptxas's schedule of
@@ -478,7 +513,7 @@ ValueSets tune_values_backward() {
     ValueSets v;
     v.backward = {true};
     v.dtype = {DType::FP16, DType::BF16};
-    v.d_head = {64, 128, 256};
+    v.d_head = {64, 128, 192, 256};
     v.B_r = {64, 128};
     v.B_c = {64, 128};
     v.n_warps = {4, 8};
@@ -516,7 +551,7 @@ std::vector<KernelConfig> tune_backward() {
 ValueSets all_values() {
     ValueSets v;
     v.dtype = {DType::FP16, DType::BF16};
-    v.d_head = {64, 128, 256};
+    v.d_head = {64, 128, 192, 256};
     v.B_r = {64, 128};
     v.B_c = {16, 32, 64, 128};
     v.n_warps = {4, 8};
@@ -530,7 +565,7 @@ ValueSets all_values() {
 }
 
 // What the default build compiles: every kernel the automatic choice's built-in table
-// names (both families, fp16 and bf16, d_head 64/128/256), derived from the table so
+// names (both families, fp16 and bf16, d_head 64/128/192/256), derived from the table so
 // that the two cannot disagree.
 std::vector<KernelConfig> release() {
     std::vector<KernelConfig> v;
@@ -581,6 +616,19 @@ std::string head_dims_text() {
     return text;
 }
 
+std::string value_dim_pairs_text() {
+    std::string text;
+    for (const auto& [d, d_v] : k_value_dims) {
+        text += (text.empty() ? "" : " or ") + std::to_string(d_v) + " with d_head " +
+                std::to_string(d);
+    }
+    return text;
+}
+
+std::string value_dims_text(int d_head) {
+    return std::to_string(d_head) + " (q's d_head), or " + value_dim_pairs_text();
+}
+
 int estimated_registers(const KernelConfig& c) {
     if (c.n_warps <= 0 || c.d_head <= 0 || c.B_c <= 0)
         return 0;
@@ -603,8 +651,8 @@ int estimated_registers(const KernelConfig& c) {
         // place, S dead); with it, S of the next block is computed while P of this one
         // feeds P·V.
         const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
-        return c.d_head / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 +
-               c.d_head / 8;
+        return c.v_head_dim() / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) +
+               16 + c.d_head / 8;
     }
     if (c.backward) {
         // The dK/dV kernel, the larger: a warp's 16 key rows of dK and dV over its share of
@@ -628,7 +676,7 @@ int estimated_registers(const KernelConfig& c) {
     // spills 524 bytes. ptxas schedules fragment loads itself, so the load step and
     // buffering barely move the count.
     const int rows = c.rows_per_warp();
-    const int o_accum = rows * c.d_head / 32;
+    const int o_accum = rows * c.v_head_dim() / 32;
     const int s_accum = rows * c.B_c / 32;
     const int q_held = c.sm80.Q_mma_load_K_tiles == 0 ? rows * c.d_head / 64 : 0;
     const int rest = std::max(48, c.d_head / 4 + 16);
@@ -766,12 +814,16 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         return sorted_unique(progression_all_block_sizes());
     if (name == "progression-sm90")
         return progression_sm90();  // ladder order, not sorted
-    if (name == "tune-sm80")
-        return tune_values().expand();
+    if (name == "tune-sm80") {
+        std::vector<KernelConfig> v = tune_values().expand();
+        append_unique(v, tune_configs_sm80_mla());
+        return sorted_unique(std::move(v));
+    }
     if (name == "tune-sm90") {
         std::vector<KernelConfig> v = tune_values_sm90().expand();
         append_unique(v, tune_configs_sm90_d256());
         append_unique(v, tune_configs_sm90_d128_bc80());
+        append_unique(v, tune_configs_sm90_d192());
         append_unique(v, trimmed(v));
         append_unique(v, halved(v));
         append_unique(v, streamed(v));
@@ -780,7 +832,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
     if (name == "tune-backward")
         return tune_backward();
     if (name == "tune") {
-        std::vector<KernelConfig> v = tune_values().expand();
+        std::vector<KernelConfig> v = named_set("tune-sm80");
         append_unique(v, named_set("tune-sm90"));
         append_unique(v, tune_backward());
         return sorted_unique(std::move(v));

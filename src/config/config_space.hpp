@@ -16,24 +16,41 @@
 
 namespace flash_attention::space {
 
-// The head dims the kernels are instantiated for (swizzled rows need 8 16-byte chunks;
-// the register budget ends at 256).
-inline constexpr std::array<int, 3> k_head_dims{64, 128, 256};
+// The head dims the kernels are instantiated for (swizzled rows need 8 16-byte chunks, the
+// sm90 family's tiles whole 64-column sub-tiles; the register budget ends at 256).
+inline constexpr std::array<int, 4> k_head_dims{64, 128, 192, 256};
 
 constexpr bool is_head_dim(std::int64_t d) {
     return std::find(k_head_dims.begin(), k_head_dims.end(), d) != k_head_dims.end();
 }
 
-// The N of S = Q·Kᵀ's wgmma that the sm90 family instantiates: its B_c values (176 and
-// 192: FlashAttention-3's key blocks for d_head 128 and 64 without causal masking).
-inline constexpr std::array<int, 5> k_wgmma_n{64, 80, 128, 176, 192};
+// The N of S = Q·Kᵀ's wgmma that the sm90 family instantiates: its B_c values (112, 176 and
+// 192: FlashAttention-3's key blocks for d_head 192, 128 and 64 without causal masking).
+inline constexpr std::array<int, 6> k_wgmma_n{64, 80, 112, 128, 176, 192};
 
 constexpr bool is_wgmma_n(int n) {
     return std::find(k_wgmma_n.begin(), k_wgmma_n.end(), n) != k_wgmma_n.end();
 }
 
-// "64, 128 or 256", for messages.
+// "64, 128, 192 or 256", for messages.
 std::string head_dims_text();
+
+// The head dims of V (and O) apart from Q's and K's that the kernels are built for, as
+// (d_head, d_v): DeepSeek's MLA (192, 128). Forward only.
+inline constexpr std::array<std::array<int, 2>, 1> k_value_dims{{{192, 128}}};
+
+// Whether V's head dim d_v goes with Q's d_head: equal, or a pair of k_value_dims.
+constexpr bool is_value_dim(std::int64_t d_head, std::int64_t d_v) {
+    return (d_v == d_head && is_head_dim(d_head)) ||
+           std::find(k_value_dims.begin(), k_value_dims.end(),
+                     std::array<int, 2>{static_cast<int>(d_head), static_cast<int>(d_v)}) !=
+               k_value_dims.end();
+}
+
+// "128 with d_head 192" (k_value_dims), and "256 (q's d_head), or 128 with d_head 192", for
+// messages.
+std::string value_dim_pairs_text();
+std::string value_dims_text(int d_head);
 
 enum class RuleKind {
     validity,  // the kernel template cannot be instantiated for this config

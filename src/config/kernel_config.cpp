@@ -61,8 +61,9 @@ bool belongs_to(FieldFamily field, Family family) {
 
 // Walks the field table: the tuple fields in the parentheses, then one token per knob that
 // is set. A counted knob (stages_N, load_Q_K_V_tiles) is printed when its family is the
-// config's or it is not zero; knobs of the other family appear only in invalid configs
-// (which parse() refuses), printed so that a message about such a config shows them.
+// config's or it is not zero (a common one, dv_N, only when not zero); knobs of the other family
+// appear only in invalid configs (which parse() refuses), printed so that a message about such a
+// config shows them.
 std::string KernelConfig::to_string() const {
     std::vector<std::string> tuple;
     std::vector<std::string> flags;
@@ -85,7 +86,8 @@ std::string KernelConfig::to_string() const {
                     flags.emplace_back(f.token);
                 break;
             case FieldKind::count:
-                if (belongs_to(f.family, family) || value != 0)
+                // A family's counts always (stages_2); a common one (dv_N) where set.
+                if ((belongs_to(f.family, family) && f.family != FieldFamily::common) || value != 0)
                     flags.push_back(std::string(f.token) + "_" + std::to_string(value));
                 break;
             case FieldKind::load_tiles:

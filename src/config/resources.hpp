@@ -53,19 +53,22 @@ constexpr int sm90_q_barrier_pairs(const KernelConfig& c, int q_tiles) {
     return c.sm90.persistent && q_tiles == 1 ? consumer_warpgroups(c) : q_tiles;
 }
 
-// sm90: `q_tiles` Q tiles, `stages` K and V tiles, 1024 bytes to align the tiles to the
-// 128-byte swizzle's 1024-byte period, the pipeline's mbarriers, with the dynamic
-// schedule each Q buffer's tile index and its barrier (16 bytes, padded), and with
-// `o_apart` one consumer's O staging region (64 rows) and its barrier.
+// sm90: `q_tiles` Q tiles, `stages` K and V tiles (rows of d_head and of v_head_dim()
+// columns), 1024 bytes to align the tiles to the 128-byte swizzle's 1024-byte period, the
+// pipeline's mbarriers, with the dynamic schedule each Q buffer's tile index and its barrier
+// (16 bytes, padded), and with `o_apart` one consumer's O staging region (64 rows) and its
+// barrier.
 constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o_apart = false) {
     const std::size_t n_stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
     const std::size_t q = static_cast<std::size_t>(q_tiles);
     const std::size_t q_pairs = static_cast<std::size_t>(sm90_q_barrier_pairs(c, q_tiles));
     const std::size_t row_bytes = static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype);
-    return (q * static_cast<std::size_t>(c.B_r) + 2 * n_stages * static_cast<std::size_t>(c.B_c)) *
-               row_bytes +
-           1024 + 8 * (2 * q_pairs + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
-           (o_apart ? 64 * row_bytes + 8 : 0);
+    const std::size_t v_row_bytes =
+        static_cast<std::size_t>(c.v_head_dim()) * element_bytes(c.dtype);
+    return q * static_cast<std::size_t>(c.B_r) * row_bytes +
+           n_stages * static_cast<std::size_t>(c.B_c) * (row_bytes + v_row_bytes) + 1024 +
+           8 * (2 * q_pairs + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
+           (o_apart ? 64 * v_row_bytes + 8 : 0);
 }
 }  // namespace detail
 
@@ -189,8 +192,9 @@ constexpr BackwardWorkspace backward_workspace_varlen(const KernelConfig& c, std
 }
 
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is
-// staged through Q's buffer at the end (sm90: or apart, o_staged_apart()). A backward config:
-// its main kernel's (sm80: the larger of its two).
+// staged through Q's buffer at the end (sm90: or apart, o_staged_apart()), which holds it
+// since v_head_dim() <= d_head. A backward config: its main kernel's (sm80: the larger of its
+// two).
 constexpr std::size_t smem_bytes(const KernelConfig& c) {
     if (c.backward && c.family == Family::sm90)
         return sm90_backward_smem_bytes(c);
@@ -198,8 +202,10 @@ constexpr std::size_t smem_bytes(const KernelConfig& c) {
         return std::max(backward_dkdv_smem_bytes(c), backward_dq_smem_bytes(c));
     if (c.family == Family::sm90)
         return detail::sm90_smem_bytes(c, q_buffers(c), o_staged_apart(c));
-    return (static_cast<std::size_t>(c.B_r) + 2 * static_cast<std::size_t>(c.B_c)) *
-           static_cast<std::size_t>(c.d_head) * element_bytes(c.dtype);
+    return ((static_cast<std::size_t>(c.B_r) + static_cast<std::size_t>(c.B_c)) *
+                static_cast<std::size_t>(c.d_head) +
+            static_cast<std::size_t>(c.B_c) * static_cast<std::size_t>(c.v_head_dim())) *
+           element_bytes(c.dtype);
 }
 
 // CTAs resident per SM as bounded by shared memory and threads, and for sm90 by its

@@ -7,6 +7,7 @@
 // zeroed (sm90). Then, with attention sinks, their gradient from D and the LSE.
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <utility>
@@ -69,14 +70,19 @@ struct BackwardSequence {
     }
 };
 
-// Rows of one preprocess CTA (128 threads, d_head / 8 a row).
+// Threads a row: one a 16-byte chunk, rounded up to a power of two so that a row's lanes are
+// a shuffle group of one warp (d_head 192: 32 lanes for its 24 chunks).
+constexpr int backward_preprocess_lanes(int d_head) {
+    return static_cast<int>(std::bit_ceil(static_cast<unsigned>(d_head / 8)));
+}
 constexpr int backward_preprocess_rows(int d_head) {
-    return 128 / (d_head / 8);
+    return 128 / backward_preprocess_lanes(d_head);  // of one preprocess CTA (128 threads)
 }
 
 // Every workspace row of every head and sequence (BackwardSequence: dense, [0, q_rows); packed,
-// the sequence's rows rounded up to whole q_blocks): D_Head / 8 threads a row, each summing one
-// 16-byte chunk of it, then a shuffle reduction among them. Rows past the sequence (padding)
+// the sequence's rows rounded up to whole q_blocks): backward_preprocess_lanes() threads a row,
+// each of the first D_Head / 8 summing one 16-byte chunk of it, then a shuffle reduction among
+// them. Rows past the sequence (padding)
 // get D = 0 and an LSE of +inf: their P, hence their dS, is 0.
 template <DType dtype, int D_Head>
 __global__ void __launch_bounds__(128)
@@ -90,15 +96,17 @@ __global__ void __launch_bounds__(128)
     if (args.tile_counter != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 &&
         threadIdx.x == 0)
         *args.tile_counter = 0;
-    constexpr int lanes = D_Head / 8;  // per row
+    constexpr int lanes = backward_preprocess_lanes(D_Head);  // per row
     constexpr int rows = backward_preprocess_rows(D_Head);
     const int row = blockIdx.x * rows + static_cast<int>(threadIdx.x) / lanes;
     const int chunk = threadIdx.x % lanes;
+    // Lanes past the row's chunks (d_head 192) add nothing.
+    const bool column = lanes == D_Head / 8 || chunk < D_Head / 8;
     const int head = blockIdx.y;
     const BackwardSequence seq = BackwardSequence::of(args, blockIdx.z);
     const bool real = row < seq.q_len;
     float sum = 0.0f;
-    if (real) {
+    if (real && column) {
         using T = typename Element<dtype>::type;
         const std::int64_t q = seq.q_row0 + row;
         const T* o = static_cast<const T*>(args.o) + seq.entry * args.o_stride.batch +
@@ -125,7 +133,7 @@ __global__ void __launch_bounds__(128)
     if (row >= seq_rows)
         return;
     const std::int64_t at = seq.ws(args, head, row);
-    if (args.dq_accum != nullptr) {
+    if (args.dq_accum != nullptr && column) {
         float4* acc = reinterpret_cast<float4*>(args.dq_accum + at * D_Head) + 2 * chunk;
         acc[0] = float4{};
         acc[1] = float4{};

@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <utility>
 
@@ -140,7 +142,7 @@ RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s
     // A row that sees no key is all zeros, with log-sum-exp -inf (its sink with one).
     RowErrors e;
     const std::uint16_t* orow = &p.out.bits[p.out.offset(r.batch, r.row, r.head)];
-    for (std::int64_t x = 0; x < d; ++x) {
+    for (std::int64_t x = 0; x < p.v.d_head; ++x) {  // V's head dim: O's columns
         double acc64 = 0;
         float acc32 = 0;
         for (std::int64_t j = lo; j < hi; ++j) {
@@ -221,6 +223,13 @@ std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::
 }
 
 CheckResult check_attention(const Problem& p, const std::vector<RowSample>& rows) {
+    // K's columns are Q's, O's are V's (which may have fewer: DeepSeek's MLA).
+    if (p.k.d_head != p.q.d_head || p.out.d_head != p.v.d_head) {
+        throw std::invalid_argument(
+            "check_attention: expected k's head dim " + std::to_string(p.q.d_head) +
+            " (q's) and out's " + std::to_string(p.v.d_head) + " (v's), got " +
+            std::to_string(p.k.d_head) + " and " + std::to_string(p.out.d_head));
+    }
     const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     std::vector<RowErrors> per_thread(threads);
     parallel_for(static_cast<std::int64_t>(rows.size()),

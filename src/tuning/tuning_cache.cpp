@@ -120,6 +120,8 @@ nlohmann::json entry_json(const Entry& e) {
                         {"measured", e.measured}};
     if (e.key.pass != Pass::forward)
         j["pass"] = std::string(to_string(e.key.pass));
+    if (e.key.d_v != 0)
+        j["d_v"] = e.key.d_v;
     if (e.key.window_or_softcap)
         j["window_or_softcap"] = true;
     if (e.key.paged)
@@ -149,6 +151,8 @@ Entry entry_from_json(const nlohmann::json& j) {
     e.key.sm_count = int_field(j, "sm_count", 1, k_max_sm_count);
     e.key.dtype = parse_dtype(string_field(j, "dtype", k_max_text));
     e.key.d_head = int_field(j, "d_head", 1, k_max_d_head);
+    if (j.contains("d_v"))
+        e.key.d_v = int_field(j, "d_v", 1, k_max_d_head);
     e.key.seq_bucket = int_field(j, "seq_bucket", 1, std::numeric_limits<int>::max());
     e.key.causal = bool_field(j, "causal");
     e.key.paged = bool_field(j, "paged");
@@ -239,6 +243,7 @@ std::string_view to_string(Pass pass) {
 std::string Key::to_string() const {
     return gpu + " (" + std::to_string(sm_count) + " SMs), " +
            std::string(flash_attention::to_string(dtype)) + ", d_head " + std::to_string(d_head) +
+           (d_v != 0 ? ", d_v " + std::to_string(d_v) : "") +
            ", seq <= " + std::to_string(seq_bucket) + (causal ? ", causal" : "") +
            (window_or_softcap ? ", window/softcap" : "") +
            (rows_bucket > 0 ? ", split-KV rows <= " + std::to_string(rows_bucket) : "") +
@@ -254,6 +259,7 @@ Key Key::of(const DeviceProperties& device, const ProblemShape& problem) {
             tuning::seq_bucket(problem.seq_q, problem.seq_k),
             problem.causal};
     key.window_or_softcap = problem.window_or_softcap;
+    key.d_v = problem.d_v;
     return key;
 }
 

@@ -212,12 +212,13 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 INSTANTIATE_TEST_SUITE_P(Built, EveryBackwardConfig, ::testing::ValuesIn(cases()), case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryBackwardConfig);
 
-// The automatic choice: backward(params) without a config, every dtype and head dim built.
+// The automatic choice: backward(params) without a config, every dtype and head dim built (d_head
+// 192 on the sm80 kernel, Hopper too).
 TEST(Backward, AutomaticChoiceMatchesReference) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
     for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
-        for (const int d : {64, 128, 256}) {
+        for (const int d : {64, 128, 192, 256}) {
             const Shape shape{2, 333, 333, 8, 2, true};
             Problem p(dtype, d, shape, fresh_seed());
             const auto result = p.run_and_check([&] { fa::backward(p.params()); });
@@ -305,7 +306,7 @@ TEST(Backward, SinksMatchReference) {
         GTEST_SKIP() << "no GPU";
     int ran = 0;
     for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
-        for (const int d : {64, 128, 256}) {
+        for (const int d : {64, 128, 192, 256}) {
             for (const Shape& shape :
                  {Shape{2, 257, 100, 8, 2, true}, Shape{1, 300, 1000, 4, 4, false},
                   Shape{2, 128, 128, 4, 1, true, true}}) {
@@ -336,7 +337,7 @@ TEST(Backward, SoftcapMatchesReference) {
         GTEST_SKIP() << "no GPU";
     int ran = 0;
     for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
-        for (const int d : {64, 128, 256}) {
+        for (const int d : {64, 128, 192, 256}) {
             for (const auto& [shape, sinks] :
                  {std::pair{Shape{2, 257, 100, 8, 2, true}, true},
                   std::pair{Shape{1, 300, 1000, 4, 4, false}, false},

@@ -56,6 +56,19 @@ std::uint64_t fresh_seed() {
     return (std::uint64_t{std::random_device{}()} << 32) | std::random_device{}();
 }
 
+// Q's and K's head dim, and V's and O's: a config's (DeepSeek's MLA: 192 and 128), or one d.
+struct HeadDims {
+    int d, d_v;
+    HeadDims(int d_) : d(d_), d_v(d_) {}
+    HeadDims(int d_, int d_v_) : d(d_), d_v(d_v_) {}
+    HeadDims(const fa::KernelConfig& c) : d(c.d_head), d_v(c.v_head_dim()) {}
+};
+
+// O's shape: Q's rows, V's head dim.
+HostTensor output_shape(const HostTensor& q, const HostTensor& v) {
+    return HostTensor{q.dtype, q.batch, q.seq, q.heads, v.d_head, {}, {}};
+}
+
 // Fresh random inputs for one problem on the device, and a poisoned output.
 struct Problem {
     std::uint64_t seed;  // printed on failure: the inputs can be regenerated from it
@@ -70,19 +83,19 @@ struct Problem {
     std::vector<float> sinks, alibi_slopes;
     fa::tools::DeviceBuffer sinks_dev, alibi_dev;
 
-    Problem(fa::DType dtype, int batch, int seq_q, int seq_k, int heads, int d, int heads_kv = 0,
-            bool causal_ = false)
+    Problem(fa::DType dtype, int batch, int seq_q, int seq_k, int heads, HeadDims dims,
+            int heads_kv = 0, bool causal_ = false)
         : seed(fresh_seed()),
           causal(causal_),
-          q(HostTensor::random_normal(dtype, batch, seq_q, heads, d, seed)),
-          k(HostTensor::random_normal(dtype, batch, seq_k, heads_kv ? heads_kv : heads, d,
+          q(HostTensor::random_normal(dtype, batch, seq_q, heads, dims.d, seed)),
+          k(HostTensor::random_normal(dtype, batch, seq_k, heads_kv ? heads_kv : heads, dims.d,
                                       seed + 1)),
-          v(HostTensor::random_normal(dtype, batch, seq_k, heads_kv ? heads_kv : heads, d,
+          v(HostTensor::random_normal(dtype, batch, seq_k, heads_kv ? heads_kv : heads, dims.d_v,
                                       seed + 2)),
           dq(fa::tools::DeviceTensor::upload(q)),
           dk(fa::tools::DeviceTensor::upload(k)),
           dv(fa::tools::DeviceTensor::upload(v)),
-          dout(fa::tools::DeviceTensor::empty_like(q)),
+          dout(fa::tools::DeviceTensor::empty_like(output_shape(q, v))),
           lse(static_cast<std::size_t>(batch) * heads * seq_q * sizeof(float)) {}
 
     fa::ForwardParams params(bool with_lse = false) {
@@ -152,7 +165,7 @@ struct Problem {
         lse.poison_with_nan();
         forward();
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
-        const HostTensor out = dout.download(q);
+        const HostTensor out = dout.download(output_shape(q, v));
         const std::vector<float> lse_host = with_lse ? lse.download_floats() : std::vector<float>();
         const auto rows = fa::reference::sample_rows(q.batch, q.heads, q.seq, rows_per_head, seed);
         return fa::reference::check_attention(
@@ -179,7 +192,7 @@ TEST_P(EveryConfig, MatchesReference) {
     const auto [config, seq] = GetParam();
     if (!fa::is_supported(config))
         GTEST_SKIP() << cannot_run(config);
-    Problem p(config.dtype, 2, seq, seq, 2, config.d_head);
+    Problem p(config.dtype, 2, seq, seq, 2, config);
     const auto result = p.run_and_check([&] { fa::forward(p.params(), config); },
                                         1.0 / std::sqrt(double(config.d_head)));
     EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
@@ -236,7 +249,7 @@ TEST_P(EveryConfigOddShapes, MatchesReference) {
     const auto [config, s] = GetParam();
     if (!fa::is_supported(config))
         GTEST_SKIP() << cannot_run(config);
-    Problem p(config.dtype, 1, s.seq_q, s.seq_k, s.heads, config.d_head, s.heads_kv, s.causal);
+    Problem p(config.dtype, 1, s.seq_q, s.seq_k, s.heads, config, s.heads_kv, s.causal);
     p.top_left = s.top_left;
     const auto result = p.run_and_check([&] { fa::forward(p.params(true), config); },
                                         1.0 / std::sqrt(double(config.d_head)), true);
@@ -329,8 +342,8 @@ TEST_P(EveryConfigVariants, MatchesReference) {
     const auto [config, s] = GetParam();
     if (!fa::is_supported(config))
         GTEST_SKIP() << cannot_run(config);
-    Problem p(config.dtype, s.alibi == 2 ? 2 : 1, s.seq_q, s.seq_k, s.heads, config.d_head,
-              s.heads_kv, s.causal);
+    Problem p(config.dtype, s.alibi == 2 ? 2 : 1, s.seq_q, s.seq_k, s.heads, config, s.heads_kv,
+              s.causal);
     p.top_left = s.top_left;
     p.variants.window_left = s.window_left;
     p.variants.window_right = s.window_right;
@@ -401,7 +414,7 @@ TEST_P(EveryConfigSharpSoftmax, MatchesReference) {
     if (!fa::is_supported(config))
         GTEST_SKIP() << cannot_run(config);
     for (const bool spike : {false, true}) {
-        Problem p(config.dtype, 1, 333, seq_k, 2, config.d_head);
+        Problem p(config.dtype, 1, 333, seq_k, 2, config);
         const float scale = spike ? 1.0f / std::sqrt(static_cast<float>(config.d_head)) : 1.0f;
         if (spike)
             p.set_keys_from(3000, 128.0f);
@@ -422,7 +435,7 @@ TEST_P(EveryConfigSharpSoftmax, LseAtScale100) {
     const fa::KernelConfig config = GetParam().config;
     if (!fa::is_supported(config))
         GTEST_SKIP() << cannot_run(config);
-    Problem p(config.dtype, 4, 700, 1500, 4, config.d_head);
+    Problem p(config.dtype, 4, 700, 1500, 4, config);
     fa::ForwardParams params = p.params(true);
     params.options.softmax_scale = 100.0f;
     const auto result =
@@ -434,15 +447,42 @@ INSTANTIATE_TEST_SUITE_P(Built, EveryConfigSharpSoftmax, ::testing::ValuesIn(sha
                          case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryConfigSharpSoftmax);
 
-// One (dtype, d_head) pair per built combination, for the tests below.
+// One (dtype, d_head) pair per built combination of V's head dim d_head, for the tests below
+// (V's own head dim: Forward.ValueHeadDimOfItsOwn).
 std::vector<std::pair<fa::DType, int>> built_problem_kinds() {
     std::vector<std::pair<fa::DType, int>> kinds;
     for (const auto& c : fa::testing::forward_configs()) {
         const std::pair kind{c.dtype, c.d_head};
+        if (c.d_v != 0)
+            continue;
         if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end())
             kinds.push_back(kind);
     }
     return kinds;
+}
+
+// DeepSeek's MLA: Q and K of head dim 192, V and O of 128, through the automatic choice: odd
+// lengths, GQA, causal at both alignments, the LSE.
+TEST(Forward, ValueHeadDimOfItsOwn) {
+    bool ran = false;
+    for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
+        bool built = false;
+        for (const auto& c : fa::testing::forward_configs())
+            built = built || (c.dtype == dtype && c.d_v == 128 && fa::is_supported(c));
+        if (!built)
+            continue;
+        ran = true;
+        for (const int causal : {0, 1, 2}) {
+            Problem p(dtype, 2, 333, 1001, 8, HeadDims{192, 128}, 2, causal != 0);
+            p.top_left = causal == 2;
+            const auto result =
+                p.run_and_check([&] { fa::forward(p.params(true)); }, 1.0 / std::sqrt(192.0), true);
+            EXPECT_TRUE(result.passed) << fa::to_string(dtype) << ", causal " << causal << ": "
+                                       << result.summary() << "; seed " << p.seed;
+        }
+    }
+    if (!ran)
+        GTEST_SKIP() << "no kernel with V's head dim 128 runs on this GPU in this build";
 }
 
 TEST(Forward, AutomaticChoiceMatchesReference) {
@@ -557,7 +597,7 @@ TEST(Forward, Deterministic) {
     for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         if (!fa::is_supported(c))
             continue;
-        Problem p(c.dtype, 1, 1024, 1024, 4, c.d_head);
+        Problem p(c.dtype, 1, 1024, 1024, 4, c);
         p.dout.buffer.poison_with_nan();
         fa::forward(p.params(), c);
         const auto first = p.dout.buffer.download();
@@ -575,7 +615,7 @@ TEST(Forward, PersistentSchedulesCoverEveryTileOnce) {
         if (!c.sm90.persistent || !fa::is_supported(c))
             continue;
         // 2 x 8 heads x 16 query blocks of 128 rows (11 of 192): 176 to 256 tiles.
-        Problem p(c.dtype, 2, 2048, 2048, 8, c.d_head, 2, true);
+        Problem p(c.dtype, 2, 2048, 2048, 8, c, 2, true);
         const auto result = p.run_and_check([&] { fa::forward(p.params(true), c); },
                                             1.0 / std::sqrt(double(c.d_head)), true);
         EXPECT_TRUE(result.passed)
@@ -645,7 +685,7 @@ TEST(Forward, StreamKSplitsTheLastRound) {
                               .units > 0,
                       splits)
                 << c.to_string() << ", " << tiles << " tiles";
-            Problem p(c.dtype, batch, seq_q, seq_k, heads, c.d_head, heads_kv);
+            Problem p(c.dtype, batch, seq_q, seq_k, heads, c, heads_kv);
             fa::ForwardParams params = p.params(true);
             if (scale_arg != 0)
                 params.options.softmax_scale = scale_arg;
@@ -675,8 +715,8 @@ TEST(Forward, StreamKSplitsTheLastRound) {
             fa::cuda_check(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
         const double scale = 1.0 / std::sqrt(double(c.d_head));
         const int heads = heads_for(shapes[0]);
-        Problem a(c.dtype, 1, 1000, 1111, heads, c.d_head, heads);
-        Problem b(c.dtype, 1, 1000, 1111, heads, c.d_head, 1);
+        Problem a(c.dtype, 1, 1000, 1111, heads, c, heads);
+        Problem b(c.dtype, 1, 1000, 1111, heads, c, 1);
         const CapturedForward graph(a.params(), c, streams[0]);
         for (int launch = 0; launch < 4; ++launch) {
             b.dout.buffer.poison_with_nan();
@@ -690,7 +730,7 @@ TEST(Forward, StreamKSplitsTheLastRound) {
                 },
                 scale, false, 8);
             const auto b_result = fa::reference::check_attention(
-                {b.q, b.k, b.v, b.dout.download(b.q), scale, false, nullptr},
+                {b.q, b.k, b.v, b.dout.download(output_shape(b.q, b.v)), scale, false, nullptr},
                 fa::reference::sample_rows(1, heads, 1000, 8, b.seed));
             EXPECT_TRUE(a_result.passed && b_result.passed)
                 << c.to_string() << ", launch " << launch << (launch == 2 ? " (graph)" : "") << ": "
@@ -708,7 +748,7 @@ TEST(Forward, CausalSectionsCoverEveryTileOnce) {
     for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
         if (c.family != fa::Family::sm90 || !fa::is_supported(c))
             continue;
-        Problem p(c.dtype, 3, 8191, 8191, 6, c.d_head, 3, true);
+        Problem p(c.dtype, 3, 8191, 8191, 6, c, 3, true);
         const int sections = fa::section_heads(p.params(), c.B_r, fa::DeviceProperties::current());
         ASSERT_GT(sections, 1) << c.to_string();
         ASSERT_NE(18 % sections, 0) << c.to_string() << ": sections of " << sections;
@@ -732,7 +772,7 @@ TEST(Forward, DynamicScheduleReplaysAndRunsConcurrently) {
         cudaStream_t streams[2];
         for (auto& s : streams)
             fa::cuda_check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-        Problem graphed(c.dtype, 1, 4096, 4096, 8, c.d_head, 2, true);
+        Problem graphed(c.dtype, 1, 4096, 4096, 8, c, 2, true);
         const auto graph_result = graphed.run_and_check(
             [&] {
                 fa::forward(graphed.params(), c, streams[0]);  // warm-up, as before any capture
@@ -746,8 +786,8 @@ TEST(Forward, DynamicScheduleReplaysAndRunsConcurrently) {
             scale);
         EXPECT_TRUE(graph_result.passed) << c.to_string() << " (graph): " << graph_result.summary();
 
-        Problem a(c.dtype, 2, 4096, 4096, 8, c.d_head, 8, true);
-        Problem b(c.dtype, 2, 4096, 4096, 8, c.d_head, 8, true);
+        Problem a(c.dtype, 2, 4096, 4096, 8, c, 8, true);
+        Problem b(c.dtype, 2, 4096, 4096, 8, c, 8, true);
         b.dout.buffer.poison_with_nan();
         const auto a_result = a.run_and_check(
             [&] {
@@ -755,7 +795,7 @@ TEST(Forward, DynamicScheduleReplaysAndRunsConcurrently) {
                 fa::forward(b.params(), c, streams[1]);
             },
             scale);
-        const HostTensor b_out = b.dout.download(b.q);
+        const HostTensor b_out = b.dout.download(output_shape(b.q, b.v));
         const auto b_result =
             fa::reference::check_attention({b.q, b.k, b.v, b_out, scale, true, nullptr},
                                            fa::reference::sample_rows(2, 8, 4096, 256, b.seed));
@@ -776,7 +816,7 @@ TEST(Forward, DynamicScheduleLeavesItsCountersZero) {
         if (!c.sm90.dynamic_schedule || !fa::is_supported(c))
             continue;
         const double scale = 1.0 / std::sqrt(double(c.d_head));
-        Problem p(c.dtype, 2, 2048, 2048, 8, c.d_head, 2, true);
+        Problem p(c.dtype, 2, 2048, 2048, 8, c, 2, true);
         for (int stream_number = 0; stream_number < 2; ++stream_number) {
             cudaStream_t stream = nullptr;
             fa::cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
@@ -830,7 +870,7 @@ TEST(Forward, DynamicScheduleEndsWhileConsumersWork) {
             continue;
         for (const bool causal : {false, true}) {
             // 4 x 16 heads x 64 query blocks (22 of 192 rows): 15 to 31 tiles per CTA.
-            Problem p(c.dtype, 4, 4096 * (causal ? 2 : 1), 7, 16, c.d_head, 16, causal);
+            Problem p(c.dtype, 4, 4096 * (causal ? 2 : 1), 7, 16, c, 16, causal);
             const auto result = p.run_and_check(
                 [&] {
                     for (int launch = 0; launch < 100; ++launch)

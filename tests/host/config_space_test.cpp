@@ -518,3 +518,36 @@ TEST(ConfigSpace, ReleaseSetIsTheBuiltInTable) {
                 << name << ": " << c.to_string();
     }
 }
+
+// V's own head dim (dv_N): printed only where set, 128 with d_head 192 only, forward only; its
+// configs lay out V's and O's tiles at 128 columns.
+TEST(ConfigSpace, ValueHeadDim) {
+    const auto mla = fa::KernelConfig::parse(
+        "(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy");
+    EXPECT_EQ(mla.d_v, 128);
+    EXPECT_EQ(mla.v_head_dim(), 128);
+    EXPECT_EQ(mla.to_string(),
+              "(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy");
+    EXPECT_EQ(rejected_by(mla), "");
+    KernelConfig same = mla;
+    same.d_v = 0;
+    EXPECT_EQ(same.v_head_dim(), 192);
+    EXPECT_EQ(same.to_string().find("dv_"), std::string::npos);
+    // Two stages of 128-row K (192 columns) and V (128) tiles beside one Q buffer of 128 rows,
+    // the barriers (a Q pair per consumer), and O's own region of 64 rows at V's 128 columns.
+    EXPECT_EQ(fa::smem_bytes(mla), 128 * 192 * 2 + 2 * 128 * (192 + 128) * 2 + 1024 +
+                                       8 * (2 * 2 + 4 * 2) + 64 * 128 * 2 + 8);
+    for (const int d_v : {192, 64, 256}) {
+        KernelConfig c = mla;
+        c.d_v = d_v;
+        EXPECT_EQ(rejected_by(c), "d_v") << d_v;
+    }
+    KernelConfig d256 = fa::KernelConfig::parse(
+        "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim");
+    d256.d_v = 128;
+    EXPECT_EQ(rejected_by(d256), "d_v");
+    KernelConfig backward = fa::KernelConfig::parse("(BF16, 192, 64, 64, 8): bwd+async+swizzled");
+    EXPECT_EQ(rejected_by(backward), "");
+    backward.d_v = 128;
+    EXPECT_EQ(rejected_by(backward), "d_v");
+}

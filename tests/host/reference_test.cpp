@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 
@@ -27,7 +28,10 @@ struct Variants {
 std::pair<HostTensor, std::vector<float>> attention(const HostTensor& q, const HostTensor& k,
                                                     const HostTensor& v, double scale, bool causal,
                                                     const Variants& var = {}) {
-    HostTensor out{q.dtype, q.batch, q.seq, q.heads, q.d_head, std::vector<std::uint16_t>(q.size()),
+    // O has V's head dim (which may differ from Q's and K's: DeepSeek's MLA).
+    HostTensor out{q.dtype,  q.batch,
+                   q.seq,    q.heads,
+                   v.d_head, std::vector<std::uint16_t>(q.batch * q.seq * q.heads * v.d_head),
                    {}};
     std::vector<float> lse(q.batch * q.heads * q.seq);
     const std::int64_t group = q.heads / k.heads;
@@ -60,7 +64,7 @@ std::pair<HostTensor, std::vector<float>> attention(const HostTensor& q, const H
                     sum += (s = std::exp(s - m));
                 lse[(b * q.heads + h) * q.seq + i] =
                     sum == 0 ? -INFINITY : float(m + std::log(sum));
-                for (std::int64_t x = 0; x < q.d_head; ++x) {
+                for (std::int64_t x = 0; x < v.d_head; ++x) {
                     double o = 0;
                     for (std::size_t j = 0; j < w.size(); ++j)
                         o += w[j] * v.values[v.offset(b, keys[j], h / group) + x];
@@ -92,6 +96,25 @@ fa::reference::CheckResult check(const Case& c, const HostTensor& out,
 }
 
 }  // namespace
+
+// V with a head dim of its own (DeepSeek's MLA: Q and K 192, V and O 128): O's columns are
+// V's, and a wrong one fails; tensors whose head dims disagree are refused.
+TEST(Reference, ValueHeadDimOfItsOwn) {
+    const Case c{HostTensor::random_normal(fa::DType::BF16, 1, 33, 4, 192, 21),
+                 HostTensor::random_normal(fa::DType::BF16, 1, 47, 2, 192, 22),
+                 HostTensor::random_normal(fa::DType::BF16, 1, 47, 2, 128, 23), true};
+    auto [out, lse] = attention(c.q, c.k, c.v, 0.125, c.causal);
+    ASSERT_EQ(out.d_head, 128);
+    EXPECT_TRUE(check(c, out, &lse).passed);
+    HostTensor wrong = out;
+    wrong.values[wrong.offset(0, 20, 3) + 127] += 0.25f;
+    wrong.bits[wrong.offset(0, 20, 3) + 127] =
+        fa::reference::from_float(wrong.dtype, wrong.values[wrong.offset(0, 20, 3) + 127]);
+    EXPECT_FALSE(check(c, wrong, &lse).passed);
+    // An output of Q's head dim is not V's.
+    const HostTensor q_wide = HostTensor::random_normal(fa::DType::BF16, 1, 33, 4, 192, 24);
+    EXPECT_THROW(check(c, q_wide, &lse), std::invalid_argument);
+}
 
 TEST(Reference, RightAnswersPassWrongOnesFail) {
     for (const Case& c :

@@ -31,12 +31,24 @@ const fa::KernelConfig k_b = fa::KernelConfig::parse(
     "(BF16, 128, 64, 64, 4): async+eager+swizzled+load_0_2_2_tiles+opt_softmax");
 
 tuning::Entry entry(const std::string& gpu, int bucket, const fa::KernelConfig& c, double tflops) {
-    return {{gpu, 132, c.dtype, c.d_head, bucket, false},
-            c,
-            tflops,
-            k_b,
-            tflops / 2,
-            "2026-11-23T00:00:00Z"};
+    tuning::Entry e{{gpu, 132, c.dtype, c.d_head, bucket, false},
+                    c,
+                    tflops,
+                    k_b,
+                    tflops / 2,
+                    "2026-11-23T00:00:00Z"};
+    e.key.d_v = c.d_v;
+    return e;
+}
+
+// Dense (1, seq, 2, d) views of a config's tensors at made-up addresses `gib` GiB: q, k, v, o
+// (v and o with V's head dim).
+fa::ForwardParams views_for(const fa::KernelConfig& c, std::int64_t seq) {
+    const auto view = [&](std::uintptr_t gib, int d) {
+        return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), c.dtype, 1, seq, 2,
+                                          d);
+    };
+    return {view(1, c.d_head), view(2, c.d_head), view(3, c.v_head_dim()), view(4, c.v_head_dim())};
 }
 
 // Backward configs of the built-in table's rows: any pass, deterministic, deterministic.
@@ -531,11 +543,7 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
         const std::int64_t seq = 1024;
         if (seq % c.B_r != 0 || seq % c.B_c != 0 || c.backward)
             continue;
-        const auto view = [&](std::uintptr_t gib) {
-            return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), c.dtype, 1, seq,
-                                              2, c.d_head);
-        };
-        const fa::ChoiceProblem p = fa::choice_problem({view(1), view(2), view(3), view(4)});
+        const fa::ChoiceProblem p = fa::choice_problem(views_for(c, seq));
         const fa::KernelConfig table_choice = *fa::heuristic_config(p, device);
 
         tuning::save_atomically(file, {entry("Test GPU", 1024, c, 1)});
@@ -575,7 +583,7 @@ TEST(TuningCache, VariantKernelEntries) {
     for (const fa::KernelConfig& a : fa::configs()) {
         for (const fa::KernelConfig& b : fa::configs()) {
             if (!plain_winner && a != b && !a.backward && !b.backward && a.dtype == b.dtype &&
-                a.d_head == b.d_head) {
+                a.d_head == b.d_head && a.d_v == b.d_v) {
                 plain_winner = a;
                 variant_winner = b;
             }
@@ -594,11 +602,7 @@ TEST(TuningCache, VariantKernelEntries) {
     doc["entries"][0]["window_or_softcap"] = "yes";
     EXPECT_TRUE(tuning::parse(doc.dump(), "cache.json").entries.empty());
 
-    const auto view = [&](std::uintptr_t gib) {
-        return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), plain_winner->dtype,
-                                          1, 1024, 2, plain_winner->d_head);
-    };
-    fa::ForwardParams params{view(1), view(2), view(3), view(4)};
+    fa::ForwardParams params = views_for(*plain_winner, 1024);
     const fa::ChoiceProblem plain = fa::choice_problem(params);
     params.options.variants.window_left = 100;
     const fa::ChoiceProblem windowed = fa::choice_problem(params);

@@ -94,9 +94,40 @@ TEST(Validation, HeadDim) {
         FAIL();
     } catch (const fa::Error& e) {
         expect_error(e, fa::ErrorCode::unsupported, "q.shape[3] (d_head)", "96");
-        EXPECT_NE(std::string(e.what()).find("64, 128 or 256"), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("64, 128, 192 or 256"), std::string::npos);
     }
     EXPECT_NO_THROW(fa::validate_tensors(good_params(fa::DType::BF16, 256)));
+    EXPECT_NO_THROW(fa::validate_tensors(good_params(fa::DType::BF16, 192)));
+}
+
+// V (and O) with a head dim of their own: 128 with d_head 192 (DeepSeek's MLA), and nothing
+// else; O takes V's.
+TEST(Validation, ValueHeadDim) {
+    fa::ForwardParams p = good_params(fa::DType::BF16, 192);
+    p.v.shape[3] = p.o.shape[3] = 128;
+    p.v.stride = p.o.stride = {256 * 4 * 128, 4 * 128, 128, 1};
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    EXPECT_EQ(fa::shape_of(p).d_v, 128);
+    EXPECT_EQ(fa::shape_of(good_params(fa::DType::BF16, 192)).d_v, 0);
+    fa::ForwardParams wide_o = p;
+    wide_o.o = good_params(fa::DType::BF16, 192).o;
+    expect_error(tensor_error([&](auto& q) { q = wide_o; }), fa::ErrorCode::invalid_argument,
+                 "o.shape[3] (d_head)", "192");
+    fa::ForwardParams v64 = p;
+    v64.v.shape[3] = v64.o.shape[3] = 64;
+    expect_error(tensor_error([&](auto& q) { q = v64; }), fa::ErrorCode::unsupported,
+                 "v.shape[3] (d_head)", "64");
+    fa::ForwardParams d256 = good_params(fa::DType::BF16, 256);
+    d256.v.shape[3] = d256.o.shape[3] = 128;
+    try {
+        fa::validate_tensors(d256);
+        FAIL();
+    } catch (const fa::Error& e) {
+        expect_error(e, fa::ErrorCode::unsupported, "v.shape[3] (d_head)", "128");
+        EXPECT_NE(std::string(e.what()).find("256 (q's d_head), or 128 with d_head 192"),
+                  std::string::npos)
+            << e.what();
+    }
 }
 
 TEST(Validation, GroupedQueryHeads) {
@@ -413,7 +444,17 @@ TEST(Validation, ProblemShapeAndOptionsWithoutTensors) {
     };
     fa::ProblemShape d100 = shape;
     d100.d_head = 100;
-    EXPECT_EQ(message(d100, std::nullopt, {}), "d_head: expected 64, 128 or 256, got 100");
+    EXPECT_EQ(message(d100, std::nullopt, {}), "d_head: expected 64, 128, 192 or 256, got 100");
+    fa::ProblemShape mla = shape;
+    mla.d_head = 192;
+    mla.d_v = 128;
+    EXPECT_EQ(message(mla, std::nullopt, {}), "no error");
+    for (const int d_v : {192, 64, -1}) {
+        mla.d_v = d_v;
+        EXPECT_EQ(message(mla, std::nullopt, {}),
+                  "d_v: expected 0 (V's head dim is d_head) or 128 with d_head 192, got " +
+                      std::to_string(d_v));
+    }
     EXPECT_GT(fa::k_max_softmax_scale, 2.35e38);  // float max / log2(e)
     EXPECT_LT(fa::k_max_softmax_scale, 2.36e38);
     for (const float scale : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),

@@ -52,18 +52,20 @@ __device__ __forceinline__ void store_accumulators_RF2SM(const float (&o)[MT][NT
 // Copies the first `valid_rows` of `Rows` rows of a shared-memory tile, starting at
 // row0, to GMEM with one warp; row r goes to gmem_row(r), a T*. Going through SMEM turns
 // the accumulators' scattered 4-byte pieces into 16-byte stores that cover whole rows:
-// fully coalesced writes.
-template <class Tile, int Rows, class GmemRow>
+// fully coalesced writes. Each row's first RowChunks 16-byte chunks (O narrower than the Q
+// tile it is staged in: V's head dim below Q's).
+template <class Tile, int Rows, int RowChunks = Tile::chunks_per_row, class GmemRow>
 __device__ __forceinline__ void copy_rows_SM2GM(std::uint32_t tile_base, int row0,
                                                 const GmemRow& gmem_row, int valid_rows) {
-    constexpr int chunks = Rows * Tile::chunks_per_row;
+    static_assert(RowChunks <= Tile::chunks_per_row, "chunks of the tile's rows");
+    constexpr int chunks = Rows * RowChunks;
     static_assert(chunks % warp_size == 0, "every lane stores the same number of chunks");
     const int lane = threadIdx.x % warp_size;
 #pragma unroll
     for (int i = 0; i < chunks / warp_size; ++i) {
         const int c = lane + warp_size * i;
-        const int r = c / Tile::chunks_per_row;
-        const int chunk = c % Tile::chunks_per_row;
+        const int r = c / RowChunks;
+        const int chunk = c % RowChunks;
         if (r < valid_rows) {
             const uint4 v = ptx::ld_shared_16(tile_base + Tile::chunk_offset(row0 + r, chunk));
             ptx::st_global_16(gmem_row(r) + chunk * 8, v);

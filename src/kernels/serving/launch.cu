@@ -64,7 +64,8 @@ void launch_attention(SplitKvArgs args, DType dtype, int d_head, std::int64_t ma
             return launch_d_head<256>(args, dtype, max_seq_k, requested_splits, stream);
         default:
             throw Error(ErrorCode::unsupported,
-                        "d_head: expected 64, 128 or 256, got " + std::to_string(d_head));
+                        "d_head: expected 64, 128 or 256 (the split-KV kernel's), got " +
+                            std::to_string(d_head));
     }
 }
 

@@ -24,6 +24,13 @@ struct SplitPlan {
 SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_keys, bool paged,
                       int requested);
 
+// The head dims the split-KV kernel is built for (launch_d_head's instances): d_head 192's rows
+// of 24 16-byte chunks do not split evenly over its copies' threads (RowGatherCopyGM2SM), and
+// its decoding runs on the sm90 family's kernels instead.
+constexpr bool has_split_kv(std::int64_t d_head) {
+    return d_head == 64 || d_head == 128 || d_head == 256;
+}
+
 // plan_splits for the kernel that runs query rows of rows_per_kv_head (position, query
 // head) pairs per K/V head over at most max_seq_k keys.
 SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k, bool paged,

@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
     const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(k_smem);
     const SmemB<typename Tr::VTile, Tr::pv_n_tiles, true> v_frags(v_smem);
 
-    float o[m_tiles][Tr::pv_n_tiles][4];  // (rows_per_warp x d_head) fp32
+    float o[m_tiles][Tr::pv_n_tiles][4];  // (rows_per_warp x d_v) fp32
     zero(o);
     OnlineSoftmax<m_tiles, C.sm80.optimized_softmax> softmax(args.softmax_scale, args.scale_log2);
 
@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
     __syncwarp();
     T* out = static_cast<T*>(args.o) + batch * args.o_stride.batch + head * args.o_stride.head +
              (std::int64_t{q_row0} + warp_row0) * args.o_stride.seq;
-    copy_rows_SM2GM<typename Tr::QTile, Tr::rows_per_warp>(
+    copy_rows_SM2GM<typename Tr::QTile, Tr::rows_per_warp, Tr::d_v / 8>(
         q_smem, warp_row0, [&](int r) { return out + r * args.o_stride.seq; }, q_rows - warp_row0);
 }
 

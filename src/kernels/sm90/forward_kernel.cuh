@@ -104,7 +104,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .pending_store = pending_store,
         };
 
-        float o[1][Tr::d_head / 8][4];
+        float o[1][Tr::d_v / 8][4];
         zero(o);
         // The main loop and the epilogue for one softmax: the config's, or in the variant
         // kernels a fixed reference where the softcap bounds the scores (KernelArgs).

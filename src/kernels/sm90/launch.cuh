@@ -75,7 +75,8 @@ void launch(const KernelArgs& args, Stream stream) {
     if (paged)
         a.seqs.page_copy_rows = paged_copy_rows(a.seqs.k_view_seq, C.B_c);
     Params params{a,
-                  make_tensor_maps(a, C.dtype, C.d_head, paged ? a.seqs.page_copy_rows : C.B_c),
+                  make_tensor_maps(a, C.dtype, C.d_head, C.v_head_dim(),
+                                   paged ? a.seqs.page_copy_rows : C.B_c),
                   nullptr,
                   {}};
     const std::int64_t ctas =
@@ -96,7 +97,7 @@ void launch(const KernelArgs& args, Stream stream) {
                 : stream_k_plan(tiles, ctas, blocks_covering(args.seq_k, C.B_c));
         if (plan.units > 0) {
             const int slots = static_cast<int>(ctas) * consumer_warpgroups(C);
-            const std::size_t slot_floats = partial_o_floats(C.d_head) + partial_lse_floats;
+            const std::size_t slot_floats = partial_o_floats(C.v_head_dim()) + partial_lse_floats;
             partials.emplace(sizeof(float) * slot_floats * slots, stream, false);
             partial_flags.emplace(slots, stream);
             params.split = {static_cast<float*>(partials->get()), partial_flags->get(), plan.whole,

@@ -68,17 +68,18 @@ __device__ __forceinline__ PageRun page_run(const SequenceArgs& seqs, const Tile
     return run;
 }
 
-// K or V block rows [key_row, key_row + B_c) of tile t into a stage: one copy a 64-column
-// sub-tile of the whole block, or (paged) one copy of this lane's run, all its columns.
-template <class Tr, bool Paged>
+// K or V block rows [key_row, key_row + B_c) of tile t into a stage (Block: Traits::KTile or
+// VTile, PagedBlock its paged form): one copy a 64-column sub-tile of the whole block, or
+// (paged) one copy of this lane's run, all its columns.
+template <class Block, class PagedBlock, bool Paged>
 __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtensorMap* map,
                                               const Tile& t, int key_row, const PageRun& run,
                                               tma::Barrier& full) {
     if constexpr (!Paged) {
-        tma::load_tile<typename Tr::KVTile>(stage, map, key_row, t.kv_head, t.k.entry, full);
-    } else if (run.tile_row < Tr::B_c) {
-        tma::load_group_rows<typename Tr::PagedKVTile>(stage, run.tile_row, map, run.row, t.kv_head,
-                                                       run.id, full);
+        tma::load_tile<Block>(stage, map, key_row, t.kv_head, t.k.entry, full);
+    } else if (run.tile_row < PagedBlock::rows) {
+        tma::load_group_rows<PagedBlock>(stage, run.tile_row, map, run.row, t.kv_head, run.id,
+                                         full);
     }
 }
 
@@ -145,14 +146,16 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
                 run = page_run<Tr>(args.seqs, t, key_row, lane);  // read while the stage drains
             bars.k_empty[slot.stage].wait(slot.parity ^ 1);
             if (leader)
-                bars.k_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
-            load_kv_block<Tr, Paged>(smem + Tr::k_offset + slot.stage * Tr::KVTile::bytes,
-                                     &params.maps.k, t, key_row, run, bars.k_full[slot.stage]);
+                bars.k_full[slot.stage].arrive_expect_tx(Tr::KTile::bytes);
+            load_kv_block<typename Tr::KTile, typename Tr::PagedKTile, Paged>(
+                smem + Tr::k_offset + slot.stage * Tr::KTile::bytes, &params.maps.k, t, key_row,
+                run, bars.k_full[slot.stage]);
             bars.v_empty[slot.stage].wait(slot.parity ^ 1);
             if (leader)
-                bars.v_full[slot.stage].arrive_expect_tx(Tr::KVTile::bytes);
-            load_kv_block<Tr, Paged>(smem + Tr::v_offset + slot.stage * Tr::KVTile::bytes,
-                                     &params.maps.v, t, key_row, run, bars.v_full[slot.stage]);
+                bars.v_full[slot.stage].arrive_expect_tx(Tr::VTile::bytes);
+            load_kv_block<typename Tr::VTile, typename Tr::PagedVTile, Paged>(
+                smem + Tr::v_offset + slot.stage * Tr::VTile::bytes, &params.maps.v, t, key_row,
+                run, bars.v_full[slot.stage]);
         }
     }
     if (leader)
@@ -213,9 +216,10 @@ struct Consumer {
     static_assert(Variants || !Alibi, "ALiBi runs on the variant body");
     static constexpr DType dtype = Tr::dtype;
     // K and V blocks as the producer lays them out (a paged cache's: group-major).
-    using KVTile = std::conditional_t<Paged, typename Tr::PagedKVTile, typename Tr::KVTile>;
+    using KTile = std::conditional_t<Paged, typename Tr::PagedKTile, typename Tr::KTile>;
+    using VTile = std::conditional_t<Paged, typename Tr::PagedVTile, typename Tr::VTile>;
     static constexpr int s_tiles = Tr::B_c / 8;
-    static constexpr int o_tiles = Tr::d_head / 8;
+    static constexpr int o_tiles = Tr::d_v / 8;
     // Whether a last block whose keys this consumer's rows see all lie in its first half
     // runs as a half block (half_last): the half_blocks knob, in trimmed tiles of B_c 128,
     // where each consumer's blocks end with its own rows' keys. The code costs the loop
@@ -265,10 +269,10 @@ struct Consumer {
     }
 
     __device__ __forceinline__ std::uint32_t k_stage(int stage) const {
-        return k_smem + stage * KVTile::bytes;
+        return k_smem + stage * KTile::bytes;
     }
     __device__ __forceinline__ std::uint32_t v_stage(int stage) const {
-        return v_smem + stage * KVTile::bytes;
+        return v_smem + stage * VTile::bytes;
     }
 
     // Waits for K_j (V_j) to land; done before taking a GEMM turn, so a warpgroup never
@@ -286,10 +290,10 @@ struct Consumer {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
         if constexpr (Tr::q_in_registers) {
-            warpgroup_gemm_qk<dtype, KVTile>(s[0], q_frags, k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, KTile>(s[0], q_frags, k_stage(slot(j).stage));
         } else {
-            warpgroup_gemm_qk<dtype, typename Tr::QTile, KVTile>(s[0], q_smem,
-                                                                 k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, typename Tr::QTile, KTile>(s[0], q_smem,
+                                                                k_stage(slot(j).stage));
         }
         ptx::wgmma_commit_group();
         ptx::fence_operands(s[0]);
@@ -301,7 +305,7 @@ struct Consumer {
                                              const std::uint32_t (&p)[1][KT][4], int j) {
         ptx::fence_operands(o[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, KVTile, 16 * KT>(o[0], p[0], v_stage(slot(j).stage));
+        warpgroup_gemm_pv<dtype, VTile, 16 * KT>(o[0], p[0], v_stage(slot(j).stage));
         ptx::wgmma_commit_group();
         ptx::fence_operands(o[0]);
     }
@@ -366,11 +370,11 @@ struct Consumer {
         if (!PerSequence || j != visited - 1 || (Tr::trim_blocks && passed != 0) ||
             last_block_keys == Tr::B_c)
             return;
-        constexpr int chunks = Tr::d_head / 8;  // 16-byte chunks of a row
+        constexpr int chunks = Tr::d_v / 8;  // 16-byte chunks of a row
         const std::uint32_t base = v_stage(slot(j).stage);
         for (int i = last_block_keys * chunks + static_cast<int>(threadIdx.x) % warpgroup_threads;
              i < Tr::B_c * chunks; i += warpgroup_threads) {
-            ptx::st_shared_16(base + KVTile::chunk_offset(i / chunks, i % chunks), uint4{});
+            ptx::st_shared_16(base + VTile::chunk_offset(i / chunks, i % chunks), uint4{});
         }
         tma::fence_shared_to_async_proxy();
         ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer),
@@ -436,8 +440,7 @@ struct Consumer {
 template <bool WithPv, bool HoldK = false, int W, bool Masked = true, class Tr, bool P, bool V,
           bool Pg, bool A, class Turns>
 __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg, A>& c, Turns& turns,
-                                       float (&s)[1][Tr::B_c / 8][4],
-                                       float (&o)[1][Tr::d_head / 8][4],
+                                       float (&s)[1][Tr::B_c / 8][4], float (&o)[1][Tr::d_v / 8][4],
                                        std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     c.wait_k(j);
     if constexpr (WithPv)
@@ -485,7 +488,7 @@ __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg, A>& c, Softm
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
 template <class Tr, bool P, bool V, bool Pg, bool A, int KT>
 __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
-                                          float (&o)[1][Tr::d_head / 8][4],
+                                          float (&o)[1][Tr::d_v / 8][4],
                                           std::uint32_t (&p)[1][KT][4], int j) {
     ptx::wgmma_wait<0>();
     ptx::fence_operands(o[0]);
@@ -496,7 +499,7 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
 // O += P·V_j, from waiting for V_j to retiring the GEMM.
 template <class Tr, bool P, bool V, bool Pg, bool A, class Turns, int KT>
 __device__ __forceinline__ void accumulate(Consumer<Tr, P, V, Pg, A>& c, Turns& turns,
-                                           float (&o)[1][Tr::d_head / 8][4],
+                                           float (&o)[1][Tr::d_v / 8][4],
                                            std::uint32_t (&p)[1][KT][4], int j) {
     c.wait_v(j);
     c.zero_v_tail(j);
@@ -543,7 +546,7 @@ __device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg, A>& c, Turns& turns)
 template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, bool Pg, bool A, class Softmax>
 __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
                                         GemmTurns<Tr, Pingpong>& turns,
-                                        float (&o)[1][Tr::d_head / 8][4], Softmax& softmax) {
+                                        float (&o)[1][Tr::d_v / 8][4], Softmax& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.visited;
     float s[1][s_tiles][4];

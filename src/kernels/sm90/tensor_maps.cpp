@@ -111,25 +111,26 @@ std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_
     return {};
 }
 
-TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int kv_rows) {
+TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_v, int kv_rows) {
     const SequenceArgs& s = a.seqs;
-    const auto key_map = [&](const char* name, const void* data, const TensorStrides& stride) {
+    const auto key_map = [&](const char* name, const void* data, int d,
+                             const TensorStrides& stride) {
         if (s.block_table == nullptr) {
-            return encode(name, data, dtype, d_head, s.k_view_seq, a.heads_kv, s.k_view_batch,
-                          stride, kv_rows);
+            return encode(name, data, dtype, d, s.k_view_seq, a.heads_kv, s.k_view_batch, stride,
+                          kv_rows);
         }
         // The API routes such caches elsewhere; a map would read other heads' columns.
-        if (const std::string problem = paged_maps_problem(name, a.heads_kv, d_head, stride.head);
+        if (const std::string problem = paged_maps_problem(name, a.heads_kv, d, stride.head);
             !problem.empty())
             throw Error(ErrorCode::unsupported, problem);
-        return encode_paged(name, data, dtype, d_head, s.k_view_seq, a.heads_kv, s.k_view_batch,
-                            stride, kv_rows);
+        return encode_paged(name, data, dtype, d, s.k_view_seq, a.heads_kv, s.k_view_batch, stride,
+                            kv_rows);
     };
     return {
         encode("q", a.q, dtype, d_head, s.q_view_seq, a.heads, s.q_view_batch, a.q_stride, 64),
-        key_map("k", a.k, a.k_stride),
-        key_map("v", a.v, a.v_stride),
-        encode("o", a.o, dtype, d_head, s.q_view_seq, a.heads, s.q_view_batch, a.o_stride, 64),
+        key_map("k", a.k, d_head, a.k_stride),
+        key_map("v", a.v, d_v, a.v_stride),
+        encode("o", a.o, dtype, d_v, s.q_view_seq, a.heads, s.q_view_batch, a.o_stride, 64),
     };
 }
 

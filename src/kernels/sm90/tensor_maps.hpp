@@ -66,10 +66,10 @@ inline StreamKPlan stream_k_plan(std::int64_t tiles, std::int64_t ctas, int bloc
     return {static_cast<int>(whole), static_cast<int>(units)};
 }
 
-// A partial-result slot's floats: a consumer's O (64 rows x d_head), then its 128 threads'
+// A partial-result slot's floats: a consumer's O (64 rows x d_v), then its 128 threads'
 // LSE, two rows each.
-constexpr int partial_o_floats(int d_head) {
-    return 64 * d_head;
+constexpr int partial_o_floats(int d_v) {
+    return 64 * d_v;
 }
 inline constexpr int partial_lse_floats = 2 * 128;
 
@@ -82,9 +82,9 @@ struct Params {
 
 // Boxes: 64 columns (128 bytes, the 128-byte swizzle's width) x 64 rows for Q and O,
 // x kv_rows for K and V; a paged cache's K and V (args.seqs.block_table set): runs of
-// kv_rows rows, all columns in one box (group-major tiles). Throws Error(ErrorCode::cuda)
-// if the driver rejects a map.
-TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int kv_rows);
+// kv_rows rows, all columns in one box (group-major tiles). Q and K have d_head columns, V
+// and O d_v. Throws Error(ErrorCode::cuda) if the driver rejects a map.
+TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int d_v, int kv_rows);
 
 // Boxes of 64 columns x q_rows rows for Q and dO, x kv_rows for K, V, dK and dV.
 BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& args, DType dtype, int d_head,

@@ -30,7 +30,8 @@ struct Traits {
     static_assert(C.family == Family::sm90, "an sm90 config");
     using T = typename Element<C.dtype>::type;
     static constexpr DType dtype = C.dtype;
-    static constexpr int d_head = C.d_head;
+    static constexpr int d_head = C.d_head;     // Q's and K's columns
+    static constexpr int d_v = C.v_head_dim();  // V's and O's
     static constexpr int B_r = C.B_r;
     static constexpr int B_c = C.B_c;
     static constexpr int stages = C.sm90.stages;
@@ -59,14 +60,19 @@ struct Traits {
                       launch_registers * (1 + consumers),
                   "the CTA's registers hold every warpgroup's budget");
 
-    // One consumer's Q (later its O), and one K or V block, in TMA's swizzled layout.
+    // One consumer's Q and its O (staged in Q's region unless apart: d_v <= d_head), and one
+    // K and one V block, in TMA's swizzled layout.
     using QTile = Swizzle128Tile<rows_per_consumer, d_head>;
-    using KVTile = Swizzle128Tile<B_c, d_head>;
+    using OTile = Swizzle128Tile<rows_per_consumer, d_v>;
+    using KTile = Swizzle128Tile<B_c, d_head>;
+    using VTile = Swizzle128Tile<B_c, d_v>;
+    static_assert(OTile::bytes <= QTile::bytes, "O is staged where Q was");
     // A paged cache's K or V block: the same bytes, 8-row groups outermost, so that each run
-    // of a page's rows is one TMA copy of all d_head columns instead of one a sub-tile
+    // of a page's rows is one TMA copy of all of a head's columns instead of one a sub-tile
     // (16-row pages at d_head 128: 5 copies a block of 80 keys instead of 10; chunked
     // prefill ran 9-11% behind the contiguous cache with 10, docs/PERF.md 2026-11-26).
-    using PagedKVTile = Swizzle128Tile<B_c, d_head, true>;
+    using PagedKTile = Swizzle128Tile<B_c, d_head, true>;
+    using PagedVTile = Swizzle128Tile<B_c, d_v, true>;
 
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
     // per consumer in each, reused for its O unless O is staged apart), K stages, V stages,
@@ -91,9 +97,9 @@ struct Traits {
     static constexpr int q_offset = 0;
     static constexpr int q_buffer_bytes = consumers * QTile::bytes;
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
-    static constexpr int v_offset = k_offset + stages * KVTile::bytes;
-    static constexpr int o_offset = v_offset + stages * KVTile::bytes;  // O apart: its region
-    static constexpr int barrier_offset = o_offset + (o_apart ? QTile::bytes : 0);
+    static constexpr int v_offset = k_offset + stages * KTile::bytes;
+    static constexpr int o_offset = v_offset + stages * VTile::bytes;  // O apart: its region
+    static constexpr int barrier_offset = o_offset + (o_apart ? OTile::bytes : 0);
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
     // The static schedule's last round split along the keys (tile_scheduler.cuh), in the
     // dense kernel's non-causal launches (launch.cuh).

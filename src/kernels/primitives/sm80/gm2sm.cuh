@@ -11,24 +11,35 @@ namespace flash_attention {
 
 // Thread t copies chunk (t % chunks_per_row) of rows t / chunks_per_row + i * row_step:
 // consecutive threads read consecutive 16-byte chunks of a row, so every warp's
-// load is whole 128-byte lines.
+// load is whole 128-byte lines. Where the threads do not cover whole rows (d_head 192's 24
+// chunks a row), thread t copies chunks t + i * Threads of the tile in row-major order
+// instead: the same lines per warp, each chunk's row and column computed as it goes.
 template <class Tile, int Threads, bool Async, class T>
 class TileCopyGM2SM {
   public:
-    static_assert(Threads % Tile::chunks_per_row == 0, "threads cover whole rows");
-    static constexpr int row_step = Threads / Tile::chunks_per_row;
+    static constexpr bool whole_rows = Threads % Tile::chunks_per_row == 0;
+    static_assert(whole_rows || (Tile::rows * Tile::chunks_per_row) % Threads == 0,
+                  "every thread copies the same number of chunks");
+    static constexpr int row_step = whole_rows ? Threads / Tile::chunks_per_row : 1;
     static_assert(Tile::rows % row_step == 0, "every thread copies the same number of chunks");
-    static constexpr int chunks_per_thread = Tile::rows / row_step;
+    static constexpr int chunks_per_thread = Tile::rows * Tile::chunks_per_row / Threads;
 
     __device__ __forceinline__ TileCopyGM2SM(const T* gmem_tile, std::int64_t gmem_row_stride,
                                              std::uint32_t smem_tile)
         : row_stride_(gmem_row_stride) {
-        const int row = threadIdx.x / Tile::chunks_per_row;
-        const int chunk = threadIdx.x % Tile::chunks_per_row;
-        gmem_ = gmem_tile + row * gmem_row_stride + chunk * 8;
-        smem_ = smem_tile + Tile::chunk_offset(row, chunk);
-        thread_row_ = row;
-        chunk_ = chunk;
+        if constexpr (whole_rows) {
+            const int row = threadIdx.x / Tile::chunks_per_row;
+            const int chunk = threadIdx.x % Tile::chunks_per_row;
+            gmem_ = gmem_tile + row * gmem_row_stride + chunk * 8;
+            smem_ = smem_tile + Tile::chunk_offset(row, chunk);
+            thread_row_ = row;
+            chunk_ = chunk;
+        } else {
+            gmem_ = gmem_tile;
+            smem_ = smem_tile;
+            thread_row_ = 0;
+            chunk_ = 0;
+        }
     }
 
     // Copies the tile's first `rows` rows and zero-fills the rest: the last block of a
@@ -38,24 +49,53 @@ class TileCopyGM2SM {
             copy();
             return;
         }
-        // A row past the end reads nothing; its address still points inside the tile's
-        // first row, which exists.
-        const T* first_row = gmem_ - thread_row_ * row_stride_;
+        if constexpr (whole_rows) {
+            // A row past the end reads nothing; its address still points inside the tile's
+            // first row, which exists.
+            const T* first_row = gmem_ - thread_row_ * row_stride_;
 #pragma unroll
-        for (int i = 0; i < chunks_per_thread; ++i) {
-            const bool valid = thread_row_ + i * row_step < rows;
-            const T* src = valid ? gmem_ + i * row_step * row_stride_ : first_row;
-            if constexpr (Async) {
-                ptx::cp_async_16_zfill(smem(i), src, valid);
-            } else {
-                ptx::st_shared_16(smem(i), valid ? ptx::ld_global_16(src) : uint4{0, 0, 0, 0});
+            for (int i = 0; i < chunks_per_thread; ++i) {
+                const bool valid = thread_row_ + i * row_step < rows;
+                const T* src = valid ? gmem_ + i * row_step * row_stride_ : first_row;
+                if constexpr (Async) {
+                    ptx::cp_async_16_zfill(smem(i), src, valid);
+                } else {
+                    ptx::st_shared_16(smem(i), valid ? ptx::ld_global_16(src) : uint4{0, 0, 0, 0});
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < chunks_per_thread; ++i) {
+                const Chunk c = chunk_of(i);
+                const bool valid = c.row < rows;
+                const T* src = valid ? gmem(c) : gmem_;  // the tile's first row exists
+                if constexpr (Async) {
+                    ptx::cp_async_16_zfill(smem(c), src, valid);
+                } else {
+                    ptx::st_shared_16(smem(c), valid ? ptx::ld_global_16(src) : uint4{0, 0, 0, 0});
+                }
             }
         }
     }
 
     // Issues (async) or performs (sync) the copy of the current tile.
     __device__ __forceinline__ void copy() const {
-        if constexpr (Async) {
+        if constexpr (!whole_rows) {
+            // All loads before any store (sync), as below.
+            uint4 staged[Async ? 1 : chunks_per_thread];
+#pragma unroll
+            for (int i = 0; i < chunks_per_thread; ++i) {
+                if constexpr (Async)
+                    ptx::cp_async_16(smem(chunk_of(i)), gmem(chunk_of(i)));
+                else
+                    staged[i] = ptx::ld_global_16(gmem(chunk_of(i)));
+            }
+            if constexpr (!Async) {
+#pragma unroll
+                for (int i = 0; i < chunks_per_thread; ++i)
+                    ptx::st_shared_16(smem(chunk_of(i)), staged[i]);
+            }
+        } else if constexpr (Async) {
 #pragma unroll
             for (int i = 0; i < chunks_per_thread; ++i) {
                 ptx::cp_async_16(smem(i), gmem_ + i * row_step * row_stride_);
@@ -80,6 +120,22 @@ class TileCopyGM2SM {
     }
 
   private:
+    // Without whole rows: this thread's chunk i, its row and column in the tile.
+    struct Chunk {
+        int row, chunk;
+    };
+    __device__ __forceinline__ static Chunk chunk_of(int i) {
+        const unsigned index = threadIdx.x + static_cast<unsigned>(i * Threads);
+        return {static_cast<int>(index / Tile::chunks_per_row),
+                static_cast<int>(index % Tile::chunks_per_row)};
+    }
+    __device__ __forceinline__ const T* gmem(Chunk c) const {
+        return gmem_ + c.row * row_stride_ + c.chunk * 8;
+    }
+    __device__ __forceinline__ std::uint32_t smem(Chunk c) const {
+        return smem_ + Tile::chunk_offset(c.row, c.chunk);
+    }
+
     // When row_step is a multiple of 8 every chunk i keeps the thread's swizzle
     // pattern, so the offset is a compile-time multiple of the row size.
     __device__ __forceinline__ std::uint32_t smem(int i) const {
@@ -92,10 +148,10 @@ class TileCopyGM2SM {
         }
     }
 
-    const T* gmem_;
+    const T* gmem_;  // whole rows: this thread's first chunk; else the tile's first row
     std::int64_t row_stride_;
-    std::uint32_t smem_;
-    int thread_row_;  // the tile row of this thread's first chunk
+    std::uint32_t smem_;  // the same in shared memory
+    int thread_row_;      // whole rows: the tile row of this thread's first chunk
     int chunk_;
 };
 

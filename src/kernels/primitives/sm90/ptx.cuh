@@ -65,6 +65,7 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 #define FA_WGMMA_D16() FA_WGMMA_D16_AT(0)
 #define FA_WGMMA_D32() FA_WGMMA_D16_AT(0), FA_WGMMA_D16_AT(4)
 #define FA_WGMMA_D40() FA_WGMMA_D32(), FA_WGMMA_D4(8), FA_WGMMA_D4(9)
+#define FA_WGMMA_D56() FA_WGMMA_D32(), FA_WGMMA_D16_AT(8), FA_WGMMA_D4(12), FA_WGMMA_D4(13)
 #define FA_WGMMA_D64() FA_WGMMA_D32(), FA_WGMMA_D16_AT(8), FA_WGMMA_D16_AT(12)
 #define FA_WGMMA_D88() FA_WGMMA_D64(), FA_WGMMA_D16_AT(16), FA_WGMMA_D4(20), FA_WGMMA_D4(21)
 #define FA_WGMMA_D96() FA_WGMMA_D64(), FA_WGMMA_D16_AT(16), FA_WGMMA_D16_AT(20)
@@ -73,6 +74,8 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define FA_WGMMA_N32_39 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define FA_WGMMA_N40_55 \
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55"
 #define FA_WGMMA_N40_63                                                                          \
     "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, " \
     "%58, %59, %60, %61, %62, %63"
@@ -87,6 +90,7 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 #define FA_WGMMA_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FA_WGMMA_R32 "{" FA_WGMMA_N0_31 "}"
 #define FA_WGMMA_R40 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 "}"
+#define FA_WGMMA_R56 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_55 "}"
 #define FA_WGMMA_R64 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 "}"
 #define FA_WGMMA_R88 \
     "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 ", " FA_WGMMA_N64_87 "}"
@@ -136,6 +140,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
         FA_WGMMA_TYPED(64, FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "%35, %36", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 80) {
         FA_WGMMA_TYPED(80, FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "%43, %44", FA_WGMMA_SS_ARGS)
+    } else if constexpr (N == 112) {
+        FA_WGMMA_TYPED(112, FA_WGMMA_R56, FA_WGMMA_D56, "%56", 57, 58, "%59, %60", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 128) {
         FA_WGMMA_TYPED(128, FA_WGMMA_R64, FA_WGMMA_D64, "%64", 65, 66, "%67, %68", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 176) {
@@ -144,7 +150,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
         FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "%96", 97, 98, "%99, %100",
                        FA_WGMMA_SS_ARGS)
     } else {
-        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 32, 64, 80, 128, 176 and 192");
+        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 32, 64, 80, 112, 128, 176 and 192");
     }
 }
 
@@ -160,6 +166,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
     } else if constexpr (N == 80) {
         FA_WGMMA_TYPED(80, FA_WGMMA_R40, FA_WGMMA_D40, "{%40, %41, %42, %43}", 44, 45, "%46",
                        FA_WGMMA_RS_ARGS)
+    } else if constexpr (N == 112) {
+        FA_WGMMA_TYPED(112, FA_WGMMA_R56, FA_WGMMA_D56, "{%56, %57, %58, %59}", 60, 61, "%62",
+                       FA_WGMMA_RS_ARGS)
     } else if constexpr (N == 128) {
         FA_WGMMA_TYPED(128, FA_WGMMA_R64, FA_WGMMA_D64, "{%64, %65, %66, %67}", 68, 69, "%70",
                        FA_WGMMA_RS_ARGS)
@@ -173,7 +182,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
         FA_WGMMA_TYPED(256, FA_WGMMA_R128, FA_WGMMA_D128, "{%128, %129, %130, %131}", 132, 133,
                        "%134", FA_WGMMA_RS_ARGS)
     } else {
-        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 128, 176, 192 and 256");
+        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 112, 128, 176, 192 and 256");
     }
 }
 
@@ -185,6 +194,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_R96
 #undef FA_WGMMA_R88
 #undef FA_WGMMA_R64
+#undef FA_WGMMA_R56
 #undef FA_WGMMA_R40
 #undef FA_WGMMA_R32
 #undef FA_WGMMA_R16
@@ -192,12 +202,14 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_N88_95
 #undef FA_WGMMA_N64_87
 #undef FA_WGMMA_N40_63
+#undef FA_WGMMA_N40_55
 #undef FA_WGMMA_N32_39
 #undef FA_WGMMA_N0_31
 #undef FA_WGMMA_D128
 #undef FA_WGMMA_D96
 #undef FA_WGMMA_D88
 #undef FA_WGMMA_D64
+#undef FA_WGMMA_D56
 #undef FA_WGMMA_D40
 #undef FA_WGMMA_D32
 #undef FA_WGMMA_D16
