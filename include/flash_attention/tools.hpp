@@ -77,8 +77,8 @@ std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::
 // kernel's log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
 struct Problem {
     const HostTensor& q;
-    const HostTensor& k;
-    const HostTensor& v;
+    const HostTensor& k;  // q's head dim
+    const HostTensor& v;  // its own head dim (DeepSeek's MLA: 128 with 192), O's
     const HostTensor& out;
     double scale;
     bool causal = false;
@@ -134,10 +134,10 @@ struct BackwardProblem {
     const HostTensor& q;
     const HostTensor& k;
     const HostTensor& v;
-    const HostTensor& d_o;  // q's shape
+    const HostTensor& d_o;  // q's shape with v's head dim (O's)
     const HostTensor& dq;   // the kernel's, q's shape
     const HostTensor& dk;   // k's shape (summed over the query heads of a K/V head)
-    const HostTensor& dv;
+    const HostTensor& dv;   // v's shape
     double scale;
     bool causal = false;
     bool top_left = false;

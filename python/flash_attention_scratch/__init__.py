@@ -83,8 +83,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     """softmax(q·kᵀ·scale)·v for float16/bfloat16 CUDA tensors: q (batch, seq_q, heads,
     d_head), k and v (batch, seq_k, heads_kv, d_head) with heads a multiple of heads_kv
     (grouped-query attention); any lengths; d_head 64, 128, 192 or 256. v's head dim may be
-    128 with d_head 192 (DeepSeek's MLA; the output then has 128 columns, and there is no
-    backward pass for it yet). Differentiable: see "Autograd" below.
+    128 with d_head 192 (DeepSeek's MLA; the output then has 128 columns). Differentiable: see
+    "Autograd" below.
 
     softmax_scale: default 1/sqrt(d_head). causal: query i sees keys j <= i + seq_k - seq_q
     (aligned at the bottom right, unlike SDPA's is_causal), or with

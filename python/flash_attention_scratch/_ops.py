@@ -426,11 +426,6 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         config = str(config)
     if requiring is not None:
         # Training: the op autograd records (forward_lse, whose LSE the backward reads).
-        if v.dim() == 4 and q.dim() == 4 and v.shape[-1] != q.shape[-1]:
-            raise NotImplementedError(
-                f"v.shape[-1]: expected q's head dim {q.shape[-1]} when an input requires grad "
-                f"({requiring} does): the backward pass with V's own head dim ({v.shape[-1]}) is not "
-                "built yet; call it under torch.no_grad() or pass detached inputs")
         if out is not None:
             raise RuntimeError(
                 f"out: expected None when an input requires grad ({requiring} does): an out= tensor "

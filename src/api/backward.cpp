@@ -76,10 +76,11 @@ void validate_backward(const BackwardParams& p) {
     }
     // The forward's shapes (validate_tensors), then the gradients' and dO's.
     validate_tensors(ForwardParams{p.q, p.k, p.v, p.o, {.softmax_scale = p.options.softmax_scale}});
-    check_same_shape(p.d_o, "d_o", p.q, "q");
+    // dO has O's shape, dV V's (V's head dim may differ from Q's: DeepSeek's MLA).
+    check_same_shape(p.d_o, "d_o", p.o, "o");
     check_same_shape(p.dq, "dq", p.q, "q");
     check_same_shape(p.dk, "dk", p.k, "k");
-    check_same_shape(p.dv, "dv", p.k, "k");
+    check_same_shape(p.dv, "dv", p.v, "v");
 
     const std::initializer_list<std::pair<const TensorView*, const char*>> inputs = {
         {&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}, {&p.d_o, "d_o"}};
@@ -140,6 +141,8 @@ void validate_backward_config(const BackwardParams& p, const KernelConfig& c,
         wrong(ErrorCode::invalid_argument, "dtype " + std::string(to_string(p.q.dtype)));
     if (c.d_head != p.q.shape[3])
         wrong(ErrorCode::invalid_argument, "d_head " + std::to_string(p.q.shape[3]));
+    if (c.v_head_dim() != p.v.shape[3])
+        wrong(ErrorCode::invalid_argument, "V's head dim " + std::to_string(p.v.shape[3]));
     if (const std::string problem = device_problem(c, device); !problem.empty())
         wrong(find_kernel(c) == nullptr ? ErrorCode::not_built : ErrorCode::unsupported, problem);
     if (p.deterministic && !is_deterministic(c)) {
@@ -346,8 +349,8 @@ KernelConfig choose_backward(const ProblemShape& problem, const DeviceProperties
     validate_shape(problem);
     const auto fits = [&](const KernelConfig& c) {
         return c.backward && c.dtype == problem.dtype && c.d_head == problem.d_head &&
-               (!deterministic || is_deterministic(c)) && device_problem(c, device).empty() &&
-               (c.family != Family::sm90 || tma_addressable);
+               c.d_v == problem.d_v && (!deterministic || is_deterministic(c)) &&
+               device_problem(c, device).empty() && (c.family != Family::sm90 || tma_addressable);
     };
     // As the forward's choice: a cached config this build lacks, or one that cannot run here,
     // is skipped, so a stale cache costs speed, never a failure.
@@ -369,7 +372,8 @@ KernelConfig choose_backward(const ProblemShape& problem, const DeviceProperties
         "q: expected a dtype and d_head that a built backward kernel runs on " + device.name +
             " (kernel set \"" + std::string(built_kernel_set()) + "\"; see flash_attention list" +
             (tma_addressable ? "" : "; these tensors need an sm80-family one") + "), got " +
-            std::string(to_string(problem.dtype)) + " d_head " + std::to_string(problem.d_head));
+            std::string(to_string(problem.dtype)) + " d_head " + std::to_string(problem.d_head) +
+            (problem.d_v != 0 ? " d_v " + std::to_string(problem.d_v) : ""));
 }
 
 }  // namespace

@@ -218,9 +218,12 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 64, 64, 8): bwd+async+swizzled"},
     {"(BF16, 256, 64, 64, 8): bwd+async+swizzled"},
     {"(FP16, 256, 64, 64, 8): bwd+async+swizzled"},
-    // d_head 192: the sm80 kernel on every GPU, Hopper too (no sm90 backward kernel at 192 yet).
+    // d_head 192, and 192 with V's 128 (DeepSeek's MLA): the sm80 kernel on every GPU, Hopper too
+    // (no sm90 backward kernel at 192 yet).
     {"(BF16, 192, 64, 64, 8): bwd+async+swizzled"},
     {"(FP16, 192, 64, 64, 8): bwd+async+swizzled"},
+    {"(BF16, 192, 64, 64, 8): dv_128+bwd+async+swizzled"},
+    {"(FP16, 192, 64, 64, 8): dv_128+bwd+async+swizzled"},
 };
 
 }  // namespace

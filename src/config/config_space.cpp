@@ -66,10 +66,12 @@ constexpr bool backward_layout_fits(int rows, int cols, int warps) {
 }
 
 // Both backward kernels' tiles: the dK/dV kernel's scores (B_c x B_r) and gradients (B_c x
-// d_head), the dQ kernel's scores (B_r x B_c) and gradient (B_r x d_head).
+// d_head, and dV's B_c x V's head dim), the dQ kernel's scores (B_r x B_c) and gradient (B_r x
+// d_head).
 constexpr bool backward_tiles_fit(const KernelConfig& c) {
     return backward_layout_fits(c.B_c, c.B_r, c.n_warps) &&
            backward_layout_fits(c.B_c, c.d_head, c.n_warps) &&
+           backward_layout_fits(c.B_c, c.v_head_dim(), c.n_warps) &&
            backward_layout_fits(c.B_r, c.B_c, c.n_warps) &&
            backward_layout_fits(c.B_r, c.d_head, c.n_warps);
 }
@@ -90,10 +92,10 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
     Rule{"d_v", RuleKind::validity,
          "dv_N (V's head dim apart from Q's and K's) is 128 with d_head 192 (DeepSeek's MLA), in "
-         "a forward kernel; dv_0 means d_head and is not written",
+         "a forward kernel or an sm80 backward one; dv_0 means d_head and is not written",
          [](const KernelConfig& c) {
-             return c.d_v != 0 &&
-                    (c.d_v == c.d_head || !is_value_dim(c.d_head, c.d_v) || c.backward);
+             return c.d_v != 0 && (c.d_v == c.d_head || !is_value_dim(c.d_head, c.d_v) ||
+                                   (c.backward && c.family == Family::sm90));
          }},
     Rule{"foreign_knobs", RuleKind::validity,
          "a config sets only its own family's knobs: async, eager, swizzled, load_Q_K_V_tiles, "
@@ -544,6 +546,10 @@ ValueSets tune_values_backward_sm90() {
 
 std::vector<KernelConfig> tune_backward() {
     std::vector<KernelConfig> v = tune_values_backward().expand();
+    ValueSets mla = tune_values_backward();  // V's head dim 128 with 192 (DeepSeek's MLA)
+    mla.d_head = {192};
+    mla.d_v = {128};
+    append_unique(v, mla.expand());
     append_unique(v, tune_values_backward_sm90().expand());
     return sorted_unique(std::move(v));
 }
@@ -661,7 +667,7 @@ int estimated_registers(const KernelConfig& c) {
         // An estimate, not yet fitted to ptxas.
         const int groups = c.B_c / 16;
         const int column_groups = groups > 0 && c.n_warps >= groups ? c.n_warps / groups : 1;
-        const int d = c.d_head / column_groups;
+        const int d = (c.d_head + c.v_head_dim()) / 2 / column_groups;  // dK's and dV's mean
         return d + c.B_r / column_groups + d / 4 + 48;
     }
     // fp32 accumulators of O and S (one register per 32 elements of a warp's tile),

@@ -99,14 +99,17 @@ constexpr int q_barrier_pairs(const KernelConfig& c) {
 
 // The backward kernels (sm80/backward_kernel.cuh), 16-bit tiles: the dK/dV kernel holds its K
 // and V block (B_c rows), a Q and a dO tile (B_r rows), Pᵀ and dSᵀ (B_c x B_r) and the Q
-// tile's LSE and D (fp32); the dQ kernel its Q and dO tile, a K and a V block and dS.
+// tile's LSE and D (fp32); the dQ kernel its Q and dO tile, a K and a V block and dS. Q and K
+// rows have d_head columns, V and dO rows v_head_dim().
 constexpr std::size_t backward_dkdv_smem_bytes(const KernelConfig& c) {
     const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
-    return 2 * ((2 * r + 2 * k) * static_cast<std::size_t>(c.d_head) + 2 * k * r) + 8 * r;
+    const auto d = static_cast<std::size_t>(c.d_head) + static_cast<std::size_t>(c.v_head_dim());
+    return 2 * ((r + k) * d + 2 * k * r) + 8 * r;
 }
 constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
     const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
-    return 2 * ((2 * r + 2 * k) * static_cast<std::size_t>(c.d_head) + k * r);
+    const auto d = static_cast<std::size_t>(c.d_head) + static_cast<std::size_t>(c.v_head_dim());
+    return 2 * ((r + k) * d + k * r);
 }
 
 // The sm90 backward kernel (sm90/backward_kernel.cuh), one struct: its B_c keys' K and V (64 a

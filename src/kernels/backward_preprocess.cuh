@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "flash_attention/error.hpp"
 #include "flash_attention/kernel_config.hpp"
 #include "kernels/kernel_args.hpp"
 #include "kernels/launch_support.cuh"
@@ -245,21 +246,28 @@ void launch_zero_unused_rows(const UnusedRows& u, Stream stream) {
 }
 
 // The preprocess, then with args.d_sinks the sinks' gradient (which needs only its D); packed
-// sequences get zeros in the gradients' rows no sequence uses.
-template <DType dtype, int D_Head>
+// sequences get zeros in the gradients' rows no sequence uses. D_V: the head dim of V, O, dO and
+// dV (DeepSeek's MLA: below D_Head), which D sums over; the sm90 family's fp32 dQ accumulator,
+// zeroed here a row of D_V floats, exists only where it equals D_Head.
+template <DType dtype, int D_Head, int D_V = D_Head>
 void launch_backward_preprocess_and_sinks(const BackwardArgs& args, Stream stream) {
-    launch_backward_preprocess<dtype, D_Head>(args, stream);
+    if (D_V != D_Head && args.dq_accum != nullptr) {
+        throw Error(ErrorCode::unsupported,
+                    "backward: the fp32 dQ accumulator needs V's head dim to be Q's");
+    }
+    launch_backward_preprocess<dtype, D_V>(args, stream);
     if (args.cu_seqlens_q != nullptr) {
         launch_zero_unused_rows<dtype, D_Head>({args.dq, args.dq_stride, args.total_q, args.heads,
                                                 args.cu_seqlens_q, nullptr, args.batch, args.seq_q},
                                                stream);
-        for (const auto& [out, stride] :
-             {std::pair{args.dk, args.dk_stride}, std::pair{args.dv, args.dv_stride}}) {
-            launch_zero_unused_rows<dtype, D_Head>(
-                {out, stride, args.total_k, args.heads_kv, args.cu_seqlens_k, args.seqused_k,
-                 args.batch, args.seq_k},
-                stream);
-        }
+        launch_zero_unused_rows<dtype, D_Head>(
+            {args.dk, args.dk_stride, args.total_k, args.heads_kv, args.cu_seqlens_k,
+             args.seqused_k, args.batch, args.seq_k},
+            stream);
+        launch_zero_unused_rows<dtype, D_V>(
+            {args.dv, args.dv_stride, args.total_k, args.heads_kv, args.cu_seqlens_k,
+             args.seqused_k, args.batch, args.seq_k},
+            stream);
     }
     if (args.d_sinks != nullptr) {
         constexpr int threads = 256;

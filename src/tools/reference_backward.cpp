@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <stdexcept>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -90,6 +92,7 @@ struct Row {
     void compute(const BackwardProblem& p, std::int64_t b, std::int64_t h, std::int64_t i) {
         const DType dt = p.q.dtype;
         const std::int64_t d = p.q.d_head;
+        const std::int64_t d_v = p.v.d_head;  // dO's and V's (DeepSeek's MLA: below Q's)
         const std::int64_t kv = h / (p.q.heads / p.k.heads);
         std::tie(first, end) = visible_keys(p, i);
         const float* qi = &p.q.values[p.q.offset(b, i, h)];
@@ -136,7 +139,7 @@ struct Row {
         for (std::int64_t j = first; j < end; ++j) {
             p64[j] /= sum64;
             p16[j] = round_to(dt, p16[j] / sum16);
-            const auto [a64, a32] = dot(doi, &p.v.values[p.v.offset(b, j, kv)], d);
+            const auto [a64, a32] = dot(doi, &p.v.values[p.v.offset(b, j, kv)], d_v);
             ds64[j] = a64;
             ds16[j] = round_to(dt, a32);
             d64 += p64[j] * ds64[j];
@@ -166,7 +169,7 @@ struct Row {
             d_sink.as_torch = round_to(dt, -(sink16 / sum16) * d16);
             float d_o32 = 0;
             double magnitude = 0;  // Σ|dO ∘ O|
-            for (std::int64_t x = 0; x < d; ++x) {
+            for (std::int64_t x = 0; x < d_v; ++x) {
                 float o32 = 0;
                 for (std::int64_t j = first; j < end; ++j)
                     o32 += p16[j] * p.v.values[p.v.offset(b, j, kv) + x];
@@ -184,21 +187,24 @@ struct Row {
 // The sampled keys of each (batch, K/V head), and their dK, dV sums: double and naive fp32.
 struct KeySums {
     std::vector<std::int64_t> keys;
-    std::vector<double> dk64, dv64;  // keys x d_head
+    std::vector<double> dk64, dv64;  // keys x d_head, keys x V's head dim
     std::vector<float> dk32, dv32;
 
-    void resize(std::int64_t d) {
+    void resize(std::int64_t d, std::int64_t d_v) {
         const auto n = keys.size() * static_cast<std::size_t>(d);
+        const auto n_v = keys.size() * static_cast<std::size_t>(d_v);
         dk64.assign(n, 0);
-        dv64.assign(n, 0);
+        dv64.assign(n_v, 0);
         dk32.assign(n, 0);
-        dv32.assign(n, 0);
+        dv32.assign(n_v, 0);
     }
     void add(const KeySums& other) {
         for (std::size_t i = 0; i < dk64.size(); ++i) {
             dk64[i] += other.dk64[i];
-            dv64[i] += other.dv64[i];
             dk32[i] += other.dk32[i];
+        }
+        for (std::size_t i = 0; i < dv64.size(); ++i) {
+            dv64[i] += other.dv64[i];
             dv32[i] += other.dv32[i];
         }
     }
@@ -227,6 +233,14 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
                                        const std::vector<RowSample>& key_rows) {
     const DType dt = p.q.dtype;
     const std::int64_t d = p.q.d_head;
+    const std::int64_t d_v = p.v.d_head;
+    // K, dQ and dK have Q's head dim; dO, dV (and O) V's.
+    if (p.k.d_head != d || p.dq.d_head != d || p.dk.d_head != d || p.d_o.d_head != d_v ||
+        p.dv.d_head != d_v) {
+        throw std::invalid_argument(
+            "check_attention_backward: expected k, dq and dk of q's head dim " + std::to_string(d) +
+            " and d_o and dv of v's " + std::to_string(d_v));
+    }
     const std::int64_t group = p.q.heads / p.k.heads;
     // Which query rows of which head need dQ, which keys of which K/V head dK and dV.
     std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::int64_t>> dq_rows;
@@ -236,7 +250,7 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
     for (const RowSample& r : key_rows)
         key_sums[{r.batch, r.head}].keys.push_back(r.row);
     for (auto& [unit, sums] : key_sums)
-        sums.resize(d);
+        sums.resize(d, d_v);
 
     Errors dq_errors;
     std::vector<SinkSums> sink_sums(static_cast<std::size_t>(p.q.heads));  // over the batch
@@ -258,7 +272,7 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
                 if (wanted_k != key_sums.end()) {
                     sums = &partial[static_cast<std::size_t>(t)];
                     sums->keys = wanted_k->second.keys;
-                    sums->resize(d);
+                    sums->resize(d, d_v);
                 }
                 for (std::int64_t i = begin; i < end; ++i) {
                     const bool wants_dq =
@@ -298,6 +312,10 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
                                     s * static_cast<std::size_t>(d) + static_cast<std::size_t>(x);
                                 sums->dk64[at] += row.ds64[j] * qi[x];
                                 sums->dk32[at] += row.ds16[j] * qi[x];
+                            }
+                            for (std::int64_t x = 0; x < d_v; ++x) {
+                                const std::size_t at =
+                                    s * static_cast<std::size_t>(d_v) + static_cast<std::size_t>(x);
                                 sums->dv64[at] += row.p64[j] * doi[x];
                                 sums->dv32[at] += row.p16[j] * doi[x];
                             }
@@ -330,6 +348,10 @@ BackwardCheck check_attention_backward(const BackwardProblem& p,
                     p.dk.values[p.dk.offset(b, j, kv) + x],
                     round_to(dt, round_to(dt, sums.dk32[at]) * static_cast<float>(p.scale)),
                     sums.dk64[at] * p.scale);
+            }
+            for (std::int64_t x = 0; x < d_v; ++x) {
+                const std::size_t at =
+                    s * static_cast<std::size_t>(d_v) + static_cast<std::size_t>(x);
                 dv_errors.add(p.dv.values[p.dv.offset(b, j, kv) + x], round_to(dt, sums.dv32[at]),
                               sums.dv64[at]);
             }

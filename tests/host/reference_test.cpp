@@ -259,7 +259,7 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
                     const HostTensor& d_o, double scale, bool causal,
                     const std::vector<float>* sinks = nullptr, double softcap = 0,
                     bool tanh_derivative = true, int left = -1, int right = -1) {
-    const std::int64_t group = q.heads / k.heads, d = q.d_head;
+    const std::int64_t group = q.heads / k.heads, d = q.d_head, d_v = v.d_head;
     std::vector<double> dq(q.size()), dk(k.size()), dv(v.size()), d_sinks(q.heads);
     for (std::int64_t b = 0; b < q.batch; ++b) {
         for (std::int64_t h = 0; h < q.heads; ++h) {
@@ -297,7 +297,7 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
                 double delta = 0;  // Σ_j P dP
                 for (std::int64_t j = 0; j < k.seq; ++j) {
                     p[j] /= sum;
-                    for (std::int64_t x = 0; x < d; ++x)
+                    for (std::int64_t x = 0; x < d_v; ++x)
                         dp[j] += double(d_o.values[d_o.offset(b, i, h) + x]) *
                                  v.values[v.offset(b, j, kv) + x];
                     delta += p[j] * dp[j];
@@ -308,8 +308,9 @@ Gradients gradients(const HostTensor& q, const HostTensor& k, const HostTensor& 
                     for (std::int64_t x = 0; x < d; ++x) {
                         dq[q.offset(b, i, h) + x] += scale * ds * k.values[k.offset(b, j, kv) + x];
                         dk[k.offset(b, j, kv) + x] += scale * ds * q.values[q.offset(b, i, h) + x];
-                        dv[v.offset(b, j, kv) + x] += p[j] * d_o.values[d_o.offset(b, i, h) + x];
                     }
+                    for (std::int64_t x = 0; x < d_v; ++x)
+                        dv[v.offset(b, j, kv) + x] += p[j] * d_o.values[d_o.offset(b, i, h) + x];
                 }
             }
         }
@@ -374,6 +375,33 @@ TEST(Reference, BackwardCheckFailsWrongGradients) {
                      {c.q, c.k, c.v, d_o, g.dq, one_head.dk, one_head.dv, 0.125},
                      fa::reference::sample_rows(2, 2, 16, 1000, 6), rows)
                      .passed);
+}
+
+// V with a head dim of its own (DeepSeek's MLA: 192 and 128): dO and dV have V's columns; exact
+// gradients pass, a wrong dV or dK does not, and mismatched head dims are refused.
+TEST(Reference, BackwardValueHeadDimOfItsOwn) {
+    const Case c{HostTensor::random_normal(fa::DType::BF16, 1, 29, 4, 192, 31),
+                 HostTensor::random_normal(fa::DType::BF16, 1, 45, 2, 192, 32),
+                 HostTensor::random_normal(fa::DType::BF16, 1, 45, 2, 128, 33), true};
+    const HostTensor d_o = HostTensor::random_normal(fa::DType::BF16, 1, 29, 4, 128, 34);
+    const Gradients g = gradients(c.q, c.k, c.v, d_o, 0.125, true);
+    const auto q_rows = fa::reference::sample_rows(1, 4, 29, 1000, 3);
+    const auto k_rows = fa::reference::sample_rows(1, 2, 45, 1000, 4);
+    const auto check = [&](const HostTensor& dk, const HostTensor& dv) {
+        return fa::reference::check_attention_backward(
+            {c.q, c.k, c.v, d_o, g.dq, dk, dv, 0.125, true}, q_rows, k_rows);
+    };
+    const auto good = check(g.dk, g.dv);
+    EXPECT_TRUE(good.passed) << good.summary();
+    HostTensor bad_dv = g.dv;
+    bad_dv.bits[bad_dv.offset(0, 40, 1) + 127] = fa::reference::from_float(bad_dv.dtype, 3.0f);
+    bad_dv = HostTensor::from_bits(bad_dv.dtype, 1, 45, 2, 128, bad_dv.bits);
+    EXPECT_FALSE(check(g.dk, bad_dv).passed);
+    HostTensor bad_dk = g.dk;
+    bad_dk.bits[bad_dk.offset(0, 44, 0) + 191] = fa::reference::from_float(bad_dk.dtype, 3.0f);
+    bad_dk = HostTensor::from_bits(bad_dk.dtype, 1, 45, 2, 192, bad_dk.bits);
+    EXPECT_FALSE(check(bad_dk, g.dv).passed);
+    EXPECT_THROW(check(g.dk, g.dk), std::invalid_argument);  // a dV of K's head dim
 }
 
 // With sinks: exact gradients and dsinks pass; a wrong dsink, none, or gradients computed without

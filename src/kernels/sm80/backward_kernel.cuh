@@ -9,6 +9,8 @@
 //    dSᵀ = Pᵀ ∘ (dPᵀ - D), dV += Pᵀ·dO, dK += dSᵀ·Q; dK scaled at the end;
 //  - dQ: one CTA per (query tile, head, batch) walks the key blocks its rows see: S, P, dP
 //    and dS again, dQ += dS·K.
+// V, dO and dV may have a head dim of their own (DeepSeek's MLA: 128 with 192): dP's k extent
+// and dV's columns are V's.
 // dQ has a kernel of its own rather than atomics from the dK/dV kernel: every gradient is
 // summed in one fixed order (deterministic, a row's independent of the batch) at the cost of
 // computing S and dP twice (seven GEMMs where one kernel with atomics has five).
@@ -52,26 +54,32 @@ struct BackwardTraits {
     static_assert(unpack(pack(C)) == C, "every field fits the packed kernel parameter");
     using T = typename Element<C.dtype>::type;
     static constexpr DType dtype = C.dtype;
-    static constexpr int d_head = C.d_head;
-    static constexpr int B_r = C.B_r;  // query rows of a tile
-    static constexpr int B_c = C.B_c;  // key rows of a block
+    static constexpr int d_head = C.d_head;     // Q's, K's, dQ's and dK's columns
+    static constexpr int d_v = C.v_head_dim();  // V's, dO's and dV's
+    static constexpr int B_r = C.B_r;           // query rows of a tile
+    static constexpr int B_c = C.B_c;           // key rows of a block
     static constexpr int warps = C.n_warps;
     static constexpr int threads = C.n_threads();
     static constexpr bool async = C.sm80.async_copy;
 
-    using QTile = SmemTile<B_r, d_head, C.sm80.swizzled>;  // Q and dO
-    using KTile = SmemTile<B_c, d_head, C.sm80.swizzled>;  // K and V, then dK and dV
+    using QTile = SmemTile<B_r, d_head, C.sm80.swizzled>;  // Q (the dQ kernel: then dQ)
+    using DoTile = SmemTile<B_r, d_v, C.sm80.swizzled>;    // dO
+    using KTile = SmemTile<B_c, d_head, C.sm80.swizzled>;  // K, then dK
+    using VTile = SmemTile<B_c, d_v, C.sm80.swizzled>;     // V, then dV
     using PtTile = SmemTile<B_c, B_r, C.sm80.swizzled>;    // Pᵀ and dSᵀ
     using DsTile = SmemTile<B_r, B_c, C.sm80.swizzled>;    // dS
-    static constexpr int k_tiles_d = d_head / 16;          // k extent of S and dP
-    static constexpr int step_d = k_tiles_d >= 4 ? 2 : 1;  // k16 tiles of fragments per load
+    // k16 tiles of S's k extent (d_head) and of dP's (d_v), and of fragments per load.
+    static constexpr int k_tiles_d = d_head / 16;
+    static constexpr int step_d = k_tiles_d >= 4 ? 2 : 1;
+    static constexpr int k_tiles_v = d_v / 16;
+    static constexpr int step_v = k_tiles_v >= 4 ? 2 : 1;
 
     // The dK/dV kernel's shared memory (its size is backward_dkdv_smem_bytes(C)).
     struct DkDvSmem {
         alignas(128) unsigned char k[KTile::bytes];
-        alignas(128) unsigned char v[KTile::bytes];
+        alignas(128) unsigned char v[VTile::bytes];
         alignas(128) unsigned char q[QTile::bytes];
-        alignas(128) unsigned char d_o[QTile::bytes];
+        alignas(128) unsigned char d_o[DoTile::bytes];
         alignas(128) unsigned char p_t[PtTile::bytes];
         alignas(128) unsigned char ds_t[PtTile::bytes];
         float lse2[B_r];  // the Q tile's LSE in base 2 (+inf past seq_q: P = 0)
@@ -80,9 +88,9 @@ struct BackwardTraits {
     // The dQ kernel's.
     struct DqSmem {
         alignas(128) unsigned char q[QTile::bytes];
-        alignas(128) unsigned char d_o[QTile::bytes];
+        alignas(128) unsigned char d_o[DoTile::bytes];
         alignas(128) unsigned char k[KTile::bytes];
-        alignas(128) unsigned char v[KTile::bytes];
+        alignas(128) unsigned char v[VTile::bytes];
         alignas(128) unsigned char ds[DsTile::bytes];
     };
     static_assert(sizeof(DkDvSmem) == backward_dkdv_smem_bytes(C));
@@ -121,15 +129,15 @@ __device__ __forceinline__ void copy_tile_SM2GM(std::uint32_t tile, const GmemRo
     }
 }
 
-// Rows [0, rows) of two tensors' tiles of one head (K and V, or Q and dO) into shared memory,
-// zero-filled past `rows`.
-template <class Tile, int Threads, bool Async, class T>
+// Rows [0, rows) of two tensors' tiles of one head (K and V, or Q and dO: TileA and TileB) into
+// shared memory, zero-filled past `rows`.
+template <class TileA, class TileB, int Threads, bool Async, class T>
 __device__ __forceinline__ void copy_tile_pair(const T* a, std::int64_t a_stride,
                                                std::uint32_t a_smem, const T* b,
                                                std::int64_t b_stride, std::uint32_t b_smem,
                                                int rows) {
-    TileCopyGM2SM<Tile, Threads, Async, T>(a, a_stride, a_smem).copy_rows(rows);
-    TileCopyGM2SM<Tile, Threads, Async, T>(b, b_stride, b_smem).copy_rows(rows);
+    TileCopyGM2SM<TileA, Threads, Async, T>(a, a_stride, a_smem).copy_rows(rows);
+    TileCopyGM2SM<TileB, Threads, Async, T>(b, b_stride, b_smem).copy_rows(rows);
 }
 
 template <int NT>
@@ -151,20 +159,22 @@ __device__ __forceinline__ void finish_copies() {
     __syncthreads();
 }
 
-// The two score GEMMs of one tile pair: S = A1·B1ᵀ and dP = A2·B2ᵀ over k = d_head, on this
-// warp's 16 rows and n8 columns of Layout (A: the rows' tiles, B: the columns').
-template <class Tr, class Layout, class RowTile, class ColTile>
+// The two score GEMMs of one tile pair: S = A1·B1ᵀ over k = d_head (RowTile, ColTile: the
+// tiles of A1 and B1) and dP = A2·B2ᵀ over k = d_v (RowTile2, ColTile2), on this warp's 16 rows
+// and n8 columns of Layout (A: the rows' tiles, B: the columns').
+template <class Tr, class Layout, class RowTile, class ColTile, class RowTile2, class ColTile2>
 __device__ __forceinline__ void score_gemms(float (&s)[1][Layout::n_tiles][4],
                                             float (&dp)[1][Layout::n_tiles][4], std::uint32_t a1,
                                             std::uint32_t b1, std::uint32_t a2, std::uint32_t b2) {
     const int row0 = Layout::row0();
-    const std::uint32_t col_offset = Layout::col0() * ColTile::row_bytes;
     zero(s);
     zero(dp);
     warp_gemm<Tr::dtype, Tr::k_tiles_d, Tr::step_d, true>(
-        s, SmemA<RowTile, 1>(a1, row0), SmemB<ColTile, Layout::n_tiles, false>(b1 + col_offset));
-    warp_gemm<Tr::dtype, Tr::k_tiles_d, Tr::step_d, true>(
-        dp, SmemA<RowTile, 1>(a2, row0), SmemB<ColTile, Layout::n_tiles, false>(b2 + col_offset));
+        s, SmemA<RowTile, 1>(a1, row0),
+        SmemB<ColTile, Layout::n_tiles, false>(b1 + Layout::col0() * ColTile::row_bytes));
+    warp_gemm<Tr::dtype, Tr::k_tiles_v, Tr::step_v, true>(
+        dp, SmemA<RowTile2, 1>(a2, row0),
+        SmemB<ColTile2, Layout::n_tiles, false>(b2 + Layout::col0() * ColTile2::row_bytes));
 }
 
 // P = exp2(S·scale_log2 - lse2) and dS = P ∘ (dP - D) in place (s becomes P, dp dS), with
@@ -202,9 +212,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     using Tr = BackwardTraits<C>;
     using T = typename Tr::T;
     using Scores = WarpLayout<Tr::B_c, Tr::B_r, Tr::warps>;    // Sᵀ, dPᵀ: keys x queries
-    using Grads = WarpLayout<Tr::B_c, Tr::d_head, Tr::warps>;  // dK, dV: keys x d_head
+    using Grads = WarpLayout<Tr::B_c, Tr::d_head, Tr::warps>;  // dK: keys x d_head
+    using GradsV = WarpLayout<Tr::B_c, Tr::d_v, Tr::warps>;    // dV: keys x d_v
     constexpr int NS = Scores::n_tiles;
     constexpr int NG = Grads::n_tiles;
+    constexpr int NGV = GradsV::n_tiles;
 
     extern __shared__ __align__(128) unsigned char smem_bytes[];
     auto& smem = *reinterpret_cast<typename Tr::DkDvSmem*>(smem_bytes);
@@ -231,11 +243,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
         return static_cast<const T*>(base) + seq.entry * st.batch + h * st.head + row * st.seq;
     };
-    copy_tile_pair<typename Tr::KTile, Tr::threads, Tr::async>(
+    copy_tile_pair<typename Tr::KTile, typename Tr::VTile, Tr::threads, Tr::async>(
         rows_at(args.k, args.k_stride, kv_head, seq.k_row0 + k0), args.k_stride.seq, k_s,
         rows_at(args.v, args.v_stride, kv_head, seq.k_row0 + k0), args.v_stride.seq, v_s, k_rows);
 
-    float dk[1][NG][4], dv[1][NG][4];
+    float dk[1][NG][4], dv[1][NGV][4];
     zero(dk);
     zero(dv);
     const int row0 = Scores::row0(), col0 = Scores::col0();
@@ -246,7 +258,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             const int q_rows = min(Tr::B_r, seq.q_len - q0);
             // The previous tile's readers of Q, dO, Pᵀ, dSᵀ and the statistics are done.
             __syncthreads();
-            copy_tile_pair<typename Tr::QTile, Tr::threads, Tr::async>(
+            copy_tile_pair<typename Tr::QTile, typename Tr::DoTile, Tr::threads, Tr::async>(
                 rows_at(args.q, args.q_stride, head, seq.q_row0 + q0), args.q_stride.seq, q_s,
                 rows_at(args.d_o, args.d_o_stride, head, seq.q_row0 + q0), args.d_o_stride.seq,
                 d_o_s, q_rows);
@@ -258,8 +270,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             finish_copies<Tr::async>();
 
             float s[1][NS][4], dp[1][NS][4];  // Sᵀ and dPᵀ, then Pᵀ and dSᵀ
-            score_gemms<Tr, Scores, typename Tr::KTile, typename Tr::QTile>(s, dp, k_s, q_s, v_s,
-                                                                            d_o_s);
+            score_gemms<Tr, Scores, typename Tr::KTile, typename Tr::QTile, typename Tr::VTile,
+                        typename Tr::DoTile>(s, dp, k_s, q_s, v_s, d_o_s);
             if constexpr (Softcap)  // before the mask: tanh(-inf) would be -1
                 softcap_scores(s, args.softcap_prescale);
             if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))
@@ -281,10 +293,10 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             __syncthreads();
 
             // dV += Pᵀ·dO and dK += dSᵀ·Q over k = the tile's B_r queries.
-            const SmemB<typename Tr::QTile, NG, true> d_o_frags(d_o_s, Grads::col0());
+            const SmemB<typename Tr::DoTile, NGV, true> d_o_frags(d_o_s, GradsV::col0());
             const SmemB<typename Tr::QTile, NG, true> q_frags(q_s, Grads::col0());
             warp_gemm<Tr::dtype, Tr::B_r / 16, 1, false>(
-                dv, SmemA<typename Tr::PtTile, 1>(p_t_s, Grads::row0()), d_o_frags);
+                dv, SmemA<typename Tr::PtTile, 1>(p_t_s, GradsV::row0()), d_o_frags);
             warp_gemm<Tr::dtype, Tr::B_r / 16, 1, false>(
                 dk, SmemA<typename Tr::PtTile, 1>(ds_t_s, Grads::row0()), q_frags);
         }
@@ -295,7 +307,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     scale_accumulators(dk, args.softmax_scale);
     finish_copies<Tr::async>();
     store_tile_RF2SM<Tr::dtype, typename Tr::KTile>(dk, k_s, Grads::row0(), Grads::col0());
-    store_tile_RF2SM<Tr::dtype, typename Tr::KTile>(dv, v_s, Grads::row0(), Grads::col0());
+    store_tile_RF2SM<Tr::dtype, typename Tr::VTile>(dv, v_s, GradsV::row0(), GradsV::col0());
     __syncthreads();
     const auto out_rows = [&](void* base, const TensorStrides& st) {
         return [=](int r) {
@@ -305,7 +317,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     };
     copy_tile_SM2GM<typename Tr::KTile, Tr::threads>(k_s, out_rows(args.dk, args.dk_stride),
                                                      k_rows);
-    copy_tile_SM2GM<typename Tr::KTile, Tr::threads>(v_s, out_rows(args.dv, args.dv_stride),
+    copy_tile_SM2GM<typename Tr::VTile, Tr::threads>(v_s, out_rows(args.dv, args.dv_stride),
                                                      k_rows);
 }
 
@@ -352,7 +364,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     const auto rows_at = [&](const void* base, const TensorStrides& st, int h, std::int64_t row) {
         return static_cast<const T*>(base) + seq.entry * st.batch + h * st.head + row * st.seq;
     };
-    copy_tile_pair<typename Tr::QTile, Tr::threads, Tr::async>(
+    copy_tile_pair<typename Tr::QTile, typename Tr::DoTile, Tr::threads, Tr::async>(
         rows_at(args.q, args.q_stride, head, seq.q_row0 + q0), args.q_stride.seq, q_s,
         rows_at(args.d_o, args.d_o_stride, head, seq.q_row0 + q0), args.d_o_stride.seq, d_o_s,
         q_rows);
@@ -375,15 +387,15 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         const int k_rows = min(Tr::B_c, seq.k_len - k0);
         // The previous block's readers of K, V and dS are done.
         __syncthreads();
-        copy_tile_pair<typename Tr::KTile, Tr::threads, Tr::async>(
+        copy_tile_pair<typename Tr::KTile, typename Tr::VTile, Tr::threads, Tr::async>(
             rows_at(args.k, args.k_stride, kv_head, seq.k_row0 + k0), args.k_stride.seq, k_s,
             rows_at(args.v, args.v_stride, kv_head, seq.k_row0 + k0), args.v_stride.seq, v_s,
             k_rows);
         finish_copies<Tr::async>();
 
         float s[1][NS][4], dp[1][NS][4];  // S and dP, then P and dS
-        score_gemms<Tr, Scores, typename Tr::QTile, typename Tr::KTile>(s, dp, q_s, k_s, d_o_s,
-                                                                        v_s);
+        score_gemms<Tr, Scores, typename Tr::QTile, typename Tr::KTile, typename Tr::DoTile,
+                    typename Tr::VTile>(s, dp, q_s, k_s, d_o_s, v_s);
         if constexpr (Softcap)
             softcap_scores(s, args.softcap_prescale);
         if (!mask.whole(q0, Tr::B_r, k0, Tr::B_c))

@@ -67,7 +67,7 @@ void launch_backward_kernels(const BackwardArgs& args, Stream stream) {
 // The backward pass: D's preprocess, then the dK/dV and the dQ kernels, in stream order.
 template <KernelConfig C>
 void launch_backward(const BackwardArgs& args, Stream stream) {
-    launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
+    launch_backward_preprocess_and_sinks<C.dtype, C.d_head, C.v_head_dim()>(args, stream);
     if (args.alibi_slopes != nullptr && args.softcap_prescale != 0.0f)
         launch_backward_kernels<C, BandMask, true, true>(args, stream);
     else if (args.alibi_slopes != nullptr)
