@@ -34,7 +34,8 @@ SEQS = [512, 1024, 2048, 4096, 8192, 16384]
 PEERS = ["cuDNN", "FA4", "FA2"]
 BAR = 1.02  # ours / max(cuDNN, FA4), targets-h200.md
 
-# name, batch, heads_q, heads_kv, d_head, seq_q, seq_k, causal
+# name, batch, heads_q, heads_kv, d_head, seq_q, seq_k, causal; d_head a (Q/K, V) pair where V's head dim
+# differs (DeepSeek's MLA: 192 and 128, 128 heads).
 MODEL_ROWS = [
     ("llama3-8b prefill 8k", 1, 32, 8, 128, 8192, 8192, True),
     ("llama-70b prefill 2k x4", 4, 64, 8, 128, 2048, 2048, True),
@@ -45,12 +46,15 @@ MODEL_ROWS = [
     ("odd 4000", 2, 16, 16, 128, 4000, 4000, False),
     ("vit/dit d64 H24", 1, 24, 24, 64, 4096, 4096, False),
     ("cross-attn k=77", 2, 16, 16, 64, 4096, 77, False),
+    ("MLA prefill 192/128 4k", 1, 128, 128, (192, 128), 4096, 4096, True),
+    ("d192 prefill 8k", 1, 16, 16, 192, 8192, 8192, True),
 ]
 
 # The backward's model-shaped rows (targets-h200.md): GQA prefill, 32 query heads on 8 K/V heads.
 BACKWARD_MODEL_ROWS = [
     ("GQA 32/8 causal 8k", 1, 32, 8, 128, 8192, 8192, True),
     ("GQA 32/8 causal 8k, fp16", 1, 32, 8, 128, 8192, 8192, True),
+    ("MLA 192/128 causal 4k", 1, 128, 128, (192, 128), 4096, 4096, True),
 ]
 
 
@@ -163,23 +167,32 @@ def time_shape(torch, impls, make_inputs, flop, args):
             for name in impls}
 
 
+def head_dims(d):
+    """(Q/K head dim, V head dim) of a row's d_head: an int, or a pair where V's differs."""
+    return d if isinstance(d, tuple) else (d, d)
+
+
 def inputs_for(torch, dtype, batch, heads, heads_kv, d, seq_q, seq_k):
+    d, d_v = head_dims(d)
+
     def make():
-        per_copy = 2 * d * (2 * batch * seq_q * heads + 2 * batch * seq_k * heads_kv)
+        per_copy = 2 * (d + d_v) * (batch * seq_q * heads + batch * seq_k * heads_kv)
         copies = max(3, math.ceil(2 * L2_BYTES / per_copy))
         return [(torch.randn(batch, seq_q, heads, d, dtype=dtype, device="cuda"),
                  torch.randn(batch, seq_k, heads_kv, d, dtype=dtype, device="cuda"),
-                 torch.randn(batch, seq_k, heads_kv, d, dtype=dtype, device="cuda")) for _ in range(copies)]
+                 torch.randn(batch, seq_k, heads_kv, d_v, dtype=dtype, device="cuda")) for _ in range(copies)]
     return make
 
 
 def attention_flop(batch, heads, d, seq_q, seq_k, causal):
-    """4·B·H·Sq·Sk·d, and for causal the (query, key) pairs a bottom-right mask keeps."""
+    """2·B·H·Sq·Sk·(d + d_v) (4·B·H·Sq·Sk·d where V's head dim is Q's), and for causal the (query,
+    key) pairs a bottom-right mask keeps."""
+    d, d_v = head_dims(d)
     if not causal:
-        return 4 * batch * heads * seq_q * seq_k * d
+        return 2 * batch * heads * seq_q * seq_k * (d + d_v)
     pairs = sum(min(seq_k, max(0, seq_k - seq_q + i + 1)) for i in range(seq_q)) if seq_q != seq_k \
         else seq_q * seq_k / 2
-    return 4 * batch * heads * pairs * d
+    return 2 * batch * heads * pairs * (d + d_v)
 
 
 def ratio(rates):
