@@ -45,8 +45,7 @@ enum class FieldKind {
     /* V's and O's columns where they differ from Q's and K's (DeepSeek's MLA: 192 and */ \
     /* 128); 0 means d_head. Read it through v_head_dim() */                              \
     X(int, d_v, 0, 9, common, count, "dv")                                                \
-    /* the backward pass (dQ, dK, dV): B_r query rows and B_c key rows per tile. Here, */ \
-    /* in B_r's former top bit, so that every forward config keeps its kernel code */     \
+    /* the backward pass (dQ, dK, dV): B_r query rows and B_c key rows per tile */        \
     X(bool, backward, false, 1, common, flag, "bwd")                                      \
     /* query rows per CTA */                                                              \
     X(int, B_r, 64, 8, common, tuple, "B_r")                                              \

@@ -191,7 +191,7 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
 // same reason: the plain kernels' main loops stay as they were; ALiBi (with or without the
 // others) is a fourth. Paged caches, with and without variants or ALiBi, are
 // instantiations of their own: their K/V tiles are laid out
-// differently (Traits::PagedKVTile), and their producer is a warp walking pages.
+// differently (Traits::PagedKTile, PagedVTile), and their producer is a warp walking pages.
 template <unsigned long long CodeHi, unsigned long long CodeLo, bool PerSequence,
           bool Variants = false, bool Paged = false, bool Alibi = false>
 __global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
