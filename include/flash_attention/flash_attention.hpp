@@ -115,7 +115,7 @@ struct AttentionOptions {
 // q: (batch, seq_q, heads_q, d_head); k: (batch, seq_k, heads_kv, d_head); v: (batch, seq_k,
 // heads_kv, d_v); o: (batch, seq_q, heads_q, d_v), with heads_q a multiple of heads_kv
 // (grouped-query and multi-query attention: query head h reads K/V head h / (heads_q /
-// heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 128, 192 or 256; d_v = d_head, or 128 with
+// heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 96, 128, 192 or 256; d_v = d_head, or 128 with
 // d_head 192 (DeepSeek's MLA). The softmax scale's default is 1/sqrt(d_head).
 struct ForwardParams {
     TensorView q;

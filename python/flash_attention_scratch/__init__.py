@@ -82,7 +82,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
             deterministic=False):
     """softmax(q·kᵀ·scale)·v for float16/bfloat16 CUDA tensors: q (batch, seq_q, heads,
     d_head), k and v (batch, seq_k, heads_kv, d_head) with heads a multiple of heads_kv
-    (grouped-query attention); any lengths; d_head 64, 128, 192 or 256. v's head dim may be
+    (grouped-query attention); any lengths; d_head 64, 96, 128, 192 or 256. v's head dim may be
     128 with d_head 192 (DeepSeek's MLA; the output then has 128 columns). Differentiable: see
     "Autograd" below.
 
@@ -138,7 +138,7 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """flash_attn.flash_attn_func's arguments and results, on this library's kernels: q
     (batch, seqlen_q, nheads, headdim), k and v (batch, seqlen_k, nheads_k, headdim),
-    float16/bfloat16 CUDA tensors, nheads a multiple of nheads_k; headdim 64, 128, 192 or 256.
+    float16/bfloat16 CUDA tensors, nheads a multiple of nheads_k; headdim 64, 96, 128, 192 or 256.
     causal aligns the mask at the bottom right (query i sees keys j <= i + seqlen_k -
     seqlen_q). window_size and softcap as flash_attn reads them (a side of at least
     seqlen_k keys is unbounded; causal sets the right side to 0; (-1, 0) is causal).

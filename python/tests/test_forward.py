@@ -126,11 +126,13 @@ def test_configs_and_parse_round_trip():
             # consumer warpgroup), with the dynamic schedule each Q buffer's tile slot (16 bytes)
             # and (persistent with one Q tile, when it fits) a region of 64 rows for O and its
             # barrier.
-            # Q's and K's rows have d_head columns, V's and O's d_v (d_head where 0).
-            d_v = c.d_v or c.d_head
+            # Q's and K's rows have d_head columns, V's and O's d_v (d_head where 0), each padded
+            # to whole 64-column sub-tiles (d_head 96: 128).
+            d = (c.d_head + 63) // 64 * 64
+            d_v = ((c.d_v or c.d_head) + 63) // 64 * 64
 
             def size(q_tiles, o_apart=False):
-                tiles = (q_tiles * c.B_r * c.d_head + c.stages * c.B_c * (c.d_head + d_v)) * 2
+                tiles = (q_tiles * c.B_r * d + c.stages * c.B_c * (d + d_v)) * 2
                 q_pairs = c.n_warps // 4 - 1 if c.persistent and q_tiles == 1 else q_tiles
                 slots = 16 * q_tiles if c.dynamic_schedule else 0
                 o_region = 64 * d_v * 2 + 8 if o_apart else 0
@@ -321,8 +323,8 @@ def test_errors():
         fa.forward(q, q, randn(1, 512, 1, d, dtype=t))
     with pytest.raises(ValueError, match="4 dimensions"):
         fa.forward(q[0], q[0], q[0])
-    with pytest.raises(ValueError, match=r"d_head\): expected 64, 128, 192 or 256"):
-        x = randn(1, 512, 2, 96, dtype=t)
+    with pytest.raises(ValueError, match=r"d_head\): expected 64, 96, 128, 192 or 256"):
+        x = randn(1, 512, 2, 80, dtype=t)
         fa.forward(x, x, x)
     with pytest.raises(ValueError, match='"bogus"'):
         fa.forward(q, q, q, config="(FP16, 128, 64, 64, 4): bogus+load_0_0_0_tiles")

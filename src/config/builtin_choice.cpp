@@ -152,12 +152,22 @@ constexpr Row k_rows[] = {
     {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy", 0, true},
     {"(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
     {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
+    // d_head 96: the sm90 family pads its tiles to d_head 128's (the last sub-tile's 32 columns
+    // TMA fills with zeros; S = Q·Kᵀ skips them), so it takes d_head 128's 128 x 128 rows,
+    // Q in registers (6 k-steps). Not yet measured.
+    {"(BF16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
+    {"(FP16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
+    {"(BF16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
+    {"(FP16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
     {"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 256, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    // d_head 96 as 128, without the swizzle (rows of 12 16-byte chunks).
+    {"(BF16, 96, 128, 64, 4): async+eager+load_1_1_1_tiles+buffer+opt_softmax"},
+    {"(FP16, 96, 128, 64, 4): async+eager+load_1_1_1_tiles+buffer+opt_softmax"},
     // d_head 192 as 256 (O, 96 registers a thread at 16 rows a warp, leaves S its room).
     {"(BF16, 192, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 192, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
@@ -218,8 +228,10 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 64, 64, 8): bwd+async+swizzled"},
     {"(BF16, 256, 64, 64, 8): bwd+async+swizzled"},
     {"(FP16, 256, 64, 64, 8): bwd+async+swizzled"},
-    // d_head 192, and 192 with V's 128 (DeepSeek's MLA): the sm80 kernel on every GPU, Hopper too
-    // (no sm90 backward kernel at 192 yet).
+    // d_head 96 (rows not swizzled), 192, and 192 with V's 128 (DeepSeek's MLA): the sm80 kernel
+    // on every GPU, Hopper too (no sm90 backward kernel at these yet).
+    {"(BF16, 96, 64, 64, 8): bwd+async"},
+    {"(FP16, 96, 64, 64, 8): bwd+async"},
     {"(BF16, 192, 64, 64, 8): bwd+async+swizzled"},
     {"(FP16, 192, 64, 64, 8): bwd+async+swizzled"},
     {"(BF16, 192, 64, 64, 8): dv_128+bwd+async+swizzled"},

@@ -86,9 +86,7 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
     Rule{"dtype", RuleKind::validity, "only FP16 and BF16 kernels exist",
          [](const KernelConfig& c) { return c.dtype != DType::FP16 && c.dtype != DType::BF16; }},
-    Rule{"d_head", RuleKind::validity,
-         "head dims 64, 128, 192 and 256 are instantiated (swizzling needs rows of 8 16-byte "
-         "chunks, the sm90 family 64-column sub-tiles)",
+    Rule{"d_head", RuleKind::validity, "head dims 64, 96, 128, 192 and 256 are instantiated",
          [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
     Rule{"d_v", RuleKind::validity,
          "dv_N (V's head dim apart from Q's and K's) is 128 with d_head 192 (DeepSeek's MLA), in "
@@ -179,6 +177,12 @@ constexpr std::array k_rules = {
     Rule{"B_c", RuleKind::validity, "B_c is 16, 32, 64 or 128 (a whole number of k16 MMA tiles)",
          [](const KernelConfig& c) {
              return sm80(c) && c.B_c != 16 && c.B_c != 32 && c.B_c != 64 && c.B_c != 128;
+         }},
+    Rule{"swizzled_rows", RuleKind::validity,
+         "swizzled rows are whole groups of 8 16-byte chunks: d_head and V's head dim multiples "
+         "of 64 (not 96)",
+         [](const KernelConfig& c) {
+             return sm80(c) && c.sm80.swizzled && (c.d_head % 64 != 0 || c.v_head_dim() % 64 != 0);
          }},
     Rule{"copy_split", RuleKind::validity,
          "every thread copies the same number of 16-byte chunks of each tile",
@@ -372,7 +376,7 @@ ValueSets tune_values_sm90() {
     ValueSets v;
     v.family = {Family::sm90};
     v.dtype = {DType::FP16, DType::BF16};
-    v.d_head = {64, 128, 256};
+    v.d_head = {64, 96, 128, 256};
     v.B_r = {128, 192};
     v.B_c = {64, 128};
     v.n_warps = {12, 16};
@@ -425,12 +429,18 @@ std::vector<KernelConfig> tune_configs_sm90_d128_bc80() {
     return v.expand();
 }
 
-// The sm80 tune set's d_head 192 configs with V's head dim 128 (DeepSeek's MLA).
+// The sm80 tune set's d_head 192 configs with V's head dim 128 (DeepSeek's MLA), and d_head 96's,
+// whose rows of 12 chunks are not swizzled.
 std::vector<KernelConfig> tune_configs_sm80_mla() {
     ValueSets v = tune_values();
     v.d_head = {192};
     v.d_v = {128};
-    return v.expand();
+    std::vector<KernelConfig> configs = v.expand();
+    v = tune_values();
+    v.d_head = {96};
+    v.swizzled = {false};
+    append_unique(configs, v.expand());
+    return configs;
 }
 
 // d_head 192, and 192 with V's 128 (DeepSeek's MLA), on two consumers (B_r 128) with two K/V
@@ -550,6 +560,10 @@ std::vector<KernelConfig> tune_backward() {
     mla.d_head = {192};
     mla.d_v = {128};
     append_unique(v, mla.expand());
+    ValueSets d96 = tune_values_backward();  // rows of 12 chunks: not swizzled
+    d96.d_head = {96};
+    d96.swizzled = {false};
+    append_unique(v, d96.expand());
     append_unique(v, tune_values_backward_sm90().expand());
     return sorted_unique(std::move(v));
 }
@@ -657,8 +671,8 @@ int estimated_registers(const KernelConfig& c) {
         // place, S dead); with it, S of the next block is computed while P of this one
         // feeds P·V.
         const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
-        return c.v_head_dim() / 2 + c.B_c / 2 + p + (c.sm90.q_in_registers ? c.d_head / 4 : 0) +
-               16 + c.d_head / 8;
+        return tile_columns(c.v_head_dim()) / 2 + c.B_c / 2 + p +
+               (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 + c.d_head / 8;
     }
     if (c.backward) {
         // The dK/dV kernel, the larger: a warp's 16 key rows of dK and dV over its share of

@@ -16,9 +16,10 @@
 
 namespace flash_attention::space {
 
-// The head dims the kernels are instantiated for (swizzled rows need 8 16-byte chunks, the
-// sm90 family's tiles whole 64-column sub-tiles; the register budget ends at 256).
-inline constexpr std::array<int, 4> k_head_dims{64, 128, 192, 256};
+// The head dims the kernels are instantiated for (the sm80 family's swizzled rows need 8 16-byte
+// chunks, the sm90 family pads its tiles to whole 64-column sub-tiles; the register budget ends
+// at 256).
+inline constexpr std::array<int, 5> k_head_dims{64, 96, 128, 192, 256};
 
 constexpr bool is_head_dim(std::int64_t d) {
     return std::find(k_head_dims.begin(), k_head_dims.end(), d) != k_head_dims.end();
@@ -32,7 +33,7 @@ constexpr bool is_wgmma_n(int n) {
     return std::find(k_wgmma_n.begin(), k_wgmma_n.end(), n) != k_wgmma_n.end();
 }
 
-// "64, 128, 192 or 256", for messages.
+// "64, 96, 128, 192 or 256", for messages.
 std::string head_dims_text();
 
 // The head dims of V (and O) apart from Q's and K's that the kernels are built for, as

@@ -226,7 +226,7 @@ TEST(Backward, AutomaticChoiceMatchesReference) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
     for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
-        for (const int d : {64, 128, 192, 256}) {
+        for (const int d : {64, 96, 128, 192, 256}) {
             const Shape shape{2, 333, 333, 8, 2, true};
             Problem p(dtype, d, shape, fresh_seed());
             const auto result = p.run_and_check([&] { fa::backward(p.params()); });
@@ -314,7 +314,7 @@ TEST(Backward, SinksMatchReference) {
         GTEST_SKIP() << "no GPU";
     int ran = 0;
     for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
-        for (const int d : {64, 128, 192, 256}) {
+        for (const int d : {64, 96, 128, 192, 256}) {
             for (const Shape& shape :
                  {Shape{2, 257, 100, 8, 2, true}, Shape{1, 300, 1000, 4, 4, false},
                   Shape{2, 128, 128, 4, 1, true, true}}) {
@@ -345,7 +345,7 @@ TEST(Backward, SoftcapMatchesReference) {
         GTEST_SKIP() << "no GPU";
     int ran = 0;
     for (const fa::DType dtype : {fa::DType::BF16, fa::DType::FP16}) {
-        for (const int d : {64, 128, 192, 256}) {
+        for (const int d : {64, 96, 128, 192, 256}) {
             for (const auto& [shape, sinks] :
                  {std::pair{Shape{2, 257, 100, 8, 2, true}, true},
                   std::pair{Shape{1, 300, 1000, 4, 4, false}, false},

@@ -330,8 +330,8 @@ TEST(Cli, ChooseNamesABuiltKernelOfTheDevicesFamily) {
         }
     }
     expect_usage_error({"choose", "--device", "v100"}, "--device");
-    expect_usage_error({"choose", "--device", "h100", "--d-head", "96"},
-                       "d_head: expected 64, 128, 192 or 256, got 96");
+    expect_usage_error({"choose", "--device", "h100", "--d-head", "80"},
+                       "d_head: expected 64, 96, 128, 192 or 256, got 80");
     expect_usage_error({"choose", "--device", "h100", "--heads", "6", "--heads-kv", "4"}, "heads");
 }
 
@@ -505,9 +505,10 @@ TEST(Cli, ArgumentsAreCheckedBeforeTheGpu) {
         expect_usage_error({"run", "--scale", scale}, "--scale");
         expect_usage_error({"bench", "--scale", scale}, "--scale");
     }
-    expect_usage_error({"run", "--d-head", "100"}, "d_head: expected 64, 128, 192 or 256, got 100");
+    expect_usage_error({"run", "--d-head", "100"},
+                       "d_head: expected 64, 96, 128, 192 or 256, got 100");
     expect_usage_error({"bench", "--d-head", "100"},
-                       "d_head: expected 64, 128, 192 or 256, got 100");
+                       "d_head: expected 64, 96, 128, 192 or 256, got 100");
     expect_usage_error({"run", "--d-head", "192", "--d-v", "64"},
                        "d_v: expected 0 (V's head dim is d_head) or 128 with d_head 192, got 64");
     expect_usage_error({"bench", "--d-head", "128", "--d-v", "64"},

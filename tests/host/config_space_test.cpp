@@ -42,7 +42,14 @@ TEST(ConfigSpace, EveryRuleRejectsWhatItSays) {
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 2'000'000'000; }), "fields");
     EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 2'000'000'000; }), "fields");
     EXPECT_EQ(with([](KernelConfig& c) { c.d_head = -64; }), "fields");
-    EXPECT_EQ(with([](KernelConfig& c) { c.d_head = 96; }), "d_head");
+    EXPECT_EQ(with([](KernelConfig& c) { c.d_head = 80; }), "d_head");
+    // d_head 96's rows are 12 chunks: not swizzled (the sm90 family pads its tiles instead).
+    EXPECT_EQ(with([](KernelConfig& c) { c.d_head = 96; }), "swizzled_rows");
+    EXPECT_EQ(with([](KernelConfig& c) {
+                  c.d_head = 96;
+                  c.sm80.swizzled = false;
+              }),
+              "");
     EXPECT_EQ(with([](KernelConfig& c) { c.n_warps = 2; }), "n_warps");
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 256; }), "fields");  // 8 bits
     EXPECT_EQ(with([](KernelConfig& c) { c.B_r = 192; }), "rows_per_warp");

@@ -168,10 +168,10 @@ TEST(ServingValidation, KVCache) {
         "v_new", "an overlapping range");
     kvcache_error(
         [](auto& p) {
-            p.q = view(1, 4, 1, 32, 96);
-            p.o = view(4, 4, 1, 32, 96);
+            p.q = view(1, 4, 1, 32, 80);
+            p.o = view(4, 4, 1, 32, 80);
         },
-        "q.shape[3] (d_head)", "96", fa::ErrorCode::unsupported);
+        "q.shape[3] (d_head)", "80", fa::ErrorCode::unsupported);
     kvcache_error([](auto& p) { p.options.lse = address<float>(1); }, "lse",
                   "an overlapping range");
     kvcache_error(

@@ -88,16 +88,17 @@ TEST(Validation, Shapes) {
 }
 
 TEST(Validation, HeadDim) {
-    fa::ForwardParams p = good_params(fa::DType::FP16, 96);
+    fa::ForwardParams p = good_params(fa::DType::FP16, 80);
     try {
         fa::validate_tensors(p);
         FAIL();
     } catch (const fa::Error& e) {
-        expect_error(e, fa::ErrorCode::unsupported, "q.shape[3] (d_head)", "96");
-        EXPECT_NE(std::string(e.what()).find("64, 128, 192 or 256"), std::string::npos);
+        expect_error(e, fa::ErrorCode::unsupported, "q.shape[3] (d_head)", "80");
+        EXPECT_NE(std::string(e.what()).find("64, 96, 128, 192 or 256"), std::string::npos);
     }
     EXPECT_NO_THROW(fa::validate_tensors(good_params(fa::DType::BF16, 256)));
     EXPECT_NO_THROW(fa::validate_tensors(good_params(fa::DType::BF16, 192)));
+    EXPECT_NO_THROW(fa::validate_tensors(good_params(fa::DType::BF16, 96)));
 }
 
 // V (and O) with a head dim of their own: 128 with d_head 192 (DeepSeek's MLA), and nothing
@@ -444,7 +445,7 @@ TEST(Validation, ProblemShapeAndOptionsWithoutTensors) {
     };
     fa::ProblemShape d100 = shape;
     d100.d_head = 100;
-    EXPECT_EQ(message(d100, std::nullopt, {}), "d_head: expected 64, 128, 192 or 256, got 100");
+    EXPECT_EQ(message(d100, std::nullopt, {}), "d_head: expected 64, 96, 128, 192 or 256, got 100");
     fa::ProblemShape mla = shape;
     mla.d_head = 192;
     mla.d_v = 128;

@@ -77,7 +77,7 @@ struct OStaging {
 // it back in turn, as the barriers' phases count.
 template <class Tr, bool PerSequence>
 __device__ __forceinline__ void store_output(const Params& params, const Tile& t, int consumer,
-                                             const float (&o)[1][Tr::d_v / 8][4],
+                                             const float (&o)[1][Tr::o_cols / 8][4],
                                              const OStaging<Tr>& staging, PendingStore& pending,
                                              bool write = true) {
     unsigned char* const region = staging.region;
@@ -98,7 +98,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
         for (int h = 0; h < 2; ++h) {
             const int row = warp_row0 + lane / 4 + 8 * h;
 #pragma unroll
-            for (int nt = 0; nt < Tr::d_v / 8; ++nt) {
+            for (int nt = 0; nt < Tr::o_cols / 8; ++nt) {
                 const int offset = Tr::OTile::chunk_offset(nt / 8, row, nt % 8) + (lane % 4) * 4;
                 ptx::st_shared_4(ptx::smem_address(region + offset),
                                  ptx::pack_rn<Tr::dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
@@ -121,7 +121,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
             if (row >= rows)
                 continue;
 #pragma unroll
-            for (int nt = 0; nt < Tr::d_v / 8; ++nt) {
+            for (int nt = 0; nt < Tr::d_v / 8; ++nt) {  // O's columns, not the tile's padding
                 ptx::st_global_4(base + std::int64_t{row} * args.o_stride.seq + nt * 8,
                                  ptx::pack_rn<Tr::dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
             }
@@ -156,7 +156,7 @@ struct RowLse {
 template <class Tr>
 struct PartialSlot {
     static_assert(partial_lse_floats == 2 * warpgroup_threads, "a float2 a thread");
-    static constexpr int o_float4s = partial_o_floats(Tr::d_v) / 4;
+    static constexpr int o_float4s = partial_o_floats(Tr::o_cols) / 4;
     float4* o;
     float2* lse;
     int* flag;
@@ -177,12 +177,12 @@ struct PartialSlot {
 // it through the warpgroup's barrier (the pattern of CUTLASS's split-K semaphores).
 template <class Tr>
 __device__ __forceinline__ void store_partial(const StreamKSplit& split, int consumer,
-                                              const float (&o)[1][Tr::d_v / 8][4],
+                                              const float (&o)[1][Tr::o_cols / 8][4],
                                               const RowLse& lse) {
     const int t = static_cast<int>(threadIdx.x) % warpgroup_threads;
     const PartialSlot<Tr> slot(split, static_cast<int>(blockIdx.x), consumer);
 #pragma unroll
-    for (int nt = 0; nt < Tr::d_v / 8; ++nt)
+    for (int nt = 0; nt < Tr::o_cols / 8; ++nt)
         __stcg(slot.o + nt * warpgroup_threads + t,
                make_float4(o[0][nt][0], o[0][nt][1], o[0][nt][2], o[0][nt][3]));
     __stcg(slot.lse + t, make_float2(lse.v[0], lse.v[1]));
@@ -198,7 +198,7 @@ __device__ __forceinline__ void store_partial(const StreamKSplit& split, int con
 // the warpgroup's barrier hands the acquired stores on to the others, which read past L1.
 template <class Tr>
 __device__ __forceinline__ void merge_partials(const StreamKSplit& split, int consumer,
-                                               int first_cta, float (&o)[1][Tr::d_v / 8][4],
+                                               int first_cta, float (&o)[1][Tr::o_cols / 8][4],
                                                RowLse& lse) {
     const int t = static_cast<int>(threadIdx.x) % warpgroup_threads;
     // Its own O first: the fold's first weight is 1 (0 for a row that saw no key, whose O is
@@ -220,7 +220,7 @@ __device__ __forceinline__ void merge_partials(const StreamKSplit& split, int co
         const float2 other = __ldcg(slot.lse + t);
         const RangeFold::Weights w[2] = {fold[0].add(other.x), fold[1].add(other.y)};
 #pragma unroll
-        for (int nt = 0; nt < Tr::d_v / 8; ++nt) {
+        for (int nt = 0; nt < Tr::o_cols / 8; ++nt) {
             const float4 x = __ldcg(slot.o + nt * warpgroup_threads + t);
             o[0][nt][0] = RangeFold::merge(o[0][nt][0], x.x, w[0]);
             o[0][nt][1] = RangeFold::merge(o[0][nt][1], x.y, w[0]);
@@ -232,7 +232,7 @@ __device__ __forceinline__ void merge_partials(const StreamKSplit& split, int co
     for (int h = 0; h < 2; ++h) {
         const float normaliser = fold[h].normaliser();
 #pragma unroll
-        for (int nt = 0; nt < Tr::d_v / 8; ++nt) {
+        for (int nt = 0; nt < Tr::o_cols / 8; ++nt) {
             o[0][nt][2 * h] *= normaliser;
             o[0][nt][2 * h + 1] *= normaliser;
         }

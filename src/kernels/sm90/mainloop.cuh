@@ -219,7 +219,7 @@ struct Consumer {
     using KTile = std::conditional_t<Paged, typename Tr::PagedKTile, typename Tr::KTile>;
     using VTile = std::conditional_t<Paged, typename Tr::PagedVTile, typename Tr::VTile>;
     static constexpr int s_tiles = Tr::B_c / 8;
-    static constexpr int o_tiles = Tr::d_v / 8;
+    static constexpr int o_tiles = Tr::o_cols / 8;
     // Whether a last block whose keys this consumer's rows see all lie in its first half
     // runs as a half block (half_last): the half_blocks knob, in trimmed tiles of B_c 128,
     // where each consumer's blocks end with its own rows' keys. The code costs the loop
@@ -262,7 +262,7 @@ struct Consumer {
     int q_pair;                   // the barriers of this consumer's Q rows (Traits::q_pair())
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
-    std::uint32_t q_frags[Tr::d_head / 16][4];
+    std::uint32_t q_frags[Tr::qk_k_steps][4];
 
     __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
         return RingSlot<Tr::stages>(ring + j);
@@ -290,10 +290,10 @@ struct Consumer {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
         if constexpr (Tr::q_in_registers) {
-            warpgroup_gemm_qk<dtype, KTile>(s[0], q_frags, k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, KTile, Tr::qk_k_steps>(s[0], q_frags, k_stage(slot(j).stage));
         } else {
-            warpgroup_gemm_qk<dtype, typename Tr::QTile, KTile>(s[0], q_smem,
-                                                                k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, typename Tr::QTile, KTile, Tr::qk_k_steps>(
+                s[0], q_smem, k_stage(slot(j).stage));
         }
         ptx::wgmma_commit_group();
         ptx::fence_operands(s[0]);
@@ -370,7 +370,7 @@ struct Consumer {
         if (!PerSequence || j != visited - 1 || (Tr::trim_blocks && passed != 0) ||
             last_block_keys == Tr::B_c)
             return;
-        constexpr int chunks = Tr::d_v / 8;  // 16-byte chunks of a row
+        constexpr int chunks = Tr::o_cols / 8;  // 16-byte chunks of a row (its padding too)
         const std::uint32_t base = v_stage(slot(j).stage);
         for (int i = last_block_keys * chunks + static_cast<int>(threadIdx.x) % warpgroup_threads;
              i < Tr::B_c * chunks; i += warpgroup_threads) {
@@ -440,7 +440,8 @@ struct Consumer {
 template <bool WithPv, bool HoldK = false, int W, bool Masked = true, class Tr, bool P, bool V,
           bool Pg, bool A, class Turns>
 __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg, A>& c, Turns& turns,
-                                       float (&s)[1][Tr::B_c / 8][4], float (&o)[1][Tr::d_v / 8][4],
+                                       float (&s)[1][Tr::B_c / 8][4],
+                                       float (&o)[1][Tr::o_cols / 8][4],
                                        std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
     c.wait_k(j);
     if constexpr (WithPv)
@@ -488,7 +489,7 @@ __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg, A>& c, Softm
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
 template <class Tr, bool P, bool V, bool Pg, bool A, int KT>
 __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
-                                          float (&o)[1][Tr::d_v / 8][4],
+                                          float (&o)[1][Tr::o_cols / 8][4],
                                           std::uint32_t (&p)[1][KT][4], int j) {
     ptx::wgmma_wait<0>();
     ptx::fence_operands(o[0]);
@@ -499,7 +500,7 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
 // O += P·V_j, from waiting for V_j to retiring the GEMM.
 template <class Tr, bool P, bool V, bool Pg, bool A, class Turns, int KT>
 __device__ __forceinline__ void accumulate(Consumer<Tr, P, V, Pg, A>& c, Turns& turns,
-                                           float (&o)[1][Tr::d_v / 8][4],
+                                           float (&o)[1][Tr::o_cols / 8][4],
                                            std::uint32_t (&p)[1][KT][4], int j) {
     c.wait_v(j);
     c.zero_v_tail(j);
@@ -546,7 +547,7 @@ __device__ __forceinline__ void pass(Consumer<Tr, P, V, Pg, A>& c, Turns& turns)
 template <class Tr, bool Overlap, bool Pingpong, bool P, bool V, bool Pg, bool A, class Softmax>
 __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
                                         GemmTurns<Tr, Pingpong>& turns,
-                                        float (&o)[1][Tr::d_v / 8][4], Softmax& softmax) {
+                                        float (&o)[1][Tr::o_cols / 8][4], Softmax& softmax) {
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.visited;
     float s[1][s_tiles][4];

@@ -102,6 +102,11 @@ CUtensorMap encode_paged(const char* name, const void* data, DType dtype, int d_
 
 std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_t d_head,
                                std::int64_t head_stride) {
+    if (d_head % 64 != 0) {
+        return std::string(name) + ".shape[3] (d_head): expected a multiple of 64 (the sm90 " +
+               "family copies a paged cache's rows in whole 64-column sub-tiles), got " +
+               std::to_string(d_head);
+    }
     if (heads > 1 && head_stride != d_head) {
         return std::string(name) + ".stride[2] (heads): expected d_head " + std::to_string(d_head) +
                " (the sm90 family copies a run of a paged cache's rows with every column "

@@ -80,7 +80,8 @@ struct Params {
     StreamKSplit split;
 };
 
-// Boxes: 64 columns (128 bytes, the 128-byte swizzle's width) x 64 rows for Q and O,
+// Boxes: 64 columns (128 bytes, the 128-byte swizzle's width; d_head 96's second box half
+// past the tensor's columns: zeros in, nothing out) x 64 rows for Q and O,
 // x kv_rows for K and V; a paged cache's K and V (args.seqs.block_table set): runs of
 // kv_rows rows, all columns in one box (group-major tiles). Q and K have d_head columns, V
 // and O d_v. Throws Error(ErrorCode::cuda) if the driver rejects a map.
@@ -91,8 +92,8 @@ BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& args, DType dty
                                              int q_rows, int kv_rows);
 
 // Why the paged maps cannot address a cache (k or v: pages, page_size, heads, d_head) named
-// `name` whose heads are head_stride elements apart: heads that are not d_head apart.
-// Empty if they can.
+// `name` whose heads are head_stride elements apart: heads that are not d_head apart, or a
+// d_head that is not whole 64-column sub-tiles (96). Empty if they can.
 std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_t d_head,
                                std::int64_t head_stride);
 
