@@ -82,8 +82,8 @@ HostProblem HostProblem::random(const Shape& shape, std::uint64_t seed) {
         }
     }
     if (shape.backward) {
-        p.d_o = HostTensor::random_normal(shape.dtype, batch, seq_q, shape.heads, shape.d_head,
-                                          seed + 5);
+        p.d_o = HostTensor::random_normal(shape.dtype, batch, seq_q, shape.heads,
+                                          shape.v_head_dim(), seed + 5);
     }
     if (shape.sinks) {
         std::mt19937_64 rng(seed + 4);
@@ -137,7 +137,7 @@ DeviceProblem::DeviceProblem(const Shape& shape, const HostProblem& host)
         d_o_ = DeviceTensor::upload(*host.d_o);
         dq_ = DeviceTensor::empty_like(host.q);
         dk_ = DeviceTensor::empty_like(host.k);
-        dv_ = DeviceTensor::empty_like(host.k);
+        dv_ = DeviceTensor::empty_like(host.v);
         for (DeviceTensor* g : {&*dq_, &*dk_, &*dv_})
             g->buffer.poison_with_nan();
         forward(dense_params(static_cast<float*>(forward_lse_.data())));
@@ -262,7 +262,7 @@ HostTensor DeviceProblem::download_output(const HostProblem& host) const {
 }
 
 Gradients DeviceProblem::download_gradients(const HostProblem& host) const {
-    return {dq_->download(host.q), dk_->download(host.k), dv_->download(host.k)};
+    return {dq_->download(host.q), dk_->download(host.k), dv_->download(host.v)};
 }
 
 reference::BackwardCheck check_gradients(const Shape& shape, const HostProblem& host,

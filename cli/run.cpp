@@ -125,11 +125,12 @@ int run(const RunOptions& opt) {
 
     std::printf("kernel   %s%s\n", kernel.to_string().c_str(),
                 candidate.automatic() ? "  [automatic choice]" : "");
-    std::printf("problem  %s, batch %d, heads %d (k/v %d), seq_q %s%d, seq_k %d, d_head %d, %s%s\n",
-                api_name(shape).c_str(), opt.batch, opt.heads, heads_kv,
-                api == Api::varlen ? "1.." : "", shape.seq_q,
-                api == Api::varlen ? shape.seq_q : shape.seq_k, d_head,
-                std::string(to_string(dtype)).c_str(), opt.causal ? ", causal" : "");
+    std::printf(
+        "problem  %s, batch %d, heads %d (k/v %d), seq_q %s%d, seq_k %d, d_head %d%s, %s%s\n",
+        api_name(shape).c_str(), opt.batch, opt.heads, heads_kv, api == Api::varlen ? "1.." : "",
+        shape.seq_q, api == Api::varlen ? shape.seq_q : shape.seq_k, d_head,
+        shape.d_v != 0 ? (" (v " + std::to_string(shape.d_v) + ")").c_str() : "",
+        std::string(to_string(dtype)).c_str(), opt.causal ? ", causal" : "");
     if (shape.window_left != -1 || shape.window_right != -1 || shape.softcap != 0 || shape.sinks ||
         shape.alibi) {
         std::printf("variants window (%d, %d), softcap %g%s%s\n", shape.window_left,
