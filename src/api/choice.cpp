@@ -12,12 +12,15 @@
 namespace flash_attention {
 
 ChoiceProblem choice_problem(const ForwardParams& p) {
-    return {shape_of(p), tma_problem(p).empty()};
+    return {shape_of(p), tma_problem(p).empty(), 0, p.options.variants.any()};
 }
 
 bool can_run(const KernelConfig& c, const ChoiceProblem& p, const DeviceProperties& device) {
     return !c.backward && c.dtype == p.shape.dtype && c.d_head == p.shape.d_head &&
-           device_problem(c, device).empty() && (c.family != Family::sm90 || p.tma_addressable);
+           device_problem(c, device).empty() && (c.family != Family::sm90 || p.tma_addressable) &&
+           pack_gqa_problem(c, p.shape.heads, p.shape.heads_kv, p.shape.seq_q,
+                            p.variants || p.shape.window_or_softcap)
+               .empty();
 }
 
 namespace {
@@ -37,10 +40,11 @@ bool copies_whole_runs(const KernelConfig& config, std::int64_t page_size) {
 std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
                                              const DeviceProperties& device) {
     const std::int64_t seq = std::max(p.shape.seq_q, p.shape.seq_k);
+    const std::int64_t group = p.shape.heads / p.shape.heads_kv;
     std::optional<KernelConfig> first;
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
-        if (row.admits(seq, p.shape.causal) && can_run(row.config, p, device) &&
-            (!first || first->family == row.config.family)) {
+        if (row.admits(seq, p.shape.causal, p.shape.seq_q, group) &&
+            can_run(row.config, p, device) && (!first || first->family == row.config.family)) {
             if (copies_whole_runs(row.config, p.page_size))
                 return row.config;
             if (!first)
@@ -72,11 +76,16 @@ std::optional<KernelConfig> find_kernel_for(const ChoiceProblem& p,
                                             const DeviceProperties& device) {
     // A cached config this build lacks, or one that cannot run here, is skipped: a stale
     // cache costs speed, never a failure. A problem of the variant kernels without its own
-    // entry takes the plain problem's winner (the same config's other instantiation).
+    // entry takes the plain problem's winner (the same config's other instantiation). A
+    // pack_gqa winner serves only the problems the table's pack_gqa rows would: the key's
+    // length bucket does not tell a few queries over many keys from a square problem.
+    const bool packs =
+        p.shape.heads > p.shape.heads_kv && p.shape.seq_q <= space::k_packed_max_seq_q;
     tuning::Key key = tuning::Key::of(device, p.shape);
     for (const bool variant : {key.window_or_softcap, false}) {
         key.window_or_softcap = variant;
-        if (const auto tuned = tuning::lookup(key); tuned && can_run(*tuned, p, device))
+        if (const auto tuned = tuning::lookup(key);
+            tuned && can_run(*tuned, p, device) && (packs || !tuned->sm90.pack_gqa))
             return *tuned;
     }
     return heuristic_config(p, device);
@@ -92,15 +101,26 @@ KernelConfig choose_kernel(const ChoiceProblem& p, const DeviceProperties& devic
                     " d_head " + std::to_string(p.shape.d_head));
 }
 
-bool runs_split_kv(const ProblemShape& shape) {
+bool runs_split_kv(const ChoiceProblem& p, const DeviceProperties& device) {
     // At most one 64-row tile of (position, head) rows per K/V head, over at least 1024 keys:
     // measured on the H100 (2026-11-24, docs/PERF.md), decode b16 x 8192 ran
     // 522 µs dense and 196 µs split, b1 x 131072 2008 and 192, speculative decode (16
-    // positions, 4 heads a K/V head) 84 and 122 TFLOP/s.
+    // positions, 4 heads a K/V head) 84 and 122 TFLOP/s in the dense kernel's unpacked tiles.
+    // Above 16 rows (speculative decoding) a pack_gqa config that the choice would run takes
+    // them instead: one tile a K/V head, its rows every query head's positions, as
+    // FlashAttention-4 runs them; decoding's few rows stay on the split-KV kernel, which
+    // streams K/V at 4.1-4.3 TB/s (H200, 2026-11-26).
     constexpr std::int64_t most_rows = 64;
+    constexpr std::int64_t decode_rows = 16;
     constexpr std::int64_t fewest_keys = 1024;
-    return !shape.window_or_softcap && shape.seq_q * (shape.heads / shape.heads_kv) <= most_rows &&
-           shape.seq_k >= fewest_keys;
+    const ProblemShape& shape = p.shape;
+    const std::int64_t rows = shape.seq_q * (shape.heads / shape.heads_kv);
+    if (shape.window_or_softcap || rows > most_rows || shape.seq_k < fewest_keys)
+        return false;
+    if (rows <= decode_rows)
+        return true;
+    const std::optional<KernelConfig> c = find_kernel_for(p, device);
+    return !(c && c->sm90.pack_gqa);
 }
 
 }  // namespace flash_attention

@@ -539,9 +539,11 @@ std::vector<CacheCase> cache_cases() {
         cases.push_back({177, 2, 2, 32, causal, 0, fa::DType::FP16, 64});
         cases.push_back({150, 4, 0, 16, causal, 0, fa::DType::BF16, 256});
     }
-    // Causal aligned at the top left: speculative decoding and appends on the serving kernel,
-    // chunked prefill contiguous and paged (the sm90 kernels on Hopper).
+    // Causal aligned at the top left: speculative decoding (packed sm90 tiles on Hopper, and
+    // split on the serving kernel) and appends on the serving kernel, chunked prefill
+    // contiguous and paged (the sm90 kernels on Hopper).
     cases.push_back({16, 4, 0, 0, true, 0, fa::DType::BF16, 128, true});
+    cases.push_back({16, 4, 0, 16, true, 3, fa::DType::BF16, 128, true});
     cases.push_back({5, 8, 2, 16, true, 0, fa::DType::FP16, 64, true});
     cases.push_back({200, 4, 0, 0, true, 0, fa::DType::BF16, 128, true});
     cases.push_back({150, 2, 3, 64, true, 0, fa::DType::FP16, 256, true});
@@ -562,7 +564,8 @@ INSTANTIATE_TEST_SUITE_P(Serving, KVCache, ::testing::ValuesIn(cache_cases()));
 //   each folding a group of ranges, no merge kernel) where batch 1 merges the groups in the
 //   combine: groups of one range (4 ranges), of two (8) and of four (16 on 16-row pages;
 //   d_head 64 fp16);
-//   batch 160 (320 rows) a CTA a range, its merge kernel folding groups of one range.
+//   batch 160 (320 rows) a CTA a range, its merge kernel folding groups of one range;
+// - speculative decoding on 16-row pages with the library's choice (pack_gqa tiles on Hopper).
 TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
     struct Shape {
         CacheCase c;
@@ -573,6 +576,7 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
           Shape{{1, 8, 0, 0, false, 16}, 256, 512}, Shape{{16, 4, 0, 0, true, 8}, 160, 1024},
           Shape{{16, 4, 0, 0, true, 8}, 20, 1024}, Shape{{1, 4, 0, 0, false, 0}, 64, 2048},
           Shape{{1, 4, 0, 0, false, 0}, 64, 4096}, Shape{{1, 8, 0, 16, false, 16}, 64, 4096},
+          Shape{{16, 4, 0, 16, true, 0}, 160, 1024},
           Shape{{1, 4, 0, 0, true, 8, fa::DType::FP16, 64}, 64, 4096}}) {
         const std::uint64_t seed = fresh_seed();
         const CacheProblem big(c, batch, capacity, seed);

@@ -82,9 +82,11 @@ struct Params {
 
 // Boxes: 64 columns (128 bytes, the 128-byte swizzle's width) x 64 rows for Q and O,
 // x kv_rows for K and V; a paged cache's K and V (args.seqs.block_table set): runs of
-// kv_rows rows, all columns in one box (group-major tiles). Throws Error(ErrorCode::cuda)
-// if the driver rejects a map.
-TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int kv_rows);
+// kv_rows rows, all columns in one box (group-major tiles). packed (pack_gqa): Q's and O's
+// 64 rows are 64 / group positions of a group's query heads (tma::load_packed_tile), group =
+// heads / heads_kv, a divisor of 64. Throws Error(ErrorCode::cuda) if the driver rejects a map.
+TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int kv_rows,
+                            bool packed = false);
 
 // Boxes of 64 columns x q_rows rows for Q and dO, x kv_rows for K, V, dK and dV.
 BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& args, DType dtype, int d_head,
