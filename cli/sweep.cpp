@@ -112,6 +112,7 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
     };
     const bool serving = grid.api() != Api::dense;
     std::vector<Job> jobs;
+    int cannot_run = 0;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
         const std::optional<KernelConfig>& c = candidates[i].config;
         if (c && serving) {
@@ -132,7 +133,13 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
                 if (!kept(dtype_filter, dtype) || !kept(d_filter, d))
                     continue;
                 for (const int seq : seqs) {
-                    jobs.push_back({i, grid.shape(dtype, d, seq)});
+                    const Shape shape = grid.shape(dtype, d, seq);
+                    // A packgqa config on heads it does not pack, or with variants: left out.
+                    if (c && !shape_problem(*c, shape.problem(), shape.sinks).empty()) {
+                        ++cannot_run;
+                        continue;
+                    }
+                    jobs.push_back({i, shape});
                 }
             }
         }
@@ -144,6 +151,11 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
             tools::printable(grid.seqs) +
             (grid.d_heads.empty() ? "" : " --d-head " + tools::printable(grid.d_heads)) +
             (grid.dtypes.empty() ? "" : " --dtype " + tools::printable(grid.dtypes)));
+    }
+    if (cannot_run > 0) {
+        std::cerr << "flash_attention: note: " << cannot_run
+                  << " (config, shape) pairs left out: the config cannot run the shape (see "
+                     "flash_attention run --config)\n";
     }
     return jobs;
 }

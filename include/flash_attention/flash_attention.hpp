@@ -425,6 +425,13 @@ bool is_built(const KernelConfig& config);
 // there is no device (or none of compute capability 8.0 or later).
 bool is_supported(const KernelConfig& config);
 
+// Why a forward config cannot run problems of this shape, with sinks or not, on any device, or
+// an empty string: a packgqa config takes query heads a power-of-two multiple of the K/V heads
+// (at most 64 times) and no window, softcap, ALiBi or sinks. forward() with the config throws
+// Error(unsupported) with this reason.
+std::string shape_problem(const KernelConfig& config, const ProblemShape& problem,
+                          bool sinks = false);
+
 // Dynamic shared memory one CTA of the config's kernel takes, in bytes (built or not).
 std::size_t shared_memory_bytes(const KernelConfig& config);
 

@@ -234,6 +234,11 @@ bool is_supported(const KernelConfig& config) {
     }
 }
 
+std::string shape_problem(const KernelConfig& config, const ProblemShape& problem, bool sinks) {
+    return pack_gqa_problem(config, problem.heads, problem.heads_kv, problem.seq_q,
+                            sinks || problem.window_or_softcap);
+}
+
 std::size_t shared_memory_bytes(const KernelConfig& config) {
     return smem_bytes(config);
 }
