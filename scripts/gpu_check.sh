@@ -20,7 +20,8 @@
 #   grid     bench/compare.py: the forward grid and the model-shaped rows, then the backward grid
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            and the backward of the variants against FA4 (bench/compare.py --variants)
-#            (needs package or pyext; GRID=backward, forward or variants runs one, BWD_SEQS="2048 8192"
+#            (needs package or pyext; GRID=backward, forward, variants or models (the model-shaped
+#            rows alone) runs one, BWD_SEQS="2048 8192"
 #            other lengths, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
 #   backward the default build (unless built), its backward GPU tests (unless build's or
@@ -197,6 +198,12 @@ stage_grid() {
   if [[ $passes == *forward* ]]; then
     check grid python3 bench/compare.py --out "$OUT/grid"
     cat "$OUT/grid.md"
+  fi
+  if [[ $passes == *models* ]]; then
+    # The model-shaped rows (speculative decoding, decode, short keys, ...) and one grid cell.
+    check grid_models python3 bench/compare.py --seqs 512 --d-heads 128 --dtypes bfloat16 --causal yes \
+      --out "$OUT/models"
+    cat "$OUT/models.md"
   fi
   if [[ $passes == *backward* ]]; then
     # shellcheck disable=SC2086 # BWD_SEQS is a list of lengths
