@@ -107,9 +107,11 @@ bool runs_split_kv(const ChoiceProblem& p, const DeviceProperties& device) {
     // 522 µs dense and 196 µs split, b1 x 131072 2008 and 192, speculative decode (16
     // positions, 4 heads a K/V head) 84 and 122 TFLOP/s in the dense kernel's unpacked tiles.
     // Above 16 rows (speculative decoding) a pack_gqa config that the choice would run takes
-    // them instead: one tile a K/V head, its rows every query head's positions, as
-    // FlashAttention-4 runs them; decoding's few rows stay on the split-KV kernel, which
-    // streams K/V at 4.1-4.3 TB/s (H200, 2026-11-26).
+    // them instead where its tiles, one a (sequence, K/V head) over all the keys, fill three
+    // quarters of the SMs (batch 16 x 8 K/V heads: 128 on 132), as FlashAttention-4 runs them;
+    // fewer tiles would leave SMs idle that the split-KV kernel's key ranges fill. Decoding's
+    // few rows stay on the split-KV kernel, which streams K/V at 4.1-4.3 TB/s (H200,
+    // 2026-11-26).
     constexpr std::int64_t most_rows = 64;
     constexpr std::int64_t decode_rows = 16;
     constexpr std::int64_t fewest_keys = 1024;
@@ -120,7 +122,10 @@ bool runs_split_kv(const ChoiceProblem& p, const DeviceProperties& device) {
     if (rows <= decode_rows)
         return true;
     const std::optional<KernelConfig> c = find_kernel_for(p, device);
-    return !(c && c->sm90.pack_gqa);
+    if (!c || !c->sm90.pack_gqa)
+        return true;
+    const std::int64_t tiles = shape.batch * shape.heads_kv * ((rows + c->B_r - 1) / c->B_r);
+    return 4 * tiles < 3 * std::int64_t{device.sm_count};
 }
 
 }  // namespace flash_attention

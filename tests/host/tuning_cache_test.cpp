@@ -963,9 +963,9 @@ TEST(TuningCache, BuiltInTableCopiesWholePages) {
 
 // Grouped-query problems of at most 64 queries take the table's pack_gqa rows (a tile a K/V
 // head, its rows every query head's positions), which forward() prefers to the split-KV kernel
-// above decoding's 16 rows a K/V head; not where they cannot run (3 query heads a K/V head, a
-// window, sinks), nor past 64 queries or without groups. A tuned pack_gqa winner serves only
-// the problems those rows would.
+// above decoding's 16 rows a K/V head where the tiles fill the SMs; not where they cannot run (3
+// query heads a K/V head, a window, sinks), nor past 64 queries or without groups. A tuned pack_gqa
+// winner serves only the problems those rows would.
 TEST(TuningCache, GroupedFewQueriesTakePackedTiles) {
     const auto packed =
         fa::KernelConfig::parse("(BF16, 128, 64, 128, 8): sm90+stages_3+overlap+qreg+lazy+packgqa");
@@ -977,10 +977,10 @@ TEST(TuningCache, GroupedFewQueriesTakePackedTiles) {
         GTEST_SKIP() << "this build lacks " << packed.to_string();
     const fa::DeviceProperties hopper{0, "Test GPU", 9, 0, 132, 232448};
     const auto problem = [](std::int64_t seq_q, std::int64_t heads, std::int64_t heads_kv,
-                            std::int64_t seq_k = 4096) {
-        const auto view = [](std::uintptr_t gib, std::int64_t seq, std::int64_t h) {
+                            std::int64_t seq_k = 4096, std::int64_t batch = 16) {
+        const auto view = [batch](std::uintptr_t gib, std::int64_t seq, std::int64_t h) {
             return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), fa::DType::BF16,
-                                              16, seq, h, 128);
+                                              batch, seq, h, 128);
         };
         fa::ForwardParams p{view(1, seq_q, heads), view(2, seq_k, heads_kv),
                             view(3, seq_k, heads_kv), view(4, seq_q, heads)};
@@ -996,6 +996,9 @@ TEST(TuningCache, GroupedFewQueriesTakePackedTiles) {
     cache.emplace(dir.path() / "none.json");  // no tuned entries
     EXPECT_TRUE(chosen(problem(16, 32, 8)));  // speculative decoding
     EXPECT_FALSE(fa::runs_split_kv(problem(16, 32, 8), hopper));
+    // Batch 4: 32 tiles a K/V head's keys each would leave most SMs idle; split-KV runs.
+    EXPECT_TRUE(chosen(problem(16, 32, 8, 4096, 4)));
+    EXPECT_TRUE(fa::runs_split_kv(problem(16, 32, 8, 4096, 4), hopper));
     EXPECT_TRUE(chosen(problem(64, 64, 1, 77)));                // short keys
     EXPECT_TRUE(chosen(problem(1, 32, 8)));                     // decoding: the table's row ...
     EXPECT_TRUE(fa::runs_split_kv(problem(1, 32, 8), hopper));  // ... but split-KV runs
