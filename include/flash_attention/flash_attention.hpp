@@ -303,7 +303,8 @@ KernelChoice chosen_kernel(const ForwardParams& params);
 // an invalid shape or when no built kernel runs it there.
 KernelConfig choose_config(const ProblemShape& problem, const DeviceProperties& device);
 // The kernel forward() runs for dense tensors of this shape on `device`: choose_config's, or
-// for decoding shapes the split-KV kernel with the split count the call would use.
+// for decoding shapes the split-KV kernel with the split count the call would use. A shape
+// carries no sinks: with them a packgqa config's problems run on the split-KV kernel.
 KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& device);
 
 // The gradients of forward(): given dO = ∂loss/∂O, writes dQ, dK and dV. P is recomputed from

@@ -35,6 +35,13 @@ bool copies_whole_runs(const KernelConfig& config, std::int64_t page_size) {
            config.B_c % page_size == 0;
 }
 
+// Whether the automatic choice may give the problem a pack_gqa config: a grouped problem of
+// few queries, as the table's pack_gqa rows admit (a tuned winner or a fallback too; named
+// configs run wherever pack_gqa_problem() allows).
+bool packs(const ChoiceProblem& p) {
+    return p.shape.heads > p.shape.heads_kv && p.shape.seq_q <= space::k_packed_max_seq_q;
+}
+
 }  // namespace
 
 std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
@@ -58,7 +65,7 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
     // from memory across more query rows.
     std::vector<KernelConfig> candidates;
     for (const KernelConfig& c : configs()) {
-        if (can_run(c, p, device))
+        if (can_run(c, p, device) && (packs(p) || !c.sm90.pack_gqa))
             candidates.push_back(c);
     }
     if (candidates.empty())
@@ -77,15 +84,13 @@ std::optional<KernelConfig> find_kernel_for(const ChoiceProblem& p,
     // A cached config this build lacks, or one that cannot run here, is skipped: a stale
     // cache costs speed, never a failure. A problem of the variant kernels without its own
     // entry takes the plain problem's winner (the same config's other instantiation). A
-    // pack_gqa winner serves only the problems the table's pack_gqa rows would: the key's
-    // length bucket does not tell a few queries over many keys from a square problem.
-    const bool packs =
-        p.shape.heads > p.shape.heads_kv && p.shape.seq_q <= space::k_packed_max_seq_q;
+    // pack_gqa winner serves only the problems packs() admits: the key's length bucket does
+    // not tell a few queries over many keys from a square problem.
     tuning::Key key = tuning::Key::of(device, p.shape);
     for (const bool variant : {key.window_or_softcap, false}) {
         key.window_or_softcap = variant;
         if (const auto tuned = tuning::lookup(key);
-            tuned && can_run(*tuned, p, device) && (packs || !tuned->sm90.pack_gqa))
+            tuned && can_run(*tuned, p, device) && (packs(p) || !tuned->sm90.pack_gqa))
             return *tuned;
     }
     return heuristic_config(p, device);
@@ -109,9 +114,9 @@ bool runs_split_kv(const ChoiceProblem& p, const DeviceProperties& device) {
     // Above 16 rows (speculative decoding) a pack_gqa config that the choice would run takes
     // them instead where its tiles, one a (sequence, K/V head) over all the keys, fill three
     // quarters of the SMs (batch 16 x 8 K/V heads: 128 on 132), as FlashAttention-4 runs them;
-    // fewer tiles would leave SMs idle that the split-KV kernel's key ranges fill. Decoding's
-    // few rows stay on the split-KV kernel, which streams K/V at 4.1-4.3 TB/s (H200,
-    // 2026-11-26).
+    // fewer tiles would leave SMs idle that the split-KV kernel's key ranges fill. Decoding (one
+    // position, whatever the group) and up to 16 rows stay on the split-KV kernel, which
+    // streams K/V at 4.1-4.3 TB/s (H200, 2026-11-26).
     constexpr std::int64_t most_rows = 64;
     constexpr std::int64_t decode_rows = 16;
     constexpr std::int64_t fewest_keys = 1024;
@@ -119,7 +124,7 @@ bool runs_split_kv(const ChoiceProblem& p, const DeviceProperties& device) {
     const std::int64_t rows = shape.seq_q * (shape.heads / shape.heads_kv);
     if (shape.window_or_softcap || rows > most_rows || shape.seq_k < fewest_keys)
         return false;
-    if (rows <= decode_rows)
+    if (shape.seq_q == 1 || rows <= decode_rows)
         return true;
     const std::optional<KernelConfig> c = find_kernel_for(p, device);
     if (!c || !c->sm90.pack_gqa)

@@ -172,13 +172,15 @@ struct VarlenCase {
     int window_left = -1, window_right = -1;
     float softcap = 0;
     bool sinks = false;
+    int most_queries = 700;  // a sequence's queries at most (64: pack_gqa tiles on Hopper)
 };
 
 void PrintTo(const VarlenCase& c, std::ostream* os) {
     *os << fa::to_string(c.dtype) << " d" << c.d << " group " << c.group
         << (c.causal ? " causal" : "") << (c.top_left ? " top left" : "") << " page " << c.page_size
         << " splits " << c.splits << " window (" << c.window_left << ", " << c.window_right
-        << ") softcap " << c.softcap << (c.sinks ? " sinks" : "");
+        << ") softcap " << c.softcap << (c.sinks ? " sinks" : "")
+        << " queries <= " << c.most_queries;
 }
 
 // Sinks for `heads` query heads, normal with a spread of 3, and their device copy.
@@ -211,6 +213,8 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     std::uniform_int_distribution<int> any(1, 700);
     for (int i = 0; i < 13; ++i)
         lengths.push_back({any(rng), any(rng)});
+    for (auto& [lq, lk] : lengths)
+        lq = std::min(lq, c.most_queries);
 
     std::vector<HostTensor> qs, ks, vs;
     std::vector<std::int32_t> cu_q = {0}, cu_k = {0}, used_k;
@@ -335,6 +339,14 @@ std::vector<VarlenCase> varlen_cases() {
     cases.push_back({fa::DType::BF16, 256, 1, true, 64, 0, true, 33, 0, 30, false});
     cases.push_back({fa::DType::BF16, 128, 8, true, 0, 1, false, -1, -1, 0, true});
     cases.push_back({fa::DType::FP16, 128, 4, true, 16, 3, false, -1, -1, 0, true});
+    // Grouped sequences of at most 64 queries: packed GQA tiles on Hopper (their numbering of
+    // packed sequences, the LSE's rows and O's stores past a sequence's end), contiguous and
+    // paged, causal at both alignments.
+    for (const bool causal : {false, true}) {
+        cases.push_back({fa::DType::BF16, 128, 4, causal, 0, 0, false, -1, -1, 0, false, 64});
+        cases.push_back({fa::DType::FP16, 128, 8, causal, 16, 0, false, -1, -1, 0, false, 40});
+    }
+    cases.push_back({fa::DType::BF16, 128, 2, true, 0, 0, true, -1, -1, 0, false, 33});
     return cases;
 }
 

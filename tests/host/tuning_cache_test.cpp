@@ -1003,9 +1003,10 @@ TEST(TuningCache, GroupedFewQueriesTakePackedTiles) {
     EXPECT_TRUE(chosen(problem(1, 32, 8)));                     // decoding: the table's row ...
     EXPECT_TRUE(fa::runs_split_kv(problem(1, 32, 8), hopper));  // ... but split-KV runs
     EXPECT_TRUE(fa::runs_split_kv(problem(2, 64, 8), hopper));  // 16 rows a K/V head
-    EXPECT_FALSE(chosen(problem(65, 32, 8)));                   // a head's queries fill tiles
-    EXPECT_FALSE(chosen(problem(16, 32, 32)));                  // nothing to pack
-    EXPECT_FALSE(chosen(problem(16, 24, 8)));                   // 3 heads a K/V head
+    EXPECT_TRUE(fa::runs_split_kv(problem(1, 32, 1, 4096, 128), hopper));  // one position
+    EXPECT_FALSE(chosen(problem(65, 32, 8)));   // a head's queries fill tiles
+    EXPECT_FALSE(chosen(problem(16, 32, 32)));  // nothing to pack
+    EXPECT_FALSE(chosen(problem(16, 24, 8)));   // 3 heads a K/V head
     EXPECT_TRUE(fa::runs_split_kv(problem(16, 24, 8), hopper));
     fa::ChoiceProblem sinks = problem(16, 32, 8);
     sinks.variants = true;

@@ -139,14 +139,16 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
         // sequence and head.
         const KernelArgs& args = params.args;
         using T = typename Tr::T;
+        // O's row of this consumer's first row (pack_gqa: its first position's, group head 0).
+        const int position0 = row_position<Tr>(args, row0);
         T* base = static_cast<T*>(args.o) + std::int64_t{t.q.entry} * args.o_stride.batch +
-                  std::int64_t{t.q.row0 + row0} * args.o_stride.seq +
+                  std::int64_t{t.q.row0 + position0} * args.o_stride.seq +
                   std::int64_t{t.head} * args.o_stride.head + 2 * (lane % 4);
         // This consumer's row `row`: pack_gqa rows lie at their own position and head.
         const auto row_output = [&](int row) {
             if constexpr (Tr::pack_gqa) {
                 const QueryRow at = query_row<Tr>(args, t, row0 + row);
-                return base + std::int64_t{at.position - row0} * args.o_stride.seq +
+                return base + std::int64_t{at.position - position0} * args.o_stride.seq +
                        std::int64_t{at.head - t.head} * args.o_stride.head;
             } else {
                 return base + std::int64_t{row} * args.o_stride.seq;
