@@ -131,7 +131,12 @@ struct ForwardParams {
 // sequence may be split across CTAs whose partial results are merged by their log-sum-exp:
 // how the keys are split depends only on the call's shape, never on another sequence's
 // length, so a row's result does not depend on the rest of the batch; it can differ in
-// the last bits between split counts (a different summation order).
+// the last bits between split counts (a different summation order). One exception, for
+// speed: without num_splits, speculative-decoding shapes (17 to 64 query rows a K/V head,
+// seq_q > 1, 1024 keys or more) run the sm90 family's packed-GQA tiles instead of the
+// split-KV kernel on Hopper where those tiles, one a (sequence, K/V head), fill three
+// quarters of the SMs, so the last bits of such a row can differ between batches on either
+// side of that line. A num_splits of 1 or more keeps every shape on the split-KV kernel.
 
 // The pages of a paged KV cache: k and v are then (num_pages, page_size, heads_kv, d_head)
 // TensorViews and sequence b's key i lies in page block_table[b * row_stride + i /
