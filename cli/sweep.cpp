@@ -112,6 +112,7 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
     };
     const bool serving = grid.api() != Api::dense;
     std::vector<Job> jobs;
+    int cannot_run = 0;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
         const std::optional<KernelConfig>& c = candidates[i].config;
         if (c && serving) {
@@ -135,8 +136,15 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
                 GridOptions of_config = grid;
                 if (c)
                     of_config.d_v = c->d_v;
-                for (const int seq : seqs)
-                    jobs.push_back({i, of_config.shape(dtype, d, seq)});
+                for (const int seq : seqs) {
+                    const Shape shape = of_config.shape(dtype, d, seq);
+                    // A packgqa config on heads it does not pack, or with variants: left out.
+                    if (c && !shape_problem(*c, shape.problem(), shape.sinks).empty()) {
+                        ++cannot_run;
+                        continue;
+                    }
+                    jobs.push_back({i, shape});
+                }
             }
         }
     }
@@ -147,6 +155,11 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
             tools::printable(grid.seqs) +
             (grid.d_heads.empty() ? "" : " --d-head " + tools::printable(grid.d_heads)) +
             (grid.dtypes.empty() ? "" : " --dtype " + tools::printable(grid.dtypes)));
+    }
+    if (cannot_run > 0) {
+        std::cerr << "flash_attention: note: " << cannot_run
+                  << " (config, shape) pairs left out: the config cannot run the shape (see "
+                     "flash_attention run --config)\n";
     }
     return jobs;
 }

@@ -133,7 +133,12 @@ struct ForwardParams {
 // sequence may be split across CTAs whose partial results are merged by their log-sum-exp:
 // how the keys are split depends only on the call's shape, never on another sequence's
 // length, so a row's result does not depend on the rest of the batch; it can differ in
-// the last bits between split counts (a different summation order).
+// the last bits between split counts (a different summation order). One exception, for
+// speed: without num_splits, speculative-decoding shapes (17 to 64 query rows a K/V head,
+// seq_q > 1, 1024 keys or more) run the sm90 family's packed-GQA tiles instead of the
+// split-KV kernel on Hopper where those tiles, one a (sequence, K/V head), fill three
+// quarters of the SMs, so the last bits of such a row can differ between batches on either
+// side of that line. A num_splits of 1 or more keeps every shape on the split-KV kernel.
 
 // The pages of a paged KV cache: k and v are then (num_pages, page_size, heads_kv, d_head)
 // TensorViews and sequence b's key i lies in page block_table[b * row_stride + i /
@@ -307,7 +312,8 @@ KernelChoice chosen_kernel(const ForwardParams& params);
 // an invalid shape or when no built kernel runs it there.
 KernelConfig choose_config(const ProblemShape& problem, const DeviceProperties& device);
 // The kernel forward() runs for dense tensors of this shape on `device`: choose_config's, or
-// for decoding shapes the split-KV kernel with the split count the call would use.
+// for decoding shapes the split-KV kernel with the split count the call would use. A shape
+// carries no sinks: with them a packgqa config's problems run on the split-KV kernel.
 KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& device);
 
 // The gradients of forward(): given dO = ∂loss/∂O, writes dQ, dK and dV. P is recomputed from
@@ -428,6 +434,13 @@ bool is_built(const KernelConfig& config);
 // need compute capability 9.0; the CTA's shared memory must fit the device). False when
 // there is no device (or none of compute capability 8.0 or later).
 bool is_supported(const KernelConfig& config);
+
+// Why a forward config cannot run problems of this shape, with sinks or not, on any device, or
+// an empty string: a packgqa config takes query heads a power-of-two multiple of the K/V heads
+// (at most 64 times) and no window, softcap, ALiBi or sinks. forward() with the config throws
+// Error(unsupported) with this reason.
+std::string shape_problem(const KernelConfig& config, const ProblemShape& problem,
+                          bool sinks = false);
 
 // Dynamic shared memory one CTA of the config's kernel takes, in bytes (built or not).
 std::size_t shared_memory_bytes(const KernelConfig& config);

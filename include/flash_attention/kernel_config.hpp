@@ -100,7 +100,10 @@ enum class FieldKind {
     X(bool, ordered_dq, false, 1, sm90, flag, "ordered")                                  \
     /* backward: each step computes the previous step's dQ, so that the consumers need */ \
     /* not wait for each other's dS within a step (sm90/backward_kernel.cuh) */           \
-    X(bool, lag_dq, false, 1, sm90, flag, "lagdq")
+    X(bool, lag_dq, false, 1, sm90, flag, "lagdq")                                        \
+    /* forward: a tile's rows are (query position, query head) pairs of the query */      \
+    /* heads of one K/V head, so that few positions fill it (speculative decoding) */     \
+    X(bool, pack_gqa, false, 1, sm90, flag, "packgqa")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

@@ -13,13 +13,16 @@
 namespace flash_attention {
 
 ChoiceProblem choice_problem(const ForwardParams& p) {
-    return {shape_of(p), tma_problem(p).empty()};
+    return {shape_of(p), tma_problem(p).empty(), 0, p.options.variants.any()};
 }
 
 bool can_run(const KernelConfig& c, const ChoiceProblem& p, const DeviceProperties& device) {
     return !c.backward && c.dtype == p.shape.dtype && c.d_head == p.shape.d_head &&
            c.d_v == p.shape.d_v && device_problem(c, device).empty() &&
-           (c.family != Family::sm90 || p.tma_addressable);
+           (c.family != Family::sm90 || p.tma_addressable) &&
+           pack_gqa_problem(c, p.shape.heads, p.shape.heads_kv, p.shape.seq_q,
+                            p.variants || p.shape.window_or_softcap)
+               .empty();
 }
 
 namespace {
@@ -34,15 +37,23 @@ bool copies_whole_runs(const KernelConfig& config, std::int64_t page_size) {
            config.B_c % page_size == 0;
 }
 
+// Whether the automatic choice may give the problem a pack_gqa config: a grouped problem of
+// few queries, as the table's pack_gqa rows admit (a tuned winner or a fallback too; named
+// configs run wherever pack_gqa_problem() allows).
+bool packs(const ChoiceProblem& p) {
+    return p.shape.heads > p.shape.heads_kv && p.shape.seq_q <= space::k_packed_max_seq_q;
+}
+
 }  // namespace
 
 std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
                                              const DeviceProperties& device) {
     const std::int64_t seq = std::max(p.shape.seq_q, p.shape.seq_k);
+    const std::int64_t group = p.shape.heads / p.shape.heads_kv;
     std::optional<KernelConfig> first;
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
-        if (row.admits(seq, p.shape.causal) && can_run(row.config, p, device) &&
-            (!first || first->family == row.config.family)) {
+        if (row.admits(seq, p.shape.causal, p.shape.seq_q, group) &&
+            can_run(row.config, p, device) && (!first || first->family == row.config.family)) {
             if (copies_whole_runs(row.config, p.page_size))
                 return row.config;
             if (!first)
@@ -56,7 +67,7 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
     // from memory across more query rows.
     std::vector<KernelConfig> candidates;
     for (const KernelConfig& c : configs()) {
-        if (can_run(c, p, device))
+        if (can_run(c, p, device) && (packs(p) || !c.sm90.pack_gqa))
             candidates.push_back(c);
     }
     if (candidates.empty())
@@ -74,11 +85,14 @@ std::optional<KernelConfig> find_kernel_for(const ChoiceProblem& p,
                                             const DeviceProperties& device) {
     // A cached config this build lacks, or one that cannot run here, is skipped: a stale
     // cache costs speed, never a failure. A problem of the variant kernels without its own
-    // entry takes the plain problem's winner (the same config's other instantiation).
+    // entry takes the plain problem's winner (the same config's other instantiation). A
+    // pack_gqa winner serves only the problems packs() admits: the key's length bucket does
+    // not tell a few queries over many keys from a square problem.
     tuning::Key key = tuning::Key::of(device, p.shape);
     for (const bool variant : {key.window_or_softcap, false}) {
         key.window_or_softcap = variant;
-        if (const auto tuned = tuning::lookup(key); tuned && can_run(*tuned, p, device))
+        if (const auto tuned = tuning::lookup(key);
+            tuned && can_run(*tuned, p, device) && (packs(p) || !tuned->sm90.pack_gqa))
             return *tuned;
     }
     return heuristic_config(p, device);
@@ -95,16 +109,33 @@ KernelConfig choose_kernel(const ChoiceProblem& p, const DeviceProperties& devic
                     (p.shape.d_v != 0 ? " d_v " + std::to_string(p.shape.d_v) : ""));
 }
 
-bool runs_split_kv(const ProblemShape& shape) {
+bool runs_split_kv(const ChoiceProblem& p, const DeviceProperties& device) {
     // At most one 64-row tile of (position, head) rows per K/V head, over at least 1024 keys:
     // measured on the H100 (2026-11-24, docs/PERF.md), decode b16 x 8192 ran
     // 522 µs dense and 196 µs split, b1 x 131072 2008 and 192, speculative decode (16
-    // positions, 4 heads a K/V head) 84 and 122 TFLOP/s.
-    // Only at the head dims the split-KV kernel is built for.
+    // positions, 4 heads a K/V head) 84 and 122 TFLOP/s in the dense kernel's unpacked tiles.
+    // Above 16 rows (speculative decoding) a pack_gqa config that the choice would run takes
+    // them instead where its tiles, one a (sequence, K/V head) over all the keys, fill three
+    // quarters of the SMs (batch 16 x 8 K/V heads: 128 on 132), as FlashAttention-4 runs them;
+    // fewer tiles would leave SMs idle that the split-KV kernel's key ranges fill. Decoding (one
+    // position, whatever the group) and up to 16 rows stay on the split-KV kernel, which
+    // streams K/V at 4.1-4.3 TB/s (H200, 2026-11-26). Only at the head dims the split-KV kernel
+    // is built for.
     constexpr std::int64_t most_rows = 64;
+    constexpr std::int64_t decode_rows = 16;
     constexpr std::int64_t fewest_keys = 1024;
-    return !shape.window_or_softcap && serving::has_split_kv(shape.d_head) && shape.d_v == 0 &&
-           shape.seq_q * (shape.heads / shape.heads_kv) <= most_rows && shape.seq_k >= fewest_keys;
+    const ProblemShape& shape = p.shape;
+    const std::int64_t rows = shape.seq_q * (shape.heads / shape.heads_kv);
+    if (shape.window_or_softcap || !serving::has_split_kv(shape.d_head) || shape.d_v != 0 ||
+        rows > most_rows || shape.seq_k < fewest_keys)
+        return false;
+    if (shape.seq_q == 1 || rows <= decode_rows)
+        return true;
+    const std::optional<KernelConfig> c = find_kernel_for(p, device);
+    if (!c || !c->sm90.pack_gqa)
+        return true;
+    const std::int64_t tiles = shape.batch * shape.heads_kv * ((rows + c->B_r - 1) / c->B_r);
+    return 4 * tiles < 3 * std::int64_t{device.sm_count};
 }
 
 }  // namespace flash_attention

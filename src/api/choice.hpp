@@ -18,6 +18,9 @@ struct ChoiceProblem {
     bool tma_addressable = true;
     // Rows per page of a paged K/V cache; 0: contiguous keys.
     std::int64_t page_size = 0;
+    // A window, softcap, ALiBi or sinks (Variants::any()): the configs' variant kernels run,
+    // which pack_gqa configs do not have.
+    bool variants = false;
 };
 
 ChoiceProblem choice_problem(const ForwardParams& params);
@@ -36,8 +39,9 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& problem,
 // Whether forward() without a named config runs this problem on the split-KV kernels
 // (forward_kvcache's path) instead of a KernelConfig's: decoding shapes, whose few query
 // rows per K/V head leave the dense kernels one tile per (batch, head) and most SMs idle,
-// unless they need the variant kernels (a window or softcap, which split-KV does not take).
-bool runs_split_kv(const ProblemShape& shape);
+// unless they need the variant kernels (a window or softcap, which split-KV does not take)
+// or, past decoding's few rows, the choice on `device` is a pack_gqa config.
+bool runs_split_kv(const ChoiceProblem& problem, const DeviceProperties& device);
 
 // The split-KV kernel's choice for a shape on `device` (serving.cpp): num_splits, else the
 // tuning cache's count, else plan_splits' own.

@@ -3,6 +3,7 @@
 // tensors alone, is validate.cpp; device discovery is device.cpp.
 
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "api/validate.hpp"
@@ -47,6 +48,26 @@ std::string device_problem(const KernelConfig& c, const DeviceProperties& device
         return "at most " + std::to_string(device.smem_per_block_optin) +
                " bytes of shared memory per CTA on device " + std::to_string(device.index) +
                " (the config needs " + std::to_string(smem_bytes(c)) + ")";
+    }
+    return {};
+}
+
+std::string pack_gqa_problem(const KernelConfig& c, std::int64_t heads, std::int64_t heads_kv,
+                             std::int64_t seq_q, bool variants) {
+    if (!c.sm90.pack_gqa)
+        return {};
+    const std::int64_t group = heads_kv > 0 ? heads / heads_kv : 0;
+    if (group < 1 || group > 64 || 64 % group != 0) {
+        return "query heads a power-of-two multiple of the K/V heads, at most 64 (packgqa packs "
+               "a group of query heads into a consumer's 64 rows), got " +
+               std::to_string(heads) + " over " + std::to_string(heads_kv);
+    }
+    if (variants)
+        return "no window, softcap, ALiBi or sinks (packgqa runs the plain kernel body)";
+    if (seq_q * group > std::numeric_limits<std::int32_t>::max() - 256) {
+        return "query rows x (query heads / K/V heads) below 2^31 - 256 (packgqa numbers them "
+               "in ints), got " +
+               std::to_string(seq_q) + " x " + std::to_string(group);
     }
     return {};
 }
@@ -106,6 +127,10 @@ void validate_config(const ForwardParams& p, const KernelConfig& c,
         if (const std::string problem = tma_problem(p); !problem.empty())
             throw Error(ErrorCode::unsupported, problem + " with config " + c.to_string());
     }
+    if (const std::string problem =
+            pack_gqa_problem(c, p.q.shape[2], p.k.shape[2], p.q.shape[1], p.options.variants.any());
+        !problem.empty())
+        throw_config_error(ErrorCode::unsupported, problem, c.to_string());
 }
 
 }  // namespace flash_attention

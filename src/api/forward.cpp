@@ -142,7 +142,8 @@ KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
             .sinks = var.sinks,
             .tile_divisors = {},  // the sm90 launcher's, for its B_r
             .alibi_slopes = var.alibi_slopes,
-            .alibi_batch_stride = var.alibi_batch_stride};
+            .alibi_batch_stride = var.alibi_batch_stride,
+            .pack_shift = 0};  // the sm90 launcher's, for pack_gqa configs
 }
 
 namespace {
@@ -194,26 +195,29 @@ KVCacheParams as_kvcache(const ForwardParams& params) {
 
 KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& device) {
     validate_shape(problem);
-    if (runs_split_kv(problem))
+    if (runs_split_kv({problem}, device))
         return split_kv_choice(problem, device, 0);
     return {choose_kernel({problem}, device), 0};
 }
 
 KernelChoice chosen_kernel(const ForwardParams& params) {
     validate_tensors(params);
-    if (runs_split_kv(shape_of(params)))
+    const DeviceProperties& device = DeviceProperties::current();
+    const ChoiceProblem problem = choice_problem(params);
+    if (runs_split_kv(problem, device))
         return chosen_kernel(as_kvcache(params));
-    return {choose_kernel(choice_problem(params), DeviceProperties::current()), 0};
+    return {choose_kernel(problem, device), 0};
 }
 
 void forward(const ForwardParams& params, Stream stream) {
     validate_tensors(params);
-    if (runs_split_kv(shape_of(params))) {
+    const DeviceProperties& device = DeviceProperties::current();
+    const ChoiceProblem problem = choice_problem(params);
+    if (runs_split_kv(problem, device)) {
         forward_kvcache(as_kvcache(params), stream);
         return;
     }
-    const DeviceProperties& device = DeviceProperties::current();
-    launch(params, choose_kernel(choice_problem(params), device), device, stream);
+    launch(params, choose_kernel(problem, device), device, stream);
 }
 
 bool is_supported(const KernelConfig& config) {
@@ -228,6 +232,11 @@ bool is_supported(const KernelConfig& config) {
             return false;
         throw;
     }
+}
+
+std::string shape_problem(const KernelConfig& config, const ProblemShape& problem, bool sinks) {
+    return pack_gqa_problem(config, problem.heads, problem.heads_kv, problem.seq_q,
+                            sinks || problem.window_or_softcap);
 }
 
 std::size_t shared_memory_bytes(const KernelConfig& config) {

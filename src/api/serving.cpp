@@ -113,12 +113,13 @@ SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const Tenso
     return a;
 }
 
-// Packed rows (query position x query heads of a K/V head) are ints in the kernel.
+// Packed rows (query position x query heads of a K/V head) are ints in the split-KV kernel and
+// the sm90 pack_gqa tiles (pack_gqa_problem()'s bound).
 void check_packed_rows(std::int64_t seq_q, const TensorView& q, const TensorView& k) {
     const std::int64_t group = q.shape[2] / k.shape[2];
-    if (seq_q * group > std::numeric_limits<std::int32_t>::max() - 64) {
+    if (seq_q * group > std::numeric_limits<std::int32_t>::max() - 256) {
         fail(ErrorCode::invalid_argument, "q.shape",
-             "query length x (query heads / K/V heads) below 2^31 - 64",
+             "query length x (query heads / K/V heads) below 2^31 - 256",
              std::to_string(seq_q) + " x " + std::to_string(group));
     }
 }
@@ -159,9 +160,10 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
     const bool tma_fits =
         tma_problem(views).empty() &&
         (!paged || (paged_maps_fit(views.k, "k") && paged_maps_fit(views.v, "v")));
-    if ((num_splits == 0 || shape.window_or_softcap) && !runs_split_kv(shape) && tma_fits) {
-        const std::optional<KernelConfig> config =
-            find_kernel_for({shape, true, page_size}, device);
+    const ChoiceProblem problem{shape, true, page_size, views.options.variants.any()};
+    if ((num_splits == 0 || shape.window_or_softcap) && tma_fits &&
+        !runs_split_kv(problem, device)) {
+        const std::optional<KernelConfig> config = find_kernel_for(problem, device);
         if (config && config->family == Family::sm90)
             return {config, 0};
     }

@@ -88,6 +88,13 @@ void validate_config(const ForwardParams& params, const KernelConfig& config,
 // GPU, too much shared memory), or an empty string.
 std::string device_problem(const KernelConfig& config, const DeviceProperties& device);
 
+// Why a pack_gqa config (packgqa) cannot run a problem of `heads` query heads over
+// `heads_kv` K/V heads and `seq_q` query rows a view, with variants (Variants::any()) or not:
+// its tiles take groups of query heads that divide a consumer's 64 rows, run the plain kernel
+// body, and number a sequence's (position, head) rows in ints. Empty for other configs.
+std::string pack_gqa_problem(const KernelConfig& config, std::int64_t heads, std::int64_t heads_kv,
+                             std::int64_t seq_q, bool variants);
+
 // Why the sm90 family's TMA cannot address these tensors (a zero stride along a
 // dimension of size > 1, e.g. a broadcast K/V), or an empty string.
 std::string tma_problem(std::initializer_list<std::pair<const char*, const TensorView*>> tensors);

@@ -11,6 +11,7 @@ struct Row {
     std::string_view config;
     std::int64_t max_seq = 0;
     bool causal_only = false;
+    std::int64_t max_grouped_seq_q = 0;
 };
 
 // Why these: on Hopper the sm90 family first: wgmma at 64 rows per consumer warpgroup,
@@ -107,6 +108,16 @@ struct Row {
 // At d_head 256, O alone takes 128 registers per warp of 16 rows: B_r 64 / B_c 64 is the
 // largest tile the register rule keeps without spills (untuned).
 constexpr Row k_rows[] = {
+    // Grouped-query problems of at most 64 queries (speculative decoding, short chunks): the
+    // query heads of a K/V head packed into one tile's rows (`packgqa`), so that 16 positions
+    // of 4 heads fill a consumer's 64 rows, where a tile of one head's rows would hold 16 of
+    // 128 (FlashAttention-4's sm90 choice: flash-attn-4 4.0.0b36's interface.py). One consumer
+    // (B_r 64) over 128-key blocks in three stages: a K/V head's tile streams its keys once,
+    // bound by memory (speculative decoding b16: 128 tiles, 2 MB of K and V each).
+    {"(BF16, 128, 64, 128, 8): sm90+stages_3+overlap+qreg+lazy+packgqa", 0, false,
+     k_packed_max_seq_q},
+    {"(FP16, 128, 64, 128, 8): sm90+stages_3+overlap+qreg+lazy+packgqa", 0, false,
+     k_packed_max_seq_q},
     {"(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(FP16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 1024, true},
     {"(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim", 0, true},
@@ -245,7 +256,8 @@ std::span<const BuiltinChoice> builtin_choices() {
     static const std::vector<BuiltinChoice> table = [] {
         std::vector<BuiltinChoice> v;
         for (const Row& row : k_rows)
-            v.push_back({KernelConfig::parse(row.config), row.max_seq, row.causal_only});
+            v.push_back({KernelConfig::parse(row.config), row.max_seq, row.causal_only,
+                         row.max_grouped_seq_q});
         return v;
     }();
     return table;

@@ -12,16 +12,26 @@
 
 namespace flash_attention::space {
 
+// The most queries a problem may have for the pack_gqa rows (and a tuned pack_gqa config) to
+// serve it: beyond, one head's queries fill tiles of their own.
+inline constexpr std::int64_t k_packed_max_seq_q = 64;
+
 struct BuiltinChoice {
     KernelConfig config;
     // Only when max(seq_q, seq_k) is at most this (0: any length).
     std::int64_t max_seq = 0;
     // Only for causal problems.
     bool causal_only = false;
+    // Only for grouped-query problems (more query heads than K/V heads) of at most this many
+    // queries (0: any problem): pack_gqa rows.
+    std::int64_t max_grouped_seq_q = 0;
 
-    // Whether the row may serve a problem of this longest length and mask.
-    constexpr bool admits(std::int64_t seq, bool causal) const {
-        return (max_seq == 0 || seq <= max_seq) && (!causal_only || causal);
+    // Whether the row may serve a problem of this longest length, mask, queries and query
+    // heads a K/V head (the backward's rows read only the first two).
+    constexpr bool admits(std::int64_t seq, bool causal, std::int64_t seq_q = 0,
+                          std::int64_t group = 1) const {
+        return (max_seq == 0 || seq <= max_seq) && (!causal_only || causal) &&
+               (max_grouped_seq_q == 0 || (group > 1 && seq_q <= max_grouped_seq_q));
     }
 };
 

@@ -130,6 +130,15 @@ constexpr std::array k_rules = {
              return c.sm90.lag_dq &&
                     (!c.backward || sm90_backward_split_head(c) || c.sm90.ordered_dq);
          }},
+    Rule{"packgqa_forward", RuleKind::validity,
+         "packgqa packs the forward's tiles (not with bwd) on the per-sequence kernel body, whose "
+         "64-row consumers each take whole positions of a group of query heads; not with streamk "
+         "(the dense body's split of the last round), dv_N or d_head 96 (not built with packed "
+         "rows)",
+         [](const KernelConfig& c) {
+             return c.sm90.pack_gqa &&
+                    (c.backward || c.sm90.stream_k || c.d_v != 0 || c.d_head % 64 != 0);
+         }},
     Rule{"persistent_backward", RuleKind::validity,
          "a persistent backward kernel has consumers of 64 keys each (B_c = 64 x consumers; not "
          "d_head 256's shared keys) and no ordered (its dQ additions would wait on key blocks "
@@ -462,6 +471,21 @@ std::vector<KernelConfig> tune_configs_sm90_d192() {
     return configs;
 }
 
+// pack_gqa tiles (grouped-query problems of few queries, builtin_choice.cpp): one consumer of
+// 64 (position, head) rows streaming a K/V head's keys, B_c 64 or 128 in two or three stages,
+// Q in registers or not; the rules keep those whose shared memory and registers fit.
+std::vector<KernelConfig> tune_configs_sm90_packed() {
+    ValueSets v = tune_values_sm90();
+    v.B_r = {64};
+    v.n_warps = {8};
+    v.pingpong = {false};
+    v.persistent = {false};
+    v.dynamic_schedule = {false};
+    v.lazy_rescale = {true};
+    v.pack_gqa = {true};
+    return v.expand();
+}
+
 // With trim_blocks, the configs of `configs` whose consumers' rows can end in different K/V
 // blocks of a causal tile: all but B_c = B_r, where on an aligned diagonal every consumer's
 // last key lies in the tile's last block and the knob would only move ptxas's schedule of
@@ -515,6 +539,7 @@ ValueSets all_values_sm90() {
     v.trim_blocks = {false, true};
     v.half_blocks = {false, true};
     v.stream_k = {false, true};
+    v.pack_gqa = {false, true};
     return v;
 }
 
@@ -844,6 +869,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         append_unique(v, tune_configs_sm90_d256());
         append_unique(v, tune_configs_sm90_d128_bc80());
         append_unique(v, tune_configs_sm90_d192());
+        append_unique(v, tune_configs_sm90_packed());
         append_unique(v, trimmed(v));
         append_unique(v, halved(v));
         append_unique(v, streamed(v));

@@ -111,6 +111,11 @@ struct KernelArgs {
     // (the plain kernels' parameter loads stay as they were).
     const float* alibi_slopes;
     std::int64_t alibi_batch_stride;
+    // pack_gqa tiles (sm90): log2 of the query heads a K/V head serves, set by the launcher.
+    // Row r of a sequence's packed rows is query position r >> pack_shift of the group's head
+    // r % (1 << pack_shift), so a tile of B_r rows holds B_r >> pack_shift positions of every
+    // head of one group (tile_scheduler.cuh).
+    int pack_shift;
 };
 
 // What a backward launcher hands its kernels (sm80/backward_kernel.cuh): the forward's

@@ -321,6 +321,8 @@ struct VariantCase {
 std::vector<VariantCase> variant_cases() {
     std::vector<VariantCase> cases;
     for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
+        if (c.sm90.pack_gqa)
+            continue;  // no variant kernels: Forward.PackedGroups checks that they refuse
         for (const VariantShape& s : k_variant_shapes)
             cases.push_back({c, s});
     }
@@ -922,6 +924,58 @@ TEST(Forward, PointersMustBeTheCurrentDevicesMemory) {
                   std::string::npos)
             << e.what();
     }
+}
+
+// pack_gqa configs on the shapes the choice gives them: a few positions of every query head of
+// a K/V head in one tile (speculative decoding, short chunks), groups of 2 to 64 heads
+// (a position a consumer), tiles and consumers that end inside the rows, keys shorter than a
+// block and thousands long, causal at both alignments, the LSE checked. Problems they do not
+// pack (3 query heads a K/V head, a window, sinks) are refused with the config named.
+TEST(Forward, PackedGroups) {
+    struct Shape {
+        int seq_q, seq_k, heads, heads_kv;
+        bool causal, top_left;
+    };
+    constexpr Shape shapes[] = {
+        {16, 4096, 8, 2, true, false}, {5, 1000, 16, 2, true, false},
+        {17, 300, 4, 2, false, false}, {64, 777, 32, 2, true, true},
+        {1, 129, 64, 1, false, false}, {100, 4095, 8, 4, true, false},
+        {3, 2000, 32, 1, true, true},  {40, 77, 16, 4, false, false},
+    };
+    int ran = 0;
+    for (const fa::KernelConfig& c : fa::testing::forward_configs()) {
+        if (!c.sm90.pack_gqa || !fa::is_supported(c))
+            continue;
+        ++ran;
+        for (const Shape& s : shapes) {
+            Problem p(c.dtype, 2, s.seq_q, s.seq_k, s.heads, c.d_head, s.heads_kv, s.causal);
+            p.top_left = s.top_left;
+            const auto result = p.run_and_check([&] { fa::forward(p.params(true), c); },
+                                                1.0 / std::sqrt(double(c.d_head)), true);
+            EXPECT_TRUE(result.passed)
+                << c.to_string() << ", seq_q " << s.seq_q << ", seq_k " << s.seq_k << ", heads "
+                << s.heads << "/" << s.heads_kv << ": " << result.summary() << "; seed " << p.seed;
+        }
+        const auto expect_refused = [&](Problem& p, const char* what) {
+            try {
+                fa::forward(p.params(), c);
+                ADD_FAILURE() << c.to_string() << " ran " << what;
+            } catch (const fa::Error& e) {
+                EXPECT_EQ(e.code(), fa::ErrorCode::unsupported) << e.what();
+                EXPECT_NE(std::string(e.what()).find(c.to_string()), std::string::npos) << e.what();
+            }
+        };
+        Problem odd_group(c.dtype, 1, 16, 256, 6, c.d_head, 2, true);
+        expect_refused(odd_group, "3 query heads a K/V head");
+        Problem window(c.dtype, 1, 16, 256, 8, c.d_head, 2, true);
+        window.variants.window_left = 10;
+        expect_refused(window, "a window");
+        Problem sinks(c.dtype, 1, 16, 256, 8, c.d_head, 2, true);
+        sinks.draw_sinks();
+        expect_refused(sinks, "sinks");
+    }
+    if (ran == 0)
+        GTEST_SKIP() << "no pack_gqa config of this build runs on this GPU";
 }
 
 // An error the caller left in CUDA's last-error state is the caller's: the old launch path

@@ -172,13 +172,15 @@ struct VarlenCase {
     int window_left = -1, window_right = -1;
     float softcap = 0;
     bool sinks = false;
+    int most_queries = 700;  // a sequence's queries at most (64: pack_gqa tiles on Hopper)
 };
 
 void PrintTo(const VarlenCase& c, std::ostream* os) {
     *os << fa::to_string(c.dtype) << " d" << c.d << " group " << c.group
         << (c.causal ? " causal" : "") << (c.top_left ? " top left" : "") << " page " << c.page_size
         << " splits " << c.splits << " window (" << c.window_left << ", " << c.window_right
-        << ") softcap " << c.softcap << (c.sinks ? " sinks" : "");
+        << ") softcap " << c.softcap << (c.sinks ? " sinks" : "")
+        << " queries <= " << c.most_queries;
 }
 
 // Sinks for `heads` query heads, normal with a spread of 3, and their device copy.
@@ -211,6 +213,8 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     std::uniform_int_distribution<int> any(1, 700);
     for (int i = 0; i < 13; ++i)
         lengths.push_back({any(rng), any(rng)});
+    for (auto& [lq, lk] : lengths)
+        lq = std::min(lq, c.most_queries);
 
     std::vector<HostTensor> qs, ks, vs;
     std::vector<std::int32_t> cu_q = {0}, cu_k = {0}, used_k;
@@ -335,6 +339,14 @@ std::vector<VarlenCase> varlen_cases() {
     cases.push_back({fa::DType::BF16, 256, 1, true, 64, 0, true, 33, 0, 30, false});
     cases.push_back({fa::DType::BF16, 128, 8, true, 0, 1, false, -1, -1, 0, true});
     cases.push_back({fa::DType::FP16, 128, 4, true, 16, 3, false, -1, -1, 0, true});
+    // Grouped sequences of at most 64 queries: packed GQA tiles on Hopper (their numbering of
+    // packed sequences, the LSE's rows and O's stores past a sequence's end), contiguous and
+    // paged, causal at both alignments.
+    for (const bool causal : {false, true}) {
+        cases.push_back({fa::DType::BF16, 128, 4, causal, 0, 0, false, -1, -1, 0, false, 64});
+        cases.push_back({fa::DType::FP16, 128, 8, causal, 16, 0, false, -1, -1, 0, false, 40});
+    }
+    cases.push_back({fa::DType::BF16, 128, 2, true, 0, 0, true, -1, -1, 0, false, 33});
     return cases;
 }
 
@@ -539,9 +551,11 @@ std::vector<CacheCase> cache_cases() {
         cases.push_back({177, 2, 2, 32, causal, 0, fa::DType::FP16, 64});
         cases.push_back({150, 4, 0, 16, causal, 0, fa::DType::BF16, 256});
     }
-    // Causal aligned at the top left: speculative decoding and appends on the serving kernel,
-    // chunked prefill contiguous and paged (the sm90 kernels on Hopper).
+    // Causal aligned at the top left: speculative decoding (packed sm90 tiles on Hopper, and
+    // split on the serving kernel) and appends on the serving kernel, chunked prefill
+    // contiguous and paged (the sm90 kernels on Hopper).
     cases.push_back({16, 4, 0, 0, true, 0, fa::DType::BF16, 128, true});
+    cases.push_back({16, 4, 0, 16, true, 3, fa::DType::BF16, 128, true});
     cases.push_back({5, 8, 2, 16, true, 0, fa::DType::FP16, 64, true});
     cases.push_back({200, 4, 0, 0, true, 0, fa::DType::BF16, 128, true});
     cases.push_back({150, 2, 3, 64, true, 0, fa::DType::FP16, 256, true});
@@ -562,7 +576,10 @@ INSTANTIATE_TEST_SUITE_P(Serving, KVCache, ::testing::ValuesIn(cache_cases()));
 //   each folding a group of ranges, no merge kernel) where batch 1 merges the groups in the
 //   combine: groups of one range (4 ranges), of two (8) and of four (16 on 16-row pages;
 //   d_head 64 fp16);
-//   batch 160 (320 rows) a CTA a range, its merge kernel folding groups of one range.
+//   batch 160 (320 rows) a CTA a range, its merge kernel folding groups of one range;
+// - speculative decoding on 16-row pages with 4 key ranges (num_splits: the library's own choice
+//   runs a full batch on packed GQA tiles and one sequence on the split-KV kernel, whose bits
+//   differ; flash_attention.hpp, Serving).
 TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
     struct Shape {
         CacheCase c;
@@ -573,6 +590,7 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
           Shape{{1, 8, 0, 0, false, 16}, 256, 512}, Shape{{16, 4, 0, 0, true, 8}, 160, 1024},
           Shape{{16, 4, 0, 0, true, 8}, 20, 1024}, Shape{{1, 4, 0, 0, false, 0}, 64, 2048},
           Shape{{1, 4, 0, 0, false, 0}, 64, 4096}, Shape{{1, 8, 0, 16, false, 16}, 64, 4096},
+          Shape{{16, 4, 0, 16, true, 4}, 160, 1024},
           Shape{{1, 4, 0, 0, true, 8, fa::DType::FP16, 64}, 64, 4096}}) {
         const std::uint64_t seed = fresh_seed();
         const CacheProblem big(c, batch, capacity, seed);

@@ -270,6 +270,24 @@ TEST(Cli, ChooseNamesTheSplitKvKernelForDecodingShapes) {
     EXPECT_NO_THROW(fa::KernelConfig::parse(dense.out.substr(0, dense.out.find('\n'))));
 }
 
+// Speculative decoding (16 positions x 4 heads a K/V head, batch 16) runs on packed GQA tiles
+// where they are built: `choose` names the packgqa config, and a sweep leaves it out of shapes it
+// cannot run (3 query heads a K/V head), a usage error when nothing is left.
+TEST(Cli, SpeculativeDecodingTakesPackedTiles) {
+    const auto packed =
+        fa::KernelConfig::parse("(BF16, 128, 64, 128, 8): sm90+stages_3+overlap+qreg+lazy+packgqa");
+    if (!fa::is_built(packed))
+        GTEST_SKIP() << "this build lacks " << packed.to_string();
+    const Output o =
+        run_program({"choose", "--device", "h100", "--dtype", "bf16", "--seq", "16", "--seq-k",
+                     "4096", "--batch", "16", "--heads", "32", "--heads-kv", "8", "--causal"});
+    EXPECT_EQ(o.code, 0) << o.err;
+    EXPECT_EQ(o.out.substr(0, o.out.find('\n')), packed.to_string()) << o.out;
+    expect_usage_error({"bench", "--config", packed.to_string(), "--seq", "16", "--seq-k", "4096",
+                        "--heads", "6", "--heads-kv", "2"},
+                       "--seq");
+}
+
 TEST(Cli, Version) {
     const Output o = run_program({"--version"});
     EXPECT_EQ(o.code, 0);

@@ -352,6 +352,29 @@ TEST(ConfigSpace, HopperTuneSetSplitsStaticPersistentRounds) {
               "");
 }
 
+// packgqa: forward tiles of the per-sequence body, in the tune set at B_r 64 of every head dim;
+// the rule names what it excludes.
+TEST(ConfigSpace, PackedGqaTilesAreForwardOnly) {
+    const auto sm90 = fa::space::named_set("tune-sm90");
+    for (const int d : {64, 128, 256}) {
+        EXPECT_TRUE(std::any_of(sm90.begin(), sm90.end(), [d](const KernelConfig& c) {
+            return c.sm90.pack_gqa && c.d_head == d && c.B_r == 64;
+        })) << d;
+    }
+    const auto packed =
+        KernelConfig::parse("(BF16, 128, 64, 128, 8): sm90+stages_3+overlap+qreg+lazy+packgqa");
+    EXPECT_TRUE(packed.sm90.pack_gqa);
+    EXPECT_EQ(KernelConfig::parse(packed.to_string()), packed);
+    EXPECT_EQ(rejected_by(packed), "");
+    EXPECT_EQ(
+        rejected_by(KernelConfig::parse(
+            "(BF16, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+lazy+streamk+packgqa")),
+        "packgqa_forward");
+    EXPECT_NE(
+        rejected_by(KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+packgqa")),
+        "");
+}
+
 TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
     const auto tune = fa::space::named_set("tune");
     for (const fa::DType dtype : {fa::DType::FP16, fa::DType::BF16}) {

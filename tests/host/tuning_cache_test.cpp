@@ -541,7 +541,8 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
     const auto file = dir.path() / "tuning.json";
     for (const fa::KernelConfig& c : built) {
         const std::int64_t seq = 1024;
-        if (seq % c.B_r != 0 || seq % c.B_c != 0 || c.backward)
+        // pack_gqa winners serve grouped problems of few queries only (GroupedFewQueries...).
+        if (seq % c.B_r != 0 || seq % c.B_c != 0 || c.backward || c.sm90.pack_gqa)
             continue;
         const fa::ChoiceProblem p = fa::choice_problem(views_for(c, seq));
         const fa::KernelConfig table_choice = *fa::heuristic_config(p, device);
@@ -577,13 +578,16 @@ TEST(TuningCache, AutomaticChoiceFollowsTheCache) {
 // (`tune --window/--softcap`), written and read back; without one they take the plain
 // problem's winner, and a variant winner is never read for plain problems.
 TEST(TuningCache, VariantKernelEntries) {
-    // Two built forward configs of one dtype and d_head: their keys differ in the variants
-    // alone.
+    // Two built forward configs of one dtype and d_head that run the variant kernels (not
+    // pack_gqa's): their keys differ in the variants alone.
     std::optional<fa::KernelConfig> plain_winner, variant_winner;
+    const auto has_variants = [](const fa::KernelConfig& c) {
+        return !c.backward && !c.sm90.pack_gqa;
+    };
     for (const fa::KernelConfig& a : fa::configs()) {
         for (const fa::KernelConfig& b : fa::configs()) {
-            if (!plain_winner && a != b && !a.backward && !b.backward && a.dtype == b.dtype &&
-                a.d_head == b.d_head && a.d_v == b.d_v) {
+            if (!plain_winner && a != b && has_variants(a) && has_variants(b) &&
+                a.dtype == b.dtype && a.d_head == b.d_head && a.d_v == b.d_v) {
                 plain_winner = a;
                 variant_winner = b;
             }
@@ -959,6 +963,73 @@ TEST(TuningCache, BuiltInTableCopiesWholePages) {
         EXPECT_EQ(d256->family, fa::Family::sm90) << d256->to_string();
         EXPECT_EQ(d256->B_c, 64) << d256->to_string();
     }
+}
+
+// Grouped-query problems of at most 64 queries take the table's pack_gqa rows (a tile a K/V
+// head, its rows every query head's positions), which forward() prefers to the split-KV kernel
+// above decoding's 16 rows a K/V head where the tiles fill the SMs; not where they cannot run (3
+// query heads a K/V head, a window, sinks), nor past 64 queries or without groups. A tuned pack_gqa
+// winner serves only the problems those rows would.
+TEST(TuningCache, GroupedFewQueriesTakePackedTiles) {
+    const auto packed =
+        fa::KernelConfig::parse("(BF16, 128, 64, 128, 8): sm90+stages_3+overlap+qreg+lazy+packgqa");
+    const auto release = fa::space::named_set("release");
+    const bool release_built = std::all_of(release.begin(), release.end(), fa::is_built);
+    ASSERT_TRUE(fa::is_built(packed) || !release_built)
+        << "the table no longer names " << packed.to_string();
+    if (!fa::is_built(packed))
+        GTEST_SKIP() << "this build lacks " << packed.to_string();
+    const fa::DeviceProperties hopper{0, "Test GPU", 9, 0, 132, 232448};
+    const auto problem = [](std::int64_t seq_q, std::int64_t heads, std::int64_t heads_kv,
+                            std::int64_t seq_k = 4096, std::int64_t batch = 16) {
+        const auto view = [batch](std::uintptr_t gib, std::int64_t seq, std::int64_t h) {
+            return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), fa::DType::BF16,
+                                              batch, seq, h, 128);
+        };
+        fa::ForwardParams p{view(1, seq_q, heads), view(2, seq_k, heads_kv),
+                            view(3, seq_k, heads_kv), view(4, seq_q, heads)};
+        p.options.causal = true;
+        return fa::choice_problem(p);
+    };
+    const auto chosen = [&](const fa::ChoiceProblem& p) {
+        const auto c = fa::heuristic_config(p, hopper);
+        return c.has_value() && *c == packed;
+    };
+    const TempDir dir;
+    std::optional<CacheEnvironment> cache;
+    cache.emplace(dir.path() / "none.json");  // no tuned entries
+    EXPECT_TRUE(chosen(problem(16, 32, 8)));  // speculative decoding
+    EXPECT_FALSE(fa::runs_split_kv(problem(16, 32, 8), hopper));
+    // Batch 4: 32 tiles a K/V head's keys each would leave most SMs idle; split-KV runs.
+    EXPECT_TRUE(chosen(problem(16, 32, 8, 4096, 4)));
+    EXPECT_TRUE(fa::runs_split_kv(problem(16, 32, 8, 4096, 4), hopper));
+    EXPECT_TRUE(chosen(problem(64, 64, 1, 77)));                // short keys
+    EXPECT_TRUE(chosen(problem(1, 32, 8)));                     // decoding: the table's row ...
+    EXPECT_TRUE(fa::runs_split_kv(problem(1, 32, 8), hopper));  // ... but split-KV runs
+    EXPECT_TRUE(fa::runs_split_kv(problem(2, 64, 8), hopper));  // 16 rows a K/V head
+    EXPECT_TRUE(fa::runs_split_kv(problem(1, 32, 1, 4096, 128), hopper));  // one position
+    EXPECT_FALSE(chosen(problem(65, 32, 8)));   // a head's queries fill tiles
+    EXPECT_FALSE(chosen(problem(16, 32, 32)));  // nothing to pack
+    EXPECT_FALSE(chosen(problem(16, 24, 8)));   // 3 heads a K/V head
+    EXPECT_TRUE(fa::runs_split_kv(problem(16, 24, 8), hopper));
+    fa::ChoiceProblem sinks = problem(16, 32, 8);
+    sinks.variants = true;
+    EXPECT_FALSE(chosen(sinks));
+    EXPECT_TRUE(fa::runs_split_kv(sinks, hopper));
+    fa::ChoiceProblem window = problem(16, 32, 8);
+    window.shape.window_or_softcap = true;
+    EXPECT_FALSE(chosen(window));
+    // A tuned pack_gqa winner of the 4096-key bucket: taken by speculative decoding, not by a
+    // square problem of that bucket.
+    const auto file = dir.path() / "tuning.json";
+    tuning::save_atomically(file,
+                            {entry_of(tuning::Key::of(hopper, problem(16, 32, 8).shape), packed)});
+    cache.reset();
+    cache.emplace(file);
+    EXPECT_EQ(fa::find_kernel_for(problem(16, 32, 8), hopper), packed);
+    const auto square = fa::find_kernel_for(problem(4096, 32, 8), hopper);
+    ASSERT_TRUE(square.has_value());
+    EXPECT_FALSE(square->sm90.pack_gqa) << square->to_string();
 }
 
 // Tensors TMA cannot address (a broadcast K/V, a stride of 2^40 bytes) run on the sm80

@@ -66,6 +66,33 @@ struct OStaging {
     }
 };
 
+// Where row `row` of tile t's sequence lies: its query position in the sequence and its head
+// (pack_gqa: row_position(), and the group's head the row's remainder names).
+struct QueryRow {
+    int position, head;
+};
+template <class Tr>
+__device__ __forceinline__ QueryRow query_row(const KernelArgs& args, const Tile& t, int row) {
+    const int position = row_position<Tr>(args, row);
+    return {position, Tr::pack_gqa ? t.head + (row - (position << args.pack_shift)) : t.head};
+}
+
+// pack_gqa: the LSE of this thread's two rows (store_lse()'s, each at its own head's row).
+template <class Tr, class Softmax>
+__device__ __forceinline__ void store_packed_lse(const KernelArgs& args, const Tile& t,
+                                                 int first_row, const Softmax& softmax) {
+    const int lane = threadIdx.x % warp_size;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = first_row + lane / 4 + 8 * h;
+        if (row < t.q_rows) {
+            const QueryRow at = query_row<Tr>(args, t, row);
+            args.lse[(std::int64_t{t.q.entry} * args.heads + at.head) * args.seqs.q_view_seq +
+                     t.q.row0 + at.position] = softmax.log_sum_exp(0, h);
+        }
+    }
+}
+
 // O (fp32, this warpgroup's 64 rows) rounded to 16 bits into its staging region (above) in
 // TMA's swizzled layout, then one thread stores it with TMA. Each quad writes 16
 // contiguous bytes of a row's 16-byte chunk; the 8 rows of a warp's store land in 8
@@ -84,7 +111,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     const int lane = threadIdx.x % warp_size;
     const int warp_row0 = warp_in_warpgroup() * mma_m;
     const int row0 = t.q_row0 + consumer * Tr::rows_per_consumer;  // in the sequence
-    const int rows = t.q.len - row0;  // of this consumer's, in the sequence
+    const int rows = t.q_rows - row0;  // of this consumer's, in the sequence
     const bool by_tma = !PerSequence || rows >= Tr::rows_per_consumer ||
                         t.q.row0 + t.q.len == params.args.seqs.q_view_seq;
     // With Q in registers this warp's lanes read these rows with ldmatrix at the tile's
@@ -112,17 +139,30 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
         // sequence and head.
         const KernelArgs& args = params.args;
         using T = typename Tr::T;
+        // O's row of this consumer's first row (pack_gqa: its first position's, group head 0).
+        const int position0 = row_position<Tr>(args, row0);
         T* base = static_cast<T*>(args.o) + std::int64_t{t.q.entry} * args.o_stride.batch +
-                  std::int64_t{t.q.row0 + row0} * args.o_stride.seq +
+                  std::int64_t{t.q.row0 + position0} * args.o_stride.seq +
                   std::int64_t{t.head} * args.o_stride.head + 2 * (lane % 4);
+        // This consumer's row `row`: pack_gqa rows lie at their own position and head.
+        const auto row_output = [&](int row) {
+            if constexpr (Tr::pack_gqa) {
+                const QueryRow at = query_row<Tr>(args, t, row0 + row);
+                return base + std::int64_t{at.position - position0} * args.o_stride.seq +
+                       std::int64_t{at.head - t.head} * args.o_stride.head;
+            } else {
+                return base + std::int64_t{row} * args.o_stride.seq;
+            }
+        };
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = warp_row0 + lane / 4 + 8 * h;
             if (row >= rows)
                 continue;
+            T* const out = row_output(row);
 #pragma unroll
             for (int nt = 0; nt < Tr::d_v / 8; ++nt) {  // O's columns, not the tile's padding
-                ptx::st_global_4(base + std::int64_t{row} * args.o_stride.seq + nt * 8,
+                ptx::st_global_4(out + nt * 8,
                                  ptx::pack_rn<Tr::dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
             }
         }
@@ -130,8 +170,14 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer), warpgroup_threads);
     if (threadIdx.x % warpgroup_threads == 0) {
         if (write && by_tma) {
-            tma::store_tile<typename Tr::OTile>(region, &params.maps.o, t.q.row0 + row0, t.head,
-                                                t.q.entry);
+            if constexpr (Tr::pack_gqa) {
+                tma::store_packed_tile<typename Tr::OTile>(
+                    region, &params.maps.o, t.q.row0 + row_position<Tr>(params.args, row0),
+                    t.kv_head, t.q.entry);
+            } else {
+                tma::store_tile<typename Tr::OTile>(region, &params.maps.o, t.q.row0 + row0, t.head,
+                                                    t.q.entry);
+            }
         }
         pending.empty = staging.empty;
         if constexpr (Tr::q_buffers == 1)

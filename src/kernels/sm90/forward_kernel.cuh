@@ -57,25 +57,26 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         const int diagonal = PerSequence ? diagonal_queries(tile.q.len, tile.k.len, args.top_left)
                                          : args.diagonal_seq_q;
         // Variants: the consumer's own rows' band blocks, relative to the tile's first.
-        const int consumer_rows = max(1, min(Tr::rows_per_consumer, tile.q.len - consumer_row0));
+        const int consumer_rows = max(1, min(Tr::rows_per_consumer, tile.q_rows - consumer_row0));
         const int shift = tile.k.len - diagonal;
         BandBlocks band{};
         if constexpr (Variants)
             band = band_blocks(shift, args.band, tile.k.len, consumer_row0, consumer_rows, Tr::B_c);
         const KeyBlocks own =
-            key_blocks(diagonal, tile.k.len, args.causal, consumer_row0, consumer_rows, Tr::B_c);
+            row_key_blocks<Tr>(args, diagonal, tile.k.len, consumer_row0, consumer_rows);
         // With trim_blocks this consumer's blocks end where its own rows' keys do (rows past
         // the sequence are never stored: none); the tile's may go on for later rows. Blocks
         // count from the tile's first (a window's start, a stream-K piece's; else 0).
         const int own_blocks =
             Variants ? max(0, band.end - tile.first) : min(own.visited - tile.first, tile.visited);
-        const int computed = !Tr::trim_blocks              ? tile.visited
-                             : consumer_row0 >= tile.q.len ? 0
-                                                           : own_blocks;
+        const int computed = !Tr::trim_blocks               ? tile.visited
+                             : consumer_row0 >= tile.q_rows ? 0
+                                                            : own_blocks;
         using ConsumerT = Consumer<Tr, PerSequence, Variants, Paged, Alibi>;
         // The keys this consumer's last row sees (a row past the sequence: all of them).
         const int last_row_keys =
-            keys_seen(consumer_row0 + consumer_rows - 1, diagonal, tile.k.len, args.causal);
+            keys_seen(row_position<Tr>(args, consumer_row0 + consumer_rows - 1), diagonal,
+                      tile.k.len, args.causal);
         ConsumerT c{
             .args = args,
             .visited = computed,
@@ -157,7 +158,10 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                 if (write && args.lse != nullptr && threadIdx.x % 4 == 0)
                     store_lse<1>(lse_rows(), c.first_row, done.q.len, rows);
             } else if (args.lse != nullptr && threadIdx.x % 4 == 0) {
-                store_lse<1>(lse_rows(), c.first_row, done.q.len, softmax);
+                if constexpr (Tr::pack_gqa)
+                    store_packed_lse<Tr>(args, done, c.first_row, softmax);
+                else
+                    store_lse<1>(lse_rows(), c.first_row, done.q.len, softmax);
             }
             // Every wgmma reading this consumer's Q has completed (consume() ends on a wait),
             // and no other warpgroup reads these rows: O may overwrite them, unless staged
@@ -206,6 +210,7 @@ __global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
     unsigned char* smem = smem_raw + ((1024 - ptx::smem_address(smem_raw) % 1024) % 1024);
     auto& bars = *reinterpret_cast<Barriers<Tr::q_pairs, Tr::stages>*>(smem + Tr::barrier_offset);
 
+    static_assert(PerSequence || !Tr::pack_gqa, "pack_gqa tiles run the per-sequence body");
     // Stream-K splits only forward()'s dense problems (launch.cuh).
     const TileScheduler<Tr, Tr::dynamic_schedule, Tr::stream_k && !PerSequence> scheduler{
         params.tile_counter,

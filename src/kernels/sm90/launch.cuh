@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -49,16 +50,43 @@ void launch_instance(std::int64_t ctas, int threads, Stream stream, const Params
                           "sm90 forward kernel launch");
 }
 
+// pack_gqa: KernelArgs::pack_shift for a call, after the checks the API makes first
+// (pack_gqa_problem(), device_policy.cpp): the query heads of a K/V head a power of two
+// dividing a consumer's 64 rows, the plain kernel body (no variant of the scores, no sinks),
+// and a sequence's rows, its queries times those heads, ints.
+inline int pack_shift(const KernelArgs& args) {
+    const int group = args.heads / args.heads_kv;
+    if (group > 64 || 64 % group != 0 || args.variants || args.alibi_slopes != nullptr ||
+        (std::int64_t{args.seqs.q_view_seq} * group > std::numeric_limits<int>::max() - 256)) {
+        throw Error(ErrorCode::unsupported,
+                    "config: expected a problem that packgqa packs (query heads a power-of-two "
+                    "multiple of the K/V heads, at most 64 times; no window, softcap, ALiBi or "
+                    "sinks), got " +
+                        std::to_string(args.heads) + " query heads over " +
+                        std::to_string(args.heads_kv) + " K/V heads" +
+                        (args.variants || args.alibi_slopes != nullptr ? " with variants" : ""));
+    }
+    return std::countr_zero(static_cast<unsigned>(group));
+}
+
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
     constexpr int smem = static_cast<int>(smem_bytes(C));
+    constexpr bool packed = C.sm90.pack_gqa;
     const SequenceArgs& seqs = args.seqs;
     const bool paged = seqs.block_table != nullptr;
-    const bool per_sequence = seqs.cu_seqlens_q != nullptr || seqs.cu_seqlens_k != nullptr ||
-                              seqs.seqused_k != nullptr || paged;
+    // pack_gqa tiles run the per-sequence body, dense calls too.
+    const bool per_sequence = packed || seqs.cu_seqlens_q != nullptr ||
+                              seqs.cu_seqlens_k != nullptr || seqs.seqused_k != nullptr || paged;
+    KernelArgs a = args;
+    if constexpr (packed) {
+        a.pack_shift = pack_shift(args);
+        // A unit's tiles together (dense_position()): sections count query heads.
+        a.section_heads = 1;
+    }
     // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
     // runs one CTA per SM (its register reallocation leaves room for no second).
-    const std::int64_t tiles = tile_numbers(args, C.B_r);
+    const std::int64_t tiles = tile_numbers(a, C.B_r, packed);
     // The kernel numbers tiles with ints; o's memory bounds them far below this.
     if (tiles > std::numeric_limits<int>::max()) {
         throw Error(ErrorCode::invalid_argument,
@@ -66,7 +94,6 @@ void launch(const KernelArgs& args, Stream stream) {
                         " query rows (sequences x heads x query blocks), got " +
                         std::to_string(tiles));
     }
-    KernelArgs a = args;
     // Dense tiles: the divisions of their numbers, once here (their products are at most
     // `tiles`, checked above).
     if (!per_sequence)
@@ -76,7 +103,7 @@ void launch(const KernelArgs& args, Stream stream) {
         a.seqs.page_copy_rows = paged_copy_rows(a.seqs.k_view_seq, C.B_c);
     Params params{a,
                   make_tensor_maps(a, C.dtype, C.d_head, C.v_head_dim(),
-                                   paged ? a.seqs.page_copy_rows : C.B_c),
+                                   paged ? a.seqs.page_copy_rows : C.B_c, packed),
                   nullptr,
                   {}};
     const std::int64_t ctas =
@@ -106,20 +133,26 @@ void launch(const KernelArgs& args, Stream stream) {
         }
     }
     constexpr int threads = C.n_threads();
-    if (args.alibi_slopes != nullptr && paged)
+    if constexpr (packed) {  // the plain body only (pack_shift())
+        if (paged)
+            launch_instance<paged_kernel<C>, smem>(ctas, threads, stream, params);
+        else
+            launch_instance<per_sequence_kernel<C>, smem>(ctas, threads, stream, params);
+    } else if (args.alibi_slopes != nullptr && paged) {
         launch_instance<paged_alibi_kernel<C>, smem>(ctas, threads, stream, params);
-    else if (args.alibi_slopes != nullptr)
+    } else if (args.alibi_slopes != nullptr) {
         launch_instance<alibi_kernel<C>, smem>(ctas, threads, stream, params);
-    else if (args.variants && paged)
+    } else if (args.variants && paged) {
         launch_instance<paged_variant_kernel<C>, smem>(ctas, threads, stream, params);
-    else if (args.variants)
+    } else if (args.variants) {
         launch_instance<variant_kernel<C>, smem>(ctas, threads, stream, params);
-    else if (paged)
+    } else if (paged) {
         launch_instance<paged_kernel<C>, smem>(ctas, threads, stream, params);
-    else if (per_sequence)
+    } else if (per_sequence) {
         launch_instance<per_sequence_kernel<C>, smem>(ctas, threads, stream, params);
-    else
+    } else {
         launch_instance<kernel<C>, smem>(ctas, threads, stream, params);
+    }
 }
 
 // Mask: CausalMask, or BandMask for a sliding window (BackwardArgs::banded); Softcap:
@@ -191,6 +224,9 @@ constexpr KernelOps make_ops() {
     if constexpr (C.backward) {
         return backward_kernel_ops<backward_main_kernel<C>, &launch_backward<C>, C.n_threads(),
                                    static_cast<int>(smem_bytes(C))>();
+    } else if constexpr (C.sm90.pack_gqa) {
+        return kernel_ops<per_sequence_kernel<C>, &launch<C>, C.n_threads(),
+                          static_cast<int>(smem_bytes(C))>();
     } else {
         return kernel_ops<kernel<C>, &launch<C>, C.n_threads(), static_cast<int>(smem_bytes(C))>();
     }

@@ -128,10 +128,18 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
                 scheduler.publish(q, index);
             full.arrive_expect_tx(Tr::q_pair_bytes);
             for (int w = w0; w < w0 + Tr::consumers_per_q_pair; ++w) {
-                tma::load_tile<typename Tr::QTile>(
-                    smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::QTile::bytes,
-                    &params.maps.q, t.q.row0 + t.q_row0 + w * Tr::rows_per_consumer, t.head,
-                    t.q.entry, full);
+                unsigned char* const rows =
+                    smem + Tr::q_offset + q.buffer * Tr::q_buffer_bytes + w * Tr::QTile::bytes;
+                const int row = t.q_row0 + w * Tr::rows_per_consumer;  // in the sequence
+                if constexpr (Tr::pack_gqa) {
+                    // A consumer's 64 rows are whole positions: the group's heads divide 64.
+                    tma::load_packed_tile<typename Tr::QTile>(
+                        rows, &params.maps.q, t.q.row0 + row_position<Tr>(args, row), t.kv_head,
+                        t.q.entry, full);
+                } else {
+                    tma::load_tile<typename Tr::QTile>(rows, &params.maps.q, t.q.row0 + row, t.head,
+                                                       t.q.entry, full);
+                }
             }
         }
         claimed = claim();
@@ -249,7 +257,8 @@ struct Consumer {
     // the sequence's keys minus its queries), below min(r + 1, key_bound) (causal at the top
     // left: its keys) or below key_bound (not causal: its keys): one register across the
     // main loop instead of both lengths (two cost d_head 128's dynamic kernel a spill).
-    // Rows past the sequence's end see more, but are never stored.
+    // Rows past the sequence's end see more, but are never stored. pack_gqa: rows are
+    // (position, head) pairs, and the mask reads their positions (row_position()).
     // Variants: the sequence's keys, and row r's diagonal position is r + band_shift.
     int key_bound;
     // Block j is block first + j of the keys (a window's start, a stream-K piece's; else 0),
@@ -420,8 +429,10 @@ struct Consumer {
             const bool causal = args.causal;
             const bool top_left = args.top_left;
             const int bound = key_bound;
-            mask_scores_by(s, first_row, j * Tr::B_c, [=](int row) {
-                return !causal ? bound : top_left ? min(row + 1, bound) : row + 1 + bound;
+            const KernelArgs& a = args;
+            mask_scores_by(s, first_row, j * Tr::B_c, [=, &a](int row) {
+                const int q = row_position<Tr>(a, row);
+                return !causal ? bound : top_left ? min(q + 1, bound) : q + 1 + bound;
             });
         } else {
             mask_scores(s, first_row, (first + j) * Tr::B_c, args.diagonal_seq_q, args.seq_k,

@@ -78,6 +78,25 @@ CUtensorMap encode(const char* name, const void* data, DType dtype, int d_head, 
     return encode_map(name, data, dtype, 4, dims, strides, box);
 }
 
+// pack_gqa's Q or O (tma::load_packed_tile): (d_head, group, seq, heads / group, batch),
+// boxes of 64 columns x the group's heads x 64 / group positions, which land as 64 rows,
+// position-major. The group divides 64 (the launcher checks).
+CUtensorMap encode_packed(const char* name, const void* data, DType dtype, int d_head, int seq,
+                          int heads, int group, int batch, const TensorStrides& stride) {
+    constexpr std::uint64_t element = 2;
+    const cuuint64_t dims[5] = {static_cast<cuuint64_t>(d_head), static_cast<cuuint64_t>(group),
+                                static_cast<cuuint64_t>(seq),
+                                static_cast<cuuint64_t>(heads / group),
+                                static_cast<cuuint64_t>(batch)};
+    std::uint64_t strides[4] = {static_cast<std::uint64_t>(stride.head) * element,
+                                static_cast<std::uint64_t>(stride.seq) * element,
+                                static_cast<std::uint64_t>(stride.head) * group * element,
+                                static_cast<std::uint64_t>(stride.batch) * element};
+    const cuuint32_t box[5] = {64, static_cast<cuuint32_t>(group),
+                               static_cast<cuuint32_t>(64 / group), 1, 1};
+    return encode_map(name, data, dtype, 5, dims, strides, box);
+}
+
 // A paged cache (pages, page_size, heads, d_head) for group-major tiles
 // (tma::load_group_rows): (64 columns, 8 rows, heads x 64-column sub-tiles, 8-row groups
 // of a page, pages), boxes of one run of run_rows rows with all its columns. The third
@@ -116,8 +135,17 @@ std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_
     return {};
 }
 
-TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_v, int kv_rows) {
+TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_v, int kv_rows,
+                            bool packed) {
     const SequenceArgs& s = a.seqs;
+    const auto query_map = [&](const char* name, const void* data, int d,
+                               const TensorStrides& stride) {
+        if (packed) {
+            return encode_packed(name, data, dtype, d, s.q_view_seq, a.heads, a.heads / a.heads_kv,
+                                 s.q_view_batch, stride);
+        }
+        return encode(name, data, dtype, d, s.q_view_seq, a.heads, s.q_view_batch, stride, 64);
+    };
     const auto key_map = [&](const char* name, const void* data, int d,
                              const TensorStrides& stride) {
         if (s.block_table == nullptr) {
@@ -132,10 +160,10 @@ TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_
                             kv_rows);
     };
     return {
-        encode("q", a.q, dtype, d_head, s.q_view_seq, a.heads, s.q_view_batch, a.q_stride, 64),
+        query_map("q", a.q, d_head, a.q_stride),
         key_map("k", a.k, d_head, a.k_stride),
         key_map("v", a.v, d_v, a.v_stride),
-        encode("o", a.o, dtype, d_v, s.q_view_seq, a.heads, s.q_view_batch, a.o_stride, 64),
+        query_map("o", a.o, d_v, a.o_stride),
     };
 }
 

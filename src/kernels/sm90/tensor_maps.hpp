@@ -84,8 +84,11 @@ struct Params {
 // past the tensor's columns: zeros in, nothing out) x 64 rows for Q and O,
 // x kv_rows for K and V; a paged cache's K and V (args.seqs.block_table set): runs of
 // kv_rows rows, all columns in one box (group-major tiles). Q and K have d_head columns, V
-// and O d_v. Throws Error(ErrorCode::cuda) if the driver rejects a map.
-TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int d_v, int kv_rows);
+// and O d_v. packed (pack_gqa): Q's and O's 64 rows are 64 / group positions of a group's
+// query heads (tma::load_packed_tile), group = heads / heads_kv, a divisor of 64. Throws
+// Error(ErrorCode::cuda) if the driver rejects a map.
+TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int d_v, int kv_rows,
+                            bool packed = false);
 
 // Boxes of 64 columns x q_rows rows for Q and dO, x kv_rows for K, V, dK and dV.
 BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& args, DType dtype, int d_head,

@@ -45,10 +45,14 @@ namespace flash_attention::sm90 {
 enum class Part : int { whole, partial, merging };
 
 // One tile of work: B_r query rows of one (sequence, head) and the K/V blocks they see.
+// pack_gqa (Traits::pack_gqa): B_r rows of one (sequence, K/V head), each a (query position,
+// query head) pair of the heads it serves (KernelArgs::pack_shift); rows count such pairs.
 struct Tile {
     int sequence;  // b: the batch entry, or a packed batch's sequence
-    int head, kv_head;
+    int head;      // the query head (pack_gqa: the group's first)
+    int kv_head;
     Span q, k;     // the sequence's queries (and O's rows) and its keys in their views
+    int q_rows;    // the sequence's query rows: q.len, pack_gqa: q.len times the group's heads
     int q_row0;    // first query row of the tile, in the sequence
     int rows;      // query rows of the tile in the sequence; 0: nothing to do (see below)
     int first;     // the first K/V block it streams: a sliding window's start, else 0
@@ -105,6 +109,28 @@ inline TileDivisors tile_divisors(const KernelArgs& args, int B_r) {
             FastDivisor(args.heads / args.heads_kv)};
 }
 
+// The query position of a sequence's row `row`: the row itself, or in pack_gqa tiles the
+// position of its (position, head) pair (KernelArgs::pack_shift).
+template <class Tr>
+__device__ __forceinline__ int row_position(const KernelArgs& args, int row) {
+    if constexpr (Tr::pack_gqa)
+        return row >> args.pack_shift;
+    else
+        return row;
+}
+
+// The key blocks that rows [row0, row0 + rows) of a sequence visit: key_blocks() over the
+// positions they hold, `diagonal` the causal diagonal's query length (diagonal_queries()).
+template <class Tr>
+__device__ __forceinline__ KeyBlocks row_key_blocks(const KernelArgs& args, int diagonal, int seq_k,
+                                                    int row0, int rows) {
+    if constexpr (!Tr::pack_gqa)
+        return key_blocks(diagonal, seq_k, args.causal, row0, rows, Tr::B_c);
+    const int first = row_position<Tr>(args, row0);
+    const int last = row_position<Tr>(args, row0 + rows - 1);
+    return key_blocks(diagonal, seq_k, args.causal, first, last - first + 1, Tr::B_c);
+}
+
 // Packed queries (cu_seqlens_q): tiles are numbered with the query block fastest, then the
 // head, then the sequence, so the CTAs running at one time share the K/V of a few heads in
 // L2, each head's longest tiles first with causal masking. Sequence b's
@@ -113,8 +139,12 @@ inline TileDivisors tile_divisors(const KernelArgs& args, int B_r) {
 // ceil(len_b / B_r) tiles (floor((x + L) / B) - floor(x / B) + 1 >= ceil(L / B)): the
 // numbering needs no prefix sum over the batch, and the few numbers past a head's tiles
 // are empty tiles the scheduler skips.
+// With pack_gqa a sequence's rows are its queries times the group's heads (the same bound
+// holds for x and L so scaled); the launcher checks that they fit an int.
+template <bool Packed = false>
 __device__ __forceinline__ int first_packed_tile(const KernelArgs& args, int b, int B_r) {
-    return clamp_to(__ldg(args.seqs.cu_seqlens_q + b), 0, args.seqs.q_view_seq) / B_r + b;
+    const int offset = clamp_to(__ldg(args.seqs.cu_seqlens_q + b), 0, args.seqs.q_view_seq);
+    return (Packed ? offset << args.pack_shift : offset) / B_r + b;
 }
 
 // Rows of one TMA copy of a paged K/V block (a run: one box of all its columns, group-major
@@ -134,16 +164,19 @@ __host__ __device__ constexpr int paged_copy_rows(int page_size, int B_c) {
 }
 
 // How many tile numbers there are (the grid of a non-persistent launch; the host checks
-// that it fits an int).
-__host__ __device__ inline std::int64_t tile_numbers(const KernelArgs& args, int B_r) {
+// that it fits an int). Packed: pack_gqa tiles, a head's rows per K/V head.
+__host__ __device__ inline std::int64_t tile_numbers(const KernelArgs& args, int B_r,
+                                                     bool packed = false) {
+    const int shift = packed ? args.pack_shift : 0;  // the launcher bounds seq << shift
+    const std::int64_t heads = packed ? args.heads_kv : args.heads;
     if (args.seqs.cu_seqlens_q != nullptr)
-        return (std::int64_t{args.seqs.q_view_seq} / B_r + args.batch) * args.heads;
-    return std::int64_t{blocks_covering(args.seq_q, B_r)} * args.heads * args.batch;
+        return ((std::int64_t{args.seqs.q_view_seq} << shift) / B_r + args.batch) * heads;
+    return std::int64_t{blocks_covering(args.seq_q << shift, B_r)} * heads * args.batch;
 }
 
 template <class Tr>
 __device__ __forceinline__ int tile_count(const KernelArgs& args) {
-    return static_cast<int>(tile_numbers(args, Tr::B_r));
+    return static_cast<int>(tile_numbers(args, Tr::B_r, Tr::pack_gqa));
 }
 
 // The tile numbered `index`. PerSequence is a separate instantiation of the kernel's body
@@ -153,6 +186,7 @@ __device__ __forceinline__ int tile_count(const KernelArgs& args) {
 template <class Tr, bool PerSequence, bool Variants = false>
 __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
     static_assert(PerSequence || !Variants, "the variant kernels run the per-sequence body");
+    static_assert(!Tr::pack_gqa || !Variants, "pack_gqa tiles run the plain per-sequence body");
     if constexpr (!PerSequence) {
         const TileDivisors& d = args.tile_divisors;
         const int q_blocks =
@@ -171,6 +205,7 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
             Tr::fast_tile_decode ? d.group.quotient(t.head) : t.head / (args.heads / args.heads_kv);
         t.q = {b, 0, args.seq_q};
         t.k = {b, 0, args.seq_k};
+        t.q_rows = args.seq_q;
         t.q_row0 = q_block * Tr::B_r;
         t.rows = min(Tr::B_r, args.seq_q - t.q_row0);
         const KeyBlocks blocks =
@@ -183,12 +218,20 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
         return t;
     }
     const SequenceArgs& seqs = args.seqs;
-    int b, local;  // the sequence, and the tile's number among its head's
+    // A tile's unit: a query head, or with pack_gqa a K/V head and the query heads it serves
+    // (the launcher numbers their tiles in sections of one unit).
+    const int units = Tr::pack_gqa ? args.heads_kv : args.heads;
+    const auto rows_of = [&args](int queries) {
+        return Tr::pack_gqa ? queries << args.pack_shift : queries;
+    };
+    int b, local;  // the sequence, and the tile's number among its unit's
     Tile t;
+    int& unit = Tr::pack_gqa ? t.kv_head : t.head;
     if (seqs.cu_seqlens_q == nullptr) {
-        const DensePosition at = dense_position(args, index, blocks_covering(args.seq_q, Tr::B_r));
-        b = at.head_of_batch / args.heads;
-        t.head = at.head_of_batch % args.heads;
+        const DensePosition at =
+            dense_position(args, index, blocks_covering(rows_of(args.seq_q), Tr::B_r));
+        b = at.head_of_batch / units;
+        unit = at.head_of_batch % units;
         local = at.rank;
     } else {
         // The last sequence whose numbers start at or before `index` (binary search; the
@@ -197,29 +240,33 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
         int hi = args.batch - 1;
         while (lo < hi) {
             const int mid = (lo + hi + 1) / 2;
-            if (first_packed_tile(args, mid, Tr::B_r) * args.heads <= index)
+            if (first_packed_tile<Tr::pack_gqa>(args, mid, Tr::B_r) * units <= index)
                 lo = mid;
             else
                 hi = mid - 1;
         }
         b = lo;
-        const int first = first_packed_tile(args, b, Tr::B_r);
-        const int per_head = first_packed_tile(args, b + 1, Tr::B_r) - first;
-        const int r = index - first * args.heads;
-        t.head = per_head > 0 ? r / per_head : args.heads;  // non-monotone offsets: empty
+        const int first = first_packed_tile<Tr::pack_gqa>(args, b, Tr::B_r);
+        const int per_head = first_packed_tile<Tr::pack_gqa>(args, b + 1, Tr::B_r) - first;
+        const int r = index - first * units;
+        unit = per_head > 0 ? r / per_head : units;  // non-monotone offsets: empty
         local = per_head > 0 ? r % per_head : 0;
     }
     t.sequence = b;
-    t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
+    if constexpr (Tr::pack_gqa)
+        t.head = t.kv_head << args.pack_shift;
+    else
+        t.kv_head = t.head / (args.heads / args.heads_kv);  // grouped-query attention
     t.q = sequence_span(seqs.cu_seqlens_q, nullptr, 0, b, seqs.q_view_seq);
+    t.q_rows = rows_of(t.q.len);
     // Paged: entry b is the sequence's row of the block table.
     const bool paged = seqs.block_table != nullptr;
     t.k = sequence_span(seqs.cu_seqlens_k, seqs.seqused_k, seqs.seqused_k_add, b, seqs.k_view_seq,
                         paged ? seqs.max_pages * seqs.k_view_seq : 0);
-    const int q_blocks = blocks_covering(t.q.len, Tr::B_r);
+    const int q_blocks = blocks_covering(t.q_rows, Tr::B_r);
     const int q_block = args.causal ? q_blocks - 1 - local : local;
     t.q_row0 = q_block * Tr::B_r;
-    t.rows = t.head < args.heads && local < q_blocks ? min(Tr::B_r, t.q.len - t.q_row0) : 0;
+    t.rows = unit < units && local < q_blocks ? min(Tr::B_r, t.q_rows - t.q_row0) : 0;
     t.first = 0;
     if constexpr (Variants) {
         const BandBlocks blocks =
@@ -230,8 +277,8 @@ __device__ __forceinline__ Tile tile_at(const KernelArgs& args, int index) {
         t.unmasked = blocks.unmasked_end;
     } else {
         const KeyBlocks blocks =
-            key_blocks(diagonal_queries(t.q.len, t.k.len, args.top_left), t.k.len, args.causal,
-                       t.q_row0, max(t.rows, 1), Tr::B_c);
+            row_key_blocks<Tr>(args, diagonal_queries(t.q.len, t.k.len, args.top_left), t.k.len,
+                               t.q_row0, max(t.rows, 1));
         t.visited = t.empty() ? 0 : blocks.visited;
         t.unmasked = blocks.unmasked;
     }

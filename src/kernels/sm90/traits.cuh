@@ -43,6 +43,9 @@ struct Traits {
     static constexpr int stages = C.sm90.stages;
     static constexpr int threads = C.n_threads();
     static constexpr bool q_in_registers = C.sm90.q_in_registers;
+    // Rows are (position, head) pairs of one K/V head's query heads (Tile; the per-sequence
+    // body only).
+    static constexpr bool pack_gqa = C.sm90.pack_gqa;
     static constexpr RowReference row_reference =
         C.sm90.lazy_rescale ? RowReference::lazy : RowReference::max;
 

@@ -61,21 +61,40 @@ __device__ __forceinline__ void fence_shared_to_async_proxy() {
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
 }
 
+// A Tile's boxes, one a 64-column sub-tile, at `at` in the map (at[0], the column, set
+// for each box).
+template <class Tile, int Rank>
+__device__ __forceinline__ void load_boxes(void* smem, const void* map, std::int32_t (&at)[Rank],
+                                           Barrier& barrier) {
+    static_assert(!Tile::group_major, "a tile of whole sub-tiles");
+#pragma unroll
+    for (int c = 0; c < Tile::sub_tiles; ++c) {
+        at[0] = c * Tile::sub_tile_cols;
+        cuda::ptx::cp_async_bulk_tensor(
+            cuda::ptx::space_cluster, cuda::ptx::space_global,
+            static_cast<unsigned char*>(smem) + c * Tile::sub_tile_stride, map, at, barrier.get());
+    }
+}
+
 // Loads rows [row, row + R) of (head, batch), all d_head columns, into a Tile; rows past
 // the tensor's end arrive as zeros. `map` is a 4-D tensor map (d_head, seq, heads, batch)
 // with a box of 64 x R.
 template <class Tile>
 __device__ __forceinline__ void load_tile(void* smem, const void* map, int row, int head, int batch,
                                           Barrier& barrier) {
-    static_assert(!Tile::group_major, "a tile of whole sub-tiles");
-#pragma unroll
-    for (int c = 0; c < Tile::sub_tiles; ++c) {
-        const std::int32_t coords[4] = {c * Tile::sub_tile_cols, row, head, batch};
-        cuda::ptx::cp_async_bulk_tensor(
-            cuda::ptx::space_cluster, cuda::ptx::space_global,
-            static_cast<unsigned char*>(smem) + c * Tile::sub_tile_stride, map, coords,
-            barrier.get());
-    }
+    std::int32_t at[4] = {0, row, head, batch};
+    load_boxes<Tile>(smem, map, at, barrier);
+}
+
+// Loads the rows of R / G positions from `position` on of the G query heads of K/V head
+// `kv_head` into a Tile, position-major (row p x G + h: position + p, head kv_head x G + h;
+// pack_gqa); positions past the tensor's end arrive as zeros. `map` is a 5-D tensor map
+// (d_head, G, seq, heads / G, batch) with a box of 64 x G x R / G.
+template <class Tile>
+__device__ __forceinline__ void load_packed_tile(void* smem, const void* map, int position,
+                                                 int kv_head, int batch, Barrier& barrier) {
+    std::int32_t at[5] = {0, 0, position, kv_head, batch};
+    load_boxes<Tile>(smem, map, at, barrier);
 }
 
 // Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory into
@@ -104,20 +123,37 @@ __device__ __forceinline__ void load_group_rows(void* smem, int tile_row, const 
         barrier.get());
 }
 
-// Stores a tile laid out as load_tile() leaves it; rows past the tensor's end are not
-// written. Issued and committed as one bulk group: wait_stores_read() before the shared
-// memory is reused.
-template <class Tile>
-__device__ __forceinline__ void store_tile(const void* smem, const void* map, int row, int head,
-                                           int batch) {
+// A Tile's boxes stored at `at` (load_boxes()), issued and committed as one bulk group:
+// wait_stores_read() before the shared memory is reused.
+template <class Tile, int Rank>
+__device__ __forceinline__ void store_boxes(const void* smem, const void* map,
+                                            std::int32_t (&at)[Rank]) {
 #pragma unroll
     for (int c = 0; c < Tile::sub_tiles; ++c) {
-        const std::int32_t coords[4] = {c * Tile::sub_tile_cols, row, head, batch};
+        at[0] = c * Tile::sub_tile_cols;
         cuda::ptx::cp_async_bulk_tensor(
-            cuda::ptx::space_global, cuda::ptx::space_shared, map, coords,
+            cuda::ptx::space_global, cuda::ptx::space_shared, map, at,
             static_cast<const unsigned char*>(smem) + c * Tile::sub_tile_stride);
     }
     cuda::ptx::cp_async_bulk_commit_group();
+}
+
+// Stores a tile laid out as load_tile() leaves it; rows past the tensor's end are not
+// written.
+template <class Tile>
+__device__ __forceinline__ void store_tile(const void* smem, const void* map, int row, int head,
+                                           int batch) {
+    std::int32_t at[4] = {0, row, head, batch};
+    store_boxes<Tile>(smem, map, at);
+}
+
+// Stores a tile laid out as load_packed_tile() leaves it; positions past the tensor's end
+// are not written.
+template <class Tile>
+__device__ __forceinline__ void store_packed_tile(const void* smem, const void* map, int position,
+                                                  int kv_head, int batch) {
+    std::int32_t at[5] = {0, 0, position, kv_head, batch};
+    store_boxes<Tile>(smem, map, at);
 }
 
 // Waits until every store (or bulk reduce) this thread issued has read its shared memory.
