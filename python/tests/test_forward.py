@@ -117,8 +117,10 @@ def test_configs_and_parse_round_trip():
         elif c.backward:
             # The larger of its two kernels': dK/dV holds K, V, a Q and a dO tile, Pᵀ and dSᵀ
             # and the tile's LSE and D; dQ holds Q, dO, K, V and dS.
-            dkdv = 2 * ((2 * c.B_r + 2 * c.B_c) * c.d_head + 2 * c.B_c * c.B_r) + 8 * c.B_r
-            dq = 2 * ((2 * c.B_r + 2 * c.B_c) * c.d_head + c.B_c * c.B_r)
+            # Q, K at d_head columns, dO, V at V's head dim (d_head where 0).
+            d = c.d_head + (c.d_v or c.d_head)
+            dkdv = 2 * ((c.B_r + c.B_c) * d + 2 * c.B_c * c.B_r) + 8 * c.B_r
+            dq = 2 * ((c.B_r + c.B_c) * d + c.B_c * c.B_r)
             assert c.smem_bytes() == max(dkdv, dq)
         elif c.family == fa.Family.sm90:
             # One or (persistent, when it fits) two Q tiles, `stages` K and V tiles, the
