@@ -34,8 +34,10 @@ SEQS = [512, 1024, 2048, 4096, 8192, 16384]
 PEERS = ["cuDNN", "FA4", "FA2"]
 BAR = 1.02  # ours / max(cuDNN, FA4), targets-h200.md
 
-# name, batch, heads_q, heads_kv, d_head, seq_q, seq_k, causal; d_head a (Q/K, V) pair where V's head dim
-# differs (DeepSeek's MLA: 192 and 128, 128 heads).
+# name, batch, heads_q, heads_kv, d_head, seq_q, seq_k, causal, and optionally the rows of a page: then K and V are
+# a paged cache of that page size, each sequence's pages in a shuffled order (ours: forward_kvcache with a
+# block_table; FA4: flash_attn_varlen_func with a page_table; SDPA takes no pages). d_head a (Q/K, V) pair where
+# V's head dim differs (DeepSeek's MLA: 192 and 128, 128 heads).
 MODEL_ROWS = [
     ("llama3-8b prefill 8k", 1, 32, 8, 128, 8192, 8192, True),
     ("llama-70b prefill 2k x4", 4, 64, 8, 128, 2048, 2048, True),
@@ -43,6 +45,7 @@ MODEL_ROWS = [
     ("chunked prefill 512/8k", 8, 32, 8, 128, 512, 8192, True),
     ("decode q=1 k=8k", 16, 32, 8, 128, 1, 8192, True),
     ("spec-decode q=16 k=4k", 16, 32, 8, 128, 16, 4096, True),
+    ("spec-decode q=16 k=4k, 16-row pages", 16, 32, 8, 128, 16, 4096, True, 16),
     ("odd 4000", 2, 16, 16, 128, 4000, 4000, False),
     ("vit/dit d64 H24", 1, 24, 24, 64, 4096, 4096, False),
     ("cross-attn k=77", 2, 16, 16, 64, 4096, 77, False),
@@ -90,6 +93,31 @@ def implementations(torch, fa, causal, fa4_func):
              "FA2": sdpa(SDPBackend.FLASH_ATTENTION)}
     if fa4_func is not None:
         impls["FA4"] = lambda q, k, v: fa4_func(q, k, v, causal=causal)
+    return impls
+
+
+def paged_implementations(torch, fa, causal, page, batch, seq_k):
+    """name -> fn(q, k, v) that reads k and v (batch, seq_k, heads_kv, d) as a paged cache of `page` rows a page,
+    sequence b's pages in a shuffled order (seed 0): ours and FA4 (SDPA takes no pages)."""
+    pages = seq_k // page
+    table = torch.randperm(batch * pages, generator=torch.Generator().manual_seed(0)).view(batch, pages)
+    table = table.to(device="cuda", dtype=torch.int32)
+    seqused = torch.full((batch,), seq_k, dtype=torch.int32, device="cuda")
+
+    def paged(t):
+        return t.view(batch * pages, page, *t.shape[2:])
+
+    impls = {"ours": lambda q, k, v: fa.forward_kvcache(q, paged(k), paged(v), cache_seqlens=seqused,
+                                                        block_table=table, causal=causal)}
+    try:
+        from flash_attn.cute import flash_attn_varlen_func
+    except ImportError:
+        return impls
+
+    def fa4_paged(q, k, v):
+        out = flash_attn_varlen_func(q, paged(k), paged(v), seqused_k=seqused, page_table=table, causal=causal)
+        return out[0] if isinstance(out, tuple) else out
+    impls["FA4"] = fa4_paged
     return impls
 
 
@@ -491,9 +519,14 @@ def main():
                     print(*rows[-1][:4], {k: fmt(v) for k, v in rates.items()}, fmt(ratio(rates), 3), flush=True)
     model_rows = []
     if args.models:
-        for name, batch, heads, heads_kv, d, seq_q, seq_k, causal in (
+        for name, batch, heads, heads_kv, d, seq_q, seq_k, causal, *page in (
                 BACKWARD_MODEL_ROWS if args.backward else MODEL_ROWS):
-            impls = (backward_implementations if args.backward else implementations)(torch, fa, causal, fa4_func)
+            if page:
+                impls = {n: reporting(n, f) for n, f in
+                         paged_implementations(torch, fa, causal, page[0], batch, seq_k).items()}
+            else:
+                impls = (backward_implementations if args.backward else implementations)(torch, fa, causal,
+                                                                                           fa4_func)
             dtype = torch.float16 if name.endswith("fp16") else torch.bfloat16
             if causal and seq_q != seq_k:  # SDPA's is_causal aligns at the top left
                 impls = {n: f for n, f in impls.items() if n not in ("cuDNN", "FA2")}

@@ -78,12 +78,48 @@ class Block(nn.Module):
         return x + self.down(F.silu(self.gate(h)) * self.up(h))
 
 
+# DeepSeek-V2/V3's multi-head latent attention, small: each head's query is 128 columns without
+# position and 64 rotated ones; keys and values come from a 64-wide latent (each head's 128 key
+# columns without position and 128 value columns), beside 64 rotated key columns shared by every
+# head. Attention runs with d_qk 192 and d_v 128.
+MLA_HEADS, D_NOPE, D_ROPE, D_V, KV_RANK = 4, 128, D_HEAD, 128, 64
+
+
+class MLABlock(nn.Module):
+    def __init__(self, attention):
+        super().__init__()
+        self.attention = attention
+        self.norm1, self.norm2, self.kv_norm = RMSNorm(HIDDEN), RMSNorm(HIDDEN), RMSNorm(KV_RANK)
+        self.q = nn.Linear(HIDDEN, MLA_HEADS * (D_NOPE + D_ROPE), bias=False)
+        self.kv_down = nn.Linear(HIDDEN, KV_RANK + D_ROPE, bias=False)
+        self.kv_up = nn.Linear(KV_RANK, MLA_HEADS * (D_NOPE + D_V), bias=False)
+        self.o = nn.Linear(MLA_HEADS * D_V, HIDDEN, bias=False)
+        self.gate = nn.Linear(HIDDEN, FFN, bias=False)
+        self.up = nn.Linear(HIDDEN, FFN, bias=False)
+        self.down = nn.Linear(FFN, HIDDEN, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, s, _ = x.shape
+        h = self.norm1(x)
+        q_nope, q_rope = self.q(h).view(b, s, MLA_HEADS, D_NOPE + D_ROPE).split([D_NOPE, D_ROPE], dim=-1)
+        q = torch.cat((q_nope, rotary(q_rope, cos, sin)), dim=-1)
+        latent, k_rope = self.kv_down(h).split([KV_RANK, D_ROPE], dim=-1)
+        k_nope, v = self.kv_up(self.kv_norm(latent)).view(b, s, MLA_HEADS, D_NOPE + D_V).split([D_NOPE, D_V], dim=-1)
+        k_rope = rotary(k_rope.view(b, s, 1, D_ROPE), cos, sin).expand(b, s, MLA_HEADS, D_ROPE)
+        k = torch.cat((k_nope, k_rope), dim=-1)
+        bf16 = torch.bfloat16
+        out = self.attention["fn"](q.to(bf16), k.to(bf16), v.contiguous().to(bf16))
+        x = x + self.o(out.reshape(b, s, MLA_HEADS * D_V))
+        h = self.norm2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
 class Decoder(nn.Module):
-    def __init__(self):
+    def __init__(self, block=Block):
         super().__init__()
         self.attention = {"fn": None}  # shared by the blocks, swapped between runs
         self.embed = nn.Embedding(VOCAB, HIDDEN)
-        self.blocks = nn.ModuleList(Block(self.attention) for _ in range(LAYERS))
+        self.blocks = nn.ModuleList(block(self.attention) for _ in range(LAYERS))
         self.norm = RMSNorm(HIDDEN)
         self.head = nn.Linear(HIDDEN, VOCAB, bias=False)
         for p in self.parameters():
@@ -154,12 +190,14 @@ def train(initial, attention, batches):
     return torch.stack(losses).tolist(), bool(torch.stack(finite).all())
 
 
-def backend_runs(attention):
-    """Whether an SDPA backend runs this model's attention, forward and backward."""
-    q = torch.randn(BATCH, SEQ, HEADS, D_HEAD, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    kv = torch.randn(BATCH, SEQ, KV_HEADS, D_HEAD, device="cuda", dtype=torch.bfloat16)
+def backend_runs(attention, heads=HEADS, kv_heads=KV_HEADS, d_qk=D_HEAD, d_v=D_HEAD):
+    """Whether an SDPA backend runs a model's attention (these heads and head dims), forward and
+    backward."""
+    q = torch.randn(BATCH, SEQ, heads, d_qk, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(BATCH, SEQ, kv_heads, d_qk, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn(BATCH, SEQ, kv_heads, d_v, device="cuda", dtype=torch.bfloat16)
     try:
-        attention(q, kv, kv).float().sum().backward()
+        attention(q, k, v).float().sum().backward()
         torch.cuda.synchronize()
         return True
     except RuntimeError:
@@ -198,3 +236,41 @@ def test_training_tracks_cudnn_as_closely_as_flash_attention_2():
     assert losses["ours"][-1] < losses["ours"][0] - 1.0, "the loss did not fall"
     assert ours_cudnn <= max(2 * fa2_cudnn, 1e-2), (
         f"ours drifts {ours_cudnn:.3g} from cuDNN's loss curve, FlashAttention-2 {fa2_cudnn:.3g}")
+
+
+def test_mla_training_tracks_sdpa():
+    """The MLA model (d_qk 192, d_v 128) through this library against SDPA's memory-efficient
+    backend (which takes V's own head dim), with SDPA's cuDNN backend, or its math backend where
+    cuDNN does not run the shape, as the measure of rounding drift: max over steps
+    |loss_ours - loss_efficient| <= max(2 * max |loss_other - loss_efficient|, 1e-2)."""
+    from torch.nn.attention import SDPBackend
+
+    d_qk = D_NOPE + D_ROPE
+    if not any(c.backward and c.dtype == fa.DType.BF16 and c.d_head == d_qk and (c.d_v or c.d_head) == D_V
+               for c in fa.configs()):
+        pytest.skip(f"needs bf16 d_head {d_qk} with V's {D_V} forward and backward kernels")
+    shape = {"heads": MLA_HEADS, "kv_heads": MLA_HEADS, "d_qk": d_qk, "d_v": D_V}
+    reference = sdpa(SDPBackend.EFFICIENT_ATTENTION)
+    if not backend_runs(reference, **shape):
+        pytest.skip("PyTorch's SDPA memory-efficient backend does not run d_qk 192 with d_v 128 here")
+    other_name = "cudnn" if backend_runs(sdpa(SDPBackend.CUDNN_ATTENTION), **shape) else "math"
+    other = sdpa(SDPBackend.CUDNN_ATTENTION if other_name == "cudnn" else SDPBackend.MATH)
+    runs = {"ours": ours, "efficient": reference, other_name: other}
+    torch.manual_seed(0)
+    initial = Decoder(MLABlock).cuda()
+    batches = markov_batches(STEPS)
+    results = {name: train(initial, fn, batches) for name, fn in runs.items()}
+    losses = {name: r[0] for name, r in results.items()}
+    for name, (curve, finite) in results.items():
+        assert finite, f"{name}: non-finite gradients"
+        assert all(math.isfinite(x) for x in curve), f"{name}: non-finite loss"
+    ours_ref = max(abs(x - y) for x, y in zip(losses["ours"], losses["efficient"]))
+    other_ref = max(abs(x - y) for x, y in zip(losses[other_name], losses["efficient"]))
+    print(f"\nMLA (d_qk {d_qk}, d_v {D_V}), {STEPS} AdamW steps, bf16: loss {losses['efficient'][0]:.4f} -> "
+          f"{losses['efficient'][-1]:.4f} (SDPA memory-efficient); max |loss - its|: flash_attention_scratch "
+          f"{ours_ref:.3g}, SDPA {other_name} {other_ref:.3g}")
+    for name, curve in losses.items():
+        print(f"  {name:9s} " + " ".join(f"{x:.4f}" for x in curve[::10]) + f" ... {curve[-1]:.4f}")
+    assert losses["ours"][-1] < losses["ours"][0] - 1.0, "the loss did not fall"
+    assert ours_ref <= max(2 * other_ref, 1e-2), (
+        f"ours drifts {ours_ref:.3g} from SDPA's loss curve, SDPA {other_name} {other_ref:.3g}")
