@@ -159,8 +159,9 @@ constexpr std::array k_rules = {
          "an sm90 backward kernel has one producer warpgroup and consumers of 64 keys each (B_c "
          "= 64 x consumers, 8 or 12 warps), B_r 64 or 128 queries a step (the N of Sᵀ's wgmma), "
          "split into 64-row groups of dQ that divide the consumers, each consumer's share of dQ "
-         "whole 64-column sub-tiles, and d_head 64 or 128; or, d_head 256, two consumers on the "
-         "same 64 keys (B_c 64, 12 warps, B_r 64), each with half of d_head's columns",
+         "whole 64-column sub-tiles, and d_head 64, 96 (its tiles padded to 128 columns) or 128; "
+         "or, d_head 256, two consumers on the same 64 keys (B_c 64, 12 warps, B_r 64), each with "
+         "half of d_head's columns",
          [](const KernelConfig& c) {
              if (!sm90(c) || !c.backward)
                  return false;
@@ -170,8 +171,8 @@ constexpr std::array k_rules = {
              const int row_groups = c.B_r / 64;
              return (c.n_warps != 8 && c.n_warps != 12) || c.B_c != 64 * consumers ||
                     (c.B_r != 64 && c.B_r != 128) || consumers % row_groups != 0 ||
-                    (c.d_head * row_groups / consumers) % 64 != 0 ||
-                    (c.d_head != 64 && c.d_head != 128);
+                    (tile_columns(c.d_head) * row_groups / consumers) % 64 != 0 ||
+                    (c.d_head != 64 && c.d_head != 96 && c.d_head != 128);
          }},
     // sm80 family.
     Rule{"n_warps", RuleKind::validity, "4 or 8 warps per CTA",
@@ -567,7 +568,7 @@ ValueSets tune_values_backward_sm90() {
     v.family = {Family::sm90};
     v.backward = {true};
     v.dtype = {DType::FP16, DType::BF16};
-    v.d_head = {64, 128, 256};
+    v.d_head = {64, 96, 128, 256};
     v.B_r = {64, 128};
     v.B_c = {64, 128};
     v.n_warps = {8, 12};
@@ -628,7 +629,8 @@ std::vector<KernelConfig> release() {
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
 // CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
-// key blocks (the release's backward kernels at d_head 64 and 128 are persistent and dynamic).
+// key blocks (the release's backward kernels at d_head 64 and 128 are persistent and dynamic),
+// and the sm90 backward at d_head 96 (padded tiles; not in the release until run on a GPU).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -644,6 +646,9 @@ std::vector<KernelConfig> ci() {
                "streamk",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
                "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
+               "(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq",
+               "(FP16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic",
+               "(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+ordered",
            }));
     return v;
 }
@@ -683,7 +688,7 @@ int estimated_registers(const KernelConfig& c) {
         // share of both), plus addresses and the columns' statistics. An estimate, not yet
         // fitted to ptxas.
         const int share = sm90_backward_split_head(c) ? consumer_warpgroups(c) : 1;
-        return c.d_head / share + c.B_r / share + 24;
+        return tile_columns(c.d_head) / share + c.B_r / share + 24;
     }
     if (c.family == Family::sm90) {
         // A consumer thread holds its share of the warpgroup's m64 tiles: O (64 x d_head

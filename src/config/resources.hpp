@@ -127,7 +127,7 @@ constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
 // to the struct's 1024-byte alignment; 1024 bytes more to align it (the 128-byte swizzle's period).
 constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
     const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
-    const auto d = static_cast<std::size_t>(c.d_head);
+    const auto d = static_cast<std::size_t>(tile_columns(c.d_head));  // d_head 96: 128
     const auto stages = static_cast<std::size_t>(c.sm90.stages > 0 ? c.sm90.stages : 0);
     const std::size_t score_tiles = sm90_backward_split_head(c) ? 2 : 1;
     // The statistics: lag_dq, a step's in its Q stage (and four mbarriers); otherwise two
@@ -140,10 +140,10 @@ constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
 }
 
 // A backward call's workspace besides its tensors, in one allocation: D per query row and head
-// (sm80 and sm90), the LSE in base 2 and dQ's fp32 accumulator (sm90), and with ordered_dq a
-// semaphore per 64 query rows. The sm90 family's rows are padded to whole blocks of 128 queries
-// a head, so that every query block's rows start 16-byte aligned for its bulk copies; 4-byte
-// elements, each array's offset a multiple of 2 of them at least.
+// (sm80 and sm90), the LSE in base 2 and dQ's fp32 accumulator (sm90, tile_columns(d_head) a row),
+// and with ordered_dq a semaphore per 64 query rows. The sm90 family's rows are padded to whole
+// blocks of 128 queries a head, so that every query block's rows start 16-byte aligned for its bulk
+// copies; 4-byte elements, each array's offset a multiple of 2 of them at least.
 struct BackwardWorkspace {
     std::int64_t q_rows;  // rows a (batch, head)
     std::size_t d_floats, lse2_floats, dq_floats, semaphores;
@@ -174,7 +174,7 @@ constexpr BackwardWorkspace backward_workspace_rows(const KernelConfig& c, std::
     return {q_rows,
             rows,
             sm90 ? rows : 0,
-            sm90 ? rows * static_cast<std::size_t>(c.d_head) : 0,
+            sm90 ? rows * static_cast<std::size_t>(tile_columns(c.d_head)) : 0,
             sm90 && c.sm90.ordered_dq ? rows / 64 : 0,
             sm90 && c.sm90.dynamic_schedule ? std::size_t{2} : 0};
 }

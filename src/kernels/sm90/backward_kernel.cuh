@@ -67,6 +67,12 @@ struct BackwardTraits {
     // and dV for head_cols of d_head's columns, whose GEMMs read every consumer's Pᵀ and dSᵀ.
     static constexpr bool split_head = sm90_backward_split_head(C);
     static_assert(B_c == 64 * consumers || split_head, "64 keys a consumer warpgroup");
+    // The tiles' columns: whole 64-column sub-tiles, d_head 96's last one half padding, as in
+    // the forward (Traits::q_cols): TMA fills it with zeros past the tensors' columns and drops
+    // dK's and dV's there when it stores. Sᵀ and dPᵀ skip it (their k-steps run over d_head),
+    // and so do dK and dV (their N is d_head, read from the padded tiles); dQ computes it as
+    // zeros (its N is a consumer's share of the tile's columns).
+    static constexpr int cols = tile_columns(d_head);
     static constexpr int head_cols = split_head ? d_head / consumers : d_head;  // of dK, dV
     static constexpr int key_rows_of(int consumer) { return split_head ? 0 : 64 * consumer; }
     static constexpr int step_queries = split_head ? B_r / consumers : B_r;  // Sᵀ's wgmma N
@@ -77,7 +83,7 @@ struct BackwardTraits {
     // dQ = dS·K (B_r x d_head) over the consumers: 64-row groups of queries, then d_head's
     // columns.
     static constexpr int dq_row_groups = B_r / 64;
-    static constexpr int dq_cols = d_head * dq_row_groups / consumers;  // N of dQ's wgmma
+    static constexpr int dq_cols = cols * dq_row_groups / consumers;  // N of dQ's wgmma
     static_assert(B_r % 64 == 0 && consumers % dq_row_groups == 0 && dq_cols % 64 == 0,
                   "whole dQ sub-tiles");
     static constexpr int dq_floats = 64 * dq_cols;  // a consumer's share of a step's dQ
@@ -93,11 +99,11 @@ struct BackwardTraits {
     // words; CUDA 13.0) and ran 1.6% faster at 8k non-causal, level to +0.4% elsewhere (bf16,
     // three interleaved rounds, H200, 2026-12-04). d_head 64's lagdq kernel lost 0.8-2.7% with
     // it (measured together with one other change), and d_head 256's loop grows with it.
-    static constexpr bool wide = d_head == 128;
-    using QTile = Swizzle128Tile<B_r, d_head, false, wide>;  // Q and dO
-    using KTile = Swizzle128Tile<B_c, d_head, false, wide>;  // K and V
-    // A consumer's head_cols of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
-    using QCols = Swizzle128Tile<B_r, head_cols, false, wide>;
+    static constexpr bool wide = cols == 128;
+    using QTile = Swizzle128Tile<B_r, cols, false, wide>;  // Q and dO
+    using KTile = Swizzle128Tile<B_c, cols, false, wide>;  // K and V
+    // A consumer's head_cols of Q and dO in whole sub-tiles (the B of its dK and dV GEMMs).
+    using QCols = Swizzle128Tile<B_r, tile_columns(head_cols), false, wide>;
     // dS (and with split_head P): queries x keys.
     using DsTile = Swizzle128Tile<B_r, B_c, false, wide>;
     // Score tiles a step: dS; with split_head P too, after it (the A of every consumer's dV).
@@ -321,7 +327,7 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
             ptx::named_barrier_arrive(Tr::dq_empty_barrier(w), Tr::dq_barrier_threads);
         const int head = kv_head * walk.group + at.head;
         const std::int64_t row0 = seq.ws(a, head, at.block * Tr::B_r);
-        float* block = a.dq_accum + row0 * Tr::d_head;
+        float* block = a.dq_accum + row0 * Tr::cols;
         if constexpr (ordered) {
             if (leader) {
                 const cuda::atomic_ref<int, cuda::thread_scope_device> semaphore(
@@ -590,11 +596,13 @@ struct BackwardConsumer {
             ptx::wgmma_commit_group();  // empty in the first step
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r, Tr::head_cols>(dv[0], p[0],
+                                                                                 d_o_s + cols);
             ptx::wgmma_commit_group();
             ptx::fence_operands(dk[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r, Tr::head_cols>(dk[0], ds[0],
+                                                                                 q_s + cols);
             ptx::wgmma_commit_group();
             ptx::wgmma_wait<2>();  // the previous step's dQ
             if constexpr (Previous) {
@@ -622,7 +630,8 @@ struct BackwardConsumer {
                 next.store(smem.stats[(i + 1) % 2]);
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r, Tr::head_cols>(dv[0], p[0],
+                                                                                 d_o_s + cols);
             ptx::wgmma_commit_group();
             tma::fence_shared_to_async_proxy();
             ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
@@ -637,7 +646,8 @@ struct BackwardConsumer {
             release(smem.d_o_empty[slot.stage]);
             ptx::fence_operands(dk[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r, Tr::head_cols>(dk[0], ds[0],
+                                                                                 q_s + cols);
             ptx::wgmma_commit_group();
             ptx::wgmma_wait<1>();  // dQ's GEMM
             ptx::fence_operands(dq[0]);
@@ -841,11 +851,13 @@ __device__ __forceinline__ void zero_tile_rows(std::uint32_t tile, int first, in
 }
 
 // Stores a warp's 16 rows of a 64 x d_head gradient, scaled and rounded to 16 bits, at rows
-// row0 + [0, 16) of a (seq, d_head) slice; rows from `rows` on are not stored.
+// row0 + [0, 16) of a (seq, d_head) slice; rows from `rows` on and columns from `cols` on (the
+// tiles' padding) are not stored.
 template <DType dtype, int NT>
 __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], float scale,
                                                     typename Element<dtype>::type* out,
-                                                    std::int64_t row_stride, int row0, int rows) {
+                                                    std::int64_t row_stride, int row0, int rows,
+                                                    int cols) {
     const int lane = threadIdx.x % warp_size;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -855,8 +867,10 @@ __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], 
         auto* at = out + row * row_stride + 2 * (lane % 4);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            ptx::st_global_4(at + nt * 8, ptx::pack_rn<dtype>(g[0][nt][2 * h] * scale,
-                                                              g[0][nt][2 * h + 1] * scale));
+            if (8 * nt < cols) {
+                ptx::st_global_4(at + nt * 8, ptx::pack_rn<dtype>(g[0][nt][2 * h] * scale,
+                                                                  g[0][nt][2 * h + 1] * scale));
+            }
         }
     }
 }
@@ -1247,12 +1261,12 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                                        static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
                                            tile.kv_head * a.dk_stride.head +
                                            std::int64_t{out.k_row0} * a.dk_stride.seq + col0,
-                                       a.dk_stride.seq, row0, out.k_len);
+                                       a.dk_stride.seq, row0, out.k_len, Tr::d_head - col0);
         store_gradient_rows<Tr::dtype>(c.dv, 1.0f,
                                        static_cast<T*>(a.dv) + out.entry * a.dv_stride.batch +
                                            tile.kv_head * a.dv_stride.head +
                                            std::int64_t{out.k_row0} * a.dv_stride.seq + col0,
-                                       a.dv_stride.seq, row0, out.k_len);
+                                       a.dv_stride.seq, row0, out.k_len, Tr::d_head - col0);
     });
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
@@ -1275,12 +1289,12 @@ __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant_
     if (block * Tr::B_r >= seq.q_len)
         return;  // a packed sequence shorter than the grid's
     const float4* acc =
-        reinterpret_cast<const float4*>(a.dq_accum + seq.ws(a, head, block * Tr::B_r) * Tr::d_head);
+        reinterpret_cast<const float4*>(a.dq_accum + seq.ws(a, head, block * Tr::B_r) * Tr::cols);
     T* dq = static_cast<T*>(a.dq) + seq.entry * a.dq_stride.batch + head * a.dq_stride.head +
             std::int64_t{seq.q_row0} * a.dq_stride.seq;
     constexpr int share = Tr::dq_floats / 4;  // float4s of a consumer's share
-    constexpr int per_thread = Tr::B_r * Tr::d_head / 4 / 128;
-    static_assert(per_thread * 4 * 128 == Tr::B_r * Tr::d_head, "whole float4s a thread");
+    constexpr int per_thread = Tr::B_r * Tr::cols / 4 / 128;
+    static_assert(per_thread * 4 * 128 == Tr::B_r * Tr::cols, "whole float4s a thread");
     float4 v[per_thread];
 #pragma unroll
     for (int j = 0; j < per_thread; ++j)
@@ -1293,6 +1307,8 @@ __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant_
         const int row = block * Tr::B_r + 64 * (w % Tr::dq_row_groups) +
                         mma_m * (thread / warp_size) + lane / 4;
         const int col = (w / Tr::dq_row_groups) * Tr::dq_cols + 8 * nt + 2 * (lane % 4);
+        if (Tr::cols != Tr::d_head && col >= Tr::d_head)
+            continue;  // the tiles' padding (d_head 96)
         if (row < seq.q_len) {
             ptx::st_global_4(
                 dq + row * a.dq_stride.seq + col,
