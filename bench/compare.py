@@ -161,6 +161,22 @@ def backward_implementations(torch, fa, causal, fa4_func, **variant):
     return impls
 
 
+def graphed(torch, fn, inputs, calls):
+    """A CUDA graph of `calls` calls of fn over the rotated inputs (captured after a call on a side stream, as
+    PyTorch's capture asks)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn(*inputs[0])
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(*inputs[i % len(inputs)])
+    torch.cuda.synchronize()
+    return graph
+
+
 def time_shape(torch, impls, make_inputs, flop, args):
     """TFLOP/s (median) per implementation, None where it raised on this shape."""
     inputs = make_inputs()
@@ -173,6 +189,16 @@ def time_shape(torch, impls, make_inputs, flop, args):
         except (RuntimeError, ValueError, TypeError, NotImplementedError, AssertionError):
             dead.add(name)
             torch.cuda.synchronize()
+    graphs = {}
+    if args.graphs:
+        for name in [n for n in impls if n not in dead]:
+            try:
+                graphs[name] = graphed(torch, impls[name], inputs, args.calls)
+            except Exception as error:  # noqa: BLE001 (a peer's own exception types: does not capture)
+                print(f"{name}: not captured in a CUDA graph: {type(error).__name__}: "
+                      f"{(str(error).splitlines() or [''])[0]}", file=sys.stderr)
+                dead.add(name)
+                torch.cuda.synchronize()
     times = {name: [] for name in impls if name not in dead}
     shuffle = random.Random(0).shuffle
     slot = 0
@@ -180,6 +206,15 @@ def time_shape(torch, impls, make_inputs, flop, args):
         names = list(times)
         shuffle(names)
         for name in names:
+            if args.graphs:
+                # One replay of `calls` calls between two events: device time alone, a call's share.
+                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graphs[name].replay()
+                stop.record()
+                stop.synchronize()
+                times[name].append(start.elapsed_time(stop) / args.calls)
+                continue
             fn = impls[name]
             events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                       for _ in range(args.calls)]
@@ -467,6 +502,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=10, help="calls per implementation before timing")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=5, help="calls timed per implementation and round")
+    parser.add_argument("--graphs", action="store_true",
+                        help="time each implementation's calls of a round as one CUDA graph replay (device time, no "
+                             "host cost: for rows whose kernels run in tens of µs, where eager calls measure the host)")
     parser.add_argument("--out", help="writes OUT.md and OUT.png (default grid, or variants with --variants)")
     parser.add_argument("--replot", metavar="MD", help="draw OUT.png again from a table this script wrote")
     args = parser.parse_args()
@@ -542,7 +580,8 @@ def main():
              f"{title}. Command: `python3 bench/compare.py {' '.join(sys.argv[1:])}`. TFLOP/s = "
              f"{'2.5 × ' if args.backward else ''}4·batch·heads·seq_q·seq_k·d_head / median time, causal "
              f"counting the pairs the mask keeps; "
-             f"{args.rounds} shuffled rounds of {args.calls} calls; inputs rotated past L2. "
+             f"{args.rounds} shuffled rounds of {args.calls} calls"
+             f"{' (each round one CUDA graph replay: device time)' if args.graphs else ''}; inputs rotated past L2. "
              f"Cells below {BAR} in bold; –: the implementation does not run the shape.", "",
              f"Ahead of both peers in {sum(r > 1 for r in met)} of {len(met)} cells, at {BAR} or more in "
              f"{sum(r >= BAR for r in met)}.", ""]

@@ -21,7 +21,7 @@
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            and the backward of the variants against FA4 (bench/compare.py --variants)
 #            (needs package or pyext; GRID=backward, forward, variants or models (the model-shaped
-#            rows alone) runs one, BWD_SEQS="2048 8192"
+#            rows alone; GRID_GRAPHS=1 times them as CUDA graph replays) runs one, BWD_SEQS="2048 8192"
 #            other lengths, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
 #   backward the default build (unless built), its backward GPU tests (unless build's or
@@ -202,7 +202,7 @@ stage_grid() {
   if [[ $passes == *models* ]]; then
     # The model-shaped rows (speculative decoding, decode, short keys, ...) and one grid cell.
     check grid_models python3 bench/compare.py --seqs 512 --d-heads 128 --dtypes bfloat16 --causal yes \
-      --out "$OUT/models"
+      ${GRID_GRAPHS:+--graphs --calls 20} --out "$OUT/models"
     cat "$OUT/models.md"
   fi
   if [[ $passes == *backward* ]]; then
