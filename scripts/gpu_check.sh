@@ -39,7 +39,9 @@
 #            tar -x -C D`, carried): both built with file F's short forms alone (D may instead hold
 #            another build's packed binaries, and after prebuilt this tree's are used), then, in AB_ROUNDS
 #            rounds (default 3) that alternate which binary goes first, `flash_attention bench
-#            --set @F` once per "#! ARGS" line of F (e.g. bench/ab-backward-bf16.txt); last
+#            --config C` for each config C of F, in a bench of its own (a --backward line's the
+#            backward configs, another line's the forward ones), once per "#! ARGS" line of F
+#            (e.g. bench/ab-backward-bf16.txt); last
 #            bench/ab_summary.py's table of medians, tree against base
 #
 # A stage's failure is reported and the next stage still runs; the exit code is 1 if any
@@ -274,17 +276,29 @@ stage_ab() {
     check "ab_build_$side" bash -c "cmake -S '$dir' -B '$BUILD-ab-$side' -G Ninja -DFLASH_KERNELS='@$file' \
       -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF && cmake --build '$BUILD-ab-$side' -j $jobs" || return
   done
-  local lines=()
+  local lines=() configs=()
   mapfile -t lines < <(sed -n 's/^#! //p' "$file")
   [ ${#lines[@]} -gt 0 ] || lines=("")
-  local r i args=()
+  mapfile -t configs < <(grep -v '^#' "$file" | grep -v '^[[:space:]]*$')
+  # Each config in a bench of its own: in one `--set` bench, identical kernels read 3-6% apart
+  # between the sides when the configs benched before them differed (H200, 2026-12-05).
+  local r i j args=()
   for r in $(seq 1 "${AB_ROUNDS:-3}"); do
     for side in $( ((r % 2)) && echo "tree base" || echo "base tree"); do
       for i in "${!lines[@]}"; do
         read -r -a args <<< "${lines[$i]}"
-        "$BUILD-ab-$side/bin/flash_attention" bench --set "@$file" "${args[@]}" --format csv \
-          > "$LOGS/ab_${side}_${r}_$i.csv" 2> "$LOGS/ab_${side}_${r}_$i.err" ||
-          { note "ab: bench ($side, round $r, line $i) failed: $(tail -1 "$LOGS/ab_${side}_${r}_$i.err")"; failed=1; }
+        for j in "${!configs[@]}"; do
+          # a --backward line benches the backward configs, the others the forward ones
+          if [[ " ${args[*]} " == *" --backward "* ]]; then
+            [[ ${configs[$j]} == *bwd* ]] || continue
+          else
+            [[ ${configs[$j]} != *bwd* ]] || continue
+          fi
+          local at="$LOGS/ab_${side}_${r}_${i}_$j"
+          "$BUILD-ab-$side/bin/flash_attention" bench --config "${configs[$j]}" "${args[@]}" --format csv \
+            > "$at.csv" 2> "$at.err" ||
+            { note "ab: bench ($side, round $r, line $i, config $j) failed: $(tail -1 "$at.err")"; failed=1; }
+        done
       done
     done
   done
