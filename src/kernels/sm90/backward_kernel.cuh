@@ -69,11 +69,11 @@ struct BackwardTraits {
     static_assert(B_c == 64 * consumers || split_head, "64 keys a consumer warpgroup");
     // The tiles' columns: whole 64-column sub-tiles, d_head 96's last one half padding, as in
     // the forward (Traits::q_cols): TMA fills it with zeros past the tensors' columns and drops
-    // dK's and dV's there when it stores. Sᵀ and dPᵀ skip it (their k-steps run over d_head),
-    // and so do dK and dV (their N is d_head, read from the padded tiles); dQ computes it as
-    // zeros (its N is a consumer's share of the tile's columns).
+    // dK's and dV's there when it stores. Sᵀ and dPᵀ skip it (their k-steps run over d_head);
+    // dK, dV and dQ compute it as zeros: their B operands (Q, dO and K, MN-major) are read in
+    // whole 128-byte swizzle atoms of 64 columns, the unit of the ISA's shared-memory layouts.
     static constexpr int cols = tile_columns(d_head);
-    static constexpr int head_cols = split_head ? d_head / consumers : d_head;  // of dK, dV
+    static constexpr int head_cols = split_head ? d_head / consumers : cols;  // of dK, dV
     static constexpr int key_rows_of(int consumer) { return split_head ? 0 : 64 * consumer; }
     static constexpr int step_queries = split_head ? B_r / consumers : B_r;  // Sᵀ's wgmma N
     static constexpr int query_col0(int consumer) {
@@ -102,8 +102,8 @@ struct BackwardTraits {
     static constexpr bool wide = cols == 128;
     using QTile = Swizzle128Tile<B_r, cols, false, wide>;  // Q and dO
     using KTile = Swizzle128Tile<B_c, cols, false, wide>;  // K and V
-    // A consumer's head_cols of Q and dO in whole sub-tiles (the B of its dK and dV GEMMs).
-    using QCols = Swizzle128Tile<B_r, tile_columns(head_cols), false, wide>;
+    // A consumer's head_cols of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
+    using QCols = Swizzle128Tile<B_r, head_cols, false, wide>;
     // dS (and with split_head P): queries x keys.
     using DsTile = Swizzle128Tile<B_r, B_c, false, wide>;
     // Score tiles a step: dS; with split_head P too, after it (the A of every consumer's dV).
@@ -596,13 +596,11 @@ struct BackwardConsumer {
             ptx::wgmma_commit_group();  // empty in the first step
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r, Tr::head_cols>(dv[0], p[0],
-                                                                                 d_o_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
             ptx::wgmma_commit_group();
             ptx::fence_operands(dk[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r, Tr::head_cols>(dk[0], ds[0],
-                                                                                 q_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
             ptx::wgmma_commit_group();
             ptx::wgmma_wait<2>();  // the previous step's dQ
             if constexpr (Previous) {
@@ -630,8 +628,7 @@ struct BackwardConsumer {
                 next.store(smem.stats[(i + 1) % 2]);
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r, Tr::head_cols>(dv[0], p[0],
-                                                                                 d_o_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
             ptx::wgmma_commit_group();
             tma::fence_shared_to_async_proxy();
             ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
@@ -646,8 +643,7 @@ struct BackwardConsumer {
             release(smem.d_o_empty[slot.stage]);
             ptx::fence_operands(dk[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r, Tr::head_cols>(dk[0], ds[0],
-                                                                                 q_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
             ptx::wgmma_commit_group();
             ptx::wgmma_wait<1>();  // dQ's GEMM
             ptx::fence_operands(dq[0]);

@@ -65,16 +65,15 @@ __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4]
 // instructions of two N = 128 halves, each of which read P's fragments again: 0.6-1.3%
 // faster where every round agreed (16k keys non-causal, 1k both ways), level inside the
 // rounds' spread elsewhere (H200, 2026-11-26, docs/PERF.md). K may stop short of V's rows:
-// the block's first K keys (a half block's, mainloop.cuh). D may stop short of V's columns:
-// the tile's first D (d_head 96's, whose tile is padded to 128 columns).
-template <DType dtype, class VTile, int K = VTile::rows, int D = VTile::cols>
-__device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[D / 8][4],
+// the block's first K keys (a half block's, mainloop.cuh).
+template <DType dtype, class VTile, int K = VTile::rows>
+__device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4],
                                                   const std::uint32_t (&p)[K / 16][4],
                                                   std::uint32_t v_smem) {
-    static_assert(K <= VTile::rows && D <= VTile::cols, "P covers at most V's rows, O its columns");
+    static_assert(K <= VTile::rows, "P covers at most V's rows");
 #pragma unroll
     for (int kk = 0; kk < K / 16; ++kk)
-        ptx::wgmma_rs<dtype, D, true>(o, p[kk], VTile::mn_major(v_smem, kk), true);
+        ptx::wgmma_rs<dtype, VTile::cols, true>(o, p[kk], VTile::mn_major(v_smem, kk), true);
 }
 
 }  // namespace flash_attention
