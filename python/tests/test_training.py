@@ -53,18 +53,31 @@ def rotary(x, cos, sin):
     return x * cos + torch.cat((-b, a), dim=-1) * sin
 
 
+class SwiGLU(nn.Module):
+    """The blocks' second half: x + down(silu(gate(h)) * up(h)), h = RMSNorm(x)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = RMSNorm(HIDDEN)
+        self.gate = nn.Linear(HIDDEN, FFN, bias=False)
+        self.up = nn.Linear(HIDDEN, FFN, bias=False)
+        self.down = nn.Linear(FFN, HIDDEN, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
 class Block(nn.Module):
     def __init__(self, attention):
         super().__init__()
         self.attention = attention
-        self.norm1, self.norm2 = RMSNorm(HIDDEN), RMSNorm(HIDDEN)
+        self.norm1 = RMSNorm(HIDDEN)
         self.q = nn.Linear(HIDDEN, HEADS * D_HEAD, bias=False)
         self.k = nn.Linear(HIDDEN, KV_HEADS * D_HEAD, bias=False)
         self.v = nn.Linear(HIDDEN, KV_HEADS * D_HEAD, bias=False)
         self.o = nn.Linear(HEADS * D_HEAD, HIDDEN, bias=False)
-        self.gate = nn.Linear(HIDDEN, FFN, bias=False)
-        self.up = nn.Linear(HIDDEN, FFN, bias=False)
-        self.down = nn.Linear(FFN, HIDDEN, bias=False)
+        self.mlp = SwiGLU()
 
     def forward(self, x, cos, sin):
         b, s, _ = x.shape
@@ -74,8 +87,7 @@ class Block(nn.Module):
         v = self.v(h).view(b, s, KV_HEADS, D_HEAD)
         bf16 = torch.bfloat16
         x = x + self.o(self.attention["fn"](q.to(bf16), k.to(bf16), v.to(bf16)).reshape(b, s, HEADS * D_HEAD))
-        h = self.norm2(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return self.mlp(x)
 
 
 # DeepSeek-V2/V3's multi-head latent attention, small: each head's query is 128 columns without
@@ -89,14 +101,12 @@ class MLABlock(nn.Module):
     def __init__(self, attention):
         super().__init__()
         self.attention = attention
-        self.norm1, self.norm2, self.kv_norm = RMSNorm(HIDDEN), RMSNorm(HIDDEN), RMSNorm(KV_RANK)
+        self.norm1, self.kv_norm = RMSNorm(HIDDEN), RMSNorm(KV_RANK)
         self.q = nn.Linear(HIDDEN, MLA_HEADS * (D_NOPE + D_ROPE), bias=False)
         self.kv_down = nn.Linear(HIDDEN, KV_RANK + D_ROPE, bias=False)
         self.kv_up = nn.Linear(KV_RANK, MLA_HEADS * (D_NOPE + D_V), bias=False)
         self.o = nn.Linear(MLA_HEADS * D_V, HIDDEN, bias=False)
-        self.gate = nn.Linear(HIDDEN, FFN, bias=False)
-        self.up = nn.Linear(HIDDEN, FFN, bias=False)
-        self.down = nn.Linear(FFN, HIDDEN, bias=False)
+        self.mlp = SwiGLU()
 
     def forward(self, x, cos, sin):
         b, s, _ = x.shape
@@ -110,8 +120,7 @@ class MLABlock(nn.Module):
         bf16 = torch.bfloat16
         out = self.attention["fn"](q.to(bf16), k.to(bf16), v.contiguous().to(bf16))
         x = x + self.o(out.reshape(b, s, MLA_HEADS * D_V))
-        h = self.norm2(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return self.mlp(x)
 
 
 class Decoder(nn.Module):
@@ -190,6 +199,22 @@ def train(initial, attention, batches):
     return torch.stack(losses).tolist(), bool(torch.stack(finite).all())
 
 
+def loss_curves(initial, runs):
+    """Each run's loss at every step, from the same weights on the same batches; every loss and
+    gradient checked finite."""
+    batches = markov_batches(STEPS)
+    results = {name: train(initial, fn, batches) for name, fn in runs.items()}
+    for name, (curve, finite) in results.items():
+        assert finite, f"{name}: non-finite gradients"
+        assert all(math.isfinite(x) for x in curve), f"{name}: non-finite loss"
+    return {name: r[0] for name, r in results.items()}
+
+
+def print_curves(losses):
+    for name, curve in losses.items():
+        print(f"  {name:9s} " + " ".join(f"{x:.4f}" for x in curve[::10]) + f" ... {curve[-1]:.4f}")
+
+
 def backend_runs(attention, heads=HEADS, kv_heads=KV_HEADS, d_qk=D_HEAD, d_v=D_HEAD):
     """Whether an SDPA backend runs a model's attention (these heads and head dims), forward and
     backward."""
@@ -216,12 +241,7 @@ def test_training_tracks_cudnn_as_closely_as_flash_attention_2():
             pytest.skip(f"PyTorch's SDPA {name} backend does not run here")
     torch.manual_seed(0)
     initial = Decoder().cuda()
-    batches = markov_batches(STEPS)
-    results = {name: train(initial, fn, batches) for name, fn in runs.items()}
-    losses = {name: r[0] for name, r in results.items()}
-    for name, (curve, finite) in results.items():
-        assert finite, f"{name}: non-finite gradients"
-        assert all(math.isfinite(x) for x in curve), f"{name}: non-finite loss"
+    losses = loss_curves(initial, runs)
 
     def deviation(a, b):
         return max(abs(x - y) for x, y in zip(losses[a], losses[b]))
@@ -230,8 +250,7 @@ def test_training_tracks_cudnn_as_closely_as_flash_attention_2():
     print(f"\n{STEPS} AdamW steps, bf16: loss {losses['cudnn'][0]:.4f} -> {losses['cudnn'][-1]:.4f} (cuDNN); "
           f"max |loss - cuDNN's| over the steps: flash_attention_scratch {ours_cudnn:.3g}, "
           f"FlashAttention-2 {fa2_cudnn:.3g}; max |ours - FA2's| {ours_fa2:.3g}")
-    for name, curve in losses.items():
-        print(f"  {name:5s} " + " ".join(f"{x:.4f}" for x in curve[::10]) + f" ... {curve[-1]:.4f}")
+    print_curves(losses)
     # The run learned something (the chain's entropy is ln 8 = 2.08, the start ln 256 = 5.55).
     assert losses["ours"][-1] < losses["ours"][0] - 1.0, "the loss did not fall"
     assert ours_cudnn <= max(2 * fa2_cudnn, 1e-2), (
@@ -258,19 +277,13 @@ def test_mla_training_tracks_sdpa():
     runs = {"ours": ours, "efficient": reference, other_name: other}
     torch.manual_seed(0)
     initial = Decoder(MLABlock).cuda()
-    batches = markov_batches(STEPS)
-    results = {name: train(initial, fn, batches) for name, fn in runs.items()}
-    losses = {name: r[0] for name, r in results.items()}
-    for name, (curve, finite) in results.items():
-        assert finite, f"{name}: non-finite gradients"
-        assert all(math.isfinite(x) for x in curve), f"{name}: non-finite loss"
+    losses = loss_curves(initial, runs)
     ours_ref = max(abs(x - y) for x, y in zip(losses["ours"], losses["efficient"]))
     other_ref = max(abs(x - y) for x, y in zip(losses[other_name], losses["efficient"]))
     print(f"\nMLA (d_qk {d_qk}, d_v {D_V}), {STEPS} AdamW steps, bf16: loss {losses['efficient'][0]:.4f} -> "
           f"{losses['efficient'][-1]:.4f} (SDPA memory-efficient); max |loss - its|: flash_attention_scratch "
           f"{ours_ref:.3g}, SDPA {other_name} {other_ref:.3g}")
-    for name, curve in losses.items():
-        print(f"  {name:9s} " + " ".join(f"{x:.4f}" for x in curve[::10]) + f" ... {curve[-1]:.4f}")
+    print_curves(losses)
     assert losses["ours"][-1] < losses["ours"][0] - 1.0, "the loss did not fall"
     assert ours_ref <= max(2 * other_ref, 1e-2), (
         f"ours drifts {ours_ref:.3g} from SDPA's loss curve, SDPA {other_name} {other_ref:.3g}")
