@@ -508,6 +508,9 @@ def main():
     parser.add_argument("--out", help="writes OUT.md and OUT.png (default grid, or variants with --variants)")
     parser.add_argument("--replot", metavar="MD", help="draw OUT.png again from a table this script wrote")
     args = parser.parse_args()
+    if args.graphs and (args.backward or args.variants):
+        # autograd launches the backward on the forward's stream, which a capture does not take
+        parser.error("--graphs: expected the forward pass alone, got --backward or --variants")
     args.out = args.out or ("variants" if args.variants else "grid")
     if args.replot:
         rows, title = rows_from_markdown(args.replot)

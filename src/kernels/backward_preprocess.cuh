@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "config/resources.hpp"
 #include "flash_attention/error.hpp"
 #include "flash_attention/kernel_config.hpp"
 #include "kernels/kernel_args.hpp"
@@ -134,8 +135,10 @@ __global__ void __launch_bounds__(128)
     if (row >= seq_rows)
         return;
     const std::int64_t at = seq.ws(args, head, row);
-    if (args.dq_accum != nullptr && column) {
-        float4* acc = reinterpret_cast<float4*>(args.dq_accum + at * D_Head) + 2 * chunk;
+    // The sm90 accumulator's rows are its tiles' columns (d_head 96: 128, all 16 lanes).
+    constexpr int acc_cols = tile_columns(D_Head);
+    if (args.dq_accum != nullptr && chunk < acc_cols / 8) {
+        float4* acc = reinterpret_cast<float4*>(args.dq_accum + at * acc_cols) + 2 * chunk;
         acc[0] = float4{};
         acc[1] = float4{};
     }
@@ -248,7 +251,7 @@ void launch_zero_unused_rows(const UnusedRows& u, Stream stream) {
 // The preprocess, then with args.d_sinks the sinks' gradient (which needs only its D); packed
 // sequences get zeros in the gradients' rows no sequence uses. D_V: the head dim of V, O, dO and
 // dV (DeepSeek's MLA: below D_Head), which D sums over; the sm90 family's fp32 dQ accumulator,
-// zeroed here a row of D_V floats, exists only where it equals D_Head.
+// zeroed here a row of tile_columns(D_V) floats, exists only where D_V equals D_Head.
 template <DType dtype, int D_Head, int D_V = D_Head>
 void launch_backward_preprocess_and_sinks(const BackwardArgs& args, Stream stream) {
     if (D_V != D_Head && args.dq_accum != nullptr) {

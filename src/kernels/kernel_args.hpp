@@ -137,7 +137,8 @@ struct BackwardArgs {
     // query blocks.
     float* d;         // (batch, heads, q_rows)
     float* lse2;      // (batch, heads, q_rows), or null
-    float* dq_accum;  // (batch, heads, q_rows, d_head) in the kernel's fragment order, or null
+    float* dq_accum;  // (batch, heads, q_rows, tile_columns(d_head)) in the kernel's fragment
+                      // order, or null
     // (batch, heads, q_rows / 64): per 64 query rows, the key blocks whose dQ has been added
     // (ordered_dq), or null
     int* dq_semaphores;
