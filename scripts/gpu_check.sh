@@ -22,7 +22,7 @@
 #            and the backward of the variants against FA4 (bench/compare.py --variants)
 #            (needs package or pyext; GRID=backward, forward, variants or models (the model-shaped
 #            rows alone; GRID_GRAPHS=1 times them as CUDA graph replays) runs one, BWD_SEQS="2048 8192"
-#            other lengths, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
+#            other lengths, BWD_D_HEADS="96" other head dims, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
 #   backward the default build (unless built), its backward GPU tests (unless build's or
 #            prebuilt's checks ran them), memcheck and racecheck on odd shapes, and `flash_attention
@@ -210,7 +210,8 @@ stage_grid() {
   if [[ $passes == *backward* ]]; then
     # shellcheck disable=SC2086 # BWD_SEQS is a list of lengths
     check grid_backward python3 bench/compare.py --backward --seqs ${BWD_SEQS:-1024 2048 4096 8192 16384} \
-      ${BWD_ROUNDS:+--rounds $BWD_ROUNDS --warmup $BWD_ROUNDS} --out "$OUT/grid_backward"
+      --d-heads ${BWD_D_HEADS:-64 128 256} ${BWD_ROUNDS:+--rounds $BWD_ROUNDS --warmup $BWD_ROUNDS} \
+      --out "$OUT/grid_backward"
     cat "$OUT/grid_backward.md"
   fi
   if [[ $passes == *variants* ]]; then

@@ -89,11 +89,10 @@ constexpr std::array k_rules = {
     Rule{"d_head", RuleKind::validity, "head dims 64, 96, 128, 192 and 256 are instantiated",
          [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
     Rule{"d_v", RuleKind::validity,
-         "dv_N (V's head dim apart from Q's and K's) is 128 with d_head 192 (DeepSeek's MLA), in "
-         "a forward kernel or an sm80 backward one; dv_0 means d_head and is not written",
+         "dv_N (V's head dim apart from Q's and K's) is 128 with d_head 192 (DeepSeek's MLA); "
+         "dv_0 means d_head and is not written",
          [](const KernelConfig& c) {
-             return c.d_v != 0 && (c.d_v == c.d_head || !is_value_dim(c.d_head, c.d_v) ||
-                                   (c.backward && c.family == Family::sm90));
+             return c.d_v != 0 && (c.d_v == c.d_head || !is_value_dim(c.d_head, c.d_v));
          }},
     Rule{"foreign_knobs", RuleKind::validity,
          "a config sets only its own family's knobs: async, eager, swizzled, load_Q_K_V_tiles, "
@@ -160,13 +159,13 @@ constexpr std::array k_rules = {
          "= 64 x consumers, 8 or 12 warps), B_r 64 or 128 queries a step (the N of Sᵀ's wgmma), "
          "split into 64-row groups of dQ that divide the consumers, each consumer's share of dQ "
          "whole 64-column sub-tiles, and d_head 64, 96 (its tiles padded to 128 columns) or 128; "
-         "or, d_head 256, two consumers on the same 64 keys (B_c 64, 12 warps, B_r 64), each with "
-         "half of d_head's columns",
+         "or, d_head 192 and 256, two consumers on the same 64 keys (B_c 64, 12 warps, B_r 64), "
+         "each with half of d_head's columns (256) or one of dK and dV (192)",
          [](const KernelConfig& c) {
              if (!sm90(c) || !c.backward)
                  return false;
              const int consumers = consumer_warpgroups(c);
-             if (c.d_head == 256)
+             if (c.d_head == 192 || c.d_head == 256)
                  return c.n_warps != 12 || c.B_c != 64 || c.B_r != 64;
              const int row_groups = c.B_r / 64;
              return (c.n_warps != 8 && c.n_warps != 12) || c.B_c != 64 * consumers ||
@@ -568,7 +567,7 @@ ValueSets tune_values_backward_sm90() {
     v.family = {Family::sm90};
     v.backward = {true};
     v.dtype = {DType::FP16, DType::BF16};
-    v.d_head = {64, 96, 128, 256};
+    v.d_head = {64, 96, 128, 192, 256};
     v.B_r = {64, 128};
     v.B_c = {64, 128};
     v.n_warps = {8, 12};
@@ -591,6 +590,10 @@ std::vector<KernelConfig> tune_backward() {
     d96.swizzled = {false};
     append_unique(v, d96.expand());
     append_unique(v, tune_values_backward_sm90().expand());
+    ValueSets mla_sm90 = tune_values_backward_sm90();
+    mla_sm90.d_head = {192};
+    mla_sm90.d_v = {128};
+    append_unique(v, mla_sm90.expand());
     return sorted_unique(std::move(v));
 }
 
@@ -630,7 +633,8 @@ std::vector<KernelConfig> release() {
 // CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
 // key blocks (the release's backward kernels at d_head 64 and 128 are persistent and dynamic),
-// and the sm90 backward at d_head 96 (padded tiles; not in the release until run on a GPU).
+// and the sm90 backward at d_head 96 (padded tiles), 192 and 192/128 (split_gradients): not in the
+// release until run on a GPU.
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -649,6 +653,9 @@ std::vector<KernelConfig> ci() {
                "(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq",
                "(FP16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic",
                "(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+ordered",
+               "(BF16, 192, 64, 64, 12): sm90+bwd+stages_2",
+               "(FP16, 192, 64, 64, 12): sm90+dv_128+bwd+stages_2",
+               "(BF16, 192, 64, 64, 12): sm90+bwd+stages_2+ordered",
            }));
     return v;
 }
@@ -685,8 +692,8 @@ int estimated_registers(const KernelConfig& c) {
     if (c.family == Family::sm90 && c.backward) {
         // A consumer thread holds its 64 keys' dK and dV (64 x d_head fp32 each over 128
         // threads) and a step's Sᵀ and dPᵀ (64 x B_r fp32 each; split_head, d_head 256: its
-        // share of both), plus addresses and the columns' statistics. An estimate, not yet
-        // fitted to ptxas.
+        // share of both; d_head 192: one of dK and dV), plus addresses and the columns'
+        // statistics. An estimate, not yet fitted to ptxas.
         const int share = sm90_backward_split_head(c) ? consumer_warpgroups(c) : 1;
         return tile_columns(c.d_head) / share + c.B_r / share + 24;
     }

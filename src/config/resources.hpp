@@ -42,6 +42,13 @@ constexpr int consumer_warpgroups(const KernelConfig& c) {
 constexpr bool sm90_backward_split_head(const KernelConfig& c) {
     return c.B_c == 64 && consumer_warpgroups(c) > 1;
 }
+// The same with the gradients split instead of the columns (d_head 192, and 192 with V's 128):
+// half of 192 columns would start a consumer's mid-way through a 128-byte swizzle atom (64
+// columns), which an MN-major wgmma operand cannot, so consumer 0 holds dK and consumer 1 dV,
+// each over every column.
+constexpr bool sm90_backward_split_gradients(const KernelConfig& c) {
+    return sm90_backward_split_head(c) && tile_columns(c.d_head) % 128 != 0;
+}
 
 // sm90: registers per consumer thread after setmaxnreg. The producer warpgroup drops
 // to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
@@ -120,20 +127,22 @@ constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
 }
 
 // The sm90 backward kernel (sm90/backward_kernel.cuh), one struct: its B_c keys' K and V (64 a
-// consumer, or d_head 256's 64 shared), `stages` Q and dO tiles of B_r queries, two dS tiles (B_r x
-// B_c; with split_head two P tiles beside them), dQ's fp32 staging (B_r x d_head), two steps' LSE
+// consumer, or d_head 192's and 256's 64 shared; V of v_head_dim() columns), `stages` Q and dO
+// tiles of B_r queries (dO of V's columns), two dS tiles (B_r x B_c; with split_head two P tiles
+// beside them), dQ's fp32 staging (B_r x d_head), two steps' LSE
 // and D rows (fp32; lag_dq: a stage's) and the mbarriers (K and V full and, for a persistent CTA's
 // next tile, empty; the dynamic schedule's ring of two key-block indices with theirs), rounded up
 // to the struct's 1024-byte alignment; 1024 bytes more to align it (the 128-byte swizzle's period).
 constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
     const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
     const auto d = static_cast<std::size_t>(tile_columns(c.d_head));  // d_head 96: 128
+    const auto dv = static_cast<std::size_t>(tile_columns(c.v_head_dim()));
     const auto stages = static_cast<std::size_t>(c.sm90.stages > 0 ? c.sm90.stages : 0);
     const std::size_t score_tiles = sm90_backward_split_head(c) ? 2 : 1;
     // The statistics: lag_dq, a step's in its Q stage (and four mbarriers); otherwise two
     // copies alternating by step.
     const std::size_t stats_buffers = c.sm90.lag_dq ? stages : 2;
-    const std::size_t bytes = 2 * (2 * k * d + 2 * stages * r * d + 2 * score_tiles * k * r) +
+    const std::size_t bytes = 2 * (k * (d + dv) + stages * r * (d + dv) + 2 * score_tiles * k * r) +
                               4 * r * d + 8 * r * stats_buffers + 8 * (2 + 4 * stages) +
                               (c.sm90.lag_dq ? 32 : 0) + (c.sm90.dynamic_schedule ? 40 : 0);
     return (bytes + 1023) / 1024 * 1024 + 1024;

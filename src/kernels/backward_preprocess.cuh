@@ -83,10 +83,10 @@ constexpr int backward_preprocess_rows(int d_head) {
 
 // Every workspace row of every head and sequence (BackwardSequence: dense, [0, q_rows); packed,
 // the sequence's rows rounded up to whole q_blocks): backward_preprocess_lanes() threads a row,
-// each of the first D_Head / 8 summing one 16-byte chunk of it, then a shuffle reduction among
-// them. Rows past the sequence (padding)
-// get D = 0 and an LSE of +inf: their P, hence their dS, is 0.
-template <DType dtype, int D_Head>
+// each of the first D_V / 8 summing one 16-byte chunk of O's and dO's rows (V's head dim), then a
+// shuffle reduction among them. Rows past the sequence (padding) get D = 0 and an LSE of +inf:
+// their P, hence their dS, is 0. The sm90 accumulator's rows are tile_columns(D_Head) floats.
+template <DType dtype, int D_V, int D_Head = D_V>
 __global__ void __launch_bounds__(128)
     backward_preprocess_kernel(const __grid_constant__ BackwardArgs args) {
     // The sm90 main kernel (a programmatic dependent launch) may be scheduled once every CTA
@@ -98,12 +98,12 @@ __global__ void __launch_bounds__(128)
     if (args.tile_counter != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 &&
         threadIdx.x == 0)
         *args.tile_counter = 0;
-    constexpr int lanes = backward_preprocess_lanes(D_Head);  // per row
-    constexpr int rows = backward_preprocess_rows(D_Head);
+    constexpr int lanes = backward_preprocess_lanes(D_V);  // per row
+    constexpr int rows = backward_preprocess_rows(D_V);
     const int row = blockIdx.x * rows + static_cast<int>(threadIdx.x) / lanes;
     const int chunk = threadIdx.x % lanes;
     // Lanes past the row's chunks (d_head 192) add nothing.
-    const bool column = lanes == D_Head / 8 || chunk < D_Head / 8;
+    const bool column = lanes == D_V / 8 || chunk < D_V / 8;
     const int head = blockIdx.y;
     const BackwardSequence seq = BackwardSequence::of(args, blockIdx.z);
     const bool real = row < seq.q_len;
@@ -135,12 +135,15 @@ __global__ void __launch_bounds__(128)
     if (row >= seq_rows)
         return;
     const std::int64_t at = seq.ws(args, head, row);
-    // The sm90 accumulator's rows are its tiles' columns (d_head 96: 128, all 16 lanes).
+    // The sm90 accumulator's rows are its tiles' columns (d_head 96: 128, all 16 lanes; 192 with
+    // V's 128: 24 chunks over 16 lanes).
     constexpr int acc_cols = tile_columns(D_Head);
-    if (args.dq_accum != nullptr && chunk < acc_cols / 8) {
-        float4* acc = reinterpret_cast<float4*>(args.dq_accum + at * acc_cols) + 2 * chunk;
-        acc[0] = float4{};
-        acc[1] = float4{};
+    if (args.dq_accum != nullptr) {
+        for (int c = chunk; c < acc_cols / 8; c += lanes) {
+            float4* acc = reinterpret_cast<float4*>(args.dq_accum + at * acc_cols) + 2 * c;
+            acc[0] = float4{};
+            acc[1] = float4{};
+        }
     }
     if (chunk != 0)
         return;
@@ -154,14 +157,14 @@ __global__ void __launch_bounds__(128)
 
 // Launches the preprocess over every workspace row (padding included) of every head and
 // sequence.
-template <DType dtype, int D_Head>
+template <DType dtype, int D_V, int D_Head = D_V>
 void launch_backward_preprocess(const BackwardArgs& args, Stream stream) {
     const int rows = args.cu_seqlens_q == nullptr
                          ? args.q_rows
                          : blocks_covering(args.seq_q, args.q_block) * args.q_block;
-    launch_kernel<&backward_preprocess_kernel<dtype, D_Head>>(
-        dim3(blocks_covering(rows, backward_preprocess_rows(D_Head)), args.heads, args.batch), 128,
-        0, stream, args, "backward preprocess launch");
+    launch_kernel<&backward_preprocess_kernel<dtype, D_V, D_Head>>(
+        dim3(blocks_covering(rows, backward_preprocess_rows(D_V)), args.heads, args.batch), 128, 0,
+        stream, args, "backward preprocess launch");
 }
 
 // Attention sinks' gradient. A sink is a score with no value that joins a row's softmax
@@ -250,15 +253,11 @@ void launch_zero_unused_rows(const UnusedRows& u, Stream stream) {
 
 // The preprocess, then with args.d_sinks the sinks' gradient (which needs only its D); packed
 // sequences get zeros in the gradients' rows no sequence uses. D_V: the head dim of V, O, dO and
-// dV (DeepSeek's MLA: below D_Head), which D sums over; the sm90 family's fp32 dQ accumulator,
-// zeroed here a row of tile_columns(D_V) floats, exists only where D_V equals D_Head.
+// dV (DeepSeek's MLA: below D_Head), which D sums over; the sm90 family's fp32 dQ accumulator is
+// zeroed here, a row of tile_columns(D_Head) floats.
 template <DType dtype, int D_Head, int D_V = D_Head>
 void launch_backward_preprocess_and_sinks(const BackwardArgs& args, Stream stream) {
-    if (D_V != D_Head && args.dq_accum != nullptr) {
-        throw Error(ErrorCode::unsupported,
-                    "backward: the fp32 dQ accumulator needs V's head dim to be Q's");
-    }
-    launch_backward_preprocess<dtype, D_V>(args, stream);
+    launch_backward_preprocess<dtype, D_V, D_Head>(args, stream);
     if (args.cu_seqlens_q != nullptr) {
         launch_zero_unused_rows<dtype, D_Head>({args.dq, args.dq_stride, args.total_q, args.heads,
                                                 args.cu_seqlens_q, nullptr, args.batch, args.seq_q},

@@ -220,8 +220,7 @@ std::string case_name(const ::testing::TestParamInfo<Case>& info) {
 INSTANTIATE_TEST_SUITE_P(Built, EveryBackwardConfig, ::testing::ValuesIn(cases()), case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryBackwardConfig);
 
-// The automatic choice: backward(params) without a config, every dtype and head dim built (d_head
-// 192 on the sm80 kernel, Hopper too).
+// The automatic choice: backward(params) without a config, every dtype and head dim built.
 TEST(Backward, AutomaticChoiceMatchesReference) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";

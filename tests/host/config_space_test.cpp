@@ -576,13 +576,17 @@ TEST(ConfigSpace, ValueHeadDim) {
         "(BF16, 256, 128, 80, 12): sm90+stages_2+overlap+pingpong+lazy+trim");
     d256.d_v = 128;
     EXPECT_EQ(rejected_by(d256), "d_v");
-    // The backward: the sm80 family's, not (yet) the sm90 family's.
+    // The backward, both families: sm90's on two consumers sharing 64 keys (one holding dK, the
+    // other dV), not on consumers of 64 keys each.
     KernelConfig backward = fa::KernelConfig::parse("(BF16, 192, 64, 64, 8): bwd+async+swizzled");
     backward.d_v = 128;
     EXPECT_EQ(rejected_by(backward), "");
+    EXPECT_EQ(
+        rejected_by(fa::KernelConfig::parse("(BF16, 192, 64, 64, 12): sm90+dv_128+bwd+stages_2")),
+        "");
     KernelConfig sm90_backward =
         fa::KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2");
     sm90_backward.d_head = 192;
     sm90_backward.d_v = 128;
-    EXPECT_EQ(rejected_by(sm90_backward), "d_v");
+    EXPECT_EQ(rejected_by(sm90_backward), "backward_warpgroups");
 }

@@ -15,7 +15,9 @@
 //    consumer stored a while ago, so that no consumer waits within a step for the other's dS.
 //    d_head 256 (split_head): both consumers on the CTA's 64 keys, each computing Sᵀ and dPᵀ
 //    for half of the step's queries; Pᵀ and dSᵀ go through shared memory, and each consumer
-//    runs dV, dK and dQ for half of d_head's columns over every query.
+//    runs dV, dK and dQ for half of d_head's columns over every query. d_head 192 and
+//    DeepSeek's 192/128 (split_gradients): the same, but consumer 0 runs dK and consumer 1 dV
+//    over every column, and dQ's 64-column parts are shared 1 : 2.
 //    A second producer warp adds each step's dQ to an fp32 accumulator in global memory with
 //    TMA's bulk reduce-add (cp.reduce.async.bulk), from a staging buffer the consumers fill.
 //  - dQ conversion: the accumulator, scaled and rounded to 16 bits, into dQ.
@@ -67,27 +69,66 @@ struct BackwardTraits {
     // and dV for head_cols of d_head's columns, whose GEMMs read every consumer's Pᵀ and dSᵀ.
     static constexpr bool split_head = sm90_backward_split_head(C);
     static_assert(B_c == 64 * consumers || split_head, "64 keys a consumer warpgroup");
+    // split_head at d_head 192 (sm90_backward_split_gradients): consumer 0 holds dK and
+    // consumer 1 dV, each over every column, as 96 columns a consumer would start mid-way
+    // through a swizzle atom.
+    static constexpr bool split_gradients = sm90_backward_split_gradients(C);
+    static_assert(!split_gradients || consumers == 2, "one consumer for dK, one for dV");
     // The tiles' columns: whole 64-column sub-tiles, d_head 96's last one half padding, as in
     // the forward (Traits::q_cols): TMA fills it with zeros past the tensors' columns and drops
     // dK's and dV's there when it stores. Sᵀ and dPᵀ skip it (their k-steps run over d_head);
     // dK, dV and dQ compute it as zeros: their B operands (Q, dO and K, MN-major) are read in
     // whole 128-byte swizzle atoms of 64 columns, the unit of the ISA's shared-memory layouts.
     static constexpr int cols = tile_columns(d_head);
-    static constexpr int head_cols = split_head ? d_head / consumers : cols;  // of dK, dV
+    // V's, dO's and dV's (DeepSeek's MLA: 128 with d_head 192; else d_head's).
+    static constexpr int d_v = C.v_head_dim();
+    static constexpr int v_cols = tile_columns(d_v);
+    static_assert(d_v == d_head || split_gradients, "V's own head dim: split_gradients");
+    // The columns of dK and of dV the consumer of `role` holds (split_gradients: consumer 0 dK's,
+    // consumer 1 dV's; a role of -1 is any consumer of the other kernels).
+    static constexpr int head_cols = split_head && !split_gradients ? d_head / consumers : cols;
+    static constexpr int dk_cols(int role) { return split_gradients && role != 0 ? 0 : head_cols; }
+    static constexpr int dv_cols(int role) {
+        return !split_gradients ? head_cols : role == 1 ? v_cols : 0;
+    }
     static constexpr int key_rows_of(int consumer) { return split_head ? 0 : 64 * consumer; }
+    // The first of the consumer's columns of dK and dV (split_head at d_head 256: its half).
+    static constexpr int head_col0(int consumer) {
+        return split_head && !split_gradients ? consumer * head_cols : 0;
+    }
     static constexpr int step_queries = split_head ? B_r / consumers : B_r;  // Sᵀ's wgmma N
     static constexpr int query_col0(int consumer) {
         return split_head ? consumer * step_queries : 0;
     }
     static_assert(step_queries % 16 == 0, "whole k-tiles of queries a consumer");
     // dQ = dS·K (B_r x d_head) over the consumers: 64-row groups of queries, then d_head's
-    // columns.
+    // columns, in parts of 64 rows x 64 columns (64 x 64 floats each in the staging and the
+    // accumulator, the parts of a row group's columns in order). split_gradients: consumer 0
+    // (dK's GEMM) takes the first part, consumer 1 the others.
     static constexpr int dq_row_groups = B_r / 64;
+    static constexpr int dq_part_floats = 64 * 64;
+    static constexpr int dq_parts = dq_row_groups * cols / 64;
+    static constexpr int dq_first_part(int consumer) {
+        return split_gradients ? (consumer == 0 ? 0 : 1) : consumer * dq_parts / consumers;
+    }
+    static constexpr int dq_parts_of(int consumer) {
+        return split_gradients ? (consumer == 0 ? 1 : dq_parts - 1) : dq_parts / consumers;
+    }
     static constexpr int dq_cols = cols * dq_row_groups / consumers;  // N of dQ's wgmma
-    static_assert(B_r % 64 == 0 && consumers % dq_row_groups == 0 && dq_cols % 64 == 0,
+    // Part p's first row (of the step's B_r queries) and column.
+    static constexpr int dq_part_row(int p) {
+        return 64 * (p / (dq_parts / consumers) % dq_row_groups);
+    }
+    static constexpr int dq_part_col(int p) {
+        constexpr int per_consumer = dq_parts / consumers;
+        return split_gradients
+                   ? 64 * p
+                   : p / per_consumer / dq_row_groups * dq_cols + 64 * (p % per_consumer);
+    }
+    static_assert(B_r % 64 == 0 && consumers % dq_row_groups == 0 &&
+                      (dq_cols % 64 == 0 || split_gradients),
                   "whole dQ sub-tiles");
-    static constexpr int dq_floats = 64 * dq_cols;  // a consumer's share of a step's dQ
-    static_assert(!split_head || dq_cols == 128, "split_head: dQ's columns in two GEMMs of 64");
+    static_assert(!split_head || B_r == 64, "split_head: dQ's columns in GEMMs of 64");
     // The producer warpgroup's two warps need few registers; the consumers hold dK and dV
     // (64 x head_cols fp32 each) through the loop and Sᵀ and dPᵀ (64 x step_queries) in each
     // step.
@@ -100,10 +141,13 @@ struct BackwardTraits {
     // three interleaved rounds, H200, 2026-12-04). d_head 64's lagdq kernel lost 0.8-2.7% with
     // it (measured together with one other change), and d_head 256's loop grows with it.
     static constexpr bool wide = cols == 128;
-    using QTile = Swizzle128Tile<B_r, cols, false, wide>;  // Q and dO
-    using KTile = Swizzle128Tile<B_c, cols, false, wide>;  // K and V
-    // A consumer's head_cols of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
+    using QTile = Swizzle128Tile<B_r, cols, false, wide>;
+    using KTile = Swizzle128Tile<B_c, cols, false, wide>;
+    using DoTile = Swizzle128Tile<B_r, v_cols, false, wide>;
+    using VTile = Swizzle128Tile<B_c, v_cols, false, wide>;
+    // A consumer's columns of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
     using QCols = Swizzle128Tile<B_r, head_cols, false, wide>;
+    using DoCols = Swizzle128Tile<B_r, split_gradients ? v_cols : head_cols, false, wide>;
     // dS (and with split_head P): queries x keys.
     using DsTile = Swizzle128Tile<B_r, B_c, false, wide>;
     // Score tiles a step: dS; with split_head P too, after it (the A of every consumer's dV).
@@ -167,9 +211,9 @@ struct BackwardTraits {
 
     struct Smem {
         alignas(1024) unsigned char k[KTile::bytes];
-        alignas(1024) unsigned char v[KTile::bytes];
+        alignas(1024) unsigned char v[VTile::bytes];
         alignas(1024) unsigned char q[stages][QTile::bytes];
-        alignas(1024) unsigned char d_o[stages][QTile::bytes];
+        alignas(1024) unsigned char d_o[stages][DoTile::bytes];
         // The walk's scratch; persistent, after the walk, dK's and dV's 16-bit tiles for their
         // TMA stores (K and V then take the next key block's rows).
         union Scratch {
@@ -177,7 +221,8 @@ struct BackwardTraits {
                 // Two, alternating by step: a consumer writes the next step's dS while another
                 // may still read this one's in its dQ GEMM.
                 alignas(1024) unsigned char ds[2][score_tiles * DsTile::bytes];
-                alignas(16) float dq[consumers][dq_floats];  // in the accumulators' order
+                // Every consumer's dQ parts (dq_first_part), in the accumulators' order.
+                alignas(16) float dq[dq_parts * dq_part_floats];
             } walk;
             alignas(1024) unsigned char gradients[2][KTile::bytes];  // dK, dV
         } scratch;
@@ -243,10 +288,10 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
                                                  int step0, int walks) {
     const int batch = seq.entry;
     if constexpr (!Tr::kv_with_first_step) {
-        smem.kv_full.arrive_expect_tx(2 * Tr::KTile::bytes);
+        smem.kv_full.arrive_expect_tx(Tr::KTile::bytes + Tr::VTile::bytes);
         tma::load_tile<typename Tr::KTile>(smem.k, &launch.maps.k, seq.k_row0 + k0, kv_head, batch,
                                            smem.kv_full);
-        tma::load_tile<typename Tr::KTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
+        tma::load_tile<typename Tr::VTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
                                            smem.kv_full);
     }
     // Persistent: one wait for each walk's release of K and V, a walk of no steps included (it
@@ -260,26 +305,31 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
         const int head = kv_head * walk.group + at.head;
         const int q0 = seq.q_row0 + at.block * Tr::B_r;
         const bool first = Tr::kv_with_first_step && i == 0;
-        const std::uint32_t kv_bytes = first ? Tr::KTile::bytes : 0;
+        const std::uint32_t k_bytes = first ? Tr::KTile::bytes : 0;
+        const std::uint32_t v_bytes = first ? Tr::VTile::bytes : 0;
         // K (and V) ahead of Q (dO); persistent, after them: this walk's first Q and dO may
         // land while the last walk's GEMMs still read K and V.
-        const auto load_kv = [&](void* tile, const void* map, tma::Barrier& barrier) {
-            tma::load_tile<typename Tr::KTile>(tile, map, seq.k_row0 + k0, kv_head, batch, barrier);
+        const auto load_kv = [&](auto tile_type, void* tile, const void* map,
+                                 tma::Barrier& barrier) {
+            tma::load_tile<typename decltype(tile_type)::type>(tile, map, seq.k_row0 + k0, kv_head,
+                                                               batch, barrier);
         };
+        constexpr std::type_identity<typename Tr::KTile> k_tile;
+        constexpr std::type_identity<typename Tr::VTile> v_tile;
         // The step's LSE then D rows (stats_in_stages), with Q. The preprocess's rows of a head
         // are padded to whole blocks of 128, so a block's rows are whole and 16-byte aligned.
         constexpr std::uint32_t row_bytes = Tr::B_r * sizeof(float);
         constexpr std::uint32_t stats_bytes = Tr::stats_in_stages ? 2 * row_bytes : 0;
         smem.q_empty[slot.stage].wait(slot.parity ^ 1);
-        smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes + stats_bytes);
+        smem.q_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + k_bytes + stats_bytes);
         if (first && !Tr::persistent)
-            load_kv(smem.k, &launch.maps.k, smem.q_full[slot.stage]);
+            load_kv(k_tile, smem.k, &launch.maps.k, smem.q_full[slot.stage]);
         tma::load_tile<typename Tr::QTile>(smem.q[slot.stage], &launch.maps.q, q0, head, batch,
                                            smem.q_full[slot.stage]);
         if (first && Tr::persistent) {
             if (walks > 0)
                 smem.kv_empty.wait((walks - 1) & 1);
-            load_kv(smem.k, &launch.maps.k, smem.q_full[slot.stage]);
+            load_kv(k_tile, smem.k, &launch.maps.k, smem.q_full[slot.stage]);
         }
         if constexpr (Tr::stats_in_stages) {
             // The rows are the preprocess's, which this kernel may overlap (a programmatic
@@ -294,13 +344,13 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
                             smem.q_full[slot.stage]);
         }
         smem.d_o_empty[slot.stage].wait(slot.parity ^ 1);
-        smem.d_o_full[slot.stage].arrive_expect_tx(Tr::QTile::bytes + kv_bytes);
+        smem.d_o_full[slot.stage].arrive_expect_tx(Tr::DoTile::bytes + v_bytes);
         if (first && !Tr::persistent)
-            load_kv(smem.v, &launch.maps.v, smem.d_o_full[slot.stage]);
-        tma::load_tile<typename Tr::QTile>(smem.d_o[slot.stage], &launch.maps.d_o, q0, head, batch,
-                                           smem.d_o_full[slot.stage]);
+            load_kv(v_tile, smem.v, &launch.maps.v, smem.d_o_full[slot.stage]);
+        tma::load_tile<typename Tr::DoTile>(smem.d_o[slot.stage], &launch.maps.d_o, q0, head, batch,
+                                            smem.d_o_full[slot.stage]);
         if (first && Tr::persistent)
-            load_kv(smem.v, &launch.maps.v, smem.d_o_full[slot.stage]);
+            load_kv(v_tile, smem.v, &launch.maps.v, smem.d_o_full[slot.stage]);
     }
 }
 
@@ -344,10 +394,11 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
         for (int w = 0; w < Tr::consumers; ++w) {
             ptx::named_barrier_sync(Tr::dq_full_barrier(w), Tr::dq_barrier_threads);
             if (leader) {
-                cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared,
-                                                cuda::ptx::op_add, block + w * Tr::dq_floats,
-                                                smem.scratch.walk.dq[w],
-                                                Tr::dq_floats * sizeof(float));
+                const int part = Tr::dq_first_part(w) * Tr::dq_part_floats;
+                cuda::ptx::cp_reduce_async_bulk(
+                    cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
+                    block + part, smem.scratch.walk.dq + part,
+                    Tr::dq_parts_of(w) * Tr::dq_part_floats * sizeof(float));
                 cuda::ptx::cp_async_bulk_commit_group();
             }
         }
@@ -404,17 +455,26 @@ struct StepStats {
     }
 };
 
-// A consumer warpgroup: 64 keys' dK and dV (split_head: head_cols of their columns),
-// accumulated over the walk.
-template <class Tr>
+// A consumer's accumulator of a gradient that another consumer holds (split_gradients).
+struct NoGradient {};
+template <int NT>
+using GradientTiles = std::conditional_t<(NT > 0), float[1][(NT > 0 ? NT : 1)][4], NoGradient>;
+
+// A consumer warpgroup: 64 keys' dK and dV (split_head: head_cols of their columns;
+// split_gradients: Role 0 dK's, Role 1 dV's, every column), accumulated over the walk. Role -1:
+// any consumer of the other kernels.
+template <class Tr, int Role = -1>
 struct BackwardConsumer {
     using Smem = typename Tr::Smem;
     static constexpr DType dtype = Tr::dtype;
     static constexpr int s_tiles = Tr::step_queries / 8;  // of Sᵀ and dPᵀ (n8 tiles of queries)
-    static constexpr int g_tiles = Tr::head_cols / 8;     // of dK and dV
+    static constexpr int dk_tiles = Tr::dk_cols(Role) / 8;
+    static constexpr int dv_tiles = Tr::dv_cols(Role) / 8;
     static constexpr int dq_tiles = Tr::dq_cols / 8;
     using QTile = typename Tr::QTile;
     using KTile = typename Tr::KTile;
+    using DoTile = typename Tr::DoTile;
+    using VTile = typename Tr::VTile;
     using DsTile = typename Tr::DsTile;
 
     Smem& smem;
@@ -426,8 +486,8 @@ struct BackwardConsumer {
     int first_key;       // this warp's first key row
     int dq_row_group;    // its dQ rows: 64 queries of the step's B_r
     int alibi_shift;     // ALiBi: a query's diagonal position is its index plus this
-    float dk[1][g_tiles][4];
-    float dv[1][g_tiles][4];
+    GradientTiles<dk_tiles> dk;
+    GradientTiles<dv_tiles> dv;
 
     // One query block: all five GEMMs, the probabilities and dS, dQ staged for the dQ warp;
     // outside lag_dq, the next step's statistics (its rows from next_row0; none if negative)
@@ -480,16 +540,15 @@ struct BackwardConsumer {
             load_early(l, lse2);
         const std::uint32_t base = opaque_base();
         const std::uint32_t q_s = base + offsetof(Smem, q) + slot.stage * QTile::bytes;
-        const std::uint32_t d_o_s = base + offsetof(Smem, d_o) + slot.stage * QTile::bytes;
+        const std::uint32_t d_o_s = base + offsetof(Smem, d_o) + slot.stage * DoTile::bytes;
         const std::uint32_t ds_s = ds_tile(base, i);
         const std::uint32_t p_s = ds_s + DsTile::bytes;  // split_head's P tile
         // This consumer's 64 rows of K and V, and K's columns of its dQ share (dQ's B).
         const int key_rows = Tr::key_rows_of(consumer);
         const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(key_rows);
-        const std::uint32_t v_rows = base + offsetof(Smem, v) + KTile::group_offset(key_rows);
+        const std::uint32_t v_rows = base + offsetof(Smem, v) + VTile::group_offset(key_rows);
         // Its columns of Q and dO for dK and dV.
-        const std::uint32_t cols =
-            consumer * (Tr::head_cols / 64) * QTile::sub_tile_stride * Tr::split_head;
+        const std::uint32_t cols = Tr::head_col0(consumer) / 64 * QTile::sub_tile_stride;
         const std::uint32_t k_dq = dq_k_cols(base);
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (this consumer's queries), issued back to back.
@@ -508,9 +567,9 @@ struct BackwardConsumer {
         smem.d_o_full[slot.stage].wait(slot.parity);
         ptx::wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Tr::d_head / 16; ++kk) {
+        for (int kk = 0; kk < Tr::d_v / 16; ++kk) {
             ptx::wgmma_ss<dtype, Tr::step_queries, false>(
-                dp[0], KTile::k_major(v_rows, kk), QTile::k_major(d_o_s + query_rows, kk), kk > 0);
+                dp[0], VTile::k_major(v_rows, kk), DoTile::k_major(d_o_s + query_rows, kk), kk > 0);
         }
         ptx::wgmma_commit_group();
 
@@ -596,7 +655,7 @@ struct BackwardConsumer {
             ptx::wgmma_commit_group();  // empty in the first step
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::DoCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
             ptx::wgmma_commit_group();
             ptx::fence_operands(dk[0]);
             ptx::wgmma_fence();
@@ -628,7 +687,7 @@ struct BackwardConsumer {
                 next.store(smem.stats[(i + 1) % 2]);
             ptx::fence_operands(dv[0]);
             ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
+            warpgroup_gemm_pv<dtype, typename Tr::DoCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
             ptx::wgmma_commit_group();
             tma::fence_shared_to_async_proxy();
             ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
@@ -667,10 +726,12 @@ struct BackwardConsumer {
     __device__ static std::uint32_t ds_tile(std::uint32_t base, int i) {
         return base + offsetof(Smem, scratch.walk.ds) + (i % 2) * Tr::score_tiles * DsTile::bytes;
     }
-    // K's columns of this consumer's dQ share (dQ's B).
+    // K's columns of this consumer's dQ share (dQ's B; split_gradients: of its first part).
     __device__ std::uint32_t dq_k_cols(std::uint32_t base) const {
-        return base + offsetof(Smem, k) +
-               consumer / Tr::dq_row_groups * (Tr::dq_cols / 64) * KTile::sub_tile_stride;
+        const int sub_tile = Tr::split_gradients
+                                 ? Tr::dq_part_col(Tr::dq_first_part(consumer)) / 64
+                                 : consumer / Tr::dq_row_groups * (Tr::dq_cols / 64);
+        return base + offsetof(Smem, k) + sub_tile * KTile::sub_tile_stride;
     }
 
     // This consumer's share of a step's dQ = dS·K (its 64 query rows of the dS tile at ds_s; K's
@@ -703,12 +764,13 @@ struct BackwardConsumer {
         stage_dq(dq, 0, true, true);
     }
 
-    // d_head 256's GEMMs after its scores: each consumer's Pᵀ and dSᵀ (its queries' columns)
+    // split_head's GEMMs after its scores: each consumer's Pᵀ and dSᵀ (its queries' columns)
     // to shared memory, the step's statistics staged (`stage_stats`) and the dS barrier; then
     // dV += Pᵀ·dO and dK += dSᵀ·Q for this consumer's columns over every query (Pᵀ and dSᵀ
-    // read MN-major from the queries x keys tiles), and its 128 columns of dQ = dS·K in two
-    // GEMMs of 64, each staged as it completes (64 accumulators at once beside dK and dV
-    // serialized ptxas's wgmmas, CUDA 13.0).
+    // read MN-major from the queries x keys tiles; split_gradients: its role's one of them),
+    // and its parts of dQ = dS·K, GEMMs of 64 columns each staged as it completes (64
+    // accumulators at once beside dK and dV serialized ptxas's wgmmas at d_head 256, CUDA
+    // 13.0).
     template <class StageStats>
     __device__ __forceinline__ void split_head_gemms(const RingSlot<Tr::stages>& slot,
                                                      const std::uint32_t (&p)[1][s_tiles / 2][4],
@@ -717,52 +779,65 @@ struct BackwardConsumer {
                                                      std::uint32_t q_s, std::uint32_t d_o_s,
                                                      std::uint32_t cols, std::uint32_t k_dq,
                                                      const StageStats& stage_stats) {
-        using QCols = typename Tr::QCols;
+        constexpr int parts = Tr::dq_parts_of(Role);
+        static_assert(parts == 1 || parts == 2, "one or two parts of dQ a consumer");
+        constexpr int gradient_gemms = (dv_tiles > 0) + (dk_tiles > 0);
         store_scores(p, p_s);
         store_scores(ds, ds_s);
         stage_stats();
         tma::fence_shared_to_async_proxy();
         ptx::named_barrier_sync(Tr::ds_ready_barrier, Tr::consumers * warpgroup_threads);
-        // dQ's first half, then dV's and dK's GEMMs behind it: the first half is staged while
-        // they run, and the second issued behind them.
-        float dq[1][dq_tiles / 2][4];
+        // dQ's first part, then the gradients' GEMMs behind it: the part is staged while they
+        // run, and a second part issued behind them.
+        float dq[1][8][4];
         const auto gemm_dq = [&](int part) {
             ptx::wgmma_fence();
 #pragma unroll
             for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
-                ptx::wgmma_ss<dtype, Tr::dq_cols / 2, true>(
+                ptx::wgmma_ss<dtype, 64, true>(
                     dq[0], DsTile::k_major(ds_s, kk),
                     KTile::mn_major(k_dq + part * KTile::sub_tile_stride, kk), kk > 0);
             }
             ptx::wgmma_commit_group();
         };
-        ptx::fence_operands(dv[0]);
-        ptx::fence_operands(dk[0]);
+        if constexpr (dv_tiles > 0)
+            ptx::fence_operands(dv[0]);
+        if constexpr (dk_tiles > 0)
+            ptx::fence_operands(dk[0]);
         gemm_dq(0);
+        if constexpr (dv_tiles > 0) {
 #pragma unroll
-        for (int kk = 0; kk < Tr::B_r / 16; ++kk) {
-            ptx::wgmma_ss<dtype, Tr::head_cols, true, true>(
-                dv[0], DsTile::mn_major(p_s, kk), QCols::mn_major(d_o_s + cols, kk), true);
+            for (int kk = 0; kk < Tr::B_r / 16; ++kk) {
+                ptx::wgmma_ss<dtype, 8 * dv_tiles, true, true>(
+                    dv[0], DsTile::mn_major(p_s, kk), Tr::DoCols::mn_major(d_o_s + cols, kk), true);
+            }
+            ptx::wgmma_commit_group();
         }
-        ptx::wgmma_commit_group();
+        if constexpr (dk_tiles > 0) {
 #pragma unroll
-        for (int kk = 0; kk < Tr::B_r / 16; ++kk) {
-            ptx::wgmma_ss<dtype, Tr::head_cols, true, true>(dk[0], DsTile::mn_major(ds_s, kk),
-                                                            QCols::mn_major(q_s + cols, kk), true);
+            for (int kk = 0; kk < Tr::B_r / 16; ++kk) {
+                ptx::wgmma_ss<dtype, 8 * dk_tiles, true, true>(
+                    dk[0], DsTile::mn_major(ds_s, kk), Tr::QCols::mn_major(q_s + cols, kk), true);
+            }
+            ptx::wgmma_commit_group();
         }
-        ptx::wgmma_commit_group();
-        ptx::wgmma_wait<2>();  // dQ's first half
+        ptx::wgmma_wait<gradient_gemms>();  // dQ's first part
         ptx::fence_operands(dq[0]);
-        stage_dq(dq, 0, true, false);
-        gemm_dq(1);
-        ptx::wgmma_wait<1>();  // dV's and dK's GEMMs: Q and dO are free
-        ptx::fence_operands(dv[0]);
-        ptx::fence_operands(dk[0]);
+        stage_dq(dq, 0, true, parts == 1);
+        if constexpr (parts == 2)
+            gemm_dq(1);
+        ptx::wgmma_wait<parts - 1>();  // the gradients' GEMMs: Q and dO are free
+        if constexpr (dv_tiles > 0)
+            ptx::fence_operands(dv[0]);
+        if constexpr (dk_tiles > 0)
+            ptx::fence_operands(dk[0]);
         release(smem.d_o_empty[slot.stage]);
         release_q(smem.q_empty[slot.stage]);
-        ptx::wgmma_wait<0>();
-        ptx::fence_operands(dq[0]);
-        stage_dq(dq, dq_tiles / 2, false, true);
+        if constexpr (parts == 2) {
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(dq[0]);
+            stage_dq(dq, 8, false, true);
+        }
     }
 
     // k-tile kt of dSᵀ's (or Pᵀ's) 16-bit A fragments, transposed, into this warp's 16 key
@@ -796,7 +871,8 @@ struct BackwardConsumer {
                                              bool first, bool last) const {
         if (first)
             ptx::named_barrier_sync(Tr::dq_empty_barrier(consumer), Tr::dq_barrier_threads);
-        float4* staging = reinterpret_cast<float4*>(smem.scratch.walk.dq[consumer]);
+        float4* staging = reinterpret_cast<float4*>(
+            smem.scratch.walk.dq + Tr::dq_first_part(consumer) * Tr::dq_part_floats);
         const int thread = threadIdx.x % warpgroup_threads;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
@@ -1088,182 +1164,209 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         stats.load(a, stats_row0(w, w.walk.first<Tr::rotate_walks>()));
         stats.store(smem.stats[step % 2]);
     };
-    int step0 = 0;          // the walk's first step in the CTA's pipeline
-    int staged_round = -1;  // persistent: the round whose first statistics are staged
-    for_each_key_block(std::false_type{}, [&](const Work& w, int round) {
-        const KeyBlockScheduler::Tile& tile = w.tile;
-        const int k0 = w.k0;
-        const BackwardSequence& seq = w.seq;
-        const QueryWalk& walk = w.walk;
-        BackwardConsumer<Tr> c{
-            .smem = smem,
-            .args = a,
-            .smem_base = ptx::smem_address(&smem),
-            .consumer = consumer,
-            .scale_log2 = a.scale_log2,
-            .mask = KeyRowQueries::of(w.mask,
-                                      k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m),
-            .first_key = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m,
-            .dq_row_group = consumer % Tr::dq_row_groups,
-            .alibi_shift = band_shift(seq.q_len, seq.k_len, a.top_left),
-        };
-        zero(c.dk);
-        zero(c.dv);
-        if (!Tr::persistent || staged_round != round)
-            stage_first_stats(w, step0);
-        ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
-        if constexpr (!Tr::kv_with_first_step)
-            smem.kv_full.wait(0);
-        if constexpr (packable) {
-            // Rows past a packed sequence are another sequence's or nobody's (a buffer's
-            // unwritten tail may hold NaN): masking makes their P 0, but 0 · NaN in the GEMMs is
-            // NaN, so they are zeros in shared memory before any GEMM reads them, as the forward
-            // zeroes V's tail.
-            if (a.cu_seqlens_q != nullptr && k0 + Tr::B_c > seq.k_len && walk.steps() > 0) {
-                if constexpr (Tr::kv_with_first_step) {
-                    const RingSlot<Tr::stages> slot(step0);
-                    smem.q_full[slot.stage].wait(slot.parity);    // K, with the first Q
-                    smem.d_o_full[slot.stage].wait(slot.parity);  // V, with the first dO
-                }
-                zero_tile_rows<typename Tr::KTile, consumer_threads>(
-                    ptx::smem_address(smem.k), seq.k_len - k0, consumer_thread);
-                zero_tile_rows<typename Tr::KTile, consumer_threads>(
-                    ptx::smem_address(smem.v), seq.k_len - k0, consumer_thread);
-                tma::fence_shared_to_async_proxy();
-                ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
-            }
-        }
-        // A window with a softcap masks every step: with a masked and an unmasked copy of the
-        // step the d_head 128 kernel spilled 224 bytes, with one 16 (ptxas, CUDA 13.0). So does
-        // ALiBi, whose instances hold one copy of their step too.
-        static_assert(!Alibi || packable, "ALiBi runs on the band kernels");
-        constexpr bool always_masked = (Softcap && std::is_same_v<Mask, BandMask>) || Alibi;
-        // Step i of the walk, at `at` (step0 + i of the CTA's pipeline). First (lag_dq, a
-        // compile-time flag): the first step, which has no previous step's dQ to compute and
-        // runs the masked step (which masks an unmasked block to no effect); it is peeled off
-        // the loop: a copy of the step for it inside the loop spilled 104 bytes in d_head 64's
-        // softcap kernel (ptxas, CUDA 13.0).
-        const auto run_step = [&](int i, QueryWalk::Step at, auto first) {
-            constexpr bool First = decltype(first)::value;
-            const int block = at.block;
-            const int pipeline_step = step0 + i;
-            // The next step's rows, whose statistics this step stages; -1 past the walk.
-            QueryWalk::Step next = at;
-            next.advance<Tr::rotate_walks>(walk);
-            const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(w, next) : -1;
+    // The consumers' walks; split_gradients, compiled for each consumer's role (the gradient it
+    // holds), so that neither holds the other's accumulators and no wgmma is issued under a
+    // branch on the role.
+    const auto consume = [&](auto role) {
+        using Consumer = BackwardConsumer<Tr, decltype(role)::value>;
+        int step0 = 0;          // the walk's first step in the CTA's pipeline
+        int staged_round = -1;  // persistent: the round whose first statistics are staged
+        for_each_key_block(std::false_type{}, [&](const Work& w, int round) {
+            const KeyBlockScheduler::Tile& tile = w.tile;
+            const int k0 = w.k0;
+            const BackwardSequence& seq = w.seq;
+            const QueryWalk& walk = w.walk;
+            Consumer c{
+                .smem = smem,
+                .args = a,
+                .smem_base = ptx::smem_address(&smem),
+                .consumer = consumer,
+                .scale_log2 = a.scale_log2,
+                .mask = KeyRowQueries::of(
+                    w.mask, k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m),
+                .first_key = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m,
+                .dq_row_group = consumer % Tr::dq_row_groups,
+                .alibi_shift = band_shift(seq.q_len, seq.k_len, a.top_left),
+            };
+            if constexpr (Consumer::dk_tiles > 0)
+                zero(c.dk);
+            if constexpr (Consumer::dv_tiles > 0)
+                zero(c.dv);
+            if (!Tr::persistent || staged_round != round)
+                stage_first_stats(w, step0);
+            ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+            if constexpr (!Tr::kv_with_first_step)
+                smem.kv_full.wait(0);
             if constexpr (packable) {
-                // The sequence's last query block: Q's and dO's rows past it zeroed likewise,
-                // once both have landed and before either consumer's first GEMM of the step.
-                if (a.cu_seqlens_q != nullptr && (block + 1) * Tr::B_r > seq.q_len) {
-                    const RingSlot<Tr::stages> slot(pipeline_step);
-                    smem.q_full[slot.stage].wait(slot.parity);
-                    smem.d_o_full[slot.stage].wait(slot.parity);
-                    const int valid = seq.q_len - block * Tr::B_r;
-                    zero_tile_rows<typename Tr::QTile, consumer_threads>(
-                        ptx::smem_address(smem.q[slot.stage]), valid, consumer_thread);
-                    zero_tile_rows<typename Tr::QTile, consumer_threads>(
-                        ptx::smem_address(smem.d_o[slot.stage]), valid, consumer_thread);
+                // Rows past a packed sequence are another sequence's or nobody's (a buffer's
+                // unwritten tail may hold NaN): masking makes their P 0, but 0 · NaN in the GEMMs
+                // is NaN, so they are zeros in shared memory before any GEMM reads them, as the
+                // forward zeroes V's tail.
+                if (a.cu_seqlens_q != nullptr && k0 + Tr::B_c > seq.k_len && walk.steps() > 0) {
+                    if constexpr (Tr::kv_with_first_step) {
+                        const RingSlot<Tr::stages> slot(step0);
+                        smem.q_full[slot.stage].wait(slot.parity);    // K, with the first Q
+                        smem.d_o_full[slot.stage].wait(slot.parity);  // V, with the first dO
+                    }
+                    zero_tile_rows<typename Tr::KTile, consumer_threads>(
+                        ptx::smem_address(smem.k), seq.k_len - k0, consumer_thread);
+                    zero_tile_rows<typename Tr::VTile, consumer_threads>(
+                        ptx::smem_address(smem.v), seq.k_len - k0, consumer_thread);
                     tma::fence_shared_to_async_proxy();
                     ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
                 }
             }
-            if constexpr (Alibi) {  // the step's head's slope
-                c.template step<true, Softcap, true, !First>(
-                    pipeline_step, block * Tr::B_r, next_row0,
-                    alibi_slope(a.alibi_slopes, a.alibi_batch_stride, seq.index,
-                                tile.kv_head * walk.group + at.head, a.scale_log2));
-            } else if constexpr (First) {
-                c.template step<true, Softcap, false, false>(pipeline_step, block * Tr::B_r,
-                                                             next_row0);
-            } else if (always_masked || walk.blocks.masked(block)) {
-                c.template step<true, Softcap>(pipeline_step, block * Tr::B_r, next_row0);
-            } else {
-                c.template step<false, Softcap>(pipeline_step, block * Tr::B_r, next_row0);
-            }
-        };
-        QueryWalk::Step at = walk.first<Tr::rotate_walks>();
-        if constexpr (Tr::lag_dq) {
-            if (walk.steps() > 0) {
-                run_step(0, at, std::true_type{});
-                at.advance<Tr::rotate_walks>(walk);
-            }
-            for (int i = 1; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
-                run_step(i, at, std::false_type{});
-            c.finish_dq(step0 + walk.steps(), walk.steps());
-        } else {
-            for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
-                run_step(i, at, std::false_type{});
-        }
-        step0 += walk.steps();
-        if constexpr (Tr::persistent) {
-            // The next round's first statistics: their copy was last read two steps back (with
-            // the statistics in the stages, none to stage and no look ahead to wait for).
-            if constexpr (!Tr::stats_in_stages) {
-                if (const std::int64_t index = key_block_index(std::false_type{}, round + 1, false);
-                    index < scheduler.count()) {
-                    const Work next = work_of(static_cast<int>(index));
-                    if (next.some) {
-                        stage_first_stats(next, step0);
-                        staged_round = round + 1;
+            // A window with a softcap masks every step: with a masked and an unmasked copy of the
+            // step the d_head 128 kernel spilled 224 bytes, with one 16 (ptxas, CUDA 13.0). So does
+            // ALiBi, whose instances hold one copy of their step too.
+            static_assert(!Alibi || packable, "ALiBi runs on the band kernels");
+            // Step i of the walk, at `at` (step0 + i of the CTA's pipeline). First (lag_dq, a
+            // compile-time flag): the first step, which has no previous step's dQ to compute and
+            // runs the masked step (which masks an unmasked block to no effect); it is peeled off
+            // the loop: a copy of the step for it inside the loop spilled 104 bytes in d_head 64's
+            // softcap kernel (ptxas, CUDA 13.0).
+            const auto run_step = [&](int i, QueryWalk::Step at, auto first) {
+                constexpr bool First = decltype(first)::value;
+                const int block = at.block;
+                const int pipeline_step = step0 + i;
+                // The next step's rows, whose statistics this step stages; -1 past the walk.
+                QueryWalk::Step next = at;
+                next.advance<Tr::rotate_walks>(walk);
+                const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(w, next) : -1;
+                if constexpr (packable) {
+                    // The sequence's last query block: Q's and dO's rows past it zeroed likewise,
+                    // once both have landed and before either consumer's first GEMM of the step.
+                    if (a.cu_seqlens_q != nullptr && (block + 1) * Tr::B_r > seq.q_len) {
+                        const RingSlot<Tr::stages> slot(pipeline_step);
+                        smem.q_full[slot.stage].wait(slot.parity);
+                        smem.d_o_full[slot.stage].wait(slot.parity);
+                        const int valid = seq.q_len - block * Tr::B_r;
+                        zero_tile_rows<typename Tr::QTile, consumer_threads>(
+                            ptx::smem_address(smem.q[slot.stage]), valid, consumer_thread);
+                        zero_tile_rows<typename Tr::DoTile, consumer_threads>(
+                            ptx::smem_address(smem.d_o[slot.stage]), valid, consumer_thread);
+                        tma::fence_shared_to_async_proxy();
+                        ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
                     }
                 }
+                if constexpr (Alibi) {  // the step's head's slope
+                    c.template step<true, Softcap, true, !First>(
+                        pipeline_step, block * Tr::B_r, next_row0,
+                        alibi_slope(a.alibi_slopes, a.alibi_batch_stride, seq.index,
+                                    tile.kv_head * walk.group + at.head, a.scale_log2));
+                } else if constexpr (First) {
+                    c.template step<true, Softcap, false, false>(pipeline_step, block * Tr::B_r,
+                                                                 next_row0);
+                } else if ((Softcap && std::is_same_v<Mask, BandMask>) ||
+                           walk.blocks.masked(block)) {
+                    c.template step<true, Softcap>(pipeline_step, block * Tr::B_r, next_row0);
+                } else {
+                    c.template step<false, Softcap>(pipeline_step, block * Tr::B_r, next_row0);
+                }
+            };
+            QueryWalk::Step at = walk.first<Tr::rotate_walks>();
+            if constexpr (Tr::lag_dq) {
+                if (walk.steps() > 0) {
+                    run_step(0, at, std::true_type{});
+                    at.advance<Tr::rotate_walks>(walk);
+                }
+                for (int i = 1; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
+                    run_step(i, at, std::false_type{});
+                c.finish_dq(step0 + walk.steps(), walk.steps());
+            } else {
+                for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
+                    run_step(i, at, std::false_type{});
             }
-            // K and V to the producer for the next key block (every GEMM of the walk has been
-            // waited for), and the dQ warp's last reduce has read the staging.
-            BackwardConsumer<Tr>::arrive_warp(smem.kv_empty);
-            if (Tr::staging_free_wait && walk.steps() > 0)
-                ptx::named_barrier_sync(Tr::staging_free_barrier, Tr::staging_free_threads);
-        }
+            step0 += walk.steps();
+            if constexpr (Tr::persistent) {
+                // The next round's first statistics: their copy was last read two steps back (with
+                // the statistics in the stages, none to stage and no look ahead to wait for).
+                if constexpr (!Tr::stats_in_stages) {
+                    if (const std::int64_t index =
+                            key_block_index(std::false_type{}, round + 1, false);
+                        index < scheduler.count()) {
+                        const Work next = work_of(static_cast<int>(index));
+                        if (next.some) {
+                            stage_first_stats(next, step0);
+                            staged_round = round + 1;
+                        }
+                    }
+                }
+                // K and V to the producer for the next key block (every GEMM of the walk has been
+                // waited for), and the dQ warp's last reduce has read the staging.
+                Consumer::arrive_warp(smem.kv_empty);
+                if (Tr::staging_free_wait && walk.steps() > 0)
+                    ptx::named_barrier_sync(Tr::staging_free_barrier, Tr::staging_free_threads);
+            }
 
-        // dK = scale · dSᵀ·Q and dV, this warp's 16 rows (split_head: its consumer's columns).
-        // The sequence read again rather than held across the loop (registers).
-        const BackwardSequence out =
-            packable ? BackwardSequence::of(a, tile.batch) : BackwardSequence::dense(a, tile.batch);
-        const int col0 = Tr::split_head ? consumer * Tr::head_cols : 0;
-        // Through shared memory and TMA: 16-byte swizzled stores that one thread hands to the TMA
-        // unit, whose stores drop rows past the view's end. The register path's 4-byte stores
-        // cost a d_head 128 CTA about 5 µs against its ~90 µs walk at 2k keys (per-CTA
-        // timestamps, H200, 2026-12-02); through TMA the backward ran 2-5% faster at 2k and
-        // 4.5-10% at 1k (H200, 2026-12-03). The tiles: K's and V's, or (persistent) the walk's
-        // scratch, which the next walk reuses only once the stores have read it. A packed
-        // sequence's key block that runs past its end would overwrite the next sequence's rows:
-        // it stores its rows itself.
-        if (!packable || a.cu_seqlens_q == nullptr || k0 + Tr::B_c <= out.k_len) {
-            unsigned char* dk_tile = Tr::persistent ? smem.scratch.gradients[0] : smem.k;
-            unsigned char* dv_tile = Tr::persistent ? smem.scratch.gradients[1] : smem.v;
-            // Every consumer's last GEMMs have read K and V (dQ's reads every key's K) and the
-            // dS tiles.
-            ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
-            const int row0 = Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
-            stage_gradient_rows<Tr::dtype, typename Tr::KTile>(
-                c.dk, a.softmax_scale, ptx::smem_address(dk_tile), row0, col0);
-            stage_gradient_rows<Tr::dtype, typename Tr::KTile>(
-                c.dv, 1.0f, ptx::smem_address(dv_tile), row0, col0);
-            tma::fence_shared_to_async_proxy();
-            ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
-            if (consumer_thread == 0) {
-                tma::store_tile<typename Tr::KTile>(dk_tile, &launch.maps.dk, out.k_row0 + k0,
-                                                    tile.kv_head, out.entry);
-                tma::store_tile<typename Tr::KTile>(dv_tile, &launch.maps.dv, out.k_row0 + k0,
-                                                    tile.kv_head, out.entry);
-                tma::wait_stores_read();  // before the CTA's shared memory goes or is reused
-            }
-            if constexpr (Tr::persistent)
+            // dK = scale · dSᵀ·Q and dV, this warp's 16 rows (split_head: its consumer's columns).
+            // The sequence read again rather than held across the loop (registers).
+            const BackwardSequence out = packable ? BackwardSequence::of(a, tile.batch)
+                                                  : BackwardSequence::dense(a, tile.batch);
+            const int col0 = Tr::head_col0(consumer);
+            // Through shared memory and TMA: 16-byte swizzled stores that one thread hands to the
+            // TMA unit, whose stores drop rows past the view's end. The register path's 4-byte
+            // stores cost a d_head 128 CTA about 5 µs against its ~90 µs walk at 2k keys (per-CTA
+            // timestamps, H200, 2026-12-02); through TMA the backward ran 2-5% faster at 2k and
+            // 4.5-10% at 1k (H200, 2026-12-03). The tiles: K's and V's, or (persistent) the walk's
+            // scratch, which the next walk reuses only once the stores have read it. A packed
+            // sequence's key block that runs past its end would overwrite the next sequence's rows:
+            // it stores its rows itself.
+            if (!packable || a.cu_seqlens_q == nullptr || k0 + Tr::B_c <= out.k_len) {
+                unsigned char* dk_tile = Tr::persistent ? smem.scratch.gradients[0] : smem.k;
+                unsigned char* dv_tile = Tr::persistent ? smem.scratch.gradients[1] : smem.v;
+                // Every consumer's last GEMMs have read K and V (dQ's reads every key's K) and the
+                // dS tiles.
                 ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
-            return;
-        }
-        const int row0 = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
-        store_gradient_rows<Tr::dtype>(c.dk, a.softmax_scale,
-                                       static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
-                                           tile.kv_head * a.dk_stride.head +
-                                           std::int64_t{out.k_row0} * a.dk_stride.seq + col0,
-                                       a.dk_stride.seq, row0, out.k_len, Tr::d_head - col0);
-        store_gradient_rows<Tr::dtype>(c.dv, 1.0f,
-                                       static_cast<T*>(a.dv) + out.entry * a.dv_stride.batch +
-                                           tile.kv_head * a.dv_stride.head +
-                                           std::int64_t{out.k_row0} * a.dv_stride.seq + col0,
-                                       a.dv_stride.seq, row0, out.k_len, Tr::d_head - col0);
-    });
+                const int row0 = Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
+                if constexpr (Consumer::dk_tiles > 0) {
+                    stage_gradient_rows<Tr::dtype, typename Tr::KTile>(
+                        c.dk, a.softmax_scale, ptx::smem_address(dk_tile), row0, col0);
+                }
+                if constexpr (Consumer::dv_tiles > 0) {
+                    stage_gradient_rows<Tr::dtype, typename Tr::VTile>(
+                        c.dv, 1.0f, ptx::smem_address(dv_tile), row0, col0);
+                }
+                tma::fence_shared_to_async_proxy();
+                ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+                if (consumer_thread == 0) {
+                    tma::store_tile<typename Tr::KTile>(dk_tile, &launch.maps.dk, out.k_row0 + k0,
+                                                        tile.kv_head, out.entry);
+                    tma::store_tile<typename Tr::VTile>(dv_tile, &launch.maps.dv, out.k_row0 + k0,
+                                                        tile.kv_head, out.entry);
+                    tma::wait_stores_read();  // before the CTA's shared memory goes or is reused
+                }
+                if constexpr (Tr::persistent)
+                    ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+                return;
+            }
+            const int row0 = k0 + Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
+            if constexpr (Consumer::dk_tiles > 0) {
+                store_gradient_rows<Tr::dtype>(
+                    c.dk, a.softmax_scale,
+                    static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
+                        tile.kv_head * a.dk_stride.head +
+                        std::int64_t{out.k_row0} * a.dk_stride.seq + col0,
+                    a.dk_stride.seq, row0, out.k_len, Tr::d_head - col0);
+            }
+            if constexpr (Consumer::dv_tiles > 0) {
+                store_gradient_rows<Tr::dtype>(
+                    c.dv, 1.0f,
+                    static_cast<T*>(a.dv) + out.entry * a.dv_stride.batch +
+                        tile.kv_head * a.dv_stride.head +
+                        std::int64_t{out.k_row0} * a.dv_stride.seq + col0,
+                    a.dv_stride.seq, row0, out.k_len, Tr::d_v - col0);
+            }
+        });
+    };
+    if constexpr (Tr::split_gradients) {
+        if (consumer == 0)
+            consume(std::integral_constant<int, 0>{});
+        else
+            consume(std::integral_constant<int, 1>{});
+    } else {
+        consume(std::integral_constant<int, -1>{});
+    }
 #else
     // Built for sm_90a only (the family's CMake target); other targets get an empty body.
     (void)launch;
@@ -1288,7 +1391,7 @@ __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant_
         reinterpret_cast<const float4*>(a.dq_accum + seq.ws(a, head, block * Tr::B_r) * Tr::cols);
     T* dq = static_cast<T*>(a.dq) + seq.entry * a.dq_stride.batch + head * a.dq_stride.head +
             std::int64_t{seq.q_row0} * a.dq_stride.seq;
-    constexpr int share = Tr::dq_floats / 4;  // float4s of a consumer's share
+    constexpr int part = Tr::dq_part_floats / 4;  // float4s of a 64 x 64 part
     constexpr int per_thread = Tr::B_r * Tr::cols / 4 / 128;
     static_assert(per_thread * 4 * 128 == Tr::B_r * Tr::cols, "whole float4s a thread");
     float4 v[per_thread];
@@ -1298,11 +1401,11 @@ __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant_
 #pragma unroll
     for (int j = 0; j < per_thread; ++j) {
         const int i = threadIdx.x + j * 128;
-        const int w = i / share, nt = i % share / warpgroup_threads;
+        const int p = i / part, nt = i % part / warpgroup_threads;
         const int thread = i % warpgroup_threads, lane = thread % warp_size;
-        const int row = block * Tr::B_r + 64 * (w % Tr::dq_row_groups) +
-                        mma_m * (thread / warp_size) + lane / 4;
-        const int col = (w / Tr::dq_row_groups) * Tr::dq_cols + 8 * nt + 2 * (lane % 4);
+        const int row =
+            block * Tr::B_r + Tr::dq_part_row(p) + mma_m * (thread / warp_size) + lane / 4;
+        const int col = Tr::dq_part_col(p) + 8 * nt + 2 * (lane % 4);
         if (Tr::cols != Tr::d_head && col >= Tr::d_head)
             continue;  // the tiles' padding (d_head 96)
         if (row < seq.q_len) {

@@ -186,9 +186,9 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
                         " rows (sequences x heads x blocks), got " +
                         std::to_string(scheduler.count()));
     }
-    const BackwardLaunch params{args,
-                                make_backward_tensor_maps(args, C.dtype, C.d_head, C.B_r, C.B_c)};
-    launch_backward_preprocess_and_sinks<C.dtype, C.d_head>(args, stream);
+    const BackwardLaunch params{
+        args, make_backward_tensor_maps(args, C.dtype, C.d_head, C.v_head_dim(), C.B_r, C.B_c)};
+    launch_backward_preprocess_and_sinks<C.dtype, C.d_head, C.v_head_dim()>(args, stream);
     constexpr int smem = static_cast<int>(smem_bytes(C));
     constexpr int threads = C.n_threads();
     // Persistent: a CTA an SM, each walking one key block of each round (backward_kernel.cuh).

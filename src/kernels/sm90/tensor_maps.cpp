@@ -168,16 +168,16 @@ TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_
 }
 
 BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& a, DType dtype, int d_head,
-                                             int q_rows, int kv_rows) {
+                                             int d_v, int q_rows, int kv_rows) {
     // The views: packed sequences are one entry of total rows.
     const int entries = a.cu_seqlens_q != nullptr ? 1 : a.batch;
     return {
         encode("q", a.q, dtype, d_head, a.total_q, a.heads, entries, a.q_stride, q_rows),
         encode("k", a.k, dtype, d_head, a.total_k, a.heads_kv, entries, a.k_stride, kv_rows),
-        encode("v", a.v, dtype, d_head, a.total_k, a.heads_kv, entries, a.v_stride, kv_rows),
-        encode("d_o", a.d_o, dtype, d_head, a.total_q, a.heads, entries, a.d_o_stride, q_rows),
+        encode("v", a.v, dtype, d_v, a.total_k, a.heads_kv, entries, a.v_stride, kv_rows),
+        encode("d_o", a.d_o, dtype, d_v, a.total_q, a.heads, entries, a.d_o_stride, q_rows),
         encode("dk", a.dk, dtype, d_head, a.total_k, a.heads_kv, entries, a.dk_stride, kv_rows),
-        encode("dv", a.dv, dtype, d_head, a.total_k, a.heads_kv, entries, a.dv_stride, kv_rows),
+        encode("dv", a.dv, dtype, d_v, a.total_k, a.heads_kv, entries, a.dv_stride, kv_rows),
     };
 }
 

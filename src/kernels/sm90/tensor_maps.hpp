@@ -90,9 +90,10 @@ struct Params {
 TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int d_v, int kv_rows,
                             bool packed = false);
 
-// Boxes of 64 columns x q_rows rows for Q and dO, x kv_rows for K, V, dK and dV.
+// Boxes of 64 columns x q_rows rows for Q and dO, x kv_rows for K, V, dK and dV; V, dO and dV
+// of d_v columns.
 BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& args, DType dtype, int d_head,
-                                             int q_rows, int kv_rows);
+                                             int d_v, int q_rows, int kv_rows);
 
 // Why the paged maps cannot address a cache (k or v: pages, page_size, heads, d_head) named
 // `name` whose heads are head_stride elements apart: heads that are not d_head apart, or a
