@@ -121,7 +121,8 @@ struct BackwardTraits {
     }
     static constexpr int dq_part_col(int p) {
         constexpr int per_consumer = dq_parts / consumers;
-        return split_gradients
+        // One row group: every consumer's parts in column order.
+        return dq_row_groups == 1
                    ? 64 * p
                    : p / per_consumer / dq_row_groups * dq_cols + 64 * (p % per_consumer);
     }
