@@ -244,65 +244,73 @@ std::vector<std::uint16_t> bits_of(const DeviceTensor& t, const HostTensor& shap
 TEST(Backward, Deterministic) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
-    // GQA and not: the ordered kernels' two add orders (KeyBlockScheduler).
-    for (const auto& [causal, heads_kv] :
-         {std::pair{false, 2}, std::pair{true, 2}, std::pair{true, 8}}) {
-        const Shape shape{3, 700, 700, 8, heads_kv, causal};
-        Problem p(fa::DType::BF16, 128, shape, fresh_seed());
-        p.deterministic = true;
-        fa::backward(p.params());
-        const auto dq = bits_of(p.dev_dq, p.q), dk = bits_of(p.dev_dk, p.k),
-                   dv = bits_of(p.dev_dv, p.k);
-        for (int run = 1; run < 10; ++run) {
-            p.dev_dq.buffer.poison_with_nan();
-            p.dev_dk.buffer.poison_with_nan();
-            p.dev_dv.buffer.poison_with_nan();
+    // GQA and not: the ordered kernels' two add orders (KeyBlockScheduler); every head dim's
+    // ordered kernel (d_head 96's padded tiles, 192's and MLA's split gradients).
+    const HeadDims mla(
+        fa::KernelConfig::parse("(BF16, 192, 64, 64, 12): sm90+dv_128+bwd+stages_2"));
+    for (const HeadDims dims : {HeadDims(128), HeadDims(96), HeadDims(192), mla})
+        for (const auto& [causal, heads_kv] :
+             {std::pair{false, 2}, std::pair{true, 2}, std::pair{true, 8}}) {
+            const Shape shape{3, 700, 700, 8, heads_kv, causal};
+            Problem p(fa::DType::BF16, dims, shape, fresh_seed());
+            p.deterministic = true;
             fa::backward(p.params());
-            ASSERT_EQ(bits_of(p.dev_dq, p.q), dq) << "run " << run << ", heads_kv " << heads_kv;
-            ASSERT_EQ(bits_of(p.dev_dk, p.k), dk) << "run " << run;
-            ASSERT_EQ(bits_of(p.dev_dv, p.k), dv) << "run " << run;
+            const auto dq = bits_of(p.dev_dq, p.q), dk = bits_of(p.dev_dk, p.k),
+                       dv = bits_of(p.dev_dv, p.v);
+            for (int run = 1; run < 10; ++run) {
+                p.dev_dq.buffer.poison_with_nan();
+                p.dev_dk.buffer.poison_with_nan();
+                p.dev_dv.buffer.poison_with_nan();
+                fa::backward(p.params());
+                ASSERT_EQ(bits_of(p.dev_dq, p.q), dq)
+                    << "run " << run << ", d_head " << dims.d << "/" << dims.d_v << ", heads_kv "
+                    << heads_kv;
+                ASSERT_EQ(bits_of(p.dev_dk, p.k), dk) << "run " << run;
+                ASSERT_EQ(bits_of(p.dev_dv, p.v), dv) << "run " << run;
+            }
+            // Batch entry 1 alone: views of its slices of every tensor.
+            const auto entry = [](const fa::TensorView& t) {
+                fa::TensorView one = t;
+                one.shape[0] = 1;
+                one.data = static_cast<char*>(t.data) + t.stride[0] * 2;
+                return one;
+            };
+            fa::tools::DeviceTensor dq1 = DeviceTensor::empty_like(p.q),
+                                    dk1 = DeviceTensor::empty_like(p.k),
+                                    dv1 = DeviceTensor::empty_like(p.v);
+            fa::BackwardParams one = p.params();
+            one.q = entry(one.q);
+            one.k = entry(one.k);
+            one.v = entry(one.v);
+            one.o = entry(one.o);
+            one.d_o = entry(one.d_o);
+            one.dq = entry(dq1.view);
+            one.dk = entry(dk1.view);
+            one.dv = entry(dv1.view);
+            one.dq.data = dq1.view.data;  // a tensor of one entry at the buffer's start
+            one.dk.data = dk1.view.data;
+            one.dv.data = dv1.view.data;
+            // The LSE of entry 1: (batch, heads, seq_q) rows, entry 1 after the first's.
+            one.options.lse = static_cast<float*>(p.lse.data()) + shape.heads * shape.seq_q;
+            fa::backward(one);
+            fa::tools::synchronize();
+            const auto row_bytes = [&](const fa::TensorView& t) {
+                return static_cast<std::size_t>(t.stride[0]) * 2;
+            };
+            const auto all_dq = bits_of(dq1, p.q), all_dk = bits_of(dk1, p.k),
+                       all_dv = bits_of(dv1, p.v);
+            const auto same_entry = [&](const std::vector<std::uint16_t>& alone,
+                                        const std::vector<std::uint16_t>& batched,
+                                        std::size_t bytes) {
+                return std::memcmp(alone.data(), batched.data() + bytes / 2, bytes) == 0;
+            };
+            const std::string which =
+                "d_head " + std::to_string(dims.d) + "/" + std::to_string(dims.d_v) + ", causal " +
+                std::to_string(causal) + ", heads_kv " + std::to_string(heads_kv);
+            EXPECT_TRUE(same_entry(all_dq, dq, row_bytes(p.dev_dq.view))) << "dq, " << which;
+            EXPECT_TRUE(same_entry(all_dk, dk, row_bytes(p.dev_dk.view))) << "dk, " << which;
+            EXPECT_TRUE(same_entry(all_dv, dv, row_bytes(p.dev_dv.view))) << "dv, " << which;
         }
-        // Batch entry 1 alone: views of its slices of every tensor.
-        const auto entry = [](const fa::TensorView& t) {
-            fa::TensorView one = t;
-            one.shape[0] = 1;
-            one.data = static_cast<char*>(t.data) + t.stride[0] * 2;
-            return one;
-        };
-        fa::tools::DeviceTensor dq1 = DeviceTensor::empty_like(p.q),
-                                dk1 = DeviceTensor::empty_like(p.k),
-                                dv1 = DeviceTensor::empty_like(p.k);
-        fa::BackwardParams one = p.params();
-        one.q = entry(one.q);
-        one.k = entry(one.k);
-        one.v = entry(one.v);
-        one.o = entry(one.o);
-        one.d_o = entry(one.d_o);
-        one.dq = entry(dq1.view);
-        one.dk = entry(dk1.view);
-        one.dv = entry(dv1.view);
-        one.dq.data = dq1.view.data;  // a tensor of one entry at the buffer's start
-        one.dk.data = dk1.view.data;
-        one.dv.data = dv1.view.data;
-        // The LSE of entry 1: (batch, heads, seq_q) rows, entry 1 after the first's.
-        one.options.lse = static_cast<float*>(p.lse.data()) + shape.heads * shape.seq_q;
-        fa::backward(one);
-        fa::tools::synchronize();
-        const auto row_bytes = [&](const fa::TensorView& t) {
-            return static_cast<std::size_t>(t.stride[0]) * 2;
-        };
-        const auto all_dq = bits_of(dq1, p.q), all_dk = bits_of(dk1, p.k),
-                   all_dv = bits_of(dv1, p.k);
-        const auto same_entry = [&](const std::vector<std::uint16_t>& alone,
-                                    const std::vector<std::uint16_t>& batched, std::size_t bytes) {
-            return std::memcmp(alone.data(), batched.data() + bytes / 2, bytes) == 0;
-        };
-        const std::string which =
-            "causal " + std::to_string(causal) + ", heads_kv " + std::to_string(heads_kv);
-        EXPECT_TRUE(same_entry(all_dq, dq, row_bytes(p.dev_dq.view))) << "dq, " << which;
-        EXPECT_TRUE(same_entry(all_dk, dk, row_bytes(p.dev_dk.view))) << "dk, " << which;
-        EXPECT_TRUE(same_entry(all_dv, dv, row_bytes(p.dev_dv.view))) << "dv, " << which;
-    }
 }
 
 // Attention sinks: dQ, dK, dV (the LSE carries the sinks) and dsinks against the reference, on
