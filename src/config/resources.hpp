@@ -129,7 +129,7 @@ constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
 // The sm90 backward kernel (sm90/backward_kernel.cuh), one struct: its B_c keys' K and V (64 a
 // consumer, or d_head 192's and 256's 64 shared; V of v_head_dim() columns), `stages` Q and dO
 // tiles of B_r queries (dO of V's columns), two dS tiles (B_r x B_c; with split_head two P tiles
-// beside them), dQ's fp32 staging (B_r x d_head), two steps' LSE
+// beside them), dQ's fp32 staging (B_r x tile_columns(d_head)), two steps' LSE
 // and D rows (fp32; lag_dq: a stage's) and the mbarriers (K and V full and, for a persistent CTA's
 // next tile, empty; the dynamic schedule's ring of two key-block indices with theirs), rounded up
 // to the struct's 1024-byte alignment; 1024 bytes more to align it (the 128-byte swizzle's period).

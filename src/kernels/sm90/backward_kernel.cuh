@@ -266,8 +266,9 @@ struct BackwardTraits {
 // accumulator's block): its thread's float4 of n8 tile `nt` (accumulator registers e = 0..3),
 // the 128 threads' float4s of one tile side by side, so that the staging stores are 16 bytes
 // a lane and conflict-free. Element e of tile nt of thread t is row 16 (t / 32) + (t % 32) / 4
-// + 8 (e / 2), column 8 nt + 2 (t % 4) + e % 2 of the consumer's 64 x dq_cols share (query rows
-// by d_head columns).
+// + 8 (e / 2), column 8 nt + 2 (t % 4) + e % 2 of the consumer's share (query rows by d_head
+// columns): its 64 x 64 parts (BackwardTraits::dq_first_part) in order, n8 tiles 8 j to 8 j + 7
+// the share's part j.
 __host__ __device__ constexpr int dq_index(int nt, int thread, int e) {
     return (nt * warpgroup_threads + thread) * 4 + e;
 }
