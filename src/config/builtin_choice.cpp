@@ -220,16 +220,39 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 2048, true},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
     {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
+    // d_head 96: d_head 128's kernels on tiles padded to 128 columns (Sᵀ and dPᵀ over 6 k-steps;
+    // dK, dV and dQ compute the padding as zeros), the same rows: 331-521 TFLOP/s bf16 at 2k-8k,
+    // 0.81-0.92 of FA4, where the sm80 kernel ran at 0.07-0.09 (H100 and H200, 2026-12-05).
+    {"(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024},
+    {"(FP16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024},
+    {"(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 2048, true},
+    {"(FP16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 2048, true},
+    {"(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
+    {"(FP16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
     {"(BF16, 256, 64, 64, 12): sm90+bwd+stages_1"},
     {"(FP16, 256, 64, 64, 12): sm90+bwd+stages_1"},
+    // d_head 192 and DeepSeek's 192/128: two consumers on the same 64 keys, as d_head 256's, one
+    // holding dK and the other dV (BackwardTraits::split_gradients), two Q/dO stages (227 KB of
+    // shared memory at 192): 315-451 TFLOP/s bf16 at 2k-8k, 0.82-0.93 of FA4 (MLA causal 4k:
+    // 0.75), about 2.8x the sm80 kernel (H100 and H200, 2026-12-05).
+    {"(BF16, 192, 64, 64, 12): sm90+bwd+stages_2"},
+    {"(FP16, 192, 64, 64, 12): sm90+bwd+stages_2"},
+    {"(BF16, 192, 64, 64, 12): sm90+dv_128+bwd+stages_2"},
+    {"(FP16, 192, 64, 64, 12): sm90+dv_128+bwd+stages_2"},
     // Deterministic (BackwardParams::deterministic): the same, each query block's dQ added in a
     // fixed key-block order.
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered"},
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+ordered"},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+ordered"},
     {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+ordered"},
+    {"(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+ordered"},
+    {"(FP16, 96, 64, 128, 12): sm90+bwd+stages_2+ordered"},
     {"(BF16, 256, 64, 64, 12): sm90+bwd+stages_1+ordered"},
     {"(FP16, 256, 64, 64, 12): sm90+bwd+stages_1+ordered"},
+    {"(BF16, 192, 64, 64, 12): sm90+bwd+stages_2+ordered"},
+    {"(FP16, 192, 64, 64, 12): sm90+bwd+stages_2+ordered"},
+    {"(BF16, 192, 64, 64, 12): sm90+dv_128+bwd+stages_2+ordered"},
+    {"(FP16, 192, 64, 64, 12): sm90+dv_128+bwd+stages_2+ordered"},
     // sm80, on every GPU (on Hopper where TMA cannot address the tensors): 64 x 64 tiles over 8
     // warps, whose dK and dV (d_head 256: 128 fp32 registers a thread) leave room for the score
     // tiles. Untuned.
@@ -239,11 +262,7 @@ constexpr Row k_rows[] = {
     {"(FP16, 128, 64, 64, 8): bwd+async+swizzled"},
     {"(BF16, 256, 64, 64, 8): bwd+async+swizzled"},
     {"(FP16, 256, 64, 64, 8): bwd+async+swizzled"},
-    // d_head 96 (rows not swizzled), 192, and 192 with V's 128 (DeepSeek's MLA): the sm80 kernel
-    // on every GPU, Hopper too. At 96 it ran at 41-45 TFLOP/s against FA4's 440-607 (bf16, 2k-8k,
-    // H200, 2026-12-05); the sm90 kernels at 96 (tiles padded to 128 columns) are in the ci set,
-    // not yet run on a GPU, and take its place here once they pass there. 192 has no sm90
-    // backward kernel yet.
+    // d_head 96 (rows not swizzled), 192, and 192 with V's 128 (DeepSeek's MLA).
     {"(BF16, 96, 64, 64, 8): bwd+async"},
     {"(FP16, 96, 64, 64, 8): bwd+async"},
     {"(BF16, 192, 64, 64, 8): bwd+async+swizzled"},

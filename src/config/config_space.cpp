@@ -632,9 +632,7 @@ std::vector<KernelConfig> release() {
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
 // CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
-// key blocks (the release's backward kernels at d_head 64 and 128 are persistent and dynamic),
-// and the sm90 backward at d_head 96 (padded tiles), 192 and 192/128 (split_gradients): not in the
-// release until run on a GPU.
+// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -650,12 +648,6 @@ std::vector<KernelConfig> ci() {
                "streamk",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
                "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
-               "(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq",
-               "(FP16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic",
-               "(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+ordered",
-               "(BF16, 192, 64, 64, 12): sm90+bwd+stages_2",
-               "(FP16, 192, 64, 64, 12): sm90+dv_128+bwd+stages_2",
-               "(BF16, 192, 64, 64, 12): sm90+bwd+stages_2+ordered",
            }));
     return v;
 }
