@@ -155,12 +155,13 @@ struct PageTable {
 };
 
 // flash_attn_varlen_func: sequences of different lengths packed along one token axis.
-// q, o: (1, total_q, heads_q, d_head); k, v: (1, total_k, heads_kv, d_head) packed the same
-// way, or the pages of `pages`. Sequence b's queries are rows [cu_seqlens_q[b],
-// cu_seqlens_q[b+1]) and, without pages, its keys rows [cu_seqlens_k[b], cu_seqlens_k[b+1]).
-// Offsets are device int32 arrays of batch + 1 non-decreasing values from 0; a sequence
-// that reaches past its tensor is cut at the tensor's end (never read or written
-// outside it), and a query row of no sequence is left unwritten.
+// q: (1, total_q, heads_q, d_head), o: (1, total_q, heads_q, d_v); k: (1, total_k, heads_kv,
+// d_head) and v (..., d_v) packed the same way, or the pages of `pages` (d_v: V's head dim,
+// d_head or 128 with 192, DeepSeek's MLA, which runs on the sm90 family only). Sequence b's queries
+// are rows [cu_seqlens_q[b], cu_seqlens_q[b+1]) and, without pages, its keys rows [cu_seqlens_k[b],
+// cu_seqlens_k[b+1]). Offsets are device int32 arrays of batch + 1 non-decreasing values from 0; a
+// sequence that reaches past its tensor is cut at the tensor's end (never read or written outside
+// it), and a query row of no sequence is left unwritten.
 struct VarlenParams {
     TensorView q;
     TensorView k;
@@ -187,10 +188,11 @@ struct VarlenParams {
 };
 
 // flash_attn_with_kvcache: decoding and chunked prefill against a KV cache.
-// q, o: (batch, seq_q, heads_q, d_head). k_cache, v_cache: (batch_cache, seq_cache,
-// heads_kv, d_head) with batch_cache >= batch (sequence b uses entry b), or the pages of
-// `pages`. Sequence b attends to its first cache_seqlens[b] keys plus k_new's seq_new
-// (appended first; causal masking aligns the queries with the end of those keys).
+// q: (batch, seq_q, heads_q, d_head), o: (..., d_v). k_cache: (batch_cache, seq_cache,
+// heads_kv, d_head) and v_cache (..., d_v) with batch_cache >= batch (sequence b uses entry b),
+// or the pages of `pages` (d_v as in VarlenParams). Sequence b attends to its first
+// cache_seqlens[b] keys plus k_new's seq_new (appended first; causal masking aligns the queries
+// with the end of those keys).
 struct KVCacheParams {
     TensorView q;
     TensorView k_cache;
@@ -201,7 +203,7 @@ struct KVCacheParams {
     // capacity are cut to it.
     const std::int32_t* cache_seqlens = nullptr;
     std::optional<PageTable> pages;
-    // KV append: (batch, seq_new, heads_kv, d_head), written into the cache at rows
+    // KV append: (batch, seq_new, heads_kv, d_head), v_new's d_v, written into the caches at rows
     // cache_seqlens[b] + [0, seq_new) before attention (rows past the capacity are
     // dropped). Both or neither; needs cache_seqlens.
     std::optional<TensorView> k_new;

@@ -589,7 +589,7 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
                alibi_slopes: Optional[torch.Tensor] = None,
                deterministic: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     # deterministic: the backward's (autograd records it with the call).
-    out = _out_like(q)
+    out = _out_like(q, v)
     lse = _varlen_lse_like(q)
     _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q,
                 max_seqlen_k, softmax_scale, causal, num_splits, window_left, window_right, softcap, sinks,
@@ -601,7 +601,7 @@ def _varlen_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: 
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, max_seqlen_q, max_seqlen_k,
       softmax_scale, causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None,
       alibi_slopes=None, deterministic=False):
-    return q.new_empty(q.shape), _varlen_lse_like(q)
+    return q.new_empty(_out_shape(q, v)), _varlen_lse_like(q)
 
 
 def _run_backward_varlen(dout, q, k, v, out, lse, dq, dk, dv, cu_seqlens_q, cu_seqlens_k, seqused_k, max_seqlen_q,
@@ -703,7 +703,7 @@ def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k
                 num_splits: int, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
                 sinks: Optional[torch.Tensor] = None,
                 alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    out = _out_like(q)
+    out = _out_like(q, v_cache)
     lse = _lse_like(q)
     _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
                  causal, num_splits, window_left, window_right, softcap, sinks, alibi_slopes)
@@ -713,7 +713,8 @@ def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k
 @_kvcache_op.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, window_left=-1,
       window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None):
-    return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return q.new_empty(_out_shape(q, v_cache)), q.new_empty((q.shape[0], q.shape[2], q.shape[1]),
+                                                            dtype=torch.float32)
 
 
 # (An op that mutates its inputs takes no autograd formula: forward_kvcache refuses inputs
@@ -752,7 +753,7 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     elif torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args)
     else:
-        out = _out_like(q)
+        out = _out_like(q, v)
         lse = _varlen_lse_like(q) if return_lse else None
         _run_varlen(q, k, v, out, lse, *args[3:])
     return (out, lse) if return_lse else out
@@ -861,7 +862,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_kvcache(*args)
     else:
-        out = _out_like(q)
+        out = _out_like(q, v_cache)
         lse = _lse_like(q) if return_lse else None
         _run_kvcache(q, k_cache, v_cache, out, lse, *args[3:])
     return (out, lse) if return_lse else out
@@ -917,9 +918,10 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
         raise ValueError(f"q, k_cache: expected 4 dimensions (batch, seq, heads, d_head) with cache_batch_idx or "
                          f"cache_leftpad, got {q.dim()} and {k_cache.dim()}")
     _check_alibi(alibi_slopes, q)  # its errors before the append
-    if v_cache.shape != k_cache.shape or v_cache.dtype != k_cache.dtype or k_cache.dtype != q.dtype:
-        raise ValueError(f"v_cache: expected k_cache's shape {tuple(k_cache.shape)} and q's dtype {q.dtype}, got "
-                         f"{tuple(v_cache.shape)} {v_cache.dtype} (k_cache {k_cache.dtype})")
+    if (v_cache.dim() != 4 or v_cache.shape[:3] != k_cache.shape[:3] or v_cache.dtype != k_cache.dtype
+            or k_cache.dtype != q.dtype):
+        raise ValueError(f"v_cache: expected k_cache's (slots, capacity, heads_kv) {tuple(k_cache.shape[:3])} and "
+                         f"q's dtype {q.dtype}, got {tuple(v_cache.shape)} {v_cache.dtype} (k_cache {k_cache.dtype})")
     batch, seq_q, heads, d_head = q.shape
     slots, capacity = k_cache.shape[:2]
     rows = k_cache.stride(0) // k_cache.stride(1) if slots > 1 and k_cache.stride(1) > 0 else capacity
@@ -930,11 +932,12 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
     if (k is None) != (v is None):
         raise ValueError("k, v: expected both new keys and values, or neither, got one")
     if k is not None:
-        for name, t in (("k", k), ("v", v)):
+        for name, t, cache in (("k", k, k_cache), ("v", v, v_cache)):
             _check(name, t, q.device)
-            if t.dim() != 4 or t.shape[0] != batch or t.shape[2:] != k_cache.shape[2:] or t.dtype != k_cache.dtype:
-                raise ValueError(f"{name}: expected ({batch}, new, {k_cache.shape[2]}, {k_cache.shape[3]}) "
-                                 f"{k_cache.dtype}, got {tuple(t.shape)} {t.dtype}")
+            if (t.dim() != 4 or t.shape[0] != batch or t.shape[1] != k.shape[1] or t.shape[2:] != cache.shape[2:]
+                    or t.dtype != cache.dtype):
+                raise ValueError(f"{name}: expected ({batch}, {k.shape[1]}, {cache.shape[2]}, {cache.shape[3]}) "
+                                 f"{cache.dtype}, got {tuple(t.shape)} {t.dtype}")
         new = k.shape[1]
     lengths = _lengths(cache_seqlens, q)
     if lengths is None:
@@ -958,7 +961,7 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
                               softmax_scale=softmax_scale, causal=causal, seqused_k=used.to(torch.int32),
                               num_splits=num_splits, return_lse=True, window_size=window_size, softcap=softcap,
                               alibi_slopes=alibi_slopes)
-    out = out.view(batch, seq_q, heads, d_head)
+    out = out.view(batch, seq_q, heads, v_cache.shape[3])
     return (out, lse.view(heads, batch, seq_q).permute(1, 0, 2).contiguous()) if return_lse else out
 
 

@@ -62,7 +62,7 @@ def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None,
                                    deterministic=deterministic, sinks=sinks is not None, softcap=softcap,
                                    window=(window_left, window_right), alibi=_shape(alibi_slopes))))
     scale = _scale(q, softmax_scale)
-    b, sq, h, d = q.shape
+    b, sq, h = q.shape[:3]
     sk, hkv = k.shape[1], k.shape[2]
     group = h // hkv
     qt, dot, ot = (t.double().transpose(1, 2) for t in (q, dout, out))
@@ -94,7 +94,7 @@ def _standin_backward(dout, q, k, v, out, lse, softmax_scale, causal, dlse=None,
     dq = (ds @ kt) * scale
     dk = (ds.transpose(-1, -2) @ qt) * scale
     dv = p.transpose(-1, -2) @ dot
-    dk, dv = (t.view(b, hkv, group, sk, d).sum(2) for t in (dk, dv))
+    dk, dv = (t.view(b, hkv, group, sk, t.shape[-1]).sum(2) for t in (dk, dv))  # dv: V's head dim
     return (*(t.transpose(1, 2).to(q.dtype).contiguous() for t in (dq, dk, dv)), dsinks)
 
 
@@ -118,7 +118,7 @@ def _standin_forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, bloc
     CALLS.append(("forward_varlen", dict(causal=causal, window=(window_left, window_right), softcap=softcap,
                                          sinks=sinks is not None, alibi=_shape(alibi_slopes),
                                          deterministic=deterministic)))
-    out = torch.zeros_like(q)
+    out = q.new_zeros((*q.shape[:-1], v.shape[-1]))  # V's head dim (DeepSeek's MLA)
     lse = torch.full((q.shape[1], q.shape[0]), float("-inf"), dtype=torch.float32)
     for b, (rows, keys) in enumerate(_sequences(cu_seqlens_q, cu_seqlens_k, seqused_k)):
         o, l = reference_attention(q[None, rows], k[None, keys], v[None, keys], _scale(q, softmax_scale),
@@ -675,6 +675,11 @@ def test_opcheck(cpu):
     x = leaves(*inputs(7, 7, 4, 2))
     torch.library.opcheck(torch.ops.flash_attention_scratch.forward_lse.default, (*x, None, 1, None))
     torch.library.opcheck(torch.ops.flash_attention_scratch.forward.default, (*x, None, 2, None))
+    # forward_varlen's fake output has V's head dim (DeepSeek's MLA: q and k 192, v 128).
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    q2, k2, v2 = torch.randn(7, 4, 24), torch.randn(7, 2, 24), torch.randn(7, 2, 16)
+    torch.library.opcheck(torch.ops.flash_attention_scratch.forward_varlen.default,
+                          (*leaves(q2, k2, v2), cu, cu, None, None, 4, 4, None, 1, 0))
 
 
 def test_kernel_view_copies_only_what_the_kernels_cannot_read():
@@ -795,11 +800,13 @@ VARLEN_CASES = [  # query lengths, key lengths, seqused_k, heads, heads_kv, caus
 
 
 @pytest.mark.parametrize("case", VARLEN_CASES)
-def test_varlen_gradients_reach_the_packed_inputs(cpu, case):
+@pytest.mark.parametrize("d_v", [16, 8], ids=["d_v=d", "d_v<d"])
+def test_varlen_gradients_reach_the_packed_inputs(cpu, case, d_v):
     """forward_varlen with inputs that require grad records its op, and backward() runs
     backward_varlen with the call's offsets and variants: the gradients are each sequence's own
     (float64 autograd of each sequence alone), and rows no sequence uses (two past the last
-    offset; keys past seqused_k) get zeros."""
+    offset; keys past seqused_k) get zeros. V may have a head dim of its own (DeepSeek's MLA), which
+    the output takes."""
     lens_q, lens_k, used, h, hkv, causal, window, softcap, with_sinks = case
     cu_q = torch.tensor([0] + list(itertools.accumulate(lens_q)), dtype=torch.int32)
     cu_k = torch.tensor([0] + list(itertools.accumulate(lens_k)), dtype=torch.int32)
@@ -807,13 +814,14 @@ def test_varlen_gradients_reach_the_packed_inputs(cpu, case):
     total_q, total_k = int(cu_q[-1]) + 2, int(cu_k[-1]) + 2
     q = torch.randn(total_q, h, 16, dtype=torch.float64)
     k = torch.randn(total_k, hkv, 16, dtype=torch.float64)
-    v = torch.randn(total_k, hkv, 16, dtype=torch.float64)
-    dout = torch.randn_like(q)
+    v = torch.randn(total_k, hkv, d_v, dtype=torch.float64)
+    dout = torch.randn(total_q, h, d_v, dtype=torch.float64)
     sinks = torch.randn(h) if with_sinks else None
     x = leaves(q, k, v) + ([sinks.clone().requires_grad_()] if with_sinks else [])
     out = fa.forward_varlen(*x[:3], cu_q, cu_k, max(lens_q), max(lens_k), causal=causal, seqused_k=seqused,
                             window_size=window, softcap=softcap, learnable_sink=x[3] if with_sinks else None,
                             deterministic=True)
+    assert out.shape == dout.shape
     out.backward(dout)
     assert [c[0] for c in cpu] == ["forward_varlen", "backward_varlen"]
     assert cpu[1][1] == dict(dlse=False, causal=int(causal), deterministic=True, sinks=with_sinks,

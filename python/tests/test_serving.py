@@ -23,18 +23,30 @@ def test_varlen_needs_torch_tensors():
         fa.forward_varlen([1], [2], [3], None, None, 1, 1)
 
 
+def needs_sm90_at(d, d_v):
+    """Head dims without a split-KV kernel (96, 192) or with V's own (DeepSeek's MLA) run the
+    serving entry points on the sm90 family only."""
+    from test_variants import is_hopper
+    if (d not in (64, 128, 256) or d_v != d) and not is_hopper():
+        pytest.skip(f"d_head {d}, d_v {d_v}: the serving entry points run them on Hopper only")
+
+
 @needs_gpu
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_varlen_matches_reference(paged, causal):
-    dtype, hq, hkv, d = torch.bfloat16, 8, 2, 128
+@pytest.mark.parametrize("d, d_v", [(128, 128), (192, 128)], ids=["d128", "mla"])
+def test_varlen_matches_reference(paged, causal, d, d_v):
+    """Packed and paged sequences against the float64 reference, DeepSeek's MLA (d_head 192 with
+    V's 128: the output has V's head dim) among them."""
+    needs_sm90_at(d, d_v)
+    dtype, hq, hkv = torch.bfloat16, 8, 2
     lens_q = [5, 0, 130, 1, 64]
     lens_k = [300, 7, 129, 0, 1000]
     cu_q = torch.tensor([0] + torch.tensor(lens_q).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
     cu_k = torch.tensor([0] + torch.tensor(lens_k).cumsum(0).tolist(), dtype=torch.int32, device="cuda")
     q = randn(sum(lens_q), hq, d, dtype=dtype)
     k = randn(sum(lens_k), hkv, d, dtype=dtype)
-    v = randn(sum(lens_k), hkv, d, dtype=dtype)
+    v = randn(sum(lens_k), hkv, d_v, dtype=dtype)
     kwargs = {}
     kk, vv = k, v
     if paged:
@@ -42,7 +54,7 @@ def test_varlen_matches_reference(paged, causal):
         pages_per_seq = -(-max(lens_k) // page)
         table = torch.randperm(len(lens_k) * pages_per_seq, dtype=torch.int32, device="cuda").view(len(lens_k), -1)
         kk = torch.zeros(table.numel(), page, hkv, d, dtype=dtype, device="cuda")
-        vv = torch.zeros_like(kk)
+        vv = torch.zeros(table.numel(), page, hkv, d_v, dtype=dtype, device="cuda")
         for b, n in enumerate(lens_k):
             for p in range(-(-n // page)):
                 rows = slice(cu_k[b].item() + p * page, cu_k[b].item() + min(n, (p + 1) * page))
@@ -52,7 +64,7 @@ def test_varlen_matches_reference(paged, causal):
         kwargs = dict(block_table=table, seqused_k=torch.tensor(lens_k, dtype=torch.int32, device="cuda"))
     out, lse = fa.forward_varlen(q, kk, vv, cu_q, None if paged else cu_k, max(lens_q), max(lens_k),
                                  causal=causal, return_lse=True, **kwargs)
-    assert lse.shape == (hq, sum(lens_q))
+    assert lse.shape == (hq, sum(lens_q)) and out.shape == (sum(lens_q), hq, d_v)
     for b in range(len(lens_q)):
         if lens_q[b] == 0:
             continue
@@ -71,35 +83,42 @@ def cache_for(k_cache, v_cache, page):
     if not page:
         return k_cache.clone(), v_cache.clone(), {}
     b, cap, hkv, d = k_cache.shape
+    d_v = v_cache.shape[3]
     table = torch.arange(b * cap // page, dtype=torch.int32, device="cuda").flip(0).view(b, -1).contiguous()
     kc = torch.empty(b * cap // page, page, hkv, d, dtype=k_cache.dtype, device="cuda")
-    vc = torch.empty_like(kc)
+    vc = torch.empty(b * cap // page, page, hkv, d_v, dtype=v_cache.dtype, device="cuda")
     kc[table.long()] = k_cache.view(b, cap // page, page, hkv, d)
-    vc[table.long()] = v_cache.view(b, cap // page, page, hkv, d)
+    vc[table.long()] = v_cache.view(b, cap // page, page, hkv, d_v)
     return kc, vc, dict(block_table=table)
 
 
 @needs_gpu
 @pytest.mark.parametrize("page", [None, 16])
-def test_kvcache_appends_and_matches_reference(page):
-    dtype, b, hq, hkv, d, cap = torch.float16, 3, 8, 2, 64, 512
+@pytest.mark.parametrize("d, d_v", [(64, 64), (192, 128)], ids=["d64", "mla"])
+def test_kvcache_appends_and_matches_reference(page, d, d_v):
+    """Decoding with appended keys against the float64 reference, DeepSeek's MLA among them (V's
+    rows, appended and read, of 128 columns)."""
+    needs_sm90_at(d, d_v)
+    dtype, b, hq, hkv, cap = torch.float16, 3, 8, 2, 512
     q = randn(b, 1, hq, d, dtype=dtype)
     k_cache = randn(b, cap, hkv, d, dtype=dtype)
-    v_cache = randn(b, cap, hkv, d, dtype=dtype)
+    v_cache = randn(b, cap, hkv, d_v, dtype=dtype)
     k_new = randn(b, 2, hkv, d, dtype=dtype)
-    v_new = randn(b, 2, hkv, d, dtype=dtype)
+    v_new = randn(b, 2, hkv, d_v, dtype=dtype)
     lens = torch.tensor([0, 100, cap - 2], dtype=torch.int32, device="cuda")
     expect_k = [torch.cat([k_cache[i, :lens[i]], k_new[i]]) for i in range(b)]
     expect_v = [torch.cat([v_cache[i, :lens[i]], v_new[i]]) for i in range(b)]
     kc, vc, kwargs = cache_for(k_cache, v_cache, page)
     out, lse = fa.forward_kvcache(q, kc, vc, k_new, v_new, cache_seqlens=lens, causal=True, return_lse=True,
                                   **kwargs)
+    assert out.shape == (b, 1, hq, d_v)
     for i in range(b):
         assert_matches(out[i:i + 1], lse[i:i + 1], q[i:i + 1], expect_k[i][None], expect_v[i][None], d ** -0.5, True)
     if not page:
         for i in range(b):
             n = lens[i].item()
-            assert torch.equal(kc[i, n:n + 2], k_new[i]) and torch.equal(vc[i, :n], v_cache[i, :n])
+            assert torch.equal(kc[i, n:n + 2], k_new[i]) and torch.equal(vc[i, n:n + 2], v_new[i])
+            assert torch.equal(vc[i, :n], v_cache[i, :n])
 
 
 @needs_gpu

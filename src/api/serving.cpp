@@ -8,6 +8,8 @@
 #include <limits>
 #include <numbers>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "api/choice.hpp"
 #include "api/kernel_args.hpp"
@@ -26,11 +28,6 @@ using serving::AppendArgs;
 using serving::KeySource;
 using serving::SplitKvArgs;
 
-std::string shape_text(const TensorView& t) {
-    return "(" + std::to_string(t.shape[0]) + ", " + std::to_string(t.shape[1]) + ", " +
-           std::to_string(t.shape[2]) + ", " + std::to_string(t.shape[3]) + ")";
-}
-
 // q (its heads and d_head) against k and v: the same d_head, a supported one, and query
 // heads a multiple of the K/V heads.
 void check_heads(const TensorView& q, const TensorView& k, const char* k_name) {
@@ -47,12 +44,24 @@ void check_heads(const TensorView& q, const TensorView& k, const char* k_name) {
     }
 }
 
-void check_same_shape(const TensorView& t, const char* name, const TensorView& as,
-                      const char* as_name) {
-    if (t.shape != as.shape) {
-        fail(ErrorCode::invalid_argument, std::string(name) + ".shape",
-             shape_text(as) + " (" + as_name + "'s)", shape_text(t));
+// V (or its new rows) against K: the same entries, rows and heads; a head dim of q's d_head, or
+// one the config space pairs with it (DeepSeek's MLA: 192 with V's 128).
+void check_values(const TensorView& v, const char* v_name, const TensorView& k, const char* k_name,
+                  std::int64_t d_head) {
+    for (const auto& [i, dim_name] : {std::pair{0, "batch"}, {1, "seq"}, {2, "heads"}})
+        check_dim(v, v_name, i, dim_name, k.shape[i], std::string(k_name) + "'s");
+    if (!space::is_value_dim(d_head, v.shape[3])) {
+        fail(ErrorCode::unsupported, std::string(v_name) + ".shape[3] (d_v)",
+             space::value_dims_text(static_cast<int>(d_head)), std::to_string(v.shape[3]));
     }
+}
+
+// O: q's shape with V's head dim.
+void check_output_shape(const TensorView& o, const TensorView& q, const TensorView& v,
+                        const char* v_name) {
+    for (const auto& [i, dim_name] : {std::pair{0, "batch"}, {1, "seq"}, {2, "heads"}})
+        check_dim(o, "o", i, dim_name, q.shape[i], "q's");
+    check_dim(o, "o", 3, "d_v", v.shape[3], std::string(v_name) + "'s");
 }
 
 // The pages: k and v are (num_pages, page_size, heads_kv, d_head).
@@ -184,6 +193,14 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
                  "TMA-addressable K/V and num_splits 0)",
              std::to_string(shape.d_head));
     }
+    if (shape.d_v != 0) {
+        fail(ErrorCode::unsupported, "v.shape[3] (d_v)",
+             "q's d_head " + std::to_string(shape.d_head) +
+                 " for the split-KV kernel (a V head dim of its own runs on the sm90 family "
+                 "only: a Hopper GPU with its kernels built, TMA-addressable K/V and "
+                 "num_splits 0)",
+             std::to_string(shape.d_v));
+    }
     return {std::nullopt, requested_splits(shape, device, num_splits, paged)};
 }
 
@@ -232,8 +249,9 @@ SequenceArgs sequence_args(const TensorView& q, const TensorView& k, const KeySo
             .k_view_seq = static_cast<int>(k.shape[1])};
 }
 
-ProblemShape shape(const TensorView& q, const TensorView& k, std::int64_t batch, std::int64_t seq_q,
-                   std::int64_t seq_k, const AttentionOptions& options) {
+ProblemShape shape(const TensorView& q, const TensorView& k, const TensorView& v,
+                   std::int64_t batch, std::int64_t seq_q, std::int64_t seq_k,
+                   const AttentionOptions& options) {
     return {.dtype = q.dtype,
             .d_head = static_cast<int>(q.shape[3]),
             .batch = batch,
@@ -242,7 +260,8 @@ ProblemShape shape(const TensorView& q, const TensorView& k, std::int64_t batch,
             .heads = q.shape[2],
             .heads_kv = k.shape[2],
             .causal = options.causal,
-            .window_or_softcap = options.variants.changes_scores()};
+            .window_or_softcap = options.variants.changes_scores(),
+            .d_v = v.shape[3] == q.shape[3] ? 0 : static_cast<int>(v.shape[3])};
 }
 
 // Everything forward_varlen checks before a launch.
@@ -252,9 +271,9 @@ void check_varlen(const VarlenParams& p, Stream stream) {
         check_layout(*t, name);
     }
     check_dim(p.q, "q", 0, "batch", 1, "packed tokens: (1, total_q, heads, d_head)");
-    check_same_shape(p.o, "o", p.q, "q");
-    check_same_shape(p.v, "v", p.k, "k");
     check_heads(p.q, p.k, "k");
+    check_values(p.v, "v", p.k, "k", p.q.shape[3]);
+    check_output_shape(p.o, p.q, p.v, "v");
     check_range("batch", p.batch, 1, k_max_batch);
     check_range("max_seqlen_q", p.max_seqlen_q, 1, p.q.shape[1]);
     check_range("max_seqlen_k", p.max_seqlen_k, 1, k_max_seq);
@@ -292,7 +311,7 @@ void check_varlen(const VarlenParams& p, Stream stream) {
 }
 
 ProblemShape varlen_shape(const VarlenParams& p) {
-    return shape(p.q, p.k, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.options);
+    return shape(p.q, p.k, p.v, p.batch, p.max_seqlen_q, p.max_seqlen_k, p.options);
 }
 
 ForwardParams varlen_views(const VarlenParams& p) {
@@ -306,9 +325,9 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
         check_dtype(*t, name, p.q.dtype);
         check_layout(*t, name);
     }
-    check_same_shape(p.o, "o", p.q, "q");
-    check_same_shape(p.v_cache, "v_cache", p.k_cache, "k_cache");
     check_heads(p.q, p.k_cache, "k_cache");
+    check_values(p.v_cache, "v_cache", p.k_cache, "k_cache", p.q.shape[3]);
+    check_output_shape(p.o, p.q, p.v_cache, "v_cache");
     check_range("num_splits", p.num_splits, 0, k_max_splits);
     const std::int64_t batch = p.q.shape[0];
     if (p.pages) {
@@ -325,12 +344,14 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     }
     std::int64_t seq_new = 0;
     if (p.k_new) {
-        for (const auto& [t, name] : {std::pair{&*p.k_new, "k_new"}, {&*p.v_new, "v_new"}}) {
+        for (const auto& [t, name, cache, cache_name] :
+             {std::tuple{&*p.k_new, "k_new", &p.k_cache, "k_cache's"},
+              {&*p.v_new, "v_new", &p.v_cache, "v_cache's"}}) {
             check_dtype(*t, name, p.q.dtype);
             check_layout(*t, name);
             check_dim(*t, name, 0, "batch", batch, "q's");
-            check_dim(*t, name, 2, "heads", p.k_cache.shape[2], "k_cache's");
-            check_dim(*t, name, 3, "d_head", p.q.shape[3], "q's");
+            check_dim(*t, name, 2, "heads", cache->shape[2], cache_name);
+            check_dim(*t, name, 3, "d_head", cache->shape[3], cache_name);
             for (const auto& [c, c_name] :
                  {std::pair{&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}}) {
                 if (overlap(*t, *c)) {
@@ -340,7 +361,7 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
                 }
             }
         }
-        check_same_shape(*p.v_new, "v_new", *p.k_new, "k_new");
+        check_dim(*p.v_new, "v_new", 1, "seq", p.k_new->shape[1], "k_new's");
         seq_new = p.k_new->shape[1];
     }
     check_packed_rows(p.q.shape[1], p.q, p.k_cache);
@@ -375,7 +396,8 @@ std::int64_t cache_capacity(const KVCacheParams& p) {
 }
 
 ProblemShape kvcache_shape(const KVCacheParams& p) {
-    return shape(p.q, p.k_cache, p.q.shape[0], p.q.shape[1], cache_capacity(p), p.options);
+    return shape(p.q, p.k_cache, p.v_cache, p.q.shape[0], p.q.shape[1], cache_capacity(p),
+                 p.options);
 }
 
 ForwardParams kvcache_views(const KVCacheParams& p) {
@@ -452,6 +474,7 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
         a.cache_seqlens = p.cache_seqlens;
         a.seq_new = static_cast<int>(seq_new);
         a.d_head = static_cast<int>(p.q.shape[3]);
+        a.d_v = static_cast<int>(p.v_cache.shape[3]);
         a.seq = keys.seq;
         a.view_batch = keys.view_batch;
         a.block_table = keys.block_table;

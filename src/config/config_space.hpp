@@ -37,7 +37,7 @@ constexpr bool is_wgmma_n(int n) {
 std::string head_dims_text();
 
 // The head dims of V (and O) apart from Q's and K's that the kernels are built for, as
-// (d_head, d_v): DeepSeek's MLA (192, 128). The forward, and the sm80 family's backward.
+// (d_head, d_v): DeepSeek's MLA (192, 128), forward and backward.
 inline constexpr std::array<std::array<int, 2>, 1> k_value_dims{{{192, 128}}};
 
 // Whether V's head dim d_v goes with Q's d_head: equal, or a pair of k_value_dims.

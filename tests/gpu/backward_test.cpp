@@ -19,6 +19,7 @@
 
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/tools.hpp"
+#include "kernels/serving/launch.hpp"
 #include "support/built_configs.hpp"
 
 namespace fa = flash_attention;
@@ -499,9 +500,12 @@ TEST(Backward, VarlenMatchesReference) {
     }
     varlen_cases.push_back(many);
     const int heads = 4, heads_kv = 2;
+    const bool hopper = fa::DeviceProperties::current().major == 9;
     for (const fa::KernelConfig& config : fa::testing::backward_configs()) {
-        if (config.d_v != 0)
-            continue;  // forward_varlen, whose output this reads, keeps q's head dim for v
+        // forward_varlen, whose output this reads, runs head dims without a split-KV kernel on
+        // the sm90 family only.
+        if (!hopper && (!fa::serving::has_split_kv(config.d_head) || config.d_v != 0))
+            continue;
         for (const VarlenCase& c : varlen_cases) {
             const std::uint64_t seed = fresh_seed();
             const auto batch = static_cast<std::int64_t>(c.lens_q.size());
@@ -511,7 +515,7 @@ TEST(Backward, VarlenMatchesReference) {
                 cu_k.push_back(cu_k.back() + c.lens_k[b]);
             }
             const std::int64_t total_q = cu_q.back() + 2, total_k = cu_k.back() + 2;
-            const int d = config.d_head;
+            const int d = config.d_head, d_v = config.v_head_dim();
             // Rows no sequence uses hold NaN (a buffer's unwritten tail): nothing may reach the
             // gradients from them.
             const auto with_nan_rows = [&](HostTensor t, const std::vector<std::int32_t>& cu,
@@ -536,15 +540,16 @@ TEST(Backward, VarlenMatchesReference) {
                 HostTensor::random_normal(config.dtype, 1, total_k, heads_kv, d, seed + 1), cu_k,
                 true);
             const HostTensor v = with_nan_rows(
-                HostTensor::random_normal(config.dtype, 1, total_k, heads_kv, d, seed + 2), cu_k,
+                HostTensor::random_normal(config.dtype, 1, total_k, heads_kv, d_v, seed + 2), cu_k,
                 true);
             const HostTensor d_o = with_nan_rows(
-                HostTensor::random_normal(config.dtype, 1, total_q, heads, d, seed + 3), cu_q,
+                HostTensor::random_normal(config.dtype, 1, total_q, heads, d_v, seed + 3), cu_q,
                 false);
             DeviceTensor dev_q = DeviceTensor::upload(q), dev_k = DeviceTensor::upload(k);
             DeviceTensor dev_v = DeviceTensor::upload(v), dev_d_o = DeviceTensor::upload(d_o);
-            DeviceTensor dev_o = DeviceTensor::empty_like(q), dev_dq = DeviceTensor::empty_like(q);
-            DeviceTensor dev_dk = DeviceTensor::empty_like(k), dev_dv = DeviceTensor::empty_like(k);
+            DeviceTensor dev_o = DeviceTensor::empty_like(d_o),
+                         dev_dq = DeviceTensor::empty_like(q);
+            DeviceTensor dev_dk = DeviceTensor::empty_like(k), dev_dv = DeviceTensor::empty_like(v);
             DeviceBuffer lse(static_cast<std::size_t>(heads * total_q) * sizeof(float));
             DeviceBuffer dev_cu_q(cu_q.size() * 4), dev_cu_k(cu_k.size() * 4), dev_used;
             dev_cu_q.upload(cu_q);
@@ -590,7 +595,7 @@ TEST(Backward, VarlenMatchesReference) {
                 fa::backward_varlen(p, config);
                 fa::tools::synchronize();
                 return std::vector<HostTensor>{dev_dq.download(q), dev_dk.download(k),
-                                               dev_dv.download(k)};
+                                               dev_dv.download(v)};
             };
             const std::vector<HostTensor> g = run();
             const std::string what = config.to_string() + ", case " +
@@ -602,8 +607,9 @@ TEST(Backward, VarlenMatchesReference) {
                 const std::vector<std::int32_t>& cu = cu_k;
                 for (std::int64_t row = cu[b] + lk; row < cu[b + 1]; ++row) {  // keys not used
                     for (const HostTensor* t : {&g[1], &g[2]}) {
-                        for (std::int64_t x = 0; x < heads_kv * d; ++x)
-                            ASSERT_EQ(t->bits[row * heads_kv * d + x], 0) << what;
+                        const std::int64_t size = heads_kv * t->d_head;
+                        for (std::int64_t x = 0; x < size; ++x)
+                            ASSERT_EQ(t->bits[row * size + x], 0) << what;
                     }
                 }
                 if (lk == 0) {  // queries that see no key: zero gradients
@@ -631,7 +637,7 @@ TEST(Backward, VarlenMatchesReference) {
             for (const auto& [t, row0, heads_of] :
                  {std::tuple{&g[0], cu_q.back(), heads}, std::tuple{&g[1], cu_k.back(), heads_kv},
                   std::tuple{&g[2], cu_k.back(), heads_kv}}) {
-                for (std::int64_t x = row0 * heads_of * d; x < std::ssize(t->bits); ++x)
+                for (std::int64_t x = row0 * heads_of * t->d_head; x < std::ssize(t->bits); ++x)
                     ASSERT_EQ(t->bits[x], 0) << "rows past the last offset, " << what;
             }
             if (p.deterministic) {

@@ -23,6 +23,7 @@
 #include "common/cuda_check.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/tools.hpp"
+#include "kernels/serving/launch.hpp"
 
 namespace fa = flash_attention;
 using fa::reference::HostTensor;
@@ -122,7 +123,7 @@ struct PagedCache {
     PagedCache(const std::vector<HostTensor>& ks, const std::vector<HostTensor>& vs,
                std::int64_t page_size, std::int64_t capacity, std::uint64_t seed) {
         const fa::DType dtype = ks[0].dtype;
-        const std::int64_t heads = ks[0].heads, d = ks[0].d_head;
+        const std::int64_t heads = ks[0].heads, d = ks[0].d_head, d_v = vs[0].d_head;
         max_pages = (capacity + page_size - 1) / page_size;
         const std::int64_t batch = static_cast<std::int64_t>(ks.size());
         const std::int64_t num_pages = batch * max_pages + 3;  // a few never used
@@ -130,10 +131,11 @@ struct PagedCache {
         std::iota(order.begin(), order.end(), 0);
         std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
         table_host.assign(static_cast<std::size_t>(batch * max_pages), -1);
-        const std::int64_t row = heads * d;
+        const std::int64_t row = heads * d, v_row = heads * d_v;
         std::vector<std::uint16_t> k_bits(static_cast<std::size_t>(num_pages * page_size * row),
                                           0x7E00);  // NaN in fp16: a stray read shows
-        std::vector<std::uint16_t> v_bits = k_bits;
+        std::vector<std::uint16_t> v_bits(static_cast<std::size_t>(num_pages * page_size * v_row),
+                                          0x7E00);
         std::size_t next = 0;
         for (std::int64_t b = 0; b < batch; ++b) {
             for (std::int64_t pg = 0; pg * page_size < ks[b].seq; ++pg) {
@@ -142,14 +144,14 @@ struct PagedCache {
                 const std::int64_t rows = std::min(page_size, ks[b].seq - pg * page_size);
                 std::copy_n(ks[b].bits.begin() + pg * page_size * row, rows * row,
                             k_bits.begin() + page * page_size * row);
-                std::copy_n(vs[b].bits.begin() + pg * page_size * row, rows * row,
-                            v_bits.begin() + page * page_size * row);
+                std::copy_n(vs[b].bits.begin() + pg * page_size * v_row, rows * v_row,
+                            v_bits.begin() + page * page_size * v_row);
             }
         }
         k = fa::tools::DeviceTensor::upload(
             HostTensor::from_bits(dtype, num_pages, page_size, heads, d, std::move(k_bits)));
         v = fa::tools::DeviceTensor::upload(
-            HostTensor::from_bits(dtype, num_pages, page_size, heads, d, std::move(v_bits)));
+            HostTensor::from_bits(dtype, num_pages, page_size, heads, d_v, std::move(v_bits)));
         table = upload_ints(table_host);
     }
 
@@ -173,6 +175,9 @@ struct VarlenCase {
     float softcap = 0;
     bool sinks = false;
     int most_queries = 700;  // a sequence's queries at most (64: pack_gqa tiles on Hopper)
+    int d_v = 0;             // V's head dim, 0: d (DeepSeek's MLA: d 192, V's 128)
+
+    int v_dim() const { return d_v != 0 ? d_v : d; }
 };
 
 void PrintTo(const VarlenCase& c, std::ostream* os) {
@@ -180,7 +185,7 @@ void PrintTo(const VarlenCase& c, std::ostream* os) {
         << (c.causal ? " causal" : "") << (c.top_left ? " top left" : "") << " page " << c.page_size
         << " splits " << c.splits << " window (" << c.window_left << ", " << c.window_right
         << ") softcap " << c.softcap << (c.sinks ? " sinks" : "")
-        << " queries <= " << c.most_queries;
+        << " queries <= " << c.most_queries << " d_v " << c.v_dim();
 }
 
 // Sinks for `heads` query heads, normal with a spread of 3, and their device copy.
@@ -203,6 +208,11 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
         fa::DeviceProperties::current().major != 9) {
         GTEST_SKIP() << "a sliding window or softcap per sequence runs on the sm90 family only";
     }
+    if ((!fa::serving::has_split_kv(c.d) || c.d_v != 0) &&
+        fa::DeviceProperties::current().major != 9) {
+        GTEST_SKIP() << "d_head " << c.d << " d_v " << c.v_dim()
+                     << " per sequence runs on the sm90 family only";
+    }
     const std::uint64_t seed = fresh_seed();
     std::mt19937_64 rng(seed);
     const int heads_kv = 2, heads = heads_kv * c.group;
@@ -223,7 +233,8 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
         const auto [lq, lk] = lengths[i];
         qs.push_back(HostTensor::random_normal(c.dtype, 1, lq, heads, c.d, seed + 3 * i));
         ks.push_back(HostTensor::random_normal(c.dtype, 1, lk, heads_kv, c.d, seed + 3 * i + 1));
-        vs.push_back(HostTensor::random_normal(c.dtype, 1, lk, heads_kv, c.d, seed + 3 * i + 2));
+        vs.push_back(
+            HostTensor::random_normal(c.dtype, 1, lk, heads_kv, c.v_dim(), seed + 3 * i + 2));
         cu_q.push_back(cu_q.back() + lq);
         cu_k.push_back(cu_k.back() + lk);
         used_k.push_back(lk);
@@ -233,15 +244,17 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     // Rows of no sequence after the last one hold NaN: a kernel that reads a sequence's
     // neighbours must not let them into its result, and must not write those rows.
     constexpr int tail = 9;
-    const auto with_tail = [&](std::vector<HostTensor> parts, int h) {
+    const auto with_tail = [&](std::vector<HostTensor> parts, int h, int d) {
         parts.push_back(HostTensor::from_bits(
-            c.dtype, 1, tail, h, c.d,
-            std::vector<std::uint16_t>(static_cast<std::size_t>(tail) * h * c.d, 0xFFFF)));
-        return pack(parts, c.dtype, h, c.d);
+            c.dtype, 1, tail, h, d,
+            std::vector<std::uint16_t>(static_cast<std::size_t>(tail) * h * d, 0xFFFF)));
+        return pack(parts, c.dtype, h, d);
     };
-    const HostTensor q = with_tail(qs, heads);
+    const HostTensor q = with_tail(qs, heads, c.d);
     const fa::tools::DeviceTensor dq = fa::tools::DeviceTensor::upload(q);
-    fa::tools::DeviceTensor dout = fa::tools::DeviceTensor::empty_like(q);
+    // O has V's head dim: a tensor of q's rows and heads, d_v columns.
+    const HostTensor o_shape{c.dtype, 1, q.seq, heads, c.v_dim(), {}, {}};
+    fa::tools::DeviceTensor dout = fa::tools::DeviceTensor::empty_like(o_shape);
     dout.buffer.poison_with_nan();
     fa::tools::DeviceBuffer lse(static_cast<std::size_t>(q.seq) * heads * sizeof(float));
     lse.poison_with_nan();
@@ -272,8 +285,8 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     std::optional<fa::tools::DeviceTensor> dk, dv;
     std::optional<PagedCache> paged;
     if (c.page_size == 0) {
-        dk = fa::tools::DeviceTensor::upload(with_tail(ks, heads_kv));
-        dv = fa::tools::DeviceTensor::upload(with_tail(vs, heads_kv));
+        dk = fa::tools::DeviceTensor::upload(with_tail(ks, heads_kv, c.d));
+        dv = fa::tools::DeviceTensor::upload(with_tail(vs, heads_kv, c.v_dim()));
         p.k = dk->view;
         p.v = dv->view;
         p.cu_seqlens_k = static_cast<const std::int32_t*>(d_cu_k.data());
@@ -287,9 +300,9 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
     fa::forward_varlen(p);
     fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
 
-    const HostTensor out = dout.download(q);
+    const HostTensor out = dout.download(o_shape);
     const std::vector<float> lse_host = lse.download_floats();  // (heads, total_q)
-    const std::int64_t row = std::int64_t{heads} * c.d;
+    const std::int64_t row = std::int64_t{heads} * c.v_dim();
     for (std::int64_t i = cu_q.back() * row; i < q.seq * row; ++i)
         ASSERT_EQ(out.bits[i], 0xFFFF) << "o's row " << i / row << " (no sequence's) was written";
     for (std::size_t i = 0; i < lengths.size(); ++i) {
@@ -347,6 +360,16 @@ std::vector<VarlenCase> varlen_cases() {
         cases.push_back({fa::DType::FP16, 128, 8, causal, 16, 0, false, -1, -1, 0, false, 40});
     }
     cases.push_back({fa::DType::BF16, 128, 2, true, 0, 0, true, -1, -1, 0, false, 33});
+    // d_head 96 and 192, and DeepSeek's MLA (192 with V's 128): the sm90 kernels on Hopper,
+    // packed and paged (96: packed only, its rows not whole 64-column sub-tiles).
+    for (const bool causal : {false, true}) {
+        cases.push_back({fa::DType::BF16, 96, 4, causal, 0, 0});
+        cases.push_back({fa::DType::FP16, 192, 2, causal, 0, 0});
+        cases.push_back({fa::DType::BF16, 192, 4, causal, 0, 0, false, -1, -1, 0, false, 700, 128});
+    }
+    cases.push_back({fa::DType::BF16, 192, 4, true, 16, 0});
+    cases.push_back({fa::DType::FP16, 192, 8, true, 64, 0, true, -1, -1, 0, false, 700, 128});
+    cases.push_back({fa::DType::BF16, 192, 2, false, 16, 0, false, -1, -1, 0, false, 40, 128});
     return cases;
 }
 
@@ -365,12 +388,16 @@ struct CacheCase {
     fa::DType dtype = fa::DType::BF16;
     int d = 128;
     bool top_left = false;  // the causal diagonal's alignment
+    int d_v = 0;            // V's head dim, 0: d
+
+    int v_dim() const { return d_v != 0 ? d_v : d; }
 };
 
 void PrintTo(const CacheCase& c, std::ostream* os) {
     *os << "seq_q " << c.seq_q << " group " << c.group << " new " << c.seq_new << " page "
         << c.page_size << (c.causal ? " causal" : "") << " splits " << c.splits << " "
-        << fa::to_string(c.dtype) << " d" << c.d << (c.top_left ? " top left" : "");
+        << fa::to_string(c.dtype) << " d" << c.d << (c.top_left ? " top left" : "") << " d_v "
+        << c.v_dim();
 }
 
 // A decode problem: a cache of `capacity` rows per sequence with random lengths, q, and
@@ -394,18 +421,19 @@ struct CacheProblem {
             lengths.push_back(len(rng));
         q = HostTensor::random_normal(c.dtype, batch, c.seq_q, heads, c.d, seed + 1);
         k_cache = HostTensor::random_normal(c.dtype, batch, capacity, heads_kv, c.d, seed + 2);
-        v_cache = HostTensor::random_normal(c.dtype, batch, capacity, heads_kv, c.d, seed + 3);
+        v_cache =
+            HostTensor::random_normal(c.dtype, batch, capacity, heads_kv, c.v_dim(), seed + 3);
         k_new = HostTensor::random_normal(c.dtype, batch, std::max(c.seq_new, 1), heads_kv, c.d,
                                           seed + 4);
-        v_new = HostTensor::random_normal(c.dtype, batch, std::max(c.seq_new, 1), heads_kv, c.d,
-                                          seed + 5);
+        v_new = HostTensor::random_normal(c.dtype, batch, std::max(c.seq_new, 1), heads_kv,
+                                          c.v_dim(), seed + 5);
         // The rows past each length are stale memory in a real cache; NaN here, so a kernel
         // that lets them into a result fails.
         for (HostTensor* cache : {&k_cache, &v_cache}) {
             for (int b = 0; b < batch; ++b) {
                 std::fill(cache->bits.begin() + cache->offset(b, lengths[b], 0),
                           cache->bits.begin() + cache->offset(b, capacity - 1, 0) +
-                              std::int64_t{heads_kv} * c.d,
+                              std::int64_t{heads_kv} * cache->d_head,
                           std::uint16_t{0xFFFF});
             }
         }
@@ -414,12 +442,15 @@ struct CacheProblem {
             HostTensor v = rows_of(v_cache, b, 0, lengths[b]);
             if (c.seq_new > 0) {
                 k = pack({k, rows_of(k_new, b, 0, c.seq_new)}, c.dtype, heads_kv, c.d);
-                v = pack({v, rows_of(v_new, b, 0, c.seq_new)}, c.dtype, heads_kv, c.d);
+                v = pack({v, rows_of(v_new, b, 0, c.seq_new)}, c.dtype, heads_kv, c.v_dim());
             }
             k_seq.push_back(std::move(k));
             v_seq.push_back(std::move(v));
         }
     }
+
+    // O's shape: q's, with V's head dim.
+    HostTensor o_shape() const { return {c.dtype, batch, c.seq_q, heads, c.v_dim(), {}, {}}; }
 
     // The whole cache rows per sequence (for the paged copy): every row, so pages hold the
     // stale rows past each length too, as a real cache does.
@@ -445,7 +476,7 @@ struct CacheRun {
           dv(fa::tools::DeviceTensor::upload(p.v_cache)),
           dk_new(fa::tools::DeviceTensor::upload(p.k_new)),
           dv_new(fa::tools::DeviceTensor::upload(p.v_new)),
-          dout(fa::tools::DeviceTensor::empty_like(p.q)),
+          dout(fa::tools::DeviceTensor::empty_like(p.o_shape())),
           seqlens(upload_ints(std::vector<std::int32_t>(p.lengths.begin(), p.lengths.end()))),
           lse(static_cast<std::size_t>(p.batch) * p.heads * p.c.seq_q * sizeof(float)) {
         if (p.c.page_size > 0) {
@@ -481,7 +512,7 @@ struct CacheRun {
 // Checks an output (and its LSE) of a call on `pr` against the reference.
 void expect_cache_result(const CacheProblem& pr, const fa::tools::DeviceTensor& dout,
                          const fa::tools::DeviceBuffer& lse, const std::string& label) {
-    const HostTensor out = dout.download(pr.q);
+    const HostTensor out = dout.download(pr.o_shape());
     const std::vector<float> lse_host = lse.download_floats();  // (batch, heads, seq_q)
     const std::int64_t per_batch = std::int64_t{pr.heads} * pr.c.seq_q;
     for (int b = 0; b < pr.batch; ++b) {
@@ -503,6 +534,10 @@ class KVCache : public ::testing::TestWithParam<CacheCase> {};
 
 TEST_P(KVCache, MatchesReferenceAndAppends) {
     const CacheCase c = GetParam();
+    if ((!fa::serving::has_split_kv(c.d) || c.d_v != 0) &&
+        fa::DeviceProperties::current().major != 9) {
+        GTEST_SKIP() << "d_head " << c.d << " d_v " << c.v_dim() << " runs on the sm90 family only";
+    }
     const CacheProblem pr(c, 5, 1500, fresh_seed(), {0, 1500 - c.seq_new});
     CacheRun run(pr);
     run.dout.buffer.poison_with_nan();
@@ -512,16 +547,25 @@ TEST_P(KVCache, MatchesReferenceAndAppends) {
     run.expect_matches_reference("kvcache");
 
     if (c.seq_new > 0 && c.page_size == 0) {
-        // The new tokens are in the cache at each sequence's length, nothing else moved.
-        const std::vector<std::uint16_t> cache = download_bits(run.dk);
-        for (int b = 0; b < pr.batch; ++b) {
-            for (int r = 0; r < pr.capacity; ++r) {
-                const bool appended = r >= pr.lengths[b] && r < pr.lengths[b] + c.seq_new;
-                const std::int64_t row = pr.k_cache.offset(b, r, 0);
-                const std::uint16_t expected =
-                    appended ? pr.k_new.bits[pr.k_new.offset(b, r - pr.lengths[b], 0)]
-                             : pr.k_cache.bits[row];
-                ASSERT_EQ(cache[row], expected) << "cache batch " << b << " row " << r;
+        // The new tokens are in both caches at each sequence's length, every column of every
+        // head (V's may be fewer than K's), nothing else moved.
+        for (const auto& [device, host, added, name] :
+             {std::tuple{&run.dk, &pr.k_cache, &pr.k_new, "k_cache"},
+              {&run.dv, &pr.v_cache, &pr.v_new, "v_cache"}}) {
+            const std::vector<std::uint16_t> cache = download_bits(*device);
+            const std::int64_t row_size = std::int64_t{pr.heads_kv} * host->d_head;
+            for (int b = 0; b < pr.batch; ++b) {
+                for (int r = 0; r < pr.capacity; ++r) {
+                    const bool appended = r >= pr.lengths[b] && r < pr.lengths[b] + c.seq_new;
+                    const std::int64_t row = host->offset(b, r, 0);
+                    const std::uint16_t* expected =
+                        appended ? &added->bits[added->offset(b, r - pr.lengths[b], 0)]
+                                 : &host->bits[row];
+                    for (std::int64_t i = 0; i < row_size; ++i) {
+                        ASSERT_EQ(cache[row + i], expected[i])
+                            << name << " batch " << b << " row " << r << " element " << i;
+                    }
+                }
             }
         }
     }
@@ -559,6 +603,18 @@ std::vector<CacheCase> cache_cases() {
     cases.push_back({5, 8, 2, 16, true, 0, fa::DType::FP16, 64, true});
     cases.push_back({200, 4, 0, 0, true, 0, fa::DType::BF16, 128, true});
     cases.push_back({150, 2, 3, 64, true, 0, fa::DType::FP16, 256, true});
+    // d_head 96 and 192, and DeepSeek's MLA (192 with V's 128): the sm90 kernels on Hopper
+    // (no split-KV kernel at these head dims), decoding, speculative decoding and chunked
+    // prefill, with appends (V's narrower rows), contiguous and paged (96's rows are not whole
+    // 64-column sub-tiles: contiguous only).
+    cases.push_back({150, 2, 2, 0, true, 0, fa::DType::BF16, 96});
+    cases.push_back({1, 4, 1, 0, true, 0, fa::DType::BF16, 96});
+    cases.push_back({1, 4, 1, 0, true, 0, fa::DType::FP16, 192});
+    cases.push_back({177, 2, 0, 16, false, 0, fa::DType::BF16, 192});
+    cases.push_back({1, 8, 2, 0, false, 0, fa::DType::BF16, 192, false, 128});
+    cases.push_back({16, 4, 0, 64, true, 0, fa::DType::BF16, 192, true, 128});
+    cases.push_back({200, 4, 3, 0, true, 0, fa::DType::FP16, 192, false, 128});
+    cases.push_back({200, 4, 0, 16, true, 0, fa::DType::FP16, 192, false, 128});
     return cases;
 }
 
@@ -644,7 +700,7 @@ TEST(KVCachePages, OutOfRangePageIdsReadNothing) {
         run.dout.buffer.poison_with_nan();
         fa::forward_kvcache(run.params());
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
-        const HostTensor out = run.dout.download(pr.q);
+        const HostTensor out = run.dout.download(pr.o_shape());
         for (const float x : out.values)
             ASSERT_TRUE(std::isfinite(x)) << "a bad page id gives a finite (meaningless) result";
         for (const int b : {0, 2}) {

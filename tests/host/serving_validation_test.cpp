@@ -91,7 +91,26 @@ TEST(ServingValidation, Varlen) {
             p.o = view(4, 1, 1000, 30);
         },
         "q.shape[2] (heads)", "30");
-    varlen_error([](auto& p) { p.o = view(4, 1, 999, 32); }, "o.shape", "(1, 999, 32, 128)");
+    varlen_error([](auto& p) { p.o = view(4, 1, 999, 32); }, "o.shape[1] (seq)", "999");
+    // V's head dim: q's, or one paired with it (DeepSeek's MLA: d_head 192, V's 128); O's is V's.
+    varlen_error([](auto& p) { p.v = view(3, 1, 3000, 8, 64); }, "v.shape[3] (d_v)", "64",
+                 fa::ErrorCode::unsupported);
+    varlen_error([](auto& p) { p.v = view(3, 1, 2999, 8); }, "v.shape[1] (seq)", "2999");
+    varlen_error(
+        [](auto& p) {
+            p.q = view(1, 1, 1000, 32, 192);
+            p.k = view(2, 1, 3000, 8, 192);
+            p.o = view(4, 1, 1000, 32, 192);
+        },
+        "o.shape[3] (d_v)", "192");
+    varlen_error(
+        [](auto& p) {
+            p.q = view(1, 1, 1000, 32, 192);
+            p.k = view(2, 1, 3000, 8, 192);
+            p.v = view(3, 1, 3000, 8, 96);
+            p.o = view(4, 1, 1000, 32, 96);
+        },
+        "v.shape[3] (d_v)", "96", fa::ErrorCode::unsupported);
     varlen_error([](auto& p) { p.k = view(2, 1, 3000, 8, 128, fa::DType::FP16); }, "k.dtype",
                  "FP16", fa::ErrorCode::dtype);
     varlen_error([](auto& p) { p.o = p.q; }, "o", "an overlapping range");
@@ -142,8 +161,34 @@ TEST(ServingValidation, KVCache) {
             p.v_cache = view(3, 3, 4096, 8);
         },
         "k_cache.shape[0] (batch)", "3");
-    kvcache_error([](auto& p) { p.v_cache = view(3, 4, 4000, 8); }, "v_cache.shape",
-                  "(4, 4000, 8, 128)");
+    kvcache_error([](auto& p) { p.v_cache = view(3, 4, 4000, 8); }, "v_cache.shape[1] (seq)",
+                  "4000");
+    // DeepSeek's MLA: v_cache and v_new with V's 128 columns, O with V's.
+    const auto mla = [](fa::KVCacheParams& p) {
+        p.q = view(1, 4, 1, 32, 192);
+        p.k_cache = view(2, 4, 4096, 8, 192);
+        p.o = view(4, 4, 1, 32, 128);
+    };
+    kvcache_error(
+        [&](auto& p) {
+            mla(p);
+            p.o = view(4, 4, 1, 32, 192);
+        },
+        "o.shape[3] (d_v)", "192");
+    kvcache_error(
+        [&](auto& p) {
+            mla(p);
+            p.k_new = view(6, 4, 1, 8, 192);
+            p.v_new = view(7, 4, 1, 8, 192);
+        },
+        "v_new.shape[3] (d_head)", "192");
+    kvcache_error(
+        [&](auto& p) {
+            mla(p);
+            p.k_new = view(6, 4, 2, 8, 192);
+            p.v_new = view(7, 4, 1, 8, 128);
+        },
+        "v_new.shape[1] (seq)", "1");
     kvcache_error([](auto& p) { p.num_splits = 300; }, "num_splits", "300");
     kvcache_error([](auto& p) { p.k_new = view(6, 4, 1, 8); }, "v_new", "none");
     kvcache_error(

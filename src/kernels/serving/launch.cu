@@ -75,9 +75,9 @@ __global__ void append_kernel(const __grid_constant__ AppendArgs args) {
     const int t = blockIdx.x;
     const int head = blockIdx.y;
     const int b = blockIdx.z;
-    const int chunks = args.d_head / 8;  // 16-byte chunks of a row
-    const bool is_v = static_cast<int>(threadIdx.x) >= chunks;
-    const int chunk = threadIdx.x % chunks;
+    const int k_chunks = args.d_head / 8;  // 16-byte chunks of a K row
+    const bool is_v = static_cast<int>(threadIdx.x) >= k_chunks;
+    const int chunk = static_cast<int>(threadIdx.x) - (is_v ? k_chunks : 0);
     // Rows are 64-bit here: a corrupt length near 2^31 must not wrap into the cache.
     const std::int64_t row = std::int64_t{args.cache_seqlens[b]} + t;
     std::int64_t entry = b;
@@ -106,7 +106,7 @@ void launch_append(const AppendArgs& args, int batch, int heads_kv, Stream strea
     launch_kernel<&append_kernel>(
         dim3(static_cast<unsigned>(args.seq_new), static_cast<unsigned>(heads_kv),
              static_cast<unsigned>(batch)),
-        2 * args.d_head / 8, 0, stream, args, "KV append kernel launch");
+        (args.d_head + args.d_v) / 8, 0, stream, args, "KV append kernel launch");
 }
 
 }  // namespace flash_attention::serving

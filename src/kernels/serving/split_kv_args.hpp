@@ -117,8 +117,8 @@ struct CombineArgs {
     const float* sinks;  // SplitKvArgs::sinks
 };
 
-// KV append: k_new/v_new (batch, seq_new, heads_kv, d_head) into the cache at each
-// sequence's length.
+// KV append: k_new (batch, seq_new, heads_kv, d_head) and v_new (..., d_v) into the cache at
+// each sequence's length.
 struct AppendArgs {
     const void* k_new;
     const void* v_new;
@@ -129,6 +129,7 @@ struct AppendArgs {
     const std::int32_t* cache_seqlens;
     int seq_new;
     int d_head;
+    int d_v;
     int seq;         // rows of the cache view: dense length, or page size
     int view_batch;  // cache entries, or pages
     const std::int32_t* block_table;
