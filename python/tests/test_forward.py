@@ -100,7 +100,7 @@ def test_configs_and_parse_round_trip():
         assert fa.KernelConfig.parse(str(c)) == c
         assert c.is_built()
         if c.backward and c.family == fa.Family.sm90:
-            # K and V, `stages` Q and dO tiles, two dS tiles (with every consumer on the same 64
+            # K and V, `stages` Q and dO tiles (V and dO of V's head dim), two dS tiles (with every consumer on the same 64
             # keys, d_head 256, two P tiles too), dQ's fp32 staging, two steps' LSE and D rows
             # (fp32; lag_dq a stage's) and the mbarriers (K and V full and empty, a full and
             # an empty per stage of Q and of dO; lag_dq four more; dynamic, the key-block ring of
@@ -111,7 +111,8 @@ def test_configs_and_parse_round_trip():
             score_tiles = 2 if c.B_c == 64 and consumers > 1 else 1
             stats_buffers = stages if c.lag_dq else 2
             d = (c.d_head + 63) // 64 * 64  # whole 64-column sub-tiles: d_head 96's tiles are 128 wide
-            raw = (2 * (2 * c.B_c * d + 2 * stages * c.B_r * d + 2 * score_tiles * c.B_c * c.B_r)
+            d_v = ((c.d_v or c.d_head) + 63) // 64 * 64  # V's and dO's columns (d_v 0: d_head)
+            raw = (2 * (c.B_c * (d + d_v) + stages * c.B_r * (d + d_v) + 2 * score_tiles * c.B_c * c.B_r)
                    + 4 * c.B_r * d + 8 * c.B_r * stats_buffers + 8 * (2 + 4 * stages)
                    + (32 if c.lag_dq else 0) + (40 if c.dynamic_schedule else 0))
             assert c.smem_bytes() == (raw + 1023) // 1024 * 1024 + 1024
@@ -245,12 +246,12 @@ def test_matches_reference(seq):
 @needs_gpu
 def test_automatic_choice_runs_the_devices_family_for_every_pair():
     # On Hopper every (dtype, d_head) the build holds an sm90 kernel for runs one; the
-    # default (release) build holds both families for all six pairs.
+    # default (release) build holds both families for all ten pairs.
     hopper = torch.cuda.get_device_capability() == (9, 0)
     kinds = built_kinds()
     if os.environ.get("FLASH_EXPECT_RELEASE_SET"):
         assert sorted(kinds, key=str) == sorted(((t, d) for t in (fa.DType.FP16, fa.DType.BF16)
-                                                 for d in (64, 128, 256)), key=str)
+                                                 for d in (64, 96, 128, 192, 256)), key=str)
     for dtype, d in kinds:
         q, k, v = (randn(2, 1024, 4, d, dtype=torch_dtype(dtype)) for _ in range(3))
         out = torch.empty_like(q)
@@ -267,7 +268,8 @@ def test_every_built_config():
         if not c.is_supported() or c.backward:  # sm90 kernels off Hopper; test_backward runs bwd ones
             continue
         seq = max(c.B_r, c.B_c) * 2
-        q, k, v = (randn(1, seq, 2, c.d_head, dtype=torch_dtype(c.dtype)) for _ in range(3))
+        q, k = (randn(1, seq, 2, c.d_head, dtype=torch_dtype(c.dtype)) for _ in range(2))
+        v = randn(1, seq, 2, c.d_v or c.d_head, dtype=torch_dtype(c.dtype))  # d_v 0: V's is d_head
         assert_close_to_reference(fa.forward(q, k, v, config=c), q, k, v)
         assert_close_to_reference(fa.forward(q, k, v, config=str(c)), q, k, v)
 
