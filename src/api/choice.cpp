@@ -52,7 +52,7 @@ std::optional<KernelConfig> heuristic_config(const ChoiceProblem& p,
     const std::int64_t group = p.shape.heads / p.shape.heads_kv;
     std::optional<KernelConfig> first;
     for (const space::BuiltinChoice& row : space::builtin_choices()) {
-        if (row.admits(seq, p.shape.causal, p.shape.seq_q, group) &&
+        if (row.admits(seq, p.shape.causal, p.shape.seq_q, group, p.shape.seq_k) &&
             can_run(row.config, p, device) && (!first || first->family == row.config.family)) {
             if (copies_whole_runs(row.config, p.page_size))
                 return row.config;

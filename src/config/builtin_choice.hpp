@@ -25,13 +25,17 @@ struct BuiltinChoice {
     // Only for grouped-query problems (more query heads than K/V heads) of at most this many
     // queries (0: any problem): pack_gqa rows.
     std::int64_t max_grouped_seq_q = 0;
+    // Only for problems of at most this many keys (0: any): short keys, as cross-attention on a
+    // text encoder's outputs has, where the longest length is the queries'.
+    std::int64_t max_seq_k = 0;
 
-    // Whether the row may serve a problem of this longest length, mask, queries and query
-    // heads a K/V head (the backward's rows read only the first two).
+    // Whether the row may serve a problem of this longest length, mask, queries, query heads a
+    // K/V head and keys (the backward's rows read only the first two).
     constexpr bool admits(std::int64_t seq, bool causal, std::int64_t seq_q = 0,
-                          std::int64_t group = 1) const {
+                          std::int64_t group = 1, std::int64_t seq_k = 0) const {
         return (max_seq == 0 || seq <= max_seq) && (!causal_only || causal) &&
-               (max_grouped_seq_q == 0 || (group > 1 && seq_q <= max_grouped_seq_q));
+               (max_grouped_seq_q == 0 || (group > 1 && seq_q <= max_grouped_seq_q)) &&
+               (max_seq_k == 0 || (seq_k > 0 && seq_k <= max_seq_k));
     }
 };
 

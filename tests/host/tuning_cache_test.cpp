@@ -917,6 +917,38 @@ TEST(TuningCache, BuiltInTableChoosesByLengthAtHeadDim256) {
     EXPECT_EQ(fa::heuristic_config(params(8193, 8193, true), hopper), long_causal);
 }
 
+// d_head 64 past 1024 keys takes stream-K's tile, except under short keys (at most 256, long
+// queries: cross-attention), where the dynamic tile of shorter problems runs (H100, 2026-12-05).
+TEST(TuningCache, BuiltInTableTakesShortKeysApartAtHeadDim64) {
+    const auto up_to_1k = fa::KernelConfig::parse(
+        "(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim");
+    const auto streamk = fa::KernelConfig::parse(
+        "(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy+streamk");
+    const auto release = fa::space::named_set("release");
+    const bool release_built = std::all_of(release.begin(), release.end(), fa::is_built);
+    for (const auto& c : {up_to_1k, streamk}) {
+        ASSERT_TRUE(fa::is_built(c) || !release_built)
+            << "the table no longer names " << c.to_string();
+        if (!fa::is_built(c))
+            GTEST_SKIP() << "this build lacks " << c.to_string();
+    }
+    const fa::DeviceProperties hopper{0, "Test GPU", 9, 0, 132, 232448};
+    const auto params = [](std::int64_t seq_q, std::int64_t seq_k) {
+        const auto view = [](std::uintptr_t gib, std::int64_t seq) {
+            return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30), fa::DType::BF16,
+                                              2, seq, 16, 64);
+        };
+        return fa::choice_problem(
+            fa::ForwardParams{view(1, seq_q), view(2, seq_k), view(3, seq_k), view(4, seq_q)});
+    };
+    EXPECT_EQ(fa::heuristic_config(params(1024, 1024), hopper), up_to_1k);
+    EXPECT_EQ(fa::heuristic_config(params(4096, 4096), hopper), streamk);
+    EXPECT_EQ(fa::heuristic_config(params(4096, 77), hopper), up_to_1k);
+    EXPECT_EQ(fa::heuristic_config(params(4096, 256), hopper), up_to_1k);
+    EXPECT_EQ(fa::heuristic_config(params(4096, 257), hopper), streamk);
+    EXPECT_EQ(fa::heuristic_config(params(77, 4096), hopper), streamk);  // short queries: the keys'
+}
+
 // On a paged cache the table prefers rows whose key blocks and pages divide one another:
 // d_head 128's B_c 80 on 64- or 256-row pages would copy 16-row runs, so the 128 x 128 rows
 // after it run; 16-row pages divide 80 and keep it; d_head 256's rows at 8192 keys are B_c 64,
