@@ -540,7 +540,8 @@ def _table_args(block_table, device, batch):
 
 def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table,
                 max_seqlen_q, max_seqlen_k, softmax_scale, causal, num_splits, window_left=-1, window_right=-1,
-                softcap=0.0, sinks=None, alibi_slopes=None):
+                softcap=0.0, sinks=None, alibi_slopes=None, check_only=False):
+    # check_only: the library's checks and route alone, no launch (what the call would raise).
     if q.dim() != 3:
         raise ValueError(f"q: expected 3 dimensions (total_q, heads, d_head), got {q.dim()}")
     cu_q = _index("cu_seqlens_q", cu_seqlens_q, q.device, (None,))
@@ -562,7 +563,7 @@ def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
     _on_device(q.device, lambda: _C.forward_varlen(
         q.unsqueeze(0), k4, v4, out.unsqueeze(0), cu_q, cu_k, used, table, max_pages, table_stride,
         batch, int(max_seqlen_q), int(max_seqlen_k), softmax_scale, causal, lse, int(num_splits), stream,
-        **var))
+        **var, check_only=check_only))
 
 
 def _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
@@ -934,9 +935,10 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
     if k is not None:
         for name, t, cache in (("k", k, k_cache), ("v", v, v_cache)):
             _check(name, t, q.device)
+            new_rows = k.shape[1] if k.dim() == 4 else "new"  # k checked first
             if (t.dim() != 4 or t.shape[0] != batch or t.shape[1] != k.shape[1] or t.shape[2:] != cache.shape[2:]
                     or t.dtype != cache.dtype):
-                raise ValueError(f"{name}: expected ({batch}, {k.shape[1]}, {cache.shape[2]}, {cache.shape[3]}) "
+                raise ValueError(f"{name}: expected ({batch}, {new_rows}, {cache.shape[2]}, {cache.shape[3]}) "
                                  f"{cache.dtype}, got {tuple(t.shape)} {t.dtype}")
         new = k.shape[1]
     lengths = _lengths(cache_seqlens, q)
@@ -947,18 +949,25 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
     _index("cache_leftpad", cache_leftpad, q.device, (batch,))
     slot = cache_batch_idx if cache_batch_idx is not None else torch.arange(batch, dtype=torch.int32,
                                                                              device=q.device)
-    if k is not None:
-        _append_to_slots(k_cache, v_cache, k, v, slot, lengths)
     pad = cache_leftpad.long() if cache_leftpad is not None else torch.zeros(batch, dtype=torch.long,
                                                                               device=q.device)
     end = (lengths.long() + new).clamp(0, capacity)
     sees = (slot >= 0) & (slot < slots) & (pad >= 0) & (pad <= capacity)
     start = torch.where(sees, slot.long() * rows + pad, k_rows.shape[0])
-    used = torch.where(sees, end - pad, 0).clamp(min=0)
+    used = torch.where(sees, end - pad, 0).clamp(min=0).to(torch.int32)
     cu_k = torch.cat((start, start.new_zeros(1))).to(torch.int32)
     cu_q = torch.arange(0, (batch + 1) * seq_q, seq_q, dtype=torch.int32, device=q.device)
-    out, lse = forward_varlen(q.reshape(batch * seq_q, heads, d_head), k_rows, v_rows, cu_q, cu_k, seq_q, capacity,
-                              softmax_scale=softmax_scale, causal=causal, seqused_k=used.to(torch.int32),
+    q_rows = q.reshape(batch * seq_q, heads, d_head)
+    var = _variants(window_size, softcap, None, alibi_slopes)
+    scale, splits = _scale_and_splits(softmax_scale, num_splits)
+    args = (cu_q, cu_k, used, None, seq_q, capacity, scale, _causal(causal, "bottom_right", var[:2], alibi_slopes),
+            splits, *var)
+    if k is not None:
+        # A call the library refuses (V's head dim, the route) leaves the caches as they were.
+        _run_varlen(q_rows, k_rows, v_rows, _out_like(q_rows, v_rows), None, *args, check_only=True)
+        _append_to_slots(k_cache, v_cache, k, v, slot, lengths)
+    out, lse = forward_varlen(q_rows, k_rows, v_rows, cu_q, cu_k, seq_q, capacity,
+                              softmax_scale=softmax_scale, causal=causal, seqused_k=used,
                               num_splits=num_splits, return_lse=True, window_size=window_size, softcap=softcap,
                               alibi_slopes=alibi_slopes)
     out = out.view(batch, seq_q, heads, v_cache.shape[3])

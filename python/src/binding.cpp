@@ -352,7 +352,7 @@ NB_MODULE(_C, m) {
            std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, std::optional<float> scale,
            int causal, nb::handle lse, int num_splits, std::uintptr_t stream, int window_left,
            int window_right, float softcap, std::uintptr_t sinks, std::uintptr_t alibi_slopes,
-           std::int64_t alibi_batch_stride) {
+           std::int64_t alibi_batch_stride, bool check_only) {
             fa::VarlenParams p;
             p.q = view_of(q, "q");
             p.k = view_of(k, "k");
@@ -369,6 +369,10 @@ NB_MODULE(_C, m) {
                 scale, causal, lse, static_cast<std::size_t>(p.q.shape[1] * p.q.shape[2]),
                 window_left, window_right, softcap, sinks, alibi_slopes, alibi_batch_stride);
             p.num_splits = num_splits;
+            if (check_only) {
+                fa::chosen_kernel(p);  // every check and the route, no launch
+                return;
+            }
             fa::forward_varlen(p, reinterpret_cast<fa::Stream>(stream));
         },
         nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("out"), nb::arg("cu_seqlens_q"),
@@ -377,9 +381,10 @@ NB_MODULE(_C, m) {
         nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("lse").none(),
         nb::arg("num_splits"), nb::arg("stream"), nb::arg("window_left") = -1,
         nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
-        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0,
+        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0, nb::arg("check_only") = false,
         "Attention over packed sequences: (1, total, heads, d_head) arrays (see VarlenParams);\n"
-        "the variants as forward's, the sequences ALiBi's batch entries.");
+        "the variants as forward's, the sequences ALiBi's batch entries. check_only: the call's\n"
+        "checks and route alone (what it would raise), no launch.");
 
     m.def(
         "backward_varlen",

@@ -477,6 +477,24 @@ def test_flash_attn_with_kvcache_slots_and_left_padding_match_reference(variant)
 
 
 @needs_gpu
+def test_cache_slots_are_not_written_by_a_refused_call():
+    """flash_attn_with_kvcache with cache_batch_idx appends only once the library takes the call: V
+    of a head dim no kernel pairs with q's, or split-KV asked for a head dim it lacks (DeepSeek's
+    MLA), raises and leaves both caches as they were."""
+    dtype = torch.bfloat16
+    idx = torch.tensor([2, 0], dtype=torch.int32, device="cuda")
+    lens = torch.tensor([5, 9], dtype=torch.int32, device="cuda")
+    for d, d_v, splits, message in ((128, 64, 0, r"v.shape\[3\] \(d_v\)"), (192, 128, 2, r"d_head")):
+        q = randn(2, 1, 8, d, dtype=dtype)
+        kc, vc = randn(3, 64, 2, d, dtype=dtype), randn(3, 64, 2, d_v, dtype=dtype)
+        k, v = randn(2, 1, 2, d, dtype=dtype), randn(2, 1, 2, d_v, dtype=dtype)
+        before = kc.clone(), vc.clone()
+        with pytest.raises(ValueError, match=message):
+            fa.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, cache_batch_idx=idx, num_splits=splits)
+        assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+
+
+@needs_gpu
 @pytest.mark.parametrize("num_splits", [1, 2, 5, 16])
 @pytest.mark.parametrize("page", [None, 16])
 @pytest.mark.parametrize("variant", [dict(causal=True, window=(200, 0)), dict(causal=False, softcap=30.0)],

@@ -3,6 +3,7 @@
 // before any launch; the kernels (kernels/serving) cut device-side lengths and page ids
 // to the tensors they were given.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -152,6 +153,12 @@ int requested_splits(const ProblemShape& shape, const DeviceProperties& device, 
     return tuning::lookup_splits(tuning::Key::of_splits(device, shape, paged)).value_or(0);
 }
 
+// The split-KV kernel has no V head dim of its own: every d_head that has one is refused there by
+// its d_head (DeepSeek's 192) before V's could be.
+static_assert(std::ranges::none_of(space::k_value_dims,
+                                   [](const auto& dims) { return serving::has_split_kv(dims[0]); }),
+              "a d_head with a V head dim of its own and a split-KV kernel: refuse d_v in route()");
+
 // A sliding window, a softcap or ALiBi runs on the sm90 family whatever the shape (runs_split_kv
 // says no to them) and whatever num_splits asks (a hint of the split-KV kernel's, which takes
 // neither; sinks it does): flash_attn honours them with any num_splits, and its own tests pass
@@ -193,14 +200,7 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
                  "TMA-addressable K/V and num_splits 0)",
              std::to_string(shape.d_head));
     }
-    if (shape.d_v != 0) {
-        fail(ErrorCode::unsupported, "v.shape[3] (d_v)",
-             "q's d_head " + std::to_string(shape.d_head) +
-                 " for the split-KV kernel (a V head dim of its own runs on the sm90 family "
-                 "only: a Hopper GPU with its kernels built, TMA-addressable K/V and "
-                 "num_splits 0)",
-             std::to_string(shape.d_v));
-    }
+
     return {std::nullopt, requested_splits(shape, device, num_splits, paged)};
 }
 
@@ -344,14 +344,14 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     }
     std::int64_t seq_new = 0;
     if (p.k_new) {
-        for (const auto& [t, name, cache, cache_name] :
-             {std::tuple{&*p.k_new, "k_new", &p.k_cache, "k_cache's"},
-              {&*p.v_new, "v_new", &p.v_cache, "v_cache's"}}) {
+        for (const auto& [t, name, cache, cache_name, dim_name] :
+             {std::tuple{&*p.k_new, "k_new", &p.k_cache, "k_cache's", "d_head"},
+              {&*p.v_new, "v_new", &p.v_cache, "v_cache's", "d_v"}}) {
             check_dtype(*t, name, p.q.dtype);
             check_layout(*t, name);
             check_dim(*t, name, 0, "batch", batch, "q's");
             check_dim(*t, name, 2, "heads", cache->shape[2], cache_name);
-            check_dim(*t, name, 3, "d_head", cache->shape[3], cache_name);
+            check_dim(*t, name, 3, dim_name, cache->shape[3], cache_name);
             for (const auto& [c, c_name] :
                  {std::pair{&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}}) {
                 if (overlap(*t, *c)) {

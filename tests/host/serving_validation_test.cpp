@@ -181,7 +181,7 @@ TEST(ServingValidation, KVCache) {
             p.k_new = view(6, 4, 1, 8, 192);
             p.v_new = view(7, 4, 1, 8, 192);
         },
-        "v_new.shape[3] (d_head)", "192");
+        "v_new.shape[3] (d_v)", "192");
     kvcache_error(
         [&](auto& p) {
             mla(p);
