@@ -615,6 +615,7 @@ std::vector<CacheCase> cache_cases() {
     cases.push_back({16, 4, 0, 64, true, 0, fa::DType::BF16, 192, true, 128});
     cases.push_back({200, 4, 3, 0, true, 0, fa::DType::FP16, 192, false, 128});
     cases.push_back({200, 4, 0, 16, true, 0, fa::DType::FP16, 192, false, 128});
+    cases.push_back({5, 8, 2, 16, true, 0, fa::DType::BF16, 192, false, 128});  // paged V appended
     return cases;
 }
 
