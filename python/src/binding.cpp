@@ -381,7 +381,8 @@ NB_MODULE(_C, m) {
         nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("lse").none(),
         nb::arg("num_splits"), nb::arg("stream"), nb::arg("window_left") = -1,
         nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
-        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0, nb::arg("check_only") = false,
+        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0,
+        nb::arg("check_only") = false,
         "Attention over packed sequences: (1, total, heads, d_head) arrays (see VarlenParams);\n"
         "the variants as forward's, the sequences ALiBi's batch entries. check_only: the call's\n"
         "checks and route alone (what it would raise), no launch.");
