@@ -200,7 +200,6 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
                  "TMA-addressable K/V and num_splits 0)",
              std::to_string(shape.d_head));
     }
-
     return {std::nullopt, requested_splits(shape, device, num_splits, paged)};
 }
 
@@ -261,7 +260,7 @@ ProblemShape shape(const TensorView& q, const TensorView& k, const TensorView& v
             .heads_kv = k.shape[2],
             .causal = options.causal,
             .window_or_softcap = options.variants.changes_scores(),
-            .d_v = v.shape[3] == q.shape[3] ? 0 : static_cast<int>(v.shape[3])};
+            .d_v = value_dim_of(q, v)};
 }
 
 // Everything forward_varlen checks before a launch.

@@ -367,7 +367,11 @@ ProblemShape shape_of(const ForwardParams& p) {
             .heads_kv = p.k.shape[2],
             .causal = p.options.causal,
             .window_or_softcap = p.options.variants.changes_scores(),
-            .d_v = p.v.shape[3] == p.q.shape[3] ? 0 : static_cast<int>(p.v.shape[3])};
+            .d_v = value_dim_of(p.q, p.v)};
+}
+
+int value_dim_of(const TensorView& q, const TensorView& v) {
+    return v.shape[3] == q.shape[3] ? 0 : static_cast<int>(v.shape[3]);
 }
 
 float AttentionOptions::scale(std::int64_t d_head) const {

@@ -72,6 +72,8 @@ void validate_shape(const ProblemShape& problem);
 
 // The shape of validated tensors.
 ProblemShape shape_of(const ForwardParams& params);
+// ProblemShape::d_v of tensors q and v: 0 where V's head dim is q's.
+int value_dim_of(const TensorView& q, const TensorView& v);
 
 // That every pointer of `params` is memory `device` can reach and `stream` belongs to it
 // (CUDA runtime queries: needs the GPU).
