@@ -33,8 +33,9 @@
 #            (needs package or pyext; .upstream/test_flash_attn.py carried, or a download; a seeded sample
 #            of FLASH_ATTN_SUITE_SAMPLE=5000 cases over every test function: about 3000 run, flash_attn's
 #            kvcache test skips the rest itself)
-#   bench F  a build of the release set plus the short forms of file F, then `flash_attention bench`
-#            of F's configs (F's "#! ARGS" line adds bench arguments)
+#   bench F  a build of the release set plus the short forms of file F (BENCH_RELEASE=0: F's alone),
+#            then `flash_attention bench` of F's configs, once per "#! ARGS" line of F (its arguments
+#            added)
 #   ab D F   an A/B of this tree against the tree in folder D (another commit's: `git archive REV |
 #            tar -x -C D`, carried): both built with file F's short forms alone (D may instead hold
 #            another build's packed binaries, and after prebuilt this tree's are used), then, in AB_ROUNDS
@@ -243,14 +244,21 @@ stage_flash_attn_suite() {
 stage_bench() {
   local file=$1
   [ -f "$file" ] || { note "bench: no file $file"; failed=1; return; }
-  check bench_build bash -c "cmake -S . -B '$BUILD-bench' -G Ninja -DFLASH_KERNELS='release,@$file' \
+  local name kernels="release,@$file"
+  name=bench_$(basename "$file" .txt)
+  [ "${BENCH_RELEASE:-1}" = 1 ] || kernels="@$file"
+  check "${name}_build" bash -c "cmake -S . -B '$BUILD-bench' -G Ninja -DFLASH_KERNELS='$kernels' \
     -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF && cmake --build '$BUILD-bench' -j $jobs" || return
-  local args=()
+  local args=() lines=() i
   while IFS= read -r c; do args+=(--config "$c"); done < <(grep '^(' "$file")
-  local extra=()
-  read -r -a extra < <(sed -n 's/^#! //p' "$file" | head -1)
-  check bench "$BUILD-bench/bin/flash_attention" bench "${args[@]}" "${extra[@]}"
-  cat "$LOGS/bench.log"
+  mapfile -t lines < <(sed -n 's/^#! //p' "$file")
+  [ ${#lines[@]} -gt 0 ] || lines=("")
+  for i in "${!lines[@]}"; do
+    local extra=()
+    read -r -a extra <<< "${lines[$i]}"
+    check "${name}_$i" "$BUILD-bench/bin/flash_attention" bench "${args[@]}" "${extra[@]}"
+    cat "$LOGS/${name}_$i.log"
+  done
 }
 
 stage_ab() {
