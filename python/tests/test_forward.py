@@ -130,10 +130,11 @@ def test_configs_and_parse_round_trip():
             # consumer warpgroup), with the dynamic schedule each Q buffer's tile slot (16 bytes)
             # and (persistent with one Q tile, when it fits) a region of 64 rows for O and its
             # barrier.
-            # Q's and K's rows have d_head columns, V's and O's d_v (d_head where 0), each padded
-            # to whole 64-column sub-tiles (d_head 96: 128).
-            d = (c.d_head + 63) // 64 * 64
-            d_v = ((c.d_v or c.d_head) + 63) // 64 * 64
+            # Q's and K's rows have d_head columns, V's and O's d_v (d_head where 0), each whole
+            # sub-tiles of its swizzle: 64 columns, or 32 where d is not a multiple of 64 (96), so
+            # no padding.
+            d = c.d_head
+            d_v = c.d_v or c.d_head
 
             def size(q_tiles, o_apart=False):
                 tiles = (q_tiles * c.B_r * d + c.stages * c.B_c * (d + d_v)) * 2

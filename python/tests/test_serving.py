@@ -34,10 +34,10 @@ def needs_sm90_at(d, d_v):
 @needs_gpu
 @pytest.mark.parametrize("paged", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("d, d_v", [(128, 128), (192, 128)], ids=["d128", "mla"])
+@pytest.mark.parametrize("d, d_v", [(128, 128), (96, 96), (192, 128)], ids=["d128", "d96", "mla"])
 def test_varlen_matches_reference(paged, causal, d, d_v):
-    """Packed and paged sequences against the float64 reference, DeepSeek's MLA (d_head 192 with
-    V's 128: the output has V's head dim) among them."""
+    """Packed and paged sequences against the float64 reference, d_head 96 (64-byte swizzled
+    tiles) and DeepSeek's MLA (d_head 192 with V's 128: the output has V's head dim) among them."""
     needs_sm90_at(d, d_v)
     dtype, hq, hkv = torch.bfloat16, 8, 2
     lens_q = [5, 0, 130, 1, 64]

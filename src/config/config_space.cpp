@@ -714,7 +714,7 @@ int estimated_registers(const KernelConfig& c) {
         // place, S dead); with it, S of the next block is computed while P of this one
         // feeds P·V.
         const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
-        return tile_columns(c.v_head_dim()) / 2 + c.B_c / 2 + p +
+        return forward_tile_columns(c.v_head_dim()) / 2 + c.B_c / 2 + p +
                (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 + c.d_head / 8;
     }
     if (c.backward) {

@@ -25,10 +25,21 @@ struct DeviceLimits {
     static constexpr DeviceLimits h100() { return {233472, 232448, 1024, 2048, 32, 50 << 20}; }
 };
 
-// sm90: the columns of a tile of d head columns, whole 64-column sub-tiles of the 128-byte
-// swizzle (d_head 96: 128, its last 32 padding).
+// sm90 backward: the columns of a tile of d head columns, whole 64-column sub-tiles of the
+// 128-byte swizzle (d_head 96: 128, its last 32 padding).
 constexpr int tile_columns(int d) {
     return (d + 63) / 64 * 64;
+}
+
+// sm90 forward: a tile's swizzle, 128 bytes (64-column sub-tiles) where d is whole such
+// sub-tiles, else 64 bytes (32-column sub-tiles: d_head 96 with no padding, so that P·V's wgmma
+// computes 96 columns, not 128).
+constexpr int forward_swizzle_bytes(int d) {
+    return d % 64 == 0 ? 128 : 64;
+}
+constexpr int forward_tile_columns(int d) {
+    const int sub_tile = forward_swizzle_bytes(d) / 2;
+    return (d + sub_tile - 1) / sub_tile * sub_tile;
 }
 
 // sm90: one producer warpgroup, the rest consume (64 query rows each).
@@ -67,7 +78,7 @@ constexpr int sm90_q_barrier_pairs(const KernelConfig& c, int q_tiles) {
 }
 
 // sm90: `q_tiles` Q tiles, `stages` K and V tiles (rows of d_head and of v_head_dim()
-// columns, padded to tile_columns()), 1024 bytes to align the tiles to the 128-byte swizzle's
+// columns, forward_tile_columns()), 1024 bytes to align the tiles to the 128-byte swizzle's
 // 1024-byte period, the pipeline's mbarriers, with the dynamic schedule each Q buffer's tile index
 // and its barrier (16 bytes, padded), and with `o_apart` one consumer's O staging region (64 rows)
 // and its barrier.
@@ -76,9 +87,9 @@ constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o
     const std::size_t q = static_cast<std::size_t>(q_tiles);
     const std::size_t q_pairs = static_cast<std::size_t>(sm90_q_barrier_pairs(c, q_tiles));
     const std::size_t row_bytes =
-        static_cast<std::size_t>(tile_columns(c.d_head)) * element_bytes(c.dtype);
+        static_cast<std::size_t>(forward_tile_columns(c.d_head)) * element_bytes(c.dtype);
     const std::size_t v_row_bytes =
-        static_cast<std::size_t>(tile_columns(c.v_head_dim())) * element_bytes(c.dtype);
+        static_cast<std::size_t>(forward_tile_columns(c.v_head_dim())) * element_bytes(c.dtype);
     return q * static_cast<std::size_t>(c.B_r) * row_bytes +
            n_stages * static_cast<std::size_t>(c.B_c) * (row_bytes + v_row_bytes) + 1024 +
            8 * (2 * q_pairs + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +

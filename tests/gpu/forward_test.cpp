@@ -259,7 +259,8 @@ TEST_P(EveryConfigOddShapes, MatchesReference) {
 std::string odd_case_name(const ::testing::TestParamInfo<OddCase>& info) {
     const OddShape& s = info.param.shape;
     return std::string(fa::to_string(info.param.config.family)) +
-           (info.param.config.sm90.dynamic_schedule ? "_dynamic" : "") + "_config" +
+           (info.param.config.sm90.dynamic_schedule ? "_dynamic" : "") + "_d" +
+           std::to_string(info.param.config.d_head) + "_config" +
            std::to_string(info.index / std::size(k_odd_shapes)) + "_q" + std::to_string(s.seq_q) +
            "_k" + std::to_string(s.seq_k) + "_h" + std::to_string(s.heads) + "_" +
            std::to_string(s.heads_kv) + (s.causal ? "_causal" : "") +
@@ -363,7 +364,8 @@ TEST_P(EveryConfigVariants, MatchesReference) {
 }
 
 std::string variant_case_name(const ::testing::TestParamInfo<VariantCase>& info) {
-    return std::string(fa::to_string(info.param.config.family)) + "_config" +
+    return std::string(fa::to_string(info.param.config.family)) + "_d" +
+           std::to_string(info.param.config.d_head) + "_config" +
            std::to_string(info.index / std::size(k_variant_shapes)) + "_shape" +
            std::to_string(info.index % std::size(k_variant_shapes));
 }

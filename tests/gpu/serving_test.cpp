@@ -361,13 +361,15 @@ std::vector<VarlenCase> varlen_cases() {
     }
     cases.push_back({fa::DType::BF16, 128, 2, true, 0, 0, true, -1, -1, 0, false, 33});
     // d_head 96 and 192, and DeepSeek's MLA (192 with V's 128): the sm90 kernels on Hopper,
-    // packed and paged (96: packed only, its rows not whole 64-column sub-tiles).
+    // packed and paged.
     for (const bool causal : {false, true}) {
         cases.push_back({fa::DType::BF16, 96, 4, causal, 0, 0});
         cases.push_back({fa::DType::FP16, 192, 2, causal, 0, 0});
         cases.push_back({fa::DType::BF16, 192, 4, causal, 0, 0, false, -1, -1, 0, false, 700, 128});
     }
     cases.push_back({fa::DType::BF16, 192, 4, true, 16, 0});
+    cases.push_back({fa::DType::BF16, 96, 4, true, 16, 0});
+    cases.push_back({fa::DType::FP16, 96, 2, false, 64, 0});
     cases.push_back({fa::DType::FP16, 192, 8, true, 64, 0, true, -1, -1, 0, false, 700, 128});
     cases.push_back({fa::DType::BF16, 192, 2, false, 16, 0, false, -1, -1, 0, false, 40, 128});
     return cases;
@@ -605,10 +607,11 @@ std::vector<CacheCase> cache_cases() {
     cases.push_back({150, 2, 3, 64, true, 0, fa::DType::FP16, 256, true});
     // d_head 96 and 192, and DeepSeek's MLA (192 with V's 128): the sm90 kernels on Hopper
     // (no split-KV kernel at these head dims), decoding, speculative decoding and chunked
-    // prefill, with appends (V's narrower rows), contiguous and paged (96's rows are not whole
-    // 64-column sub-tiles: contiguous only).
+    // prefill, with appends (V's narrower rows), contiguous and paged.
     cases.push_back({150, 2, 2, 0, true, 0, fa::DType::BF16, 96});
     cases.push_back({1, 4, 1, 0, true, 0, fa::DType::BF16, 96});
+    cases.push_back({150, 2, 2, 16, true, 0, fa::DType::BF16, 96});
+    cases.push_back({16, 4, 1, 64, true, 0, fa::DType::FP16, 96});
     cases.push_back({1, 4, 1, 0, true, 0, fa::DType::FP16, 192});
     cases.push_back({177, 2, 0, 16, false, 0, fa::DType::BF16, 192});
     cases.push_back({1, 8, 2, 0, false, 0, fa::DType::BF16, 192, false, 128});

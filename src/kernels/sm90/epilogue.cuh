@@ -126,7 +126,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
             const int row = warp_row0 + lane / 4 + 8 * h;
 #pragma unroll
             for (int nt = 0; nt < Tr::o_cols / 8; ++nt) {
-                const int offset = Tr::OTile::chunk_offset(nt / 8, row, nt % 8) + (lane % 4) * 4;
+                const int offset = Tr::OTile::chunk_offset(row, nt) + (lane % 4) * 4;
                 ptx::st_shared_4(ptx::smem_address(region + offset),
                                  ptx::pack_rn<Tr::dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
             }

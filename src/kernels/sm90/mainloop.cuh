@@ -69,7 +69,7 @@ __device__ __forceinline__ PageRun page_run(const SequenceArgs& seqs, const Tile
 }
 
 // K or V block rows [key_row, key_row + B_c) of tile t into a stage (Block: Traits::KTile or
-// VTile, PagedBlock its paged form): one copy a 64-column sub-tile of the whole block, or
+// VTile, PagedBlock its paged form): one copy a sub-tile (64 or 32 columns) of the whole block, or
 // (paged) one copy of this lane's run, all its columns.
 template <class Block, class PagedBlock, bool Paged>
 __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtensorMap* map,

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "config/resources.hpp"
 #include "flash_attention/error.hpp"
 
 namespace flash_attention::sm90 {
@@ -33,7 +34,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
 }
 
 // One map of `rank` dimensions (dims[0] the contiguous one, strides in bytes of the others),
-// 16-bit elements in the 128-byte swizzle.
+// 16-bit elements in boxes of box[0] columns, one row of the swizzle: 64 (128-byte swizzle) or
+// 32 (64-byte), as the kernels' tiles (SwizzledTile) lay them out.
 CUtensorMap encode_map(const char* name, const void* data, DType dtype, int rank,
                        const cuuint64_t* dims, std::uint64_t* strides, const cuuint32_t* box) {
     // A dimension of size 1 is never stepped along, so its stride is free; TMA wants every
@@ -53,7 +55,8 @@ CUtensorMap encode_map(const char* name, const void* data, DType dtype, int rank
         &map,
         dtype == DType::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
         static_cast<cuuint32_t>(rank), const_cast<void*>(data), dims, strides, box, element_strides,
-        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+        CU_TENSOR_MAP_INTERLEAVE_NONE,
+        box[0] == 64 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (result != CUDA_SUCCESS) {
         throw Error(ErrorCode::cuda, std::string(name) +
@@ -65,24 +68,26 @@ CUtensorMap encode_map(const char* name, const void* data, DType dtype, int rank
     return map;
 }
 
-// (d_head, seq, heads, batch), boxes of 64 columns x box_rows (tma::load_tile).
+// (d_head, seq, heads, batch), boxes of box_cols columns x box_rows (tma::load_tile).
 CUtensorMap encode(const char* name, const void* data, DType dtype, int d_head, int seq, int heads,
-                   int batch, const TensorStrides& stride, int box_rows) {
+                   int batch, const TensorStrides& stride, int box_rows, int box_cols = 64) {
     constexpr std::uint64_t element = 2;
     const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d_head), static_cast<cuuint64_t>(seq),
                                 static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
     std::uint64_t strides[3] = {static_cast<std::uint64_t>(stride.seq) * element,
                                 static_cast<std::uint64_t>(stride.head) * element,
                                 static_cast<std::uint64_t>(stride.batch) * element};
-    const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+    const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows),
+                               1, 1};
     return encode_map(name, data, dtype, 4, dims, strides, box);
 }
 
 // pack_gqa's Q or O (tma::load_packed_tile): (d_head, group, seq, heads / group, batch),
-// boxes of 64 columns x the group's heads x 64 / group positions, which land as 64 rows,
+// boxes of box_cols columns x the group's heads x 64 / group positions, which land as 64 rows,
 // position-major. The group divides 64 (the launcher checks).
 CUtensorMap encode_packed(const char* name, const void* data, DType dtype, int d_head, int seq,
-                          int heads, int group, int batch, const TensorStrides& stride) {
+                          int heads, int group, int batch, const TensorStrides& stride,
+                          int box_cols) {
     constexpr std::uint64_t element = 2;
     const cuuint64_t dims[5] = {static_cast<cuuint64_t>(d_head), static_cast<cuuint64_t>(group),
                                 static_cast<cuuint64_t>(seq),
@@ -92,27 +97,30 @@ CUtensorMap encode_packed(const char* name, const void* data, DType dtype, int d
                                 static_cast<std::uint64_t>(stride.seq) * element,
                                 static_cast<std::uint64_t>(stride.head) * group * element,
                                 static_cast<std::uint64_t>(stride.batch) * element};
-    const cuuint32_t box[5] = {64, static_cast<cuuint32_t>(group),
+    const cuuint32_t box[5] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(group),
                                static_cast<cuuint32_t>(64 / group), 1, 1};
     return encode_map(name, data, dtype, 5, dims, strides, box);
 }
 
 // A paged cache (pages, page_size, heads, d_head) for group-major tiles
-// (tma::load_group_rows): (64 columns, 8 rows, heads x 64-column sub-tiles, 8-row groups
-// of a page, pages), boxes of one run of run_rows rows with all its columns. The third
-// dimension steps 128 bytes through a head's sub-tiles and on into the next head's, which
-// start there only when the heads are d_head apart (paged_maps_problem()).
+// (tma::load_group_rows): (sub-tile columns, 8 rows, heads x sub-tiles, 8-row groups of a page,
+// pages), boxes of one run of run_rows rows with all its columns. The third dimension steps a
+// sub-tile's row (64 columns, or 32 where d_head is not whole 64-column sub-tiles) through a
+// head's sub-tiles and on into the next head's, which start there only when the heads are
+// d_head apart (paged_maps_problem()).
 CUtensorMap encode_paged(const char* name, const void* data, DType dtype, int d_head, int page_size,
                          int heads, int pages, const TensorStrides& stride, int run_rows) {
     constexpr std::uint64_t element = 2;
-    const int sub_tiles = d_head / 64;
-    const cuuint64_t dims[5] = {64, 8, static_cast<cuuint64_t>(heads) * sub_tiles,
-                                static_cast<cuuint64_t>(page_size / 8),
-                                static_cast<cuuint64_t>(pages)};
-    std::uint64_t strides[4] = {static_cast<std::uint64_t>(stride.seq) * element, 64 * element,
+    const int cols = forward_swizzle_bytes(d_head) / 2;
+    const int sub_tiles = d_head / cols;
+    const cuuint64_t dims[5] = {
+        static_cast<cuuint64_t>(cols), 8, static_cast<cuuint64_t>(heads) * sub_tiles,
+        static_cast<cuuint64_t>(page_size / 8), static_cast<cuuint64_t>(pages)};
+    std::uint64_t strides[4] = {static_cast<std::uint64_t>(stride.seq) * element,
+                                static_cast<std::uint64_t>(cols) * element,
                                 8 * static_cast<std::uint64_t>(stride.seq) * element,
                                 static_cast<std::uint64_t>(stride.batch) * element};
-    const cuuint32_t box[5] = {64, 8, static_cast<cuuint32_t>(sub_tiles),
+    const cuuint32_t box[5] = {static_cast<cuuint32_t>(cols), 8, static_cast<cuuint32_t>(sub_tiles),
                                static_cast<cuuint32_t>(run_rows / 8), 1};
     return encode_map(name, data, dtype, 5, dims, strides, box);
 }
@@ -121,9 +129,9 @@ CUtensorMap encode_paged(const char* name, const void* data, DType dtype, int d_
 
 std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_t d_head,
                                std::int64_t head_stride) {
-    if (d_head % 64 != 0) {
-        return std::string(name) + ".shape[3] (d_head): expected a multiple of 64 (the sm90 " +
-               "family copies a paged cache's rows in whole 64-column sub-tiles), got " +
+    if (d_head % 32 != 0) {
+        return std::string(name) + ".shape[3] (d_head): expected a multiple of 32 (the sm90 " +
+               "family copies a paged cache's rows in whole 32- or 64-column sub-tiles), got " +
                std::to_string(d_head);
     }
     if (heads > 1 && head_stride != d_head) {
@@ -138,19 +146,22 @@ std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_
 TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_v, int kv_rows,
                             bool packed) {
     const SequenceArgs& s = a.seqs;
+    // Boxes of one row of the forward tiles' swizzle (Traits: forward_swizzle_bytes()).
     const auto query_map = [&](const char* name, const void* data, int d,
                                const TensorStrides& stride) {
+        const int cols = forward_swizzle_bytes(d) / 2;
         if (packed) {
             return encode_packed(name, data, dtype, d, s.q_view_seq, a.heads, a.heads / a.heads_kv,
-                                 s.q_view_batch, stride);
+                                 s.q_view_batch, stride, cols);
         }
-        return encode(name, data, dtype, d, s.q_view_seq, a.heads, s.q_view_batch, stride, 64);
+        return encode(name, data, dtype, d, s.q_view_seq, a.heads, s.q_view_batch, stride, 64,
+                      cols);
     };
     const auto key_map = [&](const char* name, const void* data, int d,
                              const TensorStrides& stride) {
         if (s.block_table == nullptr) {
             return encode(name, data, dtype, d, s.k_view_seq, a.heads_kv, s.k_view_batch, stride,
-                          kv_rows);
+                          kv_rows, forward_swizzle_bytes(d) / 2);
         }
         // The API routes such caches elsewhere; a map would read other heads' columns.
         if (const std::string problem = paged_maps_problem(name, a.heads_kv, d, stride.head);

@@ -80,8 +80,8 @@ struct Params {
     StreamKSplit split;
 };
 
-// Boxes: 64 columns (128 bytes, the 128-byte swizzle's width; d_head 96's second box half
-// past the tensor's columns: zeros in, nothing out) x 64 rows for Q and O,
+// Boxes: one row of the forward tiles' swizzle (forward_swizzle_bytes(): 64 columns, 128
+// bytes; at d_head 96, 32 columns of the 64-byte swizzle) x 64 rows for Q and O,
 // x kv_rows for K and V; a paged cache's K and V (args.seqs.block_table set): runs of
 // kv_rows rows, all columns in one box (group-major tiles). Q and K have d_head columns, V
 // and O d_v. packed (pack_gqa): Q's and O's 64 rows are 64 / group positions of a group's

@@ -32,11 +32,12 @@ struct Traits {
     static constexpr DType dtype = C.dtype;
     static constexpr int d_head = C.d_head;     // Q's and K's columns
     static constexpr int d_v = C.v_head_dim();  // V's and O's
-    // The tiles' columns: whole 64-column sub-tiles, d_head 96's last one half padding (TMA
-    // fills it with zeros past the tensor's columns and drops O's there when it stores), which
-    // S = Q·Kᵀ skips (qk_k_steps) and O += P·V computes as zeros.
-    static constexpr int q_cols = tile_columns(d_head);
-    static constexpr int o_cols = tile_columns(d_v);
+    // The tiles' columns: whole sub-tiles of their swizzle (forward_swizzle_bytes(): 64
+    // columns, or 32 at d_head 96, whose tiles then hold no padding).
+    static constexpr int q_cols = forward_tile_columns(d_head);
+    static constexpr int o_cols = forward_tile_columns(d_v);
+    static constexpr int qk_swizzle = forward_swizzle_bytes(d_head);
+    static constexpr int o_swizzle = forward_swizzle_bytes(d_v);
     static constexpr int qk_k_steps = d_head / 16;
     static constexpr int B_r = C.B_r;
     static constexpr int B_c = C.B_c;
@@ -71,17 +72,17 @@ struct Traits {
 
     // One consumer's Q and its O (staged in Q's region unless apart: d_v <= d_head), and one
     // K and one V block, in TMA's swizzled layout.
-    using QTile = Swizzle128Tile<rows_per_consumer, q_cols>;
-    using OTile = Swizzle128Tile<rows_per_consumer, o_cols>;
-    using KTile = Swizzle128Tile<B_c, q_cols>;
-    using VTile = Swizzle128Tile<B_c, o_cols>;
+    using QTile = SwizzledTile<rows_per_consumer, q_cols, qk_swizzle>;
+    using OTile = SwizzledTile<rows_per_consumer, o_cols, o_swizzle>;
+    using KTile = SwizzledTile<B_c, q_cols, qk_swizzle>;
+    using VTile = SwizzledTile<B_c, o_cols, o_swizzle>;
     static_assert(OTile::bytes <= QTile::bytes, "O is staged where Q was");
     // A paged cache's K or V block: the same bytes, 8-row groups outermost, so that each run
     // of a page's rows is one TMA copy of all of a head's columns instead of one a sub-tile
     // (16-row pages at d_head 128: 5 copies a block of 80 keys instead of 10; chunked
     // prefill ran 9-11% behind the contiguous cache with 10, docs/PERF.md 2026-11-26).
-    using PagedKTile = Swizzle128Tile<B_c, q_cols, true>;
-    using PagedVTile = Swizzle128Tile<B_c, o_cols, true>;
+    using PagedKTile = SwizzledTile<B_c, q_cols, qk_swizzle, true>;
+    using PagedVTile = SwizzledTile<B_c, o_cols, o_swizzle, true>;
 
     // Layout from a 1024-byte-aligned base (the swizzle's period): Q buffers (one region
     // per consumer in each, reused for its O unless O is staged apart), K stages, V stages,

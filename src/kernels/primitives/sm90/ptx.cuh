@@ -65,6 +65,7 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 #define FA_WGMMA_D16() FA_WGMMA_D16_AT(0)
 #define FA_WGMMA_D32() FA_WGMMA_D16_AT(0), FA_WGMMA_D16_AT(4)
 #define FA_WGMMA_D40() FA_WGMMA_D32(), FA_WGMMA_D4(8), FA_WGMMA_D4(9)
+#define FA_WGMMA_D48() FA_WGMMA_D32(), FA_WGMMA_D16_AT(8)
 #define FA_WGMMA_D56() FA_WGMMA_D32(), FA_WGMMA_D16_AT(8), FA_WGMMA_D4(12), FA_WGMMA_D4(13)
 #define FA_WGMMA_D64() FA_WGMMA_D32(), FA_WGMMA_D16_AT(8), FA_WGMMA_D16_AT(12)
 #define FA_WGMMA_D88() FA_WGMMA_D64(), FA_WGMMA_D16_AT(16), FA_WGMMA_D4(20), FA_WGMMA_D4(21)
@@ -74,6 +75,7 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
     "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
     "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
 #define FA_WGMMA_N32_39 "%32, %33, %34, %35, %36, %37, %38, %39"
+#define FA_WGMMA_N40_47 "%40, %41, %42, %43, %44, %45, %46, %47"
 #define FA_WGMMA_N40_55 \
     "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55"
 #define FA_WGMMA_N40_63                                                                          \
@@ -90,6 +92,7 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 #define FA_WGMMA_R16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FA_WGMMA_R32 "{" FA_WGMMA_N0_31 "}"
 #define FA_WGMMA_R40 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 "}"
+#define FA_WGMMA_R48 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_47 "}"
 #define FA_WGMMA_R56 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_55 "}"
 #define FA_WGMMA_R64 "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 "}"
 #define FA_WGMMA_R88 \
@@ -166,6 +169,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
     } else if constexpr (N == 80) {
         FA_WGMMA_TYPED(80, FA_WGMMA_R40, FA_WGMMA_D40, "{%40, %41, %42, %43}", 44, 45, "%46",
                        FA_WGMMA_RS_ARGS)
+    } else if constexpr (N == 96) {  // d_head 96's P·V (64-byte swizzled V)
+        FA_WGMMA_TYPED(96, FA_WGMMA_R48, FA_WGMMA_D48, "{%48, %49, %50, %51}", 52, 53, "%54",
+                       FA_WGMMA_RS_ARGS)
     } else if constexpr (N == 112) {
         FA_WGMMA_TYPED(112, FA_WGMMA_R56, FA_WGMMA_D56, "{%56, %57, %58, %59}", 60, 61, "%62",
                        FA_WGMMA_RS_ARGS)
@@ -182,7 +188,8 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
         FA_WGMMA_TYPED(256, FA_WGMMA_R128, FA_WGMMA_D128, "{%128, %129, %130, %131}", 132, 133,
                        "%134", FA_WGMMA_RS_ARGS)
     } else {
-        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 64, 80, 112, 128, 176, 192 and 256");
+        static_assert(wgmma_n_wrapped<N>,
+                      "wgmma N wrapped: 64, 80, 96, 112, 128, 176, 192 and 256");
     }
 }
 
@@ -195,6 +202,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_R88
 #undef FA_WGMMA_R64
 #undef FA_WGMMA_R56
+#undef FA_WGMMA_R48
 #undef FA_WGMMA_R40
 #undef FA_WGMMA_R32
 #undef FA_WGMMA_R16
@@ -203,6 +211,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_N64_87
 #undef FA_WGMMA_N40_63
 #undef FA_WGMMA_N40_55
+#undef FA_WGMMA_N40_47
 #undef FA_WGMMA_N32_39
 #undef FA_WGMMA_N0_31
 #undef FA_WGMMA_D128
@@ -210,6 +219,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_D88
 #undef FA_WGMMA_D64
 #undef FA_WGMMA_D56
+#undef FA_WGMMA_D48
 #undef FA_WGMMA_D40
 #undef FA_WGMMA_D32
 #undef FA_WGMMA_D16

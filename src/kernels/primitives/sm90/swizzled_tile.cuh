@@ -1,24 +1,31 @@
 #pragma once
 
-// A Rows x Cols tile of 16-bit elements in shared memory as TMA's 128-byte swizzle lays it
-// out and wgmma reads it: Cols / 64 sub-tiles of [Rows][64] (rows of 128 bytes, the widest
-// box the swizzle allows), each starting on the swizzle's 1024-byte period. Inside a
-// sub-tile the 16-byte chunk c of row r sits at chunk c ^ (r % 8), so the 8 rows an
-// ldmatrix phase or a quad's stores touch fall in 8 different bank groups. The type owns
-// every offset into the tile and the wgmma descriptors that read it.
+// A Rows x Cols tile of 16-bit elements in shared memory as TMA's 128- or 64-byte swizzle
+// lays it out and wgmma reads it: sub-tiles of [Rows][64] (128-byte swizzle, rows of 128
+// bytes, the widest box that swizzle allows) or [Rows][32] (64-byte swizzle, rows of 64
+// bytes), each starting on its swizzle's period of 8 rows (1024 or 512 bytes). Inside a
+// sub-tile the 16-byte chunk c of row r sits at chunk c ^ (the row's 128-byte line within the
+// period), so the 8 rows an ldmatrix phase or a quad's stores touch fall in 8 different bank
+// groups. The type owns every offset into the tile and the wgmma descriptors that read it.
+// The 64-byte swizzle serves head dims that are not whole 64-column sub-tiles (96: three
+// 32-column sub-tiles, where the 128-byte swizzle would pad to 128 columns and P·V's
+// MN-major wgmma, whose N is whole swizzle atoms, would compute a quarter of padding).
 
 #include <cstdint>
 
 namespace flash_attention {
 
 // PTX ISA "Matrix Descriptor Format" (wgmma): start address, leading and stride byte
-// offsets (all in 16-byte units), and the swizzle mode, 1 = 128-byte.
-__device__ __forceinline__ std::uint64_t smem_descriptor_128b(std::uint32_t address,
-                                                              std::uint32_t leading_bytes,
-                                                              std::uint32_t stride_bytes) {
+// offsets (all in 16-byte units), and the swizzle mode (bits 62-63): 1 = 128-byte, 2 = 64-byte.
+template <int SwizzleBytes>
+__device__ __forceinline__ std::uint64_t smem_descriptor(std::uint32_t address,
+                                                         std::uint32_t leading_bytes,
+                                                         std::uint32_t stride_bytes) {
+    static_assert(SwizzleBytes == 128 || SwizzleBytes == 64, "the 128- or 64-byte swizzle");
+    constexpr std::uint64_t mode = SwizzleBytes == 128 ? 1 : 2;
     return static_cast<std::uint64_t>((address & 0x3FFFF) >> 4) |
            static_cast<std::uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16 |
-           static_cast<std::uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32 | std::uint64_t{1} << 62;
+           static_cast<std::uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32 | mode << 62;
 }
 
 // `descriptor` moved `bytes` (a multiple of 16) further into its tile. Only the start
@@ -42,39 +49,46 @@ __device__ __forceinline__ std::uint64_t advance_wide(std::uint64_t descriptor,
 }
 
 // GroupMajor: the 8-row groups outermost instead, each holding its rows of every sub-tile
-// ([Rows / 8][Cols / 64][8][64]): a run of whole groups is then one contiguous region, which
+// ([Rows / 8][sub-tiles][8][row]): a run of whole groups is then one contiguous region, which
 // one TMA box of a 5-D map fills with all d_head columns (a paged cache's run of rows,
 // tma::load_group_rows()). wgmma reads it as well: only the strides of its descriptors
 // change, the groups of a sub-tile being a group further apart instead of adjacent.
 // WideAdvance: its descriptors advanced by advance_wide() instead of advance().
-template <int Rows, int Cols, bool GroupMajor = false, bool WideAdvance = false>
-struct Swizzle128Tile {
+template <int Rows, int Cols, int SwizzleBytes = 128, bool GroupMajor = false,
+          bool WideAdvance = false>
+struct SwizzledTile {
     static constexpr int rows = Rows;
     static constexpr int cols = Cols;
+    static constexpr int swizzle_bytes = SwizzleBytes;
     static constexpr bool group_major = GroupMajor;
-    static constexpr int sub_tile_cols = 64;
-    static constexpr int row_bytes = sub_tile_cols * 2;
+    static constexpr int row_bytes = SwizzleBytes;  // a sub-tile's row: one swizzle line
+    static constexpr int sub_tile_cols = row_bytes / 2;
+    static constexpr int chunks = row_bytes / 16;  // 16-byte chunks of a sub-tile's row
     static constexpr int sub_tiles = Cols / sub_tile_cols;
-    static constexpr int group_rows = 8;  // the swizzle's period: 8 rows of 128 bytes
+    static constexpr int group_rows = 8;  // the swizzle's period: 8 rows
     static constexpr int bytes = sub_tiles * Rows * row_bytes;
-    static_assert(Cols % sub_tile_cols == 0, "whole 64-column sub-tiles");
-    static_assert(Rows % group_rows == 0, "whole 8-row swizzle periods (1024 bytes)");
+    static_assert(SwizzleBytes == 128 || SwizzleBytes == 64, "the 128- or 64-byte swizzle");
+    static_assert(Cols % sub_tile_cols == 0, "whole sub-tiles");
+    static_assert(Rows % group_rows == 0, "whole 8-row swizzle periods");
     // From row r of sub-tile t to the same row of sub-tile t + 1, and from an 8-row group
     // of a sub-tile to its next group.
     static constexpr int sub_tile_stride = GroupMajor ? group_rows * row_bytes : Rows * row_bytes;
     static constexpr int group_stride =
         GroupMajor ? sub_tiles * group_rows * row_bytes : group_rows * row_bytes;
 
-    // Byte offset of 16-byte chunk `chunk` (0..7) of row `row` in sub-tile `sub_tile`.
+    // Byte offset of 16-byte chunk `chunk` (0 .. chunks - 1) of row `row` in sub-tile
+    // `sub_tile`. The swizzle XORs the chunk with the row's 128-byte line in its period
+    // (address bits 7.. onto bits 4..): the row itself (128-byte rows), or its half (64-byte).
     __device__ static constexpr int chunk_offset(int sub_tile, int row, int chunk) {
         const int row_offset =
             GroupMajor ? (row / group_rows) * group_stride + (row % group_rows) * row_bytes
                        : row * row_bytes;
-        return sub_tile * sub_tile_stride + row_offset + ((chunk ^ (row % 8)) * 16);
+        const int line = (row % group_rows) * row_bytes / 128;
+        return sub_tile * sub_tile_stride + row_offset + ((chunk ^ (line % chunks)) * 16);
     }
     // The same with `chunk` counted across the whole row (0 .. Cols / 8), as SmemTile's.
     __device__ static constexpr int chunk_offset(int row, int chunk) {
-        return chunk_offset(chunk / 8, row, chunk % 8);
+        return chunk_offset(chunk / chunks, row, chunk % chunks);
     }
     // Where row `row` (a multiple of 8) of the tile's first sub-tile starts.
     __device__ static constexpr int group_offset(int row) {
@@ -90,22 +104,28 @@ struct Swizzle128Tile {
     }
 
     // As a K-major wgmma operand (rows of k contiguous: Q and K of S = Q·Kᵀ), k-step kk
-    // (16 columns). 8-row core-matrix groups are group_stride bytes apart; the leading
-    // offset is unused with swizzling. The k-step starts 32 bytes further into each
-    // 128-byte row: the hardware applies the swizzle to the full address, so the shifted
+    // (16 columns, 32 bytes). 8-row core-matrix groups are group_stride bytes apart; the
+    // leading offset is unused with swizzling. The k-step starts 32 bytes further into each
+    // swizzled row: the hardware applies the swizzle to the full address, so the shifted
     // start stays consistent with TMA's layout.
     __device__ static std::uint64_t k_major(std::uint32_t base, int kk) {
-        return advanced(smem_descriptor_128b(base, 16, group_stride),
-                        (kk / 4) * sub_tile_stride + (kk % 4) * 32);
+        constexpr int steps = sub_tile_cols / 16;  // k-steps a sub-tile
+        return advanced(smem_descriptor<SwizzleBytes>(base, 16, group_stride),
+                        (kk / steps) * sub_tile_stride + (kk % steps) * 32);
     }
 
     // As an MN-major wgmma operand (rows of n contiguous: V as the B of P·V), rows
-    // [16 kk, 16 kk + 16) and every column: 8 k-rows of 128 bytes form a 1024-byte group;
-    // the next 64 columns of n are a sub-tile further on (the leading offset).
+    // [16 kk, 16 kk + 16) and every column: 8 k-rows of a sub-tile form a group; the next
+    // sub-tile's columns of n are a sub-tile further on (the leading offset).
     __device__ static std::uint64_t mn_major(std::uint32_t base, int kk) {
-        return advanced(smem_descriptor_128b(base, sub_tile_stride, group_stride),
+        return advanced(smem_descriptor<SwizzleBytes>(base, sub_tile_stride, group_stride),
                         kk * (2 * group_stride));
     }
 };
+
+// The 128-byte swizzle's tiles (64-column sub-tiles), which every tile but the forward's at a
+// head dim of odd 32-column sub-tiles uses.
+template <int Rows, int Cols, bool GroupMajor = false, bool WideAdvance = false>
+using Swizzle128Tile = SwizzledTile<Rows, Cols, 128, GroupMajor, WideAdvance>;
 
 }  // namespace flash_attention

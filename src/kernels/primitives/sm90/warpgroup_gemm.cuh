@@ -1,7 +1,7 @@
 #pragma once
 
-// The two GEMMs of attention as warpgroup MMAs (wgmma, sm_90a) on 128-byte-swizzled
-// shared-memory tiles (Swizzle128Tile, as tma::load_tile() lays them out).
+// The two GEMMs of attention as warpgroup MMAs (wgmma, sm_90a) on swizzled shared-memory
+// tiles (SwizzledTile, as tma::load_tile() lays them out).
 // Accumulators are a warpgroup's m64 tile, each warp holding 16 rows as m16n8 tiles
 // (float[N / 8][4], the layout of mma.sync's accumulators), so the online softmax and
 // the masks of the sm80 family apply to them unchanged.
@@ -42,8 +42,7 @@ __device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[KSteps][4],
     const int row = warp_row0 + lane % 16;
 #pragma unroll
     for (int kk = 0; kk < KSteps; ++kk) {
-        ptx::ldmatrix_x4(a[kk],
-                         tile_smem + Tile::chunk_offset(kk / 4, row, (kk % 4) * 2 + lane / 16));
+        ptx::ldmatrix_x4(a[kk], tile_smem + Tile::chunk_offset(row, kk * 2 + lane / 16));
     }
 }
 
