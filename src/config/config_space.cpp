@@ -103,8 +103,8 @@ constexpr std::array k_rules = {
     Rule{"backward_knobs", RuleKind::validity,
          "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
          "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
-         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered, "
-         "lagdq and earlydv",
+         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered "
+         "and lagdq",
          [](const KernelConfig& c) {
              if (!c.backward)
                  return false;
@@ -113,8 +113,7 @@ constexpr std::array k_rules = {
                                             .persistent = c.sm90.persistent,
                                             .dynamic_schedule = c.sm90.dynamic_schedule,
                                             .ordered_dq = c.sm90.ordered_dq,
-                                            .lag_dq = c.sm90.lag_dq,
-                                            .early_dv = c.sm90.early_dv};
+                                            .lag_dq = c.sm90.lag_dq};
              return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
                     c.sm80.K_mma_load_K_tiles != 0 || c.sm80.V_mma_load_K_tiles != 0 ||
                     c.sm80.mma_double_buffer_loads || c.sm80.optimized_softmax;
@@ -130,14 +129,6 @@ constexpr std::array k_rules = {
              return c.sm90.lag_dq &&
                     (!c.backward || sm90_backward_split_head(c) || c.sm90.ordered_dq);
          }},
-    Rule{"earlydv_is_lagdq", RuleKind::validity,
-         "earlydv reorders the lagdq backward step's GEMMs (add lagdq)",
-         [](const KernelConfig& c) { return c.sm90.early_dv && !c.sm90.lag_dq; }},
-    // Pᵀ's fragments live beside Sᵀ and dPᵀ: at 128 queries a step (d_head 64's step) ptxas
-    // serialized the wgmmas of every instance without a softcap (C7512, CUDA 13.0).
-    Rule{"earlydv_registers", RuleKind::pruning,
-         "earlydv holds Pᵀ's fragments beside Sᵀ and dPᵀ: steps of 64 queries (B_r 64) only",
-         [](const KernelConfig& c) { return c.sm90.early_dv && c.B_r > 64; }},
     Rule{"packgqa_forward", RuleKind::validity,
          "packgqa packs the forward's tiles (not with bwd) on the per-sequence kernel body, whose "
          "64-row consumers each take whole positions of a group of query heads; not with streamk "
@@ -585,7 +576,6 @@ ValueSets tune_values_backward_sm90() {
     v.dynamic_schedule = {false, true};
     v.ordered_dq = {false, true};
     v.lag_dq = {false, true};
-    v.early_dv = {false, true};
     return v;
 }
 
@@ -642,9 +632,7 @@ std::vector<KernelConfig> release() {
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
 // CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
-// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic),
-// and d_head 128's lagdq kernels with dV's GEMM issued before dPᵀ's wait (earlydv: not yet
-// measured, bench/ab-early-dv.txt).
+// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -660,8 +648,6 @@ std::vector<KernelConfig> ci() {
                "streamk",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
                "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
-               "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlydv",
-               "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlydv",
            }));
     return v;
 }

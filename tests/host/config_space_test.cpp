@@ -120,20 +120,6 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
     EXPECT_EQ(rejected_by(KernelConfig::parse(
                   "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim+lagdq")),
               "lagdq_is_backward");
-    // dV's GEMM before dPᵀ's wait: a lagdq step's reorder, at 64 queries a step.
-    EXPECT_EQ(KernelConfig::parse(
-                  "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlydv")
-                  .sm90.early_dv,
-              true);
-    EXPECT_EQ(rejected_by(KernelConfig::parse(
-                  "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlydv")),
-              "");
-    EXPECT_EQ(
-        rejected_by(KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+earlydv")),
-        "earlydv_is_lagdq");
-    EXPECT_EQ(rejected_by(KernelConfig::parse(
-                  "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq+earlydv")),
-              "earlydv_registers");
     // Persistent CTAs: consumers of 64 keys each, unordered dQ.
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.persistent = true; }), "");
     EXPECT_EQ(

@@ -169,8 +169,6 @@ struct BackwardTraits {
     // 2026-12-04). Two consumers of 64 keys.
     static constexpr bool lag_dq = C.sm90.lag_dq;
     static_assert(!lag_dq || !split_head, "lag_dq: consumers of 64 keys each");
-    static constexpr bool early_dv = C.sm90.early_dv;  // dV's GEMM before dPᵀ's wait
-    static_assert(!early_dv || lag_dq, "early_dv reorders the lag_dq step");
     // Persistent: sm_count CTAs, each walking one key block of each round of sm_count in the
     // schedule (for_each_key_block). A CTA's dK and dV tiles are staged over its dS tiles and dQ
     // staging (the walk's scratch, free once the walk ends), so that the next key block's K and V
@@ -584,10 +582,6 @@ struct BackwardConsumer {
         ptx::wgmma_wait<1>();
         ptx::fence_operands(s[0]);
         std::uint32_t p[1][s_tiles / 2][4], ds[1][s_tiles / 2][4];
-        // earlydv (lagdq): Pᵀ's fragments made with its exponentials and dV's GEMM issued before
-        // dPᵀ's wait, so that the exponentials overlap dPᵀ's GEMM (ptxas otherwise sinks most of
-        // them below the wait). A softcap makes the fragments there already, without it.
-        constexpr bool early_dv = Tr::early_dv && !Softcap;
         if constexpr (Softcap)
             softcap_scores(s, args.softcap_prescale);
         if constexpr (Masked)
@@ -610,19 +604,13 @@ struct BackwardConsumer {
                                           : probabilities[half][e];
                 }
             }
-            if constexpr (Softcap || early_dv)
+            if constexpr (Softcap)
                 a_fragment<dtype>(probabilities[0], probabilities[1], p[0][kt]);
-        }
-        if constexpr (early_dv) {
-            ptx::fence_operands(dv[0]);
-            ptx::wgmma_fence();
-            warpgroup_gemm_pv<dtype, typename Tr::DoCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
-            ptx::wgmma_commit_group();
         }
         // dSᵀ = Pᵀ ∘ (dPᵀ - D) (∘ (1 - t²) with a softcap).
         float2 dd[early ? s_tiles : 1];
         load_early(dd, d);
-        ptx::wgmma_wait<early_dv ? 1 : 0>();
+        ptx::wgmma_wait<0>();
         ptx::fence_operands(dp[0]);
         // A k-tile at a time, so that its Sᵀ and dPᵀ registers die as its 16-bit fragments are
         // made: all of them at once spilled twice as much in the softcap instances (40 bytes
@@ -636,7 +624,7 @@ struct BackwardConsumer {
                 for (int e = 0; e < 4; ++e)
                     dp[0][nt][e] = s[0][nt][e] * (dp[0][nt][e] - (e % 2 ? dnt.y : dnt.x));
             }
-            if constexpr (!Softcap && !early_dv)
+            if constexpr (!Softcap)
                 a_fragment<dtype>(s[0][2 * kt], s[0][2 * kt + 1], p[0][kt]);
             a_fragment<dtype>(dp[0][2 * kt], dp[0][2 * kt + 1], ds[0][kt]);
         }
@@ -667,17 +655,15 @@ struct BackwardConsumer {
                 gemm_dq(dq, ds_tile(fresh, i - 1), dq_k_cols(fresh));
             }
             ptx::wgmma_commit_group();  // empty in the first step
-            if constexpr (!early_dv) {
-                ptx::fence_operands(dv[0]);
-                ptx::wgmma_fence();
-                warpgroup_gemm_pv<dtype, typename Tr::DoCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
-                ptx::wgmma_commit_group();
-            }
+            ptx::fence_operands(dv[0]);
+            ptx::wgmma_fence();
+            warpgroup_gemm_pv<dtype, typename Tr::DoCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
+            ptx::wgmma_commit_group();
             ptx::fence_operands(dk[0]);
             ptx::wgmma_fence();
             warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
             ptx::wgmma_commit_group();
-            ptx::wgmma_wait<early_dv ? 1 : 2>();  // the previous step's dQ (earlydv: after dV's)
+            ptx::wgmma_wait<2>();  // the previous step's dQ
             if constexpr (Previous) {
                 ptx::fence_operands(dq[0]);
                 arrive_warp(barriers.empty[(i - 1) % 2]);
