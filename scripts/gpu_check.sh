@@ -21,7 +21,8 @@
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            and the backward of the variants against FA4 (bench/compare.py --variants)
 #            (needs package or pyext; GRID=backward, forward, variants or models (the model-shaped
-#            rows alone; GRID_GRAPHS=1 times them as CUDA graph replays) runs one, BWD_SEQS="2048 8192"
+#            rows alone; GRID_GRAPHS=1 times them as CUDA graph replays) runs one, GRID_ARGS="..." adds
+#            compare.py arguments to the forward grid (e.g. "--seqs 2048 8192 --d-heads 96 --no-models"), BWD_SEQS="2048 8192"
 #            other lengths, BWD_D_HEADS="96" other head dims, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
 #   backward the default build (unless built), its backward GPU tests (unless build's or
@@ -199,7 +200,8 @@ stage_grid() {
   peers
   local passes=${GRID:-forward backward variants}
   if [[ $passes == *forward* ]]; then
-    check grid python3 bench/compare.py --out "$OUT/grid"
+    # shellcheck disable=SC2086 # GRID_ARGS is a list of arguments
+    check grid python3 bench/compare.py ${GRID_ARGS:-} --out "$OUT/grid"
     cat "$OUT/grid.md"
   fi
   if [[ $passes == *models* ]]; then
