@@ -172,9 +172,9 @@ constexpr Row k_rows[] = {
     {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy", 0, true},
     {"(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
     {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
-    // d_head 96: the sm90 family pads its tiles to d_head 128's (the last sub-tile's 32 columns
-    // TMA fills with zeros; S = Q·Kᵀ skips them), so it takes d_head 128's 128 x 128 rows,
-    // Q in registers (6 k-steps). Not yet measured.
+    // d_head 96: 64-byte swizzled tiles of 96 columns, d_head 128's 128 x 128 rows with Q in
+    // registers (6 k-steps). Beside it three stages, B_c 176 and 192-row tiles did not lead at
+    // both 2k and 8k (bf16, 21 heads, H100, 2026-12-05, bench/d96-forward.txt).
     {"(BF16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(FP16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(BF16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+lazy"},
