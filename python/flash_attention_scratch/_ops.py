@@ -1,7 +1,9 @@
 """PyTorch integration: argument checks, the custom ops and their fake implementations."""
 
+import contextlib
 import functools
 import operator
+import re
 from typing import Optional, Tuple
 
 import torch
@@ -900,6 +902,19 @@ def _append_to_slots(k_cache, v_cache, k, v, slot, lengths):
         cache.index_put_((slot, row), torch.where(kept[..., None, None], x, repeat))
 
 
+@contextlib.contextmanager
+def _named_as_caches():
+    """Cache slots run forward_varlen over the caches' rows, which its errors call k and v: they
+    name the caller's k_cache and v_cache instead (the same head-dim axis, shape[3])."""
+    try:
+        yield
+    except (TypeError, ValueError) as e:
+        renamed = re.sub(r"(?<![\w.])([kv])(?=\.(?:shape|stride|dtype|device)\b)", r"\1_cache", str(e))
+        if renamed == str(e):
+            raise
+        raise type(e)(renamed) from e
+
+
 def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, softmax_scale, causal,
                    window_size, softcap, alibi_slopes, num_splits, return_lse):
     """flash_attn_with_kvcache with cache_batch_idx or cache_leftpad: entry b reads (and with k
@@ -962,14 +977,15 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
     scale, splits = _scale_and_splits(softmax_scale, num_splits)
     args = (cu_q, cu_k, used, None, seq_q, capacity, scale, _causal(causal, "bottom_right", var[:2], alibi_slopes),
             splits, *var)
-    if k is not None:
-        # A call the library refuses (V's head dim, the route) leaves the caches as they were.
-        _run_varlen(q_rows, k_rows, v_rows, _out_like(q_rows, v_rows), None, *args, check_only=True)
-        _append_to_slots(k_cache, v_cache, k, v, slot, lengths)
-    out, lse = forward_varlen(q_rows, k_rows, v_rows, cu_q, cu_k, seq_q, capacity,
-                              softmax_scale=softmax_scale, causal=causal, seqused_k=used,
-                              num_splits=num_splits, return_lse=True, window_size=window_size, softcap=softcap,
-                              alibi_slopes=alibi_slopes)
+    with _named_as_caches():
+        if k is not None:
+            # A call the library refuses (V's head dim, the route) leaves the caches as they were.
+            _run_varlen(q_rows, k_rows, v_rows, _out_like(q_rows, v_rows), None, *args, check_only=True)
+            _append_to_slots(k_cache, v_cache, k, v, slot, lengths)
+        out, lse = forward_varlen(q_rows, k_rows, v_rows, cu_q, cu_k, seq_q, capacity,
+                                  softmax_scale=softmax_scale, causal=causal, seqused_k=used,
+                                  num_splits=num_splits, return_lse=True, window_size=window_size,
+                                  softcap=softcap, alibi_slopes=alibi_slopes)
     out = out.view(batch, seq_q, heads, v_cache.shape[3])
     return (out, lse.view(heads, batch, seq_q).permute(1, 0, 2).contiguous()) if return_lse else out
 

@@ -484,7 +484,7 @@ def test_cache_slots_are_not_written_by_a_refused_call():
     dtype = torch.bfloat16
     idx = torch.tensor([2, 0], dtype=torch.int32, device="cuda")
     lens = torch.tensor([5, 9], dtype=torch.int32, device="cuda")
-    for d, d_v, splits, message in ((128, 64, 0, r"v.shape\[3\] \(d_v\)"), (192, 128, 2, r"d_head")):
+    for d, d_v, splits, message in ((128, 64, 0, r"^v_cache.shape\[3\] \(d_v\)"), (192, 128, 2, r"d_head")):
         q = randn(2, 1, 8, d, dtype=dtype)
         kc, vc = randn(3, 64, 2, d, dtype=dtype), randn(3, 64, 2, d_v, dtype=dtype)
         k, v = randn(2, 1, 2, d, dtype=dtype), randn(2, 1, 2, d_v, dtype=dtype)
