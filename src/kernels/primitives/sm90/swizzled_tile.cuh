@@ -123,9 +123,39 @@ struct SwizzledTile {
     }
 };
 
+// The swizzles as the hardware applies them to a shared-memory address (PTX ISA, "Tensor-map
+// swizzle modes" and wgmma's matrix descriptors; CUTLASS names them Swizzle<3,4,3> and
+// Swizzle<2,4,3>): the 16-byte chunk bits [4, 4 + b) XORed with bits [7, 7 + b), b = 3 (128-byte)
+// or 2 (64-byte). chunk_offset() must give the same address for every row and chunk of a tile
+// whose base is aligned to the period, or TMA's writes and wgmma's reads would disagree with it.
+template <class Tile>
+constexpr bool matches_address_swizzle() {
+    constexpr int mask = Tile::chunks - 1;
+    for (int sub_tile = 0; sub_tile < Tile::sub_tiles; ++sub_tile) {
+        for (int row = 0; row < Tile::rows; ++row) {
+            for (int chunk = 0; chunk < Tile::chunks; ++chunk) {
+                // The chunk's place before swizzling: its sub-tile, 8-row group, row, chunk.
+                const int plain = sub_tile * Tile::sub_tile_stride +
+                                  row / Tile::group_rows * Tile::group_stride +
+                                  row % Tile::group_rows * Tile::row_bytes + chunk * 16;
+                if (Tile::chunk_offset(sub_tile, row, chunk) !=
+                    (plain ^ (((plain >> 7) & mask) << 4)))
+                    return false;
+            }
+        }
+    }
+    return true;
+}
+
 // The 128-byte swizzle's tiles (64-column sub-tiles), which every tile but the forward's at a
 // head dim of odd 32-column sub-tiles uses.
 template <int Rows, int Cols, bool GroupMajor = false, bool WideAdvance = false>
 using Swizzle128Tile = SwizzledTile<Rows, Cols, 128, GroupMajor, WideAdvance>;
+
+static_assert(matches_address_swizzle<Swizzle128Tile<64, 128>>() &&
+                  matches_address_swizzle<Swizzle128Tile<16, 256, true>>() &&
+                  matches_address_swizzle<SwizzledTile<64, 96, 64>>() &&
+                  matches_address_swizzle<SwizzledTile<16, 96, 64, true>>(),
+              "chunk_offset() is the hardware's swizzle of the unswizzled layout");
 
 }  // namespace flash_attention
