@@ -11,7 +11,8 @@
 #            unpacked into $BUILD, then build's checks; the device's minutes go to the GPU alone
 #            (GPU_FILTER=PATTERN: build's GPU tests restricted to a gtest filter)
 #   sanitize compute-sanitizer on build's tests: memcheck on odd shapes of every built config,
-#            racecheck on the sm90 ones (build and sanitize together take about 10 minutes on an
+#            racecheck on the sm90 ones (SANITIZE_D=96: that head dim's configs alone; build and
+#            sanitize together take about 10 minutes on an
 #            H200 host of 16 cores: the device tool's limit for one command)
 #   package  the default Python package (pip install .), its import in fresh interpreters
 #            before and after torch, and the pytest suite
@@ -157,13 +158,15 @@ stage_backward() {
 
 stage_sanitize() {
   [ -x "$BUILD/tests/test_gpu" ] || stage_build
-  # API errors are not memory errors: one test makes cudaMalloc fail on purpose.
+  # API errors are not memory errors: one test makes cudaMalloc fail on purpose. SANITIZE_D=96
+  # keeps the odd shapes to that head dim's configs.
+  local d=${SANITIZE_D:+_d${SANITIZE_D}_}
   check memcheck timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
     "$BUILD/tests/test_gpu" --gtest_brief=1 \
-    --gtest_filter='Built/EveryConfigOddShapes.*q129_k257*:Built/EveryConfigOddShapes.*q1000_k7_*:Forward.*'
+    --gtest_filter="Built/EveryConfigOddShapes.*${d}*q129_k257*:Built/EveryConfigOddShapes.*${d}*q1000_k7_*:Forward.*"
   check racecheck timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 \
     "$BUILD/tests/test_gpu" --gtest_brief=1 \
-    --gtest_filter='Built/EveryConfigOddShapes.*sm90*q129_k257*:Built/EveryConfigOddShapes.*sm90*q1000_k7_*'
+    --gtest_filter="Built/EveryConfigOddShapes.*sm90*${d}*q129_k257*:Built/EveryConfigOddShapes.*sm90*${d}*q1000_k7_*"
 }
 
 stage_package() {
