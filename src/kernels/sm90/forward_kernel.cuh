@@ -112,8 +112,8 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
         const auto run = [&](auto softmax) -> int {
             bars.q_full[q_pair].wait(q.parity);
             if constexpr (Tr::q_in_registers) {
-                load_a_fragments<typename Tr::QTile, Tr::qk_k_steps>(c.q_frags, c.q_smem,
-                                                                     warp_in_warpgroup() * mma_m);
+                load_a_fragments<typename Tr::QTile>(c.q_frags, c.q_smem,
+                                                     warp_in_warpgroup() * mma_m);
                 c.release_q();  // the S GEMMs read Q from registers
             }
             consume<Tr, C.sm90.intra_warpgroup_overlap>(c, turns, o, softmax);

@@ -271,7 +271,7 @@ struct Consumer {
     int q_pair;                   // the barriers of this consumer's Q rows (Traits::q_pair())
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
-    std::uint32_t q_frags[Tr::qk_k_steps][4];
+    std::uint32_t q_frags[Tr::q_cols / 16][4];
 
     __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
         return RingSlot<Tr::stages>(ring + j);
@@ -299,10 +299,10 @@ struct Consumer {
         ptx::fence_operands(s[0]);
         ptx::wgmma_fence();
         if constexpr (Tr::q_in_registers) {
-            warpgroup_gemm_qk<dtype, KTile, Tr::qk_k_steps>(s[0], q_frags, k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, KTile>(s[0], q_frags, k_stage(slot(j).stage));
         } else {
-            warpgroup_gemm_qk<dtype, typename Tr::QTile, KTile, Tr::qk_k_steps>(
-                s[0], q_smem, k_stage(slot(j).stage));
+            warpgroup_gemm_qk<dtype, typename Tr::QTile, KTile>(s[0], q_smem,
+                                                                k_stage(slot(j).stage));
         }
         ptx::wgmma_commit_group();
         ptx::fence_operands(s[0]);

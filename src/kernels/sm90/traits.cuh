@@ -38,7 +38,6 @@ struct Traits {
     static constexpr int o_cols = forward_tile_columns(d_v);
     static constexpr int qk_swizzle = forward_swizzle_bytes(d_head);
     static constexpr int o_swizzle = forward_swizzle_bytes(d_v);
-    static constexpr int qk_k_steps = d_head / 16;
     static constexpr int B_r = C.B_r;
     static constexpr int B_c = C.B_c;
     static constexpr int stages = C.sm90.stages;

@@ -16,16 +16,13 @@
 namespace flash_attention {
 
 // S (64 x N) = Q (this warpgroup's 64 rows x D) · K (N x D)ᵀ, both operands in shared
-// memory; overwrites S. Issued, not waited for: the caller commits and waits. KSteps: the
-// k-steps of 16 columns D holds, fewer than the tiles' where their last sub-tile is padding
-// (d_head 96 in 128 columns).
-template <DType dtype, class QTile, class KTile, int KSteps = QTile::cols / 16>
+// memory; overwrites S. Issued, not waited for: the caller commits and waits.
+template <DType dtype, class QTile, class KTile>
 __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4],
                                                   std::uint32_t q_smem, std::uint32_t k_smem) {
     static_assert(QTile::rows == 64 && QTile::cols == KTile::cols, "Q (64 x D), K (N x D)");
-    static_assert(KSteps <= QTile::cols / 16, "k-steps of the tiles' columns");
 #pragma unroll
-    for (int kk = 0; kk < KSteps; ++kk) {
+    for (int kk = 0; kk < QTile::cols / 16; ++kk) {
         const std::uint64_t a = QTile::k_major(q_smem, kk);
         const std::uint64_t b = KTile::k_major(k_smem, kk);
         ptx::wgmma_ss<dtype, KTile::rows, false>(s, a, b, kk > 0);
@@ -35,26 +32,25 @@ __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4]
 // This warp's 16 rows of a warpgroup's 64 x D tile as m16k16 A fragments (ldmatrix.x4:
 // lanes 0-15 address rows 0-15 at the k-tile's first 8 columns, lanes 16-31 at its last
 // 8). A phase's 8 lanes read 8 rows whose chunks the swizzle spreads over 8 bank groups.
-template <class Tile, int KSteps = Tile::cols / 16>
-__device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[KSteps][4],
+template <class Tile>
+__device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[Tile::cols / 16][4],
                                                  std::uint32_t tile_smem, int warp_row0) {
     const int lane = threadIdx.x % warp_size;
     const int row = warp_row0 + lane % 16;
 #pragma unroll
-    for (int kk = 0; kk < KSteps; ++kk) {
+    for (int kk = 0; kk < Tile::cols / 16; ++kk) {
         ptx::ldmatrix_x4(a[kk], tile_smem + Tile::chunk_offset(row, kk * 2 + lane / 16));
     }
 }
 
 // S (64 x N) = Q (this warp's rows as register fragments) · K (N x D)ᵀ, K from shared
 // memory: the same GEMM as above with shared memory serving only K.
-template <DType dtype, class KTile, int KSteps = KTile::cols / 16>
+template <DType dtype, class KTile>
 __device__ __forceinline__ void warpgroup_gemm_qk(float (&s)[KTile::rows / 8][4],
-                                                  const std::uint32_t (&q)[KSteps][4],
+                                                  const std::uint32_t (&q)[KTile::cols / 16][4],
                                                   std::uint32_t k_smem) {
-    static_assert(KSteps <= KTile::cols / 16, "k-steps of the tile's columns");
 #pragma unroll
-    for (int kk = 0; kk < KSteps; ++kk) {
+    for (int kk = 0; kk < KTile::cols / 16; ++kk) {
         ptx::wgmma_rs<dtype, KTile::rows, false>(s, q[kk], KTile::k_major(k_smem, kk), kk > 0);
     }
 }
