@@ -134,6 +134,10 @@ constexpr std::array k_rules = {
          "earlys leaves the lagdq backward step's dK GEMM in flight into the next step (add "
          "lagdq)",
          [](const KernelConfig& c) { return c.sm90.early_s && !c.sm90.lag_dq; }},
+    Rule{"earlys_stages", RuleKind::validity,
+         "earlys releases a step's Q stage in the next step, after that step's Q has landed: two "
+         "Q/dO stages or more (stages_2)",
+         [](const KernelConfig& c) { return c.sm90.early_s && c.sm90.stages < 2; }},
     Rule{"packgqa_forward", RuleKind::validity,
          "packgqa packs the forward's tiles (not with bwd) on the per-sequence kernel body, whose "
          "64-row consumers each take whole positions of a group of query heads; not with streamk "

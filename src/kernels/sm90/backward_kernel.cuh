@@ -178,6 +178,8 @@ struct BackwardTraits {
     // kernels ran 10-21% slower (H200, 2026-12-05, docs/PERF.md).
     static constexpr bool early_s = C.sm90.early_s;
     static_assert(!early_s || lag_dq, "early_s reorders the lag_dq step");
+    // One stage would deadlock: the next step's Q lands only once this step's is released.
+    static_assert(!early_s || stages >= 2, "early_s: two Q/dO stages or more");
     // Persistent: sm_count CTAs, each walking one key block of each round of sm_count in the
     // schedule (for_each_key_block). A CTA's dK and dV tiles are staged over its dS tiles and dQ
     // staging (the walk's scratch, free once the walk ends), so that the next key block's K and V
