@@ -110,8 +110,9 @@ def test_configs_and_parse_round_trip():
             consumers = c.n_warps // 4 - 1
             score_tiles = 2 if c.B_c == 64 and consumers > 1 else 1
             stats_buffers = stages if c.lag_dq else 2
-            d = (c.d_head + 63) // 64 * 64  # whole 64-column sub-tiles: d_head 96's tiles are 128 wide
-            d_v = ((c.d_v or c.d_head) + 63) // 64 * 64  # V's and dO's columns (d_v 0: d_head)
+            # Whole sub-tiles of their swizzle (64 columns, or 32 at d_head 96): no padding.
+            d = c.d_head
+            d_v = c.d_v or c.d_head  # V's and dO's columns (d_v 0: d_head)
             raw = (2 * (c.B_c * (d + d_v) + stages * c.B_r * (d + d_v) + 2 * score_tiles * c.B_c * c.B_r)
                    + 4 * c.B_r * d + 8 * c.B_r * stats_buffers + 8 * (2 + 4 * stages)
                    + (32 if c.lag_dq else 0) + (40 if c.dynamic_schedule else 0))

@@ -167,7 +167,8 @@ constexpr std::array k_rules = {
          "an sm90 backward kernel has one producer warpgroup and consumers of 64 keys each (B_c "
          "= 64 x consumers, 8 or 12 warps), B_r 64 or 128 queries a step (the N of Sᵀ's wgmma), "
          "split into 64-row groups of dQ that divide the consumers, each consumer's share of dQ "
-         "whole 64-column sub-tiles, and d_head 64, 96 (its tiles padded to 128 columns) or 128; "
+         "whole 64-column sub-tiles (d_head 96: two consumers, B_r 64, dQ's columns split 64 + "
+         "32), and d_head 64, 96 or 128; "
          "or, d_head 192 and 256, two consumers on the same 64 keys (B_c 64, 12 warps, B_r 64), "
          "each with half of d_head's columns (256) or one of dK and dV (192)",
          [](const KernelConfig& c) {
@@ -179,7 +180,8 @@ constexpr std::array k_rules = {
              const int row_groups = c.B_r / 64;
              return (c.n_warps != 8 && c.n_warps != 12) || c.B_c != 64 * consumers ||
                     (c.B_r != 64 && c.B_r != 128) || consumers % row_groups != 0 ||
-                    (tile_columns(c.d_head) * row_groups / consumers) % 64 != 0 ||
+                    ((tile_columns(c.d_head) * row_groups / consumers) % 64 != 0 &&
+                     !sm90_backward_uneven_dq(c)) ||
                     (c.d_head != 64 && c.d_head != 96 && c.d_head != 128);
          }},
     // sm80 family.
@@ -716,7 +718,7 @@ int estimated_registers(const KernelConfig& c) {
         // place, S dead); with it, S of the next block is computed while P of this one
         // feeds P·V.
         const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
-        return forward_tile_columns(c.v_head_dim()) / 2 + c.B_c / 2 + p +
+        return tile_columns(c.v_head_dim()) / 2 + c.B_c / 2 + p +
                (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 + c.d_head / 8;
     }
     if (c.backward) {

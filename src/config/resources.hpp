@@ -25,20 +25,15 @@ struct DeviceLimits {
     static constexpr DeviceLimits h100() { return {233472, 232448, 1024, 2048, 32, 50 << 20}; }
 };
 
-// sm90 backward: the columns of a tile of d head columns, whole 64-column sub-tiles of the
-// 128-byte swizzle (d_head 96: 128, its last 32 padding).
-constexpr int tile_columns(int d) {
-    return (d + 63) / 64 * 64;
-}
-
-// sm90 forward: a tile's swizzle, 128 bytes (64-column sub-tiles) where d is whole such
-// sub-tiles, else 64 bytes (32-column sub-tiles: d_head 96 with no padding, so that P·V's wgmma
-// computes 96 columns, not 128).
-constexpr int forward_swizzle_bytes(int d) {
+// sm90: a tile's swizzle, 128 bytes (64-column sub-tiles) where d is whole such sub-tiles, else
+// 64 bytes (32-column sub-tiles: d_head 96 with no padding, so that the GEMMs whose N is d
+// (P·V; the backward's dV, dK and dQ) compute 96 columns, not 128). Both passes.
+constexpr int tile_swizzle_bytes(int d) {
     return d % 64 == 0 ? 128 : 64;
 }
-constexpr int forward_tile_columns(int d) {
-    const int sub_tile = forward_swizzle_bytes(d) / 2;
+// sm90: the columns of a tile of d head columns, whole sub-tiles of its swizzle.
+constexpr int tile_columns(int d) {
+    const int sub_tile = tile_swizzle_bytes(d) / 2;
     return (d + sub_tile - 1) / sub_tile * sub_tile;
 }
 
@@ -61,6 +56,15 @@ constexpr bool sm90_backward_split_gradients(const KernelConfig& c) {
     return sm90_backward_split_head(c) && tile_columns(c.d_head) % 128 != 0;
 }
 
+// The sm90 backward's dQ = dS·K split over two consumers of 64 keys by columns where B_r is one
+// 64-row group and d_head's tiles are not whole 64-column sub-tiles (96): an MN-major wgmma
+// operand's N is whole swizzle atoms (32 columns at 96), so the columns go 64 + 32 rather than
+// 48 + 48, each consumer's GEMM compiled for its share.
+constexpr bool sm90_backward_uneven_dq(const KernelConfig& c) {
+    return !sm90_backward_split_head(c) && consumer_warpgroups(c) == 2 && c.B_r == 64 &&
+           tile_columns(c.d_head) % 64 == 32;
+}
+
 // sm90: registers per consumer thread after setmaxnreg. The producer warpgroup drops
 // to 24, and 64K registers are shared by 128 * (1 + consumer warpgroups) threads.
 constexpr int consumer_registers(const KernelConfig& c) {
@@ -78,8 +82,8 @@ constexpr int sm90_q_barrier_pairs(const KernelConfig& c, int q_tiles) {
 }
 
 // sm90: `q_tiles` Q tiles, `stages` K and V tiles (rows of d_head and of v_head_dim()
-// columns, forward_tile_columns()), 1024 bytes to align the tiles to the 128-byte swizzle's
-// 1024-byte period, the pipeline's mbarriers, with the dynamic schedule each Q buffer's tile index
+// columns, tile_columns()), 1024 bytes to align the tiles to the swizzle's period (at most
+// 1024 bytes), the pipeline's mbarriers, with the dynamic schedule each Q buffer's tile index
 // and its barrier (16 bytes, padded), and with `o_apart` one consumer's O staging region (64 rows)
 // and its barrier.
 constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o_apart = false) {
@@ -87,9 +91,9 @@ constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o
     const std::size_t q = static_cast<std::size_t>(q_tiles);
     const std::size_t q_pairs = static_cast<std::size_t>(sm90_q_barrier_pairs(c, q_tiles));
     const std::size_t row_bytes =
-        static_cast<std::size_t>(forward_tile_columns(c.d_head)) * element_bytes(c.dtype);
+        static_cast<std::size_t>(tile_columns(c.d_head)) * element_bytes(c.dtype);
     const std::size_t v_row_bytes =
-        static_cast<std::size_t>(forward_tile_columns(c.v_head_dim())) * element_bytes(c.dtype);
+        static_cast<std::size_t>(tile_columns(c.v_head_dim())) * element_bytes(c.dtype);
     return q * static_cast<std::size_t>(c.B_r) * row_bytes +
            n_stages * static_cast<std::size_t>(c.B_c) * (row_bytes + v_row_bytes) + 1024 +
            8 * (2 * q_pairs + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
@@ -146,7 +150,7 @@ constexpr std::size_t backward_dq_smem_bytes(const KernelConfig& c) {
 // to the struct's 1024-byte alignment; 1024 bytes more to align it (the 128-byte swizzle's period).
 constexpr std::size_t sm90_backward_smem_bytes(const KernelConfig& c) {
     const auto r = static_cast<std::size_t>(c.B_r), k = static_cast<std::size_t>(c.B_c);
-    const auto d = static_cast<std::size_t>(tile_columns(c.d_head));  // d_head 96: 128
+    const auto d = static_cast<std::size_t>(tile_columns(c.d_head));
     const auto dv = static_cast<std::size_t>(tile_columns(c.v_head_dim()));
     const auto stages = static_cast<std::size_t>(c.sm90.stages > 0 ? c.sm90.stages : 0);
     const std::size_t score_tiles = sm90_backward_split_head(c) ? 2 : 1;

@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(128)
     if (row >= seq_rows)
         return;
     const std::int64_t at = seq.ws(args, head, row);
-    // The sm90 accumulator's rows are its tiles' columns (d_head 96: 128, all 16 lanes; 192 with
-    // V's 128: 24 chunks over 16 lanes).
+    // The sm90 accumulator's rows are its tiles' columns (d_head 96: 12 chunks over 16 lanes; 192
+    // with V's 128: 24 chunks over 16 lanes).
     constexpr int acc_cols = tile_columns(D_Head);
     if (args.dq_accum != nullptr) {
         for (int c = chunk; c < acc_cols / 8; c += lanes) {

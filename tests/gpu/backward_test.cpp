@@ -246,7 +246,7 @@ TEST(Backward, Deterministic) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
     // GQA and not: the ordered kernels' two add orders (KeyBlockScheduler); every head dim's
-    // ordered kernel (d_head 96's padded tiles, 192's and MLA's split gradients).
+    // ordered kernel (d_head 96's 64-byte tiles and uneven dQ, 192's and MLA's split gradients).
     const HeadDims mla(
         fa::KernelConfig::parse("(BF16, 192, 64, 64, 12): sm90+dv_128+bwd+stages_2"));
     for (const HeadDims dims : {HeadDims(128), HeadDims(96), HeadDims(192), mla})

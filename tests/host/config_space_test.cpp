@@ -105,6 +105,20 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
                   c.n_warps = 8;
               }),
               "backward_warpgroups");
+    // d_head 96 on 64-byte tiles: dQ's 96 columns split 64 + 32 over two consumers of one 64-row
+    // group; one consumer's 96, or 48 each of two row groups, are not whole 64-column shares.
+    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.d_head = 96; }), "");
+    EXPECT_EQ(with_hopper([](KernelConfig& c) {
+                  c.d_head = 96;
+                  c.B_r = 128;
+              }),
+              "backward_warpgroups");
+    EXPECT_EQ(with_hopper([](KernelConfig& c) {
+                  c.d_head = 96;
+                  c.B_c = 64;
+                  c.n_warps = 8;
+              }),
+              "backward_warpgroups");
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.stages = 4; }), "sm90_smem");
     // dQ a step behind: the consumers of 64 keys each, unordered.
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.lag_dq = true; }), "");

@@ -661,12 +661,12 @@ TEST(Validation, BackwardWorkspaceIsLinearInTheSequence) {
         fa::KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic");
     EXPECT_EQ(fa::backward_workspace_bytes(shape(1000), dynamic),
               rows * 1024 * (2 + 128) * 4 + 2 * 4);
-    // d_head 96: the accumulator's rows are its tiles' 128 columns.
+    // d_head 96: the accumulator's rows are its tiles' 96 columns (64-byte swizzle, no padding).
     fa::ProblemShape d96 = shape(1000);
     d96.d_head = 96;
     EXPECT_EQ(fa::backward_workspace_bytes(
                   d96, fa::KernelConfig::parse("(BF16, 96, 64, 128, 12): sm90+bwd+stages_2")),
-              rows * 1024 * (2 + 128) * 4);
+              rows * 1024 * (2 + 96) * 4);
     for (const auto& c : {sm80, sm90, ordered}) {
         EXPECT_EQ(fa::backward_workspace_bytes(shape(16384), c),
                   2 * fa::backward_workspace_bytes(shape(8192), c))

@@ -17,7 +17,8 @@
 //    for half of the step's queries; Pᵀ and dSᵀ go through shared memory, and each consumer
 //    runs dV, dK and dQ for half of d_head's columns over every query. d_head 192 and
 //    DeepSeek's 192/128 (split_gradients): the same, but consumer 0 runs dK and consumer 1 dV
-//    over every column, and dQ's 64-column parts are shared 1 : 2.
+//    over every column, and dQ's 64-column parts are shared 1 : 2. d_head 96: d_head 128's
+//    kernel on tiles of 96 columns (the 64-byte swizzle), dQ's columns split 64 + 32.
 //    A second producer warp adds each step's dQ to an fp32 accumulator in global memory with
 //    TMA's bulk reduce-add (cp.reduce.async.bulk), from a staging buffer the consumers fill.
 //  - dQ conversion: the accumulator, scaled and rounded to 16 bits, into dQ.
@@ -74,15 +75,16 @@ struct BackwardTraits {
     // through a swizzle atom.
     static constexpr bool split_gradients = sm90_backward_split_gradients(C);
     static_assert(!split_gradients || consumers == 2, "one consumer for dK, one for dV");
-    // The tiles' columns: whole 64-column sub-tiles, d_head 96's last one half padding, as in
-    // the forward (Traits::q_cols): TMA fills it with zeros past the tensors' columns and drops
-    // dK's and dV's there when it stores. Sᵀ and dPᵀ skip it (their k-steps run over d_head);
-    // dK, dV and dQ compute it as zeros: their B operands (Q, dO and K, MN-major) are read in
-    // whole 128-byte swizzle atoms of 64 columns, the unit of the ISA's shared-memory layouts.
+    // The tiles' columns: whole sub-tiles of their swizzle, as the forward's (tile_columns():
+    // 64 columns of the 128-byte swizzle, or at d_head 96 three of 32 of the 64-byte one), so
+    // that the GEMMs whose N is d_head (dV, dK, dQ; their B operands Q, dO and K read MN-major in
+    // whole swizzle atoms) compute no padding.
     static constexpr int cols = tile_columns(d_head);
+    static constexpr int swizzle = tile_swizzle_bytes(d_head);
     // V's, dO's and dV's (DeepSeek's MLA: 128 with d_head 192; else d_head's).
     static constexpr int d_v = C.v_head_dim();
     static constexpr int v_cols = tile_columns(d_v);
+    static constexpr int v_swizzle = tile_swizzle_bytes(d_v);
     static_assert(d_v == d_head || split_gradients, "V's own head dim: split_gradients");
     // The columns of dK and of dV the consumer of `role` holds (split_gradients: consumer 0 dK's,
     // consumer 1 dV's; a role of -1 is any consumer of the other kernels).
@@ -103,18 +105,42 @@ struct BackwardTraits {
     static_assert(step_queries % 16 == 0, "whole k-tiles of queries a consumer");
     // dQ = dS·K (B_r x d_head) over the consumers: 64-row groups of queries, then d_head's
     // columns, in parts of 64 rows x 64 columns (64 x 64 floats each in the staging and the
-    // accumulator, the parts of a row group's columns in order). split_gradients: consumer 0
-    // (dK's GEMM) takes the first part, consumer 1 the others.
+    // accumulator, the parts of a row group's columns in order; at d_head 96 the last part of a
+    // row is 64 x 32). split_gradients: consumer 0 (dK's GEMM) takes the first part, consumer 1
+    // the others. uneven_dq (d_head 96, sm90_backward_uneven_dq()): consumer 0 the first 64
+    // columns, consumer 1 the last 32.
+    static constexpr bool uneven_dq = sm90_backward_uneven_dq(C);
+    // The consumers' walks are compiled for each one's role where they differ in their
+    // accumulators: split_gradients (dK or dV) and uneven_dq (dQ's width).
+    static constexpr bool per_role = split_gradients || uneven_dq;
     static constexpr int dq_row_groups = B_r / 64;
     static constexpr int dq_part_floats = 64 * 64;
-    static constexpr int dq_parts = dq_row_groups * cols / 64;
+    static constexpr int dq_parts = dq_row_groups * ((cols + 63) / 64);
+    static constexpr int dq_floats = B_r * cols;  // a step's: the staging, an accumulator block
     static constexpr int dq_first_part(int consumer) {
         return split_gradients ? (consumer == 0 ? 0 : 1) : consumer * dq_parts / consumers;
     }
     static constexpr int dq_parts_of(int consumer) {
         return split_gradients ? (consumer == 0 ? 1 : dq_parts - 1) : dq_parts / consumers;
     }
-    static constexpr int dq_cols = cols * dq_row_groups / consumers;  // N of dQ's wgmma
+    // N of dQ's wgmma where the consumers are alike (not per_role).
+    static constexpr int dq_cols = cols * dq_row_groups / consumers;
+    // The N of consumer `consumer`'s dQ GEMM (-1: any consumer, where all are alike), and the
+    // floats of its share of the staging.
+    static constexpr int dq_cols_of(int consumer) {
+        return split_gradients ? 64 * dq_parts_of(consumer)
+               : uneven_dq     ? (consumer == -1  ? -1
+                                  : consumer == 0 ? 64
+                                                  : cols - 64)
+                               : dq_cols;
+    }
+    static constexpr int dq_share_floats(int consumer) { return 64 * dq_cols_of(consumer); }
+    // The first column of consumer `consumer`'s dQ share.
+    static constexpr int dq_col0(int consumer) {
+        return split_gradients ? dq_part_col(dq_first_part(consumer))
+               : uneven_dq     ? 64 * consumer
+                               : consumer / dq_row_groups * dq_cols;
+    }
     // Part p's first row (of the step's B_r queries) and column.
     static constexpr int dq_part_row(int p) {
         return 64 * (p / (dq_parts / consumers) % dq_row_groups);
@@ -127,8 +153,12 @@ struct BackwardTraits {
                    : p / per_consumer / dq_row_groups * dq_cols + 64 * (p % per_consumer);
     }
     static_assert(B_r % 64 == 0 && consumers % dq_row_groups == 0 &&
-                      (dq_cols % 64 == 0 || split_gradients),
+                      (dq_cols % 64 == 0 || split_gradients || uneven_dq),
                   "whole dQ sub-tiles");
+    static_assert(dq_share_floats(0) * (per_role ? 1 : consumers) +
+                          (per_role ? dq_share_floats(1) : 0) ==
+                      dq_floats,
+                  "the consumers' shares fill a step's dQ");
     static_assert(!split_head || B_r == 64, "split_head: dQ's columns in GEMMs of 64");
     // The producer warpgroup's two warps need few registers; the consumers hold dK and dV
     // (64 x head_cols fp32 each) through the loop and Sᵀ and dPᵀ (64 x step_queries) in each
@@ -142,13 +172,13 @@ struct BackwardTraits {
     // three interleaved rounds, H200, 2026-12-04). d_head 64's lagdq kernel lost 0.8-2.7% with
     // it (measured together with one other change), and d_head 256's loop grows with it.
     static constexpr bool wide = cols == 128;
-    using QTile = Swizzle128Tile<B_r, cols, false, wide>;
-    using KTile = Swizzle128Tile<B_c, cols, false, wide>;
-    using DoTile = Swizzle128Tile<B_r, v_cols, false, wide>;
-    using VTile = Swizzle128Tile<B_c, v_cols, false, wide>;
+    using QTile = SwizzledTile<B_r, cols, swizzle, false, wide>;
+    using KTile = SwizzledTile<B_c, cols, swizzle, false, wide>;
+    using DoTile = SwizzledTile<B_r, v_cols, v_swizzle, false, wide>;
+    using VTile = SwizzledTile<B_c, v_cols, v_swizzle, false, wide>;
     // A consumer's columns of Q and dO (whole sub-tiles: the B of its dK and dV GEMMs).
-    using QCols = Swizzle128Tile<B_r, head_cols, false, wide>;
-    using DoCols = Swizzle128Tile<B_r, split_gradients ? v_cols : head_cols, false, wide>;
+    using QCols = SwizzledTile<B_r, head_cols, swizzle, false, wide>;
+    using DoCols = SwizzledTile<B_r, split_gradients ? v_cols : head_cols, v_swizzle, false, wide>;
     // dS (and with split_head P): queries x keys.
     using DsTile = Swizzle128Tile<B_r, B_c, false, wide>;
     // Score tiles a step: dS; with split_head P too, after it (the A of every consumer's dV).
@@ -234,7 +264,7 @@ struct BackwardTraits {
                 // may still read this one's in its dQ GEMM.
                 alignas(1024) unsigned char ds[2][score_tiles * DsTile::bytes];
                 // Every consumer's dQ parts (dq_first_part), in the accumulators' order.
-                alignas(16) float dq[dq_parts * dq_part_floats];
+                alignas(16) float dq[dq_floats];
             } walk;
             alignas(1024) unsigned char gradients[2][KTile::bytes];  // dK, dV
         } scratch;
@@ -410,10 +440,10 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
             ptx::named_barrier_sync(Tr::dq_full_barrier(w), Tr::dq_barrier_threads);
             if (leader) {
                 const int part = Tr::dq_first_part(w) * Tr::dq_part_floats;
-                cuda::ptx::cp_reduce_async_bulk(
-                    cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
-                    block + part, smem.scratch.walk.dq + part,
-                    Tr::dq_parts_of(w) * Tr::dq_part_floats * sizeof(float));
+                cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared,
+                                                cuda::ptx::op_add, block + part,
+                                                smem.scratch.walk.dq + part,
+                                                Tr::dq_share_floats(w) * sizeof(float));
                 cuda::ptx::cp_async_bulk_commit_group();
             }
         }
@@ -485,7 +515,7 @@ struct BackwardConsumer {
     static constexpr int s_tiles = Tr::step_queries / 8;  // of Sᵀ and dPᵀ (n8 tiles of queries)
     static constexpr int dk_tiles = Tr::dk_cols(Role) / 8;
     static constexpr int dv_tiles = Tr::dv_cols(Role) / 8;
-    static constexpr int dq_tiles = Tr::dq_cols / 8;
+    static constexpr int dq_tiles = Tr::dq_cols_of(Role) / 8;
     using QTile = typename Tr::QTile;
     using KTile = typename Tr::KTile;
     using DoTile = typename Tr::DoTile;
@@ -563,7 +593,8 @@ struct BackwardConsumer {
         const std::uint32_t k_rows = base + offsetof(Smem, k) + KTile::group_offset(key_rows);
         const std::uint32_t v_rows = base + offsetof(Smem, v) + VTile::group_offset(key_rows);
         // Its columns of Q and dO for dK and dV.
-        const std::uint32_t cols = Tr::head_col0(consumer) / 64 * QTile::sub_tile_stride;
+        const std::uint32_t cols =
+            Tr::head_col0(consumer) / QTile::sub_tile_cols * QTile::sub_tile_stride;
         const std::uint32_t k_dq = dq_k_cols(base);
 
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ (this consumer's queries), issued back to back.
@@ -766,10 +797,8 @@ struct BackwardConsumer {
     }
     // K's columns of this consumer's dQ share (dQ's B; split_gradients: of its first part).
     __device__ std::uint32_t dq_k_cols(std::uint32_t base) const {
-        const int sub_tile = Tr::split_gradients
-                                 ? Tr::dq_part_col(Tr::dq_first_part(consumer)) / 64
-                                 : consumer / Tr::dq_row_groups * (Tr::dq_cols / 64);
-        return base + offsetof(Smem, k) + sub_tile * KTile::sub_tile_stride;
+        return base + offsetof(Smem, k) +
+               Tr::dq_col0(consumer) / KTile::sub_tile_cols * KTile::sub_tile_stride;
     }
 
     // This consumer's share of a step's dQ = dS·K (its 64 query rows of the dS tile at ds_s; K's
@@ -779,7 +808,7 @@ struct BackwardConsumer {
         ptx::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < Tr::B_c / 16; ++kk) {
-            ptx::wgmma_ss<dtype, Tr::dq_cols, true>(
+            ptx::wgmma_ss<dtype, 8 * dq_tiles, true>(
                 dq[0], DsTile::k_major(ds_s + DsTile::group_offset(64 * dq_row_group), kk),
                 KTile::mn_major(k_dq, kk), kk > 0);
         }
@@ -970,13 +999,11 @@ __device__ __forceinline__ void zero_tile_rows(std::uint32_t tile, int first, in
 }
 
 // Stores a warp's 16 rows of a 64 x d_head gradient, scaled and rounded to 16 bits, at rows
-// row0 + [0, 16) of a (seq, d_head) slice; rows from `rows` on and columns from `cols` on (the
-// tiles' padding) are not stored.
+// row0 + [0, 16) of a (seq, d_head) slice; rows from `rows` on are not stored.
 template <DType dtype, int NT>
 __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], float scale,
                                                     typename Element<dtype>::type* out,
-                                                    std::int64_t row_stride, int row0, int rows,
-                                                    int cols) {
+                                                    std::int64_t row_stride, int row0, int rows) {
     const int lane = threadIdx.x % warp_size;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -986,10 +1013,8 @@ __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], 
         auto* at = out + row * row_stride + 2 * (lane % 4);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            if (8 * nt < cols) {
-                ptx::st_global_4(at + nt * 8, ptx::pack_rn<dtype>(g[0][nt][2 * h] * scale,
-                                                                  g[0][nt][2 * h + 1] * scale));
-            }
+            ptx::st_global_4(at + nt * 8, ptx::pack_rn<dtype>(g[0][nt][2 * h] * scale,
+                                                              g[0][nt][2 * h + 1] * scale));
         }
     }
 }
@@ -998,7 +1023,8 @@ __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], 
 // 16 bits, into rows row0 + [0, 16), columns col0 on, of a Tile in TMA's swizzled layout
 // (tma::store_tile's input): one stmatrix per two n8 tiles, matrices {tile nt, rows 0-7 and
 // 8-15; tile nt + 1, the same}; lane l gives row l % 8 of matrix l / 8. A matrix's 8 rows sit
-// in 8 different 16-byte chunks of their 128-byte rows (the swizzle): no bank conflicts.
+// in 8 different 16-byte chunks of shared memory's banks (the swizzle, 128- or 64-byte): no
+// bank conflicts.
 template <DType dtype, class Tile, int NT>
 __device__ __forceinline__ void stage_gradient_rows(const float (&g)[1][NT][4], float scale,
                                                     std::uint32_t tile, int row0, int col0) {
@@ -1211,9 +1237,9 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         stats.load(a, stats_row0(w, w.walk.first<Tr::rotate_walks>()));
         stats.store(smem.stats[step % 2]);
     };
-    // The consumers' walks; split_gradients, compiled for each consumer's role (the gradient it
-    // holds), so that neither holds the other's accumulators and no wgmma is issued under a
-    // branch on the role.
+    // The consumers' walks; per_role, compiled for each consumer's role (the gradient it holds,
+    // or its width of dQ), so that neither holds the other's accumulators and no wgmma is issued
+    // under a branch on the role.
     const auto consume = [&](auto role) {
         using Consumer = BackwardConsumer<Tr, decltype(role)::value>;
         int step0 = 0;          // the walk's first step in the CTA's pipeline
@@ -1394,7 +1420,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                     static_cast<T*>(a.dk) + out.entry * a.dk_stride.batch +
                         tile.kv_head * a.dk_stride.head +
                         std::int64_t{out.k_row0} * a.dk_stride.seq + col0,
-                    a.dk_stride.seq, row0, out.k_len, Tr::d_head - col0);
+                    a.dk_stride.seq, row0, out.k_len);
             }
             if constexpr (Consumer::dv_tiles > 0) {
                 store_gradient_rows<Tr::dtype>(
@@ -1402,11 +1428,11 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                     static_cast<T*>(a.dv) + out.entry * a.dv_stride.batch +
                         tile.kv_head * a.dv_stride.head +
                         std::int64_t{out.k_row0} * a.dv_stride.seq + col0,
-                    a.dv_stride.seq, row0, out.k_len, Tr::d_v - col0);
+                    a.dv_stride.seq, row0, out.k_len);
             }
         });
     };
-    if constexpr (Tr::split_gradients) {
+    if constexpr (Tr::per_role) {
         if (consumer == 0)
             consume(std::integral_constant<int, 0>{});
         else
@@ -1439,6 +1465,7 @@ __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant_
     T* dq = static_cast<T*>(a.dq) + seq.entry * a.dq_stride.batch + head * a.dq_stride.head +
             std::int64_t{seq.q_row0} * a.dq_stride.seq;
     constexpr int part = Tr::dq_part_floats / 4;  // float4s of a 64 x 64 part
+    static_assert(Tr::cols == Tr::d_head, "no padding columns in the accumulator");
     constexpr int per_thread = Tr::B_r * Tr::cols / 4 / 128;
     static_assert(per_thread * 4 * 128 == Tr::B_r * Tr::cols, "whole float4s a thread");
     float4 v[per_thread];
@@ -1453,8 +1480,6 @@ __global__ void __launch_bounds__(128) backward_dq_kernel(const __grid_constant_
         const int row =
             block * Tr::B_r + Tr::dq_part_row(p) + mma_m * (thread / warp_size) + lane / 4;
         const int col = Tr::dq_part_col(p) + 8 * nt + 2 * (lane % 4);
-        if (Tr::cols != Tr::d_head && col >= Tr::d_head)
-            continue;  // the tiles' padding (d_head 96)
         if (row < seq.q_len) {
             ptx::st_global_4(
                 dq + row * a.dq_stride.seq + col,

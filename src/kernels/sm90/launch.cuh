@@ -125,7 +125,7 @@ void launch(const KernelArgs& args, Stream stream) {
         if (plan.units > 0) {
             const int slots = static_cast<int>(ctas) * consumer_warpgroups(C);
             const std::size_t slot_floats =
-                partial_o_floats(forward_tile_columns(C.v_head_dim())) + partial_lse_floats;
+                partial_o_floats(tile_columns(C.v_head_dim())) + partial_lse_floats;
             partials.emplace(sizeof(float) * slot_floats * slots, stream, false);
             partial_flags.emplace(slots, stream);
             params.split = {static_cast<float*>(partials->get()), partial_flags->get(), plan.whole,

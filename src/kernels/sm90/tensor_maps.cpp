@@ -70,7 +70,7 @@ CUtensorMap encode_map(const char* name, const void* data, DType dtype, int rank
 
 // (d_head, seq, heads, batch), boxes of box_cols columns x box_rows (tma::load_tile).
 CUtensorMap encode(const char* name, const void* data, DType dtype, int d_head, int seq, int heads,
-                   int batch, const TensorStrides& stride, int box_rows, int box_cols = 64) {
+                   int batch, const TensorStrides& stride, int box_rows, int box_cols) {
     constexpr std::uint64_t element = 2;
     const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d_head), static_cast<cuuint64_t>(seq),
                                 static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
@@ -111,7 +111,7 @@ CUtensorMap encode_packed(const char* name, const void* data, DType dtype, int d
 CUtensorMap encode_paged(const char* name, const void* data, DType dtype, int d_head, int page_size,
                          int heads, int pages, const TensorStrides& stride, int run_rows) {
     constexpr std::uint64_t element = 2;
-    const int cols = forward_swizzle_bytes(d_head) / 2;
+    const int cols = tile_swizzle_bytes(d_head) / 2;
     const int sub_tiles = d_head / cols;
     const cuuint64_t dims[5] = {
         static_cast<cuuint64_t>(cols), 8, static_cast<cuuint64_t>(heads) * sub_tiles,
@@ -146,10 +146,10 @@ std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_
 TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_v, int kv_rows,
                             bool packed) {
     const SequenceArgs& s = a.seqs;
-    // Boxes of one row of the forward tiles' swizzle (Traits: forward_swizzle_bytes()).
+    // Boxes of one row of the tiles' swizzle (tile_swizzle_bytes()).
     const auto query_map = [&](const char* name, const void* data, int d,
                                const TensorStrides& stride) {
-        const int cols = forward_swizzle_bytes(d) / 2;
+        const int cols = tile_swizzle_bytes(d) / 2;
         if (packed) {
             return encode_packed(name, data, dtype, d, s.q_view_seq, a.heads, a.heads / a.heads_kv,
                                  s.q_view_batch, stride, cols);
@@ -161,7 +161,7 @@ TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_
                              const TensorStrides& stride) {
         if (s.block_table == nullptr) {
             return encode(name, data, dtype, d, s.k_view_seq, a.heads_kv, s.k_view_batch, stride,
-                          kv_rows, forward_swizzle_bytes(d) / 2);
+                          kv_rows, tile_swizzle_bytes(d) / 2);
         }
         // The API routes such caches elsewhere; a map would read other heads' columns.
         if (const std::string problem = paged_maps_problem(name, a.heads_kv, d, stride.head);
@@ -180,15 +180,19 @@ TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_
 
 BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& a, DType dtype, int d_head,
                                              int d_v, int q_rows, int kv_rows) {
-    // The views: packed sequences are one entry of total rows.
+    // The views: packed sequences are one entry of total rows. Boxes of one row of the tiles'
+    // swizzle (tile_swizzle_bytes(), BackwardTraits).
     const int entries = a.cu_seqlens_q != nullptr ? 1 : a.batch;
+    const int cols = tile_swizzle_bytes(d_head) / 2, v_cols = tile_swizzle_bytes(d_v) / 2;
     return {
-        encode("q", a.q, dtype, d_head, a.total_q, a.heads, entries, a.q_stride, q_rows),
-        encode("k", a.k, dtype, d_head, a.total_k, a.heads_kv, entries, a.k_stride, kv_rows),
-        encode("v", a.v, dtype, d_v, a.total_k, a.heads_kv, entries, a.v_stride, kv_rows),
-        encode("d_o", a.d_o, dtype, d_v, a.total_q, a.heads, entries, a.d_o_stride, q_rows),
-        encode("dk", a.dk, dtype, d_head, a.total_k, a.heads_kv, entries, a.dk_stride, kv_rows),
-        encode("dv", a.dv, dtype, d_v, a.total_k, a.heads_kv, entries, a.dv_stride, kv_rows),
+        encode("q", a.q, dtype, d_head, a.total_q, a.heads, entries, a.q_stride, q_rows, cols),
+        encode("k", a.k, dtype, d_head, a.total_k, a.heads_kv, entries, a.k_stride, kv_rows, cols),
+        encode("v", a.v, dtype, d_v, a.total_k, a.heads_kv, entries, a.v_stride, kv_rows, v_cols),
+        encode("d_o", a.d_o, dtype, d_v, a.total_q, a.heads, entries, a.d_o_stride, q_rows, v_cols),
+        encode("dk", a.dk, dtype, d_head, a.total_k, a.heads_kv, entries, a.dk_stride, kv_rows,
+               cols),
+        encode("dv", a.dv, dtype, d_v, a.total_k, a.heads_kv, entries, a.dv_stride, kv_rows,
+               v_cols),
     };
 }
 

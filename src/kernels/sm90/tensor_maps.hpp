@@ -80,7 +80,7 @@ struct Params {
     StreamKSplit split;
 };
 
-// Boxes: one row of the forward tiles' swizzle (forward_swizzle_bytes(): 64 columns, 128
+// Boxes: one row of the tiles' swizzle (tile_swizzle_bytes(): 64 columns, 128
 // bytes; at d_head 96, 32 columns of the 64-byte swizzle) x 64 rows for Q and O,
 // x kv_rows for K and V; a paged cache's K and V (args.seqs.block_table set): runs of
 // kv_rows rows, all columns in one box (group-major tiles). Q and K have d_head columns, V
@@ -90,14 +90,14 @@ struct Params {
 TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int d_v, int kv_rows,
                             bool packed = false);
 
-// Boxes of 64 columns x q_rows rows for Q and dO, x kv_rows for K, V, dK and dV; V, dO and dV
-// of d_v columns.
+// Boxes of one row of the tiles' swizzle (as make_tensor_maps's) x q_rows rows for Q and dO,
+// x kv_rows for K, V, dK and dV; V, dO and dV of d_v columns.
 BackwardTensorMaps make_backward_tensor_maps(const BackwardArgs& args, DType dtype, int d_head,
                                              int d_v, int q_rows, int kv_rows);
 
 // Why the paged maps cannot address a cache (k or v: pages, page_size, heads, d_head) named
 // `name` whose heads are head_stride elements apart: heads that are not d_head apart, or a
-// d_head that is not whole 64-column sub-tiles (96). Empty if they can.
+// d_head that is not whole 32-column sub-tiles. Empty if they can.
 std::string paged_maps_problem(const char* name, std::int64_t heads, std::int64_t d_head,
                                std::int64_t head_stride);
 

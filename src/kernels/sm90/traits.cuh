@@ -32,12 +32,12 @@ struct Traits {
     static constexpr DType dtype = C.dtype;
     static constexpr int d_head = C.d_head;     // Q's and K's columns
     static constexpr int d_v = C.v_head_dim();  // V's and O's
-    // The tiles' columns: whole sub-tiles of their swizzle (forward_swizzle_bytes(): 64
+    // The tiles' columns: whole sub-tiles of their swizzle (tile_swizzle_bytes(): 64
     // columns, or 32 at d_head 96, whose tiles then hold no padding).
-    static constexpr int q_cols = forward_tile_columns(d_head);
-    static constexpr int o_cols = forward_tile_columns(d_v);
-    static constexpr int qk_swizzle = forward_swizzle_bytes(d_head);
-    static constexpr int o_swizzle = forward_swizzle_bytes(d_v);
+    static constexpr int q_cols = tile_columns(d_head);
+    static constexpr int o_cols = tile_columns(d_v);
+    static constexpr int qk_swizzle = tile_swizzle_bytes(d_head);
+    static constexpr int o_swizzle = tile_swizzle_bytes(d_v);
     static constexpr int B_r = C.B_r;
     static constexpr int B_c = C.B_c;
     static constexpr int stages = C.sm90.stages;

@@ -61,7 +61,7 @@ __device__ __forceinline__ void fence_shared_to_async_proxy() {
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
 }
 
-// A Tile's boxes, one a 64-column sub-tile, at `at` in the map (at[0], the column, set
+// A Tile's boxes, one a sub-tile (64 or 32 columns), at `at` in the map (at[0], the column, set
 // for each box).
 template <class Tile, int Rank>
 __device__ __forceinline__ void load_boxes(void* smem, const void* map, std::int32_t (&at)[Rank],
@@ -107,11 +107,12 @@ __device__ __forceinline__ void load_bytes(void* smem, const void* global, std::
 
 // Loads a run of a paged cache's rows into a group-major Tile (GroupMajor: its 8-row
 // groups hold every column) from tile_row (a multiple of 8) on: rows [row, row + R) of page
-// `page`, head `head`, all d_head columns, in one copy. `map` is 5-D (64 columns, 8 rows,
-// heads x sub-tiles, 8-row groups of a page, pages) with a box of (64, 8, sub-tiles, R / 8,
-// 1): its third dimension steps 128 bytes, so a head's sub-tiles and the next head's follow
-// each other (the cache's heads are d_head apart), and the box lands as the run's groups,
-// each with its sub-tiles in turn, as the Tile lays them out.
+// `page`, head `head`, all d_head columns, in one copy. `map` is 5-D (a sub-tile's columns, 8
+// rows, heads x sub-tiles, 8-row groups of a page, pages) with a box of (sub-tile columns, 8,
+// sub-tiles, R / 8, 1): its third dimension steps a sub-tile's row (128 or 64 bytes), so a
+// head's sub-tiles and the next head's follow each other (the cache's heads are d_head
+// apart), and the box lands as the run's groups, each with its sub-tiles in turn, as the
+// Tile lays them out.
 template <class Tile>
 __device__ __forceinline__ void load_group_rows(void* smem, int tile_row, const void* map, int row,
                                                 int head, int page, Barrier& barrier) {
