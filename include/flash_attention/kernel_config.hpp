@@ -38,74 +38,71 @@ enum class FieldKind {
 // The struct (each family's knobs in its own nested part), its printing, parsing, hashing
 // and packing, the config space's value sets, the generator and the Python binding all
 // iterate it: a new knob is one row here plus the kernel code that reads it.
-#define FLASH_ATTENTION_CONFIG_FIELDS(X)                                                      \
-    X(Family, family, Family::sm80, 1, common, family, "sm90")                                \
-    X(DType, dtype, DType::FP16, 2, common, dtype, "dtype")                                   \
-    X(int, d_head, 128, 9, common, tuple, "d_head")                                           \
-    /* V's and O's columns where they differ from Q's and K's (DeepSeek's MLA: 192 and */     \
-    /* 128); 0 means d_head. Read it through v_head_dim() */                                  \
-    X(int, d_v, 0, 9, common, count, "dv")                                                    \
-    /* the backward pass (dQ, dK, dV): B_r query rows and B_c key rows per tile */            \
-    X(bool, backward, false, 1, common, flag, "bwd")                                          \
-    /* query rows per CTA */                                                                  \
-    X(int, B_r, 64, 8, common, tuple, "B_r")                                                  \
-    /* key/value rows per main-loop iteration (backward: keys per CTA) */                     \
-    X(int, B_c, 64, 8, common, tuple, "B_c")                                                  \
-    X(int, n_warps, 4, 5, common, tuple, "n_warps")                                           \
-    /* cp.async GMEM->SMEM instead of load + store through registers */                       \
-    X(bool, async_copy, false, 1, sm80, flag, "async")                                        \
-    /* prefetch the next K (V) block while computing on this one */                           \
-    X(bool, eager_load_blocks, false, 1, sm80, flag, "eager")                                 \
-    /* XOR-swizzled SMEM rows instead of plain row-major */                                   \
-    X(bool, swizzled, false, 1, sm80, flag, "swizzled")                                       \
-    /* fragments loaded SMEM->registers per step of the inner GEMM loop, in 16-wide */        \
-    /* k-tiles; 0 loads the whole k extent at once (Q: once per CTA, held) */                 \
-    X(int, Q_mma_load_K_tiles, 0, 4, sm80, load_tiles, "load")                                \
-    X(int, K_mma_load_K_tiles, 0, 4, sm80, load_tiles, "load")                                \
-    X(int, V_mma_load_K_tiles, 0, 4, sm80, load_tiles, "load")                                \
-    /* load step s+1's fragments before step s's MMAs */                                      \
-    X(bool, mma_double_buffer_loads, false, 1, sm80, flag, "buffer")                          \
-    /* scale folded into one FFMA per exp2, deferred row sums */                              \
-    X(bool, optimized_softmax, false, 1, sm80, flag, "opt_softmax")                           \
-    /* K/V tiles in flight: the depth of the TMA pipeline */                                  \
-    X(int, stages, 0, 3, sm90, count, "stages")                                               \
-    /* issue S_{j+1} = Q·K_{j+1}ᵀ before O += P_j·V_j so the softmax of one block */      \
-    /* overlaps the GEMMs of the next within a warpgroup */                                   \
-    X(bool, intra_warpgroup_overlap, false, 1, sm90, flag, "overlap")                         \
-    /* consumer warpgroups take turns issuing GEMMs: one's softmax overlaps another's */      \
-    X(bool, pingpong, false, 1, sm90, flag, "pingpong")                                       \
-    /* one CTA per SM loops over tiles: the next tile's K/V stream in during this */          \
-    /* tile's epilogue, and no CTA launch separates them */                                   \
-    X(bool, persistent, false, 1, sm90, flag, "persistent")                                   \
-    /* Q as register fragments for S = Q·Kᵀ: shared memory serves only K to it */          \
-    X(bool, q_in_registers, false, 1, sm90, flag, "qreg")                                     \
-    /* persistent CTAs take their next tile from a global counter (atomicAdd) instead */      \
-    /* of a fixed stride: causal tiles differ in length, and a fixed share can leave */       \
-    /* one CTA half again the mean work (tile_scheduler.cuh) */                               \
-    X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")                                \
-    /* a row's reference max moves only when the row gains 2^8 on it, so most blocks */       \
-    /* skip O's rescaling (online_softmax.cuh) */                                             \
-    X(bool, lazy_rescale, false, 1, sm90, flag, "lazy")                                       \
-    /* each consumer computes only the K/V blocks its own rows see and passes the */          \
-    /* rest (causal: a tile's later rows reach further; rows past the sequence) */            \
-    X(bool, trim_blocks, false, 1, sm90, flag, "trim")                                        \
-    /* trimmed, B_c 128: a consumer whose rows see only the first half of its last */         \
-    /* block computes that half alone (pays in short causal tiles only) */                    \
-    X(bool, half_blocks, false, 1, sm90, flag, "half")                                        \
-    /* stream-K: the static schedule's last, part-filled round of a dense non-causal */       \
-    /* problem split along the keys, so every CTA ends together (tile_scheduler.cuh) */       \
-    X(bool, stream_k, false, 1, sm90, flag, "streamk")                                        \
-    /* backward: each query block's dQ is added in key-block order (a semaphore per */        \
-    /* block), so gradients are bitwise identical run to run (deterministic mode) */          \
-    X(bool, ordered_dq, false, 1, sm90, flag, "ordered")                                      \
-    /* backward: each step computes the previous step's dQ, so that the consumers need */     \
-    /* not wait for each other's dS within a step (sm90/backward_kernel.cuh) */               \
-    X(bool, lag_dq, false, 1, sm90, flag, "lagdq")                                            \
-    /* backward, lagdq: dK's GEMM (dSᵀ read from the dS tile) left in flight at a step's */ \
-    /* end, so the next step's Sᵀ and dPᵀ queue behind it instead of after its wait */    \
-    X(bool, early_s, false, 1, sm90, flag, "earlys")                                          \
-    /* forward: a tile's rows are (query position, query head) pairs of the query */          \
-    /* heads of one K/V head, so that few positions fill it (speculative decoding) */         \
+#define FLASH_ATTENTION_CONFIG_FIELDS(X)                                                  \
+    X(Family, family, Family::sm80, 1, common, family, "sm90")                            \
+    X(DType, dtype, DType::FP16, 2, common, dtype, "dtype")                               \
+    X(int, d_head, 128, 9, common, tuple, "d_head")                                       \
+    /* V's and O's columns where they differ from Q's and K's (DeepSeek's MLA: 192 and */ \
+    /* 128); 0 means d_head. Read it through v_head_dim() */                              \
+    X(int, d_v, 0, 9, common, count, "dv")                                                \
+    /* the backward pass (dQ, dK, dV): B_r query rows and B_c key rows per tile */        \
+    X(bool, backward, false, 1, common, flag, "bwd")                                      \
+    /* query rows per CTA */                                                              \
+    X(int, B_r, 64, 8, common, tuple, "B_r")                                              \
+    /* key/value rows per main-loop iteration (backward: keys per CTA) */                 \
+    X(int, B_c, 64, 8, common, tuple, "B_c")                                              \
+    X(int, n_warps, 4, 5, common, tuple, "n_warps")                                       \
+    /* cp.async GMEM->SMEM instead of load + store through registers */                   \
+    X(bool, async_copy, false, 1, sm80, flag, "async")                                    \
+    /* prefetch the next K (V) block while computing on this one */                       \
+    X(bool, eager_load_blocks, false, 1, sm80, flag, "eager")                             \
+    /* XOR-swizzled SMEM rows instead of plain row-major */                               \
+    X(bool, swizzled, false, 1, sm80, flag, "swizzled")                                   \
+    /* fragments loaded SMEM->registers per step of the inner GEMM loop, in 16-wide */    \
+    /* k-tiles; 0 loads the whole k extent at once (Q: once per CTA, held) */             \
+    X(int, Q_mma_load_K_tiles, 0, 4, sm80, load_tiles, "load")                            \
+    X(int, K_mma_load_K_tiles, 0, 4, sm80, load_tiles, "load")                            \
+    X(int, V_mma_load_K_tiles, 0, 4, sm80, load_tiles, "load")                            \
+    /* load step s+1's fragments before step s's MMAs */                                  \
+    X(bool, mma_double_buffer_loads, false, 1, sm80, flag, "buffer")                      \
+    /* scale folded into one FFMA per exp2, deferred row sums */                          \
+    X(bool, optimized_softmax, false, 1, sm80, flag, "opt_softmax")                       \
+    /* K/V tiles in flight: the depth of the TMA pipeline */                              \
+    X(int, stages, 0, 3, sm90, count, "stages")                                           \
+    /* issue S_{j+1} = Q·K_{j+1}ᵀ before O += P_j·V_j so the softmax of one block */  \
+    /* overlaps the GEMMs of the next within a warpgroup */                               \
+    X(bool, intra_warpgroup_overlap, false, 1, sm90, flag, "overlap")                     \
+    /* consumer warpgroups take turns issuing GEMMs: one's softmax overlaps another's */  \
+    X(bool, pingpong, false, 1, sm90, flag, "pingpong")                                   \
+    /* one CTA per SM loops over tiles: the next tile's K/V stream in during this */      \
+    /* tile's epilogue, and no CTA launch separates them */                               \
+    X(bool, persistent, false, 1, sm90, flag, "persistent")                               \
+    /* Q as register fragments for S = Q·Kᵀ: shared memory serves only K to it */      \
+    X(bool, q_in_registers, false, 1, sm90, flag, "qreg")                                 \
+    /* persistent CTAs take their next tile from a global counter (atomicAdd) instead */  \
+    /* of a fixed stride: causal tiles differ in length, and a fixed share can leave */   \
+    /* one CTA half again the mean work (tile_scheduler.cuh) */                           \
+    X(bool, dynamic_schedule, false, 1, sm90, flag, "dynamic")                            \
+    /* a row's reference max moves only when the row gains 2^8 on it, so most blocks */   \
+    /* skip O's rescaling (online_softmax.cuh) */                                         \
+    X(bool, lazy_rescale, false, 1, sm90, flag, "lazy")                                   \
+    /* each consumer computes only the K/V blocks its own rows see and passes the */      \
+    /* rest (causal: a tile's later rows reach further; rows past the sequence) */        \
+    X(bool, trim_blocks, false, 1, sm90, flag, "trim")                                    \
+    /* trimmed, B_c 128: a consumer whose rows see only the first half of its last */     \
+    /* block computes that half alone (pays in short causal tiles only) */                \
+    X(bool, half_blocks, false, 1, sm90, flag, "half")                                    \
+    /* stream-K: the static schedule's last, part-filled round of a dense non-causal */   \
+    /* problem split along the keys, so every CTA ends together (tile_scheduler.cuh) */   \
+    X(bool, stream_k, false, 1, sm90, flag, "streamk")                                    \
+    /* backward: each query block's dQ is added in key-block order (a semaphore per */    \
+    /* block), so gradients are bitwise identical run to run (deterministic mode) */      \
+    X(bool, ordered_dq, false, 1, sm90, flag, "ordered")                                  \
+    /* backward: each step computes the previous step's dQ, so that the consumers need */ \
+    /* not wait for each other's dS within a step (sm90/backward_kernel.cuh) */           \
+    X(bool, lag_dq, false, 1, sm90, flag, "lagdq")                                        \
+    /* forward: a tile's rows are (query position, query head) pairs of the query */      \
+    /* heads of one K/V head, so that few positions fill it (speculative decoding) */     \
     X(bool, pack_gqa, false, 1, sm90, flag, "packgqa")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's

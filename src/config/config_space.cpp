@@ -103,8 +103,8 @@ constexpr std::array k_rules = {
     Rule{"backward_knobs", RuleKind::validity,
          "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
          "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
-         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered, "
-         "lagdq and earlys",
+         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered "
+         "and lagdq",
          [](const KernelConfig& c) {
              if (!c.backward)
                  return false;
@@ -113,8 +113,7 @@ constexpr std::array k_rules = {
                                             .persistent = c.sm90.persistent,
                                             .dynamic_schedule = c.sm90.dynamic_schedule,
                                             .ordered_dq = c.sm90.ordered_dq,
-                                            .lag_dq = c.sm90.lag_dq,
-                                            .early_s = c.sm90.early_s};
+                                            .lag_dq = c.sm90.lag_dq};
              return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
                     c.sm80.K_mma_load_K_tiles != 0 || c.sm80.V_mma_load_K_tiles != 0 ||
                     c.sm80.mma_double_buffer_loads || c.sm80.optimized_softmax;
@@ -130,14 +129,6 @@ constexpr std::array k_rules = {
              return c.sm90.lag_dq &&
                     (!c.backward || sm90_backward_split_head(c) || c.sm90.ordered_dq);
          }},
-    Rule{"earlys_is_lagdq", RuleKind::validity,
-         "earlys leaves the lagdq backward step's dK GEMM in flight into the next step (add "
-         "lagdq)",
-         [](const KernelConfig& c) { return c.sm90.early_s && !c.sm90.lag_dq; }},
-    Rule{"earlys_stages", RuleKind::validity,
-         "earlys releases a step's Q stage in the next step, after that step's Q has landed: two "
-         "Q/dO stages or more (stages_2)",
-         [](const KernelConfig& c) { return c.sm90.early_s && c.sm90.stages < 2; }},
     Rule{"packgqa_forward", RuleKind::validity,
          "packgqa packs the forward's tiles (not with bwd) on the per-sequence kernel body, whose "
          "64-row consumers each take whole positions of a group of query heads; not with streamk "
@@ -587,7 +578,6 @@ ValueSets tune_values_backward_sm90() {
     v.dynamic_schedule = {false, true};
     v.ordered_dq = {false, true};
     v.lag_dq = {false, true};
-    v.early_s = {false, true};
     return v;
 }
 
@@ -644,9 +634,7 @@ std::vector<KernelConfig> release() {
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
 // CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
-// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic),
-// and the lagdq kernels of d_head 64 and 128 with dK's GEMM left in flight into the next step
-// (earlys: not yet measured, bench/ab-early-s.txt).
+// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
     append_unique(
@@ -662,10 +650,6 @@ std::vector<KernelConfig> ci() {
                "streamk",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
                "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
-               "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlys",
-               "(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlys",
-               "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlys",
-               "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlys",
            }));
     return v;
 }

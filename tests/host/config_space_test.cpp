@@ -134,23 +134,6 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
     EXPECT_EQ(rejected_by(KernelConfig::parse(
                   "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim+lagdq")),
               "lagdq_is_backward");
-    // dK's GEMM left in flight into the next step: a lagdq step's reorder.
-    EXPECT_EQ(KernelConfig::parse(
-                  "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlys")
-                  .sm90.early_s,
-              true);
-    EXPECT_EQ(rejected_by(KernelConfig::parse(
-                  "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+earlys")),
-              "");
-    EXPECT_EQ(
-        rejected_by(KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+earlys")),
-        "earlys_is_lagdq");
-    EXPECT_EQ(rejected_by(KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+earlys")),
-              "earlys_is_lagdq");
-    // One Q/dO stage: the next step's Q would wait for the release that step makes.
-    EXPECT_EQ(rejected_by(KernelConfig::parse(
-                  "(BF16, 64, 128, 128, 12): sm90+bwd+stages_1+persistent+dynamic+lagdq+earlys")),
-              "earlys_stages");
     // Persistent CTAs: consumers of 64 keys each, unordered dQ.
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.persistent = true; }), "");
     EXPECT_EQ(

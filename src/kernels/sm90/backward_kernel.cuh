@@ -199,17 +199,6 @@ struct BackwardTraits {
     // 2026-12-04). Two consumers of 64 keys.
     static constexpr bool lag_dq = C.sm90.lag_dq;
     static_assert(!lag_dq || !split_head, "lag_dq: consumers of 64 keys each");
-    // early_s (lag_dq): a step's dK GEMM reads dSᵀ from the dS tile (this consumer's 64 keys'
-    // columns, MN-major) instead of registers and is left in flight at the step's end, so that
-    // the next step's Sᵀ and dPᵀ queue behind it in the tensor pipe instead of issuing after
-    // its wait; that step releases the Q stage once Sᵀ's wait has covered it (finish_dq after a
-    // walk's last step). dSᵀ's fragments would live across the steps beside Sᵀ, dPᵀ, dK and dV:
-    // with them ptxas serialized every lag_dq instance's wgmmas (C7512, CUDA 13.0) and the
-    // kernels ran 10-21% slower (H200, 2026-12-05, docs/PERF.md).
-    static constexpr bool early_s = C.sm90.early_s;
-    static_assert(!early_s || lag_dq, "early_s reorders the lag_dq step");
-    // One stage would deadlock: the next step's Q lands only once this step's is released.
-    static_assert(!early_s || stages >= 2, "early_s: two Q/dO stages or more");
     // Persistent: sm_count CTAs, each walking one key block of each round of sm_count in the
     // schedule (for_each_key_block). A CTA's dK and dV tiles are staged over its dS tiles and dQ
     // staging (the walk's scratch, free once the walk ends), so that the next key block's K and V
@@ -300,9 +289,7 @@ struct BackwardTraits {
     static constexpr bool staging_free_wait = persistent && gradients_reach_dq;
     static constexpr int staging_free_barrier = 2 + 2 * consumers;
     static constexpr int staging_free_threads = consumers * warpgroup_threads + warp_size;
-    // early_s: consumer w's warps have stored their rows of its dSᵀ (for its own dK GEMM).
-    static constexpr int own_ds_barrier(int w) { return staging_free_barrier + 1 + w; }
-    static_assert(own_ds_barrier(consumers - 1) < 16, "16 named barriers per CTA");
+    static_assert(staging_free_barrier < 16, "16 named barriers per CTA");
 };
 
 // Where a consumer's dQ accumulator element lives in its staging share (and in the global
@@ -625,11 +612,6 @@ struct BackwardConsumer {
         // (0 where masked: t is -inf there), so that t needs no registers of its own.
         ptx::wgmma_wait<1>();
         ptx::fence_operands(s[0]);
-        if constexpr (Tr::early_s && Previous) {
-            // The previous step's dK GEMM, queued before Sᵀ, is done: its Q stage is free.
-            ptx::fence_operands(dk[0]);
-            release_q(smem.q_empty[RingSlot<Tr::stages>(i - 1).stage]);
-        }
         std::uint32_t p[1][s_tiles / 2][4], ds[1][s_tiles / 2][4];
         if constexpr (Softcap)
             softcap_scores(s, args.softcap_prescale);
@@ -708,25 +690,9 @@ struct BackwardConsumer {
             ptx::wgmma_fence();
             warpgroup_gemm_pv<dtype, typename Tr::DoCols, Tr::B_r>(dv[0], p[0], d_o_s + cols);
             ptx::wgmma_commit_group();
-            if constexpr (Tr::early_s) {
-                // dSᵀ from the tile, once every warp of this consumer has stored its rows there
-                // (each after its proxy fence above).
-                ptx::named_barrier_sync(Tr::own_ds_barrier(consumer), warpgroup_threads);
-                ptx::fence_operands(dk[0]);
-                ptx::wgmma_fence();
-                const std::uint32_t ds_keys =
-                    ds_s + Tr::key_rows_of(consumer) / 64 * DsTile::sub_tile_stride;
-#pragma unroll
-                for (int kk = 0; kk < Tr::B_r / 16; ++kk) {
-                    ptx::wgmma_ss<dtype, 8 * dk_tiles, true, true>(
-                        dk[0], DsTile::mn_major(ds_keys, kk), Tr::QCols::mn_major(q_s + cols, kk),
-                        true);
-                }
-            } else {
-                ptx::fence_operands(dk[0]);
-                ptx::wgmma_fence();
-                warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
-            }
+            ptx::fence_operands(dk[0]);
+            ptx::wgmma_fence();
+            warpgroup_gemm_pv<dtype, typename Tr::QCols, Tr::B_r>(dk[0], ds[0], q_s + cols);
             ptx::wgmma_commit_group();
             ptx::wgmma_wait<2>();  // the previous step's dQ
             if constexpr (Previous) {
@@ -738,12 +704,10 @@ struct BackwardConsumer {
             ptx::fence_operands(dv[0]);
             ptx::fence_operands(p[0]);
             release(smem.d_o_empty[slot.stage]);
-            if constexpr (!Tr::early_s) {
-                ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
-                ptx::fence_operands(dk[0]);
-                ptx::fence_operands(ds[0]);
-                release_q(smem.q_empty[slot.stage]);
-            }
+            ptx::wgmma_wait<0>();  // dK's GEMM: Q and dS are free
+            ptx::fence_operands(dk[0]);
+            ptx::fence_operands(ds[0]);
+            release_q(smem.q_empty[slot.stage]);
         } else {
             // The next step's statistics staged and dV += Pᵀ·dO issued; then the barrier: every
             // consumer's dSᵀ is in shared memory for dQ.
@@ -816,25 +780,16 @@ struct BackwardConsumer {
 
     // lag_dq, after a walk of `steps` steps ending before step `end` (of the CTA's pipeline):
     // its last step's dQ, staged; persistent, its dS buffer is then released to the next walk.
-    __device__ __forceinline__ void finish_dq(int end, int steps) {
-        if (steps == 0) {
-            // early_s: a wait on this path too, or ptxas, which cannot see that a walk of no steps
-            // issued no dK GEMM, waits before every wgmma of the kernel (C7514, CUDA 13.0).
-            if constexpr (Tr::early_s)
-                ptx::wgmma_wait<0>();
+    __device__ __forceinline__ void finish_dq(int end, int steps) const {
+        if (steps == 0)
             return;
-        }
         float dq[1][dq_tiles][4];
         smem.ds_barriers.full[(end - 1) % 2].wait(((end - 1) / 2) & 1);
         const std::uint32_t base = opaque_base();
         gemm_dq(dq, ds_tile(base, end - 1), dq_k_cols(base));
         ptx::wgmma_commit_group();
-        ptx::wgmma_wait<0>();  // early_s: the last step's dK GEMM too
+        ptx::wgmma_wait<0>();
         ptx::fence_operands(dq[0]);
-        if constexpr (Tr::early_s) {
-            ptx::fence_operands(dk[0]);
-            release_q(smem.q_empty[RingSlot<Tr::stages>(end - 1).stage]);
-        }
         if constexpr (Tr::persistent)
             arrive_warp(smem.ds_barriers.empty[(end - 1) % 2]);
         stage_dq(dq, 0, true, true);
