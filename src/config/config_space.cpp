@@ -440,6 +440,20 @@ std::vector<KernelConfig> tune_configs_sm90_d128_bc80() {
     return v.expand();
 }
 
+// d_head 96's 192-row tiles (three consumers) without intra-warpgroup overlap: with it they
+// spilled 240-288 bytes (ptxas 13.0); without it, FlashAttention-3's row count at 96, they
+// lead the 128-row tile by 5-6% non-causal (H100, 2026-12-05, bench/d96-forward.txt).
+std::vector<KernelConfig> tune_configs_sm90_d96() {
+    ValueSets v = tune_values_sm90();
+    v.d_head = {96};
+    v.B_r = {192};
+    v.B_c = {128};
+    v.n_warps = {16};
+    v.intra_warpgroup_overlap = {false};
+    v.q_in_registers = {false};
+    return v.expand();
+}
+
 // The sm80 tune set's d_head 192 configs with V's head dim 128 (DeepSeek's MLA), and d_head 96's,
 // whose rows of 12 chunks are not swizzled.
 std::vector<KernelConfig> tune_configs_sm80_mla() {
@@ -874,6 +888,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         std::vector<KernelConfig> v = tune_values_sm90().expand();
         append_unique(v, tune_configs_sm90_d256());
         append_unique(v, tune_configs_sm90_d128_bc80());
+        append_unique(v, tune_configs_sm90_d96());
         append_unique(v, tune_configs_sm90_d192());
         append_unique(v, tune_configs_sm90_packed());
         append_unique(v, trimmed(v));
