@@ -103,7 +103,10 @@ enum class FieldKind {
     X(bool, lag_dq, false, 1, sm90, flag, "lagdq")                                        \
     /* forward: a tile's rows are (query position, query head) pairs of the query */      \
     /* heads of one K/V head, so that few positions fill it (speculative decoding) */     \
-    X(bool, pack_gqa, false, 1, sm90, flag, "packgqa")
+    X(bool, pack_gqa, false, 1, sm90, flag, "packgqa")                                    \
+    /* forward: P through shared memory for P·V (both operands from shared memory), */   \
+    /* so that its registers are free for intra-warpgroup overlap */                      \
+    X(bool, p_in_smem, false, 1, sm90, flag, "psmem")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

@@ -130,7 +130,7 @@ def test_configs_and_parse_round_trip():
             # 1024-byte alignment pad, the mbarriers (persistent with one Q tile: a Q pair per
             # consumer warpgroup), with the dynamic schedule each Q buffer's tile slot (16 bytes)
             # and (persistent with one Q tile, when it fits) a region of 64 rows for O and its
-            # barrier.
+            # barrier, and with psmem each consumer's P tile (64 rows x B_c).
             # Q's and K's rows have d_head columns, V's and O's d_v (d_head where 0), each whole
             # sub-tiles of its swizzle: 64 columns, or 32 where d is not a multiple of 64 (96), so
             # no padding.
@@ -142,7 +142,8 @@ def test_configs_and_parse_round_trip():
                 q_pairs = c.n_warps // 4 - 1 if c.persistent and q_tiles == 1 else q_tiles
                 slots = 16 * q_tiles if c.dynamic_schedule else 0
                 o_region = 64 * d_v * 2 + 8 if o_apart else 0
-                return tiles + 1024 + 8 * (2 * q_pairs + 4 * c.stages) + slots + o_region
+                p_tiles = (c.n_warps // 4 - 1) * 64 * c.B_c * 2 if c.p_in_smem else 0
+                return tiles + 1024 + 8 * (2 * q_pairs + 4 * c.stages) + slots + o_region + p_tiles
             persistent = (size(1), size(1, True), size(2))
             assert c.smem_bytes() in (persistent if c.persistent else (size(1),))
         else:

@@ -129,6 +129,14 @@ constexpr std::array k_rules = {
              return c.sm90.lag_dq &&
                     (!c.backward || sm90_backward_split_head(c) || c.sm90.ordered_dq);
          }},
+    Rule{"psmem_forward", RuleKind::validity,
+         "psmem passes the forward's P to P·V through shared memory (not with bwd) in 64-row "
+         "tiles of whole 64-key sub-tiles (B_c 64, 128 or 192), with V's head dim at most 192 "
+         "(the wgmma N of P·V from shared memory) and not with packgqa",
+         [](const KernelConfig& c) {
+             return c.sm90.p_in_smem && (c.backward || c.B_c % 64 != 0 ||
+                                         tile_columns(c.v_head_dim()) > 192 || c.sm90.pack_gqa);
+         }},
     Rule{"packgqa_forward", RuleKind::validity,
          "packgqa packs the forward's tiles (not with bwd) on the per-sequence kernel body, whose "
          "64-row consumers each take whole positions of a group of query heads; not with streamk "
@@ -451,7 +459,13 @@ std::vector<KernelConfig> tune_configs_sm90_d96() {
     v.n_warps = {16};
     v.intra_warpgroup_overlap = {false};
     v.q_in_registers = {false};
-    return v.expand();
+    std::vector<KernelConfig> configs = v.expand();
+    // With P through shared memory, whose freed registers let the overlap in (FlashAttention-3's
+    // and -4's choice at 96).
+    v.intra_warpgroup_overlap = {true};
+    v.p_in_smem = {true};
+    append_unique(configs, v.expand());
+    return configs;
 }
 
 // The sm80 tune set's d_head 192 configs with V's head dim 128 (DeepSeek's MLA), and d_head 96's,
@@ -646,7 +660,8 @@ std::vector<KernelConfig> release() {
 // one Q buffer under the dynamic schedule (the release holds the other dynamic tile
 // schedule's kernels), trimmed consumer blocks passing two GEMM turns a block (ping-pong
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
-// CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers);
+// CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers),
+// and P through shared memory under overlap on 192 rows (d_head 96's 64-byte tiles);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
 // key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
 std::vector<KernelConfig> ci() {
@@ -662,6 +677,7 @@ std::vector<KernelConfig> ci() {
                "(BF16, 128, 192, 64, 16): sm90+stages_2+pingpong+persistent+dynamic+trim",
                "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim+"
                "streamk",
+               "(BF16, 96, 192, 128, 16): sm90+stages_2+overlap+persistent+dynamic+lazy+psmem",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
                "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
            }));
@@ -715,7 +731,7 @@ int estimated_registers(const KernelConfig& c) {
         // spills 96 bytes). Without intra-warpgroup overlap P replaces S (converted in
         // place, S dead); with it, S of the next block is computed while P of this one
         // feeds P·V.
-        const int p = c.sm90.intra_warpgroup_overlap ? c.B_c / 4 : 0;
+        const int p = c.sm90.intra_warpgroup_overlap && !c.sm90.p_in_smem ? c.B_c / 4 : 0;
         return tile_columns(c.v_head_dim()) / 2 + c.B_c / 2 + p +
                (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 + c.d_head / 8;
     }

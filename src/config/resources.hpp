@@ -84,8 +84,8 @@ constexpr int sm90_q_barrier_pairs(const KernelConfig& c, int q_tiles) {
 // sm90: `q_tiles` Q tiles, `stages` K and V tiles (rows of d_head and of v_head_dim()
 // columns, tile_columns()), 1024 bytes to align the tiles to the swizzle's period (at most
 // 1024 bytes), the pipeline's mbarriers, with the dynamic schedule each Q buffer's tile index
-// and its barrier (16 bytes, padded), and with `o_apart` one consumer's O staging region (64 rows)
-// and its barrier.
+// and its barrier (16 bytes, padded), with `o_apart` one consumer's O staging region (64 rows)
+// and its barrier, and with p_in_smem a P tile a consumer.
 constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o_apart = false) {
     const std::size_t n_stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
     const std::size_t q = static_cast<std::size_t>(q_tiles);
@@ -94,10 +94,15 @@ constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o
         static_cast<std::size_t>(tile_columns(c.d_head)) * element_bytes(c.dtype);
     const std::size_t v_row_bytes =
         static_cast<std::size_t>(tile_columns(c.v_head_dim())) * element_bytes(c.dtype);
+    // p_in_smem: each consumer's P tile (64 rows x B_c).
+    const std::size_t p_tiles = c.sm90.p_in_smem
+                                    ? static_cast<std::size_t>(consumer_warpgroups(c)) * 64 *
+                                          static_cast<std::size_t>(c.B_c) * element_bytes(c.dtype)
+                                    : 0;
     return q * static_cast<std::size_t>(c.B_r) * row_bytes +
            n_stages * static_cast<std::size_t>(c.B_c) * (row_bytes + v_row_bytes) + 1024 +
            8 * (2 * q_pairs + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
-           (o_apart ? 64 * v_row_bytes + 8 : 0);
+           (o_apart ? 64 * v_row_bytes + 8 : 0) + p_tiles;
 }
 }  // namespace detail
 

@@ -308,15 +308,41 @@ struct Consumer {
         ptx::fence_operands(s[0]);
     }
 
-    // Issues O += P·V_j over the block's first 16 KT keys.
+    // Issues O += P·V_j over the block's first 16 KT keys (p_in_smem: P from this consumer's
+    // P tile, which hand_p() filled).
     template <int KT>
     __device__ __forceinline__ void issue_pv(float (&o)[1][o_tiles][4],
                                              const std::uint32_t (&p)[1][KT][4], int j) {
         ptx::fence_operands(o[0]);
         ptx::wgmma_fence();
-        warpgroup_gemm_pv<dtype, VTile, 16 * KT>(o[0], p[0], v_stage(slot(j).stage));
+        if constexpr (Tr::p_in_smem) {
+            warpgroup_gemm_pv<dtype, typename Tr::PTile, VTile, 16 * KT>(o[0], p_tile(),
+                                                                         v_stage(slot(j).stage));
+        } else {
+            warpgroup_gemm_pv<dtype, VTile, 16 * KT>(o[0], p[0], v_stage(slot(j).stage));
+        }
         ptx::wgmma_commit_group();
         ptx::fence_operands(o[0]);
+    }
+
+    // p_in_smem: this consumer's P tile (Traits::p_offset), from the K stages' address rather
+    // than a member of its own, so that the other kernels' consumers stay as they are.
+    __device__ __forceinline__ std::uint32_t p_tile() const {
+        return k_smem - Tr::k_offset + Tr::p_offset + consumer * Tr::PTile::bytes;
+    }
+
+    // p_in_smem: P's fragments into the P tile for the next P·V (whose GEMM before it has
+    // retired: the tile is free), fenced to the async proxy the wgmma reads through, and the
+    // warpgroup synced so that every warp's rows are there. Else nothing: P·V reads the
+    // registers.
+    template <int KT>
+    __device__ __forceinline__ void hand_p(const std::uint32_t (&p)[1][KT][4]) const {
+        if constexpr (Tr::p_in_smem) {
+            store_a_fragments<typename Tr::PTile>(p[0], p_tile(), warp_in_warpgroup() * mma_m);
+            tma::fence_shared_to_async_proxy();
+            ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer),
+                                    warpgroup_threads);
+        }
     }
 
     // After a wait that retires an S GEMM: keeps Q's fragments (which it read
@@ -504,7 +530,8 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
                                           std::uint32_t (&p)[1][KT][4], int j) {
     ptx::wgmma_wait<0>();
     ptx::fence_operands(o[0]);
-    ptx::fence_operands(p[0]);
+    if constexpr (!Tr::p_in_smem)  // held for the GEMM; else its registers are free
+        ptx::fence_operands(p[0]);
     c.release_v(j);
 }
 
@@ -585,6 +612,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
                 q_read();
             softmax.update(s, o);
             to_a_fragments<Tr::dtype>(softmax, s, p);
+            c.hand_p(p);
             accumulate(c, turns, o, p, j);
         }
     } else {
@@ -618,6 +646,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
             c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
             exponentiate<kept_here, w>(c, softmax, s, 0);  // O is still zero: nothing to rescale
             to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s), first_tiles<w / 2>(p));
+            c.hand_p(first_tiles<w / 2>(p));
         };
         // A step before Consumer::unmasked runs without the mask's code: the code alone, never
         // run, cost d_head 64's static tile 2-3% at 2k-16k keys; peeled, the rest level (H200,
@@ -631,6 +660,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
             retire_pv(c, o, p, j - 1);
             softmax.rescale(o);
             to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s), first_tiles<w / 2>(p));
+            c.hand_p(first_tiles<w / 2>(p));
         };
         if (half && n == 1) {
             first(half_width{});

@@ -108,7 +108,15 @@ struct Traits {
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
     static constexpr int v_offset = k_offset + stages * KTile::bytes;
     static constexpr int o_offset = v_offset + stages * VTile::bytes;  // O apart: its region
-    static constexpr int barrier_offset = o_offset + (o_apart ? OTile::bytes : 0);
+    // P through shared memory (p_in_smem): each consumer's P tile, 64 rows x B_c keys in
+    // 64-key sub-tiles, K-major (the A of P·V). With it P's registers are free while S_{j+1}
+    // and P_j·V_j run together (intra-warpgroup overlap), which at 192 rows otherwise spilled
+    // (d_head 96, ptxas 13.0).
+    static constexpr bool p_in_smem = C.sm90.p_in_smem;
+    using PTile = SwizzledTile<rows_per_consumer, B_c, 128>;
+    static constexpr int p_offset = o_offset + (o_apart ? OTile::bytes : 0);
+    static_assert(!p_in_smem || p_offset % 1024 == 0, "P's tiles at the swizzle's period");
+    static constexpr int barrier_offset = p_offset + (p_in_smem ? consumers * PTile::bytes : 0);
     static constexpr bool dynamic_schedule = C.sm90.dynamic_schedule;
     // The static schedule's last round split along the keys (tile_scheduler.cuh), in the
     // dense kernel's non-causal launches (launch.cuh).

@@ -143,6 +143,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
         FA_WGMMA_TYPED(64, FA_WGMMA_R32, FA_WGMMA_D32, "%32", 33, 34, "%35, %36", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 80) {
         FA_WGMMA_TYPED(80, FA_WGMMA_R40, FA_WGMMA_D40, "%40", 41, 42, "%43, %44", FA_WGMMA_SS_ARGS)
+    } else if constexpr (N == 96) {  // d_head 96's P·V with P from shared memory (psmem)
+        FA_WGMMA_TYPED(96, FA_WGMMA_R48, FA_WGMMA_D48, "%48", 49, 50, "%51, %52", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 112) {
         FA_WGMMA_TYPED(112, FA_WGMMA_R56, FA_WGMMA_D56, "%56", 57, 58, "%59, %60", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 128) {
@@ -153,7 +155,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
         FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "%96", 97, 98, "%99, %100",
                        FA_WGMMA_SS_ARGS)
     } else {
-        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 32, 64, 80, 112, 128, 176 and 192");
+        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 32, 64, 80, 96, 112, 128, 176 and 192");
     }
 }
 

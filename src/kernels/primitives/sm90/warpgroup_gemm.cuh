@@ -71,4 +71,30 @@ __device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4]
         ptx::wgmma_rs<dtype, VTile::cols, true>(o, p[kk], VTile::mn_major(v_smem, kk), true);
 }
 
+// The same with P from shared memory (PTile: this warpgroup's 64 rows x K keys, K-major, as
+// store_a_fragments() writes them): shared memory serves both operands.
+template <DType dtype, class PTile, class VTile, int K = VTile::rows>
+__device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4],
+                                                  std::uint32_t p_smem, std::uint32_t v_smem) {
+    static_assert(K <= VTile::rows && K <= PTile::cols, "P covers at most V's rows");
+#pragma unroll
+    for (int kk = 0; kk < K / 16; ++kk) {
+        ptx::wgmma_ss<dtype, VTile::cols, true>(o, PTile::k_major(p_smem, kk),
+                                                VTile::mn_major(v_smem, kk), true);
+    }
+}
+
+// This warp's 16 rows of m16k16 A fragments into a warpgroup's 64 x D tile: the inverse of
+// load_a_fragments() (stmatrix.x4: register i of k-tile kk is matrix i, rows 8 (i % 2) and
+// columns 16 kk + 8 (i / 2), whose 16-byte rows lanes 8i..8i+7 address).
+template <class Tile, int KT>
+__device__ __forceinline__ void store_a_fragments(const std::uint32_t (&a)[KT][4],
+                                                  std::uint32_t tile_smem, int warp_row0) {
+    const int lane = threadIdx.x % warp_size;
+    const int row = warp_row0 + lane % 16;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk)
+        ptx::stmatrix_x4(tile_smem + Tile::chunk_offset(row, kk * 2 + lane / 16), a[kk]);
+}
+
 }  // namespace flash_attention
