@@ -389,6 +389,31 @@ TEST(ConfigSpace, PackedGqaTilesAreForwardOnly) {
         "");
 }
 
+// P through shared memory: forward tiles of whole 64-key sub-tiles whose P·V N the shared-memory
+// wgmma wraps; the tune set's d_head 96 192-row tiles take it with overlap.
+TEST(ConfigSpace, PInSharedMemoryIsForwardOnWhole64KeyBlocks) {
+    const auto psmem = KernelConfig::parse(
+        "(BF16, 96, 192, 128, 16): sm90+stages_2+overlap+persistent+dynamic+lazy+psmem");
+    EXPECT_TRUE(psmem.sm90.p_in_smem);
+    EXPECT_EQ(KernelConfig::parse(psmem.to_string()), psmem);
+    EXPECT_EQ(rejected_by(psmem), "");
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+psmem")),
+              "psmem_forward");
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+lazy+psmem")),
+              "psmem_forward");
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 128, 64, 128, 8): sm90+stages_3+overlap+qreg+lazy+packgqa+psmem")),
+              "psmem_forward");
+    EXPECT_NE(rejected_by(KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+psmem")),
+              "");
+    const auto sm90 = fa::space::named_set("tune-sm90");
+    EXPECT_TRUE(std::any_of(sm90.begin(), sm90.end(), [](const KernelConfig& c) {
+        return c.sm90.p_in_smem && c.d_head == 96 && c.B_r == 192 && c.sm90.intra_warpgroup_overlap;
+    }));
+}
+
 TEST(ConfigSpace, HopperSetsCoverEveryHeadDimAndDtype) {
     const auto tune = fa::space::named_set("tune");
     for (const fa::DType dtype : {fa::DType::FP16, fa::DType::BF16}) {

@@ -113,7 +113,9 @@ struct Traits {
     // and P_j·V_j run together (intra-warpgroup overlap), which at 192 rows otherwise spilled
     // (d_head 96, ptxas 13.0).
     static constexpr bool p_in_smem = C.sm90.p_in_smem;
-    using PTile = SwizzledTile<rows_per_consumer, B_c, 128>;
+    // (Of 64 columns where unused: the type is named below for every config, and B_c 80, 112
+    // and 176 are no whole 64-column sub-tiles.)
+    using PTile = SwizzledTile<rows_per_consumer, p_in_smem ? B_c : 64, 128>;
     static constexpr int p_offset = o_offset + (o_apart ? OTile::bytes : 0);
     static_assert(!p_in_smem || p_offset % 1024 == 0, "P's tiles at the swizzle's period");
     static constexpr int barrier_offset = p_offset + (p_in_smem ? consumers * PTile::bytes : 0);
