@@ -173,14 +173,15 @@ constexpr Row k_rows[] = {
     {"(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
     {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
     // d_head 96: 64-byte swizzled tiles of 96 columns. Causal: d_head 128's 128 x 128 rows with
-    // Q in registers (6 k-steps). Non-causal: 192 rows in three consumers without overlap
-    // (FlashAttention-3's row count at 96; with overlap it spilled), +5.0% at 2k and +5.9% at 8k
-    // over the 128-row tile, -7 to -8% causal (bf16, 21 heads, 3 rounds, H100, 2026-12-05,
-    // bench/d96-forward.txt); beside FA4 in compare.py +4% at 2k, level at 8k (H100, 2026-12-05).
+    // Q in registers (6 k-steps). Non-causal: 192 rows in three consumers, FlashAttention-3's
+    // row count at 96, overlapped with P through shared memory (psmem; with P in registers the
+    // overlap spilled): +3.3% at 2k and +6.8% at 8k over the same tile without overlap, which was
+    // +5.0% / +5.9% over the 128-row tile; causal it is level at 8k and -4.6% at 2k against the
+    // 128-row tile (bf16, 21 heads, 3 rounds, H100, 2026-12-06, bench/d96-forward-psmem.txt).
     {"(BF16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(FP16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
-    {"(BF16, 96, 192, 128, 16): sm90+stages_2+persistent+dynamic+lazy"},
-    {"(FP16, 96, 192, 128, 16): sm90+stages_2+persistent+dynamic+lazy"},
+    {"(BF16, 96, 192, 128, 16): sm90+stages_2+overlap+persistent+dynamic+lazy+psmem"},
+    {"(FP16, 96, 192, 128, 16): sm90+stages_2+overlap+persistent+dynamic+lazy+psmem"},
     {"(BF16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 128, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 64, 128, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},

@@ -661,8 +661,8 @@ std::vector<KernelConfig> release() {
 // schedule's kernels), trimmed consumer blocks passing two GEMM turns a block (ping-pong
 // without overlap; the release's trimmed kernels overlap), and stream-K pieces in a persistent
 // CTA of one Q buffer with O staged apart (the release's stream-K kernels have two buffers),
-// and P through shared memory under overlap on 192 rows (d_head 96's 64-byte tiles; d_head
-// 64's with ping-pong and trimmed blocks);
+// and P through shared memory with ping-pong and trimmed blocks (d_head 64's 192 rows; the
+// release's psmem kernels, d_head 96's, neither);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
 // key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
 std::vector<KernelConfig> ci() {
@@ -678,7 +678,6 @@ std::vector<KernelConfig> ci() {
                "(BF16, 128, 192, 64, 16): sm90+stages_2+pingpong+persistent+dynamic+trim",
                "(BF16, 256, 128, 64, 12): sm90+stages_2+overlap+pingpong+persistent+lazy+trim+"
                "streamk",
-               "(BF16, 96, 192, 128, 16): sm90+stages_2+overlap+persistent+dynamic+lazy+psmem",
                "(BF16, 64, 192, 128, 16): "
                "sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim+psmem",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
