@@ -176,8 +176,9 @@ constexpr Row k_rows[] = {
     // Q in registers (6 k-steps). Non-causal: 192 rows in three consumers, FlashAttention-3's
     // row count at 96, overlapped with P through shared memory (psmem; with P in registers the
     // overlap spilled): +3.3% at 2k and +6.8% at 8k over the same tile without overlap, which was
-    // +5.0% / +5.9% over the 128-row tile; causal it is level at 8k and -4.6% at 2k against the
-    // 128-row tile (bf16, 21 heads, 3 rounds, H100, 2026-12-06, bench/d96-forward-psmem.txt).
+    // +5.0% / +5.9% over the 128-row tile (bench/d96-forward.txt, 2026-12-05); causal it is level
+    // at 8k and -4.6% at 2k against the 128-row tile (bf16, 21 heads, 3 rounds, H100,
+    // 2026-12-06, bench/d96-forward-psmem.txt).
     {"(BF16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(FP16, 96, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg+dynamic+lazy", 0, true},
     {"(BF16, 96, 192, 128, 16): sm90+stages_2+overlap+persistent+dynamic+lazy+psmem"},

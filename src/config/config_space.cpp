@@ -448,9 +448,11 @@ std::vector<KernelConfig> tune_configs_sm90_d128_bc80() {
     return v.expand();
 }
 
-// d_head 96's 192-row tiles (three consumers) without intra-warpgroup overlap: with it they
-// spilled 240-288 bytes (ptxas 13.0); without it, FlashAttention-3's row count at 96, they
-// lead the 128-row tile by 5-6% non-causal (H100, 2026-12-05, bench/d96-forward.txt).
+// d_head 96's 192-row tiles (three consumers), FlashAttention-3's row count at 96: without
+// intra-warpgroup overlap (with it and P in registers they spilled 240-288 bytes, ptxas 13.0),
+// which led the 128-row tile by 5-6% non-causal (H100, 2026-12-05, bench/d96-forward.txt), and
+// overlapped with P through shared memory (psmem), 3-7% ahead of those (H100, 2026-12-06,
+// bench/d96-forward-psmem.txt).
 std::vector<KernelConfig> tune_configs_sm90_d96() {
     ValueSets v = tune_values_sm90();
     v.d_head = {96};
