@@ -163,13 +163,19 @@ constexpr Row k_rows[] = {
     // queries x 112 keys and 128 x 128, the widest whose two K/V stages fit beside Q; causal
     // d_head 192 as d_head 256's causal rows (trimmed, ping-pong, one CTA a tile: its persistent
     // dynamic instance spills 16-44 bytes in ptxas 13.0), the rest as d_head 128's 128 x 128
-    // rows without Q in registers (48 registers more than O, S and P leave). Not yet measured.
+    // rows without Q in registers (48 registers more than O, S and P leave). MLA's causal rows
+    // past 2k keys: d_head 192's causal tile, one CTA a tile, +5.4/+5.1/+11.3% bf16 at 4k/8k/16k
+    // (fp16 +4.8/+10.1/+10.4%) over the persistent dynamic tile, which leads at 2k by 4.1%
+    // (bf16, 16 heads, 3 rounds in one binary, bench/mla-forward-causal.txt; level at 4k with
+    // 128 heads; H100, 2026-12-06, docs/PERF.md).
     {"(BF16, 192, 128, 112, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
     {"(FP16, 192, 128, 112, 12): sm90+stages_2+overlap+pingpong+lazy+trim", 0, true},
     {"(BF16, 192, 128, 112, 12): sm90+stages_2+overlap+pingpong+persistent+lazy"},
     {"(FP16, 192, 128, 112, 12): sm90+stages_2+overlap+pingpong+persistent+lazy"},
-    {"(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy", 0, true},
-    {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy", 0, true},
+    {"(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy", 2048, true},
+    {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy", 2048, true},
+    {"(BF16, 192, 128, 112, 12): sm90+dv_128+stages_2+overlap+pingpong+lazy+trim", 0, true},
+    {"(FP16, 192, 128, 112, 12): sm90+dv_128+stages_2+overlap+pingpong+lazy+trim", 0, true},
     {"(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
     {"(FP16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+lazy"},
     // d_head 96: 64-byte swizzled tiles of 96 columns. Causal: d_head 128's 128 x 128 rows with

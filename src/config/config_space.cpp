@@ -132,10 +132,13 @@ constexpr std::array k_rules = {
     Rule{"psmem_forward", RuleKind::validity,
          "psmem passes the forward's P to P·V through shared memory (not with bwd) in 64-row "
          "tiles of whole 64-key sub-tiles (B_c 64, 128 or 192), with V's head dim at most 192 "
-         "(the wgmma N of P·V from shared memory) and not with packgqa",
+         "(the wgmma N of P·V from shared memory), not with packgqa, and not in a persistent "
+         "tile with one Q buffer (O staged apart: wrong results and a hang, d_head 192 at "
+         "192 x 64, H100, 2026-12-06; the cause is not found)",
          [](const KernelConfig& c) {
-             return c.sm90.p_in_smem && (c.backward || c.B_c % 64 != 0 ||
-                                         tile_columns(c.v_head_dim()) > 192 || c.sm90.pack_gqa);
+             return c.sm90.p_in_smem &&
+                    (c.backward || c.B_c % 64 != 0 || tile_columns(c.v_head_dim()) > 192 ||
+                     c.sm90.pack_gqa || (c.sm90.persistent && q_buffers(c) == 1));
          }},
     Rule{"packgqa_forward", RuleKind::validity,
          "packgqa packs the forward's tiles (not with bwd) on the per-sequence kernel body, whose "
@@ -486,8 +489,9 @@ std::vector<KernelConfig> tune_configs_sm80_mla() {
 
 // d_head 192, and 192 with V's 128 (DeepSeek's MLA), on two consumers (B_r 128) with two K/V
 // stages: FlashAttention-3's key blocks for them, 112 and 128, the widest whose stages fit beside
-// Q (216 and 208 KB of 227), and 64. O (96 or 64 registers), S and P fit the consumers' 240
-// without Q in registers (48 more).
+// Q (216 and 208 KB of 227), and 64; with V's 128 also 112, d_head 192's causal tile, which the
+// built-in table takes for MLA's causal problems past 2k keys. O (96 or 64 registers), S and P
+// fit the consumers' 240 without Q in registers (48 more).
 std::vector<KernelConfig> tune_configs_sm90_d192() {
     ValueSets v = tune_values_sm90();
     v.d_head = {192};
@@ -498,7 +502,7 @@ std::vector<KernelConfig> tune_configs_sm90_d192() {
     v.q_in_registers = {false};
     std::vector<KernelConfig> configs = v.expand();
     v.d_v = {128};
-    v.B_c = {64, 128};
+    v.B_c = {64, 112, 128};
     append_unique(configs, v.expand());
     return configs;
 }

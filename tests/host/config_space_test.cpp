@@ -408,6 +408,15 @@ TEST(ConfigSpace, PInSharedMemoryIsForwardOnWhole64KeyBlocks) {
               "psmem_forward");
     EXPECT_NE(rejected_by(KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+psmem")),
               "");
+    // A persistent tile with one Q buffer (O staged apart) gave wrong results and hung with it.
+    for (const char* one_q_buffer :
+         {"(BF16, 192, 192, 64, 16): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy+psmem",
+          "(BF16, 192, 192, 64, 16): sm90+stages_2+overlap+persistent+lazy+psmem"}) {
+        EXPECT_EQ(rejected_by(KernelConfig::parse(one_q_buffer)), "psmem_forward") << one_q_buffer;
+    }
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 192, 192, 64, 16): sm90+dv_128+stages_2+overlap+lazy+psmem")),
+              "");
     const auto sm90 = fa::space::named_set("tune-sm90");
     EXPECT_TRUE(std::any_of(sm90.begin(), sm90.end(), [](const KernelConfig& c) {
         return c.sm90.p_in_smem && c.d_head == 96 && c.B_r == 192 && c.sm90.intra_warpgroup_overlap;
