@@ -129,8 +129,8 @@ def test_configs_and_parse_round_trip():
             # One or (persistent, when it fits) two Q tiles, `stages` K and V tiles, the
             # 1024-byte alignment pad, the mbarriers (persistent with one Q tile: a Q pair per
             # consumer warpgroup), with the dynamic schedule each Q buffer's tile slot (16 bytes)
-            # and (persistent with one Q tile, when it fits) a region of 64 rows for O and its
-            # barrier, and with psmem each consumer's P tile (64 rows x B_c).
+            # and (persistent with one Q tile and at most two consumers, when it fits) a region of
+            # 64 rows for O and its barrier, and with psmem each consumer's P tile (64 rows x B_c).
             # Q's and K's rows have d_head columns, V's and O's d_v (d_head where 0), each whole
             # sub-tiles of its swizzle: 64 columns, or 32 where d is not a multiple of 64 (96), so
             # no padding.

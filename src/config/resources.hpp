@@ -119,9 +119,15 @@ constexpr int q_buffers(const KernelConfig& c) {
 // sm90: a persistent kernel with one Q buffer stages O in a region of its own, one
 // consumer's 64 rows that the consumers take in turn, when an H100 has the shared memory
 // for it: the buffer then goes back to the producer after the tile's last S GEMM, and the
-// next tile's Q loads during the last P·V and the epilogue instead of after them.
+// next tile's Q loads during the last P·V and the epilogue instead of after them. Two
+// consumers at most: the turns pass through one mbarrier whose phase parity a consumer waits
+// on, which names the phase it means only while the barrier is at most one phase behind; a
+// third consumer can find it two behind (its own last use, then the other two's) and pass
+// at once, staging over another's O (wrong results and a hang, d_head 192 at 192 x 64 with
+// psmem, H100, 2026-12-06).
 constexpr bool o_staged_apart(const KernelConfig& c) {
     return c.family == Family::sm90 && c.sm90.persistent && q_buffers(c) == 1 &&
+           consumer_warpgroups(c) <= 2 &&
            detail::sm90_smem_bytes(c, 1, true) <=
                static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin);
 }

@@ -104,6 +104,9 @@ TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
     EXPECT_FALSE(
         fa::o_staged_apart(KernelConfig::parse("(BF16, 256, 128, 64, 12): sm90+stages_2")));
     EXPECT_FALSE(fa::o_staged_apart(persistent));
+    // Nor with three consumers, whose turns one mbarrier's parity cannot order.
+    EXPECT_FALSE(fa::o_staged_apart(
+        KernelConfig::parse("(FP16, 64, 192, 192, 16): sm90+stages_4+persistent")));
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_x").find("stages_x"),
               std::string::npos);
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_-1").find("stages_-1"),
