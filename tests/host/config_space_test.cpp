@@ -408,10 +408,12 @@ TEST(ConfigSpace, PInSharedMemoryIsForwardOnWhole64KeyBlocks) {
               "psmem_forward");
     EXPECT_NE(rejected_by(KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+psmem")),
               "");
-    // A persistent tile with one Q buffer (O staged apart) gave wrong results and hung with it.
+    // A persistent tile with one Q buffer gave wrong results and hung with it (its three
+    // consumers' O staged apart, before o_staged_apart() took at most two).
     for (const char* one_q_buffer :
          {"(BF16, 192, 192, 64, 16): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy+psmem",
           "(BF16, 192, 192, 64, 16): sm90+stages_2+overlap+persistent+lazy+psmem"}) {
+        EXPECT_EQ(fa::q_buffers(KernelConfig::parse(one_q_buffer)), 1) << one_q_buffer;
         EXPECT_EQ(rejected_by(KernelConfig::parse(one_q_buffer)), "psmem_forward") << one_q_buffer;
     }
     EXPECT_EQ(rejected_by(KernelConfig::parse(

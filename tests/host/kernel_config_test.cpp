@@ -104,9 +104,14 @@ TEST(KernelConfig, ParsesAndPrintsHopperConfigs) {
     EXPECT_FALSE(
         fa::o_staged_apart(KernelConfig::parse("(BF16, 256, 128, 64, 12): sm90+stages_2")));
     EXPECT_FALSE(fa::o_staged_apart(persistent));
-    // Nor with three consumers, whose turns one mbarrier's parity cannot order.
-    EXPECT_FALSE(fa::o_staged_apart(
-        KernelConfig::parse("(FP16, 64, 192, 192, 16): sm90+stages_4+persistent")));
+    // Nor with three consumers, whose turns one mbarrier's parity cannot order (this one has one
+    // Q buffer and room for the region).
+    const KernelConfig three =
+        KernelConfig::parse("(FP16, 64, 192, 192, 16): sm90+stages_4+persistent");
+    EXPECT_EQ(q_buffers(three), 1);
+    EXPECT_LE(fa::detail::sm90_smem_bytes(three, 1, true),
+              static_cast<std::size_t>(fa::DeviceLimits::h100().smem_per_block_optin));
+    EXPECT_FALSE(fa::o_staged_apart(three));
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_x").find("stages_x"),
               std::string::npos);
     EXPECT_NE(parse_error("(BF16, 128, 128, 128, 12): sm90+stages_-1").find("stages_-1"),

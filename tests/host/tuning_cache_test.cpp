@@ -995,6 +995,31 @@ TEST(TuningCache, BuiltInTableCopiesWholePages) {
         EXPECT_EQ(d256->family, fa::Family::sm90) << d256->to_string();
         EXPECT_EQ(d256->B_c, 64) << d256->to_string();
     }
+    // DeepSeek's MLA causal past 2k keys: the 128 x 112 tile contiguous, the persistent dynamic
+    // 128 x 128 on pages 112 keys do not divide (not the non-causal row, which runs causal at
+    // about 60% of it).
+    const auto mla_causal = fa::KernelConfig::parse(
+        "(BF16, 192, 128, 112, 12): sm90+dv_128+stages_2+overlap+pingpong+lazy+trim");
+    const auto mla_paged = fa::KernelConfig::parse(
+        "(BF16, 192, 128, 128, 12): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy");
+    if (fa::is_built(mla_causal) && fa::is_built(mla_paged)) {
+        const auto mla = [](std::int64_t page_size) {
+            const auto view = [](std::uintptr_t gib, std::int64_t d) {
+                return fa::TensorView::contiguous(reinterpret_cast<void*>(gib << 30),
+                                                  fa::DType::BF16, 1, 4096, 2, d);
+            };
+            fa::ChoiceProblem p = fa::choice_problem(
+                fa::ForwardParams{view(1, 192), view(2, 192), view(3, 128), view(4, 128)});
+            p.shape.causal = true;
+            p.page_size = page_size;
+            return p;
+        };
+        EXPECT_EQ(fa::heuristic_config(mla(0), hopper), mla_causal);
+        EXPECT_EQ(fa::heuristic_config(mla(64), hopper), mla_paged);
+        EXPECT_EQ(fa::heuristic_config(mla(256), hopper), mla_paged);
+    } else {
+        EXPECT_FALSE(release_built) << "the table no longer names MLA's causal tiles";
+    }
 }
 
 // Grouped-query problems of at most 64 queries take the table's pack_gqa rows (a tile a K/V
