@@ -63,6 +63,8 @@ SITE=${SITE:-/tmp/gpu_check_site}
 mkdir -p "$OUT" "$LOGS"
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 jobs=$(nproc)
+# The GPU tests and sanitizers run as this many gtest shards at once (scripts/gtest_shards.sh).
+shards=${GPU_SHARDS:-4}
 summary=()
 failed=0
 note() { summary+=("$*"); echo "$*"; }
@@ -122,7 +124,7 @@ stage_prebuilt() {
 build_checks() {
   check readme "$BUILD/bin/flash_attention" run --check
   check test_host "$BUILD/tests/test_host" --gtest_brief=1
-  check test_gpu timeout 420 "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter="${GPU_FILTER:-*}"
+  check test_gpu timeout 420 scripts/gtest_shards.sh "$shards" "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter="${GPU_FILTER:-*}"
   checked_filter=${GPU_FILTER:-*}
 }
 
@@ -137,14 +139,14 @@ stage_backward() {
     check test_host "$BUILD/tests/test_host" --gtest_brief=1
   fi
   if [[ ${checked_filter:-} != "*" && ${checked_filter:-} != *"*Backward*"* ]]; then
-    check test_bwd timeout 300 "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter='*Backward*'
+    check test_bwd timeout 300 scripts/gtest_shards.sh "$shards" "$BUILD/tests/test_gpu" --gtest_brief=1 --gtest_filter='*Backward*'
   fi
   # Odd shapes causal and not (q513_k513: several query blocks a walk without a mask, which
   # d_head 256 walks rotated), every sm90 backward config racechecked, d_head 256's included.
-  check memcheck_bwd timeout 300 compute-sanitizer --tool memcheck --error-exitcode 1 \
+  check memcheck_bwd timeout 300 scripts/gtest_shards.sh "$shards" compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$BUILD/tests/test_gpu" --gtest_brief=1 \
     --gtest_filter='Built/EveryBackwardConfig.*q100_k257*:Built/EveryBackwardConfig.*q257_k100*:Built/EveryBackwardConfig.*q513_k513*:Backward.Sinks*:Backward.Softcap*:Backward.Window*:Backward.Varlen*'
-  check racecheck_bwd timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 \
+  check racecheck_bwd timeout 300 scripts/gtest_shards.sh "$shards" compute-sanitizer --tool racecheck --error-exitcode 1 \
     "$BUILD/tests/test_gpu" --gtest_brief=1 \
     --gtest_filter='Built/EveryBackwardConfig.*sm90_bwd_*q100_k257*:Built/EveryBackwardConfig.*sm90_bwd_*q17_k600*:Built/EveryBackwardConfig.*sm90_bwd_*q513_k513*'
   [ "${BWD_BENCH:-1}" = 1 ] || return 0
@@ -161,10 +163,10 @@ stage_sanitize() {
   # API errors are not memory errors: one test makes cudaMalloc fail on purpose. SANITIZE_D=96
   # keeps the odd shapes to that head dim's configs.
   local d=${SANITIZE_D:+_d${SANITIZE_D}_}
-  check memcheck timeout 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
+  check memcheck timeout 300 scripts/gtest_shards.sh "$shards" compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 \
     "$BUILD/tests/test_gpu" --gtest_brief=1 \
     --gtest_filter="Built/EveryConfigOddShapes.*${d}*q129_k257*:Built/EveryConfigOddShapes.*${d}*q1000_k7_*:Forward.*"
-  check racecheck timeout 300 compute-sanitizer --tool racecheck --error-exitcode 1 \
+  check racecheck timeout 300 scripts/gtest_shards.sh "$shards" compute-sanitizer --tool racecheck --error-exitcode 1 \
     "$BUILD/tests/test_gpu" --gtest_brief=1 \
     --gtest_filter="Built/EveryConfigOddShapes.*sm90*${d}*q129_k257*:Built/EveryConfigOddShapes.*sm90*${d}*q1000_k7_*"
 }

@@ -311,8 +311,11 @@ struct BackwardLaunch {
 // The producer's thread: K and V (BackwardTraits::kv_with_first_step: with the first step's Q and
 // dO, on their barriers; a walk of no steps then loads neither, its dK and dV being zeros), then
 // every step's Q and dO. step0: the walk's first step in the CTA's pipeline
-// (persistent: the steps of its earlier key blocks); walks: the CTA's earlier key blocks, whose
-// last one's K and V the consumers release (kv_empty) before this one's load over them.
+// (persistent: the steps of its earlier key blocks); walks: the CTA's earlier key blocks with
+// steps, whose last one's K and V the consumers release (kv_empty) before this one's load over
+// them. A walk of no steps neither loads nor releases: its release could complete the barrier's
+// next phase before the producer's wait for the one before, and a parity wait cannot tell a
+// phase from the one two before it (a hang).
 template <class Tr>
 __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
                                                  typename Tr::Smem& smem, const QueryWalk& walk,
@@ -326,11 +329,6 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
         tma::load_tile<typename Tr::VTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
                                            smem.kv_full);
     }
-    // Persistent: one wait for each walk's release of K and V, a walk of no steps included (it
-    // loads nothing, but the consumers release after it too): a parity wait cannot tell a phase
-    // from the one two before it.
-    if (Tr::persistent && walk.steps() == 0 && walks > 0)
-        smem.kv_empty.wait((walks - 1) & 1);
     QueryWalk::Step at = walk.first<Tr::rotate_walks>();
     for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk)) {
         const RingSlot<Tr::stages> slot(step0 + i);
@@ -1145,12 +1143,12 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         const int warp = threadIdx.x / warp_size;
         if (threadIdx.x == 0) {
-            int step0 = 0, walks = 0;  // of the CTA's earlier key blocks
+            int step0 = 0, walks = 0;  // of the CTA's earlier key blocks (walks: with steps)
             for_each_key_block(std::true_type{}, [&](const Work& w, int) {
                 produce_backward<Tr>(launch, smem, w.walk, w.seq, w.k0, w.tile.kv_head, step0,
                                      walks);
                 step0 += w.walk.steps();
-                ++walks;
+                walks += w.walk.steps() > 0;
             });
         } else if (warp == 1) {
             // This kernel may start before the preprocess ends (a programmatic dependent
@@ -1321,10 +1319,13 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                     }
                 }
                 // K and V to the producer for the next key block (every GEMM of the walk has been
-                // waited for), and the dQ warp's last reduce has read the staging.
-                Consumer::arrive_warp(smem.kv_empty);
-                if (Tr::staging_free_wait && walk.steps() > 0)
-                    ptx::named_barrier_sync(Tr::staging_free_barrier, Tr::staging_free_threads);
+                // waited for; a walk of no steps read neither: produce_backward), and the dQ
+                // warp's last reduce has read the staging.
+                if (walk.steps() > 0) {
+                    Consumer::arrive_warp(smem.kv_empty);
+                    if constexpr (Tr::staging_free_wait)
+                        ptx::named_barrier_sync(Tr::staging_free_barrier, Tr::staging_free_threads);
+                }
             }
 
             // dK = scale · dSᵀ·Q and dV, this warp's 16 rows (split_head: its consumer's columns).
