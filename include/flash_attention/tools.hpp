@@ -379,6 +379,8 @@ class DeviceBuffer {
     void* data() const { return data_; }
     std::size_t bytes() const { return bytes_; }
 
+    // Synchronous on the whole device: an upload or the poison has landed before any stream's
+    // later work, and a download sees every stream's earlier work.
     void upload(const std::vector<std::uint16_t>& host);
     void upload(const std::vector<std::int32_t>& host);  // lengths, offsets, page tables
     void upload(const std::vector<float>& host);         // attention sinks

@@ -33,6 +33,15 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 namespace {
 
+// The copies and the poison run on the legacy default stream, which a non-blocking stream does
+// not wait for: each completes on the whole device before it returns (a poison still queued when
+// a kernel on a non-blocking stream wrote O overwrote it with NaN, and the GPU tests failed
+// whenever other processes shared the GPU, H100, 2026-12-06), and a download first waits for
+// every stream's work.
+void settle(const char* what) {
+    cuda_check(cudaDeviceSynchronize(), what);
+}
+
 void upload_bytes(void* device, std::size_t capacity, const void* host, std::size_t bytes) {
     if (bytes > capacity) {
         throw Error(ErrorCode::invalid_argument, "upload: expected at most " +
@@ -41,6 +50,7 @@ void upload_bytes(void* device, std::size_t capacity, const void* host, std::siz
     }
     cuda_check(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice),
                "cudaMemcpy (host to device)");
+    settle("cudaMemcpy (host to device)");
 }
 
 }  // namespace
@@ -59,6 +69,7 @@ void DeviceBuffer::upload(const std::vector<float>& host) {
 
 std::vector<std::uint16_t> DeviceBuffer::download() const {
     std::vector<std::uint16_t> host(bytes_ / 2);
+    settle("before a download");
     cuda_check(cudaMemcpy(host.data(), data_, host.size() * 2, cudaMemcpyDeviceToHost),
                "cudaMemcpy (device to host)");
     return host;
@@ -66,6 +77,7 @@ std::vector<std::uint16_t> DeviceBuffer::download() const {
 
 std::vector<float> DeviceBuffer::download_floats() const {
     std::vector<float> host(bytes_ / sizeof(float));
+    settle("before a download");
     cuda_check(cudaMemcpy(host.data(), data_, host.size() * sizeof(float), cudaMemcpyDeviceToHost),
                "cudaMemcpy (device to host)");
     return host;
@@ -73,6 +85,7 @@ std::vector<float> DeviceBuffer::download_floats() const {
 
 void DeviceBuffer::poison_with_nan() {
     cuda_check(cudaMemset(data_, 0xFF, bytes_), "cudaMemset");
+    settle("cudaMemset (poison)");
 }
 
 DeviceTensor DeviceTensor::upload(const reference::HostTensor& host) {
