@@ -132,14 +132,11 @@ constexpr std::array k_rules = {
     Rule{"psmem_forward", RuleKind::validity,
          "psmem passes the forward's P to P·V through shared memory (not with bwd) in 64-row "
          "tiles of whole 64-key sub-tiles (B_c 64, 128 or 192), with V's head dim at most 192 "
-         "(the wgmma N of P·V from shared memory), not with packgqa, and not in a persistent "
-         "tile with one Q buffer (three consumers' O staged apart gave wrong results and a "
-         "hang, d_head 192 at 192 x 64, H100, 2026-12-06; o_staged_apart() no longer takes "
-         "three consumers, but such a tile with psmem has not run since)",
+         "(the wgmma N of P·V from shared memory), not with packgqa",
          [](const KernelConfig& c) {
              return c.sm90.p_in_smem &&
                     (c.backward || c.B_c % 64 != 0 || tile_columns(c.v_head_dim()) > 192 ||
-                     c.sm90.pack_gqa || (c.sm90.persistent && q_buffers(c) == 1));
+                     c.sm90.pack_gqa);
          }},
     Rule{"packgqa_forward", RuleKind::validity,
          "packgqa packs the forward's tiles (not with bwd) on the per-sequence kernel body, whose "
