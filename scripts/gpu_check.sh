@@ -6,7 +6,8 @@
 #   scripts/gpu_check.sh build sanitize package grid
 #
 #   build    the README's build (default options: the release set) with warnings as errors, the
-#            README's main job (`run --check`), the host and GPU tests
+#            README's main job (`run --check`), the host and GPU tests (the GPU tests and the
+#            sanitizers run as GPU_SHARDS=4 gtest shards at once: scripts/gtest_shards.sh)
 #   prebuilt D  instead of build, binaries built elsewhere (scripts/pack_build.sh BUILD D, D carried):
 #            unpacked into $BUILD, then build's checks; the device's minutes go to the GPU alone
 #            (GPU_FILTER=PATTERN: build's GPU tests restricted to a gtest filter)
