@@ -10,8 +10,8 @@ namespace flash_attention {
 // dtype to TypeError, cuda/no_device to RuntimeError).
 enum class ErrorCode {
     invalid_argument,  // a shape, stride, pointer or value that the call cannot accept
-    dtype,             // a dtype that is not fp16/bf16, or dtypes that differ
-    unsupported,       // valid input that no kernel family handles (e.g. d_head 96)
+    dtype,             // a dtype the call does not take (e4m3 outside FP8), or dtypes that differ
+    unsupported,       // valid input that no kernel family handles (e.g. d_head 80)
     not_built,         // a config that is valid but was not compiled into this build
     no_device,         // no CUDA device, or one older than compute capability 8.0
     cuda,              // a CUDA runtime call or kernel launch failed

@@ -9,7 +9,10 @@
 
 namespace flash_attention {
 
-enum class DType : int { FP16, BF16 };
+// E4M3: 8-bit floats (4 exponent bits, 3 mantissa bits, bias 7, no infinities: FP8's e4m3fn,
+// PyTorch's torch.float8_e4m3fn), for FP8 attention's Q, K and V. No kernel takes it yet (the
+// config rule `dtype`); the float64 reference does (tools.hpp).
+enum class DType : int { FP16, BF16, E4M3 };
 
 std::string_view to_string(DType dtype);
 
@@ -18,8 +21,8 @@ std::string_view to_string(DType dtype);
 enum class Family : int { sm80, sm90 };
 
 std::string_view to_string(Family family);
-constexpr std::size_t element_bytes(DType) {
-    return 2;
+constexpr std::size_t element_bytes(DType dtype) {
+    return dtype == DType::E4M3 ? 1 : 2;
 }
 
 // Whose knob a field is, and how the short form spells it.

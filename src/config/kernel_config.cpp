@@ -22,6 +22,8 @@ std::string_view to_string(DType dtype) {
             return "FP16";
         case DType::BF16:
             return "BF16";
+        case DType::E4M3:
+            return "E4M3";
     }
     return "?";
 }
@@ -291,8 +293,10 @@ class Parser {
                     c.dtype = DType::FP16;
                 else if (iequals(name, "BF16"))
                     c.dtype = DType::BF16;
+                else if (iequals(name, "E4M3"))
+                    c.dtype = DType::E4M3;
                 else
-                    fail("unknown dtype \"" + excerpt(name) + "\" (expected FP16 or BF16)");
+                    fail("unknown dtype \"" + excerpt(name) + "\" (expected FP16, BF16 or E4M3)");
             } else if (f.kind == FieldKind::tuple) {
                 set_field_value(c, i,
                                 bounded_int(fields[position++], f.name, 1, field_max(f.bits)));

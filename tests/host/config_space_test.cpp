@@ -408,14 +408,13 @@ TEST(ConfigSpace, PInSharedMemoryIsForwardOnWhole64KeyBlocks) {
               "psmem_forward");
     EXPECT_NE(rejected_by(KernelConfig::parse("(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+psmem")),
               "");
-    // A persistent tile with one Q buffer gave wrong results and hung with it (its three
-    // consumers' O staged apart, before o_staged_apart() took at most two).
-    for (const char* one_q_buffer :
-         {"(BF16, 192, 192, 64, 16): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy+psmem",
-          "(BF16, 192, 192, 64, 16): sm90+stages_2+overlap+persistent+lazy+psmem"}) {
-        EXPECT_EQ(fa::q_buffers(KernelConfig::parse(one_q_buffer)), 1) << one_q_buffer;
-        EXPECT_EQ(rejected_by(KernelConfig::parse(one_q_buffer)), "psmem_forward") << one_q_buffer;
-    }
+    // A persistent tile with one Q buffer: valid since its three consumers no longer stage O
+    // apart (which gave wrong results and a hang; correct on a GPU since, H100, 2026-12-06).
+    const auto one_q_buffer = KernelConfig::parse(
+        "(BF16, 192, 192, 64, 16): sm90+dv_128+stages_2+overlap+persistent+dynamic+lazy+psmem");
+    EXPECT_EQ(fa::q_buffers(one_q_buffer), 1);
+    EXPECT_FALSE(fa::o_staged_apart(one_q_buffer));
+    EXPECT_EQ(rejected_by(one_q_buffer), "");
     EXPECT_EQ(rejected_by(KernelConfig::parse(
                   "(BF16, 192, 192, 64, 16): sm90+dv_128+stages_2+overlap+lazy+psmem")),
               "");
@@ -639,4 +638,14 @@ TEST(ConfigSpace, ValueHeadDim) {
     sm90_backward.d_head = 192;
     sm90_backward.d_v = 128;
     EXPECT_EQ(rejected_by(sm90_backward), "backward_warpgroups");
+}
+
+// E4M3 (FP8) parses and prints, and the rule `dtype` refuses it until its kernels exist.
+TEST(ConfigSpace, E4m3ParsesAndIsRefused) {
+    const auto fp8 = KernelConfig::parse("(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+lazy");
+    EXPECT_EQ(fp8.dtype, fa::DType::E4M3);
+    EXPECT_EQ(KernelConfig::parse(fp8.to_string()), fp8);
+    EXPECT_EQ(rejected_by(fp8), "dtype");
+    EXPECT_EQ(fa::element_bytes(fa::DType::E4M3), 1u);
+    EXPECT_THROW(KernelConfig::parse("(E5M2, 128, 128, 128, 12): sm90+stages_2"), fa::Error);
 }

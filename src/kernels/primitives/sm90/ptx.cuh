@@ -103,21 +103,26 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 #define FA_WGMMA_R128                                                                 \
     "{" FA_WGMMA_N0_31 ", " FA_WGMMA_N32_39 ", " FA_WGMMA_N40_63 ", " FA_WGMMA_N64_87 \
     ", " FA_WGMMA_N88_95 ", " FA_WGMMA_N96_127 "}"
-// One wgmma.mma_async: shape N, element type, accumulator names and registers, then the
-// names of the A and B operands, the scale-d predicate's source and the B transpose.
-#define FA_WGMMA(N, TYPE, D_NAMES, D_REGS, A, B, P, T, ...)                                  \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P                                     \
-                 ", 0;\n"                                                                    \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " " D_NAMES \
-                 ", " A ", %" #B ", p, 1, 1, " T ";\n}\n"                                    \
-                 : D_REGS()                                                                  \
+// One wgmma.mma_async: shape N, the k-step and types ("k16.f32.bf16.bf16"), accumulator names
+// and registers, then the names of the A and B operands, the scale-d predicate's source and the
+// tail after the scales (the transposes' immediates, which 8-bit types do not take).
+#define FA_WGMMA(N, K_TYPES, D_NAMES, D_REGS, A, B, P, TAIL, ...)                           \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #P                                    \
+                 ", 0;\n"                                                                   \
+                 "wgmma.mma_async.sync.aligned.m64n" #N K_TYPES " " D_NAMES ", " A ", %" #B \
+                 ", p, 1, 1" TAIL ";\n}\n"                                                  \
+                 : D_REGS()                                                                 \
                  : __VA_ARGS__)
-// The same for the wrapper's dtype, f16 or bf16.
-#define FA_WGMMA_TYPED(N, D_NAMES, D_REGS, A, B, P, T, ...)            \
-    if constexpr (dtype == DType::FP16) {                              \
-        FA_WGMMA(N, "f16", D_NAMES, D_REGS, A, B, P, T, __VA_ARGS__);  \
-    } else {                                                           \
-        FA_WGMMA(N, "bf16", D_NAMES, D_REGS, A, B, P, T, __VA_ARGS__); \
+// The same for the wrapper's dtype: f16 or bf16 (k-steps of 16, with the transposes T), or e4m3
+// (k-steps of 32 bytes too, 32 elements; K-major operands only: the transposes are not passed).
+#define FA_WGMMA_TYPED(N, D_NAMES, D_REGS, A, B, P, T, ...)                              \
+    if constexpr (dtype == DType::FP16) {                                                \
+        FA_WGMMA(N, "k16.f32.f16.f16", D_NAMES, D_REGS, A, B, P, ", " T, __VA_ARGS__);   \
+    } else if constexpr (dtype == DType::BF16) {                                         \
+        FA_WGMMA(N, "k16.f32.bf16.bf16", D_NAMES, D_REGS, A, B, P, ", " T, __VA_ARGS__); \
+    } else {                                                                             \
+        static_assert(dtype == DType::E4M3, "wgmma types: f16, bf16, e4m3");             \
+        FA_WGMMA(N, "k32.f32.e4m3.e4m3", D_NAMES, D_REGS, A, B, P, "", __VA_ARGS__);     \
     }
 // Operands after the accumulators: A and B descriptors, or A's four registers and B's
 // descriptor; then the scale-d source and the transposes (A's only from shared memory).
@@ -129,14 +134,16 @@ __device__ __forceinline__ void fence_operands(std::uint32_t (&a)[KT][4]) {
 template <int N>
 inline constexpr bool wgmma_n_wrapped = false;
 
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A and B in shared
-// memory — PTX ISA "wgmma.mma_async": D (64 x N fp32, m16n8 accumulator tiles per warp)
-// += A (64 x 16) · B (16 x N). A and B are K-major unless TransA (A MN-major: d_head 256's
-// backward reads Pᵀ and dSᵀ from queries x keys tiles) and TransB. accumulate = false: D = A·B.
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} (m64nNk32.f32.e4m3.e4m3)
+// with A and B in shared memory — PTX ISA "wgmma.mma_async": D (64 x N fp32, m16n8 accumulator
+// tiles per warp) += A (64 x 16, or 32 8-bit) · B (16 x N, or 32 x N). A and B are K-major unless
+// TransA (A MN-major: d_head 256's backward reads Pᵀ and dSᵀ from queries x keys tiles) and
+// TransB; 8-bit operands are K-major only. accumulate = false: D = A·B.
 // N: the values below (space::k_wgmma_n says which B_c the configs may use).
 template <DType dtype, int N, bool TransB, bool TransA = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a,
                                          std::uint64_t desc_b, bool accumulate) {
+    static_assert(dtype != DType::E4M3 || (!TransA && !TransB), "8-bit operands: K-major only");
     if constexpr (N == 32) {
         FA_WGMMA_TYPED(32, FA_WGMMA_R16, FA_WGMMA_D16, "%16", 17, 18, "%19, %20", FA_WGMMA_SS_ARGS)
     } else if constexpr (N == 64) {
@@ -159,12 +166,15 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
     }
 }
 
-// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} with A in registers —
-// PTX ISA "wgmma.mma_async": A is this warp's 16 rows as an m16k16 fragment (the layout
-// of mma.sync's A operand), B from shared memory, MN-major when TransB.
+// wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16} (m64nNk32.f32.e4m3.e4m3)
+// with A in registers — PTX ISA "wgmma.mma_async": A is this warp's 16 rows as an m16k16
+// fragment (the layout of mma.sync's A operand; 8-bit: m16k32, register i holding row lane / 4
+// + 8 (i % 2), columns 4 (lane % 4) + 16 (i / 2) + {0..3}, the first in the low byte), B from
+// shared memory, MN-major when TransB (16-bit types only).
 template <DType dtype, int N, bool TransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32_t (&a)[4],
                                          std::uint64_t desc_b, bool accumulate) {
+    static_assert(dtype != DType::E4M3 || !TransB, "8-bit operands: K-major only");
     if constexpr (N == 64) {
         FA_WGMMA_TYPED(64, FA_WGMMA_R32, FA_WGMMA_D32, "{%32, %33, %34, %35}", 36, 37, "%38",
                        FA_WGMMA_RS_ARGS)
@@ -227,6 +237,21 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 #undef FA_WGMMA_D16
 #undef FA_WGMMA_D16_AT
 #undef FA_WGMMA_D4
+
+// cvt.rn.satfinite.e4m3x2.f32 — PTX ISA "Data Movement and Conversion Instructions: cvt"
+// (sm_89 and later): four floats to e4m3, rounded to nearest even, finite values beyond ±448
+// saturated, packed with x0 in the low byte (the order of an 8-bit wgmma A fragment's
+// register). cvt's two-element form puts its first source in the upper byte.
+__device__ __forceinline__ std::uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
+    std::uint32_t packed;
+    asm("{\n.reg .b16 lo, hi;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+        "cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+        "mov.b32 %0, {lo, hi};\n}\n"
+        : "=r"(packed)
+        : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+    return packed;
+}
 
 // setmaxnreg.inc.sync.aligned.u32 / setmaxnreg.dec.sync.aligned.u32 — PTX ISA "setmaxnreg":
 // moves this warpgroup's per-thread register limit (a multiple of 8 in [24, 256]).

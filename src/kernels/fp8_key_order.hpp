@@ -1,0 +1,32 @@
+#pragma once
+
+// FP8 (e4m3) P·V: the order of the keys within each 32-key k-step of V's transposed copy.
+// wgmma takes 8-bit operands K-major only, so V (keys by columns) is read transposed, and P,
+// the A operand from registers, holds four consecutive k positions a register (row lane / 4
+// (+ 8), positions 4 (lane % 4) + {0..3} and 16 + the same). S's fp32 accumulator, from which P
+// is made, holds keys in pairs: 2 (lane % 4) + {0, 1} of each n8 tile. Packing a thread's
+// accumulator registers in their own order, slot 4 t + i of a k-step's first half holds key
+// 2 t + (i % 2) + 8 (i / 2), and the second half the same keys plus 16. V's transposed copy puts
+// each key at its slot (fp8_key_of_slot), so that P needs no shuffle (FlashAttention-3 reorders
+// V's bytes in the same spirit in its in-kernel transpose). constexpr: host code and device code
+// (--expt-relaxed-constexpr) share it.
+
+namespace flash_attention {
+
+// Keys a k-step of an 8-bit wgmma.
+inline constexpr int fp8_k_step_keys = 32;
+
+// The key (0..31, within its k-step) at position `slot` (0..31) of V's transposed copy and of
+// P's A fragment (a permutation of 0..31; fp8_slot_of_key is its inverse).
+constexpr int fp8_key_of_slot(int slot) {
+    const int half = slot / 16, pair = slot % 16 / 4, i = slot % 4;
+    return 16 * half + 2 * pair + i % 2 + 8 * (i / 2);
+}
+
+// The inverse: the slot that holds `key`.
+constexpr int fp8_slot_of_key(int key) {
+    const int half = key / 16, pair = key % 8 / 2, i = key % 2 + 2 * (key % 16 / 8);
+    return 16 * half + 4 * pair + i;
+}
+
+}  // namespace flash_attention
