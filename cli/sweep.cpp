@@ -98,6 +98,13 @@ KernelConfig built_config(const std::string& short_form, const std::string& opti
                          ": expected a config in this build (see flash_attention list), got " +
                          c.to_string());
     }
+    if (c.dtype == DType::E4M3) {
+        throw UsageError(option +
+                         ": expected an FP16 or BF16 config (FP8 runs through forward() with "
+                         "8-bit inputs and descales, which the command line does not make yet), "
+                         "got " +
+                         c.to_string());
+    }
     return c;
 }
 
@@ -138,8 +145,10 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
                     of_config.d_v = c->d_v;
                 for (const int seq : seqs) {
                     const Shape shape = of_config.shape(dtype, d, seq);
-                    // A packgqa config on heads it does not pack, or with variants: left out.
-                    if (c && !shape_problem(*c, shape.problem(), shape.sinks).empty()) {
+                    // A packgqa config on heads it does not pack, or with variants, and FP8
+                    // configs (the command line makes 16-bit inputs): left out.
+                    if (c && (c->dtype == DType::E4M3 ||
+                              !shape_problem(*c, shape.problem(), shape.sinks).empty())) {
                         ++cannot_run;
                         continue;
                     }

@@ -1,6 +1,7 @@
 #pragma once
 
-// Public API: attention, O = softmax(Q·Kᵀ·scale)·V, fp16/bf16, and its gradients.
+// Public API: attention, O = softmax(Q·Kᵀ·scale)·V, fp16/bf16, and its gradients; an FP8 (e4m3)
+// forward on Hopper (ForwardParams).
 // Plain C++: no CUDA headers are needed to include this file.
 
 #include <array>
@@ -112,17 +113,34 @@ struct AttentionOptions {
     float scale(std::int64_t d_head) const;
 };
 
+// FP8 (E4M3) inputs' dequantisation factors (real value = stored value x descale), flash_attn's
+// q_descale, k_descale and v_descale: device fp32, (batch, heads_kv) contiguous, one per sequence
+// and K/V head (a query head takes its K/V head's q factor). Each pointer is required, 4-byte
+// aligned and may not overlap o. Values are not checked (no host sync): a NaN factor gives NaN
+// rows.
+struct Fp8Descales {
+    const float* q = nullptr;
+    const float* k = nullptr;
+    const float* v = nullptr;
+};
+
 // q: (batch, seq_q, heads_q, d_head); k: (batch, seq_k, heads_kv, d_head); v: (batch, seq_k,
 // heads_kv, d_v); o: (batch, seq_q, heads_q, d_v), with heads_q a multiple of heads_kv
 // (grouped-query and multi-query attention: query head h reads K/V head h / (heads_q /
 // heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 96, 128, 192 or 256; d_v = d_head, or 128 with
 // d_head 192 (DeepSeek's MLA). The softmax scale's default is 1/sqrt(d_head).
+// FP8 attention (Hopper's sm90 family; forward() only): q, k and v E4M3 with o BF16 and
+// `descales`, on the dequantised inputs. It takes d_head 128 with d_v = d_head, and no window,
+// softcap, sinks or ALiBi yet; causal masking, GQA and the LSE as 16-bit inputs.
 struct ForwardParams {
     TensorView q;
     TensorView k;
     TensorView v;
     TensorView o;  // written; may not alias q, k or v
     AttentionOptions options{};
+    // Required with E4M3 inputs, refused with FP16 or BF16 ones. Last, so that positional
+    // initialisers written before it still compile.
+    std::optional<Fp8Descales> descales{};
 };
 
 // Serving (inference engines, padding-free training): batches of sequences of different
@@ -266,8 +284,8 @@ int device_count();
 
 // What the automatic choice depends on, without data: dense tensors of this shape.
 struct ProblemShape {
-    DType dtype = DType::BF16;
-    int d_head = 128;  // Q's and K's
+    DType dtype = DType::BF16;  // E4M3: FP8 attention (forward() only), whose output is BF16
+    int d_head = 128;           // Q's and K's
     std::int64_t batch = 1;
     std::int64_t seq_q = 1;
     std::int64_t seq_k = 1;
@@ -284,8 +302,9 @@ struct ProblemShape {
 // Throws the Error forward() would for dense tensors of this shape with these options,
 // without data or a GPU: dtype, head dim and sizes (as choose_config), the softmax scale,
 // and the variants' bounds (the window with problem.causal, the softcap; sinks are device
-// memory and not read). A command line judges its arguments with it before it looks for a
-// GPU.
+// memory and not read); with dtype E4M3, FP8 attention's limits (its head dims, no variants;
+// the descales are data, judged with the tensors). A command line judges its arguments with it
+// before it looks for a GPU.
 void validate(const ProblemShape& problem, std::optional<float> softmax_scale = std::nullopt,
               const Variants& variants = {});
 

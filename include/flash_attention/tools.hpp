@@ -30,15 +30,21 @@
 namespace flash_attention::reference {
 
 // CPU reference attention in double precision, and the FlashAttention test rule: a kernel
-// passes when max|out - ref| <= 2 * max|naive - ref| + 1e-3, where "naive" is the textbook
+// passes when max|out - ref| <= 2 * max|naive - ref| + slack, where "naive" is the textbook
 // computation in the same 16-bit dtype (matmul rounded to dtype, softmax rounded to dtype,
-// matmul rounded to dtype), as PyTorch would do it.
+// matmul rounded to dtype), as PyTorch would do it, and the slack 1e-3. FP8 inputs (E4M3 Q, K
+// and V with their descales, a BF16 output) have FlashAttention-3's FP8 computation as their
+// naive one and a slack of their own (k_fp8_output_slack).
 
+// An element's encoding and its value. E4M3's byte is the low 8 bits; its values are e4m3fn's
+// (no infinities, NaN 0x7F and 0xFF, largest finite 448).
 float to_float(DType dtype, std::uint16_t bits);
-std::uint16_t from_float(DType dtype, float value);  // round to nearest even
+// Round to nearest even. E4M3 saturates as cvt.rn.satfinite.e4m3x2.f32 does: a magnitude beyond
+// 448 (infinity too) becomes 448 with its sign, and NaN becomes 0x7F.
+std::uint16_t from_float(DType dtype, float value);
 
-// A contiguous (batch, seq, heads, d_head) tensor on the host: its 16-bit encoding and
-// the exact float value of each element.
+// A contiguous (batch, seq, heads, d_head) tensor on the host: each element's encoding
+// (to_float's) and its exact float value.
 struct HostTensor {
     DType dtype = DType::FP16;
     std::int64_t batch = 0, seq = 0, heads = 0, d_head = 0;
@@ -75,6 +81,13 @@ std::vector<RowSample> sample_rows(std::int64_t batch, std::int64_t heads, std::
 // unbounded). `softcap` (0: off) turns scores s into softcap * tanh(s / softcap), ALiBi then
 // adds its bias; `sinks` (per query head) join each row's denominator. `lse`, when given, is the
 // kernel's log-sum-exp, (batch, q.heads, q.seq) contiguous, natural log.
+//
+// FP8: q, k and v all E4M3 and out BF16, with descales, the fp32 factors that turn the stored
+// values back into the inputs (input = value x descale), one per batch entry and K/V head:
+// descale[b * k.heads + h] (flash_attn's (batch, heads_kv) layout; a query head takes its K/V
+// head's). The reference attends over those inputs; the naive computation is the FP8 one
+// FlashAttention-3 runs (reference.cpp). Softcap, ALiBi and sinks are refused with FP8: their
+// place in that computation is not settled.
 struct Problem {
     const HostTensor& q;
     const HostTensor& k;  // q's head dim
@@ -92,19 +105,37 @@ struct Problem {
     // scaled (and softcapped) scores; null: none.
     const std::vector<float>* alibi_slopes = nullptr;
     std::int64_t alibi_batch_stride = 0;
+    // E4M3 inputs' descales, each batch x k.heads values; null with 16-bit inputs.
+    const std::vector<float>* q_descale = nullptr;
+    const std::vector<float>* k_descale = nullptr;
+    const std::vector<float>* v_descale = nullptr;
 };
+
+// The FP8 output's slack, relative to the largest |reference output| on the checked rows: one
+// bf16 ulp there (an ulp is at most 2^-7 of the value). A kernel can differ from the naive FP8
+// computation by the rounding of its own output, half an ulp, where the naive one's output
+// rounding happened to land near the reference (its measured error then understates it), half
+// an ulp more. An absolute 1e-3 suits neither end: descaled inputs have any magnitude (outputs
+// of order 100 are 0.5 apart in bf16, of order 0.01 a thousandth of that), and the a priori
+// bound |O| <= max|V| x v_descale, met by a row attending to one key, is far above the outputs
+// of rows spread over many keys, of order max|V| x v_descale / sqrt(keys): at 4096 keys of
+// normal inputs an ulp of it is a third of the largest output, and past some 50 000 keys more
+// than the outputs themselves (an all-zero O would pass).
+inline constexpr double k_fp8_output_slack = 0x1p-7;
 
 // The LSE's slack: its error bound is 2 x the error of a naive fp32 LSE (scores accumulated
 // and scaled in fp32) + this. The naive error carries the fp32 rounding of the scaled scores,
 // which alone exceeds a fixed bound where a row's LSE is large (thousands at a scale of 100:
 // one unit in the last place is 2.4e-4 to 4.9e-4 there, and the kernels' row max is fp32);
-// at ordinary scales the kernels' error is about 1e-6.
+// at ordinary scales the kernels' error is about 1e-6. FP8's LSE takes the same: its row sum adds
+// the fp32 probabilities before their rounding to e4m3, so its errors are the 16-bit path's
+// (fp32 scores, exp2, the sum, log2).
 inline constexpr double k_lse_tolerance = 1e-3;
 
 struct CheckResult {
     double max_error = 0;        // max |out - ref| over the sampled rows
     double naive_max_error = 0;  // max |naive same-dtype - ref| over the same rows
-    double tolerance = 0;        // 2 * naive_max_error + 1e-3
+    double tolerance = 0;        // 2 * naive_max_error + the slack (1e-3; FP8: see above)
     std::int64_t rows_checked = 0;
     std::int64_t non_finite = 0;  // NaN/Inf anywhere in out: unwritten (poisoned) or broken
     double lse_max_error = 0;     // max |lse - ref| (0 when not checked; -inf must match exactly)
@@ -117,7 +148,9 @@ struct CheckResult {
 
 // Compares the kernel's output (and LSE) with the double-precision reference on the
 // sampled rows and checks every element of the output is finite. Runs on all hardware
-// threads.
+// threads. Throws std::invalid_argument, naming the argument, for head dims or dtypes that do
+// not fit together (k and v of q's dtype; out of q's, BF16 for E4M3) and for descales missing,
+// of the wrong size or given with 16-bit inputs.
 CheckResult check_attention(const Problem& problem, const std::vector<RowSample>& rows);
 // Full attention, no mask, equal heads.
 CheckResult check_attention(const HostTensor& q, const HostTensor& k, const HostTensor& v,

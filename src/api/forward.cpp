@@ -143,7 +143,10 @@ KernelArgs kernel_args(const ForwardParams& p, const DeviceProperties& device) {
             .tile_divisors = {},  // the sm90 launcher's, for its B_r
             .alibi_slopes = var.alibi_slopes,
             .alibi_batch_stride = var.alibi_batch_stride,
-            .pack_shift = 0};  // the sm90 launcher's, for pack_gqa configs
+            .pack_shift = 0,  // the sm90 launcher's, for pack_gqa configs
+            .q_descale = p.descales ? p.descales->q : nullptr,
+            .k_descale = p.descales ? p.descales->k : nullptr,
+            .v_descale = p.descales ? p.descales->v : nullptr};
 }
 
 namespace {
@@ -153,6 +156,12 @@ void launch(const ForwardParams& params, const KernelConfig& config, const Devic
             Stream stream) {
     validate_config(params, config, device);
     check_on_device(params, device, stream);
+    if (params.descales) {
+        check_on_device({{params.descales->q, "descales.q"},
+                         {params.descales->k, "descales.k"},
+                         {params.descales->v, "descales.v"}},
+                        device, stream);
+    }
     KernelArgs args = kernel_args(params, device);
     args.section_heads = section_heads(params, config.B_r, device);
     find_kernel(config)->launch(args, stream);
@@ -174,7 +183,7 @@ KernelConfig choose_config(const ForwardParams& params) {
 }
 
 KernelConfig choose_config(const ProblemShape& problem, const DeviceProperties& device) {
-    validate_shape(problem);
+    validate_forward_shape(problem);
     return choose_kernel({problem}, device);
 }
 
@@ -194,7 +203,7 @@ KVCacheParams as_kvcache(const ForwardParams& params) {
 }  // namespace
 
 KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& device) {
-    validate_shape(problem);
+    validate_forward_shape(problem);
     if (runs_split_kv({problem}, device))
         return split_kv_choice(problem, device, 0);
     return {choose_kernel({problem}, device), 0};

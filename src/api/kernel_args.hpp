@@ -27,7 +27,7 @@ KeyBand key_band(const AttentionOptions& options);
 
 // Validated dense tensors as KernelArgs on `device`: each batch entry one sequence of the
 // tensors' lengths (SequenceArgs without offsets or lengths), a head's tiles numbered together
-// (section_heads 1).
+// (section_heads 1), and the descales' pointers (null without them).
 KernelArgs kernel_args(const ForwardParams& params, const DeviceProperties& device);
 
 // KernelArgs::section_heads for forward()'s dense problems on tiles of B_r query rows: sized by

@@ -24,6 +24,41 @@ std::string limits_text() {
            std::to_string(k_max_heads) + " and seq at most " + std::to_string(k_max_seq);
 }
 
+// The head dims the FP8 (E4M3) kernels take (sm90/fp8_forward.cuh, the config rule dtype).
+constexpr bool fp8_head_dim(std::int64_t d) {
+    return d == 128 || d == 256;
+}
+
+// What a message expects of an E4M3 problem's d_head: fp8_head_dim's dims, read off the predicate
+// so that the two agree.
+std::string fp8_head_dims_expected() {
+    std::string text;
+    for (const int d : space::k_head_dims) {
+        if (fp8_head_dim(d))
+            text += (text.empty() ? "" : " or ") + std::to_string(d);
+    }
+    return text + " (the FP8 kernels' head dims, for E4M3 inputs)";
+}
+
+bool is_dtype(DType dtype) {
+    return dtype == DType::FP16 || dtype == DType::BF16 || dtype == DType::E4M3;
+}
+
+// A dtype as a message gives it: its name, or the number a C++ caller cast to it.
+std::string dtype_text(DType dtype) {
+    return is_dtype(dtype) ? std::string(to_string(dtype))
+                           : "enum value " + std::to_string(static_cast<int>(dtype));
+}
+
+// Every entry point but forward() takes 16-bit inputs only: its refusal of anything else, which
+// points FP8 callers to forward().
+[[noreturn]] void fail_not_16_bit(const std::string& argument, DType given) {
+    fail(ErrorCode::dtype, argument,
+         given == DType::E4M3 ? "FP16 or BF16 (FP8 attention, E4M3, runs through forward() only)"
+                              : "FP16 or BF16",
+         dtype_text(given));
+}
+
 }  // namespace
 
 void fail(ErrorCode code, const std::string& argument, const std::string& expected,
@@ -67,10 +102,13 @@ void check_layout(const TensorView& t, const char* name) {
         fail(ErrorCode::invalid_argument, std::string(name) + ".data", "a 16-byte aligned address",
              "one that is not");
     }
+    const auto row_elements = static_cast<std::int64_t>(16 / element_bytes(t.dtype));
     for (int i = 0; i < 3; ++i) {
-        if (t.shape[i] > 1 && t.stride[i] % 8 != 0) {
+        if (t.shape[i] > 1 && t.stride[i] % row_elements != 0) {
             fail(ErrorCode::invalid_argument, stride_name(name, i),
-                 "a multiple of 8 elements (16-byte aligned rows)", std::to_string(t.stride[i]));
+                 "a multiple of " + std::to_string(row_elements) +
+                     " elements (16-byte aligned rows)",
+                 std::to_string(t.stride[i]));
         }
     }
     if (t.shape[0] > k_max_batch || t.shape[1] > k_max_seq || t.shape[2] > k_max_heads) {
@@ -265,21 +303,101 @@ std::string shape_value(std::int64_t v, const char* of) {
 }  // namespace
 
 void check_dtype(const TensorView& t, const char* name, DType as) {
-    if (t.dtype != DType::FP16 && t.dtype != DType::BF16) {
-        fail(ErrorCode::dtype, std::string(name) + ".dtype", "FP16 or BF16",
-             "enum value " + std::to_string(static_cast<int>(t.dtype)));
+    const std::string argument = std::string(name) + ".dtype";
+    if (is_dtype(t.dtype) && t.dtype != as) {
+        fail(ErrorCode::dtype, argument, std::string(to_string(as)) + " (q's dtype)",
+             std::string(to_string(t.dtype)));
     }
-    if (t.dtype != as) {
-        fail(ErrorCode::dtype, std::string(name) + ".dtype",
-             std::string(to_string(as)) + " (q's dtype)", std::string(to_string(t.dtype)));
+    if (t.dtype != DType::FP16 && t.dtype != DType::BF16)
+        fail_not_16_bit(argument, t.dtype);
+}
+
+namespace {
+
+// forward()'s dtypes: FP16 or BF16 throughout, or FP8 attention's q, k and v in E4M3 with o in
+// BF16; descales with E4M3 inputs only (16-bit ones need no dequantisation).
+void check_forward_dtypes(const ForwardParams& p) {
+    if (!is_dtype(p.q.dtype)) {
+        fail(ErrorCode::dtype, "q.dtype", "FP16, BF16 or E4M3 (FP8 attention)",
+             dtype_text(p.q.dtype));
+    }
+    if (p.q.dtype != DType::E4M3) {
+        for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}})
+            check_dtype(*t, name, p.q.dtype);
+        if (p.descales) {
+            fail(ErrorCode::invalid_argument, "descales", "none for FP16/BF16 inputs",
+                 "some with " + std::string(to_string(p.q.dtype)) + " inputs");
+        }
+        return;
+    }
+    for (const auto& [t, name] : {std::pair{&p.k, "k"}, {&p.v, "v"}}) {
+        if (t->dtype != DType::E4M3) {
+            fail(ErrorCode::dtype, std::string(name) + ".dtype",
+                 "E4M3 (q's dtype: FP8 attention takes q, k and v in E4M3)", dtype_text(t->dtype));
+        }
+    }
+    if (p.o.dtype != DType::BF16) {
+        fail(ErrorCode::dtype, "o.dtype", "BF16 (FP8 attention's output)", dtype_text(p.o.dtype));
     }
 }
 
+// FP8 attention takes no variants yet: each one set is unsupported, named under `prefix`.
+void check_fp8_variants(const Variants& v, const std::string& prefix) {
+    const auto refuse = [&](const char* field, const char* off, const std::string& given) {
+        fail(ErrorCode::unsupported, prefix + field,
+             std::string(off) + " (no variants with E4M3 inputs yet)", given);
+    };
+    if (v.window_left != -1)
+        refuse("window_left", "-1", std::to_string(v.window_left));
+    if (v.window_right != -1)
+        refuse("window_right", "-1", std::to_string(v.window_right));
+    if (v.softcap != 0.0f) {
+        char given[32];
+        std::snprintf(given, sizeof given, "%.6g", static_cast<double>(v.softcap));
+        refuse("softcap", "0", given);
+    }
+    if (v.sinks != nullptr)
+        refuse("sinks", "null", "a pointer");
+    if (v.alibi_slopes != nullptr)
+        refuse("alibi_slopes", "null", "a pointer");
+}
+
+// FP8 attention's tensors beyond their dtypes: a head dim of its kernels', V's the same (no MLA
+// yet), no variants, and the three descales, (batch, heads_kv) floats each, read while o is
+// written.
+void check_fp8_tensors(const ForwardParams& p) {
+    if (!fp8_head_dim(p.q.shape[3])) {
+        fail(ErrorCode::unsupported, dim("q", 3), fp8_head_dims_expected(),
+             std::to_string(p.q.shape[3]));
+    }
+    if (p.v.shape[3] != p.q.shape[3]) {
+        fail(ErrorCode::unsupported, dim("v", 3),
+             shape_value(p.q.shape[3], "q's: no MLA with E4M3 inputs yet"),
+             std::to_string(p.v.shape[3]));
+    }
+    check_fp8_variants(p.options.variants, "options.variants.");
+    if (!p.descales) {
+        fail(ErrorCode::invalid_argument, "descales",
+             "q, k and v dequantisation factors (Fp8Descales) with E4M3 inputs", "none");
+    }
+    const std::int64_t factors = p.k.shape[0] * p.k.shape[2];
+    for (const auto& [factor, name] : {std::pair{p.descales->q, "descales.q"},
+                                       {p.descales->k, "descales.k"},
+                                       {p.descales->v, "descales.v"}}) {
+        if (factor == nullptr) {
+            fail(ErrorCode::invalid_argument, name, "a device fp32 array of (batch, heads_kv)",
+                 "a null pointer");
+        }
+        check_float_rows(factor, name, factors, "(batch, heads_kv)", {{&p.o, "o"}});
+    }
+}
+
+}  // namespace
+
 void validate_tensors(const ForwardParams& p) {
+    check_forward_dtypes(p);
     const std::array<std::pair<const TensorView*, const char*>, 4> tensors = {
         {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}};
-    for (const auto& [t, name] : tensors)
-        check_dtype(*t, name, p.q.dtype);
     for (const auto& [t, name] : tensors)
         check_layout(*t, name);
 
@@ -306,6 +424,8 @@ void validate_tensors(const ForwardParams& p) {
                  " (grouped-query attention)",
              std::to_string(p.q.shape[2]));
     }
+    if (p.q.dtype == DType::E4M3)
+        check_fp8_tensors(p);
     if (!space::is_head_dim(p.q.shape[3])) {
         fail(ErrorCode::unsupported, dim("q", 3), space::head_dims_text(),
              std::to_string(p.q.shape[3]));
@@ -319,11 +439,10 @@ void validate_tensors(const ForwardParams& p) {
                               p.q.shape[3]);
 }
 
-void validate_shape(const ProblemShape& s) {
-    if (s.dtype != DType::FP16 && s.dtype != DType::BF16) {
-        fail(ErrorCode::dtype, "dtype", "FP16 or BF16",
-             "enum value " + std::to_string(static_cast<int>(s.dtype)));
-    }
+namespace {
+
+// A data-free problem's head dims and sizes, whatever its dtype.
+void check_problem_sizes(const ProblemShape& s) {
     if (!space::is_head_dim(s.d_head))
         fail(ErrorCode::unsupported, "d_head", space::head_dims_text(), std::to_string(s.d_head));
     if (s.d_v != 0 && (s.d_v == s.d_head || !space::is_value_dim(s.d_head, s.d_v))) {
@@ -350,8 +469,40 @@ void validate_shape(const ProblemShape& s) {
     }
 }
 
+}  // namespace
+
+void validate_shape(const ProblemShape& s) {
+    if (s.dtype != DType::FP16 && s.dtype != DType::BF16)
+        fail_not_16_bit("dtype", s.dtype);
+    check_problem_sizes(s);
+}
+
+void validate_forward_shape(const ProblemShape& s) {
+    if (s.dtype == DType::E4M3) {
+        // check_fp8_tensors' limits, as far as a shape tells them.
+        if (!fp8_head_dim(s.d_head)) {
+            fail(ErrorCode::unsupported, "d_head", fp8_head_dims_expected(),
+                 std::to_string(s.d_head));
+        }
+        if (s.d_v != 0) {
+            fail(ErrorCode::unsupported, "d_v",
+                 "0 (V's head dim is d_head: no MLA with E4M3 inputs yet)", std::to_string(s.d_v));
+        }
+        if (s.window_or_softcap) {
+            fail(ErrorCode::unsupported, "window_or_softcap",
+                 "false (no variants with E4M3 inputs yet)", "true");
+        }
+    } else if (s.dtype != DType::FP16 && s.dtype != DType::BF16) {
+        fail(ErrorCode::dtype, "dtype", "FP16, BF16 or E4M3 (FP8 attention)", dtype_text(s.dtype));
+    }
+    check_problem_sizes(s);
+}
+
 void validate(const ProblemShape& problem, std::optional<float> scale, const Variants& variants) {
-    validate_shape(problem);
+    // The variants by name first: a shape says only that some are set (window_or_softcap).
+    if (problem.dtype == DType::E4M3)
+        check_fp8_variants(variants, "variants.");
+    validate_forward_shape(problem);
     check_softmax_scale(scale);
     check_variants(variants, problem.causal,
                    AttentionOptions{.softmax_scale = scale}.scale(problem.d_head), problem.heads);

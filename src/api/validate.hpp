@@ -16,7 +16,8 @@ namespace flash_attention {
 [[noreturn]] void fail(ErrorCode code, const std::string& argument, const std::string& expected,
                        const std::string& given);
 
-// A tensor's dtype: FP16 or BF16, and q's (`as`).
+// A tensor's dtype: q's (`as`), and FP16 or BF16. Every entry point but forward() checks its
+// tensors with it: E4M3 is refused with a message that FP8 runs through forward() only.
 void check_dtype(const TensorView& t, const char* name, DType as);
 
 // One tensor: a non-null 16-byte aligned pointer, positive sizes within the limits,
@@ -64,10 +65,15 @@ void check_int_array(const std::int32_t* p, const char* name, bool required,
 // lo <= value <= hi.
 void check_range(const char* name, std::int64_t value, std::int64_t lo, std::int64_t hi);
 
-// Shapes, dtypes, strides, alignment, aliasing and the scale; needs no GPU.
+// Shapes, dtypes, strides, alignment, aliasing and the scale; with E4M3 inputs FP8 attention's
+// limits and its descales; needs no GPU.
 void validate_tensors(const ForwardParams& params);
 
-// A data-free problem: dtype, head dim, positive sizes, heads_kv dividing heads.
+// A data-free problem of forward(): dtype (E4M3 with FP8 attention's limits), head dim, positive
+// sizes, heads_kv dividing heads.
+void validate_forward_shape(const ProblemShape& problem);
+// The same for the entry points of 16-bit inputs only (the backward's): E4M3 is refused as
+// check_dtype refuses it.
 void validate_shape(const ProblemShape& problem);
 
 // The shape of validated tensors.

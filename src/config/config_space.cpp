@@ -85,9 +85,20 @@ constexpr std::array k_rules = {
     Rule{"family", RuleKind::validity, "the sm80 and sm90 families exist",
          [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
     Rule{"dtype", RuleKind::validity,
-         "only FP16 and BF16 kernels exist (E4M3, FP8, is the reference's alone: design.md "
-         "section 12)",
-         [](const KernelConfig& c) { return c.dtype != DType::FP16 && c.dtype != DType::BF16; }},
+         "FP16 and BF16 kernels exist in every form; E4M3 (FP8) in the sm90 forward's first FP8 "
+         "kernel (sm90/fp8_forward.cuh): 128 x 128 tiles of d_head 128 or 256 (V's own), one "
+         "or two stages, no other knob",
+         [](const KernelConfig& c) {
+             if (c.dtype == DType::FP16 || c.dtype == DType::BF16)
+                 return false;
+             if (c.dtype != DType::E4M3 || !sm90(c) || c.backward || c.d_v != 0 ||
+                 (c.d_head != 128 && c.d_head != 256) || c.B_r != 128 || c.B_c != 128 ||
+                 c.n_warps != 12 || c.sm90.stages < 1 || c.sm90.stages > 2)
+                 return true;
+             Sm90Knobs plain{};
+             plain.stages = c.sm90.stages;
+             return !(c.sm90 == plain);
+         }},
     Rule{"d_head", RuleKind::validity, "head dims 64, 96, 128, 192 and 256 are instantiated",
          [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
     Rule{"d_v", RuleKind::validity,
@@ -670,8 +681,18 @@ std::vector<KernelConfig> release() {
 // release's psmem kernels, d_head 96's, neither);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
 // key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
+// The FP8 (e4m3) forward's configs (rule dtype): its first kernel at d_head 128 and 256, two
+// stages each (d_head 256's: 160 KiB of shared memory).
+std::vector<KernelConfig> fp8() {
+    return parse_all({
+        "(E4M3, 128, 128, 128, 12): sm90+stages_2",
+        "(E4M3, 256, 128, 128, 12): sm90+stages_2",
+    });
+}
+
 std::vector<KernelConfig> ci() {
     std::vector<KernelConfig> v = release();
+    append_unique(v, fp8());
     append_unique(
         v, parse_all({
                "(FP16, 128, 64, 32, 4): load_0_0_0_tiles",
@@ -874,8 +895,17 @@ std::vector<KernelConfig> configs_in_file(std::string_view path) {
 }  // namespace
 
 std::vector<std::string_view> set_names() {
-    return {"release", "ci",        "progression", "progression-all", "progression-sm90",
-            "tune",    "tune-sm80", "tune-sm90",   "tune-backward",   "all"};
+    return {"release",
+            "ci",
+            "fp8",
+            "progression",
+            "progression-all",
+            "progression-sm90",
+            "tune",
+            "tune-sm80",
+            "tune-sm90",
+            "tune-backward",
+            "all"};
 }
 
 std::vector<KernelConfig> named_set(std::string_view name) {
@@ -896,6 +926,8 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         return release();
     if (name == "ci")
         return sorted_unique(ci());
+    if (name == "fp8")
+        return sorted_unique(fp8());
     if (name == "progression")
         return progression();  // ladder order, not sorted
     if (name == "progression-all")

@@ -116,6 +116,10 @@ struct KernelArgs {
     // r % (1 << pack_shift), so a tile of B_r rows holds B_r >> pack_shift positions of every
     // head of one group (tile_scheduler.cuh).
     int pack_shift;
+    // FP8 (E4M3) inputs' dequantisation factors, fp32 (batch, heads_kv); null for 16-bit ones.
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
 };
 
 // What a backward launcher hands its kernels (sm80/backward_kernel.cuh): the forward's

@@ -13,7 +13,7 @@
 
 namespace flash_attention::reference::detail {
 
-// x rounded to the 16-bit dtype and back.
+// x rounded to the dtype (FP16, BF16 or E4M3, to_float/from_float's) and back.
 float round_to(DType dtype, float x);
 
 // Runs body(begin, end, thread) over [0, n) on all hardware threads, each thread a contiguous

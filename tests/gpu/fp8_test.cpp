@@ -1,13 +1,17 @@
-// FP8 (e4m3) prefill's V transpose pass (kernels/fp8/v_transpose.hpp): every byte of V's
-// transposed copy, the zero padding included, against a host loop, on random bytes with the
-// output poisoned with 0xFF (e4m3's NaN) before each run.
+// FP8 (e4m3): the V transpose pass (kernels/fp8/v_transpose.hpp), every byte of V's transposed
+// copy, the zero padding included, against a host loop, on random bytes with the output
+// poisoned with 0xFF (e4m3's NaN) before each run; and the FP8 forward of every built FP8 config
+// and of the automatic choice against the float64 reference of the dequantised inputs, by the
+// FP8 rule (tools.hpp), on fresh random inputs with O poisoned with NaN.
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +21,7 @@
 #include "flash_attention/tools.hpp"
 #include "kernels/fp8/v_transpose.hpp"
 #include "kernels/fp8_key_order.hpp"
+#include "support/built_configs.hpp"
 
 namespace fa = flash_attention;
 
@@ -148,4 +153,109 @@ TEST(Fp8, VTransposeRejectsBadInput) {
     v = fa::TensorView::contiguous(v_buffer.data(), fa::DType::E4M3, 1, 64, 2, 64);
     v.stride[3] = 2;
     expect_rejected(v, fa::ErrorCode::invalid_argument, "v.stride[3] (d_v)");
+}
+
+namespace {
+
+// Device copies of a host E4M3 tensor's bytes, of fp32 values, and a BF16 output poisoned.
+fa::tools::DeviceBuffer upload_e4m3(const fa::reference::HostTensor& t) {
+    std::vector<std::uint8_t> bytes(t.bits.size());
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+        bytes[i] = static_cast<std::uint8_t>(t.bits[i]);
+    fa::tools::DeviceBuffer buffer(bytes.size());
+    fa::cuda_check(cudaMemcpy(buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
+                   "upload");
+    return buffer;
+}
+
+fa::tools::DeviceBuffer upload_floats(const std::vector<float>& values) {
+    fa::tools::DeviceBuffer buffer(values.size() * sizeof(float));
+    buffer.upload(values);
+    return buffer;
+}
+
+struct Fp8Shape {
+    int batch, seq_q, seq_k, heads, heads_kv;
+    bool causal, top_left;
+};
+
+// One FP8 forward on fresh inputs: `config` or (nullopt) the automatic choice.
+void check_fp8_forward(const std::optional<fa::KernelConfig>& config, int d, const Fp8Shape& s,
+                       std::uint64_t seed) {
+    using fa::reference::HostTensor;
+    const HostTensor q =
+        HostTensor::random_normal(fa::DType::E4M3, s.batch, s.seq_q, s.heads, d, seed);
+    const HostTensor k =
+        HostTensor::random_normal(fa::DType::E4M3, s.batch, s.seq_k, s.heads_kv, d, seed + 1);
+    const HostTensor v =
+        HostTensor::random_normal(fa::DType::E4M3, s.batch, s.seq_k, s.heads_kv, d, seed + 2);
+    std::mt19937 rng(static_cast<std::uint32_t>(seed));
+    std::uniform_real_distribution<float> factor(0.25f, 2.0f);
+    std::vector<float> descales[3];
+    for (auto& ds : descales) {
+        ds.resize(static_cast<std::size_t>(s.batch) * s.heads_kv);
+        for (float& x : ds)
+            x = factor(rng);
+    }
+    const auto q_d = upload_e4m3(q), k_d = upload_e4m3(k), v_d = upload_e4m3(v);
+    const auto qs = upload_floats(descales[0]), ks = upload_floats(descales[1]),
+               vs = upload_floats(descales[2]);
+    fa::tools::DeviceBuffer o_d(static_cast<std::size_t>(q.size()) * 2);
+    fa::tools::DeviceBuffer lse_d(static_cast<std::size_t>(s.batch) * s.heads * s.seq_q *
+                                  sizeof(float));
+    o_d.poison_with_nan();
+    lse_d.poison_with_nan();
+    fa::ForwardParams p;
+    p.q = fa::TensorView::contiguous(q_d.data(), fa::DType::E4M3, s.batch, s.seq_q, s.heads, d);
+    p.k = fa::TensorView::contiguous(k_d.data(), fa::DType::E4M3, s.batch, s.seq_k, s.heads_kv, d);
+    p.v = fa::TensorView::contiguous(v_d.data(), fa::DType::E4M3, s.batch, s.seq_k, s.heads_kv, d);
+    p.o = fa::TensorView::contiguous(o_d.data(), fa::DType::BF16, s.batch, s.seq_q, s.heads, d);
+    p.options.causal = s.causal;
+    p.options.causal_alignment =
+        s.top_left ? fa::CausalAlignment::top_left : fa::CausalAlignment::bottom_right;
+    p.options.lse = static_cast<float*>(lse_d.data());
+    p.descales =
+        fa::Fp8Descales{static_cast<const float*>(qs.data()), static_cast<const float*>(ks.data()),
+                        static_cast<const float*>(vs.data())};
+    if (config)
+        fa::forward(p, *config);
+    else
+        fa::forward(p);
+    fa::cuda_check(cudaDeviceSynchronize(), "FP8 forward");
+    const HostTensor out =
+        HostTensor::from_bits(fa::DType::BF16, s.batch, s.seq_q, s.heads, d, o_d.download());
+    const std::vector<float> lse = lse_d.download_floats();
+    const double scale = 1.0 / std::sqrt(double(d));
+    fa::reference::Problem problem{q, k, v, out, scale, s.causal, &lse, s.top_left};
+    problem.q_descale = &descales[0];
+    problem.k_descale = &descales[1];
+    problem.v_descale = &descales[2];
+    const auto result = fa::reference::check_attention(
+        problem, fa::reference::sample_rows(s.batch, s.heads, s.seq_q, 64, seed));
+    EXPECT_TRUE(result.passed) << (config ? config->to_string() : "automatic choice") << ", d " << d
+                               << ", batch " << s.batch << " x " << s.seq_q << " x " << s.seq_k
+                               << ", heads " << s.heads << "/" << s.heads_kv
+                               << (s.causal ? (s.top_left ? ", causal top-left" : ", causal") : "")
+                               << ": " << result.summary() << "; seed " << seed;
+}
+
+const Fp8Shape fp8_shapes[] = {
+    {2, 1000, 1000, 4, 2, false, false}, {2, 1000, 1000, 4, 2, true, false},
+    {1, 129, 4096, 8, 1, true, false},   {1, 300, 77, 2, 2, false, false},
+    {1, 200, 700, 2, 1, true, true},     {1, 700, 200, 2, 2, true, false},
+};
+
+}  // namespace
+
+TEST(Fp8, ForwardMatchesReference) {
+    const fa::DeviceProperties& device = fa::DeviceProperties::current();
+    if (fa::testing::fp8_configs().empty() || device.major != 9 || device.minor != 0)
+        GTEST_SKIP() << "no FP8 config in this build, or not a Hopper GPU";
+    std::uint64_t seed = std::random_device{}();
+    for (const fa::KernelConfig& c : fa::testing::fp8_configs()) {
+        for (const Fp8Shape& s : fp8_shapes)
+            check_fp8_forward(c, c.d_head, s, seed += 3);
+    }
+    for (const int d : {128, 256})
+        check_fp8_forward(std::nullopt, d, fp8_shapes[1], seed += 3);
 }

@@ -673,3 +673,265 @@ TEST(Validation, BackwardWorkspaceIsLinearInTheSequence) {
             << c.to_string();
     }
 }
+
+namespace {
+
+// Well-formed FP8 attention on fake addresses: q, k and v E4M3, o BF16, and the descales.
+fa::ForwardParams fp8_params() {
+    const std::int64_t b = 2, s = 256, h = 4, d = 128;
+    fa::ForwardParams p{fa::TensorView::contiguous(address(1), fa::DType::E4M3, b, s, h, d),
+                        fa::TensorView::contiguous(address(2), fa::DType::E4M3, b, s, h, d),
+                        fa::TensorView::contiguous(address(3), fa::DType::E4M3, b, s, h, d),
+                        fa::TensorView::contiguous(address(4), fa::DType::BF16, b, s, h, d)};
+    p.descales = fa::Fp8Descales{static_cast<const float*>(address(5)),
+                                 static_cast<const float*>(address(6)),
+                                 static_cast<const float*>(address(7))};
+    return p;
+}
+
+fa::Error fp8_error(const std::function<void(fa::ForwardParams&)>& change) {
+    return tensor_error([&](fa::ForwardParams& p) {
+        p = fp8_params();
+        change(p);
+    });
+}
+
+// The error validate() gives a data-free problem.
+fa::Error problem_error(const fa::ProblemShape& s, const fa::Variants& v = {}) {
+    try {
+        fa::validate(s, std::nullopt, v);
+    } catch (const fa::Error& e) {
+        return e;
+    }
+    ADD_FAILURE() << "no error";
+    return fa::Error(fa::ErrorCode::cuda, "");
+}
+
+}  // namespace
+
+// FP8 attention as forward() takes it: E4M3 inputs at d_head 128 with a BF16 output and the
+// descales, with causal masking, GQA and the LSE; the data-free check accepts its shape. The
+// descales reach the kernels; 16-bit calls hand them nulls.
+TEST(Validation, Fp8AcceptsWellFormedInputs) {
+    EXPECT_NO_THROW(fa::validate_tensors(fp8_params()));
+    fa::ForwardParams p = fp8_params();
+    p.options.causal = true;
+    p.options.causal_alignment = fa::CausalAlignment::top_left;
+    p.k.shape[1] = p.v.shape[1] = 1000;
+    p.k.shape[2] = p.v.shape[2] = 1;
+    p.k.stride = p.v.stride = {1000 * 128, 128, 128, 1};
+    p.options.lse = static_cast<float*>(address(8));
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+    EXPECT_EQ(fa::shape_of(p).dtype, fa::DType::E4M3);
+    const fa::ProblemShape shape{
+        .dtype = fa::DType::E4M3, .d_head = 128, .seq_q = 4096, .seq_k = 4096, .causal = true};
+    EXPECT_NO_THROW(fa::validate(shape));
+
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    const fa::KernelArgs a = fa::kernel_args(fp8_params(), h100);
+    EXPECT_EQ(a.q_descale, address(5));
+    EXPECT_EQ(a.k_descale, address(6));
+    EXPECT_EQ(a.v_descale, address(7));
+    const fa::KernelArgs plain = fa::kernel_args(good_params(), h100);
+    EXPECT_EQ(plain.q_descale, nullptr);
+    EXPECT_EQ(plain.k_descale, nullptr);
+    EXPECT_EQ(plain.v_descale, nullptr);
+}
+
+// q, k and v all E4M3 with o BF16; 16-bit q with an E4M3 tensor is a mix of dtypes.
+TEST(Validation, Fp8Dtypes) {
+    expect_error(fp8_error([](auto& p) { p.k.dtype = fa::DType::FP16; }), fa::ErrorCode::dtype,
+                 "k.dtype", "FP16");
+    expect_error(fp8_error([](auto& p) { p.v.dtype = fa::DType::BF16; }), fa::ErrorCode::dtype,
+                 "v.dtype", "BF16");
+    expect_error(fp8_error([](auto& p) { p.k.dtype = p.v.dtype = fa::DType::BF16; }),
+                 fa::ErrorCode::dtype, "k.dtype", "BF16");
+    for (const fa::DType o : {fa::DType::E4M3, fa::DType::FP16}) {
+        const fa::Error e = fp8_error([&](auto& p) { p.o.dtype = o; });
+        expect_error(e, fa::ErrorCode::dtype, "o.dtype", std::string(fa::to_string(o)));
+        EXPECT_NE(std::string(e.what()).find("expected BF16"), std::string::npos) << e.what();
+    }
+    expect_error(fp8_error([](auto& p) { p.o.dtype = static_cast<fa::DType>(9); }),
+                 fa::ErrorCode::dtype, "o.dtype", "enum value 9");
+    const fa::Error mixed = tensor_error([](auto& p) { p.v.dtype = fa::DType::E4M3; });
+    expect_error(mixed, fa::ErrorCode::dtype, "v.dtype", "E4M3");
+    EXPECT_NE(std::string(mixed.what()).find("expected BF16 (q's dtype)"), std::string::npos)
+        << mixed.what();
+    // One byte an element: rows 16-byte aligned take strides of 16 elements.
+    expect_error(fp8_error([](auto& p) { p.k.stride[1] = 520; }), fa::ErrorCode::invalid_argument,
+                 "k.stride[1] (seq)", "520");
+}
+
+// The descales: required with E4M3 inputs (every pointer, 4-byte aligned, apart from o), refused
+// with 16-bit ones.
+TEST(Validation, Fp8Descales) {
+    expect_error(fp8_error([](auto& p) { p.descales.reset(); }), fa::ErrorCode::invalid_argument,
+                 "descales", "none");
+    expect_error(fp8_error([](auto& p) { p.descales->q = nullptr; }),
+                 fa::ErrorCode::invalid_argument, "descales.q", "a null pointer");
+    expect_error(fp8_error([](auto& p) { p.descales->k = nullptr; }),
+                 fa::ErrorCode::invalid_argument, "descales.k", "a null pointer");
+    expect_error(fp8_error([](auto& p) {
+                     p.descales->v =
+                         reinterpret_cast<const float*>(static_cast<char*>(address(7)) + 2);
+                 }),
+                 fa::ErrorCode::invalid_argument, "descales.v", "one that is not");
+    expect_error(fp8_error([](auto& p) { p.descales->k = static_cast<const float*>(p.o.data); }),
+                 fa::ErrorCode::invalid_argument, "descales.k", "an overlapping range");
+    for (const fa::DType dtype : {fa::DType::FP16, fa::DType::BF16}) {
+        const fa::Error e = tensor_error([&](auto& p) {
+            p = good_params(dtype);
+            p.descales = fp8_params().descales;
+        });
+        expect_error(e, fa::ErrorCode::invalid_argument, "descales",
+                     "some with " + std::string(fa::to_string(dtype)) + " inputs");
+        EXPECT_NE(std::string(e.what()).find("none for FP16/BF16 inputs"), std::string::npos)
+            << e.what();
+    }
+}
+
+// FP8 attention takes no variants, no V head dim of its own and d_head 128 or 256 only, yet: each
+// is unsupported, naming the option or dimension.
+TEST(Validation, Fp8Unsupported) {
+    const auto unsupported = [](const std::function<void(fa::ForwardParams&)>& change,
+                                const std::string& argument, const std::string& given) {
+        expect_error(fp8_error(change), fa::ErrorCode::unsupported, argument, given);
+    };
+    unsupported([](auto& p) { p.options.variants.window_left = 64; },
+                "options.variants.window_left", "64");
+    unsupported(
+        [](auto& p) {
+            p.options.causal = true;
+            p.options.variants.window_right = 0;
+        },
+        "options.variants.window_right", "0");
+    unsupported([](auto& p) { p.options.variants.softcap = 30.0f; }, "options.variants.softcap",
+                "30");
+    unsupported([](auto& p) { p.options.variants.sinks = static_cast<const float*>(address(8)); },
+                "options.variants.sinks", "a pointer");
+    unsupported(
+        [](auto& p) { p.options.variants.alibi_slopes = static_cast<const float*>(address(8)); },
+        "options.variants.alibi_slopes", "a pointer");
+    unsupported([](auto& p) { p.v.shape[3] = p.o.shape[3] = 64; }, "v.shape[3] (d_head)", "64");
+    for (const std::int64_t d : {64, 96, 192, 80}) {
+        const fa::Error e = fp8_error([&](auto& p) {
+            for (fa::TensorView* t : {&p.q, &p.k, &p.v, &p.o}) {
+                *t = fa::TensorView::contiguous(t->data, t->dtype, 2, 256, 4, d);
+            }
+        });
+        expect_error(e, fa::ErrorCode::unsupported, "q.shape[3] (d_head)", std::to_string(d));
+        EXPECT_NE(std::string(e.what()).find("expected 128 or 256 (the FP8 kernels' head dims"),
+                  std::string::npos)
+            << e.what();
+    }
+}
+
+// The data-free check (validate(), choose_config's and chosen_kernel's) takes FP8's limits as
+// the tensors' check does; the automatic choice names E4M3 when no built kernel runs it.
+TEST(Validation, Fp8ProblemShapeWithoutTensors) {
+    const fa::ProblemShape fp8{.dtype = fa::DType::E4M3, .d_head = 128, .seq_q = 64, .seq_k = 64};
+    const auto changed = [&](const std::function<void(fa::ProblemShape&)>& change) {
+        fa::ProblemShape s = fp8;
+        change(s);
+        return s;
+    };
+    const fa::Error d64 = problem_error(changed([](auto& s) { s.d_head = 64; }));
+    expect_error(d64, fa::ErrorCode::unsupported, "d_head", "64");
+    EXPECT_NE(std::string(d64.what()).find("expected 128 or 256 (the FP8 kernels' head dims"),
+              std::string::npos)
+        << d64.what();
+    expect_error(problem_error(changed([](auto& s) { s.d_v = 64; })), fa::ErrorCode::unsupported,
+                 "d_v", "64");
+    expect_error(problem_error(changed([](auto& s) { s.window_or_softcap = true; })),
+                 fa::ErrorCode::unsupported, "window_or_softcap", "true");
+    expect_error(problem_error(fp8, {.softcap = 30.0f}), fa::ErrorCode::unsupported,
+                 "variants.softcap", "30");
+    expect_error(problem_error(fp8, {.window_left = 8}), fa::ErrorCode::unsupported,
+                 "variants.window_left", "8");
+    expect_error(problem_error(changed([](auto& s) { s.dtype = static_cast<fa::DType>(7); })),
+                 fa::ErrorCode::dtype, "dtype", "enum value 7");
+
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    try {
+        const fa::KernelConfig c = fa::choose_config(fp8, h100);
+        EXPECT_EQ(c.dtype, fa::DType::E4M3) << c.to_string();
+    } catch (const fa::Error& e) {
+        EXPECT_EQ(e.code(), fa::ErrorCode::unsupported) << e.what();
+        EXPECT_NE(std::string(e.what()).find("got E4M3 d_head 128"), std::string::npos) << e.what();
+    }
+    try {
+        fa::choose_config(changed([](auto& s) { s.d_head = 64; }), h100);
+        ADD_FAILURE() << "no error";
+    } catch (const fa::Error& e) {
+        expect_error(e, fa::ErrorCode::unsupported, "d_head", "64");
+    }
+}
+
+// A named config runs E4M3 tensors when it is an E4M3 one: another dtype's is the caller's error,
+// and an E4M3 config this build lacks is not_built.
+TEST(Validation, Fp8NamedConfig) {
+    const fa::KernelConfig bf16 =
+        fa::KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2");
+    try {
+        fa::validate_config(fp8_params(), bf16, k_h100);
+        ADD_FAILURE() << "no error";
+    } catch (const fa::Error& e) {
+        expect_error(e, fa::ErrorCode::invalid_argument, "config", bf16.to_string());
+        EXPECT_NE(std::string(e.what()).find("dtype E4M3 (the tensors')"), std::string::npos)
+            << e.what();
+    }
+    const fa::KernelConfig fp8 =
+        fa::KernelConfig::parse("(E4M3, 128, 128, 128, 12): sm90+stages_2");
+    if (fa::is_built(fp8)) {
+        EXPECT_NO_THROW(fa::validate_config(fp8_params(), fp8, k_h100));
+    } else {
+        try {
+            fa::validate_config(fp8_params(), fp8, k_h100);
+            ADD_FAILURE() << "no error";
+        } catch (const fa::Error& e) {
+            expect_error(e, fa::ErrorCode::not_built, "config", fp8.to_string());
+        }
+    }
+}
+
+// Every entry point but forward() takes 16-bit inputs only, and says FP8 runs through forward().
+TEST(Validation, Fp8RunsThroughForwardOnly) {
+    const auto expect_forward_only = [](const std::function<void()>& call,
+                                        const std::string& argument) {
+        try {
+            call();
+            ADD_FAILURE() << "no error for " << argument;
+        } catch (const fa::Error& e) {
+            expect_error(e, fa::ErrorCode::dtype, argument, "E4M3");
+            EXPECT_NE(std::string(e.what()).find("runs through forward() only"), std::string::npos)
+                << e.what();
+        }
+    };
+    const auto e4m3 = [](int slot, std::int64_t batch, std::int64_t seq) {
+        return fa::TensorView::contiguous(address(slot), fa::DType::E4M3, batch, seq, 4, 128);
+    };
+    fa::VarlenParams varlen;
+    varlen.q = e4m3(1, 1, 256);
+    varlen.k = varlen.v = e4m3(2, 1, 256);
+    varlen.o = fa::TensorView::contiguous(address(4), fa::DType::BF16, 1, 256, 4, 128);
+    expect_forward_only([&] { fa::forward_varlen(varlen); }, "q.dtype");
+    expect_forward_only([&] { fa::chosen_kernel(varlen); }, "q.dtype");
+    fa::KVCacheParams kv;
+    kv.q = e4m3(1, 2, 1);
+    kv.k_cache = e4m3(2, 2, 4096);
+    kv.v_cache = e4m3(3, 2, 4096);
+    kv.o = fa::TensorView::contiguous(address(4), fa::DType::BF16, 2, 1, 4, 128);
+    expect_forward_only([&] { fa::forward_kvcache(kv); }, "q.dtype");
+    fa::BackwardParams backward = good_backward();
+    for (fa::TensorView* t : {&backward.q, &backward.k, &backward.v, &backward.d_o, &backward.o,
+                              &backward.dq, &backward.dk, &backward.dv}) {
+        t->dtype = fa::DType::E4M3;
+    }
+    expect_forward_only([&] { fa::backward(backward); }, "q.dtype");
+    fa::VarlenBackwardParams varlen_backward = good_varlen_backward();
+    varlen_backward.q.dtype = fa::DType::E4M3;
+    expect_forward_only([&] { fa::backward_varlen(varlen_backward); }, "q.dtype");
+    const fa::ProblemShape fp8{.dtype = fa::DType::E4M3, .d_head = 128, .seq_q = 64, .seq_k = 64};
+    expect_forward_only(
+        [&] { fa::choose_backward_config(fp8, fa::DeviceProperties::model("h100")); }, "dtype");
+}

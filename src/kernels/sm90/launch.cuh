@@ -17,6 +17,7 @@
 #include "kernels/launch_support.cuh"
 #include "kernels/sm90/backward_kernel.cuh"
 #include "kernels/sm90/forward_kernel.cuh"
+#include "kernels/sm90/fp8_forward.cuh"
 #include "registry/kernel_ops.hpp"
 
 namespace flash_attention::sm90 {
@@ -224,6 +225,9 @@ constexpr KernelOps make_ops() {
     if constexpr (C.backward) {
         return backward_kernel_ops<backward_main_kernel<C>, &launch_backward<C>, C.n_threads(),
                                    static_cast<int>(smem_bytes(C))>();
+    } else if constexpr (C.dtype == DType::E4M3) {
+        return kernel_ops<&fp8_forward_kernel<pack(C).hi, pack(C).lo>, &launch_fp8<C>,
+                          C.n_threads(), static_cast<int>(smem_bytes(C))>();
     } else if constexpr (C.sm90.pack_gqa) {
         return kernel_ops<per_sequence_kernel<C>, &launch<C>, C.n_threads(),
                           static_cast<int>(smem_bytes(C))>();

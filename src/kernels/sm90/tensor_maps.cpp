@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <string>
 
 #include "config/resources.hpp"
@@ -175,6 +176,40 @@ TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_
         key_map("k", a.k, d_head, a.k_stride),
         key_map("v", a.v, d_v, a.v_stride),
         query_map("o", a.o, d_v, a.o_stride),
+    };
+}
+
+Fp8TensorMaps make_fp8_tensor_maps(const KernelArgs& a, int d_head, int kv_rows, const void* vt,
+                                   std::int64_t seq_pad) {
+    // Byte strides as 16-bit ones: exact only for even strides, and TMA takes multiples of 16
+    // bytes (a dimension of one element is never stepped along).
+    const auto in_pairs = [](const char* name, const TensorStrides& stride,
+                             const std::array<std::int64_t, 3>& sizes) {
+        const std::int64_t bytes[3] = {stride.seq, stride.head, stride.batch};
+        for (int i = 0; i < 3; ++i) {
+            if (sizes[i] > 1 && bytes[i] % 16 != 0) {
+                throw Error(ErrorCode::invalid_argument,
+                            std::string(name) + ".stride[" + std::to_string(i + 1) +
+                                "]: expected a multiple of 16 bytes (FP8's TMA copies), got " +
+                                std::to_string(bytes[i]));
+            }
+        }
+        return TensorStrides{stride.batch / 2, stride.seq / 2, stride.head / 2};
+    };
+    const SequenceArgs& s = a.seqs;
+    const TensorStrides q_pairs =
+        in_pairs("q", a.q_stride, {s.q_view_seq, a.heads, s.q_view_batch});
+    const TensorStrides k_pairs =
+        in_pairs("k", a.k_stride, {s.k_view_seq, a.heads_kv, s.k_view_batch});
+    const std::int64_t row = seq_pad / 2;  // the copy's rows, in pairs of keys
+    const TensorStrides vt_pairs{a.heads_kv * d_head * row, row, d_head * row};
+    return {
+        encode("q", a.q, DType::FP16, d_head / 2, s.q_view_seq, a.heads, s.q_view_batch, q_pairs,
+               64, 64),
+        encode("k", a.k, DType::FP16, d_head / 2, s.k_view_seq, a.heads_kv, s.k_view_batch, k_pairs,
+               kv_rows, 64),
+        encode("v's transposed copy", vt, DType::FP16, static_cast<int>(row), d_head, a.heads_kv,
+               a.batch, vt_pairs, d_head, 64),
     };
 }
 

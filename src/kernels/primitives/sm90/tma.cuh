@@ -86,6 +86,21 @@ __device__ __forceinline__ void load_tile(void* smem, const void* map, int row, 
     load_boxes<Tile>(smem, map, at, barrier);
 }
 
+// The same from column col0 on (a Tile's columns of a wider row: the FP8 copy of V, whose
+// rows hold every key, sm90/fp8_forward.cuh); columns past the row's end arrive as zeros.
+template <class Tile>
+__device__ __forceinline__ void load_tile_at(void* smem, const void* map, int col0, int row,
+                                             int head, int batch, Barrier& barrier) {
+    static_assert(!Tile::group_major, "a tile of whole sub-tiles");
+#pragma unroll
+    for (int c = 0; c < Tile::sub_tiles; ++c) {
+        const std::int32_t at[4] = {col0 + c * Tile::sub_tile_cols, row, head, batch};
+        cuda::ptx::cp_async_bulk_tensor(
+            cuda::ptx::space_cluster, cuda::ptx::space_global,
+            static_cast<unsigned char*>(smem) + c * Tile::sub_tile_stride, map, at, barrier.get());
+    }
+}
+
 // Loads the rows of R / G positions from `position` on of the G query heads of K/V head
 // `kv_head` into a Tile, position-major (row p x G + h: position + p, head kv_head x G + h;
 // pack_gqa); positions past the tensor's end arrive as zeros. `map` is a 5-D tensor map

@@ -84,6 +84,22 @@ __device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4]
     }
 }
 
+// FP8: O (64 x D) += P (64 x K e4m3, this warp's rows as m16k32 register fragments, the keys
+// of each k-step in fp8_key_order.hpp's order) · V, read K-major from its transposed copy
+// (VtTile: D rows of K keys, 16-bit columns counting pairs of keys): 8-bit wgmma reads no
+// MN-major operand.
+template <class VtTile, int K = 2 * VtTile::cols>
+__device__ __forceinline__ void warpgroup_gemm_pv_e4m3(float (&o)[VtTile::rows / 8][4],
+                                                       const std::uint32_t (&p)[K / 32][4],
+                                                       std::uint32_t vt_smem) {
+    static_assert(K <= 2 * VtTile::cols, "P covers at most the copy's keys");
+#pragma unroll
+    for (int kk = 0; kk < K / 32; ++kk) {
+        ptx::wgmma_rs<DType::E4M3, VtTile::rows, false>(o, p[kk], VtTile::k_major(vt_smem, kk),
+                                                        true);
+    }
+}
+
 // This warp's 16 rows of m16k16 A fragments into a warpgroup's 64 x D tile: the inverse of
 // load_a_fragments() (stmatrix.x4: register i of k-tile kk is matrix i, rows 8 (i % 2) and
 // columns 16 kk + 8 (i / 2), whose 16-byte rows lanes 8i..8i+7 address).
