@@ -123,6 +123,15 @@ struct Problem {
 // than the outputs themselves (an all-zero O would pass).
 inline constexpr double k_fp8_output_slack = 0x1p-7;
 
+// Hopper's FP8 tensor cores add each k-step's 32 products into the fp32 accumulator at about 14
+// bits (DeepSeek-V3's measurement of FP8 GEMMs on H800), not fp32's 24: an error of up to this
+// fraction of the magnitudes summed, a k-step. The naive FP8 computation sums in fp32, so FP8's
+// LSE bound adds, per row, (d_head / 32) k-steps x this x the largest sum of |q x k| over the
+// row's keys, in the scores' units: the kernel's S on an H100 was off by 1.7e-4 at 4.83 (sums of
+// magnitude 84, a probe of one wgmma), and its LSE by up to 0.0029 against a naive error of
+// 2e-6 (2026-12-06), while O stayed within its bound.
+inline constexpr double k_fp8_accumulation = 0x1p-13;
+
 // The LSE's slack: its error bound is 2 x the error of a naive fp32 LSE (scores accumulated
 // and scaled in fp32) + this. The naive error carries the fp32 rounding of the scaled scores,
 // which alone exceeds a fixed bound where a row's LSE is large (thousands at a scale of 100:
