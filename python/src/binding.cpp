@@ -266,7 +266,10 @@ NB_MODULE(_C, m) {
 
     m.attr("__version__") = std::string(fa::version());
 
-    nb::enum_<fa::DType>(m, "DType").value("FP16", fa::DType::FP16).value("BF16", fa::DType::BF16);
+    nb::enum_<fa::DType>(m, "DType")
+        .value("FP16", fa::DType::FP16)
+        .value("BF16", fa::DType::BF16)
+        .value("E4M3", fa::DType::E4M3);
     nb::enum_<fa::Family>(m, "Family")
         .value("sm80", fa::Family::sm80)
         .value("sm90", fa::Family::sm90);
