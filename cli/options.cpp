@@ -130,8 +130,11 @@ std::vector<DType> parse_dtype_list(const std::string& text, const std::string& 
             values.push_back(DType::FP16);
         } else if (item == "bf16") {
             values.push_back(DType::BF16);
+        } else if (item == "e4m3") {
+            values.push_back(DType::E4M3);
         } else {
-            throw UsageError(option + ": expected a comma-separated list of fp16 and bf16, got \"" +
+            throw UsageError(option +
+                             ": expected a comma-separated list of fp16, bf16 and e4m3, got \"" +
                              excerpt(text) + "\"");
         }
     }
@@ -214,8 +217,10 @@ void GridOptions::add_to(CLI::App& cmd) {
                    "V's head dim where it differs from Q's and K's: 128 with --d-head 192 "
                    "(default: the configs', else d_head)")
         ->check(integer_in(1, 1024));
-    cmd.add_option("--dtype", dtypes,
-                   "comma-separated dtypes, fp16/bf16 (default: those of the configs, else bf16)")
+    cmd.add_option(
+           "--dtype", dtypes,
+           "comma-separated dtypes, fp16/bf16/e4m3 (e4m3: FP8 with random descales, dense forward "
+           "only; default: those of the configs, else bf16)")
         ->check(non_empty("comma-separated dtypes"));
     cmd.add_option("--batch", batch, "batch size (default 16384/seq: 16k tokens)")
         ->check(batch_size());

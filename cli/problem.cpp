@@ -44,9 +44,16 @@ HostTensor rows_of(const HostTensor& t, std::int64_t first, std::int64_t n) {
     return HostTensor::from_bits(t.dtype, 1, n, t.heads, t.d_head, std::move(bits));
 }
 
-// O's shape: Q's rows, V's head dim.
+// O's shape: Q's rows, V's head dim; BF16 for FP8 inputs.
 HostTensor output_shape(const HostProblem& host) {
-    return HostTensor{host.q.dtype, host.q.batch, host.q.seq, host.q.heads, host.v.d_head, {}, {}};
+    const DType dtype = host.q.dtype == DType::E4M3 ? DType::BF16 : host.q.dtype;
+    return HostTensor{dtype, host.q.batch, host.q.seq, host.q.heads, host.v.d_head, {}, {}};
+}
+
+DeviceBuffer upload_floats(const std::vector<float>& values) {
+    DeviceBuffer buffer(values.size() * sizeof(float));
+    buffer.upload(values);
+    return buffer;
 }
 
 double softmax_scale_of(const Shape& shape) {
@@ -92,6 +99,15 @@ HostProblem HostProblem::random(const Shape& shape, std::uint64_t seed) {
         for (float& x : p.sinks)
             x = normal(rng);
     }
+    if (shape.dtype == DType::E4M3) {
+        std::mt19937_64 rng(seed + 6);
+        std::uniform_real_distribution<float> factor(0.5f, 2.0f);
+        for (std::vector<float>* descale : {&p.q_descale, &p.k_descale, &p.v_descale}) {
+            descale->resize(static_cast<std::size_t>(batch * shape.heads_kv));
+            for (float& x : *descale)
+                x = factor(rng);
+        }
+    }
     if (shape.alibi) {  // the ALiBi paper's slopes: 2^(-8 (h + 1) / heads)
         p.alibi_slopes.resize(static_cast<std::size_t>(shape.heads));
         for (std::size_t h = 0; h < p.alibi_slopes.size(); ++h)
@@ -130,6 +146,11 @@ DeviceProblem::DeviceProblem(const Shape& shape, const HostProblem& host)
         alibi_ = DeviceBuffer(host.alibi_slopes.size() * sizeof(float));
         alibi_.upload(host.alibi_slopes);
     }
+    if (!host.q_descale.empty()) {
+        q_descale_ = upload_floats(host.q_descale);
+        k_descale_ = upload_floats(host.k_descale);
+        v_descale_ = upload_floats(host.v_descale);
+    }
     if (shape.backward) {
         // The forward's output and LSE, which the backward reads, from the automatic choice.
         forward_lse_ = DeviceBuffer(static_cast<std::size_t>(host.q.batch * host.q.seq) *
@@ -156,16 +177,24 @@ AttentionOptions DeviceProblem::options(float* lse) const {
 }
 
 std::size_t DeviceProblem::bytes(const Shape& shape) {
-    // Q and O, K and V at 2 bytes an element (varlen: at most batch x seq_q tokens; pages:
-    // at most one page of padding per sequence).
+    // Q and O, K and V at their elements' bytes, O at 2 (varlen: at most batch x seq_q tokens;
+    // pages: at most one page of padding per sequence).
     const std::int64_t keys = shape.batch * (shape.seq_k + std::max(shape.page_size, 0));
     const std::size_t rows = std::size_t(shape.batch) * shape.seq_q * shape.heads;
     const std::size_t d = shape.d_head + shape.v_head_dim();
-    return 2 * (rows * d + std::size_t(keys) * shape.heads_kv * d);
+    const std::size_t in = element_bytes(shape.dtype);
+    return rows * (in * shape.d_head + 2 * shape.v_head_dim()) +
+           in * std::size_t(keys) * shape.heads_kv * d;
 }
 
 ForwardParams DeviceProblem::dense_params(float* lse) const {
-    return {q_.view, k_.view, v_.view, o_.view, options(lse)};
+    ForwardParams p{q_.view, k_.view, v_.view, o_.view, options(lse)};
+    if (shape_.dtype == DType::E4M3) {
+        p.descales = Fp8Descales{static_cast<const float*>(q_descale_.data()),
+                                 static_cast<const float*>(k_descale_.data()),
+                                 static_cast<const float*>(v_descale_.data())};
+    }
+    return p;
 }
 
 BackwardParams DeviceProblem::backward_params() const {
@@ -281,21 +310,28 @@ reference::CheckResult check_output(const Shape& shape, const HostProblem& host,
     const double scale = softmax_scale_of(shape);
     const std::vector<float>* sinks = host.sinks.empty() ? nullptr : &host.sinks;
     const std::vector<float>* alibi = host.alibi_slopes.empty() ? nullptr : &host.alibi_slopes;
+    const bool fp8 = !host.q_descale.empty();
     const auto problem = [&](const HostTensor& q, const HostTensor& k, const HostTensor& v,
                              const HostTensor& o, const std::vector<float>* l) {
-        return reference::Problem{q,
-                                  k,
-                                  v,
-                                  o,
-                                  scale,
-                                  shape.causal,
-                                  l,
-                                  false,
-                                  shape.window_left,
-                                  shape.window_right,
-                                  shape.softcap,
-                                  sinks,
-                                  alibi};
+        reference::Problem p{q,
+                             k,
+                             v,
+                             o,
+                             scale,
+                             shape.causal,
+                             l,
+                             false,
+                             shape.window_left,
+                             shape.window_right,
+                             shape.softcap,
+                             sinks,
+                             alibi};
+        if (fp8) {
+            p.q_descale = &host.q_descale;
+            p.k_descale = &host.k_descale;
+            p.v_descale = &host.v_descale;
+        }
+        return p;
     };
     if (shape.api != Api::varlen) {
         const auto rows =

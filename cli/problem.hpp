@@ -53,6 +53,9 @@ struct HostProblem {
     std::vector<float> alibi_slopes;
     // Shape::backward: dO, q's shape, standard normal.
     std::optional<reference::HostTensor> d_o;
+    // E4M3 (FP8): the descales of q, k and v, one per (batch entry, K/V head), uniform in
+    // [0.5, 2]; empty otherwise.
+    std::vector<float> q_descale, k_descale, v_descale;
 
     static HostProblem random(const Shape& shape, std::uint64_t seed);
 };
@@ -90,6 +93,7 @@ class DeviceProblem {
     Shape shape_;
     DeviceTensor q_, k_, v_, o_;
     DeviceBuffer seqlens_, table_, sinks_, alibi_;
+    DeviceBuffer q_descale_, k_descale_, v_descale_;  // E4M3
     // Shape::backward.
     DeviceBuffer forward_lse_;
     std::optional<DeviceTensor> d_o_, dq_, dk_, dv_;

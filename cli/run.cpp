@@ -43,7 +43,7 @@ struct RunOptions {
 };
 
 DType parse_dtype(const std::string& s) {
-    return s == "fp16" ? DType::FP16 : DType::BF16;
+    return s == "fp16" ? DType::FP16 : s == "e4m3" ? DType::E4M3 : DType::BF16;
 }
 
 int run(const RunOptions& opt) {
@@ -207,9 +207,11 @@ void add_run_command(CLI::App& app, Action& action) {
                     "V's head dimension where it differs from Q's and K's: 128 with --d-head 192 "
                     "(default: the config's, else --d-head)")
         ->check(integer_in(1, 1024));
-    cmd->add_option("--dtype", o->dtype, "fp16 or bf16 (default: the config's, else bf16)")
-        ->check(non_empty("fp16 or bf16"))
-        ->check(CLI::IsMember({"fp16", "bf16"}, CLI::ignore_case));
+    cmd->add_option("--dtype", o->dtype,
+                    "fp16, bf16 or e4m3 (FP8: random descales, bf16 output, dense forward only; "
+                    "default: the config's, else bf16)")
+        ->check(non_empty("fp16, bf16 or e4m3"))
+        ->check(CLI::IsMember({"fp16", "bf16", "e4m3"}, CLI::ignore_case));
     cmd->add_option("--scale", o->scale, "softmax scale, positive (default 1/sqrt(d_head))")
         ->check(softmax_scale_bounds());
     o->variants.add_to(*cmd);

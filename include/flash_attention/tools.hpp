@@ -425,6 +425,7 @@ class DeviceBuffer {
     // later work, and a download sees every stream's earlier work.
     void upload(const std::vector<std::uint16_t>& host);
     void upload(const std::vector<std::int32_t>& host);  // lengths, offsets, page tables
+    void upload(const std::vector<std::uint8_t>& host);  // 8-bit (E4M3) tensors
     void upload(const std::vector<float>& host);         // attention sinks
     std::vector<std::uint16_t> download() const;
     std::vector<float> download_floats() const;  // a float buffer (the log-sum-exp)
@@ -437,7 +438,7 @@ class DeviceBuffer {
     std::size_t bytes_ = 0;
 };
 
-// A device copy of a contiguous host tensor, and a view of it.
+// A device copy of a contiguous host tensor (element_bytes(dtype) an element), and a view of it.
 struct DeviceTensor {
     DeviceBuffer buffer;
     TensorView view;

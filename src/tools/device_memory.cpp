@@ -63,6 +63,10 @@ void DeviceBuffer::upload(const std::vector<std::int32_t>& host) {
     upload_bytes(data_, bytes_, host.data(), host.size() * sizeof(std::int32_t));
 }
 
+void DeviceBuffer::upload(const std::vector<std::uint8_t>& host) {
+    upload_bytes(data_, bytes_, host.data(), host.size());
+}
+
 void DeviceBuffer::upload(const std::vector<float>& host) {
     upload_bytes(data_, bytes_, host.data(), host.size() * sizeof(float));
 }
@@ -90,21 +94,34 @@ void DeviceBuffer::poison_with_nan() {
 
 DeviceTensor DeviceTensor::upload(const reference::HostTensor& host) {
     DeviceTensor t = empty_like(host);
-    t.buffer.upload(host.bits);
+    if (element_bytes(host.dtype) == 1)  // E4M3: the encodings' low bytes
+        t.buffer.upload(std::vector<std::uint8_t>(host.bits.begin(), host.bits.end()));
+    else
+        t.buffer.upload(host.bits);
     return t;
 }
 
 DeviceTensor DeviceTensor::empty_like(const reference::HostTensor& host) {
     DeviceTensor t;
-    t.buffer = DeviceBuffer(static_cast<std::size_t>(host.size()) * 2);
+    t.buffer = DeviceBuffer(static_cast<std::size_t>(host.size()) * element_bytes(host.dtype));
     t.view = TensorView::contiguous(t.buffer.data(), host.dtype, host.batch, host.seq, host.heads,
                                     host.d_head);
     return t;
 }
 
 reference::HostTensor DeviceTensor::download(const reference::HostTensor& shape_of) const {
+    std::vector<std::uint16_t> bits;
+    if (element_bytes(shape_of.dtype) == 1) {
+        std::vector<std::uint8_t> bytes(buffer.bytes());
+        settle("before a download");
+        cuda_check(cudaMemcpy(bytes.data(), buffer.data(), bytes.size(), cudaMemcpyDeviceToHost),
+                   "cudaMemcpy (device to host)");
+        bits.assign(bytes.begin(), bytes.end());
+    } else {
+        bits = buffer.download();
+    }
     return reference::HostTensor::from_bits(shape_of.dtype, shape_of.batch, shape_of.seq,
-                                            shape_of.heads, shape_of.d_head, buffer.download());
+                                            shape_of.heads, shape_of.d_head, std::move(bits));
 }
 
 LaunchTimes::LaunchTimes(int capacity) : start_(capacity), stop_(capacity) {
