@@ -106,6 +106,8 @@ DType parse_dtype(const std::string& s) {
         return DType::FP16;
     if (s == "BF16")
         return DType::BF16;
+    if (s == "E4M3")  // FP8: `tune --dtype e4m3` writes such entries
+        return DType::E4M3;
     throw std::invalid_argument("unknown dtype \"" + s + "\"");
 }
 
