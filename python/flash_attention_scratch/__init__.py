@@ -79,7 +79,7 @@ if _torch is not None:
 
 def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
             config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None,
-            deterministic=False):
+            deterministic=False, q_descale=None, k_descale=None, v_descale=None):
     """softmax(q·kᵀ·scale)·v for float16/bfloat16 CUDA tensors: q (batch, seq_q, heads,
     d_head), k and v (batch, seq_k, heads_kv, d_head) with heads a multiple of heads_kv
     (grouped-query attention); any lengths; d_head 64, 96, 128, 192 or 256. v's head dim may be
@@ -123,6 +123,13 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     tokens, H200); by default the fastest kernel runs, whose dQ may differ in the last
     bits between runs.
 
+    FP8: torch.float8_e4m3fn q, k and v with q_descale, k_descale and v_descale (flash_attn's
+    names), float32 (batch, heads_kv) tensors on q's device that dequantise them (real value =
+    stored value x descale, a query head taking its K/V head's); the output is bfloat16. Eager
+    only (no torch.compile, no autograd), no window, softcap, sinks or ALiBi, d_head 128 or 256,
+    and a build with the FP8 kernels (-DFLASH_KERNELS=release,fp8; the default build has none
+    yet, and raises ValueError naming E4M3).
+
     Raises ValueError for bad arguments, TypeError for unsupported dtypes, and RuntimeError
     for CUDA failures (including no GPU), each with the library's message; the backward
     raises the same way.
@@ -131,7 +138,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         raise RuntimeError("flash_attention_scratch.forward needs PyTorch, which is not installed")
     return _ops.forward(q, k, v, softmax_scale=softmax_scale, causal=causal, causal_alignment=causal_alignment,
                         return_lse=return_lse, config=config, out=out, window_size=window_size, softcap=softcap,
-                        learnable_sink=learnable_sink, alibi_slopes=alibi_slopes, deterministic=deterministic)
+                        learnable_sink=learnable_sink, alibi_slopes=alibi_slopes, deterministic=deterministic,
+                        q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -155,7 +163,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     includes it (flash_attn's causal kernels add slope * j instead: the same output, an LSE
     larger by slope * (i + seqlen_k - seqlen_q)); the slopes get no gradient. dropout_p other
     than 0 raises NotImplementedError (no dropout here), before any work. deterministic=True:
-    bitwise-identical gradients from run to run, as in flash_attn.
+    bitwise-identical gradients from run to run, as in flash_attn. FP8 inputs run through
+    forward(), which takes their descales.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_func needs PyTorch, which is not installed")

@@ -11,6 +11,9 @@ import torch
 from . import _C
 
 _DTYPES = (torch.float16, torch.bfloat16)
+# FP8 (e4m3) inputs, which forward() takes with their descales (_forward_fp8); None on a PyTorch
+# without the dtype.
+_FP8 = getattr(torch, "float8_e4m3fn", None)
 
 
 try:  # The getter Inductor's generated code calls: the stream's address, no Stream object.
@@ -404,9 +407,69 @@ def _causal(causal, causal_alignment, window=(-1, -1), alibi_slopes=None):
     return 3 if causal_alignment == "top_left" and diagonal else 0
 
 
+def _check_descales(q, k, descales):
+    """FP8: q_descale, k_descale and v_descale, each a float32 (batch, heads_kv) tensor on q's device
+    (flash_attn's layout), contiguous copies of them."""
+    batch, heads_kv = q.shape[0], k.shape[2]
+    checked = []
+    for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if (not isinstance(d, torch.Tensor) or d.dtype != torch.float32 or d.device != q.device
+                or tuple(d.shape) != (batch, heads_kv)):
+            raise ValueError(f"{name}: expected a torch.float32 tensor of shape (batch, heads_kv) = ({batch}, "
+                             f"{heads_kv}) on {q.device} for torch.float8_e4m3fn inputs, got {_described(d)}"
+                             + ("" if not isinstance(d, torch.Tensor) else f" on {d.device}"))
+        checked.append(d.contiguous())
+    return checked
+
+
+def _forward_fp8(q, k, v, softmax_scale, causal, causal_alignment, return_lse, config, out, descales):
+    """FP8 attention (torch.float8_e4m3fn q, k and v, bfloat16 output), eagerly: the C++ forward() with
+    the descales; no variants, no autograd (FP8 has no backward yet)."""
+    if torch.compiler.is_compiling():
+        raise NotImplementedError("q.dtype: torch.float8_e4m3fn runs eagerly; torch.compile does not trace "
+                                  "FP8 attention yet")
+    for name, t in (("k", k), ("v", v)):
+        _check_fp8(name, t, q.device)
+    q_descale, k_descale, v_descale = _check_descales(q, k, descales)
+    if out is None:
+        out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=torch.bfloat16, device=q.device)
+    elif not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16:
+        raise TypeError(f"out.dtype: expected torch.bfloat16 for torch.float8_e4m3fn inputs, got {_described(out)}")
+    lse = _lse_like(q) if return_lse else None
+    cfg = None if config is None else _parse(str(config))
+    stream = _current_stream(q.device)
+    with torch.cuda.device(q.device):
+        _C.forward(q, k, v, out, None if softmax_scale is None else float(softmax_scale), cfg, stream,
+                   _causal(causal, causal_alignment), lse, q_descale=q_descale.data_ptr(),
+                   k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr())
+    return (out, lse) if return_lse else out
+
+
+def _check_fp8(name, t, device):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (q's device), got {t.device}")
+    if t.dtype != _FP8:
+        raise TypeError(f"{name}.dtype: expected torch.float8_e4m3fn (q's), got {t.dtype}")
+
+
 def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bottom_right", return_lse=False,
             config=None, out=None, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None,
-            deterministic=False):
+            deterministic=False, q_descale=None, k_descale=None, v_descale=None):
+    descales = (q_descale, k_descale, v_descale)
+    if _FP8 is not None and isinstance(q, torch.Tensor) and q.dtype == _FP8:
+        if q.device.type != "cuda":
+            raise ValueError(f"q: expected a CUDA tensor, got a tensor on {q.device}")
+        if (_window(window_size) != (-1, -1) or softcap != 0.0 or learnable_sink is not None
+                or alibi_slopes is not None):
+            raise ValueError("window_size, softcap, learnable_sink, alibi_slopes: expected none with "
+                             "torch.float8_e4m3fn inputs (FP8 attention takes no variants yet)")
+        return _forward_fp8(q, k, v, softmax_scale, causal, causal_alignment, return_lse, config, out, descales)
+    for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if d is not None:
+            raise ValueError(f"{name}: expected None for inputs that are not torch.float8_e4m3fn (descales "
+                             f"dequantise FP8 ones), got {_described(d)}")
     var = _variants(window_size, softcap, learnable_sink, alibi_slopes)
     _check("q", q)
     _check("k", k, q.device)

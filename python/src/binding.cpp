@@ -62,6 +62,7 @@ fa::TensorView view_of(const CudaArray& a, const char* name) {
 // else (CuPy, JAX, ...) crosses by DLPack.
 struct TorchTypes {
     nb::object tensor, float16, bfloat16, float32;
+    nb::object float8_e4m3fn;  // None on a PyTorch without it
     // Interned attribute names: a lookup by C string would build a new str every time.
     nb::object is_cuda, dtype, shape, stride, data_ptr, device;
 };
@@ -75,9 +76,16 @@ const TorchTypes* torch_types() {
             return nullptr;
         nb::object torch = modules["torch"];
         const auto name = [](const char* s) { return nb::steal(PyUnicode_InternFromString(s)); };
-        types = TorchTypes{torch.attr("Tensor"),  torch.attr("float16"), torch.attr("bfloat16"),
-                           torch.attr("float32"), name("is_cuda"),       name("dtype"),
-                           name("shape"),         name("stride"),        name("data_ptr"),
+        types = TorchTypes{torch.attr("Tensor"),
+                           torch.attr("float16"),
+                           torch.attr("bfloat16"),
+                           torch.attr("float32"),
+                           nb::getattr(torch, "float8_e4m3fn", nb::none()),
+                           name("is_cuda"),
+                           name("dtype"),
+                           name("shape"),
+                           name("stride"),
+                           name("data_ptr"),
                            name("device")};
     }
     return &*types;
@@ -109,10 +117,13 @@ fa::TensorView view_of_torch(nb::handle t, const TorchTypes& torch, const char* 
         v.dtype = fa::DType::FP16;
     } else if (dtype.is(torch.bfloat16)) {
         v.dtype = fa::DType::BF16;
+    } else if (!torch.float8_e4m3fn.is_none() && dtype.is(torch.float8_e4m3fn)) {
+        v.dtype = fa::DType::E4M3;  // FP8: the API checks which entry points take it
     } else {
         throw fa::Error(fa::ErrorCode::dtype,
                         std::string(name) +
-                            ".dtype: expected torch.float16 or torch.bfloat16, got " +
+                            ".dtype: expected torch.float16, torch.bfloat16 or (FP8) "
+                            "torch.float8_e4m3fn, got " +
                             nb::cast<std::string>(nb::str(dtype)));
     }
     // torch.Size is a tuple, and stride() returns one.
@@ -320,13 +331,19 @@ NB_MODULE(_C, m) {
         [](nb::handle q, nb::handle k, nb::handle v, nb::handle out, std::optional<float> scale,
            std::optional<fa::KernelConfig> config, std::uintptr_t stream, int causal,
            nb::handle lse, int window_left, int window_right, float softcap, std::uintptr_t sinks,
-           std::uintptr_t alibi_slopes, std::int64_t alibi_batch_stride) {
+           std::uintptr_t alibi_slopes, std::int64_t alibi_batch_stride, std::uintptr_t q_descale,
+           std::uintptr_t k_descale, std::uintptr_t v_descale) {
             fa::ForwardParams p{view_of(q, "q"), view_of(k, "k"), view_of(v, "v"),
                                 view_of(out, "out")};
             p.options = options_of(
                 scale, causal, lse,
                 static_cast<std::size_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]), window_left,
                 window_right, softcap, sinks, alibi_slopes, alibi_batch_stride);
+            if (q_descale != 0 || k_descale != 0 || v_descale != 0) {
+                p.descales = fa::Fp8Descales{reinterpret_cast<const float*>(q_descale),
+                                             reinterpret_cast<const float*>(k_descale),
+                                             reinterpret_cast<const float*>(v_descale)};
+            }
             const auto s = reinterpret_cast<fa::Stream>(stream);
             if (config) {
                 fa::forward(p, *config, s);
@@ -338,12 +355,15 @@ NB_MODULE(_C, m) {
         nb::arg("config").none(), nb::arg("stream"), nb::arg("causal") = 0,
         nb::arg("lse").none() = nb::none(), nb::arg("window_left") = -1,
         nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
-        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0,
+        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0, nb::arg("q_descale") = 0,
+        nb::arg("k_descale") = 0, nb::arg("v_descale") = 0,
         "Writes attention of (batch, seq, heads, d_head) CUDA arrays into `out` (and the\n"
         "log-sum-exp into `lse`, float32 (batch, heads, seq_q), when given) on `stream`.\n"
         "window_left/right, softcap: -1, 0: none. sinks: the address of checked float32\n"
         "(heads,) sinks; alibi_slopes: of checked float32 (heads,) or (batch, heads) slopes\n"
-        "(0: none), alibi_batch_stride: heads for the latter, 0 for the former.");
+        "(0: none), alibi_batch_stride: heads for the latter, 0 for the former. FP8\n"
+        "(float8_e4m3fn q, k and v, a bfloat16 out): q_descale, k_descale and v_descale, the\n"
+        "addresses of checked float32 (batch, heads_kv) descales (0: none).");
 
     // The serving entry points. The Python layer checks the int32 index tensors (lengths,
     // offsets, page table) and passes their addresses; null is 0.

@@ -1,0 +1,103 @@
+"""FP8 attention from PyTorch: torch.float8_e4m3fn q, k and v with flash_attn's descales (float32,
+(batch, heads_kv)), a bfloat16 output. Checked against float64 attention of the dequantised inputs:
+FP8 rounds each probability to 3 mantissa bits, so the bound is the FP8 rule's scale (a few percent
+of the output), far below what a wrong kernel gives (an all-zero output misses by the output's
+size)."""
+
+import pytest
+
+import flash_attention_scratch as fa
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+fp8 = getattr(torch, "float8_e4m3fn", None) if torch is not None else None
+needs_torch_fp8 = pytest.mark.skipif(fp8 is None, reason="needs a PyTorch with torch.float8_e4m3fn")
+
+
+def fp8_built():
+    return any(c.dtype == fa.DType.E4M3 and c.is_supported() for c in fa.configs())
+
+
+needs_fp8_kernels = pytest.mark.skipif(
+    fp8 is None or not torch.cuda.is_available() or fa.device_count() == 0 or not fp8_built(),
+    reason="needs a Hopper GPU and a build with the FP8 kernels (-DFLASH_KERNELS=release,fp8)",
+)
+
+
+def quantised(x, heads_kv):
+    """x (batch, seq, heads, d) in float32 as e4m3 with a descale per (batch, K/V head) that maps
+    its largest magnitude to 240 (inside e4m3's 448), and the dequantised values."""
+    batch, seq, heads, d = x.shape
+    group = heads // heads_kv
+    amax = x.abs().reshape(batch, seq, heads_kv, group, d).amax(dim=(1, 3, 4)).clamp_min(1e-6)
+    descale = (amax / 240).float()
+    scale = descale.repeat_interleave(group, dim=1)[:, None, :, None]
+    x8 = (x / scale).to(fp8)
+    return x8, descale.contiguous(), x8.double() * scale.double()
+
+
+def reference(q, k, v, causal):
+    """float64 attention of (batch, seq, heads, d) tensors, K/V heads shared by query groups, causal
+    at the bottom right; the output and the LSE (batch, heads, seq_q)."""
+    group = q.shape[2] // k.shape[2]
+    k = k.repeat_interleave(group, dim=2)
+    v = v.repeat_interleave(group, dim=2)
+    s = torch.einsum("bqhd,bkhd->bhqk", q, k) / q.shape[-1] ** 0.5
+    if causal:
+        seq_q, seq_k = q.shape[1], k.shape[1]
+        keep = torch.ones(seq_q, seq_k, dtype=torch.bool, device=q.device).tril(seq_k - seq_q)
+        s = s.masked_fill(~keep, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, dim=-1), v), lse
+
+
+@needs_fp8_kernels
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2, 128), (1, 129, 2048, 8, 1, 128), (1, 300, 77, 2, 2, 256)])
+def test_fp8_forward_matches_dequantised_reference(shape, causal):
+    batch, seq_q, seq_k, heads, heads_kv, d = shape
+    if not any(c.dtype == fa.DType.E4M3 and c.d_head == d for c in fa.configs()):
+        pytest.skip(f"no FP8 kernel of d_head {d} in this build")
+    torch.manual_seed(seq_q * 7 + seq_k + d + causal)
+    q8, qs, qd = quantised(torch.randn(batch, seq_q, heads, d, device="cuda"), heads_kv)
+    k8, ks, kd = quantised(torch.randn(batch, seq_k, heads_kv, d, device="cuda"), heads_kv)
+    v8, vs, vd = quantised(torch.randn(batch, seq_k, heads_kv, d, device="cuda"), heads_kv)
+    out, lse = fa.forward(q8, k8, v8, causal=causal, return_lse=True, q_descale=qs, k_descale=ks, v_descale=vs)
+    assert out.dtype == torch.bfloat16 and out.shape == (batch, seq_q, heads, d)
+    ref, ref_lse = reference(qd, kd, vd, causal)
+    error = (out.double() - ref).abs().max().item()
+    assert error <= 0.08 * ref.abs().max().item() + 1e-3, f"max|out - ref| {error}"
+    seen = torch.isfinite(ref_lse)
+    assert torch.equal(torch.isfinite(lse), seen)
+    assert (lse.double() - ref_lse)[seen].abs().max().item() <= 0.02
+
+
+@needs_fp8_kernels
+def test_fp8_errors_name_the_argument():
+    q8 = torch.randn(1, 64, 2, 128, device="cuda").to(fp8)
+    ones = torch.ones(1, 2, device="cuda")
+    with pytest.raises(ValueError, match="v_descale: expected a torch.float32 tensor of shape"):
+        fa.forward(q8, q8, q8, q_descale=ones, k_descale=ones)
+    with pytest.raises(ValueError, match=r"k_descale: expected .*\(1, 2\)"):
+        fa.forward(q8, q8, q8, q_descale=ones, k_descale=torch.ones(2, 1, device="cuda"), v_descale=ones)
+    with pytest.raises(TypeError, match="k.dtype: expected torch.float8_e4m3fn"):
+        fa.forward(q8, q8.to(torch.bfloat16), q8, q_descale=ones, k_descale=ones, v_descale=ones)
+    with pytest.raises(TypeError, match="out.dtype: expected torch.bfloat16"):
+        fa.forward(q8, q8, q8, q_descale=ones, k_descale=ones, v_descale=ones,
+                   out=torch.empty(1, 64, 2, 128, device="cuda", dtype=torch.float16))
+    with pytest.raises(ValueError, match="expected none with torch.float8_e4m3fn inputs"):
+        fa.forward(q8, q8, q8, q_descale=ones, k_descale=ones, v_descale=ones, softcap=30.0)
+
+
+@needs_torch_fp8
+def test_fp8_checks_before_any_device_work():
+    """Runs without a GPU: FP8 inputs off CUDA, and descales with 16-bit inputs, are refused first."""
+    q8 = torch.zeros(1, 4, 2, 128).to(fp8)
+    with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
+        fa.forward(q8, q8, q8)
+    q16 = torch.zeros(1, 4, 2, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q_descale: expected None for inputs that are not torch.float8_e4m3fn"):
+        fa.forward(q16, q16, q16, q_descale=torch.ones(1, 2))
