@@ -116,8 +116,8 @@ struct AttentionOptions {
 // FP8 (E4M3) inputs' dequantisation factors (real value = stored value x descale), flash_attn's
 // q_descale, k_descale and v_descale: device fp32, (batch, heads_kv) contiguous, one per sequence
 // and K/V head (a query head takes its K/V head's q factor). Each pointer is required, 4-byte
-// aligned and may not overlap o. Values are not checked (no host sync): a NaN factor gives NaN
-// rows.
+// aligned and may not overlap o or the LSE output. Values are not checked (no host sync): any
+// finite factor works, zero and negative included; a NaN factor gives NaN rows.
 struct Fp8Descales {
     const float* q = nullptr;
     const float* k = nullptr;
@@ -130,7 +130,7 @@ struct Fp8Descales {
 // heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 96, 128, 192 or 256; d_v = d_head, or 128 with
 // d_head 192 (DeepSeek's MLA). The softmax scale's default is 1/sqrt(d_head).
 // FP8 attention (Hopper's sm90 family; forward() only): q, k and v E4M3 with o BF16 and
-// `descales`, on the dequantised inputs. It takes d_head 128 with d_v = d_head, and no window,
+// `descales`, on the dequantised inputs. It takes d_head 128 or 256 with d_v = d_head, no window,
 // softcap, sinks or ALiBi yet; causal masking, GQA and the LSE as 16-bit inputs.
 struct ForwardParams {
     TensorView q;

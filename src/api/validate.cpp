@@ -389,6 +389,19 @@ void check_fp8_tensors(const ForwardParams& p) {
                  "a null pointer");
         }
         check_float_rows(factor, name, factors, "(batch, heads_kv)", {{&p.o, "o"}});
+        // The LSE output too: early CTAs write it while later ones read their factors.
+        if (p.options.lse != nullptr) {
+            const auto lse = reinterpret_cast<std::uintptr_t>(p.options.lse);
+            const auto lse_end =
+                lse + static_cast<std::uintptr_t>(p.q.shape[0] * p.q.shape[2] * p.q.shape[1]) *
+                          sizeof(float);
+            const auto first = reinterpret_cast<std::uintptr_t>(factor);
+            const auto end = first + static_cast<std::uintptr_t>(factors) * sizeof(float);
+            if (first < lse_end && lse < end) {
+                fail(ErrorCode::invalid_argument, name, "memory that does not overlap lse",
+                     "an overlapping range");
+            }
+        }
     }
 }
 

@@ -44,9 +44,14 @@ cudaMemPool_t pool_of_current_device() {
 
 }  // namespace
 
-StreamScratch::StreamScratch(std::size_t bytes, Stream stream, bool zeroed) : stream_(stream) {
-    cuda_check(cudaMallocFromPoolAsync(&data_, bytes, pool_of_current_device(), stream_),
-               "cudaMallocFromPoolAsync (stream scratch)");
+StreamScratch::StreamScratch(std::size_t bytes, Stream stream, bool zeroed, Pool pool)
+    : stream_(stream) {
+    if (pool == Pool::library) {
+        cuda_check(cudaMallocFromPoolAsync(&data_, bytes, pool_of_current_device(), stream_),
+                   "cudaMallocFromPoolAsync (stream scratch)");
+    } else {
+        cuda_check(cudaMallocAsync(&data_, bytes, stream_), "cudaMallocAsync (stream scratch)");
+    }
     if (!zeroed)
         return;
     const cudaError_t status = cudaMemsetAsync(data_, 0, bytes, stream_);

@@ -17,8 +17,12 @@ namespace flash_attention {
 
 class StreamScratch {
   public:
+    // Where the bytes come from: the library's pool, which keeps what it holds mapped (small,
+    // frequent scratch), or the device's current pool, whose release threshold hands large
+    // scratch back (FP8's copy of V, the size of V: kept, one call would hold it for the process).
+    enum class Pool { library, device };
     // Allocates `bytes` on `stream`, zeroed when asked; throws Error(ErrorCode::cuda).
-    StreamScratch(std::size_t bytes, Stream stream, bool zeroed);
+    StreamScratch(std::size_t bytes, Stream stream, bool zeroed, Pool pool = Pool::library);
     // Frees it on the same stream, after the launches that used it.
     ~StreamScratch();
     StreamScratch(const StreamScratch&) = delete;

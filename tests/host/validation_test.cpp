@@ -762,7 +762,8 @@ TEST(Validation, Fp8Dtypes) {
                  "k.stride[1] (seq)", "520");
 }
 
-// The descales: required with E4M3 inputs (every pointer, 4-byte aligned, apart from o), refused
+// The descales: required with E4M3 inputs (every pointer, 4-byte aligned, apart from o and the
+// LSE), refused
 // with 16-bit ones.
 TEST(Validation, Fp8Descales) {
     expect_error(fp8_error([](auto& p) { p.descales.reset(); }), fa::ErrorCode::invalid_argument,
@@ -778,6 +779,12 @@ TEST(Validation, Fp8Descales) {
                  fa::ErrorCode::invalid_argument, "descales.v", "one that is not");
     expect_error(fp8_error([](auto& p) { p.descales->k = static_cast<const float*>(p.o.data); }),
                  fa::ErrorCode::invalid_argument, "descales.k", "an overlapping range");
+    // The LSE output, written while the factors are read.
+    expect_error(fp8_error([](auto& p) {
+                     p.options.lse = static_cast<float*>(address(8));
+                     p.descales->v = p.options.lse + 3;
+                 }),
+                 fa::ErrorCode::invalid_argument, "descales.v", "an overlapping range");
     for (const fa::DType dtype : {fa::DType::FP16, fa::DType::BF16}) {
         const fa::Error e = tensor_error([&](auto& p) {
             p = good_params(dtype);

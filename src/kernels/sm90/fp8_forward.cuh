@@ -9,8 +9,8 @@
 // the launch writes first. One tile a CTA, no overlap of a block's softmax with GEMMs yet: the
 // correct baseline the tuned FP8 kernel is measured against.
 //
-// Scales: the descales of Q and K (per sequence and K/V head) multiply the softmax's scale, so
-// S's exponent is exact in fp32 before any rounding; P is taken 2^8 times larger before its
+// Scales: the descales of Q and K (per sequence and K/V head) multiply S in fp32; P is taken
+// 2^8 times larger before its
 // e4m3 rounding (FlashAttention-3's offset: e4m3 keeps 3 mantissa bits down to 2^-6, so the
 // probabilities of a row's lesser keys keep their precision), and V's descale over 2^8 scales
 // O once at the end. The row sums stay in fp32, unscaled.
@@ -50,6 +50,7 @@ struct Fp8Traits {
     static constexpr int s_tiles = B_c / 8;                // S's n8 accumulator tiles
     static constexpr int p_steps = B_c / fp8_k_step_keys;  // P's 32-key k-steps
     static constexpr float p_offset = 256.0f;              // 2^8 (the header's scales)
+    static constexpr int pv_cols = d < 128 ? d : 128;      // V's columns a P·V chunk
 
     struct Smem {
         alignas(1024) unsigned char q[consumers][QTile::bytes];
@@ -150,10 +151,12 @@ __global__ void __launch_bounds__(Fp8Traits<unpack(CodeHi, CodeLo)>::threads, 1)
     ptx::setmaxnreg_inc<240>();
     const int consumer = warpgroup - 1;
     const int first_row = q_row0 + 64 * consumer + warp_in_warpgroup() * mma_m;
-    // The scores' units: Q's and K's descales join the softmax's scale.
+    // Q's and K's descales scale S itself, not the softmax's scale: any descale (zero, negative,
+    // a product that underflows) then gives the softmax of the scores it means, where folded
+    // into the scale a zero would meet the references' -inf (NaN).
     const std::int64_t pair = std::int64_t{batch} * a.heads_kv + kv_head;
     const float qk_descale = __ldg(a.q_descale + pair) * __ldg(a.k_descale + pair);
-    OnlineSoftmax<1, true> softmax(a.softmax_scale * qk_descale, a.scale_log2 * qk_descale);
+    OnlineSoftmax<1, true> softmax(a.softmax_scale, a.scale_log2);
     float o[1][Tr::d / 8][4];
     zero(o);
     const std::uint32_t q_smem = ptx::smem_address(smem.q[consumer]);
@@ -172,6 +175,12 @@ __global__ void __launch_bounds__(Fp8Traits<unpack(CodeHi, CodeLo)>::threads, 1)
         __syncwarp();
         if (threadIdx.x % warp_size == 0)
             smem.k_empty[slot.stage].arrive();
+#pragma unroll
+        for (int nt = 0; nt < Tr::s_tiles; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[0][nt][e] *= qk_descale;
+        }
         if (a.causal || (j + 1) * Tr::B_c > a.seq_k)
             mask_fp8_scores(s[0], a, first_row, j * Tr::B_c);
         softmax.update(s, o);
@@ -188,14 +197,30 @@ __global__ void __launch_bounds__(Fp8Traits<unpack(CodeHi, CodeLo)>::threads, 1)
                     s[0][t + 1][e] * Tr::p_offset, s[0][t + 1][e + 1] * Tr::p_offset);
             }
         }
+        // The block's P·V in a fresh accumulator a chunk of 128 of V's columns at a time, added
+        // to O in fp32: the tensor cores add each k-step at about 14 bits (k_fp8_accumulation),
+        // so O accumulated there over every block would lose precision with the keys (DeepSeek-V3
+        // promotes FP8 GEMMs' sums to fp32 every 128 products alike); at d_head 256 one chunk's
+        // accumulator beside O keeps to the consumers' 240 registers.
         smem.v_full[slot.stage].wait(slot.parity);
-        ptx::fence_operands(o[0]);
-        ptx::wgmma_fence();
-        warpgroup_gemm_pv_e4m3<typename Tr::VtTile>(o[0], p,
-                                                    ptx::smem_address(smem.vt[slot.stage]));
-        ptx::wgmma_commit_group();
-        ptx::wgmma_wait<0>();
-        ptx::fence_operands(o[0]);
+        const std::uint32_t vt_smem = ptx::smem_address(smem.vt[slot.stage]);
+#pragma unroll
+        for (int c = 0; c < Tr::d / Tr::pv_cols; ++c) {
+            float block[Tr::pv_cols / 8][4];
+            ptx::fence_operands(block);
+            ptx::wgmma_fence();
+            warpgroup_gemm_pv_e4m3<typename Tr::VtTile, Tr::pv_cols>(
+                block, p, vt_smem + Tr::VtTile::group_offset(c * Tr::pv_cols), false);
+            ptx::wgmma_commit_group();
+            ptx::wgmma_wait<0>();
+            ptx::fence_operands(block);
+#pragma unroll
+            for (int nt = 0; nt < Tr::pv_cols / 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    o[0][c * Tr::pv_cols / 8 + nt][e] += block[nt][e];
+            }
+        }
         ptx::fence_operands(p);
         __syncwarp();
         if (threadIdx.x % warp_size == 0)
@@ -235,7 +260,8 @@ void launch_fp8(const KernelArgs& args, Stream stream) {
     using Tr = Fp8Traits<C>;
     if (args.seqs.cu_seqlens_q != nullptr || args.seqs.cu_seqlens_k != nullptr ||
         args.seqs.seqused_k != nullptr || args.seqs.block_table != nullptr || args.variants ||
-        args.alibi_slopes != nullptr || args.q_descale == nullptr) {
+        args.alibi_slopes != nullptr || args.q_descale == nullptr || args.k_descale == nullptr ||
+        args.v_descale == nullptr) {
         throw Error(ErrorCode::unsupported,
                     "config: " + C.to_string() +
                         " runs forward()'s dense FP8 problems only (descales given, no varlen, "
@@ -246,7 +272,7 @@ void launch_fp8(const KernelArgs& args, Stream stream) {
     v.dtype = DType::E4M3;
     v.shape = {args.batch, args.seq_k, args.heads_kv, Tr::d};
     v.stride = {args.v_stride.batch, args.v_stride.seq, args.v_stride.head, 1};
-    StreamScratch vt(fp8::transposed_v_bytes(v), stream, false);
+    StreamScratch vt(fp8::transposed_v_bytes(v), stream, false, StreamScratch::Pool::device);
     fp8::transpose_v(v, vt.get(), stream);
     const Fp8Params params{
         args, make_fp8_tensor_maps(args, Tr::d, Tr::B_c, vt.get(), fp8::padded_keys(args.seq_k))};

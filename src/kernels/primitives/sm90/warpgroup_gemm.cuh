@@ -84,19 +84,19 @@ __device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4]
     }
 }
 
-// FP8: O (64 x D) += P (64 x K e4m3, this warp's rows as m16k32 register fragments, the keys
-// of each k-step in fp8_key_order.hpp's order) · V, read K-major from its transposed copy
-// (VtTile: D rows of K keys, 16-bit columns counting pairs of keys): 8-bit wgmma reads no
-// MN-major operand.
-template <class VtTile, int K = 2 * VtTile::cols>
-__device__ __forceinline__ void warpgroup_gemm_pv_e4m3(float (&o)[VtTile::rows / 8][4],
+// FP8: O (64 x N) += P (64 x K e4m3, this warp's rows as m16k32 register fragments, the keys
+// of each k-step in fp8_key_order.hpp's order) · V's N columns from vt_smem on, read K-major
+// from its transposed copy (VtTile: V's columns as rows of K keys, 16-bit columns counting
+// pairs of keys): 8-bit wgmma reads no MN-major operand. accumulate = false: O = P·V.
+template <class VtTile, int N = VtTile::rows, int K = 2 * VtTile::cols>
+__device__ __forceinline__ void warpgroup_gemm_pv_e4m3(float (&o)[N / 8][4],
                                                        const std::uint32_t (&p)[K / 32][4],
-                                                       std::uint32_t vt_smem) {
-    static_assert(K <= 2 * VtTile::cols, "P covers at most the copy's keys");
+                                                       std::uint32_t vt_smem, bool accumulate) {
+    static_assert(K <= 2 * VtTile::cols && N <= VtTile::rows, "P and O within the copy");
 #pragma unroll
     for (int kk = 0; kk < K / 32; ++kk) {
-        ptx::wgmma_rs<DType::E4M3, VtTile::rows, false>(o, p[kk], VtTile::k_major(vt_smem, kk),
-                                                        true);
+        ptx::wgmma_rs<DType::E4M3, N, false>(o, p[kk], VtTile::k_major(vt_smem, kk),
+                                             kk > 0 || accumulate);
     }
 }
 
