@@ -23,6 +23,7 @@
 #include "kernels/launch_support.cuh"
 #include "kernels/primitives/epilogue.cuh"
 #include "kernels/primitives/geometry.cuh"
+#include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/sm80/warp_gemm.cuh"
@@ -71,26 +72,6 @@ struct Fp8Params {
     KernelArgs args;
     Fp8TensorMaps maps;
 };
-
-// S's masked elements become -inf: keys past the sequence, and with causal masking keys past a
-// row's diagonal (row r sees keys j <= r + seq_k - diagonal_seq_q).
-template <int NT>
-__device__ __forceinline__ void mask_fp8_scores(float (&s)[NT][4], const KernelArgs& a,
-                                                int first_row, int key0) {
-    const int lane = threadIdx.x % warp_size;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int row = first_row + lane / 4 + 8 * (e / 2);
-            const int key = key0 + 8 * nt + 2 * (lane % 4) + e % 2;
-            const bool seen =
-                key < a.seq_k && (!a.causal || key <= row + a.seq_k - a.diagonal_seq_q);
-            if (!seen)
-                s[nt][e] = -INFINITY;
-        }
-    }
-}
 
 template <unsigned long long CodeHi, unsigned long long CodeLo>
 __global__ void __launch_bounds__(Fp8Traits<unpack(CodeHi, CodeLo)>::threads, 1)
@@ -181,8 +162,10 @@ __global__ void __launch_bounds__(Fp8Traits<unpack(CodeHi, CodeLo)>::threads, 1)
             for (int e = 0; e < 4; ++e)
                 s[0][nt][e] *= qk_descale;
         }
+        // Keys past the sequence, and with causal masking past a row's diagonal (the dense
+        // kernels' mask: diagonal_seq_q carries the alignment).
         if (a.causal || (j + 1) * Tr::B_c > a.seq_k)
-            mask_fp8_scores(s[0], a, first_row, j * Tr::B_c);
+            mask_scores(s, first_row, j * Tr::B_c, a.diagonal_seq_q, a.seq_k, a.causal);
         softmax.update(s, o);
         // P's k-step kt: register i from S's n8 tiles 4 kt + 2 (i / 2) and the next, the rows of
         // i % 2, in the accumulators' own key order (fp8_key_order.hpp).
