@@ -10,10 +10,9 @@
 // correct baseline the tuned FP8 kernel is measured against.
 //
 // Scales: the descales of Q and K (per sequence and K/V head) multiply S in fp32; P is taken
-// 2^8 times larger before its
-// e4m3 rounding (FlashAttention-3's offset: e4m3 keeps 3 mantissa bits down to 2^-6, so the
-// probabilities of a row's lesser keys keep their precision), and V's descale over 2^8 scales
-// O once at the end. The row sums stay in fp32, unscaled.
+// 2^8 times larger before its e4m3 rounding (FlashAttention-3's offset: e4m3 keeps 3 mantissa
+// bits down to 2^-6, so the probabilities of a row's lesser keys keep their precision), and V's
+// descale over 2^8 scales O once at the end. The row sums stay in fp32, unscaled.
 
 #include <cstdint>
 
