@@ -55,7 +55,9 @@ int choose(const ChooseOptions& o) {
         }
         device = DeviceProperties::current();
     }
-    const ProblemShape problem{.dtype = o.dtype == "fp16" ? DType::FP16 : DType::BF16,
+    const ProblemShape problem{.dtype = o.dtype == "fp16"   ? DType::FP16
+                                        : o.dtype == "e4m3" ? DType::E4M3
+                                                            : DType::BF16,
                                .d_head = o.d_head,
                                .batch = o.batch,
                                .seq_q = o.seq,
@@ -97,9 +99,9 @@ void add_choose_command(CLI::App& app, Action& action) {
                     "a device model instead of the GPU present: a100 or h100 (no GPU needed)")
         ->check(non_empty("a100 or h100"))
         ->check(CLI::IsMember({"a100", "h100"}));
-    cmd->add_option("--dtype", o->dtype, "fp16 or bf16")
-        ->check(non_empty("fp16 or bf16"))
-        ->check(CLI::IsMember({"fp16", "bf16"}))
+    cmd->add_option("--dtype", o->dtype, "fp16, bf16 or e4m3 (FP8)")
+        ->check(non_empty("fp16, bf16 or e4m3"))
+        ->check(CLI::IsMember({"fp16", "bf16", "e4m3"}))
         ->capture_default_str();
     cmd->add_option("--d-head", o->d_head, "head dimension")
         ->check(integer_in(1, 1024))
