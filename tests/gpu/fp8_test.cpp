@@ -157,17 +157,7 @@ TEST(Fp8, VTransposeRejectsBadInput) {
 
 namespace {
 
-// Device copies of a host E4M3 tensor's bytes, of fp32 values, and a BF16 output poisoned.
-fa::tools::DeviceBuffer upload_e4m3(const fa::reference::HostTensor& t) {
-    std::vector<std::uint8_t> bytes(t.bits.size());
-    for (std::size_t i = 0; i < bytes.size(); ++i)
-        bytes[i] = static_cast<std::uint8_t>(t.bits[i]);
-    fa::tools::DeviceBuffer buffer(bytes.size());
-    fa::cuda_check(cudaMemcpy(buffer.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice),
-                   "upload");
-    return buffer;
-}
-
+// A device copy of fp32 values (the descales).
 fa::tools::DeviceBuffer upload_floats(const std::vector<float>& values) {
     fa::tools::DeviceBuffer buffer(values.size() * sizeof(float));
     buffer.upload(values);
@@ -197,7 +187,9 @@ void check_fp8_forward(const std::optional<fa::KernelConfig>& config, int d, con
         for (float& x : ds)
             x = factor(rng);
     }
-    const auto q_d = upload_e4m3(q), k_d = upload_e4m3(k), v_d = upload_e4m3(v);
+    // E4M3 tensors at a byte an element (the tools' DeviceTensor), with their views.
+    const auto q_d = fa::tools::DeviceTensor::upload(q), k_d = fa::tools::DeviceTensor::upload(k),
+               v_d = fa::tools::DeviceTensor::upload(v);
     const auto qs = upload_floats(descales[0]), ks = upload_floats(descales[1]),
                vs = upload_floats(descales[2]);
     fa::tools::DeviceBuffer o_d(static_cast<std::size_t>(q.size()) * 2);
@@ -206,9 +198,9 @@ void check_fp8_forward(const std::optional<fa::KernelConfig>& config, int d, con
     o_d.poison_with_nan();
     lse_d.poison_with_nan();
     fa::ForwardParams p;
-    p.q = fa::TensorView::contiguous(q_d.data(), fa::DType::E4M3, s.batch, s.seq_q, s.heads, d);
-    p.k = fa::TensorView::contiguous(k_d.data(), fa::DType::E4M3, s.batch, s.seq_k, s.heads_kv, d);
-    p.v = fa::TensorView::contiguous(v_d.data(), fa::DType::E4M3, s.batch, s.seq_k, s.heads_kv, d);
+    p.q = q_d.view;
+    p.k = k_d.view;
+    p.v = v_d.view;
     p.o = fa::TensorView::contiguous(o_d.data(), fa::DType::BF16, s.batch, s.seq_q, s.heads, d);
     p.options.causal = s.causal;
     p.options.causal_alignment =
