@@ -104,8 +104,9 @@ def cudnn_fp8(torch, cudnn, shape, causal, scale_o):
         return None
 
 
-def implementations(torch, fa, cudnn, shape, causal):
-    """name -> fn(q, k, v) where q, k and v are dicts of the same values as 'bf16', 'fp16' and 'fp8'."""
+def implementations(torch, fa, cudnn, shape, causal, fp8_configs=()):
+    """name -> fn(q, k, v) where q, k and v are dicts of the same values as 'bf16', 'fp16' and 'fp8';
+    'ours FP8' is the automatic choice, 'FP8 #i' the i-th of fp8_configs (short forms) on the same inputs."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     batch, _, heads, _ = shape
     descale = torch.full((batch, heads), DESCALE, device="cuda")
@@ -122,6 +123,11 @@ def implementations(torch, fa, cudnn, shape, causal):
         "ours fp16": lambda q, k, v: fa.forward(q["fp16"], k["fp16"], v["fp16"], causal=causal),
         "cuDNN bf16": cudnn_bf16,
     }
+    for i, config in enumerate(fp8_configs):
+        if fa.KernelConfig.parse(config).d_head == shape[-1]:
+            impls[f"FP8 #{i}"] = (lambda c: lambda q, k, v: fa.forward(
+                q["fp8"], k["fp8"], v["fp8"], causal=causal, q_descale=descale, k_descale=descale,
+                v_descale=descale, config=c))(config)
     # The output's scale: |O| <= max|V| (a convex combination of V's rows), about 6 for randn.
     peer = cudnn_fp8(torch, cudnn, shape, causal, E4M3_MAX / 8.0)
     if peer is not None:
@@ -221,6 +227,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--graphs", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--fp8-configs", nargs="*", default=[],
+                        help="FP8 configs (short forms) timed beside the automatic choice, as FP8 #i")
     parser.add_argument("--out", default="fp8", help="writes OUT.md")
     args = parser.parse_args()
 
@@ -231,14 +239,15 @@ def main():
     version = f", cudnn-frontend {cudnn.__version__}, cuDNN {cudnn.backend_version()}" if cudnn else ""
     title = (f"Measured {datetime.date.today()} on {device}, torch {torch.__version__}{version}, "
              f"flash_attention_scratch {fa.__version__}")
-    names = ["ours FP8", "cuDNN FP8", "ours bf16", "cuDNN bf16", "ours fp16"]
+    names = ["ours FP8", "cuDNN FP8", "ours bf16", "cuDNN bf16", "ours fp16",
+             *(f"FP8 #{i}" for i in range(len(args.fp8_configs)))]
     rows = []
     for d in args.d_heads:
         for causal in {"no": [False], "yes": [True], "both": [False, True]}[args.causal]:
             for seq in args.seqs:
                 shape = (max(1, 16384 // seq), seq, 2048 // d, d)
                 flop = attention_flop(shape[0], shape[2], d, seq, seq, causal)
-                rates = time_shape(torch, implementations(torch, fa, cudnn, shape, causal),
+                rates = time_shape(torch, implementations(torch, fa, cudnn, shape, causal, args.fp8_configs),
                                    inputs_for(torch, shape), flop, args)
                 rows.append((d, causal, seq, rates))
                 print(d, causal, seq, {k: fmt(v) for k, v in rates.items()}, flush=True)
@@ -246,7 +255,8 @@ def main():
              f"{title}. Command: `python3 bench/fp8.py {' '.join(sys.argv[1:])}`. TFLOP/s = 4·batch·heads·seq²·d_head "
              f"/ median time, halved for causal; {args.rounds} shuffled rounds of {args.calls} calls; inputs rotated "
              "past L2. cuDNN FP8 writes e4m3 (Hopper's only output), ours bf16. FA3 bar: 1.02 x FA3's published FP8 "
-             "x (ours fp16 / FA3's published fp16), at 16k non-causal.", "",
+             "x (ours fp16 / FA3's published fp16), at 16k non-causal." +
+             "".join(f" FP8 #{i}: `{c}`." for i, c in enumerate(args.fp8_configs)), "",
              "| d | causal | seq | " + " | ".join(names) + " | ours FP8 / cuDNN FP8 | FA3 bar |",
              "|---|---|---|" + "---|" * len(names) + "---|---|"]
     for d, causal, seq, rates in rows:

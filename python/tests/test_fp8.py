@@ -51,7 +51,9 @@ def reference(q, k, v, causal):
         keep = torch.ones(seq_q, seq_k, dtype=torch.bool, device=q.device).tril(seq_k - seq_q)
         s = s.masked_fill(~keep, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
-    return torch.einsum("bhqk,bkhd->bqhd", torch.softmax(s, dim=-1), v), lse
+    # a row that sees no key (causal, more queries than keys) gives 0, as flash_attn's do
+    p = torch.softmax(s, dim=-1).nan_to_num(0.0)
+    return torch.einsum("bhqk,bkhd->bqhd", p, v), lse
 
 
 @needs_fp8_kernels

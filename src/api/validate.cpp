@@ -24,7 +24,7 @@ std::string limits_text() {
            std::to_string(k_max_heads) + " and seq at most " + std::to_string(k_max_seq);
 }
 
-// The head dims the FP8 (E4M3) kernels take (sm90/fp8_forward.cuh, the config rule dtype).
+// The head dims the FP8 (E4M3) kernels take (the config rule dtype).
 constexpr bool fp8_head_dim(std::int64_t d) {
     return d == 128 || d == 256;
 }

@@ -85,19 +85,22 @@ constexpr std::array k_rules = {
     Rule{"family", RuleKind::validity, "the sm80 and sm90 families exist",
          [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
     Rule{"dtype", RuleKind::validity,
-         "FP16 and BF16 kernels exist in every form; E4M3 (FP8) in the sm90 forward's first FP8 "
-         "kernel (sm90/fp8_forward.cuh): 128 x 128 tiles of d_head 128 or 256 (V's own), one "
-         "or two stages, no other knob",
+         "FP16 and BF16 kernels exist in every form; E4M3 (FP8) in the sm90 forward (Traits::fp8): "
+         "d_head 128 or 256 (V's own), B_c 128 (V's transposed tile a whole 128-byte swizzle row "
+         "of keys), and of the knobs stages, overlap, pingpong, persistent, dynamic and lazy",
          [](const KernelConfig& c) {
              if (c.dtype == DType::FP16 || c.dtype == DType::BF16)
                  return false;
              if (c.dtype != DType::E4M3 || !sm90(c) || c.backward || c.d_v != 0 ||
-                 (c.d_head != 128 && c.d_head != 256) || c.B_r != 128 || c.B_c != 128 ||
-                 c.n_warps != 12 || c.sm90.stages < 1 || c.sm90.stages > 2)
+                 (c.d_head != 128 && c.d_head != 256) || c.B_c != 128)
                  return true;
-             Sm90Knobs plain{};
-             plain.stages = c.sm90.stages;
-             return !(c.sm90 == plain);
+             const Sm90Knobs allowed{.stages = c.sm90.stages,
+                                     .intra_warpgroup_overlap = c.sm90.intra_warpgroup_overlap,
+                                     .pingpong = c.sm90.pingpong,
+                                     .persistent = c.sm90.persistent,
+                                     .dynamic_schedule = c.sm90.dynamic_schedule,
+                                     .lazy_rescale = c.sm90.lazy_rescale};
+             return !(c.sm90 == allowed);
          }},
     Rule{"d_head", RuleKind::validity, "head dims 64, 96, 128, 192 and 256 are instantiated",
          [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
@@ -681,12 +684,18 @@ std::vector<KernelConfig> release() {
 // release's psmem kernels, d_head 96's, neither);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
 // key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
-// The FP8 (e4m3) forward's configs (rule dtype): its first kernel at d_head 128 and 256, two
-// stages each (d_head 256's: 160 KiB of shared memory).
+// The FP8 (e4m3) forward's configs (rule dtype) on the sm90 kernel body: at d_head 128 and 256,
+// plain (no overlap: the baseline), the 16-bit kernels' persistent dynamic tile with overlap and
+// lazy rescaling, and the same with ping-pong (three consumers of 128 keys spill 240 bytes at
+// d_head 128, ptxas 13.0).
 std::vector<KernelConfig> fp8() {
     return parse_all({
         "(E4M3, 128, 128, 128, 12): sm90+stages_2",
+        "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy",
+        "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
         "(E4M3, 256, 128, 128, 12): sm90+stages_2",
+        "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy",
+        "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+lazy",
     });
 }
 
@@ -758,10 +767,14 @@ int estimated_registers(const KernelConfig& c) {
         // B_c 128 with overlap, 152 of 160, no spills; the same with Q in registers, 168,
         // spills 96 bytes). Without intra-warpgroup overlap P replaces S (converted in
         // place, S dead); with it, S of the next block is computed while P of this one
-        // feeds P·V.
-        const int p = c.sm90.intra_warpgroup_overlap && !c.sm90.p_in_smem ? c.B_c / 4 : 0;
+        // feeds P·V. FP8 (E4M3): P packs four values a register, and the rest grows as 16 +
+        // d_head / 16 (ptxas 13.0: d_head 256 with overlap, estimate 240, no spills; three
+        // consumers at d_head 128 with overlap, 168 of 160, spills 240 bytes).
+        const bool fp8 = c.dtype == DType::E4M3;
+        const int p =
+            c.sm90.intra_warpgroup_overlap && !c.sm90.p_in_smem ? c.B_c / (fp8 ? 8 : 4) : 0;
         return tile_columns(c.v_head_dim()) / 2 + c.B_c / 2 + p +
-               (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 + c.d_head / 8;
+               (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 + c.d_head / (fp8 ? 16 : 8);
     }
     if (c.backward) {
         // The dK/dV kernel, the larger: a warp's 16 key rows of dK and dV over its share of

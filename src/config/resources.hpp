@@ -84,8 +84,10 @@ constexpr int sm90_q_barrier_pairs(const KernelConfig& c, int q_tiles) {
 // sm90: `q_tiles` Q tiles, `stages` K and V tiles (rows of d_head and of v_head_dim()
 // columns, tile_columns()), 1024 bytes to align the tiles to the swizzle's period (at most
 // 1024 bytes), the pipeline's mbarriers, with the dynamic schedule each Q buffer's tile index
-// and its barrier (16 bytes, padded), with `o_apart` one consumer's O staging region (64 rows)
-// and its barrier, and with p_in_smem a P tile a consumer.
+// and its barrier (16 bytes, padded), with `o_apart` one consumer's O staging region (64 rows
+// of the output's dtype: bf16 for E4M3 inputs) and its barrier, and with p_in_smem a P tile a
+// consumer. E4M3's tiles hold a byte an element, V's transposed copy (d_v rows of B_c keys) as
+// many bytes as a V tile.
 constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o_apart = false) {
     const std::size_t n_stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
     const std::size_t q = static_cast<std::size_t>(q_tiles);
@@ -102,7 +104,8 @@ constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o
     return q * static_cast<std::size_t>(c.B_r) * row_bytes +
            n_stages * static_cast<std::size_t>(c.B_c) * (row_bytes + v_row_bytes) + 1024 +
            8 * (2 * q_pairs + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
-           (o_apart ? 64 * v_row_bytes + 8 : 0) + p_tiles;
+           (o_apart ? 64 * static_cast<std::size_t>(tile_columns(c.v_head_dim())) * 2 + 8 : 0) +
+           p_tiles;
 }
 }  // namespace detail
 
@@ -236,19 +239,6 @@ constexpr BackwardWorkspace backward_workspace_varlen(const KernelConfig& c, std
     return w;
 }
 
-// sm90 FP8 (e4m3, sm90/fp8_forward.cuh): each consumer's 64 rows of Q, and `stages` K tiles and
-// tiles of V's transposed copy (d_head rows of B_c keys), 8-bit and 1024-byte aligned; the
-// mbarriers (Q's, and a full/empty pair per stage for K and for V), padded as the layout's
-// struct is to its 1024-byte alignment; 1024 bytes to align the base. O goes from registers to
-// global memory.
-constexpr std::size_t sm90_fp8_smem_bytes(const KernelConfig& c) {
-    const auto align = [](std::size_t bytes) { return (bytes + 1023) / 1024 * 1024; };
-    const std::size_t d = static_cast<std::size_t>(c.d_head);
-    const std::size_t stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
-    return 1024 + static_cast<std::size_t>(consumer_warpgroups(c)) * align(64 * d) +
-           stages * 2 * align(static_cast<std::size_t>(c.B_c) * d) + align(8 * (1 + 4 * stages));
-}
-
 // Dynamic shared memory of one CTA: Q, K and V tiles (sm90: see sm90_smem_bytes); O is
 // staged through Q's buffer at the end (sm90: or apart, o_staged_apart()), which holds it
 // since v_head_dim() <= d_head. A backward config: its main kernel's (sm80: the larger of its
@@ -258,8 +248,6 @@ constexpr std::size_t smem_bytes(const KernelConfig& c) {
         return sm90_backward_smem_bytes(c);
     if (c.backward)
         return std::max(backward_dkdv_smem_bytes(c), backward_dq_smem_bytes(c));
-    if (c.family == Family::sm90 && c.dtype == DType::E4M3)
-        return sm90_fp8_smem_bytes(c);
     if (c.family == Family::sm90)
         return detail::sm90_smem_bytes(c, q_buffers(c), o_staged_apart(c));
     return ((static_cast<std::size_t>(c.B_r) + static_cast<std::size_t>(c.B_c)) *

@@ -16,6 +16,11 @@ namespace flash_attention {
 // Keys a k-step of an 8-bit wgmma.
 inline constexpr int fp8_k_step_keys = 32;
 
+// P's offset before its e4m3 rounding, 2^8 (FlashAttention-3's): e4m3 keeps 3 mantissa bits
+// down to 2^-6, so a row's lesser probabilities keep their precision; V's descale over it
+// scales O once at the end, and the row sums stay unscaled.
+inline constexpr float fp8_offset_p = 256.0f;
+
 // The key (0..31, within its k-step) at position `slot` (0..31) of V's transposed copy and of
 // P's A fragment (a permutation of 0..31; fp8_slot_of_key is its inverse).
 constexpr int fp8_key_of_slot(int slot) {

@@ -640,12 +640,29 @@ TEST(ConfigSpace, ValueHeadDim) {
     EXPECT_EQ(rejected_by(sm90_backward), "backward_warpgroups");
 }
 
-// E4M3 (FP8) parses and prints, and the rule `dtype` refuses it until its kernels exist.
-TEST(ConfigSpace, E4m3ParsesAndIsRefused) {
-    const auto fp8 = KernelConfig::parse("(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+lazy");
+// E4M3 (FP8) parses and prints; the rule `dtype` takes the sm90 forward's FP8 knobs (stages,
+// overlap, pingpong, persistent, dynamic, lazy) at d_head 128 and 256 with B_c 128, and
+// refuses the rest.
+TEST(ConfigSpace, E4m3ParsesAndTheRuleTakesItsKnobs) {
+    const auto fp8 = KernelConfig::parse(
+        "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy");
     EXPECT_EQ(fp8.dtype, fa::DType::E4M3);
     EXPECT_EQ(KernelConfig::parse(fp8.to_string()), fp8);
-    EXPECT_EQ(rejected_by(fp8), "dtype");
+    EXPECT_EQ(rejected_by(fp8), "");
+    for (const char* refused : {
+             "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+qreg",
+             "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+lazy+trim",
+             "(E4M3, 128, 64, 128, 8): sm90+stages_2+packgqa",
+             "(E4M3, 128, 128, 64, 12): sm90+stages_2",
+             "(E4M3, 64, 128, 128, 12): sm90+stages_2",
+             "(E4M3, 192, 128, 128, 12): sm90+dv_128+stages_2",
+             "(E4M3, 128, 64, 128, 12): sm90+bwd+stages_2",
+             "(E4M3, 128, 64, 64, 4): async+swizzled+load_1_1_1_tiles",
+         }) {
+        EXPECT_EQ(rejected_by(KernelConfig::parse(refused)), "dtype") << refused;
+    }
+    for (const KernelConfig& c : fa::space::named_set("fp8"))
+        EXPECT_EQ(rejected_by(c), "") << c.to_string();
     EXPECT_EQ(fa::element_bytes(fa::DType::E4M3), 1u);
     EXPECT_THROW(KernelConfig::parse("(E5M2, 128, 128, 128, 12): sm90+stages_2"), fa::Error);
 }

@@ -4,6 +4,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "flash_attention/kernel_config.hpp"
 
@@ -18,6 +19,10 @@ struct Element<DType::FP16> {
 template <>
 struct Element<DType::BF16> {
     using type = __nv_bfloat16;
+};
+template <>
+struct Element<DType::E4M3> {
+    using type = __nv_fp8_e4m3;
 };
 
 }  // namespace flash_attention

@@ -112,8 +112,10 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     const int warp_row0 = warp_in_warpgroup() * mma_m;
     const int row0 = t.q_row0 + consumer * Tr::rows_per_consumer;  // in the sequence
     const int rows = t.q_rows - row0;  // of this consumer's, in the sequence
-    const bool by_tma = !PerSequence || rows >= Tr::rows_per_consumer ||
-                        t.q.row0 + t.q.len == params.args.seqs.q_view_seq;
+    // FP8's bf16 O does not fit its Q rows: staged apart, or stored from the registers.
+    const bool by_tma =
+        (!Tr::fp8 || Tr::o_apart) && (!PerSequence || rows >= Tr::rows_per_consumer ||
+                                      t.q.row0 + t.q.len == params.args.seqs.q_view_seq);
     // With Q in registers this warp's lanes read these rows with ldmatrix at the tile's
     // start; a tile that sees no key reaches here with no other warp-level sync between
     // (compute-sanitizer racecheck reported it).
@@ -128,7 +130,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
             for (int nt = 0; nt < Tr::o_cols / 8; ++nt) {
                 const int offset = Tr::OTile::chunk_offset(row, nt) + (lane % 4) * 4;
                 ptx::st_shared_4(ptx::smem_address(region + offset),
-                                 ptx::pack_rn<Tr::dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
+                                 ptx::pack_rn<Tr::out_dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
             }
         }
         // The TMA store reads through the async proxy: each writer fences its own stores,
@@ -138,7 +140,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
         // From the accumulators: 4 bytes a lane, a quad's 16 contiguous, once per
         // sequence and head.
         const KernelArgs& args = params.args;
-        using T = typename Tr::T;
+        using T = typename Tr::OutT;
         // O's row of this consumer's first row (pack_gqa: its first position's, group head 0).
         const int position0 = row_position<Tr>(args, row0);
         T* base = static_cast<T*>(args.o) + std::int64_t{t.q.entry} * args.o_stride.batch +
@@ -163,7 +165,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
 #pragma unroll
             for (int nt = 0; nt < Tr::d_v / 8; ++nt) {  // O's columns, not the tile's padding
                 ptx::st_global_4(out + nt * 8,
-                                 ptx::pack_rn<Tr::dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
+                                 ptx::pack_rn<Tr::out_dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
             }
         }
     }

@@ -10,8 +10,10 @@
 // tiles; the K/V ring and the Q buffers carry on from tile to tile. docs/design.md describes
 // the roles and the pipeline.
 
+#include <cfloat>
 #include <cstdint>
 
+#include "kernels/fp8_key_order.hpp"
 #include "kernels/primitives/epilogue.cuh"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/sm90/epilogue.cuh"
@@ -19,6 +21,17 @@
 #include "kernels/sm90/tile_scheduler.cuh"
 
 namespace flash_attention::sm90 {
+
+// FP8: Q's and K's descales of a (sequence, K/V head), `pair`, folded into a softmax scale (S
+// itself is never scaled). A zero product (an all-zero input's descale) or one whose scaled
+// factor would underflow takes the smallest normal factor instead: the scores it leaves are
+// within 1e-30 of zero, as meant, and a masked score stays -inf where 0 x -inf would be NaN. A
+// negative or NaN product gives NaN, which the output then shows.
+__device__ __forceinline__ float fp8_descaled(float scale, const KernelArgs& args,
+                                              std::int64_t pair) {
+    const float qk = __ldg(args.q_descale + pair) * __ldg(args.k_descale + pair);
+    return qk >= 0.0f ? fmaxf(scale * qk, FLT_MIN) : NAN;
+}
 
 // A consumer warpgroup's share of the tiles: one tile per CTA, or with `persistent` one
 // CTA per SM walking the tiles (the static schedule's stride, or the tile the producer
@@ -105,6 +118,9 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             .pending_store = pending_store,
         };
 
+        // FP8: the descales of the tile's (sequence, K/V head).
+        const std::int64_t descale_pair =
+            Tr::fp8 ? std::int64_t{tile.sequence} * args.heads_kv + tile.kv_head : 0;
         float o[1][Tr::o_cols / 8][4];
         zero(o);
         // The main loop and the epilogue for one softmax: the config's, or in the variant
@@ -120,6 +136,15 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             pending_store.hand_back();  // a tile without GEMMs hands it back here
             if constexpr (!Variants)
                 softmax.finalize(o);
+            if constexpr (Tr::fp8) {  // V's descale, over P's offset (to_a_fragments())
+                const float v_scale = __ldg(args.v_descale + descale_pair) / fp8_offset_p;
+#pragma unroll
+                for (int nt = 0; nt < Tr::o_cols / 8; ++nt) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        o[0][nt][e] *= v_scale;
+                }
+            }
 
             // Per sequence, the tile again, recomputed rather than held across the main loop
             // (the shuffle hides that it is the same): the three-consumer kernels have 160
@@ -181,7 +206,14 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
                 continue;
             }
         }
-        ring += run(OnlineSoftmax<1, true, Tr::row_reference>(args.softmax_scale, args.scale_log2));
+        if constexpr (Tr::fp8) {
+            ring += run(OnlineSoftmax<1, true, Tr::row_reference>(
+                fp8_descaled(args.softmax_scale, args, descale_pair),
+                fp8_descaled(args.scale_log2, args, descale_pair)));
+        } else {
+            ring +=
+                run(OnlineSoftmax<1, true, Tr::row_reference>(args.softmax_scale, args.scale_log2));
+        }
     }
     pending_store.hand_back();  // shared memory must outlive the last store's read
     turns.finish();

@@ -14,10 +14,10 @@
 
 #include "common/cuda_check.hpp"
 #include "common/stream_scratch.hpp"
+#include "kernels/fp8/v_transpose.hpp"
 #include "kernels/launch_support.cuh"
 #include "kernels/sm90/backward_kernel.cuh"
 #include "kernels/sm90/forward_kernel.cuh"
-#include "kernels/sm90/fp8_forward.cuh"
 #include "registry/kernel_ops.hpp"
 
 namespace flash_attention::sm90 {
@@ -156,6 +156,53 @@ void launch(const KernelArgs& args, Stream stream) {
     }
 }
 
+// FP8 (e4m3): forward()'s dense problems on the dense kernel body (Traits::fp8), after a pass
+// that writes V's transposed copy (fp8::transpose_v) into memory of the launch: 8-bit wgmma
+// reads P·V's B operand K-major only. Only the dense instance: no varlen, KV cache or variants.
+template <KernelConfig C>
+void launch_fp8(const KernelArgs& args, Stream stream) {
+    static_assert(!C.sm90.pack_gqa && !C.sm90.stream_k, "the rule dtype: FP8's knobs");
+    const SequenceArgs& seqs = args.seqs;
+    if (seqs.cu_seqlens_q != nullptr || seqs.cu_seqlens_k != nullptr || seqs.seqused_k != nullptr ||
+        seqs.block_table != nullptr || args.variants || args.alibi_slopes != nullptr ||
+        args.q_descale == nullptr || args.k_descale == nullptr || args.v_descale == nullptr) {
+        throw Error(ErrorCode::unsupported,
+                    "config: " + C.to_string() +
+                        " runs forward()'s dense FP8 problems only (descales given, no varlen, "
+                        "KV cache or variants)");
+    }
+    const std::int64_t tiles = tile_numbers(args, C.B_r, false);
+    if (tiles > std::numeric_limits<int>::max()) {
+        throw Error(ErrorCode::invalid_argument,
+                    "q.shape: expected at most 2^31 - 1 tiles of " + std::to_string(C.B_r) +
+                        " query rows (sequences x heads x query blocks), got " +
+                        std::to_string(tiles));
+    }
+    KernelArgs a = args;
+    a.tile_divisors = tile_divisors(args, C.B_r);
+    TensorView v{};
+    v.data = const_cast<void*>(args.v);
+    v.dtype = DType::E4M3;
+    v.shape = {args.batch, args.seq_k, args.heads_kv, C.d_head};
+    v.stride = {args.v_stride.batch, args.v_stride.seq, args.v_stride.head, 1};
+    StreamScratch vt(fp8::transposed_v_bytes(v), stream, false, StreamScratch::Pool::device);
+    fp8::transpose_v(v, vt.get(), stream);
+    Params params{a,
+                  make_fp8_tensor_maps(a, C.d_head, C.B_c, vt.get(), fp8::padded_keys(args.seq_k),
+                                       o_staged_apart(C)),
+                  nullptr,
+                  {}};
+    const std::int64_t ctas =
+        C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
+    std::optional<StreamCounters> counters;  // the next tile, the CTAs done (TileScheduler)
+    if constexpr (C.sm90.dynamic_schedule) {
+        counters.emplace(2, stream);
+        params.tile_counter = counters->get();
+    }
+    launch_instance<kernel<C>, static_cast<int>(smem_bytes(C))>(ctas, C.n_threads(), stream,
+                                                                params);
+}
+
 // Mask: CausalMask, or BandMask for a sliding window (BackwardArgs::banded); Softcap:
 // BackwardArgs::softcap_prescale; Alibi: BackwardArgs::alibi_slopes (on BandMask). The variants
 // are instances of their own, as the forward's, so that the plain loop keeps its code: ALiBi's
@@ -226,8 +273,8 @@ constexpr KernelOps make_ops() {
         return backward_kernel_ops<backward_main_kernel<C>, &launch_backward<C>, C.n_threads(),
                                    static_cast<int>(smem_bytes(C))>();
     } else if constexpr (C.dtype == DType::E4M3) {
-        return kernel_ops<&fp8_forward_kernel<pack(C).hi, pack(C).lo>, &launch_fp8<C>,
-                          C.n_threads(), static_cast<int>(smem_bytes(C))>();
+        return kernel_ops<kernel<C>, &launch_fp8<C>, C.n_threads(),
+                          static_cast<int>(smem_bytes(C))>();
     } else if constexpr (C.sm90.pack_gqa) {
         return kernel_ops<per_sequence_kernel<C>, &launch<C>, C.n_threads(),
                           static_cast<int>(smem_bytes(C))>();

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/fp8_key_order.hpp"
 #include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/ptx.cuh"
@@ -70,12 +71,16 @@ __device__ __forceinline__ PageRun page_run(const SequenceArgs& seqs, const Tile
 
 // K or V block rows [key_row, key_row + B_c) of tile t into a stage (Block: Traits::KTile or
 // VTile, PagedBlock its paged form): one copy a sub-tile (64 or 32 columns) of the whole block, or
-// (paged) one copy of this lane's run, all its columns.
-template <class Block, class PagedBlock, bool Paged>
+// (paged) one copy of this lane's run, all its columns. Transposed (FP8's V): the block's keys
+// of V's transposed copy, whose rows are V's columns and whose 16-bit columns pairs of keys.
+template <class Block, class PagedBlock, bool Paged, bool Transposed = false>
 __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtensorMap* map,
                                               const Tile& t, int key_row, const PageRun& run,
                                               tma::Barrier& full) {
-    if constexpr (!Paged) {
+    static_assert(!(Paged && Transposed), "FP8 reads no paged cache");
+    if constexpr (Transposed) {
+        tma::load_tile_at<Block>(stage, map, key_row / 2, 0, t.kv_head, t.k.entry, full);
+    } else if constexpr (!Paged) {
         tma::load_tile<Block>(stage, map, key_row, t.kv_head, t.k.entry, full);
     } else if (run.tile_row < PagedBlock::rows) {
         tma::load_group_rows<PagedBlock>(stage, run.tile_row, map, run.row, t.kv_head, run.id,
@@ -161,7 +166,7 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
             bars.v_empty[slot.stage].wait(slot.parity ^ 1);
             if (leader)
                 bars.v_full[slot.stage].arrive_expect_tx(Tr::VTile::bytes);
-            load_kv_block<typename Tr::VTile, typename Tr::PagedVTile, Paged>(
+            load_kv_block<typename Tr::VTile, typename Tr::PagedVTile, Paged, Tr::fp8>(
                 smem + Tr::v_offset + slot.stage * Tr::VTile::bytes, &params.maps.v, t, key_row,
                 run, bars.v_full[slot.stage]);
         }
@@ -309,13 +314,16 @@ struct Consumer {
     }
 
     // Issues O += P·V_j over the block's first 16 KT keys (p_in_smem: P from this consumer's
-    // P tile, which hand_p() filled).
+    // P tile, which hand_p() filled; FP8: 32 KT keys, V from its transposed copy).
     template <int KT>
     __device__ __forceinline__ void issue_pv(float (&o)[1][o_tiles][4],
                                              const std::uint32_t (&p)[1][KT][4], int j) {
         ptx::fence_operands(o[0]);
         ptx::wgmma_fence();
-        if constexpr (Tr::p_in_smem) {
+        if constexpr (Tr::fp8) {
+            warpgroup_gemm_pv_e4m3<VTile, Tr::o_cols, 32 * KT>(o[0], p[0], v_stage(slot(j).stage),
+                                                               true);
+        } else if constexpr (Tr::p_in_smem) {
             warpgroup_gemm_pv<dtype, typename Tr::PTile, VTile, 16 * KT>(o[0], p_tile(),
                                                                          v_stage(slot(j).stage));
         } else {
@@ -479,7 +487,7 @@ template <bool WithPv, bool HoldK = false, int W, bool Masked = true, class Tr, 
 __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg, A>& c, Turns& turns,
                                        float (&s)[1][Tr::B_c / 8][4],
                                        float (&o)[1][Tr::o_cols / 8][4],
-                                       std::uint32_t (&p)[1][Tr::B_c / 16][4], int j) {
+                                       std::uint32_t (&p)[1][Tr::p_steps][4], int j) {
     c.wait_k(j);
     if constexpr (WithPv)
         c.wait_v(j - 1);
@@ -549,12 +557,17 @@ __device__ __forceinline__ void accumulate(Consumer<Tr, P, V, Pg, A>& c, Turns& 
 }
 
 // P = S rounded to 16 bits as the A fragments of P·V; the softmax counts P as rounded where
-// its sums need it (OnlineSoftmax::add_rounded()).
-template <DType dtype, class Softmax, int NT>
+// its sums need it (OnlineSoftmax::add_rounded()). FP8: S x 2^8 in e4m3 (fp8_offset_p: the row
+// sums stay unscaled and unrounded, and V's descale over 2^8 scales O at the end).
+template <DType dtype, class Softmax, int NT, int KT>
 __device__ __forceinline__ void to_a_fragments(Softmax& softmax, const float (&s)[1][NT][4],
-                                               std::uint32_t (&p)[1][NT / 2][4]) {
-    accumulators_to_a_fragments<dtype>(s, p);
-    softmax.template add_rounded<dtype>(p);
+                                               std::uint32_t (&p)[1][KT][4]) {
+    if constexpr (dtype == DType::E4M3) {
+        accumulators_to_e4m3_fragments(s[0], fp8_offset_p, p[0]);
+    } else {
+        accumulators_to_a_fragments<dtype>(s, p);
+        softmax.template add_rounded<dtype>(p);
+    }
 }
 
 // trim_blocks: the tile's blocks after this consumer's own (`passed` of them) hold no key
@@ -589,7 +602,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
     constexpr int s_tiles = Tr::B_c / 8;
     const int n = c.visited;
     float s[1][s_tiles][4];
-    std::uint32_t p[1][s_tiles / 2][4];
+    std::uint32_t p[1][Tr::p_steps][4];
     // Q in shared memory is read for the last time by S_{n-1} (or its rescore).
     const auto q_read = [&c] {
         if constexpr (!Tr::q_in_registers)
@@ -645,8 +658,9 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
             scores<false, kept_here, w>(c, turns, s, o, p, 0);
             c.pending_store.hand_back();  // the previous O store read its buffer meanwhile
             exponentiate<kept_here, w>(c, softmax, s, 0);  // O is still zero: nothing to rescale
-            to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s), first_tiles<w / 2>(p));
-            c.hand_p(first_tiles<w / 2>(p));
+            to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s),
+                                      first_tiles<Tr::p_steps_of(w)>(p));
+            c.hand_p(first_tiles<Tr::p_steps_of(w)>(p));
         };
         // A step before Consumer::unmasked runs without the mask's code: the code alone, never
         // run, cost d_head 64's static tile 2-3% at 2k-16k keys; peeled, the rest level (H200,
@@ -659,13 +673,14 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
             exponentiate<kept_here, w, decltype(masked)::value>(c, softmax, s, j);
             retire_pv(c, o, p, j - 1);
             softmax.rescale(o);
-            to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s), first_tiles<w / 2>(p));
-            c.hand_p(first_tiles<w / 2>(p));
+            to_a_fragments<Tr::dtype>(softmax, first_tiles<w>(s),
+                                      first_tiles<Tr::p_steps_of(w)>(p));
+            c.hand_p(first_tiles<Tr::p_steps_of(w)>(p));
         };
         if (half && n == 1) {
             first(half_width{});
             q_read();
-            accumulate(c, turns, o, first_tiles<W / 2>(p), 0);
+            accumulate(c, turns, o, first_tiles<Tr::p_steps_of(W)>(p), 0);
         } else {
             first(whole_width{});
             const int plain_end = V ? 1 : max(1, min(c.unmasked, whole));
@@ -677,7 +692,7 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
                 step(half_width{}, std::true_type{}, n - 1);
             q_read();
             if (half)
-                accumulate(c, turns, o, first_tiles<W / 2>(p), n - 1);
+                accumulate(c, turns, o, first_tiles<Tr::p_steps_of(W)>(p), n - 1);
             else
                 accumulate(c, turns, o, p, n - 1);
         }

@@ -27,14 +27,6 @@ struct TensorMaps {
     CUtensorMap q, k, v, o;
 };
 
-// FP8 (sm90/fp8_forward.cuh): Q and K (e4m3, (d_head, seq, heads, batch)) and V's transposed
-// copy (fp8/v_transpose.hpp: (seq_pad keys, d_v, heads_kv, batch), contiguous), each viewed
-// as 16-bit elements, pairs of e4m3 values (TMA moves bytes): boxes of 64 such columns (128
-// bytes, the 128-byte swizzle's row) x 64 rows for Q, x kv_rows for K, x d_v for the copy.
-struct Fp8TensorMaps {
-    CUtensorMap q, k, vt;
-};
-
 // The backward pass's inputs, Q and dO in boxes of a query block's rows, K and V of a key
 // block's; and its outputs dK and dV, stored in boxes of a key block's rows
 // (sm90/backward_kernel.cuh).
@@ -98,9 +90,15 @@ struct Params {
 TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int d_v, int kv_rows,
                             bool packed = false);
 
-// Throws Error(ErrorCode::cuda) if the driver rejects a map (strides in bytes not multiples of 16).
-Fp8TensorMaps make_fp8_tensor_maps(const KernelArgs& args, int d_head, int kv_rows, const void* vt,
-                                   std::int64_t seq_pad);
+// FP8 (Traits::fp8): Q and K (e4m3, (d_head, seq, heads, batch)) and V's transposed copy `vt`
+// (fp8/v_transpose.hpp: (seq_pad keys, d_v, heads_kv, batch), contiguous) as `v`, each viewed
+// as 16-bit elements, pairs of e4m3 values (TMA moves bytes): boxes of 64 such columns (128
+// bytes, the 128-byte swizzle's row) x 64 rows for Q, x kv_rows for K, x d_v for the copy; O
+// (bf16) as make_tensor_maps's where `o_map` (a kernel that stages O apart: the others store
+// it from registers, with no map). Throws Error(ErrorCode::invalid_argument) for strides in
+// bytes that are not multiples of 16, Error(ErrorCode::cuda) if the driver rejects a map.
+TensorMaps make_fp8_tensor_maps(const KernelArgs& args, int d_head, int kv_rows, const void* vt,
+                                std::int64_t seq_pad, bool o_map);
 
 // Boxes of one row of the tiles' swizzle (as make_tensor_maps's) x q_rows rows for Q and dO,
 // x kv_rows for K, V, dK and dV; V, dO and dV of d_v columns.

@@ -4,6 +4,7 @@
 // of the Q tile and the K/V pipeline stages, barrier ids and register budgets.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "config/config_code.hpp"
 #include "config/config_space.hpp"
@@ -30,13 +31,20 @@ struct Traits {
     static_assert(C.family == Family::sm90, "an sm90 config");
     using T = typename Element<C.dtype>::type;
     static constexpr DType dtype = C.dtype;
+    // FP8 (e4m3) attention: Q, K and V in 8 bits, O in bf16. Its tiles are SwizzledTile's 16-bit
+    // columns holding pairs of e4m3 values (TMA moves bytes): Q's and K's rows d_head bytes, whose
+    // 32-byte k-steps are 8-bit wgmma's; V's transposed copy (fp8/v_transpose.hpp) in rows of
+    // B_c keys, one row a column of V, since 8-bit wgmma reads its B operand K-major only.
+    static constexpr bool fp8 = dtype == DType::E4M3;
+    static constexpr DType out_dtype = fp8 ? DType::BF16 : dtype;
+    using OutT = typename Element<out_dtype>::type;
     static constexpr int d_head = C.d_head;     // Q's and K's columns
     static constexpr int d_v = C.v_head_dim();  // V's and O's
     // The tiles' columns: whole sub-tiles of their swizzle (tile_swizzle_bytes(): 64
-    // columns, or 32 at d_head 96, whose tiles then hold no padding).
-    static constexpr int q_cols = tile_columns(d_head);
+    // columns, or 32 at d_head 96, whose tiles then hold no padding); FP8's pairs of values.
+    static constexpr int q_cols = fp8 ? d_head / 2 : tile_columns(d_head);
     static constexpr int o_cols = tile_columns(d_v);
-    static constexpr int qk_swizzle = tile_swizzle_bytes(d_head);
+    static constexpr int qk_swizzle = fp8 ? 128 : tile_swizzle_bytes(d_head);
     static constexpr int o_swizzle = tile_swizzle_bytes(d_v);
     static constexpr int B_r = C.B_r;
     static constexpr int B_c = C.B_c;
@@ -74,8 +82,11 @@ struct Traits {
     using QTile = SwizzledTile<rows_per_consumer, q_cols, qk_swizzle>;
     using OTile = SwizzledTile<rows_per_consumer, o_cols, o_swizzle>;
     using KTile = SwizzledTile<B_c, q_cols, qk_swizzle>;
-    using VTile = SwizzledTile<B_c, o_cols, o_swizzle>;
-    static_assert(OTile::bytes <= QTile::bytes, "O is staged where Q was");
+    using VTile = std::conditional_t<fp8, SwizzledTile<d_v, B_c / 2, 128>,
+                                     SwizzledTile<B_c, o_cols, o_swizzle>>;
+    // P's A fragments over `tiles` of S's n8 tiles: k-steps of 16 keys, or 8-bit wgmma's 32.
+    static constexpr int p_steps_of(int tiles) { return tiles * 8 / (fp8 ? 32 : 16); }
+    static constexpr int p_steps = p_steps_of(B_c / 8);
     // A paged cache's K or V block: the same bytes, 8-row groups outermost, so that each run
     // of a page's rows is one TMA copy of all of a head's columns instead of one a sub-tile
     // (16-row pages at d_head 128: 5 copies a block of 80 keys instead of 10; chunked
@@ -92,6 +103,9 @@ struct Traits {
     // in turn in a region after the V stages, whose barrier (o_empty) completes a phase per
     // store that has read it.
     static constexpr bool o_apart = flash_attention::o_staged_apart(C);
+    // FP8's bf16 O is twice its Q rows' bytes: staged apart, or stored from the registers
+    // (epilogue.cuh).
+    static_assert(o_apart || fp8 || OTile::bytes <= QTile::bytes, "O is staged where Q was");
     // Q's full/empty pairs (q_barrier_pairs()): one per buffer, or with one buffer in a
     // persistent CTA one per consumer, each guarding that consumer's rows (q_pair()).
     static constexpr int q_pairs = flash_attention::q_barrier_pairs(C);

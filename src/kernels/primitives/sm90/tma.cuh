@@ -86,8 +86,8 @@ __device__ __forceinline__ void load_tile(void* smem, const void* map, int row, 
     load_boxes<Tile>(smem, map, at, barrier);
 }
 
-// The same from column col0 on (a Tile's columns of a wider row: the FP8 copy of V, whose
-// rows hold every key, sm90/fp8_forward.cuh); columns past the row's end arrive as zeros.
+// The same from column col0 on (a Tile's columns of a wider row: FP8 attention's copy of V,
+// whose rows hold every key); columns past the row's end arrive as zeros.
 template <class Tile>
 __device__ __forceinline__ void load_tile_at(void* smem, const void* map, int col0, int row,
                                              int head, int batch, Barrier& barrier) {
