@@ -21,6 +21,12 @@ inline constexpr int fp8_k_step_keys = 32;
 // scales O once at the end, and the row sums stay unscaled.
 inline constexpr float fp8_offset_p = 256.0f;
 
+// A lazy row reference's limit for FP8 (OnlineSoftmax's LazyLog2): probabilities up to 2^0.8
+// against it, times fp8_offset_p, stay below e4m3's largest value, 448 (2^0.8 x 256 = 445.7);
+// the 16-bit kernels' 2^8 would saturate P (wrong outputs, H100, 2026-12-06). The kept-reference
+// steps (OnlineSoftmax::exponentiate_kept), whose probabilities may reach 2^12, are not taken.
+inline constexpr float fp8_lazy_rescale_log2 = 0.8f;
+
 // The key (0..31, within its k-step) at position `slot` (0..31) of V's transposed copy and of
 // P's A fragment (a permutation of 0..31; fp8_slot_of_key is its inverse).
 constexpr int fp8_key_of_slot(int slot) {

@@ -22,7 +22,10 @@ struct NoSink {
 // needs a row max or rescales O (exponentiate_fixed()).
 enum class RowReference { max, lazy, fixed };
 
-template <int MT, bool Optimized, RowReference Reference = RowReference::max>
+// LazyLog2: how far (log2 units) a lazy row's max may rise above its reference before the
+// reference moves, so the probabilities stay below 2^LazyLog2 (FP8's P, offset by 2^8 before its
+// e4m3 rounding, takes a smaller limit: fp8_lazy_rescale_log2).
+template <int MT, bool Optimized, RowReference Reference = RowReference::max, float LazyLog2 = 8.0f>
 class OnlineSoftmax {
     static constexpr bool Lazy = Reference == RowReference::lazy;
     static constexpr bool Fixed = Reference == RowReference::fixed;
@@ -237,7 +240,7 @@ class OnlineSoftmax {
     // score units: one FFMA and one MUFU.EX2 per score. The reference is the row's max, or
     // with Lazy any value close enough below it that no probability overflows (the softmax
     // does not depend on it): a row's reference then moves only when the row gains more
-    // than 2^8 on it (FlashAttention-4's lazy rescaling), so the probabilities stay below
+    // than 2^LazyLog2 (2^8: FlashAttention-4's lazy rescaling), so the probabilities stay below
     // 256, far inside fp16 and bf16, and a warp whose rows all kept theirs skips O's
     // rescaling (d_head / 2 FMULs a thread), as most blocks after a row's first do. Measured
     // (docs/PERF.md): +2-9% at d_head 256, +1-4% at 64, -2 to -4% at 128 non-causal, hence
@@ -258,8 +261,8 @@ class OnlineSoftmax {
                 // Each row decides for itself, so its exponentials need not wait for the
                 // warp. NaN (both -inf: no key yet) counts as moving, and so does the
                 // first key.
-                const bool moves = !Lazy || Move ||
-                                   !((row_max - max_[mt][h]) * scale_log2_ <= k_lazy_rescale_log2);
+                const bool moves =
+                    !Lazy || Move || !((row_max - max_[mt][h]) * scale_log2_ <= LazyLog2);
                 moved |= moves;
                 const float reference = moves ? row_max : max_[mt][h];
                 const float max_scaled = offset(reference == -INFINITY ? 0.0f : reference);
@@ -365,8 +368,6 @@ class OnlineSoftmax {
         return row_max;
     }
 
-    // How far (log2 units) a row's max may rise above the reference before it moves.
-    static constexpr float k_lazy_rescale_log2 = 8.0f;
     // The most a thread's probabilities of one row and block may add up to against a kept
     // reference (exponentiate_kept()): each then stays below 2^12, inside fp16 as P.
     static constexpr float k_kept_sum_limit = 4096.0f;

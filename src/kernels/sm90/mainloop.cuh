@@ -633,7 +633,9 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
         // +1-10% from d_head 64 to 256 where the consumers ping-pong, +3-7% at d_head 128's
         // two consumers without it, but -8-10% at d_head 256's (why is not known; the loop
         // does not spill; H200, docs/PERF.md, 2026-11-26).
-        constexpr bool kept = Softmax::lazy && (Pingpong || Tr::d_head < 256);
+        // FP8 takes no kept references: their probabilities may reach 2^12, beyond e4m3 once
+        // offset (fp8_lazy_rescale_log2).
+        constexpr bool kept = Softmax::lazy && !Tr::fp8 && (Pingpong || Tr::d_head < 256);
         // A half block (Consumer::half_last, only ever a consumer's last) runs the mask, the
         // softmax and P·V on the first W tiles of S and P, while S stays one GEMM of the whole
         // block, and takes the row max, not the kept references. Each is what ptxas accepts:
