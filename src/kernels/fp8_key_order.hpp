@@ -16,13 +16,14 @@ namespace flash_attention {
 // Keys a k-step of an 8-bit wgmma.
 inline constexpr int fp8_k_step_keys = 32;
 
-// P's offset before its e4m3 rounding, 2^8 (FlashAttention-3's): e4m3 keeps 3 mantissa bits
-// down to 2^-6, so a row's lesser probabilities keep their precision; V's descale over it
-// scales O once at the end, and the row sums stay unscaled.
-inline constexpr float fp8_offset_p = 256.0f;
+// P's offset before its e4m3 rounding, 2^8 (FlashAttention-3's), as its log2: e4m3 keeps 3
+// mantissa bits down to 2^-6, so a row's lesser probabilities keep their precision. The softmax
+// takes it in its exponents (OnlineSoftmax's OffsetLog2): the row sums carry it too, so O
+// divided by them needs no correction.
+inline constexpr float fp8_p_offset_log2 = 8.0f;
 
 // A lazy row reference's limit for FP8 (OnlineSoftmax's LazyLog2): probabilities up to 2^0.8
-// against it, times fp8_offset_p, stay below e4m3's largest value, 448 (2^0.8 x 256 = 445.7);
+// against it, offset by 2^8, stay below e4m3's largest value, 448 (2^0.8 x 256 = 445.7);
 // the 16-bit kernels' 2^8 would saturate P (wrong outputs, H100, 2026-12-06). The kept-reference
 // steps (OnlineSoftmax::exponentiate_kept), whose probabilities may reach 2^12, are not taken.
 inline constexpr float fp8_lazy_rescale_log2 = 0.8f;

@@ -23,9 +23,13 @@ struct NoSink {
 enum class RowReference { max, lazy, fixed };
 
 // LazyLog2: how far (log2 units) a lazy row's max may rise above its reference before the
-// reference moves, so the probabilities stay below 2^LazyLog2 (FP8's P, offset by 2^8 before its
-// e4m3 rounding, takes a smaller limit: fp8_lazy_rescale_log2).
-template <int MT, bool Optimized, RowReference Reference = RowReference::max, float LazyLog2 = 8.0f>
+// reference moves, so the probabilities stay below 2^LazyLog2 (FP8's P, offset before its e4m3
+// rounding, takes a smaller limit: fp8_lazy_rescale_log2). OffsetLog2 (optimized variant): the
+// probabilities come out 2^OffsetLog2 times larger, the offset taken in the FFMA each
+// exponential has anyway instead of an FMUL a value (FP8's P: 2^8, fp8_p_offset_log2), and so
+// do the sums: O divided by them is unchanged, and the LSE takes the offset off.
+template <int MT, bool Optimized, RowReference Reference = RowReference::max, float LazyLog2 = 8.0f,
+          float OffsetLog2 = 0.0f>
 class OnlineSoftmax {
     static constexpr bool Lazy = Reference == RowReference::lazy;
     static constexpr bool Fixed = Reference == RowReference::fixed;
@@ -206,7 +210,8 @@ class OnlineSoftmax {
         // offset(max) * ln 2, the sum's own reference, is no more exact: it trades the offset's
         // rounding for scale_log2's, both ~1e-4 at scale 100 (docs/PERF.md, 2026-11-28).
         const float max_term = Optimized ? max_[mt][h] * scale_ : max_[mt][h];
-        return max_term + __logf(sum_[mt][h]);
+        constexpr float ln2 = 0.6931471805599453f;
+        return max_term + __logf(sum_[mt][h]) - OffsetLog2 * ln2;
     }
 
   private:
@@ -228,7 +233,7 @@ class OnlineSoftmax {
                                                          : max_[mt][h] * log2e;
         const float top = fmaxf(reference, sink);
         const float keep = ptx::ex2(reference - top);  // 0 for a row without keys
-        const float added = ptx::ex2(sink - top);
+        const float added = ptx::ex2(sink - top + OffsetLog2);
         sum_[mt][h] = sum_[mt][h] * keep + added;
         if constexpr (Fixed)
             rounded_sum_[mt][h] = rounded_sum_[mt][h] * keep + added;
@@ -345,11 +350,12 @@ class OnlineSoftmax {
     __device__ __forceinline__ float exponentiate_row(float (&s)[MT][NT][4], int mt, int h,
                                                       float offset) const {
         float row_sum = 0.0f;
+        const float shift = offset - OffsetLog2;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -offset));
+                s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -shift));
                 row_sum += s[mt][nt][e];
             }
         }

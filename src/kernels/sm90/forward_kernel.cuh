@@ -136,8 +136,8 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             pending_store.hand_back();  // a tile without GEMMs hands it back here
             if constexpr (!Variants)
                 softmax.finalize(o);
-            if constexpr (Tr::fp8) {  // V's descale, over P's offset (to_a_fragments())
-                const float v_scale = __ldg(args.v_descale + descale_pair) / fp8_offset_p;
+            if constexpr (Tr::fp8) {  // V's descale
+                const float v_scale = __ldg(args.v_descale + descale_pair);
 #pragma unroll
                 for (int nt = 0; nt < Tr::o_cols / 8; ++nt) {
 #pragma unroll
@@ -207,9 +207,10 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             }
         }
         if constexpr (Tr::fp8) {
-            ring += run(OnlineSoftmax<1, true, Tr::row_reference, fp8_lazy_rescale_log2>(
-                fp8_descaled(args.softmax_scale, args, descale_pair),
-                fp8_descaled(args.scale_log2, args, descale_pair)));
+            ring += run(
+                OnlineSoftmax<1, true, Tr::row_reference, fp8_lazy_rescale_log2, fp8_p_offset_log2>(
+                    fp8_descaled(args.softmax_scale, args, descale_pair),
+                    fp8_descaled(args.scale_log2, args, descale_pair)));
         } else {
             ring +=
                 run(OnlineSoftmax<1, true, Tr::row_reference>(args.softmax_scale, args.scale_log2));

@@ -557,13 +557,13 @@ __device__ __forceinline__ void accumulate(Consumer<Tr, P, V, Pg, A>& c, Turns& 
 }
 
 // P = S rounded to 16 bits as the A fragments of P·V; the softmax counts P as rounded where
-// its sums need it (OnlineSoftmax::add_rounded()). FP8: S x 2^8 in e4m3 (fp8_offset_p: the row
-// sums stay unscaled and unrounded, and V's descale over 2^8 scales O at the end).
+// its sums need it (OnlineSoftmax::add_rounded()). FP8: S in e4m3, which the softmax made 2^8
+// times the probabilities (fp8_p_offset_log2), its sums too, unrounded.
 template <DType dtype, class Softmax, int NT, int KT>
 __device__ __forceinline__ void to_a_fragments(Softmax& softmax, const float (&s)[1][NT][4],
                                                std::uint32_t (&p)[1][KT][4]) {
     if constexpr (dtype == DType::E4M3) {
-        accumulators_to_e4m3_fragments(s[0], fp8_offset_p, p[0]);
+        accumulators_to_e4m3_fragments(s[0], p[0]);
     } else {
         accumulators_to_a_fragments<dtype>(s, p);
         softmax.template add_rounded<dtype>(p);

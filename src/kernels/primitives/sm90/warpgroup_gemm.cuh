@@ -100,19 +100,18 @@ __device__ __forceinline__ void warpgroup_gemm_pv_e4m3(float (&o)[N / 8][4],
     }
 }
 
-// FP8: S's fp32 accumulators (this thread's NT n8 tiles) times `scale` as P's e4m3 A fragments
-// of NT / 4 k-steps of 32 keys, packed in the accumulators' own key order (fp8_key_order.hpp):
-// register i of k-step kt from tiles 4 kt + 2 (i / 2) and the next, the rows of i % 2.
+// FP8: S's fp32 accumulators (this thread's NT n8 tiles) as P's e4m3 A fragments of NT / 4
+// k-steps of 32 keys, packed in the accumulators' own key order (fp8_key_order.hpp): register i
+// of k-step kt from tiles 4 kt + 2 (i / 2) and the next, the rows of i % 2.
 template <int NT>
-__device__ __forceinline__ void accumulators_to_e4m3_fragments(const float (&s)[NT][4], float scale,
+__device__ __forceinline__ void accumulators_to_e4m3_fragments(const float (&s)[NT][4],
                                                                std::uint32_t (&p)[NT / 4][4]) {
 #pragma unroll
     for (int kt = 0; kt < NT / 4; ++kt) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int t = 4 * kt + 2 * (i / 2), e = 2 * (i % 2);
-            p[kt][i] = ptx::pack_e4m3x4(s[t][e] * scale, s[t][e + 1] * scale, s[t + 1][e] * scale,
-                                        s[t + 1][e + 1] * scale);
+            p[kt][i] = ptx::pack_e4m3x4(s[t][e], s[t][e + 1], s[t + 1][e], s[t + 1][e + 1]);
         }
     }
 }
