@@ -26,12 +26,12 @@ needs_gpu = pytest.mark.skipif(
 
 
 def built_kinds(backward=False):
-    """(dtype, d_head) pairs with a built forward kernel (and with backward=True a built
-    backward kernel too), in the build's order."""
+    """16-bit (dtype, d_head) pairs with a built forward kernel (and with backward=True a built
+    backward kernel too), in the build's order. FP8's kernels: test_fp8.py."""
     kinds = []
     for c in fa.configs():
         kind = (c.dtype, c.d_head)
-        if not c.backward and kind not in kinds:
+        if not c.backward and c.dtype != fa.DType.E4M3 and kind not in kinds:
             kinds.append(kind)
     if backward:
         kinds = [kind for kind in kinds if any(c.backward and (c.dtype, c.d_head) == kind for c in fa.configs())]
@@ -134,11 +134,13 @@ def test_configs_and_parse_round_trip():
             # Q's and K's rows have d_head columns, V's and O's d_v (d_head where 0), each whole
             # sub-tiles of its swizzle: 64 columns, or 32 where d is not a multiple of 64 (96), so
             # no padding.
+            # FP8 (E4M3): a byte an element (V's transposed tile as many as V's), O in bf16.
             d = c.d_head
             d_v = c.d_v or c.d_head
+            element = 1 if c.dtype == fa.DType.E4M3 else 2
 
             def size(q_tiles, o_apart=False):
-                tiles = (q_tiles * c.B_r * d + c.stages * c.B_c * (d + d_v)) * 2
+                tiles = (q_tiles * c.B_r * d + c.stages * c.B_c * (d + d_v)) * element
                 q_pairs = c.n_warps // 4 - 1 if c.persistent and q_tiles == 1 else q_tiles
                 slots = 16 * q_tiles if c.dynamic_schedule else 0
                 o_region = 64 * d_v * 2 + 8 if o_apart else 0
@@ -268,7 +270,8 @@ def test_automatic_choice_runs_the_devices_family_for_every_pair():
 @needs_gpu
 def test_every_built_config():
     for c in fa.configs():
-        if not c.is_supported() or c.backward:  # sm90 kernels off Hopper; test_backward runs bwd ones
+        # sm90 kernels off Hopper; test_backward runs backward ones, test_fp8 FP8's
+        if not c.is_supported() or c.backward or c.dtype == fa.DType.E4M3:
             continue
         seq = max(c.B_r, c.B_c) * 2
         q, k = (randn(1, seq, 2, c.d_head, dtype=torch_dtype(c.dtype)) for _ in range(2))

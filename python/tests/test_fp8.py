@@ -56,25 +56,41 @@ def reference(q, k, v, causal):
     return torch.einsum("bhqk,bkhd->bqhd", p, v), lse
 
 
-@needs_fp8_kernels
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2, 128), (1, 129, 2048, 8, 1, 128), (1, 300, 77, 2, 2, 256)])
-def test_fp8_forward_matches_dequantised_reference(shape, causal):
+def check_against_reference(shape, causal, config=None):
+    """Random inputs of shape (batch, seq_q, seq_k, heads, heads_kv, d) quantised per (batch, K/V
+    head); O within 8% of the output's size (FP8's P has 3 mantissa bits) and the LSE within 0.02."""
     batch, seq_q, seq_k, heads, heads_kv, d = shape
-    if not any(c.dtype == fa.DType.E4M3 and c.d_head == d for c in fa.configs()):
-        pytest.skip(f"no FP8 kernel of d_head {d} in this build")
     torch.manual_seed(seq_q * 7 + seq_k + d + causal)
     q8, qs, qd = quantised(torch.randn(batch, seq_q, heads, d, device="cuda"), heads_kv)
     k8, ks, kd = quantised(torch.randn(batch, seq_k, heads_kv, d, device="cuda"), heads_kv)
     v8, vs, vd = quantised(torch.randn(batch, seq_k, heads_kv, d, device="cuda"), heads_kv)
-    out, lse = fa.forward(q8, k8, v8, causal=causal, return_lse=True, q_descale=qs, k_descale=ks, v_descale=vs)
+    out, lse = fa.forward(q8, k8, v8, causal=causal, return_lse=True, q_descale=qs, k_descale=ks, v_descale=vs,
+                          config=config)
     assert out.dtype == torch.bfloat16 and out.shape == (batch, seq_q, heads, d)
     ref, ref_lse = reference(qd, kd, vd, causal)
     error = (out.double() - ref).abs().max().item()
-    assert error <= 0.08 * ref.abs().max().item() + 1e-3, f"max|out - ref| {error}"
+    assert error <= 0.08 * ref.abs().max().item() + 1e-3, f"{config}: max|out - ref| {error}"
     seen = torch.isfinite(ref_lse)
     assert torch.equal(torch.isfinite(lse), seen)
-    assert (lse.double() - ref_lse)[seen].abs().max().item() <= 0.02
+    assert (lse.double() - ref_lse)[seen].abs().max().item() <= 0.02, str(config)
+
+
+@needs_fp8_kernels
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2, 128), (1, 129, 2048, 8, 1, 128), (1, 300, 77, 2, 2, 256)])
+def test_fp8_forward_matches_dequantised_reference(shape, causal):
+    if not any(c.dtype == fa.DType.E4M3 and c.d_head == shape[-1] for c in fa.configs()):
+        pytest.skip(f"no FP8 kernel of d_head {shape[-1]} in this build")
+    check_against_reference(shape, causal)
+
+
+@needs_fp8_kernels
+def test_every_built_fp8_config():
+    """Each FP8 kernel by name (config=), causal and not, over several tiles of odd lengths."""
+    configs = [c for c in fa.configs() if c.dtype == fa.DType.E4M3 and c.is_supported()]
+    for c in configs:
+        for causal in (False, True):
+            check_against_reference((1, 333, 517, 4, 2, c.d_head), causal, config=c)
 
 
 @needs_fp8_kernels

@@ -208,6 +208,17 @@ constexpr Row k_rows[] = {
     {"(FP16, 192, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 192, 64, 64, 4): dv_128+async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 192, 64, 64, 4): dv_128+async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
+    // FP8 (e4m3, forward() only) on the sm90 kernel body: overlap, lazy rescaling within 2^0.8,
+    // persistent CTAs on the dynamic schedule. Against cuDNN's FP8 (cudnn-frontend) in one run,
+    // 16k tokens: d_head 256 1264 / 1003 TFLOP/s non-causal and 1154 / 910 causal at 16k keys,
+    // 0.82-0.83 of it at 1k (V's transpose pass, a separate kernel, weighs most there); d_head
+    // 128 at 0.80-0.95 of it, MUFU-bound (2^x a probability: half the GEMMs' time at 8 bits).
+    // Beside them, within 4% of these at every length: d_head 128 two stages, with and without
+    // ping-pong (a third stage led at 1k and 16k non-causal); d_head 256 one CTA a tile (+3.7%
+    // causal at 16k, -8% at 1k) and ping-pong (-4% to -24% causal) (H100, 2026-12-06,
+    // docs/PERF.md).
+    {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy"},
+    {"(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy"},
     // The backward pass (choose_backward_config: the first row of the dtype and head dim that
     // fits the problem and runs on the device). sm90: two consumers of 64 keys, FlashAttention-4's
     // d_head 64 and 128 tiles (B_r 128 and 64 queries a step), a two-stage Q/dO pipeline; d_head

@@ -684,19 +684,27 @@ std::vector<KernelConfig> release() {
 // release's psmem kernels, d_head 96's, neither);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
 // key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
-// The FP8 (e4m3) forward's configs (rule dtype) on the sm90 kernel body: at d_head 128 and 256,
-// plain (no overlap: the baseline), the 16-bit kernels' persistent dynamic tile with overlap and
-// lazy rescaling, and the same with ping-pong (three consumers of 128 keys spill 240 bytes at
-// d_head 128, ptxas 13.0).
+// The FP8 (e4m3) forward's configs (rule dtype) on the sm90 kernel body: the release's (the
+// built-in table's), the plain kernels (no overlap: the baseline), and the alternatives measured
+// within 4% of the table's at some lengths (builtin_choice.cpp): d_head 128 two stages with and
+// without ping-pong, d_head 256 one CTA a tile and ping-pong. Three consumers of 128 keys spill
+// 240 bytes at d_head 128 (ptxas 13.0).
 std::vector<KernelConfig> fp8() {
-    return parse_all({
-        "(E4M3, 128, 128, 128, 12): sm90+stages_2",
-        "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy",
-        "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
-        "(E4M3, 256, 128, 128, 12): sm90+stages_2",
-        "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy",
-        "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+lazy",
-    });
+    std::vector<KernelConfig> v;
+    for (const KernelConfig& c : release()) {
+        if (c.dtype == DType::E4M3)
+            v.push_back(c);
+    }
+    append_unique(
+        v, parse_all({
+               "(E4M3, 128, 128, 128, 12): sm90+stages_2",
+               "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy",
+               "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
+               "(E4M3, 256, 128, 128, 12): sm90+stages_2",
+               "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+lazy",
+               "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+lazy",
+           }));
+    return v;
 }
 
 std::vector<KernelConfig> ci() {
@@ -962,6 +970,7 @@ std::vector<KernelConfig> named_set(std::string_view name) {
         append_unique(v, trimmed(v));
         append_unique(v, halved(v));
         append_unique(v, streamed(v));
+        append_unique(v, fp8());  // FP8's knobs are few: the whole set
         return sorted_unique(std::move(v));
     }
     if (name == "tune-backward")
