@@ -212,7 +212,7 @@ constexpr Row k_rows[] = {
     // persistent CTAs on the dynamic schedule. Against cuDNN's FP8 (cudnn-frontend) in one run,
     // 16k tokens: d_head 256 1264 / 1003 TFLOP/s non-causal and 1154 / 910 causal at 16k keys,
     // 0.82-0.83 of it at 1k (V's transpose pass, a separate kernel, weighs most there); d_head
-    // 128 at 0.80-0.95 of it, MUFU-bound (2^x a probability: half the GEMMs' time at 8 bits).
+    // 128 at 0.80-0.95 of it, its softmax's instructions the bound (GEMMs at 8 bits take half).
     // Beside them, within 4% of these at every length: d_head 128 two stages, with and without
     // ping-pong (a third stage led at 1k and 16k non-causal); d_head 256 one CTA a tile (+3.7%
     // causal at 16k, -8% at 1k) and ping-pong (-4% to -24% causal) (H100, 2026-12-06,

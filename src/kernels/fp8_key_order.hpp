@@ -28,11 +28,6 @@ inline constexpr float fp8_p_offset_log2 = 8.0f;
 // steps (OnlineSoftmax::exponentiate_kept), whose probabilities may reach 2^12, are not taken.
 inline constexpr float fp8_lazy_rescale_log2 = 0.8f;
 
-// Of every four n8 tiles of a row's scores, those whose exponentials FP8's softmax computes on
-// the FMA pipes (OnlineSoftmax's PolynomialQuarters): the MUFU unit bounds d_head 128, whose
-// GEMMs at 8 bits take half the time its 2^x do.
-inline constexpr int fp8_polynomial_quarters = 1;
-
 // The key (0..31, within its k-step) at position `slot` (0..31) of V's transposed copy and of
 // P's A fragment (a permutation of 0..31; fp8_slot_of_key is its inverse).
 constexpr int fp8_key_of_slot(int slot) {

@@ -10,22 +10,6 @@
 
 namespace flash_attention {
 
-// 2^x on the FMA pipes, for a share of a row's exponentials while the MUFU unit (16 a clock an
-// SM, a quarter of what the GEMMs at 8 bits leave time for) takes the rest: x rounded to an
-// integer j by the 1.5 x 2^23 shift (round to nearest, exact), 2^(x - j) by a cubic in
-// [-0.5, 0.5] (constant term 1, the rest fitted to its relative error: 1.0e-4 at most, below
-// a 16-bit P's rounding), j added to its exponent field. x below -127 (masked keys' -inf) is
-// taken as -127, whose 2^0 = 1 exactly leaves the exponent field 0: +0.0, as ex2.approx.ftz
-// gives. x at most 127.
-__device__ __forceinline__ float exp2_polynomial(float x) {
-    constexpr float shift = 12582912.0f;  // 1.5 x 2^23
-    x = fmaxf(x, -127.0f);
-    const float rounded = __fadd_rn(x, shift);  // j in its low mantissa bits
-    const float f = __fsub_rn(x, __fsub_rn(rounded, shift));
-    const float p = fmaf(fmaf(fmaf(0.055008581f, f, 0.24221037f), f, 0.69328290f), f, 1.0f);
-    return __int_as_float(__float_as_int(p) + (__float_as_int(rounded) << 23));
-}
-
 // OnlineSoftmax::finalize()'s default: no attention sink.
 struct NoSink {
     __device__ __forceinline__ constexpr float operator()(int, int) const { return -INFINITY; }
@@ -44,10 +28,8 @@ enum class RowReference { max, lazy, fixed };
 // probabilities come out 2^OffsetLog2 times larger, the offset taken in the FFMA each
 // exponential has anyway instead of an FMUL a value (FP8's P: 2^8, fp8_p_offset_log2), and so
 // do the sums: O divided by them is unchanged, and the LSE takes the offset off.
-// PolynomialQuarters: of every four n8 tiles of a row's scores, how many take exp2_polynomial()
-// instead of MUFU.EX2 (optimized variant).
 template <int MT, bool Optimized, RowReference Reference = RowReference::max, float LazyLog2 = 8.0f,
-          float OffsetLog2 = 0.0f, int PolynomialQuarters = 0>
+          float OffsetLog2 = 0.0f>
 class OnlineSoftmax {
     static constexpr bool Lazy = Reference == RowReference::lazy;
     static constexpr bool Fixed = Reference == RowReference::fixed;
@@ -373,8 +355,7 @@ class OnlineSoftmax {
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
             for (int e = 2 * h; e < 2 * h + 2; ++e) {
-                const float x = fmaf(s[mt][nt][e], scale_log2_, -shift);
-                s[mt][nt][e] = nt % 4 < PolynomialQuarters ? exp2_polynomial(x) : ptx::ex2(x);
+                s[mt][nt][e] = ptx::ex2(fmaf(s[mt][nt][e], scale_log2_, -shift));
                 row_sum += s[mt][nt][e];
             }
         }

@@ -207,10 +207,10 @@ __device__ __forceinline__ void consume_tiles(const Params& params, unsigned cha
             }
         }
         if constexpr (Tr::fp8) {
-            ring += run(OnlineSoftmax<1, true, Tr::row_reference, fp8_lazy_rescale_log2,
-                                      fp8_p_offset_log2, fp8_polynomial_quarters>(
-                fp8_descaled(args.softmax_scale, args, descale_pair),
-                fp8_descaled(args.scale_log2, args, descale_pair)));
+            ring += run(
+                OnlineSoftmax<1, true, Tr::row_reference, fp8_lazy_rescale_log2, fp8_p_offset_log2>(
+                    fp8_descaled(args.softmax_scale, args, descale_pair),
+                    fp8_descaled(args.scale_log2, args, descale_pair)));
         } else {
             ring +=
                 run(OnlineSoftmax<1, true, Tr::row_reference>(args.softmax_scale, args.scale_log2));
