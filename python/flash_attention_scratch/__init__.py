@@ -125,10 +125,9 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
 
     FP8: torch.float8_e4m3fn q, k and v with q_descale, k_descale and v_descale (flash_attn's
     names), float32 (batch, heads_kv) tensors on q's device that dequantise them (real value =
-    stored value x descale, a query head taking its K/V head's); the output is bfloat16. Eager
-    only (no torch.compile, no autograd), no window, softcap, sinks or ALiBi, d_head 128 or 256,
-    and a build with the FP8 kernels (-DFLASH_KERNELS=release,fp8; the default build has none
-    yet, and raises ValueError naming E4M3).
+    stored value x descale, a query head taking its K/V head's); the output is bfloat16. Hopper
+    only, d_head 128 or 256, no window, softcap, sinks or ALiBi, and no autograd; torch.compile
+    traces it (the custom op forward_fp8).
 
     Raises ValueError for bad arguments, TypeError for unsupported dtypes, and RuntimeError
     for CUDA failures (including no GPU), each with the library's message; the backward

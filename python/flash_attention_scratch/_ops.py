@@ -422,26 +422,58 @@ def _check_descales(q, k, descales):
     return checked
 
 
-def _forward_fp8(q, k, v, softmax_scale, causal, causal_alignment, return_lse, config, out, descales):
-    """FP8 attention (torch.float8_e4m3fn q, k and v, bfloat16 output), eagerly: the C++ forward() with
-    the descales; no variants, no autograd (FP8 has no backward yet)."""
-    if torch.compiler.is_compiling():
-        raise NotImplementedError("q.dtype: torch.float8_e4m3fn runs eagerly; torch.compile does not trace "
-                                  "FP8 attention yet")
-    for name, t in (("k", k), ("v", v)):
-        _check_fp8(name, t, q.device)
-    q_descale, k_descale, v_descale = _check_descales(q, k, descales)
-    if out is None:
-        out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=torch.bfloat16, device=q.device)
-    elif not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16:
-        raise TypeError(f"out.dtype: expected torch.bfloat16 for torch.float8_e4m3fn inputs, got {_described(out)}")
-    lse = _lse_like(q) if return_lse else None
+def _run_fp8(q, k, v, out, lse, softmax_scale, causal, config, q_descale, k_descale, v_descale):
     cfg = None if config is None else _parse(str(config))
     stream = _current_stream(q.device)
     with torch.cuda.device(q.device):
-        _C.forward(q, k, v, out, None if softmax_scale is None else float(softmax_scale), cfg, stream,
-                   _causal(causal, causal_alignment), lse, q_descale=q_descale.data_ptr(),
-                   k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr())
+        _C.forward(q, k, v, out, None if softmax_scale is None else float(softmax_scale), cfg, stream, causal, lse,
+                   q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr())
+
+
+def _fp8_out_like(q, v):
+    return torch.empty(_out_shape(q, v), dtype=torch.bfloat16, device=q.device)
+
+
+# FP8 under torch.compile (forward() runs eagerly without it): the output and the LSE, which
+# the kernel writes at little cost; forward() drops what was not asked for.
+@torch.library.custom_op("flash_attention_scratch::forward_fp8", mutates_args=(), device_types="cuda")
+def _forward_fp8_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_descale: torch.Tensor,
+                    k_descale: torch.Tensor, v_descale: torch.Tensor, softmax_scale: Optional[float], causal: int,
+                    config: Optional[str]) -> Tuple[torch.Tensor, torch.Tensor]:
+    out, lse = _fp8_out_like(q, v), _lse_like(q)
+    _run_fp8(q, k, v, out, lse, softmax_scale, causal, config, q_descale, k_descale, v_descale)
+    return out, lse
+
+
+@_forward_fp8_op.register_fake
+def _(q, k, v, q_descale, k_descale, v_descale, softmax_scale, causal, config):
+    return (q.new_empty(_out_shape(q, v), dtype=torch.bfloat16),
+            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
+
+
+def _forward_fp8(q, k, v, softmax_scale, causal, causal_alignment, return_lse, config, out, descales):
+    """FP8 attention (torch.float8_e4m3fn q, k and v, bfloat16 output): the C++ forward() with the
+    descales, eagerly, or traced as the custom op forward_fp8; no variants, no autograd (FP8 has no
+    backward yet)."""
+    for name, t in (("k", k), ("v", v)):
+        _check_fp8(name, t, q.device)
+    q_descale, k_descale, v_descale = _check_descales(q, k, descales)
+    if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16):
+        raise TypeError(f"out.dtype: expected torch.bfloat16 for torch.float8_e4m3fn inputs, got {_described(out)}")
+    causal = _causal(causal, causal_alignment)
+    config = None if config is None else str(config)
+    softmax_scale = None if softmax_scale is None else float(softmax_scale)
+    if torch.compiler.is_compiling():
+        result, lse = torch.ops.flash_attention_scratch.forward_fp8(q, k, v, q_descale, k_descale, v_descale,
+                                                                    softmax_scale, causal, config)
+        if out is not None:
+            out.copy_(result)
+            result = out
+        return (result, lse) if return_lse else result
+    if out is None:
+        out = _fp8_out_like(q, v)
+    lse = _lse_like(q) if return_lse else None
+    _run_fp8(q, k, v, out, lse, softmax_scale, causal, config, q_descale, k_descale, v_descale)
     return (out, lse) if return_lse else out
 
 

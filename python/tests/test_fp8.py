@@ -94,6 +94,25 @@ def test_every_built_fp8_config():
 
 
 @needs_fp8_kernels
+def test_fp8_under_torch_compile():
+    """fullgraph torch.compile traces FP8 attention (the custom op forward_fp8): the same kernel's
+    output as eager, bit for bit, with the LSE and with out=."""
+    q8, qs, _ = quantised(torch.randn(2, 300, 4, 128, device="cuda"), 2)
+    k8, ks, _ = quantised(torch.randn(2, 500, 2, 128, device="cuda"), 2)
+    v8, vs, _ = quantised(torch.randn(2, 500, 2, 128, device="cuda"), 2)
+
+    def attend(q, k, v, out=None):
+        return fa.forward(q, k, v, causal=True, return_lse=True, q_descale=qs, k_descale=ks, v_descale=vs, out=out)
+
+    eager, eager_lse = attend(q8, k8, v8)
+    compiled, compiled_lse = torch.compile(attend, fullgraph=True)(q8, k8, v8)
+    assert torch.equal(compiled, eager) and torch.equal(compiled_lse, eager_lse)
+    out = torch.full_like(eager, float("nan"))
+    written, _ = torch.compile(attend, fullgraph=True)(q8, k8, v8, out)
+    assert torch.equal(out, eager) and torch.equal(written, eager)
+
+
+@needs_fp8_kernels
 def test_fp8_errors_name_the_argument():
     q8 = torch.randn(1, 64, 2, 128, device="cuda").to(fp8)
     ones = torch.ones(1, 2, device="cuda")
