@@ -1,5 +1,6 @@
 """PyTorch integration: argument checks, the custom ops and their fake implementations."""
 
+import atexit
 import contextlib
 import functools
 import operator
@@ -35,6 +36,11 @@ def _current_stream(device) -> int:
 @functools.lru_cache(maxsize=256)
 def _parse(short_form: str) -> "_C.KernelConfig":
     return _C.KernelConfig.parse(short_form)
+
+
+# The cache's configs released at exit, before the extension's teardown: held past it, nanobind
+# reports them as leaked instances on stderr (every run that passed config=).
+atexit.register(_parse.cache_clear)
 
 
 def _check(name: str, t, device=None):

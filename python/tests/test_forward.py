@@ -225,6 +225,17 @@ def test_import_in_either_order(order):
 
 
 @pytest.mark.skipif(torch is None, reason="needs PyTorch")
+def test_named_configs_leave_nothing_at_exit():
+    # forward(config=...) caches the parsed config; at exit nanobind reported it as a leaked
+    # instance on stderr unless the cache is released first.
+    code = ("import flash_attention_scratch as fa, flash_attention_scratch._ops as ops; "
+            "[ops._parse(str(c)) for c in fa.configs()]")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"exit {r.returncode}: {r.stderr[-2000:]}"
+    assert "leaked" not in r.stderr, r.stderr[-2000:]
+
+
+@pytest.mark.skipif(torch is None, reason="needs PyTorch")
 def test_cpu_tensors_are_rejected():
     q = torch.zeros(1, 128, 1, 64, dtype=torch.float16)
     with pytest.raises(ValueError, match="q: expected a CUDA tensor"):
