@@ -15,7 +15,7 @@
 
 #include "common/cuda_check.hpp"
 #include "flash_attention/tools.hpp"
-#include "kernels/fp8_key_order.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/primitives/sm90/ptx.cuh"
 #include "kernels/primitives/sm90/swizzled_tile.cuh"
 #include "kernels/primitives/sm90/tma.cuh"

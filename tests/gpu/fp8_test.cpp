@@ -20,8 +20,8 @@
 #include "common/cuda_check.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/tools.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/fp8/v_transpose.hpp"
-#include "kernels/fp8_key_order.hpp"
 #include "support/built_configs.hpp"
 
 namespace fa = flash_attention;

@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "flash_attention/flash_attention.hpp"
-#include "kernels/fp8_key_order.hpp"
+#include "kernels/fp8.hpp"
 
 namespace flash_attention::fp8 {
 

@@ -13,7 +13,7 @@
 #include <cfloat>
 #include <cstdint>
 
-#include "kernels/fp8_key_order.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/primitives/epilogue.cuh"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/sm90/epilogue.cuh"

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/fp8_key_order.hpp"
+#include "kernels/fp8.hpp"
 #include "kernels/primitives/masking.cuh"
 #include "kernels/primitives/online_softmax.cuh"
 #include "kernels/primitives/ptx.cuh"

@@ -85,7 +85,7 @@ __device__ __forceinline__ void warpgroup_gemm_pv(float (&o)[VTile::cols / 8][4]
 }
 
 // FP8: O (64 x N) += P (64 x K e4m3, this warp's rows as m16k32 register fragments, the keys
-// of each k-step in fp8_key_order.hpp's order) · V's N columns from vt_smem on, read K-major
+// of each k-step in kernels/fp8.hpp's order) · V's N columns from vt_smem on, read K-major
 // from its transposed copy (VtTile: V's columns as rows of K keys, 16-bit columns counting
 // pairs of keys): 8-bit wgmma reads no MN-major operand. accumulate = false: O = P·V.
 template <class VtTile, int N = VtTile::rows, int K = 2 * VtTile::cols>
@@ -101,7 +101,7 @@ __device__ __forceinline__ void warpgroup_gemm_pv_e4m3(float (&o)[N / 8][4],
 }
 
 // FP8: S's fp32 accumulators (this thread's NT n8 tiles) as P's e4m3 A fragments of NT / 4
-// k-steps of 32 keys, packed in the accumulators' own key order (fp8_key_order.hpp): register i
+// k-steps of 32 keys, packed in the accumulators' own key order (kernels/fp8.hpp): register i
 // of k-step kt from tiles 4 kt + 2 (i / 2) and the next, the rows of i % 2.
 template <int NT>
 __device__ __forceinline__ void accumulators_to_e4m3_fragments(const float (&s)[NT][4],

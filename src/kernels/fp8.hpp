@@ -1,6 +1,9 @@
 #pragma once
 
-// FP8 (e4m3) P·V: the order of the keys within each 32-key k-step of V's transposed copy.
+// FP8 (e4m3) facts the kernels and the host share: P's offset and the lazy references' limit
+// (the softmax's), and P·V's key order within each 32-key k-step of V's transposed copy.
+//
+// The key order:
 // wgmma takes 8-bit operands K-major only, so V (keys by columns) is read transposed, and P,
 // the A operand from registers, holds four consecutive k positions a register (row lane / 4
 // (+ 8), positions 4 (lane % 4) + {0..3} and 16 + the same). S's fp32 accumulator, from which P
