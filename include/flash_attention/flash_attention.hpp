@@ -116,8 +116,10 @@ struct AttentionOptions {
 // FP8 (E4M3) inputs' dequantisation factors (real value = stored value x descale), flash_attn's
 // q_descale, k_descale and v_descale: device fp32, (batch, heads_kv) contiguous, one per sequence
 // and K/V head (a query head takes its K/V head's q factor). Each pointer is required, 4-byte
-// aligned and may not overlap o or the LSE output. Values are not checked (no host sync): any
-// finite factor works, zero and negative included; a NaN factor gives NaN rows.
+// aligned and may not overlap o or the LSE output. Values are not checked (no host sync): a zero
+// factor works (an all-zero tensor's: its scores are all 0), as does any v factor; a q and k pair
+// whose product is negative, and a NaN factor, give NaN rows (the kernels fold q's and k's into
+// the softmax's scale).
 struct Fp8Descales {
     const float* q = nullptr;
     const float* k = nullptr;

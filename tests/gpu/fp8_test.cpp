@@ -170,9 +170,10 @@ struct Fp8Shape {
     bool causal, top_left;
 };
 
-// One FP8 forward on fresh inputs: `config` or (nullopt) the automatic choice.
+// One FP8 forward on fresh inputs: `config` or (nullopt) the automatic choice; with
+// `first_q_descale`, the first (sequence, K/V head)'s q descale set to it.
 void check_fp8_forward(const std::optional<fa::KernelConfig>& config, int d, const Fp8Shape& s,
-                       std::uint64_t seed) {
+                       std::uint64_t seed, std::optional<float> first_q_descale = {}) {
     using fa::reference::HostTensor;
     const HostTensor q =
         HostTensor::random_normal(fa::DType::E4M3, s.batch, s.seq_q, s.heads, d, seed);
@@ -188,6 +189,8 @@ void check_fp8_forward(const std::optional<fa::KernelConfig>& config, int d, con
         for (float& x : ds)
             x = factor(rng);
     }
+    if (first_q_descale)
+        descales[0][0] = *first_q_descale;
     // E4M3 tensors at a byte an element (the tools' DeviceTensor), with their views.
     const auto q_d = fa::tools::DeviceTensor::upload(q), k_d = fa::tools::DeviceTensor::upload(k),
                v_d = fa::tools::DeviceTensor::upload(v);
@@ -255,6 +258,11 @@ TEST(Fp8, ForwardMatchesReference) {
         for (const Fp8Shape& s : fp8_shapes)
             check_fp8_forward(c, c.d_head, s, seed += 3);
     }
+    // A zero q descale (an all-zero Q's): its heads' scores are all 0, the softmax uniform over
+    // the keys each row sees (the kernels fold it into the scale as the smallest normal float, so
+    // a masked score stays -inf).
+    for (const fa::KernelConfig& c : fa::testing::fp8_configs())
+        check_fp8_forward(c, c.d_head, fp8_shapes[1], seed += 3, 0.0f);
     // The automatic choice, at each head dim the build has an FP8 kernel of.
     for (const int d : {128, 256}) {
         const auto& built = fa::testing::fp8_configs();
