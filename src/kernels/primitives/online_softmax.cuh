@@ -233,7 +233,7 @@ class OnlineSoftmax {
                                                          : max_[mt][h] * log2e;
         const float top = fmaxf(reference, sink);
         const float keep = ptx::ex2(reference - top);  // 0 for a row without keys
-        const float added = ptx::ex2(sink - top + OffsetLog2);
+        const float added = ptx::ex2(sink - (top - OffsetLog2));
         sum_[mt][h] = sum_[mt][h] * keep + added;
         if constexpr (Fixed)
             rounded_sum_[mt][h] = rounded_sum_[mt][h] * keep + added;

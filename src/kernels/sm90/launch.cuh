@@ -70,6 +70,32 @@ inline int pack_shift(const KernelArgs& args) {
     return std::countr_zero(static_cast<unsigned>(group));
 }
 
+// A launch's tiles, numbered in one dimension (tile_at() decodes them) with ints; o's memory
+// bounds them far below 2^31.
+inline std::int64_t checked_tiles(const KernelArgs& args, int B_r, bool packed) {
+    const std::int64_t tiles = tile_numbers(args, B_r, packed);
+    if (tiles > std::numeric_limits<int>::max()) {
+        throw Error(ErrorCode::invalid_argument,
+                    "q.shape: expected at most 2^31 - 1 tiles of " + std::to_string(B_r) +
+                        " query rows (sequences x heads x query blocks), got " +
+                        std::to_string(tiles));
+    }
+    return tiles;
+}
+
+// The CTAs of a launch of `tiles` tiles: a persistent kernel runs one an SM (its register
+// reallocation leaves room for no second). With the dynamic schedule, its two counters (the next
+// tile, the CTAs done: TileScheduler) in `counters`, which the launch holds, and in params.
+template <KernelConfig C>
+std::int64_t launch_ctas(Params& params, std::int64_t tiles,
+                         std::optional<StreamCounters>& counters, Stream stream) {
+    if constexpr (C.sm90.dynamic_schedule) {
+        counters.emplace(2, stream);
+        params.tile_counter = counters->get();
+    }
+    return C.sm90.persistent ? std::min<std::int64_t>(tiles, params.args.sm_count) : tiles;
+}
+
 template <KernelConfig C>
 void launch(const KernelArgs& args, Stream stream) {
     constexpr int smem = static_cast<int>(smem_bytes(C));
@@ -85,16 +111,7 @@ void launch(const KernelArgs& args, Stream stream) {
         // A unit's tiles together (dense_position()): sections count query heads.
         a.section_heads = 1;
     }
-    // Tiles are numbered in one dimension (tile_at() decodes them); a persistent kernel
-    // runs one CTA per SM (its register reallocation leaves room for no second).
-    const std::int64_t tiles = tile_numbers(a, C.B_r, packed);
-    // The kernel numbers tiles with ints; o's memory bounds them far below this.
-    if (tiles > std::numeric_limits<int>::max()) {
-        throw Error(ErrorCode::invalid_argument,
-                    "q.shape: expected at most 2^31 - 1 tiles of " + std::to_string(C.B_r) +
-                        " query rows (sequences x heads x query blocks), got " +
-                        std::to_string(tiles));
-    }
+    const std::int64_t tiles = checked_tiles(a, C.B_r, packed);
     // Dense tiles: the divisions of their numbers, once here (their products are at most
     // `tiles`, checked above).
     if (!per_sequence)
@@ -107,13 +124,8 @@ void launch(const KernelArgs& args, Stream stream) {
                                    paged ? a.seqs.page_copy_rows : C.B_c, packed),
                   nullptr,
                   {}};
-    const std::int64_t ctas =
-        C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
-    std::optional<StreamCounters> counters;  // the next tile, the CTAs done (TileScheduler)
-    if constexpr (C.sm90.dynamic_schedule) {
-        counters.emplace(2, stream);
-        params.tile_counter = counters->get();
-    }
+    std::optional<StreamCounters> counters;
+    const std::int64_t ctas = launch_ctas<C>(params, tiles, counters, stream);
     // Stream-K: the dense kernel splits a non-causal problem's last, part-filled round; its
     // partial results live in memory of this launch, their flags in the stream's counters.
     std::optional<StreamScratch> partials;
@@ -171,13 +183,7 @@ void launch_fp8(const KernelArgs& args, Stream stream) {
                         " runs forward()'s dense FP8 problems only (descales given, no varlen, "
                         "KV cache or variants)");
     }
-    const std::int64_t tiles = tile_numbers(args, C.B_r, false);
-    if (tiles > std::numeric_limits<int>::max()) {
-        throw Error(ErrorCode::invalid_argument,
-                    "q.shape: expected at most 2^31 - 1 tiles of " + std::to_string(C.B_r) +
-                        " query rows (sequences x heads x query blocks), got " +
-                        std::to_string(tiles));
-    }
+    const std::int64_t tiles = checked_tiles(args, C.B_r, false);
     KernelArgs a = args;
     a.tile_divisors = tile_divisors(args, C.B_r);
     TensorView v{};
@@ -192,13 +198,8 @@ void launch_fp8(const KernelArgs& args, Stream stream) {
                                        o_staged_apart(C)),
                   nullptr,
                   {}};
-    const std::int64_t ctas =
-        C.sm90.persistent ? std::min<std::int64_t>(tiles, args.sm_count) : tiles;
-    std::optional<StreamCounters> counters;  // the next tile, the CTAs done (TileScheduler)
-    if constexpr (C.sm90.dynamic_schedule) {
-        counters.emplace(2, stream);
-        params.tile_counter = counters->get();
-    }
+    std::optional<StreamCounters> counters;
+    const std::int64_t ctas = launch_ctas<C>(params, tiles, counters, stream);
     launch_instance<kernel<C>, static_cast<int>(smem_bytes(C))>(ctas, C.n_threads(), stream,
                                                                 params);
 }
