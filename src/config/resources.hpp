@@ -127,10 +127,11 @@ constexpr int q_buffers(const KernelConfig& c) {
 // on, which names the phase it means only while the barrier is at most one phase behind; a
 // third consumer can find it two behind (its own last use, then the other two's) and pass
 // at once, staging over another's O (wrong results and a hang, d_head 192 at 192 x 64 with
-// psmem, H100, 2026-12-06).
+// psmem, H100, 2026-12-06). Never for FP8 (E4M3), whose kernels store their bf16 O from registers:
+// its region (64 rows of bf16) is as large as a second Q buffer of 128 rows of bytes.
 constexpr bool o_staged_apart(const KernelConfig& c) {
-    return c.family == Family::sm90 && c.sm90.persistent && q_buffers(c) == 1 &&
-           consumer_warpgroups(c) <= 2 &&
+    return c.family == Family::sm90 && c.dtype != DType::E4M3 && c.sm90.persistent &&
+           q_buffers(c) == 1 && consumer_warpgroups(c) <= 2 &&
            detail::sm90_smem_bytes(c, 1, true) <=
                static_cast<std::size_t>(DeviceLimits::h100().smem_per_block_optin);
 }

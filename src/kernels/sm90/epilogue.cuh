@@ -112,10 +112,9 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
     const int warp_row0 = warp_in_warpgroup() * mma_m;
     const int row0 = t.q_row0 + consumer * Tr::rows_per_consumer;  // in the sequence
     const int rows = t.q_rows - row0;  // of this consumer's, in the sequence
-    // FP8's bf16 O does not fit its Q rows: staged apart, or stored from the registers.
-    const bool by_tma =
-        (!Tr::fp8 || Tr::o_apart) && (!PerSequence || rows >= Tr::rows_per_consumer ||
-                                      t.q.row0 + t.q.len == params.args.seqs.q_view_seq);
+    // FP8's bf16 O does not fit its Q rows: stored from the registers.
+    const bool by_tma = !Tr::fp8 && (!PerSequence || rows >= Tr::rows_per_consumer ||
+                                     t.q.row0 + t.q.len == params.args.seqs.q_view_seq);
     // With Q in registers this warp's lanes read these rows with ldmatrix at the tile's
     // start; a tile that sees no key reaches here with no other warp-level sync between
     // (compute-sanitizer racecheck reported it).

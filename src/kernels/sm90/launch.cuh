@@ -194,8 +194,7 @@ void launch_fp8(const KernelArgs& args, Stream stream) {
     StreamScratch vt(fp8::transposed_v_bytes(v), stream, false, StreamScratch::Pool::device);
     fp8::transpose_v(v, vt.get(), stream);
     Params params{a,
-                  make_fp8_tensor_maps(a, C.d_head, C.B_c, vt.get(), fp8::padded_keys(args.seq_k),
-                                       o_staged_apart(C)),
+                  make_fp8_tensor_maps(a, C.d_head, C.B_c, vt.get(), fp8::padded_keys(args.seq_k)),
                   nullptr,
                   {}};
     std::optional<StreamCounters> counters;

@@ -180,7 +180,7 @@ TensorMaps make_tensor_maps(const KernelArgs& a, DType dtype, int d_head, int d_
 }
 
 TensorMaps make_fp8_tensor_maps(const KernelArgs& a, int d_head, int kv_rows, const void* vt,
-                                std::int64_t seq_pad, bool o_map) {
+                                std::int64_t seq_pad) {
     // Byte strides as 16-bit ones: exact only for even strides, and TMA takes multiples of 16
     // bytes (a dimension of one element is never stepped along).
     const auto in_pairs = [](const char* name, const TensorStrides& stride,
@@ -210,9 +210,7 @@ TensorMaps make_fp8_tensor_maps(const KernelArgs& a, int d_head, int kv_rows, co
                kv_rows, 64),
         encode("v's transposed copy", vt, DType::FP16, static_cast<int>(row), d_head, a.heads_kv,
                a.batch, vt_pairs, d_head, 64),
-        o_map ? encode("o", a.o, DType::BF16, d_head, s.q_view_seq, a.heads, s.q_view_batch,
-                       a.o_stride, 64, 64)
-              : CUtensorMap{},
+        CUtensorMap{},  // O: from registers
     };
 }
 

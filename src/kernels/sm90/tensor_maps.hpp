@@ -93,12 +93,12 @@ TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int
 // FP8 (Traits::fp8): Q and K (e4m3, (d_head, seq, heads, batch)) and V's transposed copy `vt`
 // (fp8/v_transpose.hpp: (seq_pad keys, d_v, heads_kv, batch), contiguous) as `v`, each viewed
 // as 16-bit elements, pairs of e4m3 values (TMA moves bytes): boxes of 64 such columns (128
-// bytes, the 128-byte swizzle's row) x 64 rows for Q, x kv_rows for K, x d_v for the copy; O
-// (bf16) as make_tensor_maps's where `o_map` (a kernel that stages O apart: the others store
-// it from registers, with no map). Throws Error(ErrorCode::invalid_argument) for strides in
-// bytes that are not multiples of 16, Error(ErrorCode::cuda) if the driver rejects a map.
+// bytes, the 128-byte swizzle's row) x 64 rows for Q, x kv_rows for K, x d_v for the copy; no
+// map of O, which the FP8 kernels store from registers. Throws Error(ErrorCode::invalid_argument)
+// for strides in bytes that are not multiples of 16, Error(ErrorCode::cuda) if the driver
+// rejects a map.
 TensorMaps make_fp8_tensor_maps(const KernelArgs& args, int d_head, int kv_rows, const void* vt,
-                                std::int64_t seq_pad, bool o_map);
+                                std::int64_t seq_pad);
 
 // Boxes of one row of the tiles' swizzle (as make_tensor_maps's) x q_rows rows for Q and dO,
 // x kv_rows for K, V, dK and dV; V, dO and dV of d_v columns.

@@ -103,8 +103,8 @@ struct Traits {
     // in turn in a region after the V stages, whose barrier (o_empty) completes a phase per
     // store that has read it.
     static constexpr bool o_apart = flash_attention::o_staged_apart(C);
-    // FP8's bf16 O is twice its Q rows' bytes: staged apart, or stored from the registers
-    // (epilogue.cuh).
+    // FP8's bf16 O is twice its Q rows' bytes: stored from the registers (epilogue.cuh).
+    static_assert(!(fp8 && o_apart), "FP8 stages no O (o_staged_apart())");
     static_assert(o_apart || fp8 || OTile::bytes <= QTile::bytes, "O is staged where Q was");
     // Q's full/empty pairs (q_barrier_pairs()): one per buffer, or with one buffer in a
     // persistent CTA one per consumer, each guarding that consumer's rows (q_pair()).
