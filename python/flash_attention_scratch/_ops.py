@@ -466,6 +466,10 @@ def _forward_fp8(q, k, v, softmax_scale, causal, causal_alignment, return_lse, c
     q_descale, k_descale, v_descale = _check_descales(q, k, descales)
     if out is not None and (not isinstance(out, torch.Tensor) or out.dtype != torch.bfloat16):
         raise TypeError(f"out.dtype: expected torch.bfloat16 for torch.float8_e4m3fn inputs, got {_described(out)}")
+    if out is not None and (tuple(out.shape) != _out_shape(q, v) or out.device != q.device):
+        # the library's own check, before torch.compile's copy into out could broadcast or move it
+        raise ValueError(f"out: expected shape {_out_shape(q, v)} on {q.device}, got {tuple(out.shape)} on "
+                         f"{out.device}")
     causal = _causal(causal, causal_alignment)
     config = None if config is None else str(config)
     softmax_scale = None if softmax_scale is None else float(softmax_scale)

@@ -145,6 +145,9 @@ def test_fp8_errors_name_the_argument():
     with pytest.raises(TypeError, match="out.dtype: expected torch.bfloat16"):
         fa.forward(q8, q8, q8, q_descale=ones, k_descale=ones, v_descale=ones,
                    out=torch.empty(1, 64, 2, 128, device="cuda", dtype=torch.float16))
+    with pytest.raises(ValueError, match=r"out: expected shape \(1, 64, 2, 128\)"):
+        fa.forward(q8, q8, q8, q_descale=ones, k_descale=ones, v_descale=ones,
+                   out=torch.empty(2, 64, 2, 128, device="cuda", dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="expected none with torch.float8_e4m3fn inputs"):
         fa.forward(q8, q8, q8, q_descale=ones, k_descale=ones, v_descale=ones, softcap=30.0)
 

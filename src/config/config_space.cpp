@@ -86,13 +86,15 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
     Rule{"dtype", RuleKind::validity,
          "FP16 and BF16 kernels exist in every form; E4M3 (FP8) in the sm90 forward (Traits::fp8): "
-         "d_head 128 or 256 (V's own), B_c 128 (V's transposed tile a whole 128-byte swizzle row "
-         "of keys), and of the knobs stages, overlap, pingpong, persistent, dynamic and lazy",
+         "d_head 128 or 256 (V's own), two consumers (B_r 128, as tested), B_c 128 (V's "
+         "transposed tile a whole 128-byte swizzle row of keys), and of the knobs stages, overlap, "
+         "pingpong, persistent, dynamic and lazy",
          [](const KernelConfig& c) {
              if (c.dtype == DType::FP16 || c.dtype == DType::BF16)
                  return false;
              if (c.dtype != DType::E4M3 || !sm90(c) || c.backward || c.d_v != 0 ||
-                 (c.d_head != 128 && c.d_head != 256) || c.B_c != 128)
+                 (c.d_head != 128 && c.d_head != 256) || c.B_r != 128 || c.n_warps != 12 ||
+                 c.B_c != 128)
                  return true;
              const Sm90Knobs allowed{.stages = c.sm90.stages,
                                      .intra_warpgroup_overlap = c.sm90.intra_warpgroup_overlap,
