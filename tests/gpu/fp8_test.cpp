@@ -168,6 +168,7 @@ fa::tools::DeviceBuffer upload_floats(const std::vector<float>& values) {
 struct Fp8Shape {
     int batch, seq_q, seq_k, heads, heads_kv;
     bool causal, top_left;
+    bool non_negative_v = false;  // |V|: O's sum over the keys grows with them, one sign throughout
 };
 
 // One FP8 forward on fresh inputs: `config` or (nullopt) the automatic choice; with
@@ -179,8 +180,15 @@ void check_fp8_forward(const std::optional<fa::KernelConfig>& config, int d, con
         HostTensor::random_normal(fa::DType::E4M3, s.batch, s.seq_q, s.heads, d, seed);
     const HostTensor k =
         HostTensor::random_normal(fa::DType::E4M3, s.batch, s.seq_k, s.heads_kv, d, seed + 1);
-    const HostTensor v =
+    HostTensor v =
         HostTensor::random_normal(fa::DType::E4M3, s.batch, s.seq_k, s.heads_kv, d, seed + 2);
+    if (s.non_negative_v) {
+        std::vector<std::uint16_t> magnitudes = v.bits;
+        for (std::uint16_t& b : magnitudes)
+            b &= 0x7F;  // e4m3's sign bit
+        v = HostTensor::from_bits(fa::DType::E4M3, s.batch, s.seq_k, s.heads_kv, d,
+                                  std::move(magnitudes));
+    }
     std::mt19937 rng(static_cast<std::uint32_t>(seed));
     std::uniform_real_distribution<float> factor(0.25f, 2.0f);
     std::vector<float> descales[3];
@@ -243,8 +251,11 @@ const Fp8Shape fp8_shapes[] = {
     {1, 200, 700, 2, 1, true, true},
     {1, 700, 200, 2, 2, true, false},
     // Keys enough that O's sum over blocks would drift if the tensor cores' 14-bit additions
-    // (k_fp8_accumulation) compounded: O accumulates across every block in them.
+    // (k_fp8_accumulation) compounded: O accumulates across every block in them. With V's
+    // magnitudes the sum only grows and the additions' rounding cannot cancel.
     {1, 64, 65536, 2, 1, false, false},
+    {1, 64, 16384, 2, 1, false, false, true},
+    {1, 64, 65536, 2, 1, false, false, true},
 };
 
 }  // namespace
