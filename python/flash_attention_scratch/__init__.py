@@ -142,8 +142,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, q_descale=None,
-                    k_descale=None, v_descale=None):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
     """flash_attn.flash_attn_func's arguments and results, on this library's kernels: q
     (batch, seqlen_q, nheads, headdim), k and v (batch, seqlen_k, nheads_k, headdim),
     float16/bfloat16 CUDA tensors, nheads a multiple of nheads_k; headdim 64, 96, 128, 192 or 256.
@@ -163,15 +162,13 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     includes it (flash_attn's causal kernels add slope * j instead: the same output, an LSE
     larger by slope * (i + seqlen_k - seqlen_q)); the slopes get no gradient. dropout_p other
     than 0 raises NotImplementedError (no dropout here), before any work. deterministic=True:
-    bitwise-identical gradients from run to run, as in flash_attn. FP8: torch.float8_e4m3fn
-    q, k and v with q_descale, k_descale and v_descale, keywords after flash_attn's arguments
-    (FlashAttention-3's names; forward() describes them), a bfloat16 output.
+    bitwise-identical gradients from run to run, as in flash_attn. FP8 inputs run through
+    forward(), which takes their descales.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_func needs PyTorch, which is not installed")
     return _ops.flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
-                                deterministic, return_attn_probs, q_descale=q_descale, k_descale=k_descale,
-                                v_descale=v_descale)
+                                deterministic, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),

@@ -560,14 +560,12 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, q_descale=None,
-                    k_descale=None, v_descale=None):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
     _check_flash_attn_extras(dropout_p)
     seq_k = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else None
     causal, window_size = _flash_attn_mask(window_size, causal, seq_k)
     result = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_attn_probs,
-                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
-                     q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
+                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic)
     if return_attn_probs:
         out, lse = result
         return out, lse, None

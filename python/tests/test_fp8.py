@@ -113,26 +113,6 @@ def test_fp8_under_torch_compile():
 
 
 @needs_fp8_kernels
-def test_fp8_through_flash_attn_func():
-    """flash_attn_func takes the descales as keywords (FlashAttention-3's names): forward()'s result,
-    and the LSE with return_attn_probs."""
-    q8, qs, _ = quantised(torch.randn(1, 257, 4, 128, device="cuda"), 4)
-    k8, ks, _ = quantised(torch.randn(1, 300, 4, 128, device="cuda"), 4)
-    v8, vs, _ = quantised(torch.randn(1, 300, 4, 128, device="cuda"), 4)
-    out, lse = fa.forward(q8, k8, v8, causal=True, return_lse=True, q_descale=qs, k_descale=ks, v_descale=vs)
-    got, got_lse, none = fa.flash_attn_func(q8, k8, v8, causal=True, return_attn_probs=True, q_descale=qs,
-                                            k_descale=ks, v_descale=vs)
-    assert torch.equal(got, out) and torch.equal(got_lse, lse) and none is None
-
-
-@needs_torch_fp8
-def test_flash_attn_func_refuses_descales_with_16_bit_inputs():
-    q16 = torch.zeros(1, 4, 2, 128, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="v_descale: expected None for inputs that are not torch.float8_e4m3fn"):
-        fa.flash_attn_func(q16, q16, q16, v_descale=torch.ones(1, 2))
-
-
-@needs_fp8_kernels
 def test_fp8_errors_name_the_argument():
     q8 = torch.randn(1, 64, 2, 128, device="cuda").to(fp8)
     ones = torch.ones(1, 2, device="cuda")
