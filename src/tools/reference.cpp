@@ -133,6 +133,25 @@ std::pair<std::int64_t, std::int64_t> visible_keys(const Problem& p, std::int64_
                                p.top_left, p.window_left, p.window_right}(row);
 }
 
+// Column x of a row's P·V over keys [lo, hi) of sequence `batch`'s K/V head: with the double
+// probabilities s64 in double, and with the naive computation's (`naive`, already in its
+// precision) in fp32, as its GEMM sums them.
+struct PvColumn {
+    double exact;
+    float naive;
+};
+PvColumn pv_column(const Problem& p, std::int64_t batch, std::int64_t kv_head, std::int64_t lo,
+                   std::int64_t hi, std::int64_t x, const std::vector<double>& s64,
+                   const std::vector<float>& naive) {
+    PvColumn sums{0, 0};
+    for (std::int64_t j = lo; j < hi; ++j) {
+        const float vj = p.v.values[p.v.offset(batch, j, kv_head) + x];
+        sums.exact += s64[j] * vj;
+        sums.naive += naive[j] * vj;
+    }
+    return sums;
+}
+
 // One query row, three ways: double precision, naive same-dtype, and the kernel's.
 RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s64,
                     std::vector<float>& s16) {
@@ -201,13 +220,7 @@ RowErrors check_row(const Problem& p, const RowSample& r, std::vector<double>& s
     RowErrors e;
     const std::uint16_t* orow = &p.out.bits[p.out.offset(r.batch, r.row, r.head)];
     for (std::int64_t x = 0; x < p.v.d_head; ++x) {  // V's head dim: O's columns
-        double acc64 = 0;
-        float acc32 = 0;
-        for (std::int64_t j = lo; j < hi; ++j) {
-            const float vj = p.v.values[p.v.offset(r.batch, j, kv_head) + x];
-            acc64 += s64[j] * vj;
-            acc32 += s16[j] * vj;
-        }
+        const auto [acc64, acc32] = pv_column(p, r.batch, kv_head, lo, hi, x, s64, s16);
         const double ref = hi > lo ? acc64 / sum64 : 0.0;
         const double got = to_float(dt, orow[x]);
         // NaN compares false: make it an infinite error instead of a silent pass.
@@ -293,13 +306,7 @@ RowErrors check_row_fp8(const Problem& p, const RowSample& r, std::vector<double
     RowErrors e;
     const std::uint16_t* orow = &p.out.bits[p.out.offset(r.batch, r.row, r.head)];
     for (std::int64_t x = 0; x < p.v.d_head; ++x) {
-        double acc64 = 0;
-        float acc32 = 0;
-        for (std::int64_t j = lo; j < hi; ++j) {
-            const float vj = p.v.values[p.v.offset(r.batch, j, kv_head) + x];
-            acc64 += s64[j] * vj;
-            acc32 += s32[j] * vj;
-        }
+        const auto [acc64, acc32] = pv_column(p, r.batch, kv_head, lo, hi, x, s64, s32);
         const double ref = hi > lo ? acc64 * v_descale / sum64 : 0.0;
         const double got = to_float(DType::BF16, orow[x]);
         e.kernel = std::max(e.kernel, std::isfinite(got) ? std::abs(got - ref) : INFINITY);
