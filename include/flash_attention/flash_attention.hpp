@@ -131,9 +131,10 @@ struct Fp8Descales {
 // (grouped-query and multi-query attention: query head h reads K/V head h / (heads_q /
 // heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 96, 128, 192 or 256; d_v = d_head, or 128 with
 // d_head 192 (DeepSeek's MLA). The softmax scale's default is 1/sqrt(d_head).
-// FP8 attention (Hopper's sm90 family; forward() only): q, k and v E4M3 with o BF16 and
+// FP8 attention (Hopper; forward() and forward_kvcache()): q, k and v E4M3 with o BF16 and
 // `descales`, on the dequantised inputs. It takes d_head 128 or 256 with d_v = d_head, no window,
-// softcap, sinks or ALiBi yet; causal masking, GQA and the LSE as 16-bit inputs.
+// softcap, sinks or ALiBi yet; causal masking, GQA and the LSE as 16-bit inputs. Decoding shapes
+// run on forward_kvcache's split-KV kernel (below), the rest on the sm90 family's FP8 kernels.
 struct ForwardParams {
     TensorView q;
     TensorView k;
@@ -231,6 +232,12 @@ struct KVCacheParams {
     int num_splits = 0;  // as VarlenParams::num_splits
     // Causal masking and the variants per sequence; the LSE output is (batch, heads_q, seq_q).
     AttentionOptions options{};
+    // An FP8 cache: q, k_cache and v_cache (k_new and v_new too) E4M3, o BF16, and their
+    // dequantisation factors, (batch, heads_kv) each (ForwardParams' FP8 limits). It runs on the
+    // split-KV kernel whatever the shape, which streams the e4m3 bytes and converts them exactly
+    // to fp16 for its MMAs: decoding reads half a 16-bit cache's bytes; prefill through it runs
+    // at mma.sync's speed, not at the sm90 FP8 kernels' (forward()).
+    std::optional<Fp8Descales> descales{};
 };
 
 // The largest num_splits a call takes.
@@ -286,7 +293,7 @@ int device_count();
 
 // What the automatic choice depends on, without data: dense tensors of this shape.
 struct ProblemShape {
-    DType dtype = DType::BF16;  // E4M3: FP8 attention (forward() only), whose output is BF16
+    DType dtype = DType::BF16;  // E4M3: FP8 attention (forward(), forward_kvcache): BF16 output
     int d_head = 128;           // Q's and K's
     std::int64_t batch = 1;
     std::int64_t seq_q = 1;

@@ -10,8 +10,8 @@
 namespace flash_attention {
 
 // E4M3: 8-bit floats (4 exponent bits, 3 mantissa bits, bias 7, no infinities: FP8's e4m3fn,
-// PyTorch's torch.float8_e4m3fn), for FP8 attention's Q, K and V. No kernel takes it yet (the
-// config rule `dtype`); the float64 reference does (tools.hpp).
+// PyTorch's torch.float8_e4m3fn), for FP8 attention's Q, K and V: the sm90 family's kernels
+// of the config rule `dtype`, and forward_kvcache's split-KV kernel.
 enum class DType : int { FP16, BF16, E4M3 };
 
 std::string_view to_string(DType dtype);

@@ -126,10 +126,10 @@ bool runs_split_kv(const ChoiceProblem& p, const DeviceProperties& device) {
     constexpr std::int64_t fewest_keys = 1024;
     const ProblemShape& shape = p.shape;
     const std::int64_t rows = shape.seq_q * (shape.heads / shape.heads_kv);
-    // FP8 has no split-KV kernel: its decoding shapes stay on forward()'s FP8 kernels.
-    if (shape.dtype == DType::E4M3 || shape.window_or_softcap ||
-        !serving::has_split_kv(shape.d_head) || shape.d_v != 0 || rows > most_rows ||
-        shape.seq_k < fewest_keys)
+    // FP8's decoding shapes too, at its head dims (its tiles of 128 rows would hold one).
+    if (shape.window_or_softcap || !serving::has_split_kv(shape.d_head) ||
+        (shape.dtype == DType::E4M3 && !serving::has_fp8_split_kv(shape.d_head)) ||
+        shape.d_v != 0 || rows > most_rows || shape.seq_k < fewest_keys)
         return false;
     if (shape.seq_q == 1 || rows <= decode_rows)
         return true;

@@ -197,6 +197,7 @@ KVCacheParams as_kvcache(const ForwardParams& params) {
     kv.v_cache = params.v;
     kv.o = params.o;
     kv.options = params.options;
+    kv.descales = params.descales;
     return kv;
 }
 

@@ -103,7 +103,8 @@ KeySource key_source(const TensorView& k, const TensorView& v,
 // The split-KV kernel's arguments of a call: its tensors and options (sinks, no window or
 // softcap or ALiBi: the route refused those).
 SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const TensorView& k,
-                           const AttentionOptions& options) {
+                           const AttentionOptions& options,
+                           const std::optional<Fp8Descales>& descales = std::nullopt) {
     const SoftmaxScale scale = softmax_scale(options, q.shape[3]);
     SplitKvArgs a{};
     a.q = q.data;
@@ -119,6 +120,11 @@ SplitKvArgs attention_args(const TensorView& q, const TensorView& o, const Tenso
     a.softmax_scale = scale.scale;
     a.scale_log2 = scale.scale_log2;
     a.lse = options.lse;
+    if (descales) {
+        a.q_descale = descales->q;
+        a.k_descale = descales->k;
+        a.v_descale = descales->v;
+    }
     a.partial_rows = q.shape[0] * q.shape[1] * q.shape[2];
     return a;
 }
@@ -168,6 +174,16 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
             std::int64_t page_size) {
     const DeviceProperties& device = DeviceProperties::current();
     const bool paged = page_size != 0;
+    // An FP8 cache: the split-KV kernel's e4m3 instances, on Hopper (FP8 attention's GPUs).
+    if (shape.dtype == DType::E4M3) {
+        if (device.major < 9) {
+            fail(ErrorCode::unsupported, "q.dtype",
+                 "FP16 or BF16 on this GPU (FP8 attention, E4M3, runs on Hopper, compute "
+                 "capability 9.0, and later)",
+                 "E4M3 on " + device.description());
+        }
+        return {std::nullopt, requested_splits(shape, device, num_splits, paged)};
+    }
     // A paged cache's K and V need their heads d_head apart too (sm90::paged_maps_problem).
     const auto paged_maps_fit = [&](const TensorView& cache, const char* name) {
         return sm90::paged_maps_problem(name, cache.shape[2], cache.shape[3], cache.stride[2])
@@ -317,13 +333,18 @@ ForwardParams varlen_views(const VarlenParams& p) {
     return {p.q, p.k, p.v, p.o, p.options};
 }
 
+// forward_kvcache's tensors as forward()'s (k and v the caches).
+ForwardParams kvcache_views(const KVCacheParams& p) {
+    return {p.q, p.k_cache, p.v_cache, p.o, p.options, p.descales};
+}
+
 // Everything forward_kvcache checks before a launch; returns k_new's length (0 without).
 std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
+    const ForwardParams views = kvcache_views(p);
+    check_attention_dtypes(views);
     for (const auto& [t, name] :
-         {std::pair{&p.q, "q"}, {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}, {&p.o, "o"}}) {
-        check_dtype(*t, name, p.q.dtype);
+         {std::pair{&p.q, "q"}, {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}, {&p.o, "o"}})
         check_layout(*t, name);
-    }
     check_heads(p.q, p.k_cache, "k_cache");
     check_values(p.v_cache, "v_cache", p.k_cache, "k_cache", p.q.shape[3]);
     check_output_shape(p.o, p.q, p.v_cache, "v_cache");
@@ -346,7 +367,12 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
         for (const auto& [t, name, cache, cache_name, dim_name] :
              {std::tuple{&*p.k_new, "k_new", &p.k_cache, "k_cache's", "d_head"},
               {&*p.v_new, "v_new", &p.v_cache, "v_cache's", "d_v"}}) {
-            check_dtype(*t, name, p.q.dtype);
+            if (p.q.dtype == DType::E4M3 && t->dtype != DType::E4M3) {
+                fail(ErrorCode::dtype, std::string(name) + ".dtype", "E4M3 (the cache's)",
+                     std::string(to_string(t->dtype)));
+            }
+            if (p.q.dtype != DType::E4M3)
+                check_dtype(*t, name, p.q.dtype);
             check_layout(*t, name);
             check_dim(*t, name, 0, "batch", batch, "q's");
             check_dim(*t, name, 2, "heads", cache->shape[2], cache_name);
@@ -364,6 +390,8 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
         seq_new = p.k_new->shape[1];
     }
     check_packed_rows(p.q.shape[1], p.q, p.k_cache);
+    if (p.q.dtype == DType::E4M3)
+        check_fp8_tensors(views);
     check_outputs_and_options(p.o,
                               {{&p.q, "q"},
                                {&p.k_cache, "k_cache"},
@@ -384,7 +412,10 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
                      {p.cache_seqlens, "cache_seqlens"},
                      {p.k_new ? p.k_new->data : nullptr, "k_new.data"},
                      {p.v_new ? p.v_new->data : nullptr, "v_new.data"},
-                     {p.pages ? p.pages->block_table : nullptr, "pages.block_table"}},
+                     {p.pages ? p.pages->block_table : nullptr, "pages.block_table"},
+                     {p.descales ? p.descales->q : nullptr, "descales.q"},
+                     {p.descales ? p.descales->k : nullptr, "descales.k"},
+                     {p.descales ? p.descales->v : nullptr, "descales.v"}},
                     device, stream);
     return seq_new;
 }
@@ -397,10 +428,6 @@ std::int64_t cache_capacity(const KVCacheParams& p) {
 ProblemShape kvcache_shape(const KVCacheParams& p) {
     return shape(p.q, p.k_cache, p.v_cache, p.q.shape[0], p.q.shape[1], cache_capacity(p),
                  p.options);
-}
-
-ForwardParams kvcache_views(const KVCacheParams& p) {
-    return {p.q, p.k_cache, p.v_cache, p.o, p.options};
 }
 
 }  // namespace
@@ -474,6 +501,7 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
         a.seq_new = static_cast<int>(seq_new);
         a.d_head = static_cast<int>(p.q.shape[3]);
         a.d_v = static_cast<int>(p.v_cache.shape[3]);
+        a.element_bytes = static_cast<int>(element_bytes(p.q.dtype));
         a.seq = keys.seq;
         a.view_batch = keys.view_batch;
         a.block_table = keys.block_table;
@@ -490,7 +518,7 @@ void forward_kvcache(const KVCacheParams& p, Stream stream) {
                     stream);
         return;
     }
-    SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.options);
+    SplitKvArgs a = attention_args(p.q, p.o, p.k_cache, p.options, p.descales);
     a.max_seq_q = static_cast<int>(p.q.shape[1]);
     a.batch = static_cast<int>(batch);
     a.keys = keys;

@@ -54,8 +54,9 @@ std::string dtype_text(DType dtype) {
 // points FP8 callers to forward().
 [[noreturn]] void fail_not_16_bit(const std::string& argument, DType given) {
     fail(ErrorCode::dtype, argument,
-         given == DType::E4M3 ? "FP16 or BF16 (FP8 attention, E4M3, runs through forward() only)"
-                              : "FP16 or BF16",
+         given == DType::E4M3
+             ? "FP16 or BF16 (FP8 attention, E4M3, runs through forward() and forward_kvcache())"
+             : "FP16 or BF16",
          dtype_text(given));
 }
 
@@ -312,11 +313,9 @@ void check_dtype(const TensorView& t, const char* name, DType as) {
         fail_not_16_bit(argument, t.dtype);
 }
 
-namespace {
-
 // forward()'s dtypes: FP16 or BF16 throughout, or FP8 attention's q, k and v in E4M3 with o in
 // BF16; descales with E4M3 inputs only (16-bit ones need no dequantisation).
-void check_forward_dtypes(const ForwardParams& p) {
+void check_attention_dtypes(const ForwardParams& p) {
     if (!is_dtype(p.q.dtype)) {
         fail(ErrorCode::dtype, "q.dtype", "FP16, BF16 or E4M3 (FP8 attention)",
              dtype_text(p.q.dtype));
@@ -341,6 +340,8 @@ void check_forward_dtypes(const ForwardParams& p) {
     }
 }
 
+namespace {
+
 // FP8 attention takes no variants yet: each one set is unsupported, named under `prefix`.
 void check_fp8_variants(const Variants& v, const std::string& prefix) {
     const auto refuse = [&](const char* field, const char* off, const std::string& given) {
@@ -362,9 +363,11 @@ void check_fp8_variants(const Variants& v, const std::string& prefix) {
         refuse("alibi_slopes", "null", "a pointer");
 }
 
+}  // namespace
+
 // FP8 attention's tensors beyond their dtypes: a head dim of its kernels', V's the same (no MLA
-// yet), no variants, and the three descales, (batch, heads_kv) floats each, read while o is
-// written.
+// yet), no variants, and the three descales, (batch, heads_kv) floats each (q's batch: a KV
+// cache's entries or pages may be more), read while o is written.
 void check_fp8_tensors(const ForwardParams& p) {
     if (!fp8_head_dim(p.q.shape[3])) {
         fail(ErrorCode::unsupported, dim("q", 3), fp8_head_dims_expected(),
@@ -380,7 +383,7 @@ void check_fp8_tensors(const ForwardParams& p) {
         fail(ErrorCode::invalid_argument, "descales",
              "q, k and v dequantisation factors (Fp8Descales) with E4M3 inputs", "none");
     }
-    const std::int64_t factors = p.k.shape[0] * p.k.shape[2];
+    const std::int64_t factors = p.q.shape[0] * p.k.shape[2];
     for (const auto& [factor, name] : {std::pair{p.descales->q, "descales.q"},
                                        {p.descales->k, "descales.k"},
                                        {p.descales->v, "descales.v"}}) {
@@ -405,10 +408,8 @@ void check_fp8_tensors(const ForwardParams& p) {
     }
 }
 
-}  // namespace
-
 void validate_tensors(const ForwardParams& p) {
-    check_forward_dtypes(p);
+    check_attention_dtypes(p);
     const std::array<std::pair<const TensorView*, const char*>, 4> tensors = {
         {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}}};
     for (const auto& [t, name] : tensors)

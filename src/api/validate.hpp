@@ -17,7 +17,8 @@ namespace flash_attention {
                        const std::string& given);
 
 // A tensor's dtype: q's (`as`), and FP16 or BF16. Every entry point but forward() checks its
-// tensors with it: E4M3 is refused with a message that FP8 runs through forward() only.
+// tensors with it: E4M3 is refused with a message that FP8 runs through forward() and
+// forward_kvcache() only.
 void check_dtype(const TensorView& t, const char* name, DType as);
 
 // One tensor: a non-null 16-byte aligned pointer, positive sizes within the limits,
@@ -68,6 +69,11 @@ void check_range(const char* name, std::int64_t value, std::int64_t lo, std::int
 // Shapes, dtypes, strides, alignment, aliasing and the scale; with E4M3 inputs FP8 attention's
 // limits and its descales; needs no GPU.
 void validate_tensors(const ForwardParams& params);
+// Its parts for forward_kvcache's views: q's dtype for k, v and o (16-bit), or FP8's (q, k, v
+// E4M3, o BF16) with descales only then; and with E4M3, FP8's head dims, no variants, and the
+// descales' pointers ((q's batch, heads_kv) floats clear of o and the LSE).
+void check_attention_dtypes(const ForwardParams& params);
+void check_fp8_tensors(const ForwardParams& params);
 
 // A data-free problem of forward(): dtype (E4M3 with FP8 attention's limits), head dim, positive
 // sizes, heads_kv dividing heads.

@@ -14,6 +14,12 @@
 // V's bytes in the same spirit in its in-kernel transpose). constexpr: host code and device code
 // (--expt-relaxed-constexpr) share it.
 
+#if defined(__CUDACC__)
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#endif
+
 namespace flash_attention {
 
 // Keys a k-step of an 8-bit wgmma.
@@ -43,5 +49,19 @@ constexpr int fp8_slot_of_key(int key) {
     const int half = key / 16, pair = key % 8 / 2, i = key % 2 + 2 * (key % 16 / 8);
     return 16 * half + 4 * pair + i;
 }
+
+#if defined(__CUDACC__)
+// FP8: Q's and K's descales of a (sequence, K/V head), `pair`, folded into a softmax scale (S
+// itself is never scaled). A zero product (an all-zero input's descale) or one whose scaled
+// factor would underflow takes the smallest normal factor instead: the scores it leaves are
+// within 1e-30 of zero, as meant, and a masked score stays -inf where 0 x -inf would be NaN. A
+// negative or NaN product gives NaN, which the output then shows.
+// Args: the sm90 kernels' KernelArgs or the split-KV kernel's SplitKvArgs (q_descale, k_descale).
+template <class Args>
+__device__ __forceinline__ float fp8_descaled(float scale, const Args& args, std::int64_t pair) {
+    const float qk = __ldg(args.q_descale + pair) * __ldg(args.k_descale + pair);
+    return qk >= 0.0f ? fmaxf(scale * qk, FLT_MIN) : NAN;
+}
+#endif
 
 }  // namespace flash_attention

@@ -282,3 +282,33 @@ TEST(Fp8, ForwardMatchesReference) {
             check_fp8_forward(std::nullopt, d, fp8_shapes[1], seed += 3);
     }
 }
+
+// Decoding shapes through forward() run on the split-KV kernel's e4m3 instances (its tiles of
+// (position, query head) rows), which any build has: decoding, speculative decoding (causal
+// both ways), and a batch of one over many keys (split into ranges and merged).
+TEST(Fp8, DecodingShapesRunOnTheSplitKvKernel) {
+    if (fa::DeviceProperties::current().major != 9)
+        GTEST_SKIP() << "FP8 attention runs on Hopper";
+    const Fp8Shape shapes[] = {
+        {4, 1, 4096, 16, 2, false, false},
+        {2, 16, 2048, 8, 2, true, false},
+        {2, 16, 2048, 8, 2, true, true},
+        {1, 1, 30000, 8, 8, false, false},
+    };
+    std::uint64_t seed = std::random_device{}();
+    for (const int d : {128, 256}) {
+        for (const Fp8Shape& s : shapes) {
+            const fa::ProblemShape shape{.dtype = fa::DType::E4M3,
+                                         .d_head = d,
+                                         .batch = s.batch,
+                                         .seq_q = s.seq_q,
+                                         .seq_k = s.seq_k,
+                                         .heads = s.heads,
+                                         .heads_kv = s.heads_kv,
+                                         .causal = s.causal};
+            EXPECT_FALSE(fa::chosen_kernel(shape, fa::DeviceProperties::current()).config)
+                << "d " << d << ", seq_q " << s.seq_q << ": expected the split-KV kernel";
+            check_fp8_forward(std::nullopt, d, s, seed += 3);
+        }
+    }
+}

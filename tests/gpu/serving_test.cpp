@@ -81,6 +81,8 @@ struct VariantSpec {
     int window_left = -1, window_right = -1;
     float softcap = 0;
     std::vector<float> sinks;  // per query head; empty: none
+    // FP8 inputs' descales, q's, k's and v's, one a K/V head of the sequence; empty: 16-bit.
+    std::vector<float> descales[3];
 };
 
 // Checks one sequence against the reference; a sequence with no keys must give zeros
@@ -105,10 +107,24 @@ void expect_matches(const SequenceCheck& s, bool causal, bool top_left, double s
         return;
     }
     const auto rows = fa::reference::sample_rows(1, s.q.heads, s.q.seq, 64, seed);
-    const auto result = fa::reference::check_attention(
-        {s.q, s.k, s.v, s.out, scale, causal, &s.lse, top_left, var.window_left, var.window_right,
-         var.softcap, var.sinks.empty() ? nullptr : &var.sinks},
-        rows);
+    fa::reference::Problem problem{s.q,
+                                   s.k,
+                                   s.v,
+                                   s.out,
+                                   scale,
+                                   causal,
+                                   &s.lse,
+                                   top_left,
+                                   var.window_left,
+                                   var.window_right,
+                                   var.softcap,
+                                   var.sinks.empty() ? nullptr : &var.sinks};
+    if (!var.descales[0].empty()) {
+        problem.q_descale = &var.descales[0];
+        problem.k_descale = &var.descales[1];
+        problem.v_descale = &var.descales[2];
+    }
+    const auto result = fa::reference::check_attention(problem, rows);
     EXPECT_TRUE(result.passed) << label << ": " << result.summary() << "; seed " << seed;
 }
 
@@ -273,7 +289,7 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
         p.options.causal_alignment = fa::CausalAlignment::top_left;
     p.options.lse = static_cast<float*>(lse.data());
     p.num_splits = c.splits;
-    VariantSpec var{c.window_left, c.window_right, c.softcap, {}};
+    VariantSpec var{c.window_left, c.window_right, c.softcap, {}, {}};
     fa::tools::DeviceBuffer sinks_dev;
     if (c.sinks) {
         std::tie(var.sinks, sinks_dev) = draw_sinks(heads, seed + 7);
@@ -411,6 +427,8 @@ struct CacheProblem {
     std::vector<int> lengths;
     HostTensor q, k_cache, v_cache, k_new, v_new;
     std::vector<HostTensor> k_seq, v_seq;  // expected keys per sequence
+    // E4M3: q's, k's and v's descales, (batch, heads_kv) each, in [0.25, 2).
+    std::vector<float> descales[3];
 
     CacheProblem(const CacheCase& c_, int batch_, int capacity_, std::uint64_t seed_,
                  std::vector<int> fixed_lengths = {})
@@ -439,6 +457,13 @@ struct CacheProblem {
                           std::uint16_t{0xFFFF});
             }
         }
+        if (c.dtype == fa::DType::E4M3) {
+            std::uniform_real_distribution<float> factor(0.25f, 2.0f);
+            for (auto& ds : descales) {
+                for (int i = 0; i < batch * heads_kv; ++i)
+                    ds.push_back(factor(rng));
+            }
+        }
         for (int b = 0; b < batch; ++b) {
             HostTensor k = rows_of(k_cache, b, 0, lengths[b]);
             HostTensor v = rows_of(v_cache, b, 0, lengths[b]);
@@ -451,8 +476,21 @@ struct CacheProblem {
         }
     }
 
-    // O's shape: q's, with V's head dim.
-    HostTensor o_shape() const { return {c.dtype, batch, c.seq_q, heads, c.v_dim(), {}, {}}; }
+    // O's shape: q's, with V's head dim (BF16 for FP8 inputs).
+    HostTensor o_shape() const {
+        const fa::DType out = c.dtype == fa::DType::E4M3 ? fa::DType::BF16 : c.dtype;
+        return {out, batch, c.seq_q, heads, c.v_dim(), {}, {}};
+    }
+
+    // Sequence b's FP8 descales (none for 16-bit inputs), for its reference check.
+    VariantSpec fp8_of(int b) const {
+        VariantSpec var;
+        for (int i = 0; i < 3 && !descales[i].empty(); ++i) {
+            var.descales[i].assign(descales[i].begin() + b * heads_kv,
+                                   descales[i].begin() + (b + 1) * heads_kv);
+        }
+        return var;
+    }
 
     // The whole cache rows per sequence (for the paged copy): every row, so pages hold the
     // stale rows past each length too, as a real cache does.
@@ -470,6 +508,7 @@ struct CacheRun {
     fa::tools::DeviceTensor dq, dk, dv, dk_new, dv_new, dout;
     std::optional<PagedCache> paged;
     fa::tools::DeviceBuffer seqlens, lse;
+    std::vector<fa::tools::DeviceBuffer> descales;  // FP8's q, k and v factors
 
     explicit CacheRun(const CacheProblem& p)
         : pr(p),
@@ -484,6 +523,11 @@ struct CacheRun {
         if (p.c.page_size > 0) {
             paged.emplace(p.cache_rows(p.k_cache), p.cache_rows(p.v_cache), p.c.page_size,
                           p.capacity, p.seed);
+        }
+        descales.reserve(3);
+        for (int i = 0; i < 3 && !p.descales[i].empty(); ++i) {
+            descales.emplace_back(p.descales[i].size() * sizeof(float));
+            descales.back().upload(p.descales[i]);
         }
     }
 
@@ -505,6 +549,11 @@ struct CacheRun {
             k.options.causal_alignment = fa::CausalAlignment::top_left;
         k.options.lse = static_cast<float*>(lse.data());
         k.num_splits = pr.c.splits;
+        if (!descales.empty()) {
+            k.descales = fa::Fp8Descales{static_cast<const float*>(descales[0].data()),
+                                         static_cast<const float*>(descales[1].data()),
+                                         static_cast<const float*>(descales[2].data())};
+        }
         return k;
     }
 
@@ -524,7 +573,8 @@ void expect_cache_result(const CacheProblem& pr, const fa::tools::DeviceTensor& 
                                            lse_host.begin() + (b + 1) * per_batch)};
         expect_matches(s, pr.c.causal, pr.c.top_left, 1.0 / std::sqrt(double(pr.c.d)), pr.seed,
                        label + ", sequence " + std::to_string(b) + " (" +
-                           std::to_string(pr.lengths[b]) + " cached keys)");
+                           std::to_string(pr.lengths[b]) + " cached keys)",
+                       pr.fp8_of(b));
     }
 }
 
@@ -540,6 +590,8 @@ TEST_P(KVCache, MatchesReferenceAndAppends) {
         fa::DeviceProperties::current().major != 9) {
         GTEST_SKIP() << "d_head " << c.d << " d_v " << c.v_dim() << " runs on the sm90 family only";
     }
+    if (c.dtype == fa::DType::E4M3 && fa::DeviceProperties::current().major < 9)
+        GTEST_SKIP() << "FP8 attention runs on Hopper";
     const CacheProblem pr(c, 5, 1500, fresh_seed(), {0, 1500 - c.seq_new});
     CacheRun run(pr);
     run.dout.buffer.poison_with_nan();
@@ -548,7 +600,9 @@ TEST_P(KVCache, MatchesReferenceAndAppends) {
     fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
     run.expect_matches_reference("kvcache");
 
-    if (c.seq_new > 0 && c.page_size == 0) {
+    // (download_bits reads 16-bit elements; an FP8 cache's appended rows are checked through
+    // the reference, which takes each sequence's expected keys.)
+    if (c.seq_new > 0 && c.page_size == 0 && c.dtype != fa::DType::E4M3) {
         // The new tokens are in both caches at each sequence's length, every column of every
         // head (V's may be fewer than K's), nothing else moved.
         for (const auto& [device, host, added, name] :
@@ -619,6 +673,21 @@ std::vector<CacheCase> cache_cases() {
     cases.push_back({200, 4, 3, 0, true, 0, fa::DType::FP16, 192, false, 128});
     cases.push_back({200, 4, 0, 16, true, 0, fa::DType::FP16, 192, false, 128});
     cases.push_back({5, 8, 2, 16, true, 0, fa::DType::BF16, 192, false, 128});  // paged V appended
+    // FP8 caches (E4M3 q, caches and new rows, descales a K/V head, BF16 O) on the split-KV
+    // kernel's e4m3 instances: decoding (one-warp tiles), speculative decoding and chunked
+    // prefill (four-warp tiles), contiguous and paged, appended, split, causal both ways.
+    constexpr fa::DType e4m3 = fa::DType::E4M3;
+    cases.push_back({1, 8, 0, 0, false, 0, e4m3, 128});
+    cases.push_back({1, 4, 1, 16, true, 0, e4m3, 128});
+    cases.push_back({1, 4, 2, 0, true, 5, e4m3, 128});
+    cases.push_back({16, 4, 3, 64, true, 0, e4m3, 128});
+    cases.push_back({16, 4, 0, 0, true, 3, e4m3, 128, true});
+    cases.push_back({200, 4, 0, 0, true, 0, e4m3, 128});
+    cases.push_back({177, 2, 2, 16, false, 0, e4m3, 128});
+    cases.push_back({1, 4, 1, 64, true, 7, e4m3, 256});
+    cases.push_back({5, 8, 2, 16, true, 0, e4m3, 256, true});
+    cases.push_back({150, 2, 2, 16, false, 0, e4m3, 256});
+    cases.push_back({129, 1, 0, 0, true, 0, e4m3, 256});
     return cases;
 }
 
@@ -677,7 +746,10 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
 TEST(KVCacheBatch, KeyWarpsMatchTheReference) {
     for (const auto& [c, capacity] :
          {std::pair{CacheCase{1, 4, 0, 0, false, 0}, 3000},
-          std::pair{CacheCase{1, 8, 1, 16, true, 16, fa::DType::FP16, 64}, 2500}}) {
+          std::pair{CacheCase{1, 8, 1, 16, true, 16, fa::DType::FP16, 64}, 2500},
+          std::pair{CacheCase{1, 4, 1, 16, true, 8, fa::DType::E4M3, 128}, 2500}}) {
+        if (c.dtype == fa::DType::E4M3 && fa::DeviceProperties::current().major < 9)
+            continue;  // FP8 attention runs on Hopper
         const CacheProblem pr(c, 64, capacity, fresh_seed(), {0, 1, capacity - c.seq_new});
         CacheRun run(pr);
         run.dout.buffer.poison_with_nan();

@@ -152,6 +152,66 @@ TEST(ServingValidation, Varlen) {
         "seqused_k", "neither");
 }
 
+namespace {
+
+// An FP8 cache's call: E4M3 q and caches, BF16 o, descales (4 sequences x 8 K/V heads each).
+fa::KVCacheParams good_fp8_kvcache() {
+    fa::KVCacheParams p;
+    p.q = view(1, 4, 1, 32, 128, fa::DType::E4M3);
+    p.k_cache = view(2, 4, 4096, 8, 128, fa::DType::E4M3);
+    p.v_cache = view(3, 4, 4096, 8, 128, fa::DType::E4M3);
+    p.o = view(4, 4, 1, 32);
+    p.cache_seqlens = address<std::int32_t>(5);
+    p.descales = fa::Fp8Descales{address<float>(8), address<float>(9), address<float>(10)};
+    return p;
+}
+
+void fp8_kvcache_error(const std::function<void(fa::KVCacheParams&)>& edit,
+                       const std::string& argument, const std::string& given,
+                       fa::ErrorCode code = fa::ErrorCode::invalid_argument) {
+    fa::KVCacheParams p = good_fp8_kvcache();
+    edit(p);
+    expect_error([&] { fa::forward_kvcache(p); }, code, argument, given);
+}
+
+}  // namespace
+
+// An FP8 cache's limits, each named: FP8's dtypes throughout (new rows too), its descales and
+// their shape, its head dims, no variants; descales refused with 16-bit inputs.
+TEST(ServingValidation, Fp8KVCache) {
+    fp8_kvcache_error([](auto& p) { p.descales.reset(); }, "descales", "none");
+    fp8_kvcache_error([](auto& p) { p.descales->k = nullptr; }, "descales.k", "a null pointer");
+    fp8_kvcache_error([](auto& p) { p.o = view(4, 4, 1, 32, 128, fa::DType::FP16); }, "o.dtype",
+                      "FP16", fa::ErrorCode::dtype);
+    fp8_kvcache_error([](auto& p) { p.v_cache = view(3, 4, 4096, 8); }, "v.dtype", "BF16",
+                      fa::ErrorCode::dtype);
+    fp8_kvcache_error(
+        [](auto& p) {
+            p.k_new = view(6, 4, 1, 8, 128, fa::DType::E4M3);
+            p.v_new = view(7, 4, 1, 8);
+        },
+        "v_new.dtype", "BF16", fa::ErrorCode::dtype);
+    fp8_kvcache_error(
+        [](auto& p) {
+            p.q = view(1, 4, 1, 32, 64, fa::DType::E4M3);
+            p.k_cache = view(2, 4, 4096, 8, 64, fa::DType::E4M3);
+            p.v_cache = view(3, 4, 4096, 8, 64, fa::DType::E4M3);
+            p.o = view(4, 4, 1, 32, 64);
+        },
+        "q.shape[3] (d_head)", "64", fa::ErrorCode::unsupported);
+    fp8_kvcache_error([](auto& p) { p.options.variants.softcap = 30.0f; },
+                      "options.variants.softcap", "30", fa::ErrorCode::unsupported);
+    // The factors are (q's batch, heads_kv): a cache of more entries does not widen them, and
+    // they may not overlap o.
+    fp8_kvcache_error([](auto& p) { p.descales->v = static_cast<float*>(p.o.data); }, "descales.v",
+                      "an overlapping range");
+    kvcache_error(
+        [](auto& p) {
+            p.descales = fa::Fp8Descales{address<float>(8), address<float>(9), address<float>(10)};
+        },
+        "descales", "some with BF16 inputs");
+}
+
 TEST(ServingValidation, KVCache) {
     kvcache_error([](auto& p) { p.options.causal_alignment = fa::CausalAlignment{2}; },
                   "causal_alignment", "enum value 2");

@@ -901,8 +901,9 @@ TEST(Validation, Fp8NamedConfig) {
     }
 }
 
-// Every entry point but forward() takes 16-bit inputs only, and says FP8 runs through forward().
-TEST(Validation, Fp8RunsThroughForwardOnly) {
+// Every entry point but forward() and forward_kvcache() takes 16-bit inputs only, and says where
+// FP8 runs.
+TEST(Validation, Fp8RunsThroughForwardAndKvcacheOnly) {
     const auto expect_forward_only = [](const std::function<void()>& call,
                                         const std::string& argument) {
         try {
@@ -910,7 +911,8 @@ TEST(Validation, Fp8RunsThroughForwardOnly) {
             ADD_FAILURE() << "no error for " << argument;
         } catch (const fa::Error& e) {
             expect_error(e, fa::ErrorCode::dtype, argument, "E4M3");
-            EXPECT_NE(std::string(e.what()).find("runs through forward() only"), std::string::npos)
+            EXPECT_NE(std::string(e.what()).find("runs through forward() and forward_kvcache()"),
+                      std::string::npos)
                 << e.what();
         }
     };
@@ -923,12 +925,6 @@ TEST(Validation, Fp8RunsThroughForwardOnly) {
     varlen.o = fa::TensorView::contiguous(address(4), fa::DType::BF16, 1, 256, 4, 128);
     expect_forward_only([&] { fa::forward_varlen(varlen); }, "q.dtype");
     expect_forward_only([&] { fa::chosen_kernel(varlen); }, "q.dtype");
-    fa::KVCacheParams kv;
-    kv.q = e4m3(1, 2, 1);
-    kv.k_cache = e4m3(2, 2, 4096);
-    kv.v_cache = e4m3(3, 2, 4096);
-    kv.o = fa::TensorView::contiguous(address(4), fa::DType::BF16, 2, 1, 4, 128);
-    expect_forward_only([&] { fa::forward_kvcache(kv); }, "q.dtype");
     fa::BackwardParams backward = good_backward();
     for (fa::TensorView* t : {&backward.q, &backward.k, &backward.v, &backward.d_o, &backward.o,
                               &backward.dq, &backward.dk, &backward.dv}) {

@@ -75,6 +75,11 @@ __device__ __forceinline__ uint4 ld_shared_16(std::uint32_t src) {
                  : "r"(src));
     return v;
 }
+__device__ __forceinline__ std::uint32_t ld_shared_4(std::uint32_t src) {
+    std::uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(src));
+    return v;
+}
 __device__ __forceinline__ void st_shared_4(std::uint32_t dst, std::uint32_t v) {
     asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(dst), "r"(v));
 }

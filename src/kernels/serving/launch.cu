@@ -75,7 +75,7 @@ __global__ void append_kernel(const __grid_constant__ AppendArgs args) {
     const int t = blockIdx.x;
     const int head = blockIdx.y;
     const int b = blockIdx.z;
-    const int k_chunks = args.d_head / 8;  // 16-byte chunks of a K row
+    const int k_chunks = args.d_head * args.element_bytes / 16;  // 16-byte chunks of a K row
     const bool is_v = static_cast<int>(threadIdx.x) >= k_chunks;
     const int chunk = static_cast<int>(threadIdx.x) - (is_v ? k_chunks : 0);
     // Rows are 64-bit here: a corrupt length near 2^31 must not wrap into the cache.
@@ -95,18 +95,21 @@ __global__ void append_kernel(const __grid_constant__ AppendArgs args) {
     }
     const TensorStrides& src_stride = is_v ? args.v_new_stride : args.k_new_stride;
     const TensorStrides& dst_stride = is_v ? args.v_stride : args.k_stride;
-    const auto* src = static_cast<const std::uint16_t*>(is_v ? args.v_new : args.k_new) +
-                      b * src_stride.batch + t * src_stride.seq + head * src_stride.head;
-    auto* dst = static_cast<std::uint16_t*>(is_v ? args.v_cache : args.k_cache) +
-                entry * dst_stride.batch + entry_row * dst_stride.seq + head * dst_stride.head;
-    ptx::st_global_16(dst + chunk * 8, ptx::ld_global_16(src + chunk * 8));
+    const auto* src =
+        static_cast<const unsigned char*>(is_v ? args.v_new : args.k_new) +
+        (b * src_stride.batch + t * src_stride.seq + head * src_stride.head) * args.element_bytes;
+    auto* dst = static_cast<unsigned char*>(is_v ? args.v_cache : args.k_cache) +
+                (entry * dst_stride.batch + entry_row * dst_stride.seq + head * dst_stride.head) *
+                    args.element_bytes;
+    ptx::st_global_16(dst + chunk * 16, ptx::ld_global_16(src + chunk * 16));
 }
 
 void launch_append(const AppendArgs& args, int batch, int heads_kv, Stream stream) {
     launch_kernel<&append_kernel>(
         dim3(static_cast<unsigned>(args.seq_new), static_cast<unsigned>(heads_kv),
              static_cast<unsigned>(batch)),
-        (args.d_head + args.d_v) / 8, 0, stream, args, "KV append kernel launch");
+        (args.d_head + args.d_v) * args.element_bytes / 16, 0, stream, args,
+        "KV append kernel launch");
 }
 
 }  // namespace flash_attention::serving

@@ -31,6 +31,12 @@ constexpr bool has_split_kv(std::int64_t d_head) {
     return d_head == 64 || d_head == 128 || d_head == 256;
 }
 
+// The head dims of its FP8 (E4M3) instances: rows of 128 bytes or more, which the tiles'
+// swizzle needs (e4m3_operands.cuh), as FP8's sm90 kernels take.
+constexpr bool has_fp8_split_kv(std::int64_t d_head) {
+    return d_head == 128 || d_head == 256;
+}
+
 // plan_splits for the kernel that runs query rows of rows_per_kv_head (position, query
 // head) pairs per K/V head over at most max_seq_k keys.
 SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k, bool paged,
@@ -41,8 +47,9 @@ SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_s
 void launch_attention(SplitKvArgs args, DType dtype, int d_head, std::int64_t max_seq_k,
                       int requested_splits, Stream stream);
 
-// The launch for one d_head, both dtypes: instantiated once per d_head, each in its own
-// translation unit (split_kv_d*.cu) so that the build compiles them in parallel.
+// The launch for one d_head, every dtype (E4M3 where has_fp8_split_kv): instantiated once per
+// d_head, each in its own translation unit (split_kv_d*.cu) so that the build compiles them in
+// parallel.
 template <int D>
 void launch_d_head(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
                    Stream stream);

@@ -133,7 +133,7 @@ void launch_split(SplitKvArgs args, const SplitPlan& plan, Stream stream) {
                                static_cast<unsigned>(args.batch)),
                           Tr::threads, Tr::smem_bytes, stream, args, "split-KV kernel launch");
     if (combine) {
-        launch_combine<Dt, D>(
+        launch_combine<Tr::out_dtype, D>(
             {args.o_partial, args.lse_partial, args.fold_sum, folded, args.ranges_per_group,
              args.partial_rows, args.cu_seqlens_q, args.batch, splits, args.heads, args.view_seq_q,
              args.o, args.o_stride, args.lse, args.sinks},
@@ -205,10 +205,18 @@ void launch_for(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Str
 template <int D>
 void launch_d_head(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
                    Stream stream) {
-    if (dtype == DType::BF16)
+    if (dtype == DType::BF16) {
         launch_for<DType::BF16, D>(args, max_seq_k, splits, stream);
-    else
+    } else if (dtype == DType::FP16) {
         launch_for<DType::FP16, D>(args, max_seq_k, splits, stream);
+    } else if constexpr (has_fp8_split_kv(D)) {
+        launch_for<DType::E4M3, D>(args, max_seq_k, splits, stream);
+    } else {
+        throw Error(ErrorCode::unsupported,
+                    "q.shape[3] (d_head): expected 128 or 256 for an FP8 "
+                    "KV cache (the split-KV kernel's e4m3 rows), got " +
+                        std::to_string(D));
+    }
 }
 
 }  // namespace flash_attention::serving

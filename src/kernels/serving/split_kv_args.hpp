@@ -73,6 +73,11 @@ struct SplitKvArgs {
     const float* sinks;
     float softmax_scale;
     float scale_log2;
+    // FP8 (E4M3) inputs' dequantisation factors, fp32 (batch, heads_kv): q's and k's join the
+    // softmax's scale, v's O. Null with 16-bit inputs.
+    const float* q_descale;
+    const float* k_descale;
+    const float* v_descale;
     int splits;            // key ranges per (sequence, K/V head, query tile)
     int blocks_per_split;  // key blocks in each range (the last ones may be empty)
     // A row's merge: each run of ranges_per_group consecutive ranges folded from scratch (a
@@ -130,8 +135,9 @@ struct AppendArgs {
     int seq_new;
     int d_head;
     int d_v;
-    int seq;         // rows of the cache view: dense length, or page size
-    int view_batch;  // cache entries, or pages
+    int element_bytes;  // 2 (FP16, BF16) or 1 (E4M3)
+    int seq;            // rows of the cache view: dense length, or page size
+    int view_batch;     // cache entries, or pages
     const std::int32_t* block_table;
     std::int64_t block_table_stride;
     int max_pages;

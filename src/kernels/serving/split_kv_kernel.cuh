@@ -13,10 +13,15 @@
 // batches that fill the GPU with their rows): one CTA takes all of a row's ranges, four
 // warps each streaming a group of them from its own stages, and merges the groups itself,
 // in the order combine_kernel merges them. Every row and key is addressed through a row
-// source (dense, packed or paged), so the main loop is the same for all layouts.
+// source (dense, packed or paged), so the main loop is the same for all layouts. FP8
+// (E4M3) caches and queries stream as bytes and are converted exactly to fp16 on their way
+// into the MMAs (e4m3_operands.cuh): a decode step reads half a 16-bit cache's bytes; the
+// descales join the softmax's scale (q's and k's) and O (v's), whose output is BF16.
 
 #include <cstdint>
+#include <type_traits>
 
+#include "kernels/fp8.hpp"
 #include "kernels/primitives/element.cuh"
 #include "kernels/primitives/epilogue.cuh"
 #include "kernels/primitives/geometry.cuh"
@@ -25,6 +30,7 @@
 #include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/range_fold.cuh"
 #include "kernels/primitives/sequences.cuh"
+#include "kernels/primitives/sm80/e4m3_operands.cuh"
 #include "kernels/primitives/sm80/gm2sm.cuh"
 #include "kernels/primitives/sm80/warp_gemm.cuh"
 #include "kernels/primitives/smem_tile.cuh"
@@ -36,7 +42,12 @@ template <DType Dt, int D, int Warps, int Stages, int KeyWarps = 1>
 struct SplitKvTraits {
     static_assert(KeyWarps == 1 || (Warps == 1 && KeyWarps == split_kv_key_warps(D, Warps)),
                   "key warps stream one-warp tiles");
+    // FP8: e4m3 bytes in memory and shared memory, fp16 in the MMAs, a BF16 output.
+    static constexpr bool fp8 = Dt == DType::E4M3;
+    static constexpr DType mma_dtype = fp8 ? DType::FP16 : Dt;
+    static constexpr DType out_dtype = fp8 ? DType::BF16 : Dt;
     using T = typename Element<Dt>::type;
+    using OutT = typename Element<out_dtype>::type;
     // The threads of one stream of key blocks (its copies and its barrier): the CTA's, or
     // one key warp's.
     static constexpr int stream_threads = Warps * warp_size;
@@ -66,9 +77,17 @@ struct SplitKvTraits {
     // always has blocks in flight (a single buffer left each CTA idle for a load's latency
     // twice a block). The launch picks the count (split_kv_stages).
     static constexpr int stages = Stages;
-    using QTile = SmemTile<B_r, D, true>;  // also stages O at the end
-    using KTile = SmemTile<B_c, D, true>;
-    using VTile = SmemTile<B_c, D, true>;
+    // Tiles of 16-bit columns: an e4m3 row's D bytes are D / 2 of them.
+    static constexpr int tile_cols = fp8 ? D / 2 : D;
+    using QTile = SmemTile<B_r, tile_cols, true>;  // also stages a 16-bit O at the end
+    using KTile = SmemTile<B_c, tile_cols, true>;
+    using VTile = SmemTile<B_c, tile_cols, true>;
+    // The operands' fragments from those tiles (warp_gemm's sources).
+    using QSource = std::conditional_t<fp8, E4m3SmemA<QTile, 1>, SmemA<QTile, 1>>;
+    using KSource =
+        std::conditional_t<fp8, E4m3SmemB<KTile, qk_n_tiles>, SmemB<KTile, qk_n_tiles, false>>;
+    using VSource =
+        std::conditional_t<fp8, E4m3SmemValues<VTile, pv_n_tiles>, SmemB<VTile, pv_n_tiles, true>>;
     // Q (shared by the key warps), then each stream's K stages and V stages.
     static constexpr int stream_bytes = stages * (KTile::bytes + VTile::bytes);
     static constexpr int q_smem_offset = 0;
@@ -136,10 +155,10 @@ __device__ __forceinline__ BlockRows<BlockKeys / 16> block_rows(const KeySource&
 }
 
 template <DType Dt, int D, int Warps, int Stages, bool Paged, int KeyWarps>
-__global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>::threads)
-    split_kv_kernel(const __grid_constant__ SplitKvArgs args) {
+__device__ __forceinline__ void split_kv_tile(const SplitKvArgs& args) {
     using Tr = SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>;
     using T = typename Tr::T;
+    using OutT = typename Tr::OutT;
     using KCopy = RowGatherCopyGM2SM<typename Tr::KTile, Tr::stream_threads, Tr::threads>;
     using VCopy = RowGatherCopyGM2SM<typename Tr::VTile, Tr::stream_threads, Tr::threads>;
     using QCopy = RowGatherCopyGM2SM<typename Tr::QTile, Tr::threads>;
@@ -260,8 +279,8 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
     __syncthreads();
 
     const int warp_row0 = KeyWarps > 1 ? 0 : static_cast<int>(threadIdx.x / warp_size) * mma_m;
-    const SmemA<typename Tr::QTile, 1> q_in_smem(q_smem, warp_row0);
-    typename SmemA<typename Tr::QTile, 1>::template Frags<Tr::qk_k_tiles> q_held;
+    const typename Tr::QSource q_in_smem(q_smem, warp_row0);
+    typename Tr::QSource::template Frags<Tr::qk_k_tiles> q_held;
     if constexpr (Tr::q_in_registers)
         q_in_smem.load(q_held, 0);
     const auto q_frags = [&] {
@@ -287,9 +306,9 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
         return std::int64_t{qs.entry} * args.view_seq_q + qs.row0 + position(r);
     };
 
-    // The row's final O (through Q's tile: this warp's own rows, no other warp reads them)
-    // and LSE, for the rows of this thread's two row halves: the tile's keys in one range,
-    // or all its ranges folded here.
+    // The row's final O (16-bit: through Q's tile, this warp's own rows, which no other warp
+    // reads; FP8's BF16 O from registers) and LSE, for the rows of this thread's two row halves:
+    // the tile's keys in one range, or all its ranges folded here.
     const auto store_output = [&](const float(&out)[1][Tr::pv_n_tiles][4], const float(&lse)[2]) {
         if (args.lse != nullptr && lane % 4 == 0) {
 #pragma unroll
@@ -301,18 +320,42 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
                 }
             }
         }
-        __syncwarp();
-        store_accumulators_RF2SM<Dt, typename Tr::QTile>(out, q_smem, warp_row0);
-        __syncwarp();
-        T* o_base = static_cast<T*>(args.o);
-        copy_rows_SM2GM<typename Tr::QTile, mma_m>(
-            q_smem, warp_row0,
-            [&](int r) {
-                return o_base + std::int64_t{qs.entry} * args.o_stride.batch +
-                       std::int64_t{qs.row0 + position(warp_row0 + r)} * args.o_stride.seq +
-                       std::int64_t{head_of(warp_row0 + r)} * args.o_stride.head;
-            },
-            tile_rows - warp_row0);
+        if constexpr (Tr::fp8) {
+            // Straight from the accumulators: a lane's run of eight consecutive columns of
+            // each 32 (e4m3_output_run), 16 bytes of BF16, for each of its two rows.
+            OutT* o_base = static_cast<OutT*>(args.o);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = warp_row0 + lane / 4 + 8 * h;
+                if (r >= tile_rows)
+                    continue;
+                OutT* row = o_base + std::int64_t{qs.entry} * args.o_stride.batch +
+                            std::int64_t{qs.row0 + position(r)} * args.o_stride.seq +
+                            std::int64_t{head_of(r)} * args.o_stride.head + 8 * (lane % 4);
+#pragma unroll
+                for (int m = 0; m < Tr::pv_n_tiles / 4; ++m) {
+                    float run[8];
+                    e4m3_output_run(out[0], m, h, run);
+                    ptx::st_global_16(row + 32 * m, {ptx::pack_rn<Tr::out_dtype>(run[0], run[1]),
+                                                     ptx::pack_rn<Tr::out_dtype>(run[2], run[3]),
+                                                     ptx::pack_rn<Tr::out_dtype>(run[4], run[5]),
+                                                     ptx::pack_rn<Tr::out_dtype>(run[6], run[7])});
+                }
+            }
+        } else {
+            __syncwarp();
+            store_accumulators_RF2SM<Dt, typename Tr::QTile>(out, q_smem, warp_row0);
+            __syncwarp();
+            T* o_base = static_cast<T*>(args.o);
+            copy_rows_SM2GM<typename Tr::QTile, mma_m>(
+                q_smem, warp_row0,
+                [&](int r) {
+                    return o_base + std::int64_t{qs.entry} * args.o_stride.batch +
+                           std::int64_t{qs.row0 + position(warp_row0 + r)} * args.o_stride.seq +
+                           std::int64_t{head_of(warp_row0 + r)} * args.o_stride.head;
+                },
+                tile_rows - warp_row0);
+        }
     };
     // fp32 partial O straight from the accumulators (each quad writes whole 32-byte
     // sectors) and a per-row value (the range's LSE, or a fold's max) into slot `split`;
@@ -325,11 +368,22 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
             if (r >= tile_rows)
                 continue;
             const std::int64_t row = split * args.partial_rows + token(r) * args.heads + head_of(r);
-            float* dst = args.o_partial + row * D + 2 * (lane % 4);
+            if constexpr (Tr::fp8) {
+                float* dst = args.o_partial + row * D + 8 * (lane % 4);
 #pragma unroll
-            for (int nt = 0; nt < Tr::pv_n_tiles; ++nt)
-                *reinterpret_cast<float2*>(dst + nt * 8) = {out[0][nt][2 * h],
-                                                            out[0][nt][2 * h + 1]};
+                for (int m = 0; m < Tr::pv_n_tiles / 4; ++m) {
+                    float run[8];
+                    e4m3_output_run(out[0], m, h, run);
+                    *reinterpret_cast<float4*>(dst + 32 * m) = {run[0], run[1], run[2], run[3]};
+                    *reinterpret_cast<float4*>(dst + 32 * m + 4) = {run[4], run[5], run[6], run[7]};
+                }
+            } else {
+                float* dst = args.o_partial + row * D + 2 * (lane % 4);
+#pragma unroll
+                for (int nt = 0; nt < Tr::pv_n_tiles; ++nt)
+                    *reinterpret_cast<float2*>(dst + nt * 8) = {out[0][nt][2 * h],
+                                                                out[0][nt][2 * h + 1]};
+            }
             if (lane % 4 == 0)
                 args.lse_partial[row] = lse[h];
         }
@@ -380,11 +434,22 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
         store_output(acc, lse);
     };
 
+    // FP8: the (sequence, K/V head)'s q and k descales in the softmax's scale, v's in O.
+    float softmax_scale = args.softmax_scale;
+    float scale_log2 = args.scale_log2;
+    float v_descale = 1.0f;
+    if constexpr (Tr::fp8) {
+        const std::int64_t pair = std::int64_t{b} * args.heads_kv + kv_head;
+        softmax_scale = fp8_descaled(args.softmax_scale, args, pair);
+        scale_log2 = fp8_descaled(args.scale_log2, args, pair);
+        v_descale = __ldg(args.v_descale + pair);
+    }
+
     // Each range from a fresh softmax state, as a CTA of its own would compute it; the
     // copies run ahead across range boundaries (the blocks are one stream).
     for (int split = first_split; split < end_split; ++split) {
         zero(o);
-        OnlineSoftmax<1, true> softmax(args.softmax_scale, args.scale_log2);
+        OnlineSoftmax<1, true> softmax(softmax_scale, scale_log2);
         // One K/V block: S = Q·K_jᵀ, mask, online softmax, O += P·V_j, while the next load.
         for (int j = range_start(split); j < range_start(split + 1); ++j) {
             const std::uint32_t stage = (j - first_block) % Tr::stages;
@@ -397,20 +462,18 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
                 ptx::cp_async_wait_group<Tr::stages - 1>();  // block j has landed
                 Tr::sync_stream();
             }
-            const SmemB<typename Tr::KTile, Tr::qk_n_tiles, false> k_frags(
-                k_smem + stage * Tr::KTile::bytes);
-            const SmemB<typename Tr::VTile, Tr::pv_n_tiles, true> v_frags(v_smem +
-                                                                          stage * Tr::VTile::bytes);
+            const typename Tr::KSource k_frags(k_smem + stage * Tr::KTile::bytes);
+            const typename Tr::VSource v_frags(v_smem + stage * Tr::VTile::bytes);
             float s[1][Tr::qk_n_tiles][4];
             zero(s);
-            warp_gemm<Dt, Tr::qk_k_tiles, Tr::qk_step, false>(s, q_frags, k_frags);
+            warp_gemm<Tr::mma_dtype, Tr::qk_k_tiles, Tr::qk_step, false>(s, q_frags, k_frags);
             if (j >= blocks.unmasked)
                 mask_scores_by(s, warp_row0, j * Tr::B_c, visible_keys);
             softmax.update(s, o);
             std::uint32_t p[1][Tr::pv_k_tiles][4];
-            accumulators_to_a_fragments<Dt>(s, p);
-            warp_gemm<Dt, Tr::pv_k_tiles, Tr::pv_k_tiles, false>(o, RegisterA<1, Tr::pv_k_tiles>{p},
-                                                                 v_frags);
+            accumulators_to_a_fragments<Tr::mma_dtype>(s, p);
+            warp_gemm<Tr::mma_dtype, Tr::pv_k_tiles, Tr::pv_k_tiles, false>(
+                o, RegisterA<1, Tr::pv_k_tiles>{p}, v_frags);
             // Every warp is done with this stage before the refill overwrites it.
             Tr::sync_stream();
             if (refill < end_block)
@@ -418,6 +481,14 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
             ptx::cp_async_commit_group();
         }
         softmax.finalize(o);
+        if constexpr (Tr::fp8) {
+#pragma unroll
+            for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    o[0][nt][e] *= v_descale;
+            }
+        }
         float lse[2] = {softmax.log_sum_exp(0, 0), softmax.log_sum_exp(0, 1)};
         if (KeyWarps == 1 && args.splits == 1) {
             // A row's sink joins where its ranges end: here when it has one range, as a
@@ -474,6 +545,8 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
                                             w * Tr::stream_bytes)[i * warp_size + lane];
         };
         constexpr int acc_floats = Tr::pv_n_tiles * 4;
+        static_assert((acc_floats + 4) * warp_size * sizeof(float) <= Tr::stream_bytes,
+                      "a key warp's state fits its stages");
         if (key_warp > 0 && key_warp < groups) {
 #pragma unroll
             for (int nt = 0; nt < Tr::pv_n_tiles; ++nt) {
@@ -528,6 +601,26 @@ __global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>:
         }
         store_folded(fold, o_fold);
     }
+}
+
+// Whether this device code converts e4m3 in hardware (cvt.rn.f16x2.e4m3x2: sm_89 on). FP8
+// attention runs on Hopper only (the API refuses it elsewhere), so the FP8 instances' code
+// for older GPUs is a trap.
+__device__ constexpr bool converts_e4m3() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+    return false;
+#else
+    return true;
+#endif
+}
+
+template <DType Dt, int D, int Warps, int Stages, bool Paged, int KeyWarps>
+__global__ void __launch_bounds__(SplitKvTraits<Dt, D, Warps, Stages, KeyWarps>::threads)
+    split_kv_kernel(const __grid_constant__ SplitKvArgs args) {
+    if constexpr (Dt == DType::E4M3 && !converts_e4m3())
+        __trap();
+    else
+        split_kv_tile<Dt, D, Warps, Stages, Paged, KeyWarps>(args);
 }
 
 // Merges the ranges of each row left to right (RangeFold), from slot 0's folded state

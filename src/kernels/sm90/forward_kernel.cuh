@@ -10,7 +10,6 @@
 // tiles; the K/V ring and the Q buffers carry on from tile to tile. docs/design.md describes
 // the roles and the pipeline.
 
-#include <cfloat>
 #include <cstdint>
 
 #include "kernels/fp8.hpp"
@@ -21,17 +20,6 @@
 #include "kernels/sm90/tile_scheduler.cuh"
 
 namespace flash_attention::sm90 {
-
-// FP8: Q's and K's descales of a (sequence, K/V head), `pair`, folded into a softmax scale (S
-// itself is never scaled). A zero product (an all-zero input's descale) or one whose scaled
-// factor would underflow takes the smallest normal factor instead: the scores it leaves are
-// within 1e-30 of zero, as meant, and a masked score stays -inf where 0 x -inf would be NaN. A
-// negative or NaN product gives NaN, which the output then shows.
-__device__ __forceinline__ float fp8_descaled(float scale, const KernelArgs& args,
-                                              std::int64_t pair) {
-    const float qk = __ldg(args.q_descale + pair) * __ldg(args.k_descale + pair);
-    return qk >= 0.0f ? fmaxf(scale * qk, FLT_MIN) : NAN;
-}
 
 // A consumer warpgroup's share of the tiles: one tile per CTA, or with `persistent` one
 // CTA per SM walking the tiles (the static schedule's stride, or the tile the producer

@@ -155,6 +155,10 @@ class TileCopyGM2SM {
     int chunk_;
 };
 
+// Elements of type T in a 16-byte chunk (8 of 16 bits, 16 of e4m3).
+template <class T>
+inline constexpr int chunk_elements = 16 / static_cast<int>(sizeof(T));
+
 // Cooperative GMEM -> SMEM copy (cp.async) of a tile whose rows lie anywhere: row r comes
 // from row_source(r), a T* or null for a row that reads as zeros. The thread-to-chunk
 // mapping is TileCopyGM2SM's: whole 128-byte lines per warp wherever a row is. Threads of
@@ -194,7 +198,8 @@ class RowGatherCopyGM2SM {
             const int r = row + i * row_step;
             const T* src = row_source(r);
             ptx::cp_async_16_zfill(smem_tile + Tile::chunk_offset(r, chunk),
-                                   (src != nullptr ? src : fallback) + chunk * 8, src != nullptr);
+                                   (src != nullptr ? src : fallback) + chunk * chunk_elements<T>,
+                                   src != nullptr);
         }
     }
 
@@ -206,7 +211,7 @@ class RowGatherCopyGM2SM {
                                                         std::int64_t row_stride, std::uint64_t l2) {
         const int row = thread_row();
         const int chunk = thread_chunk();
-        const T* src = first_row + row * row_stride + chunk * 8;
+        const T* src = first_row + row * row_stride + chunk * chunk_elements<T>;
         const std::int64_t step = row_step * row_stride;
 #pragma unroll
         for (int i = 0; i < chunks_per_thread; ++i) {
@@ -231,7 +236,9 @@ class RowGatherCopyGM2SM {
         static_assert(group % row_step == 0, "a thread's rows fall into known groups");
         const int row = thread_row();
         const int chunk = thread_chunk();
-        const std::int64_t offset = row * row_stride + chunk * 8;
+        const std::int64_t offset =
+            row * row_stride +
+            chunk * chunk_elements<std::remove_cvref_t<decltype(*group_source(0))>>;
         const std::int64_t step = row_step * row_stride;
         decltype(group_source(0)) src = nullptr;
 #pragma unroll
@@ -269,8 +276,8 @@ class RowGatherCopyGM2SM {
             const T* src =
                 base == nullptr || r >= valid_rows ? nullptr : base + (r % group) * row_stride;
             ptx::cp_async_16_zfill(smem_tile + Tile::chunk_offset(r, chunk),
-                                   (src != nullptr ? src : fallback) + chunk * 8, src != nullptr,
-                                   l2);
+                                   (src != nullptr ? src : fallback) + chunk * chunk_elements<T>,
+                                   src != nullptr, l2);
         }
     }
 };
