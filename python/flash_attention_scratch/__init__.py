@@ -286,7 +286,8 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
                     softmax_scale=None, causal=False, causal_alignment="bottom_right", num_splits=0,
-                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None):
+                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None,
+                    q_descale=None, k_descale=None, v_descale=None):
     """Attention against a KV cache (flash_attn.flash_attn_with_kvcache): q (batch, seq_q,
     heads, d_head); k_cache, v_cache (batch_cache, seq_cache, heads_kv, d_head), or with
     block_table (int32 (batch, max_pages)) a paged cache (num_pages, page_size, heads_kv,
@@ -303,6 +304,11 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     forward(), each entry against its own keys; a window, softcap or ALiBi runs on the sm90
     kernels (Hopper, no key split, whatever num_splits says) and raises ValueError elsewhere;
     sinks run on every path.
+
+    FP8 caches: torch.float8_e4m3fn q, caches (and k, v) with q_descale, k_descale and v_descale
+    as in forward(), (batch, heads_kv) float32; the output is bfloat16. d_head 128 or 256, no
+    variants; Hopper. They run on the split-KV kernel, which reads the e4m3 bytes (half a 16-bit
+    cache's) and computes in fp16 on the exactly converted values.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.forward_kvcache needs PyTorch, which is not installed")
@@ -310,7 +316,8 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
                                 block_table=block_table, softmax_scale=softmax_scale, causal=causal,
                                 causal_alignment=causal_alignment, num_splits=num_splits,
                                 return_lse=return_lse, window_size=window_size, softcap=softcap,
-                                learnable_sink=learnable_sink, alibi_slopes=alibi_slopes)
+                                learnable_sink=learnable_sink, alibi_slopes=alibi_slopes,
+                                q_descale=q_descale, k_descale=k_descale, v_descale=v_descale)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,

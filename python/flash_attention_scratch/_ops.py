@@ -674,7 +674,8 @@ def _run_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqused_k, block_
 
 
 def _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
-                 causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None):
+                 causal, num_splits, window_left=-1, window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None,
+                 q_descale=None, k_descale=None, v_descale=None):
     if q.dim() != 4:
         raise ValueError(f"q: expected 4 dimensions (batch, seq_q, heads, d_head), got {q.dim()}")
     batch = q.shape[0]
@@ -683,9 +684,16 @@ def _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table
     alibi_slopes = _check_alibi(alibi_slopes, q)  # contiguous, held through the launch
     var = _variant_kwargs(q, window_left, window_right, softcap, sinks, alibi_slopes)
     stream = _current_stream(q.device)
+    fp8 = {} if q_descale is None else dict(q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(),
+                                             v_descale=v_descale.data_ptr())
     _on_device(q.device, lambda: _C.forward_kvcache(
         q, k_cache, v_cache, out, seqlens, table, max_pages, table_stride, k, v, softmax_scale,
-        causal, lse, int(num_splits), stream, **var))
+        causal, lse, int(num_splits), stream, **var, **fp8))
+
+
+def _kvcache_out_like(q, v_cache):
+    # FP8 caches' output is bfloat16.
+    return _fp8_out_like(q, v_cache) if _FP8 is not None and q.dtype == _FP8 else _out_like(q, v_cache)
 
 
 @torch.library.custom_op("flash_attention_scratch::forward_varlen", mutates_args=(), device_types="cuda")
@@ -809,20 +817,23 @@ def _kvcache_op(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, k
                 v: Optional[torch.Tensor], cache_seqlens: Optional[torch.Tensor],
                 block_table: Optional[torch.Tensor], softmax_scale: Optional[float], causal: int,
                 num_splits: int, window_left: int = -1, window_right: int = -1, softcap: float = 0.0,
-                sinks: Optional[torch.Tensor] = None,
-                alibi_slopes: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
-    out = _out_like(q, v_cache)
+                sinks: Optional[torch.Tensor] = None, alibi_slopes: Optional[torch.Tensor] = None,
+                q_descale: Optional[torch.Tensor] = None, k_descale: Optional[torch.Tensor] = None,
+                v_descale: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+    out = _kvcache_out_like(q, v_cache)
     lse = _lse_like(q)
     _run_kvcache(q, k_cache, v_cache, out, lse, k, v, cache_seqlens, block_table, softmax_scale,
-                 causal, num_splits, window_left, window_right, softcap, sinks, alibi_slopes)
+                 causal, num_splits, window_left, window_right, softcap, sinks, alibi_slopes,
+                 q_descale, k_descale, v_descale)
     return out, lse
 
 
 @_kvcache_op.register_fake
 def _(q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, window_left=-1,
-      window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None):
-    return q.new_empty(_out_shape(q, v_cache)), q.new_empty((q.shape[0], q.shape[2], q.shape[1]),
-                                                            dtype=torch.float32)
+      window_right=-1, softcap=0.0, sinks=None, alibi_slopes=None, q_descale=None, k_descale=None, v_descale=None):
+    out_dtype = torch.bfloat16 if _FP8 is not None and q.dtype == _FP8 else q.dtype
+    return (q.new_empty(_out_shape(q, v_cache), dtype=out_dtype),
+            q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32))
 
 
 # (An op that mutates its inputs takes no autograd formula: forward_kvcache refuses inputs
@@ -952,25 +963,46 @@ def _lengths(cache_seqlens, q):
 
 def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, block_table=None,
                     softmax_scale=None, causal=False, causal_alignment="bottom_right", num_splits=0,
-                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None):
+                    return_lse=False, window_size=(-1, -1), softcap=0.0, learnable_sink=None, alibi_slopes=None,
+                    q_descale=None, k_descale=None, v_descale=None):
+    descales = (q_descale, k_descale, v_descale)
+    fp8 = _FP8 is not None and isinstance(q, torch.Tensor) and q.dtype == _FP8
     var = _variants(window_size, softcap, learnable_sink, alibi_slopes)
-    _check("q", q)
-    _check("k_cache", k_cache, q.device)
-    _check("v_cache", v_cache, q.device)
-    for name, t in (("k", k), ("v", v)):
-        if t is not None:
-            _check(name, t, q.device)
+    if fp8:
+        if q.device.type != "cuda":
+            raise ValueError(f"q: expected a CUDA tensor, got a tensor on {q.device}")
+        if (var[:2] != (-1, -1) or var[2] != 0.0 or learnable_sink is not None
+                or alibi_slopes is not None):
+            raise ValueError("window_size, softcap, learnable_sink, alibi_slopes: expected none with "
+                             "torch.float8_e4m3fn inputs (FP8 attention takes no variants yet)")
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):
+            if t is not None or name.endswith("cache"):
+                _check_fp8(name, t, q.device)
+        descales = _check_descales(q, k_cache, descales)
+    else:
+        for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
+            if d is not None:
+                raise ValueError(f"{name}: expected None for inputs that are not torch.float8_e4m3fn (descales "
+                                 f"dequantise FP8 ones), got {_described(d)}")
+        descales = ()
+        _check("q", q)
+        _check("k_cache", k_cache, q.device)
+        _check("v_cache", v_cache, q.device)
+        for name, t in (("k", k), ("v", v)):
+            if t is not None:
+                _check(name, t, q.device)
     _check_no_grad(q, k_cache, v_cache, sinks=learnable_sink, entry="forward_kvcache")
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     _check_alibi(alibi_slopes, q)
     cache_seqlens = _lengths(cache_seqlens, q)
     causal = _causal(causal, causal_alignment, var[:2], alibi_slopes)
-    args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, *var)
+    args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, *var,
+            *descales)
     if torch.compiler.is_compiling():
         out, lse = torch.ops.flash_attention_scratch.forward_kvcache(*args)
     else:
-        out = _out_like(q, v_cache)
+        out = _kvcache_out_like(q, v_cache)
         lse = _lse_like(q) if return_lse else None
         _run_kvcache(q, k_cache, v_cache, out, lse, *args[3:])
     return (out, lse) if return_lse else out

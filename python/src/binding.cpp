@@ -459,7 +459,8 @@ NB_MODULE(_C, m) {
            std::int64_t table_stride, nb::handle k_new, nb::handle v_new,
            std::optional<float> scale, int causal, nb::handle lse, int num_splits,
            std::uintptr_t stream, int window_left, int window_right, float softcap,
-           std::uintptr_t sinks, std::uintptr_t alibi_slopes, std::int64_t alibi_batch_stride) {
+           std::uintptr_t sinks, std::uintptr_t alibi_slopes, std::int64_t alibi_batch_stride,
+           std::uintptr_t q_descale, std::uintptr_t k_descale, std::uintptr_t v_descale) {
             fa::KVCacheParams p;
             p.q = view_of(q, "q");
             p.k_cache = view_of(k_cache, "k_cache");
@@ -476,6 +477,11 @@ NB_MODULE(_C, m) {
                 static_cast<std::size_t>(p.q.shape[0] * p.q.shape[1] * p.q.shape[2]), window_left,
                 window_right, softcap, sinks, alibi_slopes, alibi_batch_stride);
             p.num_splits = num_splits;
+            if (q_descale != 0 || k_descale != 0 || v_descale != 0) {
+                p.descales = fa::Fp8Descales{reinterpret_cast<const float*>(q_descale),
+                                             reinterpret_cast<const float*>(k_descale),
+                                             reinterpret_cast<const float*>(v_descale)};
+            }
             fa::forward_kvcache(p, reinterpret_cast<fa::Stream>(stream));
         },
         nb::arg("q"), nb::arg("k_cache"), nb::arg("v_cache"), nb::arg("out"),
@@ -484,9 +490,10 @@ NB_MODULE(_C, m) {
         nb::arg("softmax_scale").none(), nb::arg("causal"), nb::arg("lse").none(),
         nb::arg("num_splits"), nb::arg("stream"), nb::arg("window_left") = -1,
         nb::arg("window_right") = -1, nb::arg("softcap") = 0.0f, nb::arg("sinks") = 0,
-        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0,
+        nb::arg("alibi_slopes") = 0, nb::arg("alibi_batch_stride") = 0, nb::arg("q_descale") = 0,
+        nb::arg("k_descale") = 0, nb::arg("v_descale") = 0,
         "Attention against a KV cache, appending k_new/v_new first (see KVCacheParams); the\n"
-        "variants as forward's.");
+        "variants as forward's; an FP8 cache's descales as forward's (0: none).");
 
     m.def(
         "backward",

@@ -141,3 +141,89 @@ def test_fp8_checks_before_any_device_work():
     q16 = torch.zeros(1, 4, 2, 128, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="q_descale: expected None for inputs that are not torch.float8_e4m3fn"):
         fa.forward(q16, q16, q16, q_descale=torch.ones(1, 2))
+
+
+needs_hopper_fp8 = pytest.mark.skipif(
+    fp8 is None or not torch.cuda.is_available() or fa.device_count() == 0
+    or torch.cuda.get_device_capability()[0] < 9,
+    reason="needs a Hopper GPU and a PyTorch with torch.float8_e4m3fn (FP8 caches run on every build)",
+)
+
+
+@needs_hopper_fp8
+@pytest.mark.parametrize("paged", [False, True])
+@pytest.mark.parametrize("seq_q,d", [(1, 128), (16, 128), (1, 256), (200, 128)])
+def test_fp8_kvcache_matches_dequantised_reference(paged, seq_q, d):
+    """An FP8 cache (contiguous, or 16-row pages in a shuffled order) with new rows appended:
+    decoding, speculative decoding and chunked prefill on the split-KV kernel, causal, GQA 4,
+    against float64 attention of each sequence's dequantised keys. The kernel computes in fp16 on
+    the exact e4m3 values, so its error is the 16-bit kernels' (bound: 1% of the output)."""
+    torch.manual_seed(seq_q * 31 + d + paged)
+    batch, heads, heads_kv, capacity, seq_new = 3, 8, 2, 1024, 2
+    lengths = torch.tensor([0, 517, capacity - seq_new], dtype=torch.int32, device="cuda")
+    q8, qs, qd = quantised(torch.randn(batch, seq_q, heads, d, device="cuda"), heads_kv)
+    k8, ks, kd = quantised(torch.randn(batch, capacity, heads_kv, d, device="cuda"), heads_kv)
+    v8, vs, vd = quantised(torch.randn(batch, capacity, heads_kv, d, device="cuda"), heads_kv)
+    # The new rows in the caches' e4m3 scale: their real values are the stored ones x descale.
+    kn8 = torch.randn(batch, seq_new, heads_kv, d, device="cuda").to(fp8)
+    vn8 = torch.randn(batch, seq_new, heads_kv, d, device="cuda").to(fp8)
+    k_cache, v_cache, table = k8.clone(), v8.clone(), None
+    if paged:
+        page, pages = 16, batch * capacity // 16
+        order = torch.randperm(pages, device="cuda")
+        table = order.reshape(batch, capacity // page).to(torch.int32)
+        k_cache = torch.empty(pages, page, heads_kv, d, device="cuda", dtype=fp8)
+        v_cache = torch.empty_like(k_cache)
+        k_cache.view(torch.uint8)[order] = k8.view(torch.uint8).reshape(pages, page, heads_kv, d)
+        v_cache.view(torch.uint8)[order] = v8.view(torch.uint8).reshape(pages, page, heads_kv, d)
+    out, lse = fa.forward_kvcache(q8, k_cache, v_cache, kn8, vn8, cache_seqlens=lengths, block_table=table,
+                                  causal=True, return_lse=True, q_descale=qs, k_descale=ks, v_descale=vs)
+    assert out.dtype == torch.bfloat16 and out.shape == (batch, seq_q, heads, d)
+    for b in range(batch):
+        n = int(lengths[b])
+        scale_k, scale_v = ks[b][None, :, None].double(), vs[b][None, :, None].double()
+        keys = torch.cat([kd[b, :n], kn8[b].double() * scale_k])[None]
+        values = torch.cat([vd[b, :n], vn8[b].double() * scale_v])[None]
+        ref, ref_lse = reference(qd[b:b + 1], keys, values, True)
+        error = (out[b:b + 1].double() - ref).abs().max().item()
+        assert error <= 0.01 * ref.abs().max().item() + 1e-3, f"sequence {b}: max|out - ref| {error}"
+        assert (lse[b:b + 1].double() - ref_lse).abs().max().item() <= 1e-3
+    # The appended rows are in the cache, as stored.
+    rows = k_cache if not paged else k_cache.view(torch.uint8)[table.long()].reshape(batch, capacity, heads_kv, d)
+    for b in range(batch):
+        n = int(lengths[b])
+        assert torch.equal(rows.view(torch.uint8)[b, n:n + seq_new], kn8.view(torch.uint8)[b])
+
+
+@needs_hopper_fp8
+def test_fp8_kvcache_under_torch_compile():
+    """fullgraph torch.compile traces an FP8 decode step (the custom op forward_kvcache with its
+    descales): the eager call's output, bit for bit."""
+    q8, qs, _ = quantised(torch.randn(4, 1, 8, 128, device="cuda"), 2)
+    k8, ks, _ = quantised(torch.randn(4, 2048, 2, 128, device="cuda"), 2)
+    v8, vs, _ = quantised(torch.randn(4, 2048, 2, 128, device="cuda"), 2)
+
+    def step(q, k, v):
+        return fa.forward_kvcache(q, k, v, q_descale=qs, k_descale=ks, v_descale=vs)
+
+    eager = step(q8, k8, v8)
+    assert torch.equal(torch.compile(step, fullgraph=True)(q8, k8, v8), eager)
+
+
+@needs_torch_fp8
+def test_fp8_kvcache_errors_name_the_argument():
+    """Descales with a 16-bit cache, variants with an FP8 one, and a 16-bit cache under FP8 q are
+    refused with the argument named (before any device work where the host can tell)."""
+    q16 = torch.zeros(1, 1, 2, 128, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="q_descale: expected None for inputs that are not torch.float8_e4m3fn"):
+        fa.forward_kvcache(q16, q16, q16, q_descale=torch.ones(1, 2))
+    if not torch.cuda.is_available():
+        return
+    q8 = torch.zeros(1, 1, 2, 128, device="cuda").to(fp8)
+    ones = torch.ones(1, 2, device="cuda")
+    with pytest.raises(ValueError, match="expected none with torch.float8_e4m3fn inputs"):
+        fa.forward_kvcache(q8, q8, q8, q_descale=ones, k_descale=ones, v_descale=ones, softcap=30.0)
+    with pytest.raises(TypeError, match="v_cache.dtype: expected torch.float8_e4m3fn"):
+        fa.forward_kvcache(q8, q8, q8.to(torch.bfloat16), q_descale=ones, k_descale=ones, v_descale=ones)
+    with pytest.raises(ValueError, match="k_descale: expected a torch.float32 tensor of shape"):
+        fa.forward_kvcache(q8, q8, q8, q_descale=ones, v_descale=ones)
