@@ -79,9 +79,9 @@ def decode_rows(args, rows):
         if causal and seq_q != seq_k:  # bottom-right: row i sees seq_k - seq_q + i + 1 keys
             flops = 4 * batch * hq * d * sum(seq_k - seq_q + i + 1 for i in range(seq_q))
 
-        def report(impl, ms, spread):
+        def report(impl, ms, spread, bytes_read=kv_bytes):
             rows.append((name, f"b{batch} q{seq_q} k{seq_k}{' causal' if causal else ''}", impl,
-                         f"{ms * 1e3:.1f}", f"{kv_bytes / ms / 1e9:.2f}", f"{flops / ms / 1e9:.1f}",
+                         f"{ms * 1e3:.1f}", f"{bytes_read / ms / 1e9:.2f}", f"{flops / ms / 1e9:.1f}",
                          f"{spread:.0%}"))
 
         ref = fas.forward(qs[0], ks[0], vs[0], causal=causal).float()
@@ -95,6 +95,21 @@ def decode_rows(args, rows):
             report(f"ours, contiguous, {splits} splits", *median_ms(
                 lambda i: fas.forward_kvcache(qs[i % n], ks[i % n], vs[i % n], cache_seqlens=lens, causal=causal,
                                               num_splits=splits), args.repeat))
+        if args.fp8:
+            # The same values as an FP8 (e4m3) cache and queries, descales 1: half the bytes.
+            q8, k8, v8 = ([t.to(torch.float8_e4m3fn) for t in ts] for ts in (qs, ks, vs))
+            ones = torch.ones(batch, hkv, device="cuda")
+            fp8 = dict(q_descale=ones, k_descale=ones, v_descale=ones)
+            report("ours, FP8 cache, contiguous", *median_ms(
+                lambda i: fas.forward_kvcache(q8[i % n], k8[i % n], v8[i % n], cache_seqlens=lens, causal=causal,
+                                              **fp8), args.repeat), bytes_read=kv_bytes / 2)
+            pk = [paged(k8[j].view(torch.uint8), v8[j].view(torch.uint8), 16) for j in range(n)]
+            report("ours, FP8 cache, paged 16", *median_ms(
+                lambda i: fas.forward_kvcache(q8[i % n], pk[i % n][0].view(torch.float8_e4m3fn),
+                                              pk[i % n][1].view(torch.float8_e4m3fn), cache_seqlens=lens,
+                                              block_table=pk[i % n][2], causal=causal, **fp8),
+                args.repeat), bytes_read=kv_bytes / 2)
+            q8 = k8 = v8 = pk = None
         for page in (16, 64):
             pk = [paged(ks[j], vs[j], page) for j in range(n)]
             report(f"ours, paged {page}", *median_ms(
@@ -158,6 +173,7 @@ def main():
     parser.add_argument("--out", default=None)
     parser.add_argument("--splits", default="", help="also time these split counts (comma-separated)")
     parser.add_argument("--only", default="", help="run only the shapes whose name starts with this")
+    parser.add_argument("--fp8", action="store_true", help="also an FP8 (e4m3) cache of the same values")
     args = parser.parse_args()
     args.splits = [int(x) for x in args.splits.split(",") if x]
     rows = []

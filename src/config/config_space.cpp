@@ -702,6 +702,7 @@ std::vector<KernelConfig> fp8() {
                "(E4M3, 128, 128, 128, 12): sm90+stages_2",
                "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy",
                "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
+               "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy",
                "(E4M3, 256, 128, 128, 12): sm90+stages_2",
                "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+lazy",
                "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+lazy",

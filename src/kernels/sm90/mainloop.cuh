@@ -277,6 +277,11 @@ struct Consumer {
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::q_cols / 16][4];
+    // FP8: each block's P·V in an accumulator of its own, added to O in fp32 once retired
+    // (retire_pv). Hopper's FP8 MMA adds into its accumulator at about 14 bits, so a growing O
+    // lost the smaller terms of later blocks: with V of one sign over 16k keys, O was 0.36 off
+    // at d_head 128 (H100, 2026-12-06, docs/PERF.md). Unused (and dropped) elsewhere.
+    float pv_block[1][Tr::fp8 ? o_tiles : 1][4];
 
     __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
         return RingSlot<Tr::stages>(ring + j);
@@ -314,23 +319,30 @@ struct Consumer {
     }
 
     // Issues O += P·V_j over the block's first 16 KT keys (p_in_smem: P from this consumer's
-    // P tile, which hand_p() filled; FP8: 32 KT keys, V from its transposed copy).
+    // P tile, which hand_p() filled; FP8: 32 KT keys, V from its transposed copy, into
+    // pv_block, which retire_pv() adds to O).
     template <int KT>
     __device__ __forceinline__ void issue_pv(float (&o)[1][o_tiles][4],
                                              const std::uint32_t (&p)[1][KT][4], int j) {
-        ptx::fence_operands(o[0]);
-        ptx::wgmma_fence();
         if constexpr (Tr::fp8) {
-            warpgroup_gemm_pv_e4m3<VTile, Tr::o_cols, 32 * KT>(o[0], p[0], v_stage(slot(j).stage),
-                                                               true);
-        } else if constexpr (Tr::p_in_smem) {
-            warpgroup_gemm_pv<dtype, typename Tr::PTile, VTile, 16 * KT>(o[0], p_tile(),
-                                                                         v_stage(slot(j).stage));
+            ptx::fence_operands(pv_block[0]);
+            ptx::wgmma_fence();
+            warpgroup_gemm_pv_e4m3<VTile, Tr::o_cols, 32 * KT>(pv_block[0], p[0],
+                                                               v_stage(slot(j).stage), false);
+            ptx::wgmma_commit_group();
+            ptx::fence_operands(pv_block[0]);
         } else {
-            warpgroup_gemm_pv<dtype, VTile, 16 * KT>(o[0], p[0], v_stage(slot(j).stage));
+            ptx::fence_operands(o[0]);
+            ptx::wgmma_fence();
+            if constexpr (Tr::p_in_smem) {
+                warpgroup_gemm_pv<dtype, typename Tr::PTile, VTile, 16 * KT>(
+                    o[0], p_tile(), v_stage(slot(j).stage));
+            } else {
+                warpgroup_gemm_pv<dtype, VTile, 16 * KT>(o[0], p[0], v_stage(slot(j).stage));
+            }
+            ptx::wgmma_commit_group();
+            ptx::fence_operands(o[0]);
         }
-        ptx::wgmma_commit_group();
-        ptx::fence_operands(o[0]);
     }
 
     // p_in_smem: this consumer's P tile (Traits::p_offset), from the K stages' address rather
@@ -531,7 +543,8 @@ __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg, A>& c, Softm
     }
 }
 
-// Waits for O += P·V_j to finish and hands V_j's stage back to the producer.
+// Waits for O += P·V_j to finish and hands V_j's stage back to the producer (FP8: then adds
+// the block's P·V to O).
 template <class Tr, bool P, bool V, bool Pg, bool A, int KT>
 __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
                                           float (&o)[1][Tr::o_cols / 8][4],
@@ -541,6 +554,15 @@ __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
     if constexpr (!Tr::p_in_smem)  // held for the GEMM; else its registers are free
         ptx::fence_operands(p[0]);
     c.release_v(j);
+    if constexpr (Tr::fp8) {
+        ptx::fence_operands(c.pv_block[0]);
+#pragma unroll
+        for (int t = 0; t < Tr::o_cols / 8; ++t) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                o[0][t][e] += c.pv_block[0][t][e];
+        }
+    }
 }
 
 // O += P·V_j, from waiting for V_j to retiring the GEMM.
