@@ -79,8 +79,8 @@ def check_against_reference(shape, causal, config=None):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2, 128), (1, 129, 2048, 8, 1, 128), (1, 300, 77, 2, 2, 256)])
 def test_fp8_forward_matches_dequantised_reference(shape, causal):
-    if not any(c.dtype == fa.DType.E4M3 and c.d_head == shape[-1] for c in fa.configs()):
-        pytest.skip(f"no FP8 kernel of d_head {shape[-1]} in this build")
+    """The automatic choice: an sm90 FP8 kernel, or at a head dim without one in the build
+    (d_head 256 in the default build) the split-KV kernel's e4m3 instances."""
     check_against_reference(shape, causal)
 
 
@@ -187,7 +187,12 @@ def test_fp8_kvcache_matches_dequantised_reference(paged, seq_q, d):
         ref, ref_lse = reference(qd[b:b + 1], keys, values, True)
         error = (out[b:b + 1].double() - ref).abs().max().item()
         assert error <= 0.01 * ref.abs().max().item() + 1e-3, f"sequence {b}: max|out - ref| {error}"
-        assert (lse[b:b + 1].double() - ref_lse).abs().max().item() <= 1e-3
+        # Rows that see no key (sequence 0's first queries: 2 keys under 16 or 200 causal rows)
+        # have LSE -inf, as in the reference.
+        seen = torch.isfinite(ref_lse)
+        assert torch.equal(torch.isfinite(lse[b:b + 1]), seen), f"sequence {b}: rows without keys"
+        if seen.any():
+            assert (lse[b:b + 1].double() - ref_lse)[seen].abs().max().item() <= 1e-3
     # The appended rows are in the cache, as stored.
     rows = k_cache if not paged else k_cache.view(torch.uint8)[table.long()].reshape(batch, capacity, heads_kv, d)
     for b in range(batch):
