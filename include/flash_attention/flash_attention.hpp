@@ -133,8 +133,10 @@ struct Fp8Descales {
 // d_head 192 (DeepSeek's MLA). The softmax scale's default is 1/sqrt(d_head).
 // FP8 attention (Hopper; forward() and forward_kvcache()): q, k and v E4M3 with o BF16 and
 // `descales`, on the dequantised inputs. It takes d_head 128 or 256 with d_v = d_head, no window,
-// softcap, sinks or ALiBi yet; causal masking, GQA and the LSE as 16-bit inputs. Decoding shapes
-// run on forward_kvcache's split-KV kernel (below), the rest on the sm90 family's FP8 kernels.
+// softcap, sinks or ALiBi yet; causal masking, GQA and the LSE as 16-bit inputs. Decoding shapes,
+// and every shape of a head dim without an sm90 FP8 kernel in the automatic choice (d_head 256:
+// builtin_choice.cpp says why), run on forward_kvcache's split-KV kernel (below); the rest on the
+// sm90 family's FP8 kernels.
 struct ForwardParams {
     TensorView q;
     TensorView k;
