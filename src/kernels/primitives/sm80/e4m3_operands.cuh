@@ -16,7 +16,7 @@
 //  - P·V (k = the keys, n = V's columns): the keys' order is fixed by P, so each lane reads
 //    four bytes (four consecutive columns) of each of its four keys and the columns are
 //    permuted instead: n position g of n8 tile 4m + i is column 32m + 4g + i
-//    (e4m3_value_column). O's accumulators then hold, for row lane / 4 (+ 8), the eight
+//    (the column order). O's accumulators then hold, for row lane / 4 (+ 8), the eight
 //    consecutive columns 32m + 8q .. 32m + 8q + 7 of each m (e4m3_output_run).
 // The conversion is cuda_fp8.h's (cvt.rn.f16x2.e4m3x2 on sm_89 and later).
 
@@ -26,6 +26,7 @@
 
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
+#include "kernels/primitives/sm80/warp_gemm.cuh"
 #include "kernels/primitives/smem_tile.cuh"
 
 namespace flash_attention {
@@ -37,24 +38,13 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t pair) {
     return std::uint32_t{h.x} | (std::uint32_t{h.y} << 16);
 }
 
-// V's column at n position g of n8 tile nt (the P·V order above).
-__host__ __device__ constexpr int e4m3_value_column(int nt, int g) {
-    return 32 * (nt / 4) + 4 * g + nt % 4;
-}
-
-// The A operand (m16 x k16 tiles) of S = Q·Kᵀ from an e4m3 tile: ldmatrix.x4 reads two
-// k16 tiles (two chunks) of 16 rows, as SmemA's lanes address them.
+// The A operand (m16 x k16 tiles) of S = Q·Kᵀ from an e4m3 tile: SmemA's lanes and
+// fragments, but each ldmatrix.x4 reads two k16 tiles (two chunks) of 16 rows.
 template <class Tile, int MTiles>
-struct E4m3SmemA {
-    LaneRowPointer<Tile> lane_row;
-
-    __device__ __forceinline__ E4m3SmemA(std::uint32_t tile_base, int warp_row0)
-        : lane_row(tile_base, warp_row0 + lane_id() % 16, lane_id() / 16) {}
-
+struct E4m3SmemA : SmemA<Tile, MTiles> {
+    using SmemA<Tile, MTiles>::SmemA;
     template <int Step>
-    struct Frags {
-        std::uint32_t r[MTiles][Step][4];
-    };
+    using Frags = typename SmemA<Tile, MTiles>::template Frags<Step>;
 
     template <int Step>
     __device__ __forceinline__ void load(Frags<Step>& f, int step) const {
@@ -64,7 +54,7 @@ struct E4m3SmemA {
 #pragma unroll
             for (int kt = 0; kt < Step; kt += 2) {
                 std::uint32_t x[4];  // rows 0-7 / 8-15 of chunk kt, then of chunk kt + 1
-                ptx::ldmatrix_x4(x, lane_row.at(mt * 16, step * Step + kt));
+                ptx::ldmatrix_x4(x, this->lane_row.at(mt * 16, step * Step + kt));
 #pragma unroll
                 for (int half = 0; half < 2; ++half) {
                     std::uint32_t(&a)[4] = f.r[mt][kt + half];
@@ -75,12 +65,6 @@ struct E4m3SmemA {
                 }
             }
         }
-    }
-
-    template <int Step>
-    __device__ __forceinline__ const std::uint32_t (&fragment(const Frags<Step>& f, int, int kt,
-                                                              int mt) const)[4] {
-        return f.r[mt][kt];
     }
 };
 
@@ -121,8 +105,8 @@ struct E4m3SmemB {
 
 // The B operand of O = P·V from an e4m3 (k x n) tile, V's (keys by rows): lane (g, q) reads
 // the four bytes at column 32m + 4g of keys 2q, 2q + 1, 2q + 8 and 2q + 9 of each k16 tile
-// and pairs them by key with prmt (__byte_perm), giving n8 tiles 4m .. 4m + 3 (e4m3_value_column).
-// Under the tile's swizzle the 32 lanes' words fall in 32 distinct banks.
+// and pairs them by key with prmt (__byte_perm), giving n8 tiles 4m .. 4m + 3 (the column order
+// above). Under the tile's swizzle the 32 lanes' words fall in 32 distinct banks.
 template <class Tile, int NTiles>
 struct E4m3SmemValues {
     static_assert(NTiles % 4 == 0, "a lane's word of a key covers four n8 tiles");
