@@ -220,7 +220,7 @@ void GridOptions::add_to(CLI::App& cmd) {
     cmd.add_option(
            "--dtype", dtypes,
            "comma-separated dtypes, fp16/bf16/e4m3 (e4m3: FP8 with random descales, dense forward "
-           "only; default: those of the configs, else bf16)")
+           "and --kvcache; default: those of the configs, else bf16)")
         ->check(non_empty("comma-separated dtypes"));
     cmd.add_option("--batch", batch, "batch size (default 16384/seq: 16k tokens)")
         ->check(batch_size());

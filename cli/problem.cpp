@@ -187,14 +187,16 @@ std::size_t DeviceProblem::bytes(const Shape& shape) {
            in * std::size_t(keys) * shape.heads_kv * d;
 }
 
+std::optional<Fp8Descales> DeviceProblem::descales() const {
+    if (shape_.dtype != DType::E4M3)
+        return std::nullopt;
+    return Fp8Descales{static_cast<const float*>(q_descale_.data()),
+                       static_cast<const float*>(k_descale_.data()),
+                       static_cast<const float*>(v_descale_.data())};
+}
+
 ForwardParams DeviceProblem::dense_params(float* lse) const {
-    ForwardParams p{q_.view, k_.view, v_.view, o_.view, options(lse)};
-    if (shape_.dtype == DType::E4M3) {
-        p.descales = Fp8Descales{static_cast<const float*>(q_descale_.data()),
-                                 static_cast<const float*>(k_descale_.data()),
-                                 static_cast<const float*>(v_descale_.data())};
-    }
-    return p;
+    return {q_.view, k_.view, v_.view, o_.view, options(lse), descales()};
 }
 
 BackwardParams DeviceProblem::backward_params() const {
@@ -211,6 +213,7 @@ KVCacheParams DeviceProblem::kvcache_params(int splits, float* lse) const {
     p.v_cache = v_.view;
     p.o = o_.view;
     p.cache_seqlens = static_cast<const std::int32_t*>(seqlens_.data());
+    p.descales = descales();
     if (shape_.page_size > 0) {
         p.pages = PageTable{.block_table = static_cast<const std::int32_t*>(table_.data()),
                             .max_pages_per_seq = pages_per_seq_};

@@ -84,6 +84,8 @@ class DeviceProblem {
     Gradients download_gradients(const HostProblem& host) const;
 
   private:
+    // FP8 problems' descales (device copies of the host's), else none.
+    std::optional<Fp8Descales> descales() const;
     ForwardParams dense_params(float* lse) const;
     KVCacheParams kvcache_params(int splits, float* lse) const;
     VarlenParams varlen_params(int splits, float* lse) const;

@@ -207,9 +207,10 @@ void add_run_command(CLI::App& app, Action& action) {
                     "V's head dimension where it differs from Q's and K's: 128 with --d-head 192 "
                     "(default: the config's, else --d-head)")
         ->check(integer_in(1, 1024));
-    cmd->add_option("--dtype", o->dtype,
-                    "fp16, bf16 or e4m3 (FP8: random descales, bf16 output, dense forward only; "
-                    "default: the config's, else bf16)")
+    cmd->add_option(
+           "--dtype", o->dtype,
+           "fp16, bf16 or e4m3 (FP8: random descales, bf16 output, dense forward and --kvcache; "
+           "default: the config's, else bf16)")
         ->check(non_empty("fp16, bf16 or e4m3"))
         ->check(CLI::IsMember({"fp16", "bf16", "e4m3"}, CLI::ignore_case));
     cmd->add_option("--scale", o->scale, "softmax scale, positive (default 1/sqrt(d_head))")
