@@ -367,12 +367,12 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
         for (const auto& [t, name, cache, cache_name, dim_name] :
              {std::tuple{&*p.k_new, "k_new", &p.k_cache, "k_cache's", "d_head"},
               {&*p.v_new, "v_new", &p.v_cache, "v_cache's", "d_v"}}) {
-            if (p.q.dtype == DType::E4M3 && t->dtype != DType::E4M3) {
+            if (p.q.dtype != DType::E4M3) {
+                check_dtype(*t, name, p.q.dtype);
+            } else if (t->dtype != DType::E4M3) {
                 fail(ErrorCode::dtype, std::string(name) + ".dtype", "E4M3 (the cache's)",
                      std::string(to_string(t->dtype)));
             }
-            if (p.q.dtype != DType::E4M3)
-                check_dtype(*t, name, p.q.dtype);
             check_layout(*t, name);
             check_dim(*t, name, 0, "batch", batch, "q's");
             check_dim(*t, name, 2, "heads", cache->shape[2], cache_name);

@@ -50,8 +50,8 @@ std::string dtype_text(DType dtype) {
                            : "enum value " + std::to_string(static_cast<int>(dtype));
 }
 
-// Every entry point but forward() takes 16-bit inputs only: its refusal of anything else, which
-// points FP8 callers to forward().
+// Every entry point but forward() and forward_kvcache() takes 16-bit inputs only: its refusal of
+// anything else, which points FP8 callers to those two.
 [[noreturn]] void fail_not_16_bit(const std::string& argument, DType given) {
     fail(ErrorCode::dtype, argument,
          given == DType::E4M3
