@@ -126,9 +126,8 @@ bool runs_split_kv(const ChoiceProblem& p, const DeviceProperties& device) {
     constexpr std::int64_t fewest_keys = 1024;
     const ProblemShape& shape = p.shape;
     const std::int64_t rows = shape.seq_q * (shape.heads / shape.heads_kv);
-    // FP8 where no sm90 kernel takes it (d_head 256's accumulates P·V in the tensor cores
-    // across blocks: builtin_choice.cpp), every shape; elsewhere its decoding shapes (its tiles
-    // of 128 rows would hold one).
+    // FP8 where no sm90 kernel takes it (a build without one at that head dim), every shape;
+    // elsewhere its decoding shapes (its tiles of 128 rows would hold one).
     if (shape.dtype == DType::E4M3 && serving::has_fp8_split_kv(shape.d_head) &&
         device.major >= 9 && !find_kernel_for(p, device))
         return true;

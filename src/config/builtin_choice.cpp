@@ -217,14 +217,13 @@ constexpr Row k_rows[] = {
     // ping-pong (a third stage led at 1k and 16k non-causal); d_head 256 one CTA a tile (+3.7%
     // causal at 16k, -8% at 1k) and ping-pong (-4% to -24% causal) (H100, 2026-12-06,
     // docs/PERF.md).
-    // Each block's P·V goes to an accumulator of its own, added to O in fp32 (mainloop.cuh,
-    // Consumer::pv_block): at d_head 128 it fits beside O, S and P without spills. d_head 256's
-    // would need 128 more registers (ptxas 13.0: 2604 bytes spilled), and accumulated in the
-    // tensor cores across blocks its O ran 0.14 off at 16k keys of V of one sign (H100,
-    // 2026-12-06): so d_head 256 FP8 has no row here and runs on the split-KV kernel's e4m3
-    // instances (fp16 MMAs on the exact values), slower and correct; its sm90 configs stay in
-    // the `fp8` set, with that inaccuracy (docs/PERF.md).
+    // Each block's P·V goes to accumulators of its own, added to O in fp32 (mainloop.cuh,
+    // Consumer::pv_block): accumulated in the tensor cores across blocks O ran 0.36 / 0.14 off
+    // at d_head 128 / 256 over 16k keys of V of one sign (H100, 2026-12-06). At d_head 128 a
+    // whole block's accumulator fits beside O, S and P without spills; at 256 it takes P·V in
+    // four parts of 64 columns, without overlap (Traits::pv_parts; estimated_registers()).
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy"},
+    {"(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy"},
     // The backward pass (choose_backward_config: the first row of the dtype and head dim that
     // fits the problem and runs on the device). sm90: two consumers of 64 keys, FlashAttention-4's
     // d_head 64 and 128 tiles (B_r 128 and 64 queries a step), a two-stage Q/dO pipeline; d_head

@@ -689,8 +689,9 @@ std::vector<KernelConfig> release() {
 // The FP8 (e4m3) forward's configs (rule dtype) on the sm90 kernel body: the release's (the
 // built-in table's), the plain kernels (no overlap: the baseline), and the alternatives measured
 // within 4% of the table's at some lengths (builtin_choice.cpp): d_head 128 two stages with and
-// without ping-pong, d_head 256 one CTA a tile and ping-pong. Three consumers of 128 keys spill
-// 240 bytes at d_head 128 (ptxas 13.0).
+// without ping-pong; d_head 256, whose block accumulators leave no room for overlap
+// (estimated_registers()), without it: one CTA a tile, persistent, ping-pong. Three consumers
+// of 128 keys spill 240 bytes at d_head 128 (ptxas 13.0).
 std::vector<KernelConfig> fp8() {
     std::vector<KernelConfig> v;
     for (const KernelConfig& c : release()) {
@@ -702,10 +703,10 @@ std::vector<KernelConfig> fp8() {
                "(E4M3, 128, 128, 128, 12): sm90+stages_2",
                "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy",
                "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy",
-               "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy",
                "(E4M3, 256, 128, 128, 12): sm90+stages_2",
-               "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+lazy",
-               "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+lazy",
+               "(E4M3, 256, 128, 128, 12): sm90+stages_2+lazy",
+               "(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy",
+               "(E4M3, 256, 128, 128, 12): sm90+stages_2+pingpong+persistent+dynamic+lazy",
            }));
     return v;
 }
@@ -778,13 +779,19 @@ int estimated_registers(const KernelConfig& c) {
         // B_c 128 with overlap, 152 of 160, no spills; the same with Q in registers, 168,
         // spills 96 bytes). Without intra-warpgroup overlap P replaces S (converted in
         // place, S dead); with it, S of the next block is computed while P of this one
-        // feeds P·V. FP8 (E4M3): P packs four values a register, and the rest grows as 16 +
-        // d_head / 16 (ptxas 13.0: d_head 256 with overlap, estimate 240, no spills; three
-        // consumers at d_head 128 with overlap, 168 of 160, spills 240 bytes).
+        // feeds P·V. FP8 (E4M3): P packs four values a register, the rest grows as 16 +
+        // d_head / 16, and each block's P·V goes to accumulators of their own (Traits::
+        // pv_parts: 64 x min(d_v, 128) fp32, 64 registers), live beside S with overlap and
+        // beside P alone without (ptxas 13.0: d_head 128 with overlap, estimate 232, no
+        // spills; d_head 256 without, 240, no spills; with overlap, 304, spills 2604 bytes
+        // with a whole block's accumulator; three consumers at d_head 128 with overlap, 168
+        // of 160 before the accumulators, spills 240 bytes).
         const bool fp8 = c.dtype == DType::E4M3;
-        const int p =
-            c.sm90.intra_warpgroup_overlap && !c.sm90.p_in_smem ? c.B_c / (fp8 ? 8 : 4) : 0;
-        return tile_columns(c.v_head_dim()) / 2 + c.B_c / 2 + p +
+        const bool overlap = c.sm90.intra_warpgroup_overlap;
+        const int p = overlap && !c.sm90.p_in_smem ? c.B_c / (fp8 ? 8 : 4) : 0;
+        const int pv = fp8 ? std::min(tile_columns(c.v_head_dim()), 128) / 2 : 0;
+        const int pv_beside_s = overlap ? pv : std::max(0, c.B_c / 8 + pv - c.B_c / 2);
+        return tile_columns(c.v_head_dim()) / 2 + c.B_c / 2 + p + pv_beside_s +
                (c.sm90.q_in_registers ? c.d_head / 4 : 0) + 16 + c.d_head / (fp8 ? 16 : 8);
     }
     if (c.backward) {

@@ -277,11 +277,12 @@ struct Consumer {
     PendingStore& pending_store;  // the previous tile's O store
     // Q as A fragments when the config holds it in registers (else unused, and dropped).
     std::uint32_t q_frags[Tr::q_cols / 16][4];
-    // FP8: each block's P·V in an accumulator of its own, added to O in fp32 once retired
-    // (retire_pv). Hopper's FP8 MMA adds into its accumulator at about 14 bits, so a growing O
-    // lost the smaller terms of later blocks: with V of one sign over 16k keys, O was 0.36 off
-    // at d_head 128 (H100, 2026-12-06, docs/PERF.md). Unused (and dropped) elsewhere.
-    float pv_block[1][Tr::fp8 ? o_tiles : 1][4];
+    // FP8: each block's P·V in accumulators of its own (Traits::pv_parts of O's columns
+    // taking turns in pv_buffers), added to O in fp32 once retired (retire_pv). Hopper's FP8
+    // MMA adds into its accumulator at about 14 bits, so a growing O lost the smaller terms
+    // of later blocks: with V of one sign over 16k keys, O was 0.36 off at d_head 128 (H100,
+    // 2026-12-06, docs/PERF.md). Unused (and dropped) elsewhere.
+    float pv_block[Tr::fp8 ? Tr::pv_buffers : 1][Tr::fp8 ? Tr::pv_cols / 8 : 1][4];
 
     __device__ __forceinline__ RingSlot<Tr::stages> slot(int j) const {
         return RingSlot<Tr::stages>(ring + j);
@@ -319,18 +320,17 @@ struct Consumer {
     }
 
     // Issues O += P·V_j over the block's first 16 KT keys (p_in_smem: P from this consumer's
-    // P tile, which hand_p() filled; FP8: 32 KT keys, V from its transposed copy, into
-    // pv_block, which retire_pv() adds to O).
+    // P tile, which hand_p() filled; FP8: 32 KT keys, V from its transposed copy, the first
+    // pv_buffers parts into pv_block, which retire_pv() adds to O and issues the rest). Each
+    // FP8 part is a commit group of its own: pv_groups of them in flight.
+    static constexpr int pv_groups = Tr::fp8 ? Tr::pv_buffers : 1;
     template <int KT>
     __device__ __forceinline__ void issue_pv(float (&o)[1][o_tiles][4],
                                              const std::uint32_t (&p)[1][KT][4], int j) {
         if constexpr (Tr::fp8) {
-            ptx::fence_operands(pv_block[0]);
-            ptx::wgmma_fence();
-            warpgroup_gemm_pv_e4m3<VTile, Tr::o_cols, 32 * KT>(pv_block[0], p[0],
-                                                               v_stage(slot(j).stage), false);
-            ptx::wgmma_commit_group();
-            ptx::fence_operands(pv_block[0]);
+#pragma unroll
+            for (int part = 0; part < Tr::pv_buffers; ++part)
+                issue_pv_part(part, p, j);
         } else {
             ptx::fence_operands(o[0]);
             ptx::wgmma_fence();
@@ -343,6 +343,20 @@ struct Consumer {
             ptx::wgmma_commit_group();
             ptx::fence_operands(o[0]);
         }
+    }
+
+    // FP8: pv_block[part % pv_buffers] = P·V_j over O's columns of `part` (V's transposed
+    // copy: those rows of it).
+    template <int KT>
+    __device__ __forceinline__ void issue_pv_part(int part, const std::uint32_t (&p)[1][KT][4],
+                                                  int j) {
+        float(&block)[Tr::pv_cols / 8][4] = pv_block[part % Tr::pv_buffers];
+        ptx::fence_operands(block);
+        ptx::wgmma_fence();
+        warpgroup_gemm_pv_e4m3<VTile, Tr::pv_cols, 32 * KT>(
+            block, p[0], v_stage(slot(j).stage) + VTile::group_offset(part * Tr::pv_cols), false);
+        ptx::wgmma_commit_group();
+        ptx::fence_operands(block);
     }
 
     // p_in_smem: this consumer's P tile (Traits::p_offset), from the K stages' address rather
@@ -508,7 +522,7 @@ __device__ __forceinline__ void scores(Consumer<Tr, P, V, Pg, A>& c, Turns& turn
     if constexpr (WithPv)
         c.issue_pv(o, p, j - 1);
     turns.release();
-    ptx::wgmma_wait<WithPv ? 1 : 0>();
+    ptx::wgmma_wait<WithPv ? Consumer<Tr, P, V, Pg, A>::pv_groups : 0>();
     ptx::fence_operands(s[0]);
     c.keep_q();
     if constexpr (!HoldK)
@@ -543,25 +557,44 @@ __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg, A>& c, Softm
     }
 }
 
-// Waits for O += P·V_j to finish and hands V_j's stage back to the producer (FP8: then adds
-// the block's P·V to O).
+// Waits for O += P·V_j to finish and hands V_j's stage back to the producer. FP8: adds each
+// part's block accumulator to O as its GEMM retires, issuing the part that takes its
+// accumulator next, so that one part's GEMM runs while the one before it is added.
 template <class Tr, bool P, bool V, bool Pg, bool A, int KT>
 __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
                                           float (&o)[1][Tr::o_cols / 8][4],
                                           std::uint32_t (&p)[1][KT][4], int j) {
-    ptx::wgmma_wait<0>();
-    ptx::fence_operands(o[0]);
-    if constexpr (!Tr::p_in_smem)  // held for the GEMM; else its registers are free
-        ptx::fence_operands(p[0]);
-    c.release_v(j);
     if constexpr (Tr::fp8) {
-        ptx::fence_operands(c.pv_block[0]);
+        constexpr int tiles = Tr::pv_cols / 8;
 #pragma unroll
-        for (int t = 0; t < Tr::o_cols / 8; ++t) {
+        for (int part = 0; part < Tr::pv_parts; ++part) {
+            // The parts after this one in flight: up to pv_buffers - 1.
+            if (part + Tr::pv_buffers <= Tr::pv_parts)
+                ptx::wgmma_wait<Tr::pv_buffers - 1>();
+            else
+                ptx::wgmma_wait<0>();
+            if (part == Tr::pv_parts - 1) {  // every GEMM of the block has read P and V_j
+                ptx::fence_operands(o[0]);
+                ptx::fence_operands(p[0]);
+                c.release_v(j);
+            }
+            float(&block)[tiles][4] = c.pv_block[part % Tr::pv_buffers];
+            ptx::fence_operands(block);
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                o[0][t][e] += c.pv_block[0][t][e];
+            for (int t = 0; t < tiles; ++t) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    o[0][part * tiles + t][e] += block[t][e];
+            }
+            if (part + Tr::pv_buffers < Tr::pv_parts)
+                c.issue_pv_part(part + Tr::pv_buffers, p, j);
         }
+    } else {
+        ptx::wgmma_wait<0>();
+        ptx::fence_operands(o[0]);
+        if constexpr (!Tr::p_in_smem)  // held for the GEMM; else its registers are free
+            ptx::fence_operands(p[0]);
+        c.release_v(j);
     }
 }
 

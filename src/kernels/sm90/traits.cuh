@@ -87,6 +87,14 @@ struct Traits {
     // P's A fragments over `tiles` of S's n8 tiles: k-steps of 16 keys, or 8-bit wgmma's 32.
     static constexpr int p_steps_of(int tiles) { return tiles * 8 / (fp8 ? 32 : 16); }
     static constexpr int p_steps = p_steps_of(B_c / 8);
+    // FP8: P·V_j in parts of O's columns, each into a block accumulator of its own
+    // (Consumer::pv_block) that is added to O in fp32 once retired. d_v 128 in one part (64
+    // registers); at d_v 256 one block's accumulator (128) beside O (128) would not fit 240,
+    // so four parts of 64 columns take turns in two accumulators (64 registers), each
+    // part's GEMM running while the one before it is added.
+    static constexpr int pv_parts = fp8 && o_cols > 128 ? 4 : 1;
+    static constexpr int pv_buffers = pv_parts > 1 ? 2 : 1;
+    static constexpr int pv_cols = o_cols / pv_parts;
     // A paged cache's K or V block: the same bytes, 8-row groups outermost, so that each run
     // of a page's rows is one TMA copy of all of a head's columns instead of one a sub-tile
     // (16-row pages at d_head 128: 5 copies a block of 80 keys instead of 10; chunked
