@@ -221,7 +221,10 @@ constexpr Row k_rows[] = {
     // Consumer::pv_block): accumulated in the tensor cores across blocks O ran 0.36 / 0.14 off
     // at d_head 128 / 256 over 16k keys of V of one sign (H100, 2026-12-06). At d_head 128 a
     // whole block's accumulator fits beside O, S and P without spills; at 256 it takes P·V in
-    // four parts of 64 columns, without overlap (Traits::pv_parts; estimated_registers()).
+    // four parts of 64 columns, without overlap (Traits::pv_parts; estimated_registers()). d_head
+    // 256's row against the fp8 set's others: best or within 2% at 1k-16k non-causal and 1k-4k
+    // causal (1018 TFLOP/s at 16k, cuDNN's FP8 1002); one CTA a tile leads causal 16k (1019
+    // against 949), ping-pong trails but at 1k (H100, 2026-12-06, docs/PERF.md).
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy"},
     {"(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy"},
     // The backward pass (choose_backward_config: the first row of the dtype and head dim that
