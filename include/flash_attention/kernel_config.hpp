@@ -52,8 +52,8 @@ enum class FieldKind {
     X(bool, backward, false, 1, common, flag, "bwd")                                      \
     /* query rows per CTA */                                                              \
     X(int, B_r, 64, 8, common, tuple, "B_r")                                              \
-    /* key/value rows per main-loop iteration (backward: keys per CTA); up to 256 */      \
-    X(int, B_c, 64, 9, common, tuple, "B_c")                                              \
+    /* key/value rows per main-loop iteration (backward: keys per CTA) */                 \
+    X(int, B_c, 64, 8, common, tuple, "B_c")                                              \
     X(int, n_warps, 4, 5, common, tuple, "n_warps")                                       \
     /* cp.async GMEM->SMEM instead of load + store through registers */                   \
     X(bool, async_copy, false, 1, sm80, flag, "async")                                    \

@@ -79,22 +79,22 @@ constexpr bool backward_tiles_fit(const KernelConfig& c) {
 constexpr std::array k_rules = {
     // First: the rules below compute sizes from the fields.
     Rule{"fields", RuleKind::validity,
-         "every field fits the kernel code (d_head < 512, B_r < 256, B_c < 512, n_warps < 32, "
+         "every field fits the kernel code (d_head < 512, B_r and B_c < 256, n_warps < 32, "
          "load tiles < 16, stages < 8, none negative)",
          [](const KernelConfig& c) { return !fields_in_range(c); }},
     Rule{"family", RuleKind::validity, "the sm80 and sm90 families exist",
          [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
     Rule{"dtype", RuleKind::validity,
          "FP16 and BF16 kernels exist in every form; E4M3 (FP8) in the sm90 forward (Traits::fp8): "
-         "d_head 128 or 256 (V's own), two consumers (B_r 128, as tested), B_c 128 or 256 (V's "
-         "transposed tile whole 128-byte swizzle rows of keys), and of the knobs stages, overlap, "
+         "d_head 128 or 256 (V's own), two consumers (B_r 128, as tested), B_c 128 (V's "
+         "transposed tile a whole 128-byte swizzle row of keys), and of the knobs stages, overlap, "
          "pingpong, persistent, dynamic and lazy",
          [](const KernelConfig& c) {
              if (c.dtype == DType::FP16 || c.dtype == DType::BF16)
                  return false;
              if (c.dtype != DType::E4M3 || !sm90(c) || c.backward || c.d_v != 0 ||
                  (c.d_head != 128 && c.d_head != 256) || c.B_r != 128 || c.n_warps != 12 ||
-                 (c.B_c != 128 && c.B_c != 256))
+                 c.B_c != 128)
                  return true;
              const Sm90Knobs allowed{.stages = c.sm90.stages,
                                      .intra_warpgroup_overlap = c.sm90.intra_warpgroup_overlap,
@@ -285,7 +285,7 @@ constexpr std::array k_rules = {
              return sm90(c) && !c.backward && c.B_r != 64 * consumer_warpgroups(c);
          }},
     Rule{"wgmma_n", RuleKind::validity,
-         "B_c is 64, 80, 112, 128, 176, 192 or 256 (the N of S = Q·Kᵀ's wgmma, which this library "
+         "B_c is 64, 80, 112, 128, 176 or 192 (the N of S = Q·Kᵀ's wgmma, which this library "
          "instantiates)",
          [](const KernelConfig& c) { return sm90(c) && !c.backward && !is_wgmma_n(c.B_c); }},
     Rule{"stages", RuleKind::validity, "1 to 4 K/V pipeline stages",

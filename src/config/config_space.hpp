@@ -26,9 +26,8 @@ constexpr bool is_head_dim(std::int64_t d) {
 }
 
 // The N of S = Q·Kᵀ's wgmma that the sm90 family instantiates: its B_c values (112, 176 and
-// 192: FlashAttention-3's key blocks for d_head 192, 128 and 64 without causal masking; 256:
-// FP8's at d_head 128, as cuDNN's FP8 kernel's).
-inline constexpr std::array<int, 7> k_wgmma_n{64, 80, 112, 128, 176, 192, 256};
+// 192: FlashAttention-3's key blocks for d_head 192, 128 and 64 without causal masking).
+inline constexpr std::array<int, 6> k_wgmma_n{64, 80, 112, 128, 176, 192};
 
 constexpr bool is_wgmma_n(int n) {
     return std::find(k_wgmma_n.begin(), k_wgmma_n.end(), n) != k_wgmma_n.end();

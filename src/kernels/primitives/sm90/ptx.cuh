@@ -161,12 +161,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
     } else if constexpr (N == 192) {
         FA_WGMMA_TYPED(192, FA_WGMMA_R96, FA_WGMMA_D96, "%96", 97, 98, "%99, %100",
                        FA_WGMMA_SS_ARGS)
-    } else if constexpr (N == 256) {
-        FA_WGMMA_TYPED(256, FA_WGMMA_R128, FA_WGMMA_D128, "%128", 129, 130, "%131, %132",
-                       FA_WGMMA_SS_ARGS)
     } else {
-        static_assert(wgmma_n_wrapped<N>,
-                      "wgmma N wrapped: 32, 64, 80, 96, 112, 128, 176, 192 and 256");
+        static_assert(wgmma_n_wrapped<N>, "wgmma N wrapped: 32, 64, 80, 96, 112, 128, 176 and 192");
     }
 }
 
