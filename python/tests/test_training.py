@@ -258,10 +258,13 @@ def test_training_tracks_cudnn_as_closely_as_flash_attention_2():
 
 
 def test_mla_training_tracks_sdpa():
-    """The MLA model (d_qk 192, d_v 128) through this library against SDPA's memory-efficient
-    backend (which takes V's own head dim), with SDPA's cuDNN backend, or its math backend where
-    cuDNN does not run the shape, as the measure of rounding drift: max over steps
-    |loss_ours - loss_efficient| <= max(2 * max |loss_other - loss_efficient|, 1e-2)."""
+    """The MLA model (d_qk 192, d_v 128) through this library against SDPA's math backend (the
+    plain computation, deterministic), with SDPA's fused backends that run the shape (memory-
+    efficient, cuDNN) as the measure of rounding drift: max over steps |loss_ours - loss_math|
+    <= max(2 * max over them of max |loss_fused - loss_math|, 1e-2). Not the memory-efficient
+    backend as the reference: its backward is not deterministic, and against it ours read 0.048,
+    0.068 and 0.121 in three runs while cuDNN read 0.050-0.124 (ours against math 0.029-0.033,
+    the fused backends 0.020-0.144; H100, 2026-12-06)."""
     from torch.nn.attention import SDPBackend
 
     d_qk = D_NOPE + D_ROPE
@@ -269,21 +272,25 @@ def test_mla_training_tracks_sdpa():
                for c in fa.configs()):
         pytest.skip(f"needs bf16 d_head {d_qk} with V's {D_V} forward and backward kernels")
     shape = {"heads": MLA_HEADS, "kv_heads": MLA_HEADS, "d_qk": d_qk, "d_v": D_V}
-    reference = sdpa(SDPBackend.EFFICIENT_ATTENTION)
-    if not backend_runs(reference, **shape):
-        pytest.skip("PyTorch's SDPA memory-efficient backend does not run d_qk 192 with d_v 128 here")
-    other_name = "cudnn" if backend_runs(sdpa(SDPBackend.CUDNN_ATTENTION), **shape) else "math"
-    other = sdpa(SDPBackend.CUDNN_ATTENTION if other_name == "cudnn" else SDPBackend.MATH)
-    runs = {"ours": ours, "efficient": reference, other_name: other}
+    fused = {name: sdpa(backend) for name, backend in (("efficient", SDPBackend.EFFICIENT_ATTENTION),
+                                                       ("cudnn", SDPBackend.CUDNN_ATTENTION))
+             if backend_runs(sdpa(backend), **shape)}
+    if not fused:
+        pytest.skip("none of PyTorch's fused SDPA backends runs d_qk 192 with d_v 128 here")
+    runs = {"ours": ours, "math": sdpa(SDPBackend.MATH), **fused}
     torch.manual_seed(0)
     initial = Decoder(MLABlock).cuda()
     losses = loss_curves(initial, runs)
-    ours_ref = max(abs(x - y) for x, y in zip(losses["ours"], losses["efficient"]))
-    other_ref = max(abs(x - y) for x, y in zip(losses[other_name], losses["efficient"]))
-    print(f"\nMLA (d_qk {d_qk}, d_v {D_V}), {STEPS} AdamW steps, bf16: loss {losses['efficient'][0]:.4f} -> "
-          f"{losses['efficient'][-1]:.4f} (SDPA memory-efficient); max |loss - its|: flash_attention_scratch "
-          f"{ours_ref:.3g}, SDPA {other_name} {other_ref:.3g}")
+
+    def from_math(name):
+        return max(abs(x - y) for x, y in zip(losses[name], losses["math"]))
+
+    ours_ref = from_math("ours")
+    drifts = {name: from_math(name) for name in fused}
+    print(f"\nMLA (d_qk {d_qk}, d_v {D_V}), {STEPS} AdamW steps, bf16: loss {losses['math'][0]:.4f} -> "
+          f"{losses['math'][-1]:.4f} (SDPA math); max |loss - its|: flash_attention_scratch {ours_ref:.3g}, "
+          + ", ".join(f"SDPA {name} {d:.3g}" for name, d in drifts.items()))
     print_curves(losses)
     assert losses["ours"][-1] < losses["ours"][0] - 1.0, "the loss did not fall"
-    assert ours_ref <= max(2 * other_ref, 1e-2), (
-        f"ours drifts {ours_ref:.3g} from SDPA's loss curve, SDPA {other_name} {other_ref:.3g}")
+    assert ours_ref <= max(2 * max(drifts.values()), 1e-2), (
+        f"ours drifts {ours_ref:.3g} from SDPA math's loss curve, SDPA's fused backends {drifts}")
