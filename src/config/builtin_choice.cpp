@@ -208,22 +208,20 @@ constexpr Row k_rows[] = {
     {"(FP16, 192, 64, 64, 4): async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(BF16, 192, 64, 64, 4): dv_128+async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 192, 64, 64, 4): dv_128+async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
-    // FP8 (e4m3, forward() only) on the sm90 kernel body: overlap, lazy rescaling within 2^0.8,
-    // persistent CTAs on the dynamic schedule. Against cuDNN's FP8 (cudnn-frontend) in one run,
-    // 16k tokens: d_head 256 1264 / 1003 TFLOP/s non-causal and 1154 / 910 causal at 16k keys,
-    // 0.82-0.83 of it at 1k (V's transpose pass, a separate kernel, weighs most there); d_head
-    // 128 at 0.80-0.95 of it, its softmax's instructions the bound (GEMMs at 8 bits take half).
-    // Beside them, within 4% of these at every length: d_head 128 two stages, with and without
-    // ping-pong (a third stage led at 1k and 16k non-causal); d_head 256 one CTA a tile (+3.7%
-    // causal at 16k, -8% at 1k) and ping-pong (-4% to -24% causal) (H100, 2026-12-06,
-    // docs/PERF.md).
+    // FP8 (e4m3, forward() only) on the sm90 kernel body: lazy rescaling within 2^0.8, persistent
+    // CTAs on the dynamic schedule; d_head 128 with overlap, at 0.76-1.00 of cuDNN's FP8
+    // (cudnn-frontend) in one run over 16k tokens, bound by latency between its softmax and
+    // GEMMs (ncu); two stages with and without ping-pong within 4% of it at every length (a third
+    // stage led at 1k and 16k non-causal), key blocks of 256 without overlap 4-19% behind
+    // (H100, 2026-12-06, docs/PERF.md).
     // Each block's P·V goes to accumulators of its own, added to O in fp32 (mainloop.cuh,
     // Consumer::pv_block): accumulated in the tensor cores across blocks O ran 0.36 / 0.14 off
     // at d_head 128 / 256 over 16k keys of V of one sign (H100, 2026-12-06). At d_head 128 a
     // whole block's accumulator fits beside O, S and P without spills; at 256 it takes P·V in
     // four parts of 64 columns, without overlap (Traits::pv_parts; estimated_registers()). d_head
     // 256's row against the fp8 set's others: best or within 2% at 1k-16k non-causal and 1k-4k
-    // causal (1018 TFLOP/s at 16k, cuDNN's FP8 1002); one CTA a tile leads causal 16k (1019
+    // causal (1018 TFLOP/s at 16k, cuDNN's FP8 1002; 0.79-0.96 of it at 1k-4k, where V's
+    // transpose pass, a kernel of its own, weighs most); one CTA a tile leads causal 16k (1019
     // against 949), ping-pong trails but at 1k (H100, 2026-12-06, docs/PERF.md).
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy"},
     {"(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy"},

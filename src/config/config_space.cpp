@@ -783,9 +783,9 @@ int estimated_registers(const KernelConfig& c) {
         // d_head / 16, and each block's P·V goes to accumulators of their own (Traits::
         // pv_parts: 64 x min(d_v, 128) fp32, 64 registers), live beside S with overlap and
         // beside P alone without (ptxas 13.0: d_head 128 with overlap, estimate 232, no
-        // spills; d_head 256 without, 240, no spills; with overlap, 304, spills 2604 bytes
-        // with a whole block's accumulator; three consumers at d_head 128 with overlap, 168
-        // of 160 before the accumulators, spills 240 bytes).
+        // spills; d_head 256 without, 240, no spills; with overlap 304, not compiled: a whole
+        // block's accumulator there spilled 2604 bytes; three consumers at d_head 128 with
+        // overlap, 168 of 160 before the accumulators, spills 240 bytes).
         const bool fp8 = c.dtype == DType::E4M3;
         const bool overlap = c.sm90.intra_warpgroup_overlap;
         const int p = overlap && !c.sm90.p_in_smem ? c.B_c / (fp8 ? 8 : 4) : 0;

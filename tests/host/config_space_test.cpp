@@ -644,7 +644,7 @@ TEST(ConfigSpace, ValueHeadDim) {
 
 // E4M3 (FP8) parses and prints; the rule `dtype` takes the sm90 forward's FP8 knobs (stages,
 // overlap, pingpong, persistent, dynamic, lazy) at d_head 128 and 256 with B_c 128, and
-// refuses the rest.
+// refuses the rest; `register_budget` refuses d_head 256 with overlap.
 TEST(ConfigSpace, E4m3ParsesAndTheRuleTakesItsKnobs) {
     const auto fp8 = KernelConfig::parse(
         "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy");
@@ -666,6 +666,15 @@ TEST(ConfigSpace, E4m3ParsesAndTheRuleTakesItsKnobs) {
     }
     for (const KernelConfig& c : fa::space::named_set("fp8"))
         EXPECT_EQ(rejected_by(c), "") << c.to_string();
+    // d_head 256's block accumulators (Traits::pv_parts) leave no registers for overlap: with it
+    // a consumer would hold S beside O and them (2604 bytes spilled with a whole block's, ptxas
+    // 13.0); without it the estimate is 240, the consumers' budget.
+    const auto d256 = KernelConfig::parse("(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent");
+    EXPECT_EQ(rejected_by(d256), "");
+    EXPECT_EQ(fa::space::estimated_registers(d256), 240);
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy")),
+              "register_budget");
     EXPECT_EQ(fa::element_bytes(fa::DType::E4M3), 1u);
     EXPECT_THROW(KernelConfig::parse("(E5M2, 128, 128, 128, 12): sm90+stages_2"), fa::Error);
 }

@@ -559,7 +559,8 @@ __device__ __forceinline__ void exponentiate(Consumer<Tr, P, V, Pg, A>& c, Softm
 
 // Waits for O += P·V_j to finish and hands V_j's stage back to the producer. FP8: adds each
 // part's block accumulator to O as its GEMM retires, issuing the part that takes its
-// accumulator next, so that one part's GEMM runs while the one before it is added.
+// accumulator next, so that one part's GEMM runs while the one before it is added (with
+// ping-pong those later parts go out of turn: the turns' count stays, their order loosens).
 template <class Tr, bool P, bool V, bool Pg, bool A, int KT>
 __device__ __forceinline__ void retire_pv(Consumer<Tr, P, V, Pg, A>& c,
                                           float (&o)[1][Tr::o_cols / 8][4],
@@ -669,9 +670,9 @@ __device__ __forceinline__ void consume(Consumer<Tr, P, V, Pg, A>& c,
         return;
     }
     if constexpr (!Overlap) {
-        // The row max every block: d_head 256's one-stage tile, the only one without overlap
-        // the table takes, spilled and lost 3.6% with kept references (H200, docs/PERF.md,
-        // 2026-11-26).
+        // The row max every block: d_head 256's one-stage tile, the only 16-bit one without
+        // overlap the table takes, spilled and lost 3.6% with kept references (H200,
+        // docs/PERF.md, 2026-11-26); FP8 keeps no references (below).
         for (int j = 0; j < n; ++j) {
             scores<false, false, s_tiles>(c, turns, s, o, p, j);
             if (j == 0)
