@@ -95,6 +95,8 @@ struct Traits {
     static constexpr int pv_parts = fp8 && o_cols > 128 ? 4 : 1;
     static constexpr int pv_buffers = pv_parts > 1 ? 2 : 1;
     static constexpr int pv_cols = o_cols / pv_parts;
+    static_assert(o_cols % pv_parts == 0 && pv_cols % 8 == 0 && pv_buffers <= pv_parts,
+                  "whole parts, each starting on V's transposed copy's 8-row swizzle period");
     // A paged cache's K or V block: the same bytes, 8-row groups outermost, so that each run
     // of a page's rows is one TMA copy of all of a head's columns instead of one a sub-tile
     // (16-row pages at d_head 128: 5 copies a block of 80 keys instead of 10; chunked
