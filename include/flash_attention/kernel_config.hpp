@@ -109,7 +109,11 @@ enum class FieldKind {
     X(bool, pack_gqa, false, 1, sm90, flag, "packgqa")                                    \
     /* forward: P through shared memory for P·V (both operands from shared memory), */   \
     /* so that its registers are free for intra-warpgroup overlap */                      \
-    X(bool, p_in_smem, false, 1, sm90, flag, "psmem")
+    X(bool, p_in_smem, false, 1, sm90, flag, "psmem")                                     \
+    /* FP8 forward: the producer warpgroup transposes each V block in shared memory */    \
+    /* for P·V (8-bit wgmma reads K-major operands only), instead of a pass over V */    \
+    /* into a V-sized workspace before the kernel */                                      \
+    X(bool, transpose_v, false, 1, sm90, flag, "vtrans")
 
 // Member access by a field's family: common fields are KernelConfig's own, each family's
 // knobs sit in its nested part (c.sm80.swizzled, c.sm90.stages).

@@ -88,7 +88,7 @@ constexpr std::array k_rules = {
          "FP16 and BF16 kernels exist in every form; E4M3 (FP8) in the sm90 forward (Traits::fp8): "
          "d_head 128 or 256 (V's own), two consumers (B_r 128, as tested), B_c 128 (V's "
          "transposed tile a whole 128-byte swizzle row of keys), and of the knobs stages, overlap, "
-         "pingpong, persistent, dynamic and lazy",
+         "pingpong, persistent, dynamic, lazy and vtrans",
          [](const KernelConfig& c) {
              if (c.dtype == DType::FP16 || c.dtype == DType::BF16)
                  return false;
@@ -101,9 +101,14 @@ constexpr std::array k_rules = {
                                      .pingpong = c.sm90.pingpong,
                                      .persistent = c.sm90.persistent,
                                      .dynamic_schedule = c.sm90.dynamic_schedule,
-                                     .lazy_rescale = c.sm90.lazy_rescale};
+                                     .lazy_rescale = c.sm90.lazy_rescale,
+                                     .transpose_v = c.sm90.transpose_v};
              return !(c.sm90 == allowed);
          }},
+    Rule{"vtrans_fp8", RuleKind::validity,
+         "vtrans transposes FP8's (E4M3) V blocks in the kernel (8-bit wgmma reads K-major "
+         "operands only; 16-bit kernels read V as it is)",
+         [](const KernelConfig& c) { return c.sm90.transpose_v && c.dtype != DType::E4M3; }},
     Rule{"d_head", RuleKind::validity, "head dims 64, 96, 128, 192 and 256 are instantiated",
          [](const KernelConfig& c) { return !is_head_dim(c.d_head); }},
     Rule{"d_v", RuleKind::validity,
@@ -690,8 +695,9 @@ std::vector<KernelConfig> release() {
 // built-in table's), the plain kernels (no overlap: the baseline), and the alternatives measured
 // within 4% of the table's at some lengths (builtin_choice.cpp): d_head 128 two stages with and
 // without ping-pong; d_head 256, whose block accumulators leave no room for overlap
-// (estimated_registers()), without it: one CTA a tile, persistent, ping-pong. Three consumers
-// of 128 keys spill 240 bytes at d_head 128 (ptxas 13.0).
+// (estimated_registers()), without it: one CTA a tile, persistent, ping-pong; and the built-in
+// rows with V transposed in the kernel (vtrans). Three consumers of 128 keys spill 240 bytes at
+// d_head 128 (ptxas 13.0).
 std::vector<KernelConfig> fp8() {
     std::vector<KernelConfig> v;
     for (const KernelConfig& c : release()) {
@@ -707,6 +713,8 @@ std::vector<KernelConfig> fp8() {
                "(E4M3, 256, 128, 128, 12): sm90+stages_2+lazy",
                "(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy",
                "(E4M3, 256, 128, 128, 12): sm90+stages_2+pingpong+persistent+dynamic+lazy",
+               "(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans",
+               "(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy+vtrans",
            }));
     return v;
 }

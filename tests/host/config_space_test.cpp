@@ -643,8 +643,9 @@ TEST(ConfigSpace, ValueHeadDim) {
 }
 
 // E4M3 (FP8) parses and prints; the rule `dtype` takes the sm90 forward's FP8 knobs (stages,
-// overlap, pingpong, persistent, dynamic, lazy) at d_head 128 and 256 with B_c 128, and
-// refuses the rest; `register_budget` refuses d_head 256 with overlap.
+// overlap, pingpong, persistent, dynamic, lazy, vtrans) at d_head 128 and 256 with B_c 128, and
+// refuses the rest; `register_budget` refuses d_head 256 with overlap; vtrans is FP8's alone and
+// adds a staging tile a stage and its barriers.
 TEST(ConfigSpace, E4m3ParsesAndTheRuleTakesItsKnobs) {
     const auto fp8 = KernelConfig::parse(
         "(E4M3, 128, 128, 128, 12): sm90+stages_2+overlap+pingpong+persistent+dynamic+lazy");
@@ -675,6 +676,16 @@ TEST(ConfigSpace, E4m3ParsesAndTheRuleTakesItsKnobs) {
     EXPECT_EQ(rejected_by(KernelConfig::parse(
                   "(E4M3, 256, 128, 128, 12): sm90+stages_2+overlap+persistent+dynamic+lazy")),
               "register_budget");
+    const auto vtrans = KernelConfig::parse(
+        "(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans");
+    EXPECT_TRUE(vtrans.sm90.transpose_v);
+    EXPECT_EQ(KernelConfig::parse(vtrans.to_string()), vtrans);
+    EXPECT_EQ(rejected_by(vtrans), "");
+    KernelConfig plain = vtrans;
+    plain.sm90.transpose_v = false;
+    EXPECT_EQ(fa::smem_bytes(vtrans), fa::smem_bytes(plain) + 3 * (128 * 128 + 16) + 8);
+    EXPECT_EQ(rejected_by(KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2+vtrans")),
+              "vtrans_fp8");
     EXPECT_EQ(fa::element_bytes(fa::DType::E4M3), 1u);
     EXPECT_THROW(KernelConfig::parse("(E5M2, 128, 128, 128, 12): sm90+stages_2"), fa::Error);
 }

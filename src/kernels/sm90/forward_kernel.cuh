@@ -250,13 +250,22 @@ __global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
         }
         for (int s = 0; s < Tr::stages; ++s) {
             bars.k_full[s].init(1);
-            bars.v_full[s].init(1);
+            // transpose_v: every transposer thread arrives once its writes are fenced.
+            bars.v_full[s].init(Tr::transpose_v ? Tr::transposer_threads : 1);
             // One arrival per consumer warp, each after its own wgmma wait.
             bars.k_empty[s].init(4 * Tr::consumers);
             bars.v_empty[s].init(4 * Tr::consumers);
         }
         if constexpr (Tr::o_apart)
             o_region_empty<Tr>(smem)->init(1);  // the storing thread, after the store's read
+        if constexpr (Tr::transpose_v) {
+            VStagingBarriers<Tr::stages>& vs = v_staging_barriers<Tr>(smem);
+            for (int s = 0; s < Tr::stages; ++s) {
+                vs.full[s].init(1);
+                vs.empty[s].init(Tr::transposer_threads / warp_size);  // a warp's lane 0
+            }
+            vs.done = 0;
+        }
         scheduler.init();
         tma::fence_barrier_init();
     }
@@ -265,9 +274,14 @@ __global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
     if (warpgroup == 0) {
         ptx::setmaxnreg_dec<Tr::producer_registers>();
         // One thread produces; a paged cache's producer is the whole first warp (produce()).
+        // transpose_v: the other warps transpose V's blocks.
         static_assert(PerSequence || !Paged, "a paged cache runs the per-sequence body");
         if (threadIdx.x < (Paged ? warp_size : 1))
             produce<Tr, PerSequence, Paged, Variants>(params, smem, bars, scheduler);
+        else if constexpr (Tr::transpose_v) {
+            if (threadIdx.x >= warp_size)
+                transpose_v_blocks<Tr>(smem, bars);
+        }
         return;
     }
 

@@ -170,7 +170,9 @@ void launch(const KernelArgs& args, Stream stream) {
 
 // FP8 (e4m3): forward()'s dense problems on the dense kernel body (Traits::fp8), after a pass
 // that writes V's transposed copy (fp8::transpose_v) into memory of the launch: 8-bit wgmma
-// reads P·V's B operand K-major only. Only the dense instance: no varlen, KV cache or variants.
+// reads P·V's B operand K-major only; with transpose_v the kernel reads V itself and transposes
+// each block in shared memory (no pass, no workspace). Only the dense instance: no varlen, KV
+// cache or variants.
 template <KernelConfig C>
 void launch_fp8(const KernelArgs& args, Stream stream) {
     static_assert(!C.sm90.pack_gqa && !C.sm90.stream_k, "the rule dtype: FP8's knobs");
@@ -186,15 +188,19 @@ void launch_fp8(const KernelArgs& args, Stream stream) {
     const std::int64_t tiles = checked_tiles(args, C.B_r, false);
     KernelArgs a = args;
     a.tile_divisors = tile_divisors(args, C.B_r);
-    TensorView v{};
-    v.data = const_cast<void*>(args.v);
-    v.dtype = DType::E4M3;
-    v.shape = {args.batch, args.seq_k, args.heads_kv, C.d_head};
-    v.stride = {args.v_stride.batch, args.v_stride.seq, args.v_stride.head, 1};
-    StreamScratch vt(fp8::transposed_v_bytes(v), stream, false, StreamScratch::Pool::device);
-    fp8::transpose_v(v, vt.get(), stream);
+    std::optional<StreamScratch> vt;  // V's transposed copy, unless the kernel transposes V
+    if constexpr (!C.sm90.transpose_v) {
+        TensorView v{};
+        v.data = const_cast<void*>(args.v);
+        v.dtype = DType::E4M3;
+        v.shape = {args.batch, args.seq_k, args.heads_kv, C.d_head};
+        v.stride = {args.v_stride.batch, args.v_stride.seq, args.v_stride.head, 1};
+        vt.emplace(fp8::transposed_v_bytes(v), stream, false, StreamScratch::Pool::device);
+        fp8::transpose_v(v, vt->get(), stream);
+    }
     Params params{a,
-                  make_fp8_tensor_maps(a, C.d_head, C.B_c, vt.get(), fp8::padded_keys(args.seq_k)),
+                  make_fp8_tensor_maps(a, C.d_head, C.B_c, vt ? vt->get() : nullptr,
+                                       fp8::padded_keys(args.seq_k)),
                   nullptr,
                   {}};
     std::optional<StreamCounters> counters;

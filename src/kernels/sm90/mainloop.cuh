@@ -88,6 +88,12 @@ __device__ __forceinline__ void load_kv_block(unsigned char* stage, const CUtens
     }
 }
 
+// transpose_v: the staging barriers (Traits::v_staging_barrier_offset).
+template <class Tr>
+__device__ __forceinline__ VStagingBarriers<Tr::stages>& v_staging_barriers(unsigned char* smem) {
+    return *reinterpret_cast<VStagingBarriers<Tr::stages>*>(smem + Tr::v_staging_barrier_offset);
+}
+
 // The producer: one thread issues every copy, tile after tile (paged: the whole warp, lane 0
 // alone doing all but the K/V copies). It refills a K/V stage once every consumer warp has
 // emptied it, so up to `stages` blocks are in flight ahead (across tiles too), and loads a
@@ -163,16 +169,88 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
             load_kv_block<typename Tr::KTile, typename Tr::PagedKTile, Paged>(
                 smem + Tr::k_offset + slot.stage * Tr::KTile::bytes, &params.maps.k, t, key_row,
                 run, bars.k_full[slot.stage]);
-            bars.v_empty[slot.stage].wait(slot.parity ^ 1);
-            if (leader)
-                bars.v_full[slot.stage].arrive_expect_tx(Tr::VTile::bytes);
-            load_kv_block<typename Tr::VTile, typename Tr::PagedVTile, Paged, Tr::fp8>(
-                smem + Tr::v_offset + slot.stage * Tr::VTile::bytes, &params.maps.v, t, key_row,
-                run, bars.v_full[slot.stage]);
+            if constexpr (Tr::transpose_v) {
+                // V as stored, into the stage's staging tile; the transposers fill the V tile.
+                VStagingBarriers<Tr::stages>& vs = v_staging_barriers<Tr>(smem);
+                vs.empty[slot.stage].wait(slot.parity ^ 1);
+                if (leader)
+                    vs.full[slot.stage].arrive_expect_tx(Tr::VStagingTile::bytes);
+                load_kv_block<typename Tr::VStagingTile, typename Tr::PagedVTile, false>(
+                    smem + Tr::v_staging_offset + slot.stage * Tr::VStagingTile::bytes,
+                    &params.maps.v, t, key_row, run, vs.full[slot.stage]);
+            } else {
+                bars.v_empty[slot.stage].wait(slot.parity ^ 1);
+                if (leader)
+                    bars.v_full[slot.stage].arrive_expect_tx(Tr::VTile::bytes);
+                load_kv_block<typename Tr::VTile, typename Tr::PagedVTile, Paged, Tr::fp8>(
+                    smem + Tr::v_offset + slot.stage * Tr::VTile::bytes, &params.maps.v, t, key_row,
+                    run, bars.v_full[slot.stage]);
+            }
         }
     }
     if (leader)
         scheduler.finish(QSlot<Tr>(iteration), bars, index);
+    if constexpr (Tr::transpose_v) {
+        // No block follows: once the transposers have read the last one from the next slot's
+        // staging tile, the flag and an arrival without bytes complete its full barrier.
+        VStagingBarriers<Tr::stages>& vs = v_staging_barriers<Tr>(smem);
+        const RingSlot<Tr::stages> slot(ring);
+        vs.empty[slot.stage].wait(slot.parity ^ 1);
+        *static_cast<volatile std::uint32_t*>(&vs.done) = 1;
+        vs.full[slot.stage].arrive();
+    }
+}
+
+// transpose_v: one unit of a V block's transpose, 32 keys (k-step g) x 16 of V's columns
+// (group cg), by one warp. ldmatrix.trans reads the staging tile's 8 x 8 matrices of 16-bit
+// pairs (keys 8m..8m+7, matrix m) transposed: lane l holds columns 2p, 2p+1 (p = l / 4) of
+// keys 2q, 2q+1 (q = l % 4) of each matrix. prmt splits each pair of matrices by column into
+// the bytes of keys 2q, 2q+1, 2q+8, 2q+9: slot word q of the k-step's 16-key half in V's
+// transposed copy's key order (kernels/fp8.hpp: fp8_key_of_slot), and stmatrix writes the four
+// words, V's columns 16 cg + 2p (+1) of each half, as rows of the V tile.
+template <class Tr>
+__device__ __forceinline__ void transpose_v_unit(std::uint32_t staging, std::uint32_t vt, int g,
+                                                 int cg, int lane) {
+    std::uint32_t r[4];
+    ptx::ldmatrix_x4_trans(
+        r, staging + Tr::VStagingTile::chunk_offset(fp8_k_step_keys * g + lane, cg));
+    const std::uint32_t out[4] = {__byte_perm(r[0], r[1], 0x6420), __byte_perm(r[0], r[1], 0x7531),
+                                  __byte_perm(r[2], r[3], 0x6420), __byte_perm(r[2], r[3], 0x7531)};
+    const int m = lane / 8;  // this lane addresses a row of matrix m
+    ptx::stmatrix_x4(vt + Tr::VTile::chunk_offset(16 * cg + 2 * (lane % 8) + m % 2, 2 * g + m / 2),
+                     out);
+}
+
+// transpose_v: the producer warpgroup's other warps (transposer_threads), block after block in
+// the producer's ring order until its flag: wait for V's block in the staging tile and for the
+// consumers to free the stage's V tile, transpose, fence the writes to the async proxy that
+// wgmma reads through, then each thread arrives on v_full and each warp frees the staging tile.
+template <class Tr>
+__device__ __forceinline__ void transpose_v_blocks(unsigned char* smem,
+                                                   Barriers<Tr::q_pairs, Tr::stages>& bars) {
+    VStagingBarriers<Tr::stages>& vs = v_staging_barriers<Tr>(smem);
+    const int thread = static_cast<int>(threadIdx.x) - warp_size;  // warps 1.. of warpgroup 0
+    const int warp = thread / warp_size, lane = thread % warp_size;
+    constexpr int k_steps = Tr::B_c / fp8_k_step_keys;
+    constexpr int units = k_steps * (Tr::d_v / 16);
+    const std::uint32_t staging0 = ptx::smem_address(smem + Tr::v_staging_offset);
+    const std::uint32_t vt0 = ptx::smem_address(smem + Tr::v_offset);
+    for (int ring = 0;; ++ring) {
+        const RingSlot<Tr::stages> slot(ring);
+        vs.full[slot.stage].wait(slot.parity);
+        if (*static_cast<volatile std::uint32_t*>(&vs.done) != 0)
+            return;
+        bars.v_empty[slot.stage].wait(slot.parity ^ 1);
+        const std::uint32_t staging = staging0 + slot.stage * Tr::VStagingTile::bytes;
+        const std::uint32_t vt = vt0 + slot.stage * Tr::VTile::bytes;
+        for (int u = warp; u < units; u += Tr::transposer_threads / warp_size)
+            transpose_v_unit<Tr>(staging, vt, u % k_steps, u / k_steps, lane);
+        tma::fence_shared_to_async_proxy();
+        bars.v_full[slot.stage].arrive();
+        __syncwarp();
+        if (lane == 0)
+            vs.empty[slot.stage].arrive();
+    }
 }
 
 // Ping-pong: consumer w may issue GEMMs only while it holds the turn, which passes

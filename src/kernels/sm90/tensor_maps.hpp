@@ -91,9 +91,10 @@ TensorMaps make_tensor_maps(const KernelArgs& args, DType dtype, int d_head, int
                             bool packed = false);
 
 // FP8 (Traits::fp8): Q and K (e4m3, (d_head, seq, heads, batch)) and V's transposed copy `vt`
-// (fp8/v_transpose.hpp: (seq_pad keys, d_v, heads_kv, batch), contiguous) as `v`, each viewed
-// as 16-bit elements, pairs of e4m3 values (TMA moves bytes): boxes of 64 such columns (128
-// bytes, the 128-byte swizzle's row) x 64 rows for Q, x kv_rows for K, x d_v for the copy; no
+// (fp8/v_transpose.hpp: (seq_pad keys, d_v, heads_kv, batch), contiguous) as `v`, or with vt
+// null V itself as K is (the kernels' transpose_v), each viewed as 16-bit elements, pairs of
+// e4m3 values (TMA moves bytes): boxes of 64 such columns (128 bytes, the 128-byte swizzle's
+// row) x 64 rows for Q, x kv_rows for K (and V itself), x d_v for the copy; no
 // map of O, which the FP8 kernels store from registers. Throws Error(ErrorCode::invalid_argument)
 // for strides in bytes that are not multiples of 16, Error(ErrorCode::cuda) if the driver
 // rejects a map.

@@ -131,7 +131,16 @@ struct Traits {
     static constexpr int q_buffer_bytes = consumers * QTile::bytes;
     static constexpr int k_offset = q_offset + q_buffers * q_buffer_bytes;
     static constexpr int v_offset = k_offset + stages * KTile::bytes;
-    static constexpr int o_offset = v_offset + stages * VTile::bytes;  // O apart: its region
+    // FP8 with transpose_v: each stage's V block as TMA lands it (keys by columns, as K's),
+    // which the producer warpgroup's transposers turn into the stage's VTile.
+    static constexpr bool transpose_v = C.sm90.transpose_v;
+    static_assert(!transpose_v || fp8, "V is transposed for 8-bit P·V only");
+    using VStagingTile = SwizzledTile<B_c, fp8 ? d_v / 2 : 64, 128>;  // (named for every config)
+    static constexpr int v_staging_offset = v_offset + stages * VTile::bytes;
+    // The producer warpgroup's warps after the first, which transpose (mainloop.cuh).
+    static constexpr int transposer_threads = transpose_v ? 128 - 32 : 0;
+    static constexpr int o_offset =  // O apart: its region
+        v_staging_offset + (transpose_v ? stages * VStagingTile::bytes : 0);
     // P through shared memory (p_in_smem): each consumer's P tile, 64 rows x B_c keys in
     // 64-key sub-tiles, K-major (the A of P·V). With it P's registers are free while S_{j+1}
     // and P_j·V_j run together (intra-warpgroup overlap), which at 192 rows otherwise spilled
@@ -163,7 +172,10 @@ struct Traits {
     static constexpr int tile_slot_offset = barrier_offset + 8 * (2 * q_pairs + 4 * stages);
     static constexpr int o_barrier_offset =
         tile_slot_offset + (dynamic_schedule ? 16 * q_buffers : 0);
-    static constexpr int smem_bytes = 1024 + o_barrier_offset + (o_apart ? 8 : 0);
+    // transpose_v: the staging tiles' barriers (VStagingBarriers).
+    static constexpr int v_staging_barrier_offset = o_barrier_offset + (o_apart ? 8 : 0);
+    static constexpr int smem_bytes =
+        1024 + v_staging_barrier_offset + (transpose_v ? 16 * stages + 8 : 0);
     static_assert(smem_bytes == static_cast<int>(flash_attention::smem_bytes(C)),
                   "smem_bytes(C) matches the layout");
     static_assert(sizeof(tma::Barrier) == 8, "an mbarrier is 8 bytes");
@@ -188,6 +200,17 @@ struct Barriers {
     tma::Barrier q_full[QPairs], q_empty[QPairs];
     tma::Barrier k_full[Stages], k_empty[Stages];
     tma::Barrier v_full[Stages], v_empty[Stages];
+};
+
+// transpose_v: per stage, "full" when V's block has landed in the staging tile (TMA) and
+// "empty" when the transposers have read it; `done` is the producer's word that no block
+// follows, set before its last arrival on a full barrier (whose release the transposers'
+// wait acquires).
+template <int Stages>
+struct VStagingBarriers {
+    tma::Barrier full[Stages], empty[Stages];
+    std::uint32_t done;
+    std::uint32_t unused;
 };
 
 }  // namespace flash_attention::sm90
