@@ -50,6 +50,28 @@ constexpr int fp8_slot_of_key(int key) {
     return 16 * half + 4 * pair + i;
 }
 
+// The in-kernel transpose of V (sm90 transpose_v): a warp's unit is k-step g's 32 keys x 16 of
+// V's columns (group cg). ldmatrix.trans reads four 8 x 8 matrices of 16-bit pairs of columns,
+// lane l addressing the row of key fp8_vt_load_key(g, l) (matrix l / 8) at 16-byte chunk cg, and
+// leaves lane l columns 2p, 2p+1 (p = l / 4) of keys 2q, 2q+1 (q = l % 4) of each matrix m, key
+// 2q's pair in the low half. prmt with fp8_vt_even / fp8_vt_odd takes matrices m and m + 1's
+// registers to the bytes of keys 2q, 2q+1, 2q+8, 2q+9 of column 2p / 2p + 1: slot word q of
+// that column's 16-key half. stmatrix writes the four words (half 0 even and odd columns, half
+// 1 even and odd), matrix i's rows addressed by lanes 8i..8i+7: row fp8_vt_store_row(cg, l) of
+// the transposed tile (V's column) at 16-byte chunk fp8_vt_store_chunk(g, l) of its slots. A
+// host test emulates the three instructions and checks the result against fp8_key_of_slot.
+inline constexpr unsigned fp8_vt_even = 0x6420;  // bytes 0 and 2 of each register
+inline constexpr unsigned fp8_vt_odd = 0x7531;   // bytes 1 and 3
+constexpr int fp8_vt_load_key(int g, int lane) {
+    return fp8_k_step_keys * g + lane;
+}
+constexpr int fp8_vt_store_row(int cg, int lane) {
+    return 16 * cg + 2 * (lane % 8) + lane / 8 % 2;
+}
+constexpr int fp8_vt_store_chunk(int g, int lane) {
+    return 2 * g + lane / 16;
+}
+
 #if defined(__CUDACC__)
 // FP8: Q's and K's descales of a (sequence, K/V head), `pair`, folded into a softmax scale (S
 // itself is never scaled). A zero product (an all-zero input's descale) or one whose scaled

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "flash_attention/tools.hpp"
+#include "kernels/fp8.hpp"
 
 namespace fa = flash_attention;
 using fa::DType;
@@ -454,3 +455,71 @@ TEST(Fp8ReferenceInputs, MismatchesAreRefused) {
 }
 
 }  // namespace
+
+namespace {
+
+// __byte_perm(x, y, s): byte n of the result is byte s >> 4n (low 3 bits) of y:x (x low).
+std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, unsigned s) {
+    const std::uint64_t both = (std::uint64_t{y} << 32) | x;
+    std::uint32_t out = 0;
+    for (int n = 0; n < 4; ++n)
+        out |= static_cast<std::uint32_t>((both >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
+    return out;
+}
+
+}  // namespace
+
+// The in-kernel transpose of V (sm90 transpose_v, kernels/fp8.hpp's fp8_vt_* names) emulated lane
+// by lane from the PTX ISA's fragment layouts: ldmatrix .trans gives lane l of matrix m the 16-bit
+// elements (rows 2 (l % 4) and 2 (l % 4) + 1, column l / 4) of the 8 x 8 matrix whose row r lane
+// 8m + r addresses; stmatrix writes lane l's register i to matrix i's row l / 4, 16-bit columns
+// 2 (l % 4) and 2 (l % 4) + 1. Every unit of a block of 128 keys x 256 columns must leave V's
+// transposed copy as the pass writes it: slot s of k-step g holds key 32 g + fp8_key_of_slot(s).
+TEST(Fp8Transpose, UnitsWriteTheCopysKeyOrder) {
+    constexpr int keys = 128, cols = 256;
+    std::vector<std::uint8_t> v(keys * cols), vt(cols * keys, 0);
+    std::mt19937 rng(7);
+    for (auto& b : v)
+        b = static_cast<std::uint8_t>(rng());
+    const auto pair_at = [&](int key, int chunk, int col_pair) {  // a 16-bit element of V's row
+        const int c = 16 * chunk + 2 * col_pair;
+        return static_cast<std::uint32_t>(v[key * cols + c] | (v[key * cols + c + 1] << 8));
+    };
+    for (int g = 0; g < keys / fa::fp8_k_step_keys; ++g) {
+        for (int cg = 0; cg < cols / 16; ++cg) {
+            std::uint32_t out[32][4];
+            for (int lane = 0; lane < 32; ++lane) {
+                std::uint32_t r[4];
+                for (int m = 0; m < 4; ++m) {
+                    const int q = lane % 4, p = lane / 4;
+                    const int row0 = fa::fp8_vt_load_key(g, 8 * m + 2 * q);
+                    const int row1 = fa::fp8_vt_load_key(g, 8 * m + 2 * q + 1);
+                    r[m] = pair_at(row0, cg, p) | (pair_at(row1, cg, p) << 16);
+                }
+                out[lane][0] = byte_perm(r[0], r[1], fa::fp8_vt_even);
+                out[lane][1] = byte_perm(r[0], r[1], fa::fp8_vt_odd);
+                out[lane][2] = byte_perm(r[2], r[3], fa::fp8_vt_even);
+                out[lane][3] = byte_perm(r[2], r[3], fa::fp8_vt_odd);
+            }
+            for (int lane = 0; lane < 32; ++lane) {
+                for (int i = 0; i < 4; ++i) {
+                    // Matrix i's row lane / 4 is at the address lane 8 i + lane / 4 gives.
+                    const int addressing = 8 * i + lane / 4;
+                    const int row = fa::fp8_vt_store_row(cg, addressing);
+                    const int byte0 = 16 * fa::fp8_vt_store_chunk(g, addressing) + 4 * (lane % 4);
+                    for (int b = 0; b < 4; ++b)
+                        vt[row * keys + byte0 + b] =
+                            static_cast<std::uint8_t>(out[lane][i] >> (8 * b));
+                }
+            }
+        }
+    }
+    for (int c = 0; c < cols; ++c) {
+        for (int slot = 0; slot < keys; ++slot) {
+            const int key = slot / fa::fp8_k_step_keys * fa::fp8_k_step_keys +
+                            fa::fp8_key_of_slot(slot % fa::fp8_k_step_keys);
+            ASSERT_EQ(vt[c * keys + slot], v[key * cols + c])
+                << "column " << c << ", slot " << slot;
+        }
+    }
+}

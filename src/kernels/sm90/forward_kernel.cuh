@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
                 vs.full[s].init(1);
                 vs.empty[s].init(Tr::transposer_threads / warp_size);  // a warp's lane 0
             }
-            vs.done = 0;
+            vs.blocks = ~0u;
         }
         scheduler.init();
         tma::fence_barrier_init();

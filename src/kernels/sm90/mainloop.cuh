@@ -191,40 +191,37 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
     if (leader)
         scheduler.finish(QSlot<Tr>(iteration), bars, index);
     if constexpr (Tr::transpose_v) {
-        // No block follows: once the transposers have read the last one from the next slot's
-        // staging tile, the flag and an arrival without bytes complete its full barrier.
+        // No block follows: the count, then (once the transposers have read the block that
+        // last used the next slot's staging tile) an arrival without bytes on its full barrier.
         VStagingBarriers<Tr::stages>& vs = v_staging_barriers<Tr>(smem);
         const RingSlot<Tr::stages> slot(ring);
         vs.empty[slot.stage].wait(slot.parity ^ 1);
-        *static_cast<volatile std::uint32_t*>(&vs.done) = 1;
+        *static_cast<volatile std::uint32_t*>(&vs.blocks) = static_cast<std::uint32_t>(ring);
         vs.full[slot.stage].arrive();
     }
 }
 
 // transpose_v: one unit of a V block's transpose, 32 keys (k-step g) x 16 of V's columns
-// (group cg), by one warp. ldmatrix.trans reads the staging tile's 8 x 8 matrices of 16-bit
-// pairs (keys 8m..8m+7, matrix m) transposed: lane l holds columns 2p, 2p+1 (p = l / 4) of
-// keys 2q, 2q+1 (q = l % 4) of each matrix. prmt splits each pair of matrices by column into
-// the bytes of keys 2q, 2q+1, 2q+8, 2q+9: slot word q of the k-step's 16-key half in V's
-// transposed copy's key order (kernels/fp8.hpp: fp8_key_of_slot), and stmatrix writes the four
-// words, V's columns 16 cg + 2p (+1) of each half, as rows of the V tile.
+// (group cg), by one warp, from the staging tile into the V tile in V's transposed copy's key
+// order (kernels/fp8.hpp: fp8_vt_load_key and the rest say how).
 template <class Tr>
 __device__ __forceinline__ void transpose_v_unit(std::uint32_t staging, std::uint32_t vt, int g,
                                                  int cg, int lane) {
     std::uint32_t r[4];
-    ptx::ldmatrix_x4_trans(
-        r, staging + Tr::VStagingTile::chunk_offset(fp8_k_step_keys * g + lane, cg));
-    const std::uint32_t out[4] = {__byte_perm(r[0], r[1], 0x6420), __byte_perm(r[0], r[1], 0x7531),
-                                  __byte_perm(r[2], r[3], 0x6420), __byte_perm(r[2], r[3], 0x7531)};
-    const int m = lane / 8;  // this lane addresses a row of matrix m
-    ptx::stmatrix_x4(vt + Tr::VTile::chunk_offset(16 * cg + 2 * (lane % 8) + m % 2, 2 * g + m / 2),
-                     out);
+    ptx::ldmatrix_x4_trans(r,
+                           staging + Tr::VStagingTile::chunk_offset(fp8_vt_load_key(g, lane), cg));
+    const std::uint32_t out[4] = {
+        __byte_perm(r[0], r[1], fp8_vt_even), __byte_perm(r[0], r[1], fp8_vt_odd),
+        __byte_perm(r[2], r[3], fp8_vt_even), __byte_perm(r[2], r[3], fp8_vt_odd)};
+    ptx::stmatrix_x4(
+        vt + Tr::VTile::chunk_offset(fp8_vt_store_row(cg, lane), fp8_vt_store_chunk(g, lane)), out);
 }
 
 // transpose_v: the producer warpgroup's other warps (transposer_threads), block after block in
-// the producer's ring order until its flag: wait for V's block in the staging tile and for the
-// consumers to free the stage's V tile, transpose, fence the writes to the async proxy that
-// wgmma reads through, then each thread arrives on v_full and each warp frees the staging tile.
+// the producer's ring order until its count (VStagingBarriers::blocks): wait for V's block in
+// the staging tile and for the consumers to free the stage's V tile, transpose, fence the
+// writes to the async proxy that wgmma reads through, then each thread arrives on v_full and
+// each warp frees the staging tile.
 template <class Tr>
 __device__ __forceinline__ void transpose_v_blocks(unsigned char* smem,
                                                    Barriers<Tr::q_pairs, Tr::stages>& bars) {
@@ -238,7 +235,7 @@ __device__ __forceinline__ void transpose_v_blocks(unsigned char* smem,
     for (int ring = 0;; ++ring) {
         const RingSlot<Tr::stages> slot(ring);
         vs.full[slot.stage].wait(slot.parity);
-        if (*static_cast<volatile std::uint32_t*>(&vs.done) != 0)
+        if (static_cast<std::uint32_t>(ring) == *static_cast<volatile std::uint32_t*>(&vs.blocks))
             return;
         bars.v_empty[slot.stage].wait(slot.parity ^ 1);
         const std::uint32_t staging = staging0 + slot.stage * Tr::VStagingTile::bytes;

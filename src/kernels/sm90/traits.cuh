@@ -203,13 +203,15 @@ struct Barriers {
 };
 
 // transpose_v: per stage, "full" when V's block has landed in the staging tile (TMA) and
-// "empty" when the transposers have read it; `done` is the producer's word that no block
-// follows, set before its last arrival on a full barrier (whose release the transposers'
-// wait acquires).
+// "empty" when the transposers have read it; `blocks` the number of blocks the producer
+// loaded, written once after its last (before an arrival on the next slot's full barrier,
+// whose release the transposers' wait acquires): a transposer that wakes at ring position
+// `blocks` stops. Until then it is ~0u, which no position reaches. A flag would not do: the
+// transposers may read it while still at the last block, after the producer set it.
 template <int Stages>
 struct VStagingBarriers {
     tma::Barrier full[Stages], empty[Stages];
-    std::uint32_t done;
+    std::uint32_t blocks;
     std::uint32_t unused;
 };
 
