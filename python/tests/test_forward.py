@@ -135,7 +135,7 @@ def test_configs_and_parse_round_trip():
             # sub-tiles of its swizzle: 64 columns, or 32 where d is not a multiple of 64 (96), so
             # no padding.
             # FP8 (E4M3): a byte an element (V's transposed tile as many as V's), O in bf16; with
-            # transpose_v a staging tile a stage (B_c x d_v bytes), a barrier pair a stage and a flag.
+            # transpose_v a staging tile a stage (B_c x d_v bytes), a barrier pair a stage and a block count.
             d = c.d_head
             d_v = c.d_v or c.d_head
             element = 1 if c.dtype == fa.DType.E4M3 else 2

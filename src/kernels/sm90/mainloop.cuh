@@ -171,6 +171,7 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
                 run, bars.k_full[slot.stage]);
             if constexpr (Tr::transpose_v) {
                 // V as stored, into the stage's staging tile; the transposers fill the V tile.
+                static_assert(!Paged, "FP8 reads no paged cache");
                 VStagingBarriers<Tr::stages>& vs = v_staging_barriers<Tr>(smem);
                 vs.empty[slot.stage].wait(slot.parity ^ 1);
                 if (leader)

@@ -139,6 +139,7 @@ struct Traits {
     static constexpr int v_staging_offset = v_offset + stages * VTile::bytes;
     // The producer warpgroup's warps after the first, which transpose (mainloop.cuh).
     static constexpr int transposer_threads = transpose_v ? 128 - 32 : 0;
+    static_assert(!transpose_v || v_staging_offset % 1024 == 0, "staging at the swizzle's period");
     static constexpr int o_offset =  // O apart: its region
         v_staging_offset + (transpose_v ? stages * VStagingTile::bytes : 0);
     // P through shared memory (p_in_smem): each consumer's P tile, 64 rows x B_c keys in
@@ -214,5 +215,8 @@ struct VStagingBarriers {
     std::uint32_t blocks;
     std::uint32_t unused;
 };
+
+static_assert(sizeof(VStagingBarriers<3>) == 16 * 3 + 8,
+              "Traits::smem_bytes counts 16 bytes a stage and the count's 8");
 
 }  // namespace flash_attention::sm90
