@@ -241,6 +241,7 @@ __device__ __forceinline__ void transpose_v_blocks(unsigned char* smem,
         bars.v_empty[slot.stage].wait(slot.parity ^ 1);
         const std::uint32_t staging = staging0 + slot.stage * Tr::VStagingTile::bytes;
         const std::uint32_t vt = vt0 + slot.stage * Tr::VTile::bytes;
+#pragma unroll 1  // unrolled, the units' addresses outgrew the producer's 24 registers
         for (int u = warp; u < units; u += Tr::transposer_threads / warp_size)
             transpose_v_unit<Tr>(staging, vt, u % k_steps, u / k_steps, lane);
         tma::fence_shared_to_async_proxy();
