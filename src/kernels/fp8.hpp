@@ -56,17 +56,23 @@ constexpr int fp8_slot_of_key(int key) {
 // leaves lane l columns 2p, 2p+1 (p = l / 4) of keys 2q, 2q+1 (q = l % 4) of each matrix m, key
 // 2q's pair in the low half. prmt with fp8_vt_even / fp8_vt_odd takes matrices m and m + 1's
 // registers to the bytes of keys 2q, 2q+1, 2q+8, 2q+9 of column 2p / 2p + 1: slot word q of
-// that column's 16-key half. stmatrix writes the four words (half 0 even and odd columns, half
-// 1 even and odd), matrix i's rows addressed by lanes 8i..8i+7: row fp8_vt_store_row(cg, l) of
-// the transposed tile (V's column) at 16-byte chunk fp8_vt_store_chunk(g, l) of its slots. A
-// host test emulates the three instructions and checks the result against fp8_key_of_slot.
+// that column's 16-key half. stmatrix writes a half's two words as matrices 2h and 2h + 1, whose
+// rows lanes 8i..8i+7 address: row fp8_vt_store_row(cg, l) of the transposed tile (V's column)
+// at 16-byte chunk fp8_vt_store_chunk(g, l) of its slots. The first word is the even column
+// below p = 4 and the odd one from there (fp8_vt_selector), so that a matrix's 8 rows are 8
+// different rows mod 8, in 8 different bank groups under the swizzle (with even columns alone
+// they would pair up: a 2-way conflict). A host test emulates the three instructions and checks
+// the result against fp8_key_of_slot.
 inline constexpr unsigned fp8_vt_even = 0x6420;  // bytes 0 and 2 of each register
 inline constexpr unsigned fp8_vt_odd = 0x7531;   // bytes 1 and 3
+constexpr unsigned fp8_vt_selector(int lane, bool second) {
+    return (lane / 4 < 4) != second ? fp8_vt_even : fp8_vt_odd;
+}
 constexpr int fp8_vt_load_key(int g, int lane) {
     return fp8_k_step_keys * g + lane;
 }
 constexpr int fp8_vt_store_row(int cg, int lane) {
-    return 16 * cg + 2 * (lane % 8) + lane / 8 % 2;
+    return 16 * cg + 2 * (lane % 8) + (lane / 8 % 2 ^ lane % 8 / 4);
 }
 constexpr int fp8_vt_store_chunk(int g, int lane) {
     return 2 * g + lane / 16;

@@ -474,7 +474,8 @@ std::uint32_t byte_perm(std::uint32_t x, std::uint32_t y, unsigned s) {
 // elements (rows 2 (l % 4) and 2 (l % 4) + 1, column l / 4) of the 8 x 8 matrix whose row r lane
 // 8m + r addresses; stmatrix writes lane l's register i to matrix i's row l / 4, 16-bit columns
 // 2 (l % 4) and 2 (l % 4) + 1. Every unit of a block of 128 keys x 256 columns must leave V's
-// transposed copy as the pass writes it: slot s of k-step g holds key 32 g + fp8_key_of_slot(s).
+// transposed copy as the pass writes it: slot s of k-step g holds key 32 g + fp8_key_of_slot(s);
+// and each matrix stmatrix writes must spread over the swizzle's 8 bank groups.
 TEST(Fp8Transpose, UnitsWriteTheCopysKeyOrder) {
     constexpr int keys = 128, cols = 256;
     std::vector<std::uint8_t> v(keys * cols), vt(cols * keys, 0);
@@ -496,10 +497,12 @@ TEST(Fp8Transpose, UnitsWriteTheCopysKeyOrder) {
                     const int row1 = fa::fp8_vt_load_key(g, 8 * m + 2 * q + 1);
                     r[m] = pair_at(row0, cg, p) | (pair_at(row1, cg, p) << 16);
                 }
-                out[lane][0] = byte_perm(r[0], r[1], fa::fp8_vt_even);
-                out[lane][1] = byte_perm(r[0], r[1], fa::fp8_vt_odd);
-                out[lane][2] = byte_perm(r[2], r[3], fa::fp8_vt_even);
-                out[lane][3] = byte_perm(r[2], r[3], fa::fp8_vt_odd);
+                const unsigned first = fa::fp8_vt_selector(lane, false);
+                const unsigned second = fa::fp8_vt_selector(lane, true);
+                out[lane][0] = byte_perm(r[0], r[1], first);
+                out[lane][1] = byte_perm(r[0], r[1], second);
+                out[lane][2] = byte_perm(r[2], r[3], first);
+                out[lane][3] = byte_perm(r[2], r[3], second);
             }
             for (int lane = 0; lane < 32; ++lane) {
                 for (int i = 0; i < 4; ++i) {
@@ -512,6 +515,16 @@ TEST(Fp8Transpose, UnitsWriteTheCopysKeyOrder) {
                             static_cast<std::uint8_t>(out[lane][i] >> (8 * b));
                 }
             }
+        }
+    }
+    // A stmatrix matrix's 8 rows lie on 8 different rows mod 8: under the 128-byte swizzle, which
+    // XORs a row's chunks with its row mod 8, its 16-byte stores hit 8 different bank groups.
+    for (int cg = 0; cg < cols / 16; ++cg) {
+        for (int m = 0; m < 4; ++m) {
+            int seen = 0;
+            for (int r = 0; r < 8; ++r)
+                seen |= 1 << (fa::fp8_vt_store_row(cg, 8 * m + r) % 8);
+            EXPECT_EQ(seen, 0xFF) << "column group " << cg << ", matrix " << m;
         }
     }
     for (int c = 0; c < cols; ++c) {

@@ -211,9 +211,9 @@ __device__ __forceinline__ void transpose_v_unit(std::uint32_t staging, std::uin
     std::uint32_t r[4];
     ptx::ldmatrix_x4_trans(r,
                            staging + Tr::VStagingTile::chunk_offset(fp8_vt_load_key(g, lane), cg));
-    const std::uint32_t out[4] = {
-        __byte_perm(r[0], r[1], fp8_vt_even), __byte_perm(r[0], r[1], fp8_vt_odd),
-        __byte_perm(r[2], r[3], fp8_vt_even), __byte_perm(r[2], r[3], fp8_vt_odd)};
+    const unsigned first = fp8_vt_selector(lane, false), second = fp8_vt_selector(lane, true);
+    const std::uint32_t out[4] = {__byte_perm(r[0], r[1], first), __byte_perm(r[0], r[1], second),
+                                  __byte_perm(r[2], r[3], first), __byte_perm(r[2], r[3], second)};
     ptx::stmatrix_x4(
         vt + Tr::VTile::chunk_offset(fp8_vt_store_row(cg, lane), fp8_vt_store_chunk(g, lane)), out);
 }
