@@ -25,6 +25,19 @@ enum class NamedBarrier {
     vote,       // lazy: whether every row of a consumer kept its reference (bar.red)
 };
 
+// transpose_v: per stage, "full" when V's block has landed in the staging tile (TMA) and
+// "empty" when the transposers have read it; `blocks` the number of blocks the producer
+// loaded, written once after its last (before an arrival on the next slot's full barrier,
+// whose release the transposers' wait acquires): a transposer that wakes at ring position
+// `blocks` stops. Until then it is ~0u, which no position reaches. A flag would not do: the
+// transposers may read it while still at the last block, after the producer set it.
+template <int Stages>
+struct VStagingBarriers {
+    tma::Barrier full[Stages], empty[Stages];
+    std::uint32_t blocks;
+    std::uint32_t unused;
+};
+
 template <KernelConfig C>
 struct Traits {
     static_assert(unpack(pack(C)) == C, "every field fits the packed kernel parameter");
@@ -138,7 +151,7 @@ struct Traits {
     using VStagingTile = SwizzledTile<B_c, fp8 ? d_v / 2 : 64, 128>;  // (named for every config)
     static constexpr int v_staging_offset = v_offset + stages * VTile::bytes;
     // The producer warpgroup's warps after the first, which transpose (mainloop.cuh).
-    static constexpr int transposer_threads = transpose_v ? 128 - 32 : 0;
+    static constexpr int transposer_threads = transpose_v ? warpgroup_threads - warp_size : 0;
     static_assert(!transpose_v || v_staging_offset % 1024 == 0, "staging at the swizzle's period");
     static constexpr int o_offset =  // O apart: its region
         v_staging_offset + (transpose_v ? stages * VStagingTile::bytes : 0);
@@ -176,7 +189,8 @@ struct Traits {
     // transpose_v: the staging tiles' barriers (VStagingBarriers).
     static constexpr int v_staging_barrier_offset = o_barrier_offset + (o_apart ? 8 : 0);
     static constexpr int smem_bytes =
-        1024 + v_staging_barrier_offset + (transpose_v ? 16 * stages + 8 : 0);
+        1024 + v_staging_barrier_offset +
+        (transpose_v ? static_cast<int>(sizeof(VStagingBarriers<stages>)) : 0);
     static_assert(smem_bytes == static_cast<int>(flash_attention::smem_bytes(C)),
                   "smem_bytes(C) matches the layout");
     static_assert(sizeof(tma::Barrier) == 8, "an mbarrier is 8 bytes");
@@ -202,21 +216,5 @@ struct Barriers {
     tma::Barrier k_full[Stages], k_empty[Stages];
     tma::Barrier v_full[Stages], v_empty[Stages];
 };
-
-// transpose_v: per stage, "full" when V's block has landed in the staging tile (TMA) and
-// "empty" when the transposers have read it; `blocks` the number of blocks the producer
-// loaded, written once after its last (before an arrival on the next slot's full barrier,
-// whose release the transposers' wait acquires): a transposer that wakes at ring position
-// `blocks` stops. Until then it is ~0u, which no position reaches. A flag would not do: the
-// transposers may read it while still at the last block, after the producer set it.
-template <int Stages>
-struct VStagingBarriers {
-    tma::Barrier full[Stages], empty[Stages];
-    std::uint32_t blocks;
-    std::uint32_t unused;
-};
-
-static_assert(sizeof(VStagingBarriers<3>) == 16 * 3 + 8,
-              "Traits::smem_bytes counts 16 bytes a stage and the count's 8");
 
 }  // namespace flash_attention::sm90
