@@ -88,8 +88,7 @@ constexpr int sm90_q_barrier_pairs(const KernelConfig& c, int q_tiles) {
 // of the output's dtype: bf16 for E4M3 inputs) and its barrier, and with p_in_smem a P tile a
 // consumer. E4M3's tiles hold a byte an element, V's transposed copy (d_v rows of B_c keys) as
 // many bytes as a V tile; with transpose_v each stage also holds V's block as loaded (a staging
-// tile as large), and a full/empty pair of mbarriers a stage and the producer's block count (8
-// bytes) follow.
+// tile as large), and a full/empty pair of mbarriers and an end word (8 bytes) a stage follow.
 constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o_apart = false) {
     const std::size_t n_stages = c.sm90.stages > 0 ? static_cast<std::size_t>(c.sm90.stages) : 0;
     const std::size_t q = static_cast<std::size_t>(q_tiles);
@@ -108,8 +107,7 @@ constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o
            8 * (2 * q_pairs + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
            (o_apart ? 64 * static_cast<std::size_t>(tile_columns(c.v_head_dim())) * 2 + 8 : 0) +
            p_tiles +
-           (c.sm90.transpose_v ? n_stages * (static_cast<std::size_t>(c.B_c) * v_row_bytes + 16) + 8
-                               : 0);
+           (c.sm90.transpose_v ? n_stages * (static_cast<std::size_t>(c.B_c) * v_row_bytes + 24) : 0);
 }
 }  // namespace detail
 

@@ -263,8 +263,8 @@ __global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
             for (int s = 0; s < Tr::stages; ++s) {
                 vs.full[s].init(1);
                 vs.empty[s].init(Tr::transposer_threads / warp_size);  // a warp's lane 0
+                vs.end[s].ring = ~0u;
             }
-            vs.blocks = ~0u;
         }
         scheduler.init();
         tma::fence_barrier_init();

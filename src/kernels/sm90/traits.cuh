@@ -26,16 +26,20 @@ enum class NamedBarrier {
 };
 
 // transpose_v: per stage, "full" when V's block has landed in the staging tile (TMA) and
-// "empty" when the transposers have read it; `blocks` the number of blocks the producer
-// loaded, written once after its last (before an arrival on the next slot's full barrier,
-// whose release the transposers' wait acquires): a transposer that wakes at ring position
-// `blocks` stops. Until then it is ~0u, which no position reaches. A flag would not do: the
-// transposers may read it while still at the last block, after the producer set it.
+// "empty" when the transposers have read it, and `end`: the ring position whose arrival on the
+// stage's full barrier brings no block, the producer's last (~0u until then, which no position
+// reaches). The producer writes it after waiting for the stage's empty barrier (every transposer
+// has read the word for the position before) and before that arrival, whose release the
+// transposers' wait acquires: the word's accesses are ordered by the barriers. (One count for
+// every stage, read at each position, would be read while the producer writes it: racecheck
+// reported that race, H100, 2026-12-06.) A word a stage, padded to 8 bytes.
 template <int Stages>
 struct VStagingBarriers {
     tma::Barrier full[Stages], empty[Stages];
-    std::uint32_t blocks;
-    std::uint32_t unused;
+    struct End {
+        std::uint32_t ring;
+        std::uint32_t unused;
+    } end[Stages];
 };
 
 template <KernelConfig C>

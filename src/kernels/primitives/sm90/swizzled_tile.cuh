@@ -90,6 +90,16 @@ struct SwizzledTile {
     __device__ static constexpr int chunk_offset(int row, int chunk) {
         return chunk_offset(chunk / chunks, row, chunk % chunks);
     }
+    // chunk_offset(row, chunk) from the row's chunk_offset(row, 0) (or that plus a tile's base:
+    // tiles start on the swizzle's period, so the low bits are the offset's): the swizzle XORs
+    // the chunk's bits (4 .. 6 of the address; 4 .. 5 at 64 bytes) with the row's line and no
+    // other bit depends on the chunk but its sub-tile, so a walk over a row's chunks keeps one
+    // offset and pays an XOR and an add a chunk (both immediates for a constant chunk).
+    __device__ static constexpr std::uint32_t chunk_offset_from(std::uint32_t row_offset,
+                                                                int chunk) {
+        return (row_offset ^ static_cast<std::uint32_t>(chunk % chunks * 16)) +
+               static_cast<std::uint32_t>(chunk / chunks * sub_tile_stride);
+    }
     // Where row `row` (a multiple of 8) of the tile's first sub-tile starts.
     __device__ static constexpr int group_offset(int row) {
         return (row / group_rows) * group_stride;
