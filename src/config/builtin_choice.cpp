@@ -223,6 +223,13 @@ constexpr Row k_rows[] = {
     // causal (1018 TFLOP/s at 16k, cuDNN's FP8 1002; 0.79-0.96 of it at 1k-4k, where V's
     // transpose pass, a kernel of its own, weighs most); one CTA a tile leads causal 16k (1019
     // against 949), ping-pong trails but at 1k (H100, 2026-12-06, docs/PERF.md).
+    // Up to 2048 keys d_head 128 transposes V in the kernel (vtrans: the producer warpgroup's
+    // other warps, from a staging tile a stage) instead of by a pass before it: +23 / +12 / +4%
+    // at 512 / 1k / 2k non-causal, +23 / +18 / +11% causal; from 8k 4-10% behind (the
+    // transposers' issue slots and shared-memory traffic beside the consumers'). d_head 256's
+    // staging tiles leave one Q buffer: +3-8% at 512, behind from 1k non-causal (H100,
+    // 2026-12-06, docs/PERF.md), so its row keeps the pass.
+    {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans", 2048},
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy"},
     {"(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy"},
     // The backward pass (choose_backward_config: the first row of the dtype and head dim that
