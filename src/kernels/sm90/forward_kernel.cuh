@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(Traits<unpack(CodeHi, CodeLo)>::threads, 1)
             VStagingBarriers<Tr::stages>& vs = v_staging_barriers<Tr>(smem);
             for (int s = 0; s < Tr::stages; ++s) {
                 vs.full[s].init(1);
-                vs.empty[s].init(Tr::transposer_threads / warp_size);  // a warp's lane 0
+                vs.empty[s].init(Tr::transposer_threads);
                 vs.end[s].ring = ~0u;
             }
         }

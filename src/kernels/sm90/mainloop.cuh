@@ -244,7 +244,10 @@ __device__ __forceinline__ void transpose_v_block(std::uint32_t staging, std::ui
 // the producer's ring order until its last (VStagingBarriers::end): wait for V's block in
 // the staging tile and for the consumers to free the stage's V tile, transpose, fence the
 // writes to the async proxy that wgmma reads through, then each thread arrives on v_full and
-// each warp frees the staging tile.
+// on the staging tile's empty barrier: each reader's own arrival orders its reads of the tile
+// and the end word before the producer's next writes (racecheck follows an mbarrier from
+// arrival to wait, not through __syncwarp: with a lane 0 a warp arriving it reported the end
+// word's accesses, H100, 2026-12-06).
 template <class Tr>
 __device__ __forceinline__ void transpose_v_blocks(unsigned char* smem,
                                                    Barriers<Tr::q_pairs, Tr::stages>& bars) {
@@ -271,9 +274,7 @@ __device__ __forceinline__ void transpose_v_blocks(unsigned char* smem,
                               first, second);
         tma::fence_shared_to_async_proxy();
         bars.v_full[slot.stage].arrive();
-        __syncwarp();
-        if (lane == 0)
-            vs.empty[slot.stage].arrive();
+        vs.empty[slot.stage].arrive();
     }
 }
 
