@@ -209,7 +209,7 @@ constexpr Row k_rows[] = {
     {"(BF16, 192, 64, 64, 4): dv_128+async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     {"(FP16, 192, 64, 64, 4): dv_128+async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax"},
     // FP8 (e4m3, forward() only) on the sm90 kernel body: lazy rescaling within 2^0.8, persistent
-    // CTAs on the dynamic schedule; d_head 128 with overlap, at 0.76-1.00 of cuDNN's FP8
+    // CTAs on the dynamic schedule; d_head 128 with overlap, at 0.86-1.12 of cuDNN's FP8
     // (cudnn-frontend) in one run over 16k tokens, bound by latency between its softmax and
     // GEMMs (ncu); two stages with and without ping-pong within 4% of it at every length (a third
     // stage led at 1k and 16k non-causal), key blocks of 256 without overlap 4-19% behind
@@ -224,10 +224,10 @@ constexpr Row k_rows[] = {
     // transpose pass, a kernel of its own, weighs most); one CTA a tile leads causal 16k (1019
     // against 949), ping-pong trails but at 1k (H100, 2026-12-06, docs/PERF.md).
     // Up to 2048 keys d_head 128 transposes V in the kernel (vtrans: the producer warpgroup's
-    // other warps, from a staging tile a stage) instead of by a pass before it: +23 / +12 / +4%
-    // at 512 / 1k / 2k non-causal, +23 / +18 / +11% causal; from 8k 4-10% behind (the
-    // transposers' issue slots and shared-memory traffic beside the consumers'). d_head 256's
-    // staging tiles leave one Q buffer: +3-8% at 512, behind from 1k non-causal (H100,
+    // other warps, from a staging tile a stage) instead of by a pass before it: +23 / +13 / +4%
+    // at 512 / 1k / 2k non-causal, +23 / +18 / +11% causal; from 4k 1-5% behind (the
+    // transposers' issue slots and shared-memory traffic beside the consumers', by estimate).
+    // d_head 256's staging tiles leave one Q buffer: +5-9% at 512, behind from 1k (H100,
     // 2026-12-06, docs/PERF.md), so its row keeps the pass.
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans", 2048},
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy"},
