@@ -107,7 +107,8 @@ constexpr std::size_t sm90_smem_bytes(const KernelConfig& c, int q_tiles, bool o
            8 * (2 * q_pairs + 4 * n_stages) + (c.sm90.dynamic_schedule ? 16 * q : 0) +
            (o_apart ? 64 * static_cast<std::size_t>(tile_columns(c.v_head_dim())) * 2 + 8 : 0) +
            p_tiles +
-           (c.sm90.transpose_v ? n_stages * (static_cast<std::size_t>(c.B_c) * v_row_bytes + 24) : 0);
+           (c.sm90.transpose_v ? n_stages * (static_cast<std::size_t>(c.B_c) * v_row_bytes + 24)
+                               : 0);
 }
 }  // namespace detail
 
