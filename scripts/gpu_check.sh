@@ -39,6 +39,13 @@
 #   bench F  a build of the release set plus the short forms of file F (BENCH_RELEASE=0: F's alone),
 #            then `flash_attention bench` of F's configs, once per "#! ARGS" line of F (its arguments
 #            added)
+#   fp8 F    the FP8 forward's checks and timings, built with file F's short forms alone and the Python
+#            extension (cold on 16 cores: about 90 s for four FP8 configs): the `Fp8*` GPU tests, memcheck and
+#            racecheck of each config of F that transposes V in the kernel (vtrans) on an odd shape
+#            (`run --check`), the Python FP8 tests, then bench/fp8.py of F's FP8 configs beside cuDNN's
+#            FP8 (cudnn-frontend, installed from $CUDNN_FE, default .peers/cudnn-frontend: a copy of its
+#            wheel, carried), once per "#fp8! ARGS" line of F (e.g. bench/fp8-vtrans.txt); its tables
+#            go under $OUT as fp8_N.md
 #   ab D F   an A/B of this tree against the tree in folder D (another commit's: `git archive REV |
 #            tar -x -C D`, carried): both built with file F's short forms alone (D may instead hold
 #            another build's packed binaries, and after prebuilt this tree's are used), then, in AB_ROUNDS
@@ -269,6 +276,41 @@ stage_bench() {
   done
 }
 
+stage_fp8() {
+  local file=$1
+  [ -f "$file" ] || { note "fp8: no file $file"; failed=1; return; }
+  local build=$BUILD-fp8 site=$SITE-fp8 configs=() lines=() c i
+  mapfile -t configs < <(grep '^(E4M3' "$file")
+  mapfile -t lines < <(sed -n 's/^#fp8! //p' "$file")
+  check deps scripts/install_deps_debian.sh || return
+  check fp8_build bash -c "cmake -S . -B '$build' -G Ninja -DFLASH_WERROR=ON -DFLASH_KERNELS='@$(realpath "$file")' \
+    -DFLASH_BUILD_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3) && cmake --build '$build' -j $jobs" || return
+  check fp8_tests timeout 300 "$build/tests/test_gpu" --gtest_brief=1 --gtest_filter='Fp8*'
+  for i in "${!configs[@]}"; do
+    c=${configs[$i]}
+    [[ $c == *vtrans* ]] || continue
+    check "fp8_memcheck_$i" timeout 120 compute-sanitizer --tool memcheck --error-exitcode 1 \
+      "$build/bin/flash_attention" run --config "$c" --batch 1 --heads 2 --seq 513 --check
+    check "fp8_racecheck_$i" timeout 120 compute-sanitizer --tool racecheck --error-exitcode 1 \
+      "$build/bin/flash_attention" run --config "$c" --batch 1 --heads 2 --seq 513 --check
+  done
+  rm -rf "$site" && mkdir -p "$site/flash_attention_scratch" &&
+    cp -r python/flash_attention_scratch/* "$build"/python/_C*.so "$build/python/_C.pyi" "$site/flash_attention_scratch/"
+  if [ -d "${CUDNN_FE:-$REPO/.peers/cudnn-frontend}" ]; then
+    check cudnn_fe python3 -m pip install -q --no-deps "${CUDNN_FE:-$REPO/.peers/cudnn-frontend}"/*.whl
+  else
+    note "fp8: no cudnn-frontend wheel at ${CUDNN_FE:-$REPO/.peers/cudnn-frontend}: bench/fp8.py falls back to the FA3-scaled bar"
+  fi
+  check fp8_pytest env PYTHONPATH="$site" bash -c "cd /tmp && timeout 300 python3 -m pytest -q '$REPO/python/tests/test_fp8.py'"
+  for i in "${!lines[@]}"; do
+    local extra=()
+    read -r -a extra <<< "${lines[$i]}"
+    check "fp8_bench_$i" env PYTHONPATH="$site" python3 bench/fp8.py "${extra[@]}" --out "$OUT/fp8_$i" \
+      --fp8-configs "${configs[@]}"
+    cat "$OUT/fp8_$i.md"
+  done
+}
+
 stage_ab() {
   local base=$1 file=$2
   if [ ! -d "$base" ] || [ ! -f "$file" ]; then
@@ -330,9 +372,10 @@ while [ $# -gt 0 ]; do
     build | sanitize | package | pyext | grid | backward | flash_attn_suite) "stage_$1" ;;
     prebuilt) stage_prebuilt "${2:?prebuilt needs a folder of packed binaries}"; shift ;;
     bench) stage_bench "${2:?bench needs a file of short forms}"; shift ;;
+    fp8) stage_fp8 "${2:?fp8 needs a file of short forms}"; shift ;;
     ab) stage_ab "${2:?ab needs a base tree folder}" "${3:?ab needs a file of short forms}"; shift 2 ;;
     *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, pyext, grid, backward, flash_attn_suite," \
-      "bench FILE, ab DIR FILE, prebuilt DIR)" >&2; exit 2 ;;
+      "bench FILE, fp8 FILE, ab DIR FILE, prebuilt DIR)" >&2; exit 2 ;;
   esac
   shift
 done
