@@ -240,6 +240,35 @@ __device__ __forceinline__ void transpose_v_block(std::uint32_t staging, std::ui
     }
 }
 
+// transpose_v_block's addresses against each unit's by the definitions (fp8_vt_load_key and the
+// rest, through chunk_offset) for every lane, group and k-step, relative to the tiles' bases
+// (which sit on the swizzle's period: the XORs move no base bit). Checked as the kernel compiles.
+template <class Tr>
+__device__ constexpr bool transpose_v_addresses_hold() {
+    using Staging = typename Tr::VStagingTile;
+    using VTile = typename Tr::VTile;
+    for (int lane = 0; lane < warp_size; ++lane) {
+        const auto load_lane =
+            static_cast<std::uint32_t>(Staging::chunk_offset(fp8_vt_load_key(0, lane), 0));
+        const auto store_lane = static_cast<std::uint32_t>(
+            VTile::chunk_offset(fp8_vt_store_row(0, lane), fp8_vt_store_chunk(0, lane)));
+        for (int cg = 0; cg < Tr::d_v / 16; ++cg) {
+            for (int g = 0; g < Tr::B_c / fp8_k_step_keys; ++g) {
+                const std::uint32_t load = Staging::chunk_offset_from(load_lane, cg) +
+                                           Staging::group_offset(fp8_k_step_keys * g);
+                const std::uint32_t store =
+                    VTile::chunk_offset_from(VTile::group_offset(16 * cg) + store_lane, 2 * g);
+                if (load != static_cast<std::uint32_t>(
+                                Staging::chunk_offset(fp8_vt_load_key(g, lane), cg)) ||
+                    store != static_cast<std::uint32_t>(VTile::chunk_offset(
+                                 fp8_vt_store_row(cg, lane), fp8_vt_store_chunk(g, lane))))
+                    return false;
+            }
+        }
+    }
+    return true;
+}
+
 // transpose_v: the producer warpgroup's other warps (transposer_threads), block after block in
 // the producer's ring order until its last (VStagingBarriers::end): wait for V's block in
 // the staging tile and for the consumers to free the stage's V tile, transpose, fence the
@@ -251,6 +280,9 @@ __device__ __forceinline__ void transpose_v_block(std::uint32_t staging, std::ui
 template <class Tr>
 __device__ __forceinline__ void transpose_v_blocks(unsigned char* smem,
                                                    Barriers<Tr::q_pairs, Tr::stages>& bars) {
+    static_assert(transpose_v_addresses_hold<Tr>(), "hoisted addresses are each unit's");
+    static_assert(Tr::VTile::bytes % 1024 == 0 && Tr::VStagingTile::bytes % 1024 == 0,
+                  "every stage's tiles on the swizzle's period");
     VStagingBarriers<Tr::stages>& vs = v_staging_barriers<Tr>(smem);
     const unsigned thread = threadIdx.x - warp_size;  // warps 1.. of warpgroup 0
     const unsigned warp = thread / warp_size;
