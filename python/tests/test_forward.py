@@ -135,7 +135,7 @@ def test_configs_and_parse_round_trip():
             # sub-tiles of its swizzle: 64 columns, or 32 where d is not a multiple of 64 (96), so
             # no padding.
             # FP8 (E4M3): a byte an element (V's transposed tile as many as V's), O in bf16; with
-            # transpose_v a staging tile a stage (B_c x d_v bytes), a barrier pair a stage and a block count.
+            # transpose_v a staging tile (B_c x d_v bytes), a barrier pair and an end word (8 bytes) a stage.
             d = c.d_head
             d_v = c.d_v or c.d_head
             element = 1 if c.dtype == fa.DType.E4M3 else 2
@@ -146,7 +146,7 @@ def test_configs_and_parse_round_trip():
                 slots = 16 * q_tiles if c.dynamic_schedule else 0
                 o_region = 64 * d_v * 2 + 8 if o_apart else 0
                 p_tiles = (c.n_warps // 4 - 1) * 64 * c.B_c * 2 if c.p_in_smem else 0
-                staging = c.stages * (c.B_c * d_v + 16) + 8 if c.transpose_v else 0
+                staging = c.stages * (c.B_c * d_v + 16 + 8) if c.transpose_v else 0
                 return tiles + 1024 + 8 * (2 * q_pairs + 4 * c.stages) + slots + o_region + p_tiles + staging
             persistent = (size(1), size(1, True), size(2))
             assert c.smem_bytes() in (persistent if c.persistent else (size(1),))
