@@ -46,6 +46,13 @@
 #            FP8 (cudnn-frontend, installed from $CUDNN_FE, default .peers/cudnn-frontend: a copy of its
 #            wheel, carried), once per "#fp8! ARGS" line of F (e.g. bench/fp8-vtrans.txt); its tables
 #            go under $OUT as fp8_N.md
+#   ncu F    Nsight Compute, side by side: file F's short forms built alone (the command line), then for
+#            each "#ncu! ARGS" line of F (`flash_attention run` arguments, e.g. --seq 16384 --batch 1
+#            --heads 16) each config's first forward kernel (backward with --backward) profiled at the card's
+#            clocks (--clock-control none; SpeedOfLight, memory, scheduler, warp-state and source
+#            counters): its details page and per-instruction stall samples (ncu_L_I.csv,
+#            ncu_L_I_sass.csv.xz) go into logs.tgz, the table of scripts/ncu_table.py across the configs
+#            to $OUT as ncu_L.md (e.g. bench/ncu-fp8-vtrans.txt)
 #   ab D F   an A/B of this tree against the tree in folder D (another commit's: `git archive REV |
 #            tar -x -C D`, carried): both built with file F's short forms alone (D may instead hold
 #            another build's packed binaries, and after prebuilt this tree's are used), then, in AB_ROUNDS
@@ -311,6 +318,34 @@ stage_fp8() {
   done
 }
 
+stage_ncu() {
+  local file=$1
+  [ -f "$file" ] || { note "ncu: no file $file"; failed=1; return; }
+  local build=$BUILD-ncu reports=/tmp/gpu_check_ncu configs=() lines=() l i
+  mapfile -t configs < <(grep '^(' "$file")
+  mapfile -t lines < <(sed -n 's/^#ncu! //p' "$file")
+  mkdir -p "$reports"
+  check ncu_build bash -c "cmake -S . -B '$build' -G Ninja -DFLASH_KERNELS='@$(realpath "$file")' \
+    -DFLASH_BUILD_TESTS=OFF && cmake --build '$build' -j $jobs --target flash_attention_cli" || return
+  for l in "${!lines[@]}"; do
+    local extra=() columns=() kernel=forward_kernel
+    read -r -a extra <<< "${lines[$l]}"
+    # A backward run's forward comes first (the automatic choice): skip to the backward's kernel.
+    [[ " ${extra[*]} " == *" --backward "* ]] && kernel=backward_kernel
+    for i in "${!configs[@]}"; do
+      check "ncu_${l}_$i" timeout 300 ncu --clock-control none -k "regex:$kernel" -c 1 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats \
+        --section WarpStateStats --section SourceCounters --import-source no -f -o "$reports/${l}_$i" \
+        "$build/bin/flash_attention" run --config "${configs[$i]}" "${extra[@]}" || continue
+      ncu -i "$reports/${l}_$i.ncu-rep" --page details --csv > "$LOGS/ncu_${l}_$i.csv"
+      ncu -i "$reports/${l}_$i.ncu-rep" --page source --csv --print-source sass | xz -9 > "$LOGS/ncu_${l}_${i}_sass.csv.xz"
+      columns+=("#$i=$LOGS/ncu_${l}_$i.csv")
+    done
+    echo "ncu ${lines[$l]} (#i: config i of $file)" > "$OUT/ncu_$l.md"
+    python3 scripts/ncu_table.py "${columns[@]}" >> "$OUT/ncu_$l.md" && cat "$OUT/ncu_$l.md"
+  done
+}
+
 stage_ab() {
   local base=$1 file=$2
   if [ ! -d "$base" ] || [ ! -f "$file" ]; then
@@ -373,9 +408,10 @@ while [ $# -gt 0 ]; do
     prebuilt) stage_prebuilt "${2:?prebuilt needs a folder of packed binaries}"; shift ;;
     bench) stage_bench "${2:?bench needs a file of short forms}"; shift ;;
     fp8) stage_fp8 "${2:?fp8 needs a file of short forms}"; shift ;;
+    ncu) stage_ncu "${2:?ncu needs a file of short forms}"; shift ;;
     ab) stage_ab "${2:?ab needs a base tree folder}" "${3:?ab needs a file of short forms}"; shift 2 ;;
     *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, pyext, grid, backward, flash_attn_suite," \
-      "bench FILE, fp8 FILE, ab DIR FILE, prebuilt DIR)" >&2; exit 2 ;;
+      "bench FILE, fp8 FILE, ncu FILE, ab DIR FILE, prebuilt DIR)" >&2; exit 2 ;;
   esac
   shift
 done

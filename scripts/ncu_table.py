@@ -10,9 +10,16 @@ import sys
 
 METRICS = [
     "Duration",
+    "Elapsed Cycles",
     "SM Frequency",
     "Compute (SM) Throughput",
     "Memory Throughput",
+    "L1/TEX Cache Throughput",
+    "Mem Busy",
+    "Max Bandwidth",
+    "Mem Pipes Busy",
+    "One or More Eligible",
+    "Eligible Warps Per Scheduler",
     "Executed Ipc Active",
     "Issue Slots Busy",
     "Registers Per Thread",
