@@ -202,6 +202,18 @@ __device__ __forceinline__ void produce(const Params& params, unsigned char* sme
     }
 }
 
+// transpose_v: a lane's load and store offsets at group 0 and k-step 0, which
+// transpose_v_block moves by whole 8-row groups and chunk XORs.
+template <class Tr>
+__device__ constexpr std::uint32_t transpose_v_load_lane(int lane) {
+    return static_cast<std::uint32_t>(Tr::VStagingTile::chunk_offset(fp8_vt_load_key(0, lane), 0));
+}
+template <class Tr>
+__device__ constexpr std::uint32_t transpose_v_store_lane(int lane) {
+    return static_cast<std::uint32_t>(
+        Tr::VTile::chunk_offset(fp8_vt_store_row(0, lane), fp8_vt_store_chunk(0, lane)));
+}
+
 // transpose_v: one warp's share of a V block's transpose, from the staging tile into the V tile
 // in V's transposed copy's key order (kernels/fp8.hpp: fp8_vt_load_key and the rest say how):
 // 16-column groups cg = warp, warp + transposers, ..., each as k_steps units of 32 keys. The
@@ -248,10 +260,8 @@ __device__ constexpr bool transpose_v_addresses_hold() {
     using Staging = typename Tr::VStagingTile;
     using VTile = typename Tr::VTile;
     for (int lane = 0; lane < warp_size; ++lane) {
-        const auto load_lane =
-            static_cast<std::uint32_t>(Staging::chunk_offset(fp8_vt_load_key(0, lane), 0));
-        const auto store_lane = static_cast<std::uint32_t>(
-            VTile::chunk_offset(fp8_vt_store_row(0, lane), fp8_vt_store_chunk(0, lane)));
+        const std::uint32_t load_lane = transpose_v_load_lane<Tr>(lane),
+                            store_lane = transpose_v_store_lane<Tr>(lane);
         for (int cg = 0; cg < Tr::d_v / 16; ++cg) {
             for (int g = 0; g < Tr::B_c / fp8_k_step_keys; ++g) {
                 const std::uint32_t load = Staging::chunk_offset_from(load_lane, cg) +
@@ -287,11 +297,8 @@ __device__ __forceinline__ void transpose_v_blocks(unsigned char* smem,
     const unsigned thread = threadIdx.x - warp_size;  // warps 1.. of warpgroup 0
     const unsigned warp = thread / warp_size;
     const int lane = static_cast<int>(thread % warp_size);
-    // The lane's offsets at group 0 and k-step 0 (transpose_v_block moves them).
-    const auto load_lane =
-        static_cast<std::uint32_t>(Tr::VStagingTile::chunk_offset(fp8_vt_load_key(0, lane), 0));
-    const auto store_lane = static_cast<std::uint32_t>(
-        Tr::VTile::chunk_offset(fp8_vt_store_row(0, lane), fp8_vt_store_chunk(0, lane)));
+    const std::uint32_t load_lane = transpose_v_load_lane<Tr>(lane),
+                        store_lane = transpose_v_store_lane<Tr>(lane);
     const unsigned first = fp8_vt_selector(lane, false), second = fp8_vt_selector(lane, true);
     const std::uint32_t staging0 = ptx::smem_address(smem + Tr::v_staging_offset);
     const std::uint32_t vt0 = ptx::smem_address(smem + Tr::v_offset);
