@@ -16,9 +16,11 @@
 #            sanitize together take about 10 minutes on an
 #            H200 host of 16 cores: the device tool's limit for one command)
 #   package  the default Python package (pip install .), its import in fresh interpreters
-#            before and after torch, and the pytest suite
+#            before and after torch and a call with inputs that require grad (check_imports),
+#            and the pytest suite
 #   pyext    instead of package, for a quicker grid: the Python extension built in the build
-#            stage's tree (the same kernels) and staged with the package's sources into $SITE
+#            stage's tree (the same kernels) and staged with the package's sources into $SITE,
+#            then check_imports
 #   grid     bench/compare.py: the forward grid and the model-shaped rows, then the backward grid
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            and the backward of the variants against FA4 (bench/compare.py --variants)
@@ -191,9 +193,27 @@ stage_package() {
   check pip env CMAKE_BUILD_PARALLEL_LEVEL="$jobs" python3 -m pip install --no-build-isolation --no-deps \
     --target "$SITE" . || return
   export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
-  check imports bash -c 'cd /tmp && python3 -c "import flash_attention_scratch" &&
-    python3 -c "import flash_attention_scratch, torch" && python3 -c "import torch, flash_attention_scratch"'
+  check_imports
   check pytest env FLASH_EXPECT_RELEASE_SET=1 bash -c "cd /tmp && timeout 600 python3 -m pytest -q -rs '$REPO/python/tests'"
+}
+
+# The package imported in fresh interpreters alone, before torch and after it, then a causal call
+# with inputs that require grad, its gradients compared with SDPA's (math backend, fp32).
+check_imports() {
+  check imports bash -c 'cd /tmp && python3 -c "import flash_attention_scratch" &&
+    python3 -c "import flash_attention_scratch, torch" && python3 -c "import torch, flash_attention_scratch" &&
+    python3 -c "
+import torch, flash_attention_scratch as fa
+q, k, v = (torch.randn(2, 300, 4, 128, device=\"cuda\", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+fa.flash_attn_func(q, k, v, causal=True).float().square().sum().backward()
+ref = [t.detach().float().requires_grad_() for t in (q, k, v)]
+o = torch.nn.functional.scaled_dot_product_attention(*(t.transpose(1, 2) for t in ref), is_causal=True)
+o.transpose(1, 2).square().sum().backward()
+for name, ours, theirs in zip(\"qkv\", (q, k, v), ref):
+    error = (ours.grad.float() - theirs.grad).abs().max().item()
+    assert error < 0.05 * theirs.grad.abs().max().item(), (name, error)
+print(\"requires_grad call: gradients match SDPA fp32\")
+"'
 }
 
 stage_pyext() {
@@ -201,7 +221,9 @@ stage_pyext() {
   rm -rf "$SITE"
   check pyext bash -c "cmake -S . -B '$BUILD' -DFLASH_BUILD_PYTHON=ON -DPython_EXECUTABLE=$(command -v python3) &&
     cmake --build '$BUILD' -j $jobs --target _C _C_stub && mkdir -p '$SITE/flash_attention_scratch' &&
-    cp -r python/flash_attention_scratch/* '$BUILD'/python/_C*.so '$BUILD/python/_C.pyi' '$SITE/flash_attention_scratch/'"
+    cp -r python/flash_attention_scratch/* '$BUILD'/python/_C*.so '$BUILD/python/_C.pyi' '$SITE/flash_attention_scratch/'" || return
+  export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+  check_imports
 }
 
 peers() {
