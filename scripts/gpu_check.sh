@@ -24,7 +24,8 @@
 #   grid     bench/compare.py: the forward grid and the model-shaped rows, then the backward grid
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            and the backward of the variants against FA4 (bench/compare.py --variants)
-#            (needs package or pyext; GRID=backward, forward, variants or models (the model-shaped
+#            (needs package or pyext; GRID=backward, forward, variants, kernels (bench/backward_kernels.py:
+#            the backward's time kernel by kernel, ours beside FA4 and cuDNN) or models (the model-shaped
 #            rows alone; GRID_GRAPHS=1 times them as CUDA graph replays) runs one, GRID_ARGS="..." adds
 #            compare.py arguments to the forward grid (e.g. "--seqs 2048 8192 --d-heads 96 --no-models"), BWD_SEQS="2048 8192"
 #            other lengths, BWD_D_HEADS="96" other head dims, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
@@ -251,6 +252,12 @@ stage_grid() {
     check grid_models python3 bench/compare.py --seqs 512 --d-heads 128 --dtypes bfloat16 --causal yes \
       ${GRID_GRAPHS:+--graphs --calls 20} --out "$OUT/models"
     cat "$OUT/models.md"
+  fi
+  if [[ $passes == *kernels* ]]; then
+    # shellcheck disable=SC2086 # BWD_SEQS is a list of lengths
+    check bwd_kernels python3 bench/backward_kernels.py --seqs ${BWD_SEQS:-1024 2048 8192} \
+      --d-heads ${BWD_D_HEADS:-64 128} --out "$OUT/bwd_kernels"
+    cat "$OUT/bwd_kernels.md"
   fi
   if [[ $passes == *backward* ]]; then
     # shellcheck disable=SC2086 # BWD_SEQS is a list of lengths

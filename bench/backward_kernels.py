@@ -1,0 +1,123 @@
+"""Where a backward pass's time goes, kernel by kernel: this library beside FlashAttention-4 and cuDNN.
+
+For each shape of the grid (bf16, batch = 16384/seq, heads = 2048/d_head), each implementation's
+backward (torch.autograd.grad of a kept graph, as bench/compare.py times it) runs under torch.profiler
+(CUPTI's kernel records: device time, launches as the library makes them, programmatic dependent launches
+included). The table gives each kernel's mean device time a call and its share of their sum, then the
+call's wall time between CUDA events outside the profiler. The side kernels (preprocess, dQ conversion)
+are memory-bound and cost the same at every length of a fixed token count, so their share is largest at
+short lengths.
+
+    python3 bench/backward_kernels.py --seqs 1024 2048 8192 --d-heads 64 128 --out /tmp/bwd_kernels
+"""
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+
+def implementations(torch):
+    """name -> forward(q, k, v, causal) for every implementation that imports."""
+    import flash_attention_scratch as fa
+
+    impls = {"ours": lambda q, k, v, causal: fa.flash_attn_func(q, k, v, causal=causal)}
+    try:
+        from flash_attn.cute import flash_attn_func as fa4
+
+        impls["FA4"] = lambda q, k, v, causal: fa4(q, k, v, causal=causal)[0]
+    except ImportError as error:
+        print(f"FlashAttention-4 not importable ({error}): left out", file=sys.stderr)
+
+    def cudnn(q, k, v, causal):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal).transpose(1, 2)
+
+    impls["cuDNN"] = cudnn
+    return impls
+
+
+def short_name(name):
+    """A kernel's name without its template arguments and parameters."""
+    name = name.split("(")[0]
+    depth, out = 0, []
+    for c in name:
+        depth += c == "<"
+        if depth == 0:
+            out.append(c)
+        depth -= c == ">"
+    return "".join(out).replace("void ", "").strip()[:80]
+
+
+def measure(torch, fn, q, k, v, causal, calls):
+    """(per-kernel mean device µs a call, wall µs a call) of the backward of fn's output."""
+    tensors = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+    out = fn(*tensors, causal)
+    d_o = torch.randn_like(out)
+
+    def backward():
+        torch.autograd.grad(out, tensors, d_o, retain_graph=True)
+
+    for _ in range(3):
+        backward()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    walls = []
+    for _ in range(calls):
+        start.record()
+        backward()
+        end.record()
+        end.synchronize()
+        walls.append(start.elapsed_time(end) * 1e3)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            backward()
+        torch.cuda.synchronize()
+    kernels = {}
+    for event in prof.events():
+        # Kernels, memsets and copies: kineto's device records, each one launch's span.
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            name = short_name(event.name)
+            kernels[name] = kernels.get(name, 0.0) + event.time_range.elapsed_us() / calls
+    return kernels, statistics.median(walls)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seqs", type=int, nargs="+", default=[1024, 2048, 8192])
+    parser.add_argument("--d-heads", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--causal", choices=["no", "yes", "both"], default="both")
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--out", type=Path, help="also write the table to OUT.md")
+    args = parser.parse_args()
+    import torch
+
+    impls = implementations(torch)
+    lines = ["| d | causal | seq | impl | wall µs | kernel: µs (share) |", "|---|---|---|---|---|---|"]
+    causals = {"no": [False], "yes": [True], "both": [False, True]}[args.causal]
+    for d in args.d_heads:
+        for causal in causals:
+            for seq in args.seqs:
+                batch, heads = 16384 // seq, 2048 // d
+                q, k, v = (torch.randn(batch, seq, heads, d, device="cuda", dtype=torch.bfloat16)
+                           for _ in range(3))
+                for name, fn in impls.items():
+                    try:
+                        kernels, wall = measure(torch, fn, q, k, v, causal, args.calls)
+                    except Exception as error:  # a peer that does not run the shape
+                        print(f"{name} d{d} seq {seq}: {type(error).__name__}: {error}", file=sys.stderr)
+                        continue
+                    total = sum(kernels.values())
+                    parts = ", ".join(f"{n}: {t:.1f} ({t / total:.1%})"
+                                      for n, t in sorted(kernels.items(), key=lambda kv: -kv[1]))
+                    lines.append(f"| {d} | {'yes' if causal else 'no'} | {seq} | {name} | {wall:.1f} | {parts} |")
+                    print(lines[-1], flush=True)
+    if args.out:
+        args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
