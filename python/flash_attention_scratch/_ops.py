@@ -54,20 +54,29 @@ def _check(name: str, t, device=None):
         raise TypeError(f"{name}.dtype: expected torch.float16 or torch.bfloat16, got {t.dtype}")
 
 
-def _requiring_grad(q, k, v, sinks=None, grad_enabled=None):
+def _requiring_grad(q, k, v, sinks=None, grad_enabled=None, names=("q", "k", "v"), more=()):
     """The name of the first input that requires grad under grad mode (autograd would record
-    the call), or None: then the call takes the eager path with no graph."""
+    the call), or None: then the call takes the eager path with no graph. names: q's, k's and
+    v's as the caller calls them; more: further (name, tensor or None) pairs."""
     if torch.is_grad_enabled() if grad_enabled is None else grad_enabled:
-        for name, t in (("q", q), ("k", k), ("v", v), ("learnable_sink", sinks)):
+        for name, t in (*zip(names, (q, k, v)), ("learnable_sink", sinks), *more):
             if isinstance(t, torch.Tensor) and t.requires_grad:
                 return name
     return None
 
 
-def _check_no_grad(q, k, v, grad_enabled=None, sinks=None, entry="forward_varlen"):
+def _check_dims(name, t):
+    """A (batch, seq, heads, d_head) tensor, before its heads are read (the library's own check
+    comes later, at the launch)."""
+    if t.dim() != 4:
+        raise ValueError(f"{name}: expected 4 dimensions (batch, seq, heads, d_head), got {t.dim()}")
+
+
+def _check_no_grad(q, k, v, grad_enabled=None, sinks=None, entry="forward_varlen", names=("q", "k", "v"),
+                   more=()):
     # Entry points without a backward pass: an output without a graph would silently lose
     # the gradients.
-    name = _requiring_grad(q, k, v, sinks, grad_enabled)
+    name = _requiring_grad(q, k, v, sinks, grad_enabled, names, more)
     if name is not None:
         raise NotImplementedError(
             f"{name}: expected a tensor that does not require grad ({entry} has no backward pass; "
@@ -507,6 +516,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
                 or alibi_slopes is not None):
             raise ValueError("window_size, softcap, learnable_sink, alibi_slopes: expected none with "
                              "torch.float8_e4m3fn inputs (FP8 attention takes no variants yet)")
+        _check_no_grad(q, k, v, entry="FP8 attention")
         return _forward_fp8(q, k, v, softmax_scale, causal, causal_alignment, return_lse, config, out, descales)
     for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
         if d is not None:
@@ -517,6 +527,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     _check("k", k, q.device)
     _check("v", v, q.device)
     requiring = _requiring_grad(q, k, v, learnable_sink)
+    _check_dims("q", q)
     if out is not None:
         _check("out", out, q.device)
     if softmax_scale is not None:
@@ -991,7 +1002,9 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
         for name, t in (("k", k), ("v", v)):
             if t is not None:
                 _check(name, t, q.device)
-    _check_no_grad(q, k_cache, v_cache, sinks=learnable_sink, entry="forward_kvcache")
+    _check_no_grad(q, k_cache, v_cache, sinks=learnable_sink, entry="forward_kvcache",
+                   names=("q", "k_cache", "v_cache"), more=(("k", k), ("v", v)))
+    _check_dims("q", q)
     softmax_scale, num_splits = _scale_and_splits(softmax_scale, num_splits)
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     _check_alibi(alibi_slopes, q)
@@ -1066,7 +1079,8 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
     _check("q", q)
     _check("k_cache", k_cache, q.device)
     _check("v_cache", v_cache, q.device)
-    _check_no_grad(q, k_cache, v_cache, entry="flash_attn_with_kvcache")
+    _check_no_grad(q, k_cache, v_cache, entry="flash_attn_with_kvcache", names=("q", "k_cache", "v_cache"),
+                   more=(("k", k), ("v", v)))
     if q.dim() != 4 or k_cache.dim() != 4:
         raise ValueError(f"q, k_cache: expected 4 dimensions (batch, seq, heads, d_head) with cache_batch_idx or "
                          f"cache_leftpad, got {q.dim()} and {k_cache.dim()}")
@@ -1118,7 +1132,8 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
         if k is not None:
             # A call the library refuses (V's head dim, the route) leaves the caches as they were.
             _run_varlen(q_rows, k_rows, v_rows, _out_like(q_rows, v_rows), None, *args, check_only=True)
-            _append_to_slots(k_cache, v_cache, k, v, slot, lengths)
+            if k.shape[1] > 0:  # (no new keys: nothing to append)
+                _append_to_slots(k_cache, v_cache, k, v, slot, lengths)
         out, lse = forward_varlen(q_rows, k_rows, v_rows, cu_q, cu_k, seq_q, capacity,
                                   softmax_scale=softmax_scale, causal=causal, seqused_k=used,
                                   num_splits=num_splits, return_lse=True, window_size=window_size,

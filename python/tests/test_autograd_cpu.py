@@ -567,6 +567,13 @@ def test_out_with_grad_raises_before_any_work(cpu):
     assert cpu == [], "a kernel ran before the refusal"
 
 
+def test_q_of_three_dimensions_is_refused_by_name(cpu):
+    q, k, v = inputs(8, 8, 4, 4)
+    with pytest.raises(ValueError, match=r"^q: expected 4 dimensions \(batch, seq, heads, d_head\), got 3"):
+        fa.forward(q[0], k[0], v[0], learnable_sink=torch.zeros(4))
+    assert cpu == []
+
+
 def test_a_window_that_states_causal_is_causal(cpu):
     q, k, v = inputs(9, 5, 2, 2)
     dout = torch.randn_like(q)

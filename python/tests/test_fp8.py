@@ -132,6 +132,20 @@ def test_fp8_errors_name_the_argument():
         fa.forward(q8, q8, q8, q_descale=ones, k_descale=ones, v_descale=ones, softcap=30.0)
 
 
+@needs_fp8_kernels
+def test_fp8_inputs_that_require_grad_are_refused():
+    """FP8 attention has no backward pass: an output without a graph would lose the gradients."""
+    q8 = torch.randn(1, 64, 2, 128, device="cuda").to(fp8)
+    ones = torch.ones(1, 2, device="cuda")
+    for name in ("q", "k", "v"):
+        args = dict(q=q8, k=q8.clone(), v=q8.clone())
+        args[name] = args[name].clone().requires_grad_()
+        with pytest.raises(NotImplementedError, match=f"^{name}: expected a tensor that does not require grad"):
+            fa.forward(**args, q_descale=ones, k_descale=ones, v_descale=ones)
+    with torch.no_grad():
+        fa.forward(q8.clone().requires_grad_(), q8, q8, q_descale=ones, k_descale=ones, v_descale=ones)
+
+
 @needs_torch_fp8
 def test_fp8_checks_before_any_device_work():
     """Runs without a GPU: FP8 inputs off CUDA, and descales with 16-bit inputs, are refused first."""

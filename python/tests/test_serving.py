@@ -277,6 +277,42 @@ def test_kvcache_alibi_slopes_are_checked_before_any_work(monkeypatch, slots, sp
                                    **extra)
 
 
+@pytest.mark.parametrize("slots", [False, True], ids=["cache", "cache_batch_idx"])
+def test_kvcache_inputs_that_require_grad_are_refused_by_name_before_any_work(monkeypatch, slots):
+    """The cache entry points have no backward pass: new keys or values that require grad, or a
+    cache that does, are refused under their own names before any append or kernel (an output
+    without a graph would lose their gradients, and an append would put the caches in a graph).
+    CPU tensors stand in: the CUDA check relaxed, and every kernel or append refused."""
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
+    for name in ("_run_kvcache", "_run_varlen", "_append_to_slots", "forward_varlen"):
+        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
+    q, kc = torch.zeros(2, 1, 4, 64, dtype=torch.float16), torch.zeros(2, 64, 2, 64, dtype=torch.float16)
+    new = torch.ones(2, 1, 2, 64, dtype=torch.float16)
+    extra = dict(cache_batch_idx=torch.tensor([1, 0], dtype=torch.int32)) if slots else {}
+    for name in ("k", "v", "k_cache", "v_cache"):
+        args = dict(k_cache=kc, v_cache=kc.clone(), k=new, v=new.clone())
+        args[name] = args[name].clone().requires_grad_()
+        with pytest.raises(NotImplementedError, match=f"^{name}: expected a tensor that does not require grad"):
+            fa.flash_attn_with_kvcache(q, cache_seqlens=3, **args, **extra)
+        if not slots:
+            with pytest.raises(NotImplementedError, match=f"^{name}: expected a tensor that does not require grad"):
+                fa.forward_kvcache(q, cache_seqlens=3, **args)
+
+
+def test_kvcache_q_of_three_dimensions_is_refused_by_name(monkeypatch):
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
+    monkeypatch.setattr(_ops, "_run_kvcache", lambda *a, **kw: pytest.fail("_run_kvcache ran"))
+    kc = torch.zeros(2, 64, 2, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"^q: expected 4 dimensions \(batch, seq, heads, d_head\), got 3"):
+        fa.forward_kvcache(torch.zeros(2, 4, 64, dtype=torch.float16), kc, kc, cache_seqlens=3)
+
+
 def test_appending_to_cache_slots_writes_only_the_kept_rows():
     """The append of cache_batch_idx (on the CPU: index_put_ is the same there): each entry's new
     rows land in its slot from its length on; rows past the capacity, and an entry whose slot is
@@ -474,6 +510,22 @@ def test_flash_attn_with_kvcache_slots_and_left_padding_match_reference(variant)
         check(out[i:i + 1], lse[i:i + 1], q[i:i + 1], keys, values, d ** -0.5, causal=causal, window=window,
               softcap=softcap)
     assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+
+
+@needs_gpu
+def test_cache_slots_take_zero_new_keys():
+    """flash_attn_with_kvcache with cache_batch_idx and k, v of no rows: nothing is appended, and
+    the call is the one without them."""
+    dtype = torch.bfloat16
+    q = randn(2, 1, 8, 128, dtype=dtype)
+    kc, vc = randn(3, 64, 2, 128, dtype=dtype), randn(3, 64, 2, 128, dtype=dtype)
+    empty = randn(2, 0, 2, 128, dtype=dtype)
+    idx = torch.tensor([2, 0], dtype=torch.int32, device="cuda")
+    lens = torch.tensor([5, 9], dtype=torch.int32, device="cuda")
+    before = kc.clone(), vc.clone()
+    out = fa.flash_attn_with_kvcache(q, kc, vc, empty, empty.clone(), cache_seqlens=lens, cache_batch_idx=idx)
+    assert torch.equal(kc, before[0]) and torch.equal(vc, before[1])
+    assert torch.equal(out, fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, cache_batch_idx=idx))
 
 
 @needs_gpu
