@@ -98,7 +98,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     window_size=(left, right): a sliding window, query i sees keys j with d - left <= j <= d
     + right where d is i's diagonal position (i + seq_k - seq_q, or i with
     causal_alignment="top_left"); -1 leaves a side unbounded; with causal, right must be -1
-    or 0. Blocks outside the window are skipped. softcap: scores become softcap *
+    or 0; (-1, 0) is causal masking (here, in forward_varlen and in forward_kvcache). Blocks
+    outside the window are skipped. softcap: scores become softcap *
     tanh(scores / softcap) before the softmax (0: off). learnable_sink: float32 (heads,)
     logits, one per query head, that join each row's softmax denominator with no value
     (the LSE includes them; a row that sees no key gets zeros and LSE = its sink).
@@ -147,8 +148,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     (batch, seqlen_q, nheads, headdim), k and v (batch, seqlen_k, nheads_k, headdim),
     float16/bfloat16 CUDA tensors, nheads a multiple of nheads_k; headdim 64, 96, 128, 192 or 256.
     causal aligns the mask at the bottom right (query i sees keys j <= i + seqlen_k -
-    seqlen_q). window_size and softcap as flash_attn reads them (a side of at least
-    seqlen_k keys is unbounded; causal sets the right side to 0; (-1, 0) is causal).
+    seqlen_q). window_size and softcap as flash_attn reads them (a negative side, or one of at
+    least seqlen_k keys, is unbounded; causal sets the right side to 0; (-1, 0) is causal).
 
     Returns out (batch, seqlen_q, nheads, headdim), or with return_attn_probs=True the
     tuple (out, softmax_lse, None): softmax_lse float32 (batch, nheads, seqlen_q), and
@@ -238,8 +239,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
     """flash_attn.flash_attn_varlen_func: forward_varlen with flash_attn's arguments and
-    reading of them (causal aligned at the bottom right; a window side of at least
-    max_seqlen_k keys is unbounded). Differentiable as forward_varlen is. With
+    reading of them (causal aligned at the bottom right; a negative window side, or one of at
+    least max_seqlen_k keys, is unbounded; max_seqlen_q any upper bound of the query lengths).
+    Differentiable as forward_varlen is. With
     return_attn_probs, (out, softmax_lse (heads, total_q), None). alibi_slopes as
     flash_attn_func's, each sequence with its own lengths ((batch, nheads): a row per
     sequence). dropout_p other than 0 raises NotImplementedError before any work. With
@@ -325,10 +327,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
     """flash_attn.flash_attn_with_kvcache: forward_kvcache with flash_attn's arguments, in its
-    order, and its reading of them (causal aligned at the bottom right; a window side of at
-    least the cache's capacity in keys is unbounded; (-1, 0) is causal). Returns out, or with
-    return_softmax_lse (out, softmax_lse (batch, nheads, seqlen_q) float32). k and v are
-    appended to the cache in place at cache_seqlens, as in flash_attn.
+    order, and its reading of them (causal aligned at the bottom right; a negative window side,
+    or one of at least the cache's capacity in keys, is unbounded; (-1, 0) is causal). Returns
+    out, or with return_softmax_lse (out, softmax_lse (batch, nheads, seqlen_q) float32). k and
+    v are appended to the cache in place at cache_seqlens, as in flash_attn.
 
     rotary_cos / rotary_sin ((seqlen_ro, rotary_dim / 2), q's dtype) rotate q and the new
     keys as flash_attn does (k is then required): the keys at positions cache_seqlens,

@@ -422,6 +422,15 @@ def _causal(causal, causal_alignment, window=(-1, -1), alibi_slopes=None):
     return 3 if causal_alignment == "top_left" and diagonal else 0
 
 
+def _masking(causal, causal_alignment, var, alibi_slopes):
+    """The kernels' causal code and the variants (_variants) to run: a window of (-1, 0), which
+    only states causal masking at its alignment, runs as causal without a window (the plain
+    causal kernels: the split-KV decoding kernel, a backward pass, and every GPU family)."""
+    if var[0] == -1 and var[1] == 0:
+        return _causal(True, causal_alignment), (-1, -1) + tuple(var[2:])
+    return _causal(causal, causal_alignment, var[:2], alibi_slopes), var
+
+
 def _check_descales(q, k, descales):
     """FP8: q_descale, k_descale and v_descale, each a float32 (batch, heads_kv) tensor on q's device
     (flash_attn's layout), contiguous copies of them."""
@@ -532,10 +541,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
         _check("out", out, q.device)
     if softmax_scale is not None:
         softmax_scale = float(softmax_scale)
-    causal = _causal(causal, causal_alignment, var[:2], alibi_slopes)
-    if var[0] == -1 and var[1] == 0:  # a window that only states causal masking, at its alignment
-        var = (-1, -1) + var[2:]
-        causal = _causal(True, causal_alignment)
+    causal, var = _masking(causal, causal_alignment, var, alibi_slopes)
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     _check_alibi(alibi_slopes, q)
     if config is not None and not isinstance(config, str):
@@ -875,8 +881,9 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
     _check_sinks(learnable_sink, q, q.shape[-2])  # its errors before any work
     if isinstance(cu_seqlens_q, torch.Tensor) and cu_seqlens_q.dim() == 1:  # else _run_varlen names cu_seqlens_q
         _check_alibi(alibi_slopes, q, cu_seqlens_q.shape[0] - 1)  # the batch entries are the sequences
+    causal, var = _masking(causal, causal_alignment, var, alibi_slopes)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqused_k, block_table, int(max_seqlen_q), int(max_seqlen_k),
-            softmax_scale, _causal(causal, causal_alignment, var[:2], alibi_slopes), num_splits, *var)
+            softmax_scale, causal, num_splits, *var)
     if requiring is not None:
         # Training: the op autograd records (its LSE is what the backward reads).
         out, lse = torch.ops.flash_attention_scratch.forward_varlen(*args, bool(deterministic))
@@ -890,13 +897,11 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
 
 
 def _flash_attn_mask(window_size, causal, seq_k):
-    """flash_attn's reading of causal and a window, as (causal, (left, right)): a side of at least
-    seq_k keys is unbounded, causal sets the right side to 0, and (-1, 0) is causal masking (ours
-    then runs the plain causal kernels, whose backward exists)."""
-    left, right = _window(window_size)
-    if seq_k is not None:
-        left = -1 if left >= seq_k else left
-        right = -1 if right >= seq_k else right
+    """flash_attn's reading of causal and a window, as (causal, (left, right)): a negative side or
+    one of at least seq_k keys is unbounded, causal sets the right side to 0, and (-1, 0) is
+    causal masking (ours then runs the plain causal kernels, whose backward exists)."""
+    left, right = (-1 if side < 0 or (seq_k is not None and side >= seq_k) else side
+                   for side in _window(window_size))
     if causal:
         right = 0
     if left < 0 and right == 0:
@@ -937,6 +942,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         out, lse = _PagedWithoutBackward.apply(q, k, v, run)
         return (out, lse, None) if return_attn_probs else out
     causal, window_size = _flash_attn_mask(window_size, causal, int(max_seqlen_k))
+    # flash_attn takes any upper bound of the query lengths; forward_varlen one of at most the
+    # packed rows, which bound every length too.
+    if isinstance(q, torch.Tensor) and q.dim() == 3:
+        max_seqlen_q = min(max_seqlen_q, q.shape[0])
     result = forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                             softmax_scale=softmax_scale, causal=causal, block_table=block_table,
                             return_lse=return_attn_probs, window_size=window_size, softcap=softcap,
@@ -1009,7 +1018,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     _check_sinks(learnable_sink, q, q.shape[2])  # its errors before any work
     _check_alibi(alibi_slopes, q)
     cache_seqlens = _lengths(cache_seqlens, q)
-    causal = _causal(causal, causal_alignment, var[:2], alibi_slopes)
+    causal, var = _masking(causal, causal_alignment, var, alibi_slopes)
     args = (q, k_cache, v_cache, k, v, cache_seqlens, block_table, softmax_scale, causal, num_splits, *var,
             *descales)
     if torch.compiler.is_compiling():

@@ -586,12 +586,33 @@ def test_a_window_that_states_causal_is_causal(cpu):
         assert_same([t.grad for t in x], ref)
 
 
+def test_a_window_that_states_causal_is_causal_in_every_entry_point(cpu, monkeypatch):
+    """forward_varlen and forward_kvcache read window_size=(-1, 0) as forward() does: causal
+    masking at the call's alignment, no window (the plain causal kernels: the split-KV decoding
+    kernel and every GPU family take it)."""
+    from flash_attention_scratch import _ops
+    lens = [5, 9]
+    cu = torch.tensor([0, 5, 14], dtype=torch.int32)
+    x = leaves(*(torch.randn(14, 2, 16, dtype=torch.float64) for _ in range(3)))
+    for alignment, code in (("bottom_right", 1), ("top_left", 2)):
+        fa.forward_varlen(*x, cu, cu, max(lens), max(lens), window_size=(-1, 0), causal_alignment=alignment)
+        assert cpu[-1] == ("forward_varlen", dict(causal=code, window=(-1, -1), softcap=0.0, sinks=False, alibi=None,
+                                                  deterministic=False))
+        launches = []
+        monkeypatch.setattr(_ops, "_run_kvcache", lambda *a: launches.append((a[10], a[12:14])))
+        q, cache = torch.zeros(2, 1, 4, 16), torch.zeros(2, 32, 2, 16)
+        fa.forward_kvcache(q, cache, cache, cache_seqlens=7, window_size=(-1, 0), causal_alignment=alignment)
+        assert launches == [(code, (-1, -1))]
+
+
 FLASH_ATTN_CASES = [  # kwargs, and what forward() must receive: causal, window
     (dict(), 0),
     (dict(causal=True), 1),
     (dict(window_size=(-1, 0)), 1),
     (dict(causal=True, window_size=(-1, 3)), 1),  # causal sets the right side to 0
     (dict(window_size=(11, 11)), 0),  # sides of at least seq_k keys are unbounded
+    (dict(window_size=(-5, 0)), 1),  # any negative side is unbounded
+    (dict(window_size=(-2, 2**40)), 0),
     (dict(causal=True, window_size=(100, -1), softmax_scale=0.3, deterministic=True), 1),
 ]
 
@@ -628,6 +649,20 @@ def test_packed_functions_are_flash_attn_func_on_their_parts(cpu, kwargs, causal
     q1, kv = q.clone().requires_grad_(), torch.stack([k, v], dim=2).requires_grad_()
     fa.flash_attn_kvpacked_func(q1, kv, **kwargs).backward(dout)
     assert_same([q1.grad, *kv.grad.unbind(2)], ref)
+
+
+def test_flash_attn_varlen_takes_any_upper_bound_of_the_lengths(cpu, monkeypatch):
+    """flash_attn_varlen_func with max_seqlen_q past the packed rows (flash_attn takes any bound,
+    e.g. a fixed one for CUDA graphs): forward_varlen gets the rows' count, a bound as good."""
+    from flash_attention_scratch import _ops
+    bounds, forward_varlen = [], _ops.forward_varlen
+    monkeypatch.setattr(_ops, "forward_varlen", lambda *a, **kw: bounds.append(a[5:7]) or forward_varlen(*a, **kw))
+    lens = [5, 0, 9]
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32)
+    q, k, v = leaves(*(torch.randn(int(cu[-1]), 2, 16, dtype=torch.float64) for _ in range(3)))
+    out = fa.flash_attn_varlen_func(q, k, v, cu, cu, 4096, 4096, causal=True)
+    assert bounds == [(14, 4096)]
+    torch.testing.assert_close(out, fa.flash_attn_varlen_func(q, k, v, cu, cu, max(lens), max(lens), causal=True))
 
 
 def test_varlen_packed_functions_are_the_varlen_function_on_their_parts(cpu):
