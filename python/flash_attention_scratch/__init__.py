@@ -153,7 +153,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
 
     Returns out (batch, seqlen_q, nheads, headdim), or with return_attn_probs=True the
     tuple (out, softmax_lse, None): softmax_lse float32 (batch, nheads, seqlen_q), and
-    None where flash_attn returns S_dmask, which it fills only with dropout (none here).
+    None where flash_attn returns S_dmask, which it fills only with dropout (none here). A
+    row that sees no key gets zeros and softmax_lse -inf, the log of its empty sum (flash_attn
+    2's kernels without a key split give +inf there).
     Differentiable as forward() is (window_size, softcap and alibi_slopes included,
     grouped-query attention); unlike flash_attn, a gradient that reaches softmax_lse is not
     dropped but included.
