@@ -195,8 +195,10 @@ struct VarlenParams {
     // Keys sequence b uses: seqused_k[b] of its keys, the rest ignored. Required with pages
     // when cu_seqlens_k is not given.
     const std::int32_t* seqused_k = nullptr;
-    std::int64_t batch = 0;         // sequences: the offsets hold batch + 1 values
-    std::int64_t max_seqlen_q = 0;  // at least every sequence's query length (sizes the grid)
+    std::int64_t batch = 0;  // sequences: the offsets hold batch + 1 values
+    // At least every sequence's query length and at most the packed rows, q.shape[1] (it sizes
+    // the grid).
+    std::int64_t max_seqlen_q = 0;
     std::int64_t max_seqlen_k = 0;  // at least every sequence's key length (chooses splits)
     std::optional<PageTable> pages;
     // 0: the library's choice: queries that fill tiles (not a decoding shape) run on the
@@ -391,7 +393,8 @@ struct BackwardParams {
 // forward's (heads_q, total_q) LSE, d_lse its gradient of that shape or null. Every row of dq,
 // dk and dv that no sequence uses (past cu_seqlens[batch], keys past seqused_k) is written as
 // zeros. Lengths are read on the device: no host synchronisation. max_seqlen_q and
-// max_seqlen_k bound every sequence's lengths (they size the grid).
+// max_seqlen_k bound every sequence's lengths (they size the grid; max_seqlen_q at most the
+// packed rows, q.shape[1]).
 struct VarlenBackwardParams {
     TensorView q;
     TensorView k;

@@ -211,7 +211,8 @@ def forward_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen
 
     causal aligns each sequence's queries with the end of its keys (bottom right), or with
     causal_alignment="top_left" with their start.
-    max_seqlen_q must be at least every query length (it sizes the grid). num_splits: 0
+    max_seqlen_q must be at least every query length and at most total_q (it sizes the
+    grid; flash_attn_varlen_func takes any larger bound). num_splits: 0
     for the library's choice (long queries run on the sm90 kernels on Hopper, as forward()
     does, paged or not), n >= 1 for the serving kernel with n key ranges per sequence. return_lse: also the log-sum-exp,
     float32 (heads, total_q). Offsets and lengths are not read on the host (no
