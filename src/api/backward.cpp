@@ -41,14 +41,7 @@ void check_same_shape(const TensorView& t, const char* name, const TensorView& a
 // d_sinks ((heads,) floats) overlaps none of the `count` floats at `other` (null: none).
 void check_d_sinks_apart(const BackwardParams& p, const float* other, std::int64_t count,
                          const char* name) {
-    const auto d0 = reinterpret_cast<std::uintptr_t>(p.d_sinks);
-    const auto o0 = reinterpret_cast<std::uintptr_t>(other);
-    const auto heads = static_cast<std::uintptr_t>(p.q.shape[2]);
-    if (d0 != 0 && o0 != 0 && d0 < o0 + 4 * static_cast<std::uintptr_t>(count) &&
-        o0 < d0 + 4 * heads) {
-        fail(ErrorCode::invalid_argument, "d_sinks",
-             std::string("memory that does not overlap ") + name, "an overlapping range");
-    }
+    check_words_apart(p.d_sinks, p.q.shape[2], "d_sinks", other, count, name);
 }
 
 // d_sinks, written before the main kernels run, overlaps none of the ALiBi slopes they read:
@@ -116,6 +109,9 @@ void validate_backward(const BackwardParams& p) {
     check_d_sinks_apart(p, p.d_lse, rows, "d_lse");
     check_d_sinks_apart(p, p.options.variants.sinks, heads, "options.variants.sinks");
     check_d_sinks_apart_from_slopes(p, p.q.shape[0]);
+    // The sinks and slopes, read by every CTA, apart from the gradients other CTAs write.
+    check_variant_arrays_apart(p.options, "options.variants.", heads, p.q.shape[0], outputs,
+                               nullptr, 0);
 }
 
 // The forward's shape (with its window or softcap: the tuning cache keys those apart).
@@ -308,6 +304,8 @@ void validate_backward_varlen(const VarlenBackwardParams& p) {
     // As forward_varlen's: the grid's z extent holds the batch.
     check_range("batch", p.batch, 1, k_max_batch);
     check_d_sinks_apart_from_slopes(dense_view(p), p.batch);
+    check_variant_arrays_apart(p.options, "options.variants.", p.q.shape[2], p.batch,
+                               {{&p.dq, "dq"}, {&p.dk, "dk"}, {&p.dv, "dv"}}, nullptr, 0);
     check_range("max_seqlen_q", p.max_seqlen_q, 1, p.q.shape[1]);
     check_range("max_seqlen_k", p.max_seqlen_k, 1, k_max_seq);
     check_int_array(p.cu_seqlens_q, "cu_seqlens_q", true, "of batch + 1 offsets");

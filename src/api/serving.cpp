@@ -65,8 +65,10 @@ void check_output_shape(const TensorView& o, const TensorView& q, const TensorVi
     check_dim(o, "o", 3, "d_v", v.shape[3], std::string(v_name) + "'s");
 }
 
-// The pages: k and v are (num_pages, page_size, heads_kv, d_head).
-void check_pages(const PageTable& pages, const TensorView& k) {
+// The pages: k and v are (num_pages, page_size, heads_kv, d_head); the table, batch rows of
+// max_pages_per_seq entries row_stride apart, inside the address space (the kernels index it
+// in 64 bits). Returns its span in entries.
+std::int64_t check_pages(const PageTable& pages, const TensorView& k, std::int64_t batch) {
     if (k.shape[1] % 16 != 0) {
         fail(ErrorCode::invalid_argument, "k.shape[1] (page_size)",
              "a multiple of 16 (paged cache)", std::to_string(k.shape[1]));
@@ -79,6 +81,18 @@ void check_pages(const PageTable& pages, const TensorView& k) {
              "0 or at least max_pages_per_seq " + std::to_string(pages.max_pages_per_seq),
              std::to_string(pages.row_stride));
     }
+    const std::int64_t stride = pages.row_stride != 0 ? pages.row_stride : pages.max_pages_per_seq;
+    std::int64_t span = 0;
+    if (__builtin_mul_overflow(batch - 1, stride, &span) ||
+        __builtin_add_overflow(span, pages.max_pages_per_seq, &span) ||
+        span > std::numeric_limits<std::int64_t>::max() / 4) {
+        fail(ErrorCode::invalid_argument, "pages.row_stride",
+             "a stride whose table of " + std::to_string(batch) + " rows fits the address space",
+             std::to_string(pages.row_stride));
+    }
+    check_float_rows(pages.block_table, "pages.block_table", span, "(batch, max_pages_per_seq)",
+                     {});
+    return span;
 }
 
 // The K/V source shared by both entry points.
@@ -296,7 +310,7 @@ void check_varlen(const VarlenParams& p, Stream stream) {
     check_int_array(p.cu_seqlens_q, "cu_seqlens_q", true, "of batch + 1 offsets");
     check_int_array(p.seqused_k, "seqused_k", false, "");
     if (p.pages) {
-        check_pages(*p.pages, p.k);
+        check_pages(*p.pages, p.k, p.batch);
         check_int_array(p.cu_seqlens_k, "cu_seqlens_k", false, "");
         if (p.cu_seqlens_k == nullptr && p.seqused_k == nullptr) {
             fail(ErrorCode::invalid_argument, "seqused_k",
@@ -307,8 +321,11 @@ void check_varlen(const VarlenParams& p, Stream stream) {
         check_int_array(p.cu_seqlens_k, "cu_seqlens_k", true, "of batch + 1 offsets");
     }
     check_packed_rows(p.q.shape[1], p.q, p.k);
-    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.options,
-                              p.q.shape[1] * p.q.shape[2], "(heads, total_q)", p.q.shape[3]);
+    const std::int64_t rows = p.q.shape[1] * p.q.shape[2];
+    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.options, rows,
+                              "(heads, total_q)", p.q.shape[3]);
+    check_variant_arrays_apart(p.options, "variants.", p.q.shape[2], p.batch, {{&p.o, "o"}},
+                               p.options.lse, rows);
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
@@ -350,9 +367,8 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     check_output_shape(p.o, p.q, p.v_cache, "v_cache");
     check_range("num_splits", p.num_splits, 0, k_max_splits);
     const std::int64_t batch = p.q.shape[0];
-    if (p.pages) {
-        check_pages(*p.pages, p.k_cache);
-    } else if (p.k_cache.shape[0] < batch) {
+    const std::int64_t table_span = p.pages ? check_pages(*p.pages, p.k_cache, batch) : 0;
+    if (!p.pages && p.k_cache.shape[0] < batch) {
         fail(ErrorCode::invalid_argument, "k_cache.shape[0] (batch)",
              "at least q's batch " + std::to_string(batch), std::to_string(p.k_cache.shape[0]));
     }
@@ -392,14 +408,40 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     check_packed_rows(p.q.shape[1], p.q, p.k_cache);
     if (p.q.dtype == DType::E4M3)
         check_fp8_tensors(views);
+    const std::int64_t rows = batch * p.q.shape[2] * p.q.shape[1];
     check_outputs_and_options(p.o,
                               {{&p.q, "q"},
                                {&p.k_cache, "k_cache"},
                                {&p.v_cache, "v_cache"},
                                {p.k_new ? &*p.k_new : nullptr, "k_new"},
                                {p.v_new ? &*p.v_new : nullptr, "v_new"}},
-                              p.options, batch * p.q.shape[2] * p.q.shape[1],
-                              "(batch, heads, seq_q)", p.q.shape[3]);
+                              p.options, rows, "(batch, heads, seq_q)", p.q.shape[3]);
+    // With k_new the call writes the caches too: each a distinct row an element (a batch stride
+    // of 0 would append two sequences to one row), apart from each other and from q; the
+    // lengths, page table, variants' arrays and descales it reads apart from them.
+    const TensorView* k_written = p.k_new ? &p.k_cache : nullptr;
+    const TensorView* v_written = p.k_new ? &p.v_cache : nullptr;
+    if (p.k_new) {
+        check_output(p.k_cache, "k_cache", {{&p.q, "q"}, {&p.v_cache, "v_cache"}});
+        check_output(p.v_cache, "v_cache", {{&p.q, "q"}});
+        const std::initializer_list<std::pair<const TensorView*, const char*>> caches = {
+            {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}};
+        check_float_rows(p.cache_seqlens, "cache_seqlens", batch, "(batch,)", caches);
+        if (p.pages) {
+            check_float_rows(p.pages->block_table, "pages.block_table", table_span,
+                             "(batch, max_pages_per_seq)", caches);
+        }
+        if (p.descales) {
+            const std::int64_t factors = batch * p.k_cache.shape[2];
+            for (const auto& [factor, name] : {std::pair{p.descales->q, "descales.q"},
+                                               {p.descales->k, "descales.k"},
+                                               {p.descales->v, "descales.v"}})
+                check_float_rows(factor, name, factors, "(batch, heads_kv)", caches);
+        }
+    }
+    check_variant_arrays_apart(p.options, "variants.", p.q.shape[2], batch,
+                               {{&p.o, "o"}, {k_written, "k_cache"}, {v_written, "v_cache"}},
+                               p.options.lse, rows);
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},

@@ -242,8 +242,7 @@ void check_variants(const Variants& v, bool causal, float scale, std::int64_t he
 
 }  // namespace
 
-void check_float_rows(const float* lse, const char* argument, std::int64_t count,
-                      const char* layout,
+void check_float_rows(const void* lse, const char* argument, std::int64_t count, const char* layout,
                       std::initializer_list<std::pair<const TensorView*, const char*>> tensors) {
     if (lse == nullptr)
         return;
@@ -266,6 +265,31 @@ void check_float_rows(const float* lse, const char* argument, std::int64_t count
                  std::string("memory that does not overlap ") + name, "an overlapping range");
         }
     }
+}
+
+void check_words_apart(const void* a, std::int64_t a_count, const std::string& a_name,
+                       const void* b, std::int64_t b_count, const char* b_name) {
+    const auto a0 = reinterpret_cast<std::uintptr_t>(a);
+    const auto b0 = reinterpret_cast<std::uintptr_t>(b);
+    if (a0 != 0 && b0 != 0 && a0 < b0 + 4 * static_cast<std::uintptr_t>(b_count) &&
+        b0 < a0 + 4 * static_cast<std::uintptr_t>(a_count)) {
+        fail(ErrorCode::invalid_argument, a_name,
+             std::string("memory that does not overlap ") + b_name, "an overlapping range");
+    }
+}
+
+void check_variant_arrays_apart(
+    const AttentionOptions& options, const std::string& prefix, std::int64_t heads,
+    std::int64_t slope_rows,
+    std::initializer_list<std::pair<const TensorView*, const char*>> written, const float* lse,
+    std::int64_t lse_count) {
+    const Variants& v = options.variants;
+    const std::int64_t slopes = v.alibi_batch_stride != 0 ? slope_rows * heads : heads;
+    const std::string sinks = prefix + "sinks", alibi = prefix + "alibi_slopes";
+    check_float_rows(v.sinks, sinks.c_str(), heads, "(heads,)", written);
+    check_float_rows(v.alibi_slopes, alibi.c_str(), slopes, "(heads,) or (batch, heads)", written);
+    check_words_apart(v.sinks, heads, sinks, lse, lse_count, "lse");
+    check_words_apart(v.alibi_slopes, slopes, alibi, lse, lse_count, "lse");
 }
 
 void check_output(const TensorView& out, const char* name,
@@ -448,9 +472,11 @@ void validate_tensors(const ForwardParams& p) {
         fail(ErrorCode::unsupported, dim("v", 3),
              space::value_dims_text(static_cast<int>(p.q.shape[3])), std::to_string(p.v.shape[3]));
     }
-    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.options,
-                              p.q.shape[0] * p.q.shape[2] * p.q.shape[1], "(batch, heads, seq_q)",
-                              p.q.shape[3]);
+    const std::int64_t rows = p.q.shape[0] * p.q.shape[2] * p.q.shape[1];
+    check_outputs_and_options(p.o, {{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}}, p.options, rows,
+                              "(batch, heads, seq_q)", p.q.shape[3]);
+    check_variant_arrays_apart(p.options, "variants.", p.q.shape[2], p.q.shape[0], {{&p.o, "o"}},
+                               p.options.lse, rows);
 }
 
 namespace {

@@ -48,11 +48,28 @@ void check_outputs_and_options(
 void check_output(const TensorView& out, const char* name,
                   std::initializer_list<std::pair<const TensorView*, const char*>> others);
 
-// `count` floats at `rows` (an LSE or its gradient, laid out as `layout` says; null: none
-// given): 4-byte aligned, inside the address space, overlapping none of `tensors`.
-void check_float_rows(const float* rows, const char* argument, std::int64_t count,
+// `count` 4-byte values at `rows` (floats: an LSE or its gradient; or int32 lengths, laid out
+// as `layout` says; null: none given): 4-byte aligned, inside the address space, overlapping
+// none of `tensors`.
+void check_float_rows(const void* rows, const char* argument, std::int64_t count,
                       const char* layout,
                       std::initializer_list<std::pair<const TensorView*, const char*>> tensors);
+
+// `a_count` 4-byte values at `a` overlap none of the `b_count` at `b` (either null: none); the
+// error names a.
+void check_words_apart(const void* a, std::int64_t a_count, const std::string& a_name,
+                       const void* b, std::int64_t b_count, const char* b_name);
+
+// The variants' arrays a call reads, options.variants.sinks ((heads,) floats) and
+// .alibi_slopes ((heads,), or (slope_rows, heads) with a batch stride), overlap none of the
+// tensors it writes (`written`) nor the `lse_count` floats of the LSE it writes at `lse` (null:
+// none): some CTAs write those while others still read the arrays. `prefix` names them as the
+// caller's struct does ("variants." or "options.variants.").
+void check_variant_arrays_apart(
+    const AttentionOptions& options, const std::string& prefix, std::int64_t heads,
+    std::int64_t slope_rows,
+    std::initializer_list<std::pair<const TensorView*, const char*>> written, const float* lse,
+    std::int64_t lse_count);
 
 // The softmax scale, the causal alignment and the variants' bounds (check_outputs_and_options).
 void check_options(const AttentionOptions& options, std::int64_t d_head, std::int64_t heads);

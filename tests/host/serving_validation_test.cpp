@@ -279,6 +279,57 @@ TEST(ServingValidation, KVCache) {
         "q.shape[3] (d_head)", "80", fa::ErrorCode::unsupported);
     kvcache_error([](auto& p) { p.options.lse = address<float>(1); }, "lse",
                   "an overlapping range");
+    // Appending writes the caches: each row an element's own (not a batch stride of 0, which
+    // appends two sequences to one row), apart from each other and from what the call reads.
+    const auto append = [](fa::KVCacheParams& p) {
+        p.k_new = view(6, 4, 1, 8);
+        p.v_new = view(7, 4, 1, 8);
+    };
+    kvcache_error(
+        [&](auto& p) {
+            append(p);
+            p.v_cache = p.k_cache;
+        },
+        "k_cache", "an overlapping range");
+    kvcache_error(
+        [&](auto& p) {
+            append(p);
+            p.k_cache.stride[0] = 0;
+        },
+        "k_cache.stride[0] (batch)", "0");
+    kvcache_error(
+        [&](auto& p) {
+            append(p);
+            p.cache_seqlens = static_cast<const std::int32_t*>(p.v_cache.data) + 8;
+        },
+        "cache_seqlens", "an overlapping range");
+    kvcache_error(
+        [&](auto& p) {
+            append(p);
+            p.options.variants.sinks = static_cast<const float*>(p.k_cache.data);
+        },
+        "variants.sinks", "an overlapping range");
+    kvcache_error([](auto& p) { p.options.variants.sinks = static_cast<const float*>(p.o.data); },
+                  "variants.sinks", "an overlapping range");
+    // Without k_new the caches are read only: a batch stride of 0 shares one cache.
+    {
+        fa::KVCacheParams p = good_kvcache();
+        p.k_cache.stride[0] = p.v_cache.stride[0] = 0;
+        try {
+            fa::forward_kvcache(p);
+        } catch (const fa::Error& e) {
+            EXPECT_NE(e.code(), fa::ErrorCode::invalid_argument) << e.what();
+        }
+    }
+    // A page table's rows row_stride apart fit the address space (the kernels index it in 64
+    // bits).
+    kvcache_error(
+        [](auto& p) {
+            p.pages = fa::PageTable{address<std::int32_t>(7), 4, std::int64_t{1} << 62};
+            p.k_cache = view(2, 64, 16, 8);
+            p.v_cache = view(3, 64, 16, 8);
+        },
+        "pages.row_stride", std::to_string(std::int64_t{1} << 62));
     kvcache_error(
         [](auto& p) {
             p.pages = fa::PageTable{address<std::int32_t>(7), 0, 0};

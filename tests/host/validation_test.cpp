@@ -217,6 +217,33 @@ TEST(Validation, Alibi) {
                  fa::ErrorCode::invalid_argument, "variants.alibi_batch_stride", "3");
 }
 
+// The sinks and slopes every CTA reads lie apart from O and the LSE that other CTAs write:
+// inside either, a CTA could read a value another had overwritten.
+TEST(Validation, VariantArraysApartFromOutputs) {
+    expect_error(tensor_error([](auto& p) {
+                     p.options.variants.sinks = static_cast<const float*>(p.o.data) + 64;
+                 }),
+                 fa::ErrorCode::invalid_argument, "variants.sinks", "an overlapping range");
+    static float lse[2 * 4 * 256];
+    expect_error(tensor_error([](auto& p) {
+                     p.options.lse = lse;
+                     p.options.variants.alibi_slopes = lse + 100;
+                 }),
+                 fa::ErrorCode::invalid_argument, "variants.alibi_slopes", "an overlapping range");
+    // (batch, heads) slopes end where the LSE begins: 2 x 4 floats with the batch stride, 4
+    // without.
+    expect_error(tensor_error([](auto& p) {
+                     p.options.lse = lse + 8;
+                     p.options.variants.alibi_slopes = lse + 1;
+                     p.options.variants.alibi_batch_stride = 4;
+                 }),
+                 fa::ErrorCode::invalid_argument, "variants.alibi_slopes", "an overlapping range");
+    fa::ForwardParams p = good_params();
+    p.options.lse = lse + 8;
+    p.options.variants.alibi_slopes = lse + 4;
+    EXPECT_NO_THROW(fa::validate_tensors(p));
+}
+
 // The softcap's fixed reference (KernelArgs::softcap_fixed): taken exactly where the
 // probabilities of every score in [-1, 1] (after the tanh), 2^((t - reference) * scale_log2),
 // stay inside P's normal range and below the overflow margin, the largest at 2^0 when the
@@ -557,6 +584,16 @@ TEST(Validation, BackwardChecksEverythingBeforeTheDevice) {
                  fa::ErrorCode::invalid_argument, "options.lse", "an overlapping range");
     expect_error(backward_error([](auto& p) { p.options.softmax_scale = -1.0f; }),
                  fa::ErrorCode::invalid_argument, "softmax_scale", "-1");
+    // The sinks and slopes apart from the gradients that other CTAs write.
+    expect_error(backward_error([](auto& p) {
+                     p.options.variants.sinks = static_cast<const float*>(p.dq.data);
+                 }),
+                 fa::ErrorCode::invalid_argument, "options.variants.sinks", "an overlapping range");
+    expect_error(backward_error([](auto& p) {
+                     p.options.variants.alibi_slopes = static_cast<const float*>(p.dk.data) + 4;
+                 }),
+                 fa::ErrorCode::invalid_argument, "options.variants.alibi_slopes",
+                 "an overlapping range");
     // GQA: dK and dV have the K/V heads.
     fa::BackwardParams gqa = good_backward(1);
     if (fa::device_count() == 0) {
