@@ -358,7 +358,7 @@ ForwardParams kvcache_views(const KVCacheParams& p) {
 // Everything forward_kvcache checks before a launch; returns k_new's length (0 without).
 std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     const ForwardParams views = kvcache_views(p);
-    check_attention_dtypes(views);
+    check_attention_dtypes(views, "k_cache", "v_cache");
     for (const auto& [t, name] :
          {std::pair{&p.q, "q"}, {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}, {&p.o, "o"}})
         check_layout(*t, name);

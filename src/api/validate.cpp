@@ -339,13 +339,14 @@ void check_dtype(const TensorView& t, const char* name, DType as) {
 
 // forward()'s dtypes: FP16 or BF16 throughout, or FP8 attention's q, k and v in E4M3 with o in
 // BF16; descales with E4M3 inputs only (16-bit ones need no dequantisation).
-void check_attention_dtypes(const ForwardParams& p) {
+void check_attention_dtypes(const ForwardParams& p, const char* k_name, const char* v_name) {
     if (!is_dtype(p.q.dtype)) {
         fail(ErrorCode::dtype, "q.dtype", "FP16, BF16 or E4M3 (FP8 attention)",
              dtype_text(p.q.dtype));
     }
     if (p.q.dtype != DType::E4M3) {
-        for (const auto& [t, name] : {std::pair{&p.q, "q"}, {&p.k, "k"}, {&p.v, "v"}, {&p.o, "o"}})
+        for (const auto& [t, name] :
+             {std::pair{&p.q, "q"}, {&p.k, k_name}, {&p.v, v_name}, {&p.o, "o"}})
             check_dtype(*t, name, p.q.dtype);
         if (p.descales) {
             fail(ErrorCode::invalid_argument, "descales", "none for FP16/BF16 inputs",
@@ -353,7 +354,7 @@ void check_attention_dtypes(const ForwardParams& p) {
         }
         return;
     }
-    for (const auto& [t, name] : {std::pair{&p.k, "k"}, {&p.v, "v"}}) {
+    for (const auto& [t, name] : {std::pair{&p.k, k_name}, {&p.v, v_name}}) {
         if (t->dtype != DType::E4M3) {
             fail(ErrorCode::dtype, std::string(name) + ".dtype",
                  "E4M3 (q's dtype: FP8 attention takes q, k and v in E4M3)", dtype_text(t->dtype));

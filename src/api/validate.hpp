@@ -88,8 +88,10 @@ void check_range(const char* name, std::int64_t value, std::int64_t lo, std::int
 void validate_tensors(const ForwardParams& params);
 // Its parts for forward_kvcache's views: q's dtype for k, v and o (16-bit), or FP8's (q, k, v
 // E4M3, o BF16) with descales only then; and with E4M3, FP8's head dims, no variants, and the
-// descales' pointers ((q's batch, heads_kv) floats clear of o and the LSE).
-void check_attention_dtypes(const ForwardParams& params);
+// descales' pointers ((q's batch, heads_kv) floats clear of o and the LSE). k_name and v_name
+// name k and v in errors (forward_kvcache: k_cache, v_cache).
+void check_attention_dtypes(const ForwardParams& params, const char* k_name = "k",
+                            const char* v_name = "v");
 void check_fp8_tensors(const ForwardParams& params);
 
 // A data-free problem of forward(): dtype (E4M3 with FP8 attention's limits), head dim, positive

@@ -183,7 +183,7 @@ TEST(ServingValidation, Fp8KVCache) {
     fp8_kvcache_error([](auto& p) { p.descales->k = nullptr; }, "descales.k", "a null pointer");
     fp8_kvcache_error([](auto& p) { p.o = view(4, 4, 1, 32, 128, fa::DType::FP16); }, "o.dtype",
                       "FP16", fa::ErrorCode::dtype);
-    fp8_kvcache_error([](auto& p) { p.v_cache = view(3, 4, 4096, 8); }, "v.dtype", "BF16",
+    fp8_kvcache_error([](auto& p) { p.v_cache = view(3, 4, 4096, 8); }, "v_cache.dtype", "BF16",
                       fa::ErrorCode::dtype);
     fp8_kvcache_error(
         [](auto& p) {
@@ -250,6 +250,8 @@ TEST(ServingValidation, KVCache) {
         },
         "v_new.shape[1] (seq)", "1");
     kvcache_error([](auto& p) { p.num_splits = 300; }, "num_splits", "300");
+    kvcache_error([](auto& p) { p.k_cache.dtype = fa::DType::FP16; }, "k_cache.dtype", "FP16",
+                  fa::ErrorCode::dtype);
     kvcache_error([](auto& p) { p.k_new = view(6, 4, 1, 8); }, "v_new", "none");
     kvcache_error(
         [](auto& p) {
