@@ -311,6 +311,13 @@ void validate_backward_varlen(const VarlenBackwardParams& p) {
     check_int_array(p.cu_seqlens_q, "cu_seqlens_q", true, "of batch + 1 offsets");
     check_int_array(p.cu_seqlens_k, "cu_seqlens_k", true, "of batch + 1 offsets");
     check_int_array(p.seqused_k, "seqused_k", false, "");
+    // The lengths, read while other CTAs write the gradients.
+    for (const auto& [array, name, count] :
+         {std::tuple{p.cu_seqlens_q, "cu_seqlens_q", p.batch + 1},
+          {p.cu_seqlens_k, "cu_seqlens_k", p.batch + 1},
+          {p.seqused_k, "seqused_k", p.batch}})
+        check_float_rows(array, name, count, "int32",
+                         {{&p.dq, "dq"}, {&p.dk, "dk"}, {&p.dv, "dv"}});
 }
 
 // The shape the automatic choice reads: the longest sequences, batch sequences.

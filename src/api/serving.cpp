@@ -309,8 +309,9 @@ void check_varlen(const VarlenParams& p, Stream stream) {
     check_range("num_splits", p.num_splits, 0, k_max_splits);
     check_int_array(p.cu_seqlens_q, "cu_seqlens_q", true, "of batch + 1 offsets");
     check_int_array(p.seqused_k, "seqused_k", false, "");
+    std::int64_t table_span = 0;
     if (p.pages) {
-        check_pages(*p.pages, p.k, p.batch);
+        table_span = check_pages(*p.pages, p.k, p.batch);
         check_int_array(p.cu_seqlens_k, "cu_seqlens_k", false, "");
         if (p.cu_seqlens_k == nullptr && p.seqused_k == nullptr) {
             fail(ErrorCode::invalid_argument, "seqused_k",
@@ -326,6 +327,15 @@ void check_varlen(const VarlenParams& p, Stream stream) {
                               "(heads, total_q)", p.q.shape[3]);
     check_variant_arrays_apart(p.options, "variants.", p.q.shape[2], p.batch, {{&p.o, "o"}},
                                p.options.lse, rows);
+    // The lengths and page table, read while other CTAs write O and the LSE.
+    for (const auto& [array, name, count] :
+         {std::tuple{static_cast<const void*>(p.cu_seqlens_q), "cu_seqlens_q", p.batch + 1},
+          {p.cu_seqlens_k, "cu_seqlens_k", p.batch + 1},
+          {p.seqused_k, "seqused_k", p.batch},
+          {p.pages ? p.pages->block_table : nullptr, "pages.block_table", table_span}}) {
+        check_float_rows(array, name, count, "int32", {{&p.o, "o"}});
+        check_words_apart(array, count, name, p.options.lse, rows, "lse");
+    }
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},
@@ -426,11 +436,6 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
         check_output(p.v_cache, "v_cache", {{&p.q, "q"}});
         const std::initializer_list<std::pair<const TensorView*, const char*>> caches = {
             {&p.k_cache, "k_cache"}, {&p.v_cache, "v_cache"}};
-        check_float_rows(p.cache_seqlens, "cache_seqlens", batch, "(batch,)", caches);
-        if (p.pages) {
-            check_float_rows(p.pages->block_table, "pages.block_table", table_span,
-                             "(batch, max_pages_per_seq)", caches);
-        }
         if (p.descales) {
             const std::int64_t factors = batch * p.k_cache.shape[2];
             for (const auto& [factor, name] : {std::pair{p.descales->q, "descales.q"},
@@ -442,6 +447,13 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     check_variant_arrays_apart(p.options, "variants.", p.q.shape[2], batch,
                                {{&p.o, "o"}, {k_written, "k_cache"}, {v_written, "v_cache"}},
                                p.options.lse, rows);
+    for (const auto& [array, name, count] :
+         {std::tuple{static_cast<const void*>(p.cache_seqlens), "cache_seqlens", batch},
+          {p.pages ? p.pages->block_table : nullptr, "pages.block_table", table_span}}) {
+        check_float_rows(array, name, count, "int32",
+                         {{&p.o, "o"}, {k_written, "k_cache"}, {v_written, "v_cache"}});
+        check_words_apart(array, count, name, p.options.lse, rows, "lse");
+    }
 
     const DeviceProperties& device = DeviceProperties::current();
     check_on_device({{p.q.data, "q.data"},

@@ -248,12 +248,13 @@ void check_float_rows(const void* lse, const char* argument, std::int64_t count,
         return;
     if (reinterpret_cast<std::uintptr_t>(lse) % alignof(float) != 0)
         fail(ErrorCode::invalid_argument, argument, "a 4-byte aligned address", "one that is not");
-    // count is bounded by an output tensor's distinct elements: no overflow.
+    // count is bounded (an output tensor's distinct elements, a page table's checked span):
+    // count * 4 does not overflow.
     const auto first = reinterpret_cast<std::uintptr_t>(lse);
     std::uintptr_t last = 0;
     if (__builtin_add_overflow(first, static_cast<std::uintptr_t>(count) * 4 - 1, &last)) {
         fail(ErrorCode::invalid_argument, argument,
-             std::string("an address whose ") + layout + " floats fit the address space",
+             std::string("an address whose ") + layout + " values fit the address space",
              "one too close to its end");
     }
     for (const auto& [t, name] : tensors) {

@@ -85,6 +85,9 @@ TEST(ServingValidation, Varlen) {
     varlen_error([](auto& p) { p.batch = 0; }, "batch", "0");
     varlen_error([](auto& p) { p.max_seqlen_q = 1001; }, "max_seqlen_q", "1001");
     varlen_error([](auto& p) { p.num_splits = -1; }, "num_splits", "-1");
+    // The lengths are read while other CTAs write O.
+    varlen_error([](auto& p) { p.cu_seqlens_q = static_cast<const std::int32_t*>(p.o.data) + 4; },
+                 "cu_seqlens_q", "an overlapping range");
     varlen_error(
         [](auto& p) {
             p.q = view(1, 1, 1000, 30);
@@ -313,6 +316,8 @@ TEST(ServingValidation, KVCache) {
         "variants.sinks", "an overlapping range");
     kvcache_error([](auto& p) { p.options.variants.sinks = static_cast<const float*>(p.o.data); },
                   "variants.sinks", "an overlapping range");
+    kvcache_error([](auto& p) { p.cache_seqlens = static_cast<const std::int32_t*>(p.o.data) + 4; },
+                  "cache_seqlens", "an overlapping range");
     // Without k_new the caches are read only: a batch stride of 0 shares one cache.
     {
         fa::KVCacheParams p = good_kvcache();

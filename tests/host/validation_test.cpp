@@ -657,6 +657,11 @@ TEST(Validation, VarlenBackwardChecksEverythingBeforeTheDevice) {
                  fa::ErrorCode::invalid_argument, "q.shape[0] (batch)", "2");
     expect_error(varlen_backward_error([](auto& p) { p.cu_seqlens_q = nullptr; }),
                  fa::ErrorCode::invalid_argument, "cu_seqlens_q", "null");
+    // The lengths are read while other CTAs write the gradients.
+    expect_error(varlen_backward_error([](auto& p) {
+                     p.seqused_k = static_cast<const std::int32_t*>(p.dk.data) + 8;
+                 }),
+                 fa::ErrorCode::invalid_argument, "seqused_k", "an overlapping range");
     expect_error(varlen_backward_error([](auto& p) { p.cu_seqlens_k = nullptr; }),
                  fa::ErrorCode::invalid_argument, "cu_seqlens_k", "null");
     expect_error(varlen_backward_error([](auto& p) { p.max_seqlen_q = 257; }),
