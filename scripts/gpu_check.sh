@@ -202,7 +202,7 @@ stage_package() {
 }
 
 # The package imported in fresh interpreters alone, before torch and after it, then a causal call
-# with inputs that require grad, its gradients compared with SDPA's (math backend, fp32).
+# with inputs that require grad, its gradients compared with SDPA's on fp32 copies of the inputs.
 check_imports() {
   check imports bash -c 'cd /tmp && python3 -c "import flash_attention_scratch" &&
     python3 -c "import flash_attention_scratch, torch" && python3 -c "import torch, flash_attention_scratch" &&
