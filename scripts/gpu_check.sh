@@ -22,6 +22,8 @@
 #   pyext    instead of package, for a quicker grid: the Python extension built in the build
 #            stage's tree (the same kernels) and staged with the package's sources into $SITE,
 #            then check_imports
+#   pytest   the pytest suite against the package that package or pyext staged (package runs it
+#            itself); after pyext, the Python GPU tests without pip's two-minute build
 #   grid     bench/compare.py: the forward grid and the model-shaped rows, then the backward grid
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            and the backward of the variants against FA4 (bench/compare.py --variants)
@@ -198,6 +200,12 @@ stage_package() {
     --target "$SITE" . || return
   export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
   check_imports
+  stage_pytest
+}
+
+stage_pytest() {
+  [ -d "$SITE/flash_attention_scratch" ] || stage_package
+  export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
   check pytest env FLASH_EXPECT_RELEASE_SET=1 bash -c "cd /tmp && timeout 600 python3 -m pytest -q -rs '$REPO/python/tests'"
 }
 
@@ -436,13 +444,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=cs
 note "$(date -u +%F) $(head -1 "$LOGS/gpu.txt")"
 while [ $# -gt 0 ]; do
   case $1 in
-    build | sanitize | package | pyext | grid | backward | flash_attn_suite) "stage_$1" ;;
+    build | sanitize | package | pyext | pytest | grid | backward | flash_attn_suite) "stage_$1" ;;
     prebuilt) stage_prebuilt "${2:?prebuilt needs a folder of packed binaries}"; shift ;;
     bench) stage_bench "${2:?bench needs a file of short forms}"; shift ;;
     fp8) stage_fp8 "${2:?fp8 needs a file of short forms}"; shift ;;
     ncu) stage_ncu "${2:?ncu needs a file of short forms}"; shift ;;
     ab) stage_ab "${2:?ab needs a base tree folder}" "${3:?ab needs a file of short forms}"; shift 2 ;;
-    *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, pyext, grid, backward, flash_attn_suite," \
+    *) echo "gpu_check.sh: unknown stage '$1' (build, sanitize, package, pyext, pytest, grid, backward, flash_attn_suite," \
       "bench FILE, fp8 FILE, ncu FILE, ab DIR FILE, prebuilt DIR)" >&2; exit 2 ;;
   esac
   shift
