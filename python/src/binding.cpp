@@ -12,6 +12,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "flash_attention/flash_attention.hpp"
 
@@ -247,6 +249,29 @@ std::optional<fa::PageTable> page_table(std::uintptr_t block_table, std::int64_t
     return fa::PageTable{reinterpret_cast<const std::int32_t*>(block_table), max_pages, row_stride};
 }
 
+// A library error's message names the C++ API's argument first ("variants.softcap: expected
+// ..."; fail() in validate.cpp). A Python caller wrote other names for some of them: those are
+// put in its place, so that the message names what the caller passed.
+std::string python_message(std::string message) {
+    static constexpr std::pair<std::string_view, std::string_view> names[] = {
+        {"variants.window_left", "window_size[0]"},
+        {"variants.window_right", "window_size[1]"},
+        {"variants.softcap", "softcap"},
+        {"variants.sinks", "learnable_sink"},
+        {"variants.alibi_slopes", "alibi_slopes"},
+        {"variants.alibi_batch_stride", "alibi_slopes"},
+        {"o", "out"},
+    };
+    for (const auto& [cpp, python] : names) {
+        // The name whole, then the end of the argument or a part of it (o.shape[1], o.data).
+        if (message.starts_with(cpp) && message.size() > cpp.size() &&
+            std::string_view(".:[ ").find(message[cpp.size()]) != std::string_view::npos) {
+            return std::string(python) + message.substr(cpp.size());
+        }
+    }
+    return message;
+}
+
 }  // namespace
 
 NB_MODULE(_C, m) {
@@ -256,24 +281,28 @@ NB_MODULE(_C, m) {
         "this "
         "module.";
 
-    // Library errors keep their message and become the Python exception that fits.
+    // Library errors keep their message, with the argument it names in the Python API's words
+    // (python_message), and become the Python exception that fits.
     nb::register_exception_translator([](const std::exception_ptr& p, void*) {
         try {
             std::rethrow_exception(p);
         } catch (const fa::Error& e) {
+            const std::string message = python_message(e.what());
             switch (e.code()) {
                 case fa::ErrorCode::dtype:
-                    PyErr_SetString(PyExc_TypeError, e.what());
+                    PyErr_SetString(PyExc_TypeError, message.c_str());
                     break;
                 case fa::ErrorCode::cuda:
                 case fa::ErrorCode::no_device:
-                    PyErr_SetString(PyExc_RuntimeError, e.what());
+                    PyErr_SetString(PyExc_RuntimeError, message.c_str());
                     break;
                 default:
-                    PyErr_SetString(PyExc_ValueError, e.what());
+                    PyErr_SetString(PyExc_ValueError, message.c_str());
             }
         }
     });
+    m.def("_python_message", &python_message,
+          "A library error's message as the Python layer raises it (for its tests).");
 
     m.attr("__version__") = std::string(fa::version());
 

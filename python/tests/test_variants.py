@@ -98,15 +98,31 @@ def test_window_sides_may_be_integer_like():
     assert all(type(side) is int for side in sides)
 
 
+def test_library_errors_name_the_python_arguments():
+    """The C++ API's argument names in a library error become the ones a Python caller wrote
+    (window_size, softcap, learnable_sink, alibi_slopes, out); other names stay as they are."""
+    rename = fa._C._python_message
+    assert rename("variants.window_left: expected x, got -2") == "window_size[0]: expected x, got -2"
+    assert rename("variants.window_right: expected y, got 8") == "window_size[1]: expected y, got 8"
+    assert rename("variants.softcap: expected z, got -1") == "softcap: expected z, got -1"
+    assert rename("variants.sinks: expected a 4-byte aligned address") == \
+        "learnable_sink: expected a 4-byte aligned address"
+    assert rename("variants.alibi_batch_stride: expected 0") == "alibi_slopes: expected 0"
+    assert rename("o.shape[1] (seq): expected 64, got 63") == "out.shape[1] (seq): expected 64, got 63"
+    assert rename("o: expected memory apart from q") == "out: expected memory apart from q"
+    for kept in ("offsets: expected", "d_o.shape[1] (seq): expected 64", "q: expected o", "o"):
+        assert rename(kept) == kept
+
+
 @needs_gpu
 def test_bad_variant_values_raise():
     q = torch.randn(1, 64, 4, 64, dtype=torch.float16, device="cuda")
-    with pytest.raises(ValueError, match="variants.window_left: expected"):
+    with pytest.raises(ValueError, match=r"window_size\[0\]: expected"):
         fa.forward(q, q, q, window_size=(-2, 0))
-    with pytest.raises(ValueError, match="variants.window_right: expected -1 or 0 with causal"):
+    with pytest.raises(ValueError, match=r"window_size\[1\]: expected -1 or 0 with causal"):
         fa.forward(q, q, q, causal=True, window_size=(8, 8))
     for bad in (-1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="variants.softcap: expected"):
+        with pytest.raises(ValueError, match="^softcap: expected"):
             fa.forward(q, q, q, softcap=bad)
     sinks = torch.zeros(4, dtype=torch.float32, device="cuda")
     with pytest.raises(TypeError, match="learnable_sink.dtype"):
