@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "config/builtin_choice.hpp"
@@ -520,6 +521,18 @@ TEST(ConfigSpace, TuneSetCoversTheRequiredAxes) {
     EXPECT_TRUE(has([](const KernelConfig& c) { return c.sm80.Q_mma_load_K_tiles != 0; }));
     for (const KernelConfig& c : tune) {
         EXPECT_EQ(fa::space::rejecting_rule(c), nullptr) << c.to_string();
+    }
+}
+
+// `tune` explores every knob of the field table: each field takes two values or more among its
+// configs, so a new row of the table that the tune sets leave at its default fails here.
+TEST(ConfigSpace, TuneSetVariesEveryField) {
+    const auto tune = fa::space::named_set("tune");
+    for (int i = 0; i < fa::k_config_field_count; ++i) {
+        std::set<int> values;
+        for (const KernelConfig& c : tune)
+            values.insert(fa::field_value(c, i));
+        EXPECT_GE(values.size(), 2u) << fa::k_config_fields[i].name;
     }
 }
 
