@@ -183,7 +183,9 @@ def time_shape(torch, impls, make_inputs, flop, args):
     dead = set()
     for name, fn in impls.items():
         try:
-            for i in range(args.warmup):
+            # Every input copy at least once: the backward's implementations build a copy's forward
+            # graph on its first call, which must not fall in a timed one.
+            for i in range(max(args.warmup, len(inputs))):
                 fn(*inputs[i % len(inputs)])
             torch.cuda.synchronize()
         except (RuntimeError, ValueError, TypeError, NotImplementedError, AssertionError):
