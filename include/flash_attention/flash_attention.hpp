@@ -134,9 +134,8 @@ struct Fp8Descales {
 // FP8 attention (Hopper; forward() and forward_kvcache()): q, k and v E4M3 with o BF16 and
 // `descales`, on the dequantised inputs. It takes d_head 128 or 256 with d_v = d_head, no window,
 // softcap, sinks or ALiBi yet; causal masking, GQA and the LSE as 16-bit inputs. Decoding shapes,
-// and every shape of a head dim without an sm90 FP8 kernel in the automatic choice (d_head 256:
-// builtin_choice.cpp says why), run on forward_kvcache's split-KV kernel (below); the rest on the
-// sm90 family's FP8 kernels.
+// and every shape where the build has no sm90 FP8 kernel for the head dim, run on
+// forward_kvcache's split-KV kernel (below); the rest on the sm90 family's FP8 kernels.
 struct ForwardParams {
     TensorView q;
     TensorView k;
@@ -323,7 +322,8 @@ void validate(const ProblemShape& problem, std::optional<float> softmax_scale = 
 
 // Runs the kernel the library chooses for this problem and device: the winner that
 // `flash_attention tune` recorded for this GPU, dtype, d_head and sequence-length bucket
-// in the tuning cache ($FLASH_ATTENTION_TUNING, else ~/.cache/flash_attention/tuning.json),
+// in the tuning cache ($FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json,
+// else ~/.cache/flash_attention/tuning.json),
 // else a built-in table. The cache is read once per process; a missing, corrupt or stale
 // cache only means the built-in table is used.
 // Decoding shapes (at most 64 query rows per K/V head: seq_q x heads_q / heads_kv <= 64,
