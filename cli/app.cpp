@@ -18,6 +18,26 @@ std::string one_line(std::string_view message) {
     return tools::printable(message, std::string_view::npos);
 }
 
+// The flag (--causal) of CLI11's refusal of a value given to one (disable_flag_override:
+// "causal was given a disallowed flag override"), else empty.
+std::string flag_given_a_value(std::string_view message) {
+    constexpr std::string_view refusal = " was given a disallowed flag override";
+    if (!message.ends_with(refusal))
+        return {};
+    return "--" + std::string(message.substr(0, message.size() - refusal.size()));
+}
+
+// The value of the last `FLAG=VALUE` among the arguments.
+std::string value_given(int argc, char** argv, const std::string& flag) {
+    std::string value;
+    for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (arg.starts_with(flag) && arg.size() > flag.size() && arg[flag.size()] == '=')
+            value = arg.substr(flag.size() + 1);
+    }
+    return value;
+}
+
 bool is_bad_argument(ErrorCode code) {
     return code == ErrorCode::invalid_argument || code == ErrorCode::dtype ||
            code == ErrorCode::unsupported || code == ErrorCode::not_built;
@@ -32,6 +52,10 @@ int run_cli(int argc, char** argv) {
     app.name("flash_attention");
     app.set_version_flag("--version", "flash_attention " + std::string(version()));
     app.require_subcommand(1);
+    // A flag takes no value: `--causal=no` would set it (CLI11 reads a flag's value as a count
+    // or a boolean), and a value that reads as false would unset it silently. Subcommands
+    // copy the defaults when created.
+    app.option_defaults()->disable_flag_override();
     Action action;
     add_list_command(app, action);
     add_run_command(app, action);
@@ -61,6 +85,11 @@ int run_cli(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
         return app.exit(e);
     } catch (const CLI::ParseError& e) {
+        if (const std::string flag = flag_given_a_value(e.what()); !flag.empty()) {
+            std::cerr << "flash_attention: " << flag << ": expected no value (a flag), got \""
+                      << tools::printable(value_given(argc, argv, flag), 40) << "\"\n";
+            return exit_usage;
+        }
         // CLI11's messages quote the values given as they are.
         std::cerr << "flash_attention: " << one_line(e.what()) << " (see flash_attention --help)\n";
         return exit_usage;

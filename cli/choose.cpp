@@ -41,6 +41,30 @@ void print_origin(const KernelConfig& config, const std::string& pass,
         model ? " (model)" : "", device.major, device.minor, device.sm_count);
 }
 
+// The automatic choice for the problem on the device, printed with what chose it.
+int print_choice(const ChooseOptions& o, const ProblemShape& problem,
+                 const DeviceProperties& device, bool model) {
+    if (o.backward) {
+        const KernelConfig config = choose_backward_config(problem, device, o.deterministic);
+        std::printf("%s\n", config.to_string().c_str());
+        print_origin(config, o.deterministic ? "deterministic backward, " : "backward, ", device,
+                     model);
+        return exit_ok;
+    }
+    const KernelChoice kernel = chosen_kernel(problem, device);
+    std::printf("%s\n", kernel.to_string().c_str());
+    if (!kernel.config) {
+        // A decoding shape: forward() runs the split-KV kernel, which has no config.
+        std::printf(
+            "# decoding shape on %s%s (%d SMs): the split-KV kernel; split count from the "
+            "tuning cache (tune --kvcache), else the heuristic\n",
+            device.name.c_str(), model ? " (model)" : "", device.sm_count);
+        return exit_ok;
+    }
+    print_origin(*kernel.config, "", device, model);
+    return exit_ok;
+}
+
 int choose(const ChooseOptions& o) {
     check_deterministic(o.deterministic, o.backward);
     DeviceProperties device;
@@ -67,25 +91,14 @@ int choose(const ChooseOptions& o) {
                                .causal = o.causal,
                                .d_v = o.d_v.value_or(o.d_head) == o.d_head ? 0 : *o.d_v};
     const bool model = !o.device.empty();
-    if (o.backward) {
-        const KernelConfig config = choose_backward_config(problem, device, o.deterministic);
-        std::printf("%s\n", config.to_string().c_str());
-        print_origin(config, o.deterministic ? "deterministic backward, " : "backward, ", device,
-                     model);
-        return exit_ok;
+    try {
+        return print_choice(o, problem, device, model);
+    } catch (const Error& e) {
+        // The problem's own errors name its fields: here they are the options.
+        if (e.code() == ErrorCode::invalid_argument || e.code() == ErrorCode::unsupported)
+            throw UsageError(in_option_names(e.what()));
+        throw;
     }
-    const KernelChoice kernel = chosen_kernel(problem, device);
-    std::printf("%s\n", kernel.to_string().c_str());
-    if (!kernel.config) {
-        // A decoding shape: forward() runs the split-KV kernel, which has no config.
-        std::printf(
-            "# decoding shape on %s%s (%d SMs): the split-KV kernel; split count from the "
-            "tuning cache (tune --kvcache), else the heuristic\n",
-            device.name.c_str(), model ? " (model)" : "", device.sm_count);
-        return exit_ok;
-    }
-    print_origin(*kernel.config, "", device, model);
-    return exit_ok;
 }
 
 }  // namespace

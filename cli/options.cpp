@@ -5,7 +5,8 @@
 #include <cstdio>
 #include <iostream>
 #include <optional>
-#include <sstream>
+#include <string_view>
+#include <utility>
 
 #include "flash_attention/error.hpp"
 #include "flash_attention/tools.hpp"
@@ -35,6 +36,19 @@ std::string excerpt(const std::string& text) {
     return tools::printable(text, 40);
 }
 
+// A comma-separated list's items, empty ones included ("1," is "1" and ""), so that a stray
+// comma is refused rather than dropped.
+std::vector<std::string> list_items(const std::string& text) {
+    std::vector<std::string> items;
+    for (std::size_t start = 0;;) {
+        const std::size_t end = text.find(',', start);
+        items.push_back(text.substr(start, end - start));
+        if (end == std::string::npos)
+            return items;
+        start = end + 1;
+    }
+}
+
 }  // namespace
 
 CLI::Validator integer_in(long long minimum, long long maximum) {
@@ -48,17 +62,21 @@ CLI::Validator integer_in(long long minimum, long long maximum) {
         "INT in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]");
 }
 
-CLI::Validator number_in(double minimum, double maximum) {
+CLI::Validator number_in(double minimum, double maximum, bool as_float) {
     return CLI::Validator(
         [=](std::string& text) -> std::string {
             double value = 0;
             const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+            // as_float: kept in a float, so a value other than 0 must not round to 0 or lose
+            // precision below the normal range (a softcap of 1e-300 would turn it off).
             const bool ok = !text.empty() && ec == std::errc() &&
                             end == text.data() + text.size() && std::isfinite(value) &&
-                            value >= minimum && value <= maximum;
+                            value >= minimum && value <= maximum &&
+                            (!as_float || value == 0 || std::isnormal(static_cast<float>(value)));
             return ok ? ""
                       : "expected a number from " + readable(minimum) + " to " + readable(maximum) +
-                            ", got \"" + excerpt(text) + "\"";
+                            (as_float ? " (0, or a normal float)" : "") + ", got \"" +
+                            excerpt(text) + "\"";
         },
         "NUMBER in [" + readable(minimum) + ", " + readable(maximum) + "]");
 }
@@ -74,14 +92,15 @@ CLI::Validator non_empty(const std::string& expected) {
 CLI::Validator softmax_scale_bounds() {
     char bound[32];
     std::snprintf(bound, sizeof bound, "%.4g", k_max_softmax_scale);  // as the library says it
-    const std::string expected = std::string("a positive finite number below ") + bound;
+    const std::string expected =
+        std::string("a positive finite number below ") + bound + " (a normal float)";
     return CLI::Validator(
         [=](std::string& text) -> std::string {
             double value = 0;
             const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
             const bool ok = !text.empty() && ec == std::errc() &&
                             end == text.data() + text.size() && std::isfinite(value) && value > 0 &&
-                            value < k_max_softmax_scale;
+                            value < k_max_softmax_scale && std::isnormal(static_cast<float>(value));
             return ok ? "" : "expected " + expected + ", got \"" + excerpt(text) + "\"";
         },
         "NUMBER in (0, " + std::string(bound) + ")");
@@ -99,9 +118,10 @@ CLI::Validator seq_length() {
 
 std::vector<int> parse_int_list(const std::string& text, const std::string& option,
                                 long long minimum, long long maximum) {
+    if (text.empty())
+        throw UsageError(option + ": expected at least one value, got \"\"");
     std::vector<int> values;
-    std::stringstream list(text);
-    for (std::string item; std::getline(list, item, ',');) {
+    for (const std::string& item : list_items(text)) {
         const std::optional<long long> v = integer(item, minimum, maximum);
         if (!v) {
             throw UsageError(option + ": expected a comma-separated list of integers from " +
@@ -110,8 +130,6 @@ std::vector<int> parse_int_list(const std::string& text, const std::string& opti
         }
         values.push_back(static_cast<int>(*v));
     }
-    if (values.empty())
-        throw UsageError(option + ": expected at least one value, got \"\"");
     return values;
 }
 
@@ -124,8 +142,7 @@ void check_output_path(const std::string& path, const std::string& option) {
 
 std::vector<DType> parse_dtype_list(const std::string& text, const std::string& option) {
     std::vector<DType> values;
-    std::stringstream list(text);
-    for (std::string item; std::getline(list, item, ',');) {
+    for (const std::string& item : list_items(text)) {
         if (item == "fp16") {
             values.push_back(DType::FP16);
         } else if (item == "bf16") {
@@ -138,8 +155,6 @@ std::vector<DType> parse_dtype_list(const std::string& text, const std::string& 
                              excerpt(text) + "\"");
         }
     }
-    if (values.empty())
-        throw UsageError(option + ": expected at least one dtype, got \"\"");
     return values;
 }
 
@@ -254,7 +269,7 @@ void VariantOptions::add_to(CLI::App& cmd) {
                    "unbounded; with --causal RIGHT is -1 or 0)")
         ->check(window_sides);
     cmd.add_option("--softcap", softcap, "logit softcap: scores become softcap * tanh(s / softcap)")
-        ->check(number_in(0, 1e6));
+        ->check(number_in(0, 1e6, true));
     cmd.add_flag("--sinks", sinks, "attention sinks: a random logit per query head");
     cmd.add_flag(
         "--alibi", alibi,
@@ -272,8 +287,44 @@ void VariantOptions::apply(Shape& shape) const {
     shape.alibi = alibi;
 }
 
+std::string in_option_names(const std::string& message) {
+    static constexpr std::pair<std::string_view, std::string_view> names[] = {
+        {"d_head", "--d-head"},
+        {"d_v", "--d-v"},
+        {"dtype", "--dtype"},
+        {"batch", "--batch"},
+        {"seq_q", "--seq"},
+        {"seq_k", "--seq-k"},
+        {"heads_kv", "--heads-kv"},
+        {"heads", "--heads"},
+        {"softmax_scale", "--scale"},
+        {"variants.window_left", "--window"},
+        {"variants.window_right", "--window"},
+        {"variants.softcap", "--softcap"},
+        {"window_or_softcap", "--window/--softcap"},
+    };
+    for (const auto& [api, option] : names) {
+        if (message.starts_with(api) && message.size() > api.size() && message[api.size()] == ':')
+            return std::string(option) + message.substr(api.size());
+    }
+    return message;
+}
+
 void validate_shape(const Shape& shape) {
-    validate(shape.problem(), shape.scale, {shape.window_left, shape.window_right, shape.softcap});
+    try {
+        validate(shape.problem(), shape.scale,
+                 {shape.window_left, shape.window_right, shape.softcap});
+    } catch (const Error& e) {
+        throw UsageError(in_option_names(e.what()));
+    }
+    // forward_varlen packs the sequences into one tensor of at most k_max_seq rows; their
+    // lengths are drawn up to --seq, so --batch of --seq each must fit.
+    if (shape.api == Api::varlen && std::int64_t{shape.batch} * shape.seq_q > k_max_seq) {
+        throw UsageError("--batch: expected at most " + std::to_string(k_max_seq / shape.seq_q) +
+                         " sequences of up to --seq " + std::to_string(shape.seq_q) +
+                         " with --varlen (packed, at most " + std::to_string(k_max_seq) +
+                         " rows), got " + std::to_string(shape.batch));
+    }
     if (shape.backward && shape.api != Api::dense) {
         throw UsageError(
             "--backward: expected a dense problem (no --kvcache, --page-size or "

@@ -16,8 +16,12 @@ namespace flash_attention::cli {
 
 // An integer option in [minimum, maximum]; the message names the bounds and what was given.
 CLI::Validator integer_in(long long minimum, long long maximum);
-// A finite number in [minimum, maximum] (nan and inf are refused).
-CLI::Validator number_in(double minimum, double maximum);
+// A library error's message with the API's argument it names first ("d_head: expected ...")
+// put as the command line's option (--d-head), where one stands for it.
+std::string in_option_names(const std::string& message);
+// A finite number in [minimum, maximum] (nan and inf are refused); as_float: one the command
+// keeps in a float, which must be 0 or a normal float (nothing rounds silently to 0).
+CLI::Validator number_in(double minimum, double maximum, bool as_float = false);
 // A string option's value, which may not be empty: the commands read an empty string as
 // the option not given (`run --config ""` ran the automatic choice). The message names
 // `expected`.

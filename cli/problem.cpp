@@ -179,7 +179,8 @@ AttentionOptions DeviceProblem::options(float* lse) const {
 std::size_t DeviceProblem::bytes(const Shape& shape) {
     // Q and O, K and V at their elements' bytes, O at 2 (varlen: at most batch x seq_q tokens;
     // pages: at most one page of padding per sequence).
-    const std::int64_t keys = shape.batch * (shape.seq_k + std::max(shape.page_size, 0));
+    const std::int64_t keys =
+        std::int64_t{shape.batch} * (std::int64_t{shape.seq_k} + std::max(shape.page_size, 0));
     const std::size_t rows = std::size_t(shape.batch) * shape.seq_q * shape.heads;
     const std::size_t d = shape.d_head + shape.v_head_dim();
     const std::size_t in = element_bytes(shape.dtype);

@@ -142,7 +142,10 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
             for (const int d : ds) {
                 if (!kept(dtype_filter, dtype) || !kept(d_filter, d))
                     continue;
-                // A config's own V head dim, else --d-v's.
+                // A config's own V head dim; --d-v, where given, keeps the configs of that one
+                // as --d-head keeps those of its head dims.
+                if (c && grid.d_v != 0 && c->v_head_dim() != grid.d_v)
+                    continue;
                 GridOptions of_config = grid;
                 if (c)
                     of_config.d_v = c->d_v;
@@ -162,10 +165,11 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
     }
     if (jobs.empty()) {
         throw UsageError(
-            "--seq/--d-head/--dtype: expected shapes that a selected, built kernel "
+            "--seq/--d-head/--d-v/--dtype: expected shapes that a selected, built kernel "
             "supports, got --seq " +
             tools::printable(grid.seqs) +
             (grid.d_heads.empty() ? "" : " --d-head " + tools::printable(grid.d_heads)) +
+            (grid.d_v == 0 ? "" : " --d-v " + std::to_string(grid.d_v)) +
             (grid.dtypes.empty() ? "" : " --dtype " + tools::printable(grid.dtypes)));
     }
     if (cannot_run > 0) {

@@ -80,7 +80,7 @@ std::string write_file_atomically(const std::filesystem::path& path, std::string
         ::umask(mask);
         mode = 0666 & ~mask;
     }
-    std::string tmp = path.string() + ".tmp.XXXXXX";
+    std::string tmp = path.string() + std::string(k_temporary_suffix);
     const Fd fd(::mkstemp(tmp.data()));  // O_CREAT | O_EXCL, mode 0600, random name
     if (fd.get() < 0)
         return "no temporary file beside it (" + errno_text() + ")";
@@ -112,8 +112,21 @@ std::string write_file_atomically(const std::filesystem::path& path, std::string
 
 std::string write_problem(const std::filesystem::path& path, bool create_folders) {
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
-        return "a path that is not a regular file";
+    if (::stat(path.c_str(), &st) == 0) {
+        if (!S_ISREG(st.st_mode))
+            return "a path that is not a regular file";
+    } else if (errno != ENOENT && errno != ENOTDIR) {  // ENOTDIR: the folders' loop names it
+        return "a path that cannot be used (" + errno_text() + ")";
+    }
+    // The write goes through a temporary name beside it, longer by the suffix.
+    if (const long most =
+            ::pathconf(path.has_parent_path() ? path.parent_path().c_str() : ".", _PC_NAME_MAX);
+        most > 0 && path.filename().string().size() + k_temporary_suffix.size() >
+                        static_cast<std::size_t>(most)) {
+        return "a file name longer than " + std::to_string(most - k_temporary_suffix.size()) +
+               " bytes (its temporary file's name adds " +
+               std::to_string(k_temporary_suffix.size()) + ")";
+    }
     std::filesystem::path folder = path.parent_path();
     for (;;) {
         const std::filesystem::path shown = folder.empty() ? "." : folder;

@@ -45,10 +45,14 @@ SmallFile read_small_file(const std::filesystem::path& path, std::size_t max_byt
 // it failed ("a failed rename (...)"), or an empty string.
 std::string write_file_atomically(const std::filesystem::path& path, std::string_view text);
 
+// The temporary file's name: the file's, then this (mkstemp's template).
+inline constexpr std::string_view k_temporary_suffix = ".tmp.XXXXXX";
+
 // Why write_file_atomically(path) would fail, as far as can be told without creating
 // anything (a long run checks this first, and a run that fails early leaves nothing
-// behind): `path` exists but is not a regular file, or the folder it goes in is missing,
-// not a folder, or not one this user may write. With create_folders the nearest existing
+// behind): `path` exists but is not a regular file, cannot be looked up (a name too long),
+// leaves no room for its temporary file's name, or the folder it goes in is missing, not a
+// folder, or not one this user may write. With create_folders the nearest existing
 // folder above it is checked instead of a missing one (the caller creates the rest).
 // Empty if nothing is known to stand in the way.
 std::string write_problem(const std::filesystem::path& path, bool create_folders);

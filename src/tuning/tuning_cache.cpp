@@ -445,7 +445,7 @@ void check_path(const std::filesystem::path& path) {
 void check_writable(const std::filesystem::path& path) {
     check_path(path);
     create_folders(path);
-    std::string tmp = path.string() + ".tmp.XXXXXX";
+    std::string tmp = path.string() + std::string(k_temporary_suffix);
     const Fd fd(::mkstemp(tmp.data()));
     if (fd.get() < 0)
         write_failure(path, "no temporary file beside it (" + errno_text() + ")");

@@ -349,7 +349,7 @@ TEST(Cli, ChooseNamesABuiltKernelOfTheDevicesFamily) {
     }
     expect_usage_error({"choose", "--device", "v100"}, "--device");
     expect_usage_error({"choose", "--device", "h100", "--d-head", "80"},
-                       "d_head: expected 64, 96, 128, 192 or 256, got 80");
+                       "--d-head: expected 64, 96, 128, 192 or 256, got 80");
     expect_usage_error({"choose", "--device", "h100", "--heads", "6", "--heads-kv", "4"}, "heads");
 }
 
@@ -524,16 +524,17 @@ TEST(Cli, ArgumentsAreCheckedBeforeTheGpu) {
         expect_usage_error({"bench", "--scale", scale}, "--scale");
     }
     expect_usage_error({"run", "--d-head", "100"},
-                       "d_head: expected 64, 96, 128, 192 or 256, got 100");
+                       "--d-head: expected 64, 96, 128, 192 or 256, got 100");
     expect_usage_error({"bench", "--d-head", "100"},
-                       "d_head: expected 64, 96, 128, 192 or 256, got 100");
+                       "--d-head: expected 64, 96, 128, 192 or 256, got 100");
     expect_usage_error({"run", "--d-head", "192", "--d-v", "64"},
-                       "d_v: expected 0 (V's head dim is d_head) or 128 with d_head 192, got 64");
+                       "--d-v: expected 0 (V's head dim is d_head) or 128 with d_head 192, got 64");
     expect_usage_error({"bench", "--d-head", "128", "--d-v", "64"},
-                       "d_v: expected 0 (V's head dim is d_head) or 128 with d_head 192, got 64");
-    expect_usage_error({"bench", "--d-head", "64,100"}, "d_head");
-    expect_usage_error({"run", "--window", "5,5", "--causal"}, "window_right");
-    expect_usage_error({"bench", "--window", "5,5", "--causal"}, "window_right");
+                       "--d-v: expected 0 (V's head dim is d_head) or 128 with d_head 192, got 64");
+    expect_usage_error({"bench", "--d-head", "64,100"}, "--d-head");
+    expect_usage_error({"run", "--window", "5,5", "--causal"},
+                       "--window: expected -1 or 0 with causal");
+    expect_usage_error({"bench", "--window", "5,5", "--causal"}, "--window");
     // scale / softcap must be a normal float.
     expect_usage_error({"run", "--scale", "1e-33", "--softcap", "1e6"}, "softcap");
     for (const char* command : {"run", "bench", "tune", "progression"}) {
@@ -544,6 +545,33 @@ TEST(Cli, ArgumentsAreCheckedBeforeTheGpu) {
         EXPECT_NE(text.find("positive"), std::string::npos) << text;
         EXPECT_NE(text.find("2.359e+38"), std::string::npos) << text;
     }
+}
+
+// Values that were taken and silently changed or dropped: a flag given a value (`--causal=no`
+// set it), a list's stray comma (dropped), a softcap or scale that a float rounds to 0 (the
+// softcap turned off), --d-v beside a config of another V head dim (ignored), and a varlen
+// batch whose packed rows overflow. Each is refused, before the GPU, naming the option.
+TEST(Cli, ValuesAreNeverSilentlyChanged) {
+    expect_usage_error({"run", "--causal=no"}, "--causal: expected no value (a flag), got \"no\"");
+    expect_usage_error({"bench", "--causal=7"}, "--causal: expected no value (a flag), got \"7\"");
+    expect_usage_error({"bench", "--seq", "1,"}, "--seq");
+    expect_usage_error({"bench", "--seq", ",1"}, "--seq");
+    expect_usage_error({"bench", "--d-head", "64,"}, "--d-head");
+    expect_usage_error({"bench", "--dtype", "bf16,"}, "--dtype");
+    expect_usage_error({"tune", "--kvcache", "--splits", "1,"}, "--splits");
+    expect_usage_error({"run", "--softcap", "1e-300"}, "--softcap: expected");
+    expect_usage_error({"run", "--scale", "1e-300"}, "--scale: expected");
+    expect_usage_error({"bench", "--scale", "1e-45"}, "--scale: expected");
+    ASSERT_FALSE(fa::configs().empty());
+    const fa::KernelConfig c = fa::configs().front();
+    const std::string other_v = std::to_string(c.v_head_dim() == 128 ? 64 : 128);
+    expect_usage_error({"bench", "--config", c.to_string(), "--d-v", other_v}, "--d-v " + other_v);
+    expect_usage_error({"run", "--varlen", "--batch", "631", "--seq", "1073741824"},
+                       "--batch: expected at most 1 sequences of up to --seq 1073741824");
+    // The chart's name with its temporary file's suffix past the folder's name limit.
+    expect_usage_error({"bench", "--svg",
+                        (std::filesystem::temp_directory_path() / std::string(250, 'a')).string()},
+                       "--svg: expected a file that can be written");
 }
 
 // The help names every place the default tuning cache is looked for.
