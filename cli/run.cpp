@@ -225,11 +225,13 @@ void add_run_command(CLI::App& app, Action& action) {
                     "per sequence (default: the library's choice)")
         ->check(integer_in(1, k_max_splits));
     add_backward_option(*cmd, o->backward);
-    cmd->add_flag("--check", o->check, "compare with the double-precision CPU reference");
+    CLI::Option* check =
+        cmd->add_flag("--check", o->check, "compare with the double-precision CPU reference");
     cmd->add_option("--check-rows", o->check_rows,
                     "query rows per (batch, head) that --check samples")
         ->check(integer_in(1, 1 << 20))
-        ->capture_default_str();
+        ->capture_default_str()
+        ->needs(check);
     cmd->add_option("--seed", o->seed,
                     "seed of the random inputs, as `run` prints it (default: a fresh one each run)")
         ->check(integer_in(0, std::numeric_limits<long long>::max()));

@@ -20,6 +20,7 @@ struct TuneOptions {
     static constexpr const char* default_splits = "1,2,4,8,16,32,64,128";
     std::string set = "tune";
     bool set_given = false;
+    bool splits_given = false;
     std::vector<std::string> configs;
     std::string splits = default_splits;
     GridOptions grid;  // grid.backward: tune the backward pass
@@ -117,10 +118,12 @@ int tune(const TuneOptions& o) {
         }
         for (const int n : parse_int_list(o.splits, "--splits", 1, k_max_splits))
             candidates.push_back(Candidate::with_splits(n));
-    } else if (!o.splits.empty() && o.splits != TuneOptions::default_splits) {
+    } else if (o.splits_given) {
         throw UsageError("--splits: expected with --kvcache or --varlen only");
     } else {
-        if (o.configs.empty())
+        // --set's configs (the default set without --config) and --config's, as bench takes
+        // them.
+        if (o.configs.empty() || o.set_given)
             candidates = built_configs_of(o.set, "--set", o.grid.backward);
         for (const std::string& s : o.configs)
             candidates.push_back(built_config(s, "--config", o.grid.backward));
@@ -210,12 +213,13 @@ void add_tune_command(CLI::App& app, Action& action) {
             ->capture_default_str();
     cmd->add_option("--config", o->configs, "try only these configs (repeatable)")
         ->check(non_empty("a config short form"));
-    cmd->add_option("--splits", o->splits,
-                    "with --kvcache or --varlen: the split counts to try (comma-separated); the "
-                    "winner per (dtype, d_head, key-length bucket, query rows per K/V head) is "
-                    "what those calls then use")
-        ->check(non_empty("comma-separated split counts"))
-        ->capture_default_str();
+    CLI::Option* splits =
+        cmd->add_option("--splits", o->splits,
+                        "with --kvcache or --varlen: the split counts to try (comma-separated); "
+                        "the winner per (dtype, d_head, key-length bucket, query rows per K/V "
+                        "head) is what those calls then use")
+            ->check(non_empty("comma-separated split counts"))
+            ->capture_default_str();
     o->grid.add_to(*cmd);
     o->grid.add_serving_to(*cmd);
     add_backward_option(*cmd, o->grid.backward);
@@ -232,8 +236,9 @@ void add_tune_command(CLI::App& app, Action& action) {
         ->capture_default_str();
     add_format_option(*cmd, o->format, {"table", "csv", "json", "none"},
                       "how to print every measurement");
-    cmd->callback([o, set, &action] {
+    cmd->callback([o, set, splits, &action] {
         o->set_given = set->count() > 0;
+        o->splits_given = splits->count() > 0;
         action = [o] { return tune(*o); };
     });
 }

@@ -568,6 +568,9 @@ TEST(Cli, ValuesAreNeverSilentlyChanged) {
     expect_usage_error({"bench", "--config", c.to_string(), "--d-v", other_v}, "--d-v " + other_v);
     expect_usage_error({"run", "--varlen", "--batch", "631", "--seq", "1073741824"},
                        "--batch: expected at most 1 sequences of up to --seq 1073741824");
+    // Options that only another gives a meaning to.
+    expect_usage_error({"run", "--check-rows", "5"}, "--check");
+    expect_usage_error({"tune", "--splits", "1,2,4,8,16,32,64,128"}, "--splits");
     // The chart's name with its temporary file's suffix past the folder's name limit.
     expect_usage_error({"bench", "--svg",
                         (std::filesystem::temp_directory_path() / std::string(250, 'a')).string()},
