@@ -117,11 +117,11 @@ void add_choose_command(CLI::App& app, Action& action) {
         ->check(CLI::IsMember({"fp16", "bf16", "e4m3"}))
         ->capture_default_str();
     cmd->add_option("--d-head", o->d_head, "head dimension")
-        ->check(integer_in(1, 1024))
+        ->check(integer_in(1, k_most_d_head))
         ->capture_default_str();
     cmd->add_option("--d-v", o->d_v,
                     "V's head dimension where it differs: 128 with --d-head 192 (default: d_head)")
-        ->check(integer_in(1, 1024));
+        ->check(integer_in(1, k_most_d_head));
     cmd->add_option("--seq", o->seq, "query sequence length (and key length unless --seq-k)")
         ->check(seq_length())
         ->capture_default_str();

@@ -231,7 +231,7 @@ void GridOptions::add_to(CLI::App& cmd) {
     cmd.add_option("--d-v", d_v,
                    "V's head dim where it differs from Q's and K's: 128 with --d-head 192 "
                    "(default: the configs', else d_head)")
-        ->check(integer_in(1, 1024));
+        ->check(integer_in(1, k_most_d_head));
     cmd.add_option(
            "--dtype", dtypes,
            "comma-separated dtypes, fp16/bf16/e4m3 (e4m3: FP8 with random descales, dense forward "

@@ -14,6 +14,10 @@
 
 namespace flash_attention::cli {
 
+// The largest --d-head or --d-v an option takes: past every built head dim, so that the library's
+// message names the ones it runs.
+inline constexpr int k_most_d_head = 1024;
+
 // An integer option in [minimum, maximum]; the message names the bounds and what was given.
 CLI::Validator integer_in(long long minimum, long long maximum);
 // A library error's message with the API's argument it names first ("d_head: expected ...")

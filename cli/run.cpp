@@ -202,11 +202,11 @@ void add_run_command(CLI::App& app, Action& action) {
         ->check(head_count());
     cmd->add_flag("--causal", o->causal, "causal masking, aligned at the bottom right");
     cmd->add_option("--d-head", o->d_head, "head dimension (default: the config's, else 128)")
-        ->check(integer_in(1, 1024));
+        ->check(integer_in(1, k_most_d_head));
     cmd->add_option("--d-v", o->d_v,
                     "V's head dimension where it differs from Q's and K's: 128 with --d-head 192 "
                     "(default: the config's, else --d-head)")
-        ->check(integer_in(1, 1024));
+        ->check(integer_in(1, k_most_d_head));
     cmd->add_option(
            "--dtype", o->dtype,
            "fp16, bf16 or e4m3 (FP8: random descales, bf16 output, dense forward and --kvcache; "

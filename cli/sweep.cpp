@@ -113,8 +113,9 @@ bool fp8_runs(const Shape& s) {
 
 std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOptions& grid) {
     const std::vector<int> seqs = parse_int_list(grid.seqs, "--seq");
-    const auto d_filter =
-        grid.d_heads.empty() ? std::vector<int>{} : parse_int_list(grid.d_heads, "--d-head");
+    const auto d_filter = grid.d_heads.empty()
+                              ? std::vector<int>{}
+                              : parse_int_list(grid.d_heads, "--d-head", 1, k_most_d_head);
     const auto dtype_filter =
         grid.dtypes.empty() ? std::vector<DType>{} : parse_dtype_list(grid.dtypes, "--dtype");
     const auto kept = [](const auto& filter, auto value) {
