@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "common/small_file.hpp"
+#include "common/text.hpp"
 #include "flash_attention/error.hpp"
 
 namespace flash_attention::tuning {
@@ -223,7 +224,8 @@ bool nests_deeper_than(std::string_view text, int limit) {
 LoadResult corrupt(const std::string& warning) {
     LoadResult r;
     r.corrupt = true;
-    r.warnings.push_back(warning);
+    // The warning may quote the file (a JSON parser's last token) and its path: escaped.
+    r.warnings.push_back(printable(warning, 1000));
     return r;
 }
 
@@ -339,11 +341,11 @@ LoadResult parse(const std::string& text, const std::string& source) {
         }
     }
     if (skipped > 0) {
-        if (first_problem.size() > 200)
-            first_problem = first_problem.substr(0, 200) + "...";
-        result.warnings.push_back("tuning cache " + source + ": skipped " +
-                                  std::to_string(skipped) +
-                                  " malformed entries (first: " + first_problem + ")");
+        // The problem quotes the file's text: escaped, so that a hostile cache's control
+        // characters never reach the terminal (and a warning stays one line).
+        result.warnings.push_back(
+            "tuning cache " + source + ": skipped " + std::to_string(skipped) +
+            " malformed entries (first: " + printable(first_problem, 200) + ")");
     }
     return result;
 }

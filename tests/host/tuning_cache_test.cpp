@@ -258,6 +258,21 @@ TEST(TuningCache, MalformedEntriesAreSkipped) {
     EXPECT_NE(r.warnings[0].find("skipped 2"), std::string::npos) << r.warnings[0];
 }
 
+// A warning quotes the file's text and its path: control characters escaped, one line (a
+// dtype holding a newline and an ESC reached the terminal as they were).
+TEST(TuningCache, WarningsQuoteTheFileEscaped) {
+    auto doc = nlohmann::json::parse(tuning::to_json({entry("GPU A", 4096, k_a, 1)}));
+    doc["entries"][0]["dtype"] = "BF\n\x1b[31m16";
+    const std::vector<std::pair<std::string, std::string>> files = {
+        {doc.dump(), "cache.json"}, {"{\"entries\": [1,", "cache\n\x1b.json"}};
+    for (const auto& [text, source] : files) {
+        const auto r = tuning::parse(text, source);
+        ASSERT_EQ(r.warnings.size(), 1u) << text;
+        for (const char c : r.warnings[0])
+            EXPECT_FALSE(c == '\n' || c == '\x1b') << r.warnings[0];
+    }
+}
+
 // Hostile files: each is a warning and the built-in table, within a second, never an
 // exception of another type, a hang or undefined behaviour.
 TEST(TuningCache, WronglyTypedOrHugeValuesAreMalformedNotFatal) {
