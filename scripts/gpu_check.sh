@@ -24,6 +24,7 @@
 #            then check_imports
 #   pytest   the pytest suite against the package that package or pyext staged (package runs it
 #            itself); after pyext, the Python GPU tests without pip's two-minute build
+#            (PYTEST_FILES="test_variants.py test_serving.py": those files of python/tests alone)
 #   grid     bench/compare.py: the forward grid and the model-shaped rows, then the backward grid
 #            (seq 1k-16k), against cuDNN, FlashAttention-4 and FlashAttention-2 in one process
 #            and the backward of the variants against FA4 (bench/compare.py --variants)
@@ -206,7 +207,11 @@ stage_package() {
 stage_pytest() {
   [ -d "$SITE/flash_attention_scratch" ] || stage_package
   export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
-  check pytest env FLASH_EXPECT_RELEASE_SET=1 bash -c "cd /tmp && timeout 600 python3 -m pytest -q -rs '$REPO/python/tests'"
+  # PYTEST_FILES="test_variants.py ...": those files of python/tests alone.
+  local files=() f
+  for f in ${PYTEST_FILES:-}; do files+=("$REPO/python/tests/$f"); done
+  [ ${#files[@]} -gt 0 ] || files=("$REPO/python/tests")
+  check pytest env FLASH_EXPECT_RELEASE_SET=1 bash -c "cd /tmp && timeout 600 python3 -m pytest -q -rs ${files[*]}"
 }
 
 # The package imported in fresh interpreters alone, before torch and after it, then a causal call
