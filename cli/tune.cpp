@@ -211,7 +211,8 @@ void add_tune_command(CLI::App& app, Action& action) {
             ->check(non_empty("a set name"))
             ->check(set_name_validator())
             ->capture_default_str();
-    cmd->add_option("--config", o->configs, "try only these configs (repeatable)")
+    cmd->add_option("--config", o->configs,
+                    "try these configs (repeatable; with --set, beside the set's)")
         ->check(non_empty("a config short form"));
     CLI::Option* splits =
         cmd->add_option("--splits", o->splits,
