@@ -15,7 +15,8 @@ namespace {
 // A message as one line: the places that build messages escape the text they quote, and
 // this catches any that did not (CLI11's own quote values as given).
 std::string one_line(std::string_view message) {
-    return tools::printable(message, std::string_view::npos);
+    // Cut too: CLI11's messages quote a whole value (a 100 kB --device in its membership error).
+    return tools::printable(message, 1000);
 }
 
 // The flag (--causal) of CLI11's refusal of a value given to one (disable_flag_override:

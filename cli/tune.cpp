@@ -147,7 +147,10 @@ int tune(const TuneOptions& o) {
             return exit_failure;
         tuning::check_writable(path);
     } catch (const Error& e) {
-        throw UsageError(std::string("--cache: ") + e.what());
+        // Without --cache the path came from the environment: named as such.
+        throw UsageError(
+            std::string(o.cache.empty() ? "--cache (not given: the default path)" : "--cache") +
+            ": " + e.what());
     }
     for (const std::string& w : tuning::load(path).warnings)
         std::cerr << "flash_attention: warning: " << w << "\n";

@@ -568,6 +568,10 @@ TEST(Cli, ValuesAreNeverSilentlyChanged) {
     expect_usage_error({"bench", "--config", c.to_string(), "--d-v", other_v}, "--d-v " + other_v);
     expect_usage_error({"run", "--varlen", "--batch", "631", "--seq", "1073741824"},
                        "--batch: expected at most 1 sequences of up to --seq 1073741824");
+    // A message quotes at most a part of a huge value.
+    const auto [code, err] = run({"choose", "--device", std::string(100000, 'A')});
+    EXPECT_EQ(code, 2);
+    EXPECT_LT(err.size(), 1100u);
     // Options that only another gives a meaning to.
     expect_usage_error({"run", "--check-rows", "5"}, "--check");
     expect_usage_error({"tune", "--splits", "1,2,4,8,16,32,64,128"}, "--splits");
