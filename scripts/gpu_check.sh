@@ -296,14 +296,17 @@ stage_grid() {
 FLASH_ATTN_COMMIT=0251105a2fb19d2957484b7f023cd8c115286ced
 stage_flash_attn_suite() {
   [ -d "$SITE/flash_attention_scratch" ] || stage_package
-  export PYTHONPATH=$SITE:$REPO/python/tests/flash_attn_suite${PYTHONPATH:+:$PYTHONPATH}
+  # The shim that answers to `import flash_attn` for this stage's command alone: exported, it
+  # stood in for flash_attn in later stages too (the Python suite's signature tests compared
+  # the package with its own re-exports).
+  local path=$SITE:$REPO/python/tests/flash_attn_suite${PYTHONPATH:+:$PYTHONPATH}
   local tests=${FLASH_ATTN_TESTS:-$REPO/.upstream/test_flash_attn.py}
   if [ ! -f "$tests" ]; then
     mkdir -p "$(dirname "$tests")"
     curl -fsSL "https://raw.githubusercontent.com/Dao-AILab/flash-attention/$FLASH_ATTN_COMMIT/tests/test_flash_attn.py" \
       -o "$tests" || { note "flash_attn_suite: no $tests and no download (flash-attention $FLASH_ATTN_COMMIT)"; failed=1; return; }
   fi
-  check flash_attn_suite env FLASH_ATTN_SUITE_SAMPLE="${FLASH_ATTN_SUITE_SAMPLE:-5000}" bash -c \
+  check flash_attn_suite env PYTHONPATH="$path" FLASH_ATTN_SUITE_SAMPLE="${FLASH_ATTN_SUITE_SAMPLE:-5000}" bash -c \
     "cd /tmp && timeout 1800 python3 -m pytest -q -p flash_attn_suite_plugin -p no:cacheprovider '$tests'"
   tail -40 "$LOGS/flash_attn_suite.log"
 }

@@ -640,8 +640,10 @@ def test_backward_is_deterministic(kind):
     out = fa.forward(qg, kg, vg, causal=True, deterministic=True)
     dout = torch.randn_like(out)
     first = torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
-    for _ in range(9):
-        again = torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True)
+    # Every run's gradients kept alive, so that no run's outputs land in blocks the caching
+    # allocator freed from an earlier run (whose bits a run that wrote nothing would keep).
+    runs = [torch.autograd.grad(out, (qg, kg, vg), dout, retain_graph=True) for _ in range(9)]
+    for again in runs:
         for name, a, b in zip(("dq", "dk", "dv"), first, again):
             assert torch.equal(a, b), f"{name} differs between two runs of the same backward"
 

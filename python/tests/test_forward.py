@@ -272,7 +272,7 @@ def test_automatic_choice_runs_the_devices_family_for_every_pair():
                                                  for d in (64, 96, 128, 192, 256)), key=str)
     for dtype, d in kinds:
         q, k, v = (randn(2, 1024, 4, d, dtype=torch_dtype(dtype)) for _ in range(3))
-        out = torch.empty_like(q)
+        out = torch.full_like(q, float("nan"))  # poisoned: a call that writes nothing fails
         chosen = fa._C.choose_config(q, k, v, out)
         sm90_built = any(c.family == fa.Family.sm90 and not c.backward and c.dtype == dtype and c.d_head == d
                          for c in fa.configs())
@@ -422,7 +422,7 @@ def test_lse_with_out_and_scale():
     dtype, d = built_kinds()[0]
     t = torch_dtype(dtype)
     q, k, v = (randn(1, 300, 4, d, dtype=t) for _ in range(3))
-    out = torch.empty_like(q)
+    out = torch.full_like(q, float("nan"))  # poisoned: a call that writes nothing fails
     result, lse = fa.forward(q, k, v, softmax_scale=0.2, causal=True, return_lse=True, out=out)
     assert result is out
     assert_matches(out, lse, q, k, v, 0.2, True)

@@ -255,7 +255,11 @@ TEST(Backward, Deterministic) {
             const Shape shape{3, 700, 700, 8, heads_kv, causal};
             Problem p(fa::DType::BF16, dims, shape, fresh_seed());
             p.deterministic = true;
-            fa::backward(p.params());
+            // The baseline is checked against the reference: equal bits of runs that wrote
+            // nothing would be the poison's.
+            const auto result = p.run_and_check([&] { fa::backward(p.params()); });
+            ASSERT_TRUE(result.passed) << "d_head " << dims.d << "/" << dims.d_v << ": "
+                                       << result.summary() << "; seed " << p.seed;
             const auto dq = bits_of(p.dev_dq, p.q), dk = bits_of(p.dev_dk, p.k),
                        dv = bits_of(p.dev_dv, p.v);
             for (int run = 1; run < 10; ++run) {
@@ -293,6 +297,8 @@ TEST(Backward, Deterministic) {
             one.dv.data = dv1.view.data;
             // The LSE of entry 1: (batch, heads, seq_q) rows, entry 1 after the first's.
             one.options.lse = static_cast<float*>(p.lse.data()) + shape.heads * shape.seq_q;
+            for (fa::tools::DeviceTensor* t : {&dq1, &dk1, &dv1})
+                t->buffer.poison_with_nan();
             fa::backward(one);
             fa::tools::synchronize();
             const auto row_bytes = [&](const fa::TensorView& t) {
@@ -332,6 +338,7 @@ TEST(Backward, SinksMatchReference) {
                     EXPECT_TRUE(result.passed) << fa::to_string(dtype) << " d_head " << d << ": "
                                                << result.summary() << "; seed " << p.seed;
                     const std::vector<float> first = p.dev_d_sinks.download_floats();
+                    p.dev_d_sinks.poison_with_nan();
                     fa::backward(p.params());
                     fa::tools::synchronize();
                     EXPECT_EQ(p.dev_d_sinks.download_floats(), first) << "dsinks differ run to run";
@@ -409,11 +416,15 @@ TEST(Backward, WindowMatchesReference) {
                 << ", q" << c.shape.seq_q << " k" << c.shape.seq_k << ": " << result.summary()
                 << "; seed " << p.seed;
             if (p.deterministic) {
-                const HostTensor dq = p.dev_dq.download(p.q), dk = p.dev_dk.download(p.k);
+                const HostTensor dq = p.dev_dq.download(p.q), dk = p.dev_dk.download(p.k),
+                                 dv = p.dev_dv.download(p.v);
+                for (fa::tools::DeviceTensor* t : {&p.dev_dq, &p.dev_dk, &p.dev_dv})
+                    t->buffer.poison_with_nan();
                 run();
                 fa::tools::synchronize();
                 EXPECT_EQ(p.dev_dq.download(p.q).bits, dq.bits) << config.to_string();
                 EXPECT_EQ(p.dev_dk.download(p.k).bits, dk.bits) << config.to_string();
+                EXPECT_EQ(p.dev_dv.download(p.v).bits, dv.bits) << config.to_string();
             }
         }
     }

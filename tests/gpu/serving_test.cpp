@@ -30,6 +30,11 @@ using fa::reference::HostTensor;
 
 namespace {
 
+// Filler of memory no call should read: NaN as fp16, as bf16 and (each byte) as e4m3, as the
+// tools' poison is, so that a stray read shows in any dtype (0x7E00 was NaN in fp16 only:
+// 2^125 in bf16, 448 in e4m3).
+constexpr std::uint16_t k_nan_bits = 0xFFFF;
+
 // Fresh each run; FLASH_TEST_SEED replays the seed a failure printed.
 std::uint64_t fresh_seed() {
     if (const char* s = std::getenv("FLASH_TEST_SEED"); s != nullptr && *s != '\0')
@@ -149,9 +154,9 @@ struct PagedCache {
         table_host.assign(static_cast<std::size_t>(batch * max_pages), -1);
         const std::int64_t row = heads * d, v_row = heads * d_v;
         std::vector<std::uint16_t> k_bits(static_cast<std::size_t>(num_pages * page_size * row),
-                                          0x7E00);  // NaN in fp16: a stray read shows
+                                          k_nan_bits);  // a stray read shows
         std::vector<std::uint16_t> v_bits(static_cast<std::size_t>(num_pages * page_size * v_row),
-                                          0x7E00);
+                                          k_nan_bits);
         std::size_t next = 0;
         for (std::int64_t b = 0; b < batch; ++b) {
             for (std::int64_t pg = 0; pg * page_size < ks[b].seq; ++pg) {
@@ -724,10 +729,13 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
         const std::uint64_t seed = fresh_seed();
         const CacheProblem big(c, batch, capacity, seed);
         CacheRun run_big(big);
+        run_big.dout.buffer.poison_with_nan();
         fa::forward_kvcache(run_big.params());
         // The same first sequence (same seed: same data) alone.
         const CacheProblem one(c, 1, capacity, seed, {big.lengths[0]});
         CacheRun run_one(one);
+        run_one.dout.buffer.poison_with_nan();
+        run_one.lse.poison_with_nan();
         fa::forward_kvcache(run_one.params());
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
         const auto all = download_bits(run_big.dout);
@@ -736,6 +744,8 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
         // Same seed, same generator: batch 1's inputs are the first sequence of the batch's.
         ASSERT_TRUE(std::equal(alone.begin(), alone.begin() + sequence, all.begin()))
             << testing::PrintToString(c) << ", batch " << batch << ", seed " << seed;
+        // Equal bits of two calls that wrote nothing would be the poison's: the answer too.
+        run_one.expect_matches_reference("batch 1 of " + std::to_string(batch));
     }
 }
 
@@ -802,7 +812,7 @@ fa::tools::DeviceTensor widened(const fa::tools::DeviceTensor& t, std::int64_t p
     const auto [pages, page_size, heads, d] = t.view.shape;
     const std::int64_t row = heads * head_stride, page = (page_size + pad_rows) * row;
     const std::vector<std::uint16_t> bits = t.buffer.download();
-    std::vector<std::uint16_t> wide(static_cast<std::size_t>(pages * page), 0x7E00);
+    std::vector<std::uint16_t> wide(static_cast<std::size_t>(pages * page), k_nan_bits);
     for (std::int64_t p = 0; p < pages; ++p) {
         for (std::int64_t r = 0; r < page_size; ++r) {
             for (std::int64_t h = 0; h < heads; ++h) {
@@ -898,6 +908,8 @@ TEST(ForwardDecode, RunsTheSplitPathAndMatchesReference) {
         fa::ForwardParams p{run.dq.view, run.dk.view, run.dv.view, run.dout.view};
         p.options.causal = causal;
         p.options.lse = static_cast<float*>(run.lse.data());
+        // The split-KV kernel (no config), not an sm90 tile.
+        EXPECT_FALSE(fa::chosen_kernel(p).config.has_value());
         run.dout.buffer.poison_with_nan();
         run.lse.poison_with_nan();
         fa::forward(p);
@@ -905,7 +917,8 @@ TEST(ForwardDecode, RunsTheSplitPathAndMatchesReference) {
         expect_cache_result(pr, run.dout, run.lse, causal ? "forward, causal" : "forward");
         const auto via_forward = download_bits(run.dout);
         fa::KVCacheParams kv = run.params();
-        kv.cache_seqlens = nullptr;  // all 3000 keys, as forward() sees them
+        kv.cache_seqlens = nullptr;         // all 3000 keys, as forward() sees them
+        run.dout.buffer.poison_with_nan();  // a call that writes nothing must not match
         fa::forward_kvcache(kv);
         fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
         EXPECT_EQ(via_forward, download_bits(run.dout));

@@ -21,7 +21,17 @@ import random
 
 import pytest
 
-HEAD_DIMS = (64, 128, 256)  # the head dims flash_attention_scratch builds
+
+
+def _built_head_dims():
+    """The head dims of the build's 16-bit kernels whose V has Q's head dim (flash_attn's tests use one d)."""
+    import flash_attention_scratch as fa
+
+    return tuple(sorted({c.d_head for c in fa.configs()
+                         if c.dtype in (fa.DType.FP16, fa.DType.BF16) and c.d_v in (0, c.d_head)}))
+
+
+HEAD_DIMS = _built_head_dims()
 PRIVATE = {  # test: the internal it reads
     "test_flash_attn_generator_arg_must_be_none": "flash_attn_gpu, flash_attn's raw C++ entry points",
     "test_flash_attn_varlen_paged_kv_num_splits": "_flash_attn_varlen_forward, flash_attn's internal forward",
