@@ -21,6 +21,8 @@ struct Variants {
     int left = -1, right = -1;  // sliding window around i + seq_k - seq_q; -1: unbounded
     double softcap = 0;
     const std::vector<float>* sinks = nullptr;
+    bool top_left = false;                      // the diagonal at i (SDPA's) instead
+    const std::vector<float>* alibi = nullptr;  // a slope a query head: -slope * |pos - j|
 };
 
 // Straightforward attention in double for every row, written independently of the
@@ -40,7 +42,7 @@ std::pair<HostTensor, std::vector<float>> attention(const HostTensor& q, const H
             for (std::int64_t i = 0; i < q.seq; ++i) {
                 std::vector<double> w;
                 std::vector<std::int64_t> keys;
-                const std::int64_t pos = i + k.seq - q.seq;
+                const std::int64_t pos = var.top_left ? i : i + k.seq - q.seq;
                 for (std::int64_t j = 0; j < k.seq; ++j) {
                     if ((causal && j > pos) || (var.left >= 0 && j < pos - var.left) ||
                         (var.right >= 0 && j > pos + var.right))
@@ -51,7 +53,10 @@ std::pair<HostTensor, std::vector<float>> attention(const HostTensor& q, const H
                                k.values[k.offset(b, j, h / group) + x];
                     }
                     const double s = dot * scale;
-                    w.push_back(var.softcap > 0 ? var.softcap * std::tanh(s / var.softcap) : s);
+                    const double bias =
+                        var.alibi ? -double((*var.alibi)[h]) * double(std::abs(pos - j)) : 0;
+                    w.push_back((var.softcap > 0 ? var.softcap * std::tanh(s / var.softcap) : s) +
+                                bias);
                     keys.push_back(j);
                 }
                 const double sink = var.sinks ? (*var.sinks)[h] : -INFINITY;
@@ -242,6 +247,38 @@ TEST(Reference, VariantsMatter) {
                                                 band_rows)
                      .passed)
         << "a right-unbounded window passed against a right side of 5";
+}
+
+// The diagonal's alignment and ALiBi's slopes: each right answer passes, and the answer of the
+// other alignment, or of other slopes, fails (the GPU tests of top-left causal masking and of
+// ALiBi lean on the checker telling them apart).
+TEST(Reference, AlignmentAndAlibiMatter) {
+    const Case c = make(true, 40, 90, 4, 2);  // seq_q < seq_k: the alignments differ
+    const auto rows = fa::reference::sample_rows(c.q.batch, c.q.heads, c.q.seq, 1000, 5);
+    const auto check_with = [&](const HostTensor& out, const std::vector<float>& lse, bool top_left,
+                                const std::vector<float>* alibi) {
+        fa::reference::Problem p{c.q, c.k, c.v, out, 0.125, true, &lse, top_left};
+        p.alibi_slopes = alibi;
+        return fa::reference::check_attention(p, rows);
+    };
+    for (const bool top_left : {false, true}) {
+        auto [out, lse] = attention(c.q, c.k, c.v, 0.125, true, Variants{.top_left = top_left});
+        EXPECT_TRUE(check_with(out, lse, top_left, nullptr).passed) << "top_left " << top_left;
+        EXPECT_FALSE(check_with(out, lse, !top_left, nullptr).passed)
+            << "an answer aligned " << (top_left ? "top left" : "bottom right")
+            << " passed the other alignment's check";
+    }
+    const std::vector<float> slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
+    const std::vector<float> other = {0.0625f, 0.125f, 0.25f, 0.5f};
+    for (const bool top_left : {false, true}) {
+        auto [out, lse] =
+            attention(c.q, c.k, c.v, 0.125, true, Variants{.top_left = top_left, .alibi = &slopes});
+        EXPECT_TRUE(check_with(out, lse, top_left, &slopes).passed) << "top_left " << top_left;
+        EXPECT_FALSE(check_with(out, lse, top_left, &other).passed)
+            << "ALiBi with other slopes passed";
+        EXPECT_FALSE(check_with(out, lse, top_left, nullptr).passed)
+            << "ALiBi's answer passed a check without it";
+    }
 }
 
 namespace {
