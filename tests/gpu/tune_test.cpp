@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -59,11 +60,17 @@ TEST(Tune, AutomaticChoiceRunsTheWinner) {
     const auto dq = fa::tools::DeviceTensor::upload(q);
     const auto dk = fa::tools::DeviceTensor::upload(q);
     const auto dv = fa::tools::DeviceTensor::upload(q);
-    const auto dout = fa::tools::DeviceTensor::empty_like(q);
+    auto dout = fa::tools::DeviceTensor::empty_like(q);
     const fa::ForwardParams params{dq.view, dk.view, dv.view, dout.view};
     EXPECT_EQ(fa::choose_config(params), winner);
+    dout.buffer.poison_with_nan();
     fa::forward(params);
     fa::cuda_check(cudaDeviceSynchronize(), "forward with the tuned choice");
+    // The winner's answer, not only its launch.
+    const auto result =
+        fa::reference::check_attention(q, q, q, dout.download(q), 1.0 / std::sqrt(double(a.d_head)),
+                                       fa::reference::sample_rows(2, 4, seq, 256, 1));
+    EXPECT_TRUE(result.passed) << winner.to_string() << ": " << result.summary();
 
     unsetenv("FLASH_ATTENTION_TUNING");
     fa::reload_tuning_cache();
