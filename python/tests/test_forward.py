@@ -52,10 +52,11 @@ def randn(*shape, dtype):
     return torch.randn(*shape, dtype=dtype, device="cuda")
 
 
-def masked_attention(q, k, v, scale, causal, dtype=None):
+def masked_attention(q, k, v, scale, causal, dtype=None, top_left=False):
     """Attention in `dtype` (matmuls and softmax output rounded to it), any lengths,
-    bottom-right causal mask, grouped K/V heads. Returns (out, lse) in (batch, seq, heads,
-    d) and (batch, heads, seq); rows that see no key give zeros and lse -inf."""
+    bottom-right causal mask (top_left: query i sees keys j <= i, SDPA's), grouped K/V heads.
+    Returns (out, lse) in (batch, seq, heads, d) and (batch, heads, seq); rows that see no
+    key give zeros and lse -inf."""
     dtype = dtype or torch.float64
     group = q.shape[2] // k.shape[2]
     qt = q.to(dtype).transpose(1, 2)
@@ -66,21 +67,21 @@ def masked_attention(q, k, v, scale, causal, dtype=None):
     if causal:
         i = torch.arange(sq, device=q.device)[:, None]
         j = torch.arange(sk, device=q.device)[None, :]
-        scores = scores.masked_fill(j > i + sk - sq, float("-inf"))
+        scores = scores.masked_fill(j > i + (0 if top_left else sk - sq), float("-inf"))
     lse = torch.logsumexp(scores.double(), dim=-1)
     p = torch.exp(scores.double() - lse[..., None]).nan_to_num(0.0).to(dtype)
     out = (p @ vt).to(dtype).transpose(1, 2)
     return out, lse
 
 
-def assert_matches(out, lse, q, k, v, scale, causal):
+def assert_matches(out, lse, q, k, v, scale, causal, top_left=False):
     """FlashAttention's rule, as src/reference applies it: the error against float64 at
     most twice a naive same-dtype computation's, plus 1e-3. Naive, not PyTorch's fused
     kernels: those keep each row's largest probability exactly 1 before rounding it, which
     lazy rescaling does not (docs/PERF.md), and their error is no bound the rule names."""
     assert torch.isfinite(out).all(), "non-finite values in the output"
-    ref, ref_lse = masked_attention(q, k, v, scale, causal)
-    naive, _ = masked_attention(q, k, v, scale, causal, dtype=q.dtype)
+    ref, ref_lse = masked_attention(q, k, v, scale, causal, top_left=top_left)
+    naive, _ = masked_attention(q, k, v, scale, causal, dtype=q.dtype, top_left=top_left)
     ours = (out.double() - ref).abs().max().item()
     torch_error = (naive.double() - ref).abs().max().item()
     assert ours <= 2 * torch_error + 1e-3, f"max error {ours:.3g} > 2 x {torch_error:.3g} + 1e-3"
@@ -412,6 +413,9 @@ def test_top_left_causal_is_sdpas_is_causal(sq, sk):
             v.float().repeat_interleave(2, dim=2).transpose(1, 2), is_causal=True).transpose(1, 2)
         for out in (fa.forward(q, k, v, causal=True, causal_alignment="top_left"),
                     fa.forward_kvcache(q, k, v, causal=True, causal_alignment="top_left")):
+            # The FlashAttention rule against float64 at SDPA's alignment; SDPA's own answer
+            # (fp32) as a check of the semantics.
+            assert_matches(out, None, q, k, v, 1 / math.sqrt(d), True, top_left=True)
             assert (out.float() - expected).abs().max().item() < 2e-2
     with pytest.raises(ValueError, match="causal_alignment"):
         fa.forward(q, k, v, causal=True, causal_alignment="top-left")
