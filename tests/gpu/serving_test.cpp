@@ -605,8 +605,8 @@ TEST_P(KVCache, MatchesReferenceAndAppends) {
     fa::cuda_check(cudaDeviceSynchronize(), "kernel execution");
     run.expect_matches_reference("kvcache");
 
-    // (download_bits reads 16-bit elements; an FP8 cache's appended rows are checked through
-    // the reference, which takes each sequence's expected keys.)
+    // (download_bits reads 16-bit elements: an FP8 cache's appended rows are not compared here;
+    // the reference takes each sequence's expected keys, whatever the cache holds.)
     if (c.seq_new > 0 && c.page_size == 0 && c.dtype != fa::DType::E4M3) {
         // The new tokens are in both caches at each sequence's length, every column of every
         // head (V's may be fewer than K's), nothing else moved.
@@ -622,6 +622,30 @@ TEST_P(KVCache, MatchesReferenceAndAppends) {
                     const std::uint16_t* expected =
                         appended ? &added->bits[added->offset(b, r - pr.lengths[b], 0)]
                                  : &host->bits[row];
+                    for (std::int64_t i = 0; i < row_size; ++i) {
+                        ASSERT_EQ(cache[row + i], expected[i])
+                            << name << " batch " << b << " row " << r << " element " << i;
+                    }
+                }
+            }
+        }
+    }
+    if (c.seq_new > 0 && c.page_size > 0 && c.dtype != fa::DType::E4M3) {
+        // Paged: each appended row on the page the table gives its position, every column.
+        const PagedCache& paged = *run.paged;
+        for (const auto& [device, added, name] :
+             {std::tuple{&paged.k, &pr.k_new, "k_cache"}, {&paged.v, &pr.v_new, "v_cache"}}) {
+            const std::vector<std::uint16_t> cache = download_bits(*device);
+            const std::int64_t row_size = std::int64_t{pr.heads_kv} * added->d_head;
+            for (int b = 0; b < pr.batch; ++b) {
+                for (int r = pr.lengths[b]; r < pr.lengths[b] + c.seq_new; ++r) {
+                    const std::int32_t page =
+                        paged.table_host[b * paged.max_pages + r / c.page_size];
+                    ASSERT_GE(page, 0) << name << " batch " << b << " row " << r;
+                    const std::int64_t row =
+                        (std::int64_t{page} * c.page_size + r % c.page_size) * row_size;
+                    const std::uint16_t* expected =
+                        &added->bits[added->offset(b, r - pr.lengths[b], 0)];
                     for (std::int64_t i = 0; i < row_size; ++i) {
                         ASSERT_EQ(cache[row + i], expected[i])
                             << name << " batch " << b << " row " << r << " element " << i;
