@@ -114,11 +114,12 @@ def test_kvcache_appends_and_matches_reference(page, d, d_v):
     assert out.shape == (b, 1, hq, d_v)
     for i in range(b):
         assert_matches(out[i:i + 1], lse[i:i + 1], q[i:i + 1], expect_k[i][None], expect_v[i][None], d ** -0.5, True)
-    if not page:
-        for i in range(b):
-            n = lens[i].item()
-            assert torch.equal(kc[i, n:n + 2], k_new[i]) and torch.equal(vc[i, n:n + 2], v_new[i])
-            assert torch.equal(vc[i, :n], v_cache[i, :n])
+    if page:  # the pages' rows in each sequence's order, through its block table
+        kc, vc = (c[kwargs["block_table"].long()].reshape(b, cap, *c.shape[2:]) for c in (kc, vc))
+    for i in range(b):
+        n = lens[i].item()
+        assert torch.equal(kc[i, n:n + 2], k_new[i]) and torch.equal(vc[i, n:n + 2], v_new[i])
+        assert torch.equal(vc[i, :n], v_cache[i, :n])
 
 
 @needs_gpu
