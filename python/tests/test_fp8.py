@@ -4,6 +4,8 @@ FP8 rounds each probability to 3 mantissa bits, so the bound is the FP8 rule's s
 of the output), far below what a wrong kernel gives (an all-zero output misses by the output's
 size)."""
 
+import random
+
 import pytest
 
 import flash_attention_scratch as fa
@@ -39,6 +41,14 @@ def quantised(x, heads_kv):
     return x8, descale.contiguous(), x8.double() * scale.double()
 
 
+def spread(x, heads_kv, low, high):
+    """x (batch, seq, heads, d) with each (batch, K/V head) group scaled by a factor of its own in
+    [low, high), so that the groups' descales differ: a kernel reading another group's shows."""
+    batch, heads = x.shape[0], x.shape[2]
+    factor = torch.rand(batch, heads_kv, device=x.device) * (high - low) + low
+    return x * factor.repeat_interleave(heads // heads_kv, dim=1)[:, None, :, None]
+
+
 def reference(q, k, v, causal):
     """float64 attention of (batch, seq, heads, d) tensors, K/V heads shared by query groups, causal
     at the bottom right; the output and the LSE (batch, heads, seq_q)."""
@@ -60,19 +70,24 @@ def check_against_reference(shape, causal, config=None):
     """Random inputs of shape (batch, seq_q, seq_k, heads, heads_kv, d) quantised per (batch, K/V
     head); O within 8% of the output's size (FP8's P has 3 mantissa bits) and the LSE within 0.02."""
     batch, seq_q, seq_k, heads, heads_kv, d = shape
-    torch.manual_seed(seq_q * 7 + seq_k + d + causal)
-    q8, qs, qd = quantised(torch.randn(batch, seq_q, heads, d, device="cuda"), heads_kv)
-    k8, ks, kd = quantised(torch.randn(batch, seq_k, heads_kv, d, device="cuda"), heads_kv)
-    v8, vs, vd = quantised(torch.randn(batch, seq_k, heads_kv, d, device="cuda"), heads_kv)
+    seed = random.randrange(2**31)  # fresh inputs each run, the seed in every message
+    torch.manual_seed(seed)
+    # Q's and K's groups apart by up to 2x in the scores' scale, V's by up to 4x in O's.
+    q8, qs, qd = quantised(spread(torch.randn(batch, seq_q, heads, d, device="cuda"), heads_kv, 0.7, 1.4),
+                           heads_kv)
+    k8, ks, kd = quantised(spread(torch.randn(batch, seq_k, heads_kv, d, device="cuda"), heads_kv, 0.7, 1.4),
+                           heads_kv)
+    v8, vs, vd = quantised(spread(torch.randn(batch, seq_k, heads_kv, d, device="cuda"), heads_kv, 0.5, 2.0),
+                           heads_kv)
     out, lse = fa.forward(q8, k8, v8, causal=causal, return_lse=True, q_descale=qs, k_descale=ks, v_descale=vs,
                           config=config)
     assert out.dtype == torch.bfloat16 and out.shape == (batch, seq_q, heads, d)
     ref, ref_lse = reference(qd, kd, vd, causal)
     error = (out.double() - ref).abs().max().item()
-    assert error <= 0.08 * ref.abs().max().item() + 1e-3, f"{config}: max|out - ref| {error}"
+    assert error <= 0.08 * ref.abs().max().item() + 1e-3, f"{config}: max|out - ref| {error}; seed {seed}"
     seen = torch.isfinite(ref_lse)
-    assert torch.equal(torch.isfinite(lse), seen)
-    assert (lse.double() - ref_lse)[seen].abs().max().item() <= 0.02, str(config)
+    assert torch.equal(torch.isfinite(lse), seen), f"seed {seed}"
+    assert (lse.double() - ref_lse)[seen].abs().max().item() <= 0.02, f"{config}; seed {seed}"
 
 
 @needs_fp8_kernels
