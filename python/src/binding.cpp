@@ -261,6 +261,12 @@ std::string python_message(std::string message) {
         {"variants.alibi_slopes", "alibi_slopes"},
         {"variants.alibi_batch_stride", "alibi_slopes"},
         {"o", "out"},
+        {"k_new", "k"},  // forward_kvcache's and flash_attn_with_kvcache's new keys
+        {"v_new", "v"},
+        {"pages.block_table", "block_table"},
+        {"descales.q", "q_descale"},
+        {"descales.k", "k_descale"},
+        {"descales.v", "v_descale"},
     };
     for (const auto& [cpp, python] : names) {
         // The name whole, then the end of the argument or a part of it (o.shape[1], o.data).

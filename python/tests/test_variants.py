@@ -110,6 +110,9 @@ def test_library_errors_name_the_python_arguments():
     assert rename("variants.alibi_batch_stride: expected 0") == "alibi_slopes: expected 0"
     assert rename("o.shape[1] (seq): expected 64, got 63") == "out.shape[1] (seq): expected 64, got 63"
     assert rename("o: expected memory apart from q") == "out: expected memory apart from q"
+    assert rename("k_new.shape[3] (d_head): expected 128") == "k.shape[3] (d_head): expected 128"
+    assert rename("pages.block_table: expected x") == "block_table: expected x"
+    assert rename("descales.v: expected y") == "v_descale: expected y"
     for kept in ("offsets: expected", "d_o.shape[1] (seq): expected 64", "q: expected o", "o"):
         assert rename(kept) == kept
 
