@@ -302,6 +302,7 @@ std::string in_option_names(const std::string& message) {
         {"variants.window_right", "--window"},
         {"variants.softcap", "--softcap"},
         {"window_or_softcap", "--window/--softcap"},
+        {"q", "--dtype/--d-head"},  // no built kernel for q's dtype and head dim
     };
     for (const auto& [api, option] : names) {
         if (message.starts_with(api) && message.size() > api.size() && message[api.size()] == ':')

@@ -574,6 +574,21 @@ TEST(Cli, ValuesAreNeverSilentlyChanged) {
     EXPECT_LT(err.size(), 1100u);
     // Options that only another gives a meaning to.
     expect_usage_error({"run", "--check-rows", "5"}, "--check");
+    // No kernel of the problem's dtype and head dim in the build (where one is missing): named
+    // by the options.
+    for (const auto& [dtype, name] :
+         {std::pair{fa::DType::FP16, "fp16"}, {fa::DType::BF16, "bf16"}}) {
+        for (const int d : {64, 96, 128, 192, 256}) {
+            const auto configs = fa::configs();
+            if (std::none_of(configs.begin(), configs.end(), [&](const fa::KernelConfig& c) {
+                    return !c.backward && c.dtype == dtype && c.d_head == d && c.d_v == 0;
+                })) {
+                expect_usage_error(
+                    {"choose", "--device", "h100", "--dtype", name, "--d-head", std::to_string(d)},
+                    "--dtype/--d-head: expected");
+            }
+        }
+    }
     expect_usage_error({"tune", "--splits", "1,2,4,8,16,32,64,128"}, "--splits");
     // The chart's name with its temporary file's suffix past the folder's name limit.
     expect_usage_error({"bench", "--svg",
