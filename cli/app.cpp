@@ -39,6 +39,11 @@ std::string value_given(int argc, char** argv, const std::string& flag) {
     return value;
 }
 
+// The options the program itself takes, before a command.
+bool is_top_level_option(std::string_view arg) {
+    return arg == "-h" || arg == "--help" || arg == "--version";
+}
+
 bool is_bad_argument(ErrorCode code) {
     return code == ErrorCode::invalid_argument || code == ErrorCode::dtype ||
            code == ErrorCode::unsupported || code == ErrorCode::not_built;
@@ -48,8 +53,8 @@ bool is_bad_argument(ErrorCode code) {
 
 int run_cli(int argc, char** argv) {
     CLI::App app{
-        "FlashAttention forward kernels: list the compiled configs; run, benchmark and tune them "
-        "on a GPU."};
+        "FlashAttention kernels, forward and backward: list the compiled configs; run, benchmark "
+        "and tune them on a GPU."};
     app.name("flash_attention");
     app.set_version_flag("--version", "flash_attention " + std::string(version()));
     app.require_subcommand(1);
@@ -65,7 +70,14 @@ int run_cli(int argc, char** argv) {
     add_progression_command(app, action);
     add_choose_command(app, action);
 
-    // CLI11 would only say "A subcommand is required" for a misspelt one.
+    // CLI11 would only say "A subcommand is required" for a misspelt one, or for an option
+    // given before any command (`flash_attention -x`).
+    if (argc > 1 && argv[1][0] == '-' && !is_top_level_option(argv[1])) {
+        std::cerr << "flash_attention: unknown option \"" << tools::printable(argv[1], 40)
+                  << "\" before the command (expected list, choose, run, bench, tune or "
+                     "progression, or --help, --version)\n";
+        return exit_usage;
+    }
     if (argc > 1 && argv[1][0] != '-') {
         const std::string name = argv[1];
         const auto commands = app.get_subcommands({});

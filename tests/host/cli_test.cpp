@@ -158,6 +158,8 @@ TEST(Cli, BadArgumentsExitWithTwoAndAOneLineMessage) {
     expect_usage_error({"progression", "--family", "sm70"}, "--family");
     expect_usage_error({"nosuchcommand"}, "nosuchcommand");
     expect_usage_error({}, "A subcommand is required");
+    expect_usage_error({"-x", "run"}, "\"-x\" before the command");
+    expect_usage_error({"--seq", "512"}, "\"--seq\" before the command");
 }
 
 // The serving entry points' options (issue 14): contradictions are usage errors before
