@@ -222,11 +222,16 @@ def test_fp8_kvcache_matches_dequantised_reference(paged, seq_q, d):
         assert torch.equal(torch.isfinite(lse[b:b + 1]), seen), f"sequence {b}: rows without keys"
         if seen.any():
             assert (lse[b:b + 1].double() - ref_lse)[seen].abs().max().item() <= 1e-3
-    # The appended rows are in the cache, as stored.
-    rows = k_cache if not paged else k_cache.view(torch.uint8)[table.long()].reshape(batch, capacity, heads_kv, d)
-    for b in range(batch):
-        n = int(lengths[b])
-        assert torch.equal(rows.view(torch.uint8)[b, n:n + seq_new], kn8.view(torch.uint8)[b])
+    # The appended rows are in both caches, byte for byte as given, and every other row as it was.
+    for cache, before, new, name in ((k_cache, k8, kn8, "k_cache"), (v_cache, v8, vn8, "v_cache")):
+        rows = cache.view(torch.uint8)
+        if paged:
+            rows = rows[table.long()].reshape(batch, capacity, heads_kv, d)
+        expected = before.view(torch.uint8).clone()
+        for b in range(batch):
+            n = int(lengths[b])
+            expected[b, n:n + seq_new] = new.view(torch.uint8)[b]
+        assert torch.equal(rows, expected), f"{name}: appended or untouched rows differ"
 
 
 @needs_hopper_fp8
