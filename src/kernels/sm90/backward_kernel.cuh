@@ -419,6 +419,8 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
                 // The earlier blocks' reduces, seen through the acquire, before ours.
                 cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
             }
+            // bar.sync below is .aligned: the warp reconverges after the leader's spin.
+            __syncwarp();
         }
 #pragma unroll
         for (int w = 0; w < Tr::consumers; ++w) {

@@ -262,6 +262,7 @@ __device__ __forceinline__ void merge_partials(const StreamKSplit& split, int co
             }
             flag.store(0, cuda::memory_order_relaxed);
         }
+        __syncwarp();  // bar.sync is .aligned: the warp reconverges after thread 0's spin
         ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer),
                                 warpgroup_threads);
         const float2 other = __ldcg(slot.lse + t);
