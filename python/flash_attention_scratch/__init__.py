@@ -165,8 +165,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     includes it (flash_attn's causal kernels add slope * j instead: the same output, an LSE
     larger by slope * (i + seqlen_k - seqlen_q)); the slopes get no gradient. dropout_p other
     than 0 raises NotImplementedError (no dropout here), before any work. deterministic=True:
-    bitwise-identical gradients from run to run, as in flash_attn. FP8 inputs run through
-    forward(), which takes their descales.
+    bitwise-identical gradients from run to run, as in flash_attn. FP8 inputs raise TypeError:
+    they run through forward(), which takes their descales.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_func needs PyTorch, which is not installed")
@@ -351,7 +351,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     slots, which entry's new keys a slot keeps is unspecified, as in flash_attn.
     alibi_slopes as flash_attn_func's: float32 (nheads,) or (batch, nheads), entry b's slopes
     row b (with cache_batch_idx too, as in flash_attn), the distances counted within the keys
-    the entry sees (from cache_leftpad on).
+    the entry sees (from cache_leftpad on). FP8 caches raise TypeError: they run through
+    forward_kvcache(), which takes their descales.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_with_kvcache needs PyTorch, which is not installed")

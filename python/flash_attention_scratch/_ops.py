@@ -3,6 +3,7 @@
 import atexit
 import contextlib
 import functools
+import numbers
 import operator
 import re
 from typing import Optional, Tuple
@@ -93,7 +94,7 @@ def _window(window_size):
     except (TypeError, ValueError):
         raise TypeError(f"window_size: expected a (left, right) pair of ints, got {window_size!r}") from None
     sides = []
-    for name, side in (("left", left), ("right", right)):
+    for name, side in enumerate((left, right)):  # window_size[0], [1], as the library's errors say
         is_bool = isinstance(side, bool) or (isinstance(side, torch.Tensor) and side.dtype == torch.bool)
         try:
             sides.append(None if is_bool else operator.index(side))
@@ -172,7 +173,11 @@ def _alibi(alibi_slopes):
 def _variants(window_size, softcap, learnable_sink, alibi_slopes=None):
     """The ops' variant arguments: window_left, window_right, softcap, sinks, alibi_slopes."""
     left, right = _window(window_size)
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+    for name, side in enumerate((left, right)):
+        if not -2**31 <= side < 2**31:  # the kernels' int (flash_attn's functions read larger sides as unbounded)
+            raise ValueError(f"window_size[{name}]: expected -1 (unbounded) or a number of keys below 2^31, "
+                             f"got {side}")
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):  # NumPy's floats too
         raise TypeError(f"softcap: expected a float (0: off), got {type(softcap).__name__}")
     return left, right, float(softcap), learnable_sink, alibi_slopes
 
@@ -437,8 +442,10 @@ def _check_descales(q, k, descales):
     batch, heads_kv = q.shape[0], k.shape[2]
     checked = []
     for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
-        if (not isinstance(d, torch.Tensor) or d.dtype != torch.float32 or d.device != q.device
-                or tuple(d.shape) != (batch, heads_kv)):
+        if d is not None and (not isinstance(d, torch.Tensor) or d.dtype != torch.float32):  # of the wrong type
+            raise TypeError(f"{name}: expected a torch.float32 tensor (batch, heads_kv) for torch.float8_e4m3fn "
+                            f"inputs, got {_described(d)}")
+        if d is None or d.device != q.device or tuple(d.shape) != (batch, heads_kv):
             raise ValueError(f"{name}: expected a torch.float32 tensor of shape (batch, heads_kv) = ({batch}, "
                              f"{heads_kv}) on {q.device} for torch.float8_e4m3fn inputs, got {_described(d)}"
                              + ("" if not isinstance(d, torch.Tensor) else f" on {d.device}"))
@@ -576,9 +583,19 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     return (out, lse) if return_lse else out
 
 
+def _refuse_fp8(entry, q):
+    """flash_attn's functions take no descales: FP8 inputs are refused by name before the
+    library would ask for descales the caller cannot pass."""
+    if _FP8 is not None and isinstance(q, torch.Tensor) and q.dtype == _FP8:
+        raise TypeError(f"q.dtype: expected torch.float16 or torch.bfloat16 in {entry} (FP8 attention runs "
+                        f"through forward() and forward_kvcache(), which take q_descale, k_descale and "
+                        f"v_descale), got {q.dtype}")
+
+
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     _check_flash_attn_extras(dropout_p)
+    _refuse_fp8("flash_attn_func", q)
     seq_k = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else None
     causal, window_size = _flash_attn_mask(window_size, causal, seq_k)
     result = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_attn_probs,
@@ -1052,12 +1069,18 @@ def _append_to_slots(k_cache, v_cache, k, v, slot, lengths):
     slot = slot.long()[:, None].expand(batch, new)
     row = lengths.long()[:, None] + torch.arange(new, device=k.device)
     kept = (slot >= 0) & (slot < slots) & (row >= 0) & (row < capacity)
-    first = kept.flatten().to(torch.int32).argmax()
-    slot = torch.where(kept, slot, slot.flatten()[first]).clamp(0, slots - 1)
-    row = torch.where(kept, row, row.flatten()[first]).clamp(0, capacity - 1)
-    first_kept = kept.flatten()[first]
+    # A one-element index tensor, never a 0-d one: PyTorch reads a 0-d index back to the host
+    # (a synchronisation, which a CUDA graph's capture and torch.compile refuse).
+    first = kept.flatten().to(torch.int32).argmax().view(1)
+
+    def at_first(t):
+        return t.flatten(0, 1).index_select(0, first)
+
+    slot = torch.where(kept, slot, at_first(slot)).clamp(0, slots - 1)
+    row = torch.where(kept, row, at_first(row)).clamp(0, capacity - 1)
+    first_kept = at_first(kept)
     for cache, x in ((k_cache, k), (v_cache, v)):
-        repeat = torch.where(first_kept, x.flatten(0, 1)[first], cache[slot.flatten()[first], row.flatten()[first]])
+        repeat = torch.where(first_kept[:, None, None], at_first(x), cache[at_first(slot), at_first(row)])
         cache.index_put_((slot, row), torch.where(kept[..., None, None], x, repeat))
 
 
@@ -1094,10 +1117,12 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
         raise ValueError(f"q, k_cache: expected 4 dimensions (batch, seq, heads, d_head) with cache_batch_idx or "
                          f"cache_leftpad, got {q.dim()} and {k_cache.dim()}")
     _check_alibi(alibi_slopes, q)  # its errors before the append
-    if (v_cache.dim() != 4 or v_cache.shape[:3] != k_cache.shape[:3] or v_cache.dtype != k_cache.dtype
-            or k_cache.dtype != q.dtype):
-        raise ValueError(f"v_cache: expected k_cache's (slots, capacity, heads_kv) {tuple(k_cache.shape[:3])} and "
-                         f"q's dtype {q.dtype}, got {tuple(v_cache.shape)} {v_cache.dtype} (k_cache {k_cache.dtype})")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}.dtype: expected q's {q.dtype}, got {t.dtype}")
+    if v_cache.dim() != 4 or v_cache.shape[:3] != k_cache.shape[:3]:
+        raise ValueError(f"v_cache: expected k_cache's (slots, capacity, heads_kv) {tuple(k_cache.shape[:3])}, "
+                         f"got {tuple(v_cache.shape)}")
     batch, seq_q, heads, d_head = q.shape
     slots, capacity = k_cache.shape[:2]
     rows = k_cache.stride(0) // k_cache.stride(1) if slots > 1 and k_cache.stride(1) > 0 else capacity
@@ -1111,13 +1136,17 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
         for name, t, cache in (("k", k, k_cache), ("v", v, v_cache)):
             _check(name, t, q.device)
             new_rows = k.shape[1] if k.dim() == 4 else "new"  # k checked first
-            if (t.dim() != 4 or t.shape[0] != batch or t.shape[1] != k.shape[1] or t.shape[2:] != cache.shape[2:]
-                    or t.dtype != cache.dtype):
+            if t.dtype != cache.dtype:
+                raise TypeError(f"{name}.dtype: expected the cache's {cache.dtype}, got {t.dtype}")
+            if t.dim() != 4 or t.shape[0] != batch or t.shape[1] != k.shape[1] or t.shape[2:] != cache.shape[2:]:
                 raise ValueError(f"{name}: expected ({batch}, {new_rows}, {cache.shape[2]}, {cache.shape[3]}) "
                                  f"{cache.dtype}, got {tuple(t.shape)} {t.dtype}")
         new = k.shape[1]
     lengths = _lengths(cache_seqlens, q)
     if lengths is None:
+        if k is not None:  # as forward_kvcache: where the new keys go
+            raise ValueError("cache_seqlens: expected an int32 tensor of batch lengths (needed with k and v, "
+                             "where the new keys go), got None")
         lengths = torch.full((batch,), capacity, dtype=torch.int32, device=q.device)
     _index("cache_seqlens", lengths, q.device, (batch,))
     _index("cache_batch_idx", cache_batch_idx, q.device, (batch,))
@@ -1195,8 +1224,10 @@ def _rotary_inputs(q, k, rotary_cos, rotary_sin, cache_seqlens, interleaved, per
         raise ValueError(f"rotary_cos.shape[0]: expected at least the cache's capacity of {capacity} positions, "
                          f"got {rotary_cos.shape[0]}")
     for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
-        if t.dtype != q.dtype or t.device != q.device:
-            raise ValueError(f"{name}: expected q's dtype and device ({q.dtype}, {q.device}), got {t.dtype}, {t.device}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}.dtype: expected q's {q.dtype}, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: expected a tensor on q's device {q.device}, got {t.device}")
     batch = q.shape[0]
     lengths = _lengths(cache_seqlens, q)
     if not (isinstance(lengths, torch.Tensor) and lengths.shape == (batch,) and lengths.dtype == torch.int32
@@ -1216,6 +1247,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    _refuse_fp8("flash_attn_with_kvcache", q)
     slots = cache_batch_idx is not None or cache_leftpad is not None
     if slots and block_table is not None:
         raise ValueError("cache_batch_idx, cache_leftpad: expected None with block_table (flash_attn takes them "

@@ -127,6 +127,23 @@ def test_fp8_under_torch_compile():
     assert torch.equal(out, eager) and torch.equal(written, eager)
 
 
+@needs_torch_fp8
+def test_descales_of_the_wrong_type_are_type_errors():
+    """A descale that is no float32 tensor is a TypeError (the package's rule for types), one of the
+    wrong shape or missing a ValueError; both name it."""
+    from flash_attention_scratch import _ops
+    q, ones = torch.zeros(1, 4, 2, 64), torch.ones(1, 2)
+    with pytest.raises(TypeError, match="^k_descale: expected a torch.float32 tensor .* got a torch.float64 tensor"):
+        _ops._check_descales(q, q, (ones, ones.double(), ones))
+    with pytest.raises(TypeError, match="^v_descale: .* got float"):
+        _ops._check_descales(q, q, (ones, ones, 0.5))
+    with pytest.raises(ValueError, match=r"^q_descale: expected .* shape \(batch, heads_kv\) = \(1, 2\)"):
+        _ops._check_descales(q, q, (torch.ones(2, 1), ones, ones))
+    with pytest.raises(ValueError, match="^q_descale: expected .* got NoneType"):
+        _ops._check_descales(q, q, (None, ones, ones))
+    assert all(d.is_contiguous() for d in _ops._check_descales(q, q, (ones, ones.t().t(), ones)))
+
+
 @needs_fp8_kernels
 def test_fp8_errors_name_the_argument():
     q8 = torch.randn(1, 64, 2, 128, device="cuda").to(fp8)

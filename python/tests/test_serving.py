@@ -317,25 +317,92 @@ def test_kvcache_q_of_three_dimensions_is_refused_by_name(monkeypatch):
 def test_appending_to_cache_slots_writes_only_the_kept_rows():
     """The append of cache_batch_idx (on the CPU: index_put_ is the same there): each entry's new
     rows land in its slot from its length on; rows past the capacity, and an entry whose slot is
-    outside the cache, write nothing."""
+    outside the cache, write nothing (the last case: no row kept at all). No value is read back
+    to the host (a 0-d index tensor would be: CUDA-graph capture and torch.compile refuse it)."""
     if torch is None:
         pytest.skip("needs PyTorch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
     from flash_attention_scratch import _ops
-    for case in range(3):
+
+    class HostReads(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                HostReads.count += 1
+            return func(*args, **(kwargs or {}))
+
+    for case in range(4):
         torch.manual_seed(case)
         slots, capacity, new = 5, 8, 3
         kc, vc = torch.randn(slots, capacity, 2, 16), torch.randn(slots, capacity, 2, 16)
         k, v = torch.randn(3, new, 2, 16), torch.randn(3, new, 2, 16)
-        slot = torch.tensor([[4, 0, 2], [1, 3, 0], [2, 7, -1]][case], dtype=torch.int32)
-        lengths = torch.tensor([[0, 6, 8], [5, 7, 2], [1, 0, 0]][case], dtype=torch.int32)
+        slot = torch.tensor([[4, 0, 2], [1, 3, 0], [2, 7, -1], [5, -1, 0]][case], dtype=torch.int32)
+        lengths = torch.tensor([[0, 6, 8], [5, 7, 2], [1, 0, 0], [0, 0, 8]][case], dtype=torch.int32)
         want_k, want_v = kc.clone(), vc.clone()
         for b in range(3):
             for i in range(new):
                 if 0 <= slot[b] < slots and lengths[b] + i < capacity:
                     want_k[slot[b], lengths[b] + i] = k[b, i]
                     want_v[slot[b], lengths[b] + i] = v[b, i]
-        _ops._append_to_slots(kc, vc, k, v, slot, lengths)
-        assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+        with HostReads():
+            _ops._append_to_slots(kc, vc, k, v, slot, lengths)
+        assert torch.equal(kc, want_k) and torch.equal(vc, want_v), f"case {case}"
+    assert HostReads.count == 0, f"{HostReads.count} values read back to the host"
+
+
+def test_cache_slots_with_new_keys_need_their_lengths(monkeypatch):
+    """flash_attn_with_kvcache with cache_batch_idx and new keys but no cache_seqlens is refused
+    (the lengths say where the new keys go), as forward_kvcache refuses it: without the check
+    the keys were dropped and left out of the attention."""
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
+    for name in ("_run_kvcache", "_run_varlen", "_append_to_slots", "forward_varlen"):
+        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
+    q, kc = torch.zeros(2, 1, 4, 64, dtype=torch.float16), torch.zeros(2, 64, 2, 64, dtype=torch.float16)
+    new = torch.ones(2, 1, 2, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="^cache_seqlens: expected an int32 tensor of batch lengths"):
+        fa.flash_attn_with_kvcache(q, kc, kc.clone(), new, new, cache_batch_idx=torch.tensor([1, 0],
+                                                                                             dtype=torch.int32))
+
+
+def test_cache_slots_name_a_dtype_mismatch_as_a_type_error(monkeypatch):
+    """cache_batch_idx's path: caches or new keys of another dtype raise TypeError naming the tensor,
+    as forward_kvcache's path does (it raised ValueError)."""
+    if torch is None:
+        pytest.skip("needs PyTorch")
+    from flash_attention_scratch import _ops
+    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
+    for name in ("_run_kvcache", "_run_varlen", "_append_to_slots", "forward_varlen"):
+        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
+    q, kc = torch.zeros(2, 1, 4, 64, dtype=torch.float16), torch.zeros(2, 64, 2, 64, dtype=torch.float16)
+    new = torch.ones(2, 1, 2, 64, dtype=torch.float16)
+    idx = torch.tensor([1, 0], dtype=torch.int32)
+    for name in ("k_cache", "v_cache", "k", "v"):
+        args = dict(k_cache=kc, v_cache=kc.clone(), k=new, v=new.clone())
+        args[name] = args[name].to(torch.bfloat16)
+        with pytest.raises(TypeError, match=f"^{name}.dtype: expected"):
+            fa.flash_attn_with_kvcache(q, cache_seqlens=3, cache_batch_idx=idx, **args)
+
+
+def test_flash_attn_functions_refuse_fp8_by_name_before_any_work(monkeypatch):
+    """flash_attn's functions take no descales: FP8 inputs raise TypeError pointing to forward()
+    and forward_kvcache(), not a request for a q_descale they cannot pass."""
+    if torch is None or not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("needs a PyTorch with torch.float8_e4m3fn")
+    from flash_attention_scratch import _ops
+    for name in ("forward", "forward_kvcache", "forward_varlen"):
+        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
+    q8 = torch.zeros(1, 4, 2, 64).to(torch.float8_e4m3fn)
+    for call in (lambda: fa.flash_attn_func(q8, q8, q8),
+                 lambda: fa.flash_attn_qkvpacked_func(torch.stack([q8.view(torch.uint8)] * 3, 2).view(q8.dtype)),
+                 lambda: fa.flash_attn_with_kvcache(q8, q8, q8, cache_seqlens=1)):
+        with pytest.raises(TypeError, match=r"^q\.dtype: expected torch.float16 or torch.bfloat16 in flash_attn_"
+                                            r".*forward\(\) and forward_kvcache\(\)"):
+            call()
 
 
 def rotated64(x, cos, sin, positions, interleaved):

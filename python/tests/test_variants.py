@@ -77,11 +77,11 @@ def test_bad_variant_arguments_name_the_argument():
     q = torch.zeros(1, 8, 2, 64, dtype=torch.float16)
     with pytest.raises((TypeError, ValueError), match="window_size"):
         fa.forward(q, q, q, window_size=4)
-    with pytest.raises(TypeError, match=r"window_size\[left\]"):
+    with pytest.raises(TypeError, match=r"window_size\[0\]"):
         fa.forward(q, q, q, window_size=(1.5, 0))
-    with pytest.raises(TypeError, match=r"window_size\[right\]: expected an int .* got a torch.float32 tensor"):
+    with pytest.raises(TypeError, match=r"window_size\[1\]: expected an int .* got a torch.float32 tensor"):
         fa.forward(q, q, q, window_size=(3, torch.tensor(0.5)))
-    with pytest.raises(TypeError, match=r"window_size\[left\]"):
+    with pytest.raises(TypeError, match=r"window_size\[0\]"):
         fa.forward(q, q, q, window_size=torch.tensor([True, False]))
     with pytest.raises(TypeError, match="softcap"):
         fa.forward(q, q, q, softcap="50")
@@ -96,6 +96,24 @@ def test_window_sides_may_be_integer_like():
     assert _ops._window((torch.tensor(-1), 7)) == (-1, 7)
     sides = _ops._window(torch.randint(0, 100, (2,)))
     assert all(type(side) is int for side in sides)
+
+
+@needs_torch
+def test_window_sides_and_softcap_are_read_before_any_work():
+    """A window side past the kernels' int is a ValueError naming it (it reached the binding as
+    nanobind's TypeError with a signature dump); a NumPy float is a softcap, as in flash_attn."""
+    from flash_attention_scratch import _ops
+    with pytest.raises(ValueError, match=r"^window_size\[0\]: expected -1 \(unbounded\) or a number of keys "
+                                         r"below 2\^31, got 2147483648"):
+        _ops._variants((2**31, -1), 0.0, None)
+    with pytest.raises(ValueError, match=r"^window_size\[1\]: .* got -2147483649"):
+        _ops._variants((-1, -2**31 - 1), 0.0, None)
+    assert _ops._variants((2**31 - 1, -1), 0.0, None)[:2] == (2**31 - 1, -1)
+    np = pytest.importorskip("numpy")
+    softcap = _ops._variants((-1, -1), np.float32(30.0), None)[2]
+    assert softcap == 30.0 and type(softcap) is float
+    with pytest.raises(TypeError, match="softcap: expected a float"):
+        _ops._variants((-1, -1), np.bool_(True), None)
 
 
 def test_library_errors_name_the_python_arguments():
