@@ -528,10 +528,12 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     if _FP8 is not None and isinstance(q, torch.Tensor) and q.dtype == _FP8:
         if q.device.type != "cuda":
             raise ValueError(f"q: expected a CUDA tensor, got a tensor on {q.device}")
-        if (_window(window_size) != (-1, -1) or softcap != 0.0 or learnable_sink is not None
+        window = _window(window_size)
+        if (window not in ((-1, -1), (-1, 0)) or softcap != 0.0 or learnable_sink is not None
                 or alibi_slopes is not None):
             raise ValueError("window_size, softcap, learnable_sink, alibi_slopes: expected none with "
                              "torch.float8_e4m3fn inputs (FP8 attention takes no variants yet)")
+        causal = causal or window == (-1, 0)  # a window that only states causal masking, as for 16-bit inputs
         _check_no_grad(q, k, v, entry="FP8 attention")
         return _forward_fp8(q, k, v, softmax_scale, causal, causal_alignment, return_lse, config, out, descales)
     for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
@@ -1008,8 +1010,8 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     if fp8:
         if q.device.type != "cuda":
             raise ValueError(f"q: expected a CUDA tensor, got a tensor on {q.device}")
-        if (var[:2] != (-1, -1) or var[2] != 0.0 or learnable_sink is not None
-                or alibi_slopes is not None):
+        if (var[:2] not in ((-1, -1), (-1, 0)) or var[2] != 0.0 or learnable_sink is not None
+                or alibi_slopes is not None):  # (-1, 0): causal (_masking)
             raise ValueError("window_size, softcap, learnable_sink, alibi_slopes: expected none with "
                              "torch.float8_e4m3fn inputs (FP8 attention takes no variants yet)")
         for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v)):

@@ -145,6 +145,23 @@ def test_descales_of_the_wrong_type_are_type_errors():
 
 
 @needs_fp8_kernels
+def test_fp8_window_that_states_causal_is_causal():
+    """window_size=(-1, 0) states causal masking, as for 16-bit inputs: the causal answer, bit for bit
+    (forward and the KV cache)."""
+    torch.manual_seed(random.randrange(2**31))
+    q8, qs, _ = quantised(torch.randn(1, 200, 4, 128, device="cuda"), 2)
+    k8, ks, _ = quantised(torch.randn(1, 300, 2, 128, device="cuda"), 2)
+    v8, vs, _ = quantised(torch.randn(1, 300, 2, 128, device="cuda"), 2)
+    descales = dict(q_descale=qs, k_descale=ks, v_descale=vs)
+    causal = fa.forward(q8, k8, v8, causal=True, **descales)
+    assert torch.equal(fa.forward(q8, k8, v8, window_size=(-1, 0), **descales), causal)
+    lengths = torch.tensor([300], dtype=torch.int32, device="cuda")
+    causal = fa.forward_kvcache(q8, k8, v8, cache_seqlens=lengths, causal=True, **descales)
+    assert torch.equal(fa.forward_kvcache(q8, k8, v8, cache_seqlens=lengths, window_size=(-1, 0), **descales),
+                       causal)
+
+
+@needs_fp8_kernels
 def test_fp8_errors_name_the_argument():
     q8 = torch.randn(1, 64, 2, 128, device="cuda").to(fp8)
     ones = torch.ones(1, 2, device="cuda")
