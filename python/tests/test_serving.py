@@ -258,6 +258,18 @@ def test_flash_attn_with_kvcache_refuses_what_it_lacks_before_any_work(monkeypat
             fa.flash_attn_with_kvcache(q, q, q, block_table=table, **{name: torch.zeros(1, dtype=torch.int32)})
 
 
+def refusing_any_work(monkeypatch):
+    """CPU tensors standing in for a cache call's: the CUDA check relaxed and every kernel or append
+    refused (a test of checks made before any work). Returns q (2, 1, 4, 64), a cache
+    (2, 64, 2, 64) and new keys (2, 1, 2, 64), fp16."""
+    from flash_attention_scratch import _ops
+    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
+    for name in ("_run_kvcache", "_run_varlen", "_append_to_slots", "forward_varlen"):
+        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
+    return (torch.zeros(2, 1, 4, 64, dtype=torch.float16), torch.zeros(2, 64, 2, 64, dtype=torch.float16),
+            torch.ones(2, 1, 2, 64, dtype=torch.float16))
+
+
 @pytest.mark.parametrize("slots", [False, True], ids=["cache", "cache_batch_idx"])
 @pytest.mark.parametrize("spec,error,message", BAD_ALIBI_SLOPES, ids=BAD_ALIBI_IDS)
 def test_kvcache_alibi_slopes_are_checked_before_any_work(monkeypatch, slots, spec, error, message):
@@ -266,12 +278,7 @@ def test_kvcache_alibi_slopes_are_checked_before_any_work(monkeypatch, slots, sp
     every kernel or append refused)."""
     if torch is None:
         pytest.skip("needs PyTorch")
-    from flash_attention_scratch import _ops
-    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
-    for name in ("_run_kvcache", "_append_to_slots", "forward_varlen"):
-        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
-    q, kc = torch.zeros(2, 1, 4, 64, dtype=torch.float16), torch.zeros(2, 64, 2, 64, dtype=torch.float16)
-    new = torch.ones(2, 1, 2, 64, dtype=torch.float16)
+    q, kc, new = refusing_any_work(monkeypatch)
     extra = dict(cache_batch_idx=torch.tensor([1, 0], dtype=torch.int32)) if slots else {}
     with pytest.raises(error, match=message):
         fa.flash_attn_with_kvcache(q, kc, kc.clone(), new, new, cache_seqlens=3, alibi_slopes=bad_alibi_slopes(spec),
@@ -286,12 +293,7 @@ def test_kvcache_inputs_that_require_grad_are_refused_by_name_before_any_work(mo
     CPU tensors stand in: the CUDA check relaxed, and every kernel or append refused."""
     if torch is None:
         pytest.skip("needs PyTorch")
-    from flash_attention_scratch import _ops
-    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
-    for name in ("_run_kvcache", "_run_varlen", "_append_to_slots", "forward_varlen"):
-        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
-    q, kc = torch.zeros(2, 1, 4, 64, dtype=torch.float16), torch.zeros(2, 64, 2, 64, dtype=torch.float16)
-    new = torch.ones(2, 1, 2, 64, dtype=torch.float16)
+    q, kc, new = refusing_any_work(monkeypatch)
     extra = dict(cache_batch_idx=torch.tensor([1, 0], dtype=torch.int32)) if slots else {}
     for name in ("k", "v", "k_cache", "v_cache"):
         args = dict(k_cache=kc, v_cache=kc.clone(), k=new, v=new.clone())
@@ -358,12 +360,7 @@ def test_cache_slots_with_new_keys_need_their_lengths(monkeypatch):
     the keys were dropped and left out of the attention."""
     if torch is None:
         pytest.skip("needs PyTorch")
-    from flash_attention_scratch import _ops
-    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
-    for name in ("_run_kvcache", "_run_varlen", "_append_to_slots", "forward_varlen"):
-        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
-    q, kc = torch.zeros(2, 1, 4, 64, dtype=torch.float16), torch.zeros(2, 64, 2, 64, dtype=torch.float16)
-    new = torch.ones(2, 1, 2, 64, dtype=torch.float16)
+    q, kc, new = refusing_any_work(monkeypatch)
     with pytest.raises(ValueError, match="^cache_seqlens: expected an int32 tensor of batch lengths"):
         fa.flash_attn_with_kvcache(q, kc, kc.clone(), new, new, cache_batch_idx=torch.tensor([1, 0],
                                                                                              dtype=torch.int32))
@@ -374,12 +371,7 @@ def test_cache_slots_name_a_dtype_mismatch_as_a_type_error(monkeypatch):
     as forward_kvcache's path does (it raised ValueError)."""
     if torch is None:
         pytest.skip("needs PyTorch")
-    from flash_attention_scratch import _ops
-    monkeypatch.setattr(_ops, "_check", lambda name, t, device=None: None)
-    for name in ("_run_kvcache", "_run_varlen", "_append_to_slots", "forward_varlen"):
-        monkeypatch.setattr(_ops, name, lambda *a, name=name, **kw: pytest.fail(f"{name} ran"))
-    q, kc = torch.zeros(2, 1, 4, 64, dtype=torch.float16), torch.zeros(2, 64, 2, 64, dtype=torch.float16)
-    new = torch.ones(2, 1, 2, 64, dtype=torch.float16)
+    q, kc, new = refusing_any_work(monkeypatch)
     idx = torch.tensor([1, 0], dtype=torch.int32)
     for name in ("k_cache", "v_cache", "k", "v"):
         args = dict(k_cache=kc, v_cache=kc.clone(), k=new, v=new.clone())
