@@ -39,6 +39,9 @@ std::string value_given(int argc, char** argv, const std::string& flag) {
     return value;
 }
 
+// The commands, as messages list them.
+constexpr const char* k_commands = "list, choose, run, bench, tune or progression";
+
 // The options the program itself takes, before a command.
 bool is_top_level_option(std::string_view arg) {
     return arg == "-h" || arg == "--help" || arg == "--version";
@@ -74,8 +77,8 @@ int run_cli(int argc, char** argv) {
     // given before any command (`flash_attention -x`).
     if (argc > 1 && argv[1][0] == '-' && !is_top_level_option(argv[1])) {
         std::cerr << "flash_attention: unknown option \"" << tools::printable(argv[1], 40)
-                  << "\" before the command (expected list, choose, run, bench, tune or "
-                     "progression, or --help, --version)\n";
+                  << "\" before the command (expected " << k_commands
+                  << ", or --help, --version)\n";
         return exit_usage;
     }
     if (argc > 1 && argv[1][0] != '-') {
@@ -84,7 +87,7 @@ int run_cli(int argc, char** argv) {
         if (std::none_of(commands.begin(), commands.end(),
                          [&](const CLI::App* c) { return c->get_name() == name; })) {
             std::cerr << "flash_attention: unknown command \"" << tools::printable(name, 40)
-                      << "\" (expected list, choose, run, bench, tune or progression)\n";
+                      << "\" (expected " << k_commands << ")\n";
             return exit_usage;
         }
     }
