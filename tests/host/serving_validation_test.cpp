@@ -325,7 +325,11 @@ TEST(ServingValidation, KVCache) {
         try {
             fa::forward_kvcache(p);
         } catch (const fa::Error& e) {
-            EXPECT_NE(e.code(), fa::ErrorCode::invalid_argument) << e.what();
+            // The call gets past the caches' checks and stops later: at the device query on a
+            // machine without a GPU, at the made-up addresses' memory check on one with a GPU.
+            const std::string message = e.what();
+            EXPECT_NE(message.rfind("k_cache", 0), 0u) << message;
+            EXPECT_NE(message.rfind("v_cache", 0), 0u) << message;
         }
     }
     // A page table's rows row_stride apart fit the address space (the kernels index it in 64
