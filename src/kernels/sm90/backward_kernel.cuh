@@ -1414,9 +1414,8 @@ struct DqConversionSmem {
 };
 
 // dQ = scale · the accumulator, rounded to 16 bits: one CTA of 128 threads a query block of one
-// head. Each thread loads float4s (two rows' column pairs of the wgmma fragment order), every one
-// before the first store (stores placed between them would hold a thread to one load in flight),
-// and writes them to shared memory as rows; then each thread stores whole 16-byte pieces of rows.
+// head. Each thread loads its float4s (two rows' column pairs of the wgmma fragment order) and
+// writes them to shared memory as rows; then each thread stores whole 16-byte pieces of rows.
 // The fragment's own 4-byte stores wrote 16 bytes of each of 8 rows a warp instruction, two L2
 // requests a 32-byte sector: 124-130 µs for 16k tokens at d_head 64 and 128, half of HBM's
 // bandwidth, against FA4's 62 µs; staged as here, 65.7 µs (ncu, H100, 2026-12-07).
