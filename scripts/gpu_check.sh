@@ -30,7 +30,8 @@
 #            and the backward of the variants against FA4 (bench/compare.py --variants)
 #            (needs package or pyext; GRID=backward, forward, variants, kernels (bench/backward_kernels.py:
 #            the backward's time kernel by kernel, ours beside FA4 and cuDNN) or models (the model-shaped
-#            rows alone; GRID_GRAPHS=1 times them as CUDA graph replays) runs one, GRID_ARGS="..." adds
+#            rows alone; GRID_GRAPHS=1 times them as CUDA graph replays; KERNELS_NCU=1 adds the kernels' own
+#            durations under Nsight Compute, one at a time: bench/backward_kernels.py --ncu-region) runs one, GRID_ARGS="..." adds
 #            compare.py arguments to the forward grid (e.g. "--seqs 2048 8192 --d-heads 96 --no-models"), BWD_SEQS="2048 8192"
 #            other lengths, BWD_D_HEADS="96" other head dims, BWD_ROUNDS=N fewer rounds). FlashAttention-4 comes from $PEERS (default .peers/fa4: a copy of
 #            ../shared/peers/fa4-wheels, carried)
@@ -274,6 +275,14 @@ stage_grid() {
     check bwd_kernels python3 bench/backward_kernels.py --seqs ${BWD_SEQS:-1024 2048 8192} \
       --d-heads ${BWD_D_HEADS:-64 128} --out "$OUT/bwd_kernels"
     cat "$OUT/bwd_kernels.md"
+    if [ "${KERNELS_NCU:-0}" = 1 ]; then
+      check bwd_ncu bash -c "ncu --clock-control none --profile-from-start off --csv --page raw \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+        python3 bench/backward_kernels.py --seqs ${BWD_SEQS:-1024 2048 8192} --d-heads ${BWD_D_HEADS:-64 128} \
+        --ncu-region '$LOGS/bwd_ncu_labels.txt' > '$LOGS/bwd_ncu.csv' &&
+        python3 bench/backward_kernels.py --ncu-table '$LOGS/bwd_ncu.csv' '$LOGS/bwd_ncu_labels.txt' --out '$OUT/bwd_ncu'"
+      cat "$OUT/bwd_ncu.md"
+    fi
   fi
   if [[ $passes == *backward* ]]; then
     # shellcheck disable=SC2086 # BWD_SEQS is a list of lengths
