@@ -16,8 +16,9 @@ at a time, so its durations are each kernel's own: --ncu-region runs one backwar
 a profiler region, each after an int16 fill that marks it, and --ncu-table turns ncu's CSV of that run into the table
 (`GRID=kernels KERNELS_NCU=1 scripts/gpu_check.sh grid`):
 
-    ncu --profile-from-start off --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
-        --csv --page raw python3 bench/backward_kernels.py --ncu-region /tmp/labels.txt > /tmp/bwd.csv
+    ncu --clock-control none --profile-from-start off --csv --page raw --print-units base \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+        python3 bench/backward_kernels.py --ncu-region /tmp/labels.txt > /tmp/bwd.csv
     python3 bench/backward_kernels.py --ncu-table /tmp/bwd.csv /tmp/labels.txt --out /tmp/bwd_ncu
 """
 
@@ -130,12 +131,19 @@ def ncu_table(csv_path, labels_path):
     """The table of ncu's raw CSV of an --ncu-region run: each labelled backward's kernels, their own durations."""
     labels = labels_path.read_text().splitlines()
     rows = list(csv.reader(line for line in csv_path.read_text().splitlines() if line.startswith('"')))
+    if len(rows) < 2:
+        raise SystemExit(f"--ncu-table: expected ncu's raw CSV (a header, units, a row a kernel) in {csv_path}, "
+                         f"got {len(rows)} CSV rows (did ncu profile anything?)")
     header = rows[0]
     name, time = header.index("Kernel Name"), header.index("gpu__time_duration.sum")
     dram = header.index("dram__throughput.avg.pct_of_peak_sustained_elapsed") \
         if "dram__throughput.avg.pct_of_peak_sustained_elapsed" in header else None
     units = rows[1]
-    scale = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "nsecond": 1e-3}[units[time]]
+    scales = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}  # ncu's units, to µs
+    if units[time] not in scales:
+        raise SystemExit(f"--ncu-table: expected gpu__time_duration.sum in one of {', '.join(scales)} "
+                         f"(ncu --print-units base), got {units[time]!r}")
+    scale = scales[units[time]]
     calls, current = [], None
     for row in rows[2:]:
         if MARKER in row[name]:

@@ -282,7 +282,7 @@ stage_grid() {
       --d-heads ${BWD_D_HEADS:-64 128} --out "$OUT/bwd_kernels"
     cat "$OUT/bwd_kernels.md"
     if [ "${KERNELS_NCU:-0}" = 1 ]; then
-      check bwd_ncu bash -c "ncu --clock-control none --profile-from-start off --csv --page raw \
+      check bwd_ncu bash -c "ncu --clock-control none --profile-from-start off --csv --page raw --print-units base \
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
         python3 bench/backward_kernels.py --seqs ${BWD_SEQS:-1024 2048 8192} --d-heads ${BWD_D_HEADS:-64 128} \
         --ncu-region '$LOGS/bwd_ncu_labels.txt' > '$LOGS/bwd_ncu.csv' &&

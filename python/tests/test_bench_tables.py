@@ -18,7 +18,7 @@ def load_bench():
 def ncu_csv(rows):
     """ncu --csv --page raw: a log line, the header, the units, then a row a kernel."""
     lines = ['==PROF== Connected to process 7', '"ID","Kernel Name","gpu__time_duration.sum",'
-             '"dram__throughput.avg.pct_of_peak_sustained_elapsed"', '"","","us","%"']
+             '"dram__throughput.avg.pct_of_peak_sustained_elapsed"', '"","","nsecond","%"']
     lines += [f'"{i}","{name}","{us}","{pct}"' for i, (name, us, pct) in enumerate(rows)]
     return "\n".join(lines) + "\n"
 
@@ -29,11 +29,11 @@ MARK = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFuncto
 def test_each_marked_call_gets_its_kernels(tmp_path):
     bench = load_bench()
     (tmp_path / "r.csv").write_text(ncu_csv([
-        (MARK, "1.9", "0.1"),
-        ("void flash_attention::backward_preprocess_kernel<1, 64, 64>(flash_attention::BackwardArgs)", "91.7", "88"),
-        ("void flash_attention::sm90::backward_dq_kernel<5248, 5411>(flash_attention::BackwardArgs)", "1,065.5", "82"),
-        (MARK, "1.8", "0.1"),
-        ("kernel_cutlass_kernel_flash_attncuteflash_bwd_postprocess", "63.0", "86"),
+        (MARK, "1900", "0.1"),
+        ("void flash_attention::backward_preprocess_kernel<1, 64, 64>(flash_attention::BackwardArgs)", "91700", "88"),
+        ("void flash_attention::sm90::backward_dq_kernel<5248, 5411>(flash_attention::BackwardArgs)", "1,065,500", "82"),
+        (MARK, "1800", "0.1"),
+        ("kernel_cutlass_kernel_flash_attncuteflash_bwd_postprocess", "63000", "86"),
     ]))
     (tmp_path / "labels.txt").write_text("ours | 64 | no | 1024\nFA4 | 64 | no | 1024\n")
     lines = bench.ncu_table(tmp_path / "r.csv", tmp_path / "labels.txt")
@@ -44,7 +44,18 @@ def test_each_marked_call_gets_its_kernels(tmp_path):
 
 def test_a_count_that_differs_from_the_labels_is_refused(tmp_path):
     bench = load_bench()
-    (tmp_path / "r.csv").write_text(ncu_csv([(MARK, "1.9", "0.1"), ("k", "5.0", "1")]))
+    (tmp_path / "r.csv").write_text(ncu_csv([(MARK, "1900", "0.1"), ("k", "5000", "1")]))
     (tmp_path / "labels.txt").write_text("ours | 64 | no | 1024\nFA4 | 64 | no | 1024\n")
     with pytest.raises(SystemExit, match="expected 2 marked backward calls .* got 1"):
         bench.ncu_table(tmp_path / "r.csv", tmp_path / "labels.txt")
+
+
+def test_a_report_without_kernels_or_in_other_units_is_refused(tmp_path):
+    bench = load_bench()
+    (tmp_path / "labels.txt").write_text("ours | 64 | no | 1024\n")
+    (tmp_path / "empty.csv").write_text("==PROF== No kernels were profiled.\n")
+    with pytest.raises(SystemExit, match="got 0 CSV rows"):
+        bench.ncu_table(tmp_path / "empty.csv", tmp_path / "labels.txt")
+    (tmp_path / "cycles.csv").write_text(ncu_csv([(MARK, "1900", "0.1")]).replace("nsecond", "cycle"))
+    with pytest.raises(SystemExit, match="got 'cycle'"):
+        bench.ncu_table(tmp_path / "cycles.csv", tmp_path / "labels.txt")
