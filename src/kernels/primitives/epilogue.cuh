@@ -28,6 +28,36 @@ __device__ __forceinline__ void store_lse(float* lse, int first_row, int seq_q,
     }
 }
 
+// A quad's 4 x 4 transpose of 32-bit words: lane i of each quad holds v[c] = a[i][c] and ends
+// with v[c] = a[c][i]. Two rounds of two shuffles: the off-diagonal 2 x 2 blocks swap between
+// lanes i and i ^ 2, then each block's off-diagonal words between lanes i and i ^ 1. An m16n8
+// accumulator row's quad holds 2 x 16 bits of each of 4 consecutive n8 tiles a lane; after this
+// lane i holds all 8 columns of the quad's tile i, one 16-byte piece, so that O can leave the
+// registers in whole 16-byte stores (a warp's 4-byte stores write 16 bytes of 8 rows each: half
+// sectors, which held the backward's dQ conversion to half of HBM's bandwidth, H100,
+// 2026-12-07). Every lane of the warp takes part.
+__device__ __forceinline__ void quad_transpose(std::uint32_t (&v)[4]) {
+    const int lane = threadIdx.x % warp_size;
+#pragma unroll
+    for (int round = 0; round < 2; ++round) {
+        const int bit = round == 0 ? 2 : 1;  // the lane's and the word index's bit this round
+        const bool high = (lane & bit) != 0;
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            // The word of the block this lane gives away: index bit `bit` the lane's opposite,
+            // the other bit k.
+            const int keep = round == 0 ? k : 2 * k;          // index with that bit clear
+            const int give = round == 0 ? k + 2 : 2 * k + 1;  // index with it set
+            const std::uint32_t sent = high ? v[keep] : v[give];
+            const std::uint32_t got = __shfl_xor_sync(0xffffffffu, sent, bit);
+            if (high)
+                v[keep] = got;
+            else
+                v[give] = got;
+        }
+    }
+}
+
 // Stores a warp's m16n8 fp32 accumulators, rounded to 16 bits, into its rows of a
 // shared-memory tile. A quad writes one 16-byte chunk per row; with the swizzle the
 // 8 rows of a store land in distinct bank groups.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/primitives/epilogue.cuh"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/ptx.cuh"
 #include "kernels/primitives/range_fold.cuh"
@@ -136,15 +137,17 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
         // then the warpgroup's barrier tells the issuing thread that all have.
         tma::fence_shared_to_async_proxy();
     } else {
-        // From the accumulators: 4 bytes a lane, a quad's 16 contiguous, once per
-        // sequence and head.
+        // From the accumulators, once per sequence and head: a quad's words of 4 n8 tiles
+        // transposed (quad_transpose), each lane then stores one tile's 8 columns of its row
+        // as 16 bytes (rows 16-byte aligned: validate.cpp).
+        static_assert(Tr::d_v % 32 == 0, "O's columns in groups of 4 n8 tiles");
         const KernelArgs& args = params.args;
         using T = typename Tr::OutT;
         // O's row of this consumer's first row (pack_gqa: its first position's, group head 0).
         const int position0 = row_position<Tr>(args, row0);
         T* base = static_cast<T*>(args.o) + std::int64_t{t.q.entry} * args.o_stride.batch +
                   std::int64_t{t.q.row0 + position0} * args.o_stride.seq +
-                  std::int64_t{t.head} * args.o_stride.head + 2 * (lane % 4);
+                  std::int64_t{t.head} * args.o_stride.head;
         // This consumer's row `row`: pack_gqa rows lie at their own position and head.
         const auto row_output = [&](int row) {
             if constexpr (Tr::pack_gqa) {
@@ -158,13 +161,18 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int row = warp_row0 + lane / 4 + 8 * h;
-            if (row >= rows)
-                continue;
-            T* const out = row_output(row);
+            // A quad's lanes share their row: all four store or none, after the shuffles.
+            T* const out = row < rows ? row_output(row) : nullptr;
 #pragma unroll
-            for (int nt = 0; nt < Tr::d_v / 8; ++nt) {  // O's columns, not the tile's padding
-                ptx::st_global_4(out + nt * 8,
-                                 ptx::pack_rn<Tr::out_dtype>(o[0][nt][2 * h], o[0][nt][2 * h + 1]));
+            for (int g = 0; g < Tr::d_v / 32; ++g) {  // O's columns, not the tile's padding
+                std::uint32_t w[4];
+#pragma unroll
+                for (int c = 0; c < 4; ++c)
+                    w[c] = ptx::pack_rn<Tr::out_dtype>(o[0][4 * g + c][2 * h],
+                                                       o[0][4 * g + c][2 * h + 1]);
+                quad_transpose(w);
+                if (out != nullptr)
+                    ptx::st_global_16(out + (4 * g + lane % 4) * 8, uint4{w[0], w[1], w[2], w[3]});
             }
         }
     }
