@@ -227,10 +227,14 @@ constexpr Row k_rows[] = {
     // other warps, from a staging tile a stage) instead of by a pass before it: +23 / +13 / +4%
     // at 512 / 1k / 2k non-causal, +23 / +18 / +11% causal; from 4k 1-5% behind (the
     // transposers' issue slots and shared-memory traffic beside the consumers', by estimate).
-    // d_head 256's staging tiles leave one Q buffer: +5-9% at 512, behind from 1k (H100,
-    // 2026-12-06, docs/PERF.md), so its row keeps the pass.
+    // d_head 256's staging tiles leave one Q buffer: since O leaves the registers in 16-byte
+    // pieces (quad_transpose), vtrans there leads the pass by +5% at 512 non-causal (-1% at 1k)
+    // and by +18 / +11 / +5% at 512 / 1k / 2k causal (H100, 2026-12-07; +9 / +3 / +1% the day
+    // before, with 4-byte stores), so it takes those.
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans", 2048},
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy"},
+    {"(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy+vtrans", 512},
+    {"(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy+vtrans", 2048, true},
     {"(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy"},
     // The backward pass (choose_backward_config: the first row of the dtype and head dim that
     // fits the problem and runs on the device). sm90: two consumers of 64 keys, FlashAttention-4's
