@@ -38,6 +38,7 @@
 #include "kernels/kernel_args.hpp"
 #include "kernels/key_block_scheduler.hpp"
 #include "kernels/primitives/element.cuh"
+#include "kernels/primitives/epilogue.cuh"
 #include "kernels/primitives/geometry.cuh"
 #include "kernels/primitives/mask.cuh"
 #include "kernels/primitives/masking.cuh"
@@ -960,18 +961,10 @@ __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], 
                                                     typename Element<dtype>::type* out,
                                                     std::int64_t row_stride, int row0, int rows) {
     const int lane = threadIdx.x % warp_size;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
+    store_accumulator_rows<dtype, NT>(g[0], scale, [&](int h) {
         const int row = row0 + lane / 4 + 8 * h;
-        if (row >= rows)
-            continue;
-        auto* at = out + row * row_stride + 2 * (lane % 4);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            ptx::st_global_4(at + nt * 8, ptx::pack_rn<dtype>(g[0][nt][2 * h] * scale,
-                                                              g[0][nt][2 * h + 1] * scale));
-        }
-    }
+        return row < rows ? out + row * row_stride : nullptr;
+    });
 }
 
 // A warp's 16 rows of a 64 x d_head gradient (its m16n8 accumulators), scaled and rounded to

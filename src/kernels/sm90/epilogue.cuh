@@ -137,10 +137,7 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
         // then the warpgroup's barrier tells the issuing thread that all have.
         tma::fence_shared_to_async_proxy();
     } else {
-        // From the accumulators, once per sequence and head: a quad's words of 4 n8 tiles
-        // transposed (quad_transpose), each lane then stores one tile's 8 columns of its row
-        // as 16 bytes (rows 16-byte aligned: validate.cpp).
-        static_assert(Tr::d_v % 32 == 0, "O's columns in groups of 4 n8 tiles");
+        // From the accumulators, once per sequence and head, in 16-byte pieces.
         const KernelArgs& args = params.args;
         using T = typename Tr::OutT;
         // O's row of this consumer's first row (pack_gqa: its first position's, group head 0).
@@ -158,23 +155,11 @@ __device__ __forceinline__ void store_output(const Params& params, const Tile& t
                 return base + std::int64_t{row} * args.o_stride.seq;
             }
         };
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
+        // O's columns, not the tile's padding.
+        store_accumulator_rows<Tr::out_dtype, Tr::d_v / 8>(o[0], 1.0f, [&](int h) {
             const int row = warp_row0 + lane / 4 + 8 * h;
-            // A quad's lanes share their row: all four store or none, after the shuffles.
-            T* const out = row < rows ? row_output(row) : nullptr;
-#pragma unroll
-            for (int g = 0; g < Tr::d_v / 32; ++g) {  // O's columns, not the tile's padding
-                std::uint32_t w[4];
-#pragma unroll
-                for (int c = 0; c < 4; ++c)
-                    w[c] = ptx::pack_rn<Tr::out_dtype>(o[0][4 * g + c][2 * h],
-                                                       o[0][4 * g + c][2 * h + 1]);
-                quad_transpose(w);
-                if (out != nullptr)
-                    ptx::st_global_16(out + (4 * g + lane % 4) * 8, uint4{w[0], w[1], w[2], w[3]});
-            }
-        }
+            return row < rows ? row_output(row) : nullptr;
+        });
     }
     ptx::named_barrier_sync(Tr::barrier_id(NamedBarrier::epilogue, consumer), warpgroup_threads);
     if (threadIdx.x % warpgroup_threads == 0) {
