@@ -56,7 +56,8 @@
 #            go under $OUT as fp8_N.md
 #   ncu F    Nsight Compute, side by side: file F's short forms built alone (the command line), then for
 #            each "#ncu! ARGS" line of F (`flash_attention run` arguments, e.g. --seq 16384 --batch 1
-#            --heads 16) each config's first forward kernel (backward with --backward) profiled at the card's
+#            --heads 16) each forward config's first forward kernel (a --backward line: each backward config's
+#            main kernel, its forward on the file's forward configs) profiled at the card's
 #            clocks (--clock-control none; SpeedOfLight, memory, scheduler, warp-state and source
 #            counters): its details page and per-instruction stall samples (ncu_L_I.csv,
 #            ncu_L_I_sass.csv.xz) go into logs.tgz, the table of scripts/ncu_table.py across the configs
@@ -396,6 +397,13 @@ stage_ncu() {
     # A backward run's forward comes first (the automatic choice): skip to the backward's kernel.
     [[ " ${extra[*]} " == *" --backward "* ]] && kernel=backward_kernel
     for i in "${!configs[@]}"; do
+      # a --backward line profiles the backward configs, the others the forward ones (a backward
+      # line's forward runs on the file's forward configs, as the automatic choice takes them)
+      if [ $kernel = backward_kernel ]; then
+        [[ ${configs[$i]} == *bwd* ]] || continue
+      else
+        [[ ${configs[$i]} != *bwd* ]] || continue
+      fi
       check "ncu_${l}_$i" timeout 300 ncu --clock-control none -k "regex:$kernel" -c 1 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section SchedulerStats \
         --section WarpStateStats --section SourceCounters --import-source no -f -o "$reports/${l}_$i" \
