@@ -1329,8 +1329,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                                                   : BackwardSequence::dense(a, tile.batch);
             const int col0 = Tr::head_col0(consumer);
             // Through shared memory and TMA: 16-byte swizzled stores that one thread hands to the
-            // TMA unit, whose stores drop rows past the view's end. The register path's 4-byte
-            // stores cost a d_head 128 CTA about 5 µs against its ~90 µs walk at 2k keys (per-CTA
+            // TMA unit, whose stores drop rows past the view's end. The register path (then 4-byte
+            // stores) cost a d_head 128 CTA about 5 µs against its ~90 µs walk at 2k keys (per-CTA
             // timestamps, H200, 2026-12-02); through TMA the backward ran 2-5% faster at 2k and
             // 4.5-10% at 1k (H200, 2026-12-03). The tiles: K's and V's, or (persistent) the walk's
             // scratch, which the next walk reuses only once the stores have read it. A packed
