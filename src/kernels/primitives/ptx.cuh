@@ -86,9 +86,6 @@ __device__ __forceinline__ void st_shared_4(std::uint32_t dst, std::uint32_t v) 
 __device__ __forceinline__ void st_global_16(void* dst, const uint4& v) {
     *static_cast<uint4*>(dst) = v;
 }
-__device__ __forceinline__ void st_global_4(void* dst, std::uint32_t v) {
-    *static_cast<std::uint32_t*>(dst) = v;
-}
 
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16 — PTX ISA "Warp-level Matrix Load
 // Instruction: ldmatrix". Lanes 8i..8i+7 address the rows of matrix i.
