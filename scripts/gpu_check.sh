@@ -44,9 +44,9 @@
 #            (needs package or pyext; .upstream/test_flash_attn.py carried, or a download; a seeded sample
 #            of FLASH_ATTN_SUITE_SAMPLE=5000 cases over every test function: about 3000 run, flash_attn's
 #            kvcache test skips the rest itself)
-#   bench F  a build of the release set plus the short forms of file F (BENCH_RELEASE=0: F's alone),
-#            then `flash_attention bench` of F's configs, once per "#! ARGS" line of F (its arguments
-#            added)
+#   bench F  a build of the release set plus the short forms of file F (BENCH_RELEASE=0: F's alone;
+#            with BWD_CANDIDATES=F, the backward stage's build: `bench F backward` builds once), then `flash_attention bench`
+#            of F's configs, once per "#! ARGS" line of F (its arguments added)
 #   fp8 F    the FP8 forward's checks and timings, built with file F's short forms alone and the Python
 #            extension (cold on 16 cores: about 90 s for four FP8 configs): the `Fp8*` GPU tests, memcheck and
 #            racecheck of each config of F that transposes V in the kernel (vtrans) on an odd shape
@@ -154,12 +154,15 @@ build_checks() {
   checked_filter=${GPU_FILTER:-*}
 }
 
+# build_set SET: $BUILD with the tests, of the kernel set SET (FLASH_KERNELS).
+build_set() {
+  check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON -DFLASH_KERNELS="$1" || return
+  check compile cmake --build "$BUILD" -j "$jobs"
+}
+
 stage_backward() {
-  local set=release${BWD_CANDIDATES:+,@$REPO/$BWD_CANDIDATES}
-  if [ ! -x "$BUILD/tests/test_gpu" ]; then
-    check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON -DFLASH_KERNELS="$set" || return
-    check compile cmake --build "$BUILD" -j "$jobs" || return
-  fi
+  local set=release${BWD_CANDIDATES:+,@$(realpath "$BWD_CANDIDATES")}
+  [ -x "$BUILD/tests/test_gpu" ] || build_set "$set" || return
   # Unless build's checks ran them already (every GPU test, or a filter with the backward's).
   if [ -z "${checked_filter:-}" ]; then
     check test_host "$BUILD/tests/test_host" --gtest_brief=1
@@ -330,11 +333,21 @@ stage_flash_attn_suite() {
 stage_bench() {
   local file=$1
   [ -f "$file" ] || { note "bench: no file $file"; failed=1; return; }
-  local name kernels="release,@$file"
+  local name kernels bin=$BUILD-bench/bin/flash_attention
+  kernels="release,@$(realpath "$file")"
   name=bench_$(basename "$file" .txt)
-  [ "${BENCH_RELEASE:-1}" = 1 ] || kernels="@$file"
-  check "${name}_build" bash -c "cmake -S . -B '$BUILD-bench' -G Ninja -DFLASH_KERNELS='$kernels' \
-    -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF && cmake --build '$BUILD-bench' -j $jobs" || return
+  [ "${BENCH_RELEASE:-1}" = 1 ] || kernels="@$(realpath "$file")"
+  # With BWD_CANDIDATES=F, the backward stage's build of the same set, tests and all: built here
+  # for it (`bench F backward`: the timings before the tests) or by it.
+  if [ "${BWD_CANDIDATES:+$(realpath "$BWD_CANDIDATES")}" = "$(realpath "$file")" ] &&
+    [ "$kernels" = "release,@$(realpath "$file")" ]; then
+    grep -qxF "FLASH_KERNELS:STRING=$kernels" "$BUILD/CMakeCache.txt" 2>/dev/null &&
+      [ -x "$BUILD/tests/test_gpu" ] || build_set "$kernels" || return
+    bin=$BUILD/bin/flash_attention
+  else
+    check "${name}_build" bash -c "cmake -S . -B '$BUILD-bench' -G Ninja -DFLASH_KERNELS='$kernels' \
+      -DCMAKE_CUDA_ARCHITECTURES=90-real -DFLASH_BUILD_TESTS=OFF && cmake --build '$BUILD-bench' -j $jobs" || return
+  fi
   local args=() lines=() i
   while IFS= read -r c; do args+=(--config "$c"); done < <(grep '^(' "$file")
   mapfile -t lines < <(sed -n 's/^#! //p' "$file")
@@ -342,7 +355,7 @@ stage_bench() {
   for i in "${!lines[@]}"; do
     local extra=()
     read -r -a extra <<< "${lines[$i]}"
-    check "${name}_$i" "$BUILD-bench/bin/flash_attention" bench "${args[@]}" "${extra[@]}"
+    check "${name}_$i" "$bin" bench "${args[@]}" "${extra[@]}"
     cat "$LOGS/${name}_$i.log"
   done
 }

@@ -126,8 +126,8 @@ constexpr std::array k_rules = {
     Rule{"backward_knobs", RuleKind::validity,
          "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
          "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
-         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered "
-         "and lagdq",
+         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered, "
+         "lagdq and descend",
          [](const KernelConfig& c) {
              if (!c.backward)
                  return false;
@@ -136,7 +136,8 @@ constexpr std::array k_rules = {
                                             .persistent = c.sm90.persistent,
                                             .dynamic_schedule = c.sm90.dynamic_schedule,
                                             .ordered_dq = c.sm90.ordered_dq,
-                                            .lag_dq = c.sm90.lag_dq};
+                                            .lag_dq = c.sm90.lag_dq,
+                                            .descending_walks = c.sm90.descending_walks};
              return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
                     c.sm80.K_mma_load_K_tiles != 0 || c.sm80.V_mma_load_K_tiles != 0 ||
                     c.sm80.mma_double_buffer_loads || c.sm80.optimized_softmax;
@@ -151,6 +152,12 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) {
              return c.sm90.lag_dq &&
                     (!c.backward || sm90_backward_split_head(c) || c.sm90.ordered_dq);
+         }},
+    Rule{"descend_is_backward", RuleKind::validity,
+         "descend walks each key block's query blocks from the last down in the sm90 backward "
+         "(add bwd), without ordered (its dQ additions wait in the order of ascending walks)",
+         [](const KernelConfig& c) {
+             return c.sm90.descending_walks && (!c.backward || c.sm90.ordered_dq);
          }},
     Rule{"psmem_forward", RuleKind::validity,
          "psmem passes the forward's P to P·V through shared memory (not with bwd) in 64-row "
@@ -632,6 +639,7 @@ ValueSets tune_values_backward_sm90() {
     v.dynamic_schedule = {false, true};
     v.ordered_dq = {false, true};
     v.lag_dq = {false, true};
+    v.descending_walks = {false, true};
     return v;
 }
 

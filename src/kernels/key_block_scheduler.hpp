@@ -103,15 +103,29 @@ struct KeyBlockScheduler {
     }
 };
 
-// The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks
-// that see a key of the block (QueryBlocks), those at the ends masked, and every block of a key
-// block that runs past seq_k (below). Queries past seq_q need no mask: their LSE is +inf, so P is
-// 0. Rotated (BackwardTraits::rotate_walks): each head's blocks from `start` to the end, then from
-// the first, the sequence's key blocks' starts spread evenly over the blocks.
+// The order of a walk's steps (BackwardTraits::walk_order).
+enum class WalkOrder {
+    // Each query head's blocks from the first, the group's heads one after another.
+    ascending,
+    // Each head's blocks from `start` to the end, then from the first, the sequence's key
+    // blocks' starts spread evenly over the blocks.
+    rotated,
+    // From the last block down, the group's heads of a block one after another. A (K/V head,
+    // sequence)'s key blocks then reach each query block together, causal walks too (they end
+    // at their diagonals instead of starting there), so the CTAs running at once read the same
+    // Q and dO rows and add to the same dQ rows, a block of each of the group's heads at a time,
+    // where ascending causal walks spread over all of them (the GQA hypothesis, docs/PERF.md).
+    descending,
+};
+
+// The query blocks of one CTA's walk, in the order `WalkOrder` gives: for each query head of its
+// K/V head, the blocks that see a key of the block (QueryBlocks), those at the ends masked, and
+// every block of a key block that runs past seq_k (below). Queries past seq_q need no mask: their
+// LSE is +inf, so P is 0.
 struct QueryWalk {
     QueryBlocks blocks;  // of each head
     int group;           // query heads of the K/V head
-    int start;           // the block each head's walk begins with
+    int start;           // rotated, the block each head's walk begins with
 
     template <class Mask>
     static constexpr QueryWalk of(const BackwardArgs& a, const Mask& mask, int k0, int B_r, int B_c,
@@ -131,22 +145,31 @@ struct QueryWalk {
 
     // A step's query head (within the group) and block, advanced step by step: a division of
     // the step's index by per_head() took the consumers about 40 instructions of a step's ~480
-    // (SASS, d_head 128, CUDA 13.0). Rotated (BackwardTraits::rotate_walks) a compile-time flag,
-    // so that the kernels that never rotate keep their code.
+    // (SASS, d_head 128, CUDA 13.0). The order a compile-time argument, so that each kernel
+    // holds its own order's code alone.
     struct Step {
         int head, block;
-        template <bool Rotated>
+        template <WalkOrder Order>
         constexpr void advance(const QueryWalk& walk) {
-            const bool wrap = ++block == walk.blocks.end;
-            if (wrap)
-                block = walk.blocks.first;
-            if (Rotated ? block == walk.start : wrap)
-                ++head;
+            if constexpr (Order == WalkOrder::descending) {
+                if (++head == walk.group) {
+                    head = 0;
+                    --block;
+                }
+            } else {
+                const bool wrap = ++block == walk.blocks.end;
+                if (wrap)
+                    block = walk.blocks.first;
+                if (Order == WalkOrder::rotated ? block == walk.start : wrap)
+                    ++head;
+            }
         }
     };
-    template <bool Rotated>
+    template <WalkOrder Order>
     constexpr Step first() const {
-        return {0, Rotated ? start : blocks.first};
+        return {0, Order == WalkOrder::rotated      ? start
+                   : Order == WalkOrder::descending ? blocks.end - 1
+                                                    : blocks.first};
     }
 };
 

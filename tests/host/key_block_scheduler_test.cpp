@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <set>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -367,24 +368,31 @@ TEST(KeyBlockScheduler, WindowAddsCountTheEarlierKeyBlocks) {
 }
 
 // A walk (QueryWalk, the kernels' own) visits each query head of its group and each of its key
-// block's query blocks exactly once, a head's blocks together. In order from the first block
-// unless rotated (the ordered dQ's adds assume it); rotated, each head from `start` (inside the
-// walk's blocks, different for a sequence's first key blocks without a mask) to the end and
-// then from the first. Both alignments, causal and not, seq_q != seq_k, GQA.
-TEST(QueryWalk, VisitsEveryBlockOnceAHeadAtATime) {
-    const auto check = [](const fa::sm90::QueryWalk& walk, auto rotated) {
-        constexpr bool Rotated = decltype(rotated)::value;
+// block's query blocks exactly once. Ascending, a head's blocks together from the first (the
+// ordered dQ's adds assume it); rotated, each head from `start` (inside the walk's blocks,
+// different for a sequence's first key blocks without a mask) to the end and then from the first;
+// descending, from the last block down, a block's heads together. Both alignments, causal and
+// not, seq_q != seq_k, GQA.
+TEST(QueryWalk, VisitsEveryBlockOnceInItsOrder) {
+    using fa::sm90::WalkOrder;
+    const auto check = [](const fa::sm90::QueryWalk& walk, auto order) {
+        constexpr WalkOrder Order = decltype(order)::value;
         std::set<std::pair<int, int>> seen;
-        auto at = walk.first<Rotated>();
-        ASSERT_EQ(at.block, Rotated ? walk.start : walk.blocks.first);
-        for (int i = 0; i < walk.steps(); ++i, at.template advance<Rotated>(walk)) {
-            ASSERT_EQ(at.head, i / walk.per_head()) << "step " << i;
+        auto at = walk.first<Order>();
+        for (int i = 0; i < walk.steps(); ++i, at.template advance<Order>(walk)) {
             ASSERT_TRUE(at.block >= walk.blocks.first && at.block < walk.blocks.end)
                 << "step " << i;
-            const int offset =
-                (i % walk.per_head() + (Rotated ? walk.start - walk.blocks.first : 0)) %
-                walk.per_head();
-            ASSERT_EQ(at.block, walk.blocks.first + offset) << "step " << i;
+            if constexpr (Order == WalkOrder::descending) {
+                ASSERT_EQ(at.head, i % walk.group) << "step " << i;
+                ASSERT_EQ(at.block, walk.blocks.end - 1 - i / walk.group) << "step " << i;
+            } else {
+                ASSERT_EQ(at.head, i / walk.per_head()) << "step " << i;
+                const int offset =
+                    (i % walk.per_head() +
+                     (Order == WalkOrder::rotated ? walk.start - walk.blocks.first : 0)) %
+                    walk.per_head();
+                ASSERT_EQ(at.block, walk.blocks.first + offset) << "step " << i;
+            }
             seen.insert({at.head, at.block});
         }
         EXPECT_EQ(static_cast<int>(seen.size()), walk.steps());
@@ -419,8 +427,12 @@ TEST(QueryWalk, VisitsEveryBlockOnceAHeadAtATime) {
                                         EXPECT_EQ(walk.start, walk.blocks.first);
                                     }
                                     starts.insert(walk.start);
-                                    check(walk, std::false_type{});
-                                    check(walk, std::true_type{});
+                                    check(walk, std::integral_constant<WalkOrder,
+                                                                       WalkOrder::ascending>{});
+                                    check(walk, std::integral_constant<WalkOrder,
+                                                                       WalkOrder::rotated>{});
+                                    check(walk, std::integral_constant<WalkOrder,
+                                                                       WalkOrder::descending>{});
                                 }
                                 // Without a mask the walks are alike: rotated, their starts
                                 // differ while there are blocks enough.
