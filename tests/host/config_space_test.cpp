@@ -137,8 +137,8 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
               "lagdq_is_backward");
     // Descending walks: any unordered sm90 backward kernel (d_head 256's shared keys too).
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.descending_walks = true; }), "");
-    EXPECT_EQ(rejected_by(KernelConfig::parse("(BF16, 256, 64, 64, 12): sm90+bwd+stages_1+descend")),
-              "");
+    EXPECT_EQ(
+        rejected_by(KernelConfig::parse("(BF16, 256, 64, 64, 12): sm90+bwd+stages_1+descend")), "");
     EXPECT_EQ(with_hopper([](KernelConfig& c) {
                   c.sm90.descending_walks = true;
                   c.sm90.ordered_dq = true;

@@ -427,12 +427,14 @@ TEST(QueryWalk, VisitsEveryBlockOnceInItsOrder) {
                                         EXPECT_EQ(walk.start, walk.blocks.first);
                                     }
                                     starts.insert(walk.start);
-                                    check(walk, std::integral_constant<WalkOrder,
-                                                                       WalkOrder::ascending>{});
-                                    check(walk, std::integral_constant<WalkOrder,
-                                                                       WalkOrder::rotated>{});
-                                    check(walk, std::integral_constant<WalkOrder,
-                                                                       WalkOrder::descending>{});
+                                    check(
+                                        walk,
+                                        std::integral_constant<WalkOrder, WalkOrder::ascending>{});
+                                    check(walk,
+                                          std::integral_constant<WalkOrder, WalkOrder::rotated>{});
+                                    check(
+                                        walk,
+                                        std::integral_constant<WalkOrder, WalkOrder::descending>{});
                                 }
                                 // Without a mask the walks are alike: rotated, their starts
                                 // differ while there are blocks enough.

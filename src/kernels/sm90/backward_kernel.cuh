@@ -222,7 +222,7 @@ struct BackwardTraits {
     // causal or not (bf16, three rounds, H200, 2026-12-04). Never with ordered dQ, whose adds
     // follow the key blocks' order. Descending (C.sm90.descending_walks, never ordered either):
     // every walk from its last query block down, causal or not.
-    static constexpr WalkOrder walk_order = C.sm90.descending_walks ? WalkOrder::descending
+    static constexpr WalkOrder walk_order = C.sm90.descending_walks     ? WalkOrder::descending
                                             : split_head && !ordered_dq ? WalkOrder::rotated
                                                                         : WalkOrder::ascending;
     static_assert(!C.sm90.descending_walks || !ordered_dq,
