@@ -154,6 +154,12 @@ build_checks() {
   checked_filter=${GPU_FILTER:-*}
 }
 
+# The backward stage's kernels: the release set, BWD_CANDIDATES's short forms and EXTRA_KERNELS
+# (more FLASH_KERNELS items, e.g. @bench/fp8-d64.txt, so that one build serves other tests too).
+backward_set() {
+  echo "release${BWD_CANDIDATES:+,@$(realpath "$BWD_CANDIDATES")}${EXTRA_KERNELS:+,$EXTRA_KERNELS}"
+}
+
 # build_set SET: $BUILD with the tests, of the kernel set SET (FLASH_KERNELS).
 build_set() {
   check configure cmake -S . -B "$BUILD" -G Ninja -DFLASH_WERROR=ON -DFLASH_KERNELS="$1" || return
@@ -161,7 +167,8 @@ build_set() {
 }
 
 stage_backward() {
-  local set=release${BWD_CANDIDATES:+,@$(realpath "$BWD_CANDIDATES")}
+  local set
+  set=$(backward_set)
   [ -x "$BUILD/tests/test_gpu" ] || build_set "$set" || return
   # Unless build's checks ran them already (every GPU test, or a filter with the backward's).
   if [ -z "${checked_filter:-}" ]; then
@@ -340,7 +347,8 @@ stage_bench() {
   # With BWD_CANDIDATES=F, the backward stage's build of the same set, tests and all: built here
   # for it (`bench F backward`: the timings before the tests) or by it.
   if [ "${BWD_CANDIDATES:+$(realpath "$BWD_CANDIDATES")}" = "$(realpath "$file")" ] &&
-    [ "$kernels" = "release,@$(realpath "$file")" ]; then
+    [ "${BENCH_RELEASE:-1}" = 1 ]; then
+    kernels=$(backward_set)
     grep -qxF "FLASH_KERNELS:STRING=$kernels" "$BUILD/CMakeCache.txt" 2>/dev/null &&
       [ -x "$BUILD/tests/test_gpu" ] || build_set "$kernels" || return
     bin=$BUILD/bin/flash_attention

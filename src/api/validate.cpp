@@ -26,7 +26,7 @@ std::string limits_text() {
 
 // The head dims the FP8 (E4M3) kernels take (the config rule dtype).
 constexpr bool fp8_head_dim(std::int64_t d) {
-    return d == 128 || d == 256;
+    return d == 64 || d == 128 || d == 256;
 }
 
 // What a message expects of an E4M3 problem's d_head: fp8_head_dim's dims, read off the predicate

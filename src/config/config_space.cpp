@@ -86,15 +86,15 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) { return !sm80(c) && !sm90(c); }},
     Rule{"dtype", RuleKind::validity,
          "FP16 and BF16 kernels exist in every form; E4M3 (FP8) in the sm90 forward (Traits::fp8): "
-         "d_head 128 or 256 (V's own), two consumers (B_r 128, as tested), B_c 128 (V's "
+         "d_head 64, 128 or 256 (V's own), two consumers (B_r 128, as tested), B_c 128 (V's "
          "transposed tile a whole 128-byte swizzle row of keys), and of the knobs stages, overlap, "
          "pingpong, persistent, dynamic, lazy and vtrans",
          [](const KernelConfig& c) {
              if (c.dtype == DType::FP16 || c.dtype == DType::BF16)
                  return false;
              if (c.dtype != DType::E4M3 || !sm90(c) || c.backward || c.d_v != 0 ||
-                 (c.d_head != 128 && c.d_head != 256) || c.B_r != 128 || c.n_warps != 12 ||
-                 c.B_c != 128)
+                 (c.d_head != 64 && c.d_head != 128 && c.d_head != 256) || c.B_r != 128 ||
+                 c.n_warps != 12 || c.B_c != 128)
                  return true;
              const Sm90Knobs allowed{.stages = c.sm90.stages,
                                      .intra_warpgroup_overlap = c.sm90.intra_warpgroup_overlap,
@@ -704,8 +704,9 @@ std::vector<KernelConfig> release() {
 // within 4% of the table's at some lengths (builtin_choice.cpp): d_head 128 two stages with and
 // without ping-pong; d_head 256, whose block accumulators leave no room for overlap
 // (estimated_registers()), without it: one CTA a tile, persistent, ping-pong; and the built-in
-// rows with V transposed in the kernel (vtrans). Three consumers of 128 keys spill 240 bytes at
-// d_head 128 (ptxas 13.0).
+// rows with V transposed in the kernel (vtrans); d_head 64 (64-byte swizzled Q and K tiles), the
+// plain kernel and d_head 128's row with and without vtrans, not yet in the table. Three
+// consumers of 128 keys spill 240 bytes at d_head 128 (ptxas 13.0).
 std::vector<KernelConfig> fp8() {
     std::vector<KernelConfig> v;
     for (const KernelConfig& c : release()) {
@@ -723,6 +724,9 @@ std::vector<KernelConfig> fp8() {
                "(E4M3, 256, 128, 128, 12): sm90+stages_2+pingpong+persistent+dynamic+lazy",
                "(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans",
                "(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy+vtrans",
+               "(E4M3, 64, 128, 128, 12): sm90+stages_2",
+               "(E4M3, 64, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy",
+               "(E4M3, 64, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans",
            }));
     return v;
 }

@@ -683,7 +683,7 @@ TEST(ConfigSpace, E4m3ParsesAndTheRuleTakesItsKnobs) {
              "(E4M3, 128, 64, 128, 8): sm90+stages_2+packgqa",
              "(E4M3, 128, 128, 64, 12): sm90+stages_2",
              "(E4M3, 128, 192, 128, 16): sm90+stages_2+overlap+pingpong+persistent+lazy",
-             "(E4M3, 64, 128, 128, 12): sm90+stages_2",
+             "(E4M3, 96, 128, 128, 12): sm90+stages_2",
              "(E4M3, 192, 128, 128, 12): sm90+dv_128+stages_2",
              "(E4M3, 128, 64, 128, 12): sm90+bwd+stages_2",
              "(E4M3, 128, 64, 64, 4): async+swizzled+load_1_1_1_tiles",

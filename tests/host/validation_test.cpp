@@ -839,8 +839,8 @@ TEST(Validation, Fp8Descales) {
     }
 }
 
-// FP8 attention takes no variants, no V head dim of its own and d_head 128 or 256 only, yet: each
-// is unsupported, naming the option or dimension.
+// FP8 attention takes no variants, no V head dim of its own and d_head 64, 128 or 256 only, yet:
+// each is unsupported, naming the option or dimension.
 TEST(Validation, Fp8Unsupported) {
     const auto unsupported = [](const std::function<void(fa::ForwardParams&)>& change,
                                 const std::string& argument, const std::string& given) {
@@ -862,15 +862,16 @@ TEST(Validation, Fp8Unsupported) {
         [](auto& p) { p.options.variants.alibi_slopes = static_cast<const float*>(address(8)); },
         "options.variants.alibi_slopes", "a pointer");
     unsupported([](auto& p) { p.v.shape[3] = p.o.shape[3] = 64; }, "v.shape[3] (d_head)", "64");
-    for (const std::int64_t d : {64, 96, 192, 80}) {
+    for (const std::int64_t d : {96, 192, 80}) {
         const fa::Error e = fp8_error([&](auto& p) {
             for (fa::TensorView* t : {&p.q, &p.k, &p.v, &p.o}) {
                 *t = fa::TensorView::contiguous(t->data, t->dtype, 2, 256, 4, d);
             }
         });
         expect_error(e, fa::ErrorCode::unsupported, "q.shape[3] (d_head)", std::to_string(d));
-        EXPECT_NE(std::string(e.what()).find("expected 128 or 256 (the FP8 kernels' head dims"),
-                  std::string::npos)
+        EXPECT_NE(
+            std::string(e.what()).find("expected 64 or 128 or 256 (the FP8 kernels' head dims"),
+            std::string::npos)
             << e.what();
     }
 }
@@ -884,11 +885,11 @@ TEST(Validation, Fp8ProblemShapeWithoutTensors) {
         change(s);
         return s;
     };
-    const fa::Error d64 = problem_error(changed([](auto& s) { s.d_head = 64; }));
-    expect_error(d64, fa::ErrorCode::unsupported, "d_head", "64");
-    EXPECT_NE(std::string(d64.what()).find("expected 128 or 256 (the FP8 kernels' head dims"),
+    const fa::Error d96 = problem_error(changed([](auto& s) { s.d_head = 96; }));
+    expect_error(d96, fa::ErrorCode::unsupported, "d_head", "96");
+    EXPECT_NE(std::string(d96.what()).find("expected 64 or 128 or 256 (the FP8 kernels' head dims"),
               std::string::npos)
-        << d64.what();
+        << d96.what();
     expect_error(problem_error(changed([](auto& s) { s.d_v = 64; })), fa::ErrorCode::unsupported,
                  "d_v", "64");
     expect_error(problem_error(changed([](auto& s) { s.window_or_softcap = true; })),
@@ -909,10 +910,10 @@ TEST(Validation, Fp8ProblemShapeWithoutTensors) {
         EXPECT_NE(std::string(e.what()).find("got E4M3 d_head 128"), std::string::npos) << e.what();
     }
     try {
-        fa::choose_config(changed([](auto& s) { s.d_head = 64; }), h100);
+        fa::choose_config(changed([](auto& s) { s.d_head = 96; }), h100);
         ADD_FAILURE() << "no error";
     } catch (const fa::Error& e) {
-        expect_error(e, fa::ErrorCode::unsupported, "d_head", "64");
+        expect_error(e, fa::ErrorCode::unsupported, "d_head", "96");
     }
 }
 

@@ -201,16 +201,17 @@ TensorMaps make_fp8_tensor_maps(const KernelArgs& a, int d_head, int kv_rows, co
         in_pairs("q", a.q_stride, {s.q_view_seq, a.heads, s.q_view_batch});
     const TensorStrides k_pairs =
         in_pairs("k", a.k_stride, {s.k_view_seq, a.heads_kv, s.k_view_batch});
+    const int cols = tile_swizzle_bytes(d_head / 2) / 2;
     const CUtensorMap k = encode("k", a.k, DType::FP16, d_head / 2, s.k_view_seq, a.heads_kv,
-                                 s.k_view_batch, k_pairs, kv_rows, 64);
+                                 s.k_view_batch, k_pairs, kv_rows, cols);
     const CUtensorMap q = encode("q", a.q, DType::FP16, d_head / 2, s.q_view_seq, a.heads,
-                                 s.q_view_batch, q_pairs, 64, 64);
+                                 s.q_view_batch, q_pairs, 64, cols);
     if (vt == nullptr) {
         const TensorStrides v_pairs =
             in_pairs("v", a.v_stride, {s.k_view_seq, a.heads_kv, s.k_view_batch});
         return {q, k,
                 encode("v", a.v, DType::FP16, d_head / 2, s.k_view_seq, a.heads_kv, s.k_view_batch,
-                       v_pairs, kv_rows, 64),
+                       v_pairs, kv_rows, cols),
                 CUtensorMap{}};  // O: from registers
     }
     const std::int64_t row = seq_pad / 2;  // the copy's rows, in pairs of keys

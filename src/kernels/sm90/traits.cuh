@@ -58,10 +58,11 @@ struct Traits {
     static constexpr int d_head = C.d_head;     // Q's and K's columns
     static constexpr int d_v = C.v_head_dim();  // V's and O's
     // The tiles' columns: whole sub-tiles of their swizzle (tile_swizzle_bytes(): 64
-    // columns, or 32 at d_head 96, whose tiles then hold no padding); FP8's pairs of values.
+    // columns, or 32 at d_head 96, whose tiles then hold no padding); FP8's pairs of values, so
+    // that FP8 at d_head 64 (rows of 64 bytes) takes the 64-byte swizzle too.
     static constexpr int q_cols = fp8 ? d_head / 2 : tile_columns(d_head);
     static constexpr int o_cols = tile_columns(d_v);
-    static constexpr int qk_swizzle = fp8 ? 128 : tile_swizzle_bytes(d_head);
+    static constexpr int qk_swizzle = tile_swizzle_bytes(fp8 ? d_head / 2 : d_head);
     static constexpr int o_swizzle = tile_swizzle_bytes(d_v);
     static constexpr int B_r = C.B_r;
     static constexpr int B_c = C.B_c;
@@ -152,7 +153,9 @@ struct Traits {
     // which the producer warpgroup's transposers turn into the stage's VTile.
     static constexpr bool transpose_v = C.sm90.transpose_v;
     static_assert(!transpose_v || fp8, "V is transposed for 8-bit P·V only");
-    using VStagingTile = SwizzledTile<B_c, fp8 ? d_v / 2 : 64, 128>;  // (named for every config)
+    using VStagingTile =
+        SwizzledTile<B_c, fp8 ? d_v / 2 : 64,
+                     fp8 ? tile_swizzle_bytes(d_v / 2) : 128>;  // (named for every config)
     static constexpr int v_staging_offset = v_offset + stages * VTile::bytes;
     // The producer warpgroup's warps after the first, which transpose (mainloop.cuh).
     static constexpr int transposer_threads = transpose_v ? warpgroup_threads - warp_size : 0;
