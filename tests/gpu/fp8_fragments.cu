@@ -1,7 +1,8 @@
 // FP8 (e4m3) wgmma operands, as the FP8 forward will use them: S = Q·Kᵀ from shared memory,
 // then P (S scaled, rounded to e4m3 straight from S's accumulator registers by pack_e4m3x4) as
 // the A fragment of O = P·V, with V read from its transposed copy whose keys follow
-// fp8_key_of_slot. One warpgroup, 64 queries, 128 keys, head dim 128, V's 64 columns. Checked
+// fp8_key_of_slot. One warpgroup, 64 queries, 128 keys, head dim 128 (128-byte swizzled rows) or
+// 64 (64-byte swizzled rows, as the d_head 64 kernels' Q and K tiles), V's 64 columns. Checked
 // against host products: a wrong fragment order, descriptor or key order fails by far more than
 // fp32 rounding. sm_90a machine code (wgmma), built with the sm90 family.
 
@@ -24,17 +25,19 @@ namespace fa = flash_attention;
 
 namespace {
 
-constexpr int queries = 64, keys = 128, head_bytes = 128, v_cols = 64;
-// 8-bit tiles as 128-byte swizzled rows: SwizzledTile counts 16-bit columns, so a row of 128
+constexpr int queries = 64, keys = 128, v_cols = 64;
+// 8-bit tiles as swizzled rows of head_bytes: SwizzledTile counts 16-bit columns, so a row of 128
 // e4m3 values is 64 of its columns, and a k-step of 32 bytes holds 32 values.
-using QTile = fa::Swizzle128Tile<queries, head_bytes / 2>;
-using KTile = fa::Swizzle128Tile<keys, head_bytes / 2>;
-using VtTile = fa::Swizzle128Tile<v_cols, keys / 2>;  // rows: V's columns; k: the key slots
-
-struct alignas(1024) ProbeSmem {
-    unsigned char q[QTile::bytes];
-    unsigned char k[KTile::bytes];
-    unsigned char vt[VtTile::bytes];
+template <int HeadBytes>
+struct ProbeTiles {
+    using QTile = fa::SwizzledTile<queries, HeadBytes / 2, HeadBytes>;
+    using KTile = fa::SwizzledTile<keys, HeadBytes / 2, HeadBytes>;
+    using VtTile = fa::Swizzle128Tile<v_cols, keys / 2>;  // rows: V's columns; k: the key slots
+    struct alignas(1024) Smem {
+        unsigned char q[QTile::bytes];
+        unsigned char k[KTile::bytes];
+        unsigned char vt[VtTile::bytes];
+    };
 };
 
 // Row-major bytes into a tile, 16-byte chunks at their swizzled places.
@@ -47,12 +50,16 @@ __device__ void fill(unsigned char* tile, const unsigned char* rows) {
     }
 }
 
+template <int HeadBytes>
 __global__ void __launch_bounds__(128)
     probe(const unsigned char* q, const unsigned char* k, const unsigned char* vt, float p_scale,
           float* s_out, float* o_out) {
+    using QTile = typename ProbeTiles<HeadBytes>::QTile;
+    using KTile = typename ProbeTiles<HeadBytes>::KTile;
+    using VtTile = typename ProbeTiles<HeadBytes>::VtTile;
     extern __shared__ unsigned char raw[];
-    auto& smem = *reinterpret_cast<ProbeSmem*>((reinterpret_cast<std::uintptr_t>(raw) + 1023) &
-                                               ~std::uintptr_t{1023});
+    auto& smem = *reinterpret_cast<typename ProbeTiles<HeadBytes>::Smem*>(
+        (reinterpret_cast<std::uintptr_t>(raw) + 1023) & ~std::uintptr_t{1023});
     fill<QTile>(smem.q, q);
     fill<KTile>(smem.k, k);
     fill<VtTile>(smem.vt, vt);
@@ -65,7 +72,7 @@ __global__ void __launch_bounds__(128)
     float s[keys / 8][4];
     fa::ptx::wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < head_bytes / 32; ++kk) {
+    for (int kk = 0; kk < HeadBytes / 32; ++kk) {
         fa::ptx::wgmma_ss<fa::DType::E4M3, keys, false>(
             s, QTile::k_major(address(smem.q), kk), KTile::k_major(address(smem.k), kk), kk > 0);
     }
@@ -136,7 +143,8 @@ T* to_device(const std::vector<T>& host) {
     return device;
 }
 
-TEST(Fp8, WgmmaFragmentsMatchHostProducts) {
+template <int head_bytes>
+void check_fragments() {
     const fa::DeviceProperties& device = fa::DeviceProperties::current();
     if (device.major != 9 || device.minor != 0)
         GTEST_SKIP() << "sm_90a machine code needs compute capability 9.0";
@@ -158,10 +166,11 @@ TEST(Fp8, WgmmaFragmentsMatchHostProducts) {
     float *s_d = nullptr, *o_d = nullptr;
     fa::cuda_check(cudaMalloc(&s_d, sizeof(float) * queries * keys), "cudaMalloc");
     fa::cuda_check(cudaMalloc(&o_d, sizeof(float) * queries * v_cols), "cudaMalloc");
-    constexpr int smem = sizeof(ProbeSmem) + 1024;
-    fa::cuda_check(cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-                   "cudaFuncSetAttribute");
-    probe<<<1, 128, smem>>>(q_d, k_d, vt_d, p_scale, s_d, o_d);
+    constexpr int smem = sizeof(typename ProbeTiles<head_bytes>::Smem) + 1024;
+    fa::cuda_check(
+        cudaFuncSetAttribute(probe<head_bytes>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+        "cudaFuncSetAttribute");
+    probe<head_bytes><<<1, 128, smem>>>(q_d, k_d, vt_d, p_scale, s_d, o_d);
     fa::cuda_check(cudaGetLastError(), "probe launch");
     fa::cuda_check(cudaDeviceSynchronize(), "probe");
     std::vector<float> s(queries * keys), o(queries * v_cols);
@@ -173,8 +182,8 @@ TEST(Fp8, WgmmaFragmentsMatchHostProducts) {
                     static_cast<void*>(s_d), static_cast<void*>(o_d)})
         cudaFree(p);
 
-    // S: sums of 128 products of 4-bit significands, exact in double; the tensor cores add each
-    // k-step's products at about 14 bits (k_fp8_accumulation), 1.7e-4 off at 4.83 (H100,
+    // S: sums of head_bytes products of 4-bit significands, exact in double; the tensor cores add
+    // each k-step's products at about 14 bits (k_fp8_accumulation), 1.7e-4 off at 4.83 (H100,
     // 2026-12-06), far inside what a wrong layout or key order would give.
     for (int i = 0; i < queries; ++i) {
         for (int j = 0; j < keys; ++j) {
@@ -205,6 +214,15 @@ TEST(Fp8, WgmmaFragmentsMatchHostProducts) {
                 << "O row " << i << ", column " << c;
         }
     }
+}
+
+TEST(Fp8, WgmmaFragmentsMatchHostProducts) {
+    check_fragments<128>();
+}
+
+// d_head 64: Q's and K's rows of 64 bytes on the 64-byte swizzle (Traits::qk_swizzle).
+TEST(Fp8, WgmmaFragmentsMatchHostProductsOn64ByteRows) {
+    check_fragments<64>();
 }
 
 }  // namespace
