@@ -445,3 +445,46 @@ TEST(QueryWalk, VisitsEveryBlockOnceInItsOrder) {
                                 }
                             }
 }
+
+// Descending walks of one (K/V head, sequence) move in step: at each step every key block still
+// walking is at the same query head and block (seq_q = seq_k, causal or not, GQA), so the CTAs
+// running together read one block of Q and dO and add to one block of dQ at a time. Ascending
+// causal walks, which start at their diagonals, are at as many blocks as there are key blocks.
+TEST(QueryWalk, DescendingWalksOfAPairMoveInStep) {
+    using fa::sm90::WalkOrder;
+    constexpr WalkOrder down = WalkOrder::descending, up = WalkOrder::ascending;
+    for (const int seq : {100, 1000, 2048})
+        for (const bool causal : {false, true})
+            for (const int group : {1, 4})
+                for (const auto& [b_r, b_c] : {std::pair{64, 128}, std::pair{128, 128}}) {
+                    SCOPED_TRACE(::testing::Message() << "seq " << seq << " causal " << causal
+                                                      << " group " << group << " B_r " << b_r);
+                    fa::BackwardArgs a = problem(seq, 1, 1, causal, 132, group);
+                    a.diagonal_seq_q = fa::diagonal_queries(seq, seq, false);
+                    const auto mask = fa::CausalMask::of(a);
+                    const int key_blocks = (seq + b_c - 1) / b_c;
+                    std::vector<fa::sm90::QueryWalk> walks;
+                    for (int n = 0; n < key_blocks; ++n)
+                        walks.push_back(fa::sm90::QueryWalk::of(a, mask, n * b_c, b_r, b_c, false));
+                    const auto at_step = [&](int n, int t, auto order) {
+                        auto at = walks[n].first<decltype(order)::value>();
+                        for (int i = 0; i < t; ++i)
+                            at.template advance<decltype(order)::value>(walks[n]);
+                        return std::pair{at.head, at.block};
+                    };
+                    std::set<std::pair<int, int>> first_steps_up;
+                    for (int n = 0; n < key_blocks; ++n) {
+                        if (walks[n].steps() > 0)
+                            first_steps_up.insert(
+                                at_step(n, 0, std::integral_constant<WalkOrder, up>{}));
+                        for (int t = 0; t < walks[n].steps(); ++t) {
+                            ASSERT_EQ(at_step(n, t, std::integral_constant<WalkOrder, down>{}),
+                                      at_step(0, t, std::integral_constant<WalkOrder, down>{}))
+                                << "key block " << n << ", step " << t;
+                        }
+                    }
+                    if (causal && b_r == b_c) {
+                        EXPECT_EQ(static_cast<int>(first_steps_up.size()), key_blocks);
+                    }
+                }
+}
