@@ -45,7 +45,8 @@
 #            of FLASH_ATTN_SUITE_SAMPLE=5000 cases over every test function: about 3000 run, flash_attn's
 #            kvcache test skips the rest itself)
 #   bench F  a build of the release set plus the short forms of file F (BENCH_RELEASE=0: F's alone;
-#            with BWD_CANDIDATES=F, the backward stage's build: `bench F backward` builds once), then `flash_attention bench`
+#            with BWD_CANDIDATES=F, the backward stage's build: `bench F backward` builds once; after prebuilt,
+#            its binaries), then `flash_attention bench`
 #            of F's configs, once per "#! ARGS" line of F (its arguments added)
 #   fp8 F    the FP8 forward's checks and timings, built with file F's short forms alone and the Python
 #            extension (cold on 16 cores: about 90 s for four FP8 configs): the `Fp8*` GPU tests, memcheck and
@@ -344,9 +345,12 @@ stage_bench() {
   kernels="release,@$(realpath "$file")"
   name=bench_$(basename "$file" .txt)
   [ "${BENCH_RELEASE:-1}" = 1 ] || kernels="@$(realpath "$file")"
-  # With BWD_CANDIDATES=F, the backward stage's build of the same set, tests and all: built here
-  # for it (`bench F backward`: the timings before the tests) or by it.
-  if [ "${BWD_CANDIDATES:+$(realpath "$BWD_CANDIDATES")}" = "$(realpath "$file")" ] &&
+  # After prebuilt, its binaries (built elsewhere with F's configs); with BWD_CANDIDATES=F, the
+  # backward stage's build of the same set, tests and all: built here for it (`bench F backward`:
+  # the timings before the tests) or by it.
+  if [ -n "${prebuilt:-}" ]; then
+    bin=$BUILD/bin/flash_attention
+  elif [ "${BWD_CANDIDATES:+$(realpath "$BWD_CANDIDATES")}" = "$(realpath "$file")" ] &&
     [ "${BENCH_RELEASE:-1}" = 1 ]; then
     kernels=$(backward_set)
     grep -qxF "FLASH_KERNELS:STRING=$kernels" "$BUILD/CMakeCache.txt" 2>/dev/null &&
