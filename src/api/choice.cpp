@@ -101,11 +101,18 @@ std::optional<KernelConfig> find_kernel_for(const ChoiceProblem& p,
 KernelConfig choose_kernel(const ChoiceProblem& p, const DeviceProperties& device) {
     if (const auto c = find_kernel_for(p, device))
         return *c;
+    // Tensors TMA cannot copy need the sm80 family, which has no FP8 kernels: say so, since the
+    // dtype and head dim may well be built.
+    const char* layout = p.tma_addressable ? ""
+                         : p.shape.dtype == DType::E4M3
+                             ? "; E4M3 tensors need strides TMA can copy (the sm90 family's)"
+                             : "; these tensors need an sm80-family one";
     throw Error(ErrorCode::unsupported,
                 "q: expected a dtype and d_head that a built kernel runs on " + device.name +
                     " (kernel set \"" + std::string(built_kernel_set()) +
-                    "\"; see flash_attention list), got " + std::string(to_string(p.shape.dtype)) +
-                    " d_head " + std::to_string(p.shape.d_head) +
+                    "\"; see flash_attention list" + layout + "), got " +
+                    std::string(to_string(p.shape.dtype)) + " d_head " +
+                    std::to_string(p.shape.d_head) +
                     (p.shape.d_v != 0 ? " d_v " + std::to_string(p.shape.d_v) : ""));
 }
 

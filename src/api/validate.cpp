@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "config/config_space.hpp"
 
@@ -32,10 +33,14 @@ constexpr bool fp8_head_dim(std::int64_t d) {
 // What a message expects of an E4M3 problem's d_head: fp8_head_dim's dims, read off the predicate
 // so that the two agree.
 std::string fp8_head_dims_expected() {
-    std::string text;
+    std::vector<int> dims;
     for (const int d : space::k_head_dims) {
         if (fp8_head_dim(d))
-            text += (text.empty() ? "" : " or ") + std::to_string(d);
+            dims.push_back(d);
+    }
+    std::string text;
+    for (std::size_t i = 0; i < dims.size(); ++i) {
+        text += (i == 0 ? "" : i + 1 == dims.size() ? " or " : ", ") + std::to_string(dims[i]);
     }
     return text + " (the FP8 kernels' head dims, for E4M3 inputs)";
 }

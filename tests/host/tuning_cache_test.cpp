@@ -1125,3 +1125,23 @@ TEST(TuningCache, TensorsBeyondTmaChooseTheSm80Family) {
         }
     }
 }
+
+// E4M3 tensors TMA cannot copy have no kernel (the sm80 family has no FP8 ones): the error says
+// the layout is why, whatever head dims the build has.
+TEST(TuningCache, Fp8TensorsBeyondTmaNameTheirLayout) {
+    const fa::DeviceProperties hopper = fa::DeviceProperties::model("h100");
+    for (const int d : {64, 128}) {
+        fa::ChoiceProblem p{
+            .shape = {.dtype = fa::DType::E4M3, .d_head = d, .seq_q = 1024, .seq_k = 1024},
+            .tma_addressable = false};
+        try {
+            fa::choose_kernel(p, hopper);
+            ADD_FAILURE() << "no error at d_head " << d;
+        } catch (const fa::Error& e) {
+            EXPECT_EQ(e.code(), fa::ErrorCode::unsupported);
+            EXPECT_NE(std::string(e.what()).find("E4M3 tensors need strides TMA can copy"),
+                      std::string::npos)
+                << e.what();
+        }
+    }
+}
