@@ -38,11 +38,7 @@ std::string fp8_head_dims_expected() {
         if (fp8_head_dim(d))
             dims.push_back(d);
     }
-    std::string text;
-    for (std::size_t i = 0; i < dims.size(); ++i) {
-        text += (i == 0 ? "" : i + 1 == dims.size() ? " or " : ", ") + std::to_string(dims[i]);
-    }
-    return text + " (the FP8 kernels' head dims, for E4M3 inputs)";
+    return space::numbers_text(dims) + " (the FP8 kernels' head dims, for E4M3 inputs)";
 }
 
 bool is_dtype(DType dtype) {

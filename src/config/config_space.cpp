@@ -758,15 +758,19 @@ std::vector<KernelConfig> ci() {
 
 }  // namespace
 
-std::string head_dims_text() {
+std::string numbers_text(std::span<const int> numbers) {
     std::string text;
-    for (std::size_t i = 0; i < k_head_dims.size(); ++i) {
-        text += (i == 0                        ? ""
-                 : i + 1 == k_head_dims.size() ? " or "
-                                               : ", ") +
-                std::to_string(k_head_dims[i]);
+    for (std::size_t i = 0; i < numbers.size(); ++i) {
+        text += (i == 0                    ? ""
+                 : i + 1 == numbers.size() ? " or "
+                                           : ", ") +
+                std::to_string(numbers[i]);
     }
     return text;
+}
+
+std::string head_dims_text() {
+    return numbers_text(k_head_dims);
 }
 
 std::string value_dim_pairs_text() {

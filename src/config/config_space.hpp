@@ -35,6 +35,8 @@ constexpr bool is_wgmma_n(int n) {
 
 // "64, 96, 128, 192 or 256", for messages.
 std::string head_dims_text();
+// Numbers as a message lists them: "64, 128 or 256".
+std::string numbers_text(std::span<const int> numbers);
 
 // The head dims of V (and O) apart from Q's and K's that the kernels are built for, as
 // (d_head, d_v): DeepSeek's MLA (192, 128), forward and backward.
