@@ -45,9 +45,9 @@
 #            of FLASH_ATTN_SUITE_SAMPLE=5000 cases over every test function: about 3000 run, flash_attn's
 #            kvcache test skips the rest itself)
 #   bench F  a build of the release set plus the short forms of file F (BENCH_RELEASE=0: F's alone;
-#            with BWD_CANDIDATES=F, the backward stage's build: `bench F backward` builds once; after prebuilt,
-#            its binaries), then `flash_attention bench`
-#            of F's configs, once per "#! ARGS" line of F (its arguments added)
+#            with BWD_CANDIDATES=F the backward stage's build, so `bench F backward` builds once; after
+#            prebuilt, its binaries), then `flash_attention bench` of F's configs, once per "#! ARGS"
+#            line of F (its arguments added)
 #   fp8 F    the FP8 forward's checks and timings, built with file F's short forms alone and the Python
 #            extension (cold on 16 cores: about 90 s for four FP8 configs): the `Fp8*` GPU tests, memcheck and
 #            racecheck of each config of F that transposes V in the kernel (vtrans) on an odd shape
