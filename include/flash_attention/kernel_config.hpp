@@ -104,10 +104,6 @@ enum class FieldKind {
     /* backward: each step computes the previous step's dQ, so that the consumers need */ \
     /* not wait for each other's dS within a step (sm90/backward_kernel.cuh) */           \
     X(bool, lag_dq, false, 1, sm90, flag, "lagdq")                                        \
-    /* backward: each walk goes down from its last query block, the group's query */      \
-    /* heads of a block one after another, so that the key blocks of a head reach each */ \
-    /* query block together (causal walks end at their diagonals) */                      \
-    X(bool, descending_walks, false, 1, sm90, flag, "descend")                            \
     /* forward: a tile's rows are (query position, query head) pairs of the query */      \
     /* heads of one K/V head, so that few positions fill it (speculative decoding) */     \
     X(bool, pack_gqa, false, 1, sm90, flag, "packgqa")                                    \

@@ -126,8 +126,8 @@ constexpr std::array k_rules = {
     Rule{"backward_knobs", RuleKind::validity,
          "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
          "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
-         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered, "
-         "lagdq and descend",
+         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered "
+         "and lagdq",
          [](const KernelConfig& c) {
              if (!c.backward)
                  return false;
@@ -136,8 +136,7 @@ constexpr std::array k_rules = {
                                             .persistent = c.sm90.persistent,
                                             .dynamic_schedule = c.sm90.dynamic_schedule,
                                             .ordered_dq = c.sm90.ordered_dq,
-                                            .lag_dq = c.sm90.lag_dq,
-                                            .descending_walks = c.sm90.descending_walks};
+                                            .lag_dq = c.sm90.lag_dq};
              return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
                     c.sm80.K_mma_load_K_tiles != 0 || c.sm80.V_mma_load_K_tiles != 0 ||
                     c.sm80.mma_double_buffer_loads || c.sm80.optimized_softmax;
@@ -152,12 +151,6 @@ constexpr std::array k_rules = {
          [](const KernelConfig& c) {
              return c.sm90.lag_dq &&
                     (!c.backward || sm90_backward_split_head(c) || c.sm90.ordered_dq);
-         }},
-    Rule{"descend_is_backward", RuleKind::validity,
-         "descend walks each key block's query blocks from the last down in the sm90 backward "
-         "(add bwd), without ordered (its dQ additions wait in the order of ascending walks)",
-         [](const KernelConfig& c) {
-             return c.sm90.descending_walks && (!c.backward || c.sm90.ordered_dq);
          }},
     Rule{"psmem_forward", RuleKind::validity,
          "psmem passes the forward's P to P·V through shared memory (not with bwd) in 64-row "
@@ -639,7 +632,6 @@ ValueSets tune_values_backward_sm90() {
     v.dynamic_schedule = {false, true};
     v.ordered_dq = {false, true};
     v.lag_dq = {false, true};
-    v.descending_walks = {false, true};
     return v;
 }
 
@@ -698,15 +690,14 @@ std::vector<KernelConfig> release() {
 // and P through shared memory with ping-pong and trimmed blocks (d_head 64's 192 rows; the
 // release's psmem kernels, d_head 96's, neither);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
-// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic),
-// and with descending walks (lagdq's peeled first step; d_head 256's shared keys).
+// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
 // The FP8 (e4m3) forward's configs (rule dtype) on the sm90 kernel body: the release's (the
 // built-in table's), the plain kernels (no overlap: the baseline), and the alternatives measured
 // within 4% of the table's at some lengths (builtin_choice.cpp): d_head 128 two stages with and
 // without ping-pong; d_head 256, whose block accumulators leave no room for overlap
 // (estimated_registers()), without it: one CTA a tile, persistent, ping-pong; and the built-in
 // rows with V transposed in the kernel (vtrans); d_head 64 (64-byte swizzled Q and K tiles), the
-// plain kernel and d_head 128's row with and without vtrans, not yet in the table. Three
+// plain kernel and d_head 128's row without vtrans (the table's has it). Three
 // consumers of 128 keys spill 240 bytes at d_head 128 (ptxas 13.0).
 std::vector<KernelConfig> fp8() {
     std::vector<KernelConfig> v;
@@ -727,7 +718,6 @@ std::vector<KernelConfig> fp8() {
                "(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy+vtrans",
                "(E4M3, 64, 128, 128, 12): sm90+stages_2",
                "(E4M3, 64, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy",
-               "(E4M3, 64, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans",
            }));
     return v;
 }
@@ -750,8 +740,6 @@ std::vector<KernelConfig> ci() {
                "sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim+psmem",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
                "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
-               "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq+descend",
-               "(BF16, 256, 64, 64, 12): sm90+bwd+stages_1+descend",
            }));
     return v;
 }

@@ -35,12 +35,13 @@ constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_bl
 }
 
 // One CTA a key block of one (K/V head, sequence) pair, numbered in sections of pairs
-// (section_position, tile_order.hpp: a section's pairs all take one key block before any takes
-// the next). Without a mask, or with a sliding window or packed sequences (whose walks are as
-// long as the window or the sequence), a section is one pair: the key blocks of a head are
-// neighbours, and the CTAs running together walk the same Q, dO and dQ rows, which stay in L2.
-// Causal, a key block's walk shrinks with its index, and a section holds the pairs of about two
-// waves of CTAs: longest first within it (a short tail), few enough pairs that their rows stay in
+// (balanced_section_position, tile_order.hpp: a section's pairs all take one key block before any
+// takes the next; the sections' sizes differ by one at most). Without a mask, or with a sliding
+// window or packed sequences (whose walks are as long as the window or the sequence), a section is
+// one pair: the key blocks of a head are neighbours, and the CTAs running together walk the same Q,
+// dO and dQ rows, which stay in L2. Causal, a key block's walk shrinks with its index, and a
+// section holds the pairs of about two waves of CTAs (at most two; as many sections as that takes,
+// evenly filled): longest first within it (a short tail), few enough pairs that their rows stay in
 // L2 (every pair's first key blocks at once, one CTA a pair, streamed each its own rows from HBM:
 // −20-30% at 1k-2k), enough that a grid of few heads still starts its longest walks first (GQA
 // 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02).
@@ -59,7 +60,7 @@ struct KeyBlockScheduler {
     int key_blocks;
     int heads_kv;
     int batch;
-    int section;      // (K/V head, sequence) pairs a section
+    int sections;     // of (K/V head, sequence) pairs (balanced_section_position)
     bool descending;  // ordered dQ: a pair's highest key block first, and adds in that order
 
     static constexpr KeyBlockScheduler of(const BackwardArgs& a, int B_c, bool ordered) {
@@ -74,11 +75,12 @@ struct KeyBlockScheduler {
             a.causal &&
             (!a.banded || (a.cu_seqlens_q == nullptr && a.band.left == k_unbounded_window));
         const bool descending = ordered && causal && a.heads == a.heads_kv;
-        const std::int64_t section = !causal || pairs == 0    ? 1
-                                     : ordered && !descending ? pairs
-                                                              : std::min(two_waves, pairs);
+        const std::int64_t sections = !causal || pairs == 0 ? std::max<std::int64_t>(pairs, 1)
+                                      : ordered && !descending
+                                          ? 1
+                                          : (pairs + two_waves - 1) / two_waves;
         return {key_blocks, a.heads_kv, a.batch,
-                static_cast<int>(std::min<std::int64_t>(section, std::numeric_limits<int>::max())),
+                static_cast<int>(std::min<std::int64_t>(sections, std::numeric_limits<int>::max())),
                 descending};
     }
     constexpr std::int64_t count() const { return std::int64_t{key_blocks} * heads_kv * batch; }
@@ -88,7 +90,8 @@ struct KeyBlockScheduler {
     };
     // index in [0, count()), which the launch keeps below 2^31.
     constexpr Tile tile(int index) const {
-        const SectionPosition at = section_position(index, key_blocks, section, heads_kv * batch);
+        const SectionPosition at =
+            balanced_section_position(index, key_blocks, sections, heads_kv * batch);
         return {descending ? key_blocks - 1 - at.rank : at.rank, at.unit % heads_kv,
                 at.unit / heads_kv};
     }
@@ -103,29 +106,15 @@ struct KeyBlockScheduler {
     }
 };
 
-// The order of a walk's steps (BackwardTraits::walk_order).
-enum class WalkOrder {
-    // Each query head's blocks from the first, the group's heads one after another.
-    ascending,
-    // Each head's blocks from `start` to the end, then from the first, the sequence's key
-    // blocks' starts spread evenly over the blocks.
-    rotated,
-    // From the last block down, the group's heads of a block one after another. A (K/V head,
-    // sequence)'s key blocks then reach each query block together, causal walks too (they end
-    // at their diagonals instead of starting there), so the CTAs running at once read the same
-    // Q and dO rows and add to the same dQ rows, a block of each of the group's heads at a time,
-    // where ascending causal walks spread over all of them (the GQA hypothesis, docs/PERF.md).
-    descending,
-};
-
-// The query blocks of one CTA's walk, in the order `WalkOrder` gives: for each query head of its
-// K/V head, the blocks that see a key of the block (QueryBlocks), those at the ends masked, and
-// every block of a key block that runs past seq_k (below). Queries past seq_q need no mask: their
-// LSE is +inf, so P is 0.
+// The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks
+// that see a key of the block (QueryBlocks), those at the ends masked, and every block of a key
+// block that runs past seq_k (below). Queries past seq_q need no mask: their LSE is +inf, so P is
+// 0. Rotated (BackwardTraits::rotate_walks): each head's blocks from `start` to the end, then from
+// the first, the sequence's key blocks' starts spread evenly over the blocks.
 struct QueryWalk {
     QueryBlocks blocks;  // of each head
     int group;           // query heads of the K/V head
-    int start;           // rotated, the block each head's walk begins with
+    int start;           // the block each head's walk begins with
 
     template <class Mask>
     static constexpr QueryWalk of(const BackwardArgs& a, const Mask& mask, int k0, int B_r, int B_c,
@@ -145,31 +134,22 @@ struct QueryWalk {
 
     // A step's query head (within the group) and block, advanced step by step: a division of
     // the step's index by per_head() took the consumers about 40 instructions of a step's ~480
-    // (SASS, d_head 128, CUDA 13.0). The order a compile-time argument, so that each kernel
-    // holds its own order's code alone.
+    // (SASS, d_head 128, CUDA 13.0). Rotated (BackwardTraits::rotate_walks) a compile-time flag,
+    // so that the kernels that never rotate keep their code.
     struct Step {
         int head, block;
-        template <WalkOrder Order>
+        template <bool Rotated>
         constexpr void advance(const QueryWalk& walk) {
-            if constexpr (Order == WalkOrder::descending) {
-                if (++head == walk.group) {
-                    head = 0;
-                    --block;
-                }
-            } else {
-                const bool wrap = ++block == walk.blocks.end;
-                if (wrap)
-                    block = walk.blocks.first;
-                if (Order == WalkOrder::rotated ? block == walk.start : wrap)
-                    ++head;
-            }
+            const bool wrap = ++block == walk.blocks.end;
+            if (wrap)
+                block = walk.blocks.first;
+            if (Rotated ? block == walk.start : wrap)
+                ++head;
         }
     };
-    template <WalkOrder Order>
+    template <bool Rotated>
     constexpr Step first() const {
-        return {0, Order == WalkOrder::rotated      ? start
-                   : Order == WalkOrder::descending ? blocks.end - 1
-                                                    : blocks.first};
+        return {0, Rotated ? start : blocks.first};
     }
 };
 

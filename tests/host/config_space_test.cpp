@@ -135,18 +135,6 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
     EXPECT_EQ(rejected_by(KernelConfig::parse(
                   "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim+lagdq")),
               "lagdq_is_backward");
-    // Descending walks: any unordered sm90 backward kernel (d_head 256's shared keys too).
-    EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.descending_walks = true; }), "");
-    EXPECT_EQ(
-        rejected_by(KernelConfig::parse("(BF16, 256, 64, 64, 12): sm90+bwd+stages_1+descend")), "");
-    EXPECT_EQ(with_hopper([](KernelConfig& c) {
-                  c.sm90.descending_walks = true;
-                  c.sm90.ordered_dq = true;
-              }),
-              "descend_is_backward");
-    EXPECT_EQ(rejected_by(KernelConfig::parse(
-                  "(BF16, 128, 192, 80, 16): sm90+stages_3+overlap+lazy+trim+descend")),
-              "descend_is_backward");
     // Persistent CTAs: consumers of 64 keys each, unordered dQ.
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.persistent = true; }), "");
     EXPECT_EQ(

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <set>
 #include <tuple>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -30,6 +29,21 @@ fa::BackwardArgs problem(int seq_k, int heads_kv, int batch, bool causal, int sm
     a.band = {fa::k_unbounded_window, causal ? 0 : fa::k_unbounded_window};
     a.sm_count = sm_count;
     return a;
+}
+
+// The section of `pair` when `pairs` are split into `sections` whose sizes differ by one at
+// most, the larger first (balanced_section_position).
+int section_of(int pair, int sections, int pairs) {
+    const int small = pairs / sections;
+    const int larger_pairs = (pairs % sections) * (small + 1);
+    return pair < larger_pairs ? pair / (small + 1)
+                               : pairs % sections + (pair - larger_pairs) / small;
+}
+
+// Sections of two waves of CTAs at most, as few as that allows.
+int causal_sections(int pairs, int sm_count, int key_blocks) {
+    const int two_waves = std::max((2 * sm_count + key_blocks - 1) / key_blocks, 1);
+    return (pairs + two_waves - 1) / two_waves;
 }
 
 struct Case {
@@ -98,14 +112,13 @@ TEST(KeyBlockScheduler, CausalSectionsRunLongestFirst) {
         const auto s = KeyBlockScheduler::of(
             problem(c.seq_k, c.heads_kv, c.batch, true, c.sm_count, c.group), B_c, c.ordered);
         const int pairs = c.heads_kv * c.batch;
-        const int two_waves = (2 * c.sm_count + s.key_blocks - 1) / s.key_blocks;
-        EXPECT_EQ(s.section, c.ordered ? pairs : std::min(std::max(two_waves, 1), pairs));
+        EXPECT_EQ(s.sections, c.ordered ? 1 : causal_sections(pairs, c.sm_count, s.key_blocks));
         std::vector<int> last_block(pairs, -1);
         int previous_section = 0, previous_block = 0;
         for (int i = 0; i < s.count(); ++i) {
             const auto t = s.tile(i);
             const int pair = t.batch * c.heads_kv + t.kv_head;
-            const int section = pair / s.section;
+            const int section = section_of(pair, s.sections, pairs);
             ASSERT_GE(section, previous_section) << "index " << i;
             if (section == previous_section) {
                 ASSERT_GE(t.key_block, previous_block) << "index " << i;
@@ -118,6 +131,46 @@ TEST(KeyBlockScheduler, CausalSectionsRunLongestFirst) {
     }
 }
 
+// Sections whose sizes differ by one at most, the larger first: every (unit, rank) once, a
+// section's units all at one rank before any takes the next. 32/8 heads at 8k on 132 SMs (64 key
+// blocks, two waves of 5 pairs) run in sections of 4 and 4 pairs, not 5 and 3.
+TEST(KeyBlockScheduler, SectionsAreBalanced) {
+    for (const int units : {1, 2, 7, 8, 32, 33})
+        for (const int blocks : {1, 3, 64})
+            for (int sections = 1; sections <= units; ++sections) {
+                std::vector<int> seen(units * blocks, 0), next_rank(units, 0), size(sections, 0);
+                for (int u = 0; u < units; ++u)
+                    ++size[section_of(u, sections, units)];
+                for (int s = 0; s < sections; ++s) {
+                    ASSERT_GE(size[s], units / sections);
+                    ASSERT_LE(size[s], (units + sections - 1) / sections);
+                    if (s > 0) {
+                        ASSERT_LE(size[s], size[s - 1]);
+                    }
+                }
+                int previous_section = 0, previous_rank = 0;
+                for (int i = 0; i < units * blocks; ++i) {
+                    const fa::SectionPosition at =
+                        fa::balanced_section_position(i, blocks, sections, units);
+                    ASSERT_TRUE(at.unit >= 0 && at.unit < units && at.rank >= 0 && at.rank < blocks)
+                        << "index " << i;
+                    ASSERT_EQ(seen[at.unit * blocks + at.rank]++, 0) << "index " << i;
+                    ASSERT_EQ(at.rank, next_rank[at.unit]++) << "index " << i;
+                    const int section = section_of(at.unit, sections, units);
+                    ASSERT_GE(section, previous_section) << "index " << i;
+                    if (section == previous_section) {
+                        ASSERT_GE(at.rank, previous_rank) << "index " << i;
+                    }
+                    previous_section = section;
+                    previous_rank = at.rank;
+                }
+            }
+    const auto gqa = KeyBlockScheduler::of(problem(8192, 8, 1, true, 132, 4), B_c, false);
+    EXPECT_EQ(gqa.sections, 2);
+    for (int i = 0; i < 4 * gqa.key_blocks; ++i)
+        ASSERT_LT(gqa.tile(i).kv_head, 4) << "index " << i;
+}
+
 // Ordered causal without GQA: a pair's key blocks run highest first, and within a section (as
 // unordered) every pair's highest before any pair's next (shortest walks first): an ordered CTA
 // waits only on higher key blocks of its pair, which have lower CTA indices.
@@ -128,8 +181,7 @@ TEST(KeyBlockScheduler, OrderedCausalWithoutGqaRunsHighestKeyBlockFirst) {
         const auto s = KeyBlockScheduler::of(
             problem(c.seq_k, c.heads_kv, c.batch, c.causal, c.sm_count, c.group), B_c, true);
         const int pairs = c.heads_kv * c.batch;
-        const int two_waves = (2 * c.sm_count + s.key_blocks - 1) / s.key_blocks;
-        EXPECT_EQ(s.section, std::min(std::max(two_waves, 1), pairs));
+        EXPECT_EQ(s.sections, causal_sections(pairs, c.sm_count, s.key_blocks));
         std::vector<int> last_block(pairs, s.key_blocks);
         int previous_section = 0, previous_rank = 0;
         for (int i = 0; i < s.count(); ++i) {
@@ -138,7 +190,7 @@ TEST(KeyBlockScheduler, OrderedCausalWithoutGqaRunsHighestKeyBlockFirst) {
             ASSERT_EQ(t.key_block, last_block[pair] - 1) << "index " << i;
             last_block[pair] = t.key_block;
             const int rank = s.key_blocks - 1 - t.key_block;
-            const int section = pair / s.section;
+            const int section = section_of(pair, s.sections, pairs);
             ASSERT_GE(section, previous_section) << "index " << i;
             if (section == previous_section) {
                 ASSERT_GE(rank, previous_rank) << "index " << i;
@@ -158,17 +210,17 @@ TEST(KeyBlockScheduler, CausalBandSchedulesAsCausal) {
         const auto plain = KeyBlockScheduler::of(a, B_c, ordered);
         a.banded = true;
         const auto band = KeyBlockScheduler::of(a, B_c, ordered);
-        EXPECT_EQ(band.section, plain.section);
+        EXPECT_EQ(band.sections, plain.sections);
         EXPECT_EQ(band.descending, plain.descending);
-        EXPECT_GT(band.section, 1);
+        EXPECT_LT(band.sections, 6);  // sections of several pairs
         fa::BackwardArgs window = a;
         window.band.left = 1000;
-        EXPECT_EQ(KeyBlockScheduler::of(window, B_c, ordered).section, 1);
+        EXPECT_EQ(KeyBlockScheduler::of(window, B_c, ordered).sections, 6);  // a pair each
         EXPECT_FALSE(KeyBlockScheduler::of(window, B_c, ordered).descending);
         fa::BackwardArgs packed = a;
         const int offsets[] = {0, 8192};
         packed.cu_seqlens_q = offsets;
-        EXPECT_EQ(KeyBlockScheduler::of(packed, B_c, ordered).section, 1);
+        EXPECT_EQ(KeyBlockScheduler::of(packed, B_c, ordered).sections, 6);
         EXPECT_FALSE(KeyBlockScheduler::of(packed, B_c, ordered).descending);
     }
 }
@@ -346,7 +398,7 @@ TEST(KeyBlockScheduler, WindowAddsCountTheEarlierKeyBlocks) {
                     a.band = {left, causal ? 0 : 70};
                     const auto s = KeyBlockScheduler::of(a, B_c, true);
                     EXPECT_FALSE(s.descending);
-                    EXPECT_EQ(s.section, 1);
+                    EXPECT_EQ(s.sections, 4);  // a pair each
                     const fa::BandMask mask = fa::BandMask::of(a);
                     for (int m = 0; m < (seq + b_r - 1) / b_r; ++m) {
                         int adders = 0, first = -1;
@@ -368,31 +420,24 @@ TEST(KeyBlockScheduler, WindowAddsCountTheEarlierKeyBlocks) {
 }
 
 // A walk (QueryWalk, the kernels' own) visits each query head of its group and each of its key
-// block's query blocks exactly once. Ascending, a head's blocks together from the first (the
-// ordered dQ's adds assume it); rotated, each head from `start` (inside the walk's blocks,
-// different for a sequence's first key blocks without a mask) to the end and then from the first;
-// descending, from the last block down, a block's heads together. Both alignments, causal and
-// not, seq_q != seq_k, GQA.
-TEST(QueryWalk, VisitsEveryBlockOnceInItsOrder) {
-    using fa::sm90::WalkOrder;
-    const auto check = [](const fa::sm90::QueryWalk& walk, auto order) {
-        constexpr WalkOrder Order = decltype(order)::value;
+// block's query blocks exactly once, a head's blocks together. In order from the first block
+// unless rotated (the ordered dQ's adds assume it); rotated, each head from `start` (inside the
+// walk's blocks, different for a sequence's first key blocks without a mask) to the end and
+// then from the first. Both alignments, causal and not, seq_q != seq_k, GQA.
+TEST(QueryWalk, VisitsEveryBlockOnceAHeadAtATime) {
+    const auto check = [](const fa::sm90::QueryWalk& walk, auto rotated) {
+        constexpr bool Rotated = decltype(rotated)::value;
         std::set<std::pair<int, int>> seen;
-        auto at = walk.first<Order>();
-        for (int i = 0; i < walk.steps(); ++i, at.template advance<Order>(walk)) {
+        auto at = walk.first<Rotated>();
+        ASSERT_EQ(at.block, Rotated ? walk.start : walk.blocks.first);
+        for (int i = 0; i < walk.steps(); ++i, at.template advance<Rotated>(walk)) {
+            ASSERT_EQ(at.head, i / walk.per_head()) << "step " << i;
             ASSERT_TRUE(at.block >= walk.blocks.first && at.block < walk.blocks.end)
                 << "step " << i;
-            if constexpr (Order == WalkOrder::descending) {
-                ASSERT_EQ(at.head, i % walk.group) << "step " << i;
-                ASSERT_EQ(at.block, walk.blocks.end - 1 - i / walk.group) << "step " << i;
-            } else {
-                ASSERT_EQ(at.head, i / walk.per_head()) << "step " << i;
-                const int offset =
-                    (i % walk.per_head() +
-                     (Order == WalkOrder::rotated ? walk.start - walk.blocks.first : 0)) %
-                    walk.per_head();
-                ASSERT_EQ(at.block, walk.blocks.first + offset) << "step " << i;
-            }
+            const int offset =
+                (i % walk.per_head() + (Rotated ? walk.start - walk.blocks.first : 0)) %
+                walk.per_head();
+            ASSERT_EQ(at.block, walk.blocks.first + offset) << "step " << i;
             seen.insert({at.head, at.block});
         }
         EXPECT_EQ(static_cast<int>(seen.size()), walk.steps());
@@ -427,14 +472,8 @@ TEST(QueryWalk, VisitsEveryBlockOnceInItsOrder) {
                                         EXPECT_EQ(walk.start, walk.blocks.first);
                                     }
                                     starts.insert(walk.start);
-                                    check(
-                                        walk,
-                                        std::integral_constant<WalkOrder, WalkOrder::ascending>{});
-                                    check(walk,
-                                          std::integral_constant<WalkOrder, WalkOrder::rotated>{});
-                                    check(
-                                        walk,
-                                        std::integral_constant<WalkOrder, WalkOrder::descending>{});
+                                    check(walk, std::false_type{});
+                                    check(walk, std::true_type{});
                                 }
                                 // Without a mask the walks are alike: rotated, their starts
                                 // differ while there are blocks enough.
@@ -444,47 +483,4 @@ TEST(QueryWalk, VisitsEveryBlockOnceInItsOrder) {
                                               std::min(key_blocks, query_blocks));
                                 }
                             }
-}
-
-// Descending walks of one (K/V head, sequence) move in step: at each step every key block still
-// walking is at the same query head and block (seq_q = seq_k, causal or not, GQA), so the CTAs
-// running together read one block of Q and dO and add to one block of dQ at a time. Ascending
-// causal walks, which start at their diagonals, are at as many blocks as there are key blocks.
-TEST(QueryWalk, DescendingWalksOfAPairMoveInStep) {
-    using fa::sm90::WalkOrder;
-    constexpr WalkOrder down = WalkOrder::descending, up = WalkOrder::ascending;
-    for (const int seq : {100, 1000, 2048})
-        for (const bool causal : {false, true})
-            for (const int group : {1, 4})
-                for (const auto& [b_r, b_c] : {std::pair{64, 128}, std::pair{128, 128}}) {
-                    SCOPED_TRACE(::testing::Message() << "seq " << seq << " causal " << causal
-                                                      << " group " << group << " B_r " << b_r);
-                    fa::BackwardArgs a = problem(seq, 1, 1, causal, 132, group);
-                    a.diagonal_seq_q = fa::diagonal_queries(seq, seq, false);
-                    const auto mask = fa::CausalMask::of(a);
-                    const int key_blocks = (seq + b_c - 1) / b_c;
-                    std::vector<fa::sm90::QueryWalk> walks;
-                    for (int n = 0; n < key_blocks; ++n)
-                        walks.push_back(fa::sm90::QueryWalk::of(a, mask, n * b_c, b_r, b_c, false));
-                    const auto at_step = [&](int n, int t, auto order) {
-                        auto at = walks[n].first<decltype(order)::value>();
-                        for (int i = 0; i < t; ++i)
-                            at.template advance<decltype(order)::value>(walks[n]);
-                        return std::pair{at.head, at.block};
-                    };
-                    std::set<std::pair<int, int>> first_steps_up;
-                    for (int n = 0; n < key_blocks; ++n) {
-                        if (walks[n].steps() > 0)
-                            first_steps_up.insert(
-                                at_step(n, 0, std::integral_constant<WalkOrder, up>{}));
-                        for (int t = 0; t < walks[n].steps(); ++t) {
-                            ASSERT_EQ(at_step(n, t, std::integral_constant<WalkOrder, down>{}),
-                                      at_step(0, t, std::integral_constant<WalkOrder, down>{}))
-                                << "key block " << n << ", step " << t;
-                        }
-                    }
-                    if (causal && b_r == b_c) {
-                        EXPECT_EQ(static_cast<int>(first_steps_up.size()), key_blocks);
-                    }
-                }
 }

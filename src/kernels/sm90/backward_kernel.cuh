@@ -220,13 +220,8 @@ struct BackwardTraits {
     // d_head 256 (a step's dQ 64 KB, twice the others' for its GEMMs' work) +4.3-6.6% at 1k-16k
     // non-causal, but causal -3.4% at 1k to +0.7% at 16k, d_head 64 and 128 -0.6 to -2.5%
     // causal or not (bf16, three rounds, H200, 2026-12-04). Never with ordered dQ, whose adds
-    // follow the key blocks' order. Descending (C.sm90.descending_walks, never ordered either):
-    // every walk from its last query block down, causal or not.
-    static constexpr WalkOrder walk_order = C.sm90.descending_walks     ? WalkOrder::descending
-                                            : split_head && !ordered_dq ? WalkOrder::rotated
-                                                                        : WalkOrder::ascending;
-    static_assert(!C.sm90.descending_walks || !ordered_dq,
-                  "descending walks: the ordered adds assume ascending ones");
+    // follow the key blocks' order.
+    static constexpr bool rotate_walks = split_head && !ordered_dq;
     // lag_dq: a step's statistics come with its Q tile, bulk-copied by the producer into the Q
     // stage's rows of Smem::stats (FlashAttention-4's design), so that the consumers load none
     // and no consumer waits for another's copy; otherwise the consumers stage them (StepStats).
@@ -335,8 +330,8 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
         tma::load_tile<typename Tr::VTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
                                            smem.kv_full);
     }
-    QueryWalk::Step at = walk.first<Tr::walk_order>();
-    for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::walk_order>(walk)) {
+    QueryWalk::Step at = walk.first<Tr::rotate_walks>();
+    for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk)) {
         const RingSlot<Tr::stages> slot(step0 + i);
         const int head = kv_head * walk.group + at.head;
         const int q0 = seq.q_row0 + at.block * Tr::B_r;
@@ -403,8 +398,8 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
                                        const BackwardSequence& seq, int key_block, int kv_head) {
     constexpr bool ordered = Tr::ordered_dq;
     const bool leader = threadIdx.x % warp_size == 0;
-    QueryWalk::Step at = walk.first<Tr::walk_order>();
-    for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::walk_order>(walk)) {
+    QueryWalk::Step at = walk.first<Tr::rotate_walks>();
+    for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk)) {
         if (leader && !ordered)
             tma::wait_stores_read();  // ordered: completed at the end of the last step
         __syncwarp();
@@ -1036,7 +1031,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         const Mask mask = packable ? Mask::of(a, seq.q_len, seq.k_len) : Mask::of(a);
         bool rotate = false;
         if constexpr (std::is_same_v<Mask, CausalMask>)
-            rotate = Tr::walk_order == WalkOrder::rotated && !mask.causal;
+            rotate = Tr::rotate_walks && !mask.causal;
         QueryWalk walk = QueryWalk::of(a, mask, k0, Tr::B_r, Tr::B_c, rotate);
         // A key block that runs past seq_k masks its keys there in every step. Their K rows are
         // zeros (or a packed sequence's next keys), so unmasked their P would be 2^-LSE₂, which
@@ -1187,7 +1182,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         if (Tr::stats_in_stages || w.walk.steps() == 0)
             return;
         StepStats<Tr> stats;
-        stats.load(a, stats_row0(w, w.walk.first<Tr::walk_order>()));
+        stats.load(a, stats_row0(w, w.walk.first<Tr::rotate_walks>()));
         stats.store(smem.stats[step % 2]);
     };
     // The consumers' walks; per_role, compiled for each consumer's role (the gradient it holds,
@@ -1257,7 +1252,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                 const int pipeline_step = step0 + i;
                 // The next step's rows, whose statistics this step stages; -1 past the walk.
                 QueryWalk::Step next = at;
-                next.advance<Tr::walk_order>(walk);
+                next.advance<Tr::rotate_walks>(walk);
                 const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(w, next) : -1;
                 if constexpr (packable) {
                     // The sequence's last query block: Q's and dO's rows past it zeroed likewise,
@@ -1290,17 +1285,17 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                     c.template step<false, Softcap>(pipeline_step, block * Tr::B_r, next_row0);
                 }
             };
-            QueryWalk::Step at = walk.first<Tr::walk_order>();
+            QueryWalk::Step at = walk.first<Tr::rotate_walks>();
             if constexpr (Tr::lag_dq) {
                 if (walk.steps() > 0) {
                     run_step(0, at, std::true_type{});
-                    at.advance<Tr::walk_order>(walk);
+                    at.advance<Tr::rotate_walks>(walk);
                 }
-                for (int i = 1; i < walk.steps(); ++i, at.advance<Tr::walk_order>(walk))
+                for (int i = 1; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
                     run_step(i, at, std::false_type{});
                 c.finish_dq(step0 + walk.steps(), walk.steps());
             } else {
-                for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::walk_order>(walk))
+                for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
                     run_step(i, at, std::false_type{});
             }
             step0 += walk.steps();
