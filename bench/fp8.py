@@ -196,8 +196,11 @@ def accuracy_rows(torch, fa, cudnn, d_heads):
                 out = fa.forward(*fp8, causal=causal, q_descale=ds[0], k_descale=ds[1], v_descale=ds[2])
                 errors["ours FP8"] = (out.double() - ref).abs().max().item()
                 errors["naive FP8"] = (naive_fp8(torch, *deq, causal, scale).double() - ref).abs().max().item()
-                errors["ours bf16"] = (fa.forward(*(x.to(torch.bfloat16) for x in deq), causal=causal).double()
-                                       - ref).abs().max().item()
+                try:  # a build of FP8 kernels alone has no bf16 one at this d_head
+                    errors["ours bf16"] = (fa.forward(*(x.to(torch.bfloat16) for x in deq), causal=causal).double()
+                                           - ref).abs().max().item()
+                except ValueError:
+                    pass
                 peer = None
                 if cudnn is not None:
                     scale_o = E4M3_MAX / max(ref.abs().max().item(), 1e-6)

@@ -127,7 +127,7 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     FP8: torch.float8_e4m3fn q, k and v with q_descale, k_descale and v_descale (flash_attn's
     names), float32 (batch, heads_kv) tensors on q's device that dequantise them (real value =
     stored value x descale, a query head taking its K/V head's); the output is bfloat16. Hopper
-    only, d_head 128 or 256 (64 in builds with the fp8 set's d_head 64 kernels), no window, softcap,
+    only, d_head 64, 128 or 256, no window, softcap,
     sinks or ALiBi, and no autograd; torch.compile traces it (the custom op forward_fp8).
 
     Raises ValueError for bad arguments, TypeError for unsupported dtypes, and RuntimeError

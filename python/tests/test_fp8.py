@@ -92,7 +92,8 @@ def check_against_reference(shape, causal, config=None):
 
 @needs_fp8_kernels
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2, 128), (1, 129, 2048, 8, 1, 128), (1, 300, 77, 2, 2, 256)])
+@pytest.mark.parametrize("shape", [(2, 1000, 1000, 4, 2, 128), (1, 129, 2048, 8, 1, 128), (1, 300, 77, 2, 2, 256),
+                                   (2, 333, 700, 4, 2, 64)])
 def test_fp8_forward_matches_dequantised_reference(shape, causal):
     """The automatic choice: an sm90 FP8 kernel, or at a head dim without one in the build
     the split-KV kernel's e4m3 instances."""

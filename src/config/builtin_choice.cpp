@@ -231,6 +231,12 @@ constexpr Row k_rows[] = {
     // pieces (quad_transpose), vtrans there leads the pass by +5% at 512 non-causal (-1% at 1k)
     // and by +18 / +11 / +5% at 512 / 1k / 2k causal (H100, 2026-12-07; +9 / +3 / +1% the day
     // before, with 4-byte stores), so it takes those.
+    // d_head 64 (Q's and K's 64-byte rows on 64-byte swizzled tiles) transposes V in the kernel at
+    // every length: against d_head 128's row without it, level or ahead at 512-16k (+1 to +16%),
+    // but 1% behind at causal 16k, within two runs' spread; 0.87-1.02 of cuDNN's FP8 non-causal
+    // (bound by the exponentials, as our bf16 d_head 64: 531 TFLOP/s at 16k against cuDNN's
+    // 584-605), 0.96-1.21 causal (H100, 2026-12-07, bench/fp8-d64.txt).
+    {"(E4M3, 64, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans"},
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy+vtrans", 2048},
     {"(E4M3, 128, 128, 128, 12): sm90+stages_3+overlap+persistent+dynamic+lazy"},
     {"(E4M3, 256, 128, 128, 12): sm90+stages_2+persistent+dynamic+lazy+vtrans", 512},

@@ -275,7 +275,7 @@ TEST(Fp8, ForwardMatchesReference) {
     for (const fa::KernelConfig& c : fa::testing::fp8_configs())
         check_fp8_forward(c, c.d_head, fp8_shapes[1], seed += 3, 0.0f);
     // The automatic choice, at each head dim the build has an FP8 kernel of.
-    for (const int d : {128, 256}) {
+    for (const int d : {64, 128, 256}) {
         const auto& built = fa::testing::fp8_configs();
         if (std::any_of(built.begin(), built.end(),
                         [d](const fa::KernelConfig& c) { return c.d_head == d; }))
