@@ -12,6 +12,14 @@ the order before sections), and sections of S heads whose query blocks are taken
 
     python3 bench/tile_order.py                 # the grid, head after head against sections
     python3 bench/tile_order.py --sections 3    # one section size everywhere
+    python3 bench/tile_order.py --backward      # the backward's key-block CTAs (below)
+
+The backward (key_block_scheduler.hpp) runs a CTA a key block of a (K/V head, sequence) pair; a
+causal key block's walk costs the group's heads times the query blocks that see it, plus one for
+the CTA's fixed work. Its sections hold at most two waves of CTAs: before balancing, sections of
+exactly two waves and a smaller last one, whose longest walks start only as the section before
+ends; balanced, as many sections as that takes, their sizes within one. The model gives the
+measured -11% of one pair a section against two waves (32/8 heads at 8k, H200, 2026-12-02).
 """
 
 import argparse
@@ -25,6 +33,27 @@ def spread(heads: int, q_blocks: int, section: int, sms: int) -> float:
         in_section = min(section, heads - first)
         for rank in range(q_blocks):  # longest first
             costs += [q_blocks - rank] * in_section
+    return spread_of(costs, sms)
+
+
+def backward_spread(pairs: int, group: int, seq: int, B_r: int, B_c: int, sms: int, balanced: bool) -> float:
+    """The backward's causal grid: sections of at most two waves of key-block CTAs."""
+    key_blocks, q_blocks = -(-seq // B_c), -(-seq // B_r)
+    two_waves = max(1, -(-2 * sms // key_blocks))
+    if balanced:
+        count = -(-pairs // two_waves)
+        sizes = [pairs // count + 1] * (pairs % count) + [pairs // count] * (count - pairs % count)
+    else:
+        sizes = [min(two_waves, pairs - first) for first in range(0, pairs, two_waves)]
+    costs = []
+    for size in sizes:
+        for key_block in range(key_blocks):  # longest walks first
+            costs += [group * (q_blocks - key_block * B_c // B_r) + 1] * size
+    return spread_of(costs, sms)
+
+
+def spread_of(costs: list, sms: int) -> float:
+    """Mean work per SM over the finishing time of the last SM, costs taken in order."""
     free = [0] * sms  # when each SM frees up
     finish = 0
     for cost in costs:
@@ -49,7 +78,20 @@ def main() -> None:
     parser.add_argument("--l2-mib", type=int, default=50)
     parser.add_argument("--sections", type=int, default=0,
                         help="heads a section everywhere (default: forward.cpp's rule)")
+    parser.add_argument("--backward", action="store_true", help="the backward's causal grid and GQA rows")
     args = parser.parse_args()
+    if args.backward:
+        # The built-in table's sm90 backward tiles (B_r queries a step, B_c keys a CTA).
+        print(f"{'d_head':>6} {'seq':>6} {'pairs':>6}  two-wave sections  balanced")
+        rows = [(d, B_r, B_c, seq, (16384 // seq) * (2048 // d), 1)
+                for d, B_r, B_c in ((64, 128, 128), (128, 64, 128), (256, 64, 64))
+                for seq in (1024, 2048, 4096, 8192, 16384)]
+        rows += [(128, 64, 128, seq, 8, 4) for seq in (8192, 32768)]  # 32/8 heads, batch 1
+        for d, B_r, B_c, seq, pairs, group in rows:
+            label = f"{pairs} ({pairs * group}/{pairs} heads)" if group > 1 else str(pairs)
+            print(f"{d:>6} {seq:>6} {label:>6}  {backward_spread(pairs, group, seq, B_r, B_c, args.sms, False):17.3f}"
+                  f"  {backward_spread(pairs, group, seq, B_r, B_c, args.sms, True):.3f}")
+        return
     # The built-in table's causal tiles: B_r 192 at d_head 64, 128 at d_head 256; d_head 128 takes
     # B_r 128 up to 4k keys and 192 from 8k: both shown.
     print(f"{'d_head':>6} {'B_r':>4} {'seq':>6} {'heads':>6}  head after head  sections")

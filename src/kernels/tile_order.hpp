@@ -32,9 +32,10 @@ constexpr SectionPosition section_position(int index, int blocks, int section, i
 // differ by one at most, the larger first, so that no section is left with a few units. The
 // backward's causal grids run in these: the key blocks of its last section's units start their
 // walks, the longest first, only as the section before ends, and a small last section leaves
-// them alone at the end (a model of the dynamic schedule, walks of the group's heads times the
-// query blocks above each key block: 32/8 heads at 8k in sections of 5 and 3 pairs end 11% after
-// an even share of the work, in 4 and 4 0.7%; the MHA grid's cells 4-10% at 2k-16k, 0.1-1.8%).
+// them alone at the end (bench/tile_order.py --backward: a model of the dynamic schedule, walks of
+// the group's heads times the query blocks above each key block: 32/8 heads at 8k in sections of 5
+// and 3 pairs end 11% after an even share of the work, in 4 and 4 0.7%; the MHA grid's cells 4-10%
+// at 2k-16k, 0.1-1.8%).
 constexpr SectionPosition balanced_section_position(int index, int blocks, int sections,
                                                     int units) {
     const int small = units / sections;
