@@ -20,6 +20,7 @@ the CTA's fixed work. Its sections hold at most two waves of CTAs: before balanc
 exactly two waves and a smaller last one, whose longest walks start only as the section before
 ends; balanced, as many sections as that takes, their sizes within one. The model gives the
 measured -11% of one pair a section against two waves (32/8 heads at 8k, H200, 2026-12-02).
+Non-causal CTAs all cost the same, and the grid's last wave is what is left of them.
 """
 
 import argparse
@@ -52,6 +53,11 @@ def backward_spread(pairs: int, group: int, seq: int, B_r: int, B_c: int, sms: i
     return spread_of(costs, sms)
 
 
+def backward_noncausal_spread(pairs: int, seq: int, B_c: int, sms: int) -> float:
+    """The backward's non-causal grid: key-block CTAs of one length, in waves."""
+    return spread_of([1] * (pairs * -(-seq // B_c)), sms)
+
+
 def spread_of(costs: list, sms: int) -> float:
     """Mean work per SM over the finishing time of the last SM, costs taken in order."""
     free = [0] * sms  # when each SM frees up
@@ -82,7 +88,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.backward:
         # The built-in table's sm90 backward tiles (B_r queries a step, B_c keys a CTA).
-        print(f"{'d_head':>6} {'seq':>6} {'pairs':>6}  two-wave sections  balanced")
+        print(f"{'d_head':>6} {'seq':>6} {'pairs':>6}  two-wave sections  balanced  non-causal")
         rows = [(d, B_r, B_c, seq, (16384 // seq) * (2048 // d), 1)
                 for d, B_r, B_c in ((64, 128, 128), (128, 64, 128), (256, 64, 64))
                 for seq in (1024, 2048, 4096, 8192, 16384)]
@@ -90,7 +96,8 @@ def main() -> None:
         for d, B_r, B_c, seq, pairs, group in rows:
             label = f"{pairs} ({pairs * group}/{pairs} heads)" if group > 1 else str(pairs)
             print(f"{d:>6} {seq:>6} {label:>6}  {backward_spread(pairs, group, seq, B_r, B_c, args.sms, False):17.3f}"
-                  f"  {backward_spread(pairs, group, seq, B_r, B_c, args.sms, True):.3f}")
+                  f"  {backward_spread(pairs, group, seq, B_r, B_c, args.sms, True):8.3f}"
+                  f"  {backward_noncausal_spread(pairs, seq, B_c, args.sms):10.3f}")
         return
     # The built-in table's causal tiles: B_r 192 at d_head 64, 128 at d_head 256; d_head 128 takes
     # B_r 128 up to 4k keys and 192 from 8k: both shown.
