@@ -24,6 +24,7 @@
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/tools.hpp"
 #include "kernels/serving/launch.hpp"
+#include "support/built_configs.hpp"
 
 namespace fa = flash_attention;
 using fa::reference::HostTensor;
@@ -234,6 +235,11 @@ TEST_P(Varlen, MatchesReferencePerSequence) {
         GTEST_SKIP() << "d_head " << c.d << " d_v " << c.v_dim()
                      << " per sequence runs on the sm90 family only";
     }
+    const bool sm90_only = c.window_left != -1 || c.window_right != -1 || c.softcap != 0 ||
+                           !fa::serving::has_split_kv(c.d) || c.d_v != 0;
+    if (sm90_only && !fa::testing::has_sm90_forward(c.dtype, c.d, c.v_dim()))
+        GTEST_SKIP() << "this build has no sm90 kernel of " << fa::to_string(c.dtype) << " d_head "
+                     << c.d << " d_v " << c.v_dim();
     const std::uint64_t seed = fresh_seed();
     std::mt19937_64 rng(seed);
     const int heads_kv = 2, heads = heads_kv * c.group;
@@ -595,6 +601,10 @@ TEST_P(KVCache, MatchesReferenceAndAppends) {
         fa::DeviceProperties::current().major != 9) {
         GTEST_SKIP() << "d_head " << c.d << " d_v " << c.v_dim() << " runs on the sm90 family only";
     }
+    if ((!fa::serving::has_split_kv(c.d) || c.d_v != 0) &&
+        !fa::testing::has_sm90_forward(c.dtype, c.d, c.v_dim()))
+        GTEST_SKIP() << "this build has no sm90 kernel of " << fa::to_string(c.dtype) << " d_head "
+                     << c.d << " d_v " << c.v_dim();
     if (c.dtype == fa::DType::E4M3 && fa::DeviceProperties::current().major < 9)
         GTEST_SKIP() << "FP8 attention runs on Hopper";
     const CacheProblem pr(c, 5, 1500, fresh_seed(), {0, 1500 - c.seq_new});

@@ -39,6 +39,29 @@ inline const std::vector<KernelConfig>& fp8_configs() {
     return v;
 }
 
+// Whether the build has an sm90 forward kernel of these head dims. A build of a few kernels
+// (FLASH_KERNELS) may not; the release set has each the library takes (it is the built-in table:
+// ConfigSpace.ReleaseSetIsTheBuiltInTable), so tests skip on this only in partial builds.
+inline bool has_sm90_forward(DType dtype, int d_head, int d_v) {
+    for (const KernelConfig& c : configs()) {
+        if (!c.backward && c.family == Family::sm90 && c.dtype == dtype && c.d_head == d_head &&
+            c.v_head_dim() == d_v)
+            return true;
+    }
+    return false;
+}
+
+// Whether the build has a backward kernel that `wanted` accepts (as has_sm90_forward: partial
+// builds may not).
+template <class Wanted>
+bool has_backward(Wanted wanted) {
+    for (const KernelConfig& c : configs()) {
+        if (c.backward && wanted(c))
+            return true;
+    }
+    return false;
+}
+
 // A config's short form as a test-name part: letters and digits, runs of anything else one '_'.
 inline std::string config_identifier(const KernelConfig& c) {
     std::string name;
