@@ -41,10 +41,11 @@ constexpr int adds_from_above(const BackwardArgs& a, int key_block, int query_bl
 // one pair: the key blocks of a head are neighbours, and the CTAs running together walk the same Q,
 // dO and dQ rows, which stay in L2. Causal, a key block's walk shrinks with its index, and a
 // section holds the pairs of about two waves of CTAs (at most two; as many sections as that takes,
-// evenly filled): longest first within it (a short tail), few enough pairs that their rows stay in
-// L2 (every pair's first key blocks at once, one CTA a pair, streamed each its own rows from HBM:
-// −20-30% at 1k-2k), enough that a grid of few heads still starts its longest walks first (GQA
-// 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02).
+// evenly filled: against two-wave sections and a smaller last one, GQA 32/8 causal 8k +4-10% and
+// the causal grid's cells +1-7%, H100, 2026-12-07): longest first within it (a short tail), few
+// enough pairs that their rows stay in L2 (every pair's first key blocks at once, one CTA a pair,
+// streamed each its own rows from HBM: −20-30% at 1k-2k), enough that a grid of few heads still
+// starts its longest walks first (GQA 32/8 at 8k: −11% with a pair a section; H200, 2026-12-02).
 //
 // Ordered dQ (deterministic) fixes the order of each query block's adds (adds_before), and the
 // grid order must start every CTA a CTA waits on before it. A window keeps key-block order.
