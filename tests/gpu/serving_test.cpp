@@ -226,18 +226,17 @@ class Varlen : public ::testing::TestWithParam<VarlenCase> {};
 
 TEST_P(Varlen, MatchesReferencePerSequence) {
     const VarlenCase c = GetParam();
-    if ((c.window_left != -1 || c.window_right != -1 || c.softcap != 0) &&
-        fa::DeviceProperties::current().major != 9) {
+    const bool hopper = fa::DeviceProperties::current().major == 9;
+    const bool window_or_softcap = c.window_left != -1 || c.window_right != -1 || c.softcap != 0;
+    const bool no_split_kv = !fa::serving::has_split_kv(c.d) || c.d_v != 0;
+    if (window_or_softcap && !hopper)
         GTEST_SKIP() << "a sliding window or softcap per sequence runs on the sm90 family only";
-    }
-    if ((!fa::serving::has_split_kv(c.d) || c.d_v != 0) &&
-        fa::DeviceProperties::current().major != 9) {
+    if (no_split_kv && !hopper) {
         GTEST_SKIP() << "d_head " << c.d << " d_v " << c.v_dim()
                      << " per sequence runs on the sm90 family only";
     }
-    const bool sm90_only = c.window_left != -1 || c.window_right != -1 || c.softcap != 0 ||
-                           !fa::serving::has_split_kv(c.d) || c.d_v != 0;
-    if (sm90_only && !fa::testing::has_sm90_forward(c.dtype, c.d, c.v_dim()))
+    if ((window_or_softcap || no_split_kv) &&
+        !fa::testing::has_sm90_forward(c.dtype, c.d, c.v_dim()))
         GTEST_SKIP() << "this build has no sm90 kernel of " << fa::to_string(c.dtype) << " d_head "
                      << c.d << " d_v " << c.v_dim();
     const std::uint64_t seed = fresh_seed();
@@ -597,12 +596,10 @@ class KVCache : public ::testing::TestWithParam<CacheCase> {};
 
 TEST_P(KVCache, MatchesReferenceAndAppends) {
     const CacheCase c = GetParam();
-    if ((!fa::serving::has_split_kv(c.d) || c.d_v != 0) &&
-        fa::DeviceProperties::current().major != 9) {
+    const bool no_split_kv = !fa::serving::has_split_kv(c.d) || c.d_v != 0;
+    if (no_split_kv && fa::DeviceProperties::current().major != 9)
         GTEST_SKIP() << "d_head " << c.d << " d_v " << c.v_dim() << " runs on the sm90 family only";
-    }
-    if ((!fa::serving::has_split_kv(c.d) || c.d_v != 0) &&
-        !fa::testing::has_sm90_forward(c.dtype, c.d, c.v_dim()))
+    if (no_split_kv && !fa::testing::has_sm90_forward(c.dtype, c.d, c.v_dim()))
         GTEST_SKIP() << "this build has no sm90 kernel of " << fa::to_string(c.dtype) << " d_head "
                      << c.d << " d_v " << c.v_dim();
     if (c.dtype == fa::DType::E4M3 && fa::DeviceProperties::current().major < 9)

@@ -3,6 +3,7 @@
 // The configs of this build by pass: the GPU tests run each forward config through forward()
 // and each backward config through backward().
 
+#include <algorithm>
 #include <cctype>
 #include <string>
 #include <vector>
@@ -39,27 +40,25 @@ inline const std::vector<KernelConfig>& fp8_configs() {
     return v;
 }
 
-// Whether the build has an sm90 forward kernel of these head dims. A build of a few kernels
-// (FLASH_KERNELS) may not; the release set has each the library takes (it is the built-in table:
+// Whether the build has a config that `wanted` accepts. A build of a few kernels (FLASH_KERNELS)
+// may lack one; the release set has each the library takes (it is the built-in table:
 // ConfigSpace.ReleaseSetIsTheBuiltInTable), so tests skip on this only in partial builds.
-inline bool has_sm90_forward(DType dtype, int d_head, int d_v) {
-    for (const KernelConfig& c : configs()) {
-        if (!c.backward && c.family == Family::sm90 && c.dtype == dtype && c.d_head == d_head &&
-            c.v_head_dim() == d_v)
-            return true;
-    }
-    return false;
+template <class Wanted>
+bool has_built(Wanted wanted) {
+    const std::vector<KernelConfig>& all = configs();
+    return std::any_of(all.begin(), all.end(), wanted);
 }
 
-// Whether the build has a backward kernel that `wanted` accepts (as has_sm90_forward: partial
-// builds may not).
+inline bool has_sm90_forward(DType dtype, int d_head, int d_v) {
+    return has_built([&](const KernelConfig& c) {
+        return !c.backward && c.family == Family::sm90 && c.dtype == dtype && c.d_head == d_head &&
+               c.v_head_dim() == d_v;
+    });
+}
+
 template <class Wanted>
 bool has_backward(Wanted wanted) {
-    for (const KernelConfig& c : configs()) {
-        if (c.backward && wanted(c))
-            return true;
-    }
-    return false;
+    return has_built([&](const KernelConfig& c) { return c.backward && wanted(c); });
 }
 
 // A config's short form as a test-name part: letters and digits, runs of anything else one '_'.
