@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "flash_attention/flash_attention.hpp"
+#include "flash_attention/tools.hpp"
 
 namespace flash_attention::testing {
 
@@ -47,6 +48,18 @@ template <class Wanted>
 bool has_built(Wanted wanted) {
     const std::vector<KernelConfig>& all = configs();
     return std::any_of(all.begin(), all.end(), wanted);
+}
+
+// Whether the build holds the release set (the default build, and the ci, tune and all sets): the
+// automatic choice of a build without it picks among fewer kernels, so tests of what it picks
+// skip elsewhere.
+inline bool holds_release_set() {
+    static const bool holds = [] {
+        const std::vector<KernelConfig> release = tools::kernel_set("release");
+        return std::all_of(release.begin(), release.end(),
+                           [](const KernelConfig& c) { return is_built(c); });
+    }();
+    return holds;
 }
 
 inline bool has_sm90_forward(DType dtype, int d_head, int d_v) {
