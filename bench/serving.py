@@ -68,7 +68,7 @@ def decode_rows(args, rows):
                                               ("chunked prefill", 8, 512, 8192, True)):
         if not name.startswith(args.only):
             continue
-        hq, hkv, d = 32, 8, 128
+        hq, hkv, d = 32, 8, args.d_head
         kv_bytes = 2 * batch * seq_k * hkv * d * 2
         n = copies_for(kv_bytes)
         qs = [torch.randn(batch, seq_q, hq, d, dtype=dtype, device="cuda") for _ in range(n)]
@@ -174,13 +174,16 @@ def main():
     parser.add_argument("--splits", default="", help="also time these split counts (comma-separated)")
     parser.add_argument("--only", default="", help="run only the shapes whose name starts with this")
     parser.add_argument("--fp8", action="store_true", help="also an FP8 (e4m3) cache of the same values")
+    parser.add_argument("--d-head", type=int, default=128, choices=[64, 128, 256],
+                        help="the decoding shapes' head dim (the varlen rows keep 128)")
     args = parser.parse_args()
     args.splits = [int(x) for x in args.splits.split(",") if x]
     rows = []
     decode_rows(args, rows)
     if not args.only:
         varlen_rows(args, rows)
-    lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, heads 32/8 (varlen 16/16), d_head 128; "
+    lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, heads 32/8 (varlen 16/16), "
+             f"d_head {args.d_head} (varlen 128); "
              f"median of {args.repeat}",
              "",
              "| shape | problem | implementation | µs | K/V TB/s | TFLOP/s | spread |",

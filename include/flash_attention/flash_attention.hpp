@@ -132,11 +132,10 @@ struct Fp8Descales {
 // heads_kv)). Any seq_q, seq_k >= 1; d_head 64, 96, 128, 192 or 256; d_v = d_head, or 128 with
 // d_head 192 (DeepSeek's MLA). The softmax scale's default is 1/sqrt(d_head).
 // FP8 attention (Hopper; forward() and forward_kvcache()): q, k and v E4M3 with o BF16 and
-// `descales`, on the dequantised inputs. It takes d_head 64, 128 or 256 with d_v = d_head
-// (forward_kvcache 128 or 256), no window, softcap, sinks or ALiBi yet; causal masking, GQA and the
-// LSE as 16-bit inputs. Decoding shapes at 128 and 256, and every shape at those head dims where
-// the build has no sm90 FP8 kernel for them, run on forward_kvcache's split-KV kernel (below); the
-// rest on the sm90 family's FP8 kernels.
+// `descales`, on the dequantised inputs. It takes d_head 64, 128 or 256 with d_v = d_head, no
+// window, softcap, sinks or ALiBi yet; causal masking, GQA and the LSE as 16-bit inputs. Decoding
+// shapes, and every shape at a head dim where the build has no sm90 FP8 kernel for it, run on
+// forward_kvcache's split-KV kernel (below); the rest on the sm90 family's FP8 kernels.
 struct ForwardParams {
     TensorView q;
     TensorView k;

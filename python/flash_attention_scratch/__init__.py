@@ -311,7 +311,7 @@ def forward_kvcache(q, k_cache, v_cache, k=None, v=None, *, cache_seqlens=None, 
     sinks run on every path.
 
     FP8 caches: torch.float8_e4m3fn q, caches (and k, v) with q_descale, k_descale and v_descale
-    as in forward(), (batch, heads_kv) float32; the output is bfloat16. d_head 128 or 256, no
+    as in forward(), (batch, heads_kv) float32; the output is bfloat16. d_head 64, 128 or 256, no
     variants; Hopper. They run on the split-KV kernel, which reads the e4m3 bytes (half a 16-bit
     cache's) and computes in fp16 on the exactly converted values.
     """

@@ -216,7 +216,7 @@ needs_hopper_fp8 = pytest.mark.skipif(
 
 @needs_hopper_fp8
 @pytest.mark.parametrize("paged", [False, True])
-@pytest.mark.parametrize("seq_q,d", [(1, 128), (16, 128), (1, 256), (200, 128)])
+@pytest.mark.parametrize("seq_q,d", [(1, 128), (16, 128), (1, 256), (200, 128), (1, 64), (16, 64)])
 def test_fp8_kvcache_matches_dequantised_reference(paged, seq_q, d):
     """An FP8 cache (contiguous, or 16-row pages in a shuffled order) with new rows appended:
     decoding, speculative decoding and chunked prefill on the split-KV kernel, causal, GQA 4,

@@ -135,12 +135,11 @@ bool runs_split_kv(const ChoiceProblem& p, const DeviceProperties& device) {
     const std::int64_t rows = shape.seq_q * (shape.heads / shape.heads_kv);
     // FP8 where no sm90 kernel takes it (a build without one at that head dim), every shape;
     // elsewhere its decoding shapes (its tiles of 128 rows would hold one).
-    if (shape.dtype == DType::E4M3 && serving::has_fp8_split_kv(shape.d_head) &&
-        device.major >= 9 && !find_kernel_for(p, device))
+    if (shape.dtype == DType::E4M3 && serving::has_split_kv(shape.d_head) && device.major >= 9 &&
+        !find_kernel_for(p, device))
         return true;
-    if (shape.window_or_softcap || !serving::has_split_kv(shape.d_head) ||
-        (shape.dtype == DType::E4M3 && !serving::has_fp8_split_kv(shape.d_head)) ||
-        shape.d_v != 0 || rows > most_rows || shape.seq_k < fewest_keys)
+    if (shape.window_or_softcap || !serving::has_split_kv(shape.d_head) || shape.d_v != 0 ||
+        rows > most_rows || shape.seq_k < fewest_keys)
         return false;
     if (shape.seq_q == 1 || rows <= decode_rows)
         return true;

@@ -418,13 +418,6 @@ std::int64_t check_kvcache(const KVCacheParams& p, Stream stream) {
     check_packed_rows(p.q.shape[1], p.q, p.k_cache);
     if (p.q.dtype == DType::E4M3) {
         check_fp8_tensors(views);
-        // The dense FP8 kernels take d_head 64 too; the split-KV kernel's FP8 instances need
-        // rows of 128 bytes or more.
-        if (!serving::has_fp8_split_kv(p.q.shape[3])) {
-            fail(ErrorCode::unsupported, "q.shape[3] (d_head)",
-                 "128 or 256 for an FP8 (E4M3) KV cache (the split-KV kernel's FP8 head dims)",
-                 std::to_string(p.q.shape[3]));
-        }
     }
     const std::int64_t rows = batch * p.q.shape[2] * p.q.shape[1];
     check_outputs_and_options(p.o,

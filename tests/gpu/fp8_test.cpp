@@ -296,7 +296,7 @@ TEST(Fp8, DecodingShapesRunOnTheSplitKvKernel) {
         {1, 1, 30000, 8, 8, false, false},
     };
     std::uint64_t seed = std::random_device{}();
-    for (const int d : {128, 256}) {
+    for (const int d : {64, 128, 256}) {
         for (const Fp8Shape& s : shapes) {
             const fa::ProblemShape shape{.dtype = fa::DType::E4M3,
                                          .d_head = d,

@@ -724,6 +724,13 @@ std::vector<CacheCase> cache_cases() {
     cases.push_back({5, 8, 2, 16, true, 0, e4m3, 256, true});
     cases.push_back({150, 2, 2, 16, false, 0, e4m3, 256});
     cases.push_back({129, 1, 0, 0, true, 0, e4m3, 256});
+    // d_head 64's rows of 64 bytes (SmemTile's 64-byte swizzle): decoding on key warps and
+    // split, speculative decoding paged with appends (top left too), chunked prefill.
+    cases.push_back({1, 8, 0, 0, false, 0, e4m3, 64});
+    cases.push_back({1, 4, 1, 16, true, 5, e4m3, 64});
+    cases.push_back({16, 4, 3, 64, true, 0, e4m3, 64});
+    cases.push_back({16, 4, 0, 16, true, 3, e4m3, 64, true});
+    cases.push_back({177, 2, 2, 0, false, 0, e4m3, 64});
     return cases;
 }
 
@@ -788,7 +795,8 @@ TEST(KVCacheBatch, KeyWarpsMatchTheReference) {
     for (const auto& [c, capacity] :
          {std::pair{CacheCase{1, 4, 0, 0, false, 0}, 3000},
           std::pair{CacheCase{1, 8, 1, 16, true, 16, fa::DType::FP16, 64}, 2500},
-          std::pair{CacheCase{1, 4, 1, 16, true, 8, fa::DType::E4M3, 128}, 2500}}) {
+          std::pair{CacheCase{1, 4, 1, 16, true, 8, fa::DType::E4M3, 128}, 2500},
+          std::pair{CacheCase{1, 8, 1, 0, true, 0, fa::DType::E4M3, 64}, 3000}}) {
         if (c.dtype == fa::DType::E4M3 && fa::DeviceProperties::current().major < 9)
             continue;  // FP8 attention runs on Hopper
         const CacheProblem pr(c, 64, capacity, fresh_seed(), {0, 1, capacity - c.seq_new});

@@ -180,7 +180,8 @@ void fp8_kvcache_error(const std::function<void(fa::KVCacheParams&)>& edit,
 }  // namespace
 
 // An FP8 cache's limits, each named: FP8's dtypes throughout (new rows too), its descales and
-// their shape, its head dims, no variants; descales refused with 16-bit inputs.
+// their shape, its head dims (the FP8 kernels' 64, 128 and 256), no variants; descales refused
+// with 16-bit inputs.
 TEST(ServingValidation, Fp8KVCache) {
     fp8_kvcache_error([](auto& p) { p.descales.reset(); }, "descales", "none");
     fp8_kvcache_error([](auto& p) { p.descales->k = nullptr; }, "descales.k", "a null pointer");
@@ -196,12 +197,12 @@ TEST(ServingValidation, Fp8KVCache) {
         "v_new.dtype", "BF16", fa::ErrorCode::dtype);
     fp8_kvcache_error(
         [](auto& p) {
-            p.q = view(1, 4, 1, 32, 64, fa::DType::E4M3);
-            p.k_cache = view(2, 4, 4096, 8, 64, fa::DType::E4M3);
-            p.v_cache = view(3, 4, 4096, 8, 64, fa::DType::E4M3);
-            p.o = view(4, 4, 1, 32, 64);
+            p.q = view(1, 4, 1, 32, 96, fa::DType::E4M3);
+            p.k_cache = view(2, 4, 4096, 8, 96, fa::DType::E4M3);
+            p.v_cache = view(3, 4, 4096, 8, 96, fa::DType::E4M3);
+            p.o = view(4, 4, 1, 32, 96);
         },
-        "q.shape[3] (d_head)", "64", fa::ErrorCode::unsupported);
+        "q.shape[3] (d_head)", "96", fa::ErrorCode::unsupported);
     fp8_kvcache_error([](auto& p) { p.options.variants.softcap = 30.0f; },
                       "options.variants.softcap", "30", fa::ErrorCode::unsupported);
     // The factors are (q's batch, heads_kv): a cache of more entries does not widen them, and

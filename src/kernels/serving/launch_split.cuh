@@ -209,13 +209,11 @@ void launch_d_head(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k,
         launch_for<DType::BF16, D>(args, max_seq_k, splits, stream);
     } else if (dtype == DType::FP16) {
         launch_for<DType::FP16, D>(args, max_seq_k, splits, stream);
-    } else if constexpr (has_fp8_split_kv(D)) {
+    } else if (dtype == DType::E4M3) {
         launch_for<DType::E4M3, D>(args, max_seq_k, splits, stream);
     } else {
-        throw Error(ErrorCode::unsupported,
-                    "q.shape[3] (d_head): expected 128 or 256 for an FP8 "
-                    "KV cache (the split-KV kernel's e4m3 rows), got " +
-                        std::to_string(D));
+        throw Error(ErrorCode::dtype, "q.dtype: expected FP16, BF16 or E4M3 for a KV cache, got " +
+                                          std::string(to_string(dtype)));
     }
 }
 

@@ -69,8 +69,11 @@ struct SplitKvTraits {
     // 128), except where the fold needs the room: four-warp d_head 128 reads them from shared
     // memory two k-tiles at a time (255 registers and 32-52 bytes of spills with Q held,
     // 234-246 and none without), as d_head 256 always does. (Four-warp d_head 64 without Q
-    // held spilled 24-28 bytes: ptxas stopped at 168 registers.)
-    static constexpr bool q_in_registers = D <= 64 || (D <= 128 && !folds_ranges);
+    // held spilled 24-28 bytes: ptxas stopped at 168 registers.) FP8's four-warp d_head 64
+    // kernels, whose e4m3 conversions take registers too, spilled 36 bytes with Q held (paged,
+    // CUDA 13.0): they read it from shared memory.
+    static constexpr bool q_in_registers =
+        fp8 && D <= 64 ? Warps == 1 : D <= 64 || (D <= 128 && !folds_ranges);
     static constexpr int qk_step = q_in_registers ? qk_k_tiles : 2;
 
     // Stages of K and V: blocks j+1 .. j+stages-1 load while block j computes, so a CTA

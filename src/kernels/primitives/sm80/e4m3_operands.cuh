@@ -106,7 +106,8 @@ struct E4m3SmemB {
 // The B operand of O = P·V from an e4m3 (k x n) tile, V's (keys by rows): lane (g, q) reads
 // the four bytes at column 32m + 4g of keys 2q, 2q + 1, 2q + 8 and 2q + 9 of each k16 tile
 // and pairs them by key with prmt (__byte_perm), giving n8 tiles 4m .. 4m + 3 (the column order
-// above). Under the tile's swizzle the 32 lanes' words fall in 32 distinct banks.
+// above). Under the swizzle of rows of 128 bytes or more the 32 lanes' words fall in 32 distinct
+// banks; on d_head 64's 64-byte rows (SmemTile's (row / 2) % 4 swizzle) two lanes share a bank.
 template <class Tile, int NTiles>
 struct E4m3SmemValues {
     static_assert(NTiles % 4 == 0, "a lane's word of a key covers four n8 tiles");

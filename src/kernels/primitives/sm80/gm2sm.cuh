@@ -170,7 +170,14 @@ class RowGatherCopyGM2SM {
     static_assert(Threads % Tile::chunks_per_row == 0, "threads cover whole rows");
     static_assert(CtaThreads % Threads == 0 && (Threads & (Threads - 1)) == 0,
                   "groups of a power of two threads: the modulo is a mask");
-    static constexpr int row_step = Threads / Tile::chunks_per_row;
+    // The rows of a paged cache's groups (copy_groups), each contiguous.
+    static constexpr int group = 16;
+    // The threads that copy: all of them, or, where rows are narrow (an e4m3 row of d_head 64
+    // is 4 chunks), those that cover one group's rows, so that a thread's rows still fall
+    // into known groups; the others issue nothing.
+    static constexpr int copy_threads =
+        Threads < group * Tile::chunks_per_row ? Threads : group * Tile::chunks_per_row;
+    static constexpr int row_step = copy_threads / Tile::chunks_per_row;
     static_assert(Tile::rows % row_step == 0, "every thread copies the same number of chunks");
     static constexpr int chunks_per_thread = Tile::rows / row_step;
 
@@ -186,11 +193,16 @@ class RowGatherCopyGM2SM {
     __device__ __forceinline__ static int thread_chunk() {
         return static_cast<int>(threadIdx.x % Tile::chunks_per_row);
     }
+    __device__ __forceinline__ static bool copies() {
+        return copy_threads == Threads || thread_row() < row_step;
+    }
 
     // `fallback`: any readable address, given to the rows that read nothing.
     template <class T, class RowSource>
     __device__ __forceinline__ static void copy(std::uint32_t smem_tile,
                                                 const RowSource& row_source, const T* fallback) {
+        if (!copies())
+            return;
         const int row = thread_row();
         const int chunk = thread_chunk();
 #pragma unroll
@@ -209,6 +221,8 @@ class RowGatherCopyGM2SM {
     template <class T>
     __device__ __forceinline__ static void copy_strided(std::uint32_t smem_tile, const T* first_row,
                                                         std::int64_t row_stride, std::uint64_t l2) {
+        if (!copies())
+            return;
         const int row = thread_row();
         const int chunk = thread_chunk();
         const T* src = first_row + row * row_stride + chunk * chunk_elements<T>;
@@ -232,8 +246,9 @@ class RowGatherCopyGM2SM {
                                                              const GroupSource& group_source,
                                                              std::int64_t row_stride,
                                                              std::uint64_t l2) {
-        constexpr int group = 16;
         static_assert(group % row_step == 0, "a thread's rows fall into known groups");
+        if (!copies())
+            return;
         const int row = thread_row();
         const int chunk = thread_chunk();
         const std::int64_t offset =
@@ -261,10 +276,11 @@ class RowGatherCopyGM2SM {
                                                        const GroupSource& group_source,
                                                        std::int64_t row_stride, int valid_rows,
                                                        const T* fallback, std::uint64_t l2) {
-        constexpr int group = 16;
         // A thread's first row is below row_step, so with row_step dividing 16 its row
         // i * row_step + row stays in group i * row_step / 16.
         static_assert(group % row_step == 0, "a thread's rows fall into known groups");
+        if (!copies())
+            return;
         const int row = thread_row();
         const int chunk = thread_chunk();
         const T* base = nullptr;
