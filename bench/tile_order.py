@@ -20,7 +20,10 @@ the CTA's fixed work. Its sections hold at most two waves of CTAs: before balanc
 exactly two waves and a smaller last one, whose longest walks start only as the section before
 ends; balanced, as many sections as that takes, their sizes within one. The model gives the
 measured -11% of one pair a section against two waves (32/8 heads at 8k, H200, 2026-12-02).
-Non-causal CTAs all cost the same, and the grid's last wave is what is left of them.
+Non-causal CTAs all cost the same, and the grid's last wave is what is left of them. The last two
+columns count a walk's cost outside its steps (--fixed, in steps) against the steps: in waves as
+launched, and with stream-K's last round cut into one range of steps an SM, each piece paying the
+fixed cost again and a partial piece its fp32 dK and dV (--partial); design.md §12 has the plan.
 """
 
 import argparse
@@ -58,15 +61,55 @@ def backward_noncausal_spread(pairs: int, seq: int, B_c: int, sms: int) -> float
     return spread_of([1] * (pairs * -(-seq // B_c)), sms)
 
 
-def spread_of(costs: list, sms: int) -> float:
-    """Mean work per SM over the finishing time of the last SM, costs taken in order."""
+def backward_streamk_spread(pairs: int, seq: int, B_r: int, B_c: int, sms: int, fixed: float,
+                            partial: float) -> float:
+    """The non-causal grid with stream-K's last round (design.md §12): a key block's walk is W
+    steps plus `fixed` (its K and V, the pipeline's ramp, the last dQ), in steps; the last,
+    part-filled round's key blocks (or, where it holds under a third of the SMs, the last
+    sms + T mod sms) are cut into `sms` equal ranges of steps, each piece paying `fixed` and, where
+    it does not hold a whole walk, `partial` more (dK and dV in fp32 to a slot, or read back).
+    Useful work is the steps alone, so the spread counts what the fixed costs take too."""
+    walk = -(-seq // B_r)
+    tiles = pairs * -(-seq // B_c)
+    tail = tiles % sms
+    if tail == 0 or tiles < 2 * sms:
+        return backward_noncausal_spread(pairs, seq, B_c, sms) * walk / (walk + fixed)
+    if 3 * tail < sms:
+        tail += sms
+    costs = [walk + fixed] * (tiles - tail)
+    units = tail * walk
+    for r in range(sms):
+        start, end = r * units // sms, (r + 1) * units // sms
+        cost, at = 0.0, start
+        while at < end:
+            piece_end = min(end, (at // walk + 1) * walk)
+            whole = at % walk == 0 and piece_end - at == walk
+            cost += piece_end - at + fixed + (0 if whole else partial)
+            at = piece_end
+        costs.append(cost)
+    return tiles * walk / sms / finish_of(costs, sms)
+
+
+def finish_of(costs: list, sms: int) -> float:
+    """When the last SM finishes, costs taken in order by the SM that frees first."""
     free = [0] * sms  # when each SM frees up
     finish = 0
     for cost in costs:
         start = heapq.heappop(free)
         finish = max(finish, start + cost)
         heapq.heappush(free, start + cost)
-    return sum(costs) / sms / finish
+    return finish
+
+
+def spread_of(costs: list, sms: int) -> float:
+    """Mean work per SM over the finishing time of the last SM, costs taken in order."""
+    return sum(costs) / sms / finish_of(costs, sms)
+
+
+def walk_share(seq: int, B_r: int, args) -> float:
+    """The part of a non-causal walk's time its steps take (the rest: --fixed)."""
+    walk = -(-seq // B_r)
+    return walk / (walk + args.fixed)
 
 
 def default_section(seq: int, d_head: int, B_r: int, l2_bytes: int) -> int:
@@ -85,10 +128,15 @@ def main() -> None:
     parser.add_argument("--sections", type=int, default=0,
                         help="heads a section everywhere (default: forward.cpp's rule)")
     parser.add_argument("--backward", action="store_true", help="the backward's causal grid and GQA rows")
+    parser.add_argument("--fixed", type=float, default=1.0,
+                        help="backward: a walk's cost outside its steps, in steps (stream-K's columns)")
+    parser.add_argument("--partial", type=float, default=2.0,
+                        help="backward: a stream-K piece's partial dK and dV stored or read back, in steps")
     args = parser.parse_args()
     if args.backward:
         # The built-in table's sm90 backward tiles (B_r queries a step, B_c keys a CTA).
-        print(f"{'d_head':>6} {'seq':>6} {'pairs':>6}  two-wave sections  balanced  non-causal")
+        print(f"{'d_head':>6} {'seq':>6} {'pairs':>6}  two-wave sections  balanced  non-causal"
+              f"  (with fixed costs: waves  stream-K)")
         rows = [(d, B_r, B_c, seq, (16384 // seq) * (2048 // d), 1)
                 for d, B_r, B_c in ((64, 128, 128), (128, 64, 128), (256, 64, 64))
                 for seq in (1024, 2048, 4096, 8192, 16384)]
@@ -97,7 +145,10 @@ def main() -> None:
             label = f"{pairs} ({pairs * group}/{pairs} heads)" if group > 1 else str(pairs)
             print(f"{d:>6} {seq:>6} {label:>6}  {backward_spread(pairs, group, seq, B_r, B_c, args.sms, False):17.3f}"
                   f"  {backward_spread(pairs, group, seq, B_r, B_c, args.sms, True):8.3f}"
-                  f"  {backward_noncausal_spread(pairs, seq, B_c, args.sms):10.3f}")
+                  f"  {backward_noncausal_spread(pairs, seq, B_c, args.sms):10.3f}"
+                  + ("" if group > 1 else
+                     f"  {backward_noncausal_spread(pairs, seq, B_c, args.sms) * walk_share(seq, B_r, args):24.3f}"
+                     f"  {backward_streamk_spread(pairs, seq, B_r, B_c, args.sms, args.fixed, args.partial):8.3f}"))
         return
     # The built-in table's causal tiles: B_r 192 at d_head 64, 128 at d_head 256; d_head 128 takes
     # B_r 128 up to 4k keys and 192 from 8k: both shown.
