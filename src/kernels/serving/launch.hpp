@@ -25,9 +25,9 @@ SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_key
                       int requested);
 
 // The head dims the split-KV kernel is built for (launch_d_head's instances, every dtype: an e4m3
-// row of d_head 64 is 64 bytes, which SmemTile swizzles too): d_head 192's rows
-// of 24 16-byte chunks do not split evenly over its copies' threads (RowGatherCopyGM2SM), and
-// its decoding runs on the sm90 family's kernels instead.
+// row of d_head 64 is 64 bytes, which SmemTile swizzles too): d_head 192's rows of 24 16-byte
+// chunks do not split evenly over its copies' threads (RowGatherCopyGM2SM), and its decoding runs
+// on the sm90 family's kernels instead.
 constexpr bool has_split_kv(std::int64_t d_head) {
     return d_head == 64 || d_head == 128 || d_head == 256;
 }
@@ -42,9 +42,8 @@ SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_s
 void launch_attention(SplitKvArgs args, DType dtype, int d_head, std::int64_t max_seq_k,
                       int requested_splits, Stream stream);
 
-// The launch for one d_head, every dtype: instantiated once per
-// d_head, each in its own translation unit (split_kv_d*.cu) so that the build compiles them in
-// parallel.
+// The launch for one d_head, every dtype: instantiated once per d_head, each in its own
+// translation unit (split_kv_d*.cu) so that the build compiles them in parallel.
 template <int D>
 void launch_d_head(const SplitKvArgs& args, DType dtype, std::int64_t max_seq_k, int splits,
                    Stream stream);
