@@ -120,8 +120,8 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, causal_alignment="bott
     do: an out= tensor cannot carry a graph (use it under torch.no_grad()). Without grad (no_grad,
     inference_mode, or no input requiring it) the call takes the eager path with no graph
     and no LSE unless asked for. deterministic=True makes the backward's gradients bitwise
-    identical from run to run (on Hopper an ordered dQ accumulation: 5-24% slower at 2k-16k
-    tokens, H200); by default the fastest kernel runs, whose dQ may differ in the last
+    identical from run to run (on Hopper an ordered dQ accumulation: 8-37% slower at 2k-8k
+    tokens, H100, 2026-12-07); by default the fastest kernel runs, whose dQ may differ in the last
     bits between runs.
 
     FP8: torch.float8_e4m3fn q, k and v with q_descale, k_descale and v_descale (flash_attn's
