@@ -450,6 +450,9 @@ bool is_deterministic(const KernelConfig& config);
 // choice on the current device, or with `config`, in bytes: D = rowsum(dO ∘ O), one float per
 // query row and head; the sm90 family adds the LSE in base 2 (one float a row) and dQ's fp32
 // accumulator (d_head floats a row), its rows padded to whole blocks of 128 queries. O(seq).
+// A stream-K config (streamk) on a non-causal shape that it splits adds, on the current device,
+// two slots a CTA of B_c x (d_head + d_v) floats and a counter a split key block: at most
+// 2 x SMs x B_c x (d_head + d_v) x 4 bytes, whatever the length.
 std::size_t backward_workspace_bytes(const ProblemShape& problem);
 std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelConfig& config);
 

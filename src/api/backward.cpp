@@ -16,6 +16,7 @@
 #include "config/builtin_choice.hpp"
 #include "config/config_space.hpp"
 #include "config/resources.hpp"
+#include "kernels/key_block_scheduler.hpp"
 #include "registry/registry.hpp"
 #include "tuning/tuning_cache.hpp"
 
@@ -213,7 +214,10 @@ BackwardArgs backward_args(const BackwardParams& p, const DeviceProperties& devi
             .q_block = 1,  // launch_backward's, with the config's workspace
             .semaphore_rows = 0,
             .alibi_slopes = p.options.variants.alibi_slopes,
-            .alibi_batch_stride = p.options.variants.alibi_batch_stride};
+            .alibi_batch_stride = p.options.variants.alibi_batch_stride,
+            .streamk_partials = nullptr,
+            .streamk_counters = nullptr,
+            .streamk_blocks = 0};
 }
 
 // The workspace from the stream-ordered pool, then the config's kernels.
@@ -390,7 +394,26 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
 
 std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
     validate_shape(problem);
-    return backward_workspace(config, problem.batch, problem.heads, problem.seq_q).bytes();
+    std::size_t bytes =
+        backward_workspace(config, problem.batch, problem.heads, problem.seq_q).bytes();
+    // Stream-K's slots and counters where its kernel splits this shape on the current device
+    // (dense, no window: the shape cannot tell, so at most these).
+    if (config.backward && config.family == Family::sm90 && config.sm90.stream_k &&
+        !problem.causal) {
+        BackwardArgs a{};
+        a.batch = static_cast<int>(problem.batch);
+        a.heads = static_cast<int>(problem.heads);
+        a.heads_kv = static_cast<int>(problem.heads_kv);
+        a.seq_q = static_cast<int>(problem.seq_q);
+        a.seq_k = static_cast<int>(problem.seq_k);
+        const std::int64_t key_blocks = sm90::KeyBlockScheduler::of(a, config.B_c, false).count();
+        const std::int64_t ctas =
+            std::min<std::int64_t>(key_blocks, DeviceProperties::current().sm_count);
+        bytes +=
+            sm90::BackwardStreamK::of(a, config.B_r, config.B_c, ctas)
+                .bytes(config.B_c, tile_columns(config.d_head) + tile_columns(config.v_head_dim()));
+    }
+    return bytes;
 }
 
 std::size_t backward_workspace_bytes(const ProblemShape& problem) {

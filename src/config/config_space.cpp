@@ -126,8 +126,8 @@ constexpr std::array k_rules = {
     Rule{"backward_knobs", RuleKind::validity,
          "a backward config sets its family's backward knobs only: sm80 async and swizzled (its "
          "GEMMs load whole k extents; eager, load_Q_K_V_tiles, buffer and opt_softmax are the "
-         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, ordered "
-         "and lagdq",
+         "forward's), sm90 stages (the depth of the Q/dO pipeline), persistent, dynamic, "
+         "streamk, ordered and lagdq",
          [](const KernelConfig& c) {
              if (!c.backward)
                  return false;
@@ -135,6 +135,7 @@ constexpr std::array k_rules = {
                  return c.sm90 != Sm90Knobs{.stages = c.sm90.stages,
                                             .persistent = c.sm90.persistent,
                                             .dynamic_schedule = c.sm90.dynamic_schedule,
+                                            .stream_k = c.sm90.stream_k,
                                             .ordered_dq = c.sm90.ordered_dq,
                                             .lag_dq = c.sm90.lag_dq};
              return c.sm80.eager_load_blocks || c.sm80.Q_mma_load_K_tiles != 0 ||
@@ -270,10 +271,19 @@ constexpr std::array k_rules = {
          "the dynamic tile schedule hands persistent CTAs their next tile (add persistent)",
          [](const KernelConfig& c) { return c.sm90.dynamic_schedule && !c.sm90.persistent; }},
     Rule{"streamk_needs_static_persistent", RuleKind::validity,
-         "stream-K splits the last round of the static schedule's persistent CTAs (add "
-         "persistent; not with dynamic)",
+         "the forward's stream-K splits the last round of the static schedule's persistent CTAs "
+         "(add persistent; not with dynamic)",
          [](const KernelConfig& c) {
-             return c.sm90.stream_k && (!c.sm90.persistent || c.sm90.dynamic_schedule);
+             return !c.backward && c.sm90.stream_k &&
+                    (!c.sm90.persistent || c.sm90.dynamic_schedule);
+         }},
+    Rule{"streamk_backward", RuleKind::validity,
+         "the backward's stream-K hands persistent CTAs the last round's steps on the dynamic "
+         "schedule (add persistent, dynamic and lagdq); not at d_head 96 (its consumers' dQ "
+         "widths differ)",
+         [](const KernelConfig& c) {
+             return c.backward && c.sm90.stream_k &&
+                    (!c.sm90.dynamic_schedule || !c.sm90.lag_dq || sm90_backward_uneven_dq(c));
          }},
     Rule{"half_needs_trim", RuleKind::validity,
          "half blocks end a trimmed consumer's overlapped loop on the first half of a B_c 128 "
@@ -632,6 +642,7 @@ ValueSets tune_values_backward_sm90() {
     v.dynamic_schedule = {false, true};
     v.ordered_dq = {false, true};
     v.lag_dq = {false, true};
+    v.stream_k = {false, true};
     return v;
 }
 
@@ -690,7 +701,8 @@ std::vector<KernelConfig> release() {
 // and P through shared memory with ping-pong and trimmed blocks (d_head 64's 192 rows; the
 // release's psmem kernels, d_head 96's, neither);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
-// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
+// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic),
+// and d_head 128's with stream-K's last round (not in the release until measured).
 // The FP8 (e4m3) forward's configs (rule dtype) on the sm90 kernel body: the release's (the
 // built-in table's), the plain kernels (no overlap: the baseline), and the alternatives measured
 // within 4% of the table's at some lengths (builtin_choice.cpp): d_head 128 two stages with and
@@ -740,6 +752,7 @@ std::vector<KernelConfig> ci() {
                "sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim+psmem",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
                "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
+               "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq",
            }));
     return v;
 }

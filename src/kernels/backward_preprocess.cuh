@@ -93,11 +93,15 @@ __global__ void __launch_bounds__(128)
     // has started: its loads of Q, K, V and dO begin while the last of these run, and it waits
     // for this grid's writes (wait_for_previous_grid) before it reads them.
     ptx::launch_dependents();
-    // The persistent dynamic schedule's counter, by one thread before any returns (a packed
-    // call's first sequence may have no rows).
-    if (args.tile_counter != nullptr && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 &&
-        threadIdx.x == 0)
-        *args.tile_counter = 0;
+    // The persistent dynamic schedule's counter and stream-K's, by the first CTA before any
+    // thread returns (a packed call's first sequence may have no rows).
+    if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) {
+        if (args.tile_counter != nullptr && threadIdx.x == 0)
+            *args.tile_counter = 0;
+        for (int i = static_cast<int>(threadIdx.x); i < args.streamk_blocks;
+             i += static_cast<int>(blockDim.x))
+            args.streamk_counters[i] = 0;
+    }
     constexpr int lanes = backward_preprocess_lanes(D_V);  // per row
     constexpr int rows = backward_preprocess_rows(D_V);
     const int row = blockIdx.x * rows + static_cast<int>(threadIdx.x) / lanes;

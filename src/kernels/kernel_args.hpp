@@ -195,6 +195,13 @@ struct BackwardArgs {
     // ALiBi, as KernelArgs' (the band kernels run it: banded is set with it).
     const float* alibi_slopes;
     std::int64_t alibi_batch_stride;
+    // Stream-K (BackwardStreamK, set by the launch where it splits): two slots a range of a
+    // CTA's dK and dV partials (fp32, B_c x (d_head + d_v) floats each), and a counter for each
+    // of the streamk_blocks split key blocks (zeroed by the preprocess); else null and 0. Last,
+    // so that the fields before keep their offsets (and the kernels without it their code).
+    float* streamk_partials;
+    int* streamk_counters;
+    int streamk_blocks;
 };
 
 }  // namespace flash_attention

@@ -6,6 +6,7 @@
 // (--expt-relaxed-constexpr) share it.
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -107,22 +108,129 @@ struct KeyBlockScheduler {
     }
 };
 
+// Stream-K (BackwardTraits::stream_k: persistent CTAs on the dynamic schedule, dense non-causal
+// problems, whose walks all take `walk` steps). A grid of T key blocks on C CTAs leaves its last
+// round T mod C key blocks, so that a part of the CTAs idles through a whole walk while the rest
+// end it (non-causal grid cells: 15.5 or 31.03 rounds of 132, a spread of 0.970,
+// bench/tile_order.py
+// --backward). Instead, the counter hands out the first `whole` key blocks whole, then numbers
+// ranges: the steps of the last `blocks` key blocks, one after another, cut into C equal ranges
+// (where the last round holds under a third of C, the last C + T mod C key blocks: ranges of a
+// few steps each would pay a walk's fixed costs for little). A range is a piece of each key
+// block it touches: the end of one, at most a whole one, the start of the next (a range holds
+// at most 4/3 of a walk). A piece that is not a whole walk stores its dK and dV (fp32, unscaled)
+// in its slot and counts itself on its key block's counter; the piece that counts last adds the
+// others' slots to its own and stores the key block's dK and dV. No piece waits for another, so
+// the order the counter hands ranges out in cannot deadlock. dQ needs nothing: its adds are per
+// step already. Not with ordered dQ (whose adds follow the key blocks' order), a mask, a window
+// or packed sequences (walks of unequal length).
+struct BackwardStreamK {
+    // A key block's pieces at most (the merge's loads are unrolled over the others').
+    static constexpr int k_max_pieces = 4;
+    int whole = 0;   // key blocks handed out whole: the counter's numbers [0, whole)
+    int blocks = 0;  // key blocks after them, in ranges: numbers [whole, whole + ranges)
+    int walk = 0;    // steps of every walk
+    int ranges = 0;  // the CTAs; 0: no split
+
+    // The split of a launch of `ctas` CTAs (the kernel's gridDim.x), or none where its last
+    // round is full, the problem's walks are not all alike, fewer than two rounds of key blocks
+    // stay whole (the first round is every CTA's own), or a range would hold no step.
+    static constexpr BackwardStreamK of(const BackwardArgs& a, int B_r, int B_c,
+                                        std::int64_t ctas) {
+        if (a.causal || a.banded || a.cu_seqlens_q != nullptr || ctas <= 0 || ctas > 1 << 16)
+            return {};
+        const std::int64_t key_blocks = KeyBlockScheduler::of(a, B_c, false).count();
+        const std::int64_t walk =
+            std::int64_t{a.heads / a.heads_kv} * blocks_covering(a.seq_q, B_r);
+        std::int64_t tail = key_blocks % ctas;
+        if (tail == 0)
+            return {};
+        if (3 * tail < ctas)
+            tail += ctas;
+        const std::int64_t whole = key_blocks - tail;
+        // (The kernel's ints: range_of's products, units x ctas, stay below 2^31. A key block's
+        // pieces: at most k_max_pieces, which its ranges of at least units / ctas steps
+        // ensure where walk - 1 <= 3 x that.)
+        const std::int64_t units = tail * walk;
+        if (whole < ctas || units < ctas || units > std::numeric_limits<int>::max() / ctas ||
+            walk - 1 > (k_max_pieces - 1) * (units / ctas))
+            return {};
+        return {static_cast<int>(whole), static_cast<int>(tail), static_cast<int>(walk),
+                static_cast<int>(ctas)};
+    }
+    constexpr bool splits() const { return ranges > 0; }
+    // What follows is the kernels' arithmetic, in ints (of() bounds units x ranges below 2^31):
+    // 64-bit divisions took the d_head 128 kernel's 24-register producer and dQ warps hundreds
+    // of bytes of spills (ptxas, CUDA 13.0).
+    // The memory it takes: two slots a range of B_c x `columns` floats (dK's and dV's), and the
+    // split key blocks' counters.
+    constexpr std::size_t bytes(int B_c, int columns) const {
+        return splits()
+                   ? 4 * (2 * static_cast<std::size_t>(ranges) * static_cast<std::size_t>(B_c) *
+                              static_cast<std::size_t>(columns) +
+                          static_cast<std::size_t>(blocks))
+                   : 0;
+    }
+    // The counter's numbers: key blocks, then ranges.
+    constexpr int count() const { return whole + ranges; }
+
+    constexpr int units() const { return blocks * walk; }
+    // Range r's first step (of the split key blocks' steps, one walk after another).
+    constexpr int start(int r) const { return r * units() / ranges; }
+    // The range holding step u: the last r with start(r) <= u, i.e. r x units < (u + 1) ranges.
+    constexpr int range_of(int u) const { return ((u + 1) * ranges - 1) / units(); }
+    // Pieces of range r: one for each split key block it touches.
+    constexpr int pieces_in(int r) const { return (start(r + 1) - 1) / walk - start(r) / walk + 1; }
+    // The ranges holding split key block b's pieces, first and last.
+    constexpr int first_range(int b) const { return range_of(b * walk); }
+    constexpr int last_range(int b) const { return range_of((b + 1) * walk - 1); }
+    // Piece j of split key block b's slot: two a range, the range's first piece's, then the one
+    // that starts inside it (only a block's first piece can).
+    constexpr int slot(int b, int j) const {
+        const int r = first_range(b) + j;
+        return 2 * r + (j == 0 && start(r) != b * walk ? 1 : 0);
+    }
+
+    struct Piece {
+        int block;  // split key block b: the schedule's key block whole + b
+        int first;  // its first step in the walk
+        int steps;
+        int pieces;  // of block b (1: the whole walk, no slot)
+        int index;   // among them, in step order
+    };
+    // Piece p (0 .. pieces_in(r) - 1) of range r.
+    constexpr Piece piece(int r, int p) const {
+        const int s = start(r), e = start(r + 1);
+        const int b = s / walk + p;
+        const int block0 = b * walk;
+        const int at = p == 0 ? s : block0;
+        const int first = first_range(b);
+        return {b, at - block0, std::min(e, block0 + walk) - at, last_range(b) - first + 1,
+                r - first};
+    }
+};
+
 // The query blocks of one CTA's walk, in order: for each query head of its K/V head, the blocks
 // that see a key of the block (QueryBlocks), those at the ends masked, and every block of a key
 // block that runs past seq_k (below). Queries past seq_q need no mask: their LSE is +inf, so P is
 // 0. Rotated (BackwardTraits::rotate_walks): each head's blocks from `start` to the end, then from
 // the first, the sequence's key blocks' starts spread evenly over the blocks.
+//
+// A stream-K piece (BackwardStreamK) walks steps [begin, begin + length) of its key block's walk.
 struct QueryWalk {
     QueryBlocks blocks;  // of each head
     int group;           // query heads of the K/V head
     int start;           // the block each head's walk begins with
+    int begin;           // the first step walked
+    int length;          // the steps walked
 
     template <class Mask>
     static constexpr QueryWalk of(const BackwardArgs& a, const Mask& mask, int k0, int B_r, int B_c,
                                   bool rotate) {
         QueryWalk w{QueryBlocks::of(mask, k0, std::min(k0 + B_c, mask.seq_k) - 1, B_r),
-                    a.heads / a.heads_kv, 0};
+                    a.heads / a.heads_kv, 0, 0, 0};
         w.start = w.blocks.first;
+        w.length = w.group * w.per_head();
         if (rotate && w.per_head() > 1) {
             const int key_blocks = blocks_covering(mask.seq_k, B_c);
             w.start +=
@@ -131,7 +239,17 @@ struct QueryWalk {
         return w;
     }
     constexpr int per_head() const { return blocks.end - blocks.first; }
-    constexpr int steps() const { return group * per_head(); }
+    // The steps walked. Pieces (BackwardTraits::stream_k, a compile-time flag, so that the
+    // kernels without it keep their code): [begin, begin + length), else the whole walk.
+    template <bool Pieces = false>
+    constexpr int steps() const {
+        return Pieces ? length : group * per_head();
+    }
+    // Only steps [first, first + count) of the walk (a stream-K piece).
+    constexpr void restrict(int first, int count) {
+        begin = first;
+        length = count;
+    }
 
     // A step's query head (within the group) and block, advanced step by step: a division of
     // the step's index by per_head() took the consumers about 40 instructions of a step's ~480
@@ -148,9 +266,17 @@ struct QueryWalk {
                 ++head;
         }
     };
-    template <bool Rotated>
+    // The first step walked: its head and block (a division only for a piece that starts
+    // inside the walk).
+    template <bool Rotated, bool Pieces = false>
     constexpr Step first() const {
-        return {0, Rotated ? start : blocks.first};
+        if (!Pieces || begin == 0)
+            return {0, Rotated ? start : blocks.first};
+        const int head = begin / per_head();
+        int block = (Rotated ? start : blocks.first) + (begin - head * per_head());
+        if (block >= blocks.end)
+            block -= per_head();
+        return {head, block};
     }
 };
 

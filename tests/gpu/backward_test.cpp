@@ -19,6 +19,7 @@
 
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/tools.hpp"
+#include "kernels/key_block_scheduler.hpp"
 #include "kernels/serving/launch.hpp"
 #include "support/built_configs.hpp"
 
@@ -247,6 +248,84 @@ TEST(Backward, AutomaticChoiceMatchesReference) {
 
 std::vector<std::uint16_t> bits_of(const DeviceTensor& t, const HostTensor& shape_of) {
     return t.download(shape_of).bits;
+}
+
+// Stream-K (streamk, BackwardStreamK): non-causal problems whose last round the kernel splits
+// into ranges of steps, at this GPU's SM count: one whose last round holds a third of the CTAs
+// or more (its own key blocks split), one that holds fewer (the round before it split too);
+// odd lengths, GQA, and a softcap. Sampled rows against the reference, and every element of dQ,
+// dK and dV against the same kernel without stream-K where the build has it (the sums' order
+// differs, so within a 16-bit rounding or two).
+TEST(Backward, StreamKSplitsTheLastRound) {
+    if (fa::device_count() == 0)
+        GTEST_SKIP() << "no GPU";
+    std::vector<fa::KernelConfig> configs;
+    for (const fa::KernelConfig& c : fa::testing::backward_configs()) {
+        if (c.sm90.stream_k && fa::is_supported(c))
+            configs.push_back(c);
+    }
+    if (configs.empty())
+        GTEST_SKIP() << "no stream-K backward config in this build, or not a Hopper GPU";
+    const int sms = fa::DeviceProperties::current().sm_count;
+    for (const fa::KernelConfig& c : configs) {
+        fa::KernelConfig plain = c;
+        plain.sm90.stream_k = false;
+        const bool compare = fa::is_built(plain);
+        for (const auto& [seq_q, seq_k, heads, heads_kv, softcap, short_round] :
+             {std::tuple{777, 1000, 8, 4, 0.0f, false}, std::tuple{777, 1000, 8, 4, 0.0f, true},
+              std::tuple{1000, 333, 8, 2, 30.0f, false}}) {
+            // The first batch that splits in the way asked for.
+            Shape shape{0, seq_q, seq_k, heads, heads_kv, false};
+            fa::sm90::BackwardStreamK split;
+            for (int batch = 1; batch < 200 && !split.splits(); ++batch) {
+                fa::BackwardArgs a{};
+                a.batch = batch;
+                a.seq_q = seq_q;
+                a.seq_k = seq_k;
+                a.heads = heads;
+                a.heads_kv = heads_kv;
+                const std::int64_t key_blocks =
+                    fa::sm90::KeyBlockScheduler::of(a, c.B_c, false).count();
+                const fa::sm90::BackwardStreamK k = fa::sm90::BackwardStreamK::of(
+                    a, c.B_r, c.B_c, std::min<std::int64_t>(key_blocks, sms));
+                if (k.splits() && (k.blocks > k.ranges) == short_round) {
+                    split = k;
+                    shape.batch = batch;
+                }
+            }
+            ASSERT_TRUE(split.splits()) << "no batch splits q" << seq_q << " k" << seq_k;
+            SCOPED_TRACE(::testing::Message()
+                         << c.to_string() << ", batch " << shape.batch << " q" << seq_q << " k"
+                         << seq_k << ", heads " << heads << "/" << heads_kv << ", softcap "
+                         << softcap << ": " << split.blocks << " key blocks split over "
+                         << split.ranges << " ranges of " << split.units() / split.ranges
+                         << " steps");
+            Problem p(c.dtype, c, shape, fresh_seed(), false, softcap);
+            const auto result = p.run_and_check([&] { fa::backward(p.params(), c); });
+            EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
+            if (!compare)
+                continue;
+            const HostTensor dq = p.dev_dq.download(p.q), dk = p.dev_dk.download(p.k),
+                             dv = p.dev_dv.download(p.v);
+            fa::backward(p.params(), plain);
+            fa::tools::synchronize();
+            for (const auto& [split_run, plain_run, name] :
+                 {std::tuple{&dq, p.dev_dq.download(p.q), "dq"},
+                  std::tuple{&dk, p.dev_dk.download(p.k), "dk"},
+                  std::tuple{&dv, p.dev_dv.download(p.v), "dv"}}) {
+                float largest = 0.0f;
+                for (const float x : plain_run.values)
+                    largest = std::max(largest, std::abs(x));
+                std::int64_t off = 0;
+                for (std::size_t i = 0; i < plain_run.values.size(); ++i) {
+                    const float a = split_run->values[i], b = plain_run.values[i];
+                    off += !(std::abs(a - b) <= 0.02f * std::abs(b) + 1e-3f * largest);
+                }
+                EXPECT_EQ(off, 0) << name << ": elements off the kernel without stream-K; seed "
+                                  << p.seed;
+            }
+        }
+    }
 }
 
 // Deterministic mode: ten runs give the same bits, and a batch entry's gradients are the same

@@ -160,6 +160,24 @@ TEST(ConfigSpace, EveryBackwardRuleRejectsWhatItSays) {
         (fa::Sm90Knobs{.stages = 2, .persistent = true, .dynamic_schedule = true, .lag_dq = true}));
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.dynamic_schedule = true; }),
               "dynamic_needs_persistent");
+    // Stream-K's last round: on the dynamic schedule with lagdq, not at d_head 96.
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq")),
+              "");
+    EXPECT_EQ(
+        KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq+"
+                            "streamk")
+            .to_string(),
+        "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq");
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk")),
+              "streamk_backward");
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+streamk+lagdq")),
+              "streamk_backward");
+    EXPECT_EQ(rejected_by(KernelConfig::parse(
+                  "(BF16, 96, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq")),
+              "streamk_backward");
     EXPECT_EQ(with_hopper([](KernelConfig& c) { c.sm90.pingpong = true; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.optimized_softmax = true; }), "backward_knobs");
     EXPECT_EQ(with([](KernelConfig& c) { c.sm80.K_mma_load_K_tiles = 2; }), "backward_knobs");

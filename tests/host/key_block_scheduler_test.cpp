@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstddef>
+#include <cstdint>
 #include <set>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -424,6 +427,27 @@ TEST(KeyBlockScheduler, WindowAddsCountTheEarlierKeyBlocks) {
 // unless rotated (the ordered dQ's adds assume it); rotated, each head from `start` (inside the
 // walk's blocks, different for a sequence's first key blocks without a mask) to the end and
 // then from the first. Both alignments, causal and not, seq_q != seq_k, GQA.
+// A stream-K piece (QueryWalk::restrict) starts at the step of the whole walk's order that it
+// names and goes on in that order.
+template <bool Rotated>
+void check_pieces(const fa::sm90::QueryWalk& walk, std::integral_constant<bool, Rotated>) {
+    std::vector<fa::sm90::QueryWalk::Step> order;
+    auto at = walk.first<Rotated>();
+    for (int i = 0; i < walk.steps(); ++i, at.template advance<Rotated>(walk))
+        order.push_back(at);
+    for (int first = 0; first < walk.steps(); ++first) {
+        fa::sm90::QueryWalk piece = walk;
+        piece.restrict(first, walk.steps() - first);
+        ASSERT_EQ(piece.steps<true>(), walk.steps() - first);
+        ASSERT_EQ(piece.steps(), walk.steps()) << "without pieces, the whole walk";
+        auto step = piece.first<Rotated, true>();
+        for (int i = first; i < walk.steps(); ++i, step.template advance<Rotated>(piece)) {
+            ASSERT_EQ(step.head, order[i].head) << "piece from " << first << ", step " << i;
+            ASSERT_EQ(step.block, order[i].block) << "piece from " << first << ", step " << i;
+        }
+    }
+}
+
 TEST(QueryWalk, VisitsEveryBlockOnceAHeadAtATime) {
     const auto check = [](const fa::sm90::QueryWalk& walk, auto rotated) {
         constexpr bool Rotated = decltype(rotated)::value;
@@ -474,6 +498,8 @@ TEST(QueryWalk, VisitsEveryBlockOnceAHeadAtATime) {
                                     starts.insert(walk.start);
                                     check(walk, std::false_type{});
                                     check(walk, std::true_type{});
+                                    check_pieces(walk, std::false_type{});
+                                    check_pieces(walk, std::true_type{});
                                 }
                                 // Without a mask the walks are alike: rotated, their starts
                                 // differ while there are blocks enough.
@@ -483,4 +509,93 @@ TEST(QueryWalk, VisitsEveryBlockOnceAHeadAtATime) {
                                               std::min(key_blocks, query_blocks));
                                 }
                             }
+}
+
+// Stream-K's ranges (BackwardStreamK): the split key blocks' steps are covered once, by ranges of
+// equal length within a step; a range holds at most three pieces, each inside one key block,
+// numbered in step order among that block's pieces; a piece that is not a whole walk has a slot
+// of its own, the one the merging piece computes for it; and the split leaves at least a round of
+// whole key blocks, starting where the last full rounds end (or a round earlier when the last
+// holds under a third of the CTAs). No split where the last round is full, for causal masks,
+// windows or packed sequences.
+TEST(BackwardStreamK, RangesCoverTheLastRoundsStepsOnce) {
+    using fa::sm90::BackwardStreamK;
+    int splits = 0;
+    for (const int seq : {256, 1000, 2048, 4096, 8192})
+        for (const int heads_kv : {1, 3, 16, 32})
+            for (const int batch : {1, 2, 4})
+                for (const int group : {1, 4})
+                    for (const int sms : {7, 132})
+                        for (const auto& [b_r, b_c] : {std::pair{64, 128}, std::pair{128, 128}}) {
+                            const fa::BackwardArgs a =
+                                problem(seq, heads_kv, batch, false, sms, group);
+                            const std::int64_t key_blocks =
+                                KeyBlockScheduler::of(a, b_c, false).count();
+                            const std::int64_t ctas = std::min<std::int64_t>(key_blocks, sms);
+                            const BackwardStreamK k = BackwardStreamK::of(a, b_r, b_c, ctas);
+                            SCOPED_TRACE(::testing::Message()
+                                         << "seq " << seq << " heads_kv " << heads_kv << " batch "
+                                         << batch << " group " << group << " sms " << sms);
+                            const std::int64_t tail = key_blocks % ctas;
+                            if (tail == 0) {
+                                EXPECT_FALSE(k.splits());
+                                continue;
+                            }
+                            const std::int64_t split = 3 * tail < ctas ? tail + ctas : tail;
+                            const int walk = group * ((seq + b_r - 1) / b_r);
+                            if (!k.splits()) {  // no whole round left, or ranges too short
+                                EXPECT_TRUE(key_blocks - split < ctas || split * walk < ctas ||
+                                            walk - 1 > 3 * (split * walk / ctas));
+                                continue;
+                            }
+                            ++splits;
+                            EXPECT_EQ(k.walk, walk);
+                            EXPECT_EQ(k.ranges, ctas);
+                            EXPECT_EQ(k.blocks, split);
+                            EXPECT_EQ(k.whole + k.blocks, key_blocks);
+                            EXPECT_GE(k.whole, ctas);
+                            std::vector<int> covered(static_cast<std::size_t>(k.units()), 0);
+                            std::set<int> slots;
+                            std::int64_t shortest = k.units(), longest = 0;
+                            for (int r = 0; r < k.ranges; ++r) {
+                                const std::int64_t length = k.start(r + 1) - k.start(r);
+                                shortest = std::min(shortest, length);
+                                longest = std::max(longest, length);
+                                ASSERT_GE(k.pieces_in(r), 1);
+                                ASSERT_LE(k.pieces_in(r), 3);
+                                std::int64_t at = k.start(r);
+                                for (int p = 0; p < k.pieces_in(r); ++p) {
+                                    const BackwardStreamK::Piece piece = k.piece(r, p);
+                                    ASSERT_EQ(std::int64_t{piece.block} * k.walk + piece.first, at)
+                                        << "range " << r << " piece " << p;
+                                    ASSERT_GT(piece.steps, 0);
+                                    ASSERT_LE(piece.first + piece.steps, k.walk);
+                                    ASSERT_EQ(k.first_range(piece.block) + piece.index, r);
+                                    ASSERT_LT(piece.index, piece.pieces);
+                                    ASSERT_LE(piece.pieces, BackwardStreamK::k_max_pieces);
+                                    for (int i = 0; i < piece.steps; ++i)
+                                        ++covered[static_cast<std::size_t>(at + i)];
+                                    at += piece.steps;
+                                    const bool whole = piece.steps == k.walk;
+                                    ASSERT_EQ(whole, piece.pieces == 1);
+                                    if (!whole) {
+                                        const int slot = k.slot(piece.block, piece.index);
+                                        ASSERT_EQ(slot, 2 * r + (p == 0 ? 0 : 1));
+                                        ASSERT_TRUE(slots.insert(slot).second) << "slot " << slot;
+                                    }
+                                }
+                                ASSERT_EQ(at, k.start(r + 1));
+                            }
+                            EXPECT_LE(longest - shortest, 1);
+                            EXPECT_EQ(std::count(covered.begin(), covered.end(), 1),
+                                      static_cast<std::ptrdiff_t>(covered.size()));
+                        }
+    EXPECT_GT(splits, 20) << "the cases split";
+    fa::BackwardArgs a = problem(4096, 16, 2, false, 132, 1);  // 1024 key blocks of 128
+    EXPECT_TRUE(BackwardStreamK::of(a, 64, 128, 132).splits());
+    a.causal = true;
+    EXPECT_FALSE(BackwardStreamK::of(a, 64, 128, 132).splits());
+    a.causal = false;
+    a.banded = true;  // a window, ALiBi or packed sequences
+    EXPECT_FALSE(BackwardStreamK::of(a, 64, 128, 132).splits());
 }

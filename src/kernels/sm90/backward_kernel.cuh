@@ -226,6 +226,13 @@ struct BackwardTraits {
     // stage's rows of Smem::stats (FlashAttention-4's design), so that the consumers load none
     // and no consumer waits for another's copy; otherwise the consumers stage them (StepStats).
     static constexpr bool stats_in_stages = lag_dq;
+    // Stream-K (BackwardStreamK): a dense non-causal problem's last round of key blocks handed
+    // out as ranges of steps. A range's pieces come one after another within a round of the
+    // dynamic schedule's ring, so the consumers stage no statistics across rounds (lag_dq's
+    // come with Q); the partial slots hold the two consumers' like accumulators (not per_role).
+    static constexpr bool stream_k = C.sm90.stream_k;
+    static_assert(!stream_k || (dynamic && lag_dq && !per_role),
+                  "stream_k: persistent CTAs on the dynamic schedule, lag_dq, like consumers");
     // lag_dq, by dS buffer: every consumer warp's dS of the step is stored (full), and every
     // consumer warp's dQ GEMM has read it (empty).
     struct DsBarriers {
@@ -330,8 +337,8 @@ __device__ __forceinline__ void produce_backward(const BackwardLaunch& launch,
         tma::load_tile<typename Tr::VTile>(smem.v, &launch.maps.v, seq.k_row0 + k0, kv_head, batch,
                                            smem.kv_full);
     }
-    QueryWalk::Step at = walk.first<Tr::rotate_walks>();
-    for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk)) {
+    QueryWalk::Step at = walk.first<Tr::rotate_walks, Tr::stream_k>();
+    for (int i = 0; i < walk.steps<Tr::stream_k>(); ++i, at.advance<Tr::rotate_walks>(walk)) {
         const RingSlot<Tr::stages> slot(step0 + i);
         const int head = kv_head * walk.group + at.head;
         const int q0 = seq.q_row0 + at.block * Tr::B_r;
@@ -398,8 +405,8 @@ __device__ __forceinline__ void add_dq(const BackwardArgs& a, const Mask& mask,
                                        const BackwardSequence& seq, int key_block, int kv_head) {
     constexpr bool ordered = Tr::ordered_dq;
     const bool leader = threadIdx.x % warp_size == 0;
-    QueryWalk::Step at = walk.first<Tr::rotate_walks>();
-    for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk)) {
+    QueryWalk::Step at = walk.first<Tr::rotate_walks, Tr::stream_k>();
+    for (int i = 0; i < walk.steps<Tr::stream_k>(); ++i, at.advance<Tr::rotate_walks>(walk)) {
         if (leader && !ordered)
             tma::wait_stores_read();  // ordered: completed at the end of the last step
         __syncwarp();
@@ -943,6 +950,72 @@ struct BackwardConsumer {
         if (threadIdx.x % warp_size == 0)
             barrier.arrive();
     }
+
+    // Stream-K (BackwardTraits::stream_k): the consumers' dK and dV accumulators, unscaled, in a
+    // piece's slot of BackwardArgs::streamk_partials: consumer after consumer, each its dK tiles
+    // then its dV tiles, each tile its 128 threads' float4s side by side (a warp's 512 bytes
+    // whole). In L2 (.cg): another SM's CTA reads them.
+    static constexpr int partial_tiles = dk_tiles + dv_tiles;
+    static constexpr int partial_floats = Tr::consumers * partial_tiles * warpgroup_threads * 4;
+    static_assert(!Tr::stream_k || partial_floats == Tr::B_c * (Tr::cols + Tr::v_cols),
+                  "a slot is BackwardStreamK::bytes()'s B_c x (d_head + d_v) floats");
+    __device__ __forceinline__ float4* partial(float* slots, int slot, int t) const {
+        return reinterpret_cast<float4*>(slots + std::int64_t{slot} * partial_floats) +
+               (consumer * partial_tiles + t) * warpgroup_threads + threadIdx.x % warpgroup_threads;
+    }
+    template <class F>
+    __device__ __forceinline__ void for_each_gradient_tile(F&& f) {
+#pragma unroll
+        for (int nt = 0; nt < dk_tiles; ++nt)
+            f(nt, dk[0][nt]);
+#pragma unroll
+        for (int nt = 0; nt < dv_tiles; ++nt)
+            f(dk_tiles + nt, dv[0][nt]);
+    }
+    // Stored where `store` (a predicate on the stores alone: the accumulators are read on every
+    // path, see stage_gradient_rows).
+    __device__ __forceinline__ void store_partial(float* slots, int slot, bool store) {
+        for_each_gradient_tile([&](int t, const float(&g)[4]) {
+            const float4 x = make_float4(g[0], g[1], g[2], g[3]);
+            if (store)
+                __stcg(partial(slots, slot, t), x);
+        });
+    }
+    // The other pieces' partials of a split key block, for the piece that merges them: their
+    // tile 0 (a tile's are warpgroup_threads float4s further), and whether each is one (the
+    // first `pieces` - 1; none where `pieces` is 0). Fixed in number and found before the
+    // staging, so that its unrolled loads need no index arithmetic.
+    struct Merge {
+        const float4* from[BackwardStreamK::k_max_pieces - 1];
+        bool valid[BackwardStreamK::k_max_pieces - 1];
+
+        __device__ __forceinline__ float4 sum(int t) const {
+            float4 s = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int k = 0; k < BackwardStreamK::k_max_pieces - 1; ++k) {
+                if (valid[k]) {
+                    const float4 x = __ldcg(from[k] + t * warpgroup_threads);
+                    s.x += x.x;
+                    s.y += x.y;
+                    s.z += x.z;
+                    s.w += x.w;
+                }
+            }
+            return s;
+        }
+    };
+    // Piece `index` of split key block b's merge over its `pieces` (0: nothing to merge).
+    __device__ __forceinline__ Merge merge_of(float* slots, const BackwardStreamK& split, int b,
+                                              int pieces, int index) const {
+        Merge m;
+#pragma unroll
+        for (int k = 0; k < BackwardStreamK::k_max_pieces - 1; ++k) {
+            const int j = k < index ? k : k + 1;
+            m.valid[k] = j < pieces;
+            m.from[k] = partial(slots, m.valid[k] ? split.slot(b, j) : 0, 0);
+        }
+        return m;
+    }
 };
 
 // Zeros rows [first, Tile::rows) of a swizzled tile at shared address `tile`, Threads threads
@@ -973,20 +1046,40 @@ __device__ __forceinline__ void store_gradient_rows(const float (&g)[1][NT][4], 
 // 8-15; tile nt + 1, the same}; lane l gives row l % 8 of matrix l / 8. A matrix's 8 rows sit
 // in 8 different 16-byte chunks of shared memory's banks (the swizzle, 128- or 64-byte): no
 // bank conflicts.
-template <DType dtype, class Tile, int NT>
+// Extra (stream-K's merge): extra(nt), a float4 added to tile nt's accumulators before the
+// scale, in temporaries: the accumulators themselves are not written (ptxas serialized the
+// kernel's wgmmas where a data-dependent path wrote them, C7520, CUDA 13.0). NoExtra: none.
+struct NoExtra {};
+template <DType dtype, class Tile, int NT, class Extra = NoExtra>
 __device__ __forceinline__ void stage_gradient_rows(const float (&g)[1][NT][4], float scale,
-                                                    std::uint32_t tile, int row0, int col0) {
+                                                    std::uint32_t tile, int row0, int col0,
+                                                    Extra extra = {}) {
     static_assert(NT % 2 == 0, "n8 tiles in pairs");
+    constexpr bool extras = !std::is_same_v<Extra, NoExtra>;
     const int lane = threadIdx.x % warp_size;
     const int matrix = lane / 8;
     const int row = row0 + lane % 8 + 8 * (matrix % 2);
 #pragma unroll
     for (int nt = 0; nt < NT; nt += 2) {
-        const std::uint32_t r[4] = {
-            ptx::pack_rn<dtype>(g[0][nt][0] * scale, g[0][nt][1] * scale),
-            ptx::pack_rn<dtype>(g[0][nt][2] * scale, g[0][nt][3] * scale),
-            ptx::pack_rn<dtype>(g[0][nt + 1][0] * scale, g[0][nt + 1][1] * scale),
-            ptx::pack_rn<dtype>(g[0][nt + 1][2] * scale, g[0][nt + 1][3] * scale)};
+        float4 x[2];
+        if constexpr (extras) {
+            x[0] = extra(nt);
+            x[1] = extra(nt + 1);
+        }
+        // Tile nt + h's element e, with its extra.
+        const auto at = [&](int h, int e) {
+            if constexpr (extras)
+                return g[0][nt + h][e] + (e == 0   ? x[h].x
+                                          : e == 1 ? x[h].y
+                                          : e == 2 ? x[h].z
+                                                   : x[h].w);
+            else
+                return g[0][nt + h][e];
+        };
+        const std::uint32_t r[4] = {ptx::pack_rn<dtype>(at(0, 0) * scale, at(0, 1) * scale),
+                                    ptx::pack_rn<dtype>(at(0, 2) * scale, at(0, 3) * scale),
+                                    ptx::pack_rn<dtype>(at(1, 0) * scale, at(1, 1) * scale),
+                                    ptx::pack_rn<dtype>(at(1, 2) * scale, at(1, 3) * scale)};
         ptx::stmatrix_x4(tile + Tile::chunk_offset(row, col0 / 8 + nt + matrix / 2), r);
     }
 }
@@ -1013,8 +1106,23 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     // Packed sequences run on the band kernels (their mask takes any causal flag): the plain
     // kernels keep their dense code.
     constexpr bool packable = std::is_same_v<Mask, BandMask>;
+    // Stream-K's split of this launch (BackwardStreamK), where the launch gave it slots: the
+    // plain kernels only (dense, no window), whose instances alone hold its code.
+    constexpr bool streamable = Tr::stream_k && std::is_same_v<Mask, CausalMask>;
+    const BackwardStreamK split = streamable && a.streamk_partials != nullptr
+                                      ? BackwardStreamK::of(a, Tr::B_r, Tr::B_c, gridDim.x)
+                                      : BackwardStreamK{};
+    // The dynamic schedule's numbers: key blocks, then (stream-K) ranges of steps. (Evaluated
+    // where used: as a variable it changed the other kernels' register allocation, ptxas 13.0.)
+    const auto work_count = [&]() -> std::int64_t {
+        if constexpr (streamable)
+            return split.splits() ? split.count() : scheduler.count();
+        else
+            return scheduler.count();
+    };
     // One key block's work: its place in the schedule, its sequence, mask and walk; none for a
-    // key block past a packed sequence shorter than the grid's.
+    // key block past a packed sequence shorter than the grid's. Stream-K: a piece of the walk,
+    // `split_block` its key block among the split ones (-1: the whole walk).
     struct Work {
         KeyBlockScheduler::Tile tile;
         int k0;
@@ -1022,6 +1130,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         Mask mask;
         QueryWalk walk;
         bool some;
+        BackwardStreamK::Piece piece;
+        int split_block;
     };
     const auto work_of = [&](int index) {
         const KeyBlockScheduler::Tile tile = scheduler.tile(index);
@@ -1039,7 +1149,16 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
         // dQ's GEMM NaN: flash_attn's test_flash_attn_bwd_overflow, seq 1 and 2, q·5, k·3).
         if (k0 + Tr::B_c > seq.k_len)
             walk.blocks.unmasked_end = walk.blocks.unmasked_first;
-        return Work{tile, k0, seq, mask, walk, k0 < seq.k_len};
+        return Work{tile, k0, seq, mask, walk, k0 < seq.k_len, {}, -1};
+    };
+    // Stream-K: piece p of range r (the counter's number split.whole + r).
+    const auto piece_of = [&](int r, int p) {
+        const BackwardStreamK::Piece piece = split.piece(r, p);
+        Work w = work_of(split.whole + piece.block);
+        w.walk.restrict(piece.first, piece.steps);
+        w.piece = piece;
+        w.split_block = piece.pieces > 1 ? piece.block : -1;
+        return w;
     };
     // The key block of the CTA's round `round` (persistent; past the schedule's end once none is
     // left). Static: one of each round of gridDim.x in the schedule's order, taken forwards in
@@ -1065,8 +1184,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                 // (Clamped: the counter runs past the schedule's end by a round.)
                 std::int64_t index =
                     round == 0 ? std::int64_t{blockIdx.x} : g + atomicAdd(a.tile_counter, 1);
-                if (index > scheduler.count())
-                    index = scheduler.count();
+                if (index > work_count())
+                    index = work_count();
                 if (round >= 2)
                     ring.empty[slot].wait(((round - 2) / 2) & 1);
                 ring.index[slot] = static_cast<int>(index);
@@ -1088,15 +1207,28 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     // found in each role, the d_head 64 kernels' softcap instances spilled 96 bytes instead of 4
     // (ptxas, CUDA 13.0).
     const Work first = work_of(static_cast<int>(blockIdx.x));
+    // Stream-K: a range's pieces one after another in its round, through the one call of f (a
+    // second inlined copy of the walk spilled hundreds of bytes and serialized its wgmmas).
     const auto for_each_key_block = [&](auto taker, auto&& f) {
         if constexpr (Tr::persistent) {
             for (int round = 0;; ++round) {
                 const std::int64_t index = key_block_index(taker, round, true);
-                if (index >= scheduler.count())
+                if (index >= work_count())
                     break;
-                const Work w = work_of(static_cast<int>(index));
-                if (w.some)
-                    f(w, round);
+                if constexpr (streamable) {
+                    const bool ranged = split.splits() && index >= split.whole;
+                    const int r = static_cast<int>(index - split.whole);
+                    const int pieces = ranged ? split.pieces_in(r) : 1;
+                    for (int p = 0; p < pieces; ++p) {
+                        const Work w = ranged ? piece_of(r, p) : work_of(static_cast<int>(index));
+                        if (w.some)
+                            f(w, round);
+                    }
+                } else {
+                    const Work w = work_of(static_cast<int>(index));
+                    if (w.some)
+                        f(w, round);
+                }
             }
         } else if (first.some) {
             f(first, 0);
@@ -1142,8 +1274,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
             for_each_key_block(std::true_type{}, [&](const Work& w, int) {
                 produce_backward<Tr>(launch, smem, w.walk, w.seq, w.k0, w.tile.kv_head, step0,
                                      walks);
-                step0 += w.walk.steps();
-                walks += w.walk.steps() > 0;
+                step0 += w.walk.steps<Tr::stream_k>();
+                walks += w.walk.steps<Tr::stream_k>() > 0;
             });
         } else if (warp == 1) {
             // This kernel may start before the preprocess ends (a programmatic dependent
@@ -1157,7 +1289,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                 // Its last reduce has read the staging. Not after a walk of no steps (no reduce):
                 // arrivals for walks the consumers have not synchronised on would complete the
                 // barrier's next use early.
-                if (Tr::staging_free_wait && w.walk.steps() > 0) {
+                if (Tr::staging_free_wait && w.walk.steps<Tr::stream_k>() > 0) {
                     __syncwarp();
                     ptx::named_barrier_arrive(Tr::staging_free_barrier, Tr::staging_free_threads);
                 }
@@ -1179,10 +1311,10 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
     // the walk's prologue, or (persistent) at the end of the walk before it, so that their load
     // runs beside that walk's epilogue instead of after it.
     const auto stage_first_stats = [&](const Work& w, int step) {
-        if (Tr::stats_in_stages || w.walk.steps() == 0)
+        if (Tr::stats_in_stages || w.walk.steps<Tr::stream_k>() == 0)
             return;
         StepStats<Tr> stats;
-        stats.load(a, stats_row0(w, w.walk.first<Tr::rotate_walks>()));
+        stats.load(a, stats_row0(w, w.walk.first<Tr::rotate_walks, Tr::stream_k>()));
         stats.store(smem.stats[step % 2]);
     };
     // The consumers' walks; per_role, compiled for each consumer's role (the gradient it holds,
@@ -1223,7 +1355,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                 // unwritten tail may hold NaN): masking makes their P 0, but 0 · NaN in the GEMMs
                 // is NaN, so they are zeros in shared memory before any GEMM reads them, as the
                 // forward zeroes V's tail.
-                if (a.cu_seqlens_q != nullptr && k0 + Tr::B_c > seq.k_len && walk.steps() > 0) {
+                if (a.cu_seqlens_q != nullptr && k0 + Tr::B_c > seq.k_len &&
+                    walk.steps<Tr::stream_k>() > 0) {
                     if constexpr (Tr::kv_with_first_step) {
                         const RingSlot<Tr::stages> slot(step0);
                         smem.q_full[slot.stage].wait(slot.parity);    // K, with the first Q
@@ -1253,7 +1386,8 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                 // The next step's rows, whose statistics this step stages; -1 past the walk.
                 QueryWalk::Step next = at;
                 next.advance<Tr::rotate_walks>(walk);
-                const std::int64_t next_row0 = i + 1 < walk.steps() ? stats_row0(w, next) : -1;
+                const std::int64_t next_row0 =
+                    i + 1 < walk.steps<Tr::stream_k>() ? stats_row0(w, next) : -1;
                 if constexpr (packable) {
                     // The sequence's last query block: Q's and dO's rows past it zeroed likewise,
                     // once both have landed and before either consumer's first GEMM of the step.
@@ -1285,27 +1419,29 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                     c.template step<false, Softcap>(pipeline_step, block * Tr::B_r, next_row0);
                 }
             };
-            QueryWalk::Step at = walk.first<Tr::rotate_walks>();
+            QueryWalk::Step at = walk.first<Tr::rotate_walks, Tr::stream_k>();
             if constexpr (Tr::lag_dq) {
-                if (walk.steps() > 0) {
+                if (walk.steps<Tr::stream_k>() > 0) {
                     run_step(0, at, std::true_type{});
                     at.advance<Tr::rotate_walks>(walk);
                 }
-                for (int i = 1; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
+                for (int i = 1; i < walk.steps<Tr::stream_k>();
+                     ++i, at.advance<Tr::rotate_walks>(walk))
                     run_step(i, at, std::false_type{});
-                c.finish_dq(step0 + walk.steps(), walk.steps());
+                c.finish_dq(step0 + walk.steps<Tr::stream_k>(), walk.steps<Tr::stream_k>());
             } else {
-                for (int i = 0; i < walk.steps(); ++i, at.advance<Tr::rotate_walks>(walk))
+                for (int i = 0; i < walk.steps<Tr::stream_k>();
+                     ++i, at.advance<Tr::rotate_walks>(walk))
                     run_step(i, at, std::false_type{});
             }
-            step0 += walk.steps();
+            step0 += walk.steps<Tr::stream_k>();
             if constexpr (Tr::persistent) {
                 // The next round's first statistics: their copy was last read two steps back (with
                 // the statistics in the stages, none to stage and no look ahead to wait for).
                 if constexpr (!Tr::stats_in_stages) {
                     if (const std::int64_t index =
                             key_block_index(std::false_type{}, round + 1, false);
-                        index < scheduler.count()) {
+                        index < work_count()) {
                         const Work next = work_of(static_cast<int>(index));
                         if (next.some) {
                             stage_first_stats(next, step0);
@@ -1316,7 +1452,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                 // K and V to the producer for the next key block (every GEMM of the walk has been
                 // waited for; a walk of no steps read neither: produce_backward), and the dQ
                 // warp's last reduce has read the staging.
-                if (walk.steps() > 0) {
+                if (walk.steps<Tr::stream_k>() > 0) {
                     Consumer::arrive_warp(smem.kv_empty);
                     if constexpr (Tr::staging_free_wait)
                         ptx::named_barrier_sync(Tr::staging_free_barrier, Tr::staging_free_threads);
@@ -1343,17 +1479,55 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                 // dS tiles.
                 ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
                 const int row0 = Tr::key_rows_of(consumer) + warp_in_warpgroup() * mma_m;
-                if constexpr (Consumer::dk_tiles > 0) {
+                bool store = true;  // stream-K: whether this piece stores the key block's
+                if constexpr (streamable) {
+                    // A piece of a split key block: its partial into its slot, then counted on
+                    // the key block's counter (each thread's stores fenced before the count); the
+                    // piece that counts last adds the others' partials as it stages the key
+                    // block's dK and dV, and stores them. Every path stages (a partial piece's
+                    // staging is not stored): the accumulators are read on every path.
+                    const int b = w.split_block;
+                    int merged = 0;  // pieces whose partials are added, or 0
+                    c.store_partial(a.streamk_partials, b >= 0 ? split.slot(b, w.piece.index) : 0,
+                                    b >= 0);
+                    if (b >= 0) {
+                        __threadfence();
+                        ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
+                        bool last = false;
+                        if (consumer_thread == 0) {
+                            const cuda::atomic_ref<int, cuda::thread_scope_device> counter(
+                                a.streamk_counters[b]);
+                            last = counter.fetch_add(1, cuda::memory_order_acq_rel) ==
+                                   w.piece.pieces - 1;
+                        }
+                        store =
+                            ptx::named_barrier_any(Tr::ds_ready_barrier, consumer_threads, last);
+                        if (store) {
+                            __threadfence();
+                            merged = w.piece.pieces;
+                        }
+                    }
+                    const typename Consumer::Merge merge =
+                        c.merge_of(a.streamk_partials, split, b, merged, w.piece.index);
                     stage_gradient_rows<Tr::dtype, typename Tr::KTile>(
-                        c.dk, a.softmax_scale, ptx::smem_address(dk_tile), row0, col0);
-                }
-                if constexpr (Consumer::dv_tiles > 0) {
+                        c.dk, a.softmax_scale, ptx::smem_address(dk_tile), row0, col0,
+                        [&](int nt) { return merge.sum(nt); });
                     stage_gradient_rows<Tr::dtype, typename Tr::VTile>(
-                        c.dv, 1.0f, ptx::smem_address(dv_tile), row0, col0);
+                        c.dv, 1.0f, ptx::smem_address(dv_tile), row0, col0,
+                        [&](int nt) { return merge.sum(Consumer::dk_tiles + nt); });
+                } else {
+                    if constexpr (Consumer::dk_tiles > 0) {
+                        stage_gradient_rows<Tr::dtype, typename Tr::KTile>(
+                            c.dk, a.softmax_scale, ptx::smem_address(dk_tile), row0, col0);
+                    }
+                    if constexpr (Consumer::dv_tiles > 0) {
+                        stage_gradient_rows<Tr::dtype, typename Tr::VTile>(
+                            c.dv, 1.0f, ptx::smem_address(dv_tile), row0, col0);
+                    }
                 }
                 tma::fence_shared_to_async_proxy();
                 ptx::named_barrier_sync(Tr::ds_ready_barrier, consumer_threads);
-                if (consumer_thread == 0) {
+                if (consumer_thread == 0 && store) {
                     tma::store_tile<typename Tr::KTile>(dk_tile, &launch.maps.dk, out.k_row0 + k0,
                                                         tile.kv_head, out.entry);
                     tma::store_tile<typename Tr::VTile>(dv_tile, &launch.maps.dv, out.k_row0 + k0,

@@ -240,15 +240,31 @@ void launch_backward(const BackwardArgs& args, Stream stream) {
                         " rows (sequences x heads x blocks), got " +
                         std::to_string(scheduler.count()));
     }
-    const BackwardLaunch params{
-        args, make_backward_tensor_maps(args, C.dtype, C.d_head, C.v_head_dim(), C.B_r, C.B_c)};
-    launch_backward_preprocess_and_sinks<C.dtype, C.d_head, C.v_head_dim()>(args, stream);
-    constexpr int smem = static_cast<int>(smem_bytes(C));
-    constexpr int threads = C.n_threads();
     // Persistent: a CTA an SM, each walking one key block of each round (backward_kernel.cuh).
     const std::int64_t ctas = C.sm90.persistent && args.sm_count > 0
                                   ? std::min<std::int64_t>(scheduler.count(), args.sm_count)
                                   : scheduler.count();
+    BackwardLaunch params{
+        args, make_backward_tensor_maps(args, C.dtype, C.d_head, C.v_head_dim(), C.B_r, C.B_c)};
+    // Stream-K: where the kernel splits the last round, its partials and counters in memory of
+    // this launch (the preprocess zeroes the counters).
+    std::optional<StreamScratch> streamk;
+    if constexpr (C.sm90.stream_k) {
+        const BackwardStreamK split = BackwardStreamK::of(args, C.B_r, C.B_c, ctas);
+        if (split.splits()) {
+            constexpr int columns = tile_columns(C.d_head) + tile_columns(C.v_head_dim());
+            streamk.emplace(split.bytes(C.B_c, columns), stream, false);
+            BackwardArgs& a = params.args;
+            a.streamk_partials = static_cast<float*>(streamk->get());
+            a.streamk_counters = reinterpret_cast<int*>(
+                a.streamk_partials +
+                std::size_t{2} * static_cast<std::size_t>(split.ranges) * C.B_c * columns);
+            a.streamk_blocks = split.blocks;
+        }
+    }
+    launch_backward_preprocess_and_sinks<C.dtype, C.d_head, C.v_head_dim()>(params.args, stream);
+    constexpr int smem = static_cast<int>(smem_bytes(C));
+    constexpr int threads = C.n_threads();
     const bool softcap = args.softcap_prescale != 0.0f;
     // Packed sequences and ALiBi run on the band kernels (BackwardArgs::banded, set by the host).
     if (args.alibi_slopes != nullptr && softcap)

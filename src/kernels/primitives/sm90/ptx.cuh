@@ -304,5 +304,9 @@ __device__ __forceinline__ bool named_barrier_all(int id, int count, bool value)
         : "memory");
     return all != 0;
 }
+// Whether `value` holds in any of them: not all of them hold its negation.
+__device__ __forceinline__ bool named_barrier_any(int id, int count, bool value) {
+    return !named_barrier_all(id, count, !value);
+}
 
 }  // namespace flash_attention::ptx
