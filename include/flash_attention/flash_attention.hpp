@@ -450,9 +450,10 @@ bool is_deterministic(const KernelConfig& config);
 // choice on the current device, or with `config`, in bytes: D = rowsum(dO ∘ O), one float per
 // query row and head; the sm90 family adds the LSE in base 2 (one float a row) and dQ's fp32
 // accumulator (d_head floats a row), its rows padded to whole blocks of 128 queries. O(seq).
-// A stream-K config (streamk) on a non-causal shape that it splits adds, on the current device,
-// two slots a CTA of B_c x (d_head + d_v) floats and a counter a split key block: at most
-// 2 x SMs x B_c x (d_head + d_v) x 4 bytes, whatever the length.
+// A stream-K config (streamk) on a non-causal shape that it splits adds, on the current device
+// (none without a GPU), two slots a CTA of B_c x (d_head + d_v) floats and an int a split key
+// block (at most 4/3 of the SMs): at most (2 x B_c x (d_head + d_v) + 2) x SMs x 4 bytes,
+// whatever the length.
 std::size_t backward_workspace_bytes(const ProblemShape& problem);
 std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelConfig& config);
 

@@ -397,9 +397,9 @@ std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelCo
     std::size_t bytes =
         backward_workspace(config, problem.batch, problem.heads, problem.seq_q).bytes();
     // Stream-K's slots and counters where its kernel splits this shape on the current device
-    // (dense, no window: the shape cannot tell, so at most these).
+    // (dense, no window: the shape cannot tell, so at most these); none without a GPU.
     if (config.backward && config.family == Family::sm90 && config.sm90.stream_k &&
-        !problem.causal) {
+        !problem.causal && device_count() > 0) {
         BackwardArgs a{};
         a.batch = static_cast<int>(problem.batch);
         a.heads = static_cast<int>(problem.heads);

@@ -133,8 +133,8 @@ struct BackwardStreamK {
     int ranges = 0;  // the CTAs; 0: no split
 
     // The split of a launch of `ctas` CTAs (the kernel's gridDim.x), or none where its last
-    // round is full, the problem's walks are not all alike, fewer than two rounds of key blocks
-    // stay whole (the first round is every CTA's own), or a range would hold no step.
+    // round is full, the problem's walks are not all alike, no whole round of key blocks stays
+    // whole (the first round is every CTA's own), or a range would hold no step.
     static constexpr BackwardStreamK of(const BackwardArgs& a, int B_r, int B_c,
                                         std::int64_t ctas) {
         if (a.causal || a.banded || a.cu_seqlens_q != nullptr || ctas <= 0 || ctas > 1 << 16)

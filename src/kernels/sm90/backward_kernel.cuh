@@ -1500,6 +1500,7 @@ __global__ void __launch_bounds__(BackwardTraits<unpack(CodeHi, CodeLo)>::thread
                             last = counter.fetch_add(1, cuda::memory_order_acq_rel) ==
                                    w.piece.pieces - 1;
                         }
+                        __syncwarp();  // bar.red below is .aligned
                         store =
                             ptx::named_barrier_any(Tr::ds_ready_barrier, consumer_threads, last);
                         if (store) {
