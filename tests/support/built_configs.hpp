@@ -29,6 +29,12 @@ inline const std::vector<KernelConfig>& forward_configs() {
     return v;
 }
 
+// A built 16-bit forward config, for the tests that need one of any kind; null where the build
+// has none (a partial build of backward or FP8 configs alone).
+inline const KernelConfig* any_forward_config() {
+    return forward_configs().empty() ? nullptr : &forward_configs().front();
+}
+
 inline const std::vector<KernelConfig>& fp8_configs() {
     static const std::vector<KernelConfig> v = [] {
         std::vector<KernelConfig> fp8;
