@@ -717,6 +717,27 @@ TEST(Validation, BackwardWorkspaceIsLinearInTheSequence) {
                   2 * fa::backward_workspace_bytes(shape(8192), c))
             << c.to_string();
     }
+    // Stream-K adds its slots and counters where it splits the shape on this device (none
+    // causal, none without a GPU): at most two slots an SM of 128 x (128 + 128) floats and an int
+    // for 4/3 of the SMs, whatever the length.
+    const auto lagdq = fa::KernelConfig::parse(
+        "(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq");
+    fa::KernelConfig streamk = lagdq;
+    streamk.sm90.stream_k = true;
+    EXPECT_EQ(fa::backward_workspace_bytes(shape(1000), streamk),
+              fa::backward_workspace_bytes(shape(1000), lagdq));
+    for (const int seq : {1000, 8192}) {
+        fa::ProblemShape dense = shape(seq);
+        dense.causal = false;
+        const std::size_t extra = fa::backward_workspace_bytes(dense, streamk) -
+                                  fa::backward_workspace_bytes(dense, lagdq);
+        if (fa::device_count() == 0) {
+            EXPECT_EQ(extra, 0u);
+        } else {
+            const auto sms = static_cast<std::size_t>(fa::DeviceProperties::current().sm_count);
+            EXPECT_LE(extra, (2 * 128 * 256 + 2) * sms * 4) << "seq " << seq;
+        }
+    }
 }
 
 namespace {
