@@ -243,8 +243,9 @@ KernelChoice choice_of(const Route& r, const ProblemShape& shape, bool paged) {
     if (r.sm90)
         return {r.sm90, 0};
     const std::int64_t rows = shape.seq_q * (shape.heads / shape.heads_kv);
-    return {std::nullopt,
-            serving::plan_for(shape.d_head, rows, shape.seq_k, paged, r.requested_splits).splits};
+    return {std::nullopt, serving::plan_for(shape.d_head, shape.dtype, rows, shape.seq_k, paged,
+                                            r.requested_splits)
+                              .splits};
 }
 
 void launch_sm90(const KernelConfig& config, const ProblemShape& shape, const ForwardParams& views,

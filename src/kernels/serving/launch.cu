@@ -40,15 +40,16 @@ SplitPlan plan_splits(std::int64_t tiles_per_head, int key_blocks, int block_key
     return {blocks_covering(key_blocks, per_split), per_split};
 }
 
-SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k, bool paged,
-                   int requested) {
+SplitPlan plan_for(int d_head, DType dtype, std::int64_t rows_per_kv_head, std::int64_t max_seq_k,
+                   bool paged, int requested) {
     // Both fit ints: the API checks rows (check_packed_rows) and lengths (k_max_seq).
     const int warps = split_kv_warps(rows_per_kv_head);
     const int block_keys = split_kv_block_keys(d_head, warps);
     SplitPlan plan = plan_splits(blocks_covering(static_cast<int>(rows_per_kv_head), warps * mma_m),
                                  blocks_covering(static_cast<int>(max_seq_k), block_keys),
                                  block_keys, paged, requested);
-    const int key_warps = split_kv_key_warps(d_head, warps);
+    const int key_warps =
+        split_kv_key_warps(d_head, static_cast<int>(element_bytes(dtype)), warps, paged);
     plan.ranges_per_group = key_warps > 1 ? blocks_covering(plan.splits, key_warps) : 1;
     return plan;
 }

@@ -33,9 +33,9 @@ constexpr bool has_split_kv(std::int64_t d_head) {
 }
 
 // plan_splits for the kernel that runs query rows of rows_per_kv_head (position, query
-// head) pairs per K/V head over at most max_seq_k keys.
-SplitPlan plan_for(int d_head, std::int64_t rows_per_kv_head, std::int64_t max_seq_k, bool paged,
-                   int requested);
+// head) pairs per K/V head over at most max_seq_k keys of dtype's elements.
+SplitPlan plan_for(int d_head, DType dtype, std::int64_t rows_per_kv_head, std::int64_t max_seq_k,
+                   bool paged, int requested);
 
 // Attention for `args` (everything but splits and the partial buffers filled in):
 // requested_splits 0 lets plan_splits() decide from max_seq_k. Throws Error.

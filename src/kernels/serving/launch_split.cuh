@@ -169,7 +169,7 @@ void launch_four_warps(const SplitKvArgs& args, const SplitPlan& plan, Stream st
 // SMs) and 192 (1.45 waves) 3% slower; a CTA a range spreads a row over many SMs.
 template <DType Dt, int D, bool Paged>
 void launch_one_warp(const SplitKvArgs& args, const SplitPlan& plan, Stream stream) {
-    constexpr int key_warps = split_kv_key_warps(D, 1);
+    constexpr int key_warps = split_kv_key_warps(D, static_cast<int>(element_bytes(Dt)), 1, Paged);
     if constexpr (key_warps > 1) {
         const DeviceProperties& device = DeviceProperties::current();
         const std::int64_t rows = std::int64_t{args.batch} * args.heads_kv;  // a tile each
@@ -187,7 +187,7 @@ void launch_for(const SplitKvArgs& args, std::int64_t max_seq_k, int splits, Str
     const bool paged = args.keys.block_table != nullptr;
     const std::int64_t rows_per_kv_head =
         std::int64_t{args.max_seq_q} * (args.heads / args.heads_kv);
-    const SplitPlan plan = plan_for(D, rows_per_kv_head, max_seq_k, paged, splits);
+    const SplitPlan plan = plan_for(D, Dt, rows_per_kv_head, max_seq_k, paged, splits);
     const bool one_warp = split_kv_warps(rows_per_kv_head) == 1;
     if (one_warp) {
         if (paged)

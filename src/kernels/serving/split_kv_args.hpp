@@ -31,12 +31,23 @@ constexpr int split_kv_block_keys(int d_head, int warps) {
 // Key warps: a CTA of one-warp tiles may run this many warps side by side, each streaming
 // its own group of the row's key ranges from its own stages, and merge the groups itself
 // (one CTA a row: cuDNN's decode shape, no partials and no merge kernel). Three stages of
-// 32-key blocks a warp take 196 KB at d_head 128 (one CTA an SM); d_head 256's would not fit.
+// 32-key blocks a warp take 196 KB at d_head 128 with four warps (one CTA an SM); d_head
+// 256's would not fit a second warp's. A paged cache's gathers (a table read, then rows
+// from scattered pages) have more latency to hide: there, as many warps as fill d_head
+// 128's 196 KB, up to eight (d_head 64, and e4m3 at d_head 128; sixteen would cap a thread
+// at 128 registers: 48-56 bytes of spills, ptxas 13.0). Against four on 16-row pages
+// (decode, batch 16 x 8192, heads 32/8, H100, 2026-12-07): bf16 d_head 64 104 -> 94 us,
+// e4m3 d_head 64 81 -> 60 us, e4m3 d_head 128 113 -> 98 us; in a contiguous cache eight
+// were level at bf16 d_head 64 and e4m3 d_head 128 and lost e4m3 d_head 64 52 -> 62 us.
 // A row's ranges are merged in groups of ceil(splits / key warps) (SplitKvArgs::
 // ranges_per_group) whichever kernel runs it, so the choice, which follows the batch, never
 // changes a row's bits.
-constexpr int split_kv_key_warps(int d_head, int warps) {
-    return warps == 1 && d_head <= 128 ? 4 : 1;
+constexpr int split_kv_key_warps(int d_head, int element_bytes, int warps, bool paged) {
+    if (warps != 1 || d_head > 128)
+        return 1;
+    constexpr int most = 8;
+    const int fill = 4 * 256 / (d_head * element_bytes);
+    return paged ? (fill < most ? fill : most) : 4;
 }
 
 // Where sequence b's keys lie and how many it uses.

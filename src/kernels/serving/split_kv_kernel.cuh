@@ -40,8 +40,7 @@ namespace flash_attention::serving {
 
 template <DType Dt, int D, int Warps, int Stages, int KeyWarps = 1>
 struct SplitKvTraits {
-    static_assert(KeyWarps == 1 || (Warps == 1 && KeyWarps == split_kv_key_warps(D, Warps)),
-                  "key warps stream one-warp tiles");
+    static_assert(KeyWarps == 1 || Warps == 1, "key warps stream one-warp tiles");
     // FP8: e4m3 bytes in memory and shared memory, fp16 in the MMAs, a BF16 output.
     static constexpr bool fp8 = Dt == DType::E4M3;
     static constexpr DType mma_dtype = fp8 ? DType::FP16 : Dt;
