@@ -710,7 +710,8 @@ TEST(TuningCache, BackwardEntriesHaveKeysOfTheirOwn) {
 // The built-in table's d_head 64 and 128 rows: persistent CTAs of the dynamic schedule, causal
 // or not, with GQA or without; dQ a step behind (lagdq) except for short walks (d_head 64: up to
 // 512 keys; d_head 128: up to 1k, causal up to 2k), where the lag's last dQ after each walk costs
-// more than it gains; the deterministic kernel only when asked for. A row's length and causal
+// more than it gains; stream-K's last round (streamk) for non-causal walks from 4k keys (d_head
+// 64) or 8k (128); the deterministic kernel only when asked for. A row's length and causal
 // limits hold for the backward as for the forward.
 TEST(TuningCache, BackwardTableTakesThePersistentKernelAndOrderedOnlyWhenAsked) {
     const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
@@ -728,16 +729,21 @@ TEST(TuningCache, BackwardTableTakesThePersistentKernelAndOrderedOnlyWhenAsked) 
         const auto in_step = fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic");
         const auto lagged =
             fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic+lagdq");
-        if (!built(ordered) || !built(in_step) || !built(lagged))
+        const auto stream_k =
+            fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq");
+        if (!built(ordered) || !built(in_step) || !built(lagged) || !built(stream_k))
             GTEST_SKIP() << "this build lacks the sm90 BF16 d_head " << d_head
                          << " backward kernels";
-        for (const std::int64_t seq : {512, 1024, 2048, 4096}) {
+        for (const std::int64_t seq : {512, 1024, 2048, 4096, 8192}) {
             problem.seq_q = problem.seq_k = seq;
             for (const bool causal : {false, true}) {
                 problem.causal = causal;
                 const bool short_walks =
                     d_head == 64 ? seq <= 512 : seq <= 1024 || (causal && seq <= 2048);
-                const auto expected = short_walks ? in_step : lagged;
+                // Stream-K splits only non-causal grids, and pays from 4k keys (d_head 64) or
+                // 8k (128).
+                const bool long_walks = !causal && seq >= (d_head == 64 ? 4096 : 8192);
+                const auto expected = short_walks ? in_step : long_walks ? stream_k : lagged;
                 problem.heads_kv = problem.heads;
                 EXPECT_EQ(fa::choose_backward_config(problem, h100), expected)
                     << d_head << " " << seq << causal;
@@ -795,9 +801,9 @@ TEST(TuningCache, BackwardChoiceFollowsTheCache) {
         EXPECT_EQ(fa::choose_backward_config(problem, h100), *winner);
         EXPECT_EQ(fa::choose_backward_config(problem, h100, true), *deterministic_table)
             << "the deterministic choice read the other pass's key";
-        fa::ProblemShape longer = problem;
-        longer.seq_q = longer.seq_k = 2 * problem.seq_q;  // another sequence bucket
-        EXPECT_EQ(fa::choose_backward_config(longer, h100), *table);
+        fa::ProblemShape shorter = problem;
+        shorter.seq_q = shorter.seq_k = problem.seq_q / 2;  // another sequence bucket
+        EXPECT_EQ(fa::choose_backward_config(shorter, h100), *table);
     }
     tuning::save_atomically(
         file, {entry_of(tuning::Key::of_backward(h100, problem, false), *winner),
