@@ -272,8 +272,8 @@ constexpr Row k_rows[] = {
     // keys at d_head 64 and 8k at 128, non-causal (it splits nothing else, and its kernels' extra
     // registers spill outside the HGMMA loop): against the same kernel without it, d_head 64
     // -3.1/+1.5/+3.2/+4.6/+4.9% at 1k/2k/4k/8k/16k, d_head 128 -4.5/-1.4/+0.4/+1.8/+2.4%; causal
-    // (nothing split) 2k -2.4/-3.7%, 8k +1.8/-0.4% (bf16, one bench, spreads 8-18%; H100,
-    // 2026-12-07).
+    // (nothing split) 2k -2.4/-3.7%, 8k +1.8/-0.4% (bf16, spreads 8-18%; H100, 2026-12-07). A
+    // second run: d_head 64 -3.4/+1.2/+3.1/+4.7/+5.5%, d_head 128 -5.3/-1.8/+0.9/+2.7/+3.4%.
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 512},
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 512},
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq", 2048},
