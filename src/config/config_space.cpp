@@ -701,7 +701,8 @@ std::vector<KernelConfig> release() {
 // and P through shared memory with ping-pong and trimmed blocks (d_head 64's 192 rows; the
 // release's psmem kernels, d_head 96's, neither);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
-// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
+// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic),
+// and fp16's with stream-K's last round (the release's are bf16's).
 // The FP8 (e4m3) forward's configs (rule dtype) on the sm90 kernel body: the release's (the
 // built-in table's), the plain kernels (no overlap: the baseline), and the alternatives measured
 // within 4% of the table's at some lengths (builtin_choice.cpp): d_head 128 two stages with and
@@ -751,6 +752,8 @@ std::vector<KernelConfig> ci() {
                "sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim+psmem",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
                "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
+               "(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq",
+               "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq",
            }));
     return v;
 }
