@@ -205,6 +205,9 @@ TEST_P(EveryBackwardConfig, MatchesReference) {
     const auto& [config, shape] = GetParam();
     if (!fa::is_supported(config))
         GTEST_SKIP() << config.to_string() << " cannot run on this GPU";
+    if (!fa::testing::has_forward(config.dtype, config.d_head, config.v_head_dim()))
+        GTEST_SKIP() << "this build has no forward kernel of " << fa::to_string(config.dtype)
+                     << " d_head " << config.d_head << " for O and the LSE";
     Problem p(config.dtype, config, shape, fresh_seed());
     const auto result = p.run_and_check([&] { fa::backward(p.params(), config); });
     EXPECT_TRUE(result.passed) << result.summary() << "; seed " << p.seed;
@@ -261,11 +264,13 @@ TEST(Backward, StreamKSplitsTheLastRound) {
         GTEST_SKIP() << "no GPU";
     std::vector<fa::KernelConfig> configs;
     for (const fa::KernelConfig& c : fa::testing::backward_configs()) {
-        if (c.sm90.stream_k && fa::is_supported(c))
+        if (c.sm90.stream_k && fa::is_supported(c) &&
+            fa::testing::has_forward(c.dtype, c.d_head, c.v_head_dim()))
             configs.push_back(c);
     }
     if (configs.empty())
-        GTEST_SKIP() << "no stream-K backward config in this build, or not a Hopper GPU";
+        GTEST_SKIP() << "no stream-K backward config in this build with a forward kernel of its "
+                        "dtype and head dim, or not a Hopper GPU";
     const int sms = fa::DeviceProperties::current().sm_count;
     for (const fa::KernelConfig& c : configs) {
         fa::KernelConfig plain = c;
