@@ -193,6 +193,21 @@ std::vector<Case> cases() {
     return v;
 }
 
+// Whether the build has a backward kernel of this dtype and head dim (V's the same), and a
+// forward one for O and the LSE.
+bool backward_built(fa::DType dtype, int d) {
+    return fa::testing::has_forward(dtype, d, d) &&
+           fa::testing::has_backward([&](const fa::KernelConfig& c) {
+               return c.dtype == dtype && c.d_head == d && c.v_head_dim() == d;
+           });
+}
+
+// Whether the build has a forward kernel for a backward config's O and LSE (a partial build may
+// not).
+bool forward_for(const fa::KernelConfig& c) {
+    return fa::testing::has_forward(c.dtype, c.d_head, c.v_head_dim());
+}
+
 void PrintTo(const Case& c, std::ostream* os) {
     *os << c.config.to_string() << ", batch " << c.shape.batch << ", q" << c.shape.seq_q << " k"
         << c.shape.seq_k << ", heads " << c.shape.heads << "/" << c.shape.heads_kv
@@ -205,7 +220,7 @@ TEST_P(EveryBackwardConfig, MatchesReference) {
     const auto& [config, shape] = GetParam();
     if (!fa::is_supported(config))
         GTEST_SKIP() << config.to_string() << " cannot run on this GPU";
-    if (!fa::testing::has_forward(config.dtype, config.d_head, config.v_head_dim()))
+    if (!forward_for(config))
         GTEST_SKIP() << "this build has no forward kernel of " << fa::to_string(config.dtype)
                      << " d_head " << config.d_head << " for O and the LSE";
     Problem p(config.dtype, config, shape, fresh_seed());
@@ -226,13 +241,6 @@ INSTANTIATE_TEST_SUITE_P(Built, EveryBackwardConfig, ::testing::ValuesIn(cases()
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(EveryBackwardConfig);
 
 // The automatic choice: backward(params) without a config, every dtype and head dim built.
-// Whether the build has a backward kernel of this dtype and head dim (V's the same).
-bool backward_built(fa::DType dtype, int d) {
-    return fa::testing::has_backward([&](const fa::KernelConfig& c) {
-        return c.dtype == dtype && c.d_head == d && c.v_head_dim() == d;
-    });
-}
-
 TEST(Backward, AutomaticChoiceMatchesReference) {
     if (fa::device_count() == 0)
         GTEST_SKIP() << "no GPU";
@@ -264,8 +272,7 @@ TEST(Backward, StreamKSplitsTheLastRound) {
         GTEST_SKIP() << "no GPU";
     std::vector<fa::KernelConfig> configs;
     for (const fa::KernelConfig& c : fa::testing::backward_configs()) {
-        if (c.sm90.stream_k && fa::is_supported(c) &&
-            fa::testing::has_forward(c.dtype, c.d_head, c.v_head_dim()))
+        if (c.sm90.stream_k && fa::is_supported(c) && forward_for(c))
             configs.push_back(c);
     }
     if (configs.empty())
@@ -509,6 +516,8 @@ TEST(Backward, WindowMatchesReference) {
         {{2, 130, 1500, 40, 40, false}, {30, 30}, 0.0f, false},
     };
     for (const fa::KernelConfig& config : fa::testing::backward_configs()) {
+        if (!forward_for(config))
+            continue;
         for (const WindowCase& c : window_cases) {
             Problem p(config.dtype, config, c.shape, fresh_seed(), c.sinks, c.softcap, c.window);
             p.deterministic = fa::is_deterministic(config);
@@ -557,6 +566,8 @@ TEST(Backward, AlibiMatchesReference) {
         {{1, 700, 700, 4, 2, true}, false, {255, 0}, 5.0f, true},
     };
     for (const fa::KernelConfig& config : fa::testing::backward_configs()) {
+        if (!forward_for(config))
+            continue;
         for (const AlibiCase& c : alibi_cases) {
             Problem p(config.dtype, config, c.shape, fresh_seed(), c.sinks, c.softcap, c.window);
             std::mt19937_64 rng(p.seed + 7);
@@ -618,7 +629,8 @@ TEST(Backward, VarlenMatchesReference) {
     for (const fa::KernelConfig& config : fa::testing::backward_configs()) {
         // forward_varlen, whose output this reads, runs head dims without a split-KV kernel on
         // the sm90 family only.
-        if (!hopper && (!fa::serving::has_split_kv(config.d_head) || config.d_v != 0))
+        if ((!hopper && (!fa::serving::has_split_kv(config.d_head) || config.d_v != 0)) ||
+            !forward_for(config))
             continue;
         for (const VarlenCase& c : varlen_cases) {
             const std::uint64_t seed = fresh_seed();

@@ -746,8 +746,8 @@ INSTANTIATE_TEST_SUITE_P(Serving, KVCache, ::testing::ValuesIn(cache_cases()));
 //   the first folded in the split kernel and the rest in the combine (on an H100);
 // - decoding with key warps (batch 64's 128 rows on an H100 or H200: a CTA a row, its warps
 //   each folding a group of ranges, no merge kernel) where batch 1 merges the groups in the
-//   combine: groups of one range (4 ranges), of two (8) and of four (16 on 16-row pages;
-//   d_head 64 fp16);
+//   combine: groups of one range (4 ranges), of two (8, and d_head 64 fp16 causal; 16 over
+//   eight warps on 16-row pages at d_head 64 fp16) and of four (16 on 16-row pages, d_head 128);
 //   batch 160 (320 rows) a CTA a range, its merge kernel folding groups of one range;
 // - speculative decoding on 16-row pages with 4 key ranges (num_splits: the library's own choice
 //   runs a full batch on packed GQA tiles and one sequence on the split-KV kernel, whose bits
@@ -763,7 +763,8 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
           Shape{{16, 4, 0, 0, true, 8}, 20, 1024}, Shape{{1, 4, 0, 0, false, 0}, 64, 2048},
           Shape{{1, 4, 0, 0, false, 0}, 64, 4096}, Shape{{1, 8, 0, 16, false, 16}, 64, 4096},
           Shape{{16, 4, 0, 16, true, 4}, 160, 1024},
-          Shape{{1, 4, 0, 0, true, 8, fa::DType::FP16, 64}, 64, 4096}}) {
+          Shape{{1, 4, 0, 0, true, 8, fa::DType::FP16, 64}, 64, 4096},
+          Shape{{1, 8, 0, 16, false, 16, fa::DType::FP16, 64}, 64, 4096}}) {
         const std::uint64_t seed = fresh_seed();
         const CacheProblem big(c, batch, capacity, seed);
         CacheRun run_big(big);
@@ -788,9 +789,10 @@ TEST(KVCacheBatch, ResultDoesNotDependOnTheBatch) {
 }
 
 // Key warps (decoding batches whose rows fill the GPU: a CTA a row, four warps each folding
-// a group of its ranges) against the reference, every sequence of the batch: odd cache
-// lengths with sequences of 0, 1 and all keys, groups of two ranges (3000 keys: 6 ranges) and
-// of four (16-row pages, 16 ranges), new tokens appended, LSE.
+// a group of its ranges, eight on 16-row pages at d_head 64 and in e4m3) against the reference,
+// every sequence of the batch: odd cache lengths with sequences of 0, 1 and all keys, groups of
+// two ranges (3000 keys: 6 ranges over four warps; 16-row pages, 16 ranges over eight) and of
+// one (e4m3 d_head 128 on 16-row pages, 8 ranges over eight), new tokens appended, LSE.
 TEST(KVCacheBatch, KeyWarpsMatchTheReference) {
     for (const auto& [c, capacity] :
          {std::pair{CacheCase{1, 4, 0, 0, false, 0}, 3000},

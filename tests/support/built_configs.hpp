@@ -75,11 +75,12 @@ inline bool has_sm90_forward(DType dtype, int d_head, int d_v) {
     });
 }
 
-// Whether a forward kernel of this dtype and these head dims is built: the backward's tests run
-// the forward for O and the LSE, which a partial build may lack.
+// Whether a forward kernel of this dtype and these head dims is built and runs on this GPU: the
+// backward's tests run the forward for O and the LSE, which a partial build may lack.
 inline bool has_forward(DType dtype, int d_head, int d_v) {
     return has_built([&](const KernelConfig& c) {
-        return !c.backward && c.dtype == dtype && c.d_head == d_head && c.v_head_dim() == d_v;
+        return !c.backward && c.dtype == dtype && c.d_head == d_head && c.v_head_dim() == d_v &&
+               is_supported(c);
     });
 }
 

@@ -164,9 +164,10 @@ void launch_four_warps(const SplitKvArgs& args, const SplitPlan& plan, Stream st
 // b16 x 8192: no eligible warp 74% of cycles at 85% of DRAM bandwidth). Key warps (one CTA
 // a row, no partials, no merge kernel) where the rows fill whole waves of the SMs to at
 // least 90%, a row has ranges for more than one warp and the CTA's stages fit (not on an
-// A100 at d_head 128). H200, 8192 keys, 8 K/V heads (2026-11-26, docs/PERF.md): 128,
-// 256 and 512 rows (batch 16, 32, 64) 2-5% faster than a CTA a range, 104 rows (79% of the
-// SMs) and 192 (1.45 waves) 3% slower; a CTA a range spreads a row over many SMs.
+// A100 at d_head 128, nor with eight warps on pages at d_head 64). H200, 8192 keys, 8 K/V heads
+// (2026-11-26, docs/PERF.md): 128, 256 and 512 rows (batch 16, 32, 64) 2-5% faster than a CTA a
+// range, 104 rows (79% of the SMs) and 192 (1.45 waves) 3% slower; a CTA a range spreads a row over
+// many SMs.
 template <DType Dt, int D, bool Paged>
 void launch_one_warp(const SplitKvArgs& args, const SplitPlan& plan, Stream stream) {
     constexpr int key_warps = split_kv_key_warps(D, static_cast<int>(element_bytes(Dt)), 1, Paged);
