@@ -14,10 +14,10 @@
 // eight warps (split_kv_key_warps) each streaming a group of them from its own stages, and
 // merges the groups itself, in the order combine_kernel merges them. Every row and key is
 // addressed through a row source (dense, packed or paged), so the main loop is the same for
-// all layouts. FP8
-// (E4M3) caches and queries stream as bytes and are converted exactly to fp16 on their way
-// into the MMAs (e4m3_operands.cuh): a decode step reads half a 16-bit cache's bytes; the
-// descales join the softmax's scale (q's and k's) and O (v's), whose output is BF16.
+// all layouts. FP8 (E4M3) caches and queries stream as bytes and are converted exactly to
+// fp16 on their way into the MMAs (e4m3_operands.cuh): a decode step reads half a 16-bit
+// cache's bytes; the descales join the softmax's scale (q's and k's) and O (v's), whose
+// output is BF16.
 
 #include <cstdint>
 #include <type_traits>
