@@ -1,10 +1,11 @@
 """Serving shapes (issue 14) on one GPU, in one process: decoding against a contiguous and a
 paged KV cache, speculative decoding, chunked prefill and a varlen batch, with cuDNN (PyTorch
 SDPA) where it runs the same problem. Times are medians of CUDA-event-timed calls queued
-back to back after warm-up; inputs rotate over copies that together exceed L2 when
-one copy would fit in it.
+back to back after warm-up, or with --graphs of CUDA graph replays (device time alone: an eager
+call whose host path outlasts its kernel times the host); inputs rotate over copies that
+together exceed L2 when one copy would fit in it.
 
-    python3 bench/serving.py [--repeat 50] [--out FILE.md]
+    python3 bench/serving.py [--repeat 50] [--graphs] [--out FILE.md]
 """
 
 import argparse
@@ -15,8 +16,11 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flash_attention_scratch as fas
+from compare import graphed
 
 L2_BYTES = 50 * 2**20
+# --graphs: time CUDA graph replays of each batch of calls instead of the eager calls.
+GRAPHS = False
 
 
 def median_ms(fn, repeat, warmup=5, inner=8):
@@ -24,11 +28,26 @@ def median_ms(fn, repeat, warmup=5, inner=8):
     between its own two CUDA events (as the command line's bench times them), the first
     call of a batch left out: it starts on an idle GPU, so its time would include the host's
     work before the launch, which in a serving loop hides behind the previous step. Returns
-    (ms, (max - min) / median) over the per-call times."""
+    (ms, (max - min) / median) over the per-call times; with GRAPHS, over the replays of a graph
+    of `inner` calls, each replay's time over `inner`."""
     for i in range(warmup):
         fn(i)
     torch.cuda.synchronize()
     times = []
+    if GRAPHS:
+        try:
+            graph = graphed(torch, fn, [(i,) for i in range(inner)], inner)
+        except RuntimeError as error:  # a call that cannot be captured: reported, not timed
+            print(f"not captured in a CUDA graph: {type(error).__name__}: {str(error).splitlines()[0]}")
+            return float("nan"), 0.0
+        for _ in range(repeat):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / inner)
+        return statistics.median(times), (max(times) - min(times)) / statistics.median(times)
     for r in range(repeat):
         events = [torch.cuda.Event(enable_timing=True) for _ in range(inner + 1)]
         events[0].record()
@@ -176,7 +195,11 @@ def main():
     parser.add_argument("--fp8", action="store_true", help="also an FP8 (e4m3) cache of the same values")
     parser.add_argument("--d-head", type=int, default=128, choices=[64, 128, 256],
                         help="the decoding shapes' head dim (the varlen rows keep 128)")
+    parser.add_argument("--graphs", action="store_true",
+                        help="time CUDA graph replays (device time alone) instead of eager calls")
     args = parser.parse_args()
+    global GRAPHS
+    GRAPHS = args.graphs
     args.splits = [int(x) for x in args.splits.split(",") if x]
     rows = []
     decode_rows(args, rows)
@@ -184,7 +207,7 @@ def main():
         varlen_rows(args, rows)
     lines = [f"{torch.cuda.get_device_name()}, torch {torch.__version__}, bf16, heads 32/8 (varlen 16/16), "
              f"d_head {args.d_head} (varlen 128); "
-             f"median of {args.repeat}",
+             f"median of {args.repeat}{' CUDA graph replays' if args.graphs else ''}",
              "",
              "| shape | problem | implementation | µs | K/V TB/s | TFLOP/s | spread |",
              "|---|---|---|---|---|---|---|"]
