@@ -406,11 +406,11 @@ std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelCo
         a.heads_kv = static_cast<int>(problem.heads_kv);
         a.seq_q = static_cast<int>(problem.seq_q);
         a.seq_k = static_cast<int>(problem.seq_k);
-        const std::int64_t key_blocks = sm90::KeyBlockScheduler::of(a, config.B_c, false).count();
-        const std::int64_t ctas =
-            std::min<std::int64_t>(key_blocks, DeviceProperties::current().sm_count);
+        // A CTA an SM: where the key blocks do not outnumber the SMs (the launch's fewer CTAs),
+        // of() splits nothing either way.
         bytes +=
-            sm90::BackwardStreamK::of(a, config.B_r, config.B_c, ctas)
+            sm90::BackwardStreamK::of(a, config.B_r, config.B_c,
+                                      DeviceProperties::current().sm_count)
                 .bytes(config.B_c, tile_columns(config.d_head) + tile_columns(config.v_head_dim()));
     }
     return bytes;
