@@ -274,21 +274,26 @@ constexpr Row k_rows[] = {
     // -3.1/+1.5/+3.2/+4.6/+4.9% at 1k/2k/4k/8k/16k, d_head 128 -4.5/-1.4/+0.4/+1.8/+2.4%; causal
     // (nothing split) 2k -2.4/-3.7%, 8k +1.8/-0.4% (bf16, spreads 8-18%; H100, 2026-12-07). A
     // second run: d_head 64 -3.4/+1.2/+3.1/+4.7/+5.5%, d_head 128 -5.3/-1.8/+0.9/+2.7/+3.4%.
-    // bf16 only until fp16's instances have run on a GPU (the `ci` set builds them).
+    // fp16 alike: d_head 64 -2.9/+1.0/+2.9/+4.0/+6.3%, d_head 128 -4.1/-1.8/+2.1/+3.1/+4.2%
+    // (H100, 2026-12-08).
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 512},
     {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 512},
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq", 2048},
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq", 0, true},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq", 2048},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq", 0, true},
     {"(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq"},
-    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
+    {"(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq"},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024},
     {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 1024},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 2048, true},
     {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic", 2048, true},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq", 4096},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq", 0, true},
+    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq", 4096},
+    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq", 0, true},
     {"(BF16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq"},
-    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+lagdq"},
+    {"(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq"},
     // d_head 96: d_head 128's kernels, on 64-byte swizzled tiles of 96 columns (dQ split
     // 64 + 32): 486-559 TFLOP/s bf16 non-causal at 2k-8k, 0.95-1.01 of FA4 (H100, 2026-12-05),
     // where tiles padded to 128 columns ran at 0.81-0.92 and the sm80 kernel at 0.07-0.09.

@@ -752,8 +752,6 @@ std::vector<KernelConfig> ci() {
                "sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim+psmem",
                "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2",
                "(BF16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+lagdq",
-               "(FP16, 64, 128, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq",
-               "(FP16, 128, 64, 128, 12): sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq",
            }));
     return v;
 }

@@ -720,43 +720,47 @@ TEST(TuningCache, BackwardTableTakesThePersistentKernelAndOrderedOnlyWhenAsked) 
     const auto built = [](const fa::KernelConfig& c) {
         return std::find(fa::configs().begin(), fa::configs().end(), c) != fa::configs().end();
     };
-    for (const int d_head : {64, 128}) {
-        fa::ProblemShape problem = backward_problem();
-        problem.d_head = d_head;
-        const std::string tile =
-            d_head == 64 ? "(BF16, 64, 128, 128, 12): " : "(BF16, 128, 64, 128, 12): ";
-        const auto ordered = fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+ordered");
-        const auto in_step = fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic");
-        const auto lagged =
-            fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic+lagdq");
-        const auto stream_k =
-            fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq");
-        if (!built(ordered) || !built(in_step) || !built(lagged) || !built(stream_k))
-            GTEST_SKIP() << "this build lacks the sm90 BF16 d_head " << d_head
-                         << " backward kernels";
-        for (const std::int64_t seq : {512, 1024, 2048, 4096, 8192}) {
-            problem.seq_q = problem.seq_k = seq;
-            for (const bool causal : {false, true}) {
-                problem.causal = causal;
-                const bool short_walks =
-                    d_head == 64 ? seq <= 512 : seq <= 1024 || (causal && seq <= 2048);
-                // Stream-K splits only non-causal grids, and pays from 4k keys (d_head 64) or
-                // 8k (128).
-                const bool long_walks = !causal && seq >= (d_head == 64 ? 4096 : 8192);
-                const auto expected = short_walks ? in_step : long_walks ? stream_k : lagged;
-                problem.heads_kv = problem.heads;
-                EXPECT_EQ(fa::choose_backward_config(problem, h100), expected)
-                    << d_head << " " << seq << causal;
-                EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered)
-                    << seq << causal;
-                problem.heads_kv = problem.heads / 4;
-                EXPECT_EQ(fa::choose_backward_config(problem, h100), expected)
-                    << d_head << " " << seq << causal;
-                EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered)
-                    << seq << causal;
+    for (const auto& [dtype, name] : {std::pair{fa::DType::BF16, std::string("BF16")},
+                                      std::pair{fa::DType::FP16, std::string("FP16")}})
+        for (const int d_head : {64, 128}) {
+            fa::ProblemShape problem = backward_problem();
+            problem.dtype = dtype;
+            problem.d_head = d_head;
+            const std::string tile =
+                "(" + name + (d_head == 64 ? ", 64, 128, 128, 12): " : ", 128, 64, 128, 12): ");
+            const auto ordered = fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+ordered");
+            const auto in_step =
+                fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic");
+            const auto lagged =
+                fa::KernelConfig::parse(tile + "sm90+bwd+stages_2+persistent+dynamic+lagdq");
+            const auto stream_k = fa::KernelConfig::parse(
+                tile + "sm90+bwd+stages_2+persistent+dynamic+streamk+lagdq");
+            if (!built(ordered) || !built(in_step) || !built(lagged) || !built(stream_k))
+                GTEST_SKIP() << "this build lacks the sm90 " << name << " d_head " << d_head
+                             << " backward kernels";
+            for (const std::int64_t seq : {512, 1024, 2048, 4096, 8192}) {
+                problem.seq_q = problem.seq_k = seq;
+                for (const bool causal : {false, true}) {
+                    problem.causal = causal;
+                    const bool short_walks =
+                        d_head == 64 ? seq <= 512 : seq <= 1024 || (causal && seq <= 2048);
+                    // Stream-K splits only non-causal grids, and pays from 4k keys (d_head 64) or
+                    // 8k (128).
+                    const bool long_walks = !causal && seq >= (d_head == 64 ? 4096 : 8192);
+                    const auto expected = short_walks ? in_step : long_walks ? stream_k : lagged;
+                    problem.heads_kv = problem.heads;
+                    EXPECT_EQ(fa::choose_backward_config(problem, h100), expected)
+                        << d_head << " " << seq << causal;
+                    EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered)
+                        << seq << causal;
+                    problem.heads_kv = problem.heads / 4;
+                    EXPECT_EQ(fa::choose_backward_config(problem, h100), expected)
+                        << d_head << " " << seq << causal;
+                    EXPECT_EQ(fa::choose_backward_config(problem, h100, true), ordered)
+                        << seq << causal;
+                }
             }
         }
-    }
 }
 
 // choose_backward_config reads the cache: a winner of this device, problem and pass that is
