@@ -7,6 +7,7 @@
 #include "flash_attention/error.hpp"
 #include "flash_attention/flash_attention.hpp"
 #include "flash_attention/tools.hpp"
+#include "options.hpp"
 
 namespace flash_attention::cli {
 
@@ -45,11 +46,6 @@ constexpr const char* k_commands = "list, choose, run, bench, tune or progressio
 // The options the program itself takes, before a command.
 bool is_top_level_option(std::string_view arg) {
     return arg == "-h" || arg == "--help" || arg == "--version";
-}
-
-bool is_bad_argument(ErrorCode code) {
-    return code == ErrorCode::invalid_argument || code == ErrorCode::dtype ||
-           code == ErrorCode::unsupported || code == ErrorCode::not_built;
 }
 
 }  // namespace

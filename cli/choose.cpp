@@ -95,7 +95,7 @@ int choose(const ChooseOptions& o) {
         return print_choice(o, problem, device, model);
     } catch (const Error& e) {
         // The problem's own errors name its fields: here they are the options.
-        if (e.code() == ErrorCode::invalid_argument || e.code() == ErrorCode::unsupported)
+        if (is_bad_argument(e.code()))
             throw UsageError(in_option_names(e.what()));
         throw;
     }

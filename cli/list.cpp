@@ -1,6 +1,8 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <string_view>
 
 #include "commands.hpp"
 #include "flash_attention/flash_attention.hpp"
@@ -54,9 +56,12 @@ void add_list_command(CLI::App& app, Action& action) {
     auto options = std::make_shared<ListOptions>();
     CLI::App* cmd =
         app.add_subcommand("list", "List kernel configs: the built ones, or a named set");
+    std::string names;
+    for (const std::string_view name : tools::kernel_set_names())
+        names += std::string(name) + ", ";
     cmd->add_option("--set", options->set,
-                    "named set to list instead of the built configs (ci, progression, "
-                    "progression-all, tune, all, or a comma-separated union)")
+                    "named set to list instead of the built configs (" + names +
+                        "or a comma-separated union)")
         ->check(non_empty("a set name"))
         ->check(set_name_validator());
     cmd->add_flag("--verbose", options->verbose, "also show registers and local memory per thread");

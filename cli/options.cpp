@@ -287,6 +287,11 @@ void VariantOptions::apply(Shape& shape) const {
     shape.alibi = alibi;
 }
 
+bool is_bad_argument(ErrorCode code) {
+    return code == ErrorCode::invalid_argument || code == ErrorCode::dtype ||
+           code == ErrorCode::unsupported || code == ErrorCode::not_built;
+}
+
 std::string in_option_names(const std::string& message) {
     static constexpr std::pair<std::string_view, std::string_view> names[] = {
         {"d_head", "--d-head"},

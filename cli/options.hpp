@@ -20,6 +20,9 @@ inline constexpr int k_most_d_head = 1024;
 
 // An integer option in [minimum, maximum]; the message names the bounds and what was given.
 CLI::Validator integer_in(long long minimum, long long maximum);
+// Whether a library error is the caller's (bad or unsupported arguments, no kernel built for
+// them): the command line exits with its usage code.
+bool is_bad_argument(ErrorCode code);
 // A library error's message with the API's argument it names first ("d_head: expected ...")
 // put as the command line's option (--d-head), where one stands for it.
 std::string in_option_names(const std::string& message);

@@ -255,6 +255,9 @@ TEST(Cli, NumbersAreBoundedByReadableLimits) {
     expect_usage_error({"run", "--seed", "-1"}, "--seed");
     expect_usage_error({"run", "--seed", "9223372036854775808"}, "--seed");
     expect_usage_error({"choose", "--heads-kv", "0"}, "--heads-kv");
+    // The library's refusal of the dtype (the backward takes 16-bit inputs) names the option.
+    expect_usage_error({"choose", "--device", "h100", "--dtype", "e4m3", "--backward"},
+                       ": --dtype:");
     for (const auto& args : std::vector<std::vector<std::string>>{
              {"bench", "--warmup-ms", "1e308"}, {"bench", "--runs", "2147483647"}}) {
         const auto [code, err] = run(args);
@@ -269,10 +272,13 @@ TEST(Cli, ChooseNamesTheSplitKvKernelForDecodingShapes) {
                                   "--heads", "32", "--heads-kv", "8"});
     EXPECT_EQ(o.code, 0) << o.out;
     EXPECT_EQ(o.out.rfind("split-KV (PackGQA), ", 0), 0u) << o.out;
-    if (fa::testing::any_forward_config() == nullptr)
-        return;  // the dense choice needs a forward kernel
-    const Output dense = run_program({"choose", "--device", "h100", "--seq", "4096"});
-    EXPECT_EQ(dense.code, 0);
+    const fa::KernelConfig* built = fa::testing::any_forward_config();
+    if (built == nullptr || built->dtype == fa::DType::E4M3)
+        return;  // the dense choice needs a 16-bit forward kernel: one of the build's
+    const Output dense = run_program({"choose", "--device", "h100", "--seq", "4096", "--dtype",
+                                      built->dtype == fa::DType::FP16 ? "fp16" : "bf16", "--d-head",
+                                      std::to_string(built->d_head)});
+    EXPECT_EQ(dense.code, 0) << dense.err;
     EXPECT_NO_THROW(fa::KernelConfig::parse(dense.out.substr(0, dense.out.find('\n'))));
 }
 
