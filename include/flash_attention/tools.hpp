@@ -228,12 +228,14 @@ namespace flash_attention::tuning {
 // The file: {"version": 1, "entries": [...]}, an entry an object of its key's fields and its
 // winner: "gpu", "sm_count", "dtype" ("FP16" or "BF16"), "d_head", "seq_bucket", "causal",
 // optionally "d_v" (V's head dim where it differs), "window_or_softcap" and "paged" (true),
+// optionally "lengths" ("few-queries" or "short-keys": Lengths; absent, general),
 // "rows_bucket" with "splits" for a split count, else "config" (a short form); "tflops",
 // "measured", and optionally the runner-up
 // ("runner_up" or "runner_up_splits", and "runner_up_tflops"). A backward entry adds
 // "pass": "backward" or "backward-deterministic" and holds a backward config (`bwd`; for
 // "backward-deterministic" one that is_deterministic()) and none of "window_or_softcap",
-// "paged" or "rows_bucket"; an entry without "pass" is the forward's. A malformed entry is
+// "paged" or "rows_bucket"; an entry without "pass" is the forward's. A split count's entry has
+// no "lengths" (its rows bucket tells the proportions). A malformed entry is
 // skipped with a warning.
 //
 // Location: $FLASH_ATTENTION_TUNING, else $XDG_CACHE_HOME/flash_attention/tuning.json
@@ -251,6 +253,21 @@ enum class Pass {
 // The pass's name in the file's "pass" field and in Key::to_string(): "forward", "backward" or
 // "backward-deterministic".
 std::string_view to_string(Pass pass);
+
+// The proportions of a problem's lengths that the automatic choice's built-in table tells
+// apart at one longest length (its packed-GQA and short-key rows): a key holds one of them, so
+// that a winner tuned on a square problem never serves speculative decoding or cross-attention
+// of the same bucket, nor theirs the square problem.
+enum class Lengths {
+    general,      // neither of the others
+    few_queries,  // at most k_few_queries queries over more keys (speculative decoding)
+    short_keys,   // at most k_short_keys keys under more queries (cross-attention)
+};
+inline constexpr long long k_few_queries = 64;
+inline constexpr long long k_short_keys = 256;
+Lengths lengths_of(long long seq_q, long long seq_k);
+// "general", "few-queries" or "short-keys": the file's "lengths" field and Key::to_string().
+std::string_view to_string(Lengths lengths);
 
 struct Key {
     std::string gpu;  // device name as CUDA reports it
@@ -273,6 +290,8 @@ struct Key {
     Pass pass = Pass::forward;
     // ProblemShape::d_v: V's head dim where it differs from d_head, else 0.
     int d_v = 0;
+    // lengths_of(seq_q, seq_k) for a config's key; general for a split count's.
+    Lengths lengths = Lengths::general;
 
     friend auto operator<=>(const Key&, const Key&) = default;
     std::string to_string() const;

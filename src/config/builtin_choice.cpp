@@ -150,9 +150,9 @@ constexpr Row k_rows[] = {
     // 4096 x 77 and +6.3% at 4096 x 128 (bf16, batch 2, 16 heads, 3 rounds; the stream-K row
     // read with a 47% spread; H100, 2026-12-05, bench/short-keys.txt).
     {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
-     false, 0, 256},
+     false, 0, k_short_max_seq_k},
     {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+dynamic+lazy+trim", 0,
-     false, 0, 256},
+     false, 0, k_short_max_seq_k},
     {"(BF16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy+streamk"},
     {"(FP16, 64, 192, 128, 16): sm90+stages_3+overlap+pingpong+persistent+lazy+streamk"},
     {"(BF16, 256, 128, 128, 12): sm90+stages_1+pingpong+persistent+lazy", 512},

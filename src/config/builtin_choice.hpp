@@ -9,12 +9,17 @@
 #include <span>
 
 #include "flash_attention/kernel_config.hpp"
+#include "flash_attention/tools.hpp"
 
 namespace flash_attention::space {
 
 // The most queries a problem may have for the pack_gqa rows (and a tuned pack_gqa config) to
-// serve it: beyond, one head's queries fill tiles of their own.
-inline constexpr std::int64_t k_packed_max_seq_q = 64;
+// serve it: beyond, one head's queries fill tiles of their own. The tuning cache keeps such
+// problems' winners apart (tuning::Lengths).
+inline constexpr std::int64_t k_packed_max_seq_q = tuning::k_few_queries;
+// The most keys of the short-key rows (cross-attention on a text encoder's outputs), whose
+// winners the tuning cache keeps apart too.
+inline constexpr std::int64_t k_short_max_seq_k = tuning::k_short_keys;
 
 struct BuiltinChoice {
     KernelConfig config;

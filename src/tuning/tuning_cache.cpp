@@ -74,13 +74,30 @@ bool bool_field(const nlohmann::json& j, const char* name) {
 constexpr std::array<std::string_view, 3> k_pass_names = {"forward", "backward",
                                                           "backward-deterministic"};
 
-Pass parse_pass(const std::string& s) {
-    for (std::size_t i = 0; i < k_pass_names.size(); ++i) {
-        if (s == k_pass_names[i])
-            return static_cast<Pass>(i);
+// The enum value named `s` among `names` (in the enum's order).
+template <class E, std::size_t N>
+E parse_named(const std::array<std::string_view, N>& names, const std::string& s, const char* what,
+              const char* expected) {
+    for (std::size_t i = 0; i < N; ++i) {
+        if (s == names[i])
+            return static_cast<E>(i);
     }
-    throw std::invalid_argument("unknown pass \"" + s +
-                                "\" (expected forward, backward or backward-deterministic)");
+    throw std::invalid_argument("unknown " + std::string(what) + " \"" + s + "\" (expected " +
+                                expected + ")");
+}
+
+// In Lengths's order.
+constexpr std::array<std::string_view, 3> k_lengths_names = {"general", "few-queries",
+                                                             "short-keys"};
+
+Lengths parse_lengths(const std::string& s) {
+    return parse_named<Lengths>(k_lengths_names, s, "lengths",
+                                "general, few-queries or short-keys");
+}
+
+Pass parse_pass(const std::string& s) {
+    return parse_named<Pass>(k_pass_names, s, "pass",
+                             "forward, backward or backward-deterministic");
 }
 
 // A config fit for an entry of `pass`: a backward key's is a backward config (a deterministic
@@ -127,6 +144,8 @@ nlohmann::json entry_json(const Entry& e) {
         j["d_v"] = e.key.d_v;
     if (e.key.window_or_softcap)
         j["window_or_softcap"] = true;
+    if (e.key.lengths != Lengths::general)
+        j["lengths"] = std::string(to_string(e.key.lengths));
     if (e.key.paged)
         j["paged"] = true;
     if (e.key.rows_bucket > 0) {
@@ -160,6 +179,8 @@ Entry entry_from_json(const nlohmann::json& j) {
     e.key.causal = bool_field(j, "causal");
     e.key.paged = bool_field(j, "paged");
     e.key.window_or_softcap = bool_field(j, "window_or_softcap");
+    if (j.contains("lengths"))
+        e.key.lengths = parse_lengths(string_field(j, "lengths", k_max_text));
     if (j.contains("pass"))
         e.key.pass = parse_pass(string_field(j, "pass", k_max_text));
     // The backward pass takes no variants and has no split-KV kernel: such a key would never
@@ -174,6 +195,9 @@ Entry entry_from_json(const nlohmann::json& j) {
     if (j.contains("measured"))
         e.measured = string_field(j, "measured", k_max_text);
     if (j.contains("rows_bucket")) {
+        // Key::of_splits: the rows bucket tells the proportions.
+        if (j.contains("lengths"))
+            throw std::invalid_argument("a split count's entry has \"lengths\"");
         e.key.rows_bucket = int_field(j, "rows_bucket", 1, std::numeric_limits<int>::max());
         e.splits = int_field(j, "splits", 1, k_max_splits);
         if (j.contains("runner_up_splits")) {
@@ -244,12 +268,23 @@ std::string_view to_string(Pass pass) {
     return k_pass_names.at(static_cast<std::size_t>(pass));
 }
 
+std::string_view to_string(Lengths lengths) {
+    return k_lengths_names.at(static_cast<std::size_t>(lengths));
+}
+
+Lengths lengths_of(long long seq_q, long long seq_k) {
+    if (seq_q <= k_few_queries && seq_q < seq_k)
+        return Lengths::few_queries;
+    return seq_k <= k_short_keys && seq_k < seq_q ? Lengths::short_keys : Lengths::general;
+}
+
 std::string Key::to_string() const {
     return gpu + " (" + std::to_string(sm_count) + " SMs), " +
            std::string(flash_attention::to_string(dtype)) + ", d_head " + std::to_string(d_head) +
            (d_v != 0 ? ", d_v " + std::to_string(d_v) : "") +
-           ", seq <= " + std::to_string(seq_bucket) + (causal ? ", causal" : "") +
-           (window_or_softcap ? ", window/softcap" : "") +
+           ", seq <= " + std::to_string(seq_bucket) +
+           (lengths != Lengths::general ? ", " + std::string(tuning::to_string(lengths)) : "") +
+           (causal ? ", causal" : "") + (window_or_softcap ? ", window/softcap" : "") +
            (rows_bucket > 0 ? ", split-KV rows <= " + std::to_string(rows_bucket) : "") +
            (paged ? ", paged" : "") +
            (pass != Pass::forward ? ", " + std::string(tuning::to_string(pass)) : "");
@@ -264,11 +299,13 @@ Key Key::of(const DeviceProperties& device, const ProblemShape& problem) {
             problem.causal};
     key.window_or_softcap = problem.window_or_softcap;
     key.d_v = problem.d_v;
+    key.lengths = lengths_of(problem.seq_q, problem.seq_k);
     return key;
 }
 
 Key Key::of_splits(const DeviceProperties& device, const ProblemShape& problem, bool paged) {
     Key key = of(device, problem);
+    key.lengths = Lengths::general;  // the rows bucket tells them
     key.paged = paged;
     long long rows = problem.seq_q * (problem.heads / std::max<long long>(problem.heads_kv, 1));
     key.rows_bucket = 1;

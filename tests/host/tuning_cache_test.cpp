@@ -973,6 +973,77 @@ TEST(TuningCache, BuiltInTableTakesShortKeysApartAtHeadDim64) {
     EXPECT_EQ(fa::heuristic_config(params(4096, 256), hopper), up_to_1k);
     EXPECT_EQ(fa::heuristic_config(params(4096, 257), hopper), streamk);
     EXPECT_EQ(fa::heuristic_config(params(77, 4096), hopper), streamk);  // short queries: the keys'
+
+    // A winner tuned on the square problem of the 4096 bucket (stream-K's tile here) does not
+    // serve the short keys of that bucket, nor theirs the square problem.
+    const TempDir dir;
+    const auto file = dir.path() / "tuning.json";
+    const auto tuned = [&](const fa::ChoiceProblem& p, const fa::KernelConfig& c) {
+        return entry_of(tuning::Key::of(hopper, p.shape), c);
+    };
+    tuning::save_atomically(file, {tuned(params(4096, 4096), streamk)});
+    {
+        const CacheEnvironment env(file);
+        EXPECT_EQ(fa::find_kernel_for(params(4096, 4096), hopper), streamk);
+        EXPECT_EQ(fa::find_kernel_for(params(4096, 77), hopper), up_to_1k);
+    }
+    tuning::save_atomically(file, {tuned(params(4096, 77), streamk)});
+    {
+        const CacheEnvironment env(file);
+        EXPECT_EQ(fa::find_kernel_for(params(4096, 128), hopper), streamk);
+        EXPECT_EQ(fa::find_kernel_for(params(1024, 1024), hopper), up_to_1k);
+        EXPECT_EQ(fa::find_kernel_for(params(4096, 4096), hopper), streamk);  // the table's
+    }
+}
+
+// A key's lengths: few queries over more keys, short keys under more queries, or neither; in
+// the file as "lengths" (absent: general), in the key's text, and never on a split count's
+// entry, whose rows bucket tells them.
+TEST(TuningCache, KeysTellProportionsApart) {
+    EXPECT_EQ(tuning::lengths_of(16, 4096), tuning::Lengths::few_queries);
+    EXPECT_EQ(tuning::lengths_of(64, 65), tuning::Lengths::few_queries);
+    EXPECT_EQ(tuning::lengths_of(64, 64), tuning::Lengths::general);
+    EXPECT_EQ(tuning::lengths_of(65, 4096), tuning::Lengths::general);
+    EXPECT_EQ(tuning::lengths_of(4096, 77), tuning::Lengths::short_keys);
+    EXPECT_EQ(tuning::lengths_of(257, 256), tuning::Lengths::short_keys);
+    EXPECT_EQ(tuning::lengths_of(256, 256), tuning::Lengths::general);
+    EXPECT_EQ(tuning::lengths_of(4096, 257), tuning::Lengths::general);
+    EXPECT_EQ(tuning::lengths_of(32, 16), tuning::Lengths::short_keys);
+
+    for (const auto lengths : {tuning::Lengths::few_queries, tuning::Lengths::short_keys}) {
+        tuning::Entry e = entry("GPU A", 4096, k_a, 1);
+        e.key.lengths = lengths;
+        const auto back = tuning::parse(tuning::to_json({e}), "t");
+        ASSERT_EQ(back.entries.size(), 1u) << tuning::to_string(lengths);
+        EXPECT_EQ(back.entries[0].key, e.key);
+        EXPECT_NE(e.key.to_string().find(std::string(tuning::to_string(lengths))),
+                  std::string::npos)
+            << e.key.to_string();
+        EXPECT_NE(e.key, entry("GPU A", 4096, k_a, 1).key);
+    }
+    auto doc = nlohmann::json::parse(tuning::to_json({entry("GPU A", 4096, k_a, 1)}));
+    EXPECT_FALSE(doc["entries"][0].contains("lengths"));
+    doc["entries"][0]["lengths"] = "few-queries";
+    EXPECT_EQ(tuning::parse(doc.dump(), "t").entries.size(), 1u);
+    for (const nlohmann::json& bad : {nlohmann::json("square"), nlohmann::json(1)}) {
+        doc["entries"][0]["lengths"] = bad;
+        const auto r = tuning::parse(doc.dump(), "cache.json");
+        EXPECT_TRUE(r.entries.empty()) << bad.dump();
+        EXPECT_EQ(r.warnings.size(), 1u) << bad.dump();
+    }
+
+    const fa::DeviceProperties h100 = fa::DeviceProperties::model("h100");
+    fa::ProblemShape decode = decode_b16();
+    EXPECT_EQ(tuning::Key::of(h100, decode).lengths, tuning::Lengths::few_queries);
+    tuning::Entry splits;
+    splits.key = tuning::Key::of_splits(h100, decode, false);
+    splits.tflops = 1;
+    splits.splits = 4;
+    EXPECT_EQ(splits.key.lengths, tuning::Lengths::general);
+    doc = nlohmann::json::parse(tuning::to_json({splits}));
+    ASSERT_EQ(tuning::parse(doc.dump(), "t").entries.size(), 1u);
+    doc["entries"][0]["lengths"] = "few-queries";
+    EXPECT_TRUE(tuning::parse(doc.dump(), "t").entries.empty());
 }
 
 // On a paged cache the table prefers rows whose key blocks and pages divide one another:
@@ -1113,6 +1184,15 @@ TEST(TuningCache, GroupedFewQueriesTakePackedTiles) {
     const auto square = fa::find_kernel_for(problem(4096, 32, 8), hopper);
     ASSERT_TRUE(square.has_value());
     EXPECT_FALSE(square->sm90.pack_gqa) << square->to_string();
+    // A winner tuned on the square problem of that bucket neither serves speculative decoding
+    // nor sends it to the split-KV kernel (the table's packed tile runs).
+    tuning::save_atomically(
+        file, {entry_of(tuning::Key::of(hopper, problem(4096, 32, 8).shape), *square)});
+    cache.reset();
+    cache.emplace(file);
+    EXPECT_EQ(fa::find_kernel_for(problem(4096, 32, 8), hopper), square);
+    EXPECT_EQ(fa::find_kernel_for(problem(16, 32, 8), hopper), packed);
+    EXPECT_FALSE(fa::runs_split_kv(problem(16, 32, 8), hopper));
 }
 
 // Tensors TMA cannot address (a broadcast K/V, a stride of 2^40 bytes) run on the sm80
