@@ -24,16 +24,11 @@ namespace flash_attention {
 
 namespace {
 
-std::string dim_name(const char* tensor, int i) {
-    static constexpr std::array<const char*, 4> names = {"batch", "seq", "heads", "d_head"};
-    return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + names[i] + ")";
-}
-
 void check_same_shape(const TensorView& t, const char* name, const TensorView& as,
                       const char* as_name) {
     for (int i = 0; i < 4; ++i) {
         if (t.shape[i] != as.shape[i]) {
-            fail(ErrorCode::invalid_argument, dim_name(name, i),
+            fail(ErrorCode::invalid_argument, shape_name(name, i),
                  std::to_string(as.shape[i]) + " (" + as_name + "'s)", std::to_string(t.shape[i]));
         }
     }
@@ -319,9 +314,12 @@ void validate_backward_varlen(const VarlenBackwardParams& p) {
     for (const auto& [array, name, count] :
          {std::tuple{p.cu_seqlens_q, "cu_seqlens_q", p.batch + 1},
           {p.cu_seqlens_k, "cu_seqlens_k", p.batch + 1},
-          {p.seqused_k, "seqused_k", p.batch}})
+          {p.seqused_k, "seqused_k", p.batch}}) {
         check_float_rows(array, name, count, "int32",
                          {{&p.dq, "dq"}, {&p.dk, "dk"}, {&p.dv, "dv"}});
+        // d_sinks is written while other CTAs still read the lengths.
+        check_words_apart(p.d_sinks, p.q.shape[2], "d_sinks", array, count, name);
+    }
 }
 
 // The shape the automatic choice reads: the longest sequences, batch sequences.
@@ -394,12 +392,26 @@ KernelConfig choose_backward_config(const ProblemShape& problem, const DevicePro
 
 std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelConfig& config) {
     validate_shape(problem);
+    // The config's own sizes (B_c, d_head, d_v) make the number: another problem's config would
+    // give a plausible but wrong one.
+    const auto wrong = [&](const std::string& expected) {
+        throw Error(ErrorCode::invalid_argument,
+                    "config: expected " + expected + ", got " + config.to_string());
+    };
+    if (!config.backward)
+        wrong("a backward config (with bwd)");
+    if (config.dtype != problem.dtype)
+        wrong("dtype " + std::string(to_string(problem.dtype)));
+    if (config.d_head != problem.d_head)
+        wrong("d_head " + std::to_string(problem.d_head));
+    if (config.d_v != problem.d_v)
+        wrong("d_v " + std::to_string(problem.d_v != 0 ? problem.d_v : problem.d_head));
     std::size_t bytes =
         backward_workspace(config, problem.batch, problem.heads, problem.seq_q).bytes();
     // Stream-K's slots and counters where its kernel splits this shape on the current device
     // (dense, no window: the shape cannot tell, so at most these); none without a GPU.
-    if (config.backward && config.family == Family::sm90 && config.sm90.stream_k &&
-        !problem.causal && device_count() > 0) {
+    if (config.family == Family::sm90 && config.sm90.stream_k && !problem.causal &&
+        device_count() > 0) {
         BackwardArgs a{};
         a.batch = static_cast<int>(problem.batch);
         a.heads = static_cast<int>(problem.heads);

@@ -16,12 +16,6 @@ namespace flash_attention {
 
 namespace {
 
-constexpr const char* k_dim_names[] = {"batch", "seq", "heads", "d_head"};
-
-std::string stride_name(const char* tensor, int i) {
-    return std::string(tensor) + ".stride[" + std::to_string(i) + "] (" + k_dim_names[i] + ")";
-}
-
 // "config: expected ..., got <short form>".
 [[noreturn]] void throw_config_error(ErrorCode code, const std::string& expected,
                                      const std::string& given) {

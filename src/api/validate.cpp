@@ -9,6 +9,7 @@
 #include <numbers>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -17,8 +18,6 @@
 namespace flash_attention {
 
 namespace {
-
-constexpr std::array<const char*, 4> k_dim_names = {"batch", "seq", "heads", "d_head"};
 
 std::string limits_text() {
     return "batch at most " + std::to_string(k_max_batch) + ", heads at most " +
@@ -70,15 +69,25 @@ void fail(ErrorCode code, const std::string& argument, const std::string& expect
 
 namespace {
 
-std::string dim(const char* tensor, int i) {
-    return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + k_dim_names[i] + ")";
-}
-
-std::string stride_name(const char* tensor, int i) {
-    return std::string(tensor) + ".stride[" + std::to_string(i) + "] (" + k_dim_names[i] + ")";
+// Dimension i's name in `tensor`.
+std::string dim_name(std::string_view tensor, int i) {
+    static constexpr std::array<const char*, 4> names = {"batch", "seq", "heads", "d_head"};
+    static constexpr std::string_view value_side[] = {"v", "o", "d_o", "dv", "v_cache", "v_new"};
+    if (i == 3 &&
+        std::find(std::begin(value_side), std::end(value_side), tensor) != std::end(value_side))
+        return "d_v";
+    return names.at(static_cast<std::size_t>(i));
 }
 
 }  // namespace
+
+std::string shape_name(const char* tensor, int i) {
+    return std::string(tensor) + ".shape[" + std::to_string(i) + "] (" + dim_name(tensor, i) + ")";
+}
+
+std::string stride_name(const char* tensor, int i) {
+    return std::string(tensor) + ".stride[" + std::to_string(i) + "] (" + dim_name(tensor, i) + ")";
+}
 
 void check_layout(const TensorView& t, const char* name) {
     if (t.data == nullptr) {
@@ -87,7 +96,7 @@ void check_layout(const TensorView& t, const char* name) {
     }
     for (int i = 0; i < 4; ++i) {
         if (t.shape[i] <= 0) {
-            fail(ErrorCode::invalid_argument, dim(name, i), "a positive size",
+            fail(ErrorCode::invalid_argument, shape_name(name, i), "a positive size",
                  std::to_string(t.shape[i]));
         }
         if (t.stride[i] < 0) {
@@ -397,11 +406,11 @@ void check_fp8_variants(const Variants& v, const std::string& prefix) {
 // cache's entries or pages may be more), read while o is written.
 void check_fp8_tensors(const ForwardParams& p) {
     if (!fp8_head_dim(p.q.shape[3])) {
-        fail(ErrorCode::unsupported, dim("q", 3), fp8_head_dims_expected(),
+        fail(ErrorCode::unsupported, shape_name("q", 3), fp8_head_dims_expected(),
              std::to_string(p.q.shape[3]));
     }
     if (p.v.shape[3] != p.q.shape[3]) {
-        fail(ErrorCode::unsupported, dim("v", 3),
+        fail(ErrorCode::unsupported, shape_name("v", 3),
              shape_value(p.q.shape[3], "q's: no MLA with E4M3 inputs yet"),
              std::to_string(p.v.shape[3]));
     }
@@ -446,7 +455,7 @@ void validate_tensors(const ForwardParams& p) {
     const auto same = [](const TensorView& t, const char* name, int i, const TensorView& as,
                          const char* as_name) {
         if (t.shape[i] != as.shape[i]) {
-            fail(ErrorCode::invalid_argument, dim(name, i),
+            fail(ErrorCode::invalid_argument, shape_name(name, i),
                  shape_value(as.shape[i], (std::string(as_name) + "'s").c_str()),
                  std::to_string(t.shape[i]));
         }
@@ -460,7 +469,7 @@ void validate_tensors(const ForwardParams& p) {
     same(p.v, "v", 1, p.k, "k");
     same(p.v, "v", 2, p.k, "k");
     if (p.q.shape[2] % p.k.shape[2] != 0) {
-        fail(ErrorCode::invalid_argument, dim("q", 2),
+        fail(ErrorCode::invalid_argument, shape_name("q", 2),
              "a multiple of k's heads " + std::to_string(p.k.shape[2]) +
                  " (grouped-query attention)",
              std::to_string(p.q.shape[2]));
@@ -468,11 +477,11 @@ void validate_tensors(const ForwardParams& p) {
     if (p.q.dtype == DType::E4M3)
         check_fp8_tensors(p);
     if (!space::is_head_dim(p.q.shape[3])) {
-        fail(ErrorCode::unsupported, dim("q", 3), space::head_dims_text(),
+        fail(ErrorCode::unsupported, shape_name("q", 3), space::head_dims_text(),
              std::to_string(p.q.shape[3]));
     }
     if (!space::is_value_dim(p.q.shape[3], p.v.shape[3])) {
-        fail(ErrorCode::unsupported, dim("v", 3),
+        fail(ErrorCode::unsupported, shape_name("v", 3),
              space::value_dims_text(static_cast<int>(p.q.shape[3])), std::to_string(p.v.shape[3]));
     }
     const std::int64_t rows = p.q.shape[0] * p.q.shape[2] * p.q.shape[1];

@@ -16,6 +16,13 @@ namespace flash_attention {
 [[noreturn]] void fail(ErrorCode code, const std::string& argument, const std::string& expected,
                        const std::string& given);
 
+// "v.shape[3] (d_v)": a dense (batch, seq, heads, head dim) tensor's dimension i, with its name;
+// the head dim of V's side (v, o and their gradients and caches) is d_v, which DeepSeek's MLA
+// makes differ from Q's and K's d_head.
+std::string shape_name(const char* tensor, int i);
+// The same for its stride: "v.stride[3] (d_v)".
+std::string stride_name(const char* tensor, int i);
+
 // A tensor's dtype: q's (`as`), and FP16 or BF16. Every entry point but forward() checks its
 // tensors with it: E4M3 is refused with a message that FP8 runs through forward() and
 // forward_kvcache() only.

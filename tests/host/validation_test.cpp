@@ -114,18 +114,18 @@ TEST(Validation, ValueHeadDim) {
     fa::ForwardParams wide_o = p;
     wide_o.o = good_params(fa::DType::BF16, 192).o;
     expect_error(tensor_error([&](auto& q) { q = wide_o; }), fa::ErrorCode::invalid_argument,
-                 "o.shape[3] (d_head)", "192");
+                 "o.shape[3] (d_v)", "192");
     fa::ForwardParams v64 = p;
     v64.v.shape[3] = v64.o.shape[3] = 64;
     expect_error(tensor_error([&](auto& q) { q = v64; }), fa::ErrorCode::unsupported,
-                 "v.shape[3] (d_head)", "64");
+                 "v.shape[3] (d_v)", "64");
     fa::ForwardParams d256 = good_params(fa::DType::BF16, 256);
     d256.v.shape[3] = d256.o.shape[3] = 128;
     try {
         fa::validate_tensors(d256);
         FAIL();
     } catch (const fa::Error& e) {
-        expect_error(e, fa::ErrorCode::unsupported, "v.shape[3] (d_head)", "128");
+        expect_error(e, fa::ErrorCode::unsupported, "v.shape[3] (d_v)", "128");
         EXPECT_NE(std::string(e.what()).find("256 (q's d_head), or 128 with d_head 192"),
                   std::string::npos)
             << e.what();
@@ -667,6 +667,13 @@ TEST(Validation, VarlenBackwardChecksEverythingBeforeTheDevice) {
                  fa::ErrorCode::invalid_argument, "seqused_k", "an overlapping range");
     expect_error(varlen_backward_error([](auto& p) { p.cu_seqlens_k = nullptr; }),
                  fa::ErrorCode::invalid_argument, "cu_seqlens_k", "null");
+    // d_sinks, written first, apart from the lengths the main kernels read after it.
+    expect_error(varlen_backward_error([](auto& p) {
+                     static float sinks[16];
+                     p.options.variants.sinks = sinks;
+                     p.d_sinks = const_cast<float*>(reinterpret_cast<const float*>(p.cu_seqlens_k));
+                 }),
+                 fa::ErrorCode::invalid_argument, "d_sinks", "an overlapping range");
     expect_error(varlen_backward_error([](auto& p) { p.max_seqlen_q = 257; }),
                  fa::ErrorCode::invalid_argument, "max_seqlen_q", "257");
     expect_error(varlen_backward_error([](auto& p) { p.batch = 0; }),
@@ -712,6 +719,23 @@ TEST(Validation, BackwardWorkspaceIsLinearInTheSequence) {
     EXPECT_EQ(fa::backward_workspace_bytes(
                   d96, fa::KernelConfig::parse("(BF16, 96, 64, 128, 12): sm90+bwd+stages_2")),
               rows * 1024 * (2 + 96) * 4);
+    // The number is the config's: one of another problem is refused, not sized.
+    for (const auto& [config, what] :
+         {std::pair{fa::KernelConfig::parse("(BF16, 128, 128, 128, 12): sm90+stages_2"),
+                    std::string("a backward config")},
+          {fa::KernelConfig::parse("(FP16, 128, 64, 128, 12): sm90+bwd+stages_2"),
+           std::string("dtype BF16")},
+          {fa::KernelConfig::parse("(BF16, 64, 128, 128, 12): sm90+bwd+stages_2"),
+           std::string("d_head 128")}}) {
+        try {
+            fa::backward_workspace_bytes(shape(1000), config);
+            ADD_FAILURE() << config.to_string();
+        } catch (const fa::Error& e) {
+            EXPECT_EQ(e.code(), fa::ErrorCode::invalid_argument);
+            EXPECT_NE(std::string(e.what()).find("config: expected " + what), std::string::npos)
+                << e.what();
+        }
+    }
     for (const auto& c : {sm80, sm90, ordered}) {
         EXPECT_EQ(fa::backward_workspace_bytes(shape(16384), c),
                   2 * fa::backward_workspace_bytes(shape(8192), c))
@@ -738,6 +762,12 @@ TEST(Validation, BackwardWorkspaceIsLinearInTheSequence) {
             EXPECT_LE(extra, (2 * 128 * 256 + 2) * sms * 4) << "seq " << seq;
         }
     }
+}
+
+// Handing the pool's memory back before any call (without a GPU too) does nothing, and says
+// nothing.
+TEST(Validation, ReleasingCachedMemoryBeforeAnyCallDoesNothing) {
+    EXPECT_NO_THROW(fa::release_cached_memory());
 }
 
 namespace {
@@ -885,7 +915,7 @@ TEST(Validation, Fp8Unsupported) {
     unsupported(
         [](auto& p) { p.options.variants.alibi_slopes = static_cast<const float*>(address(8)); },
         "options.variants.alibi_slopes", "a pointer");
-    unsupported([](auto& p) { p.v.shape[3] = p.o.shape[3] = 64; }, "v.shape[3] (d_head)", "64");
+    unsupported([](auto& p) { p.v.shape[3] = p.o.shape[3] = 64; }, "v.shape[3] (d_v)", "64");
     for (const std::int64_t d : {96, 192, 80}) {
         const fa::Error e = fp8_error([&](auto& p) {
             for (fa::TensorView* t : {&p.q, &p.k, &p.v, &p.o}) {
