@@ -205,7 +205,9 @@ struct VarlenParams {
     // (Hopper; packed or paged K/V alike), anything else on the serving kernel with a key
     // split of its choosing. n >= 1: the serving kernel with n key ranges per sequence. A
     // sliding window, softcap or ALiBi runs on the sm90 kernel whatever n is (the serving kernel
-    // takes none of them), as flash_attn honours them with any num_splits.
+    // takes none of them), as flash_attn honours them with any num_splits. The serving kernel
+    // is built at d_head 64, 128 and 256: other head dims (96, 192, MLA) refuse n >= 1 and run
+    // on the sm90 family only.
     int num_splits = 0;
     // Causal masking and the variants per sequence; the LSE output is (heads_q, total_q).
     AttentionOptions options{};
@@ -352,10 +354,11 @@ KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& 
 
 // The gradients of forward(): given dO = ∂loss/∂O, writes dQ, dK and dV. P is recomputed from
 // Q, K and the forward's log-sum-exp, so the forward must have written its LSE (options.lse).
-// Shapes as ForwardParams': q, o, d_o, dq (batch, seq_q, heads_q, d_head); k, v, dk, dv
-// (batch, seq_k, heads_kv, d_head). With grouped-query attention a K/V head's dK and dV are
-// summed over the query heads that share it, without expanding K and V. Any strides (unit
-// d_head stride); the outputs may not overlap each other or the inputs.
+// Shapes as ForwardParams': q, dq (batch, seq_q, heads_q, d_head); o, d_o (batch, seq_q,
+// heads_q, d_v); k, dk (batch, seq_k, heads_kv, d_head); v, dv (batch, seq_k, heads_kv, d_v),
+// d_v = d_head but for DeepSeek's MLA (192 with 128). With grouped-query attention a K/V head's dK
+// and dV are summed over the query heads that share it, without expanding K and V. Any strides
+// (unit d_head stride); the outputs may not overlap each other or the inputs.
 struct BackwardParams {
     TensorView q;
     TensorView k;
@@ -386,15 +389,15 @@ struct BackwardParams {
 };
 
 // The gradients of forward_varlen() over packed sequences (no pages): given dO, writes dQ, dK
-// and dV. q, o, d_o, dq: (1, total_q, heads_q, d_head); k, v, dk, dv: (1, total_k, heads_kv,
-// d_head); sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and its keys
-// rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]), of which it uses the first seqused_k[b] when given.
-// options as the forward's (causal masking and the variants per sequence); options.lse is the
-// forward's (heads_q, total_q) LSE, d_lse its gradient of that shape or null. Every row of dq,
-// dk and dv that no sequence uses (past cu_seqlens[batch], keys past seqused_k) is written as
-// zeros. Lengths are read on the device: no host synchronisation. max_seqlen_q and
-// max_seqlen_k bound every sequence's lengths (they size the grid; max_seqlen_q at most the
-// packed rows, q.shape[1]).
+// and dV. q, dq: (1, total_q, heads_q, d_head); o, d_o: (1, total_q, heads_q, d_v); k, dk: (1,
+// total_k, heads_kv, d_head); v, dv: (1, total_k, heads_kv, d_v); sequence b's queries are rows
+// [cu_seqlens_q[b], cu_seqlens_q[b + 1]) and its keys rows [cu_seqlens_k[b], cu_seqlens_k[b + 1]),
+// of which it uses the first seqused_k[b] when given. options as the forward's (causal masking and
+// the variants per sequence); options.lse is the forward's (heads_q, total_q) LSE, d_lse its
+// gradient of that shape or null. Every row of dq, dk and dv that no sequence uses (past
+// cu_seqlens[batch], keys past seqused_k) is written as zeros. Lengths are read on the device: no
+// host synchronisation. max_seqlen_q and max_seqlen_k bound every sequence's lengths (they size the
+// grid; max_seqlen_q at most the packed rows, q.shape[1]).
 struct VarlenBackwardParams {
     TensorView q;
     TensorView k;
@@ -459,6 +462,14 @@ std::size_t backward_workspace_bytes(const ProblemShape& problem, const KernelCo
 
 // Makes the next automatic choice read the tuning cache file again.
 void reload_tuning_cache();
+
+// The library's stream-ordered pool keeps the device memory its calls' scratch took (the
+// backward's workspace, whose dQ accumulator is twice Q's bytes; split-KV partials; stream-K
+// slots) mapped after they return, so that the next call's allocation is a lookup and not a
+// driver mapping; memory other allocators (PyTorch's) cannot use. This hands back what no call
+// still queued holds, on every device the library has run on; the next call maps its scratch
+// again. Throws flash_attention::Error on a CUDA failure.
+void release_cached_memory();
 
 // The library's version, "MAJOR.MINOR.PATCH" (the CMake project's VERSION).
 std::string_view version();

@@ -360,6 +360,9 @@ NB_MODULE(_C, m) {
     m.def("configs", &fa::configs, "Every config compiled into this build.");
     m.def("device_count", &fa::device_count, "CUDA devices this process sees (0 without a GPU).");
     m.def("reload_tuning_cache", &fa::reload_tuning_cache);
+    m.def("release_cached_memory", &fa::release_cached_memory,
+          "Hands the device memory the library's pool keeps between calls (the backward's dQ "
+          "accumulator, twice Q's bytes) back to the driver; the next call maps it again.");
 
     m.def(
         "forward",

@@ -7,6 +7,7 @@
 #include "api/choice.hpp"
 #include "api/kernel_args.hpp"
 #include "api/validate.hpp"
+#include "common/stream_scratch.hpp"
 #include "config/resources.hpp"
 #include "registry/registry.hpp"
 #include "tuning/tuning_cache.hpp"
@@ -259,6 +260,10 @@ std::string_view version() {
 
 void reload_tuning_cache() {
     tuning::reload();
+}
+
+void release_cached_memory() {
+    release_pool_memory();
 }
 
 void forward(const ForwardParams& params, const KernelConfig& config, Stream stream) {

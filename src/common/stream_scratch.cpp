@@ -16,17 +16,28 @@ namespace flash_attention {
 
 namespace {
 
-// One pool per device, created on first use and kept for the process. Its release
-// threshold keeps what it holds mapped across synchronisations, so the
-// per-launch allocation is a pool lookup, not a driver mapping; the caller's default pool
-// and its settings stay untouched.
+// The library's pools, one per device, created on first use and kept for the process.
+struct Pools {
+    std::mutex mutex;
+    std::unordered_map<int, cudaMemPool_t> of_device;
+};
+
+Pools& pools() {
+    static Pools p;
+    return p;
+}
+
+// The current device's pool. Its release threshold keeps what it holds mapped across
+// synchronisations, so the per-launch allocation is a pool lookup, not a driver mapping
+// (release_pool_memory() hands it back); the caller's default pool and its settings stay
+// untouched.
 cudaMemPool_t pool_of_current_device() {
-    static std::mutex mutex;
-    static std::unordered_map<int, cudaMemPool_t> pools;
+    Pools& all = pools();
     int device = 0;
     cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    const std::lock_guard lock(mutex);
-    if (const auto it = pools.find(device); it != pools.end())
+    const std::lock_guard lock(all.mutex);
+    auto& by_device = all.of_device;
+    if (const auto it = by_device.find(device); it != by_device.end())
         return it->second;
     const RelaxedCapture relaxed;
     cudaMemPoolProps props{};
@@ -38,11 +49,18 @@ cudaMemPool_t pool_of_current_device() {
     std::uint64_t keep = std::numeric_limits<std::uint64_t>::max();
     cuda_check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep),
                "cudaMemPoolSetAttribute(ReleaseThreshold)");
-    pools.emplace(device, pool);
+    by_device.emplace(device, pool);
     return pool;
 }
 
 }  // namespace
+
+void release_pool_memory() {
+    Pools& all = pools();
+    const std::lock_guard lock(all.mutex);
+    for (const auto& entry : all.of_device)
+        cuda_check(cudaMemPoolTrimTo(entry.second, 0), "cudaMemPoolTrimTo (stream scratch)");
+}
 
 StreamScratch::StreamScratch(std::size_t bytes, Stream stream, bool zeroed, Pool pool)
     : stream_(stream) {
@@ -91,7 +109,11 @@ StreamCounters::StreamCounters(int count, Stream stream) {
         void* fresh = nullptr;
         cuda_check(cudaMallocFromPoolAsync(&fresh, bytes, pool_of_current_device(), stream),
                    "cudaMallocFromPoolAsync (stream counters)");
-        cuda_check(cudaMemsetAsync(fresh, 0, bytes, stream), "cudaMemsetAsync (stream counters)");
+        if (const cudaError_t status = cudaMemsetAsync(fresh, 0, bytes, stream);
+            status != cudaSuccess) {
+            cudaFreeAsync(fresh, stream);
+            cuda_check(status, "cudaMemsetAsync (stream counters)");
+        }
         held = static_cast<int*>(fresh);
     }
     data_ = held;

@@ -15,6 +15,10 @@
 
 namespace flash_attention {
 
+// Hands the memory the library's pools hold and no allocation uses back to the driver
+// (release_cached_memory()); throws Error(ErrorCode::cuda).
+void release_pool_memory();
+
 class StreamScratch {
   public:
     // Where the bytes come from: the library's pool, which keeps what it holds mapped (small,
