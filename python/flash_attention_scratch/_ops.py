@@ -594,10 +594,18 @@ def _refuse_fp8(entry, q):
                         f"v_descale), got {q.dtype}")
 
 
+def _head_dim_contiguous(*tensors):
+    """flash_attn's maybe_contiguous: a tensor whose head dim is strided, copied (the kernels read
+    rows of contiguous head dims); anything else as it is, for the library's checks."""
+    return [t.contiguous() if isinstance(t, torch.Tensor) and t.dim() > 0 and t.stride(-1) != 1 else t
+            for t in tensors]
+
+
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                     alibi_slopes=None, deterministic=False, return_attn_probs=False):
     _check_flash_attn_extras(dropout_p)
     _refuse_fp8("flash_attn_func", q)
+    q, k, v = _head_dim_contiguous(q, k, v)
     seq_k = k.shape[1] if isinstance(k, torch.Tensor) and k.dim() == 4 else None
     causal, window_size = _flash_attn_mask(window_size, causal, seq_k)
     result = forward(q, k, v, softmax_scale=softmax_scale, causal=causal, return_lse=return_attn_probs,
@@ -645,8 +653,14 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
 def _index(name, t, device, shape):
     """The address of an optional int32 index tensor of `shape` (None: any size there) on
     `device`; 0 for None. Rows must be contiguous; a 2-D table may have a row stride."""
+    _check_index(name, t, device, shape)
+    return 0 if t is None else t.data_ptr()
+
+
+def _check_index(name, t, device, shape):
+    """_index's checks without the address, which torch.compile cannot trace."""
     if t is None:
-        return 0
+        return
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor of int32, got {type(t).__name__}")
     if t.device != device:
@@ -658,7 +672,6 @@ def _index(name, t, device, shape):
         raise ValueError(f"{name}.shape: expected {want}, got {tuple(t.shape)}")
     if t.stride(-1) != 1 or (t.dim() == 2 and t.shape[0] > 1 and t.stride(0) < t.shape[1]):
         raise ValueError(f"{name}: expected contiguous rows, got strides {t.stride()}")
-    return t.data_ptr()
 
 
 def _varlen_lse_like(q):
@@ -953,6 +966,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                            deterministic=False, return_attn_probs=False, block_table=None):
     _check_flash_attn_extras(dropout_p)
+    q, k, v = _head_dim_contiguous(q, k, v)
     if block_table is not None and _requiring_grad(q, k, v) is not None:
         def run():
             return flash_attn_varlen_func(q.detach(), k.detach(), v.detach(), cu_seqlens_q, cu_seqlens_k,
@@ -1150,9 +1164,9 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
             raise ValueError("cache_seqlens: expected an int32 tensor of batch lengths (needed with k and v, "
                              "where the new keys go), got None")
         lengths = torch.full((batch,), capacity, dtype=torch.int32, device=q.device)
-    _index("cache_seqlens", lengths, q.device, (batch,))
-    _index("cache_batch_idx", cache_batch_idx, q.device, (batch,))
-    _index("cache_leftpad", cache_leftpad, q.device, (batch,))
+    _check_index("cache_seqlens", lengths, q.device, (batch,))
+    _check_index("cache_batch_idx", cache_batch_idx, q.device, (batch,))
+    _check_index("cache_leftpad", cache_leftpad, q.device, (batch,))
     slot = cache_batch_idx if cache_batch_idx is not None else torch.arange(batch, dtype=torch.int32,
                                                                              device=q.device)
     pad = cache_leftpad.long() if cache_leftpad is not None else torch.zeros(batch, dtype=torch.long,
@@ -1170,8 +1184,11 @@ def _kvcache_slots(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, ca
             splits, *var)
     with _named_as_caches():
         if k is not None:
-            # A call the library refuses (V's head dim, the route) leaves the caches as they were.
-            _run_varlen(q_rows, k_rows, v_rows, _out_like(q_rows, v_rows), None, *args, check_only=True)
+            # A call the library refuses (V's head dim, the route) leaves the caches as they were;
+            # under torch.compile, which cannot trace that check, forward_varlen's op refuses it
+            # after the append.
+            if not torch.compiler.is_compiling():
+                _run_varlen(q_rows, k_rows, v_rows, _out_like(q_rows, v_rows), None, *args, check_only=True)
             if k.shape[1] > 0:  # (no new keys: nothing to append)
                 _append_to_slots(k_cache, v_cache, k, v, slot, lengths)
         out, lse = forward_varlen(q_rows, k_rows, v_rows, cu_q, cu_k, seq_q, capacity,

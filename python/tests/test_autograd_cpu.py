@@ -743,6 +743,17 @@ def test_kernel_view_copies_only_what_the_kernels_cannot_read():
         assert torch.equal(view, t)
 
 
+def test_flash_attn_wrappers_copy_only_a_strided_head_dim():
+    from flash_attention_scratch import _ops
+
+    x = torch.randn(2, 8, 4, 64, dtype=torch.bfloat16)
+    kept = (x, x.transpose(1, 2), x[:, :, :2], None, 3.0)
+    assert all(a is b for a, b in zip(_ops._head_dim_contiguous(*kept), kept))
+    strided = x.transpose(2, 3).contiguous().transpose(2, 3)
+    (copied,) = _ops._head_dim_contiguous(strided)
+    assert copied.stride(-1) == 1 and torch.equal(copied, strided)
+
+
 @pytest.mark.parametrize("entry", ["forward", "flash_attn_func", "out_only", "alibi"])
 def test_torch_compile_fullgraph_traces_both_passes(cpu, entry):
     from functorch.compile import make_boxed_func
@@ -896,3 +907,26 @@ def test_paged_varlen_with_grad_raises_before_any_work(cpu):
                           seqused_k=torch.tensor([16], dtype=torch.int32),
                           block_table=torch.zeros(1, 1, dtype=torch.int32))
     assert cpu == []
+
+
+def test_kvcache_slots_trace_under_torch_compile_fullgraph(cpu):
+    # flash_attn_with_kvcache with cache_batch_idx and new keys: the slots' checks (no address)
+    # and the append trace whole; the check-only launch, which cannot, is left to the op.
+    torch._dynamo.reset()
+    k_cache, v_cache = torch.randn(3, 16, 2, 16, dtype=torch.float64), torch.randn(3, 16, 2, 16, dtype=torch.float64)
+    q, k, v = inputs(2, 1, 4, 2)
+    seqlens, idx = torch.tensor([5, 9], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32)
+    kc, vc = k_cache.clone(), v_cache.clone()
+
+    def step(q, k, v, k_cache, v_cache):
+        return fa.flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=seqlens, cache_batch_idx=idx,
+                                          causal=True)
+
+    out = torch.compile(step, backend="aot_eager", fullgraph=True)(q, k, v, k_cache, v_cache)
+    for e in range(2):
+        slot, length = int(idx[e]), int(seqlens[e])
+        kc[slot, length], vc[slot, length] = k[e, 0], v[e, 0]
+        ref, _ = reference_attention(q[e:e + 1], kc[None, slot, :length + 1], vc[None, slot, :length + 1],
+                                     16 ** -0.5, causal=True)
+        torch.testing.assert_close(out[e:e + 1], ref.to(out.dtype))
+    assert torch.equal(k_cache, kc) and torch.equal(v_cache, vc)

@@ -625,6 +625,15 @@ def test_flash_attn_func_gradients_and_results():
         ref = fa.forward(q, k, v, causal=causal, softmax_scale=kwargs.get("softmax_scale"))
         assert torch.equal(out.detach(), ref)
     assert fa.flash_attn_func(q, k, v).shape == q.shape  # out alone by default
+    # Head dims that are not contiguous are copied, as flash_attn's maybe_contiguous does; the
+    # gradients reach the strided leaves.
+    qg, kg, vg = leaves(*(t.transpose(2, 3).contiguous().transpose(2, 3) for t in (q, k, v)))
+    assert all(t.stride(-1) != 1 for t in (qg, kg, vg))
+    out = fa.flash_attn_func(qg, kg, vg, causal=True)
+    assert torch.equal(out.detach(), fa.forward(q, k, v, causal=True))
+    out.backward(dout)
+    assert_gradients_match((qg.grad, kg.grad, vg.grad), q, k, v, dout, causal=True,
+                           note=f"(strided head dims, seed {seed})")
 
 
 # ---- GPU: determinism, None gradients, eager paths ---------------------------------

@@ -701,8 +701,7 @@ std::vector<KernelConfig> release() {
 // and P through shared memory with ping-pong and trimmed blocks (d_head 64's 192 rows; the
 // release's psmem kernels, d_head 96's, neither);
 // and backward kernels with one CTA a key block and (lagdq) on persistent CTAs' fixed share of
-// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic),
-// and fp16's with stream-K's last round (the release's are bf16's).
+// key blocks (the release's backward kernels at d_head 64, 96 and 128 are persistent and dynamic).
 // The FP8 (e4m3) forward's configs (rule dtype) on the sm90 kernel body: the release's (the
 // built-in table's), the plain kernels (no overlap: the baseline), and the alternatives measured
 // within 4% of the table's at some lengths (builtin_choice.cpp): d_head 128 two stages with and

@@ -398,6 +398,11 @@ std::vector<VarlenCase> varlen_cases() {
     cases.push_back({fa::DType::FP16, 96, 2, false, 64, 0});
     cases.push_back({fa::DType::FP16, 192, 8, true, 64, 0, true, -1, -1, 0, false, 700, 128});
     cases.push_back({fa::DType::BF16, 192, 2, false, 16, 0, false, -1, -1, 0, false, 40, 128});
+    // Their variant kernels over packed sequences: a window on pages, a two-sided window with a
+    // softcap and sinks, and MLA's window, softcap and sinks at the top left.
+    cases.push_back({fa::DType::BF16, 96, 4, true, 16, 0, false, 100, 0, 0, false});
+    cases.push_back({fa::DType::FP16, 192, 2, false, 0, 0, false, 64, 17, 10, true});
+    cases.push_back({fa::DType::BF16, 192, 4, true, 0, 0, true, 33, 0, 30, true, 700, 128});
     return cases;
 }
 
