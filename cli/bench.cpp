@@ -24,6 +24,13 @@ struct BenchOptions {
 };
 
 int bench(const BenchOptions& o) {
+    // The serving entry points choose their kernel: a set or config is refused by name.
+    if (o.grid.api() != Api::dense && (!o.set.empty() || !o.configs.empty())) {
+        throw UsageError(std::string(o.set.empty() ? "--config" : "--set") +
+                         ": expected none with --kvcache or --varlen (their entry points choose "
+                         "the kernel; --splits picks the split-KV kernel's key ranges), got " +
+                         tools::printable(o.set.empty() ? o.configs.front() : o.set));
+    }
     std::vector<Candidate> candidates;
     if (!o.set.empty())
         candidates = built_configs_of(o.set, "--set", o.grid.backward);
@@ -39,6 +46,7 @@ int bench(const BenchOptions& o) {
     // Before the run: a chart that cannot be written fails now, not after it.
     if (!o.svg.empty())
         check_output_path(o.svg, "--svg");
+    print_notes();
     if (!gpu_available())
         return exit_failure;
     if (o.grid.backward) {

@@ -117,19 +117,23 @@ void add_choose_command(CLI::App& app, Action& action) {
         ->check(CLI::IsMember({"fp16", "bf16", "e4m3"}))
         ->capture_default_str();
     cmd->add_option("--d-head", o->d_head, "head dimension")
-        ->check(integer_in(1, k_most_d_head))
+        ->transform(integer_in(1, k_most_d_head))
         ->capture_default_str();
     cmd->add_option("--d-v", o->d_v,
                     "V's head dimension where it differs: 128 with --d-head 192 (default: d_head)")
-        ->check(integer_in(1, k_most_d_head));
+        ->transform(integer_in(1, k_most_d_head));
     cmd->add_option("--seq", o->seq, "query sequence length (and key length unless --seq-k)")
-        ->check(seq_length())
+        ->transform(seq_length())
         ->capture_default_str();
-    cmd->add_option("--seq-k", o->seq_k, "key/value sequence length")->check(seq_length());
-    cmd->add_option("--batch", o->batch, "batch size")->check(batch_size())->capture_default_str();
-    cmd->add_option("--heads", o->heads, "query heads")->check(head_count())->capture_default_str();
+    cmd->add_option("--seq-k", o->seq_k, "key/value sequence length")->transform(seq_length());
+    cmd->add_option("--batch", o->batch, "batch size")
+        ->transform(batch_size())
+        ->capture_default_str();
+    cmd->add_option("--heads", o->heads, "query heads")
+        ->transform(head_count())
+        ->capture_default_str();
     cmd->add_option("--heads-kv", o->heads_kv, "key/value heads, dividing --heads")
-        ->check(head_count());
+        ->transform(head_count());
     cmd->add_flag("--causal", o->causal, "causal masking, aligned at the bottom right");
     cmd->add_flag("--backward", o->backward,
                   "the backward pass's kernel: the one backward() runs for the problem");

@@ -54,10 +54,16 @@ std::vector<std::string> list_items(const std::string& text) {
 CLI::Validator integer_in(long long minimum, long long maximum) {
     return CLI::Validator(
         [=](std::string& text) -> std::string {
-            return integer(text, minimum, maximum)
-                       ? ""
-                       : "expected an integer from " + std::to_string(minimum) + " to " +
-                             std::to_string(maximum) + ", got \"" + excerpt(text) + "\"";
+            const std::optional<long long> value = integer(text, minimum, maximum);
+            if (!value) {
+                return "expected an integer from " + std::to_string(minimum) + " to " +
+                       std::to_string(maximum) + ", got \"" + excerpt(text) + "\"";
+            }
+            // Handed on in its plain decimal form (the option adds this with transform(), which
+            // may rewrite the text; check() hands it a copy): CLI11 reads a leading 0 as octal
+            // ("0100" as 64), which the lists and every message read as decimal.
+            text = std::to_string(*value);
+            return "";
         },
         "INT in [" + std::to_string(minimum) + ", " + std::to_string(maximum) + "]");
 }
@@ -183,7 +189,7 @@ void TimingOptions::add_to(CLI::App& cmd) {
     // Bounds: enough for any measurement, small enough that runs x entries cannot overflow
     // and a typo cannot ask for days.
     cmd.add_option("--warmup", warmup, "untimed runs per measurement")
-        ->check(integer_in(0, 1000))
+        ->transform(integer_in(0, 1000))
         ->capture_default_str();
     cmd.add_option("--warmup-ms", warmup_ms,
                    "repeat the warm-up until this many milliseconds have passed (the GPU's clock "
@@ -191,13 +197,13 @@ void TimingOptions::add_to(CLI::App& cmd) {
         ->check(number_in(0, 60000))
         ->capture_default_str();
     cmd.add_option("--runs", runs, "timed runs per measurement")
-        ->check(integer_in(1, 10000))
+        ->transform(integer_in(1, 10000))
         ->capture_default_str();
     cmd.add_option(
            "--rounds", rounds,
            "rounds that interleave the timed runs of every shape and config (drift control; "
            "0: one run of each per round)")
-        ->check(integer_in(0, 10000))
+        ->transform(integer_in(0, 10000))
         ->capture_default_str();
 }
 
@@ -224,26 +230,26 @@ void GridOptions::add_to(CLI::App& cmd) {
         ->check(non_empty("comma-separated sequence lengths"))
         ->capture_default_str();
     cmd.add_option("--seq-k", seq_k, "key/value sequence length (default: the query length)")
-        ->check(seq_length());
+        ->transform(seq_length());
     cmd.add_option("--d-head", d_heads,
                    "comma-separated head dims (default: those of the configs, else 128)")
         ->check(non_empty("comma-separated head dims"));
     cmd.add_option("--d-v", d_v,
                    "V's head dim where it differs from Q's and K's: 128 with --d-head 192 "
                    "(default: the configs', else d_head)")
-        ->check(integer_in(1, k_most_d_head));
+        ->transform(integer_in(1, k_most_d_head));
     cmd.add_option(
            "--dtype", dtypes,
            "comma-separated dtypes, fp16/bf16/e4m3 (e4m3: FP8 with random descales, dense forward "
            "and --kvcache; default: those of the configs, else bf16)")
         ->check(non_empty("comma-separated dtypes"));
     cmd.add_option("--batch", batch, "batch size (default 16384/seq: 16k tokens)")
-        ->check(batch_size());
+        ->transform(batch_size());
     cmd.add_option("--heads", heads, "query heads (default 2048/d_head: hidden size 2048)")
-        ->check(head_count());
+        ->transform(head_count());
     cmd.add_option("--heads-kv", heads_kv,
                    "key/value heads, dividing the query heads (grouped-query attention)")
-        ->check(head_count());
+        ->transform(head_count());
     cmd.add_flag("--causal", causal, "causal masking, aligned at the bottom right");
     cmd.add_option("--scale", scale, "softmax scale, positive (default 1/sqrt(d_head))")
         ->check(softmax_scale_bounds());
@@ -306,7 +312,7 @@ std::string in_option_names(const std::string& message) {
         {"variants.window_left", "--window"},
         {"variants.window_right", "--window"},
         {"variants.softcap", "--softcap"},
-        {"window_or_softcap", "--window/--softcap"},
+        {"window_or_softcap", "--window/--softcap/--alibi"},  // the shape's variants bit
         {"q", "--dtype/--d-head"},  // no built kernel for q's dtype and head dim
     };
     for (const auto& [api, option] : names) {
@@ -374,7 +380,7 @@ void add_serving_options(CLI::App& cmd, bool& kvcache, int& page_size, bool& var
     cmd.add_option("--page-size", page_size,
                    "a paged cache (implies --kvcache): rows per page, a multiple of 16, pages "
                    "in a random order")
-        ->check(integer_in(16, 1 << 20));
+        ->transform(integer_in(16, 1 << 20));
     cmd.add_flag("--varlen", varlen,
                  "through forward_varlen: --batch sequences of random lengths from 1 to --seq, "
                  "packed");

@@ -19,6 +19,7 @@ namespace flash_attention::cli {
 inline constexpr int k_most_d_head = 1024;
 
 // An integer option in [minimum, maximum]; the message names the bounds and what was given.
+// Added with transform(): it hands the value on in plain decimal (CLI11 alone reads "010" as 8).
 CLI::Validator integer_in(long long minimum, long long maximum);
 // Whether a library error is the caller's (bad or unsupported arguments, no kernel built for
 // them): the command line exits with its usage code.

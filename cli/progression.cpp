@@ -161,6 +161,7 @@ int progression(const ProgressionOptions& o) {
                                                      : "progression";
     const std::vector<Candidate> candidates = ladder_candidates(all, set_name);
     const std::vector<Job> jobs = plan(candidates, o.grid);
+    print_notes();
     if (!gpu_available())
         return exit_failure;
     for (const Candidate& c : candidates) {

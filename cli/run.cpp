@@ -190,23 +190,25 @@ void add_run_command(CLI::App& app, Action& action) {
                     "async+eager+swizzled+load_1_1_1_tiles+buffer+opt_softmax\"; default: the "
                     "library's automatic choice")
         ->check(non_empty("a config short form"));
-    cmd->add_option("--batch", o->batch, "batch size")->check(batch_size())->capture_default_str();
+    cmd->add_option("--batch", o->batch, "batch size")
+        ->transform(batch_size())
+        ->capture_default_str();
     cmd->add_option("--heads", o->heads, "attention heads")
-        ->check(head_count())
+        ->transform(head_count())
         ->capture_default_str();
     cmd->add_option("--seq", o->seq, "query sequence length (and key length unless --seq-k)")
-        ->check(seq_length())
+        ->transform(seq_length())
         ->capture_default_str();
-    cmd->add_option("--seq-k", o->seq_k, "key/value sequence length")->check(seq_length());
+    cmd->add_option("--seq-k", o->seq_k, "key/value sequence length")->transform(seq_length());
     cmd->add_option("--heads-kv", o->heads_kv, "key/value heads, dividing --heads (grouped-query)")
-        ->check(head_count());
+        ->transform(head_count());
     cmd->add_flag("--causal", o->causal, "causal masking, aligned at the bottom right");
     cmd->add_option("--d-head", o->d_head, "head dimension (default: the config's, else 128)")
-        ->check(integer_in(1, k_most_d_head));
+        ->transform(integer_in(1, k_most_d_head));
     cmd->add_option("--d-v", o->d_v,
                     "V's head dimension where it differs from Q's and K's: 128 with --d-head 192 "
                     "(default: the config's, else --d-head)")
-        ->check(integer_in(1, k_most_d_head));
+        ->transform(integer_in(1, k_most_d_head));
     cmd->add_option(
            "--dtype", o->dtype,
            "fp16, bf16 or e4m3 (FP8: random descales, bf16 output, dense forward and --kvcache; "
@@ -217,24 +219,24 @@ void add_run_command(CLI::App& app, Action& action) {
         ->check(softmax_scale_bounds());
     o->variants.add_to(*cmd);
     cmd->add_option("--repeat", o->repeat, "timed runs after the warm-up")
-        ->check(integer_in(1, 10000))
+        ->transform(integer_in(1, 10000))
         ->capture_default_str();
     add_serving_options(*cmd, o->kvcache, o->page_size, o->varlen);
     cmd->add_option("--splits", o->splits,
                     "with --kvcache or --varlen: the split-KV kernel with this many key ranges "
                     "per sequence (default: the library's choice)")
-        ->check(integer_in(1, k_max_splits));
+        ->transform(integer_in(1, k_max_splits));
     add_backward_option(*cmd, o->backward);
     CLI::Option* check =
         cmd->add_flag("--check", o->check, "compare with the double-precision CPU reference");
     cmd->add_option("--check-rows", o->check_rows,
                     "query rows per (batch, head) that --check samples")
-        ->check(integer_in(1, 1 << 20))
+        ->transform(integer_in(1, 1 << 20))
         ->capture_default_str()
         ->needs(check);
     cmd->add_option("--seed", o->seed,
                     "seed of the random inputs, as `run` prints it (default: a fresh one each run)")
-        ->check(integer_in(0, std::numeric_limits<long long>::max()));
+        ->transform(integer_in(0, std::numeric_limits<long long>::max()));
     cmd->callback([o, &action] { action = [o] { return run(*o); }; });
 }
 

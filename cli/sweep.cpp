@@ -48,6 +48,25 @@ bool interrupted() {
     return g_interrupted;
 }
 
+namespace {
+
+std::vector<std::string>& pending_notes() {
+    static std::vector<std::string> notes;
+    return notes;
+}
+
+}  // namespace
+
+void note(const std::string& text) {
+    pending_notes().push_back(text);
+}
+
+void print_notes() {
+    for (const std::string& text : pending_notes())
+        std::cerr << "flash_attention: note: " << text << "\n";
+    pending_notes().clear();
+}
+
 std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option,
                                         bool backward) {
     std::vector<Candidate> out;
@@ -66,8 +85,8 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
         }
     }
     if (elsewhere > 0) {
-        std::cerr << "flash_attention: note: " << elsewhere << " configs of set \"" << set
-                  << "\" cannot run on this GPU (sm90 kernels need compute capability 9.0)\n";
+        note(std::to_string(elsewhere) + " configs of set \"" + set +
+             "\" cannot run on this GPU (sm90 kernels need compute capability 9.0)");
     }
     if (out.empty()) {
         throw UsageError(option + ": expected a set with " + (backward ? "backward" : "forward") +
@@ -77,9 +96,9 @@ std::vector<Candidate> built_configs_of(const std::string& set, const std::strin
                          " to build it), got \"" + tools::printable(set) + "\"");
     }
     if (missing > 0) {
-        std::cerr << "flash_attention: note: " << missing << " configs of set \"" << set
-                  << "\" are not in this build (kernel set \"" << tools::built_kernel_set()
-                  << "\")\n";
+        note(std::to_string(missing) + " configs of set \"" + set +
+             "\" are not in this build (kernel set \"" + std::string(tools::built_kernel_set()) +
+             "\")");
     }
     return out;
 }
@@ -103,10 +122,14 @@ KernelConfig built_config(const std::string& short_form, const std::string& opti
 
 namespace {
 
-// Whether forward()'s FP8 path takes the shape: dense, no variants, no backward.
-bool fp8_runs(const Shape& s) {
-    return s.api == Api::dense && !s.backward && s.window_left == -1 && s.window_right == -1 &&
-           s.softcap == 0 && !s.sinks && !s.alibi;
+// Whether forward()'s FP8 path takes the grid's shapes: dense, no variants, no backward. Asked
+// before a shape of an FP8 config is made, whose checks would refuse the variants that the
+// set's 16-bit configs run.
+bool fp8_runs(const GridOptions& grid) {
+    Shape s;
+    grid.variants.apply(s);
+    return grid.api() == Api::dense && !grid.backward && s.window_left == -1 &&
+           s.window_right == -1 && s.softcap == 0 && !s.sinks && !s.alibi;
 }
 
 }  // namespace
@@ -151,11 +174,14 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
                 if (c)
                     of_config.d_v = c->d_v;
                 for (const int seq : seqs) {
+                    // An FP8 config on what forward()'s FP8 path does not take, and a packgqa
+                    // config on heads it does not pack, or with variants: left out.
+                    if (c && c->dtype == DType::E4M3 && !fp8_runs(grid)) {
+                        ++cannot_run;
+                        continue;
+                    }
                     const Shape shape = of_config.shape(dtype, d, seq);
-                    // A packgqa config on heads it does not pack, or with variants, and an FP8
-                    // config on what forward()'s FP8 path does not take: left out.
-                    if (c && ((c->dtype == DType::E4M3 && !fp8_runs(shape)) ||
-                              !shape_problem(*c, shape.problem(), shape.sinks).empty())) {
+                    if (c && !shape_problem(*c, shape.problem(), shape.sinks).empty()) {
                         ++cannot_run;
                         continue;
                     }
@@ -163,6 +189,13 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
                 }
             }
         }
+    }
+    if (jobs.empty() && cannot_run > 0) {
+        throw UsageError(
+            "--config/--set: expected a config that runs these shapes and options (an FP8 config "
+            "takes no --window, --softcap, --sinks, --alibi or --backward; a packgqa config "
+            "grouped heads of few queries and no variants), got " +
+            std::to_string(candidates.size()) + " config(s), none of which runs them");
     }
     if (jobs.empty()) {
         throw UsageError(
@@ -174,9 +207,9 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
             (grid.dtypes.empty() ? "" : " --dtype " + tools::printable(grid.dtypes)));
     }
     if (cannot_run > 0) {
-        std::cerr << "flash_attention: note: " << cannot_run
-                  << " (config, shape) pairs left out: the config cannot run the shape (see "
-                     "flash_attention run --config)\n";
+        note(std::to_string(cannot_run) +
+             " (config, shape) pairs left out: the config cannot run the shape (see "
+             "flash_attention run --config)");
     }
     return jobs;
 }

@@ -28,8 +28,14 @@ class InterruptGuard {
 };
 bool interrupted();
 
-// The configs of a set that this build holds for one pass, forward or backward (a note on
-// stderr names how many are missing); UsageError if it holds none.
+// A line for stderr ("flash_attention: note: ..."), held until print_notes(): a command whose
+// later checks refuse an argument prints its one-line error alone.
+void note(const std::string& text);
+// The notes so far, on stderr; a command calls it once its arguments are all checked.
+void print_notes();
+
+// The configs of a set that this build holds for one pass, forward or backward (a note names
+// how many are missing); UsageError if it holds none.
 std::vector<Candidate> built_configs_of(const std::string& set, const std::string& option,
                                         bool backward);
 // A config this build holds, of the pass asked for; UsageError otherwise.

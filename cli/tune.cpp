@@ -143,6 +143,7 @@ int tune(const TuneOptions& o) {
     // creating anything is told first, so that a machine without a GPU is left as it was.
     try {
         tuning::check_path(path);
+        print_notes();
         if (!gpu_available())
             return exit_failure;
         tuning::check_writable(path);
@@ -236,7 +237,7 @@ void add_tune_command(CLI::App& app, Action& action) {
         ->check(non_empty("a file name"));
     cmd->add_option("--lock-timeout", o->lock_timeout_s,
                     "seconds to wait, at the end, for another tune run's lock on the cache")
-        ->check(integer_in(0, 24 * 3600))
+        ->transform(integer_in(0, 24 * 3600))
         ->capture_default_str();
     add_format_option(*cmd, o->format, {"table", "csv", "json", "none"},
                       "how to print every measurement");

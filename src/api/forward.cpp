@@ -206,6 +206,8 @@ KVCacheParams as_kvcache(const ForwardParams& params) {
 
 KernelChoice chosen_kernel(const ProblemShape& problem, const DeviceProperties& device) {
     validate_forward_shape(problem);
+    if (problem.dtype == DType::E4M3)
+        check_fp8_device(device, "dtype");
     if (runs_split_kv({problem}, device))
         return split_kv_choice(problem, device, 0);
     return {choose_kernel({problem}, device), 0};

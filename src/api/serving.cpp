@@ -190,12 +190,7 @@ Route route(const ProblemShape& shape, const ForwardParams& views, int num_split
     const bool paged = page_size != 0;
     // An FP8 cache: the split-KV kernel's e4m3 instances, on Hopper (FP8 attention's GPUs).
     if (shape.dtype == DType::E4M3) {
-        if (device.major < 9) {
-            fail(ErrorCode::unsupported, "q.dtype",
-                 "FP16 or BF16 on this GPU (FP8 attention, E4M3, runs on Hopper, compute "
-                 "capability 9.0, and later)",
-                 "E4M3 on " + device.description());
-        }
+        check_fp8_device(device, "q.dtype");
         return {std::nullopt, requested_splits(shape, device, num_splits, paged)};
     }
     // A paged cache's K and V need their heads d_head apart too (sm90::paged_maps_problem).

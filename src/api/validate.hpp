@@ -100,6 +100,9 @@ void validate_tensors(const ForwardParams& params);
 void check_attention_dtypes(const ForwardParams& params, const char* k_name = "k",
                             const char* v_name = "v");
 void check_fp8_tensors(const ForwardParams& params);
+// FP8 (E4M3) attention runs on Hopper (compute capability 9.0) and later: elsewhere an
+// ErrorCode::unsupported naming `argument` (the dtype's name in the caller's API).
+void check_fp8_device(const DeviceProperties& device, const char* argument);
 
 // A data-free problem of forward(): dtype (E4M3 with FP8 attention's limits), head dim, positive
 // sizes, heads_kv dividing heads.

@@ -4,6 +4,7 @@
 #include <array>
 #include <filesystem>
 #include <string>
+#include <unordered_set>
 
 #include "common/small_file.hpp"
 #include "common/text.hpp"
@@ -322,10 +323,13 @@ constexpr std::array k_rules = {
          }},
 };
 
+// `from`'s elements that `to` lacks, appended in order. Hashed: the `all` set's unions of tens
+// of thousands of configs took seconds with a linear search each.
 template <class T>
 void append_unique(std::vector<T>& to, const std::vector<T>& from) {
+    std::unordered_set<T> held(to.begin(), to.end());
     for (const T& x : from) {
-        if (std::find(to.begin(), to.end(), x) == to.end())
+        if (held.insert(x).second)
             to.push_back(x);
     }
 }

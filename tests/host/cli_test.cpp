@@ -258,10 +258,26 @@ TEST(Cli, NumbersAreBoundedByReadableLimits) {
     // The library's refusal of the dtype (the backward takes 16-bit inputs) names the option.
     expect_usage_error({"choose", "--device", "h100", "--dtype", "e4m3", "--backward"},
                        ": --dtype:");
+    // FP8 runs on Hopper only: a decoding shape on an A100 is refused too, as the library's
+    // forward_kvcache refuses it (not named the split-KV kernel's).
+    expect_usage_error(
+        {"choose", "--device", "a100", "--dtype", "e4m3", "--seq", "1", "--seq-k", "8192"},
+        ": --dtype: expected FP16 or BF16 on this GPU");
     for (const auto& args : std::vector<std::vector<std::string>>{
              {"bench", "--warmup-ms", "1e308"}, {"bench", "--runs", "2147483647"}}) {
         const auto [code, err] = run(args);
         EXPECT_LT(err.size(), 200u) << err;
+    }
+    // Leading zeros are decimal, as in the lists: CLI11 alone read "0100" as octal 64, a built
+    // head dim, and "09" not at all.
+    expect_usage_error({"choose", "--device", "a100", "--d-head", "0100"}, "--d-head");
+    for (const auto& [option, padded, plain] :
+         {std::tuple{"--d-head", "0128", "128"}, {"--seq", "09", "9"}, {"--heads", "020", "20"}}) {
+        const Output a = run_program({"choose", "--device", "h100", option, padded});
+        const Output b = run_program({"choose", "--device", "h100", option, plain});
+        EXPECT_EQ(a.code, b.code) << option << " " << padded << ": " << a.err;
+        EXPECT_EQ(a.out, b.out) << option << " " << padded;
+        EXPECT_EQ(a.err, b.err) << option << " " << padded;
     }
 }
 
@@ -297,7 +313,34 @@ TEST(Cli, SpeculativeDecodingTakesPackedTiles) {
     EXPECT_EQ(o.out.substr(0, o.out.find('\n')), packed.to_string()) << o.out;
     expect_usage_error({"bench", "--config", packed.to_string(), "--seq", "16", "--seq-k", "4096",
                         "--heads", "6", "--heads-kv", "2"},
-                       "--seq");
+                       "--config/--set: expected a config that runs these shapes");
+}
+
+// The command line's checks come before its notes, so that a refused argument's message is the
+// one line on stderr; a serving sweep names the set or config it refuses; variants are left to
+// the set's 16-bit configs when it holds FP8 ones.
+TEST(Cli, RefusalsAreOneLineAndNameTheirOption) {
+    expect_usage_error({"tune", "--set", "tune", "--seq", "0"}, "--seq");
+    expect_usage_error(
+        {"bench", "--set", "tune", "--window", "16,0", "--svg", "/nonexistent/x.svg"}, "--svg");
+    expect_usage_error({"bench", "--kvcache", "--set", "release"}, "--set: expected none");
+    const auto fp8 = fa::KernelConfig::parse("(E4M3, 128, 128, 128, 12): sm90+stages_2");
+    if (!fa::is_built(fp8))
+        return;
+    expect_usage_error({"bench", "--config", fp8.to_string(), "--sinks"},
+                       "--config/--set: expected a config that runs");
+    // An FP8 config and a 16-bit one with a softcap: the FP8 one left out, the other accepted
+    // (without a GPU the command then exits 1 for want of one, not 2 for the arguments).
+    if (fa::device_count() > 0)
+        return;
+    for (const fa::KernelConfig& c : fa::configs()) {
+        if (!c.backward && c.dtype != fa::DType::E4M3 && !c.sm90.pack_gqa) {
+            const Output o = run_program({"bench", "--config", fp8.to_string(), "--config",
+                                          c.to_string(), "--softcap", "30"});
+            EXPECT_EQ(o.code, 1) << o.err;
+            break;
+        }
+    }
 }
 
 TEST(Cli, Version) {
