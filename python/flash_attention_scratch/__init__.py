@@ -167,7 +167,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     larger by slope * (i + seqlen_k - seqlen_q)); the slopes get no gradient. dropout_p other
     than 0 raises NotImplementedError (no dropout here), before any work. deterministic=True:
     bitwise-identical gradients from run to run, as in flash_attn. FP8 inputs raise TypeError:
-    they run through forward(), which takes their descales.
+    they run through forward(), which takes their descales. Unlike flash_attn, softmax_scale must
+    be positive (flash_attn's 0 gives uniform attention) and seqlen_k 0 raises ValueError
+    (flash_attn returns zeros): both name the argument.
     """
     if _torch is None:
         raise RuntimeError("flash_attention_scratch.flash_attn_func needs PyTorch, which is not installed")
