@@ -193,7 +193,7 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
     if (jobs.empty() && cannot_run > 0) {
         throw UsageError(
             "--config/--set: expected a config that runs these shapes and options (an FP8 config "
-            "takes no --window, --softcap, --sinks, --alibi or --backward; a packgqa config "
+            "takes no --window, --softcap, --sinks, --alibi or --backward; a packgqa config needs "
             "grouped heads of few queries and no variants), got " +
             std::to_string(candidates.size()) + " config(s), none of which runs them");
     }

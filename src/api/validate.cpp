@@ -401,9 +401,6 @@ void check_fp8_variants(const Variants& v, const std::string& prefix) {
 
 }  // namespace
 
-// FP8 attention's tensors beyond their dtypes: a head dim of its kernels', V's the same (no MLA
-// yet), no variants, and the three descales, (batch, heads_kv) floats each (q's batch: a KV
-// cache's entries or pages may be more), read while o is written.
 void check_fp8_device(const DeviceProperties& device, const char* argument) {
     if (device.major < 9) {
         fail(ErrorCode::unsupported, argument,
@@ -413,6 +410,9 @@ void check_fp8_device(const DeviceProperties& device, const char* argument) {
     }
 }
 
+// FP8 attention's tensors beyond their dtypes: a head dim of its kernels', V's the same (no MLA
+// yet), no variants, and the three descales, (batch, heads_kv) floats each (q's batch: a KV
+// cache's entries or pages may be more), read while o is written.
 void check_fp8_tensors(const ForwardParams& p) {
     if (!fp8_head_dim(p.q.shape[3])) {
         fail(ErrorCode::unsupported, shape_name("q", 3), fp8_head_dims_expected(),
