@@ -145,6 +145,7 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
         return filter.empty() || std::find(filter.begin(), filter.end(), value) != filter.end();
     };
     const bool serving = grid.api() != Api::dense;
+    const bool fp8_grid = fp8_runs(grid);
     std::vector<Job> jobs;
     int cannot_run = 0;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
@@ -176,7 +177,7 @@ std::vector<Job> plan(const std::vector<Candidate>& candidates, const GridOption
                 for (const int seq : seqs) {
                     // An FP8 config on what forward()'s FP8 path does not take, and a packgqa
                     // config on heads it does not pack, or with variants: left out.
-                    if (c && c->dtype == DType::E4M3 && !fp8_runs(grid)) {
+                    if (c && c->dtype == DType::E4M3 && !fp8_grid) {
                         ++cannot_run;
                         continue;
                     }

@@ -148,8 +148,8 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     """flash_attn.flash_attn_func's arguments and results, on this library's kernels: q
     (batch, seqlen_q, nheads, headdim), k and v (batch, seqlen_k, nheads_k, headdim),
     float16/bfloat16 CUDA tensors, nheads a multiple of nheads_k; headdim 64, 96, 128, 192 or 256
-    (a headdim that is not contiguous is copied first, as flash_attn does). causal aligns the mask at the bottom right (query i sees keys j <= i + seqlen_k -
-    seqlen_q). window_size and softcap as flash_attn reads them (a negative side, or one of at
+    (a headdim that is not contiguous is copied first, as flash_attn does). causal aligns the
+    mask at the bottom right (query i sees keys j <= i + seqlen_k - seqlen_q). window_size and softcap as flash_attn reads them (a negative side, or one of at
     least seqlen_k keys, is unbounded; causal sets the right side to 0; (-1, 0) is causal).
 
     Returns out (batch, seqlen_q, nheads, headdim), or with return_attn_probs=True the
